@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite: starts the local PostgreSQL and Redis, then pytest (warnings are errors).
+# Extra arguments go to pytest (e.g. `scripts/test.sh -m faults`, `scripts/test.sh tests/lab`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+eval "$(.venv/bin/iwscope services start | sed 's/^/export IWSCOPE_TEST_/')"
+mkdir -p artifacts
+exec .venv/bin/pytest "$@"
