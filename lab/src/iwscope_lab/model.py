@@ -1,0 +1,144 @@
+"""What TCP slow start predicts for one short transfer: the yardstick next to every measurement.
+
+Two views of the same transfer over a path with round-trip propagation delay ``rtt_s``, a
+bottleneck of ``rate_bps`` (towards the client) and no loss:
+
+* :func:`slow_start_rounds` -- the textbook count: how many round trips a response of
+  ``size`` bytes needs when the window starts at ``iw`` segments and doubles every round.
+* :func:`predict` -- a small packet-level simulation of the same thing that also serialises
+  every packet at the bottleneck (in both directions, so a 56 kbit/s uplink delays ACKs) and
+  grows the window per acknowledged segment as Linux does in slow start (the receiver acks
+  every segment at the start of a connection: quick-ack mode). It gives the server-side
+  response latency (request read to last byte acknowledged, the IW10 paper's metric) and
+  the client-side total time (connect + request + response), which is what the probe sees.
+
+The lab's link emulator serialises a packet at the configured rate and then delays it by
+the one-way propagation delay; the model does the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: TCP payload per segment with timestamps on a 1500-byte MTU (1500 - 20 IP - 32 TCP).
+DEFAULT_MSS = 1448
+#: IP + TCP header bytes per packet (with the timestamp option).
+HEADER_BYTES = 52
+#: Bytes of the HTTP response header the origin sends before the body (approximately).
+HTTP_HEADER_BYTES = 150
+#: Bytes of the HTTP request the probe sends.
+HTTP_REQUEST_BYTES = 160
+#: Linux's initial SYN retransmission timeout (RFC 6298 says 1 s).
+INITIAL_RTO_S = 1.0
+
+
+def slow_start_rounds(size: int, iw: int, mss: int = DEFAULT_MSS) -> int:
+    """Round trips slow start needs to send ``size`` bytes: the least k with iw*(2^k - 1) >= segments."""
+    if size <= 0:
+        return 0
+    segments = math.ceil(size / mss)
+    return max(1, math.ceil(math.log2(segments / iw + 1)))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The model's view of one transfer."""
+
+    #: Segments of the response (header + body).
+    segments: int
+    #: Round trips from :func:`slow_start_rounds`.
+    rounds: int
+    #: Request read to last response byte acknowledged, seconds (server side).
+    server_latency_s: float
+    #: SYN sent to connection established, seconds.
+    connect_s: float
+    #: Trial start to last response byte received, seconds (client side).
+    client_total_s: float
+    #: True when the RTT reaches the initial SYN RTO, so the SYN is retransmitted and the
+    #: measurement departs from this model (the lab does not hide it).
+    syn_rto_expected: bool
+    #: True when the bottleneck, not the window, dominates (the burst of the initial window
+    #: takes longer to serialise than one RTT).
+    bandwidth_bound: bool
+
+
+def _serialise_s(nbytes: int, rate_bps: float | None) -> float:
+    return 0.0 if not rate_bps else nbytes * 8.0 / rate_bps
+
+
+def predict(
+    size: int,
+    iw: int,
+    rtt_s: float,
+    rate_bps: float | None,
+    *,
+    up_rate_bps: float | None = None,
+    mss: int = DEFAULT_MSS,
+    header_bytes: int = HTTP_HEADER_BYTES,
+) -> Prediction:
+    """Predict server- and client-side latency of fetching ``size`` body bytes at IW ``iw``.
+
+    ``rate_bps`` is the bottleneck towards the client (``None``: unlimited); ``up_rate_bps``
+    the one towards the server (default: the same).  Propagation delay is split evenly.
+    """
+    if iw < 1:
+        raise ValueError("iw must be at least 1")
+    up_rate = rate_bps if up_rate_bps is None else up_rate_bps
+    one_way = rtt_s / 2.0
+    total_bytes = size + header_bytes
+    segments = max(1, math.ceil(total_bytes / mss))
+    sizes = [min(mss, total_bytes - i * mss) for i in range(segments)]
+    ack_delay = _serialise_s(HEADER_BYTES, up_rate) + one_way
+
+    # Packet-level slow start.  Time 0 = the server has read the request.
+    cwnd = float(iw)
+    next_seg = 0
+    in_flight: list[int] = []  # segments sent, not yet acked, in order
+    link_free_at = 0.0  # bottleneck (server -> client) busy until
+    ack_times: list[tuple[float, int]] = []  # (arrival at server, segment index)
+    last_ack_at = 0.0
+    now = 0.0
+    acked = 0
+    while acked < segments:
+        while next_seg < segments and len(in_flight) < int(cwnd):
+            start = max(now, link_free_at)
+            link_free_at = start + _serialise_s(sizes[next_seg] + HEADER_BYTES, rate_bps)
+            arrive_client = link_free_at + one_way
+            ack_times.append((arrive_client + ack_delay, next_seg))
+            in_flight.append(next_seg)
+            next_seg += 1
+        ack_times.sort()
+        now, seg = ack_times.pop(0)
+        in_flight.remove(seg)
+        acked += 1
+        cwnd += 1.0  # slow start: one segment per acknowledged segment
+        last_ack_at = now
+    server_latency = last_ack_at
+
+    syn_bytes = 60 + 14  # SYN with options, plus a little for the SYN-ACK difference
+    connect = _serialise_s(syn_bytes, up_rate) + _serialise_s(syn_bytes, rate_bps) + rtt_s
+    request = _serialise_s(HTTP_REQUEST_BYTES + HEADER_BYTES, up_rate) + one_way
+    # The client has the last byte one ACK trip before the server hears of it.
+    client_total = connect + request + server_latency - ack_delay
+    burst_s = _serialise_s(min(iw, segments) * (mss + HEADER_BYTES), rate_bps)
+    return Prediction(
+        segments=segments,
+        rounds=slow_start_rounds(total_bytes, iw, mss),
+        server_latency_s=server_latency,
+        connect_s=connect,
+        client_total_s=client_total,
+        syn_rto_expected=rtt_s >= INITIAL_RTO_S,
+        bandwidth_bound=burst_s > rtt_s,
+    )
+
+
+def explain_gap(measured_s: float, predicted: Prediction) -> str | None:
+    """A known reason why a measurement can differ from the model, or ``None``."""
+    if predicted.syn_rto_expected:
+        return "RTT >= 1 s initial SYN RTO: the SYN is retransmitted and the server's window restarts"
+    if predicted.bandwidth_bound and measured_s > predicted.server_latency_s:
+        return "bandwidth-bound: queueing of the initial burst at the bottleneck"
+    if measured_s < predicted.server_latency_s * 0.9:
+        return "faster than slow start predicts: delayed-ACK or window growth differs from the model"
+    return None
