@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prints the path of a helm v3.16.4 binary, building it once with `go install` into a cache
+# directory that survives between CI runs on the same machine (first run ~2 minutes).
+# Override the location with IWSCOPE_CACHE_DIR; all progress output goes to stderr so that
+# stdout is only the path (usable as `helm="$(scripts/ensure-helm.sh)"`).
+set -euo pipefail
+
+helm_version="v3.16.4"
+cache_dir="${IWSCOPE_CACHE_DIR:-/var/cache/iwscope}"
+bin_dir="${cache_dir}/bin"
+helm_bin="${bin_dir}/helm"
+
+installed_version() {
+  "$helm_bin" version --template '{{.Version}}' 2>/dev/null || true
+}
+
+if [ -x "$helm_bin" ] && [ "$(installed_version)" = "$helm_version" ]; then
+  echo "$helm_bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "ensure-helm: 'go' is not installed (needed to build helm)" >&2; exit 1; }
+mkdir -p "$bin_dir"
+# Serialise concurrent first runs (two CI jobs on one machine) on a lock file.
+exec 9>"${cache_dir}/.helm.lock"
+flock 9
+if [ -x "$helm_bin" ] && [ "$(installed_version)" = "$helm_version" ]; then
+  echo "$helm_bin"
+  exit 0
+fi
+
+echo "ensure-helm: building helm ${helm_version} with go install (about 2 minutes, once)" >&2
+build_dir="$(mktemp -d "${bin_dir}/.build.XXXXXX")"
+trap 'rm -rf "$build_dir"' EXIT
+# Module and build caches live in the temporary build directory (about 1.2 GB, removed at
+# the end; -modcacherw lets rm delete them): only the 57 MB binary is kept. CGO off gives a
+# static binary; -ldflags sets the version that `helm version` reports (go install does not).
+CGO_ENABLED=0 GOFLAGS=-modcacherw GOBIN="$build_dir" GOMODCACHE="${build_dir}/gomod" \
+  GOCACHE="${build_dir}/gocache" go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${helm_version}" \
+  "helm.sh/helm/v3/cmd/helm@${helm_version}" >&2
+mv -f "${build_dir}/helm" "$helm_bin"
+got="$(installed_version)"
+if [ "$got" != "$helm_version" ]; then
+  echo "ensure-helm: built helm reports version '${got}', expected ${helm_version}" >&2
+  exit 1
+fi
+echo "$helm_bin"
