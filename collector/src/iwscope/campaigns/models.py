@@ -1,0 +1,38 @@
+"""Campaigns: which origins, arms and sizes the probes measure, when and how often."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import BigInteger, CheckConstraint, Double, Identity, Integer, Text
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from iwscope.db import Base
+from iwscope.types import CreatedAt, Int, Str
+
+
+class Campaign(Base):
+    __tablename__ = "campaigns"
+    __table_args__ = (
+        CheckConstraint("(sizes IS NULL) <> (size_dist IS NULL)", name="sizes_xor_size_dist"),
+        CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    name: Mapped[Str]
+    origin_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)))
+    #: Regions whose probes take part; ``NULL`` means every probe.
+    probe_regions: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    arms: Mapped[list[int]] = mapped_column(ARRAY(Integer))
+    #: Fixed object sizes in bytes (bigint: objects may exceed 2 GiB), or ``NULL`` with ``size_dist``.
+    sizes: Mapped[list[int] | None] = mapped_column(ARRAY(BigInteger))
+    size_dist: Mapped[Str | None]
+    sizes_per_round: Mapped[Int]
+    repetitions: Mapped[Int]
+    interval_s: Mapped[float] = mapped_column(Double)
+    starts_at: Mapped[dt.datetime]
+    ends_at: Mapped[dt.datetime | None]
+    calibrate: Mapped[bool]
+    created_at: Mapped[CreatedAt]

@@ -1,0 +1,83 @@
+"""Settings of the collector: one pydantic-settings object, created once per process.
+
+Environment variables (docs/architecture.md "Settings"): ``DATABASE_URL``, ``REDIS_URL``,
+``IWSCOPE_ENV``, ``IWSCOPE_ADMIN_TOKEN``, ``IWSCOPE_ENROLL_TOKEN``, ``IWSCOPE_CELERY_QUEUE``,
+``IWSCOPE_LOG_LEVEL``; plus ``IWSCOPE_DRAIN_SECONDS`` (lame-duck time after SIGTERM) and
+``IWSCOPE_MIGRATIONS_DIR`` (where Alembic's scripts live, for container images).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from iwscope.localstack import PG_DATABASE, PG_PORT, PG_USER, REDIS_PORT
+
+#: Defaults for development: the local stack of ``iwscope services start``.
+DEFAULT_DATABASE_URL = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{PG_PORT}/{PG_DATABASE}"
+DEFAULT_REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
+
+#: Values that are obviously not real secrets; production refuses them.
+PLACEHOLDER_SECRETS = frozenset(
+    {"", "changeme", "change-me", "secret", "password", "postgres", "admin", "token",
+     "example", "placeholder", "xxx", "test", "iwscope", "default"}
+)
+#: Shortest bootstrap token production accepts (they are bearer secrets).
+MIN_PRODUCTION_TOKEN_LENGTH = 24
+
+
+class ConfigurationError(ValueError):
+    """The settings are unusable (e.g. placeholder secrets in production)."""
+
+
+class Settings(BaseSettings):
+    """Everything the collector reads from its environment."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, validation_alias=AliasChoices("DATABASE_URL"))
+    redis_url: str = Field(DEFAULT_REDIS_URL, validation_alias=AliasChoices("REDIS_URL"))
+    env: Literal["development", "production"] = Field(
+        "development", validation_alias=AliasChoices("IWSCOPE_ENV"))
+    admin_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ADMIN_TOKEN"))
+    enroll_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ENROLL_TOKEN"))
+    celery_queue: str = Field("iwscope", min_length=1,
+                              validation_alias=AliasChoices("IWSCOPE_CELERY_QUEUE"))
+    log_level: str = Field("INFO", validation_alias=AliasChoices("IWSCOPE_LOG_LEVEL"))
+    drain_seconds: float = Field(2.0, ge=0, validation_alias=AliasChoices("IWSCOPE_DRAIN_SECONDS"))
+    #: Seconds a probe waits before asking for its schedule again.
+    schedule_poll_s: float = Field(60.0, gt=0, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_POLL_S"))
+
+    @model_validator(mode="after")
+    def _refuse_placeholders_in_production(self) -> "Settings":
+        if self.env != "production":
+            return self
+        problems: list[str] = []
+        if self.database_url == DEFAULT_DATABASE_URL:
+            problems.append("DATABASE_URL must be set explicitly")
+        else:
+            password = urlsplit(self.database_url).password
+            if password is not None and password.lower() in PLACEHOLDER_SECRETS:
+                problems.append("DATABASE_URL has a placeholder password")
+        if self.redis_url == DEFAULT_REDIS_URL:
+            problems.append("REDIS_URL must be set explicitly")
+        for name, value in (("IWSCOPE_ADMIN_TOKEN", self.admin_token),
+                            ("IWSCOPE_ENROLL_TOKEN", self.enroll_token)):
+            if value is None:
+                continue
+            if value.strip().lower() in PLACEHOLDER_SECRETS or len(value) < MIN_PRODUCTION_TOKEN_LENGTH:
+                problems.append(f"{name} is empty, a placeholder or shorter than "
+                                f"{MIN_PRODUCTION_TOKEN_LENGTH} characters")
+        if problems:
+            raise ConfigurationError("refusing to run with IWSCOPE_ENV=production: " + "; ".join(problems))
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (read from the environment on first use)."""
+    return Settings()

@@ -1,0 +1,27 @@
+"""Origins: instrumented HTTP servers, one listener per IW arm."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.orm import Mapped
+
+from iwscope.db import Base
+from iwscope.types import CreatedAt, Json, Str, UuidPk
+
+
+class Origin(Base):
+    __tablename__ = "origins"
+
+    id: Mapped[UuidPk]
+    name: Mapped[Str]
+    region: Mapped[Str]
+    #: Host name or address probes use to reach it.
+    host: Mapped[Str]
+    #: ``[{"iw": 10, "port": 8010}, ...]`` (wire ``ArmPort``).
+    arms: Mapped[Json]
+    version: Mapped[Str]
+    secret_hash: Mapped[Str]
+    enrolled_at: Mapped[CreatedAt]
+    last_seen_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]

@@ -1,0 +1,148 @@
+"""Trials (partitioned by month), the UUID idempotency registry, origin observations, path samples.
+
+``trials`` is range-partitioned on ``started_at`` (one partition per month plus a DEFAULT
+partition so that no insert ever fails for lack of a partition).  A partitioned table's
+unique key must contain the partition key, so ``(trial_id, started_at)`` is the primary
+key and uniqueness of the client-generated UUID alone is enforced by ``trial_ids``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import BigInteger, Boolean, Index, Integer, SmallInteger, text
+from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from iwscope.db import Base
+from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
+
+#: Client ``TCP_INFO`` fields stored as typed ``trials.tcpi_<name>`` columns.
+TRIAL_TCPI_COLUMNS = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in",
+                      "rcv_space", "rcv_mss", "bytes_received")
+#: Server ``TCP_INFO`` fields stored as typed ``origin_observations.tcpi_<name>`` columns.
+OBSERVATION_TCPI_COLUMNS = ("total_retrans", "bytes_retrans", "rtt", "min_rtt", "delivery_rate",
+                            "segs_out", "bytes_sent", "snd_cwnd", "snd_ssthresh", "busy_time",
+                            "rwnd_limited", "sndbuf_limited")
+
+
+def tcpi_column_name(field: str) -> str:
+    """Typed column of a ``tcp_info`` field: times carry the ``_us`` suffix (``tcpi_rtt_us``)."""
+    times = {"rtt", "rttvar", "min_rtt", "busy_time", "rwnd_limited", "sndbuf_limited"}
+    return f"tcpi_{field}_us" if field in times else f"tcpi_{field}"
+
+
+class TrialId(Base):
+    """The idempotency registry: one row per trial UUID ever accepted."""
+
+    __tablename__ = "trial_ids"
+
+    trial_id: Mapped[UuidPk]
+    started_at: Mapped[dt.datetime]
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        Index("ix_trials_started_at_brin", "started_at", postgresql_using="brin"),
+        Index("ix_trials_campaign_id_arm_iw", "campaign_id", "arm_iw"),
+        Index("ix_trials_probe_id_origin_id", "probe_id", "origin_id"),
+        Index("ix_trials_origin_id", "origin_id"),
+        {"postgresql_partition_by": "RANGE (started_at)"},
+    )
+
+    trial_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    started_at: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    probe_id: Mapped[UuidCol]
+    campaign_id: Mapped[BigInt | None]
+    origin_id: Mapped[UuidCol | None]
+    round: Mapped[Int]
+    arm_iw: Mapped[int] = mapped_column(SmallInteger)
+    object_size: Mapped[BigInt]
+    url: Mapped[Str]
+    dns_us: Mapped[BigInt | None]
+    connect_us: Mapped[BigInt | None]
+    ttfb_us: Mapped[BigInt | None]
+    total_us: Mapped[BigInt | None]
+    bytes_received: Mapped[BigInt]
+    http_status: Mapped[int | None] = mapped_column(SmallInteger)
+    error_kind: Mapped[Str | None]
+    error_detail: Mapped[Str | None]
+    syn_retrans: Mapped[int] = mapped_column(SmallInteger)
+    tcpi_rtt_us: Mapped[BigInt | None]
+    tcpi_rttvar_us: Mapped[BigInt | None]
+    tcpi_min_rtt_us: Mapped[BigInt | None]
+    tcpi_total_retrans: Mapped[BigInt | None]
+    tcpi_segs_in: Mapped[BigInt | None]
+    tcpi_data_segs_in: Mapped[BigInt | None]
+    tcpi_rcv_space: Mapped[BigInt | None]
+    tcpi_rcv_mss: Mapped[BigInt | None]
+    tcpi_bytes_received: Mapped[BigInt | None]
+    tcp_info: Mapped[Json]
+    received_at: Mapped[CreatedAt]
+    # Filled by the join task from origin_observations:
+    server_latency_us: Mapped[BigInt | None]
+    server_first_byte_us: Mapped[BigInt | None]
+    server_total_retrans: Mapped[BigInt | None]
+    server_bytes_retrans: Mapped[BigInt | None]
+    server_bytes_sent: Mapped[BigInt | None]
+    server_snd_cwnd_at_accept: Mapped[BigInt | None]
+    cwnd_mismatch: Mapped[bool | None] = mapped_column(Boolean)
+    rwnd_limited: Mapped[bool | None] = mapped_column(Boolean)
+    joined_at: Mapped[dt.datetime | None]
+
+
+class OriginObservation(Base):
+    __tablename__ = "origin_observations"
+    __table_args__ = (
+        Index("ix_origin_observations_unjoined", "trial_id",
+              postgresql_where=text("joined_at IS NULL")),
+        Index("ix_origin_observations_origin_id_request_at", "origin_id", "request_at"),
+    )
+
+    trial_id: Mapped[UuidPk]
+    origin_id: Mapped[UuidCol]
+    arm_iw: Mapped[int] = mapped_column(SmallInteger)
+    port: Mapped[Int]
+    client_addr: Mapped[Str]
+    object_size: Mapped[BigInt]
+    request_at: Mapped[dt.datetime]
+    first_byte_us: Mapped[BigInt]
+    response_latency_us: Mapped[BigInt | None]
+    snd_cwnd_at_accept: Mapped[BigInt]
+    cwnd_mismatch: Mapped[bool]
+    rwnd_limited: Mapped[bool]
+    peer_rwnd: Mapped[BigInt | None]
+    http_status: Mapped[int] = mapped_column(SmallInteger)
+    error_kind: Mapped[Str | None]
+    tcpi_total_retrans: Mapped[BigInt | None]
+    tcpi_bytes_retrans: Mapped[BigInt | None]
+    tcpi_rtt_us: Mapped[BigInt | None]
+    tcpi_min_rtt_us: Mapped[BigInt | None]
+    tcpi_delivery_rate: Mapped[BigInt | None]
+    tcpi_segs_out: Mapped[BigInt | None]
+    tcpi_bytes_sent: Mapped[BigInt | None]
+    tcpi_snd_cwnd: Mapped[BigInt | None]
+    tcpi_snd_ssthresh: Mapped[BigInt | None]
+    tcpi_busy_time_us: Mapped[BigInt | None]
+    tcpi_rwnd_limited_us: Mapped[BigInt | None]
+    tcpi_sndbuf_limited_us: Mapped[BigInt | None]
+    tcp_info: Mapped[Json]
+    received_at: Mapped[CreatedAt]
+    joined_at: Mapped[dt.datetime | None]
+
+
+class PathSample(Base):
+    __tablename__ = "path_samples"
+    __table_args__ = (Index("ix_path_samples_probe_id_origin_id", "probe_id", "origin_id"),)
+
+    sample_id: Mapped[UuidPk]
+    probe_id: Mapped[UuidCol]
+    origin_id: Mapped[UuidCol]
+    measured_at: Mapped[dt.datetime]
+    min_rtt_us: Mapped[BigInt]
+    bottleneck_bps: Mapped[BigInt | None]
+    transfer_bytes: Mapped[BigInt]
+    method: Mapped[Str]
+    received_at: Mapped[CreatedAt]
