@@ -1,0 +1,251 @@
+"""Command line of the agent: ``iwprobe fetch|enroll|run|origin|version``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Dict, List, Optional, Sequence
+
+from . import __version__, wire
+
+
+def _labels(values: Sequence[str]) -> Dict[str, str]:
+    labels: Dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--label wants key=value, got {item!r}")
+        labels[key] = value
+    return labels
+
+
+def _arms(text: str) -> List[int]:
+    try:
+        arms = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--arms wants comma-separated integers, got {text!r}") from None
+    if not arms or any(not 1 <= iw <= 1000 for iw in arms):
+        raise argparse.ArgumentTypeError(f"IWs must be 1..1000, got {text!r}")
+    return arms
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="iwprobe", description="iwscope measurement agent (probe and origin)")
+    parser.add_argument("--log-level", default=os.environ.get("IWPROBE_LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    fetch = commands.add_parser("fetch", help="measure one fetch and print it (like curl -w)")
+    fetch.add_argument("url", help="http://host:port/obj/<bytes> or an origin base URL")
+    fetch.add_argument("--arm", type=int, help="IW arm: fetch from port base-port + IW of the URL's host")
+    fetch.add_argument("--base-port", type=int, default=8000)
+    fetch.add_argument("--size", type=int, help="object size when the URL has no /obj/ path")
+    fetch.add_argument("--json", action="store_true", help="print the wire TrialRecord as JSON")
+    fetch.add_argument("--timeout", type=float, default=60.0)
+
+    enroll = commands.add_parser("enroll", help="enroll this probe with a collector")
+    enroll.add_argument("--collector", required=True)
+    enroll.add_argument("--token", required=True)
+    enroll.add_argument("--name", required=True)
+    enroll.add_argument("--region", required=True)
+    enroll.add_argument("--country")
+    enroll.add_argument("--asn", type=int)
+    enroll.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    enroll.add_argument("--state-dir")
+    enroll.add_argument("--ca-file", help="pinned CA bundle for an https collector")
+    enroll.add_argument("--force", action="store_true", help="enroll again even if credentials exist")
+
+    run = commands.add_parser("run", help="the probe daemon")
+    run.add_argument("--state-dir")
+    run.add_argument("--once", action="store_true", help="run the current schedule, upload, exit")
+    run.add_argument("--spool-max-mb", type=float, default=512.0)
+    run.add_argument("--heartbeat-s", type=float, default=60.0)
+    run.add_argument("--calibration-bytes", type=int, default=1_000_000)
+    run.add_argument("--trial-timeout", type=float, default=60.0)
+    run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
+    run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
+
+    origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
+    origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
+    origin.add_argument("--bind", default="0.0.0.0")
+    origin.add_argument("--arms", type=_arms, default=[3, 10, 16, 32])
+    origin.add_argument("--base-port", type=int, default=8000)
+    origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
+    origin.add_argument("--workers", type=int, default=32)
+    origin.add_argument("--state-dir")
+    origin.add_argument("--no-upload", action="store_true", help="serve without a collector (observations logged)")
+    origin.add_argument("--spool-max-mb", type=float, default=512.0)
+    origin.add_argument("--print-routes", action="store_true", help="setup-routes: print the commands only")
+    origin.add_argument("--initrwnd", type=int, default=64)
+    origin.add_argument("--setup-routes", dest="with_routes", action="store_true",
+                        help="serve: install the routes first")
+    origin.add_argument("--collector")
+    origin.add_argument("--token")
+    origin.add_argument("--name")
+    origin.add_argument("--region")
+    origin.add_argument("--host", help="host name or address probes use to reach this origin")
+    origin.add_argument("--ca-file")
+
+    commands.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "version":
+        print(__version__)
+        return 0
+    if args.command == "fetch":
+        return _fetch(args)
+    if args.command == "enroll":
+        return _enroll(args)
+    try:
+        if args.command == "run":
+            return _run(args)
+        return _origin(args)
+    except (RuntimeError, PermissionError, OSError) as error:
+        print(f"iwprobe: {error}", file=sys.stderr)
+        return 2
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    import urllib.parse
+
+    from ._fetch import fetch, format_curl_style
+
+    url = args.url
+    parts = urllib.parse.urlsplit(url)
+    if args.arm is not None:
+        host = parts.hostname or ""
+        size = args.size
+        if size is None and parts.path.startswith(wire.OBJECT_PATH_PREFIX):
+            size = int(parts.path[len(wire.OBJECT_PATH_PREFIX):])
+        if size is None:
+            raise SystemExit("--arm needs --size or a /obj/<bytes> URL")
+        from ._fetch import object_url
+        url = object_url(host, args.base_port + args.arm, size)
+    elif args.size is not None and not parts.path.startswith(wire.OBJECT_PATH_PREFIX):
+        url = url.rstrip("/") + f"{wire.OBJECT_PATH_PREFIX}{args.size}"
+    trial_id = wire.new_id()
+    result = fetch(url, trial_id, timeout_s=args.timeout)
+    if args.json:
+        size = args.size or 0
+        tail = urllib.parse.urlsplit(url).path
+        if tail.startswith(wire.OBJECT_PATH_PREFIX) and tail[len(wire.OBJECT_PATH_PREFIX):].isdigit():
+            size = int(tail[len(wire.OBJECT_PATH_PREFIX):])
+        record = result.to_trial(trial_id, "00000000-0000-0000-0000-000000000000", None, None, 0, args.arm or 1, size)
+        print(json.dumps(wire.to_dict(record), indent=2))
+    else:
+        print(format_curl_style(result))
+    return 0 if result.error_kind is None else 1
+
+
+def _enroll(args: argparse.Namespace) -> int:
+    from ._agent import PROBE_CREDENTIALS, enroll_probe, state_dir
+    from ._collector import CollectorError
+
+    directory = state_dir(args.state_dir)
+    if os.path.exists(os.path.join(directory, PROBE_CREDENTIALS)) and not args.force:
+        print(f"already enrolled ({os.path.join(directory, PROBE_CREDENTIALS)}); use --force to enroll again")
+        return 0
+    request = wire.EnrollRequest(name=args.name, region=args.region, country=args.country, asn=args.asn,
+                                 labels=_labels(args.label), version=__version__)
+    try:
+        credentials, path = enroll_probe(args.collector, args.token, request, directory, args.ca_file)
+    except CollectorError as error:
+        print(f"enrollment failed: {error}", file=sys.stderr)
+        return 2
+    print(f"enrolled probe {credentials.id}; credentials in {path}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ._agent import PROBE_CREDENTIALS, ProbeAgent, load_credentials, state_dir
+
+    directory = state_dir(args.state_dir)
+    agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
+                       spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
+                       calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout,
+                       backoff_cap_s=args.backoff_cap)
+    return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
+
+
+def _origin(args: argparse.Namespace) -> int:
+    from ._origin import Origin, OriginConfig, RoutePlan, ensure_no_metrics_save, serve_forever, setup_routes
+
+    plan = RoutePlan(args.arms, initrwnd=args.initrwnd)
+    if args.action == "setup-routes":
+        for line in setup_routes(plan, dry_run=args.print_routes):
+            print(line)
+        if not args.print_routes:
+            ensure_no_metrics_save()
+        return 0
+    if args.action == "enroll":
+        return _origin_enroll(args)
+    from ._agent import ORIGIN_CREDENTIALS, load_credentials, state_dir
+    from ._spool import Spool
+    from ._upload import Uploader
+
+    if args.with_routes:
+        setup_routes(plan)
+    ensure_no_metrics_save()
+    stop = _stop_event()
+    config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
+                          max_object_bytes=args.max_object_bytes, workers=args.workers)
+    spool = None
+    uploader_thread = None
+    if not args.no_upload:
+        directory = state_dir(args.state_dir)
+        credentials = load_credentials(directory, ORIGIN_CREDENTIALS)
+        config.origin_id = credentials.id
+        spool = Spool(os.path.join(directory, "origin-spool.sqlite"), int(args.spool_max_mb * 1024 * 1024))
+        uploader = Uploader(spool, credentials.client(), "origin", credentials.id, backoff_cap_s=60.0)
+        uploader_thread = threading.Thread(target=uploader.run_forever, args=(stop, 1.0), name="uploader", daemon=True)
+        uploader_thread.start()
+    origin = Origin(config, spool)
+    print(f"serving arms {list(args.arms)} on {args.bind} ports "
+          f"{[args.base_port + iw for iw in args.arms]}", flush=True)
+    serve_forever(origin, stop)
+    if uploader_thread is not None:
+        uploader_thread.join(timeout=10)
+    return 0
+
+
+def _origin_enroll(args: argparse.Namespace) -> int:
+    from ._agent import enroll_origin, state_dir
+    from ._collector import CollectorError
+
+    missing = [name for name in ("collector", "token", "name", "region", "host") if not getattr(args, name)]
+    if missing:
+        raise SystemExit("origin enroll needs " + ", ".join(f"--{name}" for name in missing))
+    request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
+                                       arms=[wire.ArmPort(iw, args.base_port + iw) for iw in args.arms],
+                                       version=__version__)
+    try:
+        credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)
+    except CollectorError as error:
+        print(f"origin enrollment failed: {error}", file=sys.stderr)
+        return 2
+    print(f"enrolled origin {credentials.id}; credentials in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

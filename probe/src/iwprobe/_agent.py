@@ -1,0 +1,332 @@
+"""The probe daemon (``iwprobe run``), enrollment and credential storage.
+
+Loop: heartbeat, pull the schedule (cached on disk so a restart works while the collector
+is down), run every due round of every active campaign, upload, sleep.  A round's plan
+(every target x arm x size, shuffled) is written to the spool before its first trial, and
+each trial advances the round's progress in the same transaction that stores it, so a
+restart after SIGKILL continues where it stopped instead of measuring again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import __version__, sizes, wire
+from ._collector import CollectorClient, CollectorError, from_dict
+from ._fetch import FetchResult, fetch, object_url
+from ._spool import Spool, SpoolFull
+from ._upload import Uploader, backoff_delay
+
+log = logging.getLogger("iwprobe.agent")
+
+DEFAULT_STATE_DIR = "/var/lib/iwprobe"
+PROBE_CREDENTIALS = "probe.json"
+ORIGIN_CREDENTIALS = "origin.json"
+#: Bytes fetched to calibrate a path (min RTT and bottleneck bandwidth).
+DEFAULT_CALIBRATION_BYTES = 1_000_000
+
+
+# ------------------------------------------------------------------------ credentials
+@dataclass
+class Credentials:
+    role: str
+    id: str
+    credential: str
+    collector: str
+    ca_file: Optional[str] = None
+    name: str = ""
+    region: str = ""
+
+    def client(self, timeout_s: float = 30.0) -> CollectorClient:
+        return CollectorClient(self.collector, self.credential, self.ca_file, timeout_s)
+
+
+def state_dir(explicit: Optional[str]) -> str:
+    return explicit or os.environ.get("IWPROBE_STATE_DIR") or DEFAULT_STATE_DIR
+
+
+def save_credentials(directory: str, filename: str, credentials: Credentials) -> str:
+    """Write credentials atomically with mode 0600 (the secret never exists world-readable)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=".cred-", dir=directory)
+    try:
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(credentials.__dict__, handle, indent=2)
+            handle.flush()
+            os.fsync(handle.fileno())
+        path = os.path.join(directory, filename)
+        os.replace(temporary, path)
+        return path
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def load_credentials(directory: str, filename: str) -> Credentials:
+    path = os.path.join(directory, filename)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise SystemExit(f"not enrolled: {path} does not exist; run 'iwprobe {'origin ' if filename == ORIGIN_CREDENTIALS else ''}enroll' first") from None
+    mode = os.stat(path).st_mode & 0o777
+    if mode & 0o077:
+        log.warning("credentials file %s has mode %o; it should be 0600", path, mode)
+    return Credentials(**data)
+
+
+def enroll_probe(collector: str, token: str, request: wire.EnrollRequest, directory: str,
+                 ca_file: Optional[str] = None) -> Tuple[Credentials, str]:
+    client = CollectorClient(collector, None, ca_file)
+    _, answer = client.post_json(wire.PROBE_ENROLL_PATH, wire.dumps(request), token=token)
+    response = from_dict(wire.EnrollResponse, answer)
+    credentials = Credentials("probe", response.id, response.credential, collector, ca_file, request.name, request.region)
+    return credentials, save_credentials(directory, PROBE_CREDENTIALS, credentials)
+
+
+def enroll_origin(collector: str, token: str, request: wire.OriginEnrollRequest, directory: str,
+                  ca_file: Optional[str] = None) -> Tuple[Credentials, str]:
+    client = CollectorClient(collector, None, ca_file)
+    _, answer = client.post_json(wire.ORIGIN_ENROLL_PATH, wire.dumps(request), token=token)
+    response = from_dict(wire.EnrollResponse, answer)
+    credentials = Credentials("origin", response.id, response.credential, collector, ca_file, request.name, request.region)
+    return credentials, save_credentials(directory, ORIGIN_CREDENTIALS, credentials)
+
+
+# ------------------------------------------------------------------------ calibration
+def estimate_bottleneck_bps(progress: Sequence[Tuple[int, int]], window_us: int) -> Optional[int]:
+    """Highest receive rate over any span of at least ``window_us`` (two-pointer scan)."""
+    best: Optional[float] = None
+    start = 0
+    for end in range(len(progress)):
+        while start + 1 < end and progress[end][0] - progress[start + 1][0] >= window_us:
+            start += 1
+        span = progress[end][0] - progress[start][0]
+        if span >= window_us and span > 0:
+            rate = (progress[end][1] - progress[start][1]) * 8 * 1_000_000 / span
+            best = rate if best is None or rate > best else best
+    return int(best) if best is not None else None
+
+
+def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int,
+              timeout_s: float = 120.0) -> Optional[wire.PathSample]:
+    """Measure min RTT and bottleneck bandwidth to ``target`` with one larger transfer.
+
+    ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
+    delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
+    the highest receive rate over any span of at least two minimum RTTs (after slow start
+    the window is larger than the BDP and the receive rate is the bottleneck rate).  The
+    origin's own ``tcpi_delivery_rate`` of the same connection is in its observations.
+    """
+    if not target.arms:
+        return None
+    arm = max(target.arms, key=lambda a: a.iw)
+    result = fetch(object_url(target.host, arm.port, calibration_bytes), timeout_s=timeout_s, record_progress=True)
+    rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None) if value]
+    if not rtts:
+        log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
+        return None
+    min_rtt_us = int(min(rtts))
+    window_us = max(2 * min_rtt_us, 20_000)
+    bottleneck = estimate_bottleneck_bps(result.progress, window_us) if result.error_kind is None else None
+    return wire.PathSample(sample_id=wire.new_id(), probe_id=probe_id, origin_id=target.origin_id,
+                           measured_at=result.started_at, min_rtt_us=min_rtt_us, bottleneck_bps=bottleneck,
+                           transfer_bytes=result.body_bytes, method="recv_rate_max")
+
+
+# ------------------------------------------------------------------------------ agent
+class ProbeAgent:
+    """``iwprobe run``: the measuring daemon."""
+
+    def __init__(self, directory: str, credentials: Credentials, spool_max_bytes: int = 512 * 1024 * 1024,
+                 heartbeat_s: float = 60.0, calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
+                 trial_timeout_s: float = 60.0, trial_gap_s: float = 0.05, backoff_cap_s: float = 60.0,
+                 rng: Optional[random.Random] = None) -> None:
+        self.directory = directory
+        self.credentials = credentials
+        self.client = credentials.client()
+        self.spool = Spool(os.path.join(directory, "probe-spool.sqlite"), spool_max_bytes)
+        self.uploader = Uploader(self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s)
+        self.heartbeat_s = heartbeat_s
+        self.calibration_bytes = calibration_bytes
+        self.trial_timeout_s = trial_timeout_s
+        self.trial_gap_s = trial_gap_s
+        self.backoff_cap_s = backoff_cap_s
+        self.rng = rng or random.Random()
+        self.started = time.monotonic()
+        self.trials_measured = 0
+        self._last_heartbeat = 0.0
+        self._schedule_path = os.path.join(directory, "schedule.json")
+
+    # -- collector conversations
+    def heartbeat(self) -> None:
+        beat = wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
+                              spool_bytes=self.spool.disk_bytes(), uptime_s=round(time.monotonic() - self.started, 3),
+                              trials_measured=self.trials_measured)
+        try:
+            self.client.post_json(wire.PROBE_HEARTBEAT_PATH.format(probe_id=self.credentials.id), wire.dumps(beat))
+            self._last_heartbeat = time.monotonic()
+        except CollectorError as error:
+            log.warning("heartbeat failed: %s", error)
+
+    def schedule(self) -> Optional[wire.Schedule]:
+        """The current schedule from the collector, or the cached one when it is unreachable."""
+        try:
+            _, answer = self.client.get_json(wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id))
+            schedule = from_dict(wire.Schedule, answer)
+            descriptor, temporary = tempfile.mkstemp(dir=self.directory)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                json.dump(answer, handle)
+            os.replace(temporary, self._schedule_path)
+            return schedule
+        except CollectorError as error:
+            log.warning("schedule pull failed (%s); using the cached schedule", error)
+        try:
+            with open(self._schedule_path, encoding="utf-8") as handle:
+                return from_dict(wire.Schedule, json.load(handle))
+        except FileNotFoundError:
+            return None
+
+    # -- rounds
+    def _plan(self, campaign: wire.CampaignSchedule) -> List[List[Any]]:
+        if campaign.sizes:
+            round_sizes = list(campaign.sizes)
+        elif campaign.size_dist:
+            round_sizes = sizes.sample(campaign.size_dist, campaign.sizes_per_round, self.rng)
+        else:
+            raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
+        plan: List[List[Any]] = []
+        for target in campaign.targets:
+            ports = {arm.iw: arm.port for arm in target.arms}
+            for iw in campaign.arms:
+                if iw not in ports:
+                    log.warning("origin %s has no arm IW %d; skipped", target.origin_id, iw)
+                    continue
+                for size in round_sizes:
+                    plan.append([target.origin_id, target.host, iw, ports[iw], size])
+        self.rng.shuffle(plan)
+        return plan
+
+    def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> Tuple[str, Optional[int], float]:
+        """("done" | "wait" | "run", round number, seconds to wait)."""
+        if campaign.ends_at and wire.parse_timestamp(campaign.ends_at).timestamp() <= now:
+            return "done", None, 0.0
+        starts = wire.parse_timestamp(campaign.starts_at).timestamp()
+        if starts > now:
+            return "wait", None, starts - now
+        state = self.spool.round_state(campaign.campaign_id)
+        for number in sorted(state):
+            if state[number][2] is None:
+                return "run", number, 0.0  # an interrupted round: resume it
+        done = sorted(state)
+        if len(done) >= campaign.repetitions:
+            return "done", None, 0.0
+        if not done:
+            return "run", 0, 0.0
+        due = state[done[-1]][2] + campaign.interval_s  # type: ignore[operator]
+        if due > now:
+            return "wait", done[-1] + 1, due - now
+        return "run", done[-1] + 1, 0.0
+
+    def run_round(self, campaign: wire.CampaignSchedule, number: int, stop: threading.Event) -> None:
+        state = self.spool.round_state(campaign.campaign_id)
+        if number not in state:
+            if campaign.calibrate:
+                self._calibrate(campaign)
+            self.spool.start_round(campaign.campaign_id, number, self._plan(campaign))
+            state = self.spool.round_state(campaign.campaign_id)
+        plan, next_index, _, _ = state[number]
+        if next_index:
+            log.info("resuming campaign %d round %d at trial %d of %d", campaign.campaign_id, number, next_index, len(plan))
+        for index in range(next_index, len(plan)):
+            if stop.is_set():
+                return
+            origin_id, host, iw, port, size = plan[index]
+            trial_id = wire.new_id()
+            result = fetch(object_url(host, port, size), trial_id, self.credentials.id, timeout_s=self.trial_timeout_s)
+            record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
+            self._store(record, (campaign.campaign_id, number, index + 1), stop)
+            self.trials_measured += 1
+            if self.trial_gap_s:
+                stop.wait(self.trial_gap_s)
+        self.spool.finish_round(campaign.campaign_id, number)
+        log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
+
+    def _store(self, record: wire.TrialRecord, round_key: Tuple[int, int, int], stop: threading.Event) -> None:
+        """Spool a trial; while the spool is full, upload and wait instead of dropping it."""
+        attempt = 0
+        while True:
+            try:
+                self.spool.add("trial", record.trial_id, wire.to_dict(record), round_key)
+                return
+            except SpoolFull:
+                self.uploader.drain(deadline=time.monotonic() + 60, stop=stop)
+                if stop.wait(backoff_delay(attempt, 1.0, self.backoff_cap_s)):
+                    # Shutting down with a full spool: the trial is lost, say so.
+                    log.error("shutting down with a full spool: trial %s not stored", record.trial_id)
+                    return
+                attempt += 1
+
+    def _calibrate(self, campaign: wire.CampaignSchedule) -> None:
+        for target in campaign.targets:
+            if self.spool.calibrated(campaign.campaign_id, target.origin_id):
+                continue
+            sample = calibrate(self.credentials.id, target, self.calibration_bytes)
+            if sample is not None:
+                self.spool.add_calibration(campaign.campaign_id, target.origin_id, sample.sample_id, wire.to_dict(sample))
+                log.info("path %s: min RTT %.1f ms, bottleneck %s bit/s", target.host, sample.min_rtt_us / 1000,
+                         sample.bottleneck_bps)
+
+    # -- main loop
+    def run(self, once: bool = False, stop: Optional[threading.Event] = None,
+            upload_timeout_s: Optional[float] = None) -> int:
+        """Run until ``stop`` (or, with ``once``, until the schedule is done and uploaded)."""
+        stop = stop or threading.Event()
+        poll_after = 60.0
+        attempt = 0
+        while not stop.is_set():
+            if time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
+                self.heartbeat()
+            schedule = self.schedule()
+            if schedule is None:
+                delay = backoff_delay(attempt, 1.0, self.backoff_cap_s)
+                attempt += 1
+                log.warning("no schedule yet; retrying in %.1f s", delay)
+                stop.wait(delay)
+                continue
+            attempt = 0
+            poll_after = max(1.0, schedule.poll_after_s)
+            wait_s = poll_after
+            pending = False
+            for campaign in schedule.campaigns:
+                status, number, delay = self._next_round(campaign, time.time())
+                if status == "run" and number is not None:
+                    self.run_round(campaign, number, stop)
+                    pending = True
+                    status, number, delay = self._next_round(campaign, time.time())
+                if status != "done":
+                    pending = True
+                    wait_s = min(wait_s, delay)
+            if once and not pending:
+                break
+            # Upload between rounds (never during one, so uploads do not compete with trials).
+            self.uploader.drain(deadline=time.monotonic() + max(1.0, min(wait_s, 30.0)), stop=stop)
+            if wait_s > 0:
+                stop.wait(min(wait_s, poll_after))
+        if once:
+            deadline = time.monotonic() + upload_timeout_s if upload_timeout_s else None
+            if not self.uploader.drain(deadline=deadline, stop=stop):
+                log.error("exiting with %d records not uploaded (they stay in the spool)", self.uploader.backlog())
+                return 1
+            self.heartbeat()
+        return 0

@@ -1,0 +1,116 @@
+"""HTTP client for the collector API (``urllib.request``, TLS verified, timeouts)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any, Dict, Optional, Tuple
+
+from . import __version__
+
+USER_AGENT = f"iwprobe/{__version__}"
+
+
+class CollectorError(Exception):
+    """The collector answered with an error status or could not be reached."""
+
+    def __init__(self, message: str, status: Optional[int] = None, body: Any = None) -> None:
+        super().__init__(message)
+        #: HTTP status, ``None`` when the collector could not be reached at all.
+        self.status = status
+        self.body = body
+
+    @property
+    def retryable(self) -> bool:
+        """Network failures, 408, 429 and 5xx are worth retrying later; 4xx are not."""
+        return self.status is None or self.status in (408, 429) or self.status >= 500
+
+
+class CollectorClient:
+    """Talks JSON to the collector at ``base_url`` with an optional bearer ``credential``."""
+
+    def __init__(self, base_url: str, credential: Optional[str] = None,
+                 ca_file: Optional[str] = None, timeout_s: float = 30.0) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"collector URL must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.credential = credential
+        self.timeout_s = timeout_s
+        self._ssl_context: Optional[ssl.SSLContext] = None
+        if self.base_url.startswith("https://"):
+            # Certificate and host name are verified; a pinned CA file replaces the system store.
+            self._ssl_context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+
+    def request(self, method: str, path: str, body: Optional[bytes] = None,
+                token: Optional[str] = None) -> Tuple[int, Any]:
+        """Send one request; return (status, parsed JSON or None).  Raises CollectorError."""
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        bearer = token if token is not None else self.credential
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.base_url + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._ssl_context) as response:
+                return response.status, _parse(response.read())
+        except urllib.error.HTTPError as error:
+            payload = _parse(error.read())
+            raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload) from None
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise CollectorError(f"{method} {path}: {error}") from None
+
+    def post_json(self, path: str, payload: bytes, token: Optional[str] = None) -> Tuple[int, Any]:
+        return self.request("POST", path, payload, token)
+
+    def get_json(self, path: str) -> Tuple[int, Any]:
+        return self.request("GET", path)
+
+
+def _parse(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return raw[:500].decode("utf-8", "replace")
+
+
+def _short(payload: Any) -> str:
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return text[:300]
+
+
+def from_dict(cls: Any, data: Dict[str, Any]) -> Any:
+    """Build a (possibly nested) wire dataclass from a decoded JSON dict; unknown keys ignored."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    values: Dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name not in data:
+            continue
+        values[field.name] = _convert(hints[field.name], data[field.name])
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    import dataclasses
+    import typing
+
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if value is None:
+        return None
+    if origin is typing.Union:
+        for arg in args:
+            if arg is not type(None):
+                return _convert(arg, value)
+    if origin in (list, typing.List) and args:
+        return [_convert(args[0], item) for item in value]
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value)
+    return value

@@ -1,0 +1,252 @@
+"""One measured HTTP/1.1 fetch over a fresh TCP connection (the probe's trial).
+
+Durations come from ``time.monotonic_ns`` (immune to wall-clock steps); the start instant
+is wall-clock UTC.  Every failure becomes a trial with an ``error_kind`` instead of an
+exception.
+
+SYN retransmissions: right after ``connect`` returns we read the client's ``TCP_INFO``.
+Linux counts a retransmitted SYN in ``tcpi_total_retrans`` (``tcp_retransmit_skb``) and,
+since 6.7, as an RTO in ``tcpi_total_rto``; we take the larger of the two.  On kernels that
+report neither, a connect that took longer than the 1 s initial RTO counts as one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from . import wire
+from ._tcpinfo import read_tcp_info
+
+_MAX_HEADER_BYTES = 64 * 1024
+_RECV_BYTES = 256 * 1024
+#: Linux's initial retransmission timeout for a SYN (RFC 6298), microseconds.
+INITIAL_RTO_US = 1_000_000
+
+
+@dataclass
+class FetchResult:
+    """What one fetch measured; :meth:`to_trial` turns it into a wire record."""
+
+    url: str
+    started_at: str
+    dns_us: Optional[int] = None
+    connect_us: Optional[int] = None
+    ttfb_us: Optional[int] = None
+    total_us: Optional[int] = None
+    bytes_received: int = 0
+    body_bytes: int = 0
+    http_status: Optional[int] = None
+    error_kind: Optional[str] = None
+    error_detail: Optional[str] = None
+    syn_retrans: int = 0
+    tcp_info: Dict[str, int] = field(default_factory=dict)
+    #: (microseconds since connect, cumulative bytes) per recv, when asked for (calibration).
+    progress: List[Tuple[int, int]] = field(default_factory=list)
+
+    def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
+                 round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
+        return wire.TrialRecord(
+            trial_id=trial_id, probe_id=probe_id, campaign_id=campaign_id, origin_id=origin_id,
+            round=round_number, arm_iw=arm_iw, object_size=object_size, url=self.url,
+            started_at=self.started_at, dns_us=self.dns_us, connect_us=self.connect_us,
+            ttfb_us=self.ttfb_us, total_us=self.total_us, bytes_received=self.bytes_received,
+            http_status=self.http_status, error_kind=self.error_kind,
+            error_detail=self.error_detail[:500] if self.error_detail else None,
+            syn_retrans=self.syn_retrans, tcp_info=dict(self.tcp_info))
+
+
+class _TrialError(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def object_url(host: str, port: int, size: int) -> str:
+    """URL of a sized object on an origin listener."""
+    literal = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{literal}:{port}{wire.OBJECT_PATH_PREFIX}{size}"
+
+
+def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = None,
+          connect_timeout_s: float = 10.0, timeout_s: float = 60.0,
+          record_progress: bool = False) -> FetchResult:
+    """Fetch ``url`` once over a new connection and measure it; never raises for network errors."""
+    result = FetchResult(url=url, started_at=wire.utc_timestamp())
+    start_ns = time.monotonic_ns()
+    sock: Optional[socket.socket] = None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise _TrialError("other", f"only http:// URLs with a host are supported: {url!r}")
+        host = parts.hostname
+        port = parts.port or 80
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # -- DNS
+        try:
+            ipaddress.ip_address(host)
+            literal = True
+        except ValueError:
+            literal = False
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        except socket.gaierror as error:
+            raise _TrialError("dns", f"{host}: {error}") from None
+        result.dns_us = 0 if literal else (time.monotonic_ns() - start_ns) // 1000
+        family, socktype, proto, _, address = infos[0]
+        # -- connect
+        sock = socket.socket(family, socktype, proto)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(connect_timeout_s)
+        connect_start_ns = time.monotonic_ns()
+        try:
+            sock.connect(address)
+        except socket.timeout:
+            raise _TrialError("timeout", f"connect to {address} timed out after {connect_timeout_s} s") from None
+        except ConnectionRefusedError as error:
+            raise _TrialError("refused", f"{address}: {error}") from None
+        except ConnectionResetError as error:
+            raise _TrialError("reset", f"{address}: {error}") from None
+        connected_ns = time.monotonic_ns()
+        result.connect_us = (connected_ns - connect_start_ns) // 1000
+        result.syn_retrans = _syn_retransmissions(read_tcp_info(sock), result.connect_us)
+        # -- request
+        headers = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "User-Agent: iwprobe",
+                   "Accept: */*", "Connection: close"]
+        if trial_id:
+            headers.append(f"{wire.TRIAL_HEADER}: {trial_id}")
+        if probe_id:
+            headers.append(f"{wire.PROBE_HEADER}: {probe_id}")
+        request = ("\r\n".join(headers) + "\r\n\r\n").encode("ascii")
+        deadline_ns = start_ns + int(timeout_s * 1e9)
+        _settimeout(sock, deadline_ns)
+        try:
+            sock.sendall(request)
+            _read_response(sock, result, connected_ns, start_ns, deadline_ns, record_progress)
+        except socket.timeout:
+            raise _TrialError("timeout", f"no complete response within {timeout_s} s "
+                                         f"({result.bytes_received} bytes received)") from None
+        except ConnectionResetError as error:
+            raise _TrialError("reset", str(error)) from None
+        except ConnectionRefusedError as error:
+            raise _TrialError("refused", str(error)) from None
+    except _TrialError as error:
+        result.error_kind = error.kind
+        result.error_detail = error.detail[:500]
+    except OSError as error:
+        result.error_kind = "other"
+        result.error_detail = f"{type(error).__name__}: {error}"[:500]
+    finally:
+        if sock is not None:
+            try:
+                result.tcp_info = read_tcp_info(sock)
+            except OSError:
+                pass
+            sock.close()
+    return result
+
+
+def _settimeout(sock: socket.socket, deadline_ns: int) -> None:
+    remaining = (deadline_ns - time.monotonic_ns()) / 1e9
+    if remaining <= 0:
+        raise socket.timeout("deadline passed")
+    sock.settimeout(remaining)
+
+
+def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, start_ns: int,
+                   deadline_ns: int, record_progress: bool) -> None:
+    buffer = bytearray()
+    header_end = -1
+    content_length: Optional[int] = None
+    body_received = 0
+    while True:
+        _settimeout(sock, deadline_ns)
+        chunk = sock.recv(_RECV_BYTES)
+        now_ns = time.monotonic_ns()
+        if chunk and result.ttfb_us is None:
+            result.ttfb_us = (now_ns - connected_ns) // 1000
+        if not chunk:
+            break
+        result.bytes_received += len(chunk)
+        if record_progress:
+            result.progress.append(((now_ns - connected_ns) // 1000, result.bytes_received))
+        if header_end < 0:
+            buffer += chunk
+            header_end = buffer.find(b"\r\n\r\n")
+            if header_end < 0:
+                if len(buffer) > _MAX_HEADER_BYTES:
+                    raise _TrialError("protocol", "response header longer than 64 KiB")
+                continue
+            result.http_status, content_length = _parse_head(bytes(buffer[:header_end]))
+            body_received = len(buffer) - header_end - 4
+            buffer = bytearray()
+        else:
+            body_received += len(chunk)
+        if content_length is not None and body_received >= content_length:
+            result.total_us = (now_ns - start_ns) // 1000
+            break
+    result.body_bytes = body_received
+    if header_end < 0:
+        raise _TrialError("short_body" if result.bytes_received else "protocol",
+                          f"connection closed after {result.bytes_received} bytes, before the response header ended")
+    if content_length is None:
+        result.total_us = (time.monotonic_ns() - start_ns) // 1000
+    elif body_received < content_length:
+        raise _TrialError("short_body", f"connection closed after {body_received} of {content_length} body bytes")
+    if result.http_status != 200:
+        raise _TrialError("http_status", f"HTTP status {result.http_status}")
+
+
+def _parse_head(head: bytes) -> Tuple[int, Optional[int]]:
+    lines = head.split(b"\r\n")
+    status_line = lines[0].decode("latin-1")
+    pieces = status_line.split(" ", 2)
+    if len(pieces) < 2 or not pieces[0].startswith("HTTP/1.") or not pieces[1].isdigit():
+        raise _TrialError("protocol", f"not an HTTP/1.x status line: {status_line[:100]!r}")
+    status = int(pieces[1])
+    content_length: Optional[int] = None
+    for line in lines[1:]:
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            try:
+                content_length = int(value.strip())
+            except ValueError:
+                raise _TrialError("protocol", f"bad Content-Length {value.strip()[:50]!r}") from None
+    return status, content_length
+
+
+def _syn_retransmissions(info: Dict[str, int], connect_us: int) -> int:
+    counted = max(info.get("total_retrans", 0), info.get("total_rto", 0))
+    if "total_rto" not in info and "total_retrans" not in info and connect_us > INITIAL_RTO_US:
+        return 1
+    return counted
+
+
+def format_curl_style(result: FetchResult) -> str:
+    """Human-readable summary like ``curl -w`` for ``iwprobe fetch``."""
+    def ms(value: Optional[int]) -> str:
+        return "-" if value is None else f"{value / 1000:.3f} ms"
+
+    info = result.tcp_info
+    lines = [
+        f"url:            {result.url}",
+        f"started_at:     {result.started_at}",
+        f"http_status:    {result.http_status if result.http_status is not None else '-'}",
+        f"time_dns:       {ms(result.dns_us)}",
+        f"time_connect:   {ms(result.connect_us)}",
+        f"time_ttfb:      {ms(result.ttfb_us)}",
+        f"time_total:     {ms(result.total_us)}",
+        f"bytes:          {result.bytes_received} (body {result.body_bytes})",
+        f"syn_retrans:    {result.syn_retrans}",
+        f"rtt/min_rtt:    {ms(info.get('rtt'))} / {ms(info.get('min_rtt'))}",
+        f"total_retrans:  {info.get('total_retrans', '-')}",
+        f"rcv_mss:        {info.get('rcv_mss', '-')}",
+    ]
+    if result.error_kind:
+        lines.append(f"error:          {result.error_kind}: {result.error_detail}")
+    return "\n".join(lines)

@@ -1,0 +1,453 @@
+"""The instrumented origin: one listener per IW arm, per-connection server measurements.
+
+How the IW is applied: each listener carries ``SO_MARK`` = ``mark_base + iw``.  An
+``ip rule fwmark M lookup T`` sends the listener's traffic to table ``T`` =
+``table_base + iw``, whose routes are copies of the main table's routes with
+``initcwnd iw initrwnd R``.  The kernel reads the initial window from the route when the
+connection is established, so a connection accepted on port ``base_port + iw`` starts
+with ``snd_cwnd == iw``; the origin checks that right after ``accept`` and flags a
+mismatch on the observation.
+
+What the origin measures per connection (the IW10 paper's server-side latency): from the
+moment the request is completely read until the last response byte is acknowledged,
+found by polling ``TCP_INFO`` every ``poll_interval_s`` until ``unacked == 0`` and
+``notsent_bytes == 0``.  It also keeps the time ``send`` returned (first byte written),
+and ``TCP_INFO`` at the end.
+
+Concurrency is bounded: one accept thread multiplexes all listeners with ``selectors``
+and hands each connection to a fixed pool of worker threads; when all workers are busy
+and the backlog queue is full, new connections are closed at once.  Slow clients time out
+(``request_timeout_s``).  Bodies are slices of one shared read-only pattern buffer, and
+header and body go to the kernel in one ``sendmsg`` call (scatter/gather, like writev).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import selectors
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import __version__, wire
+from ._spool import Spool, SpoolFull
+from ._tcpinfo import read_tcp_info
+
+log = logging.getLogger("iwprobe.origin")
+
+SO_MARK = getattr(socket, "SO_MARK", 36)
+#: fwmark of the arm with IW ``n`` is ``DEFAULT_MARK_BASE + n``.
+DEFAULT_MARK_BASE = 0x1F000
+#: Routing table of the arm with IW ``n`` is ``DEFAULT_TABLE_BASE + n``.
+DEFAULT_TABLE_BASE = 21000
+#: Priority of the arm's ``ip rule`` is ``DEFAULT_RULE_PRIORITY_BASE + n`` (before main, 32766).
+DEFAULT_RULE_PRIORITY_BASE = 9000
+#: Initial receive window the arm routes advertise (segments); large so it never limits.
+DEFAULT_INITRWND = 64
+#: Assumed MSS for sizing the send buffer when the real one is not known yet.
+_ASSUMED_MSS = 1460
+NO_METRICS_SAVE = "/proc/sys/net/ipv4/tcp_no_metrics_save"
+_ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "pervasive", "notify"}
+_REQUEST_LINE = re.compile(rb"^(GET) (\S+) HTTP/1\.[01]$")
+
+
+# ----------------------------------------------------------------------------- routes
+@dataclass
+class RoutePlan:
+    """How arms map to marks and tables."""
+
+    arms: Sequence[int]
+    mark_base: int = DEFAULT_MARK_BASE
+    table_base: int = DEFAULT_TABLE_BASE
+    priority_base: int = DEFAULT_RULE_PRIORITY_BASE
+    initrwnd: int = DEFAULT_INITRWND
+
+    def mark(self, iw: int) -> int:
+        return self.mark_base + iw
+
+    def table(self, iw: int) -> int:
+        return self.table_base + iw
+
+
+def _run(command: List[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=False, capture_output=True, text=True)
+
+
+def main_routes(family: str = "-4") -> List[str]:
+    """The main table's unicast routes as ``ip route`` prints them, flags removed."""
+    output = _run(["ip", family, "route", "show", "table", "main"])
+    if output.returncode != 0:
+        raise RuntimeError(f"ip route show failed: {output.stderr.strip()}")
+    routes = []
+    for line in output.stdout.splitlines():
+        words = [w for w in line.split() if w not in _ROUTE_FLAGS]
+        if not words or words[0] in ("broadcast", "local", "anycast", "multicast", "unreachable", "prohibit", "blackhole"):
+            continue
+        cleaned: List[str] = []
+        skip = False
+        for index, word in enumerate(words):
+            if skip:
+                skip = False
+                continue
+            if word in ("initcwnd", "initrwnd"):
+                skip = True
+                continue
+            cleaned.append(word)
+        routes.append(" ".join(cleaned))
+    return routes
+
+
+def route_commands(plan: RoutePlan, routes: Optional[List[str]] = None) -> List[List[str]]:
+    """The ``ip`` commands that make arm ``iw`` connections start with ``initcwnd iw``."""
+    routes = main_routes() if routes is None else routes
+    commands: List[List[str]] = []
+    for iw in plan.arms:
+        table = str(plan.table(iw))
+        commands.append(["ip", "-4", "route", "flush", "table", table])
+        for route in routes:
+            commands.append(["ip", "-4", "route", "replace", *route.split(), "table", table,
+                             "initcwnd", str(iw), "initrwnd", str(plan.initrwnd)])
+        commands.append(["ip", "-4", "rule", "add", "priority", str(plan.priority_base + iw),
+                         "fwmark", hex(plan.mark(iw)), "lookup", table])
+    return commands
+
+
+def setup_routes(plan: RoutePlan, dry_run: bool = False) -> List[str]:
+    """Install rules and tables (idempotent: existing rules are kept, tables rebuilt)."""
+    commands = route_commands(plan)
+    existing_rules = _run(["ip", "-4", "rule", "show"]).stdout
+    printed: List[str] = []
+    for command in commands:
+        printed.append(" ".join(command))
+        if dry_run:
+            continue
+        if command[2] == "rule":
+            priority, mark, table = command[5], command[7], command[9]
+            if re.search(rf"^{priority}:\s.*fwmark {mark}\b.*lookup {table}\b", existing_rules, re.M):
+                continue
+        outcome = _run(command)
+        if outcome.returncode != 0 and command[3] == "flush":
+            continue  # the table did not exist yet
+        if outcome.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed: {outcome.stderr.strip()}")
+    return printed
+
+
+def ensure_no_metrics_save() -> bool:
+    """Set ``net.ipv4.tcp_no_metrics_save=1`` so cached ssthresh/cwnd never leak between trials."""
+    try:
+        with open(NO_METRICS_SAVE, "r+", encoding="ascii") as handle:
+            if handle.read().strip() != "1":
+                handle.seek(0)
+                handle.write("1\n")
+        return True
+    except OSError as error:
+        try:
+            with open(NO_METRICS_SAVE, encoding="ascii") as handle:
+                if handle.read().strip() == "1":
+                    return True
+        except OSError:
+            pass
+        log.warning("!!! could not set net.ipv4.tcp_no_metrics_save=1 (%s): the kernel may cache "
+                    "ssthresh and cwnd per destination and later trials will not start from the "
+                    "arm's IW. Run as root or set the sysctl before starting the origin !!!", error)
+        return False
+
+
+# ----------------------------------------------------------------------------- server
+@dataclass
+class OriginConfig:
+    bind: str = "0.0.0.0"
+    arms: Sequence[int] = (3, 10, 16, 32)
+    base_port: int = 8000
+    max_object_bytes: int = wire.MAX_OBJECT_BYTES
+    workers: int = 32
+    queue_size: int = 128
+    request_timeout_s: float = 10.0
+    ack_timeout_s: float = 60.0
+    poll_interval_s: float = 0.0005
+    mark_base: int = DEFAULT_MARK_BASE
+    set_marks: bool = True
+    origin_id: str = ""
+
+    def port(self, iw: int) -> int:
+        return self.base_port + iw
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    client_addr: str
+    arm_iw: int
+    port: int
+    snd_cwnd_at_accept: int
+    accepted_ns: int
+
+
+@dataclass
+class OriginStats:
+    connections: int = 0
+    shed: int = 0
+    observations: int = 0
+    dropped_observations: int = 0
+    errors: Dict[str, int] = field(default_factory=dict)
+
+
+class Origin:
+    """Serves ``GET /obj/<bytes>`` on one port per arm and records observations."""
+
+    def __init__(self, config: OriginConfig, spool: Optional[Spool] = None) -> None:
+        if not config.arms:
+            raise ValueError("at least one arm is needed")
+        for iw in config.arms:
+            if not 1 <= iw <= 1000:
+                raise ValueError(f"IW must be between 1 and 1000 segments, got {iw}")
+        self.config = config
+        self.spool = spool
+        self.stats = OriginStats()
+        self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
+        self._pattern_view = memoryview(self._pattern)
+        self._listeners: Dict[int, Tuple[socket.socket, int]] = {}
+        self._queue: "queue.Queue[Optional[_Connection]]" = queue.Queue(maxsize=config.queue_size)
+        self._stop = threading.Event()
+        self._threads: List[threading.Thread] = []
+        self._stats_lock = threading.Lock()
+
+    # -- lifecycle
+    def start(self) -> None:
+        for iw in self.config.arms:
+            self._listeners[iw] = (self._listen(iw), self.config.port(iw))
+        self._threads.append(threading.Thread(target=self._accept_loop, name="origin-accept", daemon=True))
+        for index in range(self.config.workers):
+            self._threads.append(threading.Thread(target=self._worker, name=f"origin-worker-{index}", daemon=True))
+        for thread in self._threads:
+            thread.start()
+        log.info("origin %s serving arms %s on %s ports %s", __version__, list(self.config.arms),
+                 self.config.bind, [p for _, p in self._listeners.values()])
+
+    def stop(self) -> None:
+        self._stop.set()
+        for _ in range(self.config.workers):
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for sock, _ in self._listeners.values():
+            sock.close()
+
+    def _listen(self, iw: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.config.bind else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.config.set_marks:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.config.mark_base + iw)
+            except PermissionError as error:
+                sock.close()
+                raise PermissionError(f"setting SO_MARK needs CAP_NET_ADMIN: {error}") from None
+        # Accepted sockets inherit the send buffer: it must hold at least IW x MSS at once.
+        wanted = max(4 * iw * _ASSUMED_MSS, 256 * 1024)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, wanted)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((self.config.bind, self.config.port(iw)))
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
+
+    # -- accept
+    def _accept_loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        for iw, (sock, port) in self._listeners.items():
+            selector.register(sock, selectors.EVENT_READ, (iw, port))
+        while not self._stop.is_set():
+            for key, _ in selector.select(timeout=0.2):
+                iw, port = key.data
+                try:
+                    conn, address = key.fileobj.accept()  # type: ignore[union-attr]
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as error:
+                    log.warning("accept on port %d failed: %s", port, error)
+                    continue
+                accepted_ns = time.monotonic_ns()
+                try:
+                    cwnd = read_tcp_info(conn).get("snd_cwnd", 0)
+                except OSError:
+                    cwnd = 0
+                with self._stats_lock:
+                    self.stats.connections += 1
+                item = _Connection(conn, address[0], iw, port, cwnd, accepted_ns)
+                try:
+                    self._queue.put_nowait(item)
+                except queue.Full:
+                    with self._stats_lock:
+                        self.stats.shed += 1
+                    conn.close()
+        selector.close()
+
+    # -- per connection
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._serve(item)
+            except Exception:  # one bad connection must not kill a worker
+                log.exception("serving %s on port %d failed", item.client_addr, item.port)
+            finally:
+                item.sock.close()
+
+    def _serve(self, conn: _Connection) -> None:
+        sock = conn.sock
+        sock.setblocking(True)
+        sock.settimeout(self.config.request_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            head = _read_head(sock, self.config.request_timeout_s)
+        except (socket.timeout, OSError, ValueError) as error:
+            self._count(type(error).__name__)
+            return
+        request_ns = time.monotonic_ns()
+        request_at = wire.utc_timestamp()
+        status, size, trial_id, reason = self._route(head)
+        body = self._pattern_view[:size] if status == 200 else reason.encode("ascii")
+        header = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: "
+                  f"{'application/octet-stream' if status == 200 else 'text/plain'}\r\n"
+                  f"Content-Length: {len(body)}\r\nConnection: close\r\nServer: iwprobe\r\n\r\n").encode("ascii")
+        try:
+            sock.settimeout(self.config.ack_timeout_s)
+            _send_all(sock, header, body)
+        except OSError as error:
+            self._count(type(error).__name__)
+            return
+        first_byte_us = (time.monotonic_ns() - request_ns) // 1000
+        latency_us, info = self._wait_acked(sock, request_ns)
+        if trial_id is None:
+            return
+        observation = wire.OriginObservation(
+            trial_id=trial_id, origin_id=self.config.origin_id or "00000000-0000-0000-0000-000000000000",
+            arm_iw=conn.arm_iw, port=conn.port, client_addr=conn.client_addr[:64],
+            object_size=size if status == 200 else 0, request_at=request_at,
+            first_byte_us=first_byte_us, response_latency_us=latency_us,
+            snd_cwnd_at_accept=conn.snd_cwnd_at_accept,
+            cwnd_mismatch=conn.snd_cwnd_at_accept != conn.arm_iw,
+            rwnd_limited=info.get("rwnd_limited", 0) > 0,
+            peer_rwnd=info.get("snd_wnd"),
+            http_status=status, error_kind=None if status == 200 else "http_status",
+            tcp_info=info)
+        if latency_us is None and status == 200:
+            observation.error_kind = "timeout"
+        self._record(observation)
+
+    def _route(self, head: bytes) -> Tuple[int, int, Optional[str], str]:
+        """(status, object size, trial id, reason) for a request head."""
+        lines = head.split(b"\r\n")
+        trial_id: Optional[str] = None
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == wire.TRIAL_HEADER.lower().encode("ascii"):
+                try:
+                    trial_id = str(uuid.UUID(value.strip().decode("ascii")))
+                except (ValueError, UnicodeDecodeError):
+                    trial_id = None
+        match = _REQUEST_LINE.match(lines[0])
+        if not match:
+            return 400, 0, trial_id, "bad request line\n"
+        path = match.group(2).decode("latin-1")
+        if not path.startswith(wire.OBJECT_PATH_PREFIX):
+            return 404, 0, trial_id, "not found: only /obj/<bytes>\n"
+        digits = path[len(wire.OBJECT_PATH_PREFIX):]
+        if not digits.isdigit() or len(digits) > 12:
+            return 400, 0, trial_id, "object size must be a decimal number of bytes\n"
+        size = int(digits)
+        if size > self.config.max_object_bytes:
+            return 413, 0, trial_id, f"object larger than {self.config.max_object_bytes} bytes\n"
+        return 200, size, trial_id, ""
+
+    def _wait_acked(self, sock: socket.socket, request_ns: int) -> Tuple[Optional[int], Dict[str, int]]:
+        """Poll TCP_INFO until everything sent is acknowledged; (latency µs or None, tcp_info)."""
+        deadline_ns = request_ns + int(self.config.ack_timeout_s * 1e9)
+        info: Dict[str, int] = {}
+        while True:
+            try:
+                info = read_tcp_info(sock)
+            except OSError:
+                return None, info
+            now_ns = time.monotonic_ns()
+            if info.get("unacked", 0) == 0 and info.get("notsent_bytes", 0) == 0:
+                return (now_ns - request_ns) // 1000, info
+            if now_ns >= deadline_ns or self._stop.is_set():
+                return None, info
+            time.sleep(self.config.poll_interval_s)
+
+    def _record(self, observation: wire.OriginObservation) -> None:
+        with self._stats_lock:
+            self.stats.observations += 1
+        if self.spool is None:
+            log.info("observation %s", wire.to_dict(observation))
+            return
+        try:
+            self.spool.add("observation", observation.trial_id, wire.to_dict(observation))
+        except SpoolFull:
+            with self._stats_lock:
+                self.stats.dropped_observations += 1
+
+    def _count(self, what: str) -> None:
+        with self._stats_lock:
+            self.stats.errors[what] = self.stats.errors.get(what, 0) + 1
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large"}
+
+
+def _read_head(sock: socket.socket, timeout_s: float) -> bytes:
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("request head not complete in time")
+        sock.settimeout(remaining)
+        chunk = sock.recv(8192)
+        if not chunk:
+            raise ValueError("client closed before the request head ended")
+        buffer += chunk
+        if len(buffer) > 16 * 1024:
+            raise ValueError("request head larger than 16 KiB")
+    return buffer.split(b"\r\n\r\n", 1)[0]
+
+
+def _send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> None:
+    """Header and body in one ``sendmsg`` (more calls only if the kernel takes part of it)."""
+    buffers: List[memoryview] = [memoryview(header), memoryview(body)]
+    while buffers:
+        sent = sock.sendmsg(buffers)
+        while sent and buffers:
+            if sent >= len(buffers[0]):
+                sent -= len(buffers[0])
+                buffers.pop(0)
+            else:
+                buffers[0] = buffers[0][sent:]
+                sent = 0
+        buffers = [b for b in buffers if len(b)]
+
+
+def serve_forever(origin: Origin, stop: threading.Event) -> None:
+    origin.start()
+    try:
+        while not stop.wait(60):
+            stats = origin.stats
+            log.info("origin: %d connections, %d shed, %d observations, %d dropped, errors %s",
+                     stats.connections, stats.shed, stats.observations, stats.dropped_observations, stats.errors)
+    finally:
+        origin.stop()

@@ -1,0 +1,97 @@
+"""Read ``TCP_INFO`` from a socket and parse ``struct tcp_info`` by the returned length.
+
+The layout follows ``include/uapi/linux/tcp.h``.  Each kernel release appended fields to
+the end of the struct, and ``getsockopt`` copies ``min(len, sizeof)`` bytes, so a field is
+present exactly when the kernel returned enough bytes to cover it.  Offsets are computed
+from the C layout (natural alignment: every u64 in the struct happens to sit at a multiple
+of 8, so there is no padding), with native byte order.
+
+The byte at offset 6 is a bitfield (``snd_wscale:4, rcv_wscale:4``) and the byte at
+offset 7 another one (``delivery_rate_app_limited:1, fastopen_client_fail:2``).  GCC on
+little-endian targets allocates bitfields from the least significant bit.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+from typing import Dict, List, Tuple
+
+#: ``TCP_INFO`` socket option number (Linux); ``socket.TCP_INFO`` exists on Linux builds.
+TCP_INFO = getattr(socket, "TCP_INFO", 11)
+#: Larger than any ``struct tcp_info`` so far (248 bytes on Linux 6.7+).
+_BUFFER_BYTES = 512
+
+# (name, struct code) in kernel order after the first eight u8 bytes.
+_SCALARS: Tuple[Tuple[str, str], ...] = (
+    ("rto", "I"), ("ato", "I"), ("snd_mss", "I"), ("rcv_mss", "I"),
+    ("unacked", "I"), ("sacked", "I"), ("lost", "I"), ("retrans", "I"), ("fackets", "I"),
+    ("last_data_sent", "I"), ("last_ack_sent", "I"), ("last_data_recv", "I"),
+    ("last_ack_recv", "I"),
+    ("pmtu", "I"), ("rcv_ssthresh", "I"), ("rtt", "I"), ("rttvar", "I"),
+    ("snd_ssthresh", "I"), ("snd_cwnd", "I"), ("advmss", "I"), ("reordering", "I"),
+    ("rcv_rtt", "I"), ("rcv_space", "I"),
+    ("total_retrans", "I"),
+    ("pacing_rate", "Q"), ("max_pacing_rate", "Q"), ("bytes_acked", "Q"),
+    ("bytes_received", "Q"),
+    ("segs_out", "I"), ("segs_in", "I"),
+    ("notsent_bytes", "I"), ("min_rtt", "I"), ("data_segs_in", "I"), ("data_segs_out", "I"),
+    ("delivery_rate", "Q"),
+    ("busy_time", "Q"), ("rwnd_limited", "Q"), ("sndbuf_limited", "Q"),
+    ("delivered", "I"), ("delivered_ce", "I"),
+    ("bytes_sent", "Q"), ("bytes_retrans", "Q"), ("dsack_dups", "I"), ("reord_seen", "I"),
+    ("rcv_ooopack", "I"),
+    ("snd_wnd", "I"), ("rcv_wnd", "I"),
+    ("rehash", "I"),
+    ("total_rto", "H"), ("total_rto_recoveries", "H"), ("total_rto_time", "I"),
+)
+
+
+def _build_layout() -> List[Tuple[str, int, str]]:
+    """(name, offset, struct code) for every multi-byte field, checked for alignment."""
+    layout: List[Tuple[str, int, str]] = []
+    offset = 8
+    for name, code in _SCALARS:
+        size = struct.calcsize("=" + code)
+        if offset % size:
+            raise AssertionError(f"tcp_info layout: {name} misaligned at {offset}")
+        layout.append((name, offset, code))
+        offset += size
+    return layout
+
+
+_LAYOUT = _build_layout()
+#: Size of the newest ``struct tcp_info`` this parser knows (248 bytes).
+KNOWN_SIZE = _LAYOUT[-1][1] + struct.calcsize("=" + _LAYOUT[-1][2])
+_U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
+
+
+def parse_tcp_info(raw: bytes) -> Dict[str, int]:
+    """Parse the bytes ``getsockopt(TCP_INFO)`` returned; only fields fully present."""
+    info: Dict[str, int] = {}
+    length = len(raw)
+    for index, name in enumerate(_U8_FIELDS):
+        if index < length:
+            info[name] = raw[index]
+    if length > 6:
+        info["snd_wscale"] = raw[6] & 0x0F
+        info["rcv_wscale"] = (raw[6] >> 4) & 0x0F
+    if length > 7:
+        info["delivery_rate_app_limited"] = raw[7] & 0x01
+        info["fastopen_client_fail"] = (raw[7] >> 1) & 0x03
+    for name, offset, code in _LAYOUT:
+        end = offset + struct.calcsize("=" + code)
+        if end > length:
+            break
+        info[name] = struct.unpack_from("=" + code, raw, offset)[0]
+    return info
+
+
+def read_tcp_info(sock: socket.socket) -> Dict[str, int]:
+    """The socket's current ``TCP_INFO`` as a dict keyed by :data:`wire.TCP_INFO_FIELDS`."""
+    return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, _BUFFER_BYTES))
+
+
+if sys.byteorder != "little":  # pragma: no cover - bitfield order differs on big-endian
+    raise ImportError("iwprobe parses tcp_info bitfields for little-endian Linux only")

@@ -1,0 +1,134 @@
+"""Upload spooled records in batches, with exponential backoff and full jitter."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import wire
+from ._collector import CollectorClient, CollectorError
+from ._spool import Spool
+
+log = logging.getLogger("iwprobe.upload")
+
+#: Batches stay well below the collector's body limit.
+MAX_UPLOAD_BODY_BYTES = 8 * 1024 * 1024
+
+
+def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
+                  rng: Optional[random.Random] = None) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**attempt)]."""
+    generator = rng or random
+    return generator.uniform(0.0, min(cap_s, base_s * (2 ** min(attempt, 30))))
+
+
+class Uploader:
+    """Moves records from a :class:`Spool` to the collector.
+
+    ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`) or
+    ``"origin"`` (observations -> :class:`wire.ObservationBatch`).
+    """
+
+    def __init__(self, spool: Spool, client: CollectorClient, role: str, owner_id: str,
+                 max_records: int = wire.MAX_BATCH_RECORDS, backoff_base_s: float = 1.0,
+                 backoff_cap_s: float = 300.0) -> None:
+        if role not in ("probe", "origin"):
+            raise ValueError(f"role must be probe or origin, got {role!r}")
+        self.spool = spool
+        self.client = client
+        self.role = role
+        self.owner_id = owner_id
+        self.max_records = min(max_records, wire.MAX_BATCH_RECORDS)
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.failures = 0
+        self.uploaded = 0
+
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        return ("trial", "path_sample") if self.role == "probe" else ("observation",)
+
+    def backlog(self) -> int:
+        return self.spool.backlog(self.kinds)
+
+    def upload_once(self) -> int:
+        """Send one batch of the oldest pending records; return how many left the spool.
+
+        Raises :class:`CollectorError` when the collector cannot take it now.
+        """
+        rows = self.spool.pending(self.kinds, self.max_records, MAX_UPLOAD_BODY_BYTES)
+        if not rows:
+            return 0
+        return self._send(rows)
+
+    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> int:
+        try:
+            _, answer = self.client.post_json(self._path(), self._envelope(rows))
+        except CollectorError as error:
+            if error.status == 422:
+                return self._isolate_rejects(rows, error)
+            if error.status == 413 and len(rows) > 1:
+                half = len(rows) // 2
+                return self._send(rows[:half]) + self._send(rows[half:])
+            raise
+        self.spool.acknowledge([seq for seq, _, _ in rows])
+        self.uploaded += len(rows)
+        if isinstance(answer, dict):
+            log.info("uploaded %d records (accepted %s, duplicates %s)", len(rows),
+                     answer.get("accepted"), answer.get("duplicates"))
+        return len(rows)
+
+    def _isolate_rejects(self, rows: List[Tuple[int, str, Dict[str, Any]]], error: CollectorError) -> int:
+        """A 422 stores nothing: bisect the batch to find the refused records, keep the rest."""
+        if len(rows) == 1:
+            self.spool.reject(rows[0][0], json.dumps(error.body)[:2000] if error.body is not None else str(error))
+            return 1
+        half = len(rows) // 2
+        return self._send(rows[:half]) + self._send(rows[half:])
+
+    def _path(self) -> str:
+        return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
+
+    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> bytes:
+        envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
+                                    "sent_at": wire.utc_timestamp()}
+        if self.role == "probe":
+            envelope["probe_id"] = self.owner_id
+            envelope["trials"] = [record for _, kind, record in rows if kind == "trial"]
+            envelope["path_samples"] = [record for _, kind, record in rows if kind == "path_sample"]
+        else:
+            envelope["origin_id"] = self.owner_id
+            envelope["observations"] = [record for _, _, record in rows]
+        return json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+
+    def drain(self, deadline: Optional[float] = None, stop: Optional[threading.Event] = None) -> bool:
+        """Upload until the backlog is empty (True) or ``deadline`` (monotonic) / ``stop``."""
+        while True:
+            try:
+                while self.upload_once():
+                    self.failures = 0
+                return True
+            except CollectorError as error:
+                self.failures += 1
+                delay = backoff_delay(self.failures - 1, self.backoff_base_s, self.backoff_cap_s)
+                log.warning("upload failed (%s); retrying in %.1f s (attempt %d, backlog %d)",
+                            error, delay, self.failures, self.backlog())
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    if time.monotonic() >= deadline:
+                        return False
+                    delay = max(0.0, deadline - time.monotonic())
+                if stop is not None:
+                    if stop.wait(delay):
+                        return False
+                else:
+                    time.sleep(delay)
+
+    def run_forever(self, stop: threading.Event, idle_s: float = 2.0) -> None:
+        """Background loop of the origin: drain whenever there is something to send."""
+        while not stop.is_set():
+            self.drain(stop=stop)
+            stop.wait(idle_s)
