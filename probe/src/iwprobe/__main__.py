@@ -87,8 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument("--base-port", type=int, default=8000)
     origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
     origin.add_argument("--workers", type=int, default=32)
+    origin.add_argument("--request-timeout", type=float, default=10.0, help="seconds a client has to send its request")
+    origin.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the response to be acknowledged")
     origin.add_argument("--state-dir")
-    origin.add_argument("--no-upload", action="store_true", help="serve without a collector (observations logged)")
+    origin.add_argument("--no-upload", action="store_true",
+                        help="serve without a collector: observations are printed to stdout as JSON lines")
     origin.add_argument("--spool-max-mb", type=float, default=512.0)
     origin.add_argument("--print-routes", action="store_true", help="setup-routes: print the commands only")
     origin.add_argument("--initrwnd", type=int, default=64)
@@ -208,7 +211,8 @@ def _origin(args: argparse.Namespace) -> int:
     ensure_no_metrics_save()
     stop = _stop_event()
     config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
-                          max_object_bytes=args.max_object_bytes, workers=args.workers)
+                          max_object_bytes=args.max_object_bytes, workers=args.workers,
+                          request_timeout_s=args.request_timeout, ack_timeout_s=args.ack_timeout)
     spool = None
     uploader_thread = None
     if not args.no_upload:
@@ -220,8 +224,9 @@ def _origin(args: argparse.Namespace) -> int:
         uploader_thread = threading.Thread(target=uploader.run_forever, args=(stop, 1.0), name="uploader", daemon=True)
         uploader_thread.start()
     origin = Origin(config, spool)
+    origin.start()
     print(f"serving arms {list(args.arms)} on {args.bind} ports "
-          f"{[args.base_port + iw for iw in args.arms]}", flush=True)
+          f"{[args.base_port + iw for iw in args.arms]}", file=sys.stderr, flush=True)
     serve_forever(origin, stop)
     if uploader_thread is not None:
         uploader_thread.join(timeout=10)

@@ -23,6 +23,7 @@ header and body go to the kernel in one ``sendmsg`` call (scatter/gather, like w
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -30,6 +31,7 @@ import re
 import selectors
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -394,7 +396,11 @@ class Origin:
         with self._stats_lock:
             self.stats.observations += 1
         if self.spool is None:
-            log.info("observation %s", wire.to_dict(observation))
+            # Without a collector (``--no-upload``) observations go to stdout as JSON lines.
+            line = json.dumps(wire.to_dict(observation), separators=(",", ":"))
+            with self._stats_lock:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
             return
         try:
             self.spool.add("observation", observation.trial_id, wire.to_dict(observation))
@@ -443,7 +449,7 @@ def _send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") ->
 
 
 def serve_forever(origin: Origin, stop: threading.Event) -> None:
-    origin.start()
+    """Log statistics every minute until ``stop``; then stop the (started) origin."""
     try:
         while not stop.wait(60):
             stats = origin.stats

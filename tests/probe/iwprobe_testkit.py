@@ -1,0 +1,83 @@
+"""Fixtures of the iwprobe tests: network namespaces joined by a veth pair.
+
+Names carry the prefix ``iwt`` and a random suffix and are always removed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator, List
+
+import pytest
+
+PYTHON = sys.executable
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@dataclass
+class NetnsPair:
+    """An origin namespace and a probe namespace on one /24 over a veth pair."""
+
+    origin_ns: str
+    probe_ns: str
+    origin_address: str
+    probe_address: str
+
+    def exec_args(self, namespace: str, command: List[str]) -> List[str]:
+        return ["ip", "netns", "exec", namespace, *command]
+
+    def run(self, namespace: str, command: List[str], **kwargs: object) -> subprocess.CompletedProcess:
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        kwargs.setdefault("timeout", 120)
+        return subprocess.run(self.exec_args(namespace, command), **kwargs)  # type: ignore[call-overload]
+
+    def popen(self, namespace: str, command: List[str], **kwargs: object) -> subprocess.Popen:
+        return subprocess.Popen(self.exec_args(namespace, command), **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.fixture()
+def netns_pair() -> Iterator[NetnsPair]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    suffix = secrets.token_hex(3)
+    origin_ns, probe_ns = f"iwt{suffix}o", f"iwt{suffix}p"
+    veth_o, veth_p = f"iwt{suffix}a", f"iwt{suffix}b"
+    octet = 1 + secrets.randbelow(250)
+    pair = NetnsPair(origin_ns, probe_ns, f"10.213.{octet}.1", f"10.213.{octet}.2")
+    try:
+        _ip("netns", "add", origin_ns)
+        _ip("netns", "add", probe_ns)
+        _ip("link", "add", veth_o, "type", "veth", "peer", "name", veth_p)
+        _ip("link", "set", veth_o, "netns", origin_ns)
+        _ip("link", "set", veth_p, "netns", probe_ns)
+        for namespace, device, address in ((origin_ns, veth_o, pair.origin_address), (probe_ns, veth_p, pair.probe_address)):
+            _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
+            _ip("-n", namespace, "link", "set", device, "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+            # A default route so the origin's route copies include one (like a real host).
+            _ip("-n", namespace, "route", "add", "default", "via", pair.probe_address if namespace == origin_ns else pair.origin_address)
+        yield pair
+    finally:
+        for namespace in (origin_ns, probe_ns):
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+def wait_for_port(pair: NetnsPair, namespace: str, address: str, port: int, timeout_s: float = 10.0) -> None:
+    """Block until something listens on address:port inside the namespace."""
+    deadline = time.monotonic() + timeout_s
+    probe = ("import socket,sys\ns=socket.socket()\ns.settimeout(0.5)\n"
+             f"sys.exit(s.connect_ex(({address!r},{port})))")
+    while time.monotonic() < deadline:
+        if pair.run(namespace, [PYTHON, "-c", probe]).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {address}:{port} in {namespace}")
