@@ -1,9 +1,69 @@
-"""``iwscope dashboard``: serve the Dash app."""
+"""``iwscope dashboard``: serve the Dash app with gunicorn (the same WSGI app as ``iwscope_dashboard.wsgi:server``)."""
+
+from __future__ import annotations
+
+from typing import Any
 
 import click
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from iwscope_dashboard.db import DatabaseNotConfigured, resolve_database_url
+
+
+def _check_database(url: str) -> None:
+    """Fail at start with a readable message instead of on the first page view."""
+    probe_engine = create_engine(url, pool_pre_ping=True)
+    try:
+        with probe_engine.connect() as connection:
+            connection.execute(text("select 1"))
+    except SQLAlchemyError as error:
+        raise click.ClickException(f"cannot reach the database {probe_engine.url.render_as_string(hide_password=True)}: {str(error).splitlines()[0]}") from error
+    finally:
+        probe_engine.dispose()
+
+
+def serve(host: str, port: int, workers: int, threads: int, database_url: str) -> None:
+    from gunicorn.app.base import BaseApplication
+
+    class DashboardServer(BaseApplication):  # type: ignore[misc]
+        """gunicorn run in-process; each worker builds its own app (own database pool)."""
+
+        def load_config(self) -> None:
+            settings: dict[str, Any] = {
+                "bind": f"{host}:{port}",
+                "workers": workers,
+                "threads": threads,
+                "worker_class": "gthread",
+                "timeout": 120,
+                "accesslog": None,
+                "errorlog": "-",
+                "loglevel": "info",
+                "preload_app": False,
+            }
+            for key, value in settings.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            from iwscope_dashboard.app import create_app
+
+            return create_app(database_url).server
+
+    DashboardServer().run()
 
 
 @click.command()
-def dashboard() -> None:
-    """Serve the iwscope dashboard."""
-    raise click.ClickException("not built yet")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="port to listen on")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="gunicorn worker processes")
+@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64), help="threads per worker")
+@click.option("--database-url", envvar="DATABASE_URL", default=None, help="PostgreSQL URL (default: $DATABASE_URL)")
+def dashboard(host: str, port: int, workers: int, threads: int, database_url: str | None) -> None:
+    """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
+    try:
+        url = resolve_database_url(database_url)
+    except DatabaseNotConfigured as error:
+        raise click.ClickException(str(error)) from error
+    _check_database(url)
+    click.echo(f"iwscope dashboard on http://{host}:{port}/", err=True)
+    serve(host, port, workers, threads, url)

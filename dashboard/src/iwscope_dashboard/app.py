@@ -1,0 +1,79 @@
+"""The Dash app factory: ``create_app(database_url=None) -> dash.Dash``.
+
+Pages live one per module in ``iwscope_dashboard/pages/`` (``dash.register_page``); their
+callbacks are global (``dash.callback``), so one process serves one app. The Flask server
+(``app.server``) also answers ``/download/trials.csv`` (see :mod:`iwscope_dashboard.exports`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dash
+from dash import dcc, html
+
+from iwscope_dashboard import db
+from iwscope_dashboard.exports import register_exports
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+#: The navigation bar: (path, label); analysis pages keep the filter query when followed.
+NAVIGATION: tuple[tuple[str, str, bool], ...] = (
+    ("/", "Overview", True),
+    ("/latency", "Latency vs IW", True),
+    ("/sizes", "Sizes", True),
+    ("/regions", "Regions", True),
+    ("/loss", "Loss", True),
+    ("/fairness", "Fairness", True),
+    ("/probes", "Probes", False),
+    ("/trials", "Trials", True),
+)
+
+
+def _shell() -> html.Div:
+    links = [
+        html.A(label, href=path, className="iw-nav-link", **({"data-keep-query": "1"} if keep else {}))
+        for path, label, keep in NAVIGATION
+    ]
+    return html.Div(
+        [
+            html.Header(
+                [
+                    html.Div([html.Span("iwscope", className="iw-brand"), html.Span("initial-window latency study", className="iw-tagline")]),
+                    html.Nav(links, className="iw-nav", id="app-nav"),
+                ],
+                className="iw-header",
+            ),
+            html.Main(dash.page_container, className="iw-main"),
+        ]
+    )
+
+
+_created = False
+
+
+def create_app(database_url: str | None = None) -> dash.Dash:
+    """Build the dashboard over the database at ``database_url`` (default: ``DATABASE_URL``).
+
+    Raises :class:`iwscope_dashboard.db.DatabaseNotConfigured` when neither is given.
+    """
+    global _created
+    if _created:
+        # Page callbacks are registered globally when the page modules are imported; a second
+        # app in the same process would silently lose them.
+        raise RuntimeError("create_app() was already called in this process; run one dashboard per process")
+    db.configure(database_url)
+    app = dash.Dash(
+        "iwscope_dashboard",
+        use_pages=True,
+        pages_folder=str(PACKAGE_DIR / "pages"),
+        assets_folder=str(PACKAGE_DIR / "assets"),
+        title="iwscope",
+        suppress_callback_exceptions=True,
+        serve_locally=True,
+        update_title=None,
+    )
+    app.layout = _shell
+    register_exports(app.server)
+    _created = True
+    return app

@@ -1,0 +1,268 @@
+"""Plotly figures built from the analysis module's results (pure functions, no database)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from iwscope.analysis import ArmStats, BucketComparison, LossBucket, ProbeRow, RegionSummary
+from plotly.subplots import make_subplots
+
+BASELINE_COLOUR = "#8c8c8c"
+TREATMENT_COLOUR = "#1f6fb2"
+IMPROVEMENT_COLOUR = "#1f6fb2"
+PERCENT_COLOUR = "#d9731a"
+ARM_PALETTE = ("#8c8c8c", "#1f6fb2", "#d9731a", "#2a9d55", "#8e44ad", "#c0392b", "#16a085", "#7f6000")
+
+DIMENSION_TITLES: dict[str, str] = {
+    "rtt": "Path RTT",
+    "bandwidth": "Bottleneck bandwidth",
+    "bdp": "Bandwidth-delay product",
+    "size": "Response size",
+    "loss": "Path loss (retransmitted bytes share)",
+    "region": "Region",
+}
+
+
+def _layout(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
+        height=height,
+        margin={"l": 60, "r": 60, "t": 50, "b": 60},
+        template="plotly_white",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
+        font={"family": "system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", "size": 12},
+    )
+    return fig
+
+
+def empty_figure(message: str, title: str = "") -> go.Figure:
+    """A figure with no traces and the reason in the middle, so the space never looks broken."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 13, "color": "#555"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, height=260)
+
+
+def _err(values: Sequence[float | None], low: Sequence[float | None], high: Sequence[float | None]) -> dict[str, Any]:
+    """Asymmetric error bars from CI bounds (zero-length where a bound is undefined)."""
+    plus = [(h - v) if (h is not None and v is not None) else 0.0 for v, h in zip(values, high)]
+    minus = [(v - lo) if (lo is not None and v is not None) else 0.0 for v, lo in zip(values, low)]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2, "width": 4}
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}{unit}"
+
+
+def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
+    """The paper's Figure 5 panel: absolute improvement (bars, ms) and percent (line, right axis).
+
+    Both with the bootstrap 95% CI as error bars; hover shows n and means per arm.
+    """
+    ordered = sorted(comparisons, key=lambda c: c.order)
+    labels = [str(c.bucket) for c in ordered]
+    abs_ms = [c.abs_ms for c in ordered]
+    pct = [c.pct for c in ordered]
+    hover = [
+        (
+            f"{c.bucket}<br>IW{c.baseline.iw}: n={c.baseline.n}, mean {_fmt(c.baseline.mean_ms, ' ms')}"
+            f"<br>IW{c.treatment.iw}: n={c.treatment.n}, mean {_fmt(c.treatment.mean_ms, ' ms')}"
+            f"<br>improvement {_fmt(c.abs_ms, ' ms')} [{_fmt(c.abs_ci_low)}, {_fmt(c.abs_ci_high)}]"
+            f"<br>{_fmt(c.pct, ' %')} [{_fmt(c.pct_ci_low)}, {_fmt(c.pct_ci_high)}]"
+        )
+        for c in ordered
+    ]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=abs_ms,
+            name="absolute (ms)",
+            marker_color=IMPROVEMENT_COLOUR,
+            error_y=_err(abs_ms, [c.abs_ci_low for c in ordered], [c.abs_ci_high for c in ordered]),
+            hovertext=hover,
+            hoverinfo="text",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=pct,
+            name="percent",
+            mode="lines+markers",
+            line={"color": PERCENT_COLOUR},
+            error_y=_err(pct, [c.pct_ci_low for c in ordered], [c.pct_ci_high for c in ordered]) | {"color": PERCENT_COLOUR},
+            hovertext=hover,
+            hoverinfo="text",
+        ),
+        secondary_y=True,
+    )
+    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True)
+    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True)
+    fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
+    first = ordered[0] if ordered else None
+    arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
+    return _layout(fig, f"{DIMENSION_TITLES.get(dimension, dimension)}: latency improvement {arms}")
+
+
+def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
+    """Mean latency per bucket for both arms (what the improvement is the difference of)."""
+    ordered = sorted(comparisons, key=lambda c: c.order)
+    labels = [str(c.bucket) for c in ordered]
+    fig = go.Figure()
+    for side, colour in (("baseline", BASELINE_COLOUR), ("treatment", TREATMENT_COLOUR)):
+        stats: list[ArmStats] = [getattr(c, side) for c in ordered]
+        iw = stats[0].iw if stats else "?"
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[s.mean_ms for s in stats],
+                name=f"IW{iw} mean",
+                marker_color=colour,
+                error_y={"type": "data", "array": [s.std_ms or 0.0 for s in stats], "thickness": 1, "width": 3},
+                customdata=[[s.n, s.median_ms] for s in stats],
+                hovertemplate="%{x}<br>mean %{y:.1f} ms<br>n=%{customdata[0]}, median %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>",
+            )
+        )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
+    fig.update_yaxes(title_text="mean latency (ms), bar = 1 std")
+    return _layout(fig, f"{DIMENSION_TITLES.get(dimension, dimension)}: mean latency per arm")
+
+
+def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:
+    """Figure 2: mean latency with one standard deviation for every IW present."""
+    present = sorted((s for s in stats if s.n > 0 and s.mean_ms is not None), key=lambda s: s.iw)
+    fig = go.Figure(
+        go.Scatter(
+            x=[s.iw for s in present],
+            y=[s.mean_ms for s in present],
+            mode="lines+markers",
+            name="mean",
+            marker={"size": 9, "color": TREATMENT_COLOUR},
+            error_y={"type": "data", "array": [s.std_ms or 0.0 for s in present], "thickness": 1.2, "width": 5},
+            customdata=[[s.n, s.median_ms, s.std_ms] for s in present],
+            hovertemplate="IW%{x}<br>mean %{y:.1f} ms +- %{customdata[2]:.1f}<br>median %{customdata[1]:.1f} ms<br>n=%{customdata[0]}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="initial congestion window (segments)", tickmode="array", tickvals=[s.iw for s in present])
+    fig.update_yaxes(title_text="latency (ms), mean +- 1 std")
+    return _layout(fig, "Latency vs initial window (mean, one standard deviation)", height=400)
+
+
+def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Sequence[int] = ()) -> go.Figure:
+    """Latency CDF per arm; the compared arms drawn thicker."""
+    fig = go.Figure()
+    for index, iw in enumerate(sorted(cdfs)):
+        points = list(cdfs[iw])
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in points],
+                y=[p[1] for p in points],
+                mode="lines",
+                name=f"IW{iw}",
+                line={"color": ARM_PALETTE[index % len(ARM_PALETTE)], "width": 3 if iw in highlight else 1.5, "shape": "hv"},
+                hovertemplate="%{x:.1f} ms: %{y:.3f}<extra>IW" + str(iw) + "</extra>",
+            )
+        )
+    fig.update_xaxes(title_text="latency (ms), log scale", type="log")
+    fig.update_yaxes(title_text="fraction of trials", range=[0, 1.02])
+    return _layout(fig, "Latency CDF per arm", height=400)
+
+
+def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None = None) -> go.Figure:
+    """A world map, one marker per region centroid, coloured by percent improvement."""
+    shown = [r for r in regions if r.lat is not None and r.lon is not None]
+    pct = [r.pct for r in shown]
+    finite = [p for p in pct if p is not None]
+    bound = max([abs(p) for p in finite] + [1.0])
+    largest = max([r.n for r in shown] + [1])
+    fig = go.Figure(
+        go.Scattergeo(
+            lat=[r.lat for r in shown],
+            lon=[r.lon for r in shown],
+            text=[r.region for r in shown],
+            mode="markers+text",
+            textposition="top center",
+            marker={
+                "size": [12 + 26 * (r.n / largest) ** 0.5 for r in shown],
+                "color": [p if p is not None else 0.0 for p in pct],
+                "colorscale": "RdBu",
+                "cmin": -bound,
+                "cmax": bound,
+                "colorbar": {"title": {"text": "% impr."}},
+                "line": {"width": 1, "color": "#333"},
+            },
+            customdata=[[r.n, r.abs_ms, r.pct, r.baseline_mean_ms, r.treatment_mean_ms] for r in shown],
+            hovertemplate=(
+                "<b>%{text}</b><br>n=%{customdata[0]}<br>improvement %{customdata[1]:.1f} ms (%{customdata[2]:.1f} %)"
+                "<br>baseline mean %{customdata[3]:.1f} ms<br>treatment mean %{customdata[4]:.1f} ms<extra></extra>"
+            ),
+        )
+    )
+    fig.update_geos(
+        projection_type="natural earth",
+        showcountries=True,
+        countrycolor="#bbb",
+        showland=True,
+        landcolor="#f2f2ee",
+        showocean=True,
+        oceancolor="#e8f1f8",
+        resolution=110,
+        lataxis_range=[-58, 84],
+        lonaxis_range=[-180, 180],
+        fitbounds=False,
+    )
+    fig = _layout(fig, "Percent improvement by region", height=460)
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def loss_retrans_figure(buckets: Sequence[LossBucket]) -> go.Figure:
+    """Share of trials with retransmissions per arm, by loss bucket, and the increase in points."""
+    ordered = sorted(buckets, key=lambda b: b.order)
+    labels = [str(b.bucket) for b in ordered]
+    base_iw = ordered[0].comparison.baseline.iw if ordered else "?"
+    treat_iw = ordered[0].comparison.treatment.iw if ordered else "?"
+
+    def as_pct(values: Sequence[float | None]) -> list[float | None]:
+        return [None if v is None else 100.0 * v for v in values]
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=labels, y=as_pct([b.retrans_share_baseline for b in ordered]), name=f"IW{base_iw} retrans %", marker_color=BASELINE_COLOUR), secondary_y=False)
+    fig.add_trace(go.Bar(x=labels, y=as_pct([b.retrans_share_treatment for b in ordered]), name=f"IW{treat_iw} retrans %", marker_color=TREATMENT_COLOUR), secondary_y=False)
+    fig.add_trace(
+        go.Scatter(x=labels, y=[b.retrans_increase_pp for b in ordered], name="increase (pp)", mode="lines+markers", line={"color": PERCENT_COLOUR}),
+        secondary_y=True,
+    )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title_text=DIMENSION_TITLES["loss"], type="category")
+    fig.update_yaxes(title_text="trials with retransmissions (%)", secondary_y=False)
+    fig.update_yaxes(title_text="increase (percentage points)", secondary_y=True, showgrid=False)
+    return _layout(fig, "Retransmissions by loss bucket")
+
+
+def fleet_figure(probes: Sequence[ProbeRow]) -> go.Figure:
+    """Trials per day per probe, coloured by error share."""
+    ordered = sorted(probes, key=lambda p: (p.region or "", p.name or ""))
+    fig = go.Figure(
+        go.Bar(
+            x=[p.name or str(p.probe_id)[:8] for p in ordered],
+            y=[p.trials_per_day or 0.0 for p in ordered],
+            marker={
+                "color": [100.0 * (p.error_share or 0.0) for p in ordered],
+                "colorscale": "OrRd",
+                "cmin": 0,
+                "colorbar": {"title": {"text": "errors %"}},
+            },
+            customdata=[[p.region, p.trials_total, p.spool_backlog] for p in ordered],
+            hovertemplate="%{x}<br>%{y:.1f} trials/day<br>region %{customdata[0]}<br>total %{customdata[1]}<br>backlog %{customdata[2]}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title_text="probe", type="category")
+    fig.update_yaxes(title_text="trials per day")
+    return _layout(fig, "Probe fleet: trials per day (colour: error share)")

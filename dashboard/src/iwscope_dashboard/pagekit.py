@@ -1,0 +1,80 @@
+"""Pieces every page shares: page frame, graphs with loading indicators, empty states, errors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dash import dcc, get_asset_url, html
+from iwscope.analysis import FilterOptions, Filters, filter_options
+from sqlalchemy.exc import SQLAlchemyError
+
+from iwscope_dashboard import db
+from iwscope_dashboard.filterbar import filter_bar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+NO_MATCH = (
+    "No trials match these filters -- widen the time range, clear the region or size limits, "
+    "pick another campaign, or choose arms the selected campaigns ran."
+)
+
+
+class DataUnavailable(Exception):
+    """The database could not answer; the message is shown on the page."""
+
+
+def query(function: Callable[..., T], *args: Any) -> T:
+    """Run an analysis function in a fresh session; database trouble becomes DataUnavailable."""
+    try:
+        with db.session_scope() as session:
+            return function(session, *args)
+    except (SQLAlchemyError, db.DatabaseNotConfigured) as error:
+        log.exception("dashboard query %s failed", getattr(function, "__name__", function))
+        raise DataUnavailable(f"The database did not answer ({type(error).__name__}): {str(error).splitlines()[0][:200]}") from error
+
+
+def options_or_none() -> FilterOptions | None:
+    """The filter choices from the data, or None when the database is down (the bar still renders)."""
+    try:
+        return query(filter_options)
+    except DataUnavailable:
+        return None
+
+
+def graph_config() -> dict[str, Any]:
+    # topojsonURL: the world map's outlines come from the package's assets (the machine is offline).
+    return {"displaylogo": False, "responsive": True, "topojsonURL": get_asset_url("topojson/")}
+
+
+def graph(component_id: str, class_name: str = "iw-card") -> html.Div:
+    return html.Div(
+        dcc.Loading(dcc.Graph(id=component_id, config=graph_config()), type="default", delay_show=150),
+        className=class_name,
+    )
+
+
+def page_frame(prefix: str, title: str, intro: str, filters: Filters | None, body: list[Any]) -> html.Div:
+    """Title, explanation, the filter bar (analysis pages), a status line and the page's content."""
+    children: list[Any] = [html.H1(title, className="iw-title"), html.P(intro, className="iw-intro")]
+    if filters is not None:
+        children.append(filter_bar(prefix, filters, options_or_none()))
+    children.append(html.Div(id=f"{prefix}-status", className="iw-status", role="status"))
+    children.extend(body)
+    return html.Div(children, className="iw-page", id=f"{prefix}-page")
+
+
+def status(message: str, kind: str = "info") -> html.Div:
+    """A status line; kind is info, empty or error (styled in assets/style.css)."""
+    return html.Div(message, className=f"iw-status-line iw-status-{kind}")
+
+
+def fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f} ms"
+
+
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f} %"

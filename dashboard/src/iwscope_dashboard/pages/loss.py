@@ -1,0 +1,60 @@
+"""Loss: improvement and retransmission increase on lossy paths, by loss bucket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Output, callback, html
+from iwscope.analysis import loss_summary
+
+from iwscope_dashboard.figures import empty_figure, improvement_figure, loss_retrans_figure
+from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+
+dash.register_page(__name__, path="/loss", name="Loss", title="iwscope: loss", order=4)
+
+PREFIX = "loss"
+
+
+def layout(**url_query: Any) -> html.Div:
+    return page_frame(
+        PREFIX,
+        "Lossy paths",
+        "Paths bucketed by their loss rate (retransmitted bytes / bytes sent at the origin). The IETF "
+        "slides found IW10 still improves latency on lossy paths while retransmitting a little more: "
+        "left, the latency improvement; right, the share of trials with retransmissions per arm.",
+        filters_from_page_query(url_query),
+        [html.Div([graph(f"{PREFIX}-improvement-graph"), graph(f"{PREFIX}-retrans-graph")], className="iw-grid-2")],
+    )
+
+
+@callback(
+    Output(f"{PREFIX}-improvement-graph", "figure"),
+    Output(f"{PREFIX}-retrans-graph", "figure"),
+    Output(f"{PREFIX}-status", "children"),
+    Output(f"{PREFIX}-query", "data"),
+    *filter_inputs(PREFIX),
+)
+def update(*values: Any) -> tuple[Any, ...]:
+    filters = filters_from_values(*values)
+    search = query_string(filters)
+    problem = arms_problem(filters, None)
+    if problem:
+        return empty_figure(problem), empty_figure(problem), status(problem, "empty"), search
+    try:
+        buckets = query(loss_summary, filters)
+    except DataUnavailable as error:
+        return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
+    if not buckets:
+        return empty_figure(NO_MATCH), empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
+    n = sum(b.comparison.baseline.n + b.comparison.treatment.n for b in buckets)
+    return (
+        improvement_figure([b.comparison for b in buckets], "loss"),
+        loss_retrans_figure(buckets),
+        status(f"{n:,} trials of the two arms in {len(buckets)} loss buckets."),
+        search,
+    )
+
+
+register_url_sync(PREFIX)

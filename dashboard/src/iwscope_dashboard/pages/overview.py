@@ -1,0 +1,86 @@
+"""Overview: headline numbers and the paper's Figure 5 trio (improvement vs RTT, bandwidth, BDP)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Output, callback, html
+from iwscope.analysis import Headline, compare_by, headline
+
+from iwscope_dashboard.figures import empty_figure, improvement_figure
+from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, page_frame, query, status
+
+dash.register_page(__name__, path="/", name="Overview", title="iwscope: overview", order=0)
+
+PREFIX = "overview"
+DIMENSIONS = ("rtt", "bandwidth", "bdp")
+
+
+def layout(**url_query: Any) -> html.Div:
+    filters = filters_from_page_query(url_query)
+    return page_frame(
+        PREFIX,
+        "Overview",
+        "How much a larger initial congestion window (treatment) shortens short web transfers against "
+        "the baseline, bucketed like Figure 5 of Dukkipati et al. 2010: bars are the absolute improvement "
+        "(baseline minus treatment, ms), the line the percent improvement; whiskers are bootstrap 95% "
+        "confidence intervals.",
+        filters,
+        [
+            html.Div(id=f"{PREFIX}-headline", className="iw-headline"),
+            html.Div([graph(f"{PREFIX}-{dimension}-graph") for dimension in DIMENSIONS], className="iw-grid-3"),
+        ],
+    )
+
+
+def headline_cards(numbers: Headline) -> list[html.Div]:
+    ci = (
+        f"95% CI {fmt_pct(numbers.pct_ci_low)} .. {fmt_pct(numbers.pct_ci_high)}"
+        if numbers.pct_ci_low is not None and numbers.pct_ci_high is not None
+        else "no confidence interval"
+    )
+    increase = "n/a" if numbers.retrans_increase_pp is None else f"{numbers.retrans_increase_pp:+.2f} pp"
+    cards = [
+        (f"IW{numbers.treatment_iw} vs IW{numbers.baseline_iw}", fmt_pct(numbers.pct), ci),
+        ("absolute improvement", fmt_ms(numbers.abs_ms), "mean latency, baseline - treatment"),
+        ("retransmission rate", increase, "change in share of trials with retransmissions"),
+        ("trials", f"{numbers.n_trials:,}", f"{numbers.n_probes:,} probes, {numbers.n_regions:,} regions"),
+    ]
+    return [
+        html.Div([html.Div(label, className="iw-kpi-label"), html.Div(value, className="iw-kpi-value"), html.Div(note, className="iw-kpi-note")], className="iw-kpi")
+        for label, value, note in cards
+    ]
+
+
+@callback(
+    Output(f"{PREFIX}-headline", "children"),
+    *[Output(f"{PREFIX}-{dimension}-graph", "figure") for dimension in DIMENSIONS],
+    Output(f"{PREFIX}-status", "children"),
+    Output(f"{PREFIX}-query", "data"),
+    *filter_inputs(PREFIX),
+)
+def update(*values: Any) -> tuple[Any, ...]:
+    filters = filters_from_values(*values)
+    search = query_string(filters)
+    problem = arms_problem(filters, None)
+    if problem:
+        return [], *(empty_figure(problem) for _ in DIMENSIONS), status(problem, "empty"), search
+    try:
+        numbers = query(headline, filters)
+        comparisons = {dimension: query(compare_by, filters, dimension) for dimension in DIMENSIONS}
+    except DataUnavailable as error:
+        return [], *(empty_figure(str(error)) for _ in DIMENSIONS), status(str(error), "error"), search
+    if numbers.n_trials == 0:
+        return [], *(empty_figure(NO_MATCH) for _ in DIMENSIONS), status(NO_MATCH, "empty"), search
+    figures = [
+        improvement_figure(comparisons[dimension], dimension)
+        if comparisons[dimension]
+        else empty_figure(f"No path estimates to bucket trials by {dimension} yet (the worker computes them from path samples).")
+        for dimension in DIMENSIONS
+    ]
+    return headline_cards(numbers), *figures, status(f"{numbers.n_trials:,} trials match."), search
+
+
+register_url_sync(PREFIX)

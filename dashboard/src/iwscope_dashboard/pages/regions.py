@@ -1,0 +1,105 @@
+"""Regions: a world map coloured by percent improvement and the IETF-slides percentile tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Output, callback, html
+from iwscope.analysis import PercentileTable, percentile_table, region_summary
+
+from iwscope_dashboard.figures import empty_figure, region_map_figure
+from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+
+dash.register_page(__name__, path="/regions", name="Regions", title="iwscope: regions", order=3)
+
+PREFIX = "regions"
+PERCENTILE_COLUMNS: tuple[tuple[str, str], ...] = (("avg", "Avg."), ("p50", "50"), ("p75", "75"), ("p90", "90"), ("p99", "99"))
+
+
+def layout(**url_query: Any) -> html.Div:
+    return page_frame(
+        PREFIX,
+        "Regions",
+        "Where the larger window helps most: high-RTT, highly multiplexed regions (the IETF 78 slides "
+        "asked this of Africa and South America). Tables: latency percentiles per arm (ms), the "
+        "improvement rows, and the retransmission rate (share of trials with retransmissions).",
+        filters_from_page_query(url_query),
+        [graph(f"{PREFIX}-map-graph"), html.Div(id=f"{PREFIX}-tables", className="iw-tables")],
+    )
+
+
+def _cell(value: float | None, unit: str = "", digits: int = 1) -> html.Td:
+    return html.Td("n/a" if value is None else f"{value:,.{digits}f}{unit}")
+
+
+def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int) -> html.Div:
+    """One region in the slides' layout: percentiles per arm, Impr., % Impr.; retransmission table."""
+    arms = sorted(table.arms, key=lambda arm: (arm.iw != treatment_iw, arm.iw != baseline_iw, -arm.iw))
+    header = html.Tr([html.Th("Percentile")] + [html.Th(label) for _, label in PERCENTILE_COLUMNS])
+    rows = [
+        html.Tr([html.Th(f"IW={arm.iw}", title=f"n = {arm.n:,}")] + [_cell(getattr(arm, key), digits=0 if key != "avg" else 1) for key, _ in PERCENTILE_COLUMNS])
+        for arm in arms
+    ]
+    rows.append(html.Tr([html.Th("Impr.")] + [_cell(table.improvement.get(key), digits=1) for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
+    rows.append(html.Tr([html.Th("% Impr.")] + [_cell(table.pct_improvement.get(key), "%") for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
+    retrans_rows = [
+        html.Tr(
+            [
+                html.Th(f"IW={arm.iw}"),
+                _cell(None if arm.retrans_share is None else 100.0 * arm.retrans_share, "%", 2),
+                _cell(None if arm.retrans_bytes_share is None else 100.0 * arm.retrans_bytes_share, "%", 2),
+            ]
+        )
+        for arm in arms
+    ]
+    retrans_rows.append(html.Tr([html.Th("Increase"), _cell(table.retrans_increase_pp, " pp", 2), html.Td("")], className="iw-row-impr"))
+    n_total = sum(arm.n for arm in table.arms)
+    return html.Div(
+        [
+            html.H3(f"{table.group}", className="iw-table-title"),
+            html.Div(f"latency (ms) and retransmission rate, {n_total:,} trials", className="iw-table-note"),
+            html.Div(
+                [
+                    html.Table([html.Thead(header), html.Tbody(rows)], className="iw-table"),
+                    html.Table(
+                        [html.Thead(html.Tr([html.Th(""), html.Th("Retrans. %"), html.Th("Retrans. bytes %")])), html.Tbody(retrans_rows)],
+                        className="iw-table",
+                    ),
+                ],
+                className="iw-table-pair",
+            ),
+        ],
+        className="iw-card iw-percentiles",
+        **{"data-group": str(table.group)},
+    )
+
+
+@callback(
+    Output(f"{PREFIX}-map-graph", "figure"),
+    Output(f"{PREFIX}-tables", "children"),
+    Output(f"{PREFIX}-status", "children"),
+    Output(f"{PREFIX}-query", "data"),
+    *filter_inputs(PREFIX),
+)
+def update(*values: Any) -> tuple[Any, ...]:
+    filters = filters_from_values(*values)
+    search = query_string(filters)
+    problem = arms_problem(filters, None)
+    if problem:
+        return empty_figure(problem), [], status(problem, "empty"), search
+    try:
+        regions = query(region_summary, filters)
+        overall = query(percentile_table, filters, None)
+        per_region = query(percentile_table, filters, "region")
+    except DataUnavailable as error:
+        return empty_figure(str(error)), [], status(str(error), "error"), search
+    if not regions or all(r.n == 0 for r in regions):
+        return empty_figure(NO_MATCH), [], status(NO_MATCH, "empty"), search
+    tables = [percentile_block(t, filters.baseline_iw, filters.treatment_iw) for t in list(overall) + sorted(per_region, key=lambda t: str(t.group))]
+    n = sum(r.n for r in regions)
+    return region_map_figure(regions), tables, status(f"{n:,} trials in {len(regions)} regions."), search
+
+
+register_url_sync(PREFIX)
