@@ -2,10 +2,16 @@
 
 Sub-commands from other distributions (``iwscope lab``, ``iwscope dashboard``) are found
 through the ``iwscope.commands`` entry-point group, so the collector never imports them.
+Every command reads ``DATABASE_URL`` and ``REDIS_URL`` from the environment.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from importlib.metadata import entry_points
 
 import click
@@ -47,9 +53,185 @@ def services_env() -> None:
     click.echo(f"export REDIS_URL={stack.redis_url}")
 
 
+# --------------------------------------------------------------------------------------
+# Database
+# --------------------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Schema migrations (Alembic, scripts in migrations/ or $IWSCOPE_MIGRATIONS_DIR)."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Migrate the database of DATABASE_URL up to REVISION (default: head)."""
+    from iwscope import migrate
+
+    migrate.upgrade(revision)
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Migrate down to REVISION (``base`` drops everything)."""
+    from iwscope import migrate
+
+    migrate.downgrade(revision)
+
+
+@db.command("check")
+def db_check() -> None:
+    """Exit 0 iff the schema is at head."""
+    from iwscope import migrate
+
+    current, head = migrate.current_revisions(), migrate.head_revisions()
+    if set(current) != set(head):
+        click.echo(f"database at {', '.join(current) or 'nothing'}; head is {', '.join(head)}", err=True)
+        sys.exit(1)
+    click.echo(f"database at head ({', '.join(head)})")
+
+
+# --------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+def api(host: str, port: int) -> None:
+    """Run the HTTP API (uvicorn; SIGTERM drains for IWSCOPE_DRAIN_SECONDS first)."""
+    from iwscope.api import serve
+
+    serve(host, port)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--concurrency", default=2, show_default=True, type=int)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(concurrency: int, celery_args: tuple[str, ...]) -> None:
+    """Run a Celery worker on the queue IWSCOPE_CELERY_QUEUE (extra args go to celery)."""
+    from iwscope.config import get_settings
+    from iwscope.worker import celery_app
+
+    settings = get_settings()
+    celery_app.worker_main(["worker", "--queues", settings.celery_queue, "--concurrency", str(concurrency),
+                            "--loglevel", settings.log_level, "--hostname",
+                            f"iwscope-{settings.celery_queue}-{os.getpid()}@%h", *celery_args])
+
+
+@main.command()
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def beat(celery_args: tuple[str, ...]) -> None:
+    """Run Celery beat (partition creation, sweep of unjoined observations)."""
+    from iwscope.config import get_settings
+    from iwscope.worker import celery_app
+
+    settings = get_settings()
+    celery_app.start(["beat", "--loglevel", settings.log_level, *celery_args])
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--beat/--no-beat", "with_beat", default=True, show_default=True)
+def up(host: str, port: int, with_beat: bool) -> None:
+    """A local stack: services (unless DATABASE_URL/REDIS_URL are set), migrations, API, worker, beat.
+
+    The API, worker and beat run as child processes; Ctrl-C stops them all.
+    """
+    environment = dict(os.environ)
+    if "DATABASE_URL" not in environment or "REDIS_URL" not in environment:
+        stack = default_stack()
+        stack.start()
+        environment.setdefault("DATABASE_URL", stack.database_url)
+        environment.setdefault("REDIS_URL", stack.redis_url)
+    from iwscope import migrate
+
+    migrate.upgrade(database_url=environment["DATABASE_URL"])
+    command = [sys.executable, "-m", "iwscope.cli"]
+    children = [subprocess.Popen([*command, "api", "--host", host, "--port", str(port)], env=environment),
+                subprocess.Popen([*command, "worker"], env=environment)]
+    if with_beat:
+        children.append(subprocess.Popen([*command, "beat"], env=environment))
+    click.echo(f"iwscope API on http://{host}:{port} (OpenAPI at /docs); Ctrl-C stops", err=True)
+    try:
+        while all(child.poll() is None for child in children):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 15
+        for child in children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+    failed = [child.args for child in children if child.returncode not in (0, -signal.SIGINT, None)]
+    if failed:
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------------------
+# Tokens, probes, campaigns
+# --------------------------------------------------------------------------------------
+
+
+@main.group()
+def token() -> None:
+    """API tokens (enroll, admin, origin)."""
+
+
+@token.command("create")
+@click.option("--kind", required=True, type=click.Choice(["enroll", "admin", "origin"]))
+@click.option("--label", default=None, help="What the token is for (shown in listings).")
+def token_create(kind: str, label: str | None) -> None:
+    """Create a token and print it alone on stdout (only its hash is stored)."""
+    from iwscope.auth.services import create_api_token
+    from iwscope.db import session_scope
+
+    with session_scope() as session:
+        new_token = create_api_token(session, kind, label)
+    click.echo(new_token)
+
+
+@main.group()
+def probes() -> None:
+    """The probe fleet."""
+
+
+@probes.command("list")
+def probes_list() -> None:
+    """Name, region, version, last seen and spool backlog of every probe."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from iwscope.db import session_scope
+    from iwscope.probes.services import list_probes
+
+    with session_scope() as session:
+        fleet = list_probes(session)
+    table = Table(title=f"{len(fleet)} probes")
+    for heading in ("name", "region", "version", "last seen (UTC)", "backlog", "id"):
+        table.add_column(heading)
+    for probe in fleet:
+        table.add_row(probe.name, probe.region, probe.version or "-",
+                      probe.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if probe.last_seen_at else "never",
+                      "-" if probe.backlog is None else str(probe.backlog), probe.id)
+    Console().print(table)
+
+
 def _load_plugins() -> None:
     for entry in entry_points(group="iwscope.commands"):
         main.add_command(entry.load(), name=entry.name)
 
 
 _load_plugins()
+
+if __name__ == "__main__":
+    main()

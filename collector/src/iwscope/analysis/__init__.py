@@ -1,0 +1,1 @@
+"""Analysis of IW experiments (placeholder surface; filled below)."""

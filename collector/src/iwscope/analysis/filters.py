@@ -1,0 +1,107 @@
+"""The filter state shared by every analysis function, the HTTP API and the dashboard's URLs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Literal, cast
+
+Metric = Literal["server", "client"]
+METRICS: tuple[Metric, ...] = ("server", "client")
+
+#: Query-string keys (short, stable: they end up in shared URLs).
+_KEYS = {"campaign_ids": "campaign", "since": "since", "until": "until", "regions": "region",
+         "size_min": "smin", "size_max": "smax", "baseline_iw": "base", "treatment_iw": "treat",
+         "metric": "metric"}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which trials an analysis covers and which two arms it compares.
+
+    ``since``/``until`` are inclusive; the roll-up path applies them at day granularity (UTC
+    days of ``trials.started_at``), the raw path exactly.  ``size_min``/``size_max`` are
+    bytes, inclusive; the roll-up path applies them at octave granularity (a size octave is
+    included when it overlaps the range), the raw path exactly.
+    """
+
+    campaign_ids: tuple[int, ...] = ()
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    regions: tuple[str, ...] = ()
+    size_min: int | None = None
+    size_max: int | None = None
+    baseline_iw: int = 3
+    treatment_iw: int = 10
+    metric: Metric = "server"
+
+    def to_query(self) -> dict[str, str]:
+        """URL query parameters; defaults and empty values are left out."""
+        default = Filters()
+        query: dict[str, str] = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value == getattr(default, field.name) and field.name not in ("baseline_iw", "treatment_iw", "metric"):
+                continue
+            key = _KEYS[field.name]
+            if isinstance(value, tuple):
+                query[key] = ",".join(str(item) for item in value)
+            elif isinstance(value, dt.datetime):
+                query[key] = value.isoformat()
+            else:
+                query[key] = str(value)
+        return query
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> "Filters":
+        """Parse URL parameters; a missing or malformed value falls back to its default."""
+        default = cls()
+
+        def text(name: str) -> str:
+            value = query.get(_KEYS[name])
+            if isinstance(value, (list, tuple)):  # e.g. parse_qs output
+                value = value[0] if value else None
+            return str(value).strip() if value is not None else ""
+
+        def integer(name: str, minimum: int) -> int | None:
+            try:
+                value = int(text(name))
+            except ValueError:
+                return None
+            return value if value >= minimum else None
+
+        def timestamp(name: str) -> dt.datetime | None:
+            raw = text(name)
+            if not raw:
+                return None
+            try:
+                parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+", 1)
+                                                   if "T" in raw else raw)
+            except ValueError:
+                return None
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+        campaign_ids: list[int] = []
+        for item in text("campaign_ids").split(","):
+            try:
+                number = int(item)
+            except ValueError:
+                continue
+            if number >= 0 and number not in campaign_ids:
+                campaign_ids.append(number)
+        regions = tuple(dict.fromkeys(item.strip() for item in text("regions").split(",") if item.strip()))
+        baseline = integer("baseline_iw", 1)
+        treatment = integer("treatment_iw", 1)
+        metric = text("metric")
+        return cls(
+            campaign_ids=tuple(campaign_ids),
+            since=timestamp("since"),
+            until=timestamp("until"),
+            regions=regions,
+            size_min=integer("size_min", 0),
+            size_max=integer("size_max", 0),
+            baseline_iw=baseline if baseline is not None else default.baseline_iw,
+            treatment_iw=treatment if treatment is not None else default.treatment_iw,
+            metric=cast(Metric, metric) if metric in METRICS else default.metric,
+        )

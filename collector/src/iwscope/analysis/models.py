@@ -1,0 +1,99 @@
+"""Roll-up tables of the analysis module (Alembic revision ``0002_rollups``).
+
+``analysis_rollups`` holds one row per campaign x probe x origin x arm x size octave x UTC day
+(of ``trials.started_at``) with mergeable aggregates: counts, sums, sums of squares and a
+packed log-spaced latency histogram per metric, and the server-side retransmission counters.
+Adding two rows' aggregates gives the aggregate of the union, so new trials fold in without
+rescanning old ones.  Bucketing by region / RTT / bandwidth / BDP / loss happens at query time
+by joining ``probes`` and ``path_estimates``.
+
+``analysis_watermarks`` records how far ``trials.received_at`` (client side of a trial) and
+``trials.joined_at`` (server side, filled later by the join task) have been folded in.
+
+Two BRIN indexes on ``trials`` (``received_at``, ``joined_at``) let a refresh find new rows
+without a full scan; they are declared here (on the collector's table) so that the models and
+the migrations agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+from sqlalchemy import BigInteger, Date, Index, Integer, LargeBinary, Numeric, SmallInteger, Text
+from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from iwscope.db import Base
+from iwscope.trials.models import Trial
+from iwscope.types import CreatedAt
+
+#: Roll-up key value for trials without a campaign / origin.
+NO_CAMPAIGN = 0
+NO_ORIGIN = uuid.UUID(int=0)
+
+#: Metrics with a histogram: ``server`` = trials.server_latency_us, ``client`` = trials.total_us.
+METRIC_COLUMNS = {"server": "server_latency_us", "client": "total_us"}
+
+
+class Rollup(Base):
+    __tablename__ = "analysis_rollups"
+    __table_args__ = (
+        Index("ix_analysis_rollups_day", "day"),
+        Index("ix_analysis_rollups_probe_id_origin_id", "probe_id", "origin_id"),
+    )
+
+    campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    probe_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    origin_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    arm_iw: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    #: Octave of the object size: 2**size_bucket <= object_size < 2**(size_bucket+1).
+    size_bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+
+    #: Every trial (successful or not) and the failed ones (error_kind set or no latency).
+    n_trials: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    size_min: Mapped[int] = mapped_column(BigInteger)
+    size_max: Mapped[int] = mapped_column(BigInteger)
+
+    #: Probe-side total time (trials.total_us) of successful trials.
+    client_n: Mapped[int] = mapped_column(BigInteger, default=0)
+    client_sum_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    client_sumsq_us2: Mapped[Decimal] = mapped_column(Numeric, default=0)
+    client_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
+    client_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+
+    #: Origin-side response latency (trials.server_latency_us) of joined successful trials.
+    server_n: Mapped[int] = mapped_column(BigInteger, default=0)
+    server_sum_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    server_sumsq_us2: Mapped[Decimal] = mapped_column(Numeric, default=0)
+    server_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
+    server_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+
+    #: Joined trials with server TCP_INFO; of those, with any retransmission; and the bytes.
+    retrans_n: Mapped[int] = mapped_column(BigInteger, default=0)
+    retrans_trials: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_retrans: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_sent: Mapped[int] = mapped_column(BigInteger, default=0)
+
+    updated_at: Mapped[CreatedAt]
+
+
+class Watermark(Base):
+    __tablename__ = "analysis_watermarks"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    #: Trials with received_at <= received_upto have their client side folded in.
+    received_upto: Mapped[dt.datetime]
+    #: Trials with joined_at <= joined_upto have their server side folded in.
+    joined_upto: Mapped[dt.datetime]
+    refreshed_at: Mapped[dt.datetime | None]
+    #: Trial contributions folded in so far (client sides + server sides).
+    folded_total: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+# Watermark scans on the collector's (partitioned) trials table.
+Index("ix_trials_received_at_brin", Trial.__table__.c.received_at, postgresql_using="brin")
+Index("ix_trials_joined_at_brin", Trial.__table__.c.joined_at, postgresql_using="brin")

@@ -1,0 +1,298 @@
+"""Incremental refresh of ``analysis_rollups`` from ``trials``.
+
+A trial contributes twice, at different times:
+
+* its **client side** (count, errors, size range, probe-side ``total_us``) once it is stored,
+  selected by ``received_at``;
+* its **server side** (origin ``server_latency_us``, retransmission counters) once the join
+  task has copied the origin observation into it, selected by ``joined_at``.
+
+Each refresh folds in the trials whose ``received_at`` (resp. ``joined_at``) lies in
+``(watermark, bound]`` and moves both watermarks to ``bound``, all in one transaction under
+a transaction-level advisory lock, so running it twice or concurrently folds every trial in
+exactly once.
+
+``bound`` is ``min(now, start of the oldest other open transaction) - margin``: a row that is
+not yet committed was stamped (``received_at``/``joined_at`` = ``now()``, i.e. its
+transaction's start, or the application clock a moment before) after that instant, so it
+can never be skipped by a watermark that has already moved past it.  The margin (default
+2 s) absorbs the difference between an application-side timestamp and its transaction's
+start.  This assumes ``joined_at`` is set once per trial (the join task's contract).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+from sqlalchemy import BigInteger, Date, SmallInteger, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, UUID as PgUUID
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from iwscope.analysis.buckets import HIST_BINS, hist_bin_sql
+from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, Rollup, Watermark
+from iwscope.analysis.stats import pack_histogram, unpack_histogram
+
+#: Key of the transaction-level advisory lock that serialises refreshes (any fixed bigint).
+ADVISORY_LOCK_KEY = 0x69777363_6F706531  # "iwscope1"
+WATERMARK_NAME = "trials"
+DEFAULT_MARGIN = dt.timedelta(seconds=2)
+
+RollupKey = tuple[int, uuid.UUID, uuid.UUID, int, int, dt.date]
+
+_SIZE_EDGES = "ARRAY[" + ",".join(str(2 ** k) for k in range(63)) + "]::bigint[]"
+_KEY_SQL = f"""
+    COALESCE(campaign_id, {NO_CAMPAIGN}) AS campaign_id,
+    probe_id,
+    COALESCE(origin_id, '{NO_ORIGIN}'::uuid) AS origin_id,
+    arm_iw,
+    width_bucket(object_size, {_SIZE_EDGES}) - 1 AS size_bucket,
+    (started_at AT TIME ZONE 'UTC')::date AS day"""
+_KEY_COLUMNS = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
+
+_CLIENT_DELTA = text(f"""
+    SELECT {_KEY_COLUMNS}, bin, count(*) AS n, min(object_size) AS size_min, max(object_size) AS size_max,
+           COALESCE(sum(latency_us), 0) AS sum_us, COALESCE(sum(latency_us::numeric * latency_us), 0) AS sumsq
+    FROM (SELECT {_KEY_SQL}, object_size,
+                 CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN total_us END AS latency_us,
+                 CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql('total_us')} END AS bin
+          FROM trials WHERE received_at > :low AND received_at <= :high) AS t
+    GROUP BY {_KEY_COLUMNS}, bin""")
+
+_SERVER_DELTA = text(f"""
+    SELECT {_KEY_COLUMNS}, bin, count(*) AS n_all, count(latency_us) AS n,
+           COALESCE(sum(latency_us), 0) AS sum_us, COALESCE(sum(latency_us::numeric * latency_us), 0) AS sumsq,
+           count(server_total_retrans) AS retrans_n,
+           count(*) FILTER (WHERE server_total_retrans > 0) AS retrans_trials,
+           COALESCE(sum(server_bytes_retrans) FILTER (WHERE server_total_retrans IS NOT NULL), 0) AS bytes_retrans,
+           COALESCE(sum(server_bytes_sent) FILTER (WHERE server_total_retrans IS NOT NULL), 0) AS bytes_sent
+    FROM (SELECT {_KEY_SQL}, server_total_retrans, server_bytes_retrans, server_bytes_sent,
+                 CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL THEN server_latency_us END
+                     AS latency_us,
+                 CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
+                      THEN {hist_bin_sql('server_latency_us')} END AS bin
+          FROM trials WHERE joined_at > :low AND joined_at <= :high) AS t
+    GROUP BY {_KEY_COLUMNS}, bin""")
+
+_BOUND = text("""
+    SELECT LEAST(clock_timestamp(),
+                 COALESCE((SELECT min(xact_start) FROM pg_stat_activity
+                           WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL
+                             AND backend_type = 'client backend' AND datname = current_database()),
+                          'infinity'::timestamptz)) - make_interval(secs => :margin)""")
+
+
+@dataclass
+class _MetricDelta:
+    n: int = 0
+    sum_us: int = 0
+    sumsq: Decimal = Decimal(0)
+    bins: dict[int, int] = field(default_factory=dict)
+
+    def add(self, row: Any) -> None:
+        if row.bin is None:
+            return
+        self.n += int(row.n)
+        self.sum_us += int(row.sum_us)
+        self.sumsq += Decimal(row.sumsq)
+        self.bins[int(row.bin)] = self.bins.get(int(row.bin), 0) + int(row.n)
+
+
+@dataclass
+class _Delta:
+    n_trials: int = 0
+    n_errors: int = 0
+    size_min: int | None = None
+    size_max: int | None = None
+    client: _MetricDelta = field(default_factory=_MetricDelta)
+    server: _MetricDelta = field(default_factory=_MetricDelta)
+    retrans_n: int = 0
+    retrans_trials: int = 0
+    bytes_retrans: int = 0
+    bytes_sent: int = 0
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """What one refresh did (JSON-serialisable with ``dataclasses.asdict`` after isoformat)."""
+
+    skipped: bool
+    client_trials: int
+    server_trials: int
+    keys_updated: int
+    received_upto: dt.datetime | None
+    joined_upto: dt.datetime | None
+
+
+def _key(row: Any) -> RollupKey:
+    return (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket), row.day)
+
+
+def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, Any]:
+    n = delta.n + (getattr(existing, f"{prefix}_n") if existing else 0)
+    sum_us = delta.sum_us + (getattr(existing, f"{prefix}_sum_us") if existing else 0)
+    sumsq = delta.sumsq + (Decimal(getattr(existing, f"{prefix}_sumsq_us2")) if existing else Decimal(0))
+    if existing is not None:
+        counts = unpack_histogram(getattr(existing, f"{prefix}_hist_lo"), getattr(existing, f"{prefix}_hist"))
+    else:
+        counts = np.zeros(HIST_BINS, dtype=np.int64)
+    if delta.bins:
+        counts[np.fromiter(delta.bins.keys(), dtype=np.int64)] += np.fromiter(delta.bins.values(), dtype=np.int64)
+    lo, packed = pack_histogram(counts)
+    return {f"{prefix}_n": n, f"{prefix}_sum_us": sum_us, f"{prefix}_sumsq_us2": sumsq,
+            f"{prefix}_hist_lo": lo, f"{prefix}_hist": packed}
+
+
+def _load_existing(session: Session, keys: list[RollupKey]) -> dict[RollupKey, Any]:
+    if not keys:
+        return {}
+    columns = list(zip(*keys))
+    statement = text("""
+        SELECT r.* FROM analysis_rollups AS r
+        JOIN unnest(:campaign_ids, :probe_ids, :origin_ids, :arms, :sizes, :days)
+             AS k(campaign_id, probe_id, origin_id, arm_iw, size_bucket, day)
+          ON (r.campaign_id, r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, r.day)
+           = (k.campaign_id, k.probe_id, k.origin_id, k.arm_iw, k.size_bucket, k.day)""").bindparams(
+        bindparam("campaign_ids", type_=ARRAY(BigInteger)), bindparam("probe_ids", type_=ARRAY(PgUUID)),
+        bindparam("origin_ids", type_=ARRAY(PgUUID)), bindparam("arms", type_=ARRAY(SmallInteger)),
+        bindparam("sizes", type_=ARRAY(SmallInteger)), bindparam("days", type_=ARRAY(Date)))
+    rows = session.execute(statement, {
+        "campaign_ids": list(columns[0]), "probe_ids": list(columns[1]), "origin_ids": list(columns[2]),
+        "arms": list(columns[3]), "sizes": list(columns[4]), "days": list(columns[5])}).all()
+    return {_key(row): row for row in rows}
+
+
+def _upsert(session: Session, records: list[dict[str, Any]]) -> None:
+    if not records:
+        return
+    statement = insert(Rollup)
+    key_names = {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day"}
+    updates = {name: statement.excluded[name] for name in records[0] if name not in key_names}
+    statement = statement.on_conflict_do_update(constraint="pk_analysis_rollups", set_=updates)
+    for start in range(0, len(records), 5000):
+        session.execute(statement, records[start:start + 5000])
+
+
+def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
+    """Add ``deltas`` to the roll-up rows (creating missing ones); returns rows written."""
+    keys = list(deltas)
+    existing = {}
+    for start in range(0, len(keys), 20000):
+        existing.update(_load_existing(session, keys[start:start + 20000]))
+    now = dt.datetime.now(dt.timezone.utc)
+    records: list[dict[str, Any]] = []
+    for key, delta in deltas.items():
+        old = existing.get(key)
+        sizes_min = [value for value in (delta.size_min, old.size_min if old else None) if value is not None]
+        sizes_max = [value for value in (delta.size_max, old.size_max if old else None) if value is not None]
+        if not sizes_min:  # a server side folded before its client side: the key's size octave bounds
+            sizes_min = sizes_max = [2 ** key[4] if key[4] >= 0 else 0]
+        record: dict[str, Any] = {
+            "campaign_id": key[0], "probe_id": key[1], "origin_id": key[2], "arm_iw": key[3],
+            "size_bucket": key[4], "day": key[5],
+            "n_trials": delta.n_trials + (old.n_trials if old else 0),
+            "n_errors": delta.n_errors + (old.n_errors if old else 0),
+            "size_min": min(sizes_min), "size_max": max(sizes_max),
+            "retrans_n": delta.retrans_n + (old.retrans_n if old else 0),
+            "retrans_trials": delta.retrans_trials + (old.retrans_trials if old else 0),
+            "bytes_retrans": delta.bytes_retrans + (old.bytes_retrans if old else 0),
+            "bytes_sent": delta.bytes_sent + (old.bytes_sent if old else 0),
+            "updated_at": now,
+        }
+        record.update(_merge_metric(old, "client", delta.client))
+        record.update(_merge_metric(old, "server", delta.server))
+        records.append(record)
+    _upsert(session, records)
+    return len(records)
+
+
+def _ensure_watermark(session: Session) -> Watermark:
+    session.execute(text("""
+        INSERT INTO analysis_watermarks (name, received_upto, joined_upto, folded_total)
+        VALUES (:name, '-infinity', '-infinity', 0) ON CONFLICT (name) DO NOTHING"""), {"name": WATERMARK_NAME})
+    row = session.execute(text("SELECT * FROM analysis_watermarks WHERE name = :name FOR UPDATE"),
+                          {"name": WATERMARK_NAME}).one()
+    return Watermark(name=row.name, received_upto=row.received_upto, joined_upto=row.joined_upto,
+                     refreshed_at=row.refreshed_at, folded_total=row.folded_total)
+
+
+def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, wait: bool = True,
+                    upto: dt.datetime | None = None) -> RefreshResult:
+    """Fold new and newly joined trials into the roll-ups; the caller commits.
+
+    ``wait=False`` returns ``skipped=True`` at once when another refresh holds the lock.
+    ``upto`` caps the bound (tests and back-fills in slices); it never moves past the safe
+    bound described in the module docstring.
+    """
+    if wait:
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+    elif not session.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY}).scalar():
+        return RefreshResult(True, 0, 0, 0, None, None)
+    watermark = _ensure_watermark(session)
+    bound: dt.datetime = session.execute(_BOUND, {"margin": margin.total_seconds()}).scalar_one()
+    if upto is not None:
+        bound = min(bound, upto)
+    received_high = max(bound, watermark.received_upto)
+    joined_high = max(bound, watermark.joined_upto)
+    deltas, client_trials, server_trials = _collect(session, watermark.received_upto, received_high,
+                                                    watermark.joined_upto, joined_high)
+    keys_updated = fold(session, deltas)
+    session.execute(text("""
+        UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
+               refreshed_at = clock_timestamp(), folded_total = folded_total + :folded
+        WHERE name = :name"""), {"received": received_high, "joined": joined_high,
+                                 "folded": client_trials + server_trials, "name": WATERMARK_NAME})
+    return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
+
+
+def _collect(session: Session, received_low: dt.datetime, received_high: dt.datetime,
+             joined_low: dt.datetime, joined_high: dt.datetime) -> tuple[dict[RollupKey, _Delta], int, int]:
+    """Aggregate the trials received / joined in the two windows, per roll-up key."""
+    deltas: dict[RollupKey, _Delta] = {}
+    client_trials = server_trials = 0
+    if received_high > received_low:
+        for row in session.execute(_CLIENT_DELTA, {"low": received_low, "high": received_high}):
+            delta = deltas.setdefault(_key(row), _Delta())
+            delta.n_trials += int(row.n)
+            client_trials += int(row.n)
+            if row.bin is None:
+                delta.n_errors += int(row.n)
+            delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
+            delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
+            delta.client.add(row)
+    if joined_high > joined_low:
+        for row in session.execute(_SERVER_DELTA, {"low": joined_low, "high": joined_high}):
+            delta = deltas.setdefault(_key(row), _Delta())
+            delta.server.add(row)
+            delta.retrans_n += int(row.retrans_n)
+            delta.retrans_trials += int(row.retrans_trials)
+            delta.bytes_retrans += int(row.bytes_retrans)
+            delta.bytes_sent += int(row.bytes_sent)
+            server_trials += int(row.n_all)
+    return deltas, client_trials, server_trials
+
+
+def rebuild_rollups(session: Session) -> RefreshResult:
+    """Full recomputation: empty the roll-ups, reset the watermarks, fold everything in again."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+    session.execute(text("DELETE FROM analysis_rollups"))
+    session.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": WATERMARK_NAME})
+    return refresh_rollups(session)
+
+
+def rollup_snapshot(session: Session) -> dict[RollupKey, dict[str, Any]]:
+    """Every roll-up row's aggregates (histograms unpacked to lists), for comparisons in tests."""
+    snapshot: dict[RollupKey, dict[str, Any]] = {}
+    for row in session.execute(text("SELECT * FROM analysis_rollups")):
+        values = dict(row._mapping)
+        for prefix in ("client", "server"):
+            values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"),
+                                                        values[f"{prefix}_hist"]).tolist()
+        values.pop("updated_at")
+        snapshot[_key(row)] = values
+    return snapshot

@@ -1,0 +1,211 @@
+"""Statistics on roll-ups: histogram packing, percentiles from histograms, bootstrap CIs.
+
+Histograms are stored compactly: ``hist_lo`` (first occupied bin) plus a ``bytea`` of
+little-endian int32 counts for bins ``hist_lo .. hist_lo + len - 1`` (only the occupied span,
+typically a few dozen bins per roll-up row, not the full 1000).
+
+Bootstrap confidence intervals (95 %, percentile method, fixed seed so results are
+reproducible):
+
+* **Paired cluster bootstrap over paths** (:func:`cluster_bootstrap`) when a bucket holds at
+  least :data:`MIN_CLUSTERS` paths (probe x origin).  Trials of one path are correlated
+  (same route, same queue), so resampling single trials would pretend to far more
+  independent information than there is.  Both arms are measured on the same paths, so a
+  resampled path brings its baseline *and* treatment trials: replicate means are
+  ``sum(w_c * sum_c) / sum(w_c * n_c)`` with multinomial path weights ``w``.  Only per-path
+  counts and sums are needed, which the roll-ups hold exactly.
+* **Trial bootstrap from the histograms** (:func:`histogram_bootstrap`) when there are
+  fewer paths (e.g. one lab path): each arm's trials are resampled independently as a
+  multinomial draw from its histogram (values at bin centres, +-1 %), and the replicate
+  differences are shifted by the difference between the exact and the binned point
+  estimate so the interval is centred on the exact estimate.  This only captures
+  within-path noise, which is all the data can tell about a single path.
+* No interval (``None``) when either arm has fewer than two trials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from iwscope.analysis.buckets import HIST_BINS, HIST_CENTER_US, HIST_UPPER_US
+
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 20100730  # the IETF 78 slides' date; any fixed seed
+MIN_CLUSTERS = 5
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+# ---- histogram packing -----------------------------------------------------------------------
+
+def pack_histogram(counts: npt.ArrayLike) -> tuple[int, bytes]:
+    """``(lo, bytes)`` of a full-length histogram: the occupied span as little-endian int32."""
+    full = np.asarray(counts, dtype=np.int64)
+    occupied = np.flatnonzero(full)
+    if occupied.size == 0:
+        return 0, b""
+    lo, hi = int(occupied[0]), int(occupied[-1])
+    if full[lo:hi + 1].max() > np.iinfo(np.int32).max:
+        raise OverflowError("histogram bin count exceeds int32")
+    return lo, full[lo:hi + 1].astype("<i4").tobytes()
+
+
+def unpack_histogram(lo: int | None, packed: bytes | memoryview | None) -> IntArray:
+    """Full-length (``HIST_BINS``) histogram of a packed one."""
+    full = np.zeros(HIST_BINS, dtype=np.int64)
+    if packed:
+        span = np.frombuffer(bytes(packed), dtype="<i4")
+        start = int(lo or 0)
+        full[start:start + span.size] += span
+    return full
+
+
+def merge_packed(groups: IntArray, los: Sequence[int | None], packed: Sequence[bytes | memoryview | None],
+                 n_groups: int) -> IntArray:
+    """Sum many packed histograms into ``n_groups`` full histograms (vectorised).
+
+    ``groups[i]`` is the output row of ``packed[i]``.  Returns an ``(n_groups, HIST_BINS)``
+    array of counts.
+    """
+    if n_groups == 0:
+        return np.zeros((0, HIST_BINS), dtype=np.int64)
+    blobs = [bytes(blob) if blob else b"" for blob in packed]
+    lengths = np.fromiter((len(blob) // 4 for blob in blobs), dtype=np.int64, count=len(blobs))
+    total = int(lengths.sum())
+    out = np.zeros(n_groups * HIST_BINS, dtype=np.int64)
+    if total == 0:
+        return out.reshape(n_groups, HIST_BINS)
+    counts = np.frombuffer(b"".join(blobs), dtype="<i4").astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    lo_array = np.fromiter((int(lo or 0) for lo in los), dtype=np.int64, count=len(blobs))
+    # bin of element j of row i = lo_i + (j - start_i)
+    position = np.arange(total, dtype=np.int64)
+    bins = position - np.repeat(starts, lengths) + np.repeat(lo_array, lengths)
+    flat_index = np.repeat(np.asarray(groups, dtype=np.int64), lengths) * HIST_BINS + bins
+    out += np.bincount(flat_index, weights=counts, minlength=n_groups * HIST_BINS).astype(np.int64)
+    return out.reshape(n_groups, HIST_BINS)
+
+
+# ---- percentiles and moments -----------------------------------------------------------------
+
+def histogram_quantiles(counts: npt.ArrayLike, quantiles: Sequence[float]) -> list[float | None]:
+    """Quantiles (in ms) of a histogram: the centre of the bin holding the ``ceil(q*n)``-th value.
+
+    This is the nearest-rank definition (the smallest value with at least ``q*n`` values at or
+    below it), read at bin resolution (+-1 %).  ``None`` for an empty histogram.
+    """
+    full = np.asarray(counts, dtype=np.int64)
+    total = int(full.sum())
+    if total == 0:
+        return [None for _ in quantiles]
+    cumulative = np.cumsum(full)
+    result: list[float | None] = []
+    for q in quantiles:
+        rank = max(1, int(np.ceil(q * total - 1e-9)))
+        index = int(np.searchsorted(cumulative, rank, side="left"))
+        result.append(float(HIST_CENTER_US[index]) / 1000.0)
+    return result
+
+
+def histogram_cdf(counts: npt.ArrayLike) -> list[tuple[float, float]]:
+    """``(latency_ms, cumulative fraction)`` at the upper edge of every occupied bin."""
+    full = np.asarray(counts, dtype=np.int64)
+    total = int(full.sum())
+    if total == 0:
+        return []
+    occupied = np.flatnonzero(full)
+    cumulative = np.cumsum(full)[occupied] / total
+    return [(float(HIST_UPPER_US[i]) / 1000.0, float(c)) for i, c in zip(occupied, cumulative)]
+
+
+def mean_std_ms(n: int, sum_us: float, sumsq_us2: float) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (ms) from count, sum and sum of squares (us)."""
+    if n <= 0:
+        return None, None
+    mean_us = sum_us / n
+    if n < 2:
+        return mean_us / 1000.0, None
+    variance = max(0.0, (sumsq_us2 - sum_us * sum_us / n) / (n - 1))
+    return mean_us / 1000.0, float(np.sqrt(variance)) / 1000.0
+
+
+# ---- bootstrap -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Interval:
+    abs_low: float
+    abs_high: float
+    pct_low: float
+    pct_high: float
+
+
+def _interval(diff: FloatArray, pct: FloatArray) -> Interval | None:
+    keep = np.isfinite(diff) & np.isfinite(pct)
+    if keep.sum() < 10:
+        return None
+    abs_low, abs_high = np.percentile(diff[keep], [2.5, 97.5])
+    pct_low, pct_high = np.percentile(pct[keep], [2.5, 97.5])
+    return Interval(float(abs_low), float(abs_high), float(pct_low), float(pct_high))
+
+
+def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat: npt.ArrayLike,
+                      sum_treat_ms: npt.ArrayLike, replicates: int = BOOTSTRAP_REPLICATES,
+                      seed: int = BOOTSTRAP_SEED) -> Interval | None:
+    """Paired cluster bootstrap of (baseline mean - treatment mean) and its percent of baseline.
+
+    Each argument has one entry per cluster (path).  Replicates in which an arm ends up with
+    no trials are dropped.
+    """
+    nb = np.asarray(n_base, dtype=np.float64)
+    sb = np.asarray(sum_base_ms, dtype=np.float64)
+    nt = np.asarray(n_treat, dtype=np.float64)
+    st = np.asarray(sum_treat_ms, dtype=np.float64)
+    clusters = nb.size
+    if clusters == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=replicates).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_base = (weights @ sb) / (weights @ nb)
+        mean_treat = (weights @ st) / (weights @ nt)
+        diff = mean_base - mean_treat
+        pct = 100.0 * diff / mean_base
+    return _interval(diff, pct)
+
+
+def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exact_base_ms: float,
+                        exact_treat_ms: float, replicates: int = BOOTSTRAP_REPLICATES,
+                        seed: int = BOOTSTRAP_SEED) -> Interval | None:
+    """Independent trial bootstrap of each arm from its histogram (multinomial resampling).
+
+    Replicate means use bin centres; the replicate distribution is shifted by (exact -
+    binned) point estimate so it is centred on the exact means from the sums.
+    """
+    base = np.asarray(hist_base, dtype=np.int64)
+    treat = np.asarray(hist_treat, dtype=np.int64)
+    n_base, n_treat = int(base.sum()), int(treat.sum())
+    if n_base < 2 or n_treat < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    centres_ms = HIST_CENTER_US / 1000.0
+
+    def replicate_means(hist: IntArray, n: int) -> tuple[FloatArray, float]:
+        occupied = np.flatnonzero(hist)
+        probabilities = hist[occupied] / n
+        draws = rng.multinomial(n, probabilities, size=replicates)
+        values = centres_ms[occupied]
+        return (draws @ values) / n, float(probabilities @ values)
+
+    base_means, base_binned = replicate_means(base, n_base)
+    treat_means, treat_binned = replicate_means(treat, n_treat)
+    base_means = base_means + (exact_base_ms - base_binned)
+    treat_means = treat_means + (exact_treat_ms - treat_binned)
+    diff = base_means - treat_means
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = 100.0 * diff / base_means
+    return _interval(diff, pct)

@@ -1,0 +1,90 @@
+"""The FastAPI application (``create_app``) and its lame-duck uvicorn server (``serve``)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+
+from iwscope import __version__
+from iwscope.campaigns.routes import router as campaigns_router
+from iwscope.config import get_settings
+from iwscope.health import DRAINING
+from iwscope.health import router as health_router
+from iwscope.metrics import LATENCY, REQUESTS
+from iwscope.origins.routes import router as origins_router
+from iwscope.probes.routes import router as probes_router
+from iwscope.trials.routes import router as trials_router
+
+log = logging.getLogger(__name__)
+
+
+def _route_template(request: Request) -> str:
+    """The matched route's path template (bounded label cardinality), or ``unmatched``."""
+    return str(getattr(request.scope.get("route"), "path", "unmatched"))
+
+
+def _include_optional_routers(app: FastAPI) -> None:
+    """The analysis read API (``iwscope.analysis.routes``), if that module is installed."""
+    try:
+        module = importlib.import_module("iwscope.analysis.routes")
+    except ModuleNotFoundError as missing:
+        if missing.name in ("iwscope.analysis", "iwscope.analysis.routes"):
+            log.info("analysis module not installed: no /api/v1/analysis routes")
+            return
+        raise
+    app.include_router(module.router)
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="iwscope collector", version=__version__,
+                  description="Ingest and read API of iwscope (wire format v1, see iwprobe.wire).")
+    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router):
+        app.include_router(router)
+    _include_optional_routers(app)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):  # noqa: ANN001, ANN202
+        started = time.perf_counter()
+        status_code = 500
+        try:
+            response: Response = await call_next(request)
+            status_code = response.status_code
+            return response
+        finally:
+            route = _route_template(request)
+            LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
+            REQUESTS.labels(request.method, route, str(status_code)).inc()
+
+    return app
+
+
+class LameDuckServer(uvicorn.Server):
+    """On the first SIGTERM, report not-ready for ``drain_seconds`` before shutting down."""
+
+    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+        super().__init__(config)
+        self.drain_seconds = drain_seconds
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM and self.drain_seconds > 0 and not DRAINING.is_set():
+            DRAINING.set()
+            log.info("SIGTERM: draining for %.1f s (readyz answers 503)", self.drain_seconds)
+            timer = threading.Timer(self.drain_seconds, super().handle_exit, args=(sig, frame))
+            timer.daemon = True
+            timer.start()
+            return
+        super().handle_exit(sig, frame)
+
+
+def serve(host: str, port: int) -> None:
+    settings = get_settings()
+    config = uvicorn.Config("iwscope.api:create_app", factory=True, host=host, port=port,
+                            log_level=settings.log_level.lower(), access_log=False)
+    LameDuckServer(config, settings.drain_seconds).run()

@@ -1,0 +1,75 @@
+"""Campaign create / update / read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from iwprobe import wire
+
+Arms = Annotated[list[Annotated[int, Field(ge=1, le=1000)]], Field(min_length=1, max_length=32)]
+Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
+SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
+Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1)]
+
+
+class CampaignIn(BaseModel):
+    """A new campaign: exactly one of ``sizes`` (fixed) and ``size_dist`` (named distribution)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    origin_ids: Annotated[list[uuid.UUID], Field(min_length=1)]
+    probe_regions: Regions | None = None
+    arms: Arms
+    sizes: Sizes | None = None
+    size_dist: SizeDist | None = None
+    sizes_per_round: Annotated[int, Field(ge=1, le=1000)] = 1
+    repetitions: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    interval_s: Annotated[float, Field(ge=0, le=86400)] = 0.0
+    starts_at: AwareDatetime
+    ends_at: AwareDatetime | None = None
+    calibrate: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CampaignIn":
+        if (self.sizes is None) == (self.size_dist is None):
+            raise ValueError("give exactly one of sizes and size_dist")
+        if self.ends_at is not None and self.ends_at <= self.starts_at:
+            raise ValueError("ends_at must be after starts_at")
+        return self
+
+
+class CampaignPatch(BaseModel):
+    """Fields of a campaign that may change after creation (e.g. ``ends_at`` to stop it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    probe_regions: Regions | None = None
+    repetitions: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    interval_s: Annotated[float, Field(ge=0, le=86400)] | None = None
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
+
+
+class CampaignOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    origin_ids: list[uuid.UUID]
+    probe_regions: list[str] | None
+    arms: list[int]
+    sizes: list[int] | None
+    size_dist: str | None
+    sizes_per_round: int
+    repetitions: int
+    interval_s: float
+    starts_at: dt.datetime
+    ends_at: dt.datetime | None
+    calibrate: bool
+    created_at: dt.datetime

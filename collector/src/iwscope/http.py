@@ -1,0 +1,32 @@
+"""HTTP helpers shared by the routes: bounded body reading."""
+
+from __future__ import annotations
+
+from fastapi import HTTPException, Request, status
+
+from iwprobe import wire
+
+
+async def read_body_limited(request: Request, limit: int = wire.MAX_BODY_BYTES) -> bytes:
+    """The request body, refusing (413) anything above ``limit`` bytes without buffering it.
+
+    A declared ``Content-Length`` above the limit is refused before reading; a chunked or
+    lying body is counted while it streams and refused as soon as it passes the limit.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            declared_bytes = int(declared)
+        except ValueError:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="bad Content-Length") from None
+        if declared_bytes > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                                detail=f"request body over {limit} bytes")
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

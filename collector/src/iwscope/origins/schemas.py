@@ -1,0 +1,35 @@
+"""Origin enrollment (mirror of ``iwprobe.wire.OriginEnrollRequest``) and listing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from iwscope.probes.schemas import ArmPortModel
+from iwscope.wiretypes import WIRE_MODEL_CONFIG
+
+
+class OriginEnrollRequestIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.OriginEnrollRequest`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    region: Annotated[str, Field(min_length=1, max_length=64)]
+    host: Annotated[str, Field(min_length=1, max_length=253)]
+    arms: Annotated[list[ArmPortModel], Field(min_length=1, max_length=32)] = []
+    version: Annotated[str, Field(max_length=64)] = ""
+
+
+class OriginOut(BaseModel):
+    id: str
+    name: str
+    region: str
+    host: str
+    arms: list[ArmPortModel]
+    version: str
+    enrolled_at: dt.datetime
+    last_seen_at: dt.datetime | None
+    revoked_at: dt.datetime | None

@@ -1,0 +1,98 @@
+"""Probe enrollment, heartbeats and the schedule a probe runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from iwprobe import wire
+from iwscope.auth.services import format_credential, hash_secret, new_secret
+from iwscope.campaigns.models import Campaign
+from iwscope.origins.models import Origin
+from iwscope.probes.models import Probe
+from iwscope.probes.schemas import (ArmPortModel, CampaignScheduleOut, EnrollRequestIn,
+                                    HeartbeatIn, ProbeOut, ScheduleOut, ScheduleTargetOut)
+from iwscope.types import utcnow
+
+
+def enroll_probe(session: Session, request: EnrollRequestIn) -> tuple[Probe, str]:
+    """Create a probe; returns it and its credential (the secret is not stored)."""
+    secret = new_secret()
+    probe = Probe(id=uuid.uuid4(), name=request.name, region=request.region,
+                  country=request.country, asn=request.asn, labels=dict(request.labels),
+                  version=request.version, secret_hash=hash_secret(secret))
+    session.add(probe)
+    session.flush()
+    return probe, format_credential(probe.id, secret)
+
+
+def record_heartbeat(session: Session, probe: Probe, heartbeat: HeartbeatIn) -> None:
+    now = utcnow()
+    probe.last_seen_at = now
+    probe.version = heartbeat.version
+    probe.last_heartbeat = {**heartbeat.model_dump(), "received_at": wire.utc_timestamp(now)}
+
+
+def _wire_time(when: dt.datetime | None) -> str | None:
+    return wire.utc_timestamp(when) if when is not None else None
+
+
+def schedule_for(session: Session, probe: Probe, poll_after_s: float,
+                 now: dt.datetime | None = None) -> ScheduleOut:
+    """Campaigns this probe takes part in now or within the next poll interval.
+
+    A campaign applies when its window ``[starts_at, ends_at)`` overlaps
+    ``[now, now + poll_after_s]`` and its ``probe_regions`` is ``NULL`` or holds the probe's
+    region.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
+    (an origin serving none of them is left out).
+    """
+    now = now or utcnow()
+    horizon = now + dt.timedelta(seconds=poll_after_s)
+    campaigns = session.scalars(
+        select(Campaign)
+        .where(Campaign.starts_at <= horizon,
+               or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
+               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.any(probe.region)))
+        .order_by(Campaign.id)
+    ).all()
+    origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}
+    origins = {origin.id: origin for origin in session.scalars(
+        select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))} if origin_ids else {}
+    entries: list[CampaignScheduleOut] = []
+    for campaign in campaigns:
+        targets: list[ScheduleTargetOut] = []
+        for origin_id in campaign.origin_ids:
+            origin = origins.get(origin_id)
+            if origin is None:
+                continue
+            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"]) for arm in origin.arms
+                    if arm["iw"] in campaign.arms]
+            if arms:
+                targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms))
+        entries.append(CampaignScheduleOut(
+            campaign_id=campaign.id, name=campaign.name, arms=list(campaign.arms),
+            sizes=list(campaign.sizes) if campaign.sizes is not None else None,
+            size_dist=campaign.size_dist, sizes_per_round=campaign.sizes_per_round,
+            repetitions=campaign.repetitions, interval_s=campaign.interval_s,
+            starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
+            calibrate=campaign.calibrate, targets=targets))
+    return ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
+                       poll_after_s=poll_after_s, campaigns=entries)
+
+
+def probe_out(probe: Probe) -> ProbeOut:
+    heartbeat: dict[str, Any] | None = probe.last_heartbeat
+    return ProbeOut(id=str(probe.id), name=probe.name, region=probe.region, country=probe.country,
+                    asn=probe.asn, labels=probe.labels, version=probe.version,
+                    enrolled_at=probe.enrolled_at, last_seen_at=probe.last_seen_at,
+                    revoked_at=probe.revoked_at,
+                    backlog=heartbeat.get("spool_backlog") if heartbeat else None,
+                    last_heartbeat=heartbeat)
+
+
+def list_probes(session: Session) -> list[ProbeOut]:
+    return [probe_out(probe) for probe in session.scalars(select(Probe).order_by(Probe.region, Probe.name))]

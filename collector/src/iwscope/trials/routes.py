@@ -1,0 +1,138 @@
+"""``/api/v1/trials/batch``, ``/api/v1/observations/batch``, ``/api/v1/trials.csv``."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy import select
+
+from iwprobe import wire
+from iwscope.auth.dependencies import OriginDep, ProbeDep
+from iwscope.db import get_engine, get_sessionmaker
+from iwscope.http import read_body_limited
+from iwscope.trials import services
+from iwscope.trials.models import Trial
+from iwscope.trials.schemas import UploadResultOut
+from iwscope.worker_client import queue_join, queue_path_estimates
+
+router = APIRouter(prefix="/api/v1", tags=["trials"])
+
+_BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {"description": "records of another probe/origin (each named); nothing stored"},
+    413: {"description": "body over MAX_BODY_BYTES or more than MAX_BATCH_RECORDS records"},
+    422: {"description": "invalid records, each named by section, index, id and field; nothing stored"},
+}
+
+
+def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JSONResponse:
+    services.count_rejected(kind, body_records)
+    return JSONResponse(status_code=error.status_code, content={"detail": error.detail()})
+
+
+@router.post("/trials/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/TrialBatch"}}}}})
+async def upload_trials(request: Request, probe: ProbeDep) -> Any:
+    """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates)."""
+    body = await read_body_limited(request)
+    probe_id = probe.id
+
+    def ingest() -> services.IngestResult:
+        batch = services.validate_trial_batch(body, probe_id)
+        return services.store_trial_batch(get_engine(), batch, probe_id)
+
+    try:
+        result = await run_in_threadpool(ingest)
+    except services.BatchRejected as error:
+        return _rejected(error, "trial", max(1, len(error.errors)))
+    # Only after the commit: the worker gets IDs, never objects.
+    if result.new_trial_ids:
+        await run_in_threadpool(queue_join, result.new_trial_ids)
+    if result.touched_pairs:
+        await run_in_threadpool(queue_path_estimates, sorted(result.touched_pairs))
+    return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
+
+
+@router.post("/observations/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/ObservationBatch"}}}}})
+async def upload_observations(request: Request, origin: OriginDep) -> Any:
+    """Store an ``ObservationBatch`` from the authenticated origin."""
+    body = await read_body_limited(request)
+    origin_id = origin.id
+
+    def ingest() -> services.IngestResult:
+        batch = services.validate_observation_batch(body, origin_id)
+        return services.store_observation_batch(get_engine(), batch, origin_id)
+
+    try:
+        result = await run_in_threadpool(ingest)
+    except services.BatchRejected as error:
+        return _rejected(error, "observation", max(1, len(error.errors)))
+    if result.new_trial_ids:
+        await run_in_threadpool(queue_join, result.new_trial_ids)
+    return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
+
+
+#: Columns of the CSV export, in order.
+CSV_COLUMNS = tuple(column.name for column in Trial.__table__.columns)
+
+
+def _csv_rows(campaign_id: int | None, probe_id: uuid.UUID | None, since: dt.datetime | None,
+              until: dt.datetime | None) -> Iterator[bytes]:
+    """CSV text in chunks, read through a server-side cursor (constant memory)."""
+    statement = select(*Trial.__table__.columns).order_by(Trial.started_at, Trial.trial_id)
+    if campaign_id is not None:
+        statement = statement.where(Trial.campaign_id == campaign_id)
+    if probe_id is not None:
+        statement = statement.where(Trial.probe_id == probe_id)
+    if since is not None:
+        statement = statement.where(Trial.started_at >= since)
+    if until is not None:
+        statement = statement.where(Trial.started_at < until)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    with get_sessionmaker()() as session:
+        result = session.execute(statement, execution_options={"yield_per": 2000, "stream_results": True})
+        for partition in result.partitions():
+            for row in partition:
+                writer.writerow([_csv_value(value) for value in row])
+            yield buffer.getvalue().encode("utf-8")
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue().encode("utf-8")
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return wire.utc_timestamp(value)
+    if isinstance(value, dict):
+        return _orjson_text(value)
+    return "" if value is None else value
+
+
+def _orjson_text(value: dict[str, Any]) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+@router.get("/trials.csv", response_class=StreamingResponse,
+            responses={200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"}})
+def export_trials_csv(
+    campaign_id: Annotated[int | None, Query(ge=1)] = None,
+    probe_id: uuid.UUID | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+) -> StreamingResponse:
+    """Trials matching the filters as CSV (public; streamed, constant memory)."""
+    return StreamingResponse(_csv_rows(campaign_id, probe_id, since, until), media_type="text/csv",
+                             headers={"Content-Disposition": 'attachment; filename="trials.csv"'})

@@ -1,0 +1,122 @@
+"""Wire records of trials, observations and path samples as pydantic models (``*In``/``*Out``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from iwprobe import wire
+from iwscope.wiretypes import (WIRE_MODEL_CONFIG, Bytes, ErrorKind, Iw, Micros, Port, TcpInfo,
+                               WireTimestamp, WireUUID, WireVersion)
+
+
+class TrialRecordIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.TrialRecord`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    trial_id: WireUUID
+    probe_id: WireUUID
+    campaign_id: Annotated[int, Field(ge=1)] | None
+    origin_id: WireUUID | None
+    round: Annotated[int, Field(ge=0, le=1_000_000_000)]
+    arm_iw: Iw
+    object_size: Bytes
+    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    started_at: WireTimestamp
+    dns_us: Micros | None
+    connect_us: Micros | None
+    ttfb_us: Micros | None
+    total_us: Micros | None
+    bytes_received: Bytes
+    http_status: Annotated[int, Field(ge=100, le=599)] | None
+    error_kind: ErrorKind | None
+    error_detail: Annotated[str, Field(max_length=500)] | None
+    syn_retrans: Annotated[int, Field(ge=0, le=255)]
+    tcp_info: TcpInfo
+
+
+class PathSampleIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.PathSample`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    sample_id: WireUUID
+    probe_id: WireUUID
+    origin_id: WireUUID
+    measured_at: WireTimestamp
+    min_rtt_us: Micros
+    bottleneck_bps: Annotated[int, Field(ge=1, le=1_000_000_000_000)] | None
+    transfer_bytes: Bytes
+    method: Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class TrialBatchIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.TrialBatch`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    wire_version: WireVersion
+    batch_id: WireUUID
+    probe_id: WireUUID
+    sent_at: WireTimestamp
+    trials: Annotated[list[TrialRecordIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
+    path_samples: Annotated[list[PathSampleIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
+
+
+class OriginObservationIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.OriginObservation`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    trial_id: WireUUID
+    origin_id: WireUUID
+    arm_iw: Iw
+    port: Port
+    client_addr: Annotated[str, Field(min_length=1, max_length=64)]
+    object_size: Bytes
+    request_at: WireTimestamp
+    first_byte_us: Micros
+    response_latency_us: Micros | None
+    snd_cwnd_at_accept: Annotated[int, Field(ge=0, le=1_000_000)]
+    cwnd_mismatch: bool
+    rwnd_limited: bool
+    peer_rwnd: Annotated[int, Field(ge=0, le=4_294_967_296)] | None
+    http_status: Annotated[int, Field(ge=100, le=599)]
+    error_kind: ErrorKind | None
+    tcp_info: TcpInfo
+
+
+class ObservationBatchIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.ObservationBatch`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    wire_version: WireVersion
+    batch_id: WireUUID
+    origin_id: WireUUID
+    sent_at: WireTimestamp
+    observations: Annotated[list[OriginObservationIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
+
+
+class UploadResultOut(BaseModel):
+    """Mirror of :class:`iwprobe.wire.UploadResult`."""
+
+    batch_id: str
+    accepted: int
+    duplicates: int
+
+
+class RecordError(BaseModel):
+    """One problem of one record of a refused batch."""
+
+    #: ``trials``, ``path_samples``, ``observations`` or ``batch`` (the envelope).
+    section: str
+    #: Index of the record within its section (``None`` for the envelope).
+    index: int | None
+    #: The record's UUID when it could be read.
+    record_id: str | None
+    #: Dotted path of the bad field within the record.
+    field: str
+    message: str

@@ -1,0 +1,384 @@
+"""Batch ingest of trials, path samples and origin observations; the observation join.
+
+The fast path for a batch: pydantic-core parses and validates the JSON body in one call
+(``TypeAdapter``/``model_validate_json``), semantic checks run over the typed records, then a
+psycopg 3 ``COPY`` fills a per-connection temporary staging table and two set-based
+statements move the new rows into place.  Idempotency by UUID: ``INSERT INTO trial_ids ...
+ON CONFLICT DO NOTHING RETURNING`` admits only UUIDs never seen before, and only those rows
+go into ``trials``; a replay (even with changed values) is counted as a duplicate and never
+overwrites.  All of it is one transaction: a batch is stored completely or not at all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import orjson
+import psycopg
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+
+from iwprobe import wire
+from iwscope.metrics import RECORDS
+from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
+from iwscope.trials.schemas import (ObservationBatchIn, OriginObservationIn, PathSampleIn, RecordError,
+                                    TrialBatchIn, TrialRecordIn)
+from iwscope.types import utcnow
+from iwscope.wiretypes import BIGINT_MAX
+
+log = logging.getLogger(__name__)
+
+#: Oldest instant a record may carry.
+EARLIEST_TIMESTAMP = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+#: How far in the future a record's timestamp may lie (clock skew allowance).
+MAX_FUTURE = dt.timedelta(days=1)
+
+
+class BatchRejected(Exception):
+    """A batch refused as a whole; ``status_code`` is 403, 413 or 422, nothing was stored."""
+
+    def __init__(self, status_code: int, message: str, errors: Sequence[RecordError] = ()) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.errors = list(errors)
+
+    def detail(self) -> dict[str, Any]:
+        return {"message": self.message, "errors": [error.model_dump() for error in self.errors]}
+
+
+@dataclass
+class IngestResult:
+    batch_id: str
+    accepted: int
+    duplicates: int
+    #: Trial UUIDs stored by this request (the join task's input).
+    new_trial_ids: list[str] = field(default_factory=list)
+    #: ``(probe_id, origin_id)`` pairs whose path estimates may have changed.
+    touched_pairs: set[tuple[str, str]] = field(default_factory=set)
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+
+_ID_FIELDS = {"trials": "trial_id", "path_samples": "sample_id", "observations": "trial_id"}
+
+
+def _record_ids(body: bytes) -> dict[str, list[Any]]:
+    """Best-effort UUIDs of the records of a body that failed validation (for error messages)."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(document, dict):
+        return {}
+    ids: dict[str, list[Any]] = {}
+    for section, id_field in _ID_FIELDS.items():
+        records = document.get(section)
+        if isinstance(records, list):
+            ids[section] = [record.get(id_field) if isinstance(record, dict) else None for record in records]
+    return ids
+
+
+def _errors_from_validation(error: ValidationError, body: bytes) -> BatchRejected:
+    ids = _record_ids(body)
+    record_errors: list[RecordError] = []
+    too_long = False
+    for item in error.errors(include_url=False, include_input=False):
+        loc = item["loc"]
+        if len(loc) >= 2 and loc[0] in _ID_FIELDS and isinstance(loc[1], int):
+            section, index = str(loc[0]), loc[1]
+            section_ids = ids.get(section, [])
+            record_id = section_ids[index] if index < len(section_ids) else None
+            record_errors.append(RecordError(
+                section=section, index=index,
+                record_id=record_id if isinstance(record_id, str) else None,
+                field=".".join(str(part) for part in loc[2:]) or "(record)", message=item["msg"]))
+        else:
+            if item["type"] == "too_long" and loc and loc[0] in _ID_FIELDS:
+                too_long = True
+            record_errors.append(RecordError(section="batch", index=None, record_id=None,
+                                             field=".".join(str(part) for part in loc) or "(body)",
+                                             message=item["msg"]))
+    if too_long:
+        return BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records", record_errors)
+    return BatchRejected(422, "invalid batch: nothing was stored", record_errors)
+
+
+def _check_instant(errors: list[RecordError], section: str, index: int, record_id: str, name: str,
+                   value: dt.datetime, latest: dt.datetime) -> None:
+    if value < EARLIEST_TIMESTAMP:
+        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
+                                  message="timestamp is before 2000-01-01"))
+    elif value > latest:
+        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
+                                  message="timestamp is more than a day in the future"))
+
+
+def _check_tcp_info(errors: list[RecordError], section: str, index: int, record_id: str,
+                    tcp_info: dict[str, int]) -> None:
+    for name, value in tcp_info.items():
+        if value > BIGINT_MAX:
+            errors.append(RecordError(section=section, index=index, record_id=record_id,
+                                      field=f"tcp_info.{name}", message="value exceeds 2^63-1"))
+
+
+def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> TrialBatchIn:
+    """Parse and check a ``TrialBatch`` uploaded by ``probe_id``, or raise :class:`BatchRejected`.
+
+    A record whose ``probe_id`` is not the authenticated probe makes the whole batch 403 (the
+    body names every such record): a credential may only act for its own probe.
+    """
+    try:
+        batch = TrialBatchIn.model_validate_json(body)
+    except ValidationError as error:
+        raise _errors_from_validation(error, body) from None
+    if len(batch.trials) + len(batch.path_samples) > wire.MAX_BATCH_RECORDS:
+        raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")
+    own = str(probe_id)
+    foreign: list[RecordError] = []
+    if batch.probe_id != own:
+        foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
+                                   message="not the probe of this credential"))
+    for section, records, id_name in (("trials", batch.trials, "trial_id"),
+                                      ("path_samples", batch.path_samples, "sample_id")):
+        for index, record in enumerate(records):
+            if record.probe_id != own:
+                foreign.append(RecordError(section=section, index=index, record_id=getattr(record, id_name),
+                                           field="probe_id", message="not the probe of this credential"))
+    if foreign:
+        raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
+    errors: list[RecordError] = []
+    latest = utcnow() + MAX_FUTURE
+    for index, trial in enumerate(batch.trials):
+        _check_instant(errors, "trials", index, trial.trial_id, "started_at", trial.started_at, latest)
+        _check_tcp_info(errors, "trials", index, trial.trial_id, trial.tcp_info)
+    for index, sample in enumerate(batch.path_samples):
+        _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", sample.measured_at, latest)
+    if errors:
+        raise BatchRejected(422, "invalid batch: nothing was stored", errors)
+    return batch
+
+
+def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> ObservationBatchIn:
+    try:
+        batch = ObservationBatchIn.model_validate_json(body)
+    except ValidationError as error:
+        raise _errors_from_validation(error, body) from None
+    own = str(origin_id)
+    foreign = [RecordError(section="observations", index=index, record_id=record.trial_id, field="origin_id",
+                           message="not the origin of this credential")
+               for index, record in enumerate(batch.observations) if record.origin_id != own]
+    if batch.origin_id != own:
+        foreign.insert(0, RecordError(section="batch", index=None, record_id=batch.batch_id, field="origin_id",
+                                      message="not the origin of this credential"))
+    if foreign:
+        raise BatchRejected(403, "records of another origin: nothing was stored", foreign)
+    errors: list[RecordError] = []
+    latest = utcnow() + MAX_FUTURE
+    for index, observation in enumerate(batch.observations):
+        _check_instant(errors, "observations", index, observation.trial_id, "request_at",
+                       observation.request_at, latest)
+        _check_tcp_info(errors, "observations", index, observation.trial_id, observation.tcp_info)
+    if errors:
+        raise BatchRejected(422, "invalid batch: nothing was stored", errors)
+    return batch
+
+
+# --------------------------------------------------------------------------------------
+# Storage
+# --------------------------------------------------------------------------------------
+
+TRIAL_WIRE_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "origin_id", "round", "arm_iw",
+                      "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received",
+                      "http_status", "error_kind", "error_detail", "syn_retrans")
+TRIAL_STAGE_COLUMNS = TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS) + ("tcp_info",)
+SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
+                  "transfer_bytes", "method")
+OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
+                            "first_byte_us", "response_latency_us", "snd_cwnd_at_accept", "cwnd_mismatch",
+                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind")
+OBSERVATION_STAGE_COLUMNS = (OBSERVATION_WIRE_COLUMNS
+                             + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",))
+
+
+def _columns(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+def _ensure_staging(connection: psycopg.Connection, info: dict[str, Any]) -> None:
+    """Temporary staging tables, created once per pooled connection, emptied at every commit."""
+    if info.get("iwscope_staging"):
+        return
+    connection.execute(f"CREATE TEMP TABLE IF NOT EXISTS trials_stage ON COMMIT DELETE ROWS AS SELECT {_columns(TRIAL_STAGE_COLUMNS)}"
+                       " FROM trials WITH NO DATA")
+    connection.execute("CREATE TEMP TABLE IF NOT EXISTS path_samples_stage ON COMMIT DELETE ROWS AS SELECT "
+                       f"{_columns(SAMPLE_COLUMNS)} FROM path_samples WITH NO DATA")
+    connection.execute("CREATE TEMP TABLE IF NOT EXISTS observations_stage ON COMMIT DELETE ROWS AS SELECT "
+                       f"{_columns(OBSERVATION_STAGE_COLUMNS)} FROM origin_observations WITH NO DATA")
+    connection.commit()
+    info["iwscope_staging"] = True
+
+
+def _trial_row(trial: TrialRecordIn) -> tuple[Any, ...]:
+    tcp_info = trial.tcp_info
+    return (trial.trial_id, trial.started_at, trial.probe_id, trial.campaign_id, trial.origin_id, trial.round,
+            trial.arm_iw, trial.object_size, trial.url, trial.dns_us, trial.connect_us, trial.ttfb_us,
+            trial.total_us, trial.bytes_received, trial.http_status, trial.error_kind, trial.error_detail,
+            trial.syn_retrans, *(tcp_info.get(name) for name in TRIAL_TCPI_COLUMNS),
+            orjson.dumps(tcp_info).decode())
+
+
+def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
+    tcp_info = observation.tcp_info
+    return (observation.trial_id, observation.origin_id, observation.arm_iw, observation.port,
+            observation.client_addr, observation.object_size, observation.request_at, observation.first_byte_us,
+            observation.response_latency_us, observation.snd_cwnd_at_accept, observation.cwnd_mismatch,
+            observation.rwnd_limited, observation.peer_rwnd, observation.http_status, observation.error_kind,
+            *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode())
+
+
+def _sample_row(sample: PathSampleIn) -> tuple[Any, ...]:
+    return (sample.sample_id, sample.probe_id, sample.origin_id, sample.measured_at, sample.min_rtt_us,
+            sample.bottleneck_bps, sample.transfer_bytes, sample.method)
+
+
+def _copy(cursor: psycopg.Cursor, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> None:
+    with cursor.copy(f"COPY {table} ({_columns(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _unknown_references(cursor: psycopg.Cursor, batch: TrialBatchIn) -> list[RecordError]:
+    """Records that name a campaign or an origin the collector does not know."""
+    campaign_ids = {trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
+    origin_ids = ({trial.origin_id for trial in batch.trials if trial.origin_id is not None}
+                  | {sample.origin_id for sample in batch.path_samples})
+    known_campaigns: set[int] = set()
+    known_origins: set[str] = set()
+    if campaign_ids:
+        cursor.execute("SELECT id FROM campaigns WHERE id = ANY(%s)", (list(campaign_ids),))
+        known_campaigns = {row[0] for row in cursor.fetchall()}
+    if origin_ids:
+        cursor.execute("SELECT id::text FROM origins WHERE id = ANY(%s::uuid[])", (list(origin_ids),))
+        known_origins = {row[0] for row in cursor.fetchall()}
+    errors: list[RecordError] = []
+    if campaign_ids <= known_campaigns and origin_ids <= known_origins:
+        return errors
+    for index, trial in enumerate(batch.trials):
+        if trial.campaign_id is not None and trial.campaign_id not in known_campaigns:
+            errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field="campaign_id",
+                                      message="unknown campaign"))
+        if trial.origin_id is not None and trial.origin_id not in known_origins:
+            errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field="origin_id",
+                                      message="unknown origin"))
+    for index, sample in enumerate(batch.path_samples):
+        if sample.origin_id not in known_origins:
+            errors.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
+                                      field="origin_id", message="unknown origin"))
+    return errors
+
+
+_INSERT_TRIALS = f"""
+WITH fresh AS (
+    INSERT INTO trial_ids (trial_id, started_at)
+    SELECT DISTINCT ON (trial_id) trial_id, started_at FROM trials_stage ORDER BY trial_id, started_at
+    ON CONFLICT (trial_id) DO NOTHING
+    RETURNING trial_id, started_at
+)
+INSERT INTO trials ({_columns(TRIAL_STAGE_COLUMNS)}, received_at)
+SELECT DISTINCT ON (s.trial_id) {_columns('s.' + name for name in TRIAL_STAGE_COLUMNS)}, now()
+FROM trials_stage s JOIN fresh f ON f.trial_id = s.trial_id AND f.started_at = s.started_at
+RETURNING trial_id::text, probe_id::text, origin_id::text
+"""
+
+_INSERT_SAMPLES = f"""
+INSERT INTO path_samples ({_columns(SAMPLE_COLUMNS)}, received_at)
+SELECT DISTINCT ON (sample_id) {_columns(SAMPLE_COLUMNS)}, now() FROM path_samples_stage
+ON CONFLICT (sample_id) DO NOTHING
+RETURNING probe_id::text, origin_id::text
+"""
+
+_INSERT_OBSERVATIONS = f"""
+INSERT INTO origin_observations ({_columns(OBSERVATION_STAGE_COLUMNS)}, received_at)
+SELECT DISTINCT ON (trial_id) {_columns(OBSERVATION_STAGE_COLUMNS)}, now() FROM observations_stage
+ON CONFLICT (trial_id) DO NOTHING
+RETURNING trial_id::text
+"""
+
+
+def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) -> IngestResult:
+    """Store a validated batch in one transaction (all or nothing, idempotent by UUID)."""
+    pooled = engine.raw_connection()
+    try:
+        connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+        _ensure_staging(connection, pooled.info)
+        with connection.cursor() as cursor:
+            unknown = _unknown_references(cursor, batch)
+            if unknown:
+                raise BatchRejected(422, "invalid batch: nothing was stored", unknown)
+            result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
+            if batch.trials:
+                _copy(cursor, "trials_stage", TRIAL_STAGE_COLUMNS, map(_trial_row, batch.trials))
+                cursor.execute(_INSERT_TRIALS)
+                for trial_id, trial_probe, trial_origin in cursor.fetchall():
+                    result.new_trial_ids.append(trial_id)
+                    if trial_origin is not None:
+                        result.touched_pairs.add((trial_probe, trial_origin))
+            new_samples = 0
+            if batch.path_samples:
+                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS, map(_sample_row, batch.path_samples))
+                cursor.execute(_INSERT_SAMPLES)
+                stored = cursor.fetchall()
+                new_samples = len(stored)
+                result.touched_pairs.update((probe, origin) for probe, origin in stored)
+            cursor.execute("UPDATE probes SET last_seen_at = now() WHERE id = %s", (probe_id,))
+        connection.commit()
+    except BaseException:
+        pooled.rollback()
+        raise
+    finally:
+        pooled.close()
+    total = len(batch.trials) + len(batch.path_samples)
+    result.accepted = len(result.new_trial_ids) + new_samples
+    result.duplicates = total - result.accepted
+    RECORDS.labels("trial", "accepted").inc(len(result.new_trial_ids))
+    RECORDS.labels("trial", "duplicate").inc(len(batch.trials) - len(result.new_trial_ids))
+    RECORDS.labels("path_sample", "accepted").inc(new_samples)
+    RECORDS.labels("path_sample", "duplicate").inc(len(batch.path_samples) - new_samples)
+    return result
+
+
+def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id: uuid.UUID) -> IngestResult:
+    pooled = engine.raw_connection()
+    try:
+        connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+        _ensure_staging(connection, pooled.info)
+        with connection.cursor() as cursor:
+            result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
+            if batch.observations:
+                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS,
+                      map(_observation_row, batch.observations))
+                cursor.execute(_INSERT_OBSERVATIONS)
+                result.new_trial_ids = [row[0] for row in cursor.fetchall()]
+            cursor.execute("UPDATE origins SET last_seen_at = now() WHERE id = %s", (origin_id,))
+        connection.commit()
+    except BaseException:
+        pooled.rollback()
+        raise
+    finally:
+        pooled.close()
+    result.accepted = len(result.new_trial_ids)
+    result.duplicates = len(batch.observations) - result.accepted
+    RECORDS.labels("observation", "accepted").inc(result.accepted)
+    RECORDS.labels("observation", "duplicate").inc(result.duplicates)
+    return result
+
+
+def count_rejected(kind: str, count: int) -> None:
+    RECORDS.labels(kind, "rejected").inc(count)

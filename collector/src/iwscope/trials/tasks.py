@@ -1,0 +1,104 @@
+"""Worker tasks: join origin observations into trials, the periodic sweep, monthly partitions.
+
+Every task is idempotent: the join only touches trials whose ``joined_at`` is still NULL,
+path estimates are recomputed from scratch, partitions are created if missing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from iwscope.db import session_scope
+from iwscope.paths.services import recompute_path_estimates
+from iwscope.worker import celery_app, task_queue
+
+log = logging.getLogger(__name__)
+
+ROLLUP_TASK = "iwscope.analysis.tasks.refresh_rollups"
+#: Months of partitions kept ready ahead of time (the current one included).
+PARTITION_MONTHS_AHEAD = 3
+#: Observations older than this without a trial are left alone by the sweep.
+SWEEP_WINDOW = "30 days"
+
+_JOIN = """
+WITH joined AS (
+    UPDATE trials t SET
+        server_latency_us = o.response_latency_us,
+        server_first_byte_us = o.first_byte_us,
+        server_total_retrans = o.tcpi_total_retrans,
+        server_bytes_retrans = o.tcpi_bytes_retrans,
+        server_bytes_sent = o.tcpi_bytes_sent,
+        server_snd_cwnd_at_accept = o.snd_cwnd_at_accept,
+        cwnd_mismatch = o.cwnd_mismatch,
+        rwnd_limited = o.rwnd_limited,
+        joined_at = now()
+    FROM origin_observations o
+    WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
+      AND (t.origin_id IS NULL OR t.origin_id = o.origin_id)
+    RETURNING t.trial_id, t.probe_id, t.origin_id
+), marked AS (
+    UPDATE origin_observations o SET joined_at = now() FROM joined j WHERE o.trial_id = j.trial_id
+)
+SELECT trial_id::text, probe_id::text, origin_id::text FROM joined
+"""
+_JOIN_IDS = text(_JOIN.format(selection="o.trial_id = ANY(CAST(:trial_ids AS uuid[]))"))
+_JOIN_SWEEP = text(_JOIN.format(
+    selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"))
+
+
+def _after_join(session: Session, rows: Sequence[Sequence[str]]) -> dict[str, int]:
+    pairs = sorted({(row[1], row[2]) for row in rows if row[2] is not None})
+    estimates = recompute_path_estimates(session, [list(pair) for pair in pairs])
+    return {"joined": len(rows), "path_estimates": estimates}
+
+
+def _refresh_rollups(trial_ids: list[str]) -> None:
+    """Queue the analysis roll-up refresh, when the analysis module is installed."""
+    task = celery_app.tasks.get(ROLLUP_TASK)
+    if task is None:
+        return
+    parameters = inspect.signature(task.run).parameters
+    kwargs = {"trial_ids": trial_ids} if "trial_ids" in parameters else {}
+    task.apply_async(kwargs=kwargs, queue=task_queue())
+
+
+@celery_app.task(name="iwscope.trials.tasks.join_observations")
+def join_observations(trial_ids: list[str]) -> dict[str, int]:
+    """Copy the server-side columns of these trials' observations into ``trials``; idempotent."""
+    with session_scope() as session:
+        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all()
+        outcome = _after_join(session, rows)
+    if rows:
+        _refresh_rollups([row[0] for row in rows])
+    return outcome
+
+
+@celery_app.task(name="iwscope.trials.tasks.sweep")
+def sweep() -> dict[str, int]:
+    """Join every observation still unjoined (tasks lost while the broker was down)."""
+    with session_scope() as session:
+        rows = session.execute(_JOIN_SWEEP).all()
+        outcome = _after_join(session, rows)
+    if rows:
+        _refresh_rollups([row[0] for row in rows])
+    return outcome
+
+
+def ensure_partitions_now(session: Session, months_ahead: int = PARTITION_MONTHS_AHEAD) -> list[str]:
+    """Create the monthly ``trials`` partitions from this month on (rows waiting in the default move)."""
+    rows = session.execute(text(
+        "SELECT iwscope_ensure_trials_partition(((now() AT TIME ZONE 'UTC')::date"
+        " + make_interval(months => m))::date) FROM generate_series(0, :last) AS m"),
+        {"last": months_ahead - 1}).all()
+    return [row[0] for row in rows]
+
+
+@celery_app.task(name="iwscope.trials.tasks.ensure_partitions")
+def ensure_partitions() -> list[str]:
+    with session_scope() as session:
+        return ensure_partitions_now(session)

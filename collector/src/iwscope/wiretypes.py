@@ -1,0 +1,49 @@
+"""Pydantic building blocks that mirror the constraints of ``iwprobe/wire.schema.json``.
+
+Every ``*In`` model of a wire record is built from these, with ``extra="forbid"`` and strict
+types (JSON strings are not coerced to numbers), so that a document is accepted by the
+pydantic model iff the JSON Schema accepts it; ``tests/collector/test_wire_contract.py``
+checks that on sample documents.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints
+
+from iwprobe import wire
+
+#: Configuration of every wire model: unknown fields are errors, no type coercion.
+WIRE_MODEL_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=False)
+
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+TIMESTAMP_PATTERN = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
+
+#: Largest value a PostgreSQL ``bigint`` holds (typed ``tcpi_*`` columns).
+BIGINT_MAX = 2**63 - 1
+US_MAX = 86_400_000_000
+SIZE_MAX = 17_179_869_184
+
+
+def _rfc3339(value: object) -> object:
+    """Only RFC 3339 strings with an offset (as the schema's pattern) become datetimes."""
+    if isinstance(value, dt.datetime):
+        return value
+    if not isinstance(value, str) or not TIMESTAMP_PATTERN.match(value):
+        raise ValueError("must be an RFC 3339 UTC timestamp like 2026-11-22T10:00:00.123456Z")
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+WireUUID = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+WireTimestamp = Annotated[dt.datetime, BeforeValidator(_rfc3339), Field(strict=False)]
+Micros = Annotated[int, Field(ge=0, le=US_MAX)]
+Bytes = Annotated[int, Field(ge=0, le=SIZE_MAX)]
+Iw = Annotated[int, Field(ge=1, le=1000)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+ErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other"]
+TcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
+TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=2**64 - 1)]], Field(max_length=128)]
+WireVersion = Literal[1]

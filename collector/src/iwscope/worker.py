@@ -1,0 +1,68 @@
+"""The Celery application: Redis broker and backend, late acks, periodic work through beat.
+
+Tasks live in ``iwscope.trials.tasks`` and ``iwscope.paths.tasks``; the analysis module's
+``iwscope.analysis.tasks`` is registered too when it exists.  All tasks are idempotent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+
+from celery import Celery
+from celery.schedules import crontab
+
+from iwscope.config import get_settings
+
+log = logging.getLogger(__name__)
+
+CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.paths.tasks"]
+OPTIONAL_TASK_MODULES = ["iwscope.analysis.tasks"]
+
+
+def _module_available(name: str) -> bool:
+    """Whether module ``name`` exists, without importing it (task modules import this one)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def task_queue() -> str:
+    return get_settings().celery_queue
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    app = Celery("iwscope", broker=settings.redis_url, backend=settings.redis_url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.celery_queue,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=3600,
+        broker_connection_retry_on_startup=True,
+        timezone="UTC",
+        beat_schedule={
+            "ensure-trials-partitions": {
+                "task": "iwscope.trials.tasks.ensure_partitions",
+                "schedule": crontab(minute=7, hour="*/6"),
+                "options": {"queue": settings.celery_queue},
+            },
+            "sweep-unjoined": {
+                "task": "iwscope.trials.tasks.sweep",
+                "schedule": 60.0,
+                "options": {"queue": settings.celery_queue},
+            },
+        },
+    )
+    app.conf.include = CORE_TASK_MODULES + [name for name in OPTIONAL_TASK_MODULES
+                                             if _module_available(name)]
+    return app
+
+
+celery_app = make_celery()

@@ -1,0 +1,282 @@
+"""Session fixtures shared by every part's tests (contract: docs/architecture.md "Tests").
+
+* ``database_url``: a fresh database ``iwscope_test_<random>`` on the server of
+  ``IWSCOPE_TEST_DATABASE_URL``, migrated to head once per session, dropped at the end.
+* ``db_session``: a SQLAlchemy session inside a transaction rolled back after each test.
+* ``redis_url``: ``IWSCOPE_TEST_REDIS_URL`` with a database index other than 0.
+* ``celery_worker``: a real ``iwscope worker`` process on a queue unique to this session.
+* ``api_server``: a real ``iwscope api`` (uvicorn) process on a free port bound to 0.0.0.0,
+  with ``.url``, ``.port``, ``.stop()`` and ``.start()``.
+* ``admin_token``, ``enroll_token``, ``origin_token``: created with ``iwscope token create``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
+DEFAULT_TEST_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope"
+DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:63799/0"
+#: Seconds to wait for a subprocess service to come up.
+STARTUP_TIMEOUT_S = 60.0
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
+
+
+def _libpq(url: str) -> str:
+    """``postgresql+psycopg://`` -> ``postgresql://`` for psycopg itself."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@pytest.fixture(scope="session")
+def test_id() -> str:
+    """A random suffix naming this session's databases, queues and processes."""
+    return secrets.token_hex(4)
+
+
+@pytest.fixture(scope="session")
+def database_url(test_id: str) -> Iterator[str]:
+    """A fresh, migrated database for this session (dropped at the end)."""
+    from iwscope import migrate
+
+    server_url = os.environ.get("IWSCOPE_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
+    name = f"iwscope_test_{test_id}"
+    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = _with_database(server_url, name)
+    try:
+        migrate.upgrade("head", database_url=url)
+        yield url
+    finally:
+        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def db_engine(database_url: str) -> Iterator[Engine]:
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_session(db_engine: Engine) -> Iterator[Session]:
+    """A session in a transaction that is rolled back after the test (commits become savepoints)."""
+    connection = db_engine.connect()
+    transaction = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint")
+    try:
+        yield session
+    finally:
+        session.close()
+        if transaction.is_active:
+            transaction.rollback()
+        connection.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis with a database index other than 0 (0 belongs to the running stack)."""
+    base = os.environ.get("IWSCOPE_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{random.randint(1, 15)}", parts.query, parts.fragment))
+
+
+@pytest.fixture(scope="session")
+def celery_queue(test_id: str) -> str:
+    return f"iwscope-test-{test_id}"
+
+
+@pytest.fixture(scope="session")
+def service_env(database_url: str, redis_url: str, celery_queue: str) -> dict[str, str]:
+    """Environment of the subprocesses (API, worker, CLI) pointing at this session's services."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("IWSCOPE_ADMIN_TOKEN", "IWSCOPE_ENROLL_TOKEN", "IWSCOPE_ENV")}
+    environment.update({
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "IWSCOPE_CELERY_QUEUE": celery_queue,
+        "IWSCOPE_DRAIN_SECONDS": "0.5",
+        "IWSCOPE_LOG_LEVEL": "WARNING",
+        "IWSCOPE_ENV": "development",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return environment
+
+
+def _stop_process(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+@dataclass
+class CeleryWorker:
+    """A running ``iwscope worker`` subprocess and a client app to talk to it."""
+
+    process: subprocess.Popen[bytes]
+    queue: str
+    redis_url: str
+    log_path: pathlib.Path
+
+    def client(self):  # noqa: ANN201 (celery.Celery)
+        from celery import Celery
+
+        app = Celery("iwscope-test-client", broker=self.redis_url, backend=self.redis_url)
+        app.conf.update(task_default_queue=self.queue, broker_connection_retry_on_startup=True)
+        return app
+
+    def send(self, name: str, *args: object, timeout: float = 60.0) -> object:
+        """Run task ``name`` on the worker and return its result."""
+        app = self.client()
+        try:
+            return app.send_task(name, args=list(args), queue=self.queue).get(timeout=timeout)
+        finally:
+            app.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str, test_id: str,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryWorker]:
+    """A real Celery worker (concurrency 1) on this session's queue; waits until it answers ping."""
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([*IWSCOPE, "worker", "--concurrency", "1"], env=service_env,
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    worker = CeleryWorker(process, celery_queue, redis_url, log_path)
+    app = worker.client()
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"worker exited with {process.returncode}:\n{worker.log()}")
+            replies = app.control.ping(timeout=1.0) or []
+            if any(name.startswith(f"iwscope-{celery_queue}-") for reply in replies for name in reply):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not answer ping within {STARTUP_TIMEOUT_S} s:\n{worker.log()}")
+        yield worker
+    finally:
+        app.close()
+        _stop_process(process)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("0.0.0.0", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class ApiServer:
+    """A real ``iwscope api`` process on ``0.0.0.0:port``; ``stop()``/``start()`` take it down and back."""
+
+    env: dict[str, str]
+    port: int
+    log_path: pathlib.Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = field(default=0)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        if self.running():
+            return
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen([*IWSCOPE, "api", "--host", "0.0.0.0", "--port", str(self.port)],
+                                            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.starts += 1
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"API exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"API not up within {STARTUP_TIMEOUT_S} s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop_process(self.process)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def _api_server_process(service_env: dict[str, str],
+                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    server = ApiServer(service_env, _free_port(), tmp_path_factory.mktemp("api") / "api.log")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def api_server(_api_server_process: ApiServer) -> ApiServer:
+    """The session's API process, (re)started if a previous test stopped it."""
+    _api_server_process.start()
+    return _api_server_process
+
+
+def _create_token(service_env: dict[str, str], kind: str) -> str:
+    completed = subprocess.run([*IWSCOPE, "token", "create", "--kind", kind, "--label", "pytest"],
+                               env=service_env, capture_output=True, text=True, cwd=REPO, timeout=60)
+    if completed.returncode != 0:
+        raise RuntimeError(f"iwscope token create failed: {completed.stderr}")
+    return completed.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def admin_token(service_env: dict[str, str]) -> str:
+    return _create_token(service_env, "admin")
+
+
+@pytest.fixture(scope="session")
+def enroll_token(service_env: dict[str, str]) -> str:
+    return _create_token(service_env, "enroll")
+
+
+@pytest.fixture(scope="session")
+def origin_token(service_env: dict[str, str]) -> str:
+    return _create_token(service_env, "origin")
