@@ -1,0 +1,90 @@
+"""Deployment artefacts: zipapp, systemd units, cloud-init template, Ansible role."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "probe" / "deploy"
+ANSIBLE = DEPLOY / "ansible"
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+def _ansible_env(tmp_path: Path) -> dict:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+               ANSIBLE_HOME=str(tmp_path / "home"), HOME=str(tmp_path), ANSIBLE_NOCOLOR="1",
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    return env
+
+
+def test_playbook_syntax_check(tmp_path: Path) -> None:
+    outcome = subprocess.run([_tool("ansible-playbook"), "--syntax-check", "-i", str(ANSIBLE / "inventory" / "example.yml"),
+                              str(ANSIBLE / "site.yml")], cwd=ANSIBLE, capture_output=True, text=True,
+                             env=_ansible_env(tmp_path), timeout=120)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+
+
+def test_ansible_lint_passes(tmp_path: Path) -> None:
+    outcome = subprocess.run([_tool("ansible-lint"), "--offline", "--nocolor", "site.yml", "roles/iwprobe"],
+                             cwd=ANSIBLE, capture_output=True, text=True, env=_ansible_env(tmp_path), timeout=300)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+
+
+def test_inventory_groups_probes_by_region(tmp_path: Path) -> None:
+    import json
+
+    outcome = subprocess.run([_tool("ansible-inventory"), "-i", str(ANSIBLE / "inventory" / "example.yml"), "--list"],
+                             capture_output=True, text=True, env=_ansible_env(tmp_path), timeout=120, check=True)
+    inventory = json.loads(outcome.stdout)
+    regions = {host: values["iwprobe_region"] for host, values in inventory["_meta"]["hostvars"].items()}
+    assert regions["probe-jnb-1"] == "africa" and regions["probe-gru-1"] == "south-america"
+    assert set(inventory["probes"]["children"]) == {"africa", "south_america", "europe"}
+
+
+def test_systemd_units_verify() -> None:
+    tool = _tool("systemd-analyze")
+    for unit in ("iwprobe.service", "iwprobe-origin.service"):
+        outcome = subprocess.run([tool, "verify", str(DEPLOY / "systemd" / unit)], capture_output=True, text=True, timeout=60)
+        assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    origin = (DEPLOY / "systemd" / "iwprobe-origin.service").read_text()
+    assert "AmbientCapabilities=CAP_NET_ADMIN" in origin and "CapabilityBoundingSet=CAP_NET_ADMIN" in origin
+    for unit in ("iwprobe.service", "iwprobe-origin.service"):
+        text = (DEPLOY / "systemd" / unit).read_text()
+        assert "ProtectSystem=strict" in text and "NoNewPrivileges=yes" in text and "StateDirectory=iwprobe" in text
+        assert "User=iwprobe" in text
+
+
+def test_cloud_init_embeds_the_zipapp(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    pyz = tmp_path / "iwprobe.pyz"
+    subprocess.run(["sh", str(DEPLOY / "build-pyz.sh"), str(pyz)], check=True, capture_output=True)
+    rendered = subprocess.run([sys.executable, str(DEPLOY / "cloud-init" / "render.py"), "--collector", "https://c.example.org",
+                               "--token", "tok123", "--name", "probe-x", "--region", "africa", "--asn", "37100",
+                               "--pyz", str(pyz)], check=True, capture_output=True, text=True).stdout
+    assert rendered.startswith("#cloud-config\n")
+    document = yaml.safe_load(rendered)
+    files = {entry["path"]: entry for entry in document["write_files"]}
+    embedded = files["/usr/local/lib/iwprobe/iwprobe.pyz"]
+    assert gzip.decompress(base64.b64decode(embedded["content"])) == pyz.read_bytes()
+    assert base64.b64decode(files["/etc/systemd/system/iwprobe.service"]["content"]) == (DEPLOY / "systemd" / "iwprobe.service").read_bytes()
+    assert files["/etc/iwprobe/enroll.env"]["permissions"] == "0600"
+    enroll = " ".join(document["runcmd"][1])
+    assert "--name probe-x --region africa --asn 37100" in enroll
+    bad = subprocess.run([sys.executable, str(DEPLOY / "cloud-init" / "render.py"), "--collector", "x", "--token", "a b",
+                          "--name", "n", "--region", "r", "--pyz", str(pyz)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--token may only contain" in bad.stderr
