@@ -1,1 +1,19 @@
-"""Analysis of IW experiments (placeholder surface; filled below)."""
+"""Analysis of IW experiments: treatment-vs-baseline comparisons served from incremental roll-ups.
+
+The public surface (the contract with the dashboard and the HTTP API) is re-exported here;
+see ``README.md`` in this folder for units, resolutions and statistical choices.
+"""
+
+from iwscope.analysis.filters import Filters, Metric
+from iwscope.analysis.queries import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions,
+                                      Headline, LossBucket, PercentileTable, ProbeRow, RegionSummary, compare_by,
+                                      fairness, filter_options, fleet, headline, iter_trials_csv, latency_cdf,
+                                      latency_vs_iw, loss_summary, percentile_table, region_summary, trials_page)
+from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups
+
+__all__ = [
+    "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
+    "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by",
+    "fairness", "filter_options", "fleet", "headline", "iter_trials_csv", "latency_cdf", "latency_vs_iw",
+    "loss_summary", "percentile_table", "rebuild_rollups", "refresh_rollups", "region_summary", "trials_page",
+]

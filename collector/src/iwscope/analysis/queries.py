@@ -1,0 +1,674 @@
+"""The analysis functions: every figure's data, read from the roll-ups (raw path noted).
+
+Each public function takes a SQLAlchemy ``Session`` and a :class:`Filters` and returns frozen
+dataclasses (JSON-serialisable with ``dataclasses.asdict``).  Units: latencies in
+milliseconds; ``pct`` values in percent (12.0 = 12 %); shares (``retrans_share``, ...) as
+fractions 0..1; ``retrans_increase_pp`` in percentage points.  Improvement = baseline -
+treatment (positive = the treatment arm is faster).
+
+One SQL statement per call fetches the matching roll-up rows joined with ``probes`` (region)
+and ``path_estimates`` (RTT, bandwidth, BDP, loss); grouping into buckets, histogram merges,
+percentiles and bootstrap intervals happen in numpy.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from iwscope.analysis import buckets as bk
+from iwscope.analysis.filters import Filters
+from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, cluster_bootstrap, histogram_bootstrap,
+                                    histogram_cdf, histogram_quantiles, mean_std_ms, merge_packed)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+# ---- result types (the public surface) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArmStats:
+    iw: int
+    n: int
+    mean_ms: float | None
+    median_ms: float | None
+    std_ms: float | None
+
+
+@dataclass(frozen=True)
+class BucketComparison:
+    dimension: str
+    bucket: str
+    order: int
+    lower: float | None
+    upper: float | None
+    baseline: ArmStats
+    treatment: ArmStats
+    abs_ms: float | None
+    abs_ci_low: float | None
+    abs_ci_high: float | None
+    pct: float | None
+    pct_ci_low: float | None
+    pct_ci_high: float | None
+
+
+@dataclass(frozen=True)
+class ArmPercentiles:
+    iw: int
+    n: int
+    avg: float | None
+    p50: float | None
+    p75: float | None
+    p90: float | None
+    p99: float | None
+    retrans_share: float | None
+    retrans_bytes_share: float | None
+
+
+@dataclass(frozen=True)
+class PercentileTable:
+    group: str
+    arms: list[ArmPercentiles]
+    improvement: dict[str, float | None]
+    pct_improvement: dict[str, float | None]
+    retrans_increase_pp: float | None
+
+
+@dataclass(frozen=True)
+class Headline:
+    n_trials: int
+    n_probes: int
+    n_regions: int
+    baseline_iw: int
+    treatment_iw: int
+    abs_ms: float | None
+    pct: float | None
+    pct_ci_low: float | None
+    pct_ci_high: float | None
+    retrans_increase_pp: float | None
+
+
+@dataclass(frozen=True)
+class RegionSummary:
+    region: str
+    lat: float | None
+    lon: float | None
+    n: int
+    abs_ms: float | None
+    pct: float | None
+    baseline_mean_ms: float | None
+    treatment_mean_ms: float | None
+
+
+@dataclass(frozen=True)
+class LossBucket:
+    bucket: str
+    order: int
+    comparison: BucketComparison
+    retrans_share_baseline: float | None
+    retrans_share_treatment: float | None
+    retrans_increase_pp: float | None
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    probe_id: str
+    name: str
+    region: str
+    country: str | None
+    version: str
+    last_seen_at: dt.datetime | None
+    trials_total: int
+    trials_per_day: float
+    error_share: float | None
+    spool_backlog: int | None
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    campaigns: list[tuple[int, str]]
+    regions: list[str]
+    arms: list[int]
+    size_min: int | None
+    size_max: int | None
+
+
+@dataclass(frozen=True)
+class FairnessPoint:
+    """Competing-flow result (IW3 and IW10 flows sharing a bottleneck); no table records it yet."""
+
+    campaign_id: int
+    iw: int
+    competing_iw: int
+    throughput_bps: float
+    retrans_share: float | None
+    n: int
+
+
+#: A representative centroid (lat, lon) per region name, for the world map.  Names are
+#: matched case-insensitively with ``_``/space folded to ``-``.
+REGION_CENTROIDS: dict[str, tuple[float, float]] = {
+    "africa": (2.0, 21.0), "north-africa": (27.0, 17.0), "west-africa": (10.0, -2.0),
+    "east-africa": (0.0, 36.0), "southern-africa": (-25.0, 25.0), "central-africa": (0.0, 20.0),
+    "europe": (50.0, 10.0), "western-europe": (48.0, 4.0), "eastern-europe": (50.0, 28.0),
+    "northern-europe": (60.0, 15.0), "southern-europe": (41.0, 12.0),
+    "asia": (34.0, 100.0), "east-asia": (35.0, 115.0), "south-asia": (22.0, 79.0),
+    "southeast-asia": (5.0, 110.0), "central-asia": (45.0, 68.0), "middle-east": (29.0, 45.0),
+    "north-america": (45.0, -100.0), "central-america": (15.0, -88.0), "caribbean": (18.0, -72.0),
+    "south-america": (-15.0, -60.0), "oceania": (-25.0, 140.0), "australia": (-25.0, 134.0),
+    "us-east": (38.0, -78.0), "us-west": (38.0, -121.0), "eu-west": (51.0, -2.0),
+    "eu-central": (50.0, 9.0), "ap-southeast": (1.3, 103.8), "ap-northeast": (35.7, 139.7),
+    "sa-east": (-23.5, -46.6), "af-south": (-33.9, 18.4), "me-south": (26.0, 50.5),
+    "lab": (0.0, 0.0),
+}
+
+
+def region_centroid(region: str) -> tuple[float | None, float | None]:
+    lat_lon = REGION_CENTROIDS.get(region.strip().lower().replace("_", "-").replace(" ", "-"))
+    return lat_lon if lat_lon is not None else (None, None)
+
+
+# ---- loading roll-ups ------------------------------------------------------------------------
+
+@dataclass
+class _Frame:
+    """Roll-up rows matching the filters, as numpy columns (one entry per row)."""
+
+    path: IntArray            # code of (probe, origin)
+    probe: IntArray           # code of probe
+    arm: IntArray
+    size_bucket: IntArray
+    region: IntArray          # index into region_names
+    region_names: list[str]
+    min_rtt_us: FloatArray
+    bottleneck_bps: FloatArray
+    bdp_bytes: FloatArray
+    loss_rate: FloatArray
+    n_trials: FloatArray
+    n: FloatArray
+    sum_us: FloatArray
+    sumsq: FloatArray
+    retrans_n: FloatArray
+    retrans_trials: FloatArray
+    bytes_retrans: FloatArray
+    bytes_sent: FloatArray
+    hist_lo: list[int]
+    hist: list[bytes]
+
+    @property
+    def size(self) -> int:
+        return int(self.arm.size)
+
+
+def _where(filters: Filters, arms: Sequence[int] | None) -> tuple[str, dict[str, Any]]:
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if filters.campaign_ids:
+        clauses.append("r.campaign_id = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
+    if filters.since is not None:
+        clauses.append("r.day >= :since_day")
+        params["since_day"] = filters.since.astimezone(dt.timezone.utc).date()
+    if filters.until is not None:
+        clauses.append("r.day <= :until_day")
+        params["until_day"] = filters.until.astimezone(dt.timezone.utc).date()
+    if filters.regions:
+        clauses.append("p.region = ANY(:regions)")
+        params["regions"] = list(filters.regions)
+    if filters.size_min is not None or filters.size_max is not None:
+        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
+        clauses.append("r.size_bucket BETWEEN :size_first AND :size_last")
+        params.update(size_first=first, size_last=last)
+    if arms is not None:
+        clauses.append("r.arm_iw = ANY(:arms)")
+        params["arms"] = list(arms)
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool) -> _Frame:
+    metric = "server" if filters.metric == "server" else "client"
+    where, params = _where(filters, arms)
+    hist_columns = f", r.{metric}_hist_lo, r.{metric}_hist" if with_hist else ""
+    statement = text(f"""
+        SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, COALESCE(p.region, 'unknown') AS region,
+               pe.min_rtt_us, pe.bottleneck_bps, pe.bdp_bytes, pe.loss_rate,
+               r.n_trials, r.{metric}_n, r.{metric}_sum_us, r.{metric}_sumsq_us2::float8,
+               r.retrans_n, r.retrans_trials, r.bytes_retrans, r.bytes_sent{hist_columns}
+        FROM analysis_rollups AS r
+        LEFT JOIN probes AS p ON p.id = r.probe_id
+        LEFT JOIN path_estimates AS pe ON pe.probe_id = r.probe_id AND pe.origin_id = r.origin_id
+        WHERE {where}""")
+    rows = session.execute(statement, params).all()
+    path_codes: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
+    probe_codes: dict[uuid.UUID, int] = {}
+    region_codes: dict[str, int] = {}
+    count = len(rows)
+
+    def column(index: int) -> FloatArray:
+        return np.fromiter((np.nan if row[index] is None else float(row[index]) for row in rows),
+                           dtype=np.float64, count=count)
+
+    return _Frame(
+        path=np.fromiter((path_codes.setdefault((row[0], row[1]), len(path_codes)) for row in rows),
+                         dtype=np.int64, count=count),
+        probe=np.fromiter((probe_codes.setdefault(row[0], len(probe_codes)) for row in rows),
+                          dtype=np.int64, count=count),
+        arm=np.fromiter((row[2] for row in rows), dtype=np.int64, count=count),
+        size_bucket=np.fromiter((row[3] for row in rows), dtype=np.int64, count=count),
+        region=np.fromiter((region_codes.setdefault(row[4], len(region_codes)) for row in rows),
+                           dtype=np.int64, count=count),
+        region_names=list(region_codes),
+        min_rtt_us=column(5), bottleneck_bps=column(6), bdp_bytes=column(7), loss_rate=column(8),
+        n_trials=column(9), n=column(10), sum_us=column(11), sumsq=column(12),
+        retrans_n=column(13), retrans_trials=column(14), bytes_retrans=column(15), bytes_sent=column(16),
+        hist_lo=[row[17] for row in rows] if with_hist else [],
+        hist=[row[18] for row in rows] if with_hist else [],
+    )
+
+
+# ---- grouping helpers ------------------------------------------------------------------------
+
+def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
+    if n_groups == 0:
+        return np.zeros(0)
+    return np.bincount(groups, weights=values, minlength=n_groups)[:n_groups]
+
+
+def _histograms(frame: _Frame, groups: IntArray, n_groups: int) -> IntArray:
+    """Merged histograms per group; rows with a negative group are ignored."""
+    keep = np.flatnonzero(groups >= 0)
+    return merge_packed(groups[keep], [frame.hist_lo[i] for i in keep], [frame.hist[i] for i in keep], n_groups)
+
+
+def _arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
+    count = int(n)
+    mean, std = mean_std_ms(count, sum_us, sumsq)
+    median = histogram_quantiles(hist, [0.5])[0] if hist is not None and count > 0 else None
+    return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std)
+
+
+def _share(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+def _interval(frame: _Frame, rows: IntArray, filters: Filters, hist_base: IntArray,
+              hist_treat: IntArray, mean_base: float, mean_treat: float) -> Interval | None:
+    """Bootstrap 95 % interval of the improvement for the roll-up rows ``rows`` (see stats)."""
+    paths = frame.path[rows]
+    unique_paths, path_index = np.unique(paths, return_inverse=True)
+    if unique_paths.size >= MIN_CLUSTERS:
+        is_base = frame.arm[rows] == filters.baseline_iw
+        is_treat = frame.arm[rows] == filters.treatment_iw
+        k = unique_paths.size
+        n_base = np.bincount(path_index, weights=frame.n[rows] * is_base, minlength=k)
+        n_treat = np.bincount(path_index, weights=frame.n[rows] * is_treat, minlength=k)
+        if n_base.sum() < 2 or n_treat.sum() < 2:
+            return None
+        sum_base = np.bincount(path_index, weights=frame.sum_us[rows] * is_base, minlength=k) / 1000.0
+        sum_treat = np.bincount(path_index, weights=frame.sum_us[rows] * is_treat, minlength=k) / 1000.0
+        return cluster_bootstrap(n_base, sum_base, n_treat, sum_treat)
+    return histogram_bootstrap(hist_base, hist_treat, mean_base, mean_treat)
+
+
+def _comparisons(frame: _Frame, filters: Filters, groups: IntArray, labels: list[bk.Bucket],
+                 dimension: str) -> list[BucketComparison]:
+    """One comparison per group that holds data in either arm (groups < 0 are dropped)."""
+    n_groups = len(labels)
+    base_iw, treat_iw = filters.baseline_iw, filters.treatment_iw
+    arm_slot = np.where(frame.arm == base_iw, 0, np.where(frame.arm == treat_iw, 1, -1))
+    valid = (groups >= 0) & (arm_slot >= 0)
+    cell = np.where(valid, groups * 2 + arm_slot, -1)
+    cells = 2 * n_groups
+    keep = cell >= 0
+    n = _group_sum(frame.n[keep], cell[keep], cells)
+    sums = _group_sum(frame.sum_us[keep], cell[keep], cells)
+    sumsq = _group_sum(frame.sumsq[keep], cell[keep], cells)
+    hists = _histograms(frame, cell, cells)
+    results: list[BucketComparison] = []
+    for group, label in enumerate(labels):
+        b, t = 2 * group, 2 * group + 1
+        if n[b] == 0 and n[t] == 0:
+            continue
+        baseline = _arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
+        treatment = _arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
+        abs_ms = pct = None
+        interval: Interval | None = None
+        if baseline.mean_ms is not None and treatment.mean_ms is not None:
+            abs_ms = baseline.mean_ms - treatment.mean_ms
+            pct = 100.0 * abs_ms / baseline.mean_ms if baseline.mean_ms > 0 else None
+            rows = np.flatnonzero(valid & (groups == group))
+            interval = _interval(frame, rows, filters, hists[b], hists[t], baseline.mean_ms, treatment.mean_ms)
+        results.append(BucketComparison(
+            dimension=dimension, bucket=label.label, order=label.order, lower=label.lower, upper=label.upper,
+            baseline=baseline, treatment=treatment, abs_ms=abs_ms,
+            abs_ci_low=interval.abs_low if interval else None, abs_ci_high=interval.abs_high if interval else None,
+            pct=pct, pct_ci_low=interval.pct_low if interval else None,
+            pct_ci_high=interval.pct_high if interval else None))
+    return results
+
+
+def _dimension_groups(frame: _Frame, dimension: str) -> tuple[IntArray, list[bk.Bucket]]:
+    """Group index per roll-up row and the bucket descriptions for ``dimension``."""
+    if dimension == "rtt":
+        return bk.rtt_index(frame.min_rtt_us), bk.RTT_BUCKETS
+    if dimension == "bandwidth":
+        return bk.bandwidth_index(frame.bottleneck_bps), bk.BANDWIDTH_BUCKETS
+    if dimension == "bdp":
+        return bk.bdp_index(frame.bdp_bytes), bk.BDP_BUCKETS
+    if dimension == "loss":
+        return bk.loss_index(frame.loss_rate), bk.LOSS_BUCKETS
+    if dimension == "region":
+        order = sorted(range(len(frame.region_names)), key=lambda i: frame.region_names[i])
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        labels = [bk.Bucket(frame.region_names[i], position, None, None) for position, i in enumerate(order)]
+        return (rank[frame.region] if frame.size else frame.region), labels
+    if dimension == "size":
+        present = sorted(set(frame.size_bucket.tolist()))
+        position = {bucket: index for index, bucket in enumerate(present)}
+        labels = []
+        for index, bucket in enumerate(present):
+            lower, upper = bk.size_bucket_bounds(bucket)
+            labels.append(bk.Bucket(bk.size_bucket_label(bucket), index, float(lower),
+                                    float(upper) if upper is not None else None))
+        groups = np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64, count=frame.size)
+        return groups, labels
+    raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
+
+
+# ---- public functions ------------------------------------------------------------------------
+
+def compare_by(session: Session, filters: Filters,
+               dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"]) -> list[BucketComparison]:
+    """Treatment vs baseline per bucket of ``dimension``; buckets without data are omitted.
+
+    Roll-up rows whose path has no estimate yet (no ``path_estimates`` row, or the needed
+    value missing) are left out of the rtt / bandwidth / bdp / loss comparisons.
+    """
+    if dimension not in bk.DIMENSIONS:
+        raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
+    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=True)
+    groups, labels = _dimension_groups(frame, dimension)
+    return _comparisons(frame, filters, groups, labels, dimension)
+
+
+_PERCENTILES = (("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p99", 0.99))
+
+
+def _arm_percentiles(iw: int, n: float, sum_us: float, hist: IntArray, retrans_trials: float,
+                     retrans_n: float, bytes_retrans: float, bytes_sent: float) -> ArmPercentiles:
+    quantiles = histogram_quantiles(hist, [q for _, q in _PERCENTILES])
+    return ArmPercentiles(iw=iw, n=int(n), avg=(sum_us / n / 1000.0) if n > 0 else None,
+                          p50=quantiles[0], p75=quantiles[1], p90=quantiles[2], p99=quantiles[3],
+                          retrans_share=_share(retrans_trials, retrans_n),
+                          retrans_bytes_share=_share(bytes_retrans, bytes_sent))
+
+
+def percentile_table(session: Session, filters: Filters,
+                     group_by: Literal["region"] | None = None) -> list[PercentileTable]:
+    """The IETF slides' table: per arm avg/p50/p75/p90/p99 (ms) and retransmission rates.
+
+    ``arms`` lists the treatment arm then the baseline arm (as on the slides), also when an
+    arm has no trials (then its values are ``None``).  Percentiles come from the histograms
+    (+-1 %).  ``group_by="region"`` gives one table per region, else one table ``"all"``.
+    """
+    base_iw, treat_iw = filters.baseline_iw, filters.treatment_iw
+    frame = _load(session, filters, (base_iw, treat_iw), with_hist=True)
+    if group_by == "region":
+        groups, labels = _dimension_groups(frame, "region")
+        names = [label.label for label in labels]
+    else:
+        groups, names = np.zeros(frame.size, dtype=np.int64), ["all"]
+    arm_slot = np.where(frame.arm == treat_iw, 0, 1)
+    cell = groups * 2 + arm_slot
+    cells = 2 * len(names)
+    sums = {name: _group_sum(getattr(frame, name), cell, cells)
+            for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")}
+    hists = _histograms(frame, cell, cells)
+    tables: list[PercentileTable] = []
+    for group, name in enumerate(names):
+        arms = []
+        for slot, iw in ((0, treat_iw), (1, base_iw)):
+            c = 2 * group + slot
+            arms.append(_arm_percentiles(iw, sums["n"][c], sums["sum_us"][c], hists[c], sums["retrans_trials"][c],
+                                         sums["retrans_n"][c], sums["bytes_retrans"][c], sums["bytes_sent"][c]))
+        treatment, baseline = arms
+        improvement: dict[str, float | None] = {}
+        pct_improvement: dict[str, float | None] = {}
+        for key in ("avg", "p50", "p75", "p90", "p99"):
+            base_value, treat_value = getattr(baseline, key), getattr(treatment, key)
+            if base_value is None or treat_value is None:
+                improvement[key] = pct_improvement[key] = None
+            else:
+                improvement[key] = base_value - treat_value
+                pct_improvement[key] = 100.0 * (base_value - treat_value) / base_value if base_value > 0 else None
+        increase = None
+        if baseline.retrans_share is not None and treatment.retrans_share is not None:
+            increase = 100.0 * (treatment.retrans_share - baseline.retrans_share)
+        tables.append(PercentileTable(group=name, arms=arms, improvement=improvement,
+                                      pct_improvement=pct_improvement, retrans_increase_pp=increase))
+    return tables
+
+
+def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
+    """Mean, median and standard deviation per IW present (Figure 2); arms filter ignored."""
+    frame = _load(session, filters, None, with_hist=True)
+    arms = sorted(set(frame.arm.tolist()))
+    index = {iw: i for i, iw in enumerate(arms)}
+    groups = np.fromiter((index[a] for a in frame.arm.tolist()), dtype=np.int64, count=frame.size)
+    n = _group_sum(frame.n, groups, len(arms))
+    sums = _group_sum(frame.sum_us, groups, len(arms))
+    sumsq = _group_sum(frame.sumsq, groups, len(arms))
+    hists = _histograms(frame, groups, len(arms))
+    return [_arm_stats(iw, n[i], sums[i], sumsq[i], hists[i]) for i, iw in enumerate(arms) if n[i] > 0]
+
+
+def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:
+    """Per IW: ``(latency_ms, cumulative fraction)`` at each occupied histogram bin's upper edge."""
+    frame = _load(session, filters, None, with_hist=True)
+    arms = sorted(set(frame.arm.tolist()))
+    index = {iw: i for i, iw in enumerate(arms)}
+    groups = np.fromiter((index[a] for a in frame.arm.tolist()), dtype=np.int64, count=frame.size)
+    hists = _histograms(frame, groups, len(arms))
+    return {iw: histogram_cdf(hists[i]) for i, iw in enumerate(arms) if hists[i].sum() > 0}
+
+
+def headline(session: Session, filters: Filters) -> Headline:
+    """Totals over every arm matching the filters, and the overall treatment-vs-baseline result."""
+    frame = _load(session, filters, None, with_hist=True)
+    compared = (frame.arm == filters.baseline_iw) | (frame.arm == filters.treatment_iw)
+    comparison = _comparisons(frame, filters, np.where(compared, 0, -1), [bk.Bucket("all", 0, None, None)], "all")
+    base = frame.arm == filters.baseline_iw
+    treat = frame.arm == filters.treatment_iw
+    share_base = _share(frame.retrans_trials[base].sum(), frame.retrans_n[base].sum())
+    share_treat = _share(frame.retrans_trials[treat].sum(), frame.retrans_n[treat].sum())
+    with_trials = frame.n_trials > 0
+    result = comparison[0] if comparison else None
+    return Headline(
+        n_trials=int(frame.n_trials.sum()),
+        n_probes=int(np.unique(frame.probe[with_trials]).size),
+        n_regions=int(np.unique(frame.region[with_trials]).size),
+        baseline_iw=filters.baseline_iw, treatment_iw=filters.treatment_iw,
+        abs_ms=result.abs_ms if result else None, pct=result.pct if result else None,
+        pct_ci_low=result.pct_ci_low if result else None, pct_ci_high=result.pct_ci_high if result else None,
+        retrans_increase_pp=(100.0 * (share_treat - share_base)
+                             if share_base is not None and share_treat is not None else None))
+
+
+def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
+    """Per region: trials of both arms, means and improvement, and a map centroid."""
+    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=False)
+    groups, labels = _dimension_groups(frame, "region")
+    is_base = (frame.arm == filters.baseline_iw).astype(np.float64)
+    is_treat = (frame.arm == filters.treatment_iw).astype(np.float64)
+    count = len(labels)
+    n_base, n_treat = _group_sum(frame.n * is_base, groups, count), _group_sum(frame.n * is_treat, groups, count)
+    s_base = _group_sum(frame.sum_us * is_base, groups, count)
+    s_treat = _group_sum(frame.sum_us * is_treat, groups, count)
+    summaries: list[RegionSummary] = []
+    for i, label in enumerate(labels):
+        if n_base[i] + n_treat[i] == 0:
+            continue
+        base_mean = s_base[i] / n_base[i] / 1000.0 if n_base[i] else None
+        treat_mean = s_treat[i] / n_treat[i] / 1000.0 if n_treat[i] else None
+        abs_ms = base_mean - treat_mean if base_mean is not None and treat_mean is not None else None
+        pct = 100.0 * abs_ms / base_mean if abs_ms is not None and base_mean else None
+        lat, lon = region_centroid(label.label)
+        summaries.append(RegionSummary(region=label.label, lat=lat, lon=lon, n=int(n_base[i] + n_treat[i]),
+                                       abs_ms=abs_ms, pct=pct, baseline_mean_ms=base_mean,
+                                       treatment_mean_ms=treat_mean))
+    return summaries
+
+
+def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
+    """Per path-loss bucket: the comparison and the retransmission rate of each arm."""
+    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=True)
+    groups, labels = _dimension_groups(frame, "loss")
+    comparisons = _comparisons(frame, filters, groups, labels, "loss")
+    result: list[LossBucket] = []
+    for comparison in comparisons:
+        rows = groups == comparison.order
+        shares = []
+        for iw in (filters.baseline_iw, filters.treatment_iw):
+            arm_rows = rows & (frame.arm == iw)
+            shares.append(_share(frame.retrans_trials[arm_rows].sum(), frame.retrans_n[arm_rows].sum()))
+        increase = 100.0 * (shares[1] - shares[0]) if shares[0] is not None and shares[1] is not None else None
+        result.append(LossBucket(bucket=comparison.bucket, order=comparison.order, comparison=comparison,
+                                 retrans_share_baseline=shares[0], retrans_share_treatment=shares[1],
+                                 retrans_increase_pp=increase))
+    return result
+
+
+def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
+    """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share."""
+    today = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).date()
+    rows = session.execute(text("""
+        SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
+               (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog,
+               COALESCE(sum(r.n_trials), 0) AS trials_total, COALESCE(sum(r.n_errors), 0) AS errors,
+               COALESCE(sum(r.n_trials) FILTER (WHERE r.day > :week_start), 0) AS trials_week
+        FROM probes AS p LEFT JOIN analysis_rollups AS r ON r.probe_id = p.id
+        GROUP BY p.id ORDER BY p.region, p.name"""), {"week_start": today - dt.timedelta(days=7)}).all()
+    result: list[ProbeRow] = []
+    for row in rows:
+        try:
+            backlog = int(row.spool_backlog) if row.spool_backlog is not None else None
+        except ValueError:
+            backlog = None
+        total = int(row.trials_total)
+        result.append(ProbeRow(probe_id=str(row.id), name=row.name, region=row.region, country=row.country,
+                               version=row.version, last_seen_at=row.last_seen_at, trials_total=total,
+                               trials_per_day=int(row.trials_week) / 7.0,
+                               error_share=int(row.errors) / total if total else None, spool_backlog=backlog))
+    return result
+
+
+def filter_options(session: Session) -> FilterOptions:
+    """Choices for the filter bar: campaigns, regions, arms and the object size range seen."""
+    campaigns = [(int(row.id), row.name) for row in session.execute(text("SELECT id, name FROM campaigns ORDER BY id"))]
+    regions = [row[0] for row in session.execute(text("SELECT DISTINCT region FROM probes ORDER BY region"))]
+    arms = [int(row[0]) for row in session.execute(text("SELECT DISTINCT arm_iw FROM analysis_rollups ORDER BY 1"))]
+    size_min, size_max = session.execute(text("SELECT min(size_min), max(size_max) FROM analysis_rollups")).one()
+    return FilterOptions(campaigns=campaigns, regions=regions, arms=arms,
+                         size_min=int(size_min) if size_min is not None else None,
+                         size_max=int(size_max) if size_max is not None else None)
+
+
+def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
+    """Competing-flow results; no table records them yet, so there is nothing to return."""
+    return []
+
+
+# ---- raw path --------------------------------------------------------------------------------
+
+#: Columns of the trials page and the CSV export, in order.
+TRIAL_COLUMNS: tuple[str, ...] = (
+    "trial_id", "started_at", "campaign_id", "probe_id", "region", "origin_id", "arm_iw", "object_size",
+    "total_us", "ttfb_us", "server_latency_us", "http_status", "error_kind", "tcpi_total_retrans",
+    "tcpi_min_rtt_us", "server_total_retrans", "server_bytes_retrans", "server_bytes_sent")
+#: The trials page counts at most this many matches (then reports ``TRIALS_COUNT_CAP + 1``).
+TRIALS_COUNT_CAP = 100_000
+
+
+def _raw_where(filters: Filters) -> tuple[str, dict[str, Any]]:
+    """Exact filters on ``trials t JOIN probes p`` (arms are not filtered: every arm is shown)."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if filters.campaign_ids:
+        clauses.append("t.campaign_id = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
+    if filters.since is not None:
+        clauses.append("t.started_at >= :since")
+        params["since"] = filters.since
+    if filters.until is not None:
+        clauses.append("t.started_at <= :until")
+        params["until"] = filters.until
+    if filters.regions:
+        clauses.append("p.region = ANY(:regions)")
+        params["regions"] = list(filters.regions)
+    if filters.size_min is not None:
+        clauses.append("t.object_size >= :size_min")
+        params["size_min"] = filters.size_min
+    if filters.size_max is not None:
+        clauses.append("t.object_size <= :size_max")
+        params["size_max"] = filters.size_max
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def _raw_select(filters: Filters) -> tuple[str, dict[str, Any]]:
+    where, params = _raw_where(filters)
+    columns = ", ".join("p.region" if name == "region" else f"t.{name}" for name in TRIAL_COLUMNS)
+    return f"SELECT {columns} FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id WHERE {where}", params
+
+
+def trials_page(session: Session, filters: Filters, limit: int = 100, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Raw trials matching the filters exactly, newest first, and how many match (capped).
+
+    The count stops at :data:`TRIALS_COUNT_CAP`; more matches are reported as cap + 1.
+    """
+    limit = max(0, min(int(limit), 10_000))
+    offset = max(0, int(offset))
+    select, params = _raw_select(filters)
+    rows = session.execute(text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
+                           {**params, "limit": limit, "offset": offset}).all()
+    where, count_params = _raw_where(filters)
+    total = session.execute(text(f"""
+        SELECT count(*) FROM (SELECT 1 FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id
+                              WHERE {where} LIMIT :cap) AS matches"""), {**count_params, "cap": TRIALS_COUNT_CAP + 1}
+                            ).scalar_one()
+    return [dict(row._mapping) for row in rows], int(total)
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return "" if value is None else value
+
+
+def iter_trials_csv(session: Session, filters: Filters, chunk_rows: int = 2000) -> Iterator[str]:
+    """Raw trials matching the filters as CSV text chunks (header first), streamed by a server-side cursor."""
+    select, params = _raw_select(filters)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(TRIAL_COLUMNS)
+    result = session.execute(text(f"{select} ORDER BY t.started_at, t.trial_id"), params,
+                             execution_options={"yield_per": chunk_rows})
+    for partition in result.partitions(chunk_rows):
+        for row in partition:
+            writer.writerow([_csv_value(value) for value in row])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
