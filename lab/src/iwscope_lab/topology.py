@@ -1,0 +1,657 @@
+"""Lab topologies: hosts as network namespaces joined by emulated access links.
+
+Layout of one run (``run_id`` such as ``iws3f2a`` or, in tests, ``iwt...``)::
+
+    root namespace (collector stack, binds 0.0.0.0)
+      <run>r 10.N.0.1/30  (= Topology.collector_address)
+        | veth (not emulated)
+    <run>-core  10.N.0.2/30, ip_forward=1           core router
+      <run>c<i> 10.N.i.1 peer 10.N.i.2  -- TUN --+
+                                                 | iwemu process (the access link of host i)
+    <run>-<host>  <run>h<i> 10.N.i.2 peer 10.N.i.1 -- TUN --+   default route via the TUN
+
+Every path between two hosts crosses both hosts' access links and the core, so the probe ->
+origin round trip is the sum of both access links' delays.  TUN links are layer 3: no ARP.
+The emulators create the TUN devices (non-persistent: they vanish with the process).
+
+State of every run lives in ``/run/iwscope-lab/<run>/state.json`` (written before anything
+is created, updated as things are) so that :func:`cleanup` can remove what a crashed run
+left behind.
+
+Namespace settings (each namespace, see docs/lab.md):
+``net.ipv4.tcp_no_metrics_save=1`` so one connection's ssthresh/RTT does not leak into the
+next; IPv6 off (no router solicitations on the emulated links); ``tcp_slow_start_after_idle``
+left at the kernel default (1, as on production servers) unless ``sysctls`` overrides it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .links import DirectionSpec, LinkSpec
+
+__all__ = ["Topology", "Host", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
+           "STATE_ROOT", "emulator_path"]
+
+#: Where run state is kept (tmpfs: a reboot clears it together with the namespaces).
+STATE_ROOT = Path(os.environ.get("IWSCOPE_LAB_STATE_DIR", "/run/iwscope-lab"))
+#: Run ids: a prefix (``iws`` for the lab, ``iwt`` for tests) and up to 8 more characters,
+#: so device names ``<run>h<index>`` fit the kernel's 15 characters.
+RUN_ID_RE = re.compile(r"^(iws|iwt)[a-z0-9]{1,8}$")
+HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,30}$")
+MAX_HOSTS = 250
+#: Second octet range for per-run /16 subnets under 10.0.0.0/8.
+SUBNET_OCTETS = range(64, 250)
+DEFAULT_SYSCTLS: dict[str, str] = {
+    "net.ipv4.tcp_no_metrics_save": "1",
+    "net.ipv6.conf.all.disable_ipv6": "1",
+    "net.ipv6.conf.default.disable_ipv6": "1",
+}
+MTU = 1500
+EMULATOR_READY_TIMEOUT_S = 5.0
+
+
+class LabError(RuntimeError):
+    """A lab operation failed; the message says which step and why."""
+
+
+def emulator_path() -> Path:
+    """The iwemu binary: ``$IWSCOPE_LAB_EMULATOR`` or ``lab/emulator/iwemu`` (built if missing)."""
+    configured = os.environ.get("IWSCOPE_LAB_EMULATOR")
+    if configured:
+        return Path(configured)
+    source_dir = Path(__file__).resolve().parents[2] / "emulator"
+    binary = source_dir / "iwemu"
+    source = source_dir / "iwemu.c"
+    if source.exists() and (not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime):
+        result = subprocess.run(["make", "-s", "-C", str(source_dir)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LabError(f"building the emulator failed: {result.stderr.strip()}")
+    if not binary.exists():
+        raise LabError(f"emulator binary {binary} missing: run `make -C {source_dir}`")
+    return binary
+
+
+def _ip(args: Sequence[str], *, namespace: str | None = None, check: bool = True,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = ["ip"] + (["-n", namespace] if namespace else []) + list(args)
+    result = subprocess.run(cmd, capture_output=True, text=True, input=stdin)
+    if check and result.returncode != 0:
+        raise LabError(f"`{' '.join(cmd)}` failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def _ip_batch(namespace: str | None, lines: Iterable[str]) -> None:
+    _ip(["-batch", "-"], namespace=namespace, stdin="\n".join(lines) + "\n")
+
+
+def _process_start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of a live process, None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def _alive(pid: int | None, start_time: int | None) -> bool:
+    if not pid:
+        return False
+    actual = _process_start_time(pid)
+    return actual is not None and (start_time is None or actual == start_time)
+
+
+def _existing_namespaces() -> set[str]:
+    result = _ip(["netns", "list"], check=False)
+    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+
+
+def _namespace_pids(namespace: str) -> list[int]:
+    result = _ip(["netns", "pids", namespace], check=False)
+    return [int(token) for token in result.stdout.split() if token.isdigit()]
+
+
+def _terminate(pids: Iterable[int], grace_s: float = 1.0) -> None:
+    """SIGTERM, then SIGKILL what is left after ``grace_s`` (only pids the lab started)."""
+    pending = set(pids)
+    for pid in list(pending):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pending.discard(pid)
+    deadline = time.monotonic() + grace_s
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            _reap(pid)
+            if _process_start_time(pid) is None:
+                pending.discard(pid)
+        time.sleep(0.02)
+    for pid in pending:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pending:
+        for _ in range(50):
+            _reap(pid)
+            if _process_start_time(pid) is None:
+                break
+            time.sleep(0.02)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def control(socket_path: str | Path, line: str, timeout_s: float = 2.0) -> str:
+    """Send one command to an emulator's control socket and return its answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        sock.connect(str(socket_path))
+        sock.sendall(line.encode() + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+@dataclass
+class Host:
+    """A named host of a topology: one network namespace behind one emulated access link."""
+
+    name: str
+    role: str = "probe"
+    region: str | None = None
+    link: LinkSpec = field(default_factory=LinkSpec)
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Set by the topology: namespace, IPv4 address, device names, emulator process.
+    netns: str = field(default="", init=False)
+    address: str = field(default="", init=False)
+    index: int = field(default=0, init=False)
+    device: str = field(default="", init=False)
+    core_device: str = field(default="", init=False)
+    core_address: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if not HOST_NAME_RE.match(self.name) or self.name == "core":
+            raise ValueError(f"host name {self.name!r}: use 1-31 of [a-z0-9_.-], not 'core'")
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
+                "netns": self.netns, "address": self.address, "device": self.device,
+                "core_device": self.core_device, "link": self.link.to_dict()}
+
+
+class Topology:
+    """A set of hosts, each a namespace ``<run>-<host>``, behind emulated links to a core.
+
+    Use as a context manager, or call :meth:`up` and :meth:`down`.
+    """
+
+    def __init__(self, name: str | None = None, hosts: Sequence[Host] = (), *,
+                 sysctls: Mapping[str, str] | None = None, trace: bool | Iterable[str] = False,
+                 seed: int = 1, detached: bool = False, scenario: str | None = None) -> None:
+        run_id = name or f"iws{secrets.token_hex(3)}"
+        if not RUN_ID_RE.match(run_id):
+            run_id = f"iws{run_id}" if RUN_ID_RE.match(f"iws{run_id}") else run_id
+        if not RUN_ID_RE.match(run_id):
+            raise ValueError(f"run id {name!r}: expected 'iws' or 'iwt' + 1-8 of [a-z0-9]")
+        if not hosts:
+            raise ValueError("a topology needs at least one host")
+        if len(hosts) > MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS} hosts per topology")
+        names = [host.name for host in hosts]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+        self.run_id = run_id
+        self.name = run_id
+        self.scenario = scenario
+        self.hosts: list[Host] = list(hosts)
+        self.sysctls = {**DEFAULT_SYSCTLS, **(sysctls or {})}
+        self.seed = seed
+        self.detached = detached
+        if trace is True:
+            self._traced = set(names)
+        elif trace is False:
+            self._traced = set()
+        else:
+            self._traced = set(trace)
+        self.core_netns = f"{run_id}-core"
+        self.root_device = f"{run_id}r"
+        self.core_veth = f"{run_id}v"
+        self.state_dir = STATE_ROOT / run_id
+        self.subnet: int | None = None
+        self._emulators: dict[str, subprocess.Popen[bytes] | int] = {}
+        self._children: list[subprocess.Popen[Any]] = []
+        self._is_up = False
+        for index, host in enumerate(self.hosts, start=1):
+            host.index = index
+            host.netns = f"{run_id}-{host.name}"
+            host.device = f"{run_id}h{index}"
+            host.core_device = f"{run_id}c{index}"
+
+    # ----- public API -----
+
+    @property
+    def collector_address(self) -> str:
+        """Root-namespace address every host can reach (the collector binds here or 0.0.0.0)."""
+        self._require_up()
+        return f"10.{self.subnet}.0.1"
+
+    @property
+    def core_address(self) -> str:
+        self._require_up()
+        return f"10.{self.subnet}.0.2"
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(f"no host {name!r} in topology {self.run_id} (hosts: {', '.join(h.name for h in self.hosts)})")
+
+    def hosts_by_role(self, role: str) -> list[Host]:
+        return [host for host in self.hosts if host.role == role]
+
+    def up(self) -> "Topology":
+        """Build everything; a no-op when already up (also when another process built this run)."""
+        if self._is_up:
+            return self
+        STATE_ROOT.mkdir(parents=True, exist_ok=True)
+        existing = _read_state(self.state_dir)
+        if existing is not None:
+            if _run_healthy(existing) and self._adopt(existing):
+                return self
+            _cleanup_run(existing)
+        try:
+            self._build()
+        except BaseException:
+            self.down()
+            raise
+        self._is_up = True
+        return self
+
+    def down(self) -> None:
+        """Remove every namespace, device, process and state file of this run."""
+        state = _read_state(self.state_dir) or self._state()
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+        self._children.clear()
+        _cleanup_run(state)
+        for emulator in self._emulators.values():
+            if isinstance(emulator, subprocess.Popen):
+                emulator.wait()
+        self._emulators.clear()
+        self._is_up = False
+
+    def __enter__(self) -> "Topology":
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def run(self, host: str, cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        """Run ``cmd`` inside ``host``'s namespace (``ip netns exec``)."""
+        return subprocess.run(self._exec_prefix(host) + list(cmd), **kwargs)
+
+    def popen(self, host: str, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``cmd`` inside ``host``'s namespace; it is killed by :meth:`down`."""
+        process = subprocess.Popen(self._exec_prefix(host) + list(cmd), **kwargs)
+        self._children.append(process)
+        return process
+
+    def set_link(self, host: str, spec: LinkSpec) -> None:
+        """Change a host's link parameters live (queued packets keep their schedule)."""
+        self._require_up()
+        target = self.host(host)
+        answer = control(self._control_path(target), "set " + " ".join(spec.emulator_settings()))
+        if answer.strip() != "ok":
+            raise LabError(f"emulator of {host} refused the new link: {answer.strip()}")
+        target.link = spec
+        self._write_state()
+
+    def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None) -> None:
+        """Set ``initcwnd`` / ``initrwnd`` on the host's default route (None leaves it out)."""
+        self._require_up()
+        target = self.host(host)
+        args = ["route", "replace", "default", "via", target.core_address, "dev", target.device]
+        if initcwnd is not None:
+            args += ["initcwnd", str(int(initcwnd))]
+        if initrwnd is not None:
+            args += ["initrwnd", str(int(initrwnd))]
+        _ip(args, namespace=target.netns)
+
+    def link_stats(self, host: str) -> dict[str, Any]:
+        """The emulator's configuration and counters (``down`` and ``up``) for a host's link."""
+        self._require_up()
+        return json.loads(control(self._control_path(self.host(host)), "stats"))
+
+    def emulator_pid(self, host: str) -> int:
+        self._require_up()
+        emulator = self._emulators[host]
+        return emulator.pid if isinstance(emulator, subprocess.Popen) else emulator
+
+    def trace_path(self, host: str) -> Path:
+        return self.state_dir / f"trace-{host}.log"
+
+    def status(self, *, counters: bool = True) -> dict[str, Any]:
+        """Hosts (role, namespace, address), links (parameters, live counters)."""
+        self._require_up()
+        hosts = []
+        for host in self.hosts:
+            entry = host.describe()
+            entry["emulator_pid"] = self.emulator_pid(host.name)
+            if counters:
+                try:
+                    stats = self.link_stats(host.name)
+                    entry["counters"] = {direction: {k: v for k, v in stats[direction].items() if k != "config"}
+                                         for direction in ("down", "up")}
+                except OSError as exc:
+                    entry["counters"] = {"error": f"emulator unreachable: {exc}"}
+            hosts.append(entry)
+        return {"run_id": self.run_id, "scenario": self.scenario, "collector_address": self.collector_address,
+                "core_netns": self.core_netns, "subnet": f"10.{self.subnet}.0.0/16", "hosts": hosts}
+
+    @classmethod
+    def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> "Topology":
+        """A topology from a lab scenario YAML (a name from ``scenarios/`` or a path)."""
+        from .scenarios import load_scenario
+
+        loaded = load_scenario(scenario)
+        return cls(run_id, loaded.hosts(), scenario=loaded.name, **kwargs)
+
+    @classmethod
+    def attach(cls, run_id: str) -> "Topology":
+        """The running topology ``run_id`` (built by another process, e.g. ``iwscope lab up``)."""
+        state = _read_state(STATE_ROOT / run_id)
+        if state is None:
+            raise LabError(f"no lab run {run_id!r} (state {STATE_ROOT / run_id / 'state.json'} missing)")
+        hosts = []
+        for entry in state["hosts"]:
+            hosts.append(Host(entry["name"], role=entry["role"], region=entry.get("region"),
+                              link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {}))
+        topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
+                   detached=state.get("detached", False), scenario=state.get("scenario"))
+        if not topo._adopt(state):
+            raise LabError(f"lab run {run_id!r} is broken (emulator or namespace gone): run `iwscope lab cleanup`")
+        return topo
+
+    # ----- internals -----
+
+    def _require_up(self) -> None:
+        if not self._is_up:
+            raise LabError(f"topology {self.run_id} is not up")
+
+    def _exec_prefix(self, host: str) -> list[str]:
+        netns = self.core_netns if host == "core" else self.host(host).netns
+        return ["ip", "netns", "exec", netns]
+
+    def _control_path(self, host: Host) -> Path:
+        return self.state_dir / f"emu-{host.name}.sock"
+
+    def _state(self) -> dict[str, Any]:
+        namespaces = [self.core_netns] + [host.netns for host in self.hosts]
+        emulators = {}
+        for name, emulator in self._emulators.items():
+            pid = emulator.pid if isinstance(emulator, subprocess.Popen) else emulator
+            emulators[name] = {"pid": pid, "start_time": _process_start_time(pid)}
+        return {
+            "run_id": self.run_id, "scenario": self.scenario, "owner_pid": os.getpid(),
+            "owner_start_time": _process_start_time(os.getpid()), "detached": self.detached,
+            "created_at": time.time(), "subnet": self.subnet, "namespaces": namespaces,
+            "root_devices": [self.root_device],
+            "root_routes": [f"10.{self.subnet}.0.0/16"] if self.subnet is not None else [],
+            "emulators": emulators, "sysctls": self.sysctls, "seed": self.seed,
+            "hosts": [host.describe() for host in self.hosts],
+        }
+
+    def _write_state(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        state = self._state()
+        previous = _read_state(self.state_dir)
+        if previous:
+            state["created_at"] = previous.get("created_at", state["created_at"])
+        temporary = self.state_dir / "state.json.tmp"
+        temporary.write_text(json.dumps(state, indent=2))
+        temporary.replace(self.state_dir / "state.json")
+
+    def _adopt(self, state: dict[str, Any]) -> bool:
+        """Take over a healthy run described by ``state`` (same hosts); False if not possible."""
+        if [h["name"] for h in state["hosts"]] != [h.name for h in self.hosts] or state.get("subnet") is None:
+            return False
+        self.subnet = int(state["subnet"])
+        for host, entry in zip(self.hosts, state["hosts"]):
+            host.address = entry["address"]
+            host.core_address = f"10.{self.subnet}.{host.index}.1"
+            host.link = LinkSpec.from_dict(entry["link"])
+        self._emulators = {name: int(info["pid"]) for name, info in state["emulators"].items()}
+        self._is_up = True
+        return True
+
+    def _allocate_subnet(self) -> int:
+        """A free 10.N.0.0/16: not used by another run's state nor by any root route/address."""
+        used: set[int] = set()
+        for state in list_runs():
+            if state.get("subnet") is not None and state["run_id"] != self.run_id:
+                used.add(int(state["subnet"]))
+        ten = ipaddress.ip_network("10.0.0.0/8")
+        for args in (["-j", "route", "show", "table", "all"], ["-j", "addr", "show"]):
+            for entry in json.loads(_ip(["-4"] + args).stdout or "[]"):
+                candidates = [entry.get("dst", "")] + [a.get("local", "") for a in entry.get("addr_info", [])]
+                for candidate in candidates:
+                    try:
+                        network = ipaddress.ip_network(candidate, strict=False)
+                    except ValueError:
+                        continue
+                    if network.overlaps(ten) and network.prefixlen >= 16:
+                        used.add(int(network.network_address.packed[1]))
+                    elif network.overlaps(ten) and network.prefixlen < 16 and network.prefixlen > 0:
+                        raise LabError(f"root namespace route {candidate} covers the lab's 10.0.0.0/8 space")
+        for octet in SUBNET_OCTETS:
+            if octet not in used:
+                return octet
+        raise LabError("no free 10.N.0.0/16 subnet for a lab run")
+
+    def _build(self) -> None:
+        lock_path = STATE_ROOT / ".allocate.lock"
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.subnet = self._allocate_subnet()
+            for host in self.hosts:
+                host.address = f"10.{self.subnet}.{host.index}.2"
+                host.core_address = f"10.{self.subnet}.{host.index}.1"
+            self._write_state()   # before anything exists: a crash from here on is cleanable
+        existing = _existing_namespaces()
+        for netns in [self.core_netns] + [host.netns for host in self.hosts]:
+            if netns in existing:
+                raise LabError(f"namespace {netns} already exists (another run?); run `iwscope lab cleanup`")
+            _ip(["netns", "add", netns])
+            _ip(["link", "set", "lo", "up"], namespace=netns)
+            settings = dict(self.sysctls)
+            if netns == self.core_netns:
+                settings["net.ipv4.ip_forward"] = "1"
+            self._sysctl(netns, settings)
+        # The collector path: a plain veth between the root namespace and the core.
+        sub = self.subnet
+        _ip(["link", "add", self.root_device, "type", "veth", "peer", "name", self.core_veth,
+             "netns", self.core_netns])
+        disable_v6 = Path(f"/proc/sys/net/ipv6/conf/{self.root_device}/disable_ipv6")
+        if disable_v6.exists():
+            disable_v6.write_text("1")
+        _ip_batch(None, [f"addr add 10.{sub}.0.1/30 dev {self.root_device}",
+                         f"link set {self.root_device} up",
+                         f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}"])
+        _ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
+                                    f"link set {self.core_veth} up"])
+        binary = str(emulator_path())
+        for host in self.hosts:
+            self._start_emulator(binary, host)
+            self._write_state()
+            _ip_batch(host.netns, [f"link set {host.device} mtu {MTU} up",
+                                   f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
+                                   f"route add default via {host.core_address} dev {host.device}"])
+            _ip_batch(self.core_netns, [f"link set {host.core_device} mtu {MTU} up",
+                                        f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"])
+
+    def _sysctl(self, netns: str, settings: Mapping[str, str]) -> None:
+        args = []
+        for key, value in settings.items():
+            args.append(f"{key}={value}")
+        result = subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *args],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LabError(f"sysctl in {netns} failed: {result.stderr.strip()}")
+
+    def _start_emulator(self, binary: str, host: Host) -> None:
+        control_path = self._control_path(host)
+        cmd = [binary, "--a-netns", f"/run/netns/{host.netns}", "--a-dev", host.device,
+               "--b-netns", f"/run/netns/{self.core_netns}", "--b-dev", host.core_device,
+               "--control", str(control_path), "--seed", str(self.seed * 1000 + host.index)]
+        if host.name in self._traced:
+            cmd += ["--trace", str(self.trace_path(host.name))]
+        cmd += host.link.emulator_settings()
+        log = open(self.state_dir / f"emu-{host.name}.log", "wb")
+        with log:
+            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        self._emulators[host.name] = process
+        assert process.stdout is not None
+        os.set_blocking(process.stdout.fileno(), False)
+        deadline = time.monotonic() + EMULATOR_READY_TIMEOUT_S
+        received = b""
+        while b"ready\n" not in received:
+            if process.poll() is not None:
+                error = (self.state_dir / f"emu-{host.name}.log").read_text(errors="replace").strip()
+                raise LabError(f"emulator for {host.name} exited with {process.returncode}: {error}")
+            if time.monotonic() > deadline:
+                raise LabError(f"emulator for {host.name} not ready within {EMULATOR_READY_TIMEOUT_S} s")
+            try:
+                chunk = os.read(process.stdout.fileno(), 64)
+            except BlockingIOError:
+                chunk = b""
+            if chunk:
+                received += chunk
+            else:
+                time.sleep(0.002)
+        process.stdout.close()
+
+
+# ----- run state and cleanup -----
+
+def _read_state(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((state_dir / "state.json").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError):
+        return {"run_id": state_dir.name, "namespaces": [], "root_devices": [], "emulators": {},
+                "hosts": [], "corrupt": True}
+
+
+def list_runs() -> list[dict[str, Any]]:
+    """State of every lab run on this machine (live or left over)."""
+    runs = []
+    if STATE_ROOT.is_dir():
+        for entry in sorted(STATE_ROOT.iterdir()):
+            if entry.is_dir():
+                state = _read_state(entry)
+                if state is not None:
+                    runs.append(state)
+    return runs
+
+
+def _run_healthy(state: dict[str, Any]) -> bool:
+    if state.get("corrupt") or not state.get("emulators"):
+        return False
+    if len(state["emulators"]) != len(state.get("hosts", [])):
+        return False
+    if not all(_alive(info["pid"], info.get("start_time")) for info in state["emulators"].values()):
+        return False
+    return set(state.get("namespaces", [])) <= _existing_namespaces()
+
+
+def run_is_stale(state: dict[str, Any]) -> bool:
+    """Left over: its owner died (attached runs) or it is broken (detached runs)."""
+    if state.get("corrupt"):
+        return True
+    if not state.get("detached"):
+        return not _alive(state.get("owner_pid"), state.get("owner_start_time"))
+    return not _run_healthy(state)
+
+
+def _cleanup_run(state: dict[str, Any]) -> None:
+    """Kill the run's processes, delete its devices and namespaces and its state directory."""
+    run_id = state["run_id"]
+    if not RUN_ID_RE.match(run_id):
+        raise LabError(f"refusing to clean up {run_id!r}: not a lab run id")
+    pids: set[int] = set()
+    for info in state.get("emulators", {}).values():
+        if _alive(info.get("pid"), info.get("start_time")):
+            pids.add(int(info["pid"]))
+    existing = _existing_namespaces()
+    namespaces = [n for n in state.get("namespaces", []) if n.startswith(f"{run_id}-")]
+    namespaces += [n for n in existing if n.startswith(f"{run_id}-") and n not in namespaces]
+    for netns in namespaces:
+        if netns in existing:
+            pids.update(_namespace_pids(netns))
+    pids.discard(os.getpid())
+    _terminate(pids)
+    for device in state.get("root_devices", []) or [f"{run_id}r"]:
+        if device.startswith(run_id):
+            _ip(["link", "del", device], check=False)
+    for netns in namespaces:
+        if netns in existing:
+            result = _ip(["netns", "del", netns], check=False)
+            if result.returncode != 0 and "No such file" not in result.stderr:
+                raise LabError(f"deleting namespace {netns}: {result.stderr.strip()}")
+    state_dir = STATE_ROOT / run_id
+    try:
+        shutil.rmtree(state_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+
+
+def cleanup(all_runs: bool = False) -> list[str]:
+    """Remove left-over runs (owner dead or broken); every run with ``all_runs``. Returns run ids."""
+    removed = []
+    for state in list_runs():
+        if all_runs or run_is_stale(state):
+            _cleanup_run(state)
+            removed.append(state["run_id"])
+    if all_runs:
+        # Namespaces of the lab's prefix whose state was lost.
+        for netns in sorted(_existing_namespaces()):
+            run_id = netns.split("-", 1)[0]
+            if RUN_ID_RE.match(run_id) and "-" in netns and run_id not in removed:
+                _cleanup_run({"run_id": run_id, "namespaces": [netns], "root_devices": [f"{run_id}r"],
+                              "emulators": {}})
+                removed.append(run_id)
+    return removed
