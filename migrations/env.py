@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-import re
-from typing import Any
-
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-import iwscope.models  # noqa: F401  (registers every core table on Base.metadata)
 from iwscope.config import get_settings
-from iwscope.db import Base
+from iwscope.migrate import include_object, model_metadata
 
-# Tables of other parts register themselves when their model module imports (optional).
-for _optional in ("iwscope.analysis.models",):
-    try:
-        importlib.import_module(_optional)
-    except ModuleNotFoundError as missing:
-        if missing.name is None or not _optional.startswith(missing.name):
-            raise
-
-target_metadata = Base.metadata
-
-#: Monthly and default partitions of ``trials`` are created at run time, not declared as models.
-PARTITION_NAME = re.compile(r"^trials_(default|p\d{6})$")
-
-
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
-    """Leave the partitions of ``trials`` (and their indexes) out of autogenerate comparisons."""
-    if type_ == "table" and name is not None and PARTITION_NAME.match(name):
-        return False
-    return True
+target_metadata = model_metadata()
 
 
 def _url() -> str:

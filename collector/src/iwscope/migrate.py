@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import pathlib
+import re
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, pool
+from sqlalchemy import MetaData, create_engine, pool
 
 from iwscope.config import get_settings
+
+
+#: Monthly and default partitions of ``trials`` are created at run time, not declared as models.
+PARTITION_NAME = re.compile(r"^trials_(default|p\d{6})$")
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    """Leave the partitions of ``trials`` out of autogenerate comparisons."""
+    return not (type_ == "table" and name is not None and PARTITION_NAME.match(name))
+
+
+#: Model modules of other parts, registered when installed.
+OPTIONAL_MODEL_MODULES = ("iwscope.analysis.models",)
+
+
+def model_metadata() -> MetaData:
+    """The metadata of every model: the core's and those of installed optional modules."""
+    import iwscope.models  # noqa: F401  (registers the core tables)
+    from iwscope.db import Base
+
+    for name in OPTIONAL_MODEL_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    return Base.metadata
 
 
 class MigrationsNotFound(RuntimeError):
