@@ -9,11 +9,12 @@ from iwscope.analysis.queries import (ArmPercentiles, ArmStats, BucketComparison
                                       Headline, LossBucket, PercentileTable, ProbeRow, RegionSummary, compare_by,
                                       fairness, filter_options, fleet, headline, iter_trials_csv, latency_cdf,
                                       latency_vs_iw, loss_summary, percentile_table, region_summary, trials_page)
-from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups
+from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups, reset_rollups
 
 __all__ = [
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
     "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by",
     "fairness", "filter_options", "fleet", "headline", "iter_trials_csv", "latency_cdf", "latency_vs_iw",
-    "loss_summary", "percentile_table", "rebuild_rollups", "refresh_rollups", "region_summary", "trials_page",
+    "loss_summary", "percentile_table", "rebuild_rollups", "refresh_rollups", "region_summary", "reset_rollups",
+    "trials_page",
 ]

@@ -250,7 +250,9 @@ def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_h
         LEFT JOIN path_estimates AS pe ON pe.probe_id = r.probe_id AND pe.origin_id = r.origin_id
         WHERE {where}""")
     rows = session.execute(statement, params).all()
-    path_codes: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
+    # Paths are numbered in (probe_id, origin_id) order, so bootstrap resamples (fixed seed) do not
+    # depend on the order in which PostgreSQL returns the rows.
+    path_codes = {path: code for code, path in enumerate(sorted({(row[0], row[1]) for row in rows}))}
     probe_codes: dict[uuid.UUID, int] = {}
     region_codes: dict[str, int] = {}
     count = len(rows)
@@ -260,7 +262,7 @@ def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_h
                            dtype=np.float64, count=count)
 
     return _Frame(
-        path=np.fromiter((path_codes.setdefault((row[0], row[1]), len(path_codes)) for row in rows),
+        path=np.fromiter((path_codes[(row[0], row[1])] for row in rows),
                          dtype=np.int64, count=count),
         probe=np.fromiter((probe_codes.setdefault(row[0], len(probe_codes)) for row in rows),
                           dtype=np.int64, count=count),

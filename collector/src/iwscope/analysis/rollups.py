@@ -16,7 +16,7 @@ exactly once.
 not yet committed was stamped (``received_at``/``joined_at`` = ``now()``, i.e. its
 transaction's start, or the application clock a moment before) after that instant, so it
 can never be skipped by a watermark that has already moved past it.  The margin (default
-2 s) absorbs the difference between an application-side timestamp and its transaction's
+1 s) absorbs the difference between an application-side timestamp and its transaction's
 start.  This assumes ``joined_at`` is set once per trial (the join task's contract).
 """
 
@@ -41,7 +41,7 @@ from iwscope.analysis.stats import pack_histogram, unpack_histogram
 #: Key of the transaction-level advisory lock that serialises refreshes (any fixed bigint).
 ADVISORY_LOCK_KEY = 0x69777363_6F706531  # "iwscope1"
 WATERMARK_NAME = "trials"
-DEFAULT_MARGIN = dt.timedelta(seconds=2)
+DEFAULT_MARGIN = dt.timedelta(seconds=1)
 
 RollupKey = tuple[int, uuid.UUID, uuid.UUID, int, int, dt.date]
 
@@ -214,7 +214,7 @@ def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
 def _ensure_watermark(session: Session) -> Watermark:
     session.execute(text("""
         INSERT INTO analysis_watermarks (name, received_upto, joined_upto, folded_total)
-        VALUES (:name, '-infinity', '-infinity', 0) ON CONFLICT (name) DO NOTHING"""), {"name": WATERMARK_NAME})
+        VALUES (:name, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z', 0) ON CONFLICT (name) DO NOTHING"""), {"name": WATERMARK_NAME})
     row = session.execute(text("SELECT * FROM analysis_watermarks WHERE name = :name FOR UPDATE"),
                           {"name": WATERMARK_NAME}).one()
     return Watermark(name=row.name, received_upto=row.received_upto, joined_upto=row.joined_upto,
@@ -277,12 +277,17 @@ def _collect(session: Session, received_low: dt.datetime, received_high: dt.date
     return deltas, client_trials, server_trials
 
 
-def rebuild_rollups(session: Session) -> RefreshResult:
-    """Full recomputation: empty the roll-ups, reset the watermarks, fold everything in again."""
+def reset_rollups(session: Session) -> None:
+    """Empty the roll-ups and reset the watermarks (the next refresh folds every trial in)."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
     session.execute(text("DELETE FROM analysis_rollups"))
     session.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": WATERMARK_NAME})
-    return refresh_rollups(session)
+
+
+def rebuild_rollups(session: Session, *, upto: dt.datetime | None = None) -> RefreshResult:
+    """Full recomputation from the raw trials: reset, then fold everything in again."""
+    reset_rollups(session)
+    return refresh_rollups(session, upto=upto)
 
 
 def rollup_snapshot(session: Session) -> dict[RollupKey, dict[str, Any]]:

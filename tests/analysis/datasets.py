@@ -1,0 +1,124 @@
+"""Small fixed data sets for the analysis tests, inserted through the collector's models.
+
+Every data set uses its own random campaign id, so concurrent or committed trials of other
+tests in the same database never enter the numbers (all queries filter on that campaign).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from iwscope.models import Campaign, PathEstimate, Probe, Trial, TrialId
+
+UTC = dt.timezone.utc
+DAY = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+RECEIVED = dt.datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+JOINED = dt.datetime(2026, 1, 5, 12, 1, tzinfo=UTC)
+MS = 1000
+
+
+def new_campaign_id() -> int:
+    return random.randint(10 ** 9, 2 * 10 ** 9)
+
+
+def add_campaign(session: Session, campaign_id: int, name: str) -> None:
+    session.add(Campaign(id=campaign_id, name=name, origin_ids=[], probe_regions=None, arms=[3, 10],
+                         sizes=[9000], size_dist=None, sizes_per_round=1, repetitions=1, interval_s=60.0,
+                         starts_at=DAY, ends_at=None, calibrate=False))
+
+
+def add_probe(session: Session, region: str, name: str | None = None, country: str | None = None,
+              backlog: int | None = None) -> uuid.UUID:
+    probe_id = uuid.uuid4()
+    session.add(Probe(id=probe_id, name=name or f"probe-{region}-{probe_id.hex[:6]}", region=region,
+                      country=country, asn=None, labels={}, version="1.0.0", secret_hash="x",
+                      last_seen_at=RECEIVED,
+                      last_heartbeat=None if backlog is None else {"spool_backlog": backlog}))
+    return probe_id
+
+
+def add_path(session: Session, probe_id: uuid.UUID, origin_id: uuid.UUID, rtt_ms: float, bps: int,
+             loss: float) -> None:
+    session.add(PathEstimate(probe_id=probe_id, origin_id=origin_id, min_rtt_us=int(rtt_ms * MS),
+                             bottleneck_bps=bps, bdp_bytes=int(bps / 8 * rtt_ms / 1000), loss_rate=loss,
+                             sample_count=10, updated_at=RECEIVED))
+
+
+def add_trial(session: Session, *, campaign_id: int | None, probe_id: uuid.UUID, origin_id: uuid.UUID | None,
+              iw: int, server_ms: float | None, size: int = 9000, client_extra_ms: float = 10.0,
+              retrans: int | None = 0, bytes_retrans: int = 0, bytes_sent: int = 10000,
+              error: str | None = None, started_at: dt.datetime = DAY, received_at: dt.datetime = RECEIVED,
+              joined_at: dt.datetime | None = JOINED) -> uuid.UUID:
+    """One trial; ``server_ms`` None with ``error`` = a failed fetch; ``joined_at`` None = not joined yet."""
+    trial_id = uuid.uuid4()
+    joined = joined_at is not None
+    total_us = None if error or server_ms is None else int(round((server_ms + client_extra_ms) * MS))
+    session.add(TrialId(trial_id=trial_id, started_at=started_at))
+    session.add(Trial(
+        trial_id=trial_id, started_at=started_at, probe_id=probe_id, campaign_id=campaign_id, origin_id=origin_id,
+        round=0, arm_iw=iw, object_size=size, url=f"http://origin/{size}", dns_us=None, connect_us=None,
+        ttfb_us=None, total_us=total_us, bytes_received=0 if error else size,
+        http_status=None if error else 200, error_kind=error, error_detail=None, syn_retrans=0,
+        tcp_info={}, received_at=received_at,
+        server_latency_us=int(round(server_ms * MS)) if joined and server_ms is not None and not error else None,
+        server_total_retrans=retrans if joined else None,
+        server_bytes_retrans=bytes_retrans if joined and retrans is not None else None,
+        server_bytes_sent=bytes_sent if joined and retrans is not None else None,
+        joined_at=joined_at))
+    return trial_id
+
+
+@dataclass
+class Fixed:
+    """The hand-computed data set (see test_queries.py for the expected numbers)."""
+
+    campaign_id: int
+    origin_id: uuid.UUID
+    africa: uuid.UUID
+    europe: uuid.UUID
+    south_america: uuid.UUID
+    trial_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def insert_fixed(session: Session) -> Fixed:
+    """Three probes, one origin:
+
+    * africa (RTT 300 ms, 1 Mbit/s, loss 2 %): IW3 900/1000/1100 ms (one with 2 retransmissions,
+      2896 bytes), IW10 600/700/800 ms (two with retransmissions, 1448 bytes each), IW16 550 ms,
+      plus one failed IW3 fetch;
+    * europe (RTT 30 ms, 10 Mbit/s, loss 0): IW3 100/120 ms, IW10 80 ms (a bucket with one trial);
+    * south-america (no path estimate): IW10 500 ms only (an arm with no data).
+
+    All objects are 9000 bytes; probe-side total time = server latency + 10 ms.
+    """
+    campaign_id = new_campaign_id()
+    add_campaign(session, campaign_id, f"fixed-{campaign_id}")
+    origin_id = uuid.uuid4()
+    fixed = Fixed(campaign_id, origin_id, add_probe(session, "africa", country="UG", backlog=3),
+                  add_probe(session, "europe"), add_probe(session, "south-america"))
+    add_path(session, fixed.africa, origin_id, 300, 1_000_000, 0.02)
+    add_path(session, fixed.europe, origin_id, 30, 10_000_000, 0.0)
+
+    def trial(probe: uuid.UUID, iw: int, server_ms: float | None, **extra: object) -> None:
+        fixed.trial_ids.append(add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=origin_id,
+                                         iw=iw, server_ms=server_ms, **extra))  # type: ignore[arg-type]
+
+    trial(fixed.africa, 3, 900, retrans=2, bytes_retrans=2896)
+    trial(fixed.africa, 3, 1000)
+    trial(fixed.africa, 3, 1100)
+    trial(fixed.africa, 3, None, error="timeout", retrans=None)
+    trial(fixed.africa, 10, 600, retrans=1, bytes_retrans=1448)
+    trial(fixed.africa, 10, 700, retrans=1, bytes_retrans=1448)
+    trial(fixed.africa, 10, 800)
+    trial(fixed.africa, 16, 550)
+    trial(fixed.europe, 3, 100)
+    trial(fixed.europe, 3, 120)
+    trial(fixed.europe, 10, 80)
+    trial(fixed.south_america, 10, 500)
+    session.flush()
+    return fixed

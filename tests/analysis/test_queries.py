@@ -1,0 +1,267 @@
+"""Analysis functions against hand-computed values on the fixed data set (real PostgreSQL).
+
+See ``datasets.insert_fixed`` for the data.  Means/std are exact (from sums); medians and
+percentiles come from 2 %-wide histogram bins, so they are checked to within 1 %.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import statistics
+import uuid
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, iter_trials_csv, latency_cdf,
+                              latency_vs_iw, loss_summary, percentile_table, rebuild_rollups, region_summary,
+                              trials_page)
+from iwscope.analysis import buckets as bk
+from iwscope.analysis.stats import MIN_CLUSTERS, cluster_bootstrap
+
+from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_fixed, new_campaign_id
+
+REL = 0.01
+
+
+@pytest.fixture
+def fixed(db_session: Session) -> Fixed:
+    data = insert_fixed(db_session)
+    rebuild_rollups(db_session)
+    return data
+
+
+def by_bucket(results: list) -> dict[str, object]:
+    return {result.bucket: result for result in results}
+
+
+def test_compare_by_rtt(db_session: Session, fixed: Fixed) -> None:
+    results = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,)), "rtt")
+    # south-america has no path estimate: only two RTT buckets
+    assert [(r.bucket, r.order) for r in results] == [("<=50 ms", 1), ("<=500 ms", 4)]
+    europe, africa = results
+    assert (europe.lower, europe.upper) == (20, 50)
+    assert europe.baseline.n == 2 and europe.baseline.mean_ms == pytest.approx(110.0)
+    assert europe.baseline.median_ms == pytest.approx(100.0, rel=REL)  # nearest rank of {100, 120}
+    assert europe.baseline.std_ms == pytest.approx(statistics.stdev([100, 120]))
+    # the bucket with one trial: mean = median = the trial, no std, no interval
+    assert europe.treatment.n == 1 and europe.treatment.mean_ms == pytest.approx(80.0)
+    assert europe.treatment.median_ms == pytest.approx(80.0, rel=REL)
+    assert europe.treatment.std_ms is None
+    assert europe.abs_ms == pytest.approx(30.0)
+    assert europe.pct == pytest.approx(100 * 30 / 110)
+    assert europe.abs_ci_low is None and europe.pct_ci_high is None
+
+    assert africa.baseline.n == 3 and africa.baseline.mean_ms == pytest.approx(1000.0)
+    assert africa.baseline.std_ms == pytest.approx(100.0)
+    assert africa.treatment.mean_ms == pytest.approx(700.0)
+    assert africa.abs_ms == pytest.approx(300.0)
+    assert africa.pct == pytest.approx(30.0)
+    # one path -> trial bootstrap from the histograms: differences of resampled means lie in [100, 500]
+    assert 95.0 <= africa.abs_ci_low < 300.0 < africa.abs_ci_high <= 505.0
+    assert africa.pct_ci_low < 30.0 < africa.pct_ci_high
+    json.dumps([dataclasses.asdict(r) for r in results])  # JSON-serialisable
+
+
+def test_compare_by_bandwidth_bdp_loss(db_session: Session, fixed: Fixed) -> None:
+    filters = Filters(campaign_ids=(fixed.campaign_id,))
+    bandwidth = by_bucket(compare_by(db_session, filters, "bandwidth"))
+    assert set(bandwidth) == {"<=1Mbit/s", "<=10Mbit/s"}
+    assert bandwidth["<=1Mbit/s"].abs_ms == pytest.approx(300.0)
+    # both paths have BDP 37500 B -> one bucket (10000, 50000] with all five trials per arm
+    bdp = compare_by(db_session, filters, "bdp")
+    assert [(r.bucket, r.baseline.n, r.treatment.n) for r in bdp] == [("<=50000 B", 5, 4)]
+    assert bdp[0].baseline.mean_ms == pytest.approx((900 + 1000 + 1100 + 100 + 120) / 5)
+    assert bdp[0].treatment.mean_ms == pytest.approx((600 + 700 + 800 + 80) / 4)
+    loss = by_bucket(compare_by(db_session, filters, "loss"))
+    assert set(loss) == {"0%", "<=3%"}
+    assert loss["0%"].abs_ms == pytest.approx(30.0)
+
+
+def test_compare_by_region_with_an_arm_without_data(db_session: Session, fixed: Fixed) -> None:
+    regions = by_bucket(compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,)), "region"))
+    assert list(regions) == ["africa", "europe", "south-america"]
+    south = regions["south-america"]
+    assert south.baseline.n == 0
+    assert south.baseline.mean_ms is None and south.baseline.median_ms is None and south.baseline.std_ms is None
+    assert south.treatment.n == 1 and south.treatment.mean_ms == pytest.approx(500.0)
+    assert south.abs_ms is None and south.pct is None and south.abs_ci_low is None
+
+
+def test_compare_by_size_and_metric(db_session: Session, fixed: Fixed) -> None:
+    base_mean = (900 + 1000 + 1100 + 100 + 120) / 5  # 644
+    treat_mean = (600 + 700 + 800 + 80 + 500) / 5  # 536
+    server = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,)), "size")
+    assert [(r.bucket, r.lower, r.upper) for r in server] == [("8 KiB-16 KiB", 8192, 16384)]
+    assert server[0].abs_ms == pytest.approx(base_mean - treat_mean)
+    assert server[0].pct == pytest.approx(100 * (base_mean - treat_mean) / base_mean)
+    client = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), metric="client"), "size")
+    assert client[0].baseline.mean_ms == pytest.approx(base_mean + 10)
+    assert client[0].pct == pytest.approx(100 * (base_mean - treat_mean) / (base_mean + 10))
+    # the size filter is octave-granular on roll-ups: 20-30 KiB excludes the 8-16 KiB octave
+    assert compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), size_min=20_000, size_max=30_000),
+                      "size") == []
+    # other arms can be compared: IW16 vs IW10 (africa only has IW16)
+    pair = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), baseline_iw=10, treatment_iw=16),
+                      "region")
+    assert by_bucket(pair)["africa"].abs_ms == pytest.approx(700.0 - 550.0)
+    with pytest.raises(ValueError, match="unknown dimension"):
+        compare_by(db_session, Filters(), "colour")  # type: ignore[arg-type]
+
+
+def test_filters_time_region_and_empty(db_session: Session, fixed: Fixed) -> None:
+    campaign = (fixed.campaign_id,)
+    assert compare_by(db_session, Filters(campaign_ids=campaign, since=DAY + dt.timedelta(days=1)), "rtt") == []
+    same_day = Filters(campaign_ids=campaign, since=DAY + dt.timedelta(hours=5), until=DAY)
+    assert len(compare_by(db_session, same_day, "rtt")) == 2  # day granularity: the whole day is included
+    only_europe = compare_by(db_session, Filters(campaign_ids=campaign, regions=("europe",)), "rtt")
+    assert [r.bucket for r in only_europe] == ["<=50 ms"]
+    nothing = Filters(campaign_ids=(fixed.campaign_id + 1,))
+    assert compare_by(db_session, nothing, "rtt") == []
+    assert percentile_table(db_session, nothing)[0].arms[0].n == 0
+    assert latency_vs_iw(db_session, nothing) == []
+    assert latency_cdf(db_session, nothing) == {}
+    empty = headline(db_session, nothing)
+    assert (empty.n_trials, empty.abs_ms, empty.pct_ci_low, empty.retrans_increase_pp) == (0, None, None, None)
+    assert region_summary(db_session, nothing) == [] and loss_summary(db_session, nothing) == []
+
+
+def test_percentile_table_ietf_layout(db_session: Session, fixed: Fixed) -> None:
+    (table,) = percentile_table(db_session, Filters(campaign_ids=(fixed.campaign_id,)))
+    assert table.group == "all"
+    treatment, baseline = table.arms
+    assert (treatment.iw, baseline.iw) == (10, 3)
+    assert baseline.n == 5 and baseline.avg == pytest.approx(644.0)
+    # nearest rank over {100, 120, 900, 1000, 1100} and {80, 500, 600, 700, 800}
+    expected_base = {"p50": 900, "p75": 1000, "p90": 1100, "p99": 1100}
+    expected_treat = {"p50": 600, "p75": 700, "p90": 800, "p99": 800}
+    for key in expected_base:
+        assert getattr(baseline, key) == pytest.approx(expected_base[key], rel=REL)
+        assert getattr(treatment, key) == pytest.approx(expected_treat[key], rel=REL)
+        assert table.improvement[key] == pytest.approx(expected_base[key] - expected_treat[key], abs=0.02 * 1100)
+    assert table.improvement["avg"] == pytest.approx(644.0 - 536.0)
+    assert table.pct_improvement["avg"] == pytest.approx(100 * 108 / 644)
+    # retransmissions: IW3 1 of 5 joined trials, 2896 of 50000 bytes; IW10 2 of 5, 2896 of 50000
+    assert baseline.retrans_share == pytest.approx(0.2)
+    assert baseline.retrans_bytes_share == pytest.approx(2896 / 50000)
+    assert treatment.retrans_share == pytest.approx(0.4)
+    assert treatment.retrans_bytes_share == pytest.approx(2896 / 50000)
+    assert table.retrans_increase_pp == pytest.approx(20.0)
+
+    per_region = {t.group: t for t in percentile_table(db_session, Filters(campaign_ids=(fixed.campaign_id,)),
+                                                        group_by="region")}
+    assert list(per_region) == ["africa", "europe", "south-america"]
+    assert per_region["africa"].arms[1].avg == pytest.approx(1000.0)
+    assert per_region["africa"].arms[1].retrans_share == pytest.approx(1 / 3)
+    south = per_region["south-america"]
+    assert south.arms[1].n == 0 and south.arms[1].p50 is None and south.improvement["p50"] is None
+    assert south.retrans_increase_pp is None
+
+
+def test_latency_vs_iw_and_cdf(db_session: Session, fixed: Fixed) -> None:
+    stats = latency_vs_iw(db_session, Filters(campaign_ids=(fixed.campaign_id,)))
+    assert [(s.iw, s.n) for s in stats] == [(3, 5), (10, 5), (16, 1)]
+    assert stats[0].mean_ms == pytest.approx(644.0)
+    assert stats[0].std_ms == pytest.approx(statistics.stdev([900, 1000, 1100, 100, 120]))
+    assert stats[2].mean_ms == pytest.approx(550.0) and stats[2].std_ms is None
+    cdf = latency_cdf(db_session, Filters(campaign_ids=(fixed.campaign_id,)))
+    assert sorted(cdf) == [3, 10, 16]
+    assert [fraction for _, fraction in cdf[3]] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert cdf[3][0][0] == pytest.approx(100.0, rel=0.021)
+    assert cdf[16] == [(pytest.approx(550.0, rel=0.021), 1.0)]
+
+
+def test_headline_region_summary_loss(db_session: Session, fixed: Fixed) -> None:
+    filters = Filters(campaign_ids=(fixed.campaign_id,))
+    top = headline(db_session, filters)
+    assert (top.n_trials, top.n_probes, top.n_regions) == (12, 3, 3)  # 8 africa (incl. the failed fetch and IW16) + 3 + 1
+    assert top.abs_ms == pytest.approx(108.0)
+    assert top.pct == pytest.approx(100 * 108 / 644)
+    assert top.pct_ci_low is not None and top.pct_ci_low < top.pct < top.pct_ci_high
+    assert top.retrans_increase_pp == pytest.approx(20.0)
+
+    regions = {r.region: r for r in region_summary(db_session, filters)}
+    assert regions["africa"].n == 6 and regions["africa"].abs_ms == pytest.approx(300.0)
+    assert regions["africa"].lat is not None and regions["africa"].lon is not None
+    assert regions["south-america"].baseline_mean_ms is None and regions["south-america"].pct is None
+    assert regions["europe"].pct == pytest.approx(100 * 30 / 110)
+
+    loss = {b.bucket: b for b in loss_summary(db_session, filters)}
+    assert loss["<=3%"].retrans_share_baseline == pytest.approx(1 / 3)
+    assert loss["<=3%"].retrans_share_treatment == pytest.approx(2 / 3)
+    assert loss["<=3%"].retrans_increase_pp == pytest.approx(100 / 3)
+    assert loss["0%"].retrans_increase_pp == pytest.approx(0.0)
+    assert loss["0%"].comparison.abs_ms == pytest.approx(30.0)
+
+
+def test_fleet_and_filter_options(db_session: Session, fixed: Fixed) -> None:
+    rows = {row.probe_id: row for row in fleet(db_session, now=DAY + dt.timedelta(days=2))}
+    africa = rows[str(fixed.africa)]
+    assert africa.region == "africa" and africa.country == "UG" and africa.spool_backlog == 3
+    assert africa.trials_total == 8
+    assert africa.trials_per_day == pytest.approx(8 / 7)
+    assert africa.error_share == pytest.approx(1 / 8)
+    assert rows[str(fixed.europe)].error_share == 0.0 and rows[str(fixed.europe)].spool_backlog is None
+    assert fleet(db_session, now=DAY + dt.timedelta(days=30))[0].trials_per_day == 0.0
+    options = filter_options(db_session)
+    assert (fixed.campaign_id, f"fixed-{fixed.campaign_id}") in options.campaigns
+    assert {"africa", "europe", "south-america"} <= set(options.regions)
+    assert {3, 10, 16} <= set(options.arms)
+    assert options.size_min is not None and options.size_min <= 9000 <= options.size_max
+
+
+def test_raw_path_page_and_csv(db_session: Session, fixed: Fixed) -> None:
+    filters = Filters(campaign_ids=(fixed.campaign_id,), regions=("africa",))
+    rows, total = trials_page(db_session, filters, limit=3, offset=0)
+    assert total == 8 and len(rows) == 3
+    assert {row["region"] for row in rows} == {"africa"}
+    rest, _ = trials_page(db_session, filters, limit=100, offset=3)
+    assert len(rest) == 5
+    assert {row["trial_id"] for row in rows + rest} <= set(fixed.trial_ids)
+    exact = trials_page(db_session, Filters(campaign_ids=(fixed.campaign_id,), size_min=9001), 10)
+    assert exact == ([], 0)  # exact on the raw path
+    csv_text = "".join(iter_trials_csv(db_session, filters))
+    lines = csv_text.strip().split("\n")
+    assert lines[0].startswith("trial_id,started_at,campaign_id,probe_id,region")
+    assert len(lines) == 1 + 8
+    assert sum(",timeout," in line for line in lines) == 1
+    assert "".join(iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id + 1,)))).count("\n") == 1
+
+
+def test_cluster_bootstrap_used_with_many_paths(db_session: Session) -> None:
+    """Six paths with exactly 100 ms improvement each (equal n): the paired cluster interval is a point."""
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    per_path: list[tuple[uuid.UUID, float, float]] = []
+    for base_ms in (200.0, 300.0, 500.0, 800.0, 1200.0, 2000.0):
+        probe = add_probe(db_session, "europe")
+        add_path(db_session, probe, origin, 150, 2_000_000, 0.0)
+        for jitter in (-10.0, 10.0):
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
+                      server_ms=base_ms + jitter)
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
+                      server_ms=base_ms - 100 + jitter)
+        per_path.append((probe, 2 * base_ms, 2 * (base_ms - 100)))
+    db_session.flush()
+    rebuild_rollups(db_session)
+    assert MIN_CLUSTERS <= 6
+    (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "rtt")
+    assert result.abs_ms == pytest.approx(100.0)
+    assert (result.abs_ci_low, result.abs_ci_high) == (pytest.approx(100.0), pytest.approx(100.0))
+    per_path.sort()  # the module numbers paths in (probe_id, origin_id) order
+    expected = cluster_bootstrap([2] * 6, [b for _, b, _ in per_path], [2] * 6, [t for _, _, t in per_path])
+    assert expected is not None
+    assert (result.pct_ci_low, result.pct_ci_high) == (pytest.approx(expected.pct_low), pytest.approx(expected.pct_high))
+
+
+def test_sql_and_python_bins_agree(db_session: Session) -> None:
+    values = [1, 10, 11, 137, 9000, 70_000, 1_234_567, 10 ** 12]
+    sql_bins = db_session.execute(text(f"SELECT {bk.hist_bin_sql('v')} FROM unnest(CAST(:v AS bigint[])) AS v"),
+                                  {"v": values}).scalars().all()
+    assert sql_bins == [bk.hist_bin(v) for v in values]
+    assert not math.isnan(float(np.sum(sql_bins)))

@@ -1,0 +1,149 @@
+"""Pure statistics and bucketing, against hand-computed values (no database)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from iwscope.analysis import Filters
+from iwscope.analysis import buckets as bk
+from iwscope.analysis.stats import (cluster_bootstrap, histogram_bootstrap, histogram_cdf, histogram_quantiles,
+                                    mean_std_ms, merge_packed, pack_histogram, unpack_histogram)
+
+
+def hist_of(latencies_ms: list[float]) -> np.ndarray:
+    counts = np.zeros(bk.HIST_BINS, dtype=np.int64)
+    for value in latencies_ms:
+        counts[bk.hist_bin(value * 1000)] += 1
+    return counts
+
+
+def test_figure5_bucket_edges_are_right_closed() -> None:
+    rtt_us = np.array([0, 20_000, 20_001, 50_000, 3_000_000, 3_000_001, np.nan])
+    assert bk.rtt_index(rtt_us).tolist() == [0, 0, 1, 1, 6, 7, -1]
+    assert [b.label for b in bk.RTT_BUCKETS] == ["<=20 ms", "<=50 ms", "<=100 ms", "<=200 ms", "<=500 ms",
+                                                 "<=1000 ms", "<=3000 ms", ">3000 ms"]
+    assert bk.bandwidth_index(np.array([56e3, 56e3 + 1, 1.2e6, 60e6])).tolist() == [0, 1, 4, 9]
+    assert [b.label for b in bk.BANDWIDTH_BUCKETS][:4] == ["<=56kbit/s", "<=256kbit/s", "<=512kbit/s", "<=1Mbit/s"]
+    assert bk.bdp_index(np.array([1000.0, 1001.0, 100_000.0, 100_001.0])).tolist() == [0, 1, 4, 5]
+    assert bk.loss_index(np.array([0.0, 0.0005, 0.001, 0.02, 0.5, np.nan])).tolist() == [0, 1, 1, 3, 5, -1]
+
+
+def test_size_octaves() -> None:
+    assert [bk.size_bucket(size) for size in (0, 1, 2, 8191, 8192, 16383, 16384)] == [-1, 0, 1, 12, 13, 13, 14]
+    assert bk.size_bucket_bounds(13) == (8192, 16384)
+    assert bk.size_bucket_label(13) == "8 KiB-16 KiB"
+    assert bk.size_buckets_overlapping(9000, 20000) == (13, 14)
+    assert bk.size_buckets_overlapping(None, None) == (-1, 62)
+
+
+def test_histogram_bins_are_two_percent_wide() -> None:
+    for latency_us in (137.0, 9_000.0, 70_000.0, 1_234_567.0):
+        index = bk.hist_bin(latency_us)
+        assert bk.HIST_LOWER_US[index] <= latency_us * (1 + 1e-12)
+        assert latency_us < bk.HIST_UPPER_US[index] * (1 + 1e-12)
+        assert abs(bk.HIST_CENTER_US[index] / latency_us - 1) <= 0.0100
+    assert bk.hist_bin(1.0) == 0
+    assert bk.hist_bin(1e13) == bk.HIST_BINS - 1
+
+
+def test_pack_unpack_and_merge() -> None:
+    counts = hist_of([100, 100, 120, 900])
+    lo, packed = pack_histogram(counts)
+    assert lo == bk.hist_bin(100_000)
+    assert len(packed) == 4 * (bk.hist_bin(900_000) - lo + 1)
+    assert unpack_histogram(lo, packed).tolist() == counts.tolist()
+    assert pack_histogram(np.zeros(bk.HIST_BINS)) == (0, b"")
+    other_lo, other = pack_histogram(hist_of([80]))
+    merged = merge_packed(np.array([1, 0, 1]), [lo, other_lo, lo], [packed, other, packed], 2)
+    assert merged[0].tolist() == hist_of([80]).tolist()
+    assert merged[1].tolist() == (2 * counts).tolist()
+
+
+def test_quantiles_nearest_rank_within_one_percent() -> None:
+    counts = hist_of([100, 120, 900, 1000, 1100])
+    p50, p75, p90, p99 = histogram_quantiles(counts, [0.5, 0.75, 0.9, 0.99])
+    # nearest rank: ceil(0.5*5)=3rd -> 900, ceil(3.75)=4th -> 1000, 5th -> 1100, 5th -> 1100
+    assert p50 == pytest.approx(900, rel=0.01)
+    assert p75 == pytest.approx(1000, rel=0.01)
+    assert p90 == pytest.approx(1100, rel=0.01)
+    assert p99 == pytest.approx(1100, rel=0.01)
+    assert histogram_quantiles(hist_of([42]), [0.5]) == [pytest.approx(42, rel=0.01)]
+    assert histogram_quantiles(np.zeros(bk.HIST_BINS), [0.5]) == [None]
+
+
+def test_cdf_reaches_one_in_steps() -> None:
+    points = histogram_cdf(hist_of([100, 100, 200, 400]))
+    assert [fraction for _, fraction in points] == [0.5, 0.75, 1.0]
+    assert points[0][0] == pytest.approx(100, rel=0.021)
+    assert histogram_cdf(np.zeros(bk.HIST_BINS)) == []
+
+
+def test_mean_and_sample_std() -> None:
+    values_us = [900_000, 1_000_000, 1_100_000]
+    mean, std = mean_std_ms(3, sum(values_us), sum(v * v for v in values_us))
+    assert mean == pytest.approx(1000.0)
+    assert std == pytest.approx(100.0)
+    assert mean_std_ms(1, 80_000, 6.4e9) == (80.0, None)
+    assert mean_std_ms(0, 0, 0) == (None, None)
+
+
+def test_cluster_bootstrap_constant_improvement_gives_a_point_interval() -> None:
+    # Six paths with very different latencies but exactly 100 ms improvement each (equal n):
+    # every resample's pooled difference is 100 ms.
+    n = [4, 4, 4, 4, 4, 4]
+    base = [4 * m for m in (200.0, 300.0, 500.0, 800.0, 1200.0, 2000.0)]
+    treat = [4 * (m - 100.0) for m in (200.0, 300.0, 500.0, 800.0, 1200.0, 2000.0)]
+    interval = cluster_bootstrap(n, base, n, treat)
+    assert interval is not None
+    assert interval.abs_low == pytest.approx(100.0)
+    assert interval.abs_high == pytest.approx(100.0)
+    # percent varies with which paths are drawn; the point estimate 100/833.3 = 12 % lies inside
+    assert interval.pct_low < 12.0 < interval.pct_high
+
+
+def test_cluster_bootstrap_widens_with_between_path_spread() -> None:
+    n = [10] * 6
+    base = [10 * 1000.0] * 6
+    treat_equal = [10 * 900.0] * 6
+    treat_spread = [10 * m for m in (700.0, 800.0, 900.0, 900.0, 1000.0, 1100.0)]
+    tight = cluster_bootstrap(n, base, n, treat_equal)
+    wide = cluster_bootstrap(n, base, n, treat_spread)
+    assert tight is not None and wide is not None
+    assert tight.abs_high - tight.abs_low == pytest.approx(0.0)
+    assert wide.abs_high - wide.abs_low > 100.0
+    assert wide.abs_low < 100.0 < wide.abs_high
+
+
+def test_histogram_bootstrap_bounds_and_single_trial() -> None:
+    base, treat = hist_of([900, 1000, 1100]), hist_of([600, 700, 800])
+    interval = histogram_bootstrap(base, treat, 1000.0, 700.0)
+    assert interval is not None
+    # resampled means lie in [900, 1100] and [600, 800]: differences in [100, 500]
+    assert 100.0 - 5 <= interval.abs_low < 300.0 < interval.abs_high <= 500.0 + 5
+    assert histogram_bootstrap(base, hist_of([80]), 1000.0, 80.0) is None
+
+
+def test_filters_url_round_trip() -> None:
+    filters = Filters(campaign_ids=(1, 2), since=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+                      until=dt.datetime(2026, 2, 1, 12, 30, tzinfo=dt.timezone.utc), regions=("africa", "europe"),
+                      size_min=1000, size_max=20000, baseline_iw=10, treatment_iw=16, metric="client")
+    query = filters.to_query()
+    assert query["campaign"] == "1,2"
+    assert query["region"] == "africa,europe"
+    assert query["base"] == "10" and query["treat"] == "16" and query["metric"] == "client"
+    assert Filters.from_query(query) == filters
+    assert Filters.from_query(Filters().to_query()) == Filters()
+    assert Filters().to_query() == {"base": "3", "treat": "10", "metric": "server"}
+
+
+def test_filters_from_bad_query_falls_back_to_defaults() -> None:
+    bad = {"campaign": "1,x,-4,1", "since": "yesterday", "until": "2026-13-40", "region": " , ",
+           "smin": "-5", "smax": "big", "base": "0", "treat": "ten", "metric": "fastest"}
+    assert Filters.from_query(bad) == Filters(campaign_ids=(1,))
+    assert Filters.from_query({}) == Filters()
+    # a '+' of a UTC offset decoded to a space by a URL parser is still understood
+    parsed = Filters.from_query({"since": "2026-01-01T00:00:00 00:00"})
+    assert parsed.since == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
