@@ -163,7 +163,7 @@ the migration Job has run. Replicated pods never migrate themselves.
     - -c
     - >-
       until iwscope db check; do
-      echo "waiting for the database schema to reach head (the migration Job runs iwscope db upgrade)";
+      echo "waiting for the migration Job to bring the database schema to head";
       sleep {{ .Values.migrations.waitIntervalSeconds }};
       done
   {{- include "iwscope.env" (dict "root" .) | nindent 2 }}
