@@ -40,9 +40,13 @@ def serve(host: str, port: int, workers: int, threads: int, database_url: str) -
                 "errorlog": "-",
                 "loglevel": "info",
                 "preload_app": False,
+                # gunicorn >= 23.1 opens a control socket at a fixed path under $HOME; two
+                # dashboards (tests, demo) would fight over it.
+                "control_socket_disable": True,
             }
             for key, value in settings.items():
-                self.cfg.set(key, value)
+                if key in self.cfg.settings:
+                    self.cfg.set(key, value)
 
         def load(self) -> Any:
             from iwscope_dashboard.app import create_app

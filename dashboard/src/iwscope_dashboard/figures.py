@@ -15,6 +15,9 @@ IMPROVEMENT_COLOUR = "#1f6fb2"
 PERCENT_COLOUR = "#d9731a"
 ARM_PALETTE = ("#8c8c8c", "#1f6fb2", "#d9731a", "#2a9d55", "#8e44ad", "#c0392b", "#16a085", "#7f6000")
 
+#: Short names for figure titles (the axis carries the long one).
+DIMENSION_SHORT: dict[str, str] = {"rtt": "RTT", "bandwidth": "bandwidth", "bdp": "BDP", "size": "size", "loss": "loss", "region": "region"}
+
 DIMENSION_TITLES: dict[str, str] = {
     "rtt": "Path RTT",
     "bandwidth": "Bottleneck bandwidth",
@@ -27,11 +30,11 @@ DIMENSION_TITLES: dict[str, str] = {
 
 def _layout(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
     fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
+        title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},
         height=height,
-        margin={"l": 60, "r": 60, "t": 50, "b": 60},
+        margin={"l": 60, "r": 60, "t": 78, "b": 60},
         template="plotly_white",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "xanchor": "left", "x": 0},
         font={"family": "system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", "size": 12},
     )
     return fig
@@ -106,7 +109,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
-    return _layout(fig, f"{DIMENSION_TITLES.get(dimension, dimension)}: latency improvement {arms}")
+    return _layout(fig, f"Improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms}")
 
 
 def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
@@ -131,7 +134,7 @@ def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) ->
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     fig.update_yaxes(title_text="mean latency (ms), bar = 1 std")
-    return _layout(fig, f"{DIMENSION_TITLES.get(dimension, dimension)}: mean latency per arm")
+    return _layout(fig, f"Mean latency per arm by {DIMENSION_SHORT.get(dimension, dimension)}")
 
 
 def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:

@@ -118,7 +118,7 @@ def filters_from_values(
 def query_string(filters: Filters) -> str:
     """``?campaign=1&base=3...`` without empty parameters (shorter URLs to share)."""
     pairs = {key: value for key, value in filters.to_query().items() if value not in ("", None)}
-    return "?" + urlencode(pairs) if pairs else ""
+    return "?" + urlencode(pairs, safe=",:") if pairs else ""
 
 
 def _day_of(moment: datetime | None) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import dash
-from dash import Input, Output, callback, dash_table, html
+from dash import Input, Output, callback, ctx, dash_table, html
 from iwscope.analysis import trials_page
 
 from iwscope_dashboard.exports import CSV_ROUTE
@@ -68,6 +68,7 @@ def cell(value: Any) -> str | int | float | None:
     Output(f"{PREFIX}-table", "data"),
     Output(f"{PREFIX}-table", "columns"),
     Output(f"{PREFIX}-table", "page_count"),
+    Output(f"{PREFIX}-table", "page_current"),
     Output(f"{PREFIX}-download", "href"),
     Output(f"{PREFIX}-status", "children"),
     Output(f"{PREFIX}-query", "data"),
@@ -78,18 +79,19 @@ def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     href = CSV_ROUTE + search
-    page = max(0, int(page_current or 0))
+    # A filter change starts again at the first page.
+    page = max(0, int(page_current or 0)) if ctx.triggered_id in (None, f"{PREFIX}-table") else 0
     try:
         rows, total = query(trials_page, filters, PAGE_SIZE, page * PAGE_SIZE)
     except DataUnavailable as error:
-        return [], [], 1, href, status(str(error), "error"), search
+        return [], [], 1, 0, href, status(str(error), "error"), search
     if total == 0:
-        return [], [], 1, href, status(NO_MATCH, "empty"), search
+        return [], [], 1, 0, href, status(NO_MATCH, "empty"), search
     columns = [{"name": key, "id": key} for key in (rows[0].keys() if rows else [])]
     data = [{key: cell(value) for key, value in row.items()} for row in rows]
     pages = max(1, math.ceil(total / PAGE_SIZE))
     first = page * PAGE_SIZE + 1
-    return data, columns, pages, href, status(f"{total:,} trials match; showing {first:,}-{first + len(rows) - 1:,}."), search
+    return data, columns, pages, page, href, status(f"{total:,} trials match; showing {first:,}-{first + len(rows) - 1:,}."), search
 
 
 register_url_sync(PREFIX)

@@ -1,0 +1,186 @@
+"""Fixtures of the dashboard's browser tests.
+
+* ``dashboard_db``: a database of its own (``iwscope_test_dash_<id>``, migrated to head with
+  Alembic, dropped at the end) holding the seeded study, committed, with the roll-ups built by
+  the analysis module's real refresh. Its own database, not the session's ``database_url``:
+  the dashboard runs in another process, so the seed must be committed, and committed rows
+  would change what other parts' tests compute from the shared database.
+* ``dashboard_server``: ``iwscope dashboard --port <free>`` (gunicorn) as a subprocess.
+* ``browser``: Debian's Chromium driven headless by Playwright (never ``playwright install``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import create_engine, pool
+from sqlalchemy.orm import Session
+
+from dashboard_seed import SeedSummary, seed_study
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+STARTUP_TIMEOUT_S = 60.0
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class SeededDatabase:
+    url: str
+    summary: SeedSummary
+
+
+def refresh_rollups_for_tests(session: Session) -> None:
+    """The analysis module's roll-up refresh, as the worker runs it."""
+    from iwscope.analysis.rollups import refresh_rollups
+
+    refresh_rollups(session)
+
+
+@pytest.fixture(scope="session")
+def dashboard_db(test_id: str) -> Iterator[SeededDatabase]:
+    from iwscope import migrate
+
+    server_url = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
+    name = f"iwscope_test_dash_{test_id}"
+    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = _with_database(server_url, name)
+    try:
+        migrate.upgrade("head", database_url=url)
+        engine = create_engine(url, poolclass=pool.NullPool)
+        try:
+            with Session(engine) as session:
+                summary = seed_study(session, dt.datetime.now(dt.UTC))
+                session.commit()
+            with Session(engine) as session:
+                refresh_rollups_for_tests(session)
+                session.commit()
+        finally:
+            engine.dispose()
+        yield SeededDatabase(url, summary)
+    finally:
+        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def dashboard_session(dashboard_db: SeededDatabase) -> Iterator[Session]:
+    """A read-only session on the seeded database, to compute what the figures must show."""
+    engine = create_engine(dashboard_db.url, poolclass=pool.NullPool)
+    with Session(engine) as session:
+        yield session
+    engine.dispose()
+
+
+@dataclass
+class DashboardServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: pathlib.Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def dashboard_server(dashboard_db: SeededDatabase, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardServer]:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("dashboard") / "dashboard.log"
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env |= {"DATABASE_URL": dashboard_db.url, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port)],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    server = DashboardServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"iwscope dashboard exited with {process.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(server.url + "/_dash-layout", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"iwscope dashboard not up within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        _stop(process)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: `make setup` installs Debian's chromium")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: object, dashboard_server: DashboardServer) -> Iterator[object]:
+    """A fresh browser page; console errors and failed requests are collected on it."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("console", lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
+    tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    tab.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
+    tab.problems = problems  # type: ignore[attr-defined]
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _screenshot_dir() -> pathlib.Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS

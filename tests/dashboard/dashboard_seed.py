@@ -1,0 +1,153 @@
+"""A small, deterministic study for the dashboard tests, written through the collector's models.
+
+Eight probes in five regions measure one origin with arms IW3, IW10 and IW16 over three days,
+in two campaigns. Latency follows slow start: ``rounds(size, iw) * rtt + size / bandwidth``,
+with multiplicative noise, and a retransmission (one extra RTT) with a probability that grows
+with the path's loss rate and with the initial window. About 2% of trials fail (timeout).
+Path estimates give every probe a different RTT / bandwidth / BDP / loss bucket.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
+from iwscope.models import Campaign, Origin, PathEstimate, Probe, Trial, TrialId
+
+MSS = 1448
+SIZES = (2_000, 8_000, 15_000, 30_000, 60_000, 120_000)
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    name: str
+    region: str
+    country: str
+    rtt_ms: float
+    bandwidth_mbps: float
+    loss_rate: float
+
+
+PATHS: tuple[PathSpec, ...] = (
+    PathSpec("kampala-1", "africa", "UG", 310.0, 1.0, 0.040),
+    PathSpec("lagos-1", "africa", "NG", 220.0, 2.0, 0.020),
+    PathSpec("saopaulo-1", "south-america", "BR", 150.0, 5.0, 0.010),
+    PathSpec("lima-1", "south-america", "PE", 180.0, 3.0, 0.015),
+    PathSpec("frankfurt-1", "europe", "DE", 25.0, 50.0, 0.0005),
+    PathSpec("paris-1", "europe", "FR", 40.0, 20.0, 0.002),
+    PathSpec("chicago-1", "north-america", "US", 70.0, 10.0, 0.005),
+    PathSpec("mumbai-1", "asia", "IN", 110.0, 8.0, 0.008),
+)
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    campaign_ids: dict[str, int]
+    probe_ids: dict[str, uuid.UUID]
+    n_trials: int
+    first_day: dt.date
+    last_day: dt.date
+
+
+def slow_start_rounds(size: int, iw: int) -> int:
+    segments = math.ceil(size / MSS)
+    return max(1, math.ceil(math.log2(segments / iw + 1)))
+
+
+def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed: int = 7) -> SeedSummary:
+    """Write the study; the caller commits and refreshes the roll-ups."""
+    rng = np.random.default_rng(seed)
+    stamped = now - dt.timedelta(minutes=5)  # received/joined well before the roll-up bound
+    origin = Origin(
+        id=uuid.uuid4(), name="origin-eu", region="europe", host="origin.example", version="1.0",
+        arms=[{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}, {"iw": 16, "port": 8016}],
+        secret_hash="x", last_seen_at=now,
+    )
+    session.add(origin)
+    probes: dict[str, Probe] = {}
+    for index, path in enumerate(PATHS):
+        probe = Probe(
+            id=uuid.uuid4(), name=path.name, region=path.region, country=path.country, asn=64500 + index,
+            labels={}, version="1.0.0", secret_hash="x",
+            last_seen_at=now - dt.timedelta(minutes=3 + 17 * index),
+            last_heartbeat={"version": "1.0.0", "spool_backlog": index * 3, "spool_bytes": index * 900,
+                            "uptime_s": 86400.0, "trials_measured": 500},
+        )
+        probes[path.name] = probe
+        session.add(probe)
+    day0 = (now - dt.timedelta(days=3)).replace(hour=0, minute=0, second=0, microsecond=0)
+    pilot = Campaign(name="pilot", origin_ids=[origin.id], probe_regions=None, arms=[3, 10], sizes=list(SIZES),
+                     size_dist=None, sizes_per_round=len(SIZES), repetitions=repetitions, interval_s=60.0,
+                     starts_at=day0, ends_at=None, calibrate=False)
+    higher = Campaign(name="higher-iw", origin_ids=[origin.id], probe_regions=None, arms=[3, 10, 16], sizes=list(SIZES),
+                      size_dist=None, sizes_per_round=len(SIZES), repetitions=repetitions, interval_s=60.0,
+                      starts_at=day0, ends_at=None, calibrate=False)
+    session.add_all([pilot, higher])
+    session.flush()
+    for path in PATHS:
+        rtt_us = int(path.rtt_ms * 1000)
+        bps = int(path.bandwidth_mbps * 1e6)
+        session.add(PathEstimate(
+            probe_id=probes[path.name].id, origin_id=origin.id, min_rtt_us=rtt_us, bottleneck_bps=bps,
+            bdp_bytes=int(bps / 8 * rtt_us / 1e6), loss_rate=path.loss_rate, sample_count=50, updated_at=stamped,
+        ))
+
+    trials: list[dict[str, object]] = []
+    for campaign in (pilot, higher):
+        for path in PATHS:
+            probe = probes[path.name]
+            for round_number in range(repetitions * 3):
+                day = round_number % 3
+                for iw in campaign.arms:
+                    for size in SIZES:
+                        started = day0 + dt.timedelta(days=day, hours=int(rng.integers(0, 24)), minutes=int(rng.integers(0, 60)),
+                                                      seconds=float(rng.uniform(0, 60)))
+                        trials.append(_trial(rng, campaign.id, origin.id, probe.id, path, iw, size, round_number, started, stamped))
+    session.execute(insert(TrialId), [{"trial_id": t["trial_id"], "started_at": t["started_at"]} for t in trials])
+    session.execute(insert(Trial), trials)
+    return SeedSummary(
+        campaign_ids={"pilot": pilot.id, "higher-iw": higher.id},
+        probe_ids={name: probe.id for name, probe in probes.items()},
+        n_trials=len(trials),
+        first_day=day0.date(),
+        last_day=(day0 + dt.timedelta(days=2)).date(),
+    )
+
+
+def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, probe_id: uuid.UUID, path: PathSpec,
+           iw: int, size: int, round_number: int, started: dt.datetime, stamped: dt.datetime) -> dict[str, object]:
+    rtt_us = path.rtt_ms * 1000
+    segments = math.ceil(size / MSS)
+    transfer_us = size * 8 / (path.bandwidth_mbps * 1e6) * 1e6
+    latency_us = (slow_start_rounds(size, iw) * rtt_us + transfer_us) * float(rng.lognormal(0.0, 0.08))
+    retrans_probability = min(0.6, path.loss_rate * segments * (1.0 + 0.02 * iw))
+    retransmitted = bool(rng.random() < retrans_probability)
+    if retransmitted:
+        latency_us += rtt_us * float(rng.uniform(1.0, 2.0))
+    failed = bool(rng.random() < 0.02)
+    connect_us = rtt_us * float(rng.uniform(1.0, 1.1))
+    base: dict[str, object] = {
+        "trial_id": uuid.uuid4(), "started_at": started, "probe_id": probe_id, "campaign_id": campaign_id,
+        "origin_id": origin_id, "round": round_number, "arm_iw": iw, "object_size": size,
+        "url": f"http://origin.example:{8000 + iw}/bytes/{size}", "dns_us": 0, "syn_retrans": 0,
+        "tcp_info": {}, "received_at": stamped,
+    }
+    if failed:
+        return base | {"connect_us": None, "ttfb_us": None, "total_us": None, "bytes_received": 0, "http_status": None,
+                       "error_kind": "timeout", "error_detail": "read timed out"}
+    total_us = connect_us + 0.5 * rtt_us + latency_us
+    return base | {
+        "connect_us": int(connect_us), "ttfb_us": int(connect_us + rtt_us), "total_us": int(total_us),
+        "bytes_received": size, "http_status": 200, "error_kind": None, "error_detail": None,
+        "tcpi_rtt_us": int(rtt_us), "tcpi_min_rtt_us": int(rtt_us), "tcpi_total_retrans": 0,
+        "server_latency_us": int(latency_us), "server_first_byte_us": int(0.2 * rtt_us),
+        "server_total_retrans": 1 if retransmitted else 0, "server_bytes_retrans": MSS if retransmitted else 0,
+        "server_bytes_sent": size + (MSS if retransmitted else 0), "server_snd_cwnd_at_accept": iw,
+        "cwnd_mismatch": False, "rwnd_limited": False, "joined_at": stamped,
+    }

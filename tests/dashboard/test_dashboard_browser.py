@@ -1,0 +1,211 @@
+"""The dashboard in a real browser (Debian's Chromium, headless) against a real server process.
+
+Every page loads against the seeded PostgreSQL and shows figures with data points; the
+figures' numbers are the analysis module's numbers for the same filters; a filter change
+updates the figure and the URL; a shared URL restores the filters; screenshots of every page
+go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from iwscope.analysis import Filters, compare_by, latency_vs_iw, trials_page
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
+
+TIMEOUT_MS = 20_000
+
+#: JavaScript: the traces of the plotly graph inside the dcc.Graph with this id (or null).
+TRACES_JS = """
+(id) => {
+    const plot = document.querySelector('#' + id + ' .js-plotly-plot');
+    if (!plot || !plot.data) { return null; }
+    const values = (a) => a ? Array.from(a, (v) => (v === null || v === undefined) ? null : (typeof v === 'number' ? v : String(v))) : [];
+    return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
+                                   x: values(t.x || t.lon), y: values(t.y || t.lat)}));
+}
+"""
+
+#: JavaScript: true once the graph has at least one trace with a point.
+HAS_POINTS_JS = """
+(id) => {
+    const plot = document.querySelector('#' + id + ' .js-plotly-plot');
+    return !!(plot && plot.data && plot.data.some((t) => (t.x || t.lon || []).length > 0));
+}
+"""
+
+PAGES: dict[str, tuple[str, ...]] = {
+    "/": ("overview-rtt-graph", "overview-bandwidth-graph", "overview-bdp-graph"),
+    "/latency": ("latency-iw-graph", "latency-cdf-graph"),
+    "/sizes": ("sizes-improvement-graph", "sizes-means-graph"),
+    "/regions": ("regions-map-graph",),
+    "/loss": ("loss-improvement-graph", "loss-retrans-graph"),
+    "/fairness": (),
+    "/probes": ("probes-graph",),
+    "/trials": (),
+}
+
+
+def traces(page: Any, graph_id: str) -> list[dict[str, Any]]:
+    page.wait_for_function(HAS_POINTS_JS, arg=graph_id, timeout=TIMEOUT_MS)
+    return page.evaluate(TRACES_JS, graph_id)
+
+
+def first_trace_y(page: Any, graph_id: str) -> list[float | None]:
+    return traces(page, graph_id)[0]["y"]
+
+
+def assert_close(actual: Sequence[float | None], expected: Sequence[float | None], tolerance: float = 1e-6) -> None:
+    assert len(actual) == len(expected), (actual, expected)
+    for got, want in zip(actual, expected):
+        if want is None or (isinstance(want, float) and math.isnan(want)):
+            assert got is None, (actual, expected)
+        else:
+            assert got is not None and abs(got - want) <= tolerance * max(1.0, abs(want)), (actual, expected)
+
+
+def screenshot(page: Any, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def wait_for_status(page: Any, prefix: str) -> str:
+    page.wait_for_selector(f"#{prefix}-status .iw-status-line", timeout=TIMEOUT_MS)
+    return page.inner_text(f"#{prefix}-status")
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: Any, path: str) -> None:
+    page.goto(dashboard_server.url + path)
+    prefix = "overview" if path == "/" else path.strip("/")
+    for graph_id in PAGES[path]:
+        plotted = traces(page, graph_id)
+        assert any(len(t["x"]) > 0 and any(v is not None for v in t["y"]) for t in plotted), (graph_id, plotted)
+    message = wait_for_status(page, prefix)
+    if path == "/":
+        headline = page.text_content("#overview-headline") or ""
+        assert "IW10 vs IW3" in headline and f"{dashboard_db.summary.n_trials:,}" in headline
+    elif path == "/latency":
+        iw_trace = traces(page, "latency-iw-graph")[0]
+        assert iw_trace["x"] == [3, 10, 16]
+        assert {t["name"] for t in traces(page, "latency-cdf-graph")} == {"IW3", "IW10", "IW16"}
+    elif path == "/regions":
+        assert sorted(traces(page, "regions-map-graph")[0]["x"]) and len(traces(page, "regions-map-graph")[0]["x"]) == 5
+        page.wait_for_selector("#regions-tables .iw-percentiles", timeout=TIMEOUT_MS)
+        groups = page.eval_on_selector_all("#regions-tables .iw-percentiles", "els => els.map(e => e.dataset.group)")
+        assert {"africa", "south-america", "europe", "north-america", "asia"} <= set(groups)
+        africa = page.inner_text("#regions-tables .iw-percentiles[data-group='africa']")
+        for label in ("IW=10", "IW=3", "Impr.", "% Impr.", "Retrans. %", "Increase"):
+            assert label in africa
+    elif path == "/fairness":
+        assert "No competing-flow runs recorded yet" in message
+    elif path == "/probes":
+        assert len(traces(page, "probes-graph")[0]["x"]) == 8
+        page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)
+        assert "kampala-1" in page.inner_text("#probes-table")
+    elif path == "/trials":
+        page.wait_for_selector("#trials-table td", timeout=TIMEOUT_MS)
+        assert "trials match" in message
+        rows = page.locator("#trials-table tbody tr").count()
+        assert rows > 10
+    screenshot(page, "overview" if path == "/" else path.strip("/"))
+    assert page.problems == []
+
+
+def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
+    page.goto(dashboard_server.url + "/latency")
+    server_means = first_trace_y(page, "latency-iw-graph")
+    expected_server = [s.mean_ms for s in sorted(latency_vs_iw(dashboard_session, Filters()), key=lambda s: s.iw) if s.n]
+    assert_close(server_means, expected_server)
+
+    page.get_by_label("client (probe total)").check()
+    page.wait_for_function(
+        "([id, before]) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
+        " return p && p.data && JSON.stringify(Array.from(p.data[0].y)) !== JSON.stringify(before); }",
+        arg=["latency-iw-graph", server_means],
+        timeout=TIMEOUT_MS,
+    )
+    client_means = first_trace_y(page, "latency-iw-graph")
+    expected_client = [s.mean_ms for s in sorted(latency_vs_iw(dashboard_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
+    assert_close(client_means, expected_client)
+    assert all(c > s for c, s in zip(client_means, server_means))  # the probe also waits for connect + request
+    page.wait_for_url("**metric=client**", timeout=TIMEOUT_MS)
+    screenshot(page, "latency-client-metric")
+
+
+def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard_db: Any, dashboard_session: Any) -> None:
+    campaign = dashboard_db.summary.campaign_ids["higher-iw"]
+    shared = Filters(campaign_ids=(campaign,), regions=("africa", "south-america"), baseline_iw=3, treatment_iw=16,
+                     metric="client", size_min=5000)
+    query = "&".join(f"{key}={value}" for key, value in shared.to_query().items())
+    page.goto(f"{dashboard_server.url}/?{query}")
+
+    expected = sorted(compare_by(dashboard_session, shared, "rtt"), key=lambda c: c.order)
+    assert expected, "the seeded data must cover the shared view"
+    assert_close(first_trace_y(page, "overview-rtt-graph"), [c.abs_ms for c in expected])
+    # The controls show the shared state.
+    assert "IW16" in page.inner_text("#overview-filter-treatment")
+    assert "IW3" in page.inner_text("#overview-filter-baseline")
+    regions_shown = page.inner_text("#overview-filter-region")
+    assert "africa" in regions_shown and "south-america" in regions_shown
+    assert f"{campaign}: higher-iw" in page.inner_text("#overview-filter-campaign")
+    assert page.get_by_label("client (probe total)").is_checked()
+    assert page.input_value("#overview-filter-size-min") == "5000"
+    # The address bar still holds the same filters after the page wrote them back.
+    assert Filters.from_query({k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}) == shared
+    screenshot(page, "overview-shared-url")
+
+    # Following the navigation keeps the filters.
+    page.click("#app-nav >> text=Sizes")
+    page.wait_for_url("**/sizes?**", timeout=TIMEOUT_MS)
+    traces(page, "sizes-improvement-graph")
+    assert "IW16" in page.inner_text("#sizes-filter-treatment")
+    expected_sizes = sorted(compare_by(dashboard_session, shared, "size"), key=lambda c: c.order)
+    assert_close(first_trace_y(page, "sizes-improvement-graph"), [c.abs_ms for c in expected_sizes])
+
+
+def test_no_match_shows_an_explanation(page: Any, dashboard_server: Any) -> None:
+    page.goto(dashboard_server.url + "/sizes?region=atlantis")
+    message = wait_for_status(page, "sizes")
+    assert "No trials match these filters" in message
+    page.wait_for_selector("#sizes-improvement-graph .js-plotly-plot", timeout=TIMEOUT_MS)
+    assert "No trials match" in page.inner_text("#sizes-improvement-graph")
+    screenshot(page, "sizes-empty")
+
+
+def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
+    page.goto(dashboard_server.url + "/trials?region=africa")
+    page.wait_for_selector("#trials-table td", timeout=TIMEOUT_MS)
+    href = page.get_attribute("#trials-download", "href")
+    assert href is not None and "region=africa" in href
+    response = httpx.get(dashboard_server.url + href, timeout=30.0)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    lines = [line for line in response.text.splitlines() if line]
+    _, africa_total = trials_page(dashboard_session, Filters(regions=("africa",)), 1, 0)
+    _, everything = trials_page(dashboard_session, Filters(), 1, 0)
+    assert 0 < africa_total < everything
+    assert len(lines) - 1 == africa_total
+
+
+def test_cli_refuses_to_start_without_a_database() -> None:
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    missing = subprocess.run([sys.executable, "-m", "iwscope.cli", "dashboard", "--port", "1"], env=env,
+                             capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert missing.returncode != 0 and "DATABASE_URL" in missing.stderr
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "iwscope.cli", "dashboard", "--port", "1",
+         "--database-url", "postgresql+psycopg://postgres@127.0.0.1:9/none?connect_timeout=2"],
+        env=env, capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    assert unreachable.returncode != 0 and "cannot reach the database" in unreachable.stderr

@@ -1,0 +1,46 @@
+"""The filter bar's values <-> Filters <-> URL query (no browser, no database)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from urllib.parse import parse_qsl
+
+from iwscope.analysis import Filters
+
+from iwscope_dashboard.filterbar import arms_problem, filters_from_page_query, filters_from_values, query_string
+
+
+def test_values_become_filters_with_inclusive_whole_days() -> None:
+    filters = filters_from_values([2, "1", 2], "2026-11-19", "2026-11-20T00:00:00", ["europe", "africa"], "5000", 60000.0, 3, 16, "client")
+    assert filters == Filters(
+        campaign_ids=(1, 2),
+        since=dt.datetime(2026, 11, 19, tzinfo=dt.UTC),
+        until=dt.datetime(2026, 11, 20, 23, 59, 59, tzinfo=dt.UTC),
+        regions=("africa", "europe"),
+        size_min=5000,
+        size_max=60000,
+        baseline_iw=3,
+        treatment_iw=16,
+        metric="client",
+    )
+
+
+def test_unreadable_values_fall_back_to_defaults_and_lose_nothing_else() -> None:
+    filters = filters_from_values(["x", 4], "yesterday", None, None, "-5", "lots", None, "ten", "both")
+    assert filters == Filters(campaign_ids=(4,))
+
+
+def test_query_string_round_trips_through_the_url() -> None:
+    shared = Filters(campaign_ids=(3, 7), since=dt.datetime(2026, 11, 1, tzinfo=dt.UTC), until=dt.datetime(2026, 11, 2, 23, 59, 59, tzinfo=dt.UTC),
+                     regions=("south-america",), size_min=1, size_max=2_000_000, baseline_iw=10, treatment_iw=16, metric="client")
+    search = query_string(shared)
+    assert search.startswith("?") and "campaign=3,7" in search and "treat=16" in search
+    assert filters_from_page_query(dict(parse_qsl(search[1:]))) == shared
+    # Defaults leave only the arms and the metric in the URL.
+    assert dict(parse_qsl(query_string(Filters())[1:])) == {"base": "3", "treat": "10", "metric": "server"}
+
+
+def test_arm_choice_problems_are_explained() -> None:
+    assert "both IW10" in (arms_problem(Filters(baseline_iw=10, treatment_iw=10), None) or "")
+    assert "IW16" in (arms_problem(Filters(treatment_iw=16), [3, 10]) or "")
+    assert arms_problem(Filters(), [3, 10]) is None
