@@ -61,7 +61,7 @@ class SeededDatabase:
 
 def refresh_rollups_for_tests(session: Session) -> None:
     """The analysis module's roll-up refresh, as the worker runs it."""
-    from iwscope.analysis.rollups import refresh_rollups
+    from iwscope.analysis import refresh_rollups
 
     refresh_rollups(session)
 

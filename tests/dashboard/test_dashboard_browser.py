@@ -109,6 +109,7 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
             assert label in africa
     elif path == "/fairness":
         assert "No competing-flow runs recorded yet" in message
+        assert "IETF 78 testbed" in page.inner_text("#fairness-points")
     elif path == "/probes":
         assert len(traces(page, "probes-graph")[0]["x"]) == 8
         page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)

@@ -24,8 +24,9 @@ from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query,
 dash.register_page(__name__, path="/fairness", name="Fairness", title="iwscope: fairness", order=5)
 
 PREFIX = "fairness"
+NOT_RECORDED_SHORT = "No competing-flow runs recorded yet."
 NOT_RECORDED = (
-    "No competing-flow runs recorded yet. Fairness needs campaigns that run IW3 and IW10 flows at "
+    "Fairness needs campaigns that run IW3 and IW10 flows at "
     "the same time through one bottleneck (the IETF 78 testbed: 50/50 mix, BDP buffer, offered "
     "load 0.95, 15 KB and 50 KB responses); once such campaigns exist this page shows each arm's "
     "throughput and retransmissions side by side."
@@ -88,7 +89,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     except DataUnavailable as error:
         return empty_figure(str(error)), [], status(str(error), "error"), search
     if not points:
-        return empty_figure("No competing-flow data yet."), html.P(NOT_RECORDED, className="iw-empty"), status(NOT_RECORDED, "empty"), search
+        return empty_figure(NOT_RECORDED_SHORT), html.P(NOT_RECORDED, className="iw-empty"), status(NOT_RECORDED_SHORT, "empty"), search
     rows = [dataclasses.asdict(point) for point in points]
     table = dash_table.DataTable(
         id=f"{PREFIX}-table",
