@@ -81,3 +81,43 @@ def wait_for_port(pair: NetnsPair, namespace: str, address: str, port: int, time
             return
         time.sleep(0.1)
     raise TimeoutError(f"nothing listens on {address}:{port} in {namespace}")
+
+
+@dataclass
+class FleetNet(NetnsPair):
+    """A :class:`NetnsPair` whose namespaces also reach the root namespace (the collector).
+
+    Each namespace gets a second veth into the root namespace on its own /30; no
+    forwarding is enabled anywhere.  ``collector_from[ns]`` is the root-side address to use
+    as collector host from that namespace.
+    """
+
+    collector_from: dict = None  # type: ignore[assignment]
+
+    def collector_url(self, namespace: str, port: int) -> str:
+        return f"http://{self.collector_from[namespace]}:{port}"
+
+
+@pytest.fixture()
+def fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
+    suffix = netns_pair.origin_ns[3:-1]
+    octet = 1 + secrets.randbelow(250)
+    links = []
+    collector_from = {}
+    try:
+        for index, namespace in enumerate((netns_pair.origin_ns, netns_pair.probe_ns)):
+            root_dev, ns_dev = f"iwt{suffix}r{index}", f"iwt{suffix}n{index}"
+            root_address, ns_address = f"10.214.{octet}.{4 * index + 1}", f"10.214.{octet}.{4 * index + 2}"
+            _ip("link", "add", root_dev, "type", "veth", "peer", "name", ns_dev)
+            links.append(root_dev)
+            _ip("link", "set", ns_dev, "netns", namespace)
+            _ip("addr", "add", f"{root_address}/30", "dev", root_dev)
+            _ip("link", "set", root_dev, "up")
+            _ip("-n", namespace, "addr", "add", f"{ns_address}/30", "dev", ns_dev)
+            _ip("-n", namespace, "link", "set", ns_dev, "up")
+            collector_from[namespace] = root_address
+        yield FleetNet(netns_pair.origin_ns, netns_pair.probe_ns, netns_pair.origin_address,
+                       netns_pair.probe_address, collector_from)
+    finally:
+        for device in links:
+            subprocess.run(["ip", "link", "del", device], capture_output=True)

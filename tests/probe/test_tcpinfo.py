@@ -106,5 +106,8 @@ def test_shorter_structs_of_older_kernels_give_a_prefix(connected_pair: Tuple[so
     cut_inside_a_u64 = _tcpinfo.parse_tcp_info(raw[:108])
     assert "pacing_rate" not in cut_inside_a_u64
     assert _tcpinfo.parse_tcp_info(b"") == {}
+    # ~0ULL ("no limit", e.g. max_pacing_rate without SO_MAX_PACING_RATE) is left out.
+    assert "max_pacing_rate" not in full
+    assert all(value < 2 ** 63 for value in full.values())
     assert set(_tcpinfo.parse_tcp_info(raw[:7])) == {"state", "ca_state", "retransmits", "probes", "backoff",
                                                      "options", "snd_wscale", "rcv_wscale"}

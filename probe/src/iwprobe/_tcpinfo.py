@@ -64,6 +64,10 @@ def _build_layout() -> List[Tuple[str, int, str]]:
 _LAYOUT = _build_layout()
 #: Size of the newest ``struct tcp_info`` this parser knows (248 bytes).
 KNOWN_SIZE = _LAYOUT[-1][1] + struct.calcsize("=" + _LAYOUT[-1][2])
+#: The kernel reports "unlimited" u64 values (e.g. ``max_pacing_rate``) as ~0ULL; such a
+#: field is left out of the record (it is not a measurement, and PostgreSQL's bigint and the
+#: collector stop at 2**63 - 1).
+_U64_UNSET = 2 ** 64 - 1
 _U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
 
 
@@ -84,7 +88,10 @@ def parse_tcp_info(raw: bytes) -> Dict[str, int]:
         end = offset + struct.calcsize("=" + code)
         if end > length:
             break
-        info[name] = struct.unpack_from("=" + code, raw, offset)[0]
+        value = struct.unpack_from("=" + code, raw, offset)[0]
+        if code == "Q" and value == _U64_UNSET:
+            continue  # ~0ULL means "no limit / not set" (max_pacing_rate without SO_MAX_PACING_RATE)
+        info[name] = value
     return info
 
 
