@@ -1,0 +1,195 @@
+"""Incremental roll-up refresh: equals a full recomputation, idempotent, safe concurrently, run by Celery."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from iwscope.analysis import Filters, compare_by, rebuild_rollups, refresh_rollups, reset_rollups
+from iwscope.analysis.rollups import rollup_snapshot
+
+from .datasets import UTC, add_path, add_probe, add_trial, new_campaign_id
+
+T0 = dt.datetime(2026, 2, 1, tzinfo=UTC)
+
+
+def _random_trials(session: Session, rng: random.Random, campaign_id: int, probes: list[uuid.UUID],
+                   origin: uuid.UUID, count: int, received_at: dt.datetime, joined: bool,
+                   without_campaign: float = 0.1, join_delay: dt.timedelta = dt.timedelta(seconds=30)
+                   ) -> list[uuid.UUID]:
+    ids = []
+    for _ in range(count):
+        error = "reset" if rng.random() < 0.05 else None
+        retrans = rng.choice([0, 0, 0, 1, 3])
+        ids.append(add_trial(
+            session, campaign_id=None if rng.random() < without_campaign else campaign_id,
+            probe_id=rng.choice(probes), origin_id=origin if rng.random() < 0.95 else None,
+            iw=rng.choice([3, 10, 16]), server_ms=None if error else rng.lognormvariate(5.5, 0.6),
+            size=rng.choice([1_000, 9_000, 15_000, 60_000, 300_000]), error=error, retrans=retrans,
+            bytes_retrans=1448 * retrans, bytes_sent=rng.randint(1_000, 400_000),
+            started_at=T0 + dt.timedelta(hours=rng.uniform(0, 72)), received_at=received_at,
+            joined_at=received_at + join_delay if joined else None))
+    session.flush()
+    return ids
+
+
+def _join_later(session: Session, trial_ids: list[uuid.UUID], joined_at: dt.datetime) -> None:
+    """What the join task does: fill the server columns of trials received earlier."""
+    session.execute(text("""
+        UPDATE trials SET server_latency_us = total_us - 5000, server_total_retrans = 1, server_bytes_retrans = 1448,
+                          server_bytes_sent = 20000, joined_at = :joined_at
+        WHERE trial_id = ANY(:ids) AND joined_at IS NULL"""), {"ids": trial_ids, "joined_at": joined_at})
+
+
+def _snapshot(session: Session, campaign_ids: set[int | None]) -> dict:
+    wanted = {0 if c is None else c for c in campaign_ids}
+    return {key: value for key, value in rollup_snapshot(session).items() if key[0] in wanted}
+
+
+def test_incremental_equals_full_recomputation_and_twice_changes_nothing(db_session: Session) -> None:
+    rng = random.Random(6)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    probes = [add_probe(db_session, region) for region in ("africa", "europe", "asia")]
+    for probe in probes:
+        add_path(db_session, probe, origin, rng.uniform(10, 400), rng.choice([500_000, 5_000_000]), 0.01)
+    reset_rollups(db_session)
+
+    # phase 1: 400 trials, 300 already joined, 100 waiting for their observation
+    t1 = T0 + dt.timedelta(days=4)
+    joined_first = _random_trials(db_session, rng, campaign_id, probes, origin, 300, t1, joined=True)
+    waiting = _random_trials(db_session, rng, campaign_id, probes, origin, 100, t1, joined=False)
+    first = refresh_rollups(db_session, upto=t1 + dt.timedelta(minutes=5))
+    assert first.client_trials >= 400 and first.server_trials >= 300
+    # phase 2: the 100 are joined, 250 new trials arrive (some joined at once)
+    t2 = t1 + dt.timedelta(hours=1)
+    _join_later(db_session, waiting, t2)
+    _random_trials(db_session, rng, campaign_id, probes, origin, 150, t2, joined=True)
+    _random_trials(db_session, rng, campaign_id, probes, origin, 100, t2, joined=False)
+    second = refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=5))
+    assert second.client_trials >= 250 and second.server_trials >= 250
+    incremental = _snapshot(db_session, {campaign_id, None})
+    assert sum(row["n_trials"] for row in incremental.values()) >= 650
+    served = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "size")
+
+    # refreshing again folds nothing and changes nothing
+    third = refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=5))
+    assert (third.client_trials, third.server_trials, third.keys_updated) == (0, 0, 0)
+    assert _snapshot(db_session, {campaign_id, None}) == incremental
+
+    rebuild_rollups(db_session, upto=t2 + dt.timedelta(minutes=5))
+    full = _snapshot(db_session, {campaign_id, None})
+    assert full == incremental
+    assert compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "size") == served
+    assert len(joined_first) == 300
+
+
+def test_rows_inside_the_safety_margin_wait_for_the_next_refresh(db_session: Session) -> None:
+    campaign_id = new_campaign_id()
+    probe = add_probe(db_session, "europe")
+    reset_rollups(db_session)
+    now = db_session.execute(text("SELECT clock_timestamp()")).scalar_one()
+    add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100,
+              received_at=now + dt.timedelta(seconds=30), joined_at=now + dt.timedelta(seconds=30))
+    db_session.flush()
+    refresh_rollups(db_session)
+    assert _snapshot(db_session, {campaign_id}) == {}
+    refresh_rollups(db_session, margin=dt.timedelta(seconds=-60))  # as if a minute had passed
+    (row,) = _snapshot(db_session, {campaign_id}).values()
+    assert (row["n_trials"], row["server_n"], row["client_n"]) == (1, 1, 1)
+
+
+@pytest.fixture
+def committed_engine(database_url: str) -> Iterator[Engine]:
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    yield engine
+    engine.dispose()
+
+
+def _cleanup(engine: Engine, campaign_id: int, probes: list[uuid.UUID]) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"),
+                        {"c": campaign_id})
+        session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"), {"p": probes})
+
+
+def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> None:
+    campaign_id = new_campaign_id()
+    rng = random.Random(9)
+    with Session(committed_engine) as session, session.begin():
+        recent = session.execute(text("SELECT now()")).scalar_one()  # as the ingest path stamps them
+        probes = [add_probe(session, "africa"), add_probe(session, "europe")]
+        _random_trials(session, rng, campaign_id, probes, uuid.uuid4(), 300, recent, joined=True,
+                       without_campaign=0.0, join_delay=dt.timedelta(0))
+    try:
+        time.sleep(1.2)  # past the refresh's safety margin
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                with Session(committed_engine) as session, session.begin():
+                    refresh_rollups(session)
+            except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors
+        with Session(committed_engine) as session:
+            totals = session.execute(text("""
+                SELECT sum(n_trials), sum(server_n) + sum(n_errors) FROM analysis_rollups
+                WHERE campaign_id = :c"""), {"c": campaign_id}).one()
+            raw = session.execute(text("""
+                SELECT count(*), count(*) FROM trials WHERE campaign_id = :c"""), {"c": campaign_id}).one()
+        assert tuple(totals) == tuple(raw) == (300, 300)
+    finally:
+        _cleanup(committed_engine, campaign_id, probes)
+
+
+def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_worker) -> None:  # noqa: ANN001
+    """Trials stamped now are inside the safety margin: the task folds them in its follow-up run."""
+    campaign_id = new_campaign_id()
+    with Session(committed_engine) as session, session.begin():
+        now = session.execute(text("SELECT now()")).scalar_one()  # as the ingest path and the join stamp them
+        probe = add_probe(session, "africa")
+        for latency in (900.0, 1000.0, 1100.0):
+            add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=latency,
+                      started_at=now, received_at=now, joined_at=now)
+        add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=10, server_ms=700.0,
+                  started_at=now, received_at=now, joined_at=now)
+
+    def rows() -> list[tuple[int, int, int, int]]:
+        with Session(committed_engine) as session:
+            return [tuple(row) for row in session.execute(text("""
+                SELECT arm_iw, n_trials, server_n, server_sum_us FROM analysis_rollups WHERE campaign_id = :c
+                ORDER BY arm_iw"""), {"c": campaign_id})]
+
+    try:
+        outcome = celery_worker.send("iwscope.analysis.tasks.refresh_rollups", timeout=120)
+        assert isinstance(outcome, dict) and outcome["skipped"] is False
+        deadline = time.monotonic() + 60
+        while not rows() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)], celery_worker.log()[-3000:]
+        with Session(committed_engine) as session:
+            (result,) = compare_by(session, Filters(campaign_ids=(campaign_id,)), "region")
+            assert result.abs_ms == pytest.approx(300.0)
+        again = celery_worker.send("iwscope.analysis.tasks.refresh_rollups", timeout=120)
+        assert isinstance(again, dict) and again["skipped"] is False
+        assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)]
+    finally:
+        _cleanup(committed_engine, campaign_id, [probe])
