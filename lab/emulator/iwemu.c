@@ -437,7 +437,8 @@ static void on_signal(int sig) { (void)sig; stop_requested = 1; }
 static void usage(void) {
     fprintf(stderr,
             "usage: iwemu --a-dev NAME [--a-netns PATH] --b-dev NAME [--b-netns PATH]\n"
-            "             [--control SOCKET] [--trace FILE] [--seed N] [--slots N] [SETTING...]\n"
+            "             [--control SOCKET] [--trace FILE] [--seed N] [--slots N] [--rt-priority N]\n"
+            "             [SETTING...]\n"
             "SETTING: {down|up|both}.{rate,delay_ms,jitter_ms,loss,loss_model,ge_p,ge_r,\n"
             "         ge_loss_good,ge_loss_bad,buffer_bytes,buffer_packets}=VALUE\n"
             "A is the host's device (down = B->A), B the core's.  Prints \"ready\" when both exist.\n");
@@ -448,6 +449,7 @@ int main(int argc, char **argv) {
     const char *a_dev = NULL, *b_dev = NULL, *a_ns = NULL, *b_ns = NULL, *control = NULL, *trace_path = NULL;
     uint64_t seed = 1;
     uint32_t slots = DEFAULT_SLOTS;
+    int rt_priority = 0;
     dirs[0].name = "down";
     dirs[1].name = "up";
     for (int i = 0; i < 2; i++) dirs[i].cfg.ge_loss_bad = 1.0;
@@ -459,6 +461,7 @@ int main(int argc, char **argv) {
         ARG("--a-dev", a_dev) ARG("--b-dev", b_dev) ARG("--a-netns", a_ns) ARG("--b-netns", b_ns)
         ARG("--control", control) ARG("--trace", trace_path)
         if (!strcmp(a, "--seed")) { if (++i >= argc) usage(); seed = strtoull(argv[i], NULL, 10); continue; }
+        if (!strcmp(a, "--rt-priority")) { if (++i >= argc) usage(); rt_priority = atoi(argv[i]); continue; }
         if (!strcmp(a, "--slots")) { if (++i >= argc) usage(); slots = (uint32_t)strtoul(argv[i], NULL, 10); continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage();
         if (a[0] == '-') usage();
@@ -471,6 +474,13 @@ int main(int argc, char **argv) {
     rng_seed(dirs[1].rng, seed * 2 + 1);
 
     prctl(PR_SET_TIMERSLACK, 1UL);   /* default 50 us slack would add to every delay */
+    if (rt_priority > 0) {
+        /* On a busy machine a SCHED_OTHER emulator is descheduled for tens of ms, which
+         * shows up as delay spikes and idle link time; SCHED_FIFO keeps it on time.  It
+         * sleeps between packets, so it only uses what the traffic needs. */
+        struct sched_param sp = {.sched_priority = rt_priority};
+        if (sched_setscheduler(0, SCHED_FIFO, &sp)) die("SCHED_FIFO %d: %s", rt_priority, strerror(errno));
+    }
     int home_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     int a_fd = open_tun(a_ns, a_dev, home_ns);
     int b_fd = open_tun(b_ns, b_dev, -1);   /* stay in B's namespace (the core) */

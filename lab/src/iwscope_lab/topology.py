@@ -63,6 +63,9 @@ DEFAULT_SYSCTLS: dict[str, str] = {
 }
 MTU = 1500
 EMULATOR_READY_TIMEOUT_S = 5.0
+#: SCHED_FIFO priority of the emulators (0 = normal scheduling).  On a shared machine a
+#: normally scheduled emulator is descheduled for tens of milliseconds at a time.
+DEFAULT_EMULATOR_RT_PRIORITY = int(os.environ.get("IWSCOPE_LAB_RT_PRIORITY", "20"))
 
 
 class LabError(RuntimeError):
@@ -213,7 +216,8 @@ class Topology:
 
     def __init__(self, name: str | None = None, hosts: Sequence[Host] = (), *,
                  sysctls: Mapping[str, str] | None = None, trace: bool | Iterable[str] = False,
-                 seed: int = 1, detached: bool = False, scenario: str | None = None) -> None:
+                 seed: int = 1, detached: bool = False, scenario: str | None = None,
+                 emulator_rt_priority: int = DEFAULT_EMULATOR_RT_PRIORITY) -> None:
         run_id = name or f"iws{secrets.token_hex(3)}"
         if not RUN_ID_RE.match(run_id):
             run_id = f"iws{run_id}" if RUN_ID_RE.match(f"iws{run_id}") else run_id
@@ -234,6 +238,7 @@ class Topology:
         self.sysctls = {**DEFAULT_SYSCTLS, **(sysctls or {})}
         self.seed = seed
         self.detached = detached
+        self.emulator_rt_priority = emulator_rt_priority
         if trace is True:
             self._traced = set(names)
         elif trace is False:
@@ -531,7 +536,8 @@ class Topology:
         control_path = self._control_path(host)
         cmd = [binary, "--a-netns", f"/run/netns/{host.netns}", "--a-dev", host.device,
                "--b-netns", f"/run/netns/{self.core_netns}", "--b-dev", host.core_device,
-               "--control", str(control_path), "--seed", str(self.seed * 1000 + host.index)]
+               "--control", str(control_path), "--seed", str(self.seed * 1000 + host.index),
+               "--rt-priority", str(self.emulator_rt_priority)]
         if host.name in self._traced:
             cmd += ["--trace", str(self.trace_path(host.name))]
         cmd += host.link.emulator_settings()
