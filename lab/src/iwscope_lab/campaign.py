@@ -1,0 +1,318 @@
+"""Run a real measurement campaign in the lab, end to end through the product.
+
+Every origin host runs a real ``iwprobe origin`` (routes with ``initcwnd`` per arm, one
+listener per arm), every probe host a real ``iwprobe run --once``; both enroll through the
+collector's API with the scenario's region labels, the campaign is created through the API
+with an admin token, and the probes pull it as their schedule.  Trials and observations
+reach PostgreSQL only through the API and the Celery worker.  The runner only *reads* the
+database, to show progress and to know when everything has arrived.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import func, select
+
+from iwscope_lab.stack import Stack
+from iwscope_lab.topology import Host, Topology
+
+#: First port of an origin's arm listeners (the arm with IW n listens on BASE_PORT + n).
+BASE_PORT = 8000
+
+
+class CampaignError(RuntimeError):
+    """The campaign could not be run or did not complete."""
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """What every probe of the topology measures against every origin."""
+
+    name: str
+    arms: tuple[int, ...] = (3, 10)
+    sizes: tuple[int, ...] | None = (9_000,)
+    size_dist: str | None = None
+    sizes_per_round: int = 1
+    repetitions: int = 5
+    interval_s: float = 0.0
+    calibrate: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.sizes is None) == (self.size_dist is None):
+            raise ValueError("a plan has either fixed sizes or a size distribution")
+
+    def trials_per_probe(self, n_origins: int) -> int:
+        sizes_per_round = len(self.sizes) if self.sizes is not None else self.sizes_per_round
+        return self.repetitions * n_origins * len(self.arms) * sizes_per_round
+
+
+@dataclass
+class CampaignResult:
+    """What a finished campaign left in the database."""
+
+    campaign_id: int
+    probe_ids: dict[str, str]
+    origin_ids: dict[str, str]
+    expected_per_probe: int
+    stored_per_probe: dict[str, int]
+    unjoined: int
+    seconds: float
+    probe_exit_codes: dict[str, int | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class LabCampaign:
+    """One campaign on one topology and one stack."""
+
+    def __init__(self, topology: Topology, stack: Stack, plan: CampaignPlan, *,
+                 console: Console | None = None, state_root: pathlib.Path | None = None,
+                 probe_args: tuple[str, ...] = (), client_initrwnd: int | None = 64) -> None:
+        self.topology = topology
+        self.stack = stack
+        self.plan = plan
+        self.console = console or Console(stderr=True)
+        self.state_root = state_root or (stack.run_dir / "lab" / topology.run_id)
+        self.probe_args = probe_args
+        #: The probes' initial receive window (segments).  Linux clients advertise 10 MSS by
+        #: default, which hides any IW above 10; 64 is like the replication's Windows clients
+        #: (64 KB).  ``None`` keeps the kernel default (then rwnd-limited trials show it).
+        self.client_initrwnd = client_initrwnd
+        self._origins: dict[str, subprocess.Popen[bytes]] = {}
+        self._probes: dict[str, subprocess.Popen[bytes]] = {}
+        self._tokens: dict[str, str] = {}
+        self.campaign_id: int | None = None
+
+    # ----- the run -----
+
+    def run(self, *, timeout_s: float = 900.0, show_progress: bool = True) -> CampaignResult:
+        """Enroll, start origins, create the campaign, run the probes, wait for every record."""
+        started = time.monotonic()
+        origins = self.topology.hosts_by_role("origin")
+        probes = self.topology.hosts_by_role("probe")
+        if not origins or not probes:
+            raise CampaignError("a campaign needs at least one origin and one probe host")
+        try:
+            if self.client_initrwnd is not None:
+                for host in probes:
+                    self.topology.set_route(host.name, initrwnd=self.client_initrwnd)
+            self._create_tokens()
+            origin_ids = {host.name: self._start_origin(host) for host in origins}
+            probe_ids = {host.name: self._enroll_probe(host) for host in probes}
+            self.campaign_id = self._create_campaign(list(origin_ids.values()), timeout_s)
+            for host in probes:
+                self._start_probe(host)
+            expected = self.plan.trials_per_probe(len(origins))
+            self._wait_for_trials(probe_ids, expected, started + timeout_s, show_progress)
+            exit_codes = {name: proc.poll() for name, proc in self._probes.items()}
+            unjoined = self._wait_for_joins(deadline=time.monotonic() + 120)
+            stored = self._stored_per_probe(probe_ids)
+            return CampaignResult(self.campaign_id, probe_ids, origin_ids, expected, stored, unjoined,
+                                  time.monotonic() - started, exit_codes)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the campaign's window and stop every agent (origins drain their spools first)."""
+        if self.campaign_id is not None:
+            try:
+                self._api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
+                          {"ends_at": _utc_now().isoformat()}, token=self._tokens.get("admin"))
+            except Exception as error:  # noqa: BLE001 - best effort while shutting down
+                self.console.print(f"[yellow]could not close campaign {self.campaign_id}: {error}")
+        for processes in (self._probes, self._origins):
+            for proc in processes.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in processes.values():
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    # ----- steps -----
+
+    def _create_tokens(self) -> None:
+        from iwscope.auth.services import create_api_token
+        from iwscope.db import session_scope
+
+        label = f"lab {self.topology.run_id}"
+        with session_scope() as session:
+            for kind in ("enroll", "origin", "admin"):
+                self._tokens[kind] = create_api_token(session, kind, label)
+
+    def _host_state_dir(self, host: Host) -> pathlib.Path:
+        path = self.state_root / host.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _iwprobe(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "iwprobe", *args]
+
+    def _collector_url(self) -> str:
+        return self.stack.api_url_for(self.topology.collector_address)
+
+    def _agent_name(self, host: Host) -> str:
+        return f"{host.name}.{self.topology.run_id}"
+
+    def _start_origin(self, host: Host) -> str:
+        state_dir = str(self._host_state_dir(host))
+        arms = ",".join(str(iw) for iw in self.plan.arms)
+        common = ["--arms", arms, "--base-port", str(BASE_PORT), "--state-dir", state_dir]
+        self._check(host, self._iwprobe("origin", "setup-routes", *common), "origin route setup")
+        self._check(host, self._iwprobe(
+            "origin", "enroll", *common, "--collector", self._collector_url(), "--token", self._tokens["origin"],
+            "--name", self._agent_name(host), "--region", host.region or "lab", "--host", host.address,
+        ), "origin enrollment")
+        log = open(pathlib.Path(state_dir) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
+        self._origins[host.name] = self.topology.popen(
+            host.name, self._iwprobe("origin", "serve", *common, "--bind", host.address,
+                                     "--collector", self._collector_url()),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        return self._agent_id(state_dir, "origin")
+
+    def _enroll_probe(self, host: Host) -> str:
+        state_dir = str(self._host_state_dir(host))
+        argv = ["enroll", "--collector", self._collector_url(), "--token", self._tokens["enroll"],
+                "--name", self._agent_name(host), "--region", host.region or "lab", "--state-dir", state_dir,
+                "--label", f"lab_run={self.topology.run_id}", "--label", f"host={host.name}"]
+        if host.labels.get("country"):
+            argv += ["--country", host.labels["country"]]
+        for key, value in sorted(host.labels.items()):
+            if key != "country":
+                argv += ["--label", f"{key}={value}"]
+        self._check(host, self._iwprobe(*argv), "probe enrollment")
+        return self._agent_id(state_dir, "probe")
+
+    def _start_probe(self, host: Host) -> None:
+        state_dir = self._host_state_dir(host)
+        log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 - handed to the child
+        self._probes[host.name] = self.topology.popen(
+            host.name, self._iwprobe("run", "--once", "--state-dir", str(state_dir), *self.probe_args),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+
+    def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
+        now = _utc_now()
+        regions = sorted({host.region or "lab" for host in self.topology.hosts_by_role("probe")})
+        body = {
+            "name": self.plan.name,
+            "origin_ids": origin_ids,
+            "probe_regions": regions,
+            "arms": list(self.plan.arms),
+            "sizes": list(self.plan.sizes) if self.plan.sizes is not None else None,
+            "size_dist": self.plan.size_dist,
+            "sizes_per_round": self.plan.sizes_per_round,
+            "repetitions": self.plan.repetitions,
+            "interval_s": self.plan.interval_s,
+            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
+            # A window that closes by itself even if this runner dies.
+            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
+            "calibrate": self.plan.calibrate,
+        }
+        answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
+        return int(answer["id"])
+
+    def _wait_for_trials(self, probe_ids: dict[str, str], expected: int, deadline: float,
+                         show_progress: bool) -> None:
+        columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, disable=not show_progress, transient=False) as progress:
+            tasks = {name: progress.add_task(f"{name} ({self.topology.host(name).region})", total=expected)
+                     for name in probe_ids}
+            while True:
+                stored = self._stored_per_probe(probe_ids)
+                for name, count in stored.items():
+                    progress.update(tasks[name], completed=min(count, expected))
+                if all(count >= expected for count in stored.values()):
+                    return
+                finished = {name: proc.poll() for name, proc in self._probes.items()}
+                if all(code is not None for code in finished.values()):
+                    # Every probe exited; give the last uploads a moment to land.
+                    time.sleep(1.0)
+                    stored = self._stored_per_probe(probe_ids)
+                    if all(count >= expected for count in stored.values()):
+                        return
+                    missing = {n: expected - c for n, c in stored.items() if c < expected}
+                    raise CampaignError(f"probes exited with trials missing {missing} (exit codes {finished}); "
+                                        f"see {self.state_root}/<host>/probe.log")
+                if time.monotonic() > deadline:
+                    raise CampaignError(f"campaign timed out: stored {stored} of {expected} per probe")
+                time.sleep(0.5)
+
+    def _wait_for_joins(self, deadline: float) -> int:
+        """Wait until every successful trial has its origin observation joined; return how many lack one."""
+        from iwscope.db import session_scope
+        from iwscope.trials.models import Trial
+
+        query = select(func.count()).select_from(Trial).where(
+            Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None))
+        while True:
+            with session_scope() as session:
+                unjoined = int(session.execute(query).scalar_one())
+            if unjoined == 0 or time.monotonic() > deadline:
+                return unjoined
+            time.sleep(0.5)
+
+    def _stored_per_probe(self, probe_ids: dict[str, str]) -> dict[str, int]:
+        from iwscope.db import session_scope
+        from iwscope.trials.models import Trial
+
+        query = (select(Trial.probe_id, func.count()).where(Trial.campaign_id == self.campaign_id)
+                 .group_by(Trial.probe_id))
+        with session_scope() as session:
+            counts = {str(probe_id): int(count) for probe_id, count in session.execute(query)}
+        return {name: counts.get(probe_id, 0) for name, probe_id in probe_ids.items()}
+
+    # ----- plumbing -----
+
+    def _check(self, host: Host, argv: list[str], what: str) -> None:
+        done = self.topology.run(host.name, argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CampaignError(f"{what} failed on {host.name}: {done.stderr.strip() or done.stdout.strip()}")
+
+    @staticmethod
+    def _agent_id(state_dir: str, role: str) -> str:
+        """The id an agent stored after enrolling (its credentials file holds ``<id>.<secret>``)."""
+        for candidate in sorted(pathlib.Path(state_dir).glob("*.json")):
+            try:
+                data = json.loads(candidate.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("role", role) == role and data.get("id"):
+                return str(data["id"])
+            credential = data.get("credential") if isinstance(data, dict) else None
+            if credential and "." in credential:
+                return credential.split(".", 1)[0]
+        raise CampaignError(f"no {role} credentials found in {state_dir}")
+
+    def _api(self, method: str, path: str, body: dict[str, Any] | None, *, token: str | None) -> Any:
+        request = urllib.request.Request(self.stack.local_api_url + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            raise CampaignError(f"{method} {path}: HTTP {error.code}: {error.read()[:500]!r}") from error
+        return json.loads(payload) if payload else None
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

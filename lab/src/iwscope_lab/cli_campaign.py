@@ -1,0 +1,171 @@
+"""``iwscope lab run | reproduce | report | demo | stack``: campaigns on the lab substrate."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import pathlib
+from typing import Iterator
+
+import click
+from rich.console import Console
+
+from iwscope_lab.campaign import CampaignError, CampaignPlan, LabCampaign
+from iwscope_lab.stack import Stack, local_stack
+from iwscope_lab.topology import Topology
+
+console = Console(stderr=True)
+
+
+def _int_list(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        numbers = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError as error:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from error
+    if not numbers:
+        raise click.BadParameter("empty list")
+    return numbers
+
+
+@contextlib.contextmanager
+def _stack(detached: bool = False) -> Iterator[Stack]:
+    """The running detached stack if there is one, else a stack for the duration of the command."""
+    existing = Stack.attach()
+    if existing is not None:
+        yield existing
+        return
+    stack = local_stack().start(detached=detached)
+    try:
+        yield stack
+    finally:
+        if not detached:
+            stack.stop()
+
+
+@click.command("run")
+@click.argument("scenario")
+@click.option("--trials", "repetitions", default=5, show_default=True, type=click.IntRange(1, 100_000),
+              help="Trials per probe, origin, arm and size (the campaign's rounds).")
+@click.option("--arms", default="3,10", show_default=True, help="IW arms, comma-separated.")
+@click.option("--sizes", default=None, help="Fixed object sizes in bytes, comma-separated (default 9000).")
+@click.option("--size-dist", type=click.Choice(["websearch"]), default=None,
+              help="Draw sizes from a distribution instead of --sizes.")
+@click.option("--sizes-per-round", default=1, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--interval", "interval_s", default=0.0, show_default=True, type=float, help="Seconds between rounds.")
+@click.option("--name", default=None, help="Campaign name (default: scenario and run id).")
+@click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def run_command(scenario: str, repetitions: int, arms: str, sizes: str | None, size_dist: str | None,
+                sizes_per_round: int, interval_s: float, name: str | None, timeout_s: float, as_json: bool) -> None:
+    """Run a measurement campaign on SCENARIO's topology, through the API and the worker."""
+    if sizes is not None and size_dist is not None:
+        raise click.UsageError("give --sizes or --size-dist, not both")
+    fixed = _int_list(sizes) if sizes else (None if size_dist else (9_000,))
+    topology = Topology.from_scenario(scenario)
+    plan = CampaignPlan(name=name or f"{scenario} {topology.run_id}", arms=_int_list(arms) or (3, 10), sizes=fixed,
+                        size_dist=size_dist, sizes_per_round=sizes_per_round, repetitions=repetitions,
+                        interval_s=interval_s)
+    try:
+        with _stack() as stack, topology:
+            result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=timeout_s)
+    except CampaignError as error:
+        raise click.ClickException(str(error)) from error
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: agents stopped, topology torn down")
+        raise SystemExit(130) from None
+    _print_result(result.to_dict(), as_json)
+
+
+def _print_result(result: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=str))
+        return
+    console.print(f"campaign {result['campaign_id']}: {result['expected_per_probe']} trials expected per probe; "
+                  f"stored {result['stored_per_probe']}; {result['unjoined']} without origin observation; "
+                  f"{result['seconds']:.0f} s")
+
+
+@click.command("reproduce")
+@click.option("--quick", is_flag=True, help="Fewer sweep points and repetitions (a few minutes).")
+@click.option("--out", "out_dir", default="out/reproduce", show_default=True, type=click.Path(path_type=pathlib.Path))
+@click.option("--only", multiple=True, help="Run only these experiments (e.g. fig5_rtt_9k); repeatable.")
+def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...]) -> None:
+    """Rebuild the IW10 paper's Figure 5 and Figure 2 (and size / loss comparisons) in the lab."""
+    from iwscope_lab.reproduce import experiments, reproduce
+
+    known = {experiment.key for experiment in experiments(quick)}
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise click.BadParameter(f"unknown experiments {unknown}; known: {sorted(known)}", param_hint="--only")
+    try:
+        with _stack() as stack:
+            reproduce(out_dir, stack, quick=quick, only=only, console=console)
+    except CampaignError as error:
+        raise click.ClickException(str(error)) from error
+    console.print(f"report: {out_dir / 'report.html'}\nsummary: {out_dir / 'summary.json'}")
+
+
+@click.command("report")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path))
+def report_command(out_dir: pathlib.Path) -> None:
+    """Re-render OUT_DIR/report.html from OUT_DIR/summary.json."""
+    from iwscope_lab.report import write_report
+
+    write_report(json.loads((out_dir / "summary.json").read_text()), out_dir / "report.html")
+    console.print(f"report: {out_dir / 'report.html'}")
+
+
+#: The main job's campaign: short, every arm of interest, web-search sizes.
+DEMO_PLAN = CampaignPlan(name="demo", arms=(3, 10, 16), sizes=None, size_dist="websearch", sizes_per_round=2,
+                         repetitions=5)
+
+
+@click.command("demo")
+@click.option("--scenario", default="world", show_default=True)
+@click.option("--trials", "repetitions", default=DEMO_PLAN.repetitions, show_default=True, type=click.IntRange(1, 1000))
+def demo_command(scenario: str, repetitions: int) -> None:
+    """The main job: a detached stack with the dashboard, a short multi-region campaign, the URL."""
+    plan = CampaignPlan(name=f"demo {scenario}", arms=DEMO_PLAN.arms, sizes=None, size_dist=DEMO_PLAN.size_dist,
+                        sizes_per_round=DEMO_PLAN.sizes_per_round, repetitions=repetitions)
+    topology = Topology.from_scenario(scenario)
+    try:
+        with _stack(detached=True) as stack, topology:
+            result = LabCampaign(topology, stack, plan, console=console,
+                                 probe_args=("--calibration-bytes", "200000")).run(timeout_s=600)
+    except CampaignError as error:
+        raise click.ClickException(str(error)) from error
+    _print_result(result.to_dict(), as_json=False)
+    stack = Stack.attach()
+    url = stack.dashboard_url if stack else None
+    console.print(f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}\n"
+                  f"API: {stack.local_api_url if stack else '?'}/docs\n"
+                  "The stack keeps running; `iwscope lab stack stop` (or `make clean`) stops it.")
+
+
+@click.group("stack")
+def stack_group() -> None:
+    """The detached collector stack that `demo` leaves running."""
+
+
+@stack_group.command("status")
+def stack_status() -> None:
+    """Show whether a detached stack runs, and where."""
+    stack = Stack.attach()
+    if stack is None:
+        click.echo("no stack running")
+        raise SystemExit(1)
+    click.echo(json.dumps({"api": stack.local_api_url, "dashboard": stack.dashboard_url, "pids": stack.pids}, indent=2))
+
+
+@stack_group.command("stop")
+def stack_stop() -> None:
+    """Stop the detached stack (API, worker, beat, dashboard); data stays in .run/."""
+    stack = Stack.attach()
+    if stack is not None:
+        stack.stop()
+    click.echo("stack stopped")
+
+
+COMMANDS = (run_command, reproduce_command, report_command, demo_command, stack_group)

@@ -1,0 +1,157 @@
+"""The reproduction report: one self-contained HTML page of plotly figures and tables.
+
+Built from ``summary.json`` alone (see :mod:`iwscope_lab.reproduce`), so a report can be
+re-rendered without re-running the campaigns: ``iwscope lab report DIR``.
+"""
+
+from __future__ import annotations
+
+import html
+import pathlib
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_COLOURS = {3: "#d62728", 10: "#1f77b4"}
+
+
+def _arm(point: dict[str, Any], iw: int) -> dict[str, Any] | None:
+    return next((arm for arm in point["arms"] if arm["iw"] == iw), None)
+
+
+def _x_label(name: str) -> str:
+    return {"rtt_ms": "path RTT (ms)", "rate_bps": "bottleneck bandwidth (bit/s)", "iw": "initial window (segments)",
+            "size": "response size (bytes)", "loss": "random loss rate"}.get(name, name)
+
+
+def improvement_figure(experiment: dict[str, Any]) -> go.Figure:
+    """Figure 5 style: absolute (ms) and percent improvement of IW10 over IW3, measured and modelled."""
+    points = experiment["points"]
+    labels = [_point_label(experiment["x"], p["x"]) for p in points]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("absolute improvement (ms)", "improvement (%)"))
+    figure.add_bar(x=labels, y=[p["abs_improvement_ms"] for p in points], name="measured", marker_color="#1f77b4",
+                   row=1, col=1)
+    figure.add_scatter(x=labels, y=[p["model_abs_improvement_ms"] for p in points], name="slow-start model",
+                       mode="markers", marker={"symbol": "diamond", "size": 11, "color": "black"}, row=1, col=1)
+    model_pct = []
+    for p in points:
+        base = _arm(p, 3)
+        ok = base and base["model_ms"] and p["model_abs_improvement_ms"] is not None
+        model_pct.append(100 * p["model_abs_improvement_ms"] / base["model_ms"] if ok else None)
+    figure.add_bar(x=labels, y=[p["pct_improvement"] for p in points], name="measured %", marker_color="#2ca02c",
+                   row=1, col=2, showlegend=False)
+    figure.add_scatter(x=labels, y=model_pct, name="model %", mode="markers", showlegend=False,
+                       marker={"symbol": "diamond", "size": 11, "color": "black"}, row=1, col=2)
+    figure.update_xaxes(title_text=_x_label(experiment["x"]), type="category")
+    figure.update_layout(title=experiment["title"], height=420, margin={"t": 70})
+    return figure
+
+
+def latency_vs_iw_figure(experiment: dict[str, Any]) -> go.Figure:
+    """Figure 2 style: mean latency per IW with one standard deviation, beside the model."""
+    point = experiment["points"][0]
+    arms = point["arms"]
+    figure = go.Figure()
+    figure.add_bar(x=[str(a["iw"]) for a in arms], y=[a["mean_ms"] for a in arms], name="measured mean",
+                   error_y={"type": "data", "array": [a["std_ms"] or 0 for a in arms], "visible": True})
+    figure.add_scatter(x=[str(a["iw"]) for a in arms], y=[a["model_ms"] for a in arms], name="slow-start model",
+                       mode="lines+markers", line={"color": "black", "dash": "dot"})
+    figure.update_layout(title=experiment["title"], xaxis_title="initial window (segments)",
+                         yaxis_title="response latency (ms)", height=420)
+    return figure
+
+
+def size_figure(experiment: dict[str, Any]) -> go.Figure:
+    """Latency per arm against response size (a single sweep point fetching many sizes)."""
+    point = experiment["points"][0]
+    figure = go.Figure()
+    for arm in point["arms"]:
+        colour = _COLOURS.get(arm["iw"])
+        figure.add_scatter(x=[str(s) for s in arm["by_size"]], y=list(arm["by_size"].values()),
+                           name=f"IW{arm['iw']} measured", mode="lines+markers", line={"color": colour})
+        figure.add_scatter(x=[str(s) for s in arm["by_size_model"]], y=list(arm["by_size_model"].values()),
+                           name=f"IW{arm['iw']} model", mode="lines", line={"color": colour, "dash": "dot"})
+    figure.update_xaxes(type="category")
+    figure.update_layout(title=experiment["title"], xaxis_title="response size (bytes)",
+                         yaxis_title="mean response latency (ms)", height=420)
+    return figure
+
+
+def lossy_figure(experiment: dict[str, Any]) -> go.Figure:
+    """Latency and retransmission share per arm against the loss rate."""
+    points = experiment["points"]
+    labels = [f"{p['loss']:.0%}" for p in points]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("mean latency (ms)", "trials with retransmissions (%)"))
+    for iw in (3, 10):
+        arms = [_arm(p, iw) for p in points]
+        figure.add_bar(x=labels, y=[a["mean_ms"] if a else None for a in arms], name=f"IW{iw}",
+                       marker_color=_COLOURS[iw], row=1, col=1)
+        figure.add_bar(x=labels, y=[100 * a["retrans_share"] if a else None for a in arms], name=f"IW{iw} retrans",
+                       marker_color=_COLOURS[iw], opacity=0.6, row=1, col=2, showlegend=False)
+    figure.update_xaxes(title_text="random loss rate", type="category")
+    figure.update_layout(title=experiment["title"], height=420, barmode="group")
+    return figure
+
+
+def _point_label(x_name: str, x: float) -> str:
+    if x_name == "rate_bps":
+        return f"{x / 1e6:g} Mbit/s" if x >= 1e6 else f"{x / 1e3:g} kbit/s"
+    if x_name == "rtt_ms":
+        return f"{x:g} ms"
+    return f"{x:g}"
+
+
+def model_table(summary: dict[str, Any]) -> str:
+    """Every measured point beside the model, with the >10 % flags and SYN retransmissions."""
+    head = ("<tr><th>experiment</th><th>point</th><th>IW</th><th>n</th><th>errors</th><th>measured mean (ms)</th>"
+            "<th>std</th><th>model (ms)</th><th>gap</th><th>client total (ms)</th><th>model client (ms)</th>"
+            "<th>SYN retrans</th><th>retrans</th><th>flag</th></tr>")
+    rows = []
+    for key, experiment in summary["experiments"].items():
+        for point in experiment["points"]:
+            for arm in point["arms"]:
+                flag = html.escape(arm["flag"] or "")
+                gap = "" if arm["gap"] is None else f"{100 * arm['gap']:+.1f}%"
+                rows.append(
+                    f"<tr class='{'flag' if arm['flag'] else ''}'><td>{key}</td><td>{html.escape(point['label'])}</td>"
+                    f"<td>{arm['iw']}</td><td>{arm['n']}</td><td>{arm['errors']}</td><td>{_num(arm['mean_ms'])}</td>"
+                    f"<td>{_num(arm['std_ms'])}</td><td>{_num(arm['model_ms'])}</td>"
+                    f"<td>{gap}</td>"
+                    f"<td>{_num(arm['client_mean_ms'])}</td><td>{_num(arm['model_client_ms'])}</td>"
+                    f"<td>{100 * arm['syn_retrans_share']:.0f}%</td><td>{100 * arm['retrans_share']:.0f}%</td>"
+                    f"<td>{flag}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
+    """Render ``summary`` as one HTML file with plotly.js inlined once (works offline)."""
+    sections = []
+    first = True
+    for key, experiment in summary["experiments"].items():
+        if key.startswith("fig5"):
+            figure = improvement_figure(experiment)
+        elif key == "fig2_iw":
+            figure = latency_vs_iw_figure(experiment)
+        elif key == "size":
+            figure = size_figure(experiment)
+        elif key == "lossy":
+            figure = lossy_figure(experiment)
+        else:
+            continue
+        sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False))
+        first = False
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
+             "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}")
+    body = "\n".join(sections)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>iwscope reproduction</title>"
+            f"<style>{style}</style></head><body><h1>IW10 reproduction{' (quick)' if summary.get('quick') else ''}</h1>"
+            f"<p>Generated {html.escape(summary['generated_at'])}. Metric: {html.escape(summary['metric'])}. "
+            f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake). Rows over "
+            f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
+            f"{body}<h2>Measured vs model</h2>{model_table(summary)}</body></html>")
+    path.write_text(page, encoding="utf-8")

@@ -1,0 +1,204 @@
+"""The collector stack a lab campaign reports to: API, Celery worker and beat, dashboard.
+
+Started as child processes of the project's own ``iwscope`` command with the local
+PostgreSQL and Redis (or ``DATABASE_URL`` / ``REDIS_URL`` when set).  A *detached* stack
+(``make demo``) outlives the command that started it: its processes are recorded in
+``.run/stack.json`` so a second run reuses it and ``iwscope lab stack stop`` ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from iwscope.localstack import default_stack
+
+#: Default ports of the lab's stack (chosen away from the usual 8000 / 8050).
+API_PORT = 8700
+DASHBOARD_PORT = 8750
+
+
+@dataclass
+class Stack:
+    """A running collector stack."""
+
+    database_url: str
+    redis_url: str
+    api_port: int = API_PORT
+    dashboard_port: int | None = DASHBOARD_PORT
+    run_dir: pathlib.Path = field(default_factory=lambda: default_stack().run_dir)
+    pids: dict[str, int] = field(default_factory=dict)
+    _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def local_api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def api_url_for(self, address: str) -> str:
+        """The API's URL as a lab host reaches it (the stack binds 0.0.0.0)."""
+        return f"http://{address}:{self.api_port}"
+
+    @property
+    def dashboard_url(self) -> str | None:
+        return None if self.dashboard_port is None else f"http://127.0.0.1:{self.dashboard_port}/"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
+
+    def activate(self) -> None:
+        """Point this process's own database reads at the stack (the runner reads progress)."""
+        os.environ["DATABASE_URL"] = self.database_url
+        os.environ["REDIS_URL"] = self.redis_url
+
+    # ----- lifecycle -----
+
+    def start(self, *, detached: bool = False, beat: bool = True) -> "Stack":
+        """Migrate, then start API, worker, beat and (when installed) the dashboard."""
+        from iwscope import migrate
+
+        self.activate()
+        migrate.upgrade(database_url=self.database_url)
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        iwscope = [sys.executable, "-m", "iwscope.cli"]
+        commands: dict[str, list[str]] = {
+            "api": [*iwscope, "api", "--host", "0.0.0.0", "--port", str(self.api_port)],
+            "worker": [*iwscope, "worker"],
+        }
+        if beat:
+            commands["beat"] = [*iwscope, "beat"]
+        if self.dashboard_port is not None and _dashboard_installed():
+            commands["dashboard"] = [*iwscope, "dashboard", "--host", "0.0.0.0", "--port", str(self.dashboard_port)]
+        else:
+            self.dashboard_port = None
+        for name, argv in commands.items():
+            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+            child = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+            log.close()
+            self._children.append(child)
+            self.pids[name] = child.pid
+        try:
+            _wait_http(self.local_api_url + "/readyz", "the API", timeout_s=60, log=logs / "api.log")
+            if self.dashboard_url:
+                _wait_http(self.dashboard_url, "the dashboard", timeout_s=90, log=logs / "dashboard.log")
+        except BaseException:
+            self.stop()
+            raise
+        if detached:
+            self._state_file().write_text(json.dumps(self._describe(), indent=2))
+        return self
+
+    def stop(self) -> None:
+        """Stop every process of the stack (SIGTERM, then SIGKILL after a grace period)."""
+        pids = list(self.pids.values())
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in self._children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for pid in pids:
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _signal(pid, signal.SIGKILL)
+        self.pids.clear()
+        self._children.clear()
+        self._state_file().unlink(missing_ok=True)
+
+    # ----- detached stacks -----
+
+    @classmethod
+    def attach(cls, run_dir: pathlib.Path | None = None) -> "Stack | None":
+        """The detached stack recorded in ``.run/stack.json`` if it is still serving."""
+        run_dir = run_dir or default_stack().run_dir
+        path = run_dir / "stack.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        stack = cls(database_url=data["database_url"], redis_url=data["redis_url"],
+                    api_port=data["api_port"], dashboard_port=data.get("dashboard_port"),
+                    run_dir=run_dir, pids=data["pids"])
+        if all(_alive(pid) for pid in stack.pids.values()) and _http_ok(stack.local_api_url + "/readyz"):
+            stack.activate()
+            return stack
+        stack.stop()
+        return None
+
+    def _state_file(self) -> pathlib.Path:
+        return self.run_dir / "stack.json"
+
+    def _describe(self) -> dict[str, Any]:
+        return {"database_url": self.database_url, "redis_url": self.redis_url, "api_port": self.api_port,
+                "dashboard_port": self.dashboard_port, "pids": self.pids}
+
+
+def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD_PORT) -> Stack:
+    """A stack on ``DATABASE_URL`` / ``REDIS_URL``, or on the local services (started if needed)."""
+    database_url = os.environ.get("DATABASE_URL")
+    redis_url = os.environ.get("REDIS_URL")
+    if not database_url or not redis_url:
+        services = default_stack()
+        services.start()
+        database_url = database_url or services.database_url
+        redis_url = redis_url or services.redis_url
+    return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port)
+
+
+def _dashboard_installed() -> bool:
+    try:
+        import iwscope_dashboard.cli  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is not alive
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _wait_http(url: str, what: str, timeout_s: float, log: pathlib.Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _http_ok(url):
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{what} did not become ready at {url} within {timeout_s:.0f} s; log tail:\n{tail}")
+        time.sleep(0.3)
