@@ -15,9 +15,9 @@ from typing import Any
 import dash
 import plotly.graph_objects as go
 from dash import Output, callback, dash_table, html
-from iwscope.analysis import fairness
 
 from iwscope_dashboard.figures import ARM_PALETTE, empty_figure
+from iwscope_dashboard.pagedata import fairness_data
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
 
@@ -85,7 +85,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     try:
-        points = query(fairness, filters)
+        points = query(fairness_data, filters)
     except DataUnavailable as error:
         return empty_figure(str(error)), [], status(str(error), "error"), search
     if not points:

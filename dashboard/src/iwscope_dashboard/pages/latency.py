@@ -6,9 +6,9 @@ from typing import Any
 
 import dash
 from dash import Output, callback, html
-from iwscope.analysis import latency_cdf, latency_vs_iw
 
 from iwscope_dashboard.figures import cdf_figure, empty_figure, latency_vs_iw_figure
+from iwscope_dashboard.pagedata import latency_data
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
 
@@ -40,8 +40,8 @@ def update(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     try:
-        stats = query(latency_vs_iw, filters)
-        cdfs = query(latency_cdf, filters)
+        data = query(latency_data, filters)
+        stats, cdfs = data.stats, data.cdfs
     except DataUnavailable as error:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     total = sum(s.n for s in stats)

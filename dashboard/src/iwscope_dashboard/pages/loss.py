@@ -6,9 +6,9 @@ from typing import Any
 
 import dash
 from dash import Output, callback, html
-from iwscope.analysis import loss_summary
 
 from iwscope_dashboard.figures import empty_figure, improvement_figure, loss_retrans_figure
+from iwscope_dashboard.pagedata import loss_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
 
@@ -43,7 +43,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return empty_figure(problem), empty_figure(problem), status(problem, "empty"), search
     try:
-        buckets = query(loss_summary, filters)
+        buckets = query(loss_data, filters)
     except DataUnavailable as error:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     if not buckets:

@@ -6,16 +6,17 @@ from typing import Any
 
 import dash
 from dash import Output, callback, html
-from iwscope.analysis import Headline, compare_by, headline
+from iwscope.analysis import Headline
 
 from iwscope_dashboard.figures import empty_figure, improvement_figure
+from iwscope_dashboard.pagedata import OVERVIEW_DIMENSIONS, overview_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, page_frame, query, status
 
 dash.register_page(__name__, path="/", name="Overview", title="iwscope: overview", order=0)
 
 PREFIX = "overview"
-DIMENSIONS = ("rtt", "bandwidth", "bdp")
+DIMENSIONS = OVERVIEW_DIMENSIONS
 
 
 def layout(**url_query: Any) -> html.Div:
@@ -68,8 +69,8 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return [], *(empty_figure(problem) for _ in DIMENSIONS), status(problem, "empty"), search
     try:
-        numbers = query(headline, filters)
-        comparisons = {dimension: query(compare_by, filters, dimension) for dimension in DIMENSIONS}
+        data = query(overview_data, filters)
+        numbers, comparisons = data.headline, data.comparisons
     except DataUnavailable as error:
         return [], *(empty_figure(str(error)) for _ in DIMENSIONS), status(str(error), "error"), search
     if numbers.n_trials == 0:

@@ -7,9 +7,10 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dash_table, dcc, html
-from iwscope.analysis import ProbeRow, fleet
+from iwscope.analysis import ProbeRow
 
 from iwscope_dashboard.figures import empty_figure, fleet_figure
+from iwscope_dashboard.pagedata import probes_data
 from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
 
 dash.register_page(__name__, path="/probes", name="Probes", title="iwscope: probes", order=6)
@@ -86,7 +87,7 @@ COLUMNS = [
 )
 def update(_ticks: int | None) -> tuple[Any, ...]:
     try:
-        probes = query(fleet)
+        probes = query(probes_data)
     except DataUnavailable as error:
         return empty_figure(str(error)), [], status(str(error), "error")
     if not probes:

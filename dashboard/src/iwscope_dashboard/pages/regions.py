@@ -6,9 +6,10 @@ from typing import Any
 
 import dash
 from dash import Output, callback, html
-from iwscope.analysis import PercentileTable, percentile_table, region_summary
+from iwscope.analysis import PercentileTable
 
 from iwscope_dashboard.figures import empty_figure, region_map_figure
+from iwscope_dashboard.pagedata import regions_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
 
@@ -90,9 +91,8 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return empty_figure(problem), [], status(problem, "empty"), search
     try:
-        regions = query(region_summary, filters)
-        overall = query(percentile_table, filters, None)
-        per_region = query(percentile_table, filters, "region")
+        data = query(regions_data, filters)
+        regions, overall, per_region = data.regions, data.overall, data.per_region
     except DataUnavailable as error:
         return empty_figure(str(error)), [], status(str(error), "error"), search
     if not regions or all(r.n == 0 for r in regions):

@@ -10,9 +10,9 @@ from uuid import UUID
 
 import dash
 from dash import Input, Output, callback, ctx, dash_table, html
-from iwscope.analysis import trials_page
 
 from iwscope_dashboard.exports import CSV_ROUTE
+from iwscope_dashboard.pagedata import trials_data
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, page_frame, query, status
 
@@ -82,7 +82,7 @@ def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
     # A filter change starts again at the first page.
     page = max(0, int(page_current or 0)) if ctx.triggered_id in (None, f"{PREFIX}-table") else 0
     try:
-        rows, total = query(trials_page, filters, PAGE_SIZE, page * PAGE_SIZE)
+        rows, total = query(trials_data, filters, PAGE_SIZE, page * PAGE_SIZE)
     except DataUnavailable as error:
         return [], [], 1, 0, href, status(str(error), "error"), search
     if total == 0:

@@ -1,0 +1,101 @@
+"""What each page's data callback reads, as plain functions of (session, filters).
+
+The Dash callbacks call these and turn the results into figures; benchmarks
+(``python -m iwscope_dashboard.timing``) time exactly the same functions, without a browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from iwscope.analysis import (
+    ArmStats,
+    BucketComparison,
+    FairnessPoint,
+    Filters,
+    Headline,
+    LossBucket,
+    PercentileTable,
+    ProbeRow,
+    RegionSummary,
+    compare_by,
+    fairness,
+    fleet,
+    headline,
+    latency_cdf,
+    latency_vs_iw,
+    loss_summary,
+    percentile_table,
+    region_summary,
+    trials_page,
+)
+from sqlalchemy.orm import Session
+
+OVERVIEW_DIMENSIONS: tuple[str, ...] = ("rtt", "bandwidth", "bdp")
+
+
+@dataclass(frozen=True)
+class OverviewData:
+    headline: Headline
+    comparisons: dict[str, list[BucketComparison]]
+
+
+@dataclass(frozen=True)
+class LatencyData:
+    stats: list[ArmStats]
+    cdfs: dict[int, list[tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class RegionsData:
+    regions: list[RegionSummary]
+    overall: list[PercentileTable]
+    per_region: list[PercentileTable]
+
+
+def overview_data(session: Session, filters: Filters) -> OverviewData:
+    return OverviewData(headline(session, filters), {d: compare_by(session, filters, d) for d in OVERVIEW_DIMENSIONS})  # type: ignore[arg-type]
+
+
+def latency_data(session: Session, filters: Filters) -> LatencyData:
+    return LatencyData(latency_vs_iw(session, filters), latency_cdf(session, filters))
+
+
+def sizes_data(session: Session, filters: Filters) -> list[BucketComparison]:
+    return compare_by(session, filters, "size")
+
+
+def regions_data(session: Session, filters: Filters) -> RegionsData:
+    return RegionsData(region_summary(session, filters), percentile_table(session, filters, None), percentile_table(session, filters, "region"))
+
+
+def loss_data(session: Session, filters: Filters) -> list[LossBucket]:
+    return loss_summary(session, filters)
+
+
+def fairness_data(session: Session, filters: Filters) -> list[FairnessPoint]:
+    return fairness(session, filters)
+
+
+def probes_data(session: Session, filters: Filters | None = None) -> list[ProbeRow]:
+    """The fleet ignores the analysis filters (every probe is listed)."""
+    return fleet(session)
+
+
+def trials_data(session: Session, filters: Filters, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    return trials_page(session, filters, limit, offset)
+
+
+#: Every page's data callback body, by page prefix (for benchmarks).
+PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
+    "overview": overview_data,
+    "latency": latency_data,
+    "sizes": sizes_data,
+    "regions": regions_data,
+    "loss": loss_data,
+    "fairness": fairness_data,
+    "probes": probes_data,
+    "trials": trials_data,
+}
