@@ -51,6 +51,7 @@ class SeedSummary:
     campaign_ids: dict[str, int]
     probe_ids: dict[str, uuid.UUID]
     n_trials: int
+    n_trials_by_campaign: dict[str, int]
     first_day: dt.date
     last_day: dt.date
 
@@ -115,6 +116,7 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
         campaign_ids={"pilot": pilot.id, "higher-iw": higher.id},
         probe_ids={name: probe.id for name, probe in probes.items()},
         n_trials=len(trials),
+        n_trials_by_campaign={c.name: sum(1 for t in trials if t["campaign_id"] == c.id) for c in (pilot, higher)},
         first_day=day0.date(),
         last_day=(day0 + dt.timedelta(days=2)).date(),
     )
