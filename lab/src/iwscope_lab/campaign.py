@@ -33,6 +33,18 @@ from iwscope_lab.topology import Host, Topology
 BASE_PORT = 8000
 
 
+def calibration_bytes(rate_bps: float | None, rtt_ms: float) -> int:
+    """A path-calibration transfer of ~8 bandwidth-delay products, within [30 KB, 4 MB].
+
+    Long enough to leave slow start so ``tcpi_delivery_rate`` reaches the bottleneck rate;
+    short enough that a 56 kbit/s path calibrates in seconds.
+    """
+    if not rate_bps:
+        return 4_000_000
+    bdp = rate_bps / 8 * max(rtt_ms, 20.0) / 1000
+    return int(min(4_000_000, max(30_000, 8 * bdp)))
+
+
 class CampaignError(RuntimeError):
     """The campaign could not be run or did not complete."""
 
@@ -149,10 +161,9 @@ class LabCampaign:
 
     def _create_tokens(self) -> None:
         from iwscope.auth.services import create_api_token
-        from iwscope.db import session_scope
 
         label = f"lab {self.topology.run_id}"
-        with session_scope() as session:
+        with self.stack.session() as session:
             for kind in ("enroll", "origin", "admin"):
                 self._tokens[kind] = create_api_token(session, kind, label)
 
@@ -203,8 +214,12 @@ class LabCampaign:
     def _start_probe(self, host: Host) -> None:
         state_dir = self._host_state_dir(host)
         log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 - handed to the child
+        args = list(self.probe_args)
+        if "--calibration-bytes" not in args:
+            rate = host.link.down.rate_bps
+            args += ["--calibration-bytes", str(calibration_bytes(rate, host.link.rtt_ms))]
         self._probes[host.name] = self.topology.popen(
-            host.name, self._iwprobe("run", "--once", "--state-dir", str(state_dir), *self.probe_args),
+            host.name, self._iwprobe("run", "--once", "--state-dir", str(state_dir), *args),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
 
@@ -257,25 +272,23 @@ class LabCampaign:
 
     def _wait_for_joins(self, deadline: float) -> int:
         """Wait until every successful trial has its origin observation joined; return how many lack one."""
-        from iwscope.db import session_scope
         from iwscope.trials.models import Trial
 
         query = select(func.count()).select_from(Trial).where(
             Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None))
         while True:
-            with session_scope() as session:
+            with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())
             if unjoined == 0 or time.monotonic() > deadline:
                 return unjoined
             time.sleep(0.5)
 
     def _stored_per_probe(self, probe_ids: dict[str, str]) -> dict[str, int]:
-        from iwscope.db import session_scope
         from iwscope.trials.models import Trial
 
         query = (select(Trial.probe_id, func.count()).where(Trial.campaign_id == self.campaign_id)
                  .group_by(Trial.probe_id))
-        with session_scope() as session:
+        with self.stack.session() as session:
             counts = {str(probe_id): int(count) for probe_id, count in session.execute(query)}
         return {name: counts.get(probe_id, 0) for name, probe_id in probe_ids.items()}
 

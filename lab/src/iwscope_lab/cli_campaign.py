@@ -132,8 +132,7 @@ def demo_command(scenario: str, repetitions: int) -> None:
     topology = Topology.from_scenario(scenario)
     try:
         with _stack(detached=True) as stack, topology:
-            result = LabCampaign(topology, stack, plan, console=console,
-                                 probe_args=("--calibration-bytes", "200000")).run(timeout_s=600)
+            result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=600)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
     _print_result(result.to_dict(), as_json=False)

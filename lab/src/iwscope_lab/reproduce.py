@@ -94,12 +94,6 @@ def experiments(quick: bool) -> list[Experiment]:
     return out
 
 
-def calibration_bytes(rate_bps: float, rtt_ms: float) -> int:
-    """A calibration transfer of ~8 bandwidth-delay products, within [30 KB, 4 MB]."""
-    bdp = rate_bps / 8 * max(rtt_ms, 20.0) / 1000
-    return int(min(4_000_000, max(30_000, 8 * bdp)))
-
-
 def topology_for(experiment: Experiment, run_id: str | None = None) -> Topology:
     """One fast origin and one probe per sweep point (the probe's access link is the path)."""
     hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
@@ -219,17 +213,13 @@ def _share(flags: Iterable[bool]) -> float:
 def run_experiment(experiment: Experiment, stack: Stack, console: Console, run_id: str | None = None,
                    show_progress: bool = True) -> list[PointResult]:
     """Run one experiment's campaign in the lab and summarise every sweep point."""
-    from iwscope.db import session_scope
-
     topology = topology_for(experiment, run_id)
     with topology:
-        calibration = max(calibration_bytes(p.rate_bps, p.rtt_ms) for p in experiment.points)
-        campaign = LabCampaign(topology, stack, experiment.plan, console=console,
-                               probe_args=("--calibration-bytes", str(calibration)), client_initrwnd=CLIENT_INITRWND)
+        campaign = LabCampaign(topology, stack, experiment.plan, console=console, client_initrwnd=CLIENT_INITRWND)
         console.print(f"[bold]{experiment.title}[/]: {len(experiment.points)} probes, "
                       f"{experiment.plan.trials_per_probe(1)} trials each")
         outcome = campaign.run(show_progress=show_progress)
-    with session_scope() as session:
+    with stack.session() as session:
         return [measure_point(session, outcome.campaign_id, outcome.probe_ids[point.label], experiment, point)
                 for point in experiment.points]
 

@@ -8,6 +8,7 @@ PostgreSQL and Redis (or ``DATABASE_URL`` / ``REDIS_URL`` when set).  A *detache
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -18,7 +19,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
+
+from sqlalchemy.orm import Session, sessionmaker
 
 from iwscope.localstack import default_stack
 
@@ -38,6 +41,7 @@ class Stack:
     run_dir: pathlib.Path = field(default_factory=lambda: default_stack().run_dir)
     pids: dict[str, int] = field(default_factory=dict)
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _sessionmaker: "sessionmaker[Session] | None" = None
 
     @property
     def local_api_url(self) -> str:
@@ -50,6 +54,21 @@ class Stack:
     @property
     def dashboard_url(self) -> str | None:
         return None if self.dashboard_port is None else f"http://127.0.0.1:{self.dashboard_port}/"
+
+    def session(self) -> "contextlib.AbstractContextManager[Session]":
+        """A database session on this stack's database (commits on success)."""
+        if self._sessionmaker is None:
+            from iwscope.db import make_engine
+
+            self._sessionmaker = sessionmaker(bind=make_engine(self.database_url, pool_size=2), expire_on_commit=False)
+        return _session_scope(self._sessionmaker)
+
+    def close_sessions(self) -> None:
+        """Close this process's database connections (the stack's processes keep running)."""
+        if self._sessionmaker is not None:
+            engine = self._sessionmaker.kw["bind"]
+            engine.dispose()
+            self._sessionmaker = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -101,6 +120,7 @@ class Stack:
 
     def stop(self) -> None:
         """Stop every process of the stack (SIGTERM, then SIGKILL after a grace period)."""
+        self.close_sessions()
         pids = list(self.pids.values())
         for pid in pids:
             _signal(pid, signal.SIGTERM)
@@ -156,6 +176,19 @@ def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD
         database_url = database_url or services.database_url
         redis_url = redis_url or services.redis_url
     return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port)
+
+
+@contextlib.contextmanager
+def _session_scope(factory: "sessionmaker[Session]") -> Iterator[Session]:
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
 
 
 def _dashboard_installed() -> bool:
