@@ -181,6 +181,14 @@ def test_no_match_shows_an_explanation(page: Any, dashboard_server: Any) -> None
     screenshot(page, "sizes-empty")
 
 
+def test_an_arm_the_campaign_did_not_run_is_named(page: Any, dashboard_server: Any, dashboard_db: Any) -> None:
+    pilot = dashboard_db.summary.campaign_ids["pilot"]  # ran IW3 and IW10 only
+    page.goto(f"{dashboard_server.url}/?campaign={pilot}&base=3&treat=16")
+    page.wait_for_selector("#overview-status .iw-status-empty", timeout=TIMEOUT_MS)
+    assert "No IW16 trial matches these filters" in page.inner_text("#overview-status")
+    assert "IW16 vs IW3" in (page.text_content("#overview-headline") or "")
+
+
 def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
     page.goto(dashboard_server.url + "/trials?region=africa")
     page.wait_for_selector("#trials-table td", timeout=TIMEOUT_MS)

@@ -25,7 +25,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/regions", "Regions", True),
     ("/loss", "Loss", True),
     ("/fairness", "Fairness", True),
-    ("/probes", "Probes", False),
+    ("/probes", "Probes", True),
     ("/trials", "Trials", True),
 )
 

@@ -237,7 +237,12 @@ def register_url_sync(prefix: str) -> None:
 
 def filters_from_page_query(query: dict[str, Any]) -> Filters:
     """Filters from the page's URL query (Dash pages passes it as ``layout`` keyword arguments)."""
-    plain = {str(k): str(v) for k, v in query.items() if isinstance(v, (str, int, float))}
+    plain: dict[str, Any] = {}
+    for key, value in query.items():
+        if isinstance(value, (list, tuple)):  # a repeated parameter: from_query takes the first
+            plain[str(key)] = [str(item) for item in value]
+        elif isinstance(value, (str, int, float)):
+            plain[str(key)] = str(value)
     return Filters.from_query(plain)
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from dash import dcc, get_asset_url, html
-from iwscope.analysis import FilterOptions, Filters, filter_options
+from iwscope.analysis import BucketComparison, FilterOptions, Filters, filter_options
 from sqlalchemy.exc import SQLAlchemyError
 
 from iwscope_dashboard import db
@@ -70,6 +70,19 @@ def page_frame(prefix: str, title: str, intro: str, filters: Filters | None, bod
 def status(message: str, kind: str = "info") -> html.Div:
     """A status line; kind is info, empty or error (styled in assets/style.css)."""
     return html.Div(message, className=f"iw-status-line iw-status-{kind}")
+
+
+def missing_arm(comparisons: Iterable[BucketComparison], filters: Filters) -> str | None:
+    """A sentence when one compared arm has no trial at all under these filters, else None."""
+    listed = list(comparisons)
+    if not listed:
+        return None
+    absent = [iw for iw, side in ((filters.baseline_iw, "baseline"), (filters.treatment_iw, "treatment"))
+              if all(getattr(c, side).n == 0 for c in listed)]
+    if not absent:
+        return None
+    names = " and ".join(f"IW{iw}" for iw in absent)
+    return f"No {names} trial matches these filters, so there is nothing to compare: pick an arm the selected campaigns ran."
 
 
 def fmt_ms(value: float | None) -> str:

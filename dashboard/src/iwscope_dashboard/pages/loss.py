@@ -10,7 +10,7 @@ from dash import Output, callback, html
 from iwscope_dashboard.figures import empty_figure, improvement_figure, loss_retrans_figure
 from iwscope_dashboard.pagedata import loss_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, missing_arm, page_frame, query, status
 
 dash.register_page(__name__, path="/loss", name="Loss", title="iwscope: loss", order=4)
 
@@ -48,6 +48,9 @@ def update(*values: Any) -> tuple[Any, ...]:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     if not buckets:
         return empty_figure(NO_MATCH), empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
+    absent = missing_arm([b.comparison for b in buckets], filters)
+    if absent:
+        return empty_figure(absent), loss_retrans_figure(buckets), status(absent, "empty"), search
     n = sum(b.comparison.baseline.n + b.comparison.treatment.n for b in buckets)
     return (
         improvement_figure([b.comparison for b in buckets], "loss"),

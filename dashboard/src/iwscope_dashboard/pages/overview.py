@@ -11,7 +11,7 @@ from iwscope.analysis import Headline
 from iwscope_dashboard.figures import empty_figure, improvement_figure
 from iwscope_dashboard.pagedata import OVERVIEW_DIMENSIONS, overview_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, missing_arm, page_frame, query, status
 
 dash.register_page(__name__, path="/", name="Overview", title="iwscope: overview", order=0)
 
@@ -75,6 +75,9 @@ def update(*values: Any) -> tuple[Any, ...]:
         return [], *(empty_figure(str(error)) for _ in DIMENSIONS), status(str(error), "error"), search
     if numbers.n_trials == 0:
         return [], *(empty_figure(NO_MATCH) for _ in DIMENSIONS), status(NO_MATCH, "empty"), search
+    absent = missing_arm([c for dimension in DIMENSIONS for c in comparisons[dimension]], filters)
+    if absent:
+        return headline_cards(numbers), *(empty_figure(absent) for _ in DIMENSIONS), status(absent, "empty"), search
     figures = [
         improvement_figure(comparisons[dimension], dimension)
         if comparisons[dimension]

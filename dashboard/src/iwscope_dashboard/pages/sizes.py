@@ -10,7 +10,7 @@ from dash import Output, callback, html
 from iwscope_dashboard.figures import arm_means_figure, empty_figure, improvement_figure
 from iwscope_dashboard.pagedata import sizes_data
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, missing_arm, page_frame, query, status
 
 dash.register_page(__name__, path="/sizes", name="Sizes", title="iwscope: response size", order=2)
 
@@ -47,6 +47,9 @@ def update(*values: Any) -> tuple[Any, ...]:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     if not comparisons:
         return empty_figure(NO_MATCH), empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
+    absent = missing_arm(comparisons, filters)
+    if absent:
+        return empty_figure(absent), arm_means_figure(comparisons, "size"), status(absent, "empty"), search
     n = sum(c.baseline.n + c.treatment.n for c in comparisons)
     return (
         improvement_figure(comparisons, "size"),
