@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import uuid
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, cluster_bootstrap, histogram_bootstrap,
-                                    histogram_cdf, histogram_quantiles, mean_std_ms, merge_packed)
+                                    histogram_cdf, histogram_quantiles, mean_std_ms, merge_pieces)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -183,10 +183,15 @@ def region_centroid(region: str) -> tuple[float | None, float | None]:
 
 @dataclass
 class _Frame:
-    """Roll-up rows matching the filters, as numpy columns (one entry per row)."""
+    """Roll-up rows matching the filters, summed over days in SQL, as numpy columns.
 
-    path: IntArray            # code of (probe, origin)
-    probe: IntArray           # code of probe
+    One entry per (probe, origin, arm, size octave).  Histograms stay as the packed pieces of
+    the daily rows: piece ``j`` belongs to entry ``piece_row[j]``, starts at bin ``piece_lo[j]``
+    and holds ``piece_len[j]`` int32 counts in ``blob``.
+    """
+
+    path: IntArray            # 0-based code of (probe_id, origin_id), in that sort order
+    probe: IntArray           # 0-based code of probe_id
     arm: IntArray
     size_bucket: IntArray
     region: IntArray          # index into region_names
@@ -203,8 +208,10 @@ class _Frame:
     retrans_trials: FloatArray
     bytes_retrans: FloatArray
     bytes_sent: FloatArray
-    hist_lo: list[int]
-    hist: list[bytes]
+    piece_row: IntArray
+    piece_lo: IntArray
+    piece_len: IntArray
+    blob: bytes
 
     @property
     def size(self) -> int:
@@ -224,7 +231,7 @@ def _where(filters: Filters, arms: Sequence[int] | None) -> tuple[str, dict[str,
         clauses.append("r.day <= :until_day")
         params["until_day"] = filters.until.astimezone(dt.timezone.utc).date()
     if filters.regions:
-        clauses.append("p.region = ANY(:regions)")
+        clauses.append("r.probe_id IN (SELECT id FROM probes WHERE region = ANY(:regions))")
         params["regions"] = list(filters.regions)
     if filters.size_min is not None or filters.size_max is not None:
         first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
@@ -236,47 +243,59 @@ def _where(filters: Filters, arms: Sequence[int] | None) -> tuple[str, dict[str,
     return (" AND ".join(clauses) or "TRUE"), params
 
 
+_NUMERIC_COLUMNS = 16
+
+
 def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool) -> _Frame:
     metric = "server" if filters.metric == "server" else "client"
     where, params = _where(filters, arms)
-    hist_columns = f", r.{metric}_hist_lo, r.{metric}_hist" if with_hist else ""
+    hist_aggregates = (f""",
+               array_agg(r.{metric}_hist_lo ORDER BY r.day, r.campaign_id) AS los,
+               array_agg(length(r.{metric}_hist) / 4 ORDER BY r.day, r.campaign_id) AS lens,
+               string_agg(r.{metric}_hist, ''::bytea ORDER BY r.day, r.campaign_id) AS blob"""
+                       if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
     statement = text(f"""
-        SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, COALESCE(p.region, 'unknown') AS region,
-               pe.min_rtt_us, pe.bottleneck_bps, pe.bdp_bytes, pe.loss_rate,
-               r.n_trials, r.{metric}_n, r.{metric}_sum_us, r.{metric}_sumsq_us2::float8,
-               r.retrans_n, r.retrans_trials, r.bytes_retrans, r.bytes_sent{hist_columns}
-        FROM analysis_rollups AS r
-        LEFT JOIN probes AS p ON p.id = r.probe_id
-        LEFT JOIN path_estimates AS pe ON pe.probe_id = r.probe_id AND pe.origin_id = r.origin_id
-        WHERE {where}""")
+        WITH g AS (
+            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket,
+                   sum(r.n_trials) AS n_trials, sum(r.{metric}_n) AS n, sum(r.{metric}_sum_us) AS sum_us,
+                   sum(r.{metric}_sumsq_us2) AS sumsq, sum(r.retrans_n) AS retrans_n,
+                   sum(r.retrans_trials) AS retrans_trials, sum(r.bytes_retrans) AS bytes_retrans,
+                   sum(r.bytes_sent) AS bytes_sent{hist_aggregates}
+            FROM analysis_rollups AS r WHERE {where}
+            GROUP BY r.probe_id, r.origin_id, r.arm_iw, r.size_bucket)
+        SELECT dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, dense_rank() OVER (ORDER BY g.probe_id) - 1,
+               g.arm_iw, g.size_bucket,
+               COALESCE(pe.min_rtt_us::float8, 'NaN'), COALESCE(pe.bottleneck_bps::float8, 'NaN'),
+               COALESCE(pe.bdp_bytes::float8, 'NaN'), COALESCE(pe.loss_rate, 'NaN'),
+               g.n_trials::float8, g.n::float8, g.sum_us::float8, g.sumsq::float8, g.retrans_n::float8,
+               g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8,
+               COALESCE(p.region, 'unknown'), g.los, g.lens, g.blob
+        FROM g LEFT JOIN probes AS p ON p.id = g.probe_id
+        LEFT JOIN path_estimates AS pe ON pe.probe_id = g.probe_id AND pe.origin_id = g.origin_id""")
     rows = session.execute(statement, params).all()
-    # Paths are numbered in (probe_id, origin_id) order, so bootstrap resamples (fixed seed) do not
-    # depend on the order in which PostgreSQL returns the rows.
-    path_codes = {path: code for code, path in enumerate(sorted({(row[0], row[1]) for row in rows}))}
-    probe_codes: dict[uuid.UUID, int] = {}
-    region_codes: dict[str, int] = {}
     count = len(rows)
-
-    def column(index: int) -> FloatArray:
-        return np.fromiter((np.nan if row[index] is None else float(row[index]) for row in rows),
-                           dtype=np.float64, count=count)
-
+    numeric = (np.array([row[:_NUMERIC_COLUMNS] for row in rows], dtype=np.float64) if count
+               else np.zeros((0, _NUMERIC_COLUMNS)))
+    region_codes: dict[str, int] = {}
+    region = np.fromiter((region_codes.setdefault(row[16], len(region_codes)) for row in rows),
+                         dtype=np.int64, count=count)
+    if with_hist and count:
+        piece_counts = np.fromiter((len(row[17]) for row in rows), dtype=np.int64, count=count)
+        piece_lo = np.fromiter(itertools.chain.from_iterable(row[17] for row in rows), dtype=np.int64)
+        piece_len = np.fromiter(itertools.chain.from_iterable(row[18] for row in rows), dtype=np.int64)
+        piece_row = np.repeat(np.arange(count, dtype=np.int64), piece_counts)
+        blob = b"".join(bytes(row[19]) for row in rows if row[19])
+    else:
+        piece_lo = piece_len = piece_row = np.zeros(0, dtype=np.int64)
+        blob = b""
+    ints = numeric[:, :4].astype(np.int64)
     return _Frame(
-        path=np.fromiter((path_codes[(row[0], row[1])] for row in rows),
-                         dtype=np.int64, count=count),
-        probe=np.fromiter((probe_codes.setdefault(row[0], len(probe_codes)) for row in rows),
-                          dtype=np.int64, count=count),
-        arm=np.fromiter((row[2] for row in rows), dtype=np.int64, count=count),
-        size_bucket=np.fromiter((row[3] for row in rows), dtype=np.int64, count=count),
-        region=np.fromiter((region_codes.setdefault(row[4], len(region_codes)) for row in rows),
-                           dtype=np.int64, count=count),
-        region_names=list(region_codes),
-        min_rtt_us=column(5), bottleneck_bps=column(6), bdp_bytes=column(7), loss_rate=column(8),
-        n_trials=column(9), n=column(10), sum_us=column(11), sumsq=column(12),
-        retrans_n=column(13), retrans_trials=column(14), bytes_retrans=column(15), bytes_sent=column(16),
-        hist_lo=[row[17] for row in rows] if with_hist else [],
-        hist=[row[18] for row in rows] if with_hist else [],
-    )
+        path=ints[:, 0], probe=ints[:, 1], arm=ints[:, 2], size_bucket=ints[:, 3],
+        region=region, region_names=list(region_codes),
+        min_rtt_us=numeric[:, 4], bottleneck_bps=numeric[:, 5], bdp_bytes=numeric[:, 6], loss_rate=numeric[:, 7],
+        n_trials=numeric[:, 8], n=numeric[:, 9], sum_us=numeric[:, 10], sumsq=numeric[:, 11],
+        retrans_n=numeric[:, 12], retrans_trials=numeric[:, 13], bytes_retrans=numeric[:, 14],
+        bytes_sent=numeric[:, 15], piece_row=piece_row, piece_lo=piece_lo, piece_len=piece_len, blob=blob)
 
 
 # ---- grouping helpers ------------------------------------------------------------------------
@@ -288,9 +307,8 @@ def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArra
 
 
 def _histograms(frame: _Frame, groups: IntArray, n_groups: int) -> IntArray:
-    """Merged histograms per group; rows with a negative group are ignored."""
-    keep = np.flatnonzero(groups >= 0)
-    return merge_packed(groups[keep], [frame.hist_lo[i] for i in keep], [frame.hist[i] for i in keep], n_groups)
+    """Merged histograms per group (``groups`` has one entry per frame row; negative = ignored)."""
+    return merge_pieces(groups[frame.piece_row], frame.piece_lo, frame.piece_len, frame.blob, n_groups)
 
 
 def _arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:

@@ -91,6 +91,28 @@ def merge_packed(groups: IntArray, los: Sequence[int | None], packed: Sequence[b
     return out.reshape(n_groups, HIST_BINS)
 
 
+def merge_pieces(piece_groups: IntArray, piece_lo: IntArray, piece_len: IntArray, blob: bytes,
+                 n_groups: int) -> IntArray:
+    """Sum packed histogram pieces stored back to back in ``blob`` into ``n_groups`` histograms.
+
+    Piece ``j`` holds ``piece_len[j]`` int32 counts for bins ``piece_lo[j]...``; it is added to
+    output row ``piece_groups[j]``, or ignored when that is negative.
+    """
+    out = np.zeros(max(n_groups, 0) * HIST_BINS, dtype=np.int64)
+    total = int(piece_len.sum()) if piece_len.size else 0
+    if n_groups <= 0 or total == 0:
+        return out.reshape(max(n_groups, 0), HIST_BINS)
+    counts = np.frombuffer(blob, dtype="<i4", count=total)
+    starts = np.cumsum(piece_len) - piece_len
+    element_piece = np.repeat(np.arange(piece_len.size), piece_len)
+    bins = np.arange(total, dtype=np.int64) - starts[element_piece] + piece_lo[element_piece]
+    element_group = piece_groups[element_piece]
+    keep = element_group >= 0
+    out += np.bincount(element_group[keep] * HIST_BINS + bins[keep], weights=counts[keep],
+                       minlength=n_groups * HIST_BINS).astype(np.int64)
+    return out.reshape(n_groups, HIST_BINS)
+
+
 # ---- percentiles and moments -----------------------------------------------------------------
 
 def histogram_quantiles(counts: npt.ArrayLike, quantiles: Sequence[float]) -> list[float | None]:
