@@ -121,6 +121,7 @@ def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
+            print(f"waited {time.monotonic() - deadline + timeout_s:.1f} s for {what}", flush=True)
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
@@ -143,8 +144,10 @@ def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, 
     assert stat.S_IMODE((agents.origin_state / "origin.json").stat().st_mode) == 0o600
     campaign = _create_campaign(api_server.url, admin_token, agents.origin_id, probe_regions=[agents.region],
                                 repetitions=2)
+    started = time.monotonic()
     probe = agents.probe_run("--upload-timeout", "60")
     assert probe.wait(timeout=180) == 0, agents.log()
+    print(f"probe ran {time.monotonic() - started:.1f} s", flush=True)
     expected = 2 * len(ARMS) * 2  # rounds x arms x sizes
     rows = _query(database_url, "SELECT round, arm_iw, object_size, error_kind, total_us FROM trials "
                                 "WHERE campaign_id = %s AND probe_id = %s", campaign, agents.probe_id)

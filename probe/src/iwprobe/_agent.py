@@ -312,7 +312,6 @@ class ProbeAgent:
                 status, number, delay = self._next_round(campaign, time.time())
                 if status == "run" and number is not None:
                     self.run_round(campaign, number, stop)
-                    pending = True
                     status, number, delay = self._next_round(campaign, time.time())
                 if status != "done":
                     pending = True
