@@ -134,9 +134,11 @@ class PodContainer:
         self.processes.append(process)
         return process
 
-    def run(self, argv: list[str] | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        """Run to completion (an exec probe, a Job)."""
-        return subprocess.run(self._sandboxed(argv or self.argv), env=self._workdir_environment(), capture_output=True,
+    def run(self, argv: list[str] | None = None, timeout: float = 120.0,
+            extra_environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run to completion (a Job, an exec probe, or ``kubectl exec`` of ``argv``)."""
+        return subprocess.run(self._sandboxed(argv or self.argv),
+                              env={**self._workdir_environment(), **(extra_environment or {})}, capture_output=True,
                               text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
 
     def log(self, log_name: str | None = None) -> str:

@@ -15,6 +15,7 @@ import pathlib
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -225,6 +226,31 @@ def test_worker_liveness_probe_passes_for_this_worker_only(pods: Pods, release: 
                              pods.worker.log_dir)
     missed = other_pod.run(probe, timeout=60)
     assert missed.returncode != 0, missed.stdout
+
+
+def test_notes_commands_enroll_a_probe_that_probes_list_shows(pods: Pods, release: Release,
+                                                             tmp_path: pathlib.Path) -> None:
+    """NOTES.txt's `kubectl exec deploy/...-api -c api -- iwscope token create --kind enroll`
+    (the same command in the API container's environment), a real `iwprobe enroll` against the
+    API with that token, then `iwscope probes list` shows the probe with its region."""
+    wait_until(lambda: _http_ok(release.probe_url("api", "readinessProbe")), READY_TIMEOUT_S, what="api ready")
+    created = pods.api.run(["iwscope", "token", "create", "--kind", "enroll"], timeout=60)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token and "\n" not in token
+    name, region = f"iwt-p-{release.suffix}", "iwt-eu"
+    enrolled = subprocess.run(
+        [sys.executable, "-m", "iwprobe", "enroll", "--collector", f"http://127.0.0.1:{release.http_port('api')}",
+         "--token", token, "--name", name, "--region", region, "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert enrolled.returncode == 0, enrolled.stdout + enrolled.stderr
+    # A wide virtual terminal so the table does not wrap names (as `kubectl exec` with COLUMNS).
+    listing = pods.api.run(["iwscope", "probes", "list"], timeout=60, extra_environment={"COLUMNS": "200"})
+    assert listing.returncode == 0, listing.stderr
+    row = next((line for line in listing.stdout.splitlines() if name in line), None)
+    assert row is not None, listing.stdout
+    assert region in row, row
+    print(listing.stdout)
 
 
 def test_beat_schedules_a_task_that_the_worker_runs(pods: Pods) -> None:
