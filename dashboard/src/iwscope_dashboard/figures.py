@@ -104,8 +104,8 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
         ),
         secondary_y=True,
     )
-    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True)
-    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True)
+    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, rangemode="tozero", tickmode="auto")
+    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, rangemode="tozero", tickmode="auto")
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
@@ -245,7 +245,7 @@ def loss_retrans_figure(buckets: Sequence[LossBucket]) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text=DIMENSION_TITLES["loss"], type="category")
     fig.update_yaxes(title_text="trials with retransmissions (%)", secondary_y=False)
-    fig.update_yaxes(title_text="increase (percentage points)", secondary_y=True, showgrid=False)
+    fig.update_yaxes(title_text="increase (percentage points)", secondary_y=True, showgrid=False, tickmode="auto", zeroline=True)
     return _layout(fig, "Retransmissions by loss bucket")
 
 
