@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .links import LinkSpec
@@ -115,7 +116,7 @@ def measure_rtt(topo: Topology, client: str, server: str, count: int, port: int 
                       timeout=count * (expected / 1000.0 + 0.05) + 30)
     finally:
         process.kill()
-        process.wait()
+        process.communicate()
     samples = answer["samples_ms"]
     errors = [abs(sample - expected) for sample in samples]
     wall = answer["wall_ms"]
@@ -126,7 +127,7 @@ def measure_rtt(topo: Topology, client: str, server: str, count: int, port: int 
 
 
 def _cpu_seconds(pid: int) -> float:
-    stat = open(f"/proc/{pid}/stat").read()
+    stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

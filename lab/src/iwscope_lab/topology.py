@@ -33,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -250,7 +251,7 @@ class Topology:
         self.core_veth = f"{run_id}v"
         self.state_dir = STATE_ROOT / run_id
         self.subnet: int | None = None
-        self._emulators: dict[str, subprocess.Popen[bytes] | int] = {}
+        self._emulators: dict[str, int] = {}
         self._children: list[subprocess.Popen[Any]] = []
         self._is_up = False
         for index, host in enumerate(self.hosts, start=1):
@@ -306,11 +307,13 @@ class Topology:
             if child.poll() is None:
                 child.kill()
             child.wait()
+            for stream in (child.stdin, child.stdout, child.stderr):
+                if stream is not None:
+                    stream.close()
         self._children.clear()
         _cleanup_run(state)
-        for emulator in self._emulators.values():
-            if isinstance(emulator, subprocess.Popen):
-                emulator.wait()
+        for pid in self._emulators.values():
+            _reap(pid)
         self._emulators.clear()
         self._is_up = False
 
@@ -358,8 +361,7 @@ class Topology:
 
     def emulator_pid(self, host: str) -> int:
         self._require_up()
-        emulator = self._emulators[host]
-        return emulator.pid if isinstance(emulator, subprocess.Popen) else emulator
+        return self._emulators[host]
 
     def trace_path(self, host: str) -> Path:
         return self.state_dir / f"trace-{host}.log"
@@ -422,8 +424,7 @@ class Topology:
     def _state(self) -> dict[str, Any]:
         namespaces = [self.core_netns] + [host.netns for host in self.hosts]
         emulators = {}
-        for name, emulator in self._emulators.items():
-            pid = emulator.pid if isinstance(emulator, subprocess.Popen) else emulator
+        for name, pid in self._emulators.items():
             emulators[name] = {"pid": pid, "start_time": _process_start_time(pid)}
         return {
             "run_id": self.run_id, "scenario": self.scenario, "owner_pid": os.getpid(),
@@ -533,6 +534,7 @@ class Topology:
             raise LabError(f"sysctl in {netns} failed: {result.stderr.strip()}")
 
     def _start_emulator(self, binary: str, host: Host) -> None:
+        """Spawn iwemu (its own session: it outlives a detached `lab up`) and wait for "ready"."""
         control_path = self._control_path(host)
         cmd = [binary, "--a-netns", f"/run/netns/{host.netns}", "--a-dev", host.device,
                "--b-netns", f"/run/netns/{self.core_netns}", "--b-dev", host.core_device,
@@ -541,30 +543,35 @@ class Topology:
         if host.name in self._traced:
             cmd += ["--trace", str(self.trace_path(host.name))]
         cmd += host.link.emulator_settings()
-        log = open(self.state_dir / f"emu-{host.name}.log", "wb")
-        with log:
-            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
-        self._emulators[host.name] = process
-        assert process.stdout is not None
-        os.set_blocking(process.stdout.fileno(), False)
-        deadline = time.monotonic() + EMULATOR_READY_TIMEOUT_S
-        received = b""
-        while b"ready\n" not in received:
-            if process.poll() is not None:
-                error = (self.state_dir / f"emu-{host.name}.log").read_text(errors="replace").strip()
-                raise LabError(f"emulator for {host.name} exited with {process.returncode}: {error}")
-            if time.monotonic() > deadline:
-                raise LabError(f"emulator for {host.name} not ready within {EMULATOR_READY_TIMEOUT_S} s")
-            try:
-                chunk = os.read(process.stdout.fileno(), 64)
-            except BlockingIOError:
-                chunk = b""
-            if chunk:
+        log_path = self.state_dir / f"emu-{host.name}.log"
+        read_fd, write_fd = os.pipe()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pid = os.posix_spawn(binary, cmd, dict(os.environ), setsid=True, file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, write_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ])
+        finally:
+            os.close(write_fd)
+            os.close(log_fd)
+        self._emulators[host.name] = pid
+        try:
+            deadline = time.monotonic() + EMULATOR_READY_TIMEOUT_S
+            received = b""
+            while b"ready\n" not in received:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LabError(f"emulator for {host.name} not ready within {EMULATOR_READY_TIMEOUT_S} s")
+                ready, _, _ = select.select([read_fd], [], [], remaining)
+                chunk = os.read(read_fd, 64) if ready else b""
+                if ready and not chunk:   # EOF: the emulator exited
+                    _reap(pid)
+                    error = log_path.read_text(errors="replace").strip()
+                    raise LabError(f"emulator for {host.name} failed: {error}")
                 received += chunk
-            else:
-                time.sleep(0.002)
-        process.stdout.close()
+        finally:
+            os.close(read_fd)
 
 
 # ----- run state and cleanup -----

@@ -1,0 +1,56 @@
+"""Real TCP and UDP through the emulator between two namespaces (issue 3's must-show list).
+
+The emulator's PRNG is seeded (the topology's seed), so the loss counts are reproducible.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collections.abc import Callable
+
+from iwscope_lab.links import LinkSpec
+from iwscope_lab.selftest import binomial_interval, measure_loss, measure_rate, measure_rtt
+from iwscope_lab.topology import Topology
+
+TwoHosts = Callable[..., Topology]
+
+
+@pytest.mark.parametrize(("rtt_ms", "handshakes"), [(20, 30), (100, 20), (600, 8)])
+def test_handshake_rtt_matches_configured(two_hosts: TwoHosts, rtt_ms: float, handshakes: int) -> None:
+    topo = two_hosts(LinkSpec.symmetric(rate_bps=10e6, rtt_ms=rtt_ms))
+    result = measure_rtt(topo, "probe", "origin", handshakes)
+    tolerance = max(0.03 * rtt_ms, 1.0)
+    assert result["samples"] == handshakes
+    # Every handshake, not only the median, against the configured RTT.
+    assert abs(result["min_ms"] - rtt_ms) <= tolerance, result
+    assert abs(result["max_ms"] - rtt_ms) <= tolerance, result
+    assert result["p99_error_ms"] <= 1.0, result
+
+
+@pytest.mark.parametrize(("rate_bps", "window_s"), [(1e6, 5.0), (50e6, 2.5)])
+def test_delivered_rate_within_2_percent(two_hosts: TwoHosts, rate_bps: float, window_s: float) -> None:
+    topo = two_hosts(LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=20))
+    result = measure_rate(topo, "origin", "probe", window_s)
+    assert result["queue_drops"] == 0
+    assert abs(result["emulator_error"]) <= 0.02, result
+    assert abs(result["goodput_error"]) <= 0.02, result
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05])
+def test_loss_within_binomial_interval(two_hosts: TwoHosts, loss: float) -> None:
+    topo = two_hosts(LinkSpec.symmetric(rate_bps=20e6, rtt_ms=10, loss=loss))
+    result = measure_loss(topo, "origin", "probe", 10000)
+    assert result["send_errors"] == 0
+    assert result["within_interval"], result
+    # Every datagram that did not arrive was dropped by the emulator's loss process.
+    assert result["emulator_lost_packets"] == result["lost"], result
+    # TCP through the same lossy link: the emulator's per-packet loss is in the interval too.
+    stats_before = topo.link_stats("probe")["down"]
+    measure_rate(topo, "origin", "probe", 1.0, warmup_s=0.2)
+    stats_after = topo.link_stats("probe")["down"]
+    arrived = stats_after["rx_packets"] - stats_before["rx_packets"]
+    lost = stats_after["lost_packets"] - stats_before["lost_packets"]
+    assert arrived > 500
+    low, high = binomial_interval(arrived, loss)
+    assert low <= lost <= high, (arrived, lost, low, high)
