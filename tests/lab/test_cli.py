@@ -1,0 +1,67 @@
+"""``iwscope lab`` end to end: up / status --json / down, bad scenarios, selftest --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from iwscope_lab.topology import STATE_ROOT
+
+IWSCOPE = str(Path(sys.executable).with_name("iwscope"))
+
+
+def _lab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([IWSCOPE, "lab", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_up_status_down(run_id: str, tmp_path: Path) -> None:
+    scenario = tmp_path / "asym.yaml"
+    scenario.write_text("name: asym\nhosts:\n  - {name: origin1, role: origin, link: {rate: 1G}}\n"
+                        "  - {name: probe1, region: test, link: {rate: 2M, rtt_ms: 80, up: {rate: 256k}}}\n")
+    try:
+        up = _lab("up", str(scenario), "--run-id", run_id, "--json")
+        assert up.returncode == 0, up.stderr
+        status = _lab("status", "--run-id", run_id, "--json")
+        assert status.returncode == 0, status.stderr
+        (run,) = json.loads(status.stdout)["runs"]
+        hosts = {host["name"]: host for host in run["hosts"]}
+        assert hosts["probe1"]["role"] == "probe" and hosts["probe1"]["netns"] == f"{run_id}-probe1"
+        assert hosts["probe1"]["address"].startswith("10.")
+        assert hosts["probe1"]["link"]["down"]["rate_bps"] == 2e6
+        assert hosts["probe1"]["link"]["up"]["rate_bps"] == 256e3
+        assert hosts["probe1"]["link"]["up"]["delay_ms"] == 40
+        assert "delivered_packets" in hosts["probe1"]["counters"]["down"]
+        # The run outlives the `up` process (detached); `cleanup` without --all keeps it.
+        assert run_id not in _lab("cleanup").stdout
+        down = _lab("down", "--run-id", run_id)
+        assert down.returncode == 0, down.stderr
+        assert not (STATE_ROOT / run_id).exists()
+        namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert run_id not in namespaces
+    finally:
+        if (STATE_ROOT / run_id).exists():
+            _lab("down", "--run-id", run_id)
+
+
+def test_up_with_bad_scenario_names_the_field(run_id: str, tmp_path: Path) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text("name: bad\nhosts:\n  - {name: origin1, role: origin}\n"
+                        "  - {name: probe1, link: {rate: 2M, loss: 1.5}}\n")
+    result = _lab("up", str(scenario), "--run-id", run_id)
+    assert result.returncode != 0
+    assert "hosts.1.link.loss" in result.stderr
+    assert not (STATE_ROOT / run_id).exists()
+
+
+def test_selftest_json_reports_configured_vs_measured() -> None:
+    result = _lab("selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5",
+                  "--handshakes", "15", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["configured"]["rate_bps"] == 10e6
+    assert abs(report["rtt"]["p50_ms"] - 30) <= 1.0
+    assert abs(report["rate"]["emulator_error"]) <= 0.02
+    assert report["loss"]["within_interval"]
+    assert report["rate"]["emulator_cpu_percent"] > 0
