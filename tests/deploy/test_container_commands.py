@@ -116,7 +116,7 @@ def schema_rollout(release: Release) -> SchemaRollout:
     """What happens on install: pods wait, the Job migrates, the pods' init containers pass."""
     waiting = release.container("Deployment", "api", "wait-for-schema")
     process = waiting.start(log_name="before")
-    observe_s = 8.0
+    observe_s = 6.0
     time.sleep(observe_s)
     still_running = process.poll() is None
     waiting.stop(grace_seconds=5)
