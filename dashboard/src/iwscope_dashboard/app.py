@@ -14,6 +14,7 @@ from dash import dcc, html
 
 from iwscope_dashboard import db
 from iwscope_dashboard.exports import register_exports
+from iwscope_dashboard.pagekit import DEFAULT_CACHE_SECONDS, configure_cache
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -52,10 +53,11 @@ def _shell() -> html.Div:
 _created = False
 
 
-def create_app(database_url: str | None = None) -> dash.Dash:
+def create_app(database_url: str | None = None, cache_seconds: float = DEFAULT_CACHE_SECONDS) -> dash.Dash:
     """Build the dashboard over the database at ``database_url`` (default: ``DATABASE_URL``).
 
-    Raises :class:`iwscope_dashboard.db.DatabaseNotConfigured` when neither is given.
+    Roll-up results are reused for ``cache_seconds`` (0: never). Raises
+    :class:`iwscope_dashboard.db.DatabaseNotConfigured` when no database is given.
     """
     global _created
     if _created:
@@ -63,6 +65,7 @@ def create_app(database_url: str | None = None) -> dash.Dash:
         # app in the same process would silently lose them.
         raise RuntimeError("create_app() was already called in this process; run one dashboard per process")
     db.configure(database_url)
+    configure_cache(cache_seconds)
     app = dash.Dash(
         "iwscope_dashboard",
         use_pages=True,

@@ -23,7 +23,7 @@ def _check_database(url: str) -> None:
         probe_engine.dispose()
 
 
-def serve(host: str, port: int, workers: int, threads: int, database_url: str) -> None:
+def serve(host: str, port: int, workers: int, threads: int, database_url: str, cache_seconds: float) -> None:
     from gunicorn.app.base import BaseApplication
 
     class DashboardServer(BaseApplication):  # type: ignore[misc]
@@ -51,7 +51,7 @@ def serve(host: str, port: int, workers: int, threads: int, database_url: str) -
         def load(self) -> Any:
             from iwscope_dashboard.app import create_app
 
-            return create_app(database_url).server
+            return create_app(database_url, cache_seconds=cache_seconds).server
 
     DashboardServer().run()
 
@@ -62,7 +62,8 @@ def serve(host: str, port: int, workers: int, threads: int, database_url: str) -
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="gunicorn worker processes")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64), help="threads per worker")
 @click.option("--database-url", envvar="DATABASE_URL", default=None, help="PostgreSQL URL (default: $DATABASE_URL)")
-def dashboard(host: str, port: int, workers: int, threads: int, database_url: str | None) -> None:
+@click.option("--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)")
+def dashboard(host: str, port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float) -> None:
     """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
     try:
         url = resolve_database_url(database_url)
@@ -70,4 +71,4 @@ def dashboard(host: str, port: int, workers: int, threads: int, database_url: st
         raise click.ClickException(str(error)) from error
     _check_database(url)
     click.echo(f"iwscope dashboard on http://{host}:{port}/", err=True)
-    serve(host, port, workers, threads, url)
+    serve(host, port, workers, threads, url, cache_seconds)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from dash import dcc, get_asset_url, html
+from cachetools import TTLCache
 from iwscope.analysis import BucketComparison, FilterOptions, Filters, filter_options
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,8 +29,39 @@ class DataUnavailable(Exception):
     """The database could not answer; the message is shown on the page."""
 
 
-def query(function: Callable[..., T], *args: Any) -> T:
-    """Run an analysis function in a fresh session; database trouble becomes DataUnavailable."""
+#: Results of roll-up reads by (function, arguments), kept a short while: the roll-ups change
+#: only when the worker refreshes them, and going back to a view (or to the other metric)
+#: should not pay for the bootstrap again. Raw reads (trials, fleet) are never cached.
+_results: TTLCache[tuple[Any, ...], Any] | None = None
+_results_lock = threading.Lock()
+DEFAULT_CACHE_SECONDS = 30.0
+
+
+def configure_cache(seconds: float, max_entries: int = 256) -> None:
+    """Keep roll-up results ``seconds`` long (0 turns the cache off)."""
+    global _results
+    with _results_lock:
+        _results = TTLCache(maxsize=max_entries, ttl=seconds) if seconds > 0 else None
+
+
+def query(function: Callable[..., T], *args: Any, cache: bool = False) -> T:
+    """Run an analysis function in a fresh session; database trouble becomes DataUnavailable.
+
+    ``cache=True`` (roll-up reads only) answers from the short-lived result cache when it can.
+    """
+    key = (function.__module__, function.__qualname__, *args)
+    if cache and _results is not None:
+        with _results_lock:
+            if key in _results:
+                return _results[key]  # type: ignore[no-any-return]
+    result = _run(function, *args)
+    if cache and _results is not None:
+        with _results_lock:
+            _results[key] = result
+    return result
+
+
+def _run(function: Callable[..., T], *args: Any) -> T:
     try:
         with db.session_scope() as session:
             return function(session, *args)

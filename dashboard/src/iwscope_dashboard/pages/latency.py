@@ -40,7 +40,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     try:
-        data = query(latency_data, filters)
+        data = query(latency_data, filters, cache=True)
         stats, cdfs = data.stats, data.cdfs
     except DataUnavailable as error:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search

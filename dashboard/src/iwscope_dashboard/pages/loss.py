@@ -43,7 +43,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return empty_figure(problem), empty_figure(problem), status(problem, "empty"), search
     try:
-        buckets = query(loss_data, filters)
+        buckets = query(loss_data, filters, cache=True)
     except DataUnavailable as error:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     if not buckets:

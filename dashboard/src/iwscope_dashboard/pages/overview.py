@@ -69,7 +69,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return [], *(empty_figure(problem) for _ in DIMENSIONS), status(problem, "empty"), search
     try:
-        data = query(overview_data, filters)
+        data = query(overview_data, filters, cache=True)
         numbers, comparisons = data.headline, data.comparisons
     except DataUnavailable as error:
         return [], *(empty_figure(str(error)) for _ in DIMENSIONS), status(str(error), "error"), search

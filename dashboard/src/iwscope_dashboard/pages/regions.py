@@ -91,7 +91,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return empty_figure(problem), [], status(problem, "empty"), search
     try:
-        data = query(regions_data, filters)
+        data = query(regions_data, filters, cache=True)
         regions, overall, per_region = data.regions, data.overall, data.per_region
     except DataUnavailable as error:
         return empty_figure(str(error)), [], status(str(error), "error"), search

@@ -42,7 +42,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if problem:
         return empty_figure(problem), empty_figure(problem), status(problem, "empty"), search
     try:
-        comparisons = query(sizes_data, filters)
+        comparisons = query(sizes_data, filters, cache=True)
     except DataUnavailable as error:
         return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
     if not comparisons:
