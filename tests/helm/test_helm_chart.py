@@ -390,6 +390,7 @@ def test_checksum_follows_existing_secret_name(helm: pathlib.Path) -> None:
                                                              "service": "worker"}]}]}}, "service"),
     ({"migrations": {"hookDeletePolicy": "never"}}, "migrations.hookDeletePolicy"),
     ({"worker": {"celeryApp": "not a module"}}, "worker.celeryApp"),
+    ({"secret": {"adminToken": "short"}}, "secret.adminToken"),
 ])
 def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(HelmFailed) as failure:
