@@ -137,6 +137,20 @@ def _stop_process(process: subprocess.Popen[bytes], timeout: float = 15.0) -> No
         process.wait(timeout=5)
 
 
+def close_celery_client(app) -> None:  # noqa: ANN001 (celery.Celery)
+    """Close a client app and the Redis connections of its result backend (no leaked sockets)."""
+    backend = getattr(app._local, "backend", None)  # only if this thread created one
+    if backend is not None:
+        consumer = getattr(backend, "result_consumer", None)
+        pubsub = getattr(consumer, "_pubsub", None)
+        if pubsub is not None:
+            pubsub.close()
+        client = getattr(backend, "client", None)
+        if client is not None:
+            client.connection_pool.disconnect()
+    app.close()
+
+
 @dataclass
 class CeleryWorker:
     """A running ``iwscope worker`` subprocess and a client app to talk to it."""
@@ -159,7 +173,7 @@ class CeleryWorker:
         try:
             return app.send_task(name, args=list(args), queue=self.queue).get(timeout=timeout)
         finally:
-            app.close()
+            close_celery_client(app)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -187,7 +201,7 @@ def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str
                 raise RuntimeError(f"worker did not answer ping within {STARTUP_TIMEOUT_S} s:\n{worker.log()}")
         yield worker
     finally:
-        app.close()
+        close_celery_client(app)
         _stop_process(process)
 
 
