@@ -256,7 +256,8 @@ def _collect(session: Session, received_low: dt.datetime, received_high: dt.date
     deltas: dict[RollupKey, _Delta] = {}
     client_trials = server_trials = 0
     if received_high > received_low:
-        for row in session.execute(_CLIENT_DELTA, {"low": received_low, "high": received_high}):
+        for row in session.execute(_CLIENT_DELTA, {"low": received_low, "high": received_high},
+                                   execution_options={"yield_per": 50_000}):
             delta = deltas.setdefault(_key(row), _Delta())
             delta.n_trials += int(row.n)
             client_trials += int(row.n)
@@ -266,7 +267,8 @@ def _collect(session: Session, received_low: dt.datetime, received_high: dt.date
             delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
             delta.client.add(row)
     if joined_high > joined_low:
-        for row in session.execute(_SERVER_DELTA, {"low": joined_low, "high": joined_high}):
+        for row in session.execute(_SERVER_DELTA, {"low": joined_low, "high": joined_high},
+                                   execution_options={"yield_per": 50_000}):
             delta = deltas.setdefault(_key(row), _Delta())
             delta.server.add(row)
             delta.retrans_n += int(row.retrans_n)
