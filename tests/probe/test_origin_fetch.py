@@ -96,6 +96,8 @@ def test_each_arm_starts_with_its_initial_window(netns_pair: NetnsPair, origin: 
         assert observation["peer_rwnd"] == observation["tcp_info"]["snd_wnd"]
     no_metrics = netns_pair.run(netns_pair.origin_ns, ["sysctl", "-n", "net.ipv4.tcp_no_metrics_save"])
     assert no_metrics.stdout.strip() == "1"
+    # The kernel's send-buffer autotuning held every arm's whole initial window (IW 32 too).
+    assert all(o["tcp_info"]["sndbuf_limited"] == 0 for o in observations)
 
 
 def test_http_surface_and_bounds(netns_pair: NetnsPair, origin: subprocess.Popen) -> None:

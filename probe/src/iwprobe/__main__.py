@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="run the current schedule, upload, exit")
     run.add_argument("--spool-max-mb", type=float, default=512.0)
     run.add_argument("--heartbeat-s", type=float, default=60.0)
-    run.add_argument("--calibration-bytes", type=int, default=1_000_000)
+    run.add_argument("--calibration-bytes", type=int, default=1_000_000,
+                     help="first calibration transfer; grown 4x while still in slow start")
     run.add_argument("--trial-timeout", type=float, default=60.0)
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
@@ -87,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument("--base-port", type=int, default=8000)
     origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
     origin.add_argument("--workers", type=int, default=32)
+    origin.add_argument("--sndbuf", type=int, default=0,
+                        help="fixed SO_SNDBUF in bytes (default 0: kernel autotuning, which sizes it for the IW)")
     origin.add_argument("--request-timeout", type=float, default=10.0, help="seconds a client has to send its request")
     origin.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the response to be acknowledged")
     origin.add_argument("--state-dir")
@@ -212,7 +215,7 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
                           max_object_bytes=args.max_object_bytes, workers=args.workers,
-                          request_timeout_s=args.request_timeout, ack_timeout_s=args.ack_timeout)
+                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout)
     spool = None
     uploader_thread = None
     if not args.no_upload:

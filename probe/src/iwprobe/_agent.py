@@ -118,29 +118,49 @@ def estimate_bottleneck_bps(progress: Sequence[Tuple[int, int]], window_us: int)
     return int(best) if best is not None else None
 
 
+#: A calibration transfer is long enough once it carries this many estimated BDPs.
+CALIBRATION_BDPS = 4
+
+
 def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int,
-              timeout_s: float = 120.0) -> Optional[wire.PathSample]:
-    """Measure min RTT and bottleneck bandwidth to ``target`` with one larger transfer.
+              timeout_s: float = 120.0, max_bytes: int = 64 * 1024 * 1024) -> Optional[wire.PathSample]:
+    """Measure min RTT and bottleneck bandwidth to ``target`` with a larger transfer.
 
     ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
     delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
-    the highest receive rate over any span of at least two minimum RTTs (after slow start
-    the window is larger than the BDP and the receive rate is the bottleneck rate).  The
-    origin's own ``tcpi_delivery_rate`` of the same connection is in its observations.
+    the highest receive rate over any span of at least two minimum RTTs.  That equals the
+    bottleneck rate only once the transfer left slow start (window above the BDP), so the
+    transfer is repeated 4x larger (up to ``max_bytes`` and ``timeout_s`` overall) while
+    the per-RTT receive rate is still growing at its end.  The origin's own
+    ``tcpi_delivery_rate`` of the same connections is in its observations.
     """
     if not target.arms:
         return None
     arm = max(target.arms, key=lambda a: a.iw)
-    result = fetch(object_url(target.host, arm.port, calibration_bytes), timeout_s=timeout_s, record_progress=True)
-    rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None) if value]
-    if not rtts:
-        log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
-        return None
-    min_rtt_us = int(min(rtts))
-    window_us = max(2 * min_rtt_us, 20_000)
-    bottleneck = estimate_bottleneck_bps(result.progress, window_us) if result.error_kind is None else None
+    deadline = time.monotonic() + timeout_s
+    size = min(calibration_bytes, max_bytes)
+    best_rtt: Optional[int] = None
+    while True:
+        remaining = deadline - time.monotonic()
+        result = fetch(object_url(target.host, arm.port, size), timeout_s=max(1.0, remaining), record_progress=True)
+        rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None, best_rtt) if value]
+        if not rtts:
+            log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
+            return None
+        best_rtt = int(min(rtts))
+        window_us = 2 * max(best_rtt, 10_000)
+        bottleneck = estimate_bottleneck_bps(result.progress, window_us) if result.error_kind is None else None
+        long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
+        elapsed_s = (result.total_us or 0) / 1e6
+        if (result.error_kind is not None or long_enough or size >= max_bytes
+                or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline):
+            break
+        size = min(size * 4, max_bytes)
+    if bottleneck is not None and not long_enough:
+        log.warning("calibration of %s stopped at %d bytes, fewer than %d BDPs: the bandwidth is a lower bound",
+                    target.host, size, CALIBRATION_BDPS)
     return wire.PathSample(sample_id=wire.new_id(), probe_id=probe_id, origin_id=target.origin_id,
-                           measured_at=result.started_at, min_rtt_us=min_rtt_us, bottleneck_bps=bottleneck,
+                           measured_at=result.started_at, min_rtt_us=best_rtt, bottleneck_bps=bottleneck,
                            transfer_bytes=result.body_bytes, method="recv_rate_max")
 
 

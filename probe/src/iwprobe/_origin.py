@@ -175,6 +175,8 @@ class OriginConfig:
     request_timeout_s: float = 10.0
     ack_timeout_s: float = 60.0
     poll_interval_s: float = 0.0005
+    #: Fixed send buffer in bytes; 0 keeps the kernel's autotuning (recommended).
+    sndbuf_bytes: int = 0
     mark_base: int = DEFAULT_MARK_BASE
     set_marks: bool = True
     origin_id: str = ""
@@ -221,6 +223,7 @@ class Origin:
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._stats_lock = threading.Lock()
+        self._sndbuf_warned: set = set()
 
     # -- lifecycle
     def start(self) -> None:
@@ -256,9 +259,13 @@ class Origin:
             except PermissionError as error:
                 sock.close()
                 raise PermissionError(f"setting SO_MARK needs CAP_NET_ADMIN: {error}") from None
-        # Accepted sockets inherit the send buffer: it must hold at least IW x MSS at once.
-        wanted = max(4 * iw * _ASSUMED_MSS, 256 * 1024)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, wanted)
+        # Accepted sockets inherit a fixed SO_SNDBUF *and lose send-buffer autotuning*, which
+        # caps the window (e.g. 512 KB: 20 Mbit/s at 200 ms).  By default the kernel sizes
+        # the buffer itself when the connection is established (tcp_init_buffer_space ->
+        # tcp_sndbuf_expand, from snd_cwnd = initcwnd), which always holds IW x MSS; a fixed
+        # size is set only when asked for, and never below IW x MSS.
+        if self.config.sndbuf_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(self.config.sndbuf_bytes, 2 * iw * _ASSUMED_MSS))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.config.bind, self.config.port(iw)))
         sock.listen(1024)
@@ -282,7 +289,9 @@ class Origin:
                     continue
                 accepted_ns = time.monotonic_ns()
                 try:
-                    cwnd = read_tcp_info(conn).get("snd_cwnd", 0)
+                    accept_info = read_tcp_info(conn)
+                    cwnd = accept_info.get("snd_cwnd", 0)
+                    self._check_sndbuf(conn, iw, accept_info.get("snd_mss", _ASSUMED_MSS))
                 except OSError:
                     cwnd = 0
                 with self._stats_lock:
@@ -295,6 +304,16 @@ class Origin:
                         self.stats.shed += 1
                     conn.close()
         selector.close()
+
+    def _check_sndbuf(self, conn: socket.socket, iw: int, mss: int) -> None:
+        """Warn (once per arm) when the send buffer cannot hold the whole initial window."""
+        if iw in self._sndbuf_warned:
+            return
+        sndbuf = conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        if sndbuf < iw * mss:
+            self._sndbuf_warned.add(iw)
+            log.warning("arm IW %d: send buffer %d bytes < IW x MSS = %d; the first flight will be cut short "
+                        "(raise net.ipv4.tcp_wmem or --sndbuf)", iw, sndbuf, iw * mss)
 
     # -- per connection
     def _worker(self) -> None:
