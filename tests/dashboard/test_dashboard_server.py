@@ -14,8 +14,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from sqlalchemy import create_engine, pool
-from sqlalchemy.orm import Session
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SERVER_URL = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")

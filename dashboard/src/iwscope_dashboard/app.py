@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dash
-from dash import dcc, html
+from dash import html
 
 from iwscope_dashboard import db
 from iwscope_dashboard.exports import register_exports
@@ -33,7 +33,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
 
 def _shell() -> html.Div:
     links = [
-        html.A(label, href=path, className="iw-nav-link", **({"data-keep-query": "1"} if keep else {}))
+        html.A(label, href=path, className="iw-nav-link", **({"data-keep-query": "1"} if keep else {}))  # type: ignore[arg-type]
         for path, label, keep in NAVIGATION
     ]
     return html.Div(
@@ -74,7 +74,7 @@ def create_app(database_url: str | None = None, cache_seconds: float = DEFAULT_C
         title="iwscope",
         suppress_callback_exceptions=True,
         serve_locally=True,
-        update_title=None,
+        update_title=None,  # type: ignore[arg-type]  # no "Updating..." title flicker
     )
     app.layout = _shell
     register_exports(app.server)

@@ -85,7 +85,11 @@ def graph_config() -> dict[str, Any]:
 
 def graph(component_id: str, class_name: str = "iw-card") -> html.Div:
     return html.Div(
-        dcc.Loading(dcc.Graph(id=component_id, config=graph_config()), type="default", delay_show=150),
+        dcc.Loading(
+            dcc.Graph(id=component_id, config=graph_config()),  # type: ignore[arg-type]
+            type="default",
+            delay_show=150,
+        ),
         className=class_name,
     )
 

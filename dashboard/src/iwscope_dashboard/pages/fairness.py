@@ -91,7 +91,7 @@ def update(*values: Any) -> tuple[Any, ...]:
     if not points:
         return empty_figure(NOT_RECORDED_SHORT), html.P(NOT_RECORDED, className="iw-empty"), status(NOT_RECORDED_SHORT, "empty"), search
     rows = [dataclasses.asdict(point) for point in points]
-    table = dash_table.DataTable(
+    table = dash_table.DataTable(  # type: ignore[attr-defined]
         id=f"{PREFIX}-table",
         columns=[{"name": key, "id": key} for key in rows[0]],
         data=[{k: (v if isinstance(v, (int, float, str)) or v is None else str(v)) for k, v in row.items()} for row in rows],

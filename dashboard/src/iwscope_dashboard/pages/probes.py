@@ -95,7 +95,7 @@ def update(_ticks: int | None) -> tuple[Any, ...]:
         return empty_figure(message), html.P(message, className="iw-empty"), status(message, "empty")
     now = datetime.now(UTC)
     rows = fleet_rows(probes, now)
-    table = dash_table.DataTable(
+    table = dash_table.DataTable(  # type: ignore[attr-defined]
         id=f"{PREFIX}-table",
         columns=[{"name": label, "id": key} for key, label in COLUMNS],
         data=rows,

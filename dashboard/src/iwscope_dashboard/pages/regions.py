@@ -73,7 +73,7 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
             ),
         ],
         className="iw-card iw-percentiles",
-        **{"data-group": str(table.group)},
+        **{"data-group": str(table.group)},  # type: ignore[arg-type]
     )
 
 

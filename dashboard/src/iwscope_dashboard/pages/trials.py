@@ -35,7 +35,7 @@ def layout(**url_query: Any) -> html.Div:
                 className="iw-actions",
             ),
             html.Div(
-                dash_table.DataTable(
+                dash_table.DataTable(  # type: ignore[attr-defined]
                     id=f"{PREFIX}-table",
                     page_action="custom",
                     page_current=0,
