@@ -158,6 +158,7 @@ def test_migration_job_is_a_pre_install_pre_upgrade_hook(rendered_sets: dict[str
     hook_secret = find(objects, "Secret", "migrate")
     assert hook_secret["metadata"]["annotations"][HOOK] == "pre-install,pre-upgrade"
     assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
+    assert hook_secret["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in containers(job)[0]["env"] if "valueFrom" in e}
     assert refs["DATABASE_URL"]["name"] == hook_secret["metadata"]["name"]
     assert refs["DATABASE_URL"]["key"] in hook_secret["data"]
