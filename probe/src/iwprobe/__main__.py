@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--calibration-bytes", type=int, default=1_000_000,
                      help="first calibration transfer; grown 4x while still in slow start")
     run.add_argument("--trial-timeout", type=float, default=60.0)
+    run.add_argument("--trial-gap", type=float, default=0.05, help="pause between two trials, seconds")
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
 
@@ -188,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     directory = state_dir(args.state_dir)
     agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
                        spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
-                       calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout,
+                       calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout, trial_gap_s=args.trial_gap,
                        backoff_cap_s=args.backoff_cap)
     return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
 
