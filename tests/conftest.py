@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -271,6 +271,32 @@ def api_server(_api_server_process: ApiServer) -> ApiServer:
     """The session's API process, (re)started if a previous test stopped it."""
     _api_server_process.start()
     return _api_server_process
+
+
+@pytest.fixture
+def api_server_factory(service_env: dict[str, str],
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ApiServer]]:
+    """Start extra API processes with environment overrides (``factory(IWSCOPE_DRAIN_SECONDS="3")``)."""
+    servers: list[ApiServer] = []
+
+    def start(**overrides: str) -> ApiServer:
+        server = ApiServer({**service_env, **overrides}, _free_port(),
+                           tmp_path_factory.mktemp("api-extra") / "api.log")
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    """A TCP port nothing listens on (at the time of the call)."""
+    return _free_port()
 
 
 def _create_token(service_env: dict[str, str], kind: str) -> str:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from iwprobe import wire
-from conftest import (Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_path_sample,  # type: ignore[import-not-found]
+from collector_helpers import (Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_path_sample,
                       make_trial)
 
 
@@ -303,7 +303,7 @@ def test_oversized_body_and_too_many_records_get_413(client: httpx.Client, probe
 
 def test_observation_upload_idempotent_and_origin_bound(client: httpx.Client, origin: Enrolled, origin_token: str,
                                                         probe: Enrolled, db_engine: Engine) -> None:
-    from conftest import make_observation, make_observation_batch  # type: ignore[import-not-found]
+    from collector_helpers import make_observation, make_observation_batch
 
     trial = make_trial(probe.id, origin.id)
     batch = make_observation_batch(origin.id, [make_observation(trial, origin.id)])

@@ -16,7 +16,7 @@ from iwscope.origins.schemas import OriginEnrollRequestIn
 from iwscope.probes.schemas import ArmPortModel, EnrollRequestIn, HeartbeatIn, ScheduleOut
 from iwscope.trials.schemas import (ObservationBatchIn, OriginObservationIn, PathSampleIn, TrialBatchIn,
                                     TrialRecordIn)
-from conftest import make_batch, make_observation, make_observation_batch, make_path_sample, make_trial  # type: ignore[import-not-found]
+from collector_helpers import make_batch, make_observation, make_observation_batch, make_path_sample, make_trial
 
 SCHEMA = wire.load_schema()
 MODELS: dict[str, type[BaseModel]] = {

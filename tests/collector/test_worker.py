@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from iwprobe import wire
-from conftest import (Enrolled, make_batch, make_observation, make_observation_batch,  # type: ignore[import-not-found]
+from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch,
                       make_path_sample, make_trial)
 
 

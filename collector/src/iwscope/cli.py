@@ -172,7 +172,7 @@ def up(host: str, port: int, with_beat: bool) -> None:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
-    failed = [child.args for child in children if child.returncode not in (0, -signal.SIGINT, None)]
+    failed = [child.args for child in children if child.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, None)]
     if failed:
         sys.exit(1)
 
