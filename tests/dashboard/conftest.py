@@ -164,11 +164,20 @@ def browser() -> Iterator[object]:
             chromium.close()
 
 
-@pytest.fixture
-def page(browser: object, dashboard_server: DashboardServer) -> Iterator[object]:
-    """A fresh browser page; console errors and failed requests are collected on it."""
+@pytest.fixture(scope="session")
+def browser_context(browser: object) -> Iterator[object]:
+    """One context for the session, so the pages share the HTTP cache (Dash's bundles load once)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
-    tab = context.new_page()
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser_context: object, dashboard_server: DashboardServer) -> Iterator[object]:
+    """A fresh browser tab; console errors and failed requests are collected on it."""
+    tab = browser_context.new_page()  # type: ignore[attr-defined]
     problems: list[str] = []
     tab.on("console", lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
     tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
@@ -177,7 +186,7 @@ def page(browser: object, dashboard_server: DashboardServer) -> Iterator[object]
     try:
         yield tab
     finally:
-        context.close()
+        tab.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
