@@ -103,7 +103,7 @@ class Stack:
         for name, argv in commands.items():
             log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
             child = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+                                     stdin=subprocess.DEVNULL, start_new_session=detached, cwd=self.run_dir)
             log.close()
             self._children.append(child)
             self.pids[name] = child.pid
