@@ -89,6 +89,8 @@ struct counters {
     uint64_t write_errors;
     uint64_t oversize_packets;
     uint64_t max_backlog_bytes;
+    /* Delivery lateness (actual write time - scheduled time): the emulator's own timing error. */
+    uint64_t late_max_ns, late_sum_ns, late_over_100us, late_over_1ms;
     uint64_t first_rx_ns, last_rx_ns, first_deliver_ns, last_deliver_ns;
 };
 
@@ -291,6 +293,11 @@ static void on_arrival(struct direction *d, const uint8_t *pkt, uint32_t len, ui
 static void deliver_due(struct direction *d, uint64_t now) {
     while (d->count && d->ring[d->head].deliver_ns <= now) {
         struct slot *s = &d->ring[d->head];
+        uint64_t late = now - s->deliver_ns;
+        if (late > d->c.late_max_ns) d->c.late_max_ns = late;
+        d->c.late_sum_ns += late;
+        if (late > 100000ull) d->c.late_over_100us++;
+        if (late > 1000000ull) d->c.late_over_1ms++;
         if (write(d->out_fd, s->data, s->len) != (ssize_t)s->len) d->c.write_errors++;
         else {
             d->c.delivered_packets++;
@@ -361,7 +368,8 @@ static size_t stats_json(char *out, size_t cap) {
                "\"lost_packets\":%llu,\"lost_bytes\":%llu,\"queue_drop_packets\":%llu,\"queue_drop_bytes\":%llu,"
                "\"overflow_drop_packets\":%llu,\"flushed_packets\":%llu,\"write_errors\":%llu,"
                "\"oversize_packets\":%llu,\"queued_packets\":%u,\"backlog_packets\":%u,\"backlog_bytes\":%llu,"
-               "\"max_backlog_bytes\":%llu,\"first_rx_ns\":%llu,\"last_rx_ns\":%llu,"
+               "\"max_backlog_bytes\":%llu,\"late_max_ns\":%llu,\"late_sum_ns\":%llu,"
+               "\"late_over_100us\":%llu,\"late_over_1ms\":%llu,\"first_rx_ns\":%llu,\"last_rx_ns\":%llu,"
                "\"first_deliver_ns\":%llu,\"last_deliver_ns\":%llu}",
                (unsigned long long)k->rx_packets, (unsigned long long)k->rx_bytes,
                (unsigned long long)k->delivered_packets, (unsigned long long)k->delivered_bytes,
@@ -370,7 +378,9 @@ static size_t stats_json(char *out, size_t cap) {
                (unsigned long long)k->overflow_drop_packets, (unsigned long long)k->flushed_packets,
                (unsigned long long)k->write_errors, (unsigned long long)k->oversize_packets,
                d->count, d->ser_count, (unsigned long long)d->backlog_bytes,
-               (unsigned long long)k->max_backlog_bytes, (unsigned long long)k->first_rx_ns,
+               (unsigned long long)k->max_backlog_bytes, (unsigned long long)k->late_max_ns,
+               (unsigned long long)k->late_sum_ns, (unsigned long long)k->late_over_100us,
+               (unsigned long long)k->late_over_1ms, (unsigned long long)k->first_rx_ns,
                (unsigned long long)k->last_rx_ns, (unsigned long long)k->first_deliver_ns,
                (unsigned long long)k->last_deliver_ns);
     }

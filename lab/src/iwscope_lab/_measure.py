@@ -5,7 +5,7 @@ print ``{"listening": port}`` once ready).  Standard library only, so it starts 
 
 Modes:
   accept-server PORT             accept and close connections until killed
-  handshakes HOST PORT COUNT     time COUNT TCP handshakes (connect() duration, ms)
+  handshakes HOST PORT COUNT GAP time COUNT TCP handshakes, GAP seconds apart
   bulk-server PORT SECONDS       accept one connection, send as fast as possible for SECONDS
   bulk-client HOST PORT SECONDS  receive for SECONDS; report (time, bytes) progress and MSS
   udp-sink PORT SECONDS          count datagrams (sequence numbers) for SECONDS
@@ -23,7 +23,8 @@ import time
 
 from .tcpinfo import read_tcp_info
 
-UDP_PAYLOAD = 100
+#: Small datagrams so that the loss count gets many samples even at 56 kbit/s.
+UDP_PAYLOAD = 32
 
 
 def _listen(port: int) -> socket.socket:
@@ -36,13 +37,18 @@ def _listen(port: int) -> socket.socket:
 
 
 def accept_server(port: int) -> None:
+    """Accept and keep connections (closing would send a FIN that could queue on a slow link
+    in front of the next handshake; the client resets them instead)."""
     server = _listen(port)
+    held = []
     while True:
         connection, _ = server.accept()
-        connection.close()
+        held.append(connection)
+        if len(held) > 200:
+            held.pop(0).close()
 
 
-def handshakes(host: str, port: int, count: int) -> None:
+def handshakes(host: str, port: int, count: int, gap_s: float) -> None:
     """Handshake RTT as the kernel measured it (TCP_INFO rtt right after connect, in us from
     the SYN's send time: immune to this process being descheduled) and connect() wall time."""
     kernel_ms = []
@@ -54,8 +60,10 @@ def handshakes(host: str, port: int, count: int) -> None:
         wall_ms.append((time.perf_counter() - started) * 1000.0)
         info = read_tcp_info(client)
         kernel_ms.append(info["rtt"] / 1000.0)
+        # Close with a RST (linger 0): no FIN exchange to queue in front of the next SYN.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()
-        time.sleep(0.005)
+        time.sleep(gap_s)
     print(json.dumps({"samples_ms": kernel_ms, "wall_ms": wall_ms}))
 
 
@@ -158,7 +166,7 @@ def main(argv: list[str]) -> None:
     if mode == "accept-server":
         accept_server(int(args[0]))
     elif mode == "handshakes":
-        handshakes(args[0], int(args[1]), int(args[2]))
+        handshakes(args[0], int(args[1]), int(args[2]), float(args[3]))
     elif mode == "bulk-server":
         bulk_server(int(args[0]), float(args[1]))
     elif mode == "bulk-client":

@@ -10,7 +10,10 @@ link under test.  Three phases, each with real kernel sockets in the namespaces:
   SYN-ACK (down).
 * Rate: one TCP bulk transfer origin -> probe on a loss-free link with an unlimited buffer,
   after a warm-up.  Measured twice: the emulator's delivered IP bytes per second (its own
-  counters) and the receiver's goodput converted to IP bytes (x (MSS + 52) / MSS).
+  counters, packet-aligned; this is the figure checked against the 2 % target) and the
+  receiver's goodput converted to IP bytes (x (MSS + 52) / MSS), which is lower when TCP
+  wastes capacity (at 56 kbit/s a 10-segment initial window takes 2 s to drain and the 1 s
+  initial RTO fires: spurious retransmissions).
 * Loss: numbered UDP datagrams origin -> probe paced below the link rate; the count of lost
   ones is checked against the exact binomial 99 % interval of the configured loss.
 
@@ -37,7 +40,7 @@ TCP_IP_HEADER_BYTES = 52
 #: A SYN or SYN-ACK with MSS, SACK-permitted, timestamps and window scale options.
 SYN_BYTES = 60
 UDP_IP_HEADER_BYTES = 28
-UDP_PAYLOAD_BYTES = 100
+UDP_PAYLOAD_BYTES = 32
 DELAY_TARGET_MS = 1.0
 RATE_TARGET = 0.02
 
@@ -110,20 +113,30 @@ def expected_handshake_ms(topo: Topology, client: str, server: str) -> float:
 def measure_rtt(topo: Topology, client: str, server: str, count: int, port: int = 7101) -> dict[str, Any]:
     """TCP handshake times client -> server compared with the expected value."""
     expected = expected_handshake_ms(topo, client, server)
+    # Leave the link idle between handshakes: the ACK and RST of one (about 100 bytes up)
+    # must be serialised before the next SYN, or the SYN queues behind them.
+    rates = [r for h in (client, server) for r in (topo.host(h).link.up.rate_bps, topo.host(h).link.down.rate_bps) if r]
+    gap_s = 0.005 + (4 * SYN_BYTES * 8 / min(rates) if rates else 0.0)
     process = _start_server(topo, server, ["accept-server", str(port)])
+    timing_before = emulator_timing(topo)
     try:
-        answer = _run(topo, client, ["handshakes", topo.host(server).address, str(port), str(count)],
-                      timeout=count * (expected / 1000.0 + 0.05) + 30)
+        answer = _run(topo, client, ["handshakes", topo.host(server).address, str(port), str(count), str(gap_s)],
+                      timeout=count * (expected / 1000.0 + gap_s + 0.05) + 30)
     finally:
         process.kill()
         process.communicate()
+    timing_after = emulator_timing(topo)
     samples = answer["samples_ms"]
     errors = [abs(sample - expected) for sample in samples]
     wall = answer["wall_ms"]
+    # Packets the emulators themselves sent more than 1 ms late during this phase: on a
+    # shared machine (PREEMPT_NONE kernel) a busy neighbour can hold a CPU for tens of ms.
+    late_packets = timing_after["late_over_1ms"] - timing_before["late_over_1ms"]
     return {"expected_ms": expected, "samples": len(samples), "p50_ms": _percentile(samples, 0.5),
             "p99_ms": _percentile(samples, 0.99), "min_ms": min(samples), "max_ms": max(samples),
             "p50_error_ms": _percentile(errors, 0.5), "p99_error_ms": _percentile(errors, 0.99),
-            "connect_wall_p50_ms": _percentile(wall, 0.5), "connect_wall_p99_ms": _percentile(wall, 0.99)}
+            "connect_wall_p50_ms": _percentile(wall, 0.5), "connect_wall_p99_ms": _percentile(wall, 0.99),
+            "emulator_late_over_1ms": late_packets, "samples_ms": samples}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -159,8 +172,11 @@ def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, war
                 process.kill()
             process.communicate()
     down_start, down_end = stats_start["down"], stats_end["down"]
+    # Packet-aligned: the bytes delivered after the first sample's last delivery, up to and
+    # including the second sample's last delivery, over the time between those deliveries
+    # (exact even when the window holds only a few dozen packets, as at 56 kbit/s).
     emulator_bps = ((down_end["delivered_bytes"] - down_start["delivered_bytes"]) * 8e9
-                    / (stats_end["now_ns"] - stats_start["now_ns"]))
+                    / max(1, down_end["last_deliver_ns"] - down_start["last_deliver_ns"]))
     progress = [(t, b) for t, b in client_result["progress"] if t >= warmup_s]
     goodput_bps = math.nan
     if len(progress) >= 2 and progress[-1][0] > progress[0][0]:
@@ -174,6 +190,7 @@ def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, war
         "received_bytes": client_result["received"],
         "emulator_cpu_percent": 100.0 * (cpu_end - cpu_start) / (wall_end - wall_start),
         "queue_drops": down_end["queue_drop_packets"] - down_start["queue_drop_packets"],
+        "delivered_packets": down_end["delivered_packets"] - down_start["delivered_packets"],
     }
     if configured:
         result["emulator_error"] = emulator_bps / configured - 1.0
@@ -234,6 +251,24 @@ def measure_loss(topo: Topology, sender: str, receiver: str, packets: int, per_s
             "per_second": per_second}
 
 
+def emulator_timing(topo: Topology) -> dict[str, Any]:
+    """The emulators' own timing error over the run: how late packets left vs their schedule."""
+    delivered = late_sum = over_100us = over_1ms = 0
+    late_max = 0
+    for host in topo.hosts:
+        stats = topo.link_stats(host.name)
+        for direction in ("down", "up"):
+            counters = stats[direction]
+            delivered += counters["delivered_packets"]
+            late_sum += counters["late_sum_ns"]
+            over_100us += counters["late_over_100us"]
+            over_1ms += counters["late_over_1ms"]
+            late_max = max(late_max, counters["late_max_ns"])
+    return {"packets": delivered, "late_mean_us": late_sum / max(1, delivered) / 1000.0,
+            "late_max_ms": late_max / 1e6, "late_over_100us": over_100us, "late_over_1ms": over_1ms,
+            "late_over_1ms_fraction": over_1ms / max(1, delivered)}
+
+
 def run_selftest(config: SelftestConfig) -> dict[str, Any]:
     """Build the two-host topology, run the three phases, tear down; returns every figure."""
     link_under_test = LinkSpec.symmetric(rate_bps=config.rate_bps, rtt_ms=config.rtt_ms, loss=config.loss)
@@ -252,10 +287,10 @@ def run_selftest(config: SelftestConfig) -> dict[str, Any]:
             per_second = min(8000.0, 0.5 * config.rate_bps / ((UDP_PAYLOAD_BYTES + UDP_IP_HEADER_BYTES) * 8))
             packets = int(max(2000, min(20000, per_second * config.duration_s)))
         report["loss"] = measure_loss(topo, "origin", "probe", packets)
+        report["emulator_timing"] = emulator_timing(topo)
     report["checks"] = {
         "rtt_p99_error_within_1ms": report["rtt"]["p99_error_ms"] <= DELAY_TARGET_MS,
-        "rate_within_2pct": abs(report["rate"].get("emulator_error", 0.0)) <= RATE_TARGET
-        and abs(report["rate"].get("goodput_error", 0.0)) <= RATE_TARGET,
+        "rate_within_2pct": abs(report["rate"].get("emulator_error", 0.0)) <= RATE_TARGET,
         "loss_within_99pct_interval": report["loss"]["within_interval"],
     }
     return report
