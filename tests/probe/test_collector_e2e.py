@@ -212,3 +212,48 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     log = (agents.logs / "probe.log").read_text()
     assert "resuming campaign" in log or killed_at % per_round == 0
     assert "upload failed" in log  # it did meet the outage and retried
+
+
+def test_refused_records_are_isolated_and_the_rest_uploaded(api_server: Any, enroll_token: str, database_url: str,
+                                                            tmp_path: Path) -> None:
+    """A 422 stores nothing: the uploader bisects, keeps the bad record aside, uploads the rest."""
+    from iwprobe import wire
+    from iwprobe._agent import enroll_probe
+    from iwprobe._fetch import FetchResult
+    from iwprobe._spool import Spool
+    from iwprobe._upload import Uploader
+
+    credentials, _ = enroll_probe(api_server.url, enroll_token, wire.EnrollRequest(name="uploader-test", region="x"),
+                                  str(tmp_path))
+    spool = Spool(str(tmp_path / "spool.sqlite"))
+    good_ids = []
+    for index in range(9):
+        trial = FetchResult(url="http://192.0.2.1:8010/obj/9000", started_at=wire.utc_timestamp(), dns_us=0,
+                            connect_us=1000, ttfb_us=2000, total_us=5000, bytes_received=9100, body_bytes=9000,
+                            http_status=200).to_trial(wire.new_id(), credentials.id, None, None, 0, 10, 9000)
+        if index == 4:
+            trial.arm_iw = 0  # outside 1..1000: the collector refuses it
+            bad_id = trial.trial_id
+        else:
+            good_ids.append(trial.trial_id)
+        spool.add("trial", trial.trial_id, wire.to_dict(trial))
+    uploader = Uploader(spool, credentials.client(), "probe", credentials.id)
+    assert uploader.drain(deadline=time.monotonic() + 60)
+    assert spool.backlog() == 0 and spool.rejected_count() == 1
+    stored = {str(row[0]) for row in _query(database_url, "SELECT trial_id FROM trials WHERE probe_id = %s", credentials.id)}
+    assert stored == set(good_ids) and bad_id not in stored
+    # Resending what the collector already has is harmless: it answers with duplicates.
+    for trial_id in good_ids[:2]:
+        spool.add("trial", trial_id, {**_query_trial_stub(credentials.id, trial_id)})
+    assert uploader.drain(deadline=time.monotonic() + 60) and spool.backlog() == 0
+    assert len(_query(database_url, "SELECT trial_id FROM trials WHERE probe_id = %s", credentials.id)) == 8
+    spool.close()
+
+
+def _query_trial_stub(probe_id: str, trial_id: str) -> Dict[str, Any]:
+    from iwprobe import wire
+
+    return wire.to_dict(wire.TrialRecord(
+        trial_id=trial_id, probe_id=probe_id, campaign_id=None, origin_id=None, round=0, arm_iw=10, object_size=9000,
+        url="http://192.0.2.1:8010/obj/9000", started_at=wire.utc_timestamp(), dns_us=0, connect_us=1000, ttfb_us=2000,
+        total_us=5000, bytes_received=9100, http_status=200, error_kind=None, error_detail=None, syn_retrans=0))
