@@ -88,3 +88,49 @@ def test_cloud_init_embeds_the_zipapp(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(DEPLOY / "cloud-init" / "render.py"), "--collector", "x", "--token", "a b",
                           "--name", "n", "--region", "r", "--pyz", str(pyz)], capture_output=True, text=True)
     assert bad.returncode == 2 and "--token may only contain" in bad.stderr
+
+
+def test_role_installs_and_enrolls_for_real_on_localhost(tmp_path: Path, api_server: object, enroll_token: str,
+                                                          database_url: str) -> None:
+    """Run the role against this machine (connection local, paths under tmp, no systemd)."""
+    import json
+
+    import psycopg
+
+    playbook = _tool("ansible-playbook")
+    pyz = tmp_path / "iwprobe.pyz"
+    subprocess.run(["sh", str(DEPLOY / "build-pyz.sh"), str(pyz)], check=True, capture_output=True)
+    root = tmp_path / "target"
+    region = f"role-{os.urandom(3).hex()}"
+    inventory = {"all": {"children": {"probes": {"children": {"testregion": {
+        "vars": {"iwprobe_region": region},
+        "hosts": {"localhost": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "ansible_become_method": "su",
+            "iwprobe_collector_url": api_server.url,  # type: ignore[attr-defined]
+            "iwprobe_enroll_token": enroll_token, "iwprobe_pyz_src": str(pyz),
+            "iwprobe_install_dir": str(root / "lib"), "iwprobe_bin": str(root / "bin" / "iwprobe"),
+            "iwprobe_state_dir": str(root / "state"), "iwprobe_user": "root", "iwprobe_group": "root",
+            "iwprobe_create_user": False, "iwprobe_manage_systemd": False, "iwprobe_python": sys.executable,
+            "iwprobe_country": "ZA", "iwprobe_labels": {"access": "lab", "tier": "test"}}}}}}}}}
+    (root / "bin").mkdir(parents=True)
+    inventory_path = tmp_path / "inventory.json"
+    inventory_path.write_text(json.dumps(inventory))
+    env = _ansible_env(tmp_path)
+    first = subprocess.run([playbook, "-i", str(inventory_path), str(ANSIBLE / "site.yml")], cwd=ANSIBLE,
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    credentials = root / "state" / "probe.json"
+    assert (credentials.stat().st_mode & 0o777) == 0o600
+    probe_id = json.loads(credentials.read_text())["id"]
+    version = subprocess.run([str(root / "bin" / "iwprobe"), "version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == "0.1.0"
+    with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://", 1)) as connection:
+        row = connection.execute("SELECT name, region, country, labels FROM probes WHERE id = %s", (probe_id,)).fetchone()
+    assert row == ("localhost", region, "ZA", {"access": "lab", "tier": "test"})
+    # A second run changes nothing and does not enroll again.
+    second = subprocess.run([playbook, "-i", str(inventory_path), str(ANSIBLE / "site.yml")], cwd=ANSIBLE,
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert "changed=0" in second.stdout, second.stdout[-3000:]
+    assert json.loads(credentials.read_text())["id"] == probe_id
