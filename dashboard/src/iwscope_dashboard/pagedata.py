@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from iwscope.analysis import (
@@ -37,9 +38,10 @@ OVERVIEW_DIMENSIONS: tuple[str, ...] = ("rtt", "bandwidth", "bdp")
 
 
 @dataclass(frozen=True)
-class OverviewData:
+class OverviewHeadline:
     headline: Headline
-    comparisons: dict[str, list[BucketComparison]]
+    #: n per IW, to name an arm that has no trial under the filters.
+    arms: list[ArmStats]
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,13 @@ class RegionsData:
     per_region: list[PercentileTable]
 
 
-def overview_data(session: Session, filters: Filters) -> OverviewData:
-    return OverviewData(headline(session, filters), {d: compare_by(session, filters, d) for d in OVERVIEW_DIMENSIONS})  # type: ignore[arg-type]
+def overview_headline(session: Session, filters: Filters) -> OverviewHeadline:
+    return OverviewHeadline(headline(session, filters), latency_vs_iw(session, filters))
+
+
+def overview_dimension(session: Session, filters: Filters, dimension: str) -> list[BucketComparison]:
+    """One Figure 5 panel; the overview runs one callback per panel, in parallel."""
+    return compare_by(session, filters, dimension)  # type: ignore[arg-type]
 
 
 def latency_data(session: Session, filters: Filters) -> LatencyData:
@@ -88,9 +95,10 @@ def trials_data(session: Session, filters: Filters, limit: int = 50, offset: int
     return trials_page(session, filters, limit, offset)
 
 
-#: Every page's data callback body, by page prefix (for benchmarks).
+#: Every data callback's body, by page prefix (the overview has one per panel), for benchmarks.
 PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
-    "overview": overview_data,
+    "overview-headline": overview_headline,
+    **{f"overview-{d}": partial(overview_dimension, dimension=d) for d in OVERVIEW_DIMENSIONS},
     "latency": latency_data,
     "sizes": sizes_data,
     "regions": regions_data,

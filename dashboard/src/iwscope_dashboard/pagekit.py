@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from dash import dcc, get_asset_url, html
 from cachetools import TTLCache
-from iwscope.analysis import BucketComparison, FilterOptions, Filters, filter_options
+from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
 from sqlalchemy.exc import SQLAlchemyError
 
 from iwscope_dashboard import db
@@ -116,6 +116,18 @@ def missing_arm(comparisons: Iterable[BucketComparison], filters: Filters) -> st
         return None
     absent = [iw for iw, side in ((filters.baseline_iw, "baseline"), (filters.treatment_iw, "treatment"))
               if all(getattr(c, side).n == 0 for c in listed)]
+    if not absent:
+        return None
+    names = " and ".join(f"IW{iw}" for iw in absent)
+    return f"No {names} trial matches these filters, so there is nothing to compare: pick an arm the selected campaigns ran."
+
+
+def missing_arm_in_stats(stats: Iterable[ArmStats], filters: Filters) -> str | None:
+    """Like :func:`missing_arm`, from the per-IW counts of ``latency_vs_iw``."""
+    present = {s.iw for s in stats if s.n > 0}
+    if not present:
+        return None
+    absent = [iw for iw in (filters.baseline_iw, filters.treatment_iw) if iw not in present]
     if not absent:
         return None
     names = " and ".join(f"IW{iw}" for iw in absent)

@@ -21,14 +21,13 @@ from sqlalchemy.orm import Session
 
 from iwscope_dashboard import figures
 from iwscope_dashboard.db import resolve_database_url
-from iwscope_dashboard.pagedata import PAGE_DATA, LatencyData, OverviewData, RegionsData
+from iwscope_dashboard.pagedata import PAGE_DATA, LatencyData, RegionsData
 
 
 def _figures_for(page: str, data: Any, filters: Filters) -> None:
     """Build the page's figures from its data (what the callback does after reading)."""
-    if page == "overview" and isinstance(data, OverviewData):
-        for dimension, comparisons in data.comparisons.items():
-            figures.improvement_figure(comparisons, dimension).to_plotly_json()
+    if page.startswith("overview-") and page != "overview-headline" and data:
+        figures.improvement_figure(data, page.removeprefix("overview-")).to_plotly_json()
     elif page == "latency" and isinstance(data, LatencyData):
         figures.latency_vs_iw_figure(data.stats).to_plotly_json()
         figures.cdf_figure(data.cdfs, (filters.baseline_iw, filters.treatment_iw)).to_plotly_json()

@@ -6,12 +6,13 @@ from typing import Any
 
 import dash
 from dash import Output, callback, html
-from iwscope.analysis import Headline
+import plotly.graph_objects as go
+from iwscope.analysis import Filters, Headline
 
 from iwscope_dashboard.figures import empty_figure, improvement_figure
-from iwscope_dashboard.pagedata import OVERVIEW_DIMENSIONS, overview_data
+from iwscope_dashboard.pagedata import OVERVIEW_DIMENSIONS, overview_dimension, overview_headline
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, missing_arm, page_frame, query, status
+from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, missing_arm, missing_arm_in_stats, page_frame, query, status
 
 dash.register_page(__name__, path="/", name="Overview", title="iwscope: overview", order=0)
 
@@ -57,34 +58,56 @@ def headline_cards(numbers: Headline) -> list[html.Div]:
 
 @callback(
     Output(f"{PREFIX}-headline", "children"),
-    *[Output(f"{PREFIX}-{dimension}-graph", "figure") for dimension in DIMENSIONS],
     Output(f"{PREFIX}-status", "children"),
     Output(f"{PREFIX}-query", "data"),
     *filter_inputs(PREFIX),
 )
-def update(*values: Any) -> tuple[Any, ...]:
+def update_headline(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     problem = arms_problem(filters, None)
     if problem:
-        return [], *(empty_figure(problem) for _ in DIMENSIONS), status(problem, "empty"), search
+        return [], status(problem, "empty"), search
     try:
-        data = query(overview_data, filters, cache=True)
-        numbers, comparisons = data.headline, data.comparisons
+        data = query(overview_headline, filters, cache=True)
     except DataUnavailable as error:
-        return [], *(empty_figure(str(error)) for _ in DIMENSIONS), status(str(error), "error"), search
-    if numbers.n_trials == 0:
-        return [], *(empty_figure(NO_MATCH) for _ in DIMENSIONS), status(NO_MATCH, "empty"), search
-    absent = missing_arm([c for dimension in DIMENSIONS for c in comparisons[dimension]], filters)
+        return [], status(str(error), "error"), search
+    if data.headline.n_trials == 0:
+        return [], status(NO_MATCH, "empty"), search
+    absent = missing_arm_in_stats(data.arms, filters)
     if absent:
-        return headline_cards(numbers), *(empty_figure(absent) for _ in DIMENSIONS), status(absent, "empty"), search
-    figures = [
-        improvement_figure(comparisons[dimension], dimension)
-        if comparisons[dimension]
-        else empty_figure(f"No path estimates to bucket trials by {dimension} yet (the worker computes them from path samples).")
-        for dimension in DIMENSIONS
-    ]
-    return headline_cards(numbers), *figures, status(f"{numbers.n_trials:,} trials match."), search
+        return headline_cards(data.headline), status(absent, "empty"), search
+    return headline_cards(data.headline), status(f"{data.headline.n_trials:,} trials match."), search
 
+
+def panel_figure(filters: Filters, dimension: str) -> go.Figure:
+    """One Figure 5 panel, or the reason it is empty."""
+    problem = arms_problem(filters, None)
+    if problem:
+        return empty_figure(problem)
+    try:
+        comparisons = query(overview_dimension, filters, dimension, cache=True)
+    except DataUnavailable as error:
+        return empty_figure(str(error))
+    if not comparisons:
+        return empty_figure(
+            f"No trial with a path estimate matches these filters: {dimension} buckets come from the "
+            "worker's path estimates (min RTT, bottleneck bandwidth) of each probe-origin pair."
+        )
+    absent = missing_arm(comparisons, filters)
+    if absent:
+        return empty_figure(absent)
+    return improvement_figure(comparisons, dimension)
+
+
+def _register_panel(dimension: str) -> None:
+    # One callback per panel: the three run in parallel and each figure shows when ready.
+    @callback(Output(f"{PREFIX}-{dimension}-graph", "figure"), *filter_inputs(PREFIX))
+    def update_panel(*values: Any) -> go.Figure:
+        return panel_figure(filters_from_values(*values), dimension)
+
+
+for _dimension in DIMENSIONS:
+    _register_panel(_dimension)
 
 register_url_sync(PREFIX)
