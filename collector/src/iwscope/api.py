@@ -83,8 +83,15 @@ class LameDuckServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(host: str, port: int) -> None:
+def serve(host: str, port: int, workers: int = 1) -> None:
+    """Run the API.  One process (the default, one per container) drains on SIGTERM; with
+    ``workers > 1`` uvicorn's process manager runs several, without the lame-duck period and
+    with per-process Prometheus counters."""
     settings = get_settings()
     config = uvicorn.Config("iwscope.api:create_app", factory=True, host=host, port=port,
-                            log_level=settings.log_level.lower(), access_log=False)
+                            log_level=settings.log_level.lower(), access_log=False, workers=workers)
+    if workers > 1:
+        uvicorn.run("iwscope.api:create_app", factory=True, host=host, port=port, workers=workers,
+                    log_level=settings.log_level.lower(), access_log=False)
+        return
     LameDuckServer(config, settings.drain_seconds).run()

@@ -101,11 +101,13 @@ def db_check() -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
-def api(host: str, port: int) -> None:
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="uvicorn worker processes (1 = lame-duck draining on SIGTERM)")
+def api(host: str, port: int, workers: int) -> None:
     """Run the HTTP API (uvicorn; SIGTERM drains for IWSCOPE_DRAIN_SECONDS first)."""
     from iwscope.api import serve
 
-    serve(host, port)
+    serve(host, port, workers)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

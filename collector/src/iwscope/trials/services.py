@@ -1,12 +1,14 @@
 """Batch ingest of trials, path samples and origin observations; the observation join.
 
-The fast path for a batch: pydantic-core parses and validates the JSON body in one call
-(``TypeAdapter``/``model_validate_json``), semantic checks run over the typed records, then a
-psycopg 3 ``COPY`` fills a per-connection temporary staging table and two set-based
-statements move the new rows into place.  Idempotency by UUID: ``INSERT INTO trial_ids ...
-ON CONFLICT DO NOTHING RETURNING`` admits only UUIDs never seen before, and only those rows
-go into ``trials``; a replay (even with changed values) is counted as a duplicate and never
-overwrites.  All of it is one transaction: a batch is stored completely or not at all.
+The fast path for a batch of trials: pydantic-core parses and validates the JSON body in one
+call (``model_validate_json``), semantic checks run over the typed records, then one
+set-based ``INSERT INTO trial_ids SELECT * FROM unnest(...) ON CONFLICT DO NOTHING
+RETURNING`` admits the UUIDs never seen before, and exactly those records go into ``trials``
+with psycopg 3 ``COPY``.  A replay (even with changed values) is counted as a duplicate and
+never overwrites.  Path samples and observations (keyed by their own UUID in unpartitioned
+tables) go through a per-connection temporary staging table and ``INSERT ... SELECT ... ON
+CONFLICT DO NOTHING``.  All of it is one transaction: a batch is stored completely or not at
+all.
 """
 
 from __future__ import annotations
@@ -215,8 +217,6 @@ def _ensure_staging(connection: psycopg.Connection, info: dict[str, Any]) -> Non
     """Temporary staging tables, created once per pooled connection, emptied at every commit."""
     if info.get("iwscope_staging"):
         return
-    connection.execute(f"CREATE TEMP TABLE IF NOT EXISTS trials_stage ON COMMIT DELETE ROWS AS SELECT {_columns(TRIAL_STAGE_COLUMNS)}"
-                       " FROM trials WITH NO DATA")
     connection.execute("CREATE TEMP TABLE IF NOT EXISTS path_samples_stage ON COMMIT DELETE ROWS AS SELECT "
                        f"{_columns(SAMPLE_COLUMNS)} FROM path_samples WITH NO DATA")
     connection.execute("CREATE TEMP TABLE IF NOT EXISTS observations_stage ON COMMIT DELETE ROWS AS SELECT "
@@ -284,17 +284,12 @@ def _unknown_references(cursor: psycopg.Cursor, batch: TrialBatchIn) -> list[Rec
     return errors
 
 
-_INSERT_TRIALS = f"""
-WITH fresh AS (
-    INSERT INTO trial_ids (trial_id, started_at)
-    SELECT DISTINCT ON (trial_id) trial_id, started_at FROM trials_stage ORDER BY trial_id, started_at
-    ON CONFLICT (trial_id) DO NOTHING
-    RETURNING trial_id, started_at
-)
-INSERT INTO trials ({_columns(TRIAL_STAGE_COLUMNS)}, received_at)
-SELECT DISTINCT ON (s.trial_id) {_columns('s.' + name for name in TRIAL_STAGE_COLUMNS)}, now()
-FROM trials_stage s JOIN fresh f ON f.trial_id = s.trial_id AND f.started_at = s.started_at
-RETURNING trial_id::text, probe_id::text, origin_id::text
+#: Admits the UUIDs never seen before (the idempotency registry) and returns them.
+_REGISTER_TRIAL_IDS = """
+INSERT INTO trial_ids (trial_id, started_at)
+SELECT * FROM unnest(%s::uuid[], %s::timestamptz[])
+ON CONFLICT (trial_id) DO NOTHING
+RETURNING trial_id::text
 """
 
 _INSERT_SAMPLES = f"""
@@ -324,12 +319,19 @@ def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) 
                 raise BatchRejected(422, "invalid batch: nothing was stored", unknown)
             result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
             if batch.trials:
-                _copy(cursor, "trials_stage", TRIAL_STAGE_COLUMNS, map(_trial_row, batch.trials))
-                cursor.execute(_INSERT_TRIALS)
-                for trial_id, trial_probe, trial_origin in cursor.fetchall():
-                    result.new_trial_ids.append(trial_id)
-                    if trial_origin is not None:
-                        result.touched_pairs.add((trial_probe, trial_origin))
+                # One record per UUID (the first wins), then only UUIDs never stored before are
+                # copied straight into ``trials``: the registry insert is the idempotency gate.
+                unique = list({trial.trial_id: trial for trial in reversed(batch.trials)}.values())
+                cursor.execute(_REGISTER_TRIAL_IDS, ([trial.trial_id for trial in unique],
+                                                     [trial.started_at for trial in unique]))
+                fresh = {row[0] for row in cursor.fetchall()}
+                new_trials = [trial for trial in unique if trial.trial_id in fresh]
+                if new_trials:
+                    _copy(cursor, "trials", TRIAL_STAGE_COLUMNS, map(_trial_row, new_trials))
+                for trial in new_trials:
+                    result.new_trial_ids.append(trial.trial_id)
+                    if trial.origin_id is not None:
+                        result.touched_pairs.add((trial.probe_id, trial.origin_id))
             new_samples = 0
             if batch.path_samples:
                 _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS, map(_sample_row, batch.path_samples))
