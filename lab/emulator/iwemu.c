@@ -112,6 +112,7 @@ struct direction {
 static volatile sig_atomic_t stop_requested = 0;
 static FILE *trace_file = NULL;
 static struct direction dirs[2];   /* 0 = down (B->A), 1 = up (A->B) */
+static int active_rt_priority = 0;
 
 static void die(const char *fmt, ...) {
     va_list ap;
@@ -349,7 +350,8 @@ static void append(char *out, size_t cap, size_t *len, const char *fmt, ...) {
 static size_t stats_json(char *out, size_t cap) {
     size_t len = 0;
     uint64_t now = now_ns();
-    append(out, cap, &len, "{\"pid\":%d,\"now_ns\":%llu", (int)getpid(), (unsigned long long)now);
+    append(out, cap, &len, "{\"pid\":%d,\"rt_priority\":%d,\"now_ns\":%llu", (int)getpid(), active_rt_priority,
+           (unsigned long long)now);
     for (int i = 0; i < 2; i++) {
         struct direction *d = &dirs[i];
         struct dir_cfg *c = &d->cfg;
@@ -489,7 +491,14 @@ int main(int argc, char **argv) {
          * shows up as delay spikes and idle link time; SCHED_FIFO keeps it on time.  It
          * sleeps between packets, so it only uses what the traffic needs. */
         struct sched_param sp = {.sched_priority = rt_priority};
-        if (sched_setscheduler(0, SCHED_FIFO, &sp)) die("SCHED_FIFO %d: %s", rt_priority, strerror(errno));
+        if (sched_setscheduler(0, SCHED_FIFO, &sp)) {
+            /* e.g. a container without CAP_SYS_NICE or with no real-time budget: keep going,
+             * less accurate on a busy machine; "stats" reports rt_priority 0. */
+            fprintf(stderr, "iwemu: warning: SCHED_FIFO %d not available (%s); normal scheduling\n",
+                    rt_priority, strerror(errno));
+            rt_priority = 0;
+        }
+        active_rt_priority = rt_priority;
     }
     int home_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     int a_fd = open_tun(a_ns, a_dev, home_ns);

@@ -15,7 +15,8 @@ from .links import DirectionSpec, format_rate, parse_rate
 from .scenarios import ScenarioError, load_scenario, scenario_names
 from .topology import LabError, Topology, cleanup, list_runs, run_is_stale
 
-console = Console()
+#: Wide tables also when piped (rich would wrap at 80 columns).
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 def _direction_text(direction: dict[str, Any]) -> str:

@@ -289,7 +289,14 @@ class Topology:
         STATE_ROOT.mkdir(parents=True, exist_ok=True)
         existing = _read_state(self.state_dir)
         if existing is not None:
-            if _run_healthy(existing) and self._adopt(existing):
+            if _run_healthy(existing):
+                wanted = {host.name: host.link for host in self.hosts}
+                if not self._adopt(existing):
+                    raise LabError(f"run id {self.run_id} is in use by a live run with other hosts "
+                                   f"({', '.join(h['name'] for h in existing['hosts'])}); pick another run id")
+                for name, link in wanted.items():
+                    if self.host(name).link != link:
+                        self.set_link(name, link)
                 return self
             _cleanup_run(existing)
         try:
@@ -376,6 +383,7 @@ class Topology:
             if counters:
                 try:
                     stats = self.link_stats(host.name)
+                    entry["emulator_rt_priority"] = stats.get("rt_priority")
                     entry["counters"] = {direction: {k: v for k, v in stats[direction].items() if k != "config"}
                                          for direction in ("down", "up")}
                 except OSError as exc:
