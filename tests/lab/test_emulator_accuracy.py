@@ -9,7 +9,7 @@ import pytest
 
 from collections.abc import Callable
 
-from iwscope_lab.links import LinkSpec
+from iwscope_lab.links import DirectionSpec, LinkSpec
 from iwscope_lab.selftest import binomial_interval, measure_loss, measure_rate, measure_rtt
 from iwscope_lab.topology import Topology
 
@@ -58,3 +58,18 @@ def test_loss_within_binomial_interval(two_hosts: TwoHosts, loss: float) -> None
     assert arrived > 500
     low, high = binomial_interval(arrived, loss)
     assert low <= lost <= high, (arrived, lost, low, high)
+
+
+def test_gilbert_elliott_loss_is_bursty_with_the_configured_average(two_hosts: TwoHosts) -> None:
+    bursty = DirectionSpec(rate_bps=20e6, delay_ms=5, loss=0.05, loss_model="gilbert", ge_burst_packets=4)
+    topo = two_hosts(LinkSpec(down=bursty, up=DirectionSpec(rate_bps=20e6, delay_ms=5)))
+    gilbert = measure_loss(topo, "origin", "probe", 10000)
+    # Bursts make the count far more variable than a binomial one: allow +-40 % of 5 %.
+    assert 0.03 <= gilbert["measured"] <= 0.07, gilbert
+    assert 2.5 <= gilbert["mean_burst_packets"] <= 6.0, gilbert
+    assert gilbert["emulator_lost_packets"] == gilbert["lost"]
+    topo.set_link("probe", LinkSpec(down=bursty.with_changes(loss_model="bernoulli"),
+                                    up=DirectionSpec(rate_bps=20e6, delay_ms=5)))
+    bernoulli = measure_loss(topo, "origin", "probe", 10000, port=7104)
+    assert bernoulli["within_interval"], bernoulli
+    assert bernoulli["mean_burst_packets"] < 1.3, bernoulli

@@ -132,7 +132,17 @@ def udp_sink(port: int, seconds: float) -> None:
         if data == b"END":
             break
         seen.add(struct.unpack_from("!I", data)[0])
-    print(json.dumps({"received": len(seen)}))
+    # Lengths of runs of consecutive missing sequence numbers (below the highest one seen).
+    runs: list[int] = []
+    current = 0
+    for sequence in range(max(seen) + 1 if seen else 0):
+        if sequence in seen:
+            if current:
+                runs.append(current)
+            current = 0
+        else:
+            current += 1
+    print(json.dumps({"received": len(seen), "loss_runs": runs}))
 
 
 def udp_source(host: str, port: int, count: int, per_second: float) -> None:

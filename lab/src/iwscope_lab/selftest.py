@@ -248,7 +248,9 @@ def measure_loss(topo: Topology, sender: str, receiver: str, packets: int, per_s
             "received": sink_result["received"], "lost": lost, "measured": lost / packets,
             "interval_99": [low, high], "within_interval": low <= lost <= high,
             "emulator_rx_packets": emulator_rx, "emulator_lost_packets": emulator_lost,
-            "per_second": per_second}
+            "per_second": per_second, "loss_bursts": len(sink_result["loss_runs"]),
+            "mean_burst_packets": (sum(sink_result["loss_runs"]) / len(sink_result["loss_runs"])
+                                   if sink_result["loss_runs"] else 0.0)}
 
 
 def emulator_timing(topo: Topology) -> dict[str, Any]:
