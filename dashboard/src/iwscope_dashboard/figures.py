@@ -28,12 +28,27 @@ DIMENSION_TITLES: dict[str, str] = {
 }
 
 
+_GRID = "#e6ebf2"
+#: A small white template: plotly's "plotly_white" carries defaults for every trace type and is
+#: deep-copied into each figure (about a third of the time a figure takes to build).
+TEMPLATE = go.layout.Template(
+    layout={
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "xaxis": {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": "#c9d2dd", "automargin": True},
+        "yaxis": {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": "#c9d2dd", "automargin": True},
+        "geo": {"bgcolor": "white"},
+        "hoverlabel": {"align": "left"},
+    }
+)
+
+
 def _layout(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},
         height=height,
         margin={"l": 60, "r": 60, "t": 78, "b": 60},
-        template="plotly_white",
+        template=TEMPLATE,
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "xanchor": "left", "x": 0},
         font={"family": "system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", "size": 12},
     )

@@ -16,7 +16,7 @@ import dash
 import plotly.graph_objects as go
 from dash import Output, callback, dash_table, html
 
-from iwscope_dashboard.figures import ARM_PALETTE, empty_figure
+from iwscope_dashboard.figures import ARM_PALETTE, TEMPLATE, empty_figure
 from iwscope_dashboard.pagedata import fairness_data
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
@@ -70,7 +70,7 @@ def fairness_figure(rows: list[dict[str, Any]]) -> go.Figure:
                 marker_color=ARM_PALETTE[index % len(ARM_PALETTE)],
             )
         )
-    fig.update_layout(barmode="group", template="plotly_white", title="Competing flows: mean per initial window", height=380)
+    fig.update_layout(barmode="group", template=TEMPLATE, title="Competing flows: mean per initial window", height=380)
     return fig
 
 
