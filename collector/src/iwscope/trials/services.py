@@ -254,19 +254,23 @@ def _copy(cursor: psycopg.Cursor, table: str, columns: Sequence[str], rows: Iter
             copy.write_row(row)
 
 
+#: Campaign and origin ids known to exist (neither is ever deleted), so most batches need no lookup.
+_KNOWN_CAMPAIGNS: set[int] = set()
+_KNOWN_ORIGINS: set[str] = set()
+
+
 def _unknown_references(cursor: psycopg.Cursor, batch: TrialBatchIn) -> list[RecordError]:
     """Records that name a campaign or an origin the collector does not know."""
     campaign_ids = {trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
     origin_ids = ({trial.origin_id for trial in batch.trials if trial.origin_id is not None}
                   | {sample.origin_id for sample in batch.path_samples})
-    known_campaigns: set[int] = set()
-    known_origins: set[str] = set()
-    if campaign_ids:
-        cursor.execute("SELECT id FROM campaigns WHERE id = ANY(%s)", (list(campaign_ids),))
-        known_campaigns = {row[0] for row in cursor.fetchall()}
-    if origin_ids:
-        cursor.execute("SELECT id::text FROM origins WHERE id = ANY(%s::uuid[])", (list(origin_ids),))
-        known_origins = {row[0] for row in cursor.fetchall()}
+    if campaign_ids - _KNOWN_CAMPAIGNS:
+        cursor.execute("SELECT id FROM campaigns WHERE id = ANY(%s)", (list(campaign_ids - _KNOWN_CAMPAIGNS),))
+        _KNOWN_CAMPAIGNS.update(row[0] for row in cursor.fetchall())
+    if origin_ids - _KNOWN_ORIGINS:
+        cursor.execute("SELECT id::text FROM origins WHERE id = ANY(%s::uuid[])", (list(origin_ids - _KNOWN_ORIGINS),))
+        _KNOWN_ORIGINS.update(row[0] for row in cursor.fetchall())
+    known_campaigns, known_origins = _KNOWN_CAMPAIGNS, _KNOWN_ORIGINS
     errors: list[RecordError] = []
     if campaign_ids <= known_campaigns and origin_ids <= known_origins:
         return errors
@@ -307,6 +311,22 @@ RETURNING trial_id::text
 """
 
 
+#: ``last_seen_at`` is refreshed at most this often per probe or origin.
+LAST_SEEN_RESOLUTION = "10 seconds"
+
+
+def _touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
+    """Refresh ``last_seen_at`` in its own short transaction after the batch committed.
+
+    Updating the row inside the batch's transaction would hold its lock until the commit and
+    serialise concurrent uploads of one probe; the resolution keeps the writes rare.
+    """
+    connection.execute(f"UPDATE {table} SET last_seen_at = now() WHERE id = %s AND "
+                       f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
+                       (identity,))
+    connection.commit()
+
+
 def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) -> IngestResult:
     """Store a validated batch in one transaction (all or nothing, idempotent by UUID)."""
     pooled = engine.raw_connection()
@@ -339,8 +359,8 @@ def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) 
                 stored = cursor.fetchall()
                 new_samples = len(stored)
                 result.touched_pairs.update((probe, origin) for probe, origin in stored)
-            cursor.execute("UPDATE probes SET last_seen_at = now() WHERE id = %s", (probe_id,))
         connection.commit()
+        _touch_last_seen(connection, "probes", probe_id)
     except BaseException:
         pooled.rollback()
         raise
@@ -368,8 +388,8 @@ def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id
                       map(_observation_row, batch.observations))
                 cursor.execute(_INSERT_OBSERVATIONS)
                 result.new_trial_ids = [row[0] for row in cursor.fetchall()]
-            cursor.execute("UPDATE origins SET last_seen_at = now() WHERE id = %s", (origin_id,))
         connection.commit()
+        _touch_last_seen(connection, "origins", origin_id)
     except BaseException:
         pooled.rollback()
         raise
