@@ -228,6 +228,55 @@ def probes_list() -> None:
     Console().print(table)
 
 
+@main.group()
+def campaigns() -> None:
+    """Measurement campaigns (also: POST /api/v1/campaigns with an admin token)."""
+
+
+def _int_list(text: str | None) -> list[int] | None:
+    return [int(part) for part in text.split(",") if part.strip()] if text else None
+
+
+@campaigns.command("create")
+@click.option("--name", required=True)
+@click.option("--origin", "origin_ids", multiple=True, required=True, help="origin id (repeatable)")
+@click.option("--arms", required=True, help="IW arms, e.g. 3,10")
+@click.option("--sizes", default=None, help="object sizes in bytes, e.g. 10000,100000")
+@click.option("--size-dist", default=None, help="named size distribution instead of --sizes")
+@click.option("--sizes-per-round", default=1, show_default=True, type=int)
+@click.option("--repetitions", default=1, show_default=True, type=int)
+@click.option("--interval", "interval_s", default=0.0, show_default=True, type=float, help="seconds between rounds")
+@click.option("--region", "regions", multiple=True, help="probe region taking part (repeatable; default: all)")
+@click.option("--starts-at", default=None, help="RFC 3339 start (default: now)")
+@click.option("--ends-at", default=None, help="RFC 3339 end (default: open)")
+@click.option("--no-calibrate", is_flag=True, help="skip the path calibration before the first round")
+def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: str | None, size_dist: str | None,
+                     sizes_per_round: int, repetitions: int, interval_s: float, regions: tuple[str, ...],
+                     starts_at: str | None, ends_at: str | None, no_calibrate: bool) -> None:
+    """Create a campaign and print its id alone on stdout."""
+    from fastapi import HTTPException
+    from pydantic import ValidationError
+
+    from iwprobe import wire
+    from iwscope.campaigns.schemas import CampaignIn
+    from iwscope.campaigns.services import create_campaign
+    from iwscope.db import session_scope
+
+    try:
+        campaign = CampaignIn(name=name, origin_ids=list(origin_ids), arms=_int_list(arms), sizes=_int_list(sizes),
+                              size_dist=size_dist, sizes_per_round=sizes_per_round, repetitions=repetitions,
+                              interval_s=interval_s, probe_regions=list(regions) or None,
+                              starts_at=starts_at or wire.utc_timestamp(), ends_at=ends_at, calibrate=not no_calibrate)
+        with session_scope() as session:
+            created = create_campaign(session, campaign)
+            campaign_id = created.id
+    except (ValidationError, ValueError) as error:
+        raise click.BadParameter(str(error)) from None
+    except HTTPException as error:
+        raise click.ClickException(str(error.detail)) from None
+    click.echo(campaign_id)
+
+
 def _load_plugins() -> None:
     for entry in entry_points(group="iwscope.commands"):
         main.add_command(entry.load(), name=entry.name)
