@@ -65,8 +65,14 @@ def test_route_initcwnd_is_the_servers_snd_cwnd_after_accept(two_hosts: TwoHosts
     assert _initcwnd_after_accept(topo, 7202) == 3
     topo.set_route("origin", initcwnd=32)
     assert _initcwnd_after_accept(topo, 7203) == 32
+    topo.set_route("origin", initrwnd=40)   # merged: initcwnd stays
     routes = topo.run("origin", ["ip", "route", "show", "default"], capture_output=True, text=True).stdout
-    assert "initcwnd 32" in routes
+    assert "initcwnd 32" in routes and "initrwnd 40" in routes
+    assert _initcwnd_after_accept(topo, 7204) == 32
+    topo.set_route("origin", initcwnd=0)   # back to the kernel default
+    assert _initcwnd_after_accept(topo, 7205) == 10
+    with pytest.raises(ValueError, match="initcwnd"):
+        topo.set_route("origin", initcwnd=-1)
 
 
 def test_every_host_reaches_the_collector_address(two_hosts: TwoHosts) -> None:

@@ -253,6 +253,7 @@ class Topology:
         self.subnet: int | None = None
         self._emulators: dict[str, int] = {}
         self._children: list[subprocess.Popen[Any]] = []
+        self._route_metrics: dict[str, dict[str, int]] = {}
         self._is_up = False
         for index, host in enumerate(self.hosts, start=1):
             host.index = index
@@ -351,14 +352,25 @@ class Topology:
         self._write_state()
 
     def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None) -> None:
-        """Set ``initcwnd`` / ``initrwnd`` on the host's default route (None leaves it out)."""
+        """Set ``initcwnd`` / ``initrwnd`` (segments) on the host's default route.
+
+        None keeps the value set before (the metrics are merged), 0 removes it (kernel default).
+        """
         self._require_up()
         target = self.host(host)
+        metrics = self._route_metrics.setdefault(host, {})
+        for name, value in (("initcwnd", initcwnd), ("initrwnd", initrwnd)):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}={value!r}: expected a non-negative integer (segments)")
+            if value == 0:
+                metrics.pop(name, None)
+            else:
+                metrics[name] = value
         args = ["route", "replace", "default", "via", target.core_address, "dev", target.device]
-        if initcwnd is not None:
-            args += ["initcwnd", str(int(initcwnd))]
-        if initrwnd is not None:
-            args += ["initrwnd", str(int(initrwnd))]
+        for name, value in sorted(metrics.items()):
+            args += [name, str(value)]
         _ip(args, namespace=target.netns)
 
     def link_stats(self, host: str) -> dict[str, Any]:
@@ -506,7 +518,8 @@ class Topology:
                 raise LabError(f"namespace {netns} already exists (another run?); run `iwscope lab cleanup`")
             _ip(["netns", "add", netns])
             _ip(["link", "set", "lo", "up"], namespace=netns)
-            settings = dict(self.sysctls)
+            settings = {key: value for key, value in self.sysctls.items()
+                        if not key.startswith("net.ipv6.") or Path("/proc/sys/net/ipv6").exists()}
             if netns == self.core_netns:
                 settings["net.ipv4.ip_forward"] = "1"
             self._sysctl(netns, settings)
