@@ -157,7 +157,10 @@ def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, 
     assert all(r[3] is None and r[4] > 0 for r in rows)
     samples = _query(database_url, "SELECT min_rtt_us, bottleneck_bps, transfer_bytes FROM path_samples WHERE probe_id = %s",
                      agents.probe_id)
-    assert len(samples) == 1 and samples[0][0] > 0 and samples[0][2] == 300000
+    # Calibration starts at 300 kB and grows 4x while the transfer is too short to leave
+    # slow start (on a veth it is: the rate is tens of Gbit/s); it stays within 16 MiB.
+    assert len(samples) == 1 and samples[0][0] > 0 and 300000 <= samples[0][2] <= 16 * 1024 * 1024
+    assert samples[0][1] is not None and samples[0][1] > 100e6
     # The origin uploads its observations on its own; each arm started with its IW.
     _wait_for(lambda: _query(database_url, "SELECT count(*) FROM origin_observations o JOIN trials t USING (trial_id) "
                                            "WHERE t.campaign_id = %s", campaign)[0][0] == expected, 60, "observations")

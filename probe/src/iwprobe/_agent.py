@@ -123,15 +123,18 @@ CALIBRATION_BDPS = 4
 
 
 def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int,
-              timeout_s: float = 120.0, max_bytes: int = 64 * 1024 * 1024) -> Optional[wire.PathSample]:
+              timeout_s: float = 120.0, max_bytes: int = wire.MAX_OBJECT_BYTES) -> Optional[wire.PathSample]:
     """Measure min RTT and bottleneck bandwidth to ``target`` with a larger transfer.
 
     ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
     delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
     the highest receive rate over any span of at least two minimum RTTs.  That equals the
-    bottleneck rate only once the transfer left slow start (window above the BDP), so the
-    transfer is repeated 4x larger (up to ``max_bytes`` and ``timeout_s`` overall) while
-    the per-RTT receive rate is still growing at its end.  The origin's own
+    bottleneck rate only once the transfer left slow start (window above the BDP).  While
+    still in slow start that estimate B is about 3/4 of the last window per RTT and the
+    transfer about two last windows, so ``size < CALIBRATION_BDPS * B * min_rtt``: the
+    transfer is then repeated 4x larger (up to ``max_bytes``, the origin's object bound,
+    and ``timeout_s`` overall).  A transfer covering 4 estimated BDPs gives the plateau
+    rate.  If a larger transfer fails, the previous one is used.  The origin's own
     ``tcpi_delivery_rate`` of the same connections is in its observations.
     """
     if not target.arms:
@@ -140,18 +143,25 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
     deadline = time.monotonic() + timeout_s
     size = min(calibration_bytes, max_bytes)
     best_rtt: Optional[int] = None
+    good: Optional[FetchResult] = None
     while True:
         remaining = deadline - time.monotonic()
         result = fetch(object_url(target.host, arm.port, size), timeout_s=max(1.0, remaining), record_progress=True)
+        if result.error_kind is not None and good is not None:
+            log.warning("calibration transfer of %d bytes from %s failed (%s); keeping the previous one",
+                        size, target.host, result.error_kind)
+            result = good
+            break
         rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None, best_rtt) if value]
         if not rtts:
             log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
             return None
         best_rtt = int(min(rtts))
-        window_us = 2 * max(best_rtt, 10_000)
+        window_us = 2 * max(best_rtt, 2_000)
         bottleneck = estimate_bottleneck_bps(result.progress, window_us) if result.error_kind is None else None
         long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
         elapsed_s = (result.total_us or 0) / 1e6
+        good = result if result.error_kind is None else good
         if (result.error_kind is not None or long_enough or size >= max_bytes
                 or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline):
             break
@@ -161,7 +171,8 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
                     target.host, size, CALIBRATION_BDPS)
     return wire.PathSample(sample_id=wire.new_id(), probe_id=probe_id, origin_id=target.origin_id,
                            measured_at=result.started_at, min_rtt_us=best_rtt, bottleneck_bps=bottleneck,
-                           transfer_bytes=result.body_bytes, method="recv_rate_max")
+                           transfer_bytes=result.body_bytes if result.error_kind is None else 0,
+                           method="recv_rate_max")
 
 
 # ------------------------------------------------------------------------------ agent
@@ -304,7 +315,7 @@ class ProbeAgent:
             sample = calibrate(self.credentials.id, target, self.calibration_bytes)
             if sample is not None:
                 self.spool.add_calibration(campaign.campaign_id, target.origin_id, sample.sample_id, wire.to_dict(sample))
-                log.info("path %s: min RTT %.1f ms, bottleneck %s bit/s", target.host, sample.min_rtt_us / 1000,
+                log.info("path %s: min RTT %.3f ms, bottleneck %s bit/s", target.host, sample.min_rtt_us / 1000,
                          sample.bottleneck_bps)
 
     # -- main loop
