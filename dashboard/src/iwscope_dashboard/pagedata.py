@@ -45,14 +45,7 @@ class OverviewHeadline:
 
 
 @dataclass(frozen=True)
-class LatencyData:
-    stats: list[ArmStats]
-    cdfs: dict[int, list[tuple[float, float]]]
-
-
-@dataclass(frozen=True)
-class RegionsData:
-    regions: list[RegionSummary]
+class RegionsTables:
     overall: list[PercentileTable]
     per_region: list[PercentileTable]
 
@@ -66,16 +59,24 @@ def overview_dimension(session: Session, filters: Filters, dimension: str) -> li
     return compare_by(session, filters, dimension)  # type: ignore[arg-type]
 
 
-def latency_data(session: Session, filters: Filters) -> LatencyData:
-    return LatencyData(latency_vs_iw(session, filters), latency_cdf(session, filters))
+def latency_means(session: Session, filters: Filters) -> list[ArmStats]:
+    return latency_vs_iw(session, filters)
+
+
+def latency_cdfs(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:
+    return latency_cdf(session, filters)
 
 
 def sizes_data(session: Session, filters: Filters) -> list[BucketComparison]:
     return compare_by(session, filters, "size")
 
 
-def regions_data(session: Session, filters: Filters) -> RegionsData:
-    return RegionsData(region_summary(session, filters), percentile_table(session, filters, None), percentile_table(session, filters, "region"))
+def regions_map(session: Session, filters: Filters) -> list[RegionSummary]:
+    return region_summary(session, filters)
+
+
+def regions_tables(session: Session, filters: Filters) -> RegionsTables:
+    return RegionsTables(percentile_table(session, filters, None), percentile_table(session, filters, "region"))
 
 
 def loss_data(session: Session, filters: Filters) -> list[LossBucket]:
@@ -99,9 +100,11 @@ def trials_data(session: Session, filters: Filters, limit: int = 50, offset: int
 PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "overview-headline": overview_headline,
     **{f"overview-{d}": partial(overview_dimension, dimension=d) for d in OVERVIEW_DIMENSIONS},
-    "latency": latency_data,
+    "latency-iw": latency_means,
+    "latency-cdf": latency_cdfs,
     "sizes": sizes_data,
-    "regions": regions_data,
+    "regions-map": regions_map,
+    "regions-tables": regions_tables,
     "loss": loss_data,
     "fairness": fairness_data,
     "probes": probes_data,

@@ -21,21 +21,22 @@ from sqlalchemy.orm import Session
 
 from iwscope_dashboard import figures
 from iwscope_dashboard.db import resolve_database_url
-from iwscope_dashboard.pagedata import PAGE_DATA, LatencyData, RegionsData
+from iwscope_dashboard.pagedata import PAGE_DATA
 
 
 def _figures_for(page: str, data: Any, filters: Filters) -> None:
     """Build the page's figures from its data (what the callback does after reading)."""
     if page.startswith("overview-") and page != "overview-headline" and data:
         figures.improvement_figure(data, page.removeprefix("overview-")).to_plotly_json()
-    elif page == "latency" and isinstance(data, LatencyData):
-        figures.latency_vs_iw_figure(data.stats).to_plotly_json()
-        figures.cdf_figure(data.cdfs, (filters.baseline_iw, filters.treatment_iw)).to_plotly_json()
+    elif page == "latency-iw" and data:
+        figures.latency_vs_iw_figure(data).to_plotly_json()
+    elif page == "latency-cdf" and data:
+        figures.cdf_figure(data, (filters.baseline_iw, filters.treatment_iw)).to_plotly_json()
     elif page == "sizes" and data:
         figures.improvement_figure(data, "size").to_plotly_json()
         figures.arm_means_figure(data, "size").to_plotly_json()
-    elif page == "regions" and isinstance(data, RegionsData):
-        figures.region_map_figure(data.regions).to_plotly_json()
+    elif page == "regions-map" and data:
+        figures.region_map_figure(data).to_plotly_json()
     elif page == "loss" and data:
         figures.improvement_figure([b.comparison for b in data], "loss").to_plotly_json()
         figures.loss_retrans_figure(data).to_plotly_json()

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import dash
+import plotly.graph_objects as go
 from dash import Output, callback, html
 
 from iwscope_dashboard.figures import cdf_figure, empty_figure, latency_vs_iw_figure
-from iwscope_dashboard.pagedata import latency_data
+from iwscope_dashboard.pagedata import latency_cdfs, latency_means
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
 
@@ -31,30 +32,34 @@ def layout(**url_query: Any) -> html.Div:
 
 @callback(
     Output(f"{PREFIX}-iw-graph", "figure"),
-    Output(f"{PREFIX}-cdf-graph", "figure"),
     Output(f"{PREFIX}-status", "children"),
     Output(f"{PREFIX}-query", "data"),
     *filter_inputs(PREFIX),
 )
-def update(*values: Any) -> tuple[Any, ...]:
+def update_means(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     try:
-        data = query(latency_data, filters, cache=True)
-        stats, cdfs = data.stats, data.cdfs
+        stats = query(latency_means, filters, cache=True)
     except DataUnavailable as error:
-        return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
+        return empty_figure(str(error)), status(str(error), "error"), search
     total = sum(s.n for s in stats)
     if total == 0:
-        return empty_figure(NO_MATCH), empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
-    cdfs = {iw: points for iw, points in cdfs.items() if points}
+        return empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
     arms = ", ".join(f"IW{s.iw} (n={s.n:,})" for s in sorted(stats, key=lambda s: s.iw) if s.n)
-    return (
-        latency_vs_iw_figure(stats),
-        cdf_figure(cdfs, (filters.baseline_iw, filters.treatment_iw)) if cdfs else empty_figure(NO_MATCH),
-        status(f"{total:,} trials match: {arms}."),
-        search,
-    )
+    return latency_vs_iw_figure(stats), status(f"{total:,} trials match: {arms}."), search
+
+
+# A callback per figure: each shows as soon as its own query answers.
+@callback(Output(f"{PREFIX}-cdf-graph", "figure"), *filter_inputs(PREFIX))
+def update_cdf(*values: Any) -> go.Figure:
+    filters = filters_from_values(*values)
+    try:
+        cdfs = query(latency_cdfs, filters, cache=True)
+    except DataUnavailable as error:
+        return empty_figure(str(error))
+    cdfs = {iw: points for iw, points in cdfs.items() if points}
+    return cdf_figure(cdfs, (filters.baseline_iw, filters.treatment_iw)) if cdfs else empty_figure(NO_MATCH)
 
 
 register_url_sync(PREFIX)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Output, callback, html
+from dash import Output, callback, dcc, html
 from iwscope.analysis import PercentileTable
 
 from iwscope_dashboard.figures import empty_figure, region_map_figure
-from iwscope_dashboard.pagedata import regions_data
+from iwscope_dashboard.pagedata import regions_map, regions_tables
 from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
 
@@ -27,7 +27,7 @@ def layout(**url_query: Any) -> html.Div:
         "asked this of Africa and South America). Tables: latency percentiles per arm (ms), the "
         "improvement rows, and the retransmission rate (share of trials with retransmissions).",
         filters_from_page_query(url_query),
-        [graph(f"{PREFIX}-map-graph"), html.Div(id=f"{PREFIX}-tables", className="iw-tables")],
+        [graph(f"{PREFIX}-map-graph"), dcc.Loading(html.Div(id=f"{PREFIX}-tables", className="iw-tables"), delay_show=150)],
     )
 
 
@@ -79,27 +79,37 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
 
 @callback(
     Output(f"{PREFIX}-map-graph", "figure"),
-    Output(f"{PREFIX}-tables", "children"),
     Output(f"{PREFIX}-status", "children"),
     Output(f"{PREFIX}-query", "data"),
     *filter_inputs(PREFIX),
 )
-def update(*values: Any) -> tuple[Any, ...]:
+def update_map(*values: Any) -> tuple[Any, ...]:
     filters = filters_from_values(*values)
     search = query_string(filters)
     problem = arms_problem(filters, None)
     if problem:
-        return empty_figure(problem), [], status(problem, "empty"), search
+        return empty_figure(problem), status(problem, "empty"), search
     try:
-        data = query(regions_data, filters, cache=True)
-        regions, overall, per_region = data.regions, data.overall, data.per_region
+        regions = query(regions_map, filters, cache=True)
     except DataUnavailable as error:
-        return empty_figure(str(error)), [], status(str(error), "error"), search
+        return empty_figure(str(error)), status(str(error), "error"), search
     if not regions or all(r.n == 0 for r in regions):
-        return empty_figure(NO_MATCH), [], status(NO_MATCH, "empty"), search
-    tables = [percentile_block(t, filters.baseline_iw, filters.treatment_iw) for t in list(overall) + sorted(per_region, key=lambda t: str(t.group))]
+        return empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
     n = sum(r.n for r in regions)
-    return region_map_figure(regions), tables, status(f"{n:,} trials in {len(regions)} regions."), search
+    return region_map_figure(regions), status(f"{n:,} trials in {len(regions)} regions."), search
+
+
+# The tables in a callback of their own, so the map does not wait for the percentiles.
+@callback(Output(f"{PREFIX}-tables", "children"), *filter_inputs(PREFIX))
+def update_tables(*values: Any) -> list[html.Div]:
+    filters = filters_from_values(*values)
+    if arms_problem(filters, None):
+        return []
+    try:
+        data = query(regions_tables, filters, cache=True)
+    except DataUnavailable:
+        return []  # the map's callback shows the error
+    return [percentile_block(t, filters.baseline_iw, filters.treatment_iw) for t in data.overall + sorted(data.per_region, key=lambda t: str(t.group))]
 
 
 register_url_sync(PREFIX)
