@@ -202,3 +202,29 @@ def test_loss_shows_in_both_tcp_infos(lab_fleet: Tuple[LabFleet, str, str], api_
           f"client retransmissions {client_retrans}, out-of-order packets {client_ooo}")
     assert server_retrans > 0 and server_bytes_retrans > 0
     assert client_retrans + client_ooo > 0
+
+
+def test_syn_retransmissions_are_counted_above_the_initial_rto(tmp_path: Path) -> None:
+    """With a 1.3 s RTT the SYN is retransmitted after the 1 s initial RTO; the trial says so."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
+        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+        Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=10_000_000, rtt_ms=1300))])
+    with topo:
+        address = topo.host("origin").address
+        with open(tmp_path / "origin.log", "ab") as log:
+            origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "10",
+                                           "--base-port", str(BASE_PORT), "--bind", address],
+                                stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            time.sleep(1.0)
+            fast = topo.run("probe", [*IWPROBE, "fetch", "--json", f"http://{address}:{BASE_PORT + 10}/obj/1000"],
+                            capture_output=True, text=True, timeout=60)
+            trial = json.loads(fast.stdout)
+        finally:
+            origin.terminate()
+            origin.wait(timeout=10)
+    assert trial["error_kind"] is None, trial
+    assert trial["connect_us"] > 1_300_000
+    assert trial["syn_retrans"] >= 1, trial
