@@ -159,6 +159,11 @@ def up(host: str, port: int, with_beat: bool) -> None:
     if with_beat:
         children.append(subprocess.Popen([*command, "beat"], env=environment))
     click.echo(f"iwscope API on http://{host}:{port} (OpenAPI at /docs); Ctrl-C stops", err=True)
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
