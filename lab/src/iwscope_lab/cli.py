@@ -80,7 +80,7 @@ def up(scenario: str, run_id: str | None, trace: bool, as_json: bool) -> None:
 def _resolve_run(run_id: str | None) -> str:
     if run_id:
         return run_id
-    runs = [state["run_id"] for state in list_runs()]
+    runs: list[str] = [str(state["run_id"]) for state in list_runs()]
     if len(runs) == 1:
         return runs[0]
     if not runs:

@@ -75,14 +75,16 @@ def _finish(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
     out, err = process.communicate(timeout=timeout)
     if process.returncode != 0:
         raise RuntimeError(f"measurement process failed ({process.returncode}): {err.strip()}")
-    return json.loads(out.strip().splitlines()[-1])
+    answer: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return answer
 
 
 def _run(topo: Topology, host: str, args: list[str], timeout: float) -> dict[str, Any]:
     result = topo.run(host, _python() + args, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"{args[0]} in {host} failed: {result.stderr.strip()}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return answer
 
 
 def _percentile(values: list[float], fraction: float) -> float:

@@ -376,7 +376,8 @@ class Topology:
     def link_stats(self, host: str) -> dict[str, Any]:
         """The emulator's configuration and counters (``down`` and ``up``) for a host's link."""
         self._require_up()
-        return json.loads(control(self._control_path(self.host(host)), "stats"))
+        stats: dict[str, Any] = json.loads(control(self._control_path(self.host(host)), "stats"))
+        return stats
 
     def emulator_pid(self, host: str) -> int:
         self._require_up()
@@ -599,7 +600,8 @@ class Topology:
 
 def _read_state(state_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((state_dir / "state.json").read_text())
+        state: dict[str, Any] = json.loads((state_dir / "state.json").read_text())
+        return state
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError):

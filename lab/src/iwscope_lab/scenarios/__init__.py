@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
+from pydantic_core import ErrorDetails
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..links import DirectionSpec, LinkSpec, format_rate, parse_rate
@@ -203,7 +204,7 @@ def scenario_names() -> list[str]:
     return sorted(path.stem for path in _directory().glob("*.yaml"))
 
 
-def _format_error(error: dict[str, Any]) -> str:
+def _format_error(error: ErrorDetails) -> str:
     location = ".".join(str(part) for part in error["loc"]) or "(top level)"
     return f"{location}: {error['msg']}"
 
