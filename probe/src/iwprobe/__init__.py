@@ -1,3 +1,39 @@
-"""iwprobe: the iwscope measurement agent (probe and instrumented origin), stdlib only."""
+"""iwprobe: the iwscope measurement agent (probe and instrumented origin), stdlib only.
+
+Public surface (everything else, in ``_``-prefixed modules, is private):
+
+* :mod:`iwprobe.wire` -- the wire format v1 shared with the collector;
+* :mod:`iwprobe.sizes` -- response-size models (``websearch``);
+* :func:`fetch`, :class:`FetchResult` -- one measured fetch over a fresh connection;
+* :func:`read_tcp_info`, :func:`parse_tcp_info` -- ``TCP_INFO`` by the kernel's length;
+* :class:`Origin`, :class:`OriginConfig`, :class:`RoutePlan`, :func:`setup_routes` -- the origin;
+* :class:`Spool`, :class:`SpoolFull`, :class:`Uploader` -- the durable journal and its upload;
+* :class:`ProbeAgent` -- the ``iwprobe run`` daemon.
+
+Names load lazily, so ``import iwprobe.wire`` (what the collector does) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "fetch": "_fetch", "FetchResult": "_fetch",
+    "read_tcp_info": "_tcpinfo", "parse_tcp_info": "_tcpinfo",
+    "Origin": "_origin", "OriginConfig": "_origin", "RoutePlan": "_origin", "setup_routes": "_origin",
+    "Spool": "_spool", "SpoolFull": "_spool", "Uploader": "_upload",
+    "ProbeAgent": "_agent", "CollectorClient": "_collector", "CollectorError": "_collector",
+}
+
+__all__ = ["__version__", "wire", "sizes", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name in ("wire", "sizes"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'iwprobe' has no attribute {name!r}")
