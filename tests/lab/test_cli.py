@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +67,24 @@ def test_selftest_json_reports_configured_vs_measured() -> None:
     assert abs(report["rate"]["emulator_error"]) <= 0.02
     assert report["loss"]["within_interval"]
     assert report["rate"]["emulator_cpu_percent"] > 0
+
+
+def test_cleanup_removes_a_detached_run_whose_emulator_died(run_id: str) -> None:
+    try:
+        up = _lab("up", "avgdc", "--run-id", run_id, "--json")
+        assert up.returncode == 0, up.stderr
+        again = _lab("up", "avgdc", "--run-id", run_id, "--json")   # idempotent: adopts the live run
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["subnet"] == json.loads(up.stdout)["subnet"]
+        state = json.loads((STATE_ROOT / run_id / "state.json").read_text())
+        emulator_pid = state["emulators"]["probe1"]["pid"]
+        os.kill(emulator_pid, signal.SIGKILL)
+        status = json.loads(_lab("status", "--run-id", run_id, "--json").stdout)
+        assert "broken" in status["runs"][0]
+        removed = _lab("cleanup")
+        assert run_id in removed.stdout, removed.stdout + removed.stderr
+        assert not (STATE_ROOT / run_id).exists()
+        assert run_id not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    finally:
+        if (STATE_ROOT / run_id).exists():
+            _lab("down", "--run-id", run_id)

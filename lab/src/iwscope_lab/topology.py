@@ -425,7 +425,7 @@ class Topology:
                               link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {}))
         topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
                    detached=state.get("detached", False), scenario=state.get("scenario"))
-        if not topo._adopt(state):
+        if not _run_healthy(state) or not topo._adopt(state):
             raise LabError(f"lab run {run_id!r} is broken (emulator or namespace gone): run `iwscope lab cleanup`")
         return topo
 
