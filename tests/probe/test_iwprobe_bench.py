@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from iwprobe_testkit import FleetNet
-from test_collector_e2e import ARMS, Agents, _create_campaign, _query
+from test_iwprobe_collector_e2e import ARMS, Agents, _create_campaign, _query
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.environ.get("IWPROBE_BENCH") != "1",
@@ -91,7 +91,7 @@ def test_probe_cpu_and_memory_per_1000_trials(bench_agents: Agents, api_server: 
 def test_probe_and_origin_agree_on_the_same_trial(api_server: Any, enroll_token: str, origin_token: str,
                                                   admin_token: str, database_url: str, tmp_path: Path) -> None:
     topology = pytest.importorskip("iwscope_lab.topology")
-    from test_e2e_lab import LabFleet, _campaign
+    from test_iwprobe_lab_e2e import LabFleet, _campaign
 
     topo = topology.Topology(f"iwt{secrets.token_hex(3)}", hosts=[
         topology.Host("origin", role="origin", link=topology.LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),

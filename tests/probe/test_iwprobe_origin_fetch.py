@@ -1,6 +1,6 @@
 """Origin and fetch over real kernel sockets in network namespaces (no link emulation).
 
-The timing claims (IW10 vs IW3 on a 200 ms path) are in test_e2e_lab.py; here: per-arm
+The timing claims (IW10 vs IW3 on a 200 ms path) are in test_iwprobe_lab_e2e.py; here: per-arm
 initial windows, the HTTP surface, error kinds, route setup idempotency.
 """
 
