@@ -24,8 +24,8 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/pip install -q --upgrade pip
 fi
 stamp=.venv/.iwscope-installed
-if [ ! -f "$stamp" ] || [ -n "$(find probe collector lab dashboard -name pyproject.toml -newer "$stamp")" ]; then
-  .venv/bin/pip install -q -e probe -e 'collector[test]' -e lab -e 'dashboard[test]'
+if [ ! -f "$stamp" ] || [ -n "$(find probe collector lab dashboard requirements-test.txt -maxdepth 1 \( -name pyproject.toml -o -name 'requirements-*.txt' \) -newer "$stamp")" ]; then
+  .venv/bin/pip install -q -e probe -e 'collector[test]' -e lab -e 'dashboard[test]' -r requirements-test.txt
   touch "$stamp"
 fi
 if [ -f lab/emulator/Makefile ]; then make -s -C lab/emulator; fi

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(.venv/bin/iwscope services start | sed 's/^/export IWSCOPE_TEST_/')"
 mkdir -p artifacts
+scripts/ensure-helm.sh >/dev/null  # helm v3.16.4, built once (~90 s) and cached in /var/cache/iwscope
 exec .venv/bin/pytest "$@"
