@@ -77,6 +77,8 @@ def _mutations() -> list[tuple[str, Any]]:
         ("not a uuid", field("trial_id", "abc")),
         ("timestamp without offset", field("started_at", "2026-11-22T10:00:00")),
         ("date only", field("started_at", "2026-11-22")),
+        ("month 13", field("started_at", "2026-13-22T10:00:00Z")),
+        ("seven fraction digits", field("started_at", "2026-11-22T10:00:00.1234567Z")),
         ("timestamp with offset", field("started_at", "2026-11-22T10:00:00.5+02:00")),
         ("unknown error kind", field("error_kind", "boom")),
         ("null error kind", field("error_kind", None)),

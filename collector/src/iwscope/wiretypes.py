@@ -12,7 +12,7 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, PlainValidator, StringConstraints
 
 from iwprobe import wire
 
@@ -28,17 +28,24 @@ US_MAX = 86_400_000_000
 SIZE_MAX = 17_179_869_184
 
 
-def _rfc3339(value: object) -> object:
-    """Only RFC 3339 strings with an offset (as the schema's pattern) become datetimes."""
-    if isinstance(value, dt.datetime):
+def _rfc3339(value: object) -> dt.datetime:
+    """Only RFC 3339 strings with an offset (as the schema's pattern) become (aware) datetimes.
+
+    A plain validator (one Python call per value, no second pass through pydantic's datetime
+    validator): this runs for every record of every batch.
+    """
+    if isinstance(value, str) and TIMESTAMP_PATTERN.match(value):
+        try:
+            return dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass  # e.g. month 13: matches the pattern, is no date-time
+    elif isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value
-    if not isinstance(value, str) or not TIMESTAMP_PATTERN.match(value):
-        raise ValueError("must be an RFC 3339 UTC timestamp like 2026-11-22T10:00:00.123456Z")
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    raise ValueError("must be an RFC 3339 UTC timestamp like 2026-11-22T10:00:00.123456Z")
 
 
 WireUUID = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
-WireTimestamp = Annotated[dt.datetime, BeforeValidator(_rfc3339), Field(strict=False)]
+WireTimestamp = Annotated[dt.datetime, PlainValidator(_rfc3339, json_schema_input_type=str)]
 Micros = Annotated[int, Field(ge=0, le=US_MAX)]
 Bytes = Annotated[int, Field(ge=0, le=SIZE_MAX)]
 Iw = Annotated[int, Field(ge=1, le=1000)]

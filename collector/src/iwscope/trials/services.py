@@ -291,7 +291,7 @@ def _unknown_references(cursor: psycopg.Cursor, batch: TrialBatchIn) -> list[Rec
 #: Admits the UUIDs never seen before (the idempotency registry) and returns them.
 _REGISTER_TRIAL_IDS = """
 INSERT INTO trial_ids (trial_id, started_at)
-SELECT * FROM unnest(%s::uuid[], %s::timestamptz[])
+SELECT * FROM unnest(%s::text::uuid[], %s::text::timestamptz[])
 ON CONFLICT (trial_id) DO NOTHING
 RETURNING trial_id::text
 """
@@ -309,6 +309,13 @@ SELECT DISTINCT ON (trial_id) {_columns(OBSERVATION_STAGE_COLUMNS)}, now() FROM 
 ON CONFLICT (trial_id) DO NOTHING
 RETURNING trial_id::text
 """
+
+
+def _array_literals(trials: Sequence[TrialRecordIn]) -> tuple[str, str]:
+    """``{uuid,...}`` and ``{timestamp,...}`` array literals (psycopg's list adaptation is
+    pure Python per element; validated UUIDs and ISO timestamps need no quoting)."""
+    return ("{" + ",".join(trial.trial_id for trial in trials) + "}",
+            "{" + ",".join(f'"{trial.started_at.isoformat()}"' for trial in trials) + "}")
 
 
 #: ``last_seen_at`` is refreshed at most this often per probe or origin.
@@ -342,8 +349,7 @@ def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) 
                 # One record per UUID (the first wins), then only UUIDs never stored before are
                 # copied straight into ``trials``: the registry insert is the idempotency gate.
                 unique = list({trial.trial_id: trial for trial in reversed(batch.trials)}.values())
-                cursor.execute(_REGISTER_TRIAL_IDS, ([trial.trial_id for trial in unique],
-                                                     [trial.started_at for trial in unique]))
+                cursor.execute(_REGISTER_TRIAL_IDS, _array_literals(unique))
                 fresh = {row[0] for row in cursor.fetchall()}
                 new_trials = [trial for trial in unique if trial.trial_id in fresh]
                 if new_trials:
