@@ -212,6 +212,9 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
                       f"{loss_report['measured']:.4f} ({loss_report['lost']} lost)", "",
                       str(checks["loss_within_99pct_interval"]))
         table.add_row("emulator CPU (rate phase)", "", f"{rate['emulator_cpu_percent']:.1f} % of a core", "", "")
+        timing = report["emulator_timing"]
+        table.add_row("emulator lateness (all packets)", "0", f"mean {timing['late_mean_us']:.1f} us, max "
+                      f"{timing['late_max_ms']:.2f} ms", f"{timing['late_over_1ms']} of {timing['packets']} > 1 ms", "")
         console.print(table)
     if not all(report["checks"].values()):
         sys.exit(1)
