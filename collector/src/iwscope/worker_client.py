@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from iwscope.metrics import TASKS_NOT_SENT
+from iwscope.worker import celery_app, task_queue  # imported with the API, not on the first upload
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +20,6 @@ PATH_ESTIMATES_TASK = "iwscope.paths.tasks.recompute_path_estimates"
 
 
 def _send(name: str, *args: object) -> None:
-    from iwscope.worker import celery_app, task_queue
-
     try:
         celery_app.send_task(name, args=list(args), queue=task_queue())
     except Exception:  # the broker is optional for ingest; the sweep catches up
