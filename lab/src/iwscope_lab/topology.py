@@ -547,10 +547,13 @@ class Topology:
                                         f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"])
 
     def _sysctl(self, netns: str, settings: Mapping[str, str]) -> None:
-        args = []
+        """Write /proc/sys values inside ``netns`` (plain sh: no dependency on procps' sysctl)."""
+        commands = []
         for key, value in settings.items():
-            args.append(f"{key}={value}")
-        result = subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *args],
+            if not re.match(r"^[a-z0-9_.]+$", key) or not re.match(r"^[A-Za-z0-9_ .-]*$", str(value)):
+                raise LabError(f"sysctl {key}={value!r}: unexpected characters")
+            commands.append(f"echo '{value}' > /proc/sys/{key.replace('.', '/')}")
+        result = subprocess.run(["ip", "netns", "exec", netns, "sh", "-ec", "; ".join(commands)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise LabError(f"sysctl in {netns} failed: {result.stderr.strip()}")
