@@ -249,10 +249,11 @@ _NUMERIC_COLUMNS = 16
 def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool) -> _Frame:
     metric = "server" if filters.metric == "server" else "client"
     where, params = _where(filters, arms)
+    # The three aggregates see a group's rows in the same order (one pass), so piece i of
+    # ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
     hist_aggregates = (f""",
-               array_agg(r.{metric}_hist_lo ORDER BY r.day, r.campaign_id) AS los,
-               array_agg(length(r.{metric}_hist) / 4 ORDER BY r.day, r.campaign_id) AS lens,
-               string_agg(r.{metric}_hist, ''::bytea ORDER BY r.day, r.campaign_id) AS blob"""
+               array_agg(r.{metric}_hist_lo) AS los, array_agg(length(r.{metric}_hist) / 4) AS lens,
+               string_agg(r.{metric}_hist, ''::bytea) AS blob"""
                        if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
     statement = text(f"""
         WITH g AS (

@@ -15,8 +15,9 @@ reproducible):
   ``sum(w_c * sum_c) / sum(w_c * n_c)`` with multinomial path weights ``w``.  Only per-path
   counts and sums are needed, which the roll-ups hold exactly.
 * **Trial bootstrap from the histograms** (:func:`histogram_bootstrap`) when there are
-  fewer paths (e.g. one lab path): each arm's trials are resampled independently as a
-  multinomial draw from its histogram (values at bin centres, +-1 %), and the replicate
+  fewer paths (e.g. one lab path): each arm's trials are resampled independently from its
+  histogram (values at bin centres, +-1 %) with the Poisson bootstrap (each trial weighted
+  Poisson(1), the standard large-sample equivalent of multinomial resampling), and the replicate
   differences are shifted by the difference between the exact and the binned point
   estimate so the interval is centred on the exact estimate.  This only captures
   within-path noise, which is all the data can tell about a single path.
@@ -203,7 +204,7 @@ def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat
 def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exact_base_ms: float,
                         exact_treat_ms: float, replicates: int = BOOTSTRAP_REPLICATES,
                         seed: int = BOOTSTRAP_SEED) -> Interval | None:
-    """Independent trial bootstrap of each arm from its histogram (multinomial resampling).
+    """Independent trial bootstrap of each arm from its histogram (Poisson bootstrap).
 
     Replicate means use bin centres; the replicate distribution is shifted by (exact -
     binned) point estimate so it is centred on the exact means from the sums.
@@ -217,11 +218,15 @@ def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exa
     centres_ms = HIST_CENTER_US / 1000.0
 
     def replicate_means(hist: IntArray, n: int) -> tuple[FloatArray, float]:
+        # Poisson bootstrap: every trial gets a Poisson(1) weight, so a bin holding c trials
+        # gets a Poisson(c) count -- one vectorised draw instead of a multinomial per replicate.
         occupied = np.flatnonzero(hist)
-        probabilities = hist[occupied] / n
-        draws = rng.multinomial(n, probabilities, size=replicates)
         values = centres_ms[occupied]
-        return (draws @ values) / n, float(probabilities @ values)
+        draws = rng.poisson(hist[occupied].astype(np.float64), size=(replicates, occupied.size))
+        totals = draws.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            means = np.where(totals > 0, (draws @ values) / totals, np.nan)
+        return means, float(hist[occupied] @ values) / n
 
     base_means, base_binned = replicate_means(base, n_base)
     treat_means, treat_binned = replicate_means(treat, n_treat)
