@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("arm_iw", sa.SmallInteger(), nullable=False),
         sa.Column("size_bucket", sa.SmallInteger(), nullable=False),
         sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("grain", sa.SmallInteger(), nullable=False),
         sa.Column("n_trials", sa.BigInteger(), nullable=False),
         sa.Column("n_errors", sa.BigInteger(), nullable=False),
         sa.Column("size_min", sa.BigInteger(), nullable=False),
@@ -46,7 +47,7 @@ def upgrade() -> None:
         sa.Column("bytes_retrans", sa.BigInteger(), nullable=False),
         sa.Column("bytes_sent", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.PrimaryKeyConstraint("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day",
+        sa.PrimaryKeyConstraint("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain",
                                 name=op.f("pk_analysis_rollups")),
     )
     op.create_index("ix_analysis_rollups_day", "analysis_rollups", ["day"], unique=False)

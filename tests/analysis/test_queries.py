@@ -265,3 +265,27 @@ def test_sql_and_python_bins_agree(db_session: Session) -> None:
                                   {"v": values}).scalars().all()
     assert sql_bins == [bk.hist_bin(v) for v in values]
     assert not math.isnan(float(np.sum(sql_bins)))
+
+
+@pytest.mark.parametrize(("since", "until"), [
+    (None, None), ("2026-01-31", None), (None, "2026-02-01"), ("2026-01-31", "2026-02-28"),
+    ("2026-02-01", "2026-02-28"), ("2026-02-02", "2026-02-02"), ("2026-01-01", "2026-03-01"),
+    ("2026-03-02", None)])
+def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str | None, until: str | None) -> None:
+    """Whole months come from month rows, edges from day rows: counts equal the raw trials' per UTC day."""
+    campaign_id = new_campaign_id()
+    probe = add_probe(db_session, "asia")
+    days = ["2026-01-30", "2026-01-31", "2026-02-01", "2026-02-02", "2026-02-28", "2026-03-01", "2026-03-05"]
+    for index, day in enumerate(days):
+        started = dt.datetime.fromisoformat(day).replace(hour=23, minute=30, tzinfo=dt.timezone.utc)
+        for _ in range(index + 1):  # 1, 2, 3, ... trials: every day contributes a distinct count
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100,
+                      started_at=started)
+    db_session.flush()
+    rebuild_rollups(db_session)
+    as_time = (lambda value: None if value is None
+               else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.timezone.utc))
+    filters = Filters(campaign_ids=(campaign_id,), since=as_time(since), until=as_time(until))
+    expected = sum(index + 1 for index, day in enumerate(days)
+                   if (since is None or day >= since) and (until is None or day <= until))
+    assert headline(db_session, filters).n_trials == expected

@@ -1,7 +1,7 @@
 """Roll-up tables of the analysis module (Alembic revision ``0002_rollups``).
 
 ``analysis_rollups`` holds one row per campaign x probe x origin x arm x size octave x UTC day
-(of ``trials.started_at``) with mergeable aggregates: counts, sums, sums of squares and a
+(of ``trials.started_at``), and the same per calendar month (``grain``), with mergeable aggregates: counts, sums, sums of squares and a
 packed log-spaced latency histogram per metric, and the server-side retransmission counters.
 Adding two rows' aggregates gives the aggregate of the union, so new trials fold in without
 rescanning old ones.  Bucketing by region / RTT / bandwidth / BDP / loss happens at query time
@@ -50,7 +50,10 @@ class Rollup(Base):
     arm_iw: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     #: Octave of the object size: 2**size_bucket <= object_size < 2**(size_bucket+1).
     size_bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    #: The UTC day of ``started_at`` (grain 0) or the first day of its month (grain 1).
     day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    #: 0 = one day, 1 = one calendar month (every trial is in one row of each grain).
+    grain: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
 
     #: Every trial (successful or not) and the failed ones (error_kind set or no latency).
     n_trials: Mapped[int] = mapped_column(BigInteger, default=0)

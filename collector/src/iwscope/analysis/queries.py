@@ -218,18 +218,43 @@ class _Frame:
         return int(self.arm.size)
 
 
+def _month_start(day: dt.date) -> dt.date:
+    return day.replace(day=1)
+
+
+def _next_month(day: dt.date) -> dt.date:
+    return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+def _time_clause(filters: Filters, params: dict[str, Any]) -> str:
+    """Month rows for the whole months inside the range, day rows for the days at its edges.
+
+    The range is whole UTC days ``[since's day, until's day]``; an open end extends to the
+    first / last month with data.
+    """
+    if filters.since is None and filters.until is None:
+        return "r.grain = 1"
+    first_day = filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1)
+    last_day = filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30)
+    # whole months inside [first_day, last_day]: [months_from, months_to)
+    months_from = first_day if first_day.day == 1 else _next_month(first_day)
+    months_to = _month_start(last_day + dt.timedelta(days=1))
+    if months_to <= months_from:
+        params.update(first_day=first_day, last_day=last_day)
+        return "(r.grain = 0 AND r.day BETWEEN :first_day AND :last_day)"
+    params.update(first_day=first_day, last_day=last_day, months_from=months_from, months_to=months_to)
+    return ("((r.grain = 1 AND r.day >= :months_from AND r.day < :months_to)"
+            " OR (r.grain = 0 AND r.day BETWEEN :first_day AND :last_day"
+            " AND NOT (r.day >= :months_from AND r.day < :months_to)))")
+
+
 def _where(filters: Filters, arms: Sequence[int] | None) -> tuple[str, dict[str, Any]]:
     clauses: list[str] = []
     params: dict[str, Any] = {}
     if filters.campaign_ids:
         clauses.append("r.campaign_id = ANY(:campaign_ids)")
         params["campaign_ids"] = list(filters.campaign_ids)
-    if filters.since is not None:
-        clauses.append("r.day >= :since_day")
-        params["since_day"] = filters.since.astimezone(dt.timezone.utc).date()
-    if filters.until is not None:
-        clauses.append("r.day <= :until_day")
-        params["until_day"] = filters.until.astimezone(dt.timezone.utc).date()
+    clauses.append(_time_clause(filters, params))
     if filters.regions:
         clauses.append("r.probe_id IN (SELECT id FROM probes WHERE region = ANY(:regions))")
         params["regions"] = list(filters.regions)
@@ -577,9 +602,11 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     rows = session.execute(text("""
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
                (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog,
-               COALESCE(sum(r.n_trials), 0) AS trials_total, COALESCE(sum(r.n_errors), 0) AS errors,
-               COALESCE(sum(r.n_trials) FILTER (WHERE r.day > :week_start), 0) AS trials_week
-        FROM probes AS p LEFT JOIN analysis_rollups AS r ON r.probe_id = p.id
+               COALESCE(sum(r.n_trials) FILTER (WHERE r.grain = 1), 0) AS trials_total,
+               COALESCE(sum(r.n_errors) FILTER (WHERE r.grain = 1), 0) AS errors,
+               COALESCE(sum(r.n_trials) FILTER (WHERE r.grain = 0 AND r.day > :week_start), 0) AS trials_week
+        FROM probes AS p LEFT JOIN analysis_rollups AS r
+             ON r.probe_id = p.id AND (r.grain = 1 OR r.day > :week_start)
         GROUP BY p.id ORDER BY p.region, p.name"""), {"week_start": today - dt.timedelta(days=7)}).all()
     result: list[ProbeRow] = []
     for row in rows:
@@ -599,8 +626,8 @@ def filter_options(session: Session) -> FilterOptions:
     """Choices for the filter bar: campaigns, regions, arms and the object size range seen."""
     campaigns = [(int(row.id), row.name) for row in session.execute(text("SELECT id, name FROM campaigns ORDER BY id"))]
     regions = [row[0] for row in session.execute(text("SELECT DISTINCT region FROM probes ORDER BY region"))]
-    arms = [int(row[0]) for row in session.execute(text("SELECT DISTINCT arm_iw FROM analysis_rollups ORDER BY 1"))]
-    size_min, size_max = session.execute(text("SELECT min(size_min), max(size_max) FROM analysis_rollups")).one()
+    arms = [int(row[0]) for row in session.execute(text("SELECT DISTINCT arm_iw FROM analysis_rollups WHERE grain = 1 ORDER BY 1"))]
+    size_min, size_max = session.execute(text("SELECT min(size_min), max(size_max) FROM analysis_rollups WHERE grain = 1")).one()
     return FilterOptions(campaigns=campaigns, regions=regions, arms=arms,
                          size_min=int(size_min) if size_min is not None else None,
                          size_max=int(size_max) if size_max is not None else None)

@@ -1,5 +1,8 @@
 """Incremental refresh of ``analysis_rollups`` from ``trials``.
 
+Every trial is folded into two rows: its UTC day's and its calendar month's (``grain``), so
+queries read month rows for whole months and day rows only at the edges of a time range.
+
 A trial contributes twice, at different times:
 
 * its **client side** (count, errors, size range, probe-side ``total_us``) once it is stored,
@@ -43,7 +46,10 @@ ADVISORY_LOCK_KEY = 0x69777363_6F706531  # "iwscope1"
 WATERMARK_NAME = "trials"
 DEFAULT_MARGIN = dt.timedelta(seconds=1)
 
-RollupKey = tuple[int, uuid.UUID, uuid.UUID, int, int, dt.date]
+RollupKey = tuple[int, uuid.UUID, uuid.UUID, int, int, dt.date, int]
+#: ``grain`` of a roll-up row: one UTC day, or one calendar month (``day`` = its first day).
+GRAIN_DAY = 0
+GRAIN_MONTH = 1
 
 _SIZE_EDGES = "ARRAY[" + ",".join(str(2 ** k) for k in range(63)) + "]::bigint[]"
 _KEY_SQL = f"""
@@ -130,7 +136,15 @@ class RefreshResult:
 
 
 def _key(row: Any) -> RollupKey:
-    return (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket), row.day)
+    """Key of a stored roll-up row."""
+    return (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket), row.day,
+            int(row.grain))
+
+
+def _delta_keys(row: Any) -> tuple[RollupKey, RollupKey]:
+    """The day row and the month row a delta row of trials is folded into."""
+    base = (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket))
+    return (*base, row.day, GRAIN_DAY), (*base, row.day.replace(day=1), GRAIN_MONTH)
 
 
 def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, Any]:
@@ -154,16 +168,18 @@ def _load_existing(session: Session, keys: list[RollupKey]) -> dict[RollupKey, A
     columns = list(zip(*keys))
     statement = text("""
         SELECT r.* FROM analysis_rollups AS r
-        JOIN unnest(:campaign_ids, :probe_ids, :origin_ids, :arms, :sizes, :days)
-             AS k(campaign_id, probe_id, origin_id, arm_iw, size_bucket, day)
-          ON (r.campaign_id, r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, r.day)
-           = (k.campaign_id, k.probe_id, k.origin_id, k.arm_iw, k.size_bucket, k.day)""").bindparams(
+        JOIN unnest(:campaign_ids, :probe_ids, :origin_ids, :arms, :sizes, :days, :grains)
+             AS k(campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain)
+          ON (r.campaign_id, r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, r.day, r.grain)
+           = (k.campaign_id, k.probe_id, k.origin_id, k.arm_iw, k.size_bucket, k.day, k.grain)""").bindparams(
         bindparam("campaign_ids", type_=ARRAY(BigInteger)), bindparam("probe_ids", type_=ARRAY(PgUUID)),
         bindparam("origin_ids", type_=ARRAY(PgUUID)), bindparam("arms", type_=ARRAY(SmallInteger)),
-        bindparam("sizes", type_=ARRAY(SmallInteger)), bindparam("days", type_=ARRAY(Date)))
+        bindparam("sizes", type_=ARRAY(SmallInteger)), bindparam("days", type_=ARRAY(Date)),
+        bindparam("grains", type_=ARRAY(SmallInteger)))
     rows = session.execute(statement, {
         "campaign_ids": list(columns[0]), "probe_ids": list(columns[1]), "origin_ids": list(columns[2]),
-        "arms": list(columns[3]), "sizes": list(columns[4]), "days": list(columns[5])}).all()
+        "arms": list(columns[3]), "sizes": list(columns[4]), "days": list(columns[5]),
+        "grains": list(columns[6])}).all()
     return {_key(row): row for row in rows}
 
 
@@ -171,7 +187,7 @@ def _upsert(session: Session, records: list[dict[str, Any]]) -> None:
     if not records:
         return
     statement = insert(Rollup)
-    key_names = {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day"}
+    key_names = {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain"}
     updates = {name: statement.excluded[name] for name in records[0] if name not in key_names}
     statement = statement.on_conflict_do_update(constraint="pk_analysis_rollups", set_=updates)
     for start in range(0, len(records), 5000):
@@ -194,7 +210,7 @@ def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
             sizes_min = sizes_max = [2 ** key[4] if key[4] >= 0 else 0]
         record: dict[str, Any] = {
             "campaign_id": key[0], "probe_id": key[1], "origin_id": key[2], "arm_iw": key[3],
-            "size_bucket": key[4], "day": key[5],
+            "size_bucket": key[4], "day": key[5], "grain": key[6],
             "n_trials": delta.n_trials + (old.n_trials if old else 0),
             "n_errors": delta.n_errors + (old.n_errors if old else 0),
             "size_min": min(sizes_min), "size_max": max(sizes_max),
@@ -258,24 +274,26 @@ def _collect(session: Session, received_low: dt.datetime, received_high: dt.date
     if received_high > received_low:
         for row in session.execute(_CLIENT_DELTA, {"low": received_low, "high": received_high},
                                    execution_options={"yield_per": 50_000}):
-            delta = deltas.setdefault(_key(row), _Delta())
-            delta.n_trials += int(row.n)
             client_trials += int(row.n)
-            if row.bin is None:
-                delta.n_errors += int(row.n)
-            delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
-            delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
-            delta.client.add(row)
+            for key in _delta_keys(row):
+                delta = deltas.setdefault(key, _Delta())
+                delta.n_trials += int(row.n)
+                if row.bin is None:
+                    delta.n_errors += int(row.n)
+                delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
+                delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
+                delta.client.add(row)
     if joined_high > joined_low:
         for row in session.execute(_SERVER_DELTA, {"low": joined_low, "high": joined_high},
                                    execution_options={"yield_per": 50_000}):
-            delta = deltas.setdefault(_key(row), _Delta())
-            delta.server.add(row)
-            delta.retrans_n += int(row.retrans_n)
-            delta.retrans_trials += int(row.retrans_trials)
-            delta.bytes_retrans += int(row.bytes_retrans)
-            delta.bytes_sent += int(row.bytes_sent)
             server_trials += int(row.n_all)
+            for key in _delta_keys(row):
+                delta = deltas.setdefault(key, _Delta())
+                delta.server.add(row)
+                delta.retrans_n += int(row.retrans_n)
+                delta.retrans_trials += int(row.retrans_trials)
+                delta.bytes_retrans += int(row.bytes_retrans)
+                delta.bytes_sent += int(row.bytes_sent)
     return deltas, client_trials, server_trials
 
 
