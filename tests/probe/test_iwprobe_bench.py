@@ -60,7 +60,7 @@ def test_probe_cpu_and_memory_per_1000_trials(bench_agents: Agents, api_server: 
     campaign = _create_campaign(api_server.url, admin_token, bench_agents.origin_id, probe_regions=[bench_agents.region],
                                 repetitions=rounds, sizes=sizes, calibrate=False)
     started = time.monotonic()
-    process = bench_agents.probe_run("--trial-gap", "0", "--upload-timeout", "120")
+    process = bench_agents.probe_run("--trial-gap", "0", "--upload-timeout", "120", "--campaign", str(campaign))
     # ru_maxrss of a forked child counts the parent's (pytest's) pages shared before exec,
     # so the probe's own peak is read from /proc (VmHWM only grows) until it exits.
     peak_kb = 0
@@ -102,7 +102,7 @@ def test_probe_and_origin_agree_on_the_same_trial(api_server: Any, enroll_token:
             origin_id, _ = fleet.start(enroll_token, origin_token)
             campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, size_dist="websearch",
                                  sizes_per_round=10, repetitions=10)
-            fleet.run_probe(timeout_s=300)
+            fleet.run_probe(campaign, timeout_s=300)
             deadline = time.monotonic() + 60
             while True:
                 with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://", 1)) as connection:

@@ -145,7 +145,7 @@ def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, 
     campaign = _create_campaign(api_server.url, admin_token, agents.origin_id, probe_regions=[agents.region],
                                 repetitions=2)
     started = time.monotonic()
-    probe = agents.probe_run("--upload-timeout", "60")
+    probe = agents.probe_run("--upload-timeout", "60", "--campaign", str(campaign))
     assert probe.wait(timeout=180) == 0, agents.log()
     print(f"probe ran {time.monotonic() - started:.1f} s", flush=True)
     expected = 2 * len(ARMS) * 2  # rounds x arms x sizes
@@ -173,6 +173,9 @@ def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, 
                                            "AND server_snd_cwnd_at_accept = arm_iw", campaign)[0][0] == expected, 60, "join")
     heartbeat = _query(database_url, "SELECT last_heartbeat FROM probes WHERE id = %s", agents.probe_id)[0][0]
     assert heartbeat["trials_measured"] == expected and heartbeat["spool_backlog"] == 0
+    # Campaigns of other tests in the same database (every probe, no region filter) were
+    # skipped thanks to --campaign: this probe measured nothing else.
+    assert _query(database_url, "SELECT count(*) FROM trials WHERE probe_id = %s", agents.probe_id)[0][0] == expected
 
 
 def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admin_token: str, database_url: str) -> None:
@@ -190,7 +193,7 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
             row = connection.execute("SELECT value FROM counters WHERE name = 'stored_trial'").fetchone()
         return int(row[0]) if row else 0
 
-    probe = agents.probe_run()
+    probe = agents.probe_run("--campaign", str(campaign))
     per_round = len(ARMS) * len(sizes)
     _wait_for(lambda: stored() >= per_round, 60, "the first round")
     api_server.stop()  # the collector goes away while the probe measures
@@ -200,7 +203,7 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     probe.wait(timeout=10)
     killed_at = stored()
     assert killed_at < rounds * per_round, "the probe finished before it could be killed; make the campaign longer"
-    restarted = agents.probe_run()
+    restarted = agents.probe_run("--campaign", str(campaign))
     time.sleep(3.0)  # measuring on with the collector still down
     api_server.start()
     assert restarted.wait(timeout=180) == 0, agents.log()

@@ -73,10 +73,10 @@ class LabFleet:
         probe_id = json.loads((self.tmp / "probe" / "probe.json").read_text())["id"]
         return origin_id, probe_id
 
-    def run_probe(self, timeout_s: float) -> None:
+    def run_probe(self, campaign: int, timeout_s: float) -> None:
         with open(self.tmp / "probe.log", "ab") as log:
             process = self.topo.popen("probe", [*IWPROBE, "run", "--once", "--state-dir", str(self.tmp / "probe"),
-                                                "--upload-timeout", "60"],
+                                                "--upload-timeout", "60", "--campaign", str(campaign)],
                                       stdout=subprocess.DEVNULL, stderr=log)
         assert process.wait(timeout=timeout_s) == 0, self.log()
 
@@ -153,7 +153,7 @@ def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: Tuple[LabFleet, str, s
     repetitions = 3
     campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, sizes=sizes,
                          repetitions=repetitions, calibrate=True)
-    fleet.run_probe(timeout_s=240)
+    fleet.run_probe(campaign, timeout_s=240)
     rows = _joined_rows(database_url, campaign, repetitions * 2 * len(sizes))
     assert len(rows) == repetitions * 2 * len(sizes), fleet.log()
     assert all(row["error_kind"] is None for row in rows)
@@ -189,7 +189,7 @@ def test_loss_shows_in_both_tcp_infos(lab_fleet: Tuple[LabFleet, str, str], api_
     fleet, origin_id, _ = lab_fleet
     repetitions = 12
     campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, sizes=[60000], repetitions=repetitions)
-    fleet.run_probe(timeout_s=240)
+    fleet.run_probe(campaign, timeout_s=240)
     rows = _joined_rows(database_url, campaign, repetitions * 2)
     assert len(rows) == repetitions * 2, fleet.log()
     server_retrans = sum(row["server_info"].get("total_retrans", 0) for row in rows)

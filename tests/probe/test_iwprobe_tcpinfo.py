@@ -108,6 +108,12 @@ def test_shorter_structs_of_older_kernels_give_a_prefix(connected_pair: Tuple[so
     assert _tcpinfo.parse_tcp_info(b"") == {}
     # ~0ULL ("no limit", e.g. max_pacing_rate without SO_MAX_PACING_RATE) is left out.
     assert "max_pacing_rate" not in full
+    # ~0U ("no sample yet", e.g. min_rtt of a connection that never got an RTT sample) too.
+    no_sample = bytearray(raw)
+    offset = next(offset for name, offset, _ in _tcpinfo._LAYOUT if name == "min_rtt")
+    no_sample[offset:offset + 4] = b"\xff\xff\xff\xff"
+    parsed = _tcpinfo.parse_tcp_info(bytes(no_sample))
+    assert "min_rtt" not in parsed and parsed["notsent_bytes"] == full["notsent_bytes"]
     assert all(value < 2 ** 63 for value in full.values())
     assert set(_tcpinfo.parse_tcp_info(raw[:7])) == {"state", "ca_state", "retransmits", "probes", "backoff",
                                                      "options", "snd_wscale", "rcv_wscale"}

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--calibration-bytes", type=int, default=1_000_000,
                      help="first calibration transfer; grown 4x while still in slow start")
     run.add_argument("--trial-timeout", type=float, default=60.0)
+    run.add_argument("--campaign", type=int, action="append", dest="campaigns", metavar="ID",
+                     help="run only this campaign (repeatable; default: every campaign of the schedule)")
     run.add_argument("--trial-gap", type=float, default=0.05, help="pause between two trials, seconds")
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
@@ -190,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
                        spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
                        calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout, trial_gap_s=args.trial_gap,
-                       backoff_cap_s=args.backoff_cap)
+                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns)
     return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
 
 

@@ -147,6 +147,9 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
     while True:
         remaining = deadline - time.monotonic()
         result = fetch(object_url(target.host, arm.port, size), timeout_s=max(1.0, remaining), record_progress=True)
+        if result.connect_us is None and good is None:
+            log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
+            return None
         if result.error_kind is not None and good is not None:
             log.warning("calibration transfer of %d bytes from %s failed (%s); keeping the previous one",
                         size, target.host, result.error_kind)
@@ -182,7 +185,7 @@ class ProbeAgent:
     def __init__(self, directory: str, credentials: Credentials, spool_max_bytes: int = 512 * 1024 * 1024,
                  heartbeat_s: float = 60.0, calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
                  trial_timeout_s: float = 60.0, trial_gap_s: float = 0.05, backoff_cap_s: float = 60.0,
-                 rng: Optional[random.Random] = None) -> None:
+                 rng: Optional[random.Random] = None, campaign_ids: Optional[Sequence[int]] = None) -> None:
         self.directory = directory
         self.credentials = credentials
         self.client = credentials.client()
@@ -193,6 +196,8 @@ class ProbeAgent:
         self.trial_timeout_s = trial_timeout_s
         self.trial_gap_s = trial_gap_s
         self.backoff_cap_s = backoff_cap_s
+        #: Only these campaigns are run (``None``: every campaign the schedule names).
+        self.campaign_ids = set(campaign_ids) if campaign_ids else None
         self.rng = rng or random.Random()
         self.started = time.monotonic()
         self.trials_measured = 0
@@ -284,7 +289,8 @@ class ProbeAgent:
                 return
             origin_id, host, iw, port, size = plan[index]
             trial_id = wire.new_id()
-            result = fetch(object_url(host, port, size), trial_id, self.credentials.id, timeout_s=self.trial_timeout_s)
+            result = fetch(object_url(host, port, size), trial_id, self.credentials.id,
+                           connect_timeout_s=min(10.0, self.trial_timeout_s), timeout_s=self.trial_timeout_s)
             record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
             self._store(record, (campaign.campaign_id, number, index + 1), stop)
             self.trials_measured += 1
@@ -340,6 +346,8 @@ class ProbeAgent:
             wait_s = poll_after
             pending = False
             for campaign in schedule.campaigns:
+                if self.campaign_ids is not None and campaign.campaign_id not in self.campaign_ids:
+                    continue
                 status, number, delay = self._next_round(campaign, time.time())
                 if status == "run" and number is not None:
                     self.run_round(campaign, number, stop)

@@ -68,6 +68,8 @@ KNOWN_SIZE = _LAYOUT[-1][1] + struct.calcsize("=" + _LAYOUT[-1][2])
 #: field is left out of the record (it is not a measurement, and PostgreSQL's bigint and the
 #: collector stop at 2**63 - 1).
 _U64_UNSET = 2 ** 64 - 1
+#: Likewise ~0U for u32 fields: ``min_rtt`` before the first RTT sample (a failed connect).
+_U32_UNSET = 2 ** 32 - 1
 _U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
 
 
@@ -89,8 +91,8 @@ def parse_tcp_info(raw: bytes) -> Dict[str, int]:
         if end > length:
             break
         value = struct.unpack_from("=" + code, raw, offset)[0]
-        if code == "Q" and value == _U64_UNSET:
-            continue  # ~0ULL means "no limit / not set" (max_pacing_rate without SO_MAX_PACING_RATE)
+        if (code == "Q" and value == _U64_UNSET) or (code == "I" and value == _U32_UNSET):
+            continue  # all ones = "no limit / no sample yet" (max_pacing_rate, min_rtt before any RTT sample)
         info[name] = value
     return info
 
