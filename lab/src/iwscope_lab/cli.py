@@ -218,3 +218,14 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
         console.print(table)
     if not all(report["checks"].values()):
         sys.exit(1)
+
+
+def _add_campaign_commands() -> None:
+    """`run`, `reproduce`, `report`, `demo`, `stack`: campaigns on this substrate."""
+    from iwscope_lab.cli_campaign import COMMANDS
+
+    for command in COMMANDS:
+        lab.add_command(command)
+
+
+_add_campaign_commands()
