@@ -16,11 +16,9 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import psycopg
 import pytest
@@ -43,7 +41,8 @@ def _save(key: str, value: Dict[str, Any]) -> None:
 
 
 @pytest.fixture()
-def bench_agents(fleet_net: FleetNet, api_server: Any, enroll_token: str, origin_token: str, tmp_path: Path):
+def bench_agents(fleet_net: FleetNet, api_server: Any, enroll_token: str, origin_token: str,
+                 tmp_path: Path) -> Iterator[Agents]:
     fleet = Agents(fleet_net, api_server.port, tmp_path, f"r{os.urandom(3).hex()}")
     fleet.enroll(enroll_token, origin_token)
     fleet.start_origin()

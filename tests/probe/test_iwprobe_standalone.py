@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
-import sys
 import venv
 from pathlib import Path
 from typing import Iterator

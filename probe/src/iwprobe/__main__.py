@@ -224,6 +224,8 @@ def _origin(args: argparse.Namespace) -> int:
     if not args.no_upload:
         directory = state_dir(args.state_dir)
         credentials = load_credentials(directory, ORIGIN_CREDENTIALS)
+        if args.collector:
+            credentials.collector = args.collector  # e.g. the collector moved since enrollment
         config.origin_id = credentials.id
         spool = Spool(os.path.join(directory, "origin-spool.sqlite"), int(args.spool_max_mb * 1024 * 1024))
         uploader = Uploader(spool, credentials.client(), "origin", credentials.id, backoff_cap_s=60.0)

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import __version__, sizes, wire
 from ._collector import CollectorClient, CollectorError, from_dict
@@ -169,6 +169,8 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
                 or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline):
             break
         size = min(size * 4, max_bytes)
+    if best_rtt is None:
+        return None
     if bottleneck is not None and not long_enough:
         log.warning("calibration of %s stopped at %d bytes, fewer than %d BDPs: the bandwidth is a lower bound",
                     target.host, size, CALIBRATION_BDPS)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import re
 import selectors
@@ -36,7 +35,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from . import __version__, wire
 from ._spool import Spool, SpoolFull
@@ -78,7 +77,7 @@ class RoutePlan:
         return self.table_base + iw
 
 
-def _run(command: List[str]) -> subprocess.CompletedProcess:
+def _run(command: List[str]) -> "subprocess.CompletedProcess[str]":
     return subprocess.run(command, check=False, capture_output=True, text=True)
 
 
@@ -94,7 +93,7 @@ def main_routes(family: str = "-4") -> List[str]:
             continue
         cleaned: List[str] = []
         skip = False
-        for index, word in enumerate(words):
+        for word in words:
             if skip:
                 skip = False
                 continue
@@ -223,7 +222,7 @@ class Origin:
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._stats_lock = threading.Lock()
-        self._sndbuf_warned: set = set()
+        self._sndbuf_warned: Set[int] = set()
 
     # -- lifecycle
     def start(self) -> None:
