@@ -8,3 +8,6 @@ for b in bench/bench_*.py; do
   echo "== $b"
   .venv/bin/python "$b"
 done
+echo "== probe cost (CPU per 1,000 trials, RSS, probe vs origin timing)"
+eval "$(.venv/bin/iwscope services start | sed 's/^/export IWSCOPE_TEST_/')"
+IWPROBE_BENCH=1 .venv/bin/pytest tests/probe/test_iwprobe_bench.py -q -s -p no:cacheprovider

@@ -214,7 +214,8 @@ class LabCampaign:
     def _start_probe(self, host: Host) -> None:
         state_dir = self._host_state_dir(host)
         log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 - handed to the child
-        args = list(self.probe_args)
+        # Only this campaign: other campaigns may be active on the same collector.
+        args = ["--campaign", str(self.campaign_id), *self.probe_args]
         if "--calibration-bytes" not in args:
             rate = host.link.down.rate_bps
             args += ["--calibration-bytes", str(calibration_bytes(rate, host.link.rtt_ms))]
