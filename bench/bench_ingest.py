@@ -182,9 +182,6 @@ def main() -> None:
             campaign = client.post("/api/v1/campaigns", json={
                 "name": "bench", "origin_ids": [origin["id"]], "arms": [3, 10], "sizes": [1000],
                 "starts_at": wire.utc_timestamp()}, headers={"Authorization": f"Bearer {tokens['admin']}"}).json()
-        if os.environ.get("BENCH_PROFILE_CMD"):  # e.g. py-spy record --pid {pid} (development aid)
-            subprocess.Popen(os.environ["BENCH_PROFILE_CMD"].format(pid=api.pid), shell=True)
-            time.sleep(1)
         rng = random.Random(1)
         trial_batches = [make_trials(probe["id"], origin["id"], campaign["id"], args.batch_size, rng)
                          for _ in range(args.batches)]
