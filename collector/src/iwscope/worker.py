@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
+import tempfile
 
 from celery import Celery
 from celery.schedules import crontab
@@ -47,6 +49,8 @@ def make_celery() -> Celery:
         result_expires=3600,
         broker_connection_retry_on_startup=True,
         timezone="UTC",
+        # Beat's state file: not in the working directory (a checkout or a read-only image).
+        beat_schedule_filename=os.path.join(tempfile.gettempdir(), f"iwscope-celerybeat-{settings.celery_queue}"),
         beat_schedule={
             "ensure-trials-partitions": {
                 "task": "iwscope.trials.tasks.ensure_partitions",
