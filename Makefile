@@ -16,6 +16,7 @@ test-faults: setup  ## fault-injection suite (long)
 bench: setup  ## benchmarks (run by hand; results go to bench/results/)
 	@scripts/bench.sh
 
-clean:        ## stop local services, tear down lab leftovers
+clean:        ## stop the demo stack and the local services, tear down lab leftovers
+	-@.venv/bin/iwscope lab stack stop 2>/dev/null
 	-@.venv/bin/iwscope lab cleanup 2>/dev/null
 	-@.venv/bin/iwscope services stop 2>/dev/null
