@@ -90,6 +90,8 @@ def _mutations() -> list[tuple[str, Any]]:
         ("unknown tcp_info key", field("tcp_info", {"nope": 1})),
         ("negative tcp_info", field("tcp_info", {"rtt": -1})),
         ("u64 tcp_info", field("tcp_info", {"bytes_acked": 2**64 - 1})),
+        ("int64 max tcp_info", field("tcp_info", {"bytes_acked": 2**63 - 1})),
+        ("int64 max + 1 tcp_info", field("tcp_info", {"bytes_acked": 2**63})),
         ("extra field", field("extra", 1)),
         ("missing field", trial(lambda record: record.pop("url"))),
         ("empty url", field("url", "")),

@@ -30,7 +30,6 @@ from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, 
 from iwscope.trials.schemas import (ObservationBatchIn, OriginObservationIn, PathSampleIn, RecordError,
                                     TrialBatchIn, TrialRecordIn)
 from iwscope.types import utcnow
-from iwscope.wiretypes import BIGINT_MAX
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +121,6 @@ def _check_instant(errors: list[RecordError], section: str, index: int, record_i
                                   message="timestamp is more than a day in the future"))
 
 
-def _check_tcp_info(errors: list[RecordError], section: str, index: int, record_id: str,
-                    tcp_info: dict[str, int]) -> None:
-    for name, value in tcp_info.items():
-        if value > BIGINT_MAX:
-            errors.append(RecordError(section=section, index=index, record_id=record_id,
-                                      field=f"tcp_info.{name}", message="value exceeds 2^63-1"))
-
-
 def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> TrialBatchIn:
     """Parse and check a ``TrialBatch`` uploaded by ``probe_id``, or raise :class:`BatchRejected`.
 
@@ -159,7 +150,6 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> TrialBatchIn:
     latest = utcnow() + MAX_FUTURE
     for index, trial in enumerate(batch.trials):
         _check_instant(errors, "trials", index, trial.trial_id, "started_at", trial.started_at, latest)
-        _check_tcp_info(errors, "trials", index, trial.trial_id, trial.tcp_info)
     for index, sample in enumerate(batch.path_samples):
         _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", sample.measured_at, latest)
     if errors:
@@ -186,7 +176,6 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> Observation
     for index, observation in enumerate(batch.observations):
         _check_instant(errors, "observations", index, observation.trial_id, "request_at",
                        observation.request_at, latest)
-        _check_tcp_info(errors, "observations", index, observation.trial_id, observation.tcp_info)
     if errors:
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch
