@@ -192,7 +192,11 @@ def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat
     if clusters == 0:
         return None
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=replicates).astype(np.float64)
+    # Multinomial(clusters, uniform) path weights per replicate, drawn as indices then counted
+    # (one vectorised bincount; rng.multinomial loops per replicate).
+    drawn = rng.integers(0, clusters, size=(replicates, clusters))
+    flat = (np.arange(replicates, dtype=np.int64)[:, None] * clusters + drawn).ravel()
+    weights = np.bincount(flat, minlength=replicates * clusters).reshape(replicates, clusters).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_base = (weights @ sb) / (weights @ nb)
         mean_treat = (weights @ st) / (weights @ nt)
