@@ -268,10 +268,11 @@ def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: s
     from iwscope.db import session_scope
 
     try:
-        campaign = CampaignIn(name=name, origin_ids=list(origin_ids), arms=_int_list(arms), sizes=_int_list(sizes),
-                              size_dist=size_dist, sizes_per_round=sizes_per_round, repetitions=repetitions,
-                              interval_s=interval_s, probe_regions=list(regions) or None,
-                              starts_at=starts_at or wire.utc_timestamp(), ends_at=ends_at, calibrate=not no_calibrate)
+        campaign = CampaignIn.model_validate({
+            "name": name, "origin_ids": list(origin_ids), "arms": _int_list(arms), "sizes": _int_list(sizes),
+            "size_dist": size_dist, "sizes_per_round": sizes_per_round, "repetitions": repetitions,
+            "interval_s": interval_s, "probe_regions": list(regions) or None,
+            "starts_at": starts_at or wire.utc_timestamp(), "ends_at": ends_at, "calibrate": not no_calibrate})
         with session_scope() as session:
             created = create_campaign(session, campaign)
             campaign_id = created.id

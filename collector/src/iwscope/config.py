@@ -80,4 +80,4 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process-wide settings (read from the environment on first use)."""
-    return Settings()
+    return Settings()  # type: ignore[call-arg]  (values come from the environment)

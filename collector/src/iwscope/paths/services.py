@@ -76,4 +76,4 @@ def recompute_path_estimates(session: Session, pairs: Sequence[Sequence[str]]) -
         return 0
     result = session.execute(_RECOMPUTE, {"probe_ids": [str(pair[0]) for pair in pairs],
                                           "origin_ids": [str(pair[1]) for pair in pairs]})
-    return result.rowcount or 0
+    return int(getattr(result, "rowcount", 0) or 0)

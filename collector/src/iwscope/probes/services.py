@@ -56,7 +56,7 @@ def schedule_for(session: Session, probe: Probe, poll_after_s: float,
         select(Campaign)
         .where(Campaign.starts_at <= horizon,
                or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
-               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.any(probe.region)))
+               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.contains([probe.region])))
         .order_by(Campaign.id)
     ).all()
     origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}

@@ -138,12 +138,14 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> TrialBatchIn:
     if batch.probe_id != own:
         foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
                                    message="not the probe of this credential"))
-    for section, records, id_name in (("trials", batch.trials, "trial_id"),
-                                      ("path_samples", batch.path_samples, "sample_id")):
-        for index, record in enumerate(records):
-            if record.probe_id != own:
-                foreign.append(RecordError(section=section, index=index, record_id=getattr(record, id_name),
-                                           field="probe_id", message="not the probe of this credential"))
+    for index, trial in enumerate(batch.trials):
+        if trial.probe_id != own:
+            foreign.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
+                                       field="probe_id", message="not the probe of this credential"))
+    for index, sample in enumerate(batch.path_samples):
+        if sample.probe_id != own:
+            foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
+                                       field="probe_id", message="not the probe of this credential"))
     if foreign:
         raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
     errors: list[RecordError] = []
