@@ -66,6 +66,13 @@ def make_celery() -> Celery:
     )
     app.conf.include = CORE_TASK_MODULES + [name for name in OPTIONAL_TASK_MODULES
                                              if _module_available(name)]
+    if "iwscope.analysis.tasks" in app.conf.include:
+        # Trials that never get an origin observation are folded in by this, not by a join.
+        app.conf.beat_schedule["refresh-rollups"] = {
+            "task": "iwscope.analysis.tasks.refresh_rollups",
+            "schedule": 60.0,
+            "options": {"queue": settings.celery_queue},
+        }
     return app
 
 
