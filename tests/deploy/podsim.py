@@ -29,9 +29,16 @@ from chartrender import REPO, Manifest, of_kind
 DOCKERFILE = REPO / "docker" / "collector.Dockerfile"
 VENV_BIN = pathlib.Path(sys.executable).parent
 #: `sh -c` script run by unshare: pod hostname, read-only root, emptyDir /tmp, workdir.
-SANDBOX_SCRIPT = ('hostname "$0" && mount -o remount,bind,ro / && '
-                  'mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp && cd "$IWT_WORKDIR" && '
-                  'unset IWT_WORKDIR && exec "$@"')
+#: A checkout under /tmp (CI may clone there) is kept visible, read-only, through the tmpfs:
+#: it is parked on /mnt before /tmp is covered and bound back afterwards.
+SANDBOX_SCRIPT = ('hostname "$0" && '
+                  'if [ -n "$IWT_KEEP" ]; then mount --bind "$IWT_KEEP" /mnt; fi && '
+                  'mount -o remount,bind,ro / && mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp && '
+                  'if [ -n "$IWT_KEEP" ]; then mkdir -p "$IWT_KEEP" && mount --bind /mnt "$IWT_KEEP" && '
+                  'mount -o remount,bind,ro "$IWT_KEEP"; fi && '
+                  'cd "$IWT_WORKDIR" && unset IWT_WORKDIR IWT_KEEP && exec "$@"')
+#: The checkout, when the sandbox's tmpfs on /tmp would hide it.
+KEEP_DIR = str(REPO) if pathlib.Path("/tmp") in REPO.resolve().parents else ""
 
 
 def dockerfile_runtime_stage(path: pathlib.Path = DOCKERFILE) -> list[tuple[str, str]]:
@@ -122,7 +129,7 @@ class PodContainer:
 
     def _workdir_environment(self) -> dict[str, str]:
         # Without workingDir the image's WORKDIR (/app, read-only) applies: the repository here.
-        return {**self.environment, "IWT_WORKDIR": self.spec.get("workingDir", str(REPO))}
+        return {**self.environment, "IWT_WORKDIR": self.spec.get("workingDir", str(REPO)), "IWT_KEEP": KEEP_DIR}
 
     def start(self, argv: list[str] | None = None, log_name: str | None = None) -> subprocess.Popen[bytes]:
         """Start the container's command (or ``argv`` inside the same kind of sandbox)."""
