@@ -5,6 +5,13 @@ is down), run every due round of every active campaign, upload, sleep.  A round'
 (every target x arm x size, shuffled) is written to the spool before its first trial, and
 each trial advances the round's progress in the same transaction that stores it, so a
 restart after SIGKILL continues where it stopped instead of measuring again.
+
+Offered-load campaigns (``arrival_rate_per_s`` set) start a round's trials at Poisson
+arrivals instead, each on its own thread and connection, so flows overlap as they do at a
+busy bottleneck; with ``background_bytes`` a long-lived flow is fetched once alone (the
+uncontended baseline) and once in parallel with the round.  Such a round is all-or-nothing:
+its progress is not advanced per trial (completions are out of order), so a round
+interrupted by a crash is measured again from its start; trials already spooled stay.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import random
 import tempfile
 import threading
@@ -32,6 +40,10 @@ PROBE_CREDENTIALS = "probe.json"
 ORIGIN_CREDENTIALS = "origin.json"
 #: Bytes fetched to calibrate a path (min RTT and bottleneck bandwidth).
 DEFAULT_CALIBRATION_BYTES = 1_000_000
+#: Most trials of an offered-load round in flight at once (arrivals beyond it wait).
+MAX_CONCURRENT_TRIALS = 256
+#: Timeout of a background (long-lived) flow, seconds.
+BACKGROUND_TIMEOUT_S = 600.0
 
 
 # ------------------------------------------------------------------------ credentials
@@ -284,6 +296,9 @@ class ProbeAgent:
             self.spool.start_round(campaign.campaign_id, number, self._plan(campaign))
             state = self.spool.round_state(campaign.campaign_id)
         plan, next_index, _, _ = state[number]
+        if campaign.arrival_rate_per_s:
+            self._run_offered_round(campaign, number, plan, stop)
+            return
         if next_index:
             log.info("resuming campaign %d round %d at trial %d of %d", campaign.campaign_id, number, next_index, len(plan))
         for index in range(next_index, len(plan)):
@@ -301,7 +316,94 @@ class ProbeAgent:
         self.spool.finish_round(campaign.campaign_id, number)
         log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
 
-    def _store(self, record: wire.TrialRecord, round_key: Tuple[int, int, int], stop: threading.Event) -> None:
+    # -- offered load
+    def _background_target(self, campaign: wire.CampaignSchedule) -> Optional[Tuple[wire.ScheduleTarget, int, int]]:
+        """(target, IW, port) of the background flow, or ``None`` when the campaign has none."""
+        if not campaign.background_bytes:
+            return None
+        iw = campaign.background_iw or max(campaign.arms)
+        for target in campaign.targets:
+            for arm in target.arms:
+                if arm.iw == iw:
+                    return target, iw, arm.port
+        log.warning("campaign %d: no target serves the background arm IW %d; no background flow",
+                    campaign.campaign_id, iw)
+        return None
+
+    def _measure(self, campaign: wire.CampaignSchedule, number: int, origin_id: str, url: str, iw: int,
+                 size: int, timeout_s: float) -> wire.TrialRecord:
+        trial_id = wire.new_id()
+        result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s)
+        return result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
+
+    def _run_offered_round(self, campaign: wire.CampaignSchedule, number: int, plan: List[List[Any]],
+                           stop: threading.Event) -> None:
+        """Start the plan's trials at Poisson arrivals (exponential gaps, mean ``1 / rate``)."""
+        rate = float(campaign.arrival_rate_per_s or 0)
+        finished: "queue.Queue[wire.TrialRecord]" = queue.Queue()
+        slots = threading.Semaphore(MAX_CONCURRENT_TRIALS)
+        background = self._background_target(campaign)
+        background_thread: Optional[threading.Thread] = None
+        if background is not None:
+            target, iw, port = background
+            url = object_url(target.host, port, int(campaign.background_bytes or 0))
+            alone = self._measure(campaign, number, target.origin_id, url + wire.FLOW_FRAGMENT_BACKGROUND_ALONE, iw,
+                                  int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S)
+            self._store(alone, None, stop)
+            self.trials_measured += 1
+            background_thread = threading.Thread(
+                target=lambda: finished.put(self._measure(campaign, number, target.origin_id,
+                                                          url + wire.FLOW_FRAGMENT_BACKGROUND, iw,
+                                                          int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S)),
+                name="iwprobe-background", daemon=True)
+            background_thread.start()
+
+        def one(entry: List[Any]) -> None:
+            origin_id, host, iw, port, size = entry
+            try:
+                finished.put(self._measure(campaign, number, origin_id, object_url(host, port, size), iw, size,
+                                           self.trial_timeout_s))
+            finally:
+                slots.release()
+
+        workers: List[threading.Thread] = []
+        next_arrival = time.monotonic()
+        for entry in plan:
+            next_arrival += self.rng.expovariate(rate)
+            while not stop.is_set():
+                self._store_finished(finished, stop)
+                remaining = next_arrival - time.monotonic()
+                if remaining <= 0:
+                    break
+                stop.wait(min(remaining, 0.05))
+            if stop.is_set():
+                break
+            slots.acquire()
+            worker = threading.Thread(target=one, args=(entry,), name="iwprobe-trial", daemon=True)
+            worker.start()
+            workers.append(worker)
+        for worker in workers + ([background_thread] if background_thread else []):
+            while worker.is_alive():
+                self._store_finished(finished, stop)
+                worker.join(0.05)
+        self._store_finished(finished, stop)
+        if stop.is_set():
+            return
+        self.spool.finish_round(campaign.campaign_id, number)
+        log.info("campaign %d round %d done (%d trials at %.2f/s%s)", campaign.campaign_id, number, len(plan), rate,
+                 ", with a background flow" if background else "")
+
+    def _store_finished(self, finished: "queue.Queue[wire.TrialRecord]", stop: threading.Event) -> None:
+        """Spool the trials worker threads finished (the spool is used from this thread only)."""
+        while True:
+            try:
+                record = finished.get_nowait()
+            except queue.Empty:
+                return
+            self._store(record, None, stop)
+            self.trials_measured += 1
+
+    def _store(self, record: wire.TrialRecord, round_key: Optional[Tuple[int, int, int]], stop: threading.Event) -> None:
         """Spool a trial; while the spool is full, upload and wait instead of dropping it."""
         attempt = 0
         while True:

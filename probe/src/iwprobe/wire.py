@@ -108,6 +108,21 @@ TCP_INFO_FIELDS = (
 #: Size distributions a campaign may name instead of fixed sizes (the probe samples them).
 SIZE_DISTRIBUTIONS = ("websearch",)
 
+#: Flow roles.  A trial is a ``short`` flow unless its ``url`` ends with one of the
+#: fragments below (a URL fragment is never sent to the origin, so the request is the same):
+#: the long-lived ``background`` flow competing with a round's short flows, or the same
+#: flow measured ``background-alone`` just before the round (the uncontended baseline).
+FLOW_ROLES = ("short", "background", "background-alone")
+FLOW_FRAGMENT_PREFIX = "#iwscope-flow="
+FLOW_FRAGMENT_BACKGROUND = FLOW_FRAGMENT_PREFIX + "background"
+FLOW_FRAGMENT_BACKGROUND_ALONE = FLOW_FRAGMENT_PREFIX + "background-alone"
+
+
+def flow_role(url: str) -> str:
+    """The flow role a trial's ``url`` carries (see :data:`FLOW_ROLES`)."""
+    _, separator, role = url.rpartition(FLOW_FRAGMENT_PREFIX)
+    return role if separator and role in FLOW_ROLES else "short"
+
 
 # --------------------------------------------------------------------------------------
 # Records
@@ -298,6 +313,17 @@ class CampaignSchedule:
     #: Whether to measure a :class:`PathSample` for each target before the first round.
     calibrate: bool
     targets: List[ScheduleTarget] = field(default_factory=list)
+    #: Offered-load mode: ``None`` runs a round's trials one after another (the default);
+    #: a rate starts them at Poisson arrivals with this mean rate (trials per second), each
+    #: on its own connection, so several may be in flight at once.
+    arrival_rate_per_s: Optional[float] = None
+    #: Fairness mode: bytes of one long-lived flow fetched from the first target, once
+    #: alone before the round and once in parallel with the round's trials.  Its trials
+    #: carry :data:`FLOW_FRAGMENT_BACKGROUND_ALONE` / :data:`FLOW_FRAGMENT_BACKGROUND` in
+    #: their ``url``.  ``None``: no background flow.
+    background_bytes: Optional[int] = None
+    #: IW arm of the background flow (the target must serve it); ``None``: the largest arm.
+    background_iw: Optional[int] = None
 
 
 @dataclass
@@ -402,7 +428,8 @@ __all__ = [
     "PROBE_SCHEDULE_PATH", "TRIALS_BATCH_PATH", "ORIGIN_ENROLL_PATH",
     "OBSERVATIONS_BATCH_PATH", "TRIAL_HEADER", "PROBE_HEADER", "OBJECT_PATH_PREFIX",
     "MAX_OBJECT_BYTES", "CREDENTIAL_SEPARATOR", "MAX_BATCH_RECORDS", "MAX_BODY_BYTES",
-    "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS",
+    "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
+    "FLOW_FRAGMENT_BACKGROUND", "FLOW_FRAGMENT_BACKGROUND_ALONE", "flow_role",
     "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
     "UploadResult", "ArmPort", "ScheduleTarget", "CampaignSchedule", "Schedule",
     "EnrollRequest", "OriginEnrollRequest", "EnrollResponse", "Heartbeat",

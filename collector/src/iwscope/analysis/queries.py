@@ -18,7 +18,7 @@ import datetime as dt
 import io
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from iwprobe import wire
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, cluster_bootstrap, histogram_bootstrap,
@@ -146,14 +147,34 @@ class FilterOptions:
 
 @dataclass(frozen=True)
 class FairnessPoint:
-    """Competing-flow result (IW3 and IW10 flows sharing a bottleneck); no table records it yet."""
+    """One flow role x IW of one offered-load / fairness campaign (a phase of the experiment).
+
+    ``flow`` is ``short`` (the Poisson-arriving trials), ``background`` (the long-lived flow
+    running alongside them) or ``background-alone`` (the same flow just before each round:
+    the uncontended baseline).  Times are of successful flows; throughput is the mean over
+    flows of ``bytes * 8 / total time``; ``retrans_flow_share`` is the share of joined flows
+    the origin retransmitted anything in, ``bytes_retrans_share`` the origin's retransmitted
+    bytes over bytes sent.  ``offered_load`` is ``arrival rate x mean short-flow bytes x 8 /
+    bottleneck`` (the bottleneck from the campaign's path estimates), ``None`` when unknown.
+    """
 
     campaign_id: int
+    campaign_name: str
+    #: The campaign's short-flow arms, e.g. ``"3"``, ``"10"``, ``"3+10"`` (the phase's IW mix).
+    mix: str
+    arrival_rate_per_s: float | None
+    offered_load: float | None
+    flow: str
     iw: int
-    competing_iw: int
-    throughput_bps: float
-    retrans_share: float | None
     n: int
+    errors: int
+    mean_bytes: float | None
+    throughput_bps: float | None
+    fct_mean_ms: float | None
+    fct_p50_ms: float | None
+    fct_p90_ms: float | None
+    retrans_flow_share: float | None
+    bytes_retrans_share: float | None
 
 
 #: A representative centroid (lat, lon) per region name, for the world map.  Names are
@@ -633,9 +654,70 @@ def filter_options(session: Session) -> FilterOptions:
                          size_max=int(size_max) if size_max is not None else None)
 
 
+#: SQL expression of a trial's flow role (see ``iwprobe.wire.flow_role``).
+_FLOW_ROLE_SQL = (f"CASE WHEN t.url LIKE '%{wire.FLOW_FRAGMENT_BACKGROUND_ALONE}' THEN 'background-alone' "
+                  f"WHEN t.url LIKE '%{wire.FLOW_FRAGMENT_BACKGROUND}' THEN 'background' ELSE 'short' END")
+
+
 def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
-    """Competing-flow results; no table records them yet, so there is nothing to return."""
-    return []
+    """Offered-load / fairness campaigns (those with an arrival rate or a background flow),
+    per campaign x flow role x IW: what the short flows gained and what the competing
+    long-lived flow paid.  Filters: campaigns, time window, regions (sizes and arms are not
+    applied: the background flow is large by design and every arm of a mix is shown)."""
+    where, params = _raw_where(replace(filters, size_min=None, size_max=None))
+    rows = session.execute(text(f"""
+        SELECT t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, {_FLOW_ROLE_SQL} AS flow, t.arm_iw,
+               count(*) AS n, count(t.error_kind) AS errors,
+               avg(t.object_size) FILTER (WHERE t.error_kind IS NULL) AS mean_bytes,
+               avg(t.object_size * 8.0e6 / t.total_us) FILTER (WHERE t.error_kind IS NULL AND t.total_us > 0)
+                   AS throughput_bps,
+               avg(t.total_us) FILTER (WHERE t.error_kind IS NULL) / 1000.0 AS fct_mean_ms,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL)
+                   / 1000.0 AS fct_p50_ms,
+               percentile_cont(0.9) WITHIN GROUP (ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL)
+                   / 1000.0 AS fct_p90_ms,
+               count(*) FILTER (WHERE t.server_total_retrans > 0) AS retrans_flows,
+               count(t.server_total_retrans) AS joined_flows,
+               sum(t.server_bytes_retrans) AS bytes_retrans, sum(t.server_bytes_sent) AS bytes_sent
+        FROM trials AS t JOIN campaigns AS c ON c.id = t.campaign_id LEFT JOIN probes AS p ON p.id = t.probe_id
+        WHERE (c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL) AND {where}
+        GROUP BY t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, flow, t.arm_iw
+        ORDER BY t.campaign_id, flow, t.arm_iw"""), params).all()
+    if not rows:
+        return []
+    campaign_ids = sorted({int(row.campaign_id) for row in rows})
+    bottleneck = dict(session.execute(text("""
+        SELECT t.campaign_id, avg(e.bottleneck_bps)
+        FROM (SELECT DISTINCT campaign_id, probe_id, origin_id FROM trials WHERE campaign_id = ANY(:ids)) AS t
+        JOIN path_estimates AS e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
+        WHERE e.bottleneck_bps > 0 GROUP BY t.campaign_id"""), {"ids": campaign_ids}).all())
+    short_bytes: dict[int, tuple[float, float]] = {}
+    for row in rows:
+        if row.flow == "short" and row.mean_bytes is not None:
+            total, count = short_bytes.get(row.campaign_id, (0.0, 0.0))
+            ok = row.n - row.errors
+            short_bytes[row.campaign_id] = (total + float(row.mean_bytes) * ok, count + ok)
+    points: list[FairnessPoint] = []
+    for row in rows:
+        rate = float(row.arrival_rate_per_s) if row.arrival_rate_per_s is not None else None
+        load = None
+        total, count = short_bytes.get(row.campaign_id, (0.0, 0.0))
+        link = bottleneck.get(row.campaign_id)
+        if rate is not None and count and link:
+            load = rate * (total / count) * 8 / float(link)
+        points.append(FairnessPoint(
+            campaign_id=int(row.campaign_id), campaign_name=row.name, mix="+".join(str(iw) for iw in sorted(row.arms)),
+            arrival_rate_per_s=rate, offered_load=load, flow=row.flow, iw=int(row.arm_iw), n=int(row.n),
+            errors=int(row.errors), mean_bytes=_float(row.mean_bytes), throughput_bps=_float(row.throughput_bps),
+            fct_mean_ms=_float(row.fct_mean_ms), fct_p50_ms=_float(row.fct_p50_ms), fct_p90_ms=_float(row.fct_p90_ms),
+            retrans_flow_share=_share(float(row.retrans_flows), float(row.joined_flows)),
+            bytes_retrans_share=(_share(float(row.bytes_retrans), float(row.bytes_sent))
+                                 if row.bytes_sent is not None and row.bytes_retrans is not None else None)))
+    return points
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
 
 
 # ---- raw path --------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ class Campaign(Base):
     __table_args__ = (
         CheckConstraint("(sizes IS NULL) <> (size_dist IS NULL)", name="sizes_xor_size_dist"),
         CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
+        CheckConstraint("arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0", name="arrival_rate_positive"),
+        CheckConstraint("background_iw IS NULL OR background_bytes IS NOT NULL", name="background_iw_needs_bytes"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -36,3 +38,10 @@ class Campaign(Base):
     ends_at: Mapped[dt.datetime | None]
     calibrate: Mapped[bool]
     created_at: Mapped[CreatedAt]
+    #: Offered-load mode (``0003_offered_load``): mean Poisson arrival rate of trials per
+    #: second; ``NULL`` runs trials one after another.
+    arrival_rate_per_s: Mapped[float | None] = mapped_column(Double)
+    #: Fairness mode: bytes of the long-lived flow competing with the round's trials.
+    background_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    #: IW arm of the background flow; ``NULL``: the campaign's largest arm.
+    background_iw: Mapped[int | None] = mapped_column(Integer)

@@ -33,6 +33,12 @@ class CampaignIn(BaseModel):
     starts_at: AwareDatetime
     ends_at: AwareDatetime | None = None
     calibrate: bool = True
+    #: Poisson arrivals of trials at this mean rate (per second); ``None``: sequential rounds.
+    arrival_rate_per_s: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    #: Bytes of one long-lived flow run alone before each round and alongside it.
+    background_bytes: Annotated[int, Field(ge=1, le=wire.MAX_OBJECT_BYTES)] | None = None
+    #: IW arm of the background flow (``None``: the largest of ``arms``).
+    background_iw: Annotated[int, Field(ge=1, le=1000)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "CampaignIn":
@@ -40,6 +46,8 @@ class CampaignIn(BaseModel):
             raise ValueError("give exactly one of sizes and size_dist")
         if self.ends_at is not None and self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
+        if self.background_iw is not None and self.background_bytes is None:
+            raise ValueError("background_iw needs background_bytes")
         return self
 
 
@@ -73,3 +81,6 @@ class CampaignOut(BaseModel):
     ends_at: dt.datetime | None
     calibrate: bool
     created_at: dt.datetime
+    arrival_rate_per_s: float | None = None
+    background_bytes: int | None = None
+    background_iw: int | None = None

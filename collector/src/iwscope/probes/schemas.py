@@ -70,6 +70,9 @@ class CampaignScheduleOut(BaseModel):
     ends_at: str | None
     calibrate: bool
     targets: list[ScheduleTargetOut]
+    arrival_rate_per_s: float | None = None
+    background_bytes: int | None = None
+    background_iw: int | None = None
 
 
 class ScheduleOut(BaseModel):

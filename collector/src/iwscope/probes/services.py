@@ -48,7 +48,8 @@ def schedule_for(session: Session, probe: Probe, poll_after_s: float,
     A campaign applies when its window ``[starts_at, ends_at)`` overlaps
     ``[now, now + poll_after_s]`` and its ``probe_regions`` is ``NULL`` or holds the probe's
     region.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
-    (an origin serving none of them is left out).
+    and of its background flow's arm (an origin serving none of them is left out).  Offered-load
+    fields are passed through; ``background_iw`` is resolved (default: the largest arm).
     """
     now = now or utcnow()
     horizon = now + dt.timedelta(seconds=poll_after_s)
@@ -69,8 +70,11 @@ def schedule_for(session: Session, probe: Probe, poll_after_s: float,
             origin = origins.get(origin_id)
             if origin is None:
                 continue
+            wanted = set(campaign.arms)
+            if campaign.background_bytes is not None:
+                wanted.add(campaign.background_iw or max(campaign.arms))
             arms = [ArmPortModel(iw=arm["iw"], port=arm["port"]) for arm in origin.arms
-                    if arm["iw"] in campaign.arms]
+                    if arm["iw"] in wanted]
             if arms:
                 targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms))
         entries.append(CampaignScheduleOut(
@@ -79,7 +83,9 @@ def schedule_for(session: Session, probe: Probe, poll_after_s: float,
             size_dist=campaign.size_dist, sizes_per_round=campaign.sizes_per_round,
             repetitions=campaign.repetitions, interval_s=campaign.interval_s,
             starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
-            calibrate=campaign.calibrate, targets=targets))
+            calibrate=campaign.calibrate, targets=targets,
+            arrival_rate_per_s=campaign.arrival_rate_per_s, background_bytes=campaign.background_bytes,
+            background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None))
     return ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
                        poll_after_s=poll_after_s, campaigns=entries)
 
