@@ -83,15 +83,17 @@ class LameDuckServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(host: str, port: int, workers: int = 1) -> None:
+def serve(host: str, port: int, workers: int = 1, tls_cert: str | None = None,
+          tls_key: str | None = None) -> None:
     """Run the API.  One process (the default, one per container) drains on SIGTERM; with
     ``workers > 1`` uvicorn's process manager runs several, without the lame-duck period and
-    with per-process Prometheus counters."""
+    with per-process Prometheus counters.  With ``tls_cert``/``tls_key`` it serves HTTPS only."""
     settings = get_settings()
+    tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key} if tls_cert else {}
     config = uvicorn.Config("iwscope.api:create_app", factory=True, host=host, port=port,
-                            log_level=settings.log_level.lower(), access_log=False, workers=workers)
+                            log_level=settings.log_level.lower(), access_log=False, workers=workers, **tls)
     if workers > 1:
         uvicorn.run("iwscope.api:create_app", factory=True, host=host, port=port, workers=workers,
-                    log_level=settings.log_level.lower(), access_log=False)
+                    log_level=settings.log_level.lower(), access_log=False, **tls)
         return
     LameDuckServer(config, settings.drain_seconds).run()

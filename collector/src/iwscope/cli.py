@@ -103,11 +103,17 @@ def db_check() -> None:
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="uvicorn worker processes (1 = lame-duck draining on SIGTERM)")
-def api(host: str, port: int, workers: int) -> None:
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM private key of --tls-cert")
+def api(host: str, port: int, workers: int, tls_cert: str | None, tls_key: str | None) -> None:
     """Run the HTTP API (uvicorn; SIGTERM drains for IWSCOPE_DRAIN_SECONDS first)."""
     from iwscope.api import serve
 
-    serve(host, port, workers)
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    serve(host, port, workers, tls_cert=tls_cert, tls_key=tls_key)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -207,6 +213,58 @@ def token_create(kind: str, label: str | None) -> None:
     click.echo(new_token)
 
 
+@token.command("list")
+@click.option("--all", "include_revoked", is_flag=True, help="also revoked tokens")
+def token_list(include_revoked: bool) -> None:
+    """Id, kind, label and dates of the stored tokens (the tokens themselves are never stored)."""
+    from iwscope.auth.services import list_api_tokens
+    from iwscope.db import session_scope
+
+    with session_scope() as session:
+        tokens = list_api_tokens(session, include_revoked)
+    for listed in tokens:
+        revoked = listed.revoked_at.isoformat() if listed.revoked_at else "-"
+        click.echo(f"{listed.id}\t{listed.kind}\t{listed.label or '-'}\t{listed.created_at.isoformat()}\t{revoked}")
+
+
+@token.command("revoke")
+@click.option("--id", "token_id", type=int, default=None, help="the id from 'iwscope token list'")
+@click.option("--token", "token_value", default=None, envvar="IWSCOPE_REVOKE_TOKEN",
+              help="the token itself (or $IWSCOPE_REVOKE_TOKEN, which keeps it out of the process list)")
+def token_revoke(token_id: int | None, token_value: str | None) -> None:
+    """Revoke a token: requests with it get 401 from the next one on.
+
+    Bootstrap tokens from IWSCOPE_ADMIN_TOKEN / IWSCOPE_ENROLL_TOKEN are not stored: unset them
+    and restart the API to retire them."""
+    from iwscope.auth.services import revoke_api_token
+    from iwscope.db import session_scope
+
+    if (token_id is None) == (token_value is None):
+        raise click.UsageError("name the token with exactly one of --id or --token")
+    try:
+        with session_scope() as session:
+            revoked = revoke_api_token(session, token_id=token_id, token=token_value)
+    except LookupError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"revoked {revoked.kind} token {revoked.id}", err=True)
+
+
+@token.command("rotate")
+@click.option("--id", "token_id", type=int, required=True, help="the id from 'iwscope token list'")
+def token_rotate(token_id: int) -> None:
+    """Revoke token ID and print its successor (same kind and label) alone on stdout."""
+    from iwscope.auth.services import rotate_api_token
+    from iwscope.db import session_scope
+
+    try:
+        with session_scope() as session:
+            successor, old = rotate_api_token(session, token_id)
+    except LookupError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"revoked {old.kind} token {old.id}", err=True)
+    click.echo(successor)
+
+
 @main.group()
 def probes() -> None:
     """The probe fleet."""
@@ -231,6 +289,39 @@ def probes_list() -> None:
                       probe.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if probe.last_seen_at else "never",
                       "-" if probe.backlog is None else str(probe.backlog), probe.id)
     Console().print(table)
+
+
+@probes.command("revoke")
+@click.argument("probe_id")
+def probes_revoke(probe_id: str) -> None:
+    """Revoke a probe: its credential gets 401 from the next request on (re-enroll to return)."""
+    from iwscope.auth.services import revoke_identity
+    from iwscope.db import session_scope
+    from iwscope.probes.models import Probe
+
+    with session_scope() as session:
+        if not revoke_identity(session, Probe, probe_id):
+            raise click.ClickException(f"no unrevoked probe {probe_id}")
+    click.echo(f"revoked probe {probe_id}", err=True)
+
+
+@main.group()
+def origins() -> None:
+    """The origins."""
+
+
+@origins.command("revoke")
+@click.argument("origin_id")
+def origins_revoke(origin_id: str) -> None:
+    """Revoke an origin: its credential gets 401 from the next request on."""
+    from iwscope.auth.services import revoke_identity
+    from iwscope.db import session_scope
+    from iwscope.origins.models import Origin
+
+    with session_scope() as session:
+        if not revoke_identity(session, Origin, origin_id):
+            raise click.ClickException(f"no unrevoked origin {origin_id}")
+    click.echo(f"revoked origin {origin_id}", err=True)
 
 
 @main.group()

@@ -40,8 +40,7 @@ class CollectorClient:
         self.timeout_s = timeout_s
         self._ssl_context: Optional[ssl.SSLContext] = None
         if self.base_url.startswith("https://"):
-            # Certificate and host name are verified; a pinned CA file replaces the system store.
-            self._ssl_context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+            self._ssl_context = tls_context(ca_file)
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
                 token: Optional[str] = None) -> Tuple[int, Any]:
@@ -60,13 +59,32 @@ class CollectorClient:
             payload = _parse(error.read())
             raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload) from None
         except (urllib.error.URLError, OSError, ValueError) as error:
-            raise CollectorError(f"{method} {path}: {error}") from None
+            reason = getattr(error, "reason", error)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                # The handshake failed before any HTTP byte (and so the credential) was sent.
+                raise CollectorError(f"{method} {path}: TLS certificate of {self.base_url} not trusted: "
+                                     f"{reason} (pin the collector's CA with --ca-file)") from None
+            raise CollectorError(f"{method} {path}: {reason}") from None
 
     def post_json(self, path: str, payload: bytes, token: Optional[str] = None) -> Tuple[int, Any]:
         return self.request("POST", path, payload, token)
 
     def get_json(self, path: str) -> Tuple[int, Any]:
         return self.request("GET", path)
+
+
+def tls_context(ca_file: Optional[str] = None) -> ssl.SSLContext:
+    """Client context: certificate chain and host name verified, TLS >= 1.2; a pinned CA file
+    (``ca_file``) replaces the system trust store.  A missing or unreadable CA file is a
+    ``ValueError`` naming it."""
+    try:
+        context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"cannot load the CA file {ca_file!r}: {error}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _parse(raw: bytes) -> Any:

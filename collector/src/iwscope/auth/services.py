@@ -8,11 +8,13 @@ dummy hash so that "unknown probe" and "wrong secret" take the same path and tim
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import secrets
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -82,3 +84,60 @@ def api_token_valid(session: Session, settings: Settings, kind: str, token: str)
         select(ApiToken.token_hash).where(ApiToken.token_hash == hash_secret(token),
                                           ApiToken.kind == kind, ApiToken.revoked_at.is_(None)))
     return secret_matches(token, stored)
+
+
+# ----------------------------------------------------------------------------- rotation, revocation
+@dataclass(frozen=True)
+class TokenListing:
+    """One stored token as ``iwscope token list`` shows it (never the token itself)."""
+
+    id: int
+    kind: str
+    label: str | None
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+def list_api_tokens(session: Session, include_revoked: bool = False) -> list[TokenListing]:
+    query = select(ApiToken).order_by(ApiToken.id)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
+    return [TokenListing(row.id, row.kind, row.label, row.created_at, row.revoked_at)
+            for row in session.scalars(query)]
+
+
+def revoke_api_token(session: Session, token_id: int | None = None, token: str | None = None) -> TokenListing:
+    """Revoke one token, named by its id or by its value; refused at once from the next request.
+
+    Raises ``LookupError`` when no such (unrevoked) token exists."""
+    if (token_id is None) == (token is None):
+        raise ValueError("name the token by exactly one of its id or its value")
+    query = select(ApiToken).where(ApiToken.revoked_at.is_(None))
+    query = query.where(ApiToken.id == token_id) if token_id is not None else query.where(
+        ApiToken.token_hash == hash_secret(token or ""))
+    row = session.scalar(query.with_for_update())
+    if row is None:
+        raise LookupError("no such unrevoked token")
+    row.revoked_at = dt.datetime.now(dt.timezone.utc)
+    session.flush()
+    return TokenListing(row.id, row.kind, row.label, row.created_at, row.revoked_at)
+
+
+def rotate_api_token(session: Session, token_id: int) -> tuple[str, TokenListing]:
+    """Revoke token ``token_id`` and create its successor (same kind and label) in one transaction."""
+    old = revoke_api_token(session, token_id=token_id)
+    return create_api_token(session, old.kind, old.label), old
+
+
+def revoke_identity(session: Session, model: type[Any], identity: str) -> bool:
+    """Set ``revoked_at`` on a probe or origin (``model``); False when unknown or already revoked."""
+    try:
+        key = uuid.UUID(identity)
+    except ValueError:
+        return False
+    row = session.get(model, key, with_for_update=True)
+    if row is None or row.revoked_at is not None:
+        return False
+    row.revoked_at = dt.datetime.now(dt.timezone.utc)
+    session.flush()
+    return True
