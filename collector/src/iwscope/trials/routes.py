@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import select
@@ -33,6 +33,14 @@ _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _queue_trial_tasks(trial_ids: list[str], pairs: list[tuple[str, str]]) -> None:
+    """Queue the join and the path-estimate recomputation of a stored batch (sync: runs in the threadpool)."""
+    if trial_ids:
+        queue_join(trial_ids)
+    if pairs:
+        queue_path_estimates(pairs)
+
+
 def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JSONResponse:
     services.count_rejected(kind, body_records)
     return JSONResponse(status_code=error.status_code, content={"detail": error.detail()})
@@ -41,7 +49,7 @@ def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JS
 @router.post("/trials/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/TrialBatch"}}}}})
-async def upload_trials(request: Request, probe: ProbeDep) -> Any:
+async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
     """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates)."""
     body = await read_body_limited(request)
     probe_id = probe.id
@@ -54,11 +62,10 @@ async def upload_trials(request: Request, probe: ProbeDep) -> Any:
         result = await run_in_threadpool(ingest)
     except services.BatchRejected as error:
         return _rejected(error, "trial", max(1, len(error.errors)))
-    # Only after the commit: the worker gets IDs, never objects.
-    if result.new_trial_ids:
-        await run_in_threadpool(queue_join, result.new_trial_ids)
-    if result.touched_pairs:
-        await run_in_threadpool(queue_path_estimates, sorted(result.touched_pairs))
+    # Only after the commit, and after the answer went out (the probe does not wait on the
+    # broker): the worker gets IDs, never objects.
+    if result.new_trial_ids or result.touched_pairs:
+        background_tasks.add_task(_queue_trial_tasks, result.new_trial_ids, sorted(result.touched_pairs))
     return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -26,9 +27,9 @@ from sqlalchemy.engine import Engine
 
 from iwprobe import wire
 from iwscope.metrics import RECORDS
+from iwscope.trials import fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
-from iwscope.trials.schemas import (ObservationBatchIn, OriginObservationIn, PathSampleIn, RecordError,
-                                    TrialBatchIn, TrialRecordIn)
+from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError, TrialBatchIn
 from iwscope.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -121,40 +122,50 @@ def _check_instant(errors: list[RecordError], section: str, index: int, record_i
                                   message="timestamp is more than a day in the future"))
 
 
-def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> TrialBatchIn:
+def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrialBatch:
     """Parse and check a ``TrialBatch`` uploaded by ``probe_id``, or raise :class:`BatchRejected`.
 
-    A record whose ``probe_id`` is not the authenticated probe makes the whole batch 403 (the
-    body names every such record): a credential may only act for its own probe.
+    The msgspec decoder (:mod:`iwscope.trials.fastwire`) accepts exactly what the pydantic
+    model accepts; when it refuses, pydantic runs on the body and names every bad record and
+    field.  A record whose ``probe_id`` is not the authenticated probe makes the whole batch
+    403 (the body names every such record): a credential may only act for its own probe.
     """
     try:
-        batch = TrialBatchIn.model_validate_json(body)
-    except ValidationError as error:
-        raise _errors_from_validation(error, body) from None
-    if len(batch.trials) + len(batch.path_samples) > wire.MAX_BATCH_RECORDS:
+        batch = fastwire.decode_trial_batch(body)
+    except fastwire.FastDecodeRefused as refused:
+        try:
+            reference = TrialBatchIn.model_validate_json(body)
+        except ValidationError as error:
+            raise _errors_from_validation(error, body) from None
+        log.warning("fast decoder refused a batch pydantic accepts (%s); storing pydantic's reading", refused)
+        batch = fastwire.from_document(reference.model_dump(mode="json"))
+    trials, samples = batch.trials, batch.path_samples
+    if len(trials) + len(samples) > wire.MAX_BATCH_RECORDS:
         raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")
     own = str(probe_id)
-    foreign: list[RecordError] = []
-    if batch.probe_id != own:
-        foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
-                                   message="not the probe of this credential"))
-    for index, trial in enumerate(batch.trials):
-        if trial.probe_id != own:
-            foreign.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
-                                       field="probe_id", message="not the probe of this credential"))
-    for index, sample in enumerate(batch.path_samples):
-        if sample.probe_id != own:
-            foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
-                                       field="probe_id", message="not the probe of this credential"))
-    if foreign:
+    if batch.probe_id != own or any(trial.probe_id != own for trial in trials) or any(
+            sample.probe_id != own for sample in samples):
+        foreign: list[RecordError] = []
+        if batch.probe_id != own:
+            foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
+                                       message="not the probe of this credential"))
+        for index, trial in enumerate(trials):
+            if trial.probe_id != own:
+                foreign.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
+                                           field="probe_id", message="not the probe of this credential"))
+        for index, sample in enumerate(samples):
+            if sample.probe_id != own:
+                foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
+                                           field="probe_id", message="not the probe of this credential"))
         raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
-    errors: list[RecordError] = []
     latest = utcnow() + MAX_FUTURE
-    for index, trial in enumerate(batch.trials):
-        _check_instant(errors, "trials", index, trial.trial_id, "started_at", trial.started_at, latest)
-    for index, sample in enumerate(batch.path_samples):
-        _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", sample.measured_at, latest)
-    if errors:
+    instants = batch.started_at + batch.measured_at
+    if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
+        errors: list[RecordError] = []
+        for index, (trial, started_at) in enumerate(zip(trials, batch.started_at)):
+            _check_instant(errors, "trials", index, trial.trial_id, "started_at", started_at, latest)
+        for index, (sample, measured_at) in enumerate(zip(samples, batch.measured_at)):
+            _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", measured_at, latest)
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch
 
@@ -216,13 +227,40 @@ def _ensure_staging(connection: psycopg.Connection, info: dict[str, Any]) -> Non
     info["iwscope_staging"] = True
 
 
-def _trial_row(trial: TrialRecordIn) -> tuple[Any, ...]:
-    tcp_info = trial.tcp_info
-    return (trial.trial_id, trial.started_at, trial.probe_id, trial.campaign_id, trial.origin_id, trial.round,
-            trial.arm_iw, trial.object_size, trial.url, trial.dns_us, trial.connect_us, trial.ttfb_us,
-            trial.total_us, trial.bytes_received, trial.http_status, trial.error_kind, trial.error_detail,
-            trial.syn_retrans, *(tcp_info.get(name) for name in TRIAL_TCPI_COLUMNS),
-            orjson.dumps(tcp_info).decode())
+#: COPY text format escapes (``\\``, tab, newline, carriage return) of free-text values.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NEEDS_COPY_ESCAPE = re.compile(r"[\\\t\n\r]")
+_NULL = "\\N"
+
+
+def _copy_text(value: str | None) -> str:
+    """A free-text value as a COPY text-format cell."""
+    if value is None:
+        return _NULL
+    return value.translate(_COPY_ESCAPES) if _NEEDS_COPY_ESCAPE.search(value) else value
+
+
+def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
+    """One ``trials`` row (``TRIAL_STAGE_COLUMNS``) as a line of COPY text, without a newline.
+
+    One f-string per row instead of psycopg's per-value adaptation.  UUIDs, ISO timestamps,
+    integers and error kinds are validated and need no escaping; the ``tcp_info`` JSON holds
+    only the schema's field names and integers, so it contains no backslash, tab or newline
+    either.  ``url`` and ``error_detail`` are escaped.
+    """
+    tcp = trial.tcp_info.get
+    n = _NULL
+    return (f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
+            f"{n if trial.campaign_id is None else trial.campaign_id}\t"
+            f"{n if trial.origin_id is None else trial.origin_id}\t{trial.round}\t{trial.arm_iw}\t"
+            f"{trial.object_size}\t{_copy_text(trial.url)}\t"
+            f"{n if trial.dns_us is None else trial.dns_us}\t{n if trial.connect_us is None else trial.connect_us}\t"
+            f"{n if trial.ttfb_us is None else trial.ttfb_us}\t{n if trial.total_us is None else trial.total_us}\t"
+            f"{trial.bytes_received}\t{n if trial.http_status is None else trial.http_status}\t"
+            f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
+            f"{trial.syn_retrans}\t"
+            + "\t".join([str(tcp(name, n)) for name in TRIAL_TCPI_COLUMNS])
+            + "\t" + orjson.dumps(trial.tcp_info).decode())
 
 
 def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
@@ -234,8 +272,8 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
             *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode())
 
 
-def _sample_row(sample: PathSampleIn) -> tuple[Any, ...]:
-    return (sample.sample_id, sample.probe_id, sample.origin_id, sample.measured_at, sample.min_rtt_us,
+def _sample_row(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> tuple[Any, ...]:
+    return (sample.sample_id, sample.probe_id, sample.origin_id, measured_at, sample.min_rtt_us,
             sample.bottleneck_bps, sample.transfer_bytes, sample.method)
 
 
@@ -250,7 +288,7 @@ _KNOWN_CAMPAIGNS: set[int] = set()
 _KNOWN_ORIGINS: set[str] = set()
 
 
-def _unknown_references(cursor: psycopg.Cursor, batch: TrialBatchIn) -> list[RecordError]:
+def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) -> list[RecordError]:
     """Records that name a campaign or an origin the collector does not know."""
     campaign_ids = {trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
     origin_ids = ({trial.origin_id for trial in batch.trials if trial.origin_id is not None}
@@ -302,13 +340,6 @@ RETURNING trial_id::text
 """
 
 
-def _array_literals(trials: Sequence[TrialRecordIn]) -> tuple[str, str]:
-    """``{uuid,...}`` and ``{timestamp,...}`` array literals (psycopg's list adaptation is
-    pure Python per element; validated UUIDs and ISO timestamps need no quoting)."""
-    return ("{" + ",".join(trial.trial_id for trial in trials) + "}",
-            "{" + ",".join(f'"{trial.started_at.isoformat()}"' for trial in trials) + "}")
-
-
 #: ``last_seen_at`` is refreshed at most this often per probe or origin.
 LAST_SEEN_RESOLUTION = "10 seconds"
 
@@ -325,7 +356,7 @@ def _touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.
     connection.commit()
 
 
-def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) -> IngestResult:
+def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: uuid.UUID) -> IngestResult:
     """Store a validated batch in one transaction (all or nothing, idempotent by UUID)."""
     pooled = engine.raw_connection()
     try:
@@ -339,19 +370,38 @@ def store_trial_batch(engine: Engine, batch: TrialBatchIn, probe_id: uuid.UUID) 
             if batch.trials:
                 # One record per UUID (the first wins), then only UUIDs never stored before are
                 # copied straight into ``trials``: the registry insert is the idempotency gate.
-                unique = list({trial.trial_id: trial for trial in reversed(batch.trials)}.values())
-                cursor.execute(_REGISTER_TRIAL_IDS, _array_literals(unique))
+                trials = batch.trials
+                first_index: dict[str, int] = {}
+                for index, trial in enumerate(trials):
+                    first_index.setdefault(trial.trial_id, index)
+                unique = list(first_index.values())
+                started = [batch.started_at[index].isoformat() for index in unique]
+                # Array literals by hand: psycopg's list adaptation is pure Python per element;
+                # validated UUIDs and ISO timestamps need no quoting.
+                cursor.execute(_REGISTER_TRIAL_IDS, ("{" + ",".join(first_index) + "}",
+                                                     '{"' + '","'.join(started) + '"}'))
                 fresh = {row[0] for row in cursor.fetchall()}
-                new_trials = [trial for trial in unique if trial.trial_id in fresh]
-                if new_trials:
-                    _copy(cursor, "trials", TRIAL_STAGE_COLUMNS, map(_trial_row, new_trials))
-                for trial in new_trials:
+                if len(fresh) == len(unique):
+                    new_indices = unique
+                    new_started = started
+                else:
+                    kept = [position for position, index in enumerate(unique) if trials[index].trial_id in fresh]
+                    new_indices = [unique[position] for position in kept]
+                    new_started = [started[position] for position in kept]
+                if new_indices:
+                    payload = "\n".join([_trial_line(trials[index], started_at)
+                                          for index, started_at in zip(new_indices, new_started)]) + "\n"
+                    with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
+                        copy.write(payload.encode())
+                for index in new_indices:
+                    trial = trials[index]
                     result.new_trial_ids.append(trial.trial_id)
                     if trial.origin_id is not None:
                         result.touched_pairs.add((trial.probe_id, trial.origin_id))
             new_samples = 0
             if batch.path_samples:
-                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS, map(_sample_row, batch.path_samples))
+                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS,
+                      map(_sample_row, batch.path_samples, batch.measured_at))
                 cursor.execute(_INSERT_SAMPLES)
                 stored = cursor.fetchall()
                 new_samples = len(stored)
