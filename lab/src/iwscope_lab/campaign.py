@@ -108,35 +108,81 @@ class LabCampaign:
         self._probes: dict[str, subprocess.Popen[bytes]] = {}
         self._tokens: dict[str, str] = {}
         self.campaign_id: int | None = None
+        self.probe_ids: dict[str, str] = {}
+        self.origin_ids: dict[str, str] = {}
+        self._started = time.monotonic()
 
     # ----- the run -----
 
     def run(self, *, timeout_s: float = 900.0, show_progress: bool = True) -> CampaignResult:
         """Enroll, start origins, create the campaign, run the probes, wait for every record."""
-        started = time.monotonic()
+        try:
+            self.start(timeout_s=timeout_s)
+            return self.finish(timeout_s=timeout_s, show_progress=show_progress)
+        finally:
+            self.close()
+
+    def start(self, *, timeout_s: float = 900.0) -> None:
+        """Enroll every agent, start the origins, create the campaign and start the probes.
+
+        The lower-level half of :meth:`run` for callers that act on the running campaign
+        (the fault-injection suite kills and restarts agents in between); call
+        :meth:`finish`, then :meth:`close`.
+        """
+        self._started = time.monotonic()
         origins = self.topology.hosts_by_role("origin")
         probes = self.topology.hosts_by_role("probe")
         if not origins or not probes:
             raise CampaignError("a campaign needs at least one origin and one probe host")
-        try:
-            if self.client_initrwnd is not None:
-                for host in probes:
-                    self.topology.set_route(host.name, initrwnd=self.client_initrwnd)
-            self._create_tokens()
-            origin_ids = {host.name: self._start_origin(host) for host in origins}
-            probe_ids = {host.name: self._enroll_probe(host) for host in probes}
-            self.campaign_id = self._create_campaign(list(origin_ids.values()), timeout_s)
+        if self.client_initrwnd is not None:
             for host in probes:
-                self._start_probe(host)
-            expected = self.plan.trials_per_probe(len(origins))
-            self._wait_for_trials(probe_ids, expected, started + timeout_s, show_progress)
-            exit_codes = {name: proc.poll() for name, proc in self._probes.items()}
-            unjoined = self._wait_for_joins(deadline=time.monotonic() + 120)
-            stored = self._stored_per_probe(probe_ids)
-            return CampaignResult(self.campaign_id, probe_ids, origin_ids, expected, stored, unjoined,
-                                  time.monotonic() - started, exit_codes)
-        finally:
-            self.close()
+                self.topology.set_route(host.name, initrwnd=self.client_initrwnd)
+        self._create_tokens()
+        self.origin_ids = {host.name: self._start_origin(host) for host in origins}
+        self.probe_ids = {host.name: self._enroll_probe(host) for host in probes}
+        self.campaign_id = self._create_campaign(list(self.origin_ids.values()), timeout_s)
+        for host in probes:
+            self._start_probe(host)
+
+    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = True,
+               join_timeout_s: float = 120.0) -> CampaignResult:
+        """Wait (up to ``timeout_s`` after :meth:`start`) until every trial is stored and joined."""
+        if self.campaign_id is None:
+            raise CampaignError("finish() before start()")
+        expected = self.plan.trials_per_probe(len(self.origin_ids))
+        self._wait_for_trials(self.probe_ids, expected, self._started + timeout_s, show_progress)
+        exit_codes = {name: proc.poll() for name, proc in self._probes.items()}
+        unjoined = self._wait_for_joins(deadline=time.monotonic() + join_timeout_s)
+        stored = self._stored_per_probe(self.probe_ids)
+        return CampaignResult(self.campaign_id, self.probe_ids, self.origin_ids, expected, stored, unjoined,
+                              time.monotonic() - self._started, exit_codes)
+
+    # ----- acting on a running campaign (fault injection) -----
+
+    def state_dir(self, host_name: str) -> pathlib.Path:
+        """Where the agent on ``host_name`` keeps its credentials, spool and log."""
+        return self._host_state_dir(self.topology.host(host_name))
+
+    def agent_process(self, host_name: str) -> subprocess.Popen[bytes]:
+        """The running ``iwprobe run`` / ``iwprobe origin serve`` process on ``host_name``."""
+        return self._probes.get(host_name) or self._origins[host_name]
+
+    def kill_agent(self, host_name: str, signum: int = signal.SIGKILL) -> None:
+        """Signal the agent on ``host_name`` and wait until it is gone."""
+        proc = self.agent_process(host_name)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+        proc.wait(timeout=30)
+
+    def restart_agent(self, host_name: str) -> None:
+        """Start the agent on ``host_name`` again with the same state directory (after :meth:`kill_agent`)."""
+        if self.agent_process(host_name).poll() is None:
+            raise CampaignError(f"the agent on {host_name} is still running")
+        host = self.topology.host(host_name)
+        if host_name in self._probes:
+            self._start_probe(host)
+        else:
+            self._serve_origin(host)
 
     def close(self) -> None:
         """End the campaign's window and stop every agent (origins drain their spools first)."""
@@ -183,20 +229,26 @@ class LabCampaign:
 
     def _start_origin(self, host: Host) -> str:
         state_dir = str(self._host_state_dir(host))
-        arms = ",".join(str(iw) for iw in self.plan.arms)
-        common = ["--arms", arms, "--base-port", str(BASE_PORT), "--state-dir", state_dir]
+        common = self._origin_args(host)
         self._check(host, self._iwprobe("origin", "setup-routes", *common), "origin route setup")
         self._check(host, self._iwprobe(
             "origin", "enroll", *common, "--collector", self._collector_url(), "--token", self._tokens["origin"],
             "--name", self._agent_name(host), "--region", host.region or "lab", "--host", host.address,
         ), "origin enrollment")
-        log = open(pathlib.Path(state_dir) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
+        self._serve_origin(host)
+        return self._agent_id(state_dir, "origin")
+
+    def _origin_args(self, host: Host) -> list[str]:
+        arms = ",".join(str(iw) for iw in self.plan.arms)
+        return ["--arms", arms, "--base-port", str(BASE_PORT), "--state-dir", str(self._host_state_dir(host))]
+
+    def _serve_origin(self, host: Host) -> None:
+        log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
         self._origins[host.name] = self.topology.popen(
-            host.name, self._iwprobe("origin", "serve", *common, "--bind", host.address,
+            host.name, self._iwprobe("origin", "serve", *self._origin_args(host), "--bind", host.address,
                                      "--collector", self._collector_url()),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
-        return self._agent_id(state_dir, "origin")
 
     def _enroll_probe(self, host: Host) -> str:
         state_dir = str(self._host_state_dir(host))

@@ -40,7 +40,12 @@ class Stack:
     dashboard_port: int | None = DASHBOARD_PORT
     run_dir: pathlib.Path = field(default_factory=lambda: default_stack().run_dir)
     pids: dict[str, int] = field(default_factory=dict)
+    #: Extra environment of the stack's processes (e.g. ``IWSCOPE_CELERY_QUEUE`` for a private queue).
+    extra_env: dict[str, str] = field(default_factory=dict)
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: name -> argv of every process this stack started (so one can be restarted alone).
+    _commands: dict[str, list[str]] = field(default_factory=dict)
+    _detached: bool = False
     _sessionmaker: "sessionmaker[Session] | None" = None
 
     @property
@@ -72,7 +77,7 @@ class Stack:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
+        return {**os.environ, **self.extra_env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
 
     def activate(self) -> None:
         """Point this process's own database reads at the stack (the runner reads progress)."""
@@ -100,13 +105,10 @@ class Stack:
             commands["dashboard"] = [*iwscope, "dashboard", "--host", "0.0.0.0", "--port", str(self.dashboard_port)]
         else:
             self.dashboard_port = None
+        self._detached = detached
         for name, argv in commands.items():
-            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-            child = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=detached, cwd=self.run_dir)
-            log.close()
-            self._children.append(child)
-            self.pids[name] = child.pid
+            self._commands[name] = argv
+            self._spawn(name)
         try:
             _wait_http(self.local_api_url + "/readyz", "the API", timeout_s=60, log=logs / "api.log")
             if self.dashboard_url:
@@ -117,6 +119,36 @@ class Stack:
         if detached:
             self._state_file().write_text(json.dumps(self._describe(), indent=2))
         return self
+
+    def _spawn(self, name: str) -> None:
+        log = open(self.run_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        # Each process leads its own process group, so a kill reaches the worker's pool children too.
+        child = subprocess.Popen(self._commands[name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.run_dir)
+        log.close()
+        self._children.append(child)
+        self.pids[name] = child.pid
+
+    def kill(self, name: str, signum: int = signal.SIGKILL) -> None:
+        """Send ``signum`` to process ``name`` (``api``, ``worker``, ``beat``, ...) and its group; wait for it."""
+        pid = self.pids[name]
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            pass
+        for child in self._children:
+            if child.pid == pid:
+                child.wait(timeout=30)
+        self._children = [child for child in self._children if child.pid != pid]
+
+    def restart(self, name: str) -> None:
+        """Start process ``name`` again with the same command (after :meth:`kill`); waits for the API."""
+        if name in self.pids and _alive(self.pids[name]):
+            raise RuntimeError(f"{name} (pid {self.pids[name]}) is still running")
+        self._spawn(name)
+        if name == "api":
+            _wait_http(self.local_api_url + "/readyz", "the API", timeout_s=60,
+                       log=self.run_dir / "logs" / "api.log")
 
     def stop(self) -> None:
         """Stop every process of the stack (SIGTERM, then SIGKILL after a grace period)."""
