@@ -1,0 +1,160 @@
+"""Offered-load and fairness experiment: what a larger IW costs the *other* traffic.
+
+After the IW10 authors' IETF 78 testbed (Poisson arrivals of short flows at a given offered
+load over one bottleneck with a BDP buffer; IW3, IW10 and a 50/50 mix; 15 KB and 50 KB
+responses) and the critique that IW studies ignore competing traffic: one probe host whose
+access link is the bottleneck, one origin, and per phase (short-flow IW mix x offered load)
+one campaign created through the API with ``arrival_rate_per_s`` (Poisson arrivals) and
+``background_bytes`` (a long-lived flow fetched once alone, then alongside the short flows).
+Everything runs through the product: real agents, the API, the worker, ``fairness()``.
+
+The arrival rate of a phase is ``lambda = load x C / (mean short-flow bytes x 8)``.  The
+background flow's size is its fair share of what the short flows leave over the arrival
+period, ``(1 - load) x C x T / 8`` with ``T = flows / lambda``, so it runs about as long as
+the short flows arrive (it is a fixed-size transfer: its tail may run uncontended).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign, _utc_now
+from iwscope_lab.links import LinkSpec
+from iwscope_lab.stack import Stack
+from iwscope_lab.topology import Host, Topology
+
+#: Short-flow response sizes of the IETF 78 testbed (bytes).
+IETF_SIZES: tuple[int, ...] = (15_000, 50_000)
+#: Short-flow IW mixes: all IW3, all IW10, a 50/50 mix.
+DEFAULT_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,), (3, 10))
+
+
+@dataclass(frozen=True)
+class FairnessPlan(CampaignPlan):
+    """A campaign plan with Poisson arrivals and a background flow (one round = one phase)."""
+
+    arrival_rate_per_s: float | None = None
+    background_bytes: int | None = None
+    background_iw: int | None = None
+
+    def trials_per_probe(self, n_origins: int) -> int:
+        # The background flow comes from the first origin only: alone + alongside, per round.
+        background = 2 * self.repetitions if self.background_bytes else 0
+        return super().trials_per_probe(n_origins) + background
+
+
+class FairnessCampaign(LabCampaign):
+    """A :class:`LabCampaign` whose campaign carries the offered-load fields."""
+
+    plan: FairnessPlan
+
+    def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
+        now = _utc_now()
+        regions = sorted({host.region or "lab" for host in self.topology.hosts_by_role("probe")})
+        body: dict[str, Any] = {
+            "name": self.plan.name, "origin_ids": origin_ids, "probe_regions": regions,
+            "arms": list(self.plan.arms), "sizes": list(self.plan.sizes) if self.plan.sizes is not None else None,
+            "size_dist": self.plan.size_dist, "sizes_per_round": self.plan.sizes_per_round,
+            "repetitions": self.plan.repetitions, "interval_s": self.plan.interval_s,
+            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
+            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
+            "calibrate": self.plan.calibrate,
+            "arrival_rate_per_s": self.plan.arrival_rate_per_s,
+            "background_bytes": self.plan.background_bytes, "background_iw": self.plan.background_iw,
+        }
+        answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
+        return int(answer["id"])
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The probe's access link: the shared bottleneck of every flow of a phase."""
+
+    rate_bps: float = 4e6
+    rtt_ms: float = 100.0
+    #: Drop-tail buffer in bandwidth-delay products (the testbed used one BDP).
+    buffer_bdp: float = 1.0
+
+    @property
+    def bdp_bytes(self) -> int:
+        return int(self.rate_bps / 8 * self.rtt_ms / 1000)
+
+    def link(self) -> LinkSpec:
+        return LinkSpec.symmetric(rate_bps=self.rate_bps, rtt_ms=self.rtt_ms,
+                                  buffer_bytes=max(3000, int(self.buffer_bdp * self.bdp_bytes)))
+
+
+def phase_plan(name: str, mix: Sequence[int], load: float, bottleneck: Bottleneck, flows: int,
+               sizes: Sequence[int] = IETF_SIZES, background_iw: int = 3,
+               background: bool = True) -> FairnessPlan:
+    """One phase: ``flows`` short flows (sizes alternating, arms of ``mix`` equally often) at
+    Poisson arrivals giving offered load ``load``, with one background flow of IW
+    ``background_iw`` sized to last about as long as the arrivals."""
+    if not 0 < load < 1:
+        raise ValueError(f"offered load must be in (0, 1), not {load}")
+    per_arm = max(1, flows // (len(mix) * len(sizes)))
+    mean_bytes = sum(sizes) / len(sizes)
+    rate = load * bottleneck.rate_bps / (mean_bytes * 8)
+    arrival_span_s = per_arm * len(mix) * len(sizes) / rate
+    background_bytes = int(max(100_000, (1 - load) * bottleneck.rate_bps / 8 * arrival_span_s)) if background else None
+    return FairnessPlan(name=name, arms=tuple(mix), sizes=tuple(sizes) * per_arm, repetitions=1,
+                        calibrate=True, arrival_rate_per_s=round(rate, 4), background_bytes=background_bytes,
+                        background_iw=background_iw if background else None)
+
+
+@dataclass
+class PhaseResult:
+    """One phase's campaign and the ``fairness()`` points it produced."""
+
+    mix: tuple[int, ...]
+    load: float
+    plan: FairnessPlan
+    campaign: CampaignResult
+    points: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mix": list(self.mix), "load": self.load, "campaign_id": self.campaign.campaign_id,
+                "arrival_rate_per_s": self.plan.arrival_rate_per_s, "background_bytes": self.plan.background_bytes,
+                "short_flows": len(self.plan.sizes or ()) * len(self.mix), "seconds": round(self.campaign.seconds, 1),
+                "points": self.points}
+
+
+def run_fairness(stack: Stack, *, bottleneck: Bottleneck = Bottleneck(), loads: Sequence[float] = (0.5, 0.9),
+                 mixes: Sequence[tuple[int, ...]] = DEFAULT_MIXES, flows: int = 40,
+                 sizes: Sequence[int] = IETF_SIZES, background_iw: int = 3, prefix: str = "iws",
+                 timeout_s: float = 300.0, show_progress: bool = True) -> list[PhaseResult]:
+    """Run every phase (mix x load) on one bottleneck topology and read ``fairness()`` back."""
+    from iwscope.analysis import Filters, fairness
+
+    hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
+             Host("client", role="probe", region="fairness", link=bottleneck.link())]
+    results: list[PhaseResult] = []
+    with Topology(f"{prefix}{secrets.token_hex(3)}", hosts) as topology:
+        for load in loads:
+            for mix in mixes:
+                name = f"fairness IW{'+'.join(map(str, mix))} load {load:g}"
+                plan = phase_plan(name, mix, load, bottleneck, flows, sizes, background_iw)
+                campaign = FairnessCampaign(topology, stack, plan).run(timeout_s=timeout_s,
+                                                                       show_progress=show_progress)
+                with stack.session() as session:
+                    points = [dataclasses.asdict(point) for point in
+                              fairness(session, Filters(campaign_ids=(campaign.campaign_id,)))]
+                results.append(PhaseResult(tuple(mix), load, plan, campaign, points))
+    return results
+
+
+def summary_rows(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
+    """Flat rows (phase x flow x IW) for a table or JSON."""
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        for point in result.points:
+            rows.append({"load": result.load, "mix": "+".join(map(str, result.mix)), **{
+                key: point[key] for key in ("campaign_id", "offered_load", "flow", "iw", "n", "errors",
+                                            "throughput_bps", "fct_mean_ms", "fct_p50_ms", "fct_p90_ms",
+                                            "retrans_flow_share", "bytes_retrans_share")}})
+    return rows
