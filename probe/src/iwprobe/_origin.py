@@ -162,6 +162,45 @@ def ensure_no_metrics_save() -> bool:
         return False
 
 
+# ----------------------------------------------------------------------------- capabilities
+#: ``CAP_NET_ADMIN`` (linux/capability.h): needed for ``ip route/rule`` and ``SO_MARK`` only.
+CAP_NET_ADMIN = 12
+_PR_CAPBSET_DROP = 24
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capability(capability: int) -> None:
+    """Remove ``capability`` from the calling thread's bounding, effective, permitted and
+    inheritable sets (``prctl(PR_CAPBSET_DROP)`` + ``capset``, through ctypes: standard library
+    only).  Without the capability (not root) it is a no-op.  Capabilities are per thread:
+    threads started afterwards inherit the reduced sets; running ones must drop their own."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Dropping from the bounding set needs CAP_SETPCAP; without it nothing can be regained anyway.
+    libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+
+    class _Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class _Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), f"capget: {os.strerror(ctypes.get_errno())}")
+    word, bit = divmod(capability, 32)
+    mask = ~(1 << bit) & 0xFFFFFFFF
+    data[word].effective &= mask
+    data[word].permitted &= mask
+    data[word].inheritable &= mask
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), f"capset: {os.strerror(ctypes.get_errno())}")
+
+
 # ----------------------------------------------------------------------------- server
 @dataclass
 class OriginConfig:
@@ -179,6 +218,16 @@ class OriginConfig:
     mark_base: int = DEFAULT_MARK_BASE
     set_marks: bool = True
     origin_id: str = ""
+    #: Connections still sending their request head (read by the accept thread); beyond: closed at once.
+    max_pending: int = 1024
+    #: Open connections per client address (head being read, queued or served); beyond: closed at accept.
+    client_max_connections: int = 16
+    #: Requests per second per client address (token bucket; 0 = no limit); beyond: 429.
+    client_requests_per_s: float = 100.0
+    client_request_burst: int = 200
+    #: Response bytes per second per client address (0 = no limit); beyond: 429.  The bucket holds
+    #: at least two objects of ``max_object_bytes`` so that any single object is servable.
+    client_bytes_per_s: float = 64.0 * 1024 * 1024
 
     def port(self, iw: int) -> int:
         return self.base_port + iw
@@ -192,12 +241,46 @@ class _Connection:
     port: int
     snd_cwnd_at_accept: int
     accepted_ns: int
+    #: Set by the accept thread once the request head is read and routed.
+    status: int = 0
+    size: int = 0
+    trial_id: Optional[str] = None
+    reason: str = ""
+    request_ns: int = 0
+    request_at: str = ""
+
+
+@dataclass
+class _Pending:
+    """A connection whose request head is still arriving (read non-blocking by the accept thread)."""
+
+    conn: _Connection
+    deadline: float
+    rate_limited: bool
+    buffer: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
+class _ClientBudget:
+    """Per source address: open connections and two token buckets (requests, response bytes)."""
+
+    connections: int
+    request_tokens: float
+    byte_tokens: float
+    updated: float
+
+
+#: Largest request head accepted (bytes); a longer one is answered 431.
+MAX_HEAD_BYTES = 16 * 1024
+#: Client budgets kept at most (idle ones are forgotten first): bounded memory under address scans.
+MAX_CLIENT_BUDGETS = 65536
 
 
 @dataclass
 class OriginStats:
     connections: int = 0
     shed: int = 0
+    rate_limited: int = 0
     observations: int = 0
     dropped_observations: int = 0
     errors: Dict[str, int] = field(default_factory=dict)
@@ -223,6 +306,13 @@ class Origin:
         self._threads: List[threading.Thread] = []
         self._stats_lock = threading.Lock()
         self._sndbuf_warned: Set[int] = set()
+        self._budgets: "Dict[str, _ClientBudget]" = {}
+        self._budget_lock = threading.Lock()
+        self._pending: Dict[int, _Pending] = {}
+        #: Set by drop_net_admin(): every origin thread drops CAP_NET_ADMIN at its next wake-up.
+        self._drop_caps = threading.Event()
+        self._caps_dropped = threading.Semaphore(0)
+        self._byte_burst = max(config.client_bytes_per_s, 2.0 * config.max_object_bytes)
 
     # -- lifecycle
     def start(self) -> None:
@@ -247,6 +337,28 @@ class Origin:
             thread.join(timeout=5)
         for sock, _ in self._listeners.values():
             sock.close()
+        for pending in list(self._pending.values()):
+            pending.conn.sock.close()
+        self._pending.clear()
+
+    def drop_net_admin(self, wait_s: float = 2.0) -> bool:
+        """Drop CAP_NET_ADMIN in the calling thread and every origin thread (capabilities are
+        per thread).  The listeners already carry their ``SO_MARK`` and accepted sockets inherit
+        it, so serving needs the capability no more.  True when every origin thread confirmed."""
+        drop_capability(CAP_NET_ADMIN)
+        self._drop_caps.set()
+        deadline = time.monotonic() + wait_s
+        for _ in self._threads:
+            if not self._caps_dropped.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def _drop_caps_if_asked(self, done: bool) -> bool:
+        if done or not self._drop_caps.is_set():
+            return done
+        drop_capability(CAP_NET_ADMIN)
+        self._caps_dropped.release()
+        return True
 
     def _listen(self, iw: int) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.config.bind else socket.AF_INET
@@ -271,38 +383,176 @@ class Origin:
         sock.setblocking(False)
         return sock
 
-    # -- accept
+    # -- accept and request heads (one thread, non-blocking)
     def _accept_loop(self) -> None:
         selector = selectors.DefaultSelector()
         for iw, (sock, port) in self._listeners.items():
             selector.register(sock, selectors.EVENT_READ, (iw, port))
+        caps_dropped = False
         while not self._stop.is_set():
-            for key, _ in selector.select(timeout=0.2):
-                iw, port = key.data
-                try:
-                    conn, address = key.fileobj.accept()  # type: ignore[union-attr]
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as error:
-                    log.warning("accept on port %d failed: %s", port, error)
-                    continue
-                accepted_ns = time.monotonic_ns()
-                try:
-                    accept_info = read_tcp_info(conn)
-                    cwnd = accept_info.get("snd_cwnd", 0)
-                    self._check_sndbuf(conn, iw, accept_info.get("snd_mss", _ASSUMED_MSS))
-                except OSError:
-                    cwnd = 0
-                with self._stats_lock:
-                    self.stats.connections += 1
-                item = _Connection(conn, address[0], iw, port, cwnd, accepted_ns)
-                try:
-                    self._queue.put_nowait(item)
-                except queue.Full:
-                    with self._stats_lock:
-                        self.stats.shed += 1
-                    conn.close()
+            caps_dropped = self._drop_caps_if_asked(caps_dropped)
+            for key, _ in selector.select(timeout=0.1):
+                if isinstance(key.data, _Pending):
+                    self._read_pending(selector, key.data)
+                else:
+                    iw, port = key.data
+                    self._accept_ready(selector, key.fileobj, iw, port)  # type: ignore[arg-type]
+            self._expire_pending(selector)
         selector.close()
+
+    def _accept_ready(self, selector: selectors.BaseSelector, listener: socket.socket, iw: int, port: int) -> None:
+        """Accept every waiting connection of one listener (bounded by the per-client and pending limits)."""
+        for _ in range(256):
+            try:
+                conn, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                log.warning("accept on port %d failed: %s", port, error)
+                return
+            accepted_ns = time.monotonic_ns()
+            with self._stats_lock:
+                self.stats.connections += 1
+            client = str(address[0])
+            admitted, rate_limited = self._admit(client)
+            if not admitted or len(self._pending) >= self.config.max_pending:
+                if admitted:
+                    self._release(client)
+                with self._stats_lock:
+                    self.stats.shed += 1
+                conn.close()
+                continue
+            try:
+                accept_info = read_tcp_info(conn)
+                cwnd = accept_info.get("snd_cwnd", 0)
+                self._check_sndbuf(conn, iw, accept_info.get("snd_mss", _ASSUMED_MSS))
+            except OSError:
+                cwnd = 0
+            conn.setblocking(False)
+            pending = _Pending(_Connection(conn, client, iw, port, cwnd, accepted_ns),
+                               time.monotonic() + self.config.request_timeout_s, rate_limited)
+            self._pending[conn.fileno()] = pending
+            selector.register(conn, selectors.EVENT_READ, pending)
+
+    def _admit(self, client: str) -> Tuple[bool, bool]:
+        """(admitted, rate limited) for a new connection from ``client``; counts it when admitted."""
+        now = time.monotonic()
+        config = self.config
+        with self._budget_lock:
+            budget = self._budgets.get(client)
+            if budget is None:
+                if len(self._budgets) >= MAX_CLIENT_BUDGETS:
+                    self._forget_idle_budgets(now)
+                budget = _ClientBudget(0, float(config.client_request_burst), self._byte_burst, now)
+                self._budgets[client] = budget
+            self._refill(budget, now)
+            if config.client_max_connections and budget.connections >= config.client_max_connections:
+                return False, False
+            budget.connections += 1
+            rate_limited = False
+            if config.client_requests_per_s > 0:
+                if budget.request_tokens >= 1.0:
+                    budget.request_tokens -= 1.0
+                else:
+                    rate_limited = True
+            return True, rate_limited
+
+    def _refill(self, budget: _ClientBudget, now: float) -> None:
+        elapsed = max(0.0, now - budget.updated)
+        budget.updated = now
+        budget.request_tokens = min(float(self.config.client_request_burst),
+                                    budget.request_tokens + elapsed * self.config.client_requests_per_s)
+        budget.byte_tokens = min(self._byte_burst, budget.byte_tokens + elapsed * self.config.client_bytes_per_s)
+
+    def _forget_idle_budgets(self, now: float) -> None:
+        """Drop budgets without open connections, oldest first, until a quarter of the table is free."""
+        idle = sorted((b.updated, c) for c, b in self._budgets.items() if b.connections == 0)
+        for _, client in idle[:max(1, MAX_CLIENT_BUDGETS // 4)]:
+            del self._budgets[client]
+
+    def _take_bytes(self, client: str, size: int) -> bool:
+        """Charge ``size`` response bytes to ``client``; False when its byte budget cannot pay."""
+        if self.config.client_bytes_per_s <= 0:
+            return True
+        with self._budget_lock:
+            budget = self._budgets.get(client)
+            if budget is None:
+                return True
+            self._refill(budget, time.monotonic())
+            if budget.byte_tokens < size:
+                return False
+            budget.byte_tokens -= size
+            return True
+
+    def _release(self, client: str) -> None:
+        with self._budget_lock:
+            budget = self._budgets.get(client)
+            if budget is not None and budget.connections > 0:
+                budget.connections -= 1
+
+    def _close(self, conn: _Connection) -> None:
+        conn.sock.close()
+        self._release(conn.client_addr)
+
+    def _drop_pending(self, selector: selectors.BaseSelector, pending: _Pending, error: str) -> None:
+        self._pending.pop(pending.conn.sock.fileno(), None)
+        try:
+            selector.unregister(pending.conn.sock)
+        except (KeyError, ValueError):
+            pass
+        self._close(pending.conn)
+        if error:
+            self._count(error)
+
+    def _expire_pending(self, selector: selectors.BaseSelector) -> None:
+        """Close connections that did not send a whole request head in ``request_timeout_s`` (slowloris)."""
+        now = time.monotonic()
+        for pending in [p for p in self._pending.values() if p.deadline <= now]:
+            self._drop_pending(selector, pending, "timeout")
+
+    def _read_pending(self, selector: selectors.BaseSelector, pending: _Pending) -> None:
+        conn = pending.conn
+        try:
+            chunk = conn.sock.recv(8192)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:
+            self._drop_pending(selector, pending, type(error).__name__)
+            return
+        if not chunk:
+            self._drop_pending(selector, pending, "closed_before_request")
+            return
+        pending.buffer += chunk
+        head_end = pending.buffer.find(b"\r\n\r\n")
+        verdict: Optional[Tuple[int, str]] = None
+        if head_end < 0:
+            if len(pending.buffer) > MAX_HEAD_BYTES:
+                verdict = (431, f"request head larger than {MAX_HEAD_BYTES} bytes\n")
+            elif not _could_be_request(bytes(pending.buffer[:64])):
+                verdict = (400, "not an HTTP request: only GET /obj/<bytes>\n")
+            else:
+                return  # wait for more (until the deadline)
+        self._pending.pop(conn.sock.fileno(), None)
+        selector.unregister(conn.sock)
+        conn.request_ns = time.monotonic_ns()
+        conn.request_at = wire.utc_timestamp()
+        if verdict is not None:
+            conn.status, conn.reason = verdict
+        else:
+            conn.status, conn.size, conn.trial_id, conn.reason = self._route(bytes(pending.buffer[:head_end]))
+            if pending.rate_limited:
+                conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
+            elif conn.status == 200 and not self._take_bytes(conn.client_addr, conn.size):
+                conn.status, conn.size, conn.reason = 429, 0, "byte rate limit of this address reached\n"
+        if conn.status == 429:
+            with self._stats_lock:
+                self.stats.rate_limited += 1
+        try:
+            self._queue.put_nowait(conn)
+        except queue.Full:
+            with self._stats_lock:
+                self.stats.shed += 1
+            self._close(conn)
 
     def _check_sndbuf(self, conn: socket.socket, iw: int, mss: int) -> None:
         """Warn (once per arm) when the send buffer cannot hold the whole initial window."""
@@ -316,8 +566,13 @@ class Origin:
 
     # -- per connection
     def _worker(self) -> None:
+        caps_dropped = False
         while not self._stop.is_set():
-            item = self._queue.get()
+            caps_dropped = self._drop_caps_if_asked(caps_dropped)
+            try:
+                item = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
             if item is None:
                 return
             try:
@@ -325,25 +580,20 @@ class Origin:
             except Exception:  # one bad connection must not kill a worker
                 log.exception("serving %s on port %d failed", item.client_addr, item.port)
             finally:
-                item.sock.close()
+                self._close(item)
 
     def _serve(self, conn: _Connection) -> None:
+        """Send the routed answer (the head was read by the accept thread) and measure it."""
         sock = conn.sock
         sock.setblocking(True)
-        sock.settimeout(self.config.request_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            head = _read_head(sock, self.config.request_timeout_s)
-        except (socket.timeout, OSError, ValueError) as error:
-            self._count(type(error).__name__)
-            return
-        request_ns = time.monotonic_ns()
-        request_at = wire.utc_timestamp()
-        status, size, trial_id, reason = self._route(head)
+        status, size, trial_id, reason = conn.status, conn.size, conn.trial_id, conn.reason
+        request_ns, request_at = conn.request_ns, conn.request_at
         body = self._pattern_view[:size] if status == 200 else reason.encode("ascii")
+        extra = "Retry-After: 1\r\n" if status == 429 else ""
         header = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: "
                   f"{'application/octet-stream' if status == 200 else 'text/plain'}\r\n"
-                  f"Content-Length: {len(body)}\r\nConnection: close\r\nServer: iwprobe\r\n\r\n").encode("ascii")
+                  f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\nServer: iwprobe\r\n\r\n").encode("ascii")
         try:
             sock.settimeout(self.config.ack_timeout_s)
             _send_all(sock, header, body)
@@ -352,6 +602,8 @@ class Origin:
             return
         first_byte_us = (time.monotonic_ns() - request_ns) // 1000
         latency_us, info = self._wait_acked(sock, request_ns)
+        if status >= 400:
+            _linger(sock)
         if trial_id is None:
             return
         observation = wire.OriginObservation(
@@ -431,24 +683,38 @@ class Origin:
             self.stats.errors[what] = self.stats.errors.get(what, 0) + 1
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large"}
 
 
-def _read_head(sock: socket.socket, timeout_s: float) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout("request head not complete in time")
-        sock.settimeout(remaining)
-        chunk = sock.recv(8192)
-        if not chunk:
-            raise ValueError("client closed before the request head ended")
-        buffer += chunk
-        if len(buffer) > 16 * 1024:
-            raise ValueError("request head larger than 16 KiB")
-    return buffer.split(b"\r\n\r\n", 1)[0]
+def _could_be_request(start: bytes) -> bool:
+    """False as soon as the first bytes cannot begin ``GET <path> HTTP/1.x`` (non-HTTP garbage)."""
+    if not b"GET ".startswith(start[:4]):
+        return False
+    line_end = start.find(b"\n")
+    if line_end < 0:
+        return True
+    return _REQUEST_LINE.match(start[:line_end].rstrip(b"\r")) is not None
+
+
+def _linger(sock: socket.socket, limit_s: float = 0.5, limit_bytes: int = 65536) -> None:
+    """Half-close and discard what the client still sends (briefly), so that closing with unread
+    bytes does not reset the connection before the client has read an error answer."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + limit_s
+        drained = 0
+        while drained < limit_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            sock.settimeout(remaining)
+            chunk = sock.recv(8192)
+            if not chunk:
+                return
+            drained += len(chunk)
+    except OSError:
+        return
 
 
 def _send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> None:
@@ -467,11 +733,17 @@ def _send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") ->
 
 
 def serve_forever(origin: Origin, stop: threading.Event) -> None:
-    """Log statistics every minute until ``stop``; then stop the (started) origin."""
+    """Drop CAP_NET_ADMIN (routes and listener marks are set), then log statistics every minute
+    until ``stop``; then stop the (started) origin."""
+    if origin.drop_net_admin():
+        log.info("dropped CAP_NET_ADMIN in the origin's threads")
+    else:
+        log.warning("not every origin thread confirmed dropping CAP_NET_ADMIN")
     try:
         while not stop.wait(60):
             stats = origin.stats
-            log.info("origin: %d connections, %d shed, %d observations, %d dropped, errors %s",
-                     stats.connections, stats.shed, stats.observations, stats.dropped_observations, stats.errors)
+            log.info("origin: %d connections, %d shed, %d rate-limited, %d observations, %d dropped, errors %s",
+                     stats.connections, stats.shed, stats.rate_limited, stats.observations,
+                     stats.dropped_observations, stats.errors)
     finally:
         origin.stop()
