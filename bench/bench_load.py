@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""Load test: 1,000 simulated probes against ONE API process and ONE Celery worker.
+
+Everything is real and local (loopback only): a database of its own
+``iwscope_load_<random>`` on the server of ``$IWSCOPE_TEST_DATABASE_URL`` (default: the local
+stack), its own Redis db index and Celery queue, one ``iwscope api`` (uvicorn, 1 process)
+and one ``iwscope worker --concurrency 1``.  The driver is asyncio + httpx (one process):
+
+1. enrolls ``--probes`` probes through ``POST /api/v1/probes/enroll`` (and one origin),
+   creates a campaign;
+2. runs stages with more and more active probes (``--stages``, e.g. 100,250,500,1000), each
+   ``--stage-s`` seconds.  Every active probe loops: heartbeat, pull its schedule, upload
+   a batch of 50-200 trials (``POST /api/v1/trials/batch``), then the origin uploads the
+   matching observations (so the worker joins real rows), then waits ``--think-s``
+   (randomised +-50 %) -- a probe that uploads after every round;
+3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
+   CPU seconds of the API process, the worker (with its pool), the PostgreSQL backends of
+   this database, and the driver itself, from ``/proc``.
+
+Per stage: sustained trials/s (stored, i.e. 200 answers), p50/p99 upload latency, error
+share, backlog, CPU shares -- the stage where trials/s stops growing while latency grows
+is where it saturates, and the CPU shares say which process limits it.  Writes
+``bench/results/load.json``.
+
+    .venv/bin/python bench/bench_load.py [--probes 1000] [--stages 100,250,500,1000] [--stage-s 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import pathlib
+import platform
+import random
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import psycopg
+import redis
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_ingest import TCPI, free_port  # noqa: E402
+
+from iwprobe import wire  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "load.json"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------------------ /proc
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, seconds (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError):
+        return 0.0
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """Every process in process group ``pgid`` (the worker and its pool children)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                        pids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
+
+
+class CpuMeter:
+    """Cumulative CPU seconds per role, robust to processes appearing and exiting between samples."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, float] = {}
+        self.totals: dict[str, float] = {}
+
+    def sample(self, roles: dict[str, list[int]]) -> dict[str, float]:
+        for role, pids in roles.items():
+            for pid in pids:
+                now = _cpu_seconds(pid)
+                # First sight of a pid: count from here (sampled every second, so little is missed).
+                delta = now - self.last.get(pid, now)
+                self.last[pid] = now
+                self.totals[role] = self.totals.get(role, 0.0) + max(0.0, delta)
+            self.totals.setdefault(role, 0.0)
+        return dict(self.totals)
+
+
+# ----------------------------------------------------------------------------- records
+
+def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int,
+                rng: random.Random) -> list[dict[str, Any]]:
+    now = dt.datetime.now(dt.timezone.utc)
+    trials = []
+    for index in range(count):
+        iw = rng.choice((3, 10))
+        size = rng.choice((1_000, 10_000, 100_000))
+        trials.append({
+            "trial_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "probe_id": probe_id,
+            "campaign_id": campaign_id, "origin_id": origin_id, "round": index // 6, "arm_iw": iw,
+            "object_size": size, "url": f"http://10.0.0.1:{8000 + iw}/obj/{size}",
+            "started_at": wire.utc_timestamp(now - dt.timedelta(seconds=rng.randint(1, 3600))), "dns_us": 0,
+            "connect_us": rng.randint(10_000, 300_000), "ttfb_us": rng.randint(10_000, 300_000),
+            "total_us": rng.randint(20_000, 3_000_000), "bytes_received": size + 250, "http_status": 200,
+            "error_kind": None, "error_detail": None, "syn_retrans": 0,
+            "tcp_info": {**TCPI, "rtt": rng.randint(1_000, 400_000)},
+        })
+    return trials
+
+
+def make_observations(trials: list[dict[str, Any]], origin_id: str, rng: random.Random) -> list[dict[str, Any]]:
+    return [{
+        "trial_id": t["trial_id"], "origin_id": origin_id, "arm_iw": t["arm_iw"], "port": 8000 + t["arm_iw"],
+        "client_addr": "10.0.0.2", "object_size": t["object_size"], "request_at": t["started_at"],
+        "first_byte_us": 50, "response_latency_us": rng.randint(10_000, 2_000_000),
+        "snd_cwnd_at_accept": t["arm_iw"], "cwnd_mismatch": False, "rwnd_limited": False, "peer_rwnd": 65_535,
+        "http_status": 200, "error_kind": None,
+        "tcp_info": {"total_retrans": 0, "bytes_retrans": 0, "bytes_sent": t["object_size"] + 200, "snd_cwnd": 20},
+    } for t in trials]
+
+
+# ------------------------------------------------------------------------------ driver
+
+@dataclass
+class Stats:
+    upload_latencies: list[float] = field(default_factory=list)
+    trials_stored: int = 0
+    requests: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+
+@dataclass
+class Fleet:
+    base_url: str
+    probes: list[dict[str, str]]
+    origin: dict[str, str]
+    campaign_id: int
+    think_s: float
+    batch_min: int
+    batch_max: int
+    stats: Stats = field(default_factory=Stats)
+
+
+async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: str, credential: str,
+                   body: bytes | None = None, what: str = "") -> httpx.Response | None:
+    headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
+    stats.requests += 1
+    try:
+        response = await client.request(method, path, content=body, headers=headers)
+    except httpx.HTTPError as error:
+        stats.error(f"{what}:{type(error).__name__}")
+        return None
+    if response.status_code >= 300:
+        stats.error(f"{what}:{response.status_code}")
+        return None
+    return response
+
+
+async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    probe = fleet.probes[index]
+    rng = random.Random(index)
+    await asyncio.sleep(rng.uniform(0, fleet.think_s))  # spread the first requests
+    while not stop.is_set():
+        stats = fleet.stats
+        beat = orjson.dumps({"version": "load", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0,
+                             "trials_measured": 0})
+        await _request(client, stats, "POST", wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe["id"]),
+                       probe["credential"], beat, "heartbeat")
+        await _request(client, stats, "GET", wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]),
+                       probe["credential"], None, "schedule")
+        trials = make_trials(probe["id"], fleet.origin["id"], fleet.campaign_id,
+                             rng.randint(fleet.batch_min, fleet.batch_max), rng)
+        body = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
+                             "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []})
+        sent = time.perf_counter()
+        answer = await _request(client, stats, "POST", wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload")
+        if answer is not None:
+            stats.upload_latencies.append(time.perf_counter() - sent)
+            stats.trials_stored += len(trials)
+        observations = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
+                                     "origin_id": fleet.origin["id"], "sent_at": wire.utc_timestamp(),
+                                     "observations": make_observations(trials, fleet.origin["id"], rng)})
+        await _request(client, stats, "POST", wire.OBSERVATIONS_BATCH_PATH, fleet.origin["credential"],
+                       observations, "observations")
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
+        except asyncio.TimeoutError:
+            pass
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: Any) -> list[dict[str, Any]]:
+    limits = httpx.Limits(max_connections=max(stages), max_keepalive_connections=max(stages))
+    results: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=fleet.base_url, timeout=60.0, limits=limits) as client:
+        stop = asyncio.Event()
+        tasks: list[asyncio.Task[None]] = []
+        for active in stages:
+            while len(tasks) < active:
+                tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks), client, stop)))
+            fleet.stats = Stats()
+            cpu_before = sampler.cpu()
+            started = time.monotonic()
+            samples: list[dict[str, Any]] = []
+            while time.monotonic() - started < stage_s:
+                await asyncio.sleep(1.0)
+                sampler.cpu()
+                samples.append({"t": round(time.monotonic() - started, 1), "backlog": sampler.backlog(),
+                                "trials_stored": fleet.stats.trials_stored})
+            elapsed = time.monotonic() - started
+            cpu_after = sampler.cpu()
+            stats = fleet.stats
+            cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
+                         for role in cpu_after}
+            row = {
+                "active_probes": active, "seconds": round(elapsed, 1),
+                "trials_per_s": round(stats.trials_stored / elapsed, 1),
+                "uploads": len(stats.upload_latencies), "requests": stats.requests,
+                "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
+                "upload_p99_ms": _ms(_percentile(stats.upload_latencies, 0.99)),
+                "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
+                "errors": stats.errors,
+                "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
+                "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
+            }
+            results.append(row)
+            print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
+                  f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
+                  f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}", flush=True)
+        stop.set()
+        await asyncio.gather(*tasks)
+    return results
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+class Sampler:
+    def __init__(self, api_pid: int, worker_pgid: int, libpq_url: str, database: str, redis_url: str,
+                 queue: str) -> None:
+        self.api_pid = api_pid
+        self.worker_pgid = worker_pgid
+        self.meter = CpuMeter()
+        self.database = database
+        self.pg = psycopg.connect(libpq_url, autocommit=True)
+        self.redis = redis.Redis.from_url(redis_url)
+        self.queue = queue
+
+    def cpu(self) -> dict[str, float]:
+        backends = [row[0] for row in self.pg.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.database,))]
+        return self.meter.sample({"api": [self.api_pid], "worker": _group_pids(self.worker_pgid),
+                                  "postgres": backends, "driver": [os.getpid()]})
+
+    def backlog(self) -> int:
+        return int(self.redis.llen(self.queue))
+
+    def close(self) -> None:
+        self.pg.close()
+        self.redis.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--probes", type=int, default=1000)
+    parser.add_argument("--stages", default="100,250,500,1000", help="active probes per stage")
+    parser.add_argument("--stage-s", type=float, default=30.0)
+    parser.add_argument("--think-s", type=float, default=10.0, help="mean pause of a probe between uploads")
+    parser.add_argument("--batch-min", type=int, default=50)
+    parser.add_argument("--batch-max", type=int, default=200)
+    parser.add_argument("--drain-timeout-s", type=float, default=300.0)
+    parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args()
+    stages = [int(value) for value in args.stages.split(",")]
+    if max(stages) > args.probes:
+        parser.error("a stage cannot have more active probes than --probes")
+    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
+    redis_url = os.environ.get("IWSCOPE_TEST_REDIS_URL", "redis://127.0.0.1:63799/0").rsplit("/", 1)[0] + "/13"
+    admin_libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
+    name = f"iwscope_load_{secrets.token_hex(4)}"
+    database_url = server.rsplit("/", 1)[0] + "/" + name
+    libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    queue = f"iwscope-load-{secrets.token_hex(4)}"
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "IWSCOPE_CELERY_QUEUE": queue,
+           "IWSCOPE_LOG_LEVEL": "WARNING", "IWSCOPE_DRAIN_SECONDS": "0", "IWSCOPE_ENV": "development"}
+    with psycopg.connect(admin_libpq, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    children: list[subprocess.Popen[bytes]] = []
+    sampler: Sampler | None = None
+    try:
+        iwscope = [sys.executable, "-m", "iwscope.cli"]
+        subprocess.run([*iwscope, "db", "upgrade"], env=env, check=True, capture_output=True)
+        tokens = {kind: subprocess.run([*iwscope, "token", "create", "--kind", kind], env=env, check=True,
+                                       capture_output=True, text=True).stdout.strip()
+                  for kind in ("enroll", "origin", "admin")}
+        port = free_port()
+        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                               start_new_session=True)
+        worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        children += [api, worker]
+        base_url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                if httpx.get(f"{base_url}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        started = time.monotonic()
+        with httpx.Client(base_url=base_url, timeout=60) as client:
+            probes = []
+            for index in range(args.probes):
+                answer = client.post(wire.PROBE_ENROLL_PATH, json={"name": f"load-{index}", "region": "load"},
+                                     headers={"Authorization": f"Bearer {tokens['enroll']}"})
+                answer.raise_for_status()
+                probes.append(answer.json())
+            enroll_s = time.monotonic() - started
+            origin = client.post(wire.ORIGIN_ENROLL_PATH, json={
+                "name": "load", "region": "load", "host": "10.0.0.1",
+                "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}]},
+                headers={"Authorization": f"Bearer {tokens['origin']}"}).json()
+            campaign = client.post("/api/v1/campaigns", json={
+                "name": "load", "origin_ids": [origin["id"]], "arms": [3, 10], "sizes": [1000, 10000, 100000],
+                "starts_at": wire.utc_timestamp()}, headers={"Authorization": f"Bearer {tokens['admin']}"}).json()
+        print(f"enrolled {len(probes)} probes in {enroll_s:.1f} s ({len(probes) / enroll_s:.0f}/s)", flush=True)
+        sampler = Sampler(api.pid, worker.pid, libpq_url, name, redis_url, queue)
+        fleet = Fleet(base_url, probes, origin, int(campaign["id"]), args.think_s, args.batch_min, args.batch_max)
+        stage_rows = asyncio.run(run_stages(fleet, stages, args.stage_s, sampler))
+        # After the load: how long the single worker needs to empty its backlog.
+        drain_started = time.monotonic()
+        drain_series = []
+        while sampler.backlog() > 0 and time.monotonic() - drain_started < args.drain_timeout_s:
+            drain_series.append(sampler.backlog())
+            time.sleep(1.0)
+        drain_s = time.monotonic() - drain_started
+        with psycopg.connect(libpq_url) as connection:
+            stored, joined = connection.execute(
+                "SELECT count(*), count(joined_at) FROM trials").fetchone()  # type: ignore[misc]
+    finally:
+        if sampler is not None:
+            sampler.close()
+        for child in children:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        with psycopg.connect(admin_libpq, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        client_redis = redis.Redis.from_url(redis_url)
+        client_redis.delete(queue)
+        client_redis.close()
+    peak = max(stage_rows, key=lambda row: row["trials_per_s"])
+    result = {
+        "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
+        "load_average_at_end": os.getloadavg(), "probes_enrolled": args.probes,
+        "enroll_per_s": round(args.probes / enroll_s, 1), "stage_s": args.stage_s, "think_s": args.think_s,
+        "batch_trials": [args.batch_min, args.batch_max], "api_processes": 1, "worker_concurrency": 1,
+        "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
+        "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
+        "trials_stored_total": stored, "trials_joined_total": joined,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"drained the worker backlog in {drain_s:.1f} s; stored {stored} trials, {joined} joined")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
