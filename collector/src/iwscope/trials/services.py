@@ -29,7 +29,7 @@ from iwprobe import wire
 from iwscope.metrics import RECORDS
 from iwscope.trials import fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
-from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError, TrialBatchIn
+from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError
 from iwscope.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -131,14 +131,9 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     403 (the body names every such record): a credential may only act for its own probe.
     """
     try:
-        batch = fastwire.decode_trial_batch(body)
-    except fastwire.FastDecodeRefused as refused:
-        try:
-            reference = TrialBatchIn.model_validate_json(body)
-        except ValidationError as error:
-            raise _errors_from_validation(error, body) from None
-        log.warning("fast decoder refused a batch pydantic accepts (%s); storing pydantic's reading", refused)
-        batch = fastwire.from_document(reference.model_dump(mode="json"))
+        batch = fastwire.decode_or_refuse(body)
+    except ValidationError as error:
+        raise _errors_from_validation(error, body) from None
     trials, samples = batch.trials, batch.path_samples
     if len(trials) + len(samples) > wire.MAX_BATCH_RECORDS:
         raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")

@@ -1,0 +1,279 @@
+"""The ingest hot path's msgspec decoder accepts and refuses exactly what the pydantic models do.
+
+Property-style: a seeded generator builds thousands of trial batches (valid ones and ones with
+one or more fields mutated to boundary values, wrong types, unknown or missing fields, odd
+timestamps and strings, raw-JSON oddities such as duplicate keys and lone surrogates); for each
+the verdicts of ``TrialBatchIn.model_validate_json`` and ``fastwire.decode_trial_batch`` must
+agree, and when both accept, the decoded values must be equal.  Plus an API round trip of the
+hand-built COPY text (escapes, NULLs, every typed column).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from iwprobe import wire
+from iwscope.trials import fastwire
+from iwscope.trials.schemas import TrialBatchIn
+from collector_helpers import Enrolled, make_batch, make_trial
+
+CASES = 4000
+_MISSING = object()
+
+#: Values any field may be replaced with: wrong types, boundaries, odd strings.
+GENERIC_VALUES: list[Any] = [
+    None, True, False, 0, -1, 1, 1.0, 1.5, -0.0, 2**31, 2**63 - 1, 2**63, 2**64, 10**30, "", "1", "x" * 3000,
+    [], {}, [1], {"a": 1}, "NaN", 1e3,
+]
+INT_BOUNDARIES = [-1, 0, 1, 99, 100, 255, 256, 599, 600, 999, 1000, 1001, 65535, 65536, 1_000_000, 1_000_001,
+                  1_000_000_000, 1_000_000_001, 86_400_000_000, 86_400_000_001, 17_179_869_184, 17_179_869_185,
+                  1_000_000_000_000, 1_000_000_000_001, 2**63 - 1, 2**63]
+UUID_VALUES = [str(uuid.uuid4()), str(uuid.uuid4()).upper(), str(uuid.uuid4()) + "\n", "\n" + str(uuid.uuid4()),
+               str(uuid.uuid4()).replace("-", ""), "{" + str(uuid.uuid4()) + "}", str(uuid.uuid4())[:-1],
+               str(uuid.uuid4()) + "0", " " + str(uuid.uuid4()), "urn:uuid:" + str(uuid.uuid4())]
+TIMESTAMP_VALUES = [
+    "2026-11-22T10:00:00Z", "2026-11-22T10:00:00.123456Z", "2026-11-22T10:00:00.1Z", "2026-11-22T10:00:00.1234567Z",
+    "2026-11-22T10:00:00+02:00", "2026-11-22T10:00:00-11:30", "2026-11-22T10:00:00", "2026-11-22 10:00:00Z",
+    "2026-11-22t10:00:00z", "2026-11-22T10:00:00z", "2026-13-22T10:00:00Z", "2026-02-30T10:00:00Z",
+    "2026-11-22T24:00:00Z", "2026-11-22T23:59:60Z", "2026-11-22T10:00:00Z\n", "2026-11-22T10:00:00+0200",
+    "\u0662\u0660\u0662\u0666-11-22T10:00:00Z", "1999-12-31T23:59:59Z", "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59.999999Z", "2026-11-22T10:00:00.Z", "2026-11-22T10:00:00+24:00", "2026-11-22",
+    "2026-11-22T10:00Z", 1_700_000_000, "2026-W47-1T10:00:00Z",
+]
+STRING_VALUES = ["a", "é" * 2048, "é" * 2049, "x" * 2048, "x" * 2049, "e" * 500, "é" * 501, "tab\there",
+                 "line\nbreak", "back\\slash", "cr\rhere", "\u0000", "\ud83d\ude00" * 10, "m" * 64, "m" * 65]
+ERROR_KINDS = ["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "Other",
+               "dns ", "unknown"]
+TRIAL_FIELDS = ["trial_id", "probe_id", "campaign_id", "origin_id", "round", "arm_iw", "object_size", "url",
+                "started_at", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received", "http_status",
+                "error_kind", "error_detail", "syn_retrans", "tcp_info"]
+SAMPLE_FIELDS = ["sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
+                 "transfer_bytes", "method"]
+ENVELOPE_FIELDS = ["wire_version", "batch_id", "probe_id", "sent_at", "trials", "path_samples"]
+
+
+def field_values(name: str) -> list[Any]:
+    if name.endswith("_id") and name != "campaign_id":
+        return UUID_VALUES + GENERIC_VALUES
+    if name in ("started_at", "measured_at", "sent_at"):
+        return TIMESTAMP_VALUES + GENERIC_VALUES
+    if name in ("url", "error_detail", "method"):
+        return STRING_VALUES + GENERIC_VALUES
+    if name == "error_kind":
+        return ERROR_KINDS + GENERIC_VALUES
+    if name == "wire_version":
+        return [1, 2, 0, "1", 1.0, True, None]
+    return INT_BOUNDARIES + GENERIC_VALUES
+
+
+def mutate_tcp_info(rng: random.Random, tcp_info: dict[str, Any]) -> Any:
+    choice = rng.randrange(7)
+    if choice == 0:
+        return {**tcp_info, rng.choice(["bogus", "RTT", "rtt ", ""]): 1}
+    if choice == 1:
+        return {**tcp_info, rng.choice(wire.TCP_INFO_FIELDS): rng.choice(INT_BOUNDARIES + GENERIC_VALUES)}
+    if choice == 2:
+        return {name: rng.randint(0, 2**40) for name in wire.TCP_INFO_FIELDS}  # every field: allowed
+    if choice == 3:
+        return {}
+    if choice == 4:
+        return rng.choice([[], None, "x", 1, [["rtt", 1]]])
+    if choice == 5:
+        return {name: 2**63 - 1 for name in rng.sample(wire.TCP_INFO_FIELDS, 5)}
+    return tcp_info
+
+
+def mutate_record(rng: random.Random, record: dict[str, Any], fields: list[str]) -> None:
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        action = rng.randrange(10)
+        name = rng.choice(fields)
+        if action == 0:
+            record.pop(name, None)
+        elif action == 1:
+            record[rng.choice(["extra", "Trial_id", "tcp_info_", "_"])] = rng.choice(GENERIC_VALUES)
+        elif name == "tcp_info":
+            record[name] = mutate_tcp_info(rng, record[name])
+        else:
+            record[name] = rng.choice(field_values(name))
+
+
+def make_sample(rng: random.Random, probe_id: str) -> dict[str, Any]:
+    return {"sample_id": str(uuid.uuid4()), "probe_id": probe_id, "origin_id": str(uuid.uuid4()),
+            "measured_at": wire.utc_timestamp(), "min_rtt_us": rng.randint(0, 10**6),
+            "bottleneck_bps": rng.choice([None, 1, 10**9]), "transfer_bytes": rng.randint(0, 10**6),
+            "method": rng.choice(["packet_pair", "bulk"])}
+
+
+def make_document(rng: random.Random) -> Any:
+    probe_id = str(uuid.uuid4())
+    trials = [make_trial(probe_id, rng.choice([None, str(uuid.uuid4())]), rng.choice([None, 1, 7]),
+                         arm_iw=rng.choice([1, 3, 10, 1000]))
+              for _ in range(rng.randrange(4))]
+    samples = [make_sample(rng, probe_id) for _ in range(rng.randrange(3))]
+    document: dict[str, Any] = make_batch(probe_id, trials, samples)
+    kind = rng.randrange(10)
+    if kind == 0:
+        return document  # valid
+    if kind <= 5 and trials:
+        mutate_record(rng, rng.choice(trials), TRIAL_FIELDS)
+    elif kind <= 7 and samples:
+        mutate_record(rng, rng.choice(samples), SAMPLE_FIELDS)
+    elif kind == 8:
+        mutate_record(rng, document, ENVELOPE_FIELDS)
+    else:
+        document[rng.choice(["trials", "path_samples"])] = rng.choice([None, {}, [1], [None], "x", [[]]])
+    return document
+
+
+def raw_oddities(rng: random.Random) -> list[bytes]:
+    """Bodies that no ``json.dumps`` of a dict produces."""
+    probe_id = str(uuid.uuid4())
+    good = json.dumps(make_batch(probe_id, [make_trial(probe_id)]))
+    trial_id = json.loads(good)["trials"][0]["trial_id"]
+    return [
+        good.replace('"round": 0', '"round": 0, "round": 1').encode(),
+        good.replace('"round": 0', '"round": 0, "round": -1').encode(),
+        good.replace('"round": 0', '"round": -1, "round": 0').encode(),
+        good.replace('"wire_version": 1', '"wire_version": 1, "wire_version": 2').encode(),
+        good.replace('"rtt": 20500', '"rtt": 20500, "rtt": 1').encode(),
+        good.replace('"rtt": 20500', '"rtt": 20500, "rtt": -1').encode(),
+        good.replace('"round": 0', '"round": 0e0').encode(),
+        good.replace('"round": 0', '"round": -0').encode(),
+        good.replace('"round": 0', '"round": 00').encode(),
+        good.replace('"round": 0', '"round": NaN').encode(),
+        good.replace('"round": 0', '"round": Infinity').encode(),
+        good.replace('"url": "', '"url": "\\ud800').encode(),
+        good.replace('"url": "', '"url": "\\u00e9\\t').encode(),
+        good.replace('"url": "', '"url": "\xff').encode("latin-1"),
+        good.replace(trial_id, trial_id.upper()).encode(),
+        good.replace(trial_id, trial_id + "\\n").encode(),
+        good.replace(trial_id, trial_id[:8] + "\\u002d" + trial_id[9:]).encode(),
+        (good + " ").encode(), ("\n" + good).encode(), (good + "x").encode(), (good + "{}").encode(),
+        good[:-1].encode(), b"", b"null", b"[]", b"1", b'"x"', b"{}",
+        good.encode("utf-8-sig"),
+    ]
+
+
+def pydantic_verdict(body: bytes) -> TrialBatchIn | None:
+    try:
+        return TrialBatchIn.model_validate_json(body)
+    except ValidationError:
+        return None
+
+
+def fast_verdict(body: bytes) -> fastwire.FastTrialBatch | None:
+    try:
+        return fastwire.decode_trial_batch(body)
+    except fastwire.FastDecodeRefused:
+        return None
+
+
+def service_verdict(body: bytes) -> fastwire.FastTrialBatch | None:
+    """What the upload route decides (fast path, pydantic when the fast path refuses)."""
+    try:
+        return fastwire.decode_or_refuse(body)
+    except ValidationError:
+        return None
+
+
+def assert_same_reading(reference: TrialBatchIn, fast: fastwire.FastTrialBatch) -> None:
+    assert (fast.batch_id, fast.probe_id, fast.sent_at) == (reference.batch_id, reference.probe_id, reference.sent_at)
+    assert fast.sent_at.utcoffset() == reference.sent_at.utcoffset()
+    assert len(fast.trials) == len(reference.trials) and len(fast.path_samples) == len(reference.path_samples)
+    for trial, started_at, expected in zip(fast.trials, fast.started_at, reference.trials):
+        for name in TRIAL_FIELDS:
+            if name != "started_at":
+                assert getattr(trial, name) == getattr(expected, name), name
+        assert started_at == expected.started_at and started_at.utcoffset() == expected.started_at.utcoffset()
+    for sample, measured_at, expected_sample in zip(fast.path_samples, fast.measured_at, reference.path_samples):
+        for name in SAMPLE_FIELDS:
+            if name != "measured_at":
+                assert getattr(sample, name) == getattr(expected_sample, name), name
+        assert measured_at == expected_sample.measured_at
+
+
+def check(body: bytes, duplicate_keys: bool = False) -> bool:
+    """The route's verdict on ``body`` is pydantic's, with pydantic's values; returns whether it was accepted.
+
+    The fast decoder alone must agree too, except that it may refuse bodies with duplicate keys
+    (``duplicate_keys``), which pydantic reads last-value-wins: the route then stores pydantic's reading.
+    """
+    reference, fast, service = pydantic_verdict(body), fast_verdict(body), service_verdict(body)
+    assert (reference is None) == (service is None), (
+        f"pydantic {'accepts' if reference else 'refuses'}, the route {'accepts' if service else 'refuses'}: "
+        f"{body[:600]!r}")
+    if fast is not None:
+        assert reference is not None, f"fast decoder accepts what pydantic refuses: {body[:600]!r}"
+        assert_same_reading(reference, fast)
+    elif not duplicate_keys:
+        assert reference is None, f"fast decoder refuses what pydantic accepts: {body[:600]!r}"
+    if reference is not None and service is not None:
+        assert_same_reading(reference, service)
+    return reference is not None
+
+
+def test_fast_decoder_agrees_with_pydantic_on_generated_batches() -> None:
+    rng = random.Random(20261122)
+    verdicts = [check(json.dumps(make_document(rng)).encode()) for _ in range(CASES)]
+    # The corpus must exercise both sides substantially, or the comparison shows little.
+    assert CASES * 0.15 < sum(verdicts) < CASES * 0.85, sum(verdicts)
+
+
+def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
+    rng = random.Random(7)
+    verdicts = [check(body, duplicate_keys=index < 6) for _ in range(3)
+                for index, body in enumerate(raw_oddities(rng))]
+    assert any(verdicts) and not all(verdicts)
+
+
+@pytest.mark.parametrize("timestamp", TIMESTAMP_VALUES)
+def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
+    probe_id = str(uuid.uuid4())
+    check(json.dumps(make_batch(probe_id, [make_trial(probe_id, started_at=timestamp)])).encode())
+    check(json.dumps(make_batch(probe_id, [], [make_sample(random.Random(1), probe_id) | {
+        "measured_at": timestamp}]) | {"sent_at": timestamp}).encode())
+
+
+def test_refused_batches_still_name_every_bad_record(client: httpx.Client, probe: Enrolled) -> None:
+    """The fast path refuses at the first error; the 422 body still lists all of them (pydantic's)."""
+    trials = [make_trial(probe.id) for _ in range(5)]
+    trials[1]["arm_iw"] = 0
+    trials[3]["started_at"] = "2026-11-22 10:00:00"
+    trials[4]["tcp_info"] = {"rtt": -1}
+    response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials), headers=probe.headers)
+    assert response.status_code == 422, response.text
+    named = {(error["index"], error["field"], error["record_id"]) for error in response.json()["detail"]["errors"]}
+    assert named == {(1, "arm_iw", trials[1]["trial_id"]), (3, "started_at", trials[3]["trial_id"]),
+                     (4, "tcp_info.rtt", trials[4]["trial_id"])}
+
+
+def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, probe: Enrolled,
+                                                         db_engine: Engine) -> None:
+    odd = make_trial(probe.id, url="http://h/a\tb\nc\\d\re\u00e9\U0001f600\\N", error_kind="other",
+                     error_detail="\\N", started_at="2026-11-21T23:30:00.5+05:30", http_status=None,
+                     dns_us=None, connect_us=None, ttfb_us=None, total_us=None,
+                     tcp_info={"rtt": 2**63 - 1, "min_rtt": 0, "delivery_rate": 5})
+    empty = make_trial(probe.id, url="\\", error_detail="", tcp_info={})
+    response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [odd, empty]), headers=probe.headers)
+    assert response.status_code == 200 and response.json()["accepted"] == 2, response.text
+    with db_engine.connect() as connection:
+        rows = {str(row["trial_id"]): row for row in connection.execute(
+            text("SELECT * FROM trials WHERE probe_id = :p"), {"p": probe.id}).mappings()}
+    stored = rows[odd["trial_id"]]
+    assert stored["url"] == odd["url"] and stored["error_detail"] == "\\N" and stored["error_kind"] == "other"
+    assert stored["started_at"] == dt.datetime(2026, 11, 21, 18, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert (stored["http_status"], stored["dns_us"], stored["total_us"]) == (None, None, None)
+    assert (stored["tcpi_rtt_us"], stored["tcpi_min_rtt_us"], stored["tcpi_segs_in"]) == (2**63 - 1, 0, None)
+    assert stored["tcp_info"] == odd["tcp_info"]
+    other = rows[empty["trial_id"]]
+    assert (other["url"], other["error_detail"], other["tcp_info"], other["tcpi_rtt_us"]) == ("\\", "", {}, None)
