@@ -15,6 +15,8 @@ from iwscope_lab.stack import Stack, local_stack
 from iwscope_lab.topology import Topology
 
 console = Console(stderr=True)
+#: The reproduction's own API port (the demo stack uses 8700).
+REPRODUCE_API_PORT = 8701
 
 
 def _int_list(value: str | None) -> tuple[int, ...] | None:
@@ -99,11 +101,16 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
     unknown = sorted(set(only) - known)
     if unknown:
         raise click.BadParameter(f"unknown experiments {unknown}; known: {sorted(known)}", param_hint="--only")
+    # A stack of its own (database, Redis db, queue, port): the paper's sweep probes must not
+    # mix with the demo's regions, and a running demo stack keeps running.
+    stack = local_stack(api_port=REPRODUCE_API_PORT, dashboard_port=None, database="iwscope_reproduce",
+                        redis_db=1, celery_queue="iwscope-reproduce").start(beat=False)
     try:
-        with _stack() as stack:
-            reproduce(out_dir, stack, quick=quick, only=only, console=console)
+        reproduce(out_dir, stack, quick=quick, only=only, console=console)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
+    finally:
+        stack.stop()
     console.print(f"report: {out_dir / 'report.html'}\nsummary: {out_dir / 'summary.json'}")
 
 

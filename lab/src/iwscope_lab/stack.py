@@ -39,6 +39,8 @@ class Stack:
     api_port: int = API_PORT
     dashboard_port: int | None = DASHBOARD_PORT
     run_dir: pathlib.Path = field(default_factory=lambda: default_stack().run_dir)
+    #: Celery queue of this stack's API and worker (two stacks on one Redis stay apart).
+    celery_queue: str = "iwscope"
     pids: dict[str, int] = field(default_factory=dict)
     #: Extra environment of the stack's processes (e.g. ``IWSCOPE_CELERY_QUEUE`` for a private queue).
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -183,6 +185,7 @@ class Stack:
         data = json.loads(path.read_text())
         stack = cls(database_url=data["database_url"], redis_url=data["redis_url"],
                     api_port=data["api_port"], dashboard_port=data.get("dashboard_port"),
+                    celery_queue=data.get("celery_queue", "iwscope"),
                     run_dir=run_dir, pids=data["pids"])
         if all(_alive(pid) for pid in stack.pids.values()) and _http_ok(stack.local_api_url + "/readyz"):
             stack.activate()
@@ -194,20 +197,42 @@ class Stack:
         return self.run_dir / "stack.json"
 
     def _describe(self) -> dict[str, Any]:
-        return {"database_url": self.database_url, "redis_url": self.redis_url, "api_port": self.api_port,
+        return {"database_url": self.database_url, "redis_url": self.redis_url, "celery_queue": self.celery_queue,
+                "api_port": self.api_port,
                 "dashboard_port": self.dashboard_port, "pids": self.pids}
 
 
-def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD_PORT) -> Stack:
-    """A stack on ``DATABASE_URL`` / ``REDIS_URL``, or on the local services (started if needed)."""
+def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD_PORT, *,
+                database: str | None = None, redis_db: int = 0, celery_queue: str = "iwscope") -> Stack:
+    """A stack on ``DATABASE_URL`` / ``REDIS_URL``, or on the local services (started if needed).
+
+    ``database`` (created if missing), ``redis_db`` and ``celery_queue`` keep a second stack
+    (e.g. the reproduction's) apart from the demo's on the same services.
+    """
     database_url = os.environ.get("DATABASE_URL")
     redis_url = os.environ.get("REDIS_URL")
     if not database_url or not redis_url:
         services = default_stack()
         services.start()
         database_url = database_url or services.database_url
-        redis_url = redis_url or services.redis_url
-    return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port)
+        redis_url = redis_url or services.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
+    if database:
+        database_url = _ensure_database(database_url, database)
+    return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port,
+                 celery_queue=celery_queue)
+
+
+def _ensure_database(database_url: str, name: str) -> str:
+    """``database_url`` pointing at database ``name``, created on that server if missing."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    admin = url.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}"')
+    return url.set(database=name).render_as_string(hide_password=False)
 
 
 @contextlib.contextmanager
