@@ -9,9 +9,13 @@ one campaign created through the API with ``arrival_rate_per_s`` (Poisson arriva
 Everything runs through the product: real agents, the API, the worker, ``fairness()``.
 
 The arrival rate of a phase is ``lambda = load x C / (mean short-flow bytes x 8)``.  The
-background flow's size is its fair share of what the short flows leave over the arrival
-period, ``(1 - load) x C x T / 8`` with ``T = flows / lambda``, so it runs about as long as
-the short flows arrive (it is a fixed-size transfer: its tail may run uncontended).
+background flow carries ``B = C x T / 8`` bytes with ``T = flows / lambda``: alone it fills
+the link for the whole arrival period, so alongside the short flows it is busy while every
+one of them arrives, and since the link carries at most ``C`` it cannot finish before
+``(B + S) / C`` (``S``: the short flows' bytes, ``load x C x T / 8``): its throughput drops
+to at most ``C / (1 + load)`` while alone it approaches ``C``.  How far below that bound it
+lands, and what the short flows' completion times and retransmissions are per IW, is what
+the phase measures.  (A fixed-size transfer: its tail after the last arrival runs alone.)
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign, _utc_now
+from iwscope_lab.campaign import BASE_PORT, CampaignPlan, CampaignResult, LabCampaign, _utc_now
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -52,6 +56,12 @@ class FairnessCampaign(LabCampaign):
     """A :class:`LabCampaign` whose campaign carries the offered-load fields."""
 
     plan: FairnessPlan
+
+    def _origin_args(self, host: Host) -> list[str]:
+        """The origin also serves the background flow's arm (which may not be a short-flow arm)."""
+        arms = sorted(set(self.plan.arms) | ({self.plan.background_iw} if self.plan.background_iw else set()))
+        return ["--arms", ",".join(map(str, arms)), "--base-port", str(BASE_PORT),
+                "--state-dir", str(self._host_state_dir(host))]
 
     def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
         now = _utc_now()
@@ -101,7 +111,7 @@ def phase_plan(name: str, mix: Sequence[int], load: float, bottleneck: Bottlenec
     mean_bytes = sum(sizes) / len(sizes)
     rate = load * bottleneck.rate_bps / (mean_bytes * 8)
     arrival_span_s = per_arm * len(mix) * len(sizes) / rate
-    background_bytes = int(max(100_000, (1 - load) * bottleneck.rate_bps / 8 * arrival_span_s)) if background else None
+    background_bytes = int(max(100_000, bottleneck.rate_bps / 8 * arrival_span_s)) if background else None
     return FairnessPlan(name=name, arms=tuple(mix), sizes=tuple(sizes) * per_arm, repetitions=1,
                         calibrate=True, arrival_rate_per_s=round(rate, 4), background_bytes=background_bytes,
                         background_iw=background_iw if background else None)

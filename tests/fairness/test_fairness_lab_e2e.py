@@ -1,0 +1,85 @@
+"""A small offered-load campaign end to end: a real probe and origin in namespaces behind a
+4 Mbit/s, 100 ms bottleneck with a one-BDP buffer, Poisson arrivals of short flows and a
+background flow, through the API and the worker, read back with ``fairness()``."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from iwprobe import wire
+from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
+from iwscope_lab.stack import Stack
+
+BOTTLENECK = Bottleneck(rate_bps=4e6, rtt_ms=100.0)
+LOAD = 0.6
+FLOWS = 24
+
+
+@pytest.fixture(scope="module")
+def phases(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, list[PhaseResult]]]:
+    api = _api_server_process
+    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=api.port,  # type: ignore[attr-defined]
+                  dashboard_port=None, run_dir=tmp_path_factory.mktemp("fairlab"))
+    try:
+        results = run_fairness(stack, bottleneck=BOTTLENECK, loads=(LOAD,), mixes=((3,), (10,)), flows=FLOWS,
+                               prefix="iwt", timeout_s=120, show_progress=False)
+        yield stack, results
+    finally:
+        stack.close_sessions()
+
+
+def _trials(stack: Stack, campaign_id: int) -> list[object]:
+    with stack.session() as session:
+        return list(session.execute(text(
+            "SELECT url, arm_iw, object_size, started_at, total_us, error_kind, server_total_retrans, "
+            "server_bytes_retrans, server_bytes_sent, joined_at FROM trials WHERE campaign_id = :c "
+            "ORDER BY started_at"), {"c": campaign_id}).all())
+
+
+def test_every_flow_stored_and_joined(phases: tuple[Stack, list[PhaseResult]]) -> None:
+    stack, results = phases
+    for result in results:
+        assert result.campaign.stored_per_probe == {"client": result.campaign.expected_per_probe}
+        assert result.campaign.unjoined == 0
+        rows = _trials(stack, result.campaign.campaign_id)
+        roles = [wire.flow_role(row.url) for row in rows]
+        assert roles.count("background") == 1 and roles.count("background-alone") == 1
+        assert roles.count("short") == len(result.plan.sizes or ()) * len(result.mix)
+        assert all(row.error_kind is None for row in rows)
+
+
+def test_short_flows_arrive_as_a_poisson_process_and_overlap(phases: tuple[Stack, list[PhaseResult]]) -> None:
+    stack, results = phases
+    for result in results:
+        short = [row for row in _trials(stack, result.campaign.campaign_id) if wire.flow_role(row.url) == "short"]
+        starts = [row.started_at.timestamp() for row in short]
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        mean_gap = statistics.fmean(gaps)
+        expected_gap = 1 / float(result.plan.arrival_rate_per_s or 1)
+        # 23 exponential gaps: the sample mean is within a factor 2 of 1/lambda with overwhelming probability.
+        assert expected_gap / 2 < mean_gap < expected_gap * 2, (mean_gap, expected_gap)
+        # Exponential gaps have a coefficient of variation of 1; evenly spaced or sequential ones near 0.
+        assert statistics.pstdev(gaps) / mean_gap > 0.5, gaps
+        overlapping = sum(1 for a, b in zip(short, short[1:])
+                          if b.started_at.timestamp() < a.started_at.timestamp() + a.total_us / 1e6)
+        assert overlapping >= 1, "no two short flows were ever in flight together"
+
+
+def test_background_flow_pays_for_the_short_flows(phases: tuple[Stack, list[PhaseResult]]) -> None:
+    _stack, results = phases
+    for result in results:
+        points = {(p["flow"], p["iw"]): p for p in result.points}
+        alone, competing = points[("background-alone", 3)], points[("background", 3)]
+        for point in (alone, competing):
+            assert 0 < point["throughput_bps"] < BOTTLENECK.rate_bps * 1.02
+            assert point["bytes_retrans_share"] is not None  # the origin's retransmissions are recorded
+        # Sharing the bottleneck with short flows at offered load 0.6 costs the long flow throughput.
+        assert competing["throughput_bps"] < 0.9 * alone["throughput_bps"], (competing, alone)
+        short = points[("short", result.mix[0])]
+        assert short["n"] == FLOWS and short["fct_mean_ms"] > BOTTLENECK.rtt_ms
+        assert short["offered_load"] == pytest.approx(LOAD, rel=0.15)
