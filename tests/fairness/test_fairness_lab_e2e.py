@@ -4,7 +4,10 @@ background flow, through the API and the worker, read back with ``fairness()``."
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -83,3 +86,34 @@ def test_background_flow_pays_for_the_short_flows(phases: tuple[Stack, list[Phas
         short = points[("short", result.mix[0])]
         assert short["n"] == FLOWS and short["fct_mean_ms"] > BOTTLENECK.rtt_ms
         assert short["offered_load"] == pytest.approx(LOAD, rel=0.15)
+
+
+DASHBOARD_SCRIPT = """
+import dataclasses, importlib, json, sys
+import dash
+from iwscope.analysis import Filters
+from iwscope_dashboard.app import create_app
+from iwscope_dashboard.pagedata import fairness_data
+from iwscope_dashboard.pagekit import query
+create_app(sys.argv[1], cache_seconds=0)
+page = importlib.import_module(next(p for p in dash.page_registry.values() if p["path"] == "/fairness")["module"])
+points = query(fairness_data, Filters(campaign_ids=tuple(json.loads(sys.argv[2]))))
+figure = page.fairness_figure([dataclasses.asdict(point) for point in points])
+print(json.dumps([{"name": trace.name, "x": list(trace.x), "y": list(trace.y)} for trace in figure.data]))
+"""
+
+
+def test_dashboard_fairness_page_draws_the_phases(phases: tuple[Stack, list[PhaseResult]], database_url: str) -> None:
+    """The Fairness page's figure, built by the dashboard from the database (own process: one app per process)."""
+    _stack, results = phases
+    ids = [result.campaign.campaign_id for result in results]
+    answer = subprocess.run([sys.executable, "-c", DASHBOARD_SCRIPT, database_url, json.dumps(ids)],
+                            capture_output=True, text=True, timeout=120, check=True)
+    traces = {trace["name"]: trace for trace in json.loads(answer.stdout.strip().splitlines()[-1])}
+    assert {"background alone", "background with short flows", "short IW3", "short IW10"} <= set(traces)
+    assert len(traces["background alone"]["x"]) == len(ids)
+    for alone, competing in zip(traces["background alone"]["y"], traces["background with short flows"]["y"]):
+        assert 0 < competing < alone < BOTTLENECK.rate_bps / 1e6
+    # Each single-IW phase has completion times for its own IW only.
+    assert sum(value is not None for value in traces["short IW3"]["y"]) == 1
+    assert sum(value is not None for value in traces["short IW10"]["y"]) == 1

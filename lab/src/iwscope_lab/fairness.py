@@ -168,3 +168,23 @@ def summary_rows(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
                                             "throughput_bps", "fct_mean_ms", "fct_p50_ms", "fct_p90_ms",
                                             "retrans_flow_share", "bytes_retrans_share")}})
     return rows
+
+
+#: Key of the fairness experiment in ``iwscope lab reproduce --only`` and in ``summary.json``.
+FAIRNESS_KEY = "fairness"
+
+
+def reproduce_fairness(stack: Stack, *, quick: bool, show_progress: bool = True) -> dict[str, Any]:
+    """The IETF 78 fairness testbed for ``iwscope lab reproduce``: JSON-ready summary.
+
+    Quick: a 4 Mbit/s, 100 ms bottleneck, 24 short flows per phase; full: 20 Mbit/s, 300 ms
+    (the slides' bottleneck), 120 short flows per phase.  Loads 0.5 and 0.9, mixes IW3, IW10,
+    50/50; the background flow starts with IW3.
+    """
+    bottleneck = Bottleneck(4e6, 100.0) if quick else Bottleneck(20e6, 300.0)
+    flows = 24 if quick else 120
+    results = run_fairness(stack, bottleneck=bottleneck, loads=(0.5, 0.9), flows=flows,
+                           timeout_s=300 if quick else 900, show_progress=show_progress)
+    return {"title": "Offered load and fairness (IETF 78 testbed)",
+            "bottleneck": dataclasses.asdict(bottleneck), "flows_per_phase": flows,
+            "phases": [result.to_dict() for result in results], "rows": summary_rows(results)}

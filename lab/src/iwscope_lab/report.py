@@ -145,6 +145,12 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
             continue
         sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False))
         first = False
+    fairness_section = ""
+    if summary.get("fairness"):
+        from iwscope_lab.fairness_report import fairness_figure, fairness_table
+
+        fairness_section = (fairness_figure(summary["fairness"]).to_html(
+            full_html=False, include_plotlyjs="inline" if first else False) + fairness_table(summary["fairness"]))
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
              "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}")
     body = "\n".join(sections)
@@ -153,5 +159,5 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
             f"<p>Generated {html.escape(summary['generated_at'])}. Metric: {html.escape(summary['metric'])}. "
             f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake). Rows over "
             f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
-            f"{body}<h2>Measured vs model</h2>{model_table(summary)}</body></html>")
+            f"{body}<h2>Measured vs model</h2>{model_table(summary)}{fairness_section}</body></html>")
     path.write_text(page, encoding="utf-8")

@@ -245,6 +245,11 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
             "points": [asdict(point) for point in points],
         }
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    from iwscope_lab.fairness import FAIRNESS_KEY, reproduce_fairness
+
+    if not only or FAIRNESS_KEY in only:
+        summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     from iwscope_lab.report import write_report
 
     write_report(summary, out_dir / "report.html")

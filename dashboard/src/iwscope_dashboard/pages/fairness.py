@@ -1,19 +1,21 @@
-"""Fairness: throughput and retransmissions of IW3 and IW10 flows competing for one bottleneck.
+"""Fairness: what a larger initial window costs the *other* traffic at a shared bottleneck.
 
-The campaigns record competing-flow runs later (the IETF slides' testbed: a 50/50 mix of IW3
-and IW10 flows at 0.95 offered load); until then ``fairness`` returns nothing and the page
-explains what will appear. ``FairnessPoint``'s fields are not fixed yet, so the page draws
-any numeric field whose name says throughput or retransmissions, per IW, and lists all points.
+Offered-load campaigns (``arrival_rate_per_s``: short flows at Poisson arrivals) with a
+background flow (``background_bytes``: one long-lived flow measured alone, then alongside the
+short flows) produce :class:`~iwscope.analysis.FairnessPoint` rows per campaign (a phase:
+IW mix x offered load) x flow role x IW.  The page draws the background flow's throughput
+alone vs competing, the short flows' completion time per IW, and retransmissions of both;
+every point is listed below.  Without such campaigns the page explains what will appear.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from typing import Any
 
 import dash
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 from dash import Output, callback, dash_table, html
 
 from iwscope_dashboard.figures import ARM_PALETTE, TEMPLATE, empty_figure
@@ -44,33 +46,40 @@ def layout(**url_query: Any) -> html.Div:
     )
 
 
-def _numeric_fields(rows: list[dict[str, Any]], word: str) -> list[str]:
-    if not rows:
-        return []
-    return [k for k, v in rows[0].items() if word in k.lower() and isinstance(v, (int, float)) and not isinstance(v, bool)]
+def _phase_label(row: dict[str, Any]) -> str:
+    load = f", load {row['offered_load']:.2f}" if row.get("offered_load") is not None else ""
+    return f"#{row['campaign_id']} IW{row['mix']}{load}"
 
 
 def fairness_figure(rows: list[dict[str, Any]]) -> go.Figure:
-    """Mean of each throughput / retransmission field per IW (grouped bars)."""
-    fields = _numeric_fields(rows, "throughput") + _numeric_fields(rows, "retrans")
-    if not fields or "iw" not in rows[0]:
-        return empty_figure("Competing-flow points have no per-IW throughput fields to draw; see the table below.")
-    sums: dict[tuple[int, str], list[float]] = defaultdict(list)
+    """Background throughput alone vs competing; short-flow FCT per IW; retransmitted bytes."""
+    phases: dict[int, str] = {}
     for row in rows:
-        for field in fields:
-            if row.get(field) is not None:
-                sums[(int(row["iw"]), field)].append(float(row[field]))
-    fig = go.Figure()
-    for index, iw in enumerate(sorted({iw for iw, _ in sums})):
-        fig.add_trace(
-            go.Bar(
-                x=fields,
-                y=[sum(sums[(iw, f)]) / len(sums[(iw, f)]) if sums[(iw, f)] else None for f in fields],
-                name=f"IW{iw}",
-                marker_color=ARM_PALETTE[index % len(ARM_PALETTE)],
-            )
-        )
-    fig.update_layout(barmode="group", template=TEMPLATE, title="Competing flows: mean per initial window", height=380)
+        phases.setdefault(int(row["campaign_id"]), _phase_label(row))
+    order = sorted(phases)
+    labels = [phases[c] for c in order]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("Background flow throughput (Mbit/s)",
+                                                        "Short flows: mean completion time (ms)",
+                                                        "Retransmitted bytes (% of sent)"))
+
+    def series(flow: str, iw: int | None, field: str, scale: float) -> list[float | None]:
+        values = {int(r["campaign_id"]): r[field] for r in rows if r["flow"] == flow and (iw is None or r["iw"] == iw)}
+        return [values[c] * scale if values.get(c) is not None else None for c in order]
+
+    for index, (flow, name) in enumerate((("background-alone", "background alone"),
+                                          ("background", "background with short flows"))):
+        fig.add_trace(go.Bar(x=labels, y=series(flow, None, "throughput_bps", 1e-6), name=name,
+                             marker_color=ARM_PALETTE[(index + 4) % len(ARM_PALETTE)], legendgroup="bg"), row=1, col=1)
+    fig.add_trace(go.Bar(x=labels, y=series("background", None, "bytes_retrans_share", 100), name="background retrans",
+                         marker_color=ARM_PALETTE[5 % len(ARM_PALETTE)], legendgroup="bg", showlegend=False),
+                  row=1, col=3)
+    for index, iw in enumerate(sorted({int(r["iw"]) for r in rows if r["flow"] == "short"})):
+        color = ARM_PALETTE[index % len(ARM_PALETTE)]
+        fig.add_trace(go.Bar(x=labels, y=series("short", iw, "fct_mean_ms", 1.0), name=f"short IW{iw}",
+                             marker_color=color, legendgroup=f"iw{iw}"), row=1, col=2)
+        fig.add_trace(go.Bar(x=labels, y=series("short", iw, "bytes_retrans_share", 100), name=f"short IW{iw} retrans",
+                             marker_color=color, legendgroup=f"iw{iw}", showlegend=False), row=1, col=3)
+    fig.update_layout(barmode="group", template=TEMPLATE, title="Competing flows per phase (campaign)", height=420)
     return fig
 
 
