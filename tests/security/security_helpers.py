@@ -1,0 +1,169 @@
+"""Helpers of the security tests (a unique module name: no clash with other parts' helpers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from iwprobe import wire
+
+
+@dataclass
+class Enrolled:
+    """A probe or origin enrolled through the API."""
+
+    id: str
+    credential: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.credential}"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def enroll_probe(client: httpx.Client, enroll_token: str, region: str = "sec-test") -> Enrolled:
+    response = client.post(wire.PROBE_ENROLL_PATH, headers=bearer(enroll_token), json={
+        "name": f"sec-probe-{uuid.uuid4().hex[:6]}", "region": region, "country": "DE", "asn": 3320,
+        "labels": {}, "version": "0.1.0"})
+    assert response.status_code == 201, response.text
+    return Enrolled(response.json()["id"], response.json()["credential"])
+
+
+def enroll_origin(client: httpx.Client, origin_token: str) -> Enrolled:
+    response = client.post(wire.ORIGIN_ENROLL_PATH, headers=bearer(origin_token), json={
+        "name": f"sec-origin-{uuid.uuid4().hex[:6]}", "region": "sec-test", "host": "10.0.0.1",
+        "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}], "version": "0.1.0"})
+    assert response.status_code == 201, response.text
+    return Enrolled(response.json()["id"], response.json()["credential"])
+
+
+def make_trial(probe_id: str, **overrides: Any) -> dict[str, Any]:
+    """A valid wire ``TrialRecord`` as a dict."""
+    record: dict[str, Any] = {
+        "trial_id": wire.new_id(), "probe_id": probe_id, "campaign_id": None, "origin_id": None,
+        "round": 0, "arm_iw": 10, "object_size": 100_000, "url": "http://10.0.0.1:8010/obj/100000",
+        "started_at": wire.utc_timestamp(), "dns_us": 0, "connect_us": 20_000, "ttfb_us": 21_000,
+        "total_us": random.randint(20_000, 400_000), "bytes_received": 100_250, "http_status": 200,
+        "error_kind": None, "error_detail": None, "syn_retrans": 0,
+        "tcp_info": {"rtt": 20_500, "min_rtt": 20_000, "total_retrans": 0}}
+    record.update(overrides)
+    return record
+
+
+def make_batch(probe_id: str, trials: list[dict[str, Any]],
+               path_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"wire_version": 1, "batch_id": wire.new_id(), "probe_id": probe_id, "sent_at": wire.utc_timestamp(),
+            "trials": trials, "path_samples": path_samples or []}
+
+
+def make_path_sample(probe_id: str, origin_id: str, **overrides: Any) -> dict[str, Any]:
+    record = {"sample_id": wire.new_id(), "probe_id": probe_id, "origin_id": origin_id,
+              "measured_at": wire.utc_timestamp(), "min_rtt_us": 19_500, "bottleneck_bps": 10_000_000,
+              "transfer_bytes": 2_000_000, "method": "delivery_rate_max"}
+    record.update(overrides)
+    return record
+
+
+def make_observation(trial_id: str, origin_id: str, **overrides: Any) -> dict[str, Any]:
+    record = {
+        "trial_id": trial_id, "origin_id": origin_id, "arm_iw": 10, "port": 8010, "client_addr": "10.0.1.2",
+        "object_size": 100_000, "request_at": wire.utc_timestamp(), "first_byte_us": 150,
+        "response_latency_us": 90_000, "snd_cwnd_at_accept": 10, "cwnd_mismatch": False, "rwnd_limited": False,
+        "peer_rwnd": 65_535, "http_status": 200, "error_kind": None, "tcp_info": {"total_retrans": 0}}
+    record.update(overrides)
+    return record
+
+
+def make_observation_batch(origin_id: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"wire_version": 1, "batch_id": wire.new_id(), "origin_id": origin_id, "sent_at": wire.utc_timestamp(),
+            "observations": observations}
+
+
+#: Tables the worker derives from stored rows (never written by a request directly).
+DERIVED_TABLE_MARKERS = ("rollup", "path_estimates", "celery", "alembic_version")
+
+
+def table_fingerprints(engine: Engine) -> dict[str, str]:
+    """Row count and md5 of the sorted rows of every table the API writes (the session database is small)."""
+    with engine.connect() as connection:
+        tables = connection.execute(text(
+            "SELECT quote_ident(c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+            "ORDER BY 1")).scalars().all()
+        fingerprints = {}
+        for table in tables:
+            if any(marker in table for marker in DERIVED_TABLE_MARKERS):
+                continue
+            row = connection.execute(text(
+                f"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM {table} t")).one()
+            fingerprints[table] = f"{row[0]}:{row[1]}"
+    return fingerprints
+
+
+# ----------------------------------------------------------------------------- test PKI
+@dataclass
+class Pki:
+    """A CA made at test time and a server certificate it signed (files in ``directory``)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), label: str = "ca") -> Pki:
+    """A self-signed CA (``label``) and a leaf for ``hosts`` (IP addresses or DNS names)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (x509.CertificateBuilder().subject_name(_name(f"iwscope test {label}"))
+               .issuer_name(_name(f"iwscope test {label}")).public_key(ca_key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+               .not_valid_after(now + dt.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                            content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                            key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+               .sign(ca_key, hashes.SHA256()))
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    leaf = (x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(ca_cert.subject)
+            .public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pki = Pki(directory / f"{label}.pem", directory / f"{label}-server.pem", directory / f"{label}-server.key")
+    pki.ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    pki.cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    pki.key_file.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    pki.key_file.chmod(0o600)
+    return pki

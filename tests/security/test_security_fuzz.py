@@ -1,0 +1,178 @@
+"""schemathesis against the running API's published OpenAPI: no 5xx for anyone, and no data
+change without valid credentials.
+
+The fuzzer runs as its CLI (``st run``) in a subprocess against the session's real API
+process, once without credentials and once each with an admin token, a probe credential and
+an origin credential.  Counts (operations, requests, failures) are printed and written to
+``artifacts/security-fuzz.json`` for the closing note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import Engine
+
+from security_helpers import Enrolled, bearer, table_fingerprints
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMATHESIS = Path(sys.executable).with_name("st")
+#: Test cases per operation and phase (bounded so the four runs take about a minute).
+MAX_EXAMPLES = 20
+
+
+@dataclass
+class FuzzRun:
+    name: str
+    operations: int
+    test_cases: int
+    requests: int
+    failures: int
+    exit_code: int
+    seconds: float
+
+
+#: Server errors the fuzzer finds that belong to other parts (each pinned by a strict xfail test
+#: below, so the entry must go when the bug is fixed): (method, path) -> why.
+KNOWN_SERVER_ERRORS = {
+    ("GET", "/api/v1/analysis/trials"): "offset beyond bigint (e.g. 9480316990816186793984) reaches "
+                                        "PostgreSQL and fails there: 500 instead of 422",
+    ("PATCH", "/api/v1/campaigns/{campaign_id}"): "campaign_id beyond bigint reaches PostgreSQL: 500 instead "
+                                                  "of 404/422",
+}
+#: The wire schema's ``$id``: the batch operations refer to it (not resolvable over the network).
+WIRE_SCHEMA_ID = "https://iwscope.dev/schema/wire/v1.json"
+
+
+def resolvable_openapi(api_url: str) -> dict[str, object]:
+    """The published OpenAPI with the batch bodies' external ``$ref`` to the wire schema
+    (``WIRE_SCHEMA_ID``, which no fuzzer can fetch) inlined as ``components/schemas/wire_*``."""
+    from iwprobe import wire as wire_module
+
+    document = httpx.get(f"{api_url}/openapi.json", timeout=30).json()
+    wire_schema = json.loads((Path(wire_module.__file__).with_name("wire.schema.json")).read_text())
+
+    def rewrite(node: object) -> object:
+        if isinstance(node, dict):
+            result = {key: rewrite(value) for key, value in node.items() if key not in ("$id", "$schema")}
+            reference = node.get("$ref")
+            if isinstance(reference, str):
+                name = reference.split("#/$defs/", 1)[1] if "#/$defs/" in reference else None
+                if name and (reference.startswith(WIRE_SCHEMA_ID) or reference.startswith("#/$defs/")):
+                    result["$ref"] = f"#/components/schemas/wire_{name}"
+            return result
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        return node
+
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for name, definition in wire_schema.get("$defs", {}).items():
+        schemas[f"wire_{name}"] = rewrite(definition)
+    document["paths"] = rewrite(document["paths"])
+    return document
+
+
+def _run_schemathesis(api_url: str, schema_file: Path, name: str, headers: dict[str, str],
+                      out: Path) -> tuple[FuzzRun, list[str], str]:
+    out.mkdir(parents=True, exist_ok=True)
+    junit, ndjson = out / f"{name}.junit.xml", out / f"{name}.ndjson"
+    command = [str(SCHEMATHESIS), "run", str(schema_file), "--url", api_url, "--checks", "not_a_server_error",
+               "--max-examples", str(MAX_EXAMPLES), "--phases", "examples,coverage,fuzzing", "--seed", "8",
+               "--workers", "2", "--request-timeout", "30", "--no-color", "--generation-database", "none",
+               "--suppress-health-check", "all", "--max-failures", "50", "--report", "junit,ndjson",
+               "--report-junit-path", str(junit), "--report-ndjson-path", str(ndjson)]
+    for header, value in headers.items():
+        command += ["--header", f"{header}: {value}"]
+    started = time.monotonic()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=out,
+                               env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false", "NO_COLOR": "1"})
+    seconds = time.monotonic() - started
+    suites = ElementTree.parse(junit).getroot()
+    cases = suites.findall(".//testcase")
+    failed = [str(case.get("name")) for case in cases
+              if case.find("failure") is not None or case.find("error") is not None]
+    unknown = [name for name in failed if tuple(name.split(" ", 1)) not in KNOWN_SERVER_ERRORS]
+    run = FuzzRun(name, len(cases), _count_cases(ndjson), _count_requests(ndjson), len(failed),
+                  completed.returncode, round(seconds, 1))
+    return run, unknown, completed.stdout[-6000:] + completed.stderr[-3000:]
+
+
+def _events(ndjson: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in ndjson.read_text().splitlines() if line.strip()]
+
+
+def _count_requests(ndjson: Path) -> int:
+    """Requests sent: every recorded interaction of every finished scenario."""
+    total = 0
+    for event in _events(ndjson):
+        finished = event.get("ScenarioFinished")
+        if isinstance(finished, dict):
+            recorder = finished.get("recorder") or {}
+            total += len(recorder.get("interactions", {})) if isinstance(recorder, dict) else 0
+    return total
+
+
+def _count_cases(ndjson: Path) -> int:
+    total = 0
+    for event in _events(ndjson):
+        finished = event.get("ScenarioFinished")
+        if isinstance(finished, dict):
+            recorder = finished.get("recorder") or {}
+            total += len(recorder.get("cases", {})) if isinstance(recorder, dict) else 0
+    return total
+
+
+def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
+        api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled,  # noqa: ANN001
+        tmp_path: Path) -> None:
+    operations = httpx.get(f"{api_server.url}/openapi.json", timeout=30).json()["paths"]
+    operation_count = sum(1 for item in operations.values() for method in item
+                          if method in ("get", "post", "put", "patch", "delete"))
+    schema_file = tmp_path / "openapi.json"
+    schema_file.write_text(json.dumps(resolvable_openapi(api_server.url)))
+    before = table_fingerprints(db_engine)
+    unauthenticated, unknown, output = _run_schemathesis(api_server.url, schema_file, "unauthenticated", {}, tmp_path)
+    after = table_fingerprints(db_engine)
+    changed = {table: (before.get(table), after.get(table)) for table in set(before) | set(after)
+               if before.get(table) != after.get(table)}
+    assert unknown == [], output
+    assert changed == {}, f"requests without valid credentials changed data: {changed}"
+    runs = [unauthenticated]
+    for name, credential in (("admin", admin_token), ("probe", probe.credential), ("origin", origin.credential)):
+        run, unknown, output = _run_schemathesis(api_server.url, schema_file, name, bearer(credential), tmp_path)
+        assert unknown == [], output
+        runs.append(run)
+    assert all(run.operations == operation_count for run in runs), (operation_count, [asdict(r) for r in runs])
+    assert all(run.requests >= run.operations for run in runs)
+    summary = {"operations": operation_count, "runs": [asdict(run) for run in runs]}
+    artifacts = REPO / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "security-fuzz.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+    assert api_server.running(), "the API process died under fuzzing"
+
+
+
+@pytest.mark.xfail(strict=True, reason="analysis: /api/v1/analysis/trials passes an offset beyond bigint to "
+                                       "PostgreSQL (500); needs Query(ge=0, le=2**63-1) or a smaller bound")
+def test_analysis_trials_huge_offset_is_a_client_error(api_server) -> None:  # noqa: ANN001
+    response = httpx.get(f"{api_server.url}/api/v1/analysis/trials",
+                         params={"offset": "9480316990816186793984", "limit": 17}, timeout=30)
+    assert response.status_code == 422
+
+
+@pytest.mark.xfail(strict=True, reason="campaigns: PATCH /api/v1/campaigns/{campaign_id} passes an id beyond bigint "
+                                       "to PostgreSQL (500); needs Path(ge=1, le=2**63-1)")
+def test_campaign_patch_huge_id_is_a_client_error(api_server, admin_token: str) -> None:  # noqa: ANN001
+    response = httpx.patch(f"{api_server.url}/api/v1/campaigns/45858031745060369053253632",
+                           json={"name": "x"}, headers=bearer(admin_token), timeout=30)
+    assert response.status_code in (404, 422)
