@@ -277,3 +277,22 @@ def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, p
     assert stored["tcp_info"] == odd["tcp_info"]
     other = rows[empty["trial_id"]]
     assert (other["url"], other["error_detail"], other["tcp_info"], other["tcpi_rtt_us"]) == ("\\", "", {}, None)
+
+
+def test_trials_stored_task_joins_and_recomputes_idempotently(celery_worker, client: httpx.Client,
+                                                              probe: Enrolled, origin: Enrolled,
+                                                              db_engine: Engine) -> None:
+    """The one task an upload queues (``trials_stored``) joins and recomputes; running it again changes nothing."""
+    trial = make_trial(probe.id, origin.id)
+    trial["tcp_info"]["min_rtt"] = 12_345
+    assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [trial]),
+                       headers=probe.headers).status_code == 200
+    pairs = [[probe.id, origin.id]]
+    first = celery_worker.send("iwscope.trials.tasks.trials_stored", [trial["trial_id"]], pairs)
+    second = celery_worker.send("iwscope.trials.tasks.trials_stored", [trial["trial_id"]], pairs)
+    assert first["path_estimates"] == 1 and second == {"joined": 0, "path_estimates": 1}
+    with db_engine.connect() as connection:
+        estimate = connection.execute(text("SELECT min_rtt_us, sample_count FROM path_estimates "
+                                           "WHERE probe_id = :p AND origin_id = :o"),
+                                      {"p": probe.id, "o": origin.id}).one()
+    assert tuple(estimate) == (12_345, 1)

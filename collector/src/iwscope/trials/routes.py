@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -22,7 +23,11 @@ from iwscope.http import read_body_limited
 from iwscope.trials import services
 from iwscope.trials.models import Trial
 from iwscope.trials.schemas import UploadResultOut
-from iwscope.worker_client import queue_join, queue_path_estimates
+from iwscope.metrics import TASKS_NOT_SENT
+from iwscope.worker import celery_app, task_queue
+from iwscope.worker_client import queue_join
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
@@ -33,12 +38,20 @@ _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: The worker task of a stored trial batch (join + path estimates): one message per batch.
+TRIALS_STORED_TASK = "iwscope.trials.tasks.trials_stored"
+
+
 def _queue_trial_tasks(trial_ids: list[str], pairs: list[tuple[str, str]]) -> None:
-    """Queue the join and the path-estimate recomputation of a stored batch (sync: runs in the threadpool)."""
-    if trial_ids:
-        queue_join(trial_ids)
-    if pairs:
-        queue_path_estimates(pairs)
+    """Queue the join and the path-estimate recomputation of a stored batch (runs in the threadpool,
+    after the answer went out).  If the broker is down the upload still succeeded: the beat sweep
+    joins what was missed (as for ``worker_client``'s tasks)."""
+    try:
+        celery_app.send_task(TRIALS_STORED_TASK, args=[trial_ids, [list(pair) for pair in pairs]],
+                             queue=task_queue())
+    except Exception:  # the broker is optional for ingest
+        TASKS_NOT_SENT.labels(TRIALS_STORED_TASK).inc()
+        log.exception("could not queue %s", TRIALS_STORED_TASK)
 
 
 def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JSONResponse:

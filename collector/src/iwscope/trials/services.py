@@ -241,9 +241,11 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
     One f-string per row instead of psycopg's per-value adaptation.  UUIDs, ISO timestamps,
     integers and error kinds are validated and need no escaping; the ``tcp_info`` JSON holds
     only the schema's field names and integers, so it contains no backslash, tab or newline
-    either.  ``url`` and ``error_detail`` are escaped.
+    either.  ``url`` and ``error_detail`` are escaped.  The typed ``tcpi_*`` columns are
+    spelled out (``TRIAL_TCPI_COLUMNS``, checked at import) to save a loop per row.
     """
-    tcp = trial.tcp_info.get
+    tcp = trial.tcp_info
+    get = tcp.get
     n = _NULL
     return (f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
             f"{n if trial.campaign_id is None else trial.campaign_id}\t"
@@ -253,9 +255,25 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
             f"{n if trial.ttfb_us is None else trial.ttfb_us}\t{n if trial.total_us is None else trial.total_us}\t"
             f"{trial.bytes_received}\t{n if trial.http_status is None else trial.http_status}\t"
             f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
-            f"{trial.syn_retrans}\t"
-            + "\t".join([str(tcp(name, n)) for name in TRIAL_TCPI_COLUMNS])
-            + "\t" + orjson.dumps(trial.tcp_info).decode())
+            f"{trial.syn_retrans}\t{get('rtt', n)}\t{get('rttvar', n)}\t{get('min_rtt', n)}\t"
+            f"{get('total_retrans', n)}\t{get('segs_in', n)}\t{get('data_segs_in', n)}\t{get('rcv_space', n)}\t"
+            f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}")
+
+
+#: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.
+_TRIAL_LINE_TCPI = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in", "rcv_space", "rcv_mss",
+                    "bytes_received")
+if _TRIAL_LINE_TCPI != TRIAL_TCPI_COLUMNS:  # pragma: no cover (a model change must update _trial_line)
+    raise RuntimeError("_trial_line does not match TRIAL_TCPI_COLUMNS")
+
+
+def _utc_text(original: str, parsed: dt.datetime) -> str:
+    """A validated timestamp as PostgreSQL reads it: the wire text itself when it is plain UTC
+    (``...Z``, ASCII), else the instant converted to UTC (PostgreSQL refuses offsets beyond
+    +-15:59, which Python accepts)."""
+    if original[-1] == "Z" and original.isascii():
+        return original
+    return parsed.astimezone(dt.timezone.utc).isoformat()
 
 
 def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
@@ -370,7 +388,8 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                 for index, trial in enumerate(trials):
                     first_index.setdefault(trial.trial_id, index)
                 unique = list(first_index.values())
-                started = [batch.started_at[index].isoformat() for index in unique]
+                started_at = batch.started_at
+                started = [_utc_text(trials[index].started_at, started_at[index]) for index in unique]
                 # Array literals by hand: psycopg's list adaptation is pure Python per element;
                 # validated UUIDs and ISO timestamps need no quoting.
                 cursor.execute(_REGISTER_TRIAL_IDS, ("{" + ",".join(first_index) + "}",

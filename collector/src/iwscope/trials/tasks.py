@@ -78,6 +78,21 @@ def join_observations(trial_ids: list[str]) -> dict[str, int]:
     return outcome
 
 
+@celery_app.task(name="iwscope.trials.tasks.trials_stored")
+def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int]:
+    """What a trial upload queues, one message per batch: the join of these trials' observations
+    (those that arrived first) and the path estimates of the pairs the batch or the join touched.
+    The same work as ``join_observations`` plus ``recompute_path_estimates``; idempotent."""
+    with session_scope() as session:
+        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all() if trial_ids else []
+        touched = {(str(pair[0]), str(pair[1])) for pair in pairs}
+        touched.update((row[1], row[2]) for row in rows if row[2] is not None)
+        estimates = recompute_path_estimates(session, [list(pair) for pair in sorted(touched)])
+    if rows:
+        _refresh_rollups([row[0] for row in rows])
+    return {"joined": len(rows), "path_estimates": estimates}
+
+
 @celery_app.task(name="iwscope.trials.tasks.sweep")
 def sweep() -> dict[str, int]:
     """Join every observation still unjoined (tasks lost while the broker was down)."""
