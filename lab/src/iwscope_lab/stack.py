@@ -169,9 +169,14 @@ class Stack:
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             _signal(pid, signal.SIGKILL)
+        recorded = self._state_file()
+        try:
+            if json.loads(recorded.read_text()).get("pids") == self.pids:
+                recorded.unlink()  # only the record of *this* stack: another may share run_dir
+        except (OSError, ValueError):
+            pass
         self.pids.clear()
         self._children.clear()
-        self._state_file().unlink(missing_ok=True)
 
     # ----- detached stacks -----
 
