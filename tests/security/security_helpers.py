@@ -124,6 +124,7 @@ class Pki:
     ca_file: Path
     cert_file: Path
     key_file: Path
+    ca_key_file: Path
 
 
 def _name(common_name: str) -> x509.Name:
@@ -145,6 +146,25 @@ def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"
                                             key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
                .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
                .sign(ca_key, hashes.SHA256()))
+    ca_file, ca_key_file = directory / f"{label}.pem", directory / f"{label}.key"
+    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    ca_key_file.write_bytes(ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    ca_key_file.chmod(0o600)
+    return _sign(ca_file, ca_key_file, directory, hosts, label)
+
+
+def sign_leaf(ca: Pki, directory: Path, host: str) -> Pki:
+    """Another server certificate from the CA of ``ca``, for ``host``."""
+    return _sign(ca.ca_file, ca.ca_key_file, directory, (host,), "leaf")
+
+
+def _sign(ca_file: Path, ca_key_file: Path, directory: Path, hosts: tuple[str, ...], label: str) -> Pki:
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_cert = x509.load_pem_x509_certificate(ca_file.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     leaf_key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
     for host in hosts:
@@ -160,8 +180,7 @@ def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    pki = Pki(directory / f"{label}.pem", directory / f"{label}-server.pem", directory / f"{label}-server.key")
-    pki.ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    pki = Pki(ca_file, directory / f"{label}-server.pem", directory / f"{label}-server.key", ca_key_file)
     pki.cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
     pki.key_file.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                      serialization.NoEncryption()))
