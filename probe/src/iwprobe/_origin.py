@@ -545,7 +545,9 @@ class Origin:
         pending.buffer += chunk
         head_end = pending.buffer.find(b"\r\n\r\n")
         verdict: Optional[Tuple[int, str]] = None
-        if head_end < 0:
+        if head_end > MAX_HEAD_BYTES:
+            verdict = (431, f"request head larger than {MAX_HEAD_BYTES} bytes\n")
+        elif head_end < 0:
             if len(pending.buffer) > MAX_HEAD_BYTES:
                 verdict = (431, f"request head larger than {MAX_HEAD_BYTES} bytes\n")
             elif not _could_be_request(bytes(pending.buffer[:64])):
