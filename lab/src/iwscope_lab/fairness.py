@@ -34,6 +34,8 @@ from iwscope_lab.topology import Host, Topology
 
 #: Short-flow response sizes of the IETF 78 testbed (bytes).
 IETF_SIZES: tuple[int, ...] = (15_000, 50_000)
+#: Connections the fairness origin serves at once (per client and in total).
+ORIGIN_CONNECTIONS = 300
 #: Short-flow IW mixes: all IW3, all IW10, a 50/50 mix.
 DEFAULT_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,), (3, 10))
 
@@ -60,7 +62,10 @@ class FairnessCampaign(LabCampaign):
     def _origin_args(self, host: Host) -> list[str]:
         """The origin also serves the background flow's arm (which may not be a short-flow arm)."""
         arms = sorted(set(self.plan.arms) | ({self.plan.background_iw} if self.plan.background_iw else set()))
+        # One probe host stands for many clients: lift the per-client connection cap (16 by
+        # default, like a browser) and serve every in-flight flow at once (no worker queueing).
         return ["--arms", ",".join(map(str, arms)), "--base-port", str(BASE_PORT),
+                "--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS),
                 "--state-dir", str(self._host_state_dir(host))]
 
     def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
