@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -117,3 +118,14 @@ def test_dashboard_fairness_page_draws_the_phases(phases: tuple[Stack, list[Phas
     # Each single-IW phase has completion times for its own IW only.
     assert sum(value is not None for value in traces["short IW3"]["y"]) == 1
     assert sum(value is not None for value in traces["short IW10"]["y"]) == 1
+
+
+def test_public_api_serves_the_fairness_points(phases: tuple[Stack, list[PhaseResult]],
+                                               _api_server_process: object) -> None:
+    _stack, results = phases
+    result = results[0]
+    url = f"http://127.0.0.1:{_api_server_process.port}/api/v1/analysis/fairness"  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"{url}?campaign={result.campaign.campaign_id}", timeout=30) as answer:
+        data = json.load(answer)["data"]
+    assert {(row["flow"], row["iw"]) for row in data} == {(p["flow"], p["iw"]) for p in result.points}
+    assert all(row["campaign_id"] == result.campaign.campaign_id and row["mix"] == "3" for row in data)
