@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as dt
+import http.client
 import json
 import os
 import pathlib
@@ -123,6 +124,44 @@ def run_http(base_url: str, credential: str, bodies: list[bytes], clients: int) 
     return time.perf_counter() - started, latencies
 
 
+def run_http_stdlib(host: str, port: int, credential: str, bodies: list[bytes],
+                    clients: int) -> tuple[float, list[float]]:
+    """As :func:`run_http`, with the standard library's ``http.client`` (what ``iwprobe``'s uploader
+    uses, through ``urllib``), one keep-alive connection per client thread: a lighter client than
+    httpx, so less of the shared 2 cores goes to the client."""
+    headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
+    latencies: list[float] = []
+
+    def worker(chunk: list[bytes]) -> list[float]:
+        times = []
+        connection = http.client.HTTPConnection(host, port, timeout=120.0)
+        try:
+            for body in chunk:
+                sent = time.perf_counter()
+                connection.request("POST", wire.TRIALS_BATCH_PATH, body=body, headers=headers)
+                response = connection.getresponse()
+                payload = response.read()
+                times.append(time.perf_counter() - sent)
+                if response.status != 200 or orjson.loads(payload)["duplicates"] != 0:
+                    raise RuntimeError(f"upload failed: {response.status} {payload[:300]!r}")
+        finally:
+            connection.close()
+        return times
+
+    chunks = [bodies[index::clients] for index in range(clients)]
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        for times in pool.map(worker, chunks):
+            latencies.extend(times)
+    return time.perf_counter() - started, latencies
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def empty_tables(libpq_url: str) -> None:
     with psycopg.connect(libpq_url, autocommit=True) as connection:
         connection.execute("TRUNCATE trials, trial_ids")
@@ -142,6 +181,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--clients", type=int, default=3, help="concurrent HTTP connections")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--client", choices=("stdlib", "httpx"), default="stdlib",
+                        help="HTTP client of the benchmark: stdlib http.client (as iwprobe) or httpx")
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -195,14 +236,24 @@ def main() -> None:
             order = ("copy", "http") if repetition % 2 == 0 else ("http", "copy")
             for mode in order:
                 empty_tables(libpq_url)
+                client_cpu, api_cpu = time.process_time(), process_cpu_seconds(api.pid)
                 if mode == "copy":
                     seconds, latencies = run_copy(libpq_url, rows), []
+                elif args.client == "stdlib":
+                    seconds, latencies = run_http_stdlib("127.0.0.1", port, probe["credential"], bodies, args.clients)
                 else:
                     seconds, latencies = run_http(base_url, probe["credential"], bodies, args.clients)
+                client_cpu, api_cpu = time.process_time() - client_cpu, process_cpu_seconds(api.pid) - api_cpu
                 runs.append({"repetition": repetition, "mode": mode, "seconds": seconds,
                              "trials_per_s": total / seconds,
-                             "request_p50_ms": 1000 * statistics.median(latencies) if latencies else None})
-                print(f"rep {repetition} {mode:4s}: {total / seconds:10,.0f} trials/s ({seconds:.2f} s)", flush=True)
+                             "request_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+                             "client_cpu_ms_per_1000": 1000 * client_cpu / (total / 1000),
+                             "api_cpu_ms_per_1000": 1000 * api_cpu / (total / 1000) if mode == "http" else None,
+                             "load_average_1m": os.getloadavg()[0]})
+                print(f"rep {repetition} {mode:4s}: {total / seconds:10,.0f} trials/s ({seconds:.2f} s); CPU per "
+                      f"1,000 trials: client {1000 * client_cpu / (total / 1000):.1f} ms"
+                      + (f", API {1000 * api_cpu / (total / 1000):.1f} ms" if mode == "http" else "")
+                      + f"; load {os.getloadavg()[0]:.1f}", flush=True)
         with psycopg.connect(libpq_url) as connection:
             stored = connection.execute("SELECT count(*) FROM trials").fetchone()[0]
         assert stored == total, f"expected {total} rows, found {stored}"
@@ -227,14 +278,15 @@ def main() -> None:
     ratio = http_stats["median"] / copy_stats["median"]
     print()
     print(f"{'path':<28}{'median/s':>12}{'min/s':>12}{'max/s':>12}{'spread':>9}")
-    for label, stats in (("raw COPY (psycopg)", copy_stats), (f"HTTP API ({args.workers}w/{args.clients}c)", http_stats)):
+    for label, stats in (("raw COPY (psycopg)", copy_stats),
+                         (f"HTTP API ({args.workers}w/{args.clients}c/{args.client})", http_stats)):
         print(f"{label:<28}{stats['median']:>12,.0f}{stats['min']:>12,.0f}{stats['max']:>12,.0f}"
               f"{stats['spread_pct']:>8.0f}%")
     print(f"HTTP / COPY = {ratio:.2f} (target >= 0.5); HTTP median {http_stats['median']:,.0f}/s (target >= 20,000)")
     result = {
         "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
         "load_average_at_end": os.getloadavg(), "batches": args.batches, "batch_size": args.batch_size,
-        "repeat": args.repeat, "clients": args.clients, "api_workers": args.workers, "trials_per_run": total,
+        "repeat": args.repeat, "clients": args.clients, "client": args.client, "api_workers": args.workers, "trials_per_run": total,
         "copy": copy_stats, "http": http_stats, "http_over_copy": ratio,
         "meets_targets": ratio >= 0.5 and http_stats["median"] >= 20_000, "runs": runs,
     }
