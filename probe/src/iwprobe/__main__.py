@@ -95,9 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="fixed SO_SNDBUF in bytes (default 0: kernel autotuning, which sizes it for the IW)")
     origin.add_argument("--request-timeout", type=float, default=10.0, help="seconds a client has to send its request")
     origin.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the response to be acknowledged")
-    origin.add_argument("--client-max-connections", type=int, default=16,
-                        help="open connections allowed per client address (offered-load experiments need more "
-                             "than one browser's worth; 0 = no limit)")
+    origin.add_argument("--client-max-connections", type=int, default=None,
+                        help="open connections allowed per client address (default: $IWPROBE_ORIGIN_CLIENT_CONNECTIONS "
+                             "or the built-in default; offered-load experiments from one host need many; 0 = no limit)")
     origin.add_argument("--state-dir")
     origin.add_argument("--no-upload", action="store_true",
                         help="serve without a collector: observations are printed to stdout as JSON lines")
@@ -221,8 +221,9 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
                           max_object_bytes=args.max_object_bytes, workers=args.workers,
-                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout,
-                          client_max_connections=args.client_max_connections)
+                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout)
+    if args.client_max_connections is not None:
+        config.client_max_connections = args.client_max_connections
     spool = None
     uploader_thread = None
     if not args.no_upload:
