@@ -102,3 +102,21 @@ def test_flow_role_of_a_url() -> None:
     assert wire.flow_role(url + wire.FLOW_FRAGMENT_BACKGROUND) == "background"
     assert wire.flow_role(url + wire.FLOW_FRAGMENT_BACKGROUND_ALONE) == "background-alone"
     assert wire.flow_role(url + wire.FLOW_FRAGMENT_PREFIX + "nonsense") == "short"
+
+
+def _alone(total_us: int | None, min_rtt_us: int | None, connect_us: int | None = 100_000,
+           error: str | None = None) -> wire.TrialRecord:
+    return wire.TrialRecord(trial_id=wire.new_id(), probe_id=wire.new_id(), campaign_id=1, origin_id=None, round=0,
+                            arm_iw=3, object_size=1, url="http://h/obj/1" + wire.FLOW_FRAGMENT_BACKGROUND_ALONE,
+                            started_at=wire.utc_timestamp(), dns_us=0, connect_us=connect_us, ttfb_us=None,
+                            total_us=total_us, bytes_received=1, http_status=200, error_kind=error, error_detail=None,
+                            syn_retrans=0, tcp_info={} if min_rtt_us is None else {"min_rtt": min_rtt_us})
+
+
+def test_background_warmup_is_ten_rtts_at_most_half_the_uncontended_run() -> None:
+    from iwprobe._agent import background_warmup_s
+
+    assert background_warmup_s(_alone(6_000_000, 300_000)) == pytest.approx(3.0)
+    assert background_warmup_s(_alone(4_000_000, 300_000)) == pytest.approx(2.0)  # capped at half the run
+    assert background_warmup_s(_alone(6_000_000, None, connect_us=100_000)) == pytest.approx(1.0)
+    assert background_warmup_s(_alone(None, 300_000, error="timeout")) == 0.0

@@ -9,13 +9,13 @@ one campaign created through the API with ``arrival_rate_per_s`` (Poisson arriva
 Everything runs through the product: real agents, the API, the worker, ``fairness()``.
 
 The arrival rate of a phase is ``lambda = load x C / (mean short-flow bytes x 8)``.  The
-background flow carries ``B = C x T / 8`` bytes with ``T = flows / lambda``: alone it fills
-the link for the whole arrival period, so alongside the short flows it is busy while every
-one of them arrives, and since the link carries at most ``C`` it cannot finish before
-``(B + S) / C`` (``S``: the short flows' bytes, ``load x C x T / 8``): its throughput drops
-to at most ``C / (1 + load)`` while alone it approaches ``C``.  How far below that bound it
-lands, and what the short flows' completion times and retransmissions are per IW, is what
-the phase measures.  (A fixed-size transfer: its tail after the last arrival runs alone.)
+probe starts the background flow, lets it run ~10 RTTs (out of slow start: the short flows
+meet a standing queue), then starts the arrivals.  The background flow carries
+``B = C x (T + warm-up) / 8`` bytes with ``T = flows / lambda``: at the link rate it would
+still be running when the last short flow arrives, so it is busy throughout the arrivals.
+Its throughput is bytes / total time of the whole transfer (warm-up and tail included, so
+the measured cost is diluted, never inflated); alone, on long paths, slow start and loss
+recovery keep it well below ``C`` too, which is why the baseline is measured, not assumed.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from iwprobe._agent import BACKGROUND_WARMUP_RTTS
 from iwscope_lab.campaign import BASE_PORT, CampaignPlan, CampaignResult, LabCampaign, _utc_now
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack
@@ -116,7 +117,10 @@ def phase_plan(name: str, mix: Sequence[int], load: float, bottleneck: Bottlenec
     mean_bytes = sum(sizes) / len(sizes)
     rate = load * bottleneck.rate_bps / (mean_bytes * 8)
     arrival_span_s = per_arm * len(mix) * len(sizes) / rate
-    background_bytes = int(max(100_000, bottleneck.rate_bps / 8 * arrival_span_s)) if background else None
+    # The probe starts the arrivals after ~10 RTTs of the background flow (its slow start).
+    warmup_s = BACKGROUND_WARMUP_RTTS * bottleneck.rtt_ms / 1000
+    background_bytes = (int(max(100_000, bottleneck.rate_bps / 8 * (arrival_span_s + warmup_s)))
+                        if background else None)
     return FairnessPlan(name=name, arms=tuple(mix), sizes=tuple(sizes) * per_arm, repetitions=1,
                         calibrate=True, arrival_rate_per_s=round(rate, 4), background_bytes=background_bytes,
                         background_iw=background_iw if background else None)

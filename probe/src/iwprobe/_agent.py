@@ -9,7 +9,8 @@ restart after SIGKILL continues where it stopped instead of measuring again.
 Offered-load campaigns (``arrival_rate_per_s`` set) start a round's trials at Poisson
 arrivals instead, each on its own thread and connection, so flows overlap as they do at a
 busy bottleneck; with ``background_bytes`` a long-lived flow is fetched once alone (the
-uncontended baseline) and once in parallel with the round.  Such a round is all-or-nothing:
+uncontended baseline) and once in parallel with the round, whose arrivals start after a
+warm-up of the background flow (:func:`background_warmup_s`).  Such a round is all-or-nothing:
 its progress is not advanced per trial (completions are out of order), so a round
 interrupted by a crash is measured again from its start; trials already spooled stay.
 """
@@ -192,6 +193,24 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
                            method="recv_rate_max")
 
 
+# ----------------------------------------------------------------------- offered load
+#: Round trips a background flow runs before the short flows start (slow start doubles the
+#: window per round trip: 2^10 x IW covers any lab BDP).
+BACKGROUND_WARMUP_RTTS = 10
+
+
+def background_warmup_s(alone: wire.TrialRecord) -> float:
+    """How long the background flow runs alone before the first short-flow arrival.
+
+    ``BACKGROUND_WARMUP_RTTS`` minimum RTTs of the uncontended run, at most half of its
+    duration (so most of the background flow overlaps the short flows); 0 when it failed.
+    """
+    rtt_us = alone.tcp_info.get("min_rtt") or alone.connect_us
+    if alone.error_kind is not None or not rtt_us or not alone.total_us:
+        return 0.0
+    return min(BACKGROUND_WARMUP_RTTS * rtt_us, alone.total_us / 2) / 1e6
+
+
 # ------------------------------------------------------------------------------ agent
 class ProbeAgent:
     """``iwprobe run``: the measuring daemon."""
@@ -357,6 +376,9 @@ class ProbeAgent:
                                                           int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S)),
                 name="iwprobe-background", daemon=True)
             background_thread.start()
+            # Let the long-lived flow leave slow start so the short flows meet a loaded
+            # bottleneck (a standing queue), as in the IETF 78 testbed.
+            stop.wait(background_warmup_s(alone))
 
         def one(entry: List[Any]) -> None:
             origin_id, host, iw, port, size = entry

@@ -318,7 +318,8 @@ class CampaignSchedule:
     #: on its own connection, so several may be in flight at once.
     arrival_rate_per_s: Optional[float] = None
     #: Fairness mode: bytes of one long-lived flow fetched from the first target, once
-    #: alone before the round and once in parallel with the round's trials.  Its trials
+    #: alone before the round and once in parallel with the round's trials (which start
+    #: after it ran for about ten round trips, so that they meet a loaded bottleneck).  Its trials
     #: carry :data:`FLOW_FRAGMENT_BACKGROUND_ALONE` / :data:`FLOW_FRAGMENT_BACKGROUND` in
     #: their ``url``.  ``None``: no background flow.
     background_bytes: Optional[int] = None
