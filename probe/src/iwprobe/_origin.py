@@ -332,6 +332,7 @@ class Origin:
         #: Set by drop_net_admin(): every origin thread drops CAP_NET_ADMIN at its next wake-up.
         self._drop_caps = threading.Event()
         self._caps_dropped = threading.Semaphore(0)
+        self._all_threads_dropped = False
         self._byte_burst = max(config.client_bytes_per_s, 2.0 * config.max_object_bytes)
 
     # -- lifecycle
@@ -366,11 +367,14 @@ class Origin:
         per thread).  The listeners already carry their ``SO_MARK`` and accepted sockets inherit
         it, so serving needs the capability no more.  True when every origin thread confirmed."""
         drop_capability(CAP_NET_ADMIN)
+        if self._drop_caps.is_set():
+            return self._all_threads_dropped  # asked before (e.g. by the CLI, then serve_forever)
         self._drop_caps.set()
         deadline = time.monotonic() + wait_s
         for _ in self._threads:
             if not self._caps_dropped.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 return False
+        self._all_threads_dropped = True
         return True
 
     def _drop_caps_if_asked(self, done: bool) -> bool:
