@@ -166,12 +166,13 @@ class Fleet:
 async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: str, credential: str,
                    body: bytes | None = None, what: str = "") -> httpx.Response | None:
     headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
-    stats.requests += 1
     try:
         response = await client.request(method, path, content=body, headers=headers)
     except httpx.HTTPError as error:
+        stats.requests += 1
         stats.error(f"{what}:{type(error).__name__}")
         return None
+    stats.requests += 1  # counted when it ends, in the stage it ends in
     if response.status_code >= 300:
         stats.error(f"{what}:{response.status_code}")
         return None
@@ -220,7 +221,8 @@ def _percentile(values: list[float], q: float) -> float | None:
 async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: Any) -> list[dict[str, Any]]:
     limits = httpx.Limits(max_connections=max(stages), max_keepalive_connections=max(stages))
     results: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(base_url=fleet.base_url, timeout=60.0, limits=limits) as client:
+    # 30 s: the probe's own collector timeout (iwprobe Credentials.client).
+    async with httpx.AsyncClient(base_url=fleet.base_url, timeout=30.0, limits=limits) as client:
         stop = asyncio.Event()
         tasks: list[asyncio.Task[None]] = []
         for active in stages:
@@ -256,7 +258,9 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
                   f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
                   f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}", flush=True)
         stop.set()
-        await asyncio.gather(*tasks)
+        for task in tasks:  # requests still waiting on a saturated API are abandoned, not awaited
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return results
 
 
@@ -316,6 +320,7 @@ def main() -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
     children: list[subprocess.Popen[bytes]] = []
     sampler: Sampler | None = None
+    api_log = pathlib.Path(f"/tmp/{name}-api.log")
     try:
         iwscope = [sys.executable, "-m", "iwscope.cli"]
         subprocess.run([*iwscope, "db", "upgrade"], env=env, check=True, capture_output=True)
@@ -323,8 +328,10 @@ def main() -> None:
                                        capture_output=True, text=True).stdout.strip()
                   for kind in ("enroll", "origin", "admin")}
         port = free_port()
+        api_log_file = open(api_log, "wb")  # noqa: SIM115 - handed to the child
         api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env=env,
-                               start_new_session=True)
+                               start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
+        api_log_file.close()
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         children += [api, worker]
@@ -384,6 +391,9 @@ def main() -> None:
         client_redis = redis.Redis.from_url(redis_url)
         client_redis.delete(queue)
         client_redis.close()
+    api_text = api_log.read_text(errors="replace") if api_log.exists() else ""
+    api_pool_timeouts = api_text.count("QueuePool limit")
+    api_errors = api_text.count("Exception in ASGI application")
     peak = max(stage_rows, key=lambda row: row["trials_per_s"])
     result = {
         "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
@@ -393,6 +403,7 @@ def main() -> None:
         "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
         "trials_stored_total": stored, "trials_joined_total": joined,
+        "api_log": str(api_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
