@@ -149,6 +149,8 @@ def test_slowloris_is_cut_off_and_others_are_served_meanwhile(origin_process: Or
             for sock in slow[:50]:
                 sock.send(b"X")  # one byte now and then: keeps no worker busy
         assert max(latencies) < 0.5, latencies
+        print(f"slowloris: 200 dribbling connections from 20 addresses; another client's 20 kB fetches took "
+              f"{min(latencies) * 1000:.1f}-{max(latencies) * 1000:.1f} ms; origin threads {origin_process.threads()}")
         assert origin_process.threads() == threads_before
         # After the request timeout every slow connection has been closed by the origin.
         time.sleep(REQUEST_TIMEOUT_S + 0.7)
@@ -241,6 +243,8 @@ def test_per_client_request_and_byte_rates_are_limited(limited_origin: Origin) -
     assert [status for status, _ in served][:2] == [200, 200] and 429 in [status for status, _ in served]
     assert served_bytes <= 200_000 + 200_000 * window + 100_000
     assert limited_origin.stats.rate_limited >= statuses.count(429)
+    print(f"rate limit 20/s burst 20: {statuses.count(200)} of 60 requests in {elapsed:.2f} s served, "
+          f"{statuses.count(429)} got 429; bytes 200 kB/s: {served_bytes} bytes of 6 x 100 kB served in {window:.2f} s")
 
 
 def test_per_client_connection_cap(limited_origin: Origin) -> None:
