@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sqlalchemy import select
 
 from iwprobe import wire
@@ -79,7 +79,10 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
     # broker): the worker gets IDs, never objects.
     if result.new_trial_ids or result.touched_pairs:
         background_tasks.add_task(_queue_trial_tasks, result.new_trial_ids, sorted(result.touched_pairs))
-    return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
+    # An ``UploadResultOut`` (the documented response_model), serialised directly.
+    return Response(orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted,
+                                  "duplicates": result.duplicates}), media_type="application/json",
+                    background=background_tasks)
 
 
 @router.post("/observations/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -357,16 +358,27 @@ RETURNING trial_id::text
 LAST_SEEN_RESOLUTION = "10 seconds"
 
 
+#: When this process last refreshed ``last_seen_at`` of a probe or origin (``time.monotonic()``).
+_LAST_TOUCHED: dict[tuple[str, uuid.UUID], float] = {}
+_LAST_SEEN_RESOLUTION_S = 10.0
+
+
 def _touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
     """Refresh ``last_seen_at`` in its own short transaction after the batch committed.
 
     Updating the row inside the batch's transaction would hold its lock until the commit and
-    serialise concurrent uploads of one probe; the resolution keeps the writes rare.
+    serialise concurrent uploads of one probe; the resolution keeps the writes rare, and a
+    process that refreshed the row less than the resolution ago skips the round trip.
     """
+    now = time.monotonic()
+    key = (table, identity)
+    if now - _LAST_TOUCHED.get(key, -_LAST_SEEN_RESOLUTION_S) < _LAST_SEEN_RESOLUTION_S:
+        return
     connection.execute(f"UPDATE {table} SET last_seen_at = now() WHERE id = %s AND "
                        f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
                        (identity,))
     connection.commit()
+    _LAST_TOUCHED[key] = now
 
 
 def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: uuid.UUID) -> IngestResult:
