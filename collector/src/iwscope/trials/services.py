@@ -415,8 +415,8 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                     new_indices = [unique[position] for position in kept]
                     new_started = [started[position] for position in kept]
                 if new_indices:
-                    payload = "\n".join([_trial_line(trials[index], started_at)
-                                          for index, started_at in zip(new_indices, new_started)]) + "\n"
+                    payload = "\n".join([_trial_line(trials[index], started_text)
+                                          for index, started_text in zip(new_indices, new_started)]) + "\n"
                     with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
                         copy.write(payload.encode())
                 for index in new_indices:
