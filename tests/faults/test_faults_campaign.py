@@ -65,6 +65,11 @@ class Services:
     stack: Stack
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (e.g. from ``timeout``) becomes an interrupt, so pytest still tears everything down."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """A stack of its own: PostgreSQL, Redis, API, worker, beat (all may be killed by the cases)."""
@@ -73,6 +78,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     redis_server = ThrowawayRedis(root / "redis")
     saved_env = {key: os.environ.get(key) for key in ("DATABASE_URL", "REDIS_URL")}
     stack: Stack | None = None
+    previous_handler = signal.signal(signal.SIGTERM, _interrupt)
     try:
         postgres.start()
         redis_server.start()
@@ -85,10 +91,12 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         stack.start(beat=True)
         yield Services(postgres, redis_server, stack)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the teardown short
         if stack is not None:
             stack.stop()
         redis_server.stop()
         postgres.stop()
+        signal.signal(signal.SIGTERM, previous_handler)
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
