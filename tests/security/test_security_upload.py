@@ -91,6 +91,26 @@ def test_negative_values_in_every_duration_field_get_422(client: httpx.Client, p
     assert _rows(db_engine, "SELECT count(*) FROM origin_observations WHERE origin_id = :o", o=origin.id) == [(0,)]
 
 
+def test_nul_characters_and_huge_ids_get_422_naming_the_field(client: httpx.Client, probe: Enrolled,
+                                                               origin: Enrolled, enroll_token: str,
+                                                               db_engine: Engine) -> None:
+    """PostgreSQL text cannot hold U+0000 and bigint stops at 2**63-1: both are client errors."""
+    trials = [make_trial(probe.id), make_trial(probe.id, url="http://o/obj/1\x00"),
+              make_trial(probe.id, error_kind="other", error_detail="boom\x00"),
+              make_trial(probe.id, campaign_id=2**63)]
+    samples = [make_path_sample(probe.id, origin.id, method="rtt\x00")]
+    response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials, samples), headers=probe.headers)
+    assert response.status_code == 422, response.text
+    assert sorted((e["section"], e["index"], e["field"]) for e in response.json()["detail"]["errors"]) == [
+        ("path_samples", 0, "method"), ("trials", 1, "url"), ("trials", 2, "error_detail"),
+        ("trials", 3, "campaign_id")]
+    assert _rows(db_engine, "SELECT count(*) FROM trials WHERE probe_id = :p", p=probe.id) == [(0,)]
+    refused = client.post(wire.PROBE_ENROLL_PATH, headers={"Authorization": f"Bearer {enroll_token}"}, json={
+        "name": "nul\x00probe", "region": "sec-test", "labels": {"k\x00": "v"}, "version": "0.1.0"})
+    assert refused.status_code == 422, refused.text
+    assert {tuple(error["loc"][-2:]) for error in refused.json()["detail"]} >= {("body", "name")}
+
+
 def test_valid_trials_next_to_an_invalid_path_sample_store_nothing(client: httpx.Client, probe: Enrolled,
                                                                    origin: Enrolled, db_engine: Engine) -> None:
     trials = [make_trial(probe.id) for _ in range(5)]

@@ -19,6 +19,9 @@ from iwprobe import wire
 #: Configuration of every wire model: unknown fields are errors, no type coercion.
 WIRE_MODEL_CONFIG = ConfigDict(extra="forbid", strict=True, frozen=False)
 
+#: Free text holds no NUL: PostgreSQL ``text`` and ``jsonb`` cannot store U+0000, so a NUL
+#: must be a 422 naming the field, not a database error (schema: ``"^[^\\u0000]*$"``).
+NO_NUL_PATTERN = r"^[^\x00]*$"
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 TIMESTAMP_PATTERN = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 
@@ -45,6 +48,11 @@ def _rfc3339(value: object) -> dt.datetime:
 
 
 WireUUID = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+#: Constraint of every free-text field: ``Annotated[str, Field(max_length=...), NO_NUL]``.
+NO_NUL = StringConstraints(pattern=NO_NUL_PATTERN)
+
+
+CampaignId = Annotated[int, Field(ge=1, le=BIGINT_MAX)]
 WireTimestamp = Annotated[dt.datetime, PlainValidator(_rfc3339, json_schema_input_type=str)]
 Micros = Annotated[int, Field(ge=0, le=US_MAX)]
 Bytes = Annotated[int, Field(ge=0, le=SIZE_MAX)]

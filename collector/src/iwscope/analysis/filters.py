@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal, cast
 
+from iwscope.wiretypes import BIGINT_MAX
+
 Metric = Literal["server", "client"]
 METRICS: tuple[Metric, ...] = ("server", "client")
 
@@ -69,7 +71,7 @@ class Filters:
                 value = int(text(name))
             except ValueError:
                 return None
-            return value if value >= minimum else None
+            return value if minimum <= value <= BIGINT_MAX else None
 
         def timestamp(name: str) -> dt.datetime | None:
             raw = text(name)
@@ -88,7 +90,7 @@ class Filters:
                 number = int(item)
             except ValueError:
                 continue
-            if number >= 0 and number not in campaign_ids:
+            if 0 <= number <= BIGINT_MAX and number not in campaign_ids:
                 campaign_ids.append(number)
         regions = tuple(dict.fromkeys(item.strip() for item in text("regions").split(",") if item.strip()))
         baseline = integer("baseline_iw", 1)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import queries
 from iwscope.analysis.filters import Filters
 from iwscope.db import get_sessionmaker
+from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1/analysis", tags=["analysis"])
 
@@ -117,7 +118,7 @@ def get_options(session: SessionDep) -> dict[str, Any]:
 
 @router.get("/trials")
 def get_trials(session: SessionDep, filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+               offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""
     rows, total = queries.trials_page(session, filters, limit, offset)
     return {"data": jsonable_encoder(rows), "total": total, "limit": limit, "offset": offset}

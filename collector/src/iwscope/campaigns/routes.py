@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, status
 from sqlalchemy import select
 
 from iwscope.auth.dependencies import AdminDep, SessionDep
 from iwscope.campaigns import services
 from iwscope.campaigns.models import Campaign
 from iwscope.campaigns.schemas import CampaignIn, CampaignOut, CampaignPatch
+from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
+
+#: A campaign id in a path: a positive PostgreSQL bigint (anything else is a 422).
+CampaignIdPath = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut)
@@ -33,12 +39,12 @@ def _get(session: SessionDep, campaign_id: int) -> Campaign:
 
 
 @router.get("/{campaign_id}", response_model=CampaignOut)
-def get(campaign_id: int, session: SessionDep, _admin: AdminDep) -> Campaign:
+def get(campaign_id: CampaignIdPath, session: SessionDep, _admin: AdminDep) -> Campaign:
     return _get(session, campaign_id)
 
 
 @router.patch("/{campaign_id}", response_model=CampaignOut)
-def update(campaign_id: int, body: CampaignPatch, session: SessionDep, _admin: AdminDep) -> Campaign:
+def update(campaign_id: CampaignIdPath, body: CampaignPatch, session: SessionDep, _admin: AdminDep) -> Campaign:
     campaign = services.update_campaign(session, _get(session, campaign_id), body)
     session.commit()
     return campaign

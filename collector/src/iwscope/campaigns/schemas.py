@@ -9,11 +9,12 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iwprobe import wire
+from iwscope.wiretypes import NO_NUL
 
 Arms = Annotated[list[Annotated[int, Field(ge=1, le=1000)]], Field(min_length=1, max_length=32)]
 Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
-Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1)]
+Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64), NO_NUL]], Field(min_length=1)]
 
 
 class CampaignIn(BaseModel):
@@ -21,7 +22,7 @@ class CampaignIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL]
     origin_ids: Annotated[list[uuid.UUID], Field(min_length=1)]
     probe_regions: Regions | None = None
     arms: Arms
@@ -56,7 +57,7 @@ class CampaignPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL] | None = None
     probe_regions: Regions | None = None
     repetitions: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     interval_s: Annotated[float, Field(ge=0, le=86400)] | None = None

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwscope.probes.schemas import ArmPortModel
-from iwscope.wiretypes import WIRE_MODEL_CONFIG
+from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG
 
 
 class OriginEnrollRequestIn(BaseModel):
@@ -16,11 +16,11 @@ class OriginEnrollRequestIn(BaseModel):
 
     model_config = WIRE_MODEL_CONFIG
 
-    name: Annotated[str, Field(min_length=1, max_length=200)]
-    region: Annotated[str, Field(min_length=1, max_length=64)]
-    host: Annotated[str, Field(min_length=1, max_length=253)]
+    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL]
+    region: Annotated[str, Field(min_length=1, max_length=64), NO_NUL]
+    host: Annotated[str, Field(min_length=1, max_length=253), NO_NUL]
     arms: Annotated[list[ArmPortModel], Field(min_length=1, max_length=32)] = []
-    version: Annotated[str, Field(max_length=64)] = ""
+    version: Annotated[str, Field(max_length=64), NO_NUL] = ""
 
 
 class OriginOut(BaseModel):

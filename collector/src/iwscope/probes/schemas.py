@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from iwscope.wiretypes import WIRE_MODEL_CONFIG, Iw, Port, WireUUID, WireVersion
+from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, Iw, Port, WireUUID, WireVersion
 
 
 class EnrollRequestIn(BaseModel):
@@ -15,12 +15,12 @@ class EnrollRequestIn(BaseModel):
 
     model_config = WIRE_MODEL_CONFIG
 
-    name: Annotated[str, Field(min_length=1, max_length=200)]
-    region: Annotated[str, Field(min_length=1, max_length=64)]
+    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL]
+    region: Annotated[str, Field(min_length=1, max_length=64), NO_NUL]
     country: Annotated[str, Field(pattern=r"^[A-Z]{2}$")] | None = None
     asn: Annotated[int, Field(ge=0, le=4_294_967_295)] | None = None
-    labels: Annotated[dict[str, Annotated[str, Field(max_length=200)]], Field(max_length=32)] = {}
-    version: Annotated[str, Field(max_length=64)] = ""
+    labels: Annotated[dict[Annotated[str, NO_NUL], Annotated[str, Field(max_length=200), NO_NUL]], Field(max_length=32)] = {}
+    version: Annotated[str, Field(max_length=64), NO_NUL] = ""
 
 
 class EnrollResponseOut(BaseModel):
@@ -35,7 +35,7 @@ class HeartbeatIn(BaseModel):
 
     model_config = WIRE_MODEL_CONFIG
 
-    version: Annotated[str, Field(max_length=64)]
+    version: Annotated[str, Field(max_length=64), NO_NUL]
     spool_backlog: Annotated[int, Field(ge=0)]
     spool_bytes: Annotated[int, Field(ge=0)]
     uptime_s: Annotated[float, Field(ge=0, strict=False)]

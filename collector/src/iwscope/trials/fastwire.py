@@ -32,7 +32,7 @@ from msgspec import Meta
 
 from iwprobe import wire
 from iwscope.trials.schemas import TrialBatchIn
-from iwscope.wiretypes import BIGINT_MAX, SIZE_MAX, US_MAX, UUID_PATTERN, _rfc3339
+from iwscope.wiretypes import BIGINT_MAX, NO_NUL_PATTERN, SIZE_MAX, US_MAX, UUID_PATTERN, _rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,12 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
     trial_id: FastUUID
     probe_id: FastUUID
-    campaign_id: Annotated[int, Meta(ge=1)] | None
+    campaign_id: Annotated[int, Meta(ge=1, le=BIGINT_MAX)] | None
     origin_id: FastUUID | None
     round: Annotated[int, Meta(ge=0, le=1_000_000_000)]
     arm_iw: FastIw
     object_size: FastBytes
-    url: Annotated[str, Meta(min_length=1, max_length=2048)]
+    url: Annotated[str, Meta(min_length=1, max_length=2048, pattern=NO_NUL_PATTERN)]
     started_at: str
     dns_us: FastMicros | None
     connect_us: FastMicros | None
@@ -67,7 +67,7 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     bytes_received: FastBytes
     http_status: Annotated[int, Meta(ge=100, le=599)] | None
     error_kind: FastErrorKind | None
-    error_detail: Annotated[str, Meta(max_length=500)] | None
+    error_detail: Annotated[str, Meta(max_length=500, pattern=NO_NUL_PATTERN)] | None
     syn_retrans: Annotated[int, Meta(ge=0, le=255)]
     tcp_info: FastTcpInfo
 
@@ -82,7 +82,7 @@ class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     min_rtt_us: FastMicros
     bottleneck_bps: Annotated[int, Meta(ge=1, le=1_000_000_000_000)] | None
     transfer_bytes: FastBytes
-    method: Annotated[str, Meta(min_length=1, max_length=64)]
+    method: Annotated[str, Meta(min_length=1, max_length=64, pattern=NO_NUL_PATTERN)]
 
 
 class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):

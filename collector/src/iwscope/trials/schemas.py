@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwprobe import wire
-from iwscope.wiretypes import (WIRE_MODEL_CONFIG, Bytes, ErrorKind, Iw, Micros, Port, TcpInfo,
+from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, Bytes, CampaignId, ErrorKind, Iw, Micros, Port, TcpInfo,
                                WireTimestamp, WireUUID, WireVersion)
 
 
@@ -18,12 +18,12 @@ class TrialRecordIn(BaseModel):
 
     trial_id: WireUUID
     probe_id: WireUUID
-    campaign_id: Annotated[int, Field(ge=1)] | None
+    campaign_id: CampaignId | None
     origin_id: WireUUID | None
     round: Annotated[int, Field(ge=0, le=1_000_000_000)]
     arm_iw: Iw
     object_size: Bytes
-    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    url: Annotated[str, Field(min_length=1, max_length=2048), NO_NUL]
     started_at: WireTimestamp
     dns_us: Micros | None
     connect_us: Micros | None
@@ -32,7 +32,7 @@ class TrialRecordIn(BaseModel):
     bytes_received: Bytes
     http_status: Annotated[int, Field(ge=100, le=599)] | None
     error_kind: ErrorKind | None
-    error_detail: Annotated[str, Field(max_length=500)] | None
+    error_detail: Annotated[str, Field(max_length=500), NO_NUL] | None
     syn_retrans: Annotated[int, Field(ge=0, le=255)]
     tcp_info: TcpInfo
 
@@ -49,7 +49,7 @@ class PathSampleIn(BaseModel):
     min_rtt_us: Micros
     bottleneck_bps: Annotated[int, Field(ge=1, le=1_000_000_000_000)] | None
     transfer_bytes: Bytes
-    method: Annotated[str, Field(min_length=1, max_length=64)]
+    method: Annotated[str, Field(min_length=1, max_length=64), NO_NUL]
 
 
 class TrialBatchIn(BaseModel):
@@ -74,7 +74,7 @@ class OriginObservationIn(BaseModel):
     origin_id: WireUUID
     arm_iw: Iw
     port: Port
-    client_addr: Annotated[str, Field(min_length=1, max_length=64)]
+    client_addr: Annotated[str, Field(min_length=1, max_length=64), NO_NUL]
     object_size: Bytes
     request_at: WireTimestamp
     first_byte_us: Micros
