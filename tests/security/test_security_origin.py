@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from iwprobe._agent import ORIGIN_CREDENTIALS, Credentials, save_credentials
 from iwprobe._origin import CAP_NET_ADMIN, Origin, OriginConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -287,11 +289,22 @@ def netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_uploader", [False, True], ids=["no-upload", "uploader"])
+def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path, with_uploader: bool) -> None:
+    """Every thread, the uploader included (it talks to the network), runs without CAP_NET_ADMIN."""
     log_path = tmp_path / "origin.log"
+    upload_args = ["--no-upload"]
+    expected_threads = 5  # main + accept + 3 workers
+    if with_uploader:
+        # Enrolled against a collector that is not there: the uploader thread runs and backs off.
+        state = tmp_path / "state"
+        save_credentials(str(state), ORIGIN_CREDENTIALS, Credentials(
+            role="origin", id=str(uuid.uuid4()), credential="x.y", collector="http://127.0.0.1:9"))
+        upload_args = ["--state-dir", str(state)]
+        expected_threads += 1
     with open(log_path, "wb") as log:
         process = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "iwprobe", "--log-level",
-                                    "INFO", "origin", "--no-upload", "--setup-routes", "--bind", "127.0.0.1",
+                                    "INFO", "origin", *upload_args, "--setup-routes", "--bind", "127.0.0.1",
                                     "--arms", "3,10",
                                     "--base-port", "8100", "--workers", "3"],
                                    stdout=subprocess.DEVNULL, stderr=log, cwd=REPO)
@@ -302,11 +315,11 @@ def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path
         while time.monotonic() < deadline:
             assert process.poll() is None, log_path.read_text()
             capabilities = {task.name: _cap_eff(task / "status") for task in tasks.iterdir()}
-            if len(capabilities) >= 5 and all(not caps & (1 << CAP_NET_ADMIN) for caps in capabilities.values()):
+            if len(capabilities) >= expected_threads and all(not caps & (1 << CAP_NET_ADMIN) for caps in capabilities.values()):
                 break
             time.sleep(0.1)
-        # Main + accept + 3 workers, none with CAP_NET_ADMIN; the process CapEff says the same.
-        assert len(capabilities) >= 5
+        # Main + accept + 3 workers (+ uploader), none with CAP_NET_ADMIN; the process CapEff too.
+        assert len(capabilities) >= expected_threads, capabilities
         assert all(not caps & (1 << CAP_NET_ADMIN) for caps in capabilities.values()), capabilities
         assert not _cap_eff(Path(f"/proc/{process.pid}/status")) & (1 << CAP_NET_ADMIN)
         assert all(caps & (1 << 10) for caps in capabilities.values())  # only NET_ADMIN went (NET_BIND_SERVICE stays)

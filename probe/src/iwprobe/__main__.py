@@ -235,9 +235,13 @@ def _origin(args: argparse.Namespace) -> int:
         spool = Spool(os.path.join(directory, "origin-spool.sqlite"), int(args.spool_max_mb * 1024 * 1024))
         uploader = Uploader(spool, credentials.client(), "origin", credentials.id, backoff_cap_s=60.0)
         uploader_thread = threading.Thread(target=uploader.run_forever, args=(stop, 1.0), name="uploader", daemon=True)
-        uploader_thread.start()
     origin = Origin(config, spool)
     origin.start()
+    # Capabilities are per thread and inherited by new ones: drop CAP_NET_ADMIN in the origin's
+    # threads and this one first, so that the uploader (which talks to the network) never has it.
+    origin.drop_net_admin()
+    if uploader_thread is not None:
+        uploader_thread.start()
     print(f"serving arms {list(args.arms)} on {args.bind} ports "
           f"{[args.base_port + iw for iw in args.arms]}", file=sys.stderr, flush=True)
     serve_forever(origin, stop)
