@@ -55,7 +55,7 @@ def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:  # noqa
         assert top["pct"] == pytest.approx(100 * 108 / 654)
         cdf = client.get(f"{base}/cdf", params={"campaign": campaign}).json()["data"]
         assert sorted(cdf) == ["10", "16", "3"]
-        assert client.get(f"{base}/fairness").json() == {"data": []}
+        assert client.get(f"{base}/fairness", params={"campaign": campaign}).json() == {"data": []}
         # malformed filters fall back to defaults; a bad dimension is a clear 422
         parsed = client.get(f"{base}/filters", params={"campaign": "x", "base": "-1", "metric": "?"}).json()
         assert parsed["query"] == {"base": "3", "treat": "10", "metric": "server"}
