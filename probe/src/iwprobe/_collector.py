@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -58,7 +59,8 @@ class CollectorClient:
         except urllib.error.HTTPError as error:
             payload = _parse(error.read())
             raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload) from None
-        except (urllib.error.URLError, OSError, ValueError) as error:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
+            # HTTPException: not HTTP at all (BadStatusLine), a body cut short (IncompleteRead)...
             reason = getattr(error, "reason", error)
             if isinstance(reason, ssl.SSLCertVerificationError):
                 # The handshake failed before any HTTP byte (and so the credential) was sent.

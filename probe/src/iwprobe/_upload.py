@@ -26,6 +26,20 @@ def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
     return generator.uniform(0.0, min(cap_s, base_s * (2 ** min(attempt, 30))))
 
 
+def _check_acknowledgement(answer: Any, batch_id: str, records: int) -> None:
+    """Records leave the spool only on a :class:`wire.UploadResult` for *this* batch that
+    accounts for every record (accepted + duplicates).  Anything else -- an HTML page from a
+    captive portal or proxy, a truncated or foreign answer -- is a retryable failure: the
+    batch is sent again later and the collector's idempotency makes that harmless."""
+    if (isinstance(answer, dict) and answer.get("batch_id") == batch_id
+            and isinstance(answer.get("accepted"), int) and isinstance(answer.get("duplicates"), int)
+            and answer["accepted"] + answer["duplicates"] == records):
+        return
+    shown = answer if isinstance(answer, str) else json.dumps(answer)
+    raise CollectorError(f"the answer does not acknowledge batch {batch_id} of {records} records: "
+                         f"{shown[:200]!r}")
+
+
 class Uploader:
     """Moves records from a :class:`Spool` to the collector.
 
@@ -66,8 +80,10 @@ class Uploader:
         return self._send(rows)
 
     def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> int:
+        batch_id, envelope = self._envelope(rows)
         try:
-            _, answer = self.client.post_json(self._path(), self._envelope(rows))
+            _, answer = self.client.post_json(self._path(), envelope)
+            _check_acknowledgement(answer, batch_id, len(rows))
         except CollectorError as error:
             if error.status == 422:
                 return self._isolate_rejects(rows, error)
@@ -77,9 +93,8 @@ class Uploader:
             raise
         self.spool.acknowledge([seq for seq, _, _ in rows])
         self.uploaded += len(rows)
-        if isinstance(answer, dict):
-            log.info("uploaded %d records (accepted %s, duplicates %s)", len(rows),
-                     answer.get("accepted"), answer.get("duplicates"))
+        log.info("uploaded %d records (accepted %s, duplicates %s)", len(rows),
+                 answer["accepted"], answer["duplicates"])
         return len(rows)
 
     def _isolate_rejects(self, rows: List[Tuple[int, str, Dict[str, Any]]], error: CollectorError) -> int:
@@ -93,8 +108,10 @@ class Uploader:
     def _path(self) -> str:
         return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
 
-    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> bytes:
-        envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
+    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> Tuple[str, bytes]:
+        """The batch's id and its JSON body."""
+        batch_id = wire.new_id()
+        envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
                                     "sent_at": wire.utc_timestamp()}
         if self.role == "probe":
             envelope["probe_id"] = self.owner_id
@@ -103,7 +120,7 @@ class Uploader:
         else:
             envelope["origin_id"] = self.owner_id
             envelope["observations"] = [record for _, _, record in rows]
-        return json.dumps(envelope, separators=(",", ":")).encode("utf-8")
+        return batch_id, json.dumps(envelope, separators=(",", ":")).encode("utf-8")
 
     def drain(self, deadline: Optional[float] = None, stop: Optional[threading.Event] = None) -> bool:
         """Upload until the backlog is empty (True) or ``deadline`` (monotonic) / ``stop``."""
