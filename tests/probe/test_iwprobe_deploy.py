@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,23 @@ def test_systemd_units_verify() -> None:
         text = (DEPLOY / "systemd" / unit).read_text()
         assert "ProtectSystem=strict" in text and "NoNewPrivileges=yes" in text and "StateDirectory=iwprobe" in text
         assert "User=iwprobe" in text
+
+
+#: Highest acceptable ``systemd-analyze security`` exposure (0 = locked down, 10 = none).  The
+#: probe needs the network and nothing else; the origin also keeps CAP_NET_ADMIN (SO_MARK).
+EXPOSURE_LIMITS = {"iwprobe.service": 3.0, "iwprobe-origin.service": 3.5}
+
+
+@pytest.mark.parametrize("unit", sorted(EXPOSURE_LIMITS))
+def test_systemd_units_are_sandboxed(unit: str) -> None:
+    tool = _tool("systemd-analyze")
+    outcome = subprocess.run([tool, "security", "--offline=yes", "--no-pager", str(DEPLOY / "systemd" / unit)],
+                             capture_output=True, text=True, timeout=60)
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", outcome.stdout)
+    assert match, outcome.stdout + outcome.stderr
+    exposure = float(match.group(1))
+    print(f"{unit}: exposure {exposure}")
+    assert exposure <= EXPOSURE_LIMITS[unit], outcome.stdout
 
 
 def test_cloud_init_embeds_the_zipapp(tmp_path: Path) -> None:
