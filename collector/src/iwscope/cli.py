@@ -116,18 +116,42 @@ def api(host: str, port: int, workers: int, tls_cert: str | None, tls_key: str |
     serve(host, port, workers, tls_cert=tls_cert, tls_key=tls_key)
 
 
+def _run_celery(argv: list[str]) -> None:
+    """Run the ``celery`` command ``argv`` on the iwscope app; exit with its status if not 0.
+
+    Not ``Celery.worker_main()`` / ``Celery.start()``: they drop the status (click returns it
+    instead of raising in non-standalone mode), so a worker that stopped on an unrecoverable
+    error would exit 0 and a supervisor restarting on failure would leave it down.
+    """
+    from celery.bin.celery import celery as celery_command
+
+    from iwscope.worker import celery_app
+
+    celery_command.params[0].default = celery_app  # -A/--app, as Celery.start() sets it
+    try:
+        status = celery_command.main(args=argv, prog_name="celery", standalone_mode=False)
+    finally:
+        celery_command.params[0].default = None
+    if isinstance(status, int) and status:
+        sys.exit(status)
+
+
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--concurrency", default=2, show_default=True, type=int)
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(concurrency: int, celery_args: tuple[str, ...]) -> None:
-    """Run a Celery worker on the queue IWSCOPE_CELERY_QUEUE (extra args go to celery)."""
+    """Run a Celery worker on the queue IWSCOPE_CELERY_QUEUE (extra args go to celery).
+
+    Exits with the worker's status, as ``celery worker`` does: 0 after a warm shutdown
+    (SIGTERM), non-zero after an unrecoverable error (so a supervisor restarts it), a cold
+    shutdown (SIGQUIT) or Ctrl-C.
+    """
     from iwscope.config import get_settings
-    from iwscope.worker import celery_app
 
     settings = get_settings()
-    celery_app.worker_main(["worker", "--queues", settings.celery_queue, "--concurrency", str(concurrency),
-                            "--loglevel", settings.log_level, "--hostname",
-                            f"iwscope-{settings.celery_queue}-{os.getpid()}@%h", *celery_args])
+    _run_celery(["worker", "--queues", settings.celery_queue, "--concurrency", str(concurrency),
+                 "--loglevel", settings.log_level, "--hostname",
+                 f"iwscope-{settings.celery_queue}-{os.getpid()}@%h", *celery_args])
 
 
 @main.command()
@@ -135,10 +159,9 @@ def worker(concurrency: int, celery_args: tuple[str, ...]) -> None:
 def beat(celery_args: tuple[str, ...]) -> None:
     """Run Celery beat (partition creation, sweep of unjoined observations)."""
     from iwscope.config import get_settings
-    from iwscope.worker import celery_app
 
     settings = get_settings()
-    celery_app.start(["beat", "--loglevel", settings.log_level, *celery_args])
+    _run_celery(["beat", "--loglevel", settings.log_level, *celery_args])
 
 
 @main.command()
@@ -170,9 +193,12 @@ def up(host: str, port: int, with_beat: bool) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
+    #: Children that stopped by themselves (which ends the stack), not on Ctrl-C/SIGTERM.
+    exited: list[subprocess.Popen[bytes]] = []
     try:
-        while all(child.poll() is None for child in children):
+        while not exited:
             time.sleep(0.5)
+            exited = [child for child in children if child.poll() is not None]
     except KeyboardInterrupt:
         pass
     finally:
@@ -185,7 +211,9 @@ def up(host: str, port: int, with_beat: bool) -> None:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
-    failed = [child.args for child in children if child.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, None)]
+    # The ones stopped here may report 1 (a Celery worker does after SIGINT): only a child that
+    # stopped by itself with an error fails the command.
+    failed = [child.args for child in exited if child.returncode not in (0, -signal.SIGINT, -signal.SIGTERM)]
     if failed:
         sys.exit(1)
 

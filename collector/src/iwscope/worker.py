@@ -15,6 +15,7 @@ import tempfile
 from celery import Celery
 from celery.schedules import crontab
 
+from iwscope import broker
 from iwscope.config import get_settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ def task_queue() -> str:
 
 def make_celery() -> Celery:
     settings = get_settings()
+    # kombu's Redis channel, fixed so a broker restart does not stop the worker (iwscope.broker).
+    broker.install()
     app = Celery("iwscope", broker=settings.redis_url, backend=settings.redis_url)
     app.conf.update(
         task_acks_late=True,
