@@ -231,8 +231,8 @@ FAULTS = [
     Fault("worker", "SIGKILL the Celery worker and its pool while a task is unacknowledged, restart it",
           _kill_worker_mid_task, _restart("worker")),
     Fault("beat", "SIGKILL Celery beat, restart it", _kill("beat"), _restart("beat")),
-    Fault("redis", "SIGKILL redis-server, restart it on its append-only file", _nothing, _restart_redis, 0.0,
-          heal=("worker",)),
+    # No heal: the worker must reconnect by itself (iwscope.broker), and the later cases run on it.
+    Fault("redis", "SIGKILL redis-server, restart it on its append-only file", _nothing, _restart_redis, 0.0),
     Fault("postgres", "crash-stop PostgreSQL (pg_ctl -m immediate), restart it (WAL recovery)",
           _nothing, _restart_postgres, 0.0),
     Fault("link", f"cut {VICTIM}'s link (emulator drops 100 % both ways), restore it", _cut_link, _restore_link,
