@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import http.client
 import json
+import math
 import ssl
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
@@ -14,14 +18,43 @@ from . import __version__
 USER_AGENT = f"iwprobe/{__version__}"
 
 
+#: Longest ``Retry-After`` honoured: a larger value is clamped, so that a misconfigured
+#: collector cannot park its probes for days (their spools keep everything meanwhile).
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date, clamped to
+    ``[0, MAX_RETRY_AFTER_S]``; ``None`` when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if math.isnan(seconds):
+        return None
+    return min(MAX_RETRY_AFTER_S, max(0.0, seconds))
+
+
 class CollectorError(Exception):
     """The collector answered with an error status or could not be reached."""
 
-    def __init__(self, message: str, status: Optional[int] = None, body: Any = None) -> None:
+    def __init__(self, message: str, status: Optional[int] = None, body: Any = None,
+                 retry_after_s: Optional[float] = None) -> None:
         super().__init__(message)
         #: HTTP status, ``None`` when the collector could not be reached at all.
         self.status = status
         self.body = body
+        #: The answer's ``Retry-After`` in seconds (e.g. of a 503 from an overloaded collector).
+        self.retry_after_s = retry_after_s
 
     @property
     def retryable(self) -> bool:
@@ -58,7 +91,9 @@ class CollectorClient:
                 return response.status, _parse(response.read())
         except urllib.error.HTTPError as error:
             payload = _parse(error.read())
-            raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload) from None
+            retry_after = parse_retry_after(error.headers.get("Retry-After")) if error.headers is not None else None
+            raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload,
+                                 retry_after) from None
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
             # HTTPException: not HTTP at all (BadStatusLine), a body cut short (IncompleteRead)...
             reason = getattr(error, "reason", error)

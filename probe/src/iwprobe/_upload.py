@@ -26,6 +26,18 @@ def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
     return generator.uniform(0.0, min(cap_s, base_s * (2 ** min(attempt, 30))))
 
 
+def retry_delay(error: CollectorError, attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
+                rng: Optional[random.Random] = None) -> float:
+    """Seconds before the next attempt after ``error``: :func:`backoff_delay`, but never less
+    than the collector's ``Retry-After`` (an overloaded collector answers 503 with one), plus
+    up to 50 % jitter so that probes turned away together do not all come back together."""
+    generator = rng or random
+    delay = backoff_delay(attempt, base_s, cap_s, generator)
+    if error.retry_after_s is not None:
+        delay = max(delay, error.retry_after_s * generator.uniform(1.0, 1.5))
+    return delay
+
+
 def _check_acknowledgement(answer: Any, batch_id: str, records: int) -> None:
     """Records leave the spool only on a :class:`wire.UploadResult` for *this* batch that
     accounts for every record (accepted + duplicates).  Anything else -- an HTML page from a
@@ -61,6 +73,8 @@ class Uploader:
         self.backoff_cap_s = backoff_cap_s
         self.failures = 0
         self.uploaded = 0
+        #: ``time.monotonic()`` before which the collector asked not to be sent anything (Retry-After).
+        self.not_before = 0.0
 
     @property
     def kinds(self) -> Tuple[str, ...]:
@@ -123,17 +137,33 @@ class Uploader:
         return batch_id, json.dumps(envelope, separators=(",", ":")).encode("utf-8")
 
     def drain(self, deadline: Optional[float] = None, stop: Optional[threading.Event] = None) -> bool:
-        """Upload until the backlog is empty (True) or ``deadline`` (monotonic) / ``stop``."""
+        """Upload until the backlog is empty (True) or ``deadline`` (monotonic) / ``stop``.
+
+        After an answer with ``Retry-After`` (503 from an overloaded collector) nothing is sent
+        before that time, in this call or the next ones: when it lies beyond ``deadline`` the
+        call returns False at once, the records stay spooled."""
         while True:
+            wait = self.not_before - time.monotonic()
+            if wait > 0:
+                if deadline is not None and self.not_before > deadline:
+                    return False
+                if stop is not None:
+                    if stop.wait(wait):
+                        return False
+                else:
+                    time.sleep(wait)
             try:
                 while self.upload_once():
                     self.failures = 0
                 return True
             except CollectorError as error:
                 self.failures += 1
-                delay = backoff_delay(self.failures - 1, self.backoff_base_s, self.backoff_cap_s)
+                delay = retry_delay(error, self.failures - 1, self.backoff_base_s, self.backoff_cap_s)
                 log.warning("upload failed (%s); retrying in %.1f s (attempt %d, backlog %d)",
                             error, delay, self.failures, self.backlog())
+                if error.retry_after_s is not None:
+                    self.not_before = time.monotonic() + delay
+                    continue
                 if deadline is not None and time.monotonic() + delay > deadline:
                     if time.monotonic() >= deadline:
                         return False

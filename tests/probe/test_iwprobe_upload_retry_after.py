@@ -1,0 +1,145 @@
+"""The uploader against an overloaded collector: 503 + ``Retry-After`` (what iwscope's API
+answers when no database connection is free).  It keeps every record spooled, sends nothing
+before ``Retry-After`` has passed (not even in the next ``drain`` call), and uploads once the
+collector takes the batch."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from iwprobe import wire
+from iwprobe._collector import MAX_RETRY_AFTER_S, CollectorClient, CollectorError, parse_retry_after
+from iwprobe._spool import Spool
+from iwprobe._upload import Uploader, retry_delay
+
+
+class OverloadedCollector(ThreadingHTTPServer):
+    """Answers the first ``busy`` uploads 503 with ``Retry-After: retry_after``, then accepts."""
+
+    def __init__(self, busy: int, retry_after: str | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.busy = busy
+        self.retry_after = retry_after
+        self.arrivals: list[float] = []
+        self.accepted: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: OverloadedCollector
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.arrivals.append(time.monotonic())
+        if len(self.server.arrivals) <= self.server.busy:
+            answer = json.dumps({"detail": "collector overloaded: retry later"}).encode()
+            self.send_response(503)
+            if self.server.retry_after is not None:
+                self.send_header("Retry-After", self.server.retry_after)
+        else:
+            self.server.accepted += [trial["trial_id"] for trial in body["trials"]]
+            answer = json.dumps({"batch_id": body["batch_id"], "accepted": len(body["trials"]),
+                                 "duplicates": 0}).encode()
+            self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def collector_factory() -> Iterator:
+    servers: list[OverloadedCollector] = []
+
+    def start(busy: int, retry_after: str | None) -> OverloadedCollector:
+        server = OverloadedCollector(busy, retry_after)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _uploader(tmp_path: Path, url: str, records: int = 12) -> tuple[Uploader, list[str]]:
+    spool = Spool(str(tmp_path / "spool.sqlite"))
+    probe_id = wire.new_id()
+    ids = []
+    for index in range(records):
+        trial_id = wire.new_id()
+        spool.add("trial", trial_id, {"trial_id": trial_id, "probe_id": probe_id, "index": index})
+        ids.append(trial_id)
+    # A tiny backoff base: only Retry-After can make it wait long.
+    return Uploader(spool, CollectorClient(url, "x.y"), "probe", probe_id, backoff_base_s=0.01), ids
+
+
+def test_retry_after_is_parsed_as_seconds_or_http_date_and_clamped() -> None:
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after(" 7 ") == 7.0
+    assert parse_retry_after("-3") == 0.0
+    assert parse_retry_after("99999999") == MAX_RETRY_AFTER_S
+    for unreadable in (None, "", "soon", "nan"):
+        assert parse_retry_after(unreadable) is None
+    now = time.time()
+    assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past: at once
+    error = CollectorError("busy", 503, None, retry_after_s=2.0)
+    delays = [retry_delay(error, 0, 0.01, 60.0) for _ in range(200)]
+    assert min(delays) >= 2.0 and max(delays) <= 3.0 and len(set(delays)) > 100  # jittered above it
+
+
+def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    collector = collector_factory(busy=2, retry_after="1")
+    uploader, ids = _uploader(tmp_path, collector.url)
+    started = time.monotonic()
+    assert uploader.drain(deadline=time.monotonic() + 30) is True
+    arrivals = collector.arrivals
+    assert len(arrivals) == 3
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    assert all(gap >= 1.0 for gap in gaps), gaps  # without Retry-After: ~0.01-0.02 s
+    assert time.monotonic() - started < 10
+    assert collector.accepted == ids and uploader.backlog() == 0
+
+
+def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_early(
+        collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    collector = collector_factory(busy=1, retry_after="3")
+    uploader, ids = _uploader(tmp_path, collector.url)
+    started = time.monotonic()
+    assert uploader.drain(deadline=time.monotonic() + 1.0) is False
+    assert time.monotonic() - started < 0.8  # did not sleep until the deadline
+    assert len(collector.arrivals) == 1 and uploader.backlog() == len(ids)
+    # The next round's drain comes before Retry-After has passed: nothing is sent.
+    assert uploader.drain(deadline=time.monotonic() + 1.0) is False
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    assert uploader.drain(stop=stop) is False
+    assert len(collector.arrivals) == 1 and uploader.backlog() == len(ids)
+    # Without a deadline it waits Retry-After out (3-4.5 s after the 503), then uploads.
+    assert uploader.drain() is True
+    assert collector.arrivals[1] - collector.arrivals[0] >= 3.0
+    assert collector.accepted == ids and uploader.backlog() == 0
+
+
+def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    collector = collector_factory(busy=3, retry_after=None)
+    uploader, ids = _uploader(tmp_path, collector.url)
+    assert uploader.drain(deadline=time.monotonic() + 30) is True
+    assert len(collector.arrivals) == 4 and collector.arrivals[-1] - collector.arrivals[0] < 1.0
+    assert collector.accepted == ids and uploader.not_before == 0.0
