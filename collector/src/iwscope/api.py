@@ -7,17 +7,23 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import FrameType
 
+import anyio.to_thread
+import sqlalchemy.exc
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 
 from iwscope import __version__
 from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.config import get_settings
+from iwscope.dbslots import DatabaseBusy
 from iwscope.health import DRAINING
 from iwscope.health import router as health_router
-from iwscope.metrics import LATENCY, REQUESTS
+from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
 from iwscope.origins.routes import router as origins_router
 from iwscope.probes.routes import router as probes_router
 from iwscope.trials.routes import router as trials_router
@@ -42,12 +48,46 @@ def _include_optional_routers(app: FastAPI) -> None:
     app.include_router(module.router)
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Size this event loop's default thread pool (``IWSCOPE_API_THREADS``); database work
+    runs on the threads of :mod:`iwscope.dbslots`, one per pooled connection."""
+    settings = get_settings()
+    anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+    log.info("API: %d database connections (pool %d + overflow %d, wait at most %g s), %d other threads",
+             settings.db_connections, settings.db_pool_size, settings.db_max_overflow,
+             settings.db_pool_timeout_s, settings.api_threads)
+    yield
+
+
+#: Body of a 503 answered because no database connection became free in time.
+DATABASE_BUSY_DETAIL = "collector overloaded: no database connection free in time; retry later"
+
+
+def database_busy_response(retry_after_s: int) -> JSONResponse:
+    """503 + ``Retry-After``: nothing of the request was stored, the client should come back."""
+    return JSONResponse(status_code=503, content={"detail": DATABASE_BUSY_DETAIL, "retry_after_s": retry_after_s},
+                        headers={"Retry-After": str(retry_after_s)})
+
+
 def create_app() -> FastAPI:
-    app = FastAPI(title="iwscope collector", version=__version__,
+    app = FastAPI(title="iwscope collector", version=__version__, lifespan=_lifespan,
                   description="Ingest and read API of iwscope (wire format v1, see iwprobe.wire).")
     for router in (health_router, probes_router, origins_router, campaigns_router, trials_router):
         app.include_router(router)
     _include_optional_routers(app)
+
+    @app.exception_handler(DatabaseBusy)
+    async def database_busy(request: Request, error: DatabaseBusy) -> JSONResponse:
+        return database_busy_response(get_settings().retry_after_s)
+
+    @app.exception_handler(sqlalchemy.exc.TimeoutError)
+    async def pool_timeout(request: Request, error: sqlalchemy.exc.TimeoutError) -> JSONResponse:
+        # Raised by pool.connect() before anything was written (a connection held outside the
+        # database slots, e.g. by a SessionDep route, kept the pool empty for pool_timeout).
+        DB_BUSY.labels("pool").inc()
+        log.warning("answered 503: %s", error)
+        return database_busy_response(get_settings().retry_after_s)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next):  # noqa: ANN001, ANN202

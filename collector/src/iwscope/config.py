@@ -4,6 +4,12 @@ Environment variables (docs/architecture.md "Settings"): ``DATABASE_URL``, ``RED
 ``IWSCOPE_ENV``, ``IWSCOPE_ADMIN_TOKEN``, ``IWSCOPE_ENROLL_TOKEN``, ``IWSCOPE_CELERY_QUEUE``,
 ``IWSCOPE_LOG_LEVEL``; plus ``IWSCOPE_DRAIN_SECONDS`` (lame-duck time after SIGTERM) and
 ``IWSCOPE_MIGRATIONS_DIR`` (where Alembic's scripts live, for container images).
+
+Capacity of one API process (docs/reliability.md "Load"): ``IWSCOPE_DB_POOL_SIZE`` +
+``IWSCOPE_DB_MAX_OVERFLOW`` connections, which is also how many requests may use the
+database at once; ``IWSCOPE_DB_POOL_TIMEOUT_S``, how long a request waits for one before it is
+answered 503 with ``Retry-After: IWSCOPE_RETRY_AFTER_S``; ``IWSCOPE_API_THREADS``, the
+thread pool of everything else that blocks (sync routes, serialisation, Celery publishes).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ PLACEHOLDER_SECRETS = frozenset(
 )
 #: Shortest bootstrap token production accepts (they are bearer secrets).
 MIN_PRODUCTION_TOKEN_LENGTH = 24
+#: Most database connections one process may be configured to hold (pool + overflow).
+MAX_DB_CONNECTIONS = 200
 
 
 class ConfigurationError(ValueError):
@@ -51,6 +59,36 @@ class Settings(BaseSettings):
     drain_seconds: float = Field(2.0, ge=0, validation_alias=AliasChoices("IWSCOPE_DRAIN_SECONDS"))
     #: Seconds a probe waits before asking for its schedule again.
     schedule_poll_s: float = Field(60.0, gt=0, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_POLL_S"))
+    #: Connections kept open per process (SQLAlchemy ``pool_size``).
+    db_pool_size: int = Field(10, ge=1, le=MAX_DB_CONNECTIONS,
+                              validation_alias=AliasChoices("IWSCOPE_DB_POOL_SIZE"))
+    #: Extra connections opened under load and closed when idle (``max_overflow``).
+    db_max_overflow: int = Field(10, ge=0, le=MAX_DB_CONNECTIONS,
+                                 validation_alias=AliasChoices("IWSCOPE_DB_MAX_OVERFLOW"))
+    #: Longest wait of a request for a database connection (admission and ``pool_timeout``),
+    #: then 503 + ``Retry-After``.  Short: an overloaded collector should turn probes away at
+    #: once (they keep their spools and come back), not queue them until their own timeout.
+    db_pool_timeout_s: float = Field(3.0, gt=0, le=60,
+                                     validation_alias=AliasChoices("IWSCOPE_DB_POOL_TIMEOUT_S"))
+    #: Threads of the API process for blocking work that does not hold a database slot
+    #: (anyio's default limiter; database work has its own threads, one per connection).
+    api_threads: int = Field(40, ge=4, le=1000, validation_alias=AliasChoices("IWSCOPE_API_THREADS"))
+    #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
+    retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
+
+    @property
+    def db_connections(self) -> int:
+        """Connections one process may hold at most: ``pool_size + max_overflow``."""
+        return self.db_pool_size + self.db_max_overflow
+
+    @model_validator(mode="after")
+    def _bounded_connections(self) -> "Settings":
+        if self.db_connections > MAX_DB_CONNECTIONS:
+            raise ConfigurationError(
+                f"IWSCOPE_DB_POOL_SIZE + IWSCOPE_DB_MAX_OVERFLOW = {self.db_connections} is over "
+                f"{MAX_DB_CONNECTIONS} connections per process (PostgreSQL's default max_connections "
+                "is 100 for every process together)")
+        return self
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> "Settings":

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 import datetime as dt
+import os
 from typing import Any
 
 from sqlalchemy import DateTime, MetaData, create_engine
@@ -33,18 +34,28 @@ class Base(DeclarativeBase):
     type_annotation_map = {dt.datetime: DateTime(timezone=True), dict[str, Any]: JSONB}
 
 
-def make_engine(database_url: str, **options: object) -> Engine:
-    """An engine for ``database_url`` (``postgresql+psycopg://...``)."""
+def make_engine(database_url: str, **options: Any) -> Engine:
+    """An engine for ``database_url`` (``postgresql+psycopg://...``).
+
+    Connections carry ``application_name`` ``iwscope[<pid>]``, so ``pg_stat_activity`` tells
+    which process holds which connection (and whether it sits idle in a transaction).
+    """
     options.setdefault("pool_pre_ping", True)
     options.setdefault("pool_size", 10)
     options.setdefault("max_overflow", 10)
-    return create_engine(database_url, **options)
+    connect_args = dict(options.pop("connect_args", None) or {})
+    connect_args.setdefault("application_name", f"iwscope[{os.getpid()}]")
+    return create_engine(database_url, connect_args=connect_args, **options)
 
 
 @lru_cache(maxsize=1)
 def get_engine() -> Engine:
-    """The process-wide engine built from :func:`iwscope.config.get_settings`."""
-    return make_engine(get_settings().database_url)
+    """The process-wide engine built from :func:`iwscope.config.get_settings`: ``pool_size``,
+    ``max_overflow`` and ``pool_timeout`` from ``IWSCOPE_DB_POOL_SIZE``,
+    ``IWSCOPE_DB_MAX_OVERFLOW`` and ``IWSCOPE_DB_POOL_TIMEOUT_S``."""
+    settings = get_settings()
+    return make_engine(settings.database_url, pool_size=settings.db_pool_size,
+                       max_overflow=settings.db_max_overflow, pool_timeout=settings.db_pool_timeout_s)
 
 
 @lru_cache(maxsize=1)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from functools import lru_cache
 
 import redis
 from fastapi import APIRouter, Response, status
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
 
 from iwscope.config import get_settings
-from iwscope.db import get_engine
 
 router = APIRouter(tags=["health"])
 
@@ -24,10 +27,19 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@lru_cache(maxsize=1)
+def _readiness_engine() -> Engine:
+    """A connection of its own per check (no pool): readiness asks whether PostgreSQL answers,
+    not whether this process's pool has a connection free -- a busy pool answers 503 +
+    ``Retry-After`` to requests, it must not take the process out of its load balancer."""
+    return create_engine(get_settings().database_url, poolclass=NullPool,
+                         connect_args={"connect_timeout": 2, "application_name": f"iwscope[{os.getpid()}]readyz"})
+
+
 def _check_dependencies() -> dict[str, str]:
     checks: dict[str, str] = {}
     try:
-        with get_engine().connect() as connection:
+        with _readiness_engine().connect() as connection:
             connection.execute(text("SELECT 1"))
         checks["postgresql"] = "ok"
     except Exception as error:  # report, do not raise: this is a probe endpoint

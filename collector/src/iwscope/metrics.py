@@ -11,3 +11,5 @@ RECORDS = Counter("iwscope_records_total", "Uploaded records by kind and outcome
                   ["kind", "outcome"])  # kind: trial|path_sample|observation; outcome: accepted|duplicate|rejected
 TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that could not be queued "
                          "(the periodic sweep catches up)", ["task"])
+DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "
+                  "in time (admission: no slot; pool: pool_timeout)", ["where"])

@@ -1,16 +1,28 @@
-"""FastAPI dependencies: who is calling (probe, origin, admin, enrollment token)."""
+"""FastAPI dependencies: who is calling (probe, origin, admin, enrollment token).
+
+Authentication looks the credential up in its own short database use (:func:`run_db`: a
+slot, a thread, a connection returned before the thread ends) and yields a plain value
+(:class:`ProbeIdentity`, :class:`OriginIdentity`, the token kind), never an ORM object bound
+to a session: no connection is held while the route reads its body, waits for a thread or
+sends its answer.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from iwscope.auth.services import api_token_valid, parse_credential, secret_matches
 from iwscope.config import Settings, get_settings
-from iwscope.db import get_sessionmaker
+from iwscope.db import get_engine, get_sessionmaker
+from iwscope.dbslots import run_db
 from iwscope.origins.models import Origin
 from iwscope.probes.models import Probe
 from iwscope.types import utcnow
@@ -22,7 +34,14 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def get_session(request: Request):  # noqa: ANN201 (generator dependency)
-    """A session per request, committed by the route when it writes."""
+    """A session per request, committed by the route when it writes.
+
+    Closed (its connection returned) as soon as the route function and the serialisation of
+    its answer are done (``scope="function"`` below), not after the answer was sent.  The
+    connection is checked out at the first query, outside the database slots of
+    :mod:`iwscope.dbslots`: prefer ``run_db`` with a ``session_scope()`` for routes on the
+    probes' hot path.
+    """
     session: Session = get_sessionmaker()()
     try:
         yield session
@@ -30,9 +49,47 @@ def get_session(request: Request):  # noqa: ANN201 (generator dependency)
         session.close()
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+@dataclass(frozen=True)
+class ProbeIdentity:
+    """An authenticated probe: plain values, valid after the lookup's connection was returned."""
+
+    id: uuid.UUID
+    name: str
+    region: str
+
+
+@dataclass(frozen=True)
+class OriginIdentity:
+    """An authenticated origin (plain values)."""
+
+    id: uuid.UUID
+    name: str
+    region: str
+
+
+@dataclass(frozen=True)
+class _Stored:
+    id: uuid.UUID
+    name: str
+    region: str
+    #: ``None`` when revoked (compared against the dummy hash, like an unknown identity).
+    secret_hash: str | None
+
+
+def _stored_identity(model: type[Any], identity: uuid.UUID) -> _Stored | None:
+    """The row of a probe or origin (runs in a database slot; the connection is returned here)."""
+    with get_engine().connect() as connection:
+        row = connection.execute(select(model.id, model.name, model.region, model.secret_hash, model.revoked_at)
+                                 .where(model.id == identity)).first()
+    if row is None:
+        return None
+    revoked_at: dt.datetime | None = row.revoked_at
+    return _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
 
 
 def unauthorized(detail: str = INVALID_CREDENTIALS) -> HTTPException:
@@ -46,41 +103,45 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
     return bearer.credentials
 
 
-def authenticated_probe(session: SessionDep, bearer: BearerDep) -> Probe:
+async def authenticated_probe(bearer: BearerDep) -> ProbeIdentity:
     """The probe of a valid ``<probe id>.<secret>`` credential; one 401 for every failure."""
     credential = parse_credential(_bearer_text(bearer))
-    probe = session.get(Probe, credential.identity) if credential else None
-    stored_hash = probe.secret_hash if probe is not None and probe.revoked_at is None else None
+    stored = await run_db(_stored_identity, Probe, credential.identity) if credential else None
+    stored_hash = stored.secret_hash if stored is not None else None
     # The comparison runs for unknown probes too (against a dummy hash): same path, same time.
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
-    if probe is None or not secret_ok:
+    if stored is None or not secret_ok:
         raise unauthorized()
-    return probe
+    return ProbeIdentity(stored.id, stored.name, stored.region)
 
 
-def authenticated_origin(session: SessionDep, bearer: BearerDep) -> Origin:
+async def authenticated_origin(bearer: BearerDep) -> OriginIdentity:
     """The origin of a valid ``<origin id>.<secret>`` credential; one 401 for every failure."""
     credential = parse_credential(_bearer_text(bearer))
-    origin = session.get(Origin, credential.identity) if credential else None
-    stored_hash = origin.secret_hash if origin is not None and origin.revoked_at is None else None
+    stored = await run_db(_stored_identity, Origin, credential.identity) if credential else None
+    stored_hash = stored.secret_hash if stored is not None else None
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
-    if origin is None or not secret_ok:
+    if stored is None or not secret_ok:
         raise unauthorized()
-    return origin
+    return OriginIdentity(stored.id, stored.name, stored.region)
 
 
 def _token_dependency(kind: str):  # noqa: ANN202
-    def check(session: SessionDep, settings: SettingsDep, bearer: BearerDep) -> str:
+    def valid(settings: Settings, token: str) -> bool:
+        with get_sessionmaker()() as session:  # closed (connection returned) in this thread
+            return api_token_valid(session, settings, kind, token)
+
+    async def check(settings: SettingsDep, bearer: BearerDep) -> str:
         token = _bearer_text(bearer)
-        if not api_token_valid(session, settings, kind, token):
+        if not await run_db(valid, settings, token):
             raise unauthorized()
         return kind
     check.__name__ = f"require_{kind}_token"
     return check
 
 
-ProbeDep = Annotated[Probe, Depends(authenticated_probe)]
-OriginDep = Annotated[Origin, Depends(authenticated_origin)]
+ProbeDep = Annotated[ProbeIdentity, Depends(authenticated_probe)]
+OriginDep = Annotated[OriginIdentity, Depends(authenticated_origin)]
 AdminDep = Annotated[str, Depends(_token_dependency("admin"))]
 EnrollTokenDep = Annotated[str, Depends(_token_dependency("enroll"))]
 OriginTokenDep = Annotated[str, Depends(_token_dependency("origin"))]
@@ -93,5 +154,6 @@ def forbid_other_identity(own_id: object, claimed_id: object) -> None:
                             detail="credential does not belong to this id")
 
 
-__all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "OriginDep", "OriginTokenDep",
-           "ProbeDep", "SessionDep", "SettingsDep", "forbid_other_identity", "unauthorized", "utcnow"]
+__all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "OriginDep", "OriginIdentity", "OriginTokenDep",
+           "ProbeDep", "ProbeIdentity", "SessionDep", "SettingsDep", "forbid_other_identity", "unauthorized",
+           "utcnow"]

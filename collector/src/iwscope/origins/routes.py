@@ -1,10 +1,12 @@
-"""``/api/v1/origins``: enrollment and listing."""
+"""``/api/v1/origins``: enrollment and listing (database work in one ``run_db`` call each)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from iwscope.auth.dependencies import AdminDep, OriginTokenDep, SessionDep
+from iwscope.auth.dependencies import AdminDep, OriginTokenDep
+from iwscope.db import session_scope
+from iwscope.dbslots import run_db
 from iwscope.origins import services
 from iwscope.origins.schemas import OriginEnrollRequestIn, OriginOut
 from iwscope.probes.schemas import EnrollResponseOut
@@ -12,13 +14,22 @@ from iwscope.probes.schemas import EnrollResponseOut
 router = APIRouter(prefix="/api/v1/origins", tags=["origins"])
 
 
+def _enroll(request: OriginEnrollRequestIn) -> EnrollResponseOut:
+    with session_scope() as session:
+        origin, credential = services.enroll_origin(session, request)
+        return EnrollResponseOut(id=str(origin.id), credential=credential)
+
+
 @router.post("/enroll", status_code=status.HTTP_201_CREATED, response_model=EnrollResponseOut)
-def enroll(request: OriginEnrollRequestIn, session: SessionDep, _token: OriginTokenDep) -> EnrollResponseOut:
-    origin, credential = services.enroll_origin(session, request)
-    session.commit()
-    return EnrollResponseOut(id=str(origin.id), credential=credential)
+async def enroll(request: OriginEnrollRequestIn, _token: OriginTokenDep) -> EnrollResponseOut:
+    return await run_db(_enroll, request)
+
+
+def _list_origins() -> list[OriginOut]:
+    with session_scope() as session:
+        return services.list_origins(session)
 
 
 @router.get("", response_model=list[OriginOut])
-def list_origins(session: SessionDep, _admin: AdminDep) -> list[OriginOut]:
-    return services.list_origins(session)
+async def list_origins(_admin: AdminDep) -> list[OriginOut]:
+    return await run_db(_list_origins)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from iwprobe import wire
@@ -30,18 +30,29 @@ def enroll_probe(session: Session, request: EnrollRequestIn) -> tuple[Probe, str
     return probe, format_credential(probe.id, secret)
 
 
-def record_heartbeat(session: Session, probe: Probe, heartbeat: HeartbeatIn) -> None:
+def record_heartbeat(session: Session, probe_id: uuid.UUID, heartbeat: HeartbeatIn) -> None:
+    """Store a heartbeat of probe ``probe_id`` (one ``UPDATE``; the caller commits)."""
     now = utcnow()
-    probe.last_seen_at = now
-    probe.version = heartbeat.version
-    probe.last_heartbeat = {**heartbeat.model_dump(), "received_at": wire.utc_timestamp(now)}
+    session.execute(update(Probe).where(Probe.id == probe_id).values(
+        last_seen_at=now, version=heartbeat.version,
+        last_heartbeat={**heartbeat.model_dump(), "received_at": wire.utc_timestamp(now)}))
+
+
+class ScheduledProbe(Protocol):
+    """What a schedule needs of a probe: a :class:`Probe` or an authenticated identity."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+
+    @property
+    def region(self) -> str: ...
 
 
 def _wire_time(when: dt.datetime | None) -> str | None:
     return wire.utc_timestamp(when) if when is not None else None
 
 
-def schedule_for(session: Session, probe: Probe, poll_after_s: float,
+def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
                  now: dt.datetime | None = None) -> ScheduleOut:
     """Campaigns this probe takes part in now or within the next poll interval.
 

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from iwprobe import wire
 from iwscope.auth.dependencies import OriginDep, ProbeDep
 from iwscope.db import get_engine, get_sessionmaker
+from iwscope.dbslots import run_db
 from iwscope.http import read_body_limited
 from iwscope.trials import services
 from iwscope.trials.models import Trial
@@ -63,16 +64,15 @@ def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JS
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/TrialBatch"}}}}})
 async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
-    """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates)."""
+    """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates).
+
+    No connection is held while the body streams in or is validated: authentication returned
+    its connection already, and the batch gets a database slot only once it is valid."""
     body = await read_body_limited(request)
     probe_id = probe.id
-
-    def ingest() -> services.IngestResult:
-        batch = services.validate_trial_batch(body, probe_id)
-        return services.store_trial_batch(get_engine(), batch, probe_id)
-
     try:
-        result = await run_in_threadpool(ingest)
+        batch = await run_in_threadpool(services.validate_trial_batch, body, probe_id)
+        result = await run_db(services.store_trial_batch, get_engine(), batch, probe_id)
     except services.BatchRejected as error:
         return _rejected(error, "trial", max(1, len(error.errors)))
     # Only after the commit, and after the answer went out (the probe does not wait on the
@@ -92,13 +92,9 @@ async def upload_observations(request: Request, origin: OriginDep) -> Any:
     """Store an ``ObservationBatch`` from the authenticated origin."""
     body = await read_body_limited(request)
     origin_id = origin.id
-
-    def ingest() -> services.IngestResult:
-        batch = services.validate_observation_batch(body, origin_id)
-        return services.store_observation_batch(get_engine(), batch, origin_id)
-
     try:
-        result = await run_in_threadpool(ingest)
+        batch = await run_in_threadpool(services.validate_observation_batch, body, origin_id)
+        result = await run_db(services.store_observation_batch, get_engine(), batch, origin_id)
     except services.BatchRejected as error:
         return _rejected(error, "observation", max(1, len(error.errors)))
     if result.new_trial_ids:
