@@ -211,6 +211,34 @@ async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, s
             pass
 
 
+async def _server_upload_buckets(base_url: str) -> dict[float, float]:
+    """Cumulative counts per bucket bound of the API's upload latency histogram (empty if unreachable)."""
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as metrics_client:
+            text = (await metrics_client.get("/metrics")).text
+    except httpx.HTTPError:
+        return {}
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("iwscope_http_request_duration_seconds_bucket{") and \
+                'route="/api/v1/trials/batch"' in line and 'method="POST"' in line:
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """Upper bucket bound below which a share ``q`` of this stage's uploads fell (server side)."""
+    bounds = sorted(after)
+    counts = [after[bound] - before.get(bound, 0.0) for bound in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    for bound, count in zip(bounds, counts):
+        if count >= q * counts[-1]:
+            return bound
+    return None
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -229,6 +257,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             while len(tasks) < active:
                 tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks), client, stop)))
             fleet.stats = Stats()
+            buckets_before = await _server_upload_buckets(fleet.base_url)
             cpu_before = sampler.cpu()
             started = time.monotonic()
             samples: list[dict[str, Any]] = []
@@ -239,6 +268,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
                                 "trials_stored": fleet.stats.trials_stored})
             elapsed = time.monotonic() - started
             cpu_after = sampler.cpu()
+            buckets_after = await _server_upload_buckets(fleet.base_url)
             stats = fleet.stats
             cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
                          for role in cpu_after}
@@ -252,11 +282,17 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
                 "errors": stats.errors,
                 "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
                 "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
+                # In the API, from request received to answer (bucket bounds of its histogram;
+                # +Inf = over 10 s): the rest of the client's latency is queueing before the API
+                # (its event loop, the kernel's accept queue) or in the driver itself.
+                "server_upload_p50_s": _bucket_quantile(buckets_before, buckets_after, 0.5),
+                "server_upload_p99_s": _bucket_quantile(buckets_before, buckets_after, 0.99),
             }
             results.append(row)
             print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
                   f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
-                  f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}", flush=True)
+                  f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}  server-side upload "
+                  f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s", flush=True)
         stop.set()
         for task in tasks:  # requests still waiting on a saturated API are abandoned, not awaited
             task.cancel()
@@ -303,7 +339,10 @@ def main() -> None:
     parser.add_argument("--batch-max", type=int, default=200)
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)")
     args = parser.parse_args()
+    api_env = dict(item.split("=", 1) for item in args.api_env)
     stages = [int(value) for value in args.stages.split(",")]
     if max(stages) > args.probes:
         parser.error("a stage cannot have more active probes than --probes")
@@ -329,7 +368,7 @@ def main() -> None:
                   for kind in ("enroll", "origin", "admin")}
         port = free_port()
         api_log_file = open(api_log, "wb")  # noqa: SIM115 - handed to the child
-        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env=env,
+        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env={**env, **api_env},
                                start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
         api_log_file.close()
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
@@ -393,6 +432,7 @@ def main() -> None:
         client_redis.close()
     api_text = api_log.read_text(errors="replace") if api_log.exists() else ""
     api_pool_timeouts = api_text.count("QueuePool limit")
+    busy_503 = sum(count for row in stage_rows for what, count in row["errors"].items() if what.endswith(":503"))
     api_errors = api_text.count("Exception in ASGI application")
     peak = max(stage_rows, key=lambda row: row["trials_per_s"])
     result = {
@@ -404,6 +444,7 @@ def main() -> None:
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
         "trials_stored_total": stored, "trials_joined_total": joined,
         "api_log": str(api_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
+        "api_env": api_env, "answers_503": busy_503,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
