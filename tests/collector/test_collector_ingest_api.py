@@ -175,6 +175,31 @@ def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: s
     assert client.get("/api/v1/campaigns/999999", headers=bearer(admin_token)).status_code == 404
 
 
+@pytest.mark.parametrize("body, field", [
+    ({"starts_at": None, "ends_at": "2030-01-01T00:00:00Z"}, "starts_at"),  # found by the fuzzer: was a 500
+    ({"starts_at": None}, "starts_at"),
+    ({"name": None}, "name"),
+    ({"repetitions": None}, "repetitions"),
+    ({"interval_s": None}, "interval_s"),
+    ({"ends_at": "2000-01-01T00:00:00Z"}, "ends_at"),  # before starts_at
+])
+def test_campaign_patch_refuses_nulls_and_inverted_windows_unchanged(
+        client: httpx.Client, admin_token: str, origin: Enrolled, body: dict[str, Any], field: str) -> None:
+    start = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    created = client.post("/api/v1/campaigns", headers=bearer(admin_token),
+                          json={"name": "patched", "origin_ids": [origin.id], "arms": [3], "sizes": [1],
+                                "starts_at": start.isoformat()})
+    assert created.status_code == 201, created.text
+    url = f"/api/v1/campaigns/{created.json()['id']}"
+    refused = client.patch(url, headers=bearer(admin_token), json=body)
+    assert refused.status_code == 422, refused.text
+    assert field in {str(part) for error in refused.json()["detail"] for part in error["loc"]}
+    assert client.get(url, headers=bearer(admin_token)).json() == created.json()
+    # Explicit nulls where the column allows them are accepted: open-ended again, every region.
+    reopened = client.patch(url, headers=bearer(admin_token), json={"ends_at": None, "probe_regions": None})
+    assert reopened.status_code == 200 and reopened.json()["ends_at"] is None
+
+
 # --------------------------------------------------------------------------------------
 # Batch upload
 # --------------------------------------------------------------------------------------

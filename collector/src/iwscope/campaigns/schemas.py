@@ -57,11 +57,14 @@ class CampaignPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL] | None = None
+    # Omitted means "unchanged". Only the columns that may be NULL accept an explicit null:
+    # ``probe_regions`` (null = every region) and ``ends_at`` (null = open-ended). The others
+    # default to None without admitting it, so ``{"starts_at": null}`` is a 422 naming the field.
+    name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL] = Field(default=None)
     probe_regions: Regions | None = None
-    repetitions: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    interval_s: Annotated[float, Field(ge=0, le=86400)] | None = None
-    starts_at: AwareDatetime | None = None
+    repetitions: Annotated[int, Field(ge=1, le=1_000_000)] = Field(default=None)
+    interval_s: Annotated[float, Field(ge=0, le=86400)] = Field(default=None)
+    starts_at: AwareDatetime = Field(default=None)
     ends_at: AwareDatetime | None = None
 
 
