@@ -392,6 +392,9 @@ def test_checksum_follows_existing_secret_name(helm: pathlib.Path) -> None:
     ({"migrations": {"hookDeletePolicy": "never"}}, "migrations.hookDeletePolicy"),
     ({"worker": {"celeryApp": "not a module"}}, "worker.celeryApp"),
     ({"secret": {"adminToken": "short"}}, "secret.adminToken"),
+    ({"config": {"database": {"poolSize": 0}}}, "config.database.poolSize"),
+    ({"config": {"database": {"poolTimeoutSeconds": 0}}}, "config.database.poolTimeoutSeconds"),
+    ({"config": {"apiThreads": 1}}, "config.apiThreads"),
 ])
 def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(HelmFailed) as failure:
@@ -405,6 +408,31 @@ def test_external_database_without_url_fails_with_a_clear_message(helm: pathlib.
                                                                          "builtin": {"enabled": False}}}
     with pytest.raises(HelmFailed, match="postgresql.url is required"):
         helm_template(helm, [], overrides)
+
+
+def test_database_settings_reach_every_container_as_settings_accept_them(
+        helm: pathlib.Path, rendered_sets: dict[str, list[Manifest]]) -> None:
+    """The ConfigMap carries the pool settings under the names the collector's Settings read,
+    with values Settings accepts; an over-large pool fails at render time, not in the pods."""
+    from iwscope.config import Settings
+
+    data = find(rendered_sets[EXTERNAL], "ConfigMap", "config")["data"]
+    assert {k: data[k] for k in ("IWSCOPE_DB_POOL_SIZE", "IWSCOPE_DB_MAX_OVERFLOW", "IWSCOPE_DB_POOL_TIMEOUT_S",
+                                 "IWSCOPE_RETRY_AFTER_S", "IWSCOPE_API_THREADS")} == {
+        "IWSCOPE_DB_POOL_SIZE": "10", "IWSCOPE_DB_MAX_OVERFLOW": "10", "IWSCOPE_DB_POOL_TIMEOUT_S": "3",
+        "IWSCOPE_RETRY_AFTER_S": "2", "IWSCOPE_API_THREADS": "40"}
+    tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {
+        "poolSize": 4, "maxOverflow": 2, "poolTimeoutSeconds": 0.5, "retryAfterSeconds": 7}}})
+    env = {k: v for k, v in find(tuned, "ConfigMap", "config")["data"].items() if k.startswith("IWSCOPE_")}
+    settings = Settings.model_validate({**env, "IWSCOPE_ENV": "development"})
+    assert (settings.db_pool_size, settings.db_max_overflow, settings.db_pool_timeout_s,
+            settings.retry_after_s) == (4, 2, 0.5, 7)
+    for component in ("api", "worker", "beat"):
+        sources = [ref["configMapRef"]["name"] for c in containers(find(tuned, "Deployment", component))
+                   for ref in c.get("envFrom", []) if "configMapRef" in ref]
+        assert find(tuned, "ConfigMap", "config")["metadata"]["name"] in sources, component
+    with pytest.raises(HelmFailed, match="is over 200 connections per process"):
+        helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {"poolSize": 150, "maxOverflow": 60}}})
 
 
 def test_dashboard_can_be_disabled(helm: pathlib.Path) -> None:
