@@ -7,8 +7,11 @@ this session's PostgreSQL, no mocks.
 * With a pool of one connection and many concurrent uploads every answer is 200 or 503 with
   ``Retry-After`` (never a 500, never a hang); every acknowledged trial is stored exactly
   once and nothing of a refused batch is stored.
-* A pool timeout (the pool held by work outside the database slots) is a 503 too, and the
+* A busy database (the only slot held by an export waiting on a lock) is a 503 too, and the
   probe's uploader honours it: it keeps its spool and comes back after ``Retry-After``.
+* Public reads (analysis API, CSV exports), however many and slow, take at most half the
+  slots: probes still get through; a streamed export gives its slot back when the client
+  goes away midway.
 """
 
 from __future__ import annotations
@@ -219,7 +222,7 @@ def trials_locked(database_url: str) -> Iterator[psycopg.Connection]:
         connection.close()
 
 
-def test_pool_timeout_is_a_503_and_the_probe_uploader_keeps_its_spool_and_returns(
+def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_returns(
         tiny_api, enroll_token: str, database_url: str, trials_locked: psycopg.Connection,
         tmp_path) -> None:  # noqa: ANN001
     from iwprobe._collector import CollectorClient
@@ -229,7 +232,7 @@ def test_pool_timeout_is_a_503_and_the_probe_uploader_keeps_its_spool_and_return
     assert tiny_api.process is not None
     with httpx.Client(base_url=tiny_api.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
-    # The CSV export holds the pool's only connection outside the database slots: its query
+    # The CSV export holds the only database slot (pool of one, readers' share one): its query
     # waits for the lock on ``trials``.
     export_status: list[int] = []
 
@@ -245,7 +248,7 @@ def test_pool_timeout_is_a_503_and_the_probe_uploader_keeps_its_spool_and_return
     while ("active", "Lock") not in backends_of(tiny_api.process.pid, database_url):
         assert time.monotonic() < deadline, "the export never reached the lock"
         time.sleep(0.05)
-    # Any request needing a connection now waits pool_timeout (0.4 s) and is answered 503.
+    # Any request needing the database now waits for a slot 0.4 s and is answered 503.
     body, ids = _batch_body(probe, 10)
     started = time.monotonic()
     busy = httpx.post(f"{tiny_api.url}{wire.TRIALS_BATCH_PATH}", content=body, headers=probe.headers, timeout=30)
@@ -261,7 +264,7 @@ def test_pool_timeout_is_a_503_and_the_probe_uploader_keeps_its_spool_and_return
                         backoff_base_s=0.01)
     started = time.monotonic()
     assert uploader.drain(deadline=time.monotonic() + 0.3) is False
-    assert time.monotonic() - started < 2.5  # one pool timeout (0.4 s), no waiting out Retry-After
+    assert time.monotonic() - started < 2.5  # one admission timeout (0.4 s), no waiting out Retry-After
     assert uploader.backlog() == len(records)
     assert uploader.not_before >= started + 1.0
     assert _upload_answers(tiny_api.url) == {"503": 2}  # ours above and the uploader's single try
@@ -277,7 +280,100 @@ def test_pool_timeout_is_a_503_and_the_probe_uploader_keeps_its_spool_and_return
     assert stored_counts(database_url, record_ids) == (len(records),) * 3
     assert stored_counts(database_url, ids) == (0, 0, 0)
     assert _upload_answers(tiny_api.url) == {"503": 2, "200": 1}
-    assert 'iwscope_db_busy_total{where="pool"} 2.0' in httpx.get(f"{tiny_api.url}/metrics").text
+    assert 'iwscope_db_busy_total{where="admission"} 2.0' in httpx.get(f"{tiny_api.url}/metrics").text
+
+
+HEARTBEAT = {"version": "test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0, "trials_measured": 0}
+
+
+def _busy_reads(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith('iwscope_db_busy_total{where="reads"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_public_reads_leave_half_the_slots_to_probes(
+        api_server_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:  # noqa: ANN001
+    # Two slots; readers may hold one. Reads of ``trials`` block on the lock.
+    server = api_server_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_SIZE": "2", "IWSCOPE_DB_POOL_TIMEOUT_S": "1"})
+    assert server.process is not None
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        probe = enroll_probe(client, enroll_token)
+    # Only reads of ``trials`` (the roll-up reads, e.g. headline, would pass the lock and free
+    # their slot for the next reader).
+    read_paths = ["/api/v1/analysis/trials?limit=1", "/api/v1/analysis/trials?limit=3&offset=1",
+                  f"/api/v1/trials.csv?probe_id={probe.id}", "/api/v1/analysis/trials.csv",
+                  "/api/v1/trials.csv", "/api/v1/analysis/trials?limit=2"]
+    answers: dict[str, tuple[int, Any, str]] = {}
+
+    def read(path: str) -> None:
+        answer = httpx.get(f"{server.url}{path}", timeout=60)
+        answers[path] = (answer.status_code, answer.headers, answer.text)
+
+    readers = [threading.Thread(target=read, args=(path,)) for path in read_paths]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + 20
+    while ("active", "Lock") not in backends_of(server.process.pid, database_url):
+        assert time.monotonic() < deadline, "no read reached the lock"
+        time.sleep(0.05)
+    # A probe is served while the reads pile up (before: the reads took both connections
+    # outside any admission, the heartbeat waited pool_timeout and got a 503).
+    started = time.monotonic()
+    beat = httpx.post(f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", headers=probe.headers,
+                      json=HEARTBEAT,
+                      timeout=30)
+    assert beat.status_code == 204, beat.text
+    assert time.monotonic() - started < 1.0
+    schedule = httpx.get(f"{server.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}", headers=probe.headers)
+    assert schedule.status_code == 200, schedule.text
+    # Every read but the admitted one gives up after 1 s with a 503; then the lock goes away.
+    deadline = time.monotonic() + 20
+    while len(answers) < len(read_paths) - 1:
+        assert time.monotonic() < deadline, answers
+        time.sleep(0.05)
+    trials_locked.rollback()
+    for reader in readers:
+        reader.join(timeout=30)
+    statuses = sorted(status for status, _, _ in answers.values())
+    assert statuses == [200] + [503] * (len(read_paths) - 1), answers
+    for status, headers, text in answers.values():
+        if status == 503:
+            _assert_busy_answer(status, headers, orjson.loads(text))
+    assert _busy_reads(server.url) == len(read_paths) - 1
+    # Without the lock every read goes through again: no slot was kept by a refused read.
+    for path in read_paths:
+        assert httpx.get(f"{server.url}{path}", timeout=30).status_code == 200, path
+
+
+def test_an_abandoned_csv_export_gives_its_slot_back(
+        api_server_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+    server = api_server_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "2"})  # one slot in all
+    assert server.process is not None
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        probe = enroll_probe(client, enroll_token)
+        for _ in range(6):  # 6,000 trials: several MB of CSV, more than the socket buffers hold
+            body, _ = _batch_body(probe, 1000)
+            assert client.post(wire.TRIALS_BATCH_PATH, content=body, headers=probe.headers).status_code == 200
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(f"GET /api/v1/trials.csv?probe_id={probe.id} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()  # RST: the client is gone midway
+        # The one slot comes back: a heartbeat (which needs it) is answered, not refused.
+        beat = httpx.post(f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}",
+                          headers=probe.headers, timeout=30,
+                          json=HEARTBEAT)
+        assert beat.status_code == 204, beat.text
+    # And the export's backend is not left in a transaction or a query.
+    deadline = time.monotonic() + 10
+    while any(state != "idle" for state, _ in backends_of(server.process.pid, database_url)):
+        assert time.monotonic() < deadline, backends_of(server.process.pid, database_url)
+        time.sleep(0.1)
+    whole = httpx.get(f"{server.url}/api/v1/trials.csv", params={"probe_id": probe.id}, timeout=60)
+    assert whole.status_code == 200 and whole.text.count("\n") == 6001
 
 
 def _upload_answers(url: str) -> dict[str, int]:

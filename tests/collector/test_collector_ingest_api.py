@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
+import re
 import uuid
 from typing import Any
 
@@ -378,7 +380,20 @@ def test_metrics_count_accepted_and_duplicates(client: httpx.Client, probe: Enro
 
 
 def test_openapi_is_published(client: httpx.Client) -> None:
-    paths = client.get("/openapi.json").json()["paths"]
+    document = client.get("/openapi.json").json()
+    paths = document["paths"]
     for path in (wire.PROBE_ENROLL_PATH, wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH,
                  "/api/v1/campaigns", "/api/v1/trials.csv", "/readyz"):
         assert path in paths
+    # Self-contained: every $ref points into the document (no external wire-schema URL).
+    schemas = document["components"]["schemas"]
+    refs = set(re.findall(r'"\$ref":\s*"([^"]*)"', json.dumps(document)))
+    assert refs and all(ref.startswith("#/components/schemas/") for ref in refs), refs
+    assert all(ref.removeprefix("#/components/schemas/") in schemas for ref in refs)
+    # The batch bodies are the wire schema's own records, constraints and all.
+    body = paths[wire.TRIALS_BATCH_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/wire.TrialBatch"}
+    wire_defs = wire.load_schema()["$defs"]
+    record = json.loads(json.dumps(schemas["wire.TrialRecord"]).replace("#/components/schemas/wire.", "#/$defs/"))
+    assert record == wire_defs["TrialRecord"] and schemas["wire.TrialRecord"]["required"]
+    assert document["info"]["x-wire-version"] == wire.WIRE_VERSION

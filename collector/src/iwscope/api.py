@@ -24,6 +24,7 @@ from iwscope.dbslots import DatabaseBusy
 from iwscope.health import DRAINING
 from iwscope.health import router as health_router
 from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
+from iwscope.openapi import install_openapi
 from iwscope.origins.routes import router as origins_router
 from iwscope.probes.routes import router as probes_router
 from iwscope.trials.routes import router as trials_router
@@ -76,6 +77,7 @@ def create_app() -> FastAPI:
     for router in (health_router, probes_router, origins_router, campaigns_router, trials_router):
         app.include_router(router)
     _include_optional_routers(app)
+    install_openapi(app)
 
     @app.exception_handler(DatabaseBusy)
     async def database_busy(request: Request, error: DatabaseBusy) -> JSONResponse:
@@ -83,8 +85,9 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(sqlalchemy.exc.TimeoutError)
     async def pool_timeout(request: Request, error: sqlalchemy.exc.TimeoutError) -> JSONResponse:
-        # Raised by pool.connect() before anything was written (a connection held outside the
-        # database slots, e.g. by a SessionDep route, kept the pool empty for pool_timeout).
+        # Raised by pool.connect() before anything was written: connections held outside the
+        # database slots (code that does not go through iwscope.dbslots, or another process
+        # sharing the engine's pool settings) kept the pool empty for pool_timeout.
         DB_BUSY.labels("pool").inc()
         log.warning("answered 503: %s", error)
         return database_busy_response(get_settings().retry_after_s)

@@ -8,14 +8,19 @@ connection out and returns it before the thread ends.  So
 
 * no connection is held while a request reads its body, waits for a thread or sends its
   answer (the starvation of docs/reliability.md "Load": connection holders waiting for
-  threads that wait for connections);
+  threads that wait for connections) -- except by a streamed CSV export, which holds its
+  slot until the last chunk is sent (:mod:`iwscope.streaming`);
 * admitted work never waits in ``pool.connect()`` for connections held by other admitted
-  work (there are as many slots as connections); it can only wait for connections held by
-  code outside the slots (sync routes with ``SessionDep``, the CSV export), and then at most
-  ``pool_timeout``;
+  work (there are as many slots as connections; every route of the API takes its
+  connections inside a slot; ``/readyz`` uses a connection outside the pool);
 * when the database cannot keep up, requests are turned away after a short wait with
   :class:`DatabaseBusy` (answered 503 + ``Retry-After`` by ``iwscope.api``) instead of
   queueing until the clients' own timeouts.
+
+Public reads (the analysis API and its CSV export: arbitrary filters, possibly slow scans)
+additionally take one of ``read_share`` -- half the slots, at least one -- before a slot
+(:func:`run_db_read`, :func:`open_read_slot`), so however many readers come, the other half
+is left to probes, origins and admins.
 
 The slots live per event loop (an anyio ``RunVar``): one uvicorn process has one loop.
 """
@@ -50,6 +55,8 @@ class _Slots:
     semaphore: anyio.Semaphore
     limiter: anyio.CapacityLimiter
     timeout_s: float
+    #: Admission of public reads: at most this many of the slots at once.
+    reads: anyio.Semaphore
 
 
 _SLOTS: RunVar[_Slots] = RunVar("iwscope_db_slots")
@@ -61,9 +68,24 @@ def _slots() -> _Slots:
     except LookupError:
         settings = get_settings()
         slots = _Slots(anyio.Semaphore(settings.db_connections),
-                       anyio.CapacityLimiter(settings.db_connections), settings.db_pool_timeout_s)
+                       anyio.CapacityLimiter(settings.db_connections), settings.db_pool_timeout_s,
+                       anyio.Semaphore(read_share(settings.db_connections)))
         _SLOTS.set(slots)
         return slots
+
+
+def read_share(connections: int) -> int:
+    """Slots public reads may hold at once: half, at least one."""
+    return max(1, connections // 2)
+
+
+async def _acquire(semaphore: anyio.Semaphore, deadline: float, where: str, timeout_s: float) -> None:
+    try:
+        with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+            await semaphore.acquire()
+    except TimeoutError:
+        DB_BUSY.labels(where).inc()
+        raise DatabaseBusy(timeout_s) from None
 
 
 @asynccontextmanager
@@ -71,12 +93,7 @@ async def db_slot() -> AsyncIterator[anyio.CapacityLimiter]:
     """Hold one database slot (yields the limiter of the slots' threads); :class:`DatabaseBusy`
     when none becomes free in time."""
     slots = _slots()
-    try:
-        with anyio.fail_after(slots.timeout_s):
-            await slots.semaphore.acquire()
-    except TimeoutError:
-        DB_BUSY.labels("admission").inc()
-        raise DatabaseBusy(slots.timeout_s) from None
+    await _acquire(slots.semaphore, anyio.current_time() + slots.timeout_s, "admission", slots.timeout_s)
     try:
         yield slots.limiter
     finally:
@@ -88,4 +105,48 @@ async def run_db(function: Callable[..., Result], *args: object) -> Result:
     it ends -- in a thread, once a database slot is free."""
     async with db_slot() as limiter:
         return await anyio.to_thread.run_sync(function, *args, limiter=limiter)
+
+
+class ReadSlot:
+    """A database slot held for a public read, e.g. across a streamed answer.  Released once by
+    :meth:`release` (idempotent); meanwhile :meth:`run` runs blocking work in the slot's
+    threads.  Get one with :func:`open_read_slot`."""
+
+    def __init__(self, slots: _Slots) -> None:
+        self._slots = slots
+        self._held = True
+
+    async def run(self, function: Callable[..., Result], *args: object) -> Result:
+        if not self._held:
+            raise RuntimeError("read slot already released")
+        return await anyio.to_thread.run_sync(function, *args, limiter=self._slots.limiter)
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.semaphore.release()
+            self._slots.reads.release()
+
+
+async def open_read_slot() -> ReadSlot:
+    """A slot within the readers' share, waited for at most ``IWSCOPE_DB_POOL_TIMEOUT_S`` in
+    all; :class:`DatabaseBusy` otherwise.  The caller must :meth:`ReadSlot.release` it."""
+    slots = _slots()
+    deadline = anyio.current_time() + slots.timeout_s
+    await _acquire(slots.reads, deadline, "reads", slots.timeout_s)
+    try:
+        await _acquire(slots.semaphore, deadline, "admission", slots.timeout_s)
+    except BaseException:
+        slots.reads.release()
+        raise
+    return ReadSlot(slots)
+
+
+async def run_db_read(function: Callable[..., Result], *args: object) -> Result:
+    """:func:`run_db` for public reads: within the readers' share of the slots."""
+    slot = await open_read_slot()
+    try:
+        return await slot.run(function, *args)
+    finally:
+        slot.release()
 

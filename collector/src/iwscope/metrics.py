@@ -12,4 +12,4 @@ RECORDS = Counter("iwscope_records_total", "Uploaded records by kind and outcome
 TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that could not be queued "
                          "(the periodic sweep catches up)", ["task"])
 DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "
-                  "in time (admission: no slot; pool: pool_timeout)", ["where"])
+                  "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)", ["where"])

@@ -3,42 +3,38 @@
 Every endpoint reads the filter parameters of :meth:`Filters.from_query` (``campaign``,
 ``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``);
 malformed values fall back to defaults, exactly like the dashboard's URLs.
+
+Database work runs in the readers' share of the database slots (:func:`run_db_read`): public
+reads, however many or slow, leave half the connections to probes and origins, and wait at
+most ``IWSCOPE_DB_POOL_TIMEOUT_S`` before a 503 + ``Retry-After``.  The CSV export holds its
+slot (and its server-side cursor) until the last chunk is sent or the client goes away
+(:mod:`iwscope.streaming`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
-from sqlalchemy.orm import Session
 
 from iwscope.analysis import queries
 from iwscope.analysis.filters import Filters
 from iwscope.db import get_sessionmaker
+from iwscope.dbslots import run_db_read
+from iwscope.streaming import stream_read
 from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1/analysis", tags=["analysis"])
-
-Result = TypeVar("Result")
-
-
-def _session() -> Iterator[Session]:
-    session = get_sessionmaker()()
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 def _filters(request: Request) -> Filters:
     return Filters.from_query(dict(request.query_params))
 
 
-SessionDep = Annotated[Session, Depends(_session)]
 FiltersDep = Annotated[Filters, Depends(_filters)]
 
 
@@ -52,8 +48,14 @@ def _json(value: Any) -> Any:
     return jsonable_encoder(value)
 
 
-def _run(session: Session, function: Callable[..., Result], *args: Any) -> Any:
-    return {"data": _json(function(session, *args))}
+def _query(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(session, *args)`` on a read session closed before the thread ends, as JSON."""
+    with get_sessionmaker()() as session:
+        return _json(function(session, *args))
+
+
+async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    return {"data": await run_db_read(_query, function, *args)}
 
 
 @router.get("/filters")
@@ -63,76 +65,76 @@ def get_filters(filters: FiltersDep) -> dict[str, Any]:
 
 
 @router.get("/compare")
-def get_compare(session: SessionDep, filters: FiltersDep,
+async def get_compare(filters: FiltersDep,
                 dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"] = "rtt") -> dict[str, Any]:
     """Treatment vs baseline per bucket of ``dimension`` (Figure 5 buckets for rtt/bandwidth/bdp)."""
-    return _run(session, queries.compare_by, filters, dimension)
+    return await _run(queries.compare_by, filters, dimension)
 
 
 @router.get("/percentiles")
-def get_percentiles(session: SessionDep, filters: FiltersDep,
+async def get_percentiles(filters: FiltersDep,
                     group_by: Literal["region", "none"] = "none") -> dict[str, Any]:
     """Percentile tables (avg, p50, p75, p90, p99) with retransmission rates, per region or overall."""
-    return _run(session, queries.percentile_table, filters, "region" if group_by == "region" else None)
+    return await _run(queries.percentile_table, filters, "region" if group_by == "region" else None)
 
 
 @router.get("/latency-vs-iw")
-def get_latency_vs_iw(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.latency_vs_iw, filters)
+async def get_latency_vs_iw(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.latency_vs_iw, filters)
 
 
 @router.get("/cdf")
-def get_cdf(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.latency_cdf, filters)
+async def get_cdf(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.latency_cdf, filters)
 
 
 @router.get("/headline")
-def get_headline(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.headline, filters)
+async def get_headline(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.headline, filters)
 
 
 @router.get("/regions")
-def get_regions(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.region_summary, filters)
+async def get_regions(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.region_summary, filters)
 
 
 @router.get("/loss")
-def get_loss(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.loss_summary, filters)
+async def get_loss(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.loss_summary, filters)
 
 
 @router.get("/fairness")
-def get_fairness(session: SessionDep, filters: FiltersDep) -> dict[str, Any]:
-    return _run(session, queries.fairness, filters)
+async def get_fairness(filters: FiltersDep) -> dict[str, Any]:
+    return await _run(queries.fairness, filters)
 
 
 @router.get("/fleet")
-def get_fleet(session: SessionDep) -> dict[str, Any]:
-    return {"data": _json(queries.fleet(session))}
+async def get_fleet() -> dict[str, Any]:
+    return await _run(queries.fleet)
 
 
 @router.get("/options")
-def get_options(session: SessionDep) -> dict[str, Any]:
-    return {"data": _json(queries.filter_options(session))}
+async def get_options() -> dict[str, Any]:
+    return await _run(queries.filter_options)
+
+
+def _trials_page(filters: Filters, limit: int, offset: int) -> tuple[Any, int]:
+    with get_sessionmaker()() as session:
+        rows, total = queries.trials_page(session, filters, limit, offset)
+        return jsonable_encoder(rows), total
 
 
 @router.get("/trials")
-def get_trials(session: SessionDep, filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
+async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""
-    rows, total = queries.trials_page(session, filters, limit, offset)
-    return {"data": jsonable_encoder(rows), "total": total, "limit": limit, "offset": offset}
+    rows, total = await run_db_read(_trials_page, filters, limit, offset)
+    return {"data": rows, "total": total, "limit": limit, "offset": offset}
 
 
 @router.get("/trials.csv", response_class=StreamingResponse,
-            responses={200: {"content": {"text/csv": {}}, "description": "filtered trials as CSV, streamed"}})
-def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
-    def chunks() -> Iterator[str]:
-        session = get_sessionmaker()()
-        try:
-            yield from queries.iter_trials_csv(session, filters)
-        finally:
-            session.close()
-
-    return StreamingResponse(chunks(), media_type="text/csv",
-                             headers={"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})
+            responses={200: {"content": {"text/csv": {}}, "description": "filtered trials as CSV, streamed"},
+                       503: {"description": "database busy: retry after Retry-After seconds"}})
+async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
+    return await stream_read(lambda session: queries.iter_trials_csv(session, filters), "text/csv",
+                             {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})

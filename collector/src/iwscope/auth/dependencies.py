@@ -14,10 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from iwscope.auth.services import api_token_valid, parse_credential, secret_matches
 from iwscope.config import Settings, get_settings
@@ -33,23 +32,6 @@ INVALID_CREDENTIALS = "invalid credentials"
 _bearer = HTTPBearer(auto_error=False)
 
 
-def get_session(request: Request):  # noqa: ANN201 (generator dependency)
-    """A session per request, committed by the route when it writes.
-
-    Closed (its connection returned) as soon as the route function and the serialisation of
-    its answer are done (``scope="function"`` below), not after the answer was sent.  The
-    connection is checked out at the first query, outside the database slots of
-    :mod:`iwscope.dbslots`: prefer ``run_db`` with a ``session_scope()`` for routes on the
-    probes' hot path.
-    """
-    session: Session = get_sessionmaker()()
-    try:
-        yield session
-    finally:
-        session.close()
-
-
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
@@ -155,5 +137,5 @@ def forbid_other_identity(own_id: object, claimed_id: object) -> None:
 
 
 __all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "OriginDep", "OriginIdentity", "OriginTokenDep",
-           "ProbeDep", "ProbeIdentity", "SessionDep", "SettingsDep", "forbid_other_identity", "unauthorized",
+           "ProbeDep", "ProbeIdentity", "SettingsDep", "forbid_other_identity", "unauthorized",
            "utcnow"]

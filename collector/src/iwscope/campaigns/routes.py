@@ -1,4 +1,8 @@
-"""``/api/v1/campaigns`` (admin token)."""
+"""``/api/v1/campaigns`` (admin token).
+
+Each route does its database work in one :func:`iwscope.dbslots.run_db` call (a slot, a
+thread, a session committed and closed in that thread), like the probes' routes.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from iwscope.auth.dependencies import AdminDep, SessionDep
+from iwscope.auth.dependencies import AdminDep
 from iwscope.campaigns import services
 from iwscope.campaigns.models import Campaign
 from iwscope.campaigns.schemas import CampaignIn, CampaignOut, CampaignPatch
+from iwscope.db import session_scope
+from iwscope.dbslots import run_db
 from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
@@ -19,32 +26,54 @@ router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
 CampaignIdPath = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut)
-def create(body: CampaignIn, session: SessionDep, _admin: AdminDep) -> Campaign:
-    campaign = services.create_campaign(session, body)
-    session.commit()
-    return campaign
+def _out(campaign: Campaign) -> CampaignOut:
+    return CampaignOut.model_validate(campaign)
 
 
-@router.get("", response_model=list[CampaignOut])
-def list_campaigns(session: SessionDep, _admin: AdminDep) -> list[Campaign]:
-    return list(session.scalars(select(Campaign).order_by(Campaign.id)))
-
-
-def _get(session: SessionDep, campaign_id: int) -> Campaign:
+def _get(session: Session, campaign_id: int) -> Campaign:
     campaign = session.get(Campaign, campaign_id)
     if campaign is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="no such campaign")
     return campaign
 
 
+def _create(body: CampaignIn) -> CampaignOut:
+    with session_scope() as session:
+        return _out(services.create_campaign(session, body))
+
+
+def _list() -> list[CampaignOut]:
+    with session_scope() as session:
+        return [_out(campaign) for campaign in session.scalars(select(Campaign).order_by(Campaign.id))]
+
+
+def _read(campaign_id: int) -> CampaignOut:
+    with session_scope() as session:
+        return _out(_get(session, campaign_id))
+
+
+def _update(campaign_id: int, body: CampaignPatch) -> CampaignOut:
+    with session_scope() as session:
+        campaign = services.update_campaign(session, _get(session, campaign_id), body)
+        session.flush()
+        return _out(campaign)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut)
+async def create(body: CampaignIn, _admin: AdminDep) -> CampaignOut:
+    return await run_db(_create, body)
+
+
+@router.get("", response_model=list[CampaignOut])
+async def list_campaigns(_admin: AdminDep) -> list[CampaignOut]:
+    return await run_db(_list)
+
+
 @router.get("/{campaign_id}", response_model=CampaignOut)
-def get(campaign_id: CampaignIdPath, session: SessionDep, _admin: AdminDep) -> Campaign:
-    return _get(session, campaign_id)
+async def get(campaign_id: CampaignIdPath, _admin: AdminDep) -> CampaignOut:
+    return await run_db(_read, campaign_id)
 
 
 @router.patch("/{campaign_id}", response_model=CampaignOut)
-def update(campaign_id: CampaignIdPath, body: CampaignPatch, session: SessionDep, _admin: AdminDep) -> Campaign:
-    campaign = services.update_campaign(session, _get(session, campaign_id), body)
-    session.commit()
-    return campaign
+async def update(campaign_id: CampaignIdPath, body: CampaignPatch, _admin: AdminDep) -> CampaignOut:
+    return await run_db(_update, campaign_id, body)

@@ -15,16 +15,20 @@ from fastapi import APIRouter, BackgroundTasks, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from iwprobe import wire
 from iwscope.auth.dependencies import OriginDep, ProbeDep
-from iwscope.db import get_engine, get_sessionmaker
+from iwscope.db import get_engine
 from iwscope.dbslots import run_db
 from iwscope.http import read_body_limited
+from iwscope.metrics import TASKS_NOT_SENT
+from iwscope.openapi import wire_component_ref
+from iwscope.streaming import stream_read
 from iwscope.trials import services
 from iwscope.trials.models import Trial
 from iwscope.trials.schemas import UploadResultOut
-from iwscope.metrics import TASKS_NOT_SENT
+from iwscope.wiretypes import BIGINT_MAX
 from iwscope.worker import celery_app, task_queue
 from iwscope.worker_client import queue_join
 
@@ -62,7 +66,7 @@ def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JS
 
 @router.post("/trials/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/TrialBatch"}}}}})
+                 "schema": {"$ref": wire_component_ref("TrialBatch")}}}}})
 async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
     """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates).
 
@@ -87,7 +91,7 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
 
 @router.post("/observations/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"$ref": "https://iwscope.dev/schema/wire/v1.json#/$defs/ObservationBatch"}}}}})
+                 "schema": {"$ref": wire_component_ref("ObservationBatch")}}}}})
 async def upload_observations(request: Request, origin: OriginDep) -> Any:
     """Store an ``ObservationBatch`` from the authenticated origin."""
     body = await read_body_limited(request)
@@ -106,7 +110,7 @@ async def upload_observations(request: Request, origin: OriginDep) -> Any:
 CSV_COLUMNS = tuple(column.name for column in Trial.__table__.columns)
 
 
-def _csv_rows(campaign_id: int | None, probe_id: uuid.UUID | None, since: dt.datetime | None,
+def _csv_rows(session: Session, campaign_id: int | None, probe_id: uuid.UUID | None, since: dt.datetime | None,
               until: dt.datetime | None) -> Iterator[bytes]:
     """CSV text in chunks, read through a server-side cursor (constant memory)."""
     statement = select(*Trial.__table__.columns).order_by(Trial.started_at, Trial.trial_id)
@@ -121,14 +125,13 @@ def _csv_rows(campaign_id: int | None, probe_id: uuid.UUID | None, since: dt.dat
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    with get_sessionmaker()() as session:
-        result = session.execute(statement, execution_options={"yield_per": 2000, "stream_results": True})
-        for partition in result.partitions():
-            for row in partition:
-                writer.writerow([_csv_value(value) for value in row])
-            yield buffer.getvalue().encode("utf-8")
-            buffer.seek(0)
-            buffer.truncate()
+    result = session.execute(statement, execution_options={"yield_per": 2000, "stream_results": True})
+    for partition in result.partitions():
+        for row in partition:
+            writer.writerow([_csv_value(value) for value in row])
+        yield buffer.getvalue().encode("utf-8")
+        buffer.seek(0)
+        buffer.truncate()
     yield buffer.getvalue().encode("utf-8")
 
 
@@ -145,13 +148,15 @@ def _orjson_text(value: dict[str, Any]) -> str:
 
 
 @router.get("/trials.csv", response_class=StreamingResponse,
-            responses={200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"}})
-def export_trials_csv(
-    campaign_id: Annotated[int | None, Query(ge=1)] = None,
+            responses={200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"},
+                       503: {"description": "database busy: retry after Retry-After seconds"}})
+async def export_trials_csv(
+    campaign_id: Annotated[int | None, Query(ge=1, le=BIGINT_MAX)] = None,
     probe_id: uuid.UUID | None = None,
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
 ) -> StreamingResponse:
-    """Trials matching the filters as CSV (public; streamed, constant memory)."""
-    return StreamingResponse(_csv_rows(campaign_id, probe_id, since, until), media_type="text/csv",
-                             headers={"Content-Disposition": 'attachment; filename="trials.csv"'})
+    """Trials matching the filters as CSV (public; streamed, constant memory; within the public
+    reads' share of the database, see :mod:`iwscope.streaming`)."""
+    return await stream_read(lambda session: _csv_rows(session, campaign_id, probe_id, since, until), "text/csv",
+                             {"Content-Disposition": 'attachment; filename="trials.csv"'})
