@@ -112,17 +112,20 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
         raise click.ClickException(str(error)) from error
     finally:
         stack.stop()
-    console.print(f"report: {out_dir / 'report.html'}\nsummary: {out_dir / 'summary.json'}")
+    console.print(f"report: {out_dir / 'report.html'}\ntables: {out_dir / 'report.md'}\n"
+                  f"summary: {out_dir / 'summary.json'}")
 
 
 @click.command("report")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path))
 def report_command(out_dir: pathlib.Path) -> None:
-    """Re-render OUT_DIR/report.html from OUT_DIR/summary.json."""
-    from iwscope_lab.report import write_report
+    """Re-render OUT_DIR/report.html and OUT_DIR/report.md from OUT_DIR/summary.json."""
+    from iwscope_lab.report import write_markdown, write_report
 
-    write_report(json.loads((out_dir / "summary.json").read_text()), out_dir / "report.html")
-    console.print(f"report: {out_dir / 'report.html'}")
+    summary = json.loads((out_dir / "summary.json").read_text())
+    write_report(summary, out_dir / "report.html")
+    write_markdown(summary, out_dir / "report.md")
+    console.print(f"report: {out_dir / 'report.html'}\ntables: {out_dir / 'report.md'}")
 
 
 #: The main job's campaign: every arm of interest, web-search sizes, short enough that the

@@ -161,3 +161,76 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
             f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
             f"{body}<h2>Measured vs model</h2>{model_table(summary)}{fairness_section}</body></html>")
     path.write_text(page, encoding="utf-8")
+
+
+def _md_num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _md_scaled(value: float | None, factor: float, digits: int = 1) -> str:
+    return _md_num(None if value is None else value * factor, digits)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _improvement_rows(experiment: dict[str, Any]) -> list[str]:
+    """IW3 against IW10 per sweep point: measured and modelled latency and improvement."""
+    rows = ["| point | n (IW3/IW10) | IW3 measured (ms) | IW3 model | IW10 measured (ms) | IW10 model "
+            "| improvement measured (ms, %) | improvement model (ms) | flags |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for point in experiment["points"]:
+        base, treat = _arm(point, 3), _arm(point, 10)
+        if base is None or treat is None:
+            continue
+        pct = point.get("pct_improvement")
+        flags = "; ".join(f"IW{arm['iw']}: {arm['flag']}" for arm in (base, treat) if arm.get("flag"))
+        rows.append(
+            f"| {_point_label(experiment['x'], point['x'])} | {base['n']}/{treat['n']} | {_md_num(base['mean_ms'])} "
+            f"| {_md_num(base['model_ms'])} | {_md_num(treat['mean_ms'])} | {_md_num(treat['model_ms'])} "
+            f"| {_md_num(point.get('abs_improvement_ms'))} ({_md_num(pct)} %) "
+            f"| {_md_num(point.get('model_abs_improvement_ms'))} | {_md_escape(flags)} |")
+    return rows
+
+
+def _arm_rows(experiment: dict[str, Any]) -> list[str]:
+    """Every arm of every point (Figure 2, sizes, loss): mean ± std beside the model."""
+    rows = ["| point | IW | n | errors | measured mean ± std (ms) | model (ms) | gap | retransmitting trials | flag |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for point in experiment["points"]:
+        for arm in point["arms"]:
+            gap = "–" if arm["gap"] is None else f"{100 * arm['gap']:+.1f} %"
+            rows.append(
+                f"| {_md_escape(point['label'])} | {arm['iw']} | {arm['n']} | {arm['errors']} "
+                f"| {_md_num(arm['mean_ms'])} ± {_md_num(arm['std_ms'])} | {_md_num(arm['model_ms'])} | {gap} "
+                f"| {100 * arm['retrans_share']:.0f} % | {_md_escape(arm['flag'] or '')} |")
+    return rows
+
+
+def markdown_report(summary: dict[str, Any]) -> str:
+    """The report's numbers as Markdown tables (for issues, notes and pull requests):
+    Figure 5 experiments as IW3-vs-IW10 improvement rows, the others arm by arm."""
+    lines = [f"# IW10 reproduction{' (quick)' if summary.get('quick') else ''}", "",
+             f"Generated {summary['generated_at']}. Metric: {summary['metric']}. Model: slow-start rounds, "
+             f"bottleneck serialisation, handshake. Flags: more than {100 * summary['flag_threshold']:.0f} % "
+             "from the model."]
+    for key, experiment in summary["experiments"].items():
+        lines += ["", f"## {_md_escape(experiment['title'])} (`{key}`)", ""]
+        lines += _improvement_rows(experiment) if key.startswith("fig5") else _arm_rows(experiment)
+    fairness = summary.get("fairness")
+    if fairness:
+        lines += ["", f"## {_md_escape(fairness['title'])}", "",
+                  "| load | mix | flow | IW | n | throughput (Mbit/s) | FCT mean (ms) | retransmitting flows | "
+                  "retransmitted bytes |", "|---|---|---|---|---|---|---|---|---|"]
+        for row in fairness["rows"]:
+            lines.append(
+                f"| {row['load']:g} | IW{row['mix']} | {row['flow']} | {row['iw']} | {row['n']} "
+                f"| {_md_scaled(row['throughput_bps'], 1e-6, 2)} | {_md_num(row['fct_mean_ms'])} "
+                f"| {_md_scaled(row['retrans_flow_share'], 100)} % | {_md_scaled(row['bytes_retrans_share'], 100, 2)} % |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(summary: dict[str, Any], path: pathlib.Path) -> None:
+    """Write :func:`markdown_report` of ``summary`` to ``path``."""
+    path.write_text(markdown_report(summary), encoding="utf-8")

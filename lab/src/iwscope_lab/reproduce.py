@@ -6,8 +6,8 @@ measured at the same time.  Results are read back from PostgreSQL (what the API 
 worker stored) and set beside the slow-start model (:mod:`iwscope_lab.model`); points that
 differ from the model by more than 10 % are flagged, with a reason where one is known.
 
-Outputs: ``DIR/summary.json`` (machine-readable) and ``DIR/report.html`` (self-contained,
-plotly figures).
+Outputs: ``DIR/summary.json`` (machine-readable), ``DIR/report.html`` (self-contained,
+plotly figures) and ``DIR/report.md`` (the same numbers as Markdown tables).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def run_experiment(experiment: Experiment, stack: Stack, console: Console, run_i
 
 def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequence[str] = (),
               console: Console | None = None, show_progress: bool = True) -> dict[str, Any]:
-    """Run every experiment, then write ``summary.json`` and ``report.html`` into ``out_dir``."""
+    """Run every experiment, then write ``summary.json``, ``report.html`` and ``report.md`` into ``out_dir``."""
     console = console or Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(), "quick": quick,
@@ -250,9 +250,10 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     if not only or FAIRNESS_KEY in only:
         summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    from iwscope_lab.report import write_report
+    from iwscope_lab.report import write_markdown, write_report
 
     write_report(summary, out_dir / "report.html")
+    write_markdown(summary, out_dir / "report.md")
     return summary
 
 
