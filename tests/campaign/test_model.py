@@ -2,7 +2,7 @@
 
 import pytest
 
-from iwscope_lab.model import predict, slow_start_rounds
+from iwscope_lab.model import explain_gap, predict, rto_after_handshake_s, slow_start_rounds
 
 
 @pytest.mark.parametrize(
@@ -54,3 +54,20 @@ def test_bandwidth_bound_path_gains_nothing_from_iw() -> None:
 def test_high_rtt_flags_syn_rto() -> None:
     assert predict(9000, 10, 1.0, 1.2e6).syn_rto_expected
     assert not predict(9000, 10, 0.5, 1.2e6).syn_rto_expected
+
+
+def test_rto_from_the_handshake_follows_linux() -> None:
+    # first sample m: rttvar = max(2m, 200 ms), RTO = m + rttvar
+    assert rto_after_handshake_s(0.07) == pytest.approx(0.27)
+    assert rto_after_handshake_s(0.3) == pytest.approx(0.9)
+
+
+def test_slow_link_predicts_a_spurious_rto() -> None:
+    # 70 ms: one 1500-byte packet takes 214 ms at 56 kbit/s, the first ACK comes after ~292 ms,
+    # the RTO from the ~91 ms handshake is ~291 ms. At 256 kbit/s the ACK is back in ~119 ms.
+    slow = predict(9000, 3, 0.07, 56e3)
+    assert slow.first_ack_s == pytest.approx((1500 * 8 + 52 * 8) / 56e3 + 0.07, rel=1e-6)
+    assert slow.spurious_rto_expected
+    assert "spurious RTO" in (explain_gap(slow.server_latency_s * 1.15, slow) or "")
+    assert not predict(9000, 3, 0.07, 256e3).spurious_rto_expected
+    assert not predict(9000, 10, 0.3, 56e3).spurious_rto_expected  # the longer handshake RTT covers it

@@ -31,6 +31,15 @@ HTTP_HEADER_BYTES = 150
 HTTP_REQUEST_BYTES = 160
 #: Linux's initial SYN retransmission timeout (RFC 6298 says 1 s).
 INITIAL_RTO_S = 1.0
+#: Linux's lower bound of the RTO variance term (``TCP_RTO_MIN``, 200 ms).
+RTO_MIN_S = 0.2
+
+
+def rto_after_handshake_s(handshake_rtt_s: float) -> float:
+    """The data RTO Linux derives from the one RTT sample of the handshake:
+    ``srtt + max(2 * srtt, TCP_RTO_MIN)`` (``tcp_rtt_estimator`` on its first sample sets
+    ``mdev = 2 * m`` and ``rttvar = max(mdev, rto_min)``; ``tcp_set_rto``: ``srtt + rttvar``)."""
+    return handshake_rtt_s + max(2.0 * handshake_rtt_s, RTO_MIN_S)
 
 
 def slow_start_rounds(size: int, iw: int, mss: int = DEFAULT_MSS) -> int:
@@ -61,6 +70,17 @@ class Prediction:
     #: True when the bottleneck, not the window, dominates (the burst of the initial window
     #: takes longer to serialise than one RTT).
     bandwidth_bound: bool
+    #: When the first data ACK reaches the server (s after the request is read), and the RTO
+    #: then running (:func:`rto_after_handshake_s` of the handshake RTT).
+    first_ack_s: float = 0.0
+    rto_s: float = 0.0
+
+    @property
+    def spurious_rto_expected(self) -> bool:
+        """The first ACK cannot come back before the RTO fires: on slow links one full
+        segment's serialisation plus the RTT outlasts an RTO computed from the tiny handshake
+        packets (at 70 ms, below about 60 kbit/s). Loss-free paths then retransmit."""
+        return self.first_ack_s > self.rto_s > 0.0
 
 
 def _serialise_s(nbytes: int, rate_bps: float | None) -> float:
@@ -122,6 +142,7 @@ def predict(
     # The client has the last byte one ACK trip before the server hears of it.
     client_total = connect + request + server_latency - ack_delay
     burst_s = _serialise_s(min(iw, segments) * (mss + HEADER_BYTES), rate_bps)
+    first_ack = _serialise_s(sizes[0] + HEADER_BYTES, rate_bps) + one_way + ack_delay
     return Prediction(
         segments=segments,
         rounds=slow_start_rounds(total_bytes, iw, mss),
@@ -130,6 +151,8 @@ def predict(
         client_total_s=client_total,
         syn_rto_expected=rtt_s >= INITIAL_RTO_S,
         bandwidth_bound=burst_s > rtt_s,
+        first_ack_s=first_ack,
+        rto_s=rto_after_handshake_s(connect),
     )
 
 
@@ -137,6 +160,10 @@ def explain_gap(measured_s: float, predicted: Prediction) -> str | None:
     """A known reason why a measurement can differ from the model, or ``None``."""
     if predicted.syn_rto_expected:
         return "RTT >= 1 s initial SYN RTO: the SYN is retransmitted and the server's window restarts"
+    if predicted.spurious_rto_expected:
+        return (f"spurious RTO: the first ACK needs one full segment at the bottleneck plus the RTT "
+                f"({1000 * predicted.first_ack_s:.0f} ms), longer than the RTO derived from the handshake RTT "
+                f"({1000 * predicted.rto_s:.0f} ms); the retransmission and window collapse are outside the model")
     if predicted.bandwidth_bound and measured_s > predicted.server_latency_s:
         return "bandwidth-bound: queueing of the initial burst at the bottleneck"
     if measured_s < predicted.server_latency_s * 0.9:

@@ -181,12 +181,15 @@ def measure_point(session: Any, campaign_id: int, probe_id: str, experiment: Exp
             arm.gap = (arm.mean_ms - arm.model_ms) / arm.model_ms
             if abs(arm.gap) > FLAG_THRESHOLD:
                 typical_size = int(statistics.median(row.object_size for row in ok))
-                reason = explain_gap(arm.mean_ms / 1000, predict(typical_size, iw, point.rtt_ms / 1000, point.rate_bps))
+                typical = predict(typical_size, iw, point.rtt_ms / 1000, point.rate_bps)
+                reason = explain_gap(arm.mean_ms / 1000, typical)
                 if point.loss > 0:
                     reason = f"random loss {point.loss:.0%}: retransmissions and RTOs are outside the loss-free model"
+                elif arm.retrans_share > 0 and typical.spurious_rto_expected:
+                    reason = f"{reason} (retransmissions in {arm.retrans_share:.0%} of trials)"
                 elif arm.retrans_share > 0:
                     reason = (f"retransmissions on a loss-free path in {arm.retrans_share:.0%} of trials: the burst "
-                              "queues at the bottleneck longer than the 1 s initial RTO, which fires spuriously")
+                              "overflowed the bottleneck buffer, or an RTO fired while it queued")
                 elif arm.syn_retrans_share > 0:
                     reason = f"SYN retransmitted in {arm.syn_retrans_share:.0%} of trials (RTT >= initial RTO)"
                 arm.flag = reason or "unexplained: check the packet trace"
