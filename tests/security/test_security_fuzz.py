@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -118,14 +119,19 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
                                  "trials_measured": 0})
     assert heartbeat.status_code == 204
     assert table_fingerprints(db_engine)["probes"] != after["probes"]
-    runs = [unauthenticated]
     # The coverage phase (boundary values of every parameter) runs unauthenticated and as admin, who
     # passes authorization on most operations; probe and origin credentials get examples + fuzzing.
-    for name, credential, phases in (("admin", admin_token, "examples,coverage,fuzzing"),
-                                     ("probe", probe.credential, "examples,fuzzing"),
-                                     ("origin", origin.credential, "examples,fuzzing")):
-        run, unknown, output = _run_schemathesis(api_server.url, schema_file, name, bearer(credential), tmp_path,
-                                                 phases)
+    # The three authenticated runs go at once (they share nothing but the API; the fingerprint
+    # check above needed the unauthenticated run alone).
+    authenticated = (("admin", admin_token, "examples,coverage,fuzzing"),
+                     ("probe", probe.credential, "examples,fuzzing"),
+                     ("origin", origin.credential, "examples,fuzzing"))
+    with ThreadPoolExecutor(max_workers=len(authenticated)) as pool:
+        results = list(pool.map(lambda spec: _run_schemathesis(api_server.url, schema_file, spec[0],
+                                                               bearer(spec[1]), tmp_path, spec[2]),
+                                authenticated))
+    runs = [unauthenticated]
+    for run, unknown, output in results:
         assert unknown == [], output
         runs.append(run)
     assert all(run.operations == operation_count for run in runs), (operation_count, [asdict(r) for r in runs])
