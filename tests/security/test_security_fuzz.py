@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -99,6 +100,10 @@ def _count_cases(ndjson: Path) -> int:
 def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
         api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled,  # noqa: ANN001
         tmp_path: Path) -> None:
+    # The fuzzer's own reports (junit + ndjson per run) stay as CI artifacts for a failure's
+    # post-mortem: which case, which answer, which network error.
+    reports = REPO / "artifacts" / "fuzz"
+    shutil.rmtree(reports, ignore_errors=True)
     operations = httpx.get(f"{api_server.url}/openapi.json", timeout=30).json()["paths"]
     operation_count = sum(1 for item in operations.values() for method in item
                           if method in ("get", "post", "put", "patch", "delete"))
@@ -107,7 +112,7 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
     schema_file = tmp_path / "openapi.json"
     schema_file.write_text(httpx.get(f"{api_server.url}/openapi.json", timeout=30).text)
     before = table_fingerprints(db_engine)
-    unauthenticated, unknown, output = _run_schemathesis(api_server.url, schema_file, "unauthenticated", {}, tmp_path)
+    unauthenticated, unknown, output = _run_schemathesis(api_server.url, schema_file, "unauthenticated", {}, reports)
     after = table_fingerprints(db_engine)
     changed = {table: (before.get(table), after.get(table)) for table in set(before) | set(after)
                if before.get(table) != after.get(table)}
@@ -128,7 +133,7 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
                      ("origin", origin.credential, "examples,fuzzing"))
     with ThreadPoolExecutor(max_workers=len(authenticated)) as pool:
         results = list(pool.map(lambda spec: _run_schemathesis(api_server.url, schema_file, spec[0],
-                                                               bearer(spec[1]), tmp_path, spec[2]),
+                                                               bearer(spec[1]), reports, spec[2]),
                                 authenticated))
     runs = [unauthenticated]
     for run, unknown, output in results:
