@@ -1,5 +1,5 @@
 # One entry point for people and CI alike; each target is a script under scripts/.
-.PHONY: setup demo test test-faults bench lint clean
+.PHONY: setup demo test test-faults bench clean
 
 setup:        ## install what is missing (apt packages, .venv, editable packages, emulator)
 	@scripts/setup.sh
