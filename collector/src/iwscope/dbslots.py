@@ -19,8 +19,8 @@ connection out and returns it before the thread ends.  So
 
 Public reads (the analysis API and its CSV export: arbitrary filters, possibly slow scans)
 additionally take one of ``read_share`` -- half the slots, at least one -- before a slot
-(:func:`run_db_read`, :func:`open_read_slot`), so however many readers come, the other half
-is left to probes, origins and admins.
+(``run_db(..., read=True)``, ``db_slot(read=True)``), so however many readers come, the other
+half is left to probes, origins and admins.
 
 The slots live per event loop (an anyio ``RunVar``): one uvicorn process has one loop.
 """
@@ -28,7 +28,7 @@ The slots live per event loop (an anyio ``RunVar``): one uvicorn process has one
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -89,64 +89,23 @@ async def _acquire(semaphore: anyio.Semaphore, deadline: float, where: str, time
 
 
 @asynccontextmanager
-async def db_slot() -> AsyncIterator[anyio.CapacityLimiter]:
-    """Hold one database slot (yields the limiter of the slots' threads); :class:`DatabaseBusy`
-    when none becomes free in time."""
-    slots = _slots()
-    await _acquire(slots.semaphore, anyio.current_time() + slots.timeout_s, "admission", slots.timeout_s)
-    try:
-        yield slots.limiter
-    finally:
-        slots.semaphore.release()
-
-
-async def run_db(function: Callable[..., Result], *args: object) -> Result:
-    """``function(*args)`` -- blocking work that checks a connection out and returns it before
-    it ends -- in a thread, once a database slot is free."""
-    async with db_slot() as limiter:
-        return await anyio.to_thread.run_sync(function, *args, limiter=limiter)
-
-
-class ReadSlot:
-    """A database slot held for a public read, e.g. across a streamed answer.  Released once by
-    :meth:`release` (idempotent); meanwhile :meth:`run` runs blocking work in the slot's
-    threads.  Get one with :func:`open_read_slot`."""
-
-    def __init__(self, slots: _Slots) -> None:
-        self._slots = slots
-        self._held = True
-
-    async def run(self, function: Callable[..., Result], *args: object) -> Result:
-        if not self._held:
-            raise RuntimeError("read slot already released")
-        return await anyio.to_thread.run_sync(function, *args, limiter=self._slots.limiter)
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._slots.semaphore.release()
-            self._slots.reads.release()
-
-
-async def open_read_slot() -> ReadSlot:
-    """A slot within the readers' share, waited for at most ``IWSCOPE_DB_POOL_TIMEOUT_S`` in
-    all; :class:`DatabaseBusy` otherwise.  The caller must :meth:`ReadSlot.release` it."""
+async def db_slot(*, read: bool = False) -> AsyncIterator[anyio.CapacityLimiter]:
+    """Hold one database slot (yields the limiter of the slots' threads); with ``read``, one
+    within the public reads' share.  All waiting together lasts at most
+    ``IWSCOPE_DB_POOL_TIMEOUT_S``, then :class:`DatabaseBusy`."""
     slots = _slots()
     deadline = anyio.current_time() + slots.timeout_s
-    await _acquire(slots.reads, deadline, "reads", slots.timeout_s)
-    try:
+    async with AsyncExitStack() as held:
+        if read:
+            await _acquire(slots.reads, deadline, "reads", slots.timeout_s)
+            held.callback(slots.reads.release)
         await _acquire(slots.semaphore, deadline, "admission", slots.timeout_s)
-    except BaseException:
-        slots.reads.release()
-        raise
-    return ReadSlot(slots)
+        held.callback(slots.semaphore.release)
+        yield slots.limiter
 
 
-async def run_db_read(function: Callable[..., Result], *args: object) -> Result:
-    """:func:`run_db` for public reads: within the readers' share of the slots."""
-    slot = await open_read_slot()
-    try:
-        return await slot.run(function, *args)
-    finally:
-        slot.release()
-
+async def run_db(function: Callable[..., Result], *args: object, read: bool = False) -> Result:
+    """``function(*args)`` -- blocking work that checks a connection out and returns it before
+    it ends -- in a thread, once a database slot (``read``: within the readers' share) is free."""
+    async with db_slot(read=read) as limiter:
+        return await anyio.to_thread.run_sync(function, *args, limiter=limiter)

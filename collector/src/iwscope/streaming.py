@@ -11,89 +11,68 @@ before the first byte or midway, server shutting down.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, AnyStr, Generic
+from contextlib import AsyncExitStack
+from typing import Any, AnyStr
 
 import anyio
+import anyio.to_thread
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.types import Receive, Scope, Send
 
 from iwscope.db import get_sessionmaker
-from iwscope.dbslots import ReadSlot, open_read_slot
+from iwscope.dbslots import db_slot
 
 _DONE: Any = object()
 
 
-class _Export(Generic[AnyStr]):
-    """Chunks of ``produce(session)`` on a session of its own, made in a read slot's threads."""
-
-    def __init__(self, slot: ReadSlot, produce: Callable[[Session], Iterator[AnyStr]]) -> None:
-        self.slot = slot
-        self.closed = False
-        self.session = get_sessionmaker()()
-        self.chunks = produce(self.session)
-
-    def _next(self) -> AnyStr:
-        return next(self.chunks, _DONE)
-
-    async def first(self) -> AnyStr | None:
-        chunk = await self.slot.run(self._next)
-        return None if chunk is _DONE else chunk
-
-    async def rest(self, first: AnyStr | None) -> AsyncIterator[AnyStr]:
-        if first is None:
-            return
-        yield first
-        while (chunk := await self.slot.run(self._next)) is not _DONE:
-            yield chunk
-
-    def _close_in_thread(self) -> None:
-        try:
-            close = getattr(self.chunks, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self.session.close()
-
-    async def close(self) -> None:
-        """Close generator and session in a slot thread, then give the slot back (idempotent;
-        shielded, so it also completes when the answer was cancelled)."""
-        if self.closed:
-            return
-        self.closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.slot.run(self._close_in_thread)
-            finally:
-                self.slot.release()
-
-
 class _SlotStreamingResponse(StreamingResponse):
-    """A :class:`StreamingResponse` that closes its export once sending ends, however."""
+    """A :class:`StreamingResponse` that gives back what ``held`` holds (generator, session,
+    slot) once sending ends, however; shielded, so a cancelled answer still does it."""
 
-    def __init__(self, export: _Export[Any], first: Any, **kwargs: Any) -> None:
-        super().__init__(export.rest(first), **kwargs)
-        self.export = export
+    def __init__(self, chunks: AsyncIterator[Any], held: AsyncExitStack, **kwargs: Any) -> None:
+        super().__init__(chunks, **kwargs)
+        self.held = held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.export.close()
+            with anyio.CancelScope(shield=True):
+                await self.held.aclose()
 
 
 async def stream_read(produce: Callable[[Session], Iterator[AnyStr]], media_type: str,
                       headers: dict[str, str] | None = None) -> StreamingResponse:
     """The chunks of ``produce(session)`` as a streamed answer, read within a public read slot."""
-    slot = await open_read_slot()
+    held = AsyncExitStack()
+    limiter = await held.enter_async_context(db_slot(read=True))
+
+    async def in_slot(function: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(function, *args, limiter=limiter)
+
     try:
-        export: _Export[AnyStr] = _Export(slot, produce)
+        session = get_sessionmaker()()
+        chunks = produce(session)
+
+        def close() -> None:  # generator first (its cursor), then the session
+            try:
+                getattr(chunks, "close", lambda: None)()
+            finally:
+                session.close()
+
+        # Unwound before the slot is given back (last in, first out).
+        held.push_async_callback(in_slot, close)
+        first = await in_slot(next, chunks, _DONE)
     except BaseException:
-        slot.release()
+        with anyio.CancelScope(shield=True):
+            await held.aclose()
         raise
-    try:
-        first = await export.first()
-    except BaseException:
-        await export.close()
-        raise
-    return _SlotStreamingResponse(export, first, media_type=media_type, headers=headers)
+
+    async def rest() -> AsyncIterator[AnyStr]:
+        chunk = first
+        while chunk is not _DONE:
+            yield chunk
+            chunk = await in_slot(next, chunks, _DONE)
+
+    return _SlotStreamingResponse(rest(), held, media_type=media_type, headers=headers)

@@ -120,12 +120,10 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path))
 def report_command(out_dir: pathlib.Path) -> None:
     """Re-render OUT_DIR/report.html and OUT_DIR/report.md from OUT_DIR/summary.json."""
-    from iwscope_lab.report import write_markdown, write_report
+    from iwscope_lab.report import write_reports
 
-    summary = json.loads((out_dir / "summary.json").read_text())
-    write_report(summary, out_dir / "report.html")
-    write_markdown(summary, out_dir / "report.md")
-    console.print(f"report: {out_dir / 'report.html'}\ntables: {out_dir / 'report.md'}")
+    html_path, markdown_path = write_reports(json.loads((out_dir / "summary.json").read_text()), out_dir)
+    console.print(f"report: {html_path}\ntables: {markdown_path}")
 
 
 #: The main job's campaign: every arm of interest, web-search sizes, short enough that the

@@ -72,15 +72,15 @@ class Prediction:
     bandwidth_bound: bool
     #: When the first data ACK reaches the server (s after the request is read), and the RTO
     #: then running (:func:`rto_after_handshake_s` of the handshake RTT).
-    first_ack_s: float = 0.0
-    rto_s: float = 0.0
+    first_ack_s: float
+    rto_s: float
 
     @property
     def spurious_rto_expected(self) -> bool:
         """The first ACK cannot come back before the RTO fires: on slow links one full
         segment's serialisation plus the RTT outlasts an RTO computed from the tiny handshake
         packets (at 70 ms, below about 60 kbit/s). Loss-free paths then retransmit."""
-        return self.first_ack_s > self.rto_s > 0.0
+        return self.first_ack_s > self.rto_s
 
 
 def _serialise_s(nbytes: int, rate_bps: float | None) -> float:

@@ -231,6 +231,9 @@ def markdown_report(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(summary: dict[str, Any], path: pathlib.Path) -> None:
-    """Write :func:`markdown_report` of ``summary`` to ``path``."""
-    path.write_text(markdown_report(summary), encoding="utf-8")
+def write_reports(summary: dict[str, Any], out_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """``out_dir/report.html`` and ``out_dir/report.md`` from ``summary``; their paths."""
+    html_path, markdown_path = out_dir / "report.html", out_dir / "report.md"
+    write_report(summary, html_path)
+    markdown_path.write_text(markdown_report(summary), encoding="utf-8")
+    return html_path, markdown_path

@@ -253,10 +253,9 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     if not only or FAIRNESS_KEY in only:
         summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    from iwscope_lab.report import write_markdown, write_report
+    from iwscope_lab.report import write_reports
 
-    write_report(summary, out_dir / "report.html")
-    write_markdown(summary, out_dir / "report.md")
+    write_reports(summary, out_dir)
     return summary
 
 

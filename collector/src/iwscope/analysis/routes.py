@@ -4,7 +4,7 @@ Every endpoint reads the filter parameters of :meth:`Filters.from_query` (``camp
 ``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``);
 malformed values fall back to defaults, exactly like the dashboard's URLs.
 
-Database work runs in the readers' share of the database slots (:func:`run_db_read`): public
+Database work runs in the readers' share of the database slots (``run_db(..., read=True)``): public
 reads, however many or slow, leave half the connections to probes and origins, and wait at
 most ``IWSCOPE_DB_POOL_TIMEOUT_S`` before a 503 + ``Retry-After``.  The CSV export holds its
 slot (and its server-side cursor) until the last chunk is sent or the client goes away
@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from iwscope.analysis import queries
 from iwscope.analysis.filters import Filters
 from iwscope.db import get_sessionmaker
-from iwscope.dbslots import run_db_read
+from iwscope.dbslots import run_db
 from iwscope.streaming import stream_read
 from iwscope.wiretypes import BIGINT_MAX
 
@@ -55,7 +55,7 @@ def _query(function: Callable[..., Any], *args: Any) -> Any:
 
 
 async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
-    return {"data": await run_db_read(_query, function, *args)}
+    return {"data": await run_db(_query, function, *args, read=True)}
 
 
 @router.get("/filters")
@@ -118,17 +118,11 @@ async def get_options() -> dict[str, Any]:
     return await _run(queries.filter_options)
 
 
-def _trials_page(filters: Filters, limit: int, offset: int) -> tuple[Any, int]:
-    with get_sessionmaker()() as session:
-        rows, total = queries.trials_page(session, filters, limit, offset)
-        return jsonable_encoder(rows), total
-
-
 @router.get("/trials")
 async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                      offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""
-    rows, total = await run_db_read(_trials_page, filters, limit, offset)
+    rows, total = await run_db(_query, queries.trials_page, filters, limit, offset, read=True)
     return {"data": rows, "total": total, "limit": limit, "offset": offset}
 
 
