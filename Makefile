@@ -1,8 +1,11 @@
 # One entry point for people and CI alike; each target is a script under scripts/.
-.PHONY: setup demo test test-faults bench clean
+.PHONY: setup lock demo test test-faults bench clean fresh-check
 
-setup:        ## install what is missing (apt packages, .venv, editable packages, emulator)
+setup:        ## install what is missing (apt packages, .venv from requirements.lock, editable packages, emulator)
 	@scripts/setup.sh
+
+lock:         ## re-resolve requirements.lock (versions + hashes) from the pyproject.toml files
+	@scripts/lock.sh
 
 demo: setup   ## the main job: local stack + lab campaign + dashboard
 	@scripts/demo.sh
@@ -16,7 +19,11 @@ test-faults: setup  ## fault-injection suite (long)
 bench: setup  ## benchmarks (run by hand; results go to bench/results/)
 	@scripts/bench.sh
 
+fresh-check:  ## .ci/run in a fresh Debian 12 chroot with the checkout in a 0700 /root (about 30 min)
+	@scripts/fresh-machine-check.sh
+
 clean:        ## stop the demo stack and the local services, tear down lab leftovers
 	-@.venv/bin/iwscope lab stack stop 2>/dev/null
 	-@.venv/bin/iwscope lab cleanup 2>/dev/null
 	-@.venv/bin/iwscope services stop 2>/dev/null
+	-@.venv/bin/python -c 'from iwscope_lab.service_address import remove; remove()' 2>/dev/null

@@ -45,9 +45,9 @@ from iwscope import migrate
 from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, latency_cdf, latency_vs_iw,
                               loss_summary, percentile_table, refresh_rollups, region_summary, reset_rollups)
 from iwscope.analysis import buckets as bk
+from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_SERVER = "postgresql+psycopg://postgres@127.0.0.1:54329"
 REGIONS = ("africa", "south-america", "europe", "asia", "north-america", "oceania")
 #: Typical path RTT (ms), bottleneck (bit/s) and loss per region of the generated probes.
 REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_000, 0.015),
@@ -356,7 +356,8 @@ def loadavg() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--server", default=os.environ.get("IWSCOPE_BENCH_SERVER", DEFAULT_SERVER),
+    parser.add_argument("--server", default=os.environ.get("IWSCOPE_BENCH_SERVER")
+                        or default_stack().database_url.rsplit("/", 1)[0],
                         help="PostgreSQL server URL without database (default: local services)")
     parser.add_argument("--database", default="iwscope_bench")
     parser.add_argument("--trials", type=int, default=10_000_000)

@@ -39,6 +39,7 @@ import orjson
 import psycopg
 
 from iwprobe import wire
+from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "ingest.json"
@@ -186,8 +187,8 @@ def main() -> None:
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args()
 
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
-    redis_url = os.environ.get("IWSCOPE_TEST_REDIS_URL", "redis://127.0.0.1:63799/0").rsplit("/", 1)[0] + "/14"
+    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL") or default_stack().database_url
+    redis_url = (os.environ.get("IWSCOPE_TEST_REDIS_URL") or default_stack().redis_url).rsplit("/", 1)[0] + "/14"
     admin_libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
     name = f"iwscope_bench_{secrets.token_hex(4)}"
     database_url = server.rsplit("/", 1)[0] + "/" + name

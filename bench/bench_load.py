@@ -54,6 +54,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_ingest import TCPI, free_port  # noqa: E402
 
 from iwprobe import wire  # noqa: E402
+from iwscope.localstack import default_stack  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
@@ -346,8 +347,8 @@ def main() -> None:
     stages = [int(value) for value in args.stages.split(",")]
     if max(stages) > args.probes:
         parser.error("a stage cannot have more active probes than --probes")
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
-    redis_url = os.environ.get("IWSCOPE_TEST_REDIS_URL", "redis://127.0.0.1:63799/0").rsplit("/", 1)[0] + "/13"
+    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL") or default_stack().database_url
+    redis_url = (os.environ.get("IWSCOPE_TEST_REDIS_URL") or default_stack().redis_url).rsplit("/", 1)[0] + "/13"
     admin_libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
     name = f"iwscope_load_{secrets.token_hex(4)}"
     database_url = server.rsplit("/", 1)[0] + "/" + name

@@ -4,6 +4,7 @@
 # Override the location with IWSCOPE_CACHE_DIR; all progress output goes to stderr so that
 # stdout is only the path (usable as `helm="$(scripts/ensure-helm.sh)"`).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 helm_version="v3.16.4"
 cache_dir="${IWSCOPE_CACHE_DIR:-/var/cache/iwscope}"
@@ -33,7 +34,6 @@ if usable; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "ensure-helm: 'go' is not installed (needed to build helm)" >&2; exit 1; }
 mkdir -p "$bin_dir"
 # Serialise concurrent first runs (two CI jobs on one machine) on a lock file.
 exec 9>"${cache_dir}/.helm.lock"
@@ -43,14 +43,15 @@ if usable; then
   exit 0
 fi
 
-echo "ensure-helm: building helm ${helm_version} with go install (about 2 minutes, once)" >&2
+go_bin="$(scripts/ensure-go.sh)"
+echo "ensure-helm: building helm ${helm_version} with ${go_bin} (about 2 minutes, once)" >&2
 build_dir="$(mktemp -d "${bin_dir}/.build.XXXXXX")"
 trap 'rm -rf "$build_dir"' EXIT
 # Module and build caches live in the temporary build directory (about 1.2 GB, removed at
 # the end; -modcacherw lets rm delete them): only the 57 MB binary is kept. CGO off gives a
 # static binary.
 CGO_ENABLED=0 GOFLAGS=-modcacherw GOBIN="$build_dir" GOMODCACHE="${build_dir}/gomod" \
-  GOCACHE="${build_dir}/gocache" go install -ldflags "$ldflags" \
+  GOCACHE="${build_dir}/gocache" GOTOOLCHAIN=local "$go_bin" install -ldflags "$ldflags" \
   "helm.sh/helm/v3/cmd/helm@${helm_version}" >&2
 mv -f "${build_dir}/helm" "$helm_bin"
 printf '%s' "$ldflags" > "$stamp"

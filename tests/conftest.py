@@ -5,8 +5,9 @@
 * ``db_session``: a SQLAlchemy session inside a transaction rolled back after each test.
 * ``redis_url``: ``IWSCOPE_TEST_REDIS_URL`` with a database index other than 0.
 * ``celery_worker``: a real ``iwscope worker`` process on a queue unique to this session.
-* ``api_server``: a real ``iwscope api`` (uvicorn) process on a free port bound to 0.0.0.0,
-  with ``.url``, ``.port``, ``.stop()`` and ``.start()``.
+* ``api_server``: a real ``iwscope api`` (uvicorn) process on a free port, listening on
+  127.0.0.1 and the lab's service address (where lab hosts reach it), never on every
+  interface; with ``.url``, ``.port``, ``.stop()`` and ``.start()``.
 * ``admin_token``, ``enroll_token``, ``origin_token``: created with ``iwscope token create``.
 """
 
@@ -31,11 +32,11 @@ import pytest
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from iwscope_lab.service_address import ensure as ensure_service_address
+from testenv import server_database_url, server_redis_url
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
-DEFAULT_TEST_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope"
-DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:63799/0"
 #: Seconds to wait for a subprocess service to come up.
 STARTUP_TIMEOUT_S = 60.0
 
@@ -61,7 +62,7 @@ def database_url(test_id: str) -> Iterator[str]:
     """A fresh, migrated database for this session (dropped at the end)."""
     from iwscope import migrate
 
-    server_url = os.environ.get("IWSCOPE_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
+    server_url = server_database_url()
     name = f"iwscope_test_{test_id}"
     with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -99,7 +100,7 @@ def db_session(db_engine: Engine) -> Iterator[Session]:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """The test Redis with a database index other than 0 (0 belongs to the running stack)."""
-    base = os.environ.get("IWSCOPE_TEST_REDIS_URL", DEFAULT_TEST_REDIS_URL)
+    base = server_redis_url()
     parts = urlsplit(base)
     return urlunsplit((parts.scheme, parts.netloc, f"/{random.randint(1, 15)}", parts.query, parts.fragment))
 
@@ -207,13 +208,14 @@ def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("0.0.0.0", 0))
+        probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
 @dataclass
 class ApiServer:
-    """A real ``iwscope api`` process on ``0.0.0.0:port``; ``stop()``/``start()`` take it down and back."""
+    """A real ``iwscope api`` process on ``127.0.0.1:port`` and ``SERVICE_ADDRESS:port``;
+    ``stop()``/``start()`` take it down and back."""
 
     env: dict[str, str]
     port: int
@@ -232,7 +234,8 @@ class ApiServer:
         if self.running():
             return
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([*IWSCOPE, "api", "--host", "0.0.0.0", "--port", str(self.port)],
+            listen = [argument for host in ("127.0.0.1", ensure_service_address()) for argument in ("--host", host)]
+            self.process = subprocess.Popen([*IWSCOPE, "api", *listen, "--port", str(self.port)],
                                             env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.starts += 1
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

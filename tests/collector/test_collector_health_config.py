@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from pydantic import ValidationError
 
-from iwscope.config import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, Settings
+from iwscope.config import Settings
 
 
 def test_readyz_reports_draining_after_sigterm(api_server_factory) -> None:  # noqa: ANN001
@@ -45,7 +46,7 @@ def test_readyz_not_ready_without_redis(api_server_factory, unused_tcp_port: int
 
 def test_production_refuses_placeholder_secrets() -> None:
     with pytest.raises(ValidationError, match="DATABASE_URL must be set"):
-        Settings(IWSCOPE_ENV="production", DATABASE_URL=DEFAULT_DATABASE_URL, REDIS_URL=DEFAULT_REDIS_URL)
+        Settings(IWSCOPE_ENV="production", DATABASE_URL="", REDIS_URL="")
     with pytest.raises(ValidationError, match="placeholder password"):
         Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:changeme@db/x",
                  REDIS_URL="redis://r:6379/0")
@@ -55,8 +56,10 @@ def test_production_refuses_placeholder_secrets() -> None:
     good = Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
                     REDIS_URL="redis://r:6379/0", IWSCOPE_ADMIN_TOKEN="t" * 40)
     assert good.env == "production"
-    # Development accepts defaults.
-    assert Settings(IWSCOPE_ENV="development").celery_queue == "iwscope"
+    # Development falls back to the checkout's local stack, password included.
+    development = Settings(IWSCOPE_ENV="development", DATABASE_URL="", REDIS_URL="")
+    assert development.celery_queue == "iwscope"
+    assert urlsplit(development.database_url).password and urlsplit(development.redis_url).password
 
 
 def test_api_refuses_to_start_in_production_with_placeholders(service_env: dict[str, str]) -> None:

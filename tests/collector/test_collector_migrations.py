@@ -17,6 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
 
 from iwscope import migrate
+from testenv import server_database_url
 
 CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
                "path_samples", "path_estimates"}
@@ -25,7 +26,7 @@ CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "tri
 @pytest.fixture
 def empty_database_url() -> Iterator[str]:
     """A database of its own (the session database stays at head for the other tests)."""
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
+    server = server_database_url()
     libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
     name = f"iwscope_test_mig_{secrets.token_hex(4)}"
     with psycopg.connect(libpq, autocommit=True) as admin:

@@ -35,6 +35,8 @@ import pytest
 import redis
 from celery import Celery
 
+from iwscope.localstack import RedisServer
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 #: The task held in flight (it reads origin_observations, which the test locks) ...
@@ -53,40 +55,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 @dataclass
-class RedisServer:
-    """A ``redis-server`` child with an append-only file in ``directory``, on a free port."""
+class Broker(RedisServer):
+    """A ``redis-server`` child (the local stack's kind: loopback, password, not root) with an
+    append-only file, on a free port; SIGKILLed by :meth:`kill`."""
 
-    directory: pathlib.Path
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        with open(self.directory / "redis.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--dir", str(self.directory), "--appendonly", "yes", "--save", ""],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not _listening(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start: {(self.directory / 'redis.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
+    daemon: bool = False
 
     def unacked(self) -> int:
         client = redis.Redis.from_url(self.url)
@@ -97,15 +71,16 @@ class RedisServer:
 
 
 @pytest.fixture
-def broker(tmp_path: pathlib.Path) -> Iterator[RedisServer]:
-    directory = tmp_path / "redis"
-    directory.mkdir()
-    server = RedisServer(directory, _free_port())
+def broker() -> Iterator[Broker]:
+    # Not under pytest's tmp_path: that is root's 0700 directory, which the redis user cannot enter.
+    directory = pathlib.Path(f"/tmp/iwt-broker-{secrets.token_hex(4)}")
+    server = Broker(directory, _free_port(), secrets.token_urlsafe(18))
     server.start()
     try:
         yield server
     finally:
         server.kill()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass
@@ -187,7 +162,7 @@ def _table_locked(database_url: str, table: str) -> Iterator[None]:
             connection.rollback()
 
 
-def _restart_redis_with_a_task_in_flight(broker: RedisServer, worker: Worker, database_url: str) -> int:
+def _restart_redis_with_a_task_in_flight(broker: Broker, worker: Worker, database_url: str) -> int:
     """SIGKILL Redis while the worker holds a task it has not acknowledged; restart it. Returns the count held."""
     with _table_locked(database_url, "origin_observations"):
         with _client(broker.url, worker.queue) as app:
@@ -200,7 +175,7 @@ def _restart_redis_with_a_task_in_flight(broker: RedisServer, worker: Worker, da
     return int(in_flight)
 
 
-def _next_task_runs(broker: RedisServer, worker: Worker, timeout: float = RECOVERY_TIMEOUT_S) -> float:
+def _next_task_runs(broker: Broker, worker: Worker, timeout: float = RECOVERY_TIMEOUT_S) -> float:
     """Send a new task after the restart; seconds until its result came back.
 
     (Not ``control.ping``: its client reuses kombu's process-wide connection pool for this
@@ -218,7 +193,7 @@ def _next_task_runs(broker: RedisServer, worker: Worker, timeout: float = RECOVE
     return time.monotonic() - started
 
 
-def _worker(service_env: dict[str, str], broker: RedisServer, tmp_path: pathlib.Path,
+def _worker(service_env: dict[str, str], broker: Broker, tmp_path: pathlib.Path,
             **extra_env: str) -> Worker:
     queue = f"iwscope-test-brk-{secrets.token_hex(4)}"
     env = {**service_env, "REDIS_URL": broker.url, "IWSCOPE_CELERY_QUEUE": queue, "IWSCOPE_LOG_LEVEL": "INFO",
@@ -227,7 +202,7 @@ def _worker(service_env: dict[str, str], broker: RedisServer, tmp_path: pathlib.
 
 
 def test_worker_reconnects_after_redis_restart_with_task_in_flight(
-        broker: RedisServer, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
+        broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
     worker = _worker(service_env, broker, tmp_path)
     worker.start()
     try:
@@ -245,7 +220,7 @@ def test_worker_reconnects_after_redis_restart_with_task_in_flight(
 
 
 def test_without_the_fix_the_worker_exits_non_zero_and_a_restart_recovers(
-        broker: RedisServer, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
+        broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
     """The safety net: kombu as shipped loses the consumer; the process must then exit non-zero."""
     unpatched = tmp_path / "unpatched"
     unpatched.mkdir()

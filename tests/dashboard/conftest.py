@@ -29,6 +29,7 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.orm import Session
 
 from dashboard_seed import SeedSummary, seed_study
+from testenv import server_database_url
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -70,7 +71,7 @@ def refresh_rollups_for_tests(session: Session) -> None:
 def dashboard_db(test_id: str) -> Iterator[SeededDatabase]:
     from iwscope import migrate
 
-    server_url = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
+    server_url = server_database_url()
     name = f"iwscope_test_dash_{test_id}"
     with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')

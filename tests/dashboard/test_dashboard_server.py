@@ -14,9 +14,10 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from testenv import server_database_url
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SERVER_URL = os.environ.get("IWSCOPE_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope")
+SERVER_URL = server_database_url()
 
 
 def _env_without_database() -> dict[str, str]:

@@ -27,6 +27,8 @@ from typing import IO, Any
 from chartrender import REPO, Manifest, of_kind
 
 DOCKERFILE = REPO / "docker" / "collector.Dockerfile"
+EVERY_INTERFACE = "0.0.0.0"
+LOOPBACK = "127.0.0.1"
 VENV_BIN = pathlib.Path(sys.executable).parent
 #: `sh -c` script run by unshare: pod hostname, read-only root, emptyDir /tmp, workdir.
 #: A checkout under /tmp (CI may clone there) is kept visible, read-only, through the tmpfs:
@@ -124,6 +126,10 @@ class PodContainer:
         return [_expand(part, self.environment) for part in [*self.spec.get("command", []), *self.spec.get("args", [])]]
 
     def _sandboxed(self, argv: list[str]) -> list[str]:
+        # A pod's "every interface" is its own network namespace; this sandbox shares the
+        # machine's, where 0.0.0.0 would serve the test's API to the network: loopback instead.
+        argv = [LOOPBACK if (part == EVERY_INTERFACE and previous in ("--host", "--bind")) else part
+                for previous, part in zip(["", *argv], argv)]
         return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", SANDBOX_SCRIPT,
                 self.pod_name, *argv]
 

@@ -27,8 +27,8 @@ import pytest
 
 from chartrender import REPO, Manifest, ensure_helm, find, helm_template
 from podsim import PodContainer, wait_until
+from testenv import server_database_url
 
-DEFAULT_TEST_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:54329/iwscope"
 #: Seconds allowed for each process to become ready (includes imports under CPU noise).
 READY_TIMEOUT_S = 90.0
 #: The sweep task is on a 60 s interval in the collector's beat schedule.
@@ -50,7 +50,7 @@ def _libpq(url: str) -> str:
 @pytest.fixture(scope="module")
 def empty_database_url() -> Iterator[str]:
     """A new, empty database (no schema) of the test server, dropped at the end."""
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
+    server = server_database_url()
     name = f"iwscope_deploy_{secrets.token_hex(4)}"
     with psycopg.connect(_libpq(server), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')

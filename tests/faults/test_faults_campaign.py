@@ -75,7 +75,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """A stack of its own: PostgreSQL, Redis, API, worker, beat (all may be killed by the cases)."""
     root = tmp_path_factory.mktemp("faults")
     postgres = ThrowawayPostgres(pathlib.Path(f"/tmp/iwt-faults-pg-{secrets.token_hex(3)}"))
-    redis_server = ThrowawayRedis(root / "redis")
+    redis_server = ThrowawayRedis(pathlib.Path(f"/tmp/iwt-faults-redis-{secrets.token_hex(3)}"))
     saved_env = {key: os.environ.get(key) for key in ("DATABASE_URL", "REDIS_URL")}
     stack: Stack | None = None
     previous_handler = signal.signal(signal.SIGTERM, _interrupt)
@@ -205,14 +205,14 @@ def _all_at_once(running: Running) -> dict[str, Any]:
     details.update(_kill_worker_mid_task(running))
     for name in ("api", "beat"):
         running.stack.kill(name)
-    running.services.redis.stop_hard()
-    running.services.postgres._pg_ctl("stop", "-m", "immediate")
+    running.services.redis.kill()
+    running.services.postgres.stop_immediately()
     _cut_link(running)
     return details
 
 
 def _repair_all(running: Running) -> dict[str, Any]:
-    running.services.postgres._pg_ctl("start")
+    running.services.postgres.start_again()
     running.services.redis.start()
     for name in ("worker", "beat", "api"):
         running.stack.restart(name)

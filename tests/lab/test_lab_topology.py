@@ -77,7 +77,7 @@ def test_route_initcwnd_is_the_servers_snd_cwnd_after_accept(two_hosts: TwoHosts
 
 def test_every_host_reaches_the_collector_address(two_hosts: TwoHosts) -> None:
     topo = two_hosts(LinkSpec.symmetric(rate_bps=10e6, rtt_ms=30))
-    listener = socket.create_server(("0.0.0.0", 0))
+    listener = socket.create_server((topo.collector_address, 0))   # the lab's service address, not 0.0.0.0
     port = listener.getsockname()[1]
     peers: list[str] = []
 

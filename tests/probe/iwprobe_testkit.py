@@ -15,6 +15,8 @@ from typing import Iterator, List
 
 import pytest
 
+from iwscope_lab.service_address import SERVICE_ADDRESS
+
 PYTHON = sys.executable
 
 
@@ -87,9 +89,10 @@ def wait_for_port(pair: NetnsPair, namespace: str, address: str, port: int, time
 class FleetNet(NetnsPair):
     """A :class:`NetnsPair` whose namespaces also reach the root namespace (the collector).
 
-    Each namespace gets a second veth into the root namespace on its own /30; no
-    forwarding is enabled anywhere.  ``collector_from[ns]`` is the root-side address to use
-    as collector host from that namespace.
+    Each namespace gets a second veth into the root namespace on its own /30, and a route
+    over it to the lab's service address, where the test API listens (it does not listen on
+    every interface); no forwarding is enabled anywhere.  ``collector_from[ns]`` is the
+    address the collector has from that namespace.
     """
 
     collector_from: dict = None  # type: ignore[assignment]
@@ -115,7 +118,8 @@ def fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
             _ip("link", "set", root_dev, "up")
             _ip("-n", namespace, "addr", "add", f"{ns_address}/30", "dev", ns_dev)
             _ip("-n", namespace, "link", "set", ns_dev, "up")
-            collector_from[namespace] = root_address
+            _ip("-n", namespace, "route", "add", f"{SERVICE_ADDRESS}/32", "via", root_address, "dev", ns_dev)
+            collector_from[namespace] = SERVICE_ADDRESS
         yield FleetNet(netns_pair.origin_ns, netns_pair.probe_ns, netns_pair.origin_address,
                        netns_pair.probe_address, collector_from)
     finally:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 import logging
 import signal
+import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import FrameType
 
@@ -126,17 +127,45 @@ class LameDuckServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(host: str, port: int, workers: int = 1, tls_cert: str | None = None,
+def listening_sockets(hosts: Sequence[str], port: int) -> list[socket.socket]:
+    """One bound, listening TCP socket per address in ``hosts`` (IPv4 or IPv6 literals).
+
+    The API listens only where it is told: loopback by default, plus e.g. the lab's service
+    address; ``0.0.0.0`` / ``::`` (every interface) only when given explicitly.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for host in dict.fromkeys(hosts):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(listener)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listener.bind((host, port))
+            listener.listen(2048)
+            listener.set_inheritable(True)
+    except OSError:
+        for listener in sockets:
+            listener.close()
+        raise
+    return sockets
+
+
+def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None,
           tls_key: str | None = None) -> None:
-    """Run the API.  One process (the default, one per container) drains on SIGTERM; with
-    ``workers > 1`` uvicorn's process manager runs several, without the lame-duck period and
-    with per-process Prometheus counters.  With ``tls_cert``/``tls_key`` it serves HTTPS only."""
+    """Run the API on every address of ``hosts``.  One process (the default, one per container)
+    drains on SIGTERM; with ``workers > 1`` uvicorn's process manager runs several, without the
+    lame-duck period and with per-process Prometheus counters.  With ``tls_cert``/``tls_key`` it
+    serves HTTPS only."""
     settings = get_settings()
     tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key} if tls_cert else {}
-    config = uvicorn.Config("iwscope.api:create_app", factory=True, host=host, port=port,
+    config = uvicorn.Config("iwscope.api:create_app", factory=True, host=hosts[0], port=port,
                             log_level=settings.log_level.lower(), access_log=False, workers=workers, **tls)
+    sockets = listening_sockets(hosts, port)
     if workers > 1:
-        uvicorn.run("iwscope.api:create_app", factory=True, host=host, port=port, workers=workers,
-                    log_level=settings.log_level.lower(), access_log=False, **tls)
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=sockets).run()
         return
-    LameDuckServer(config, settings.drain_seconds).run()
+    LameDuckServer(config, settings.drain_seconds).run(sockets=sockets)

@@ -99,7 +99,8 @@ def db_check() -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", "hosts", multiple=True, default=("127.0.0.1",), show_default=True,
+              help="address to listen on; repeat for several (0.0.0.0 = every interface: only behind a firewall)")
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="uvicorn worker processes (1 = lame-duck draining on SIGTERM)")
@@ -107,13 +108,13 @@ def db_check() -> None:
               help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
               help="PEM private key of --tls-cert")
-def api(host: str, port: int, workers: int, tls_cert: str | None, tls_key: str | None) -> None:
+def api(hosts: tuple[str, ...], port: int, workers: int, tls_cert: str | None, tls_key: str | None) -> None:
     """Run the HTTP API (uvicorn; SIGTERM drains for IWSCOPE_DRAIN_SECONDS first)."""
     from iwscope.api import serve
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    serve(host, port, workers, tls_cert=tls_cert, tls_key=tls_key)
+    serve(hosts, port, workers, tls_cert=tls_cert, tls_key=tls_key)
 
 
 def _run_celery(argv: list[str]) -> None:

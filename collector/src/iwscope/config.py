@@ -21,11 +21,6 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from iwscope.localstack import PG_DATABASE, PG_PORT, PG_USER, REDIS_PORT
-
-#: Defaults for development: the local stack of ``iwscope services start``.
-DEFAULT_DATABASE_URL = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{PG_PORT}/{PG_DATABASE}"
-DEFAULT_REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
 
 #: Values that are obviously not real secrets; production refuses them.
 PLACEHOLDER_SECRETS = frozenset(
@@ -47,8 +42,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
-    database_url: str = Field(DEFAULT_DATABASE_URL, validation_alias=AliasChoices("DATABASE_URL"))
-    redis_url: str = Field(DEFAULT_REDIS_URL, validation_alias=AliasChoices("REDIS_URL"))
+    #: Unset in development means the checkout's local stack (``iwscope services start``, with
+    #: its generated passwords); production refuses to start without both.
+    database_url: str = Field("", validation_alias=AliasChoices("DATABASE_URL"))
+    redis_url: str = Field("", validation_alias=AliasChoices("REDIS_URL"))
     env: Literal["development", "production"] = Field(
         "development", validation_alias=AliasChoices("IWSCOPE_ENV"))
     admin_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ADMIN_TOKEN"))
@@ -91,17 +88,27 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _local_stack_in_development(self) -> "Settings":
+        if self.env == "development" and (not self.database_url or not self.redis_url):
+            from iwscope.localstack import default_stack  # development only: never in production
+
+            stack = default_stack()
+            self.database_url = self.database_url or stack.database_url
+            self.redis_url = self.redis_url or stack.redis_url
+        return self
+
+    @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> "Settings":
         if self.env != "production":
             return self
         problems: list[str] = []
-        if self.database_url == DEFAULT_DATABASE_URL:
+        if not self.database_url:
             problems.append("DATABASE_URL must be set explicitly")
         else:
             password = urlsplit(self.database_url).password
             if password is not None and password.lower() in PLACEHOLDER_SECRETS:
                 problems.append("DATABASE_URL has a placeholder password")
-        if self.redis_url == DEFAULT_REDIS_URL:
+        if not self.redis_url:
             problems.append("REDIS_URL must be set explicitly")
         for name, value in (("IWSCOPE_ADMIN_TOKEN", self.admin_token),
                             ("IWSCOPE_ENROLL_TOKEN", self.enroll_token)):

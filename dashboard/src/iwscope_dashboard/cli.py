@@ -23,7 +23,7 @@ def _check_database(url: str) -> None:
         probe_engine.dispose()
 
 
-def serve(host: str, port: int, workers: int, threads: int, database_url: str, cache_seconds: float) -> None:
+def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str, cache_seconds: float) -> None:
     from gunicorn.app.base import BaseApplication
 
     class DashboardServer(BaseApplication):  # type: ignore[misc]
@@ -31,7 +31,7 @@ def serve(host: str, port: int, workers: int, threads: int, database_url: str, c
 
         def load_config(self) -> None:
             settings: dict[str, Any] = {
-                "bind": f"{host}:{port}",
+                "bind": [f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host in dict.fromkeys(hosts)],
                 "workers": workers,
                 "threads": threads,
                 "worker_class": "gthread",
@@ -57,18 +57,19 @@ def serve(host: str, port: int, workers: int, threads: int, database_url: str, c
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--host", "hosts", multiple=True, default=("127.0.0.1",), show_default=True,
+              help="address to listen on; repeat for several (0.0.0.0 = every interface)")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="port to listen on")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="gunicorn worker processes")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64), help="threads per worker")
 @click.option("--database-url", envvar="DATABASE_URL", default=None, help="PostgreSQL URL (default: $DATABASE_URL)")
 @click.option("--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)")
-def dashboard(host: str, port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float) -> None:
+def dashboard(hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float) -> None:
     """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
     try:
         url = resolve_database_url(database_url)
     except DatabaseNotConfigured as error:
         raise click.ClickException(str(error)) from error
     _check_database(url)
-    click.echo(f"iwscope dashboard on http://{host}:{port}/", err=True)
-    serve(host, port, workers, threads, url, cache_seconds)
+    click.echo("iwscope dashboard on " + ", ".join(f"http://{host}:{port}/" for host in hosts), err=True)
+    serve(hosts, port, workers, threads, url, cache_seconds)

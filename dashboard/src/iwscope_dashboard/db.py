@@ -27,7 +27,7 @@ def resolve_database_url(database_url: str | None) -> str:
     if not url:
         raise DatabaseNotConfigured(
             "no database: pass database_url or set DATABASE_URL "
-            "(e.g. postgresql+psycopg://postgres@127.0.0.1:54329/iwscope; "
+            "(e.g. postgresql+psycopg://iwscope:PASSWORD@127.0.0.1:54329/iwscope; "
             "`iwscope services env` prints it for the local stack)"
         )
     if url.startswith("postgresql://"):

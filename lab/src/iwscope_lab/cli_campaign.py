@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from iwscope_lab.campaign import CampaignError, CampaignPlan, LabCampaign
+from iwscope_lab.service_address import DEFAULT_LISTEN, EXPOSED_LISTEN
 from iwscope_lab.stack import Stack, local_stack
 from iwscope_lab.topology import Topology
 
@@ -32,13 +33,16 @@ def _int_list(value: str | None) -> tuple[int, ...] | None:
 
 
 @contextlib.contextmanager
-def _stack(detached: bool = False) -> Iterator[Stack]:
+def _stack(detached: bool = False, listen: tuple[str, ...] = DEFAULT_LISTEN) -> Iterator[Stack]:
     """The running detached stack if there is one, else a stack for the duration of the command."""
     existing = Stack.attach()
     if existing is not None:
+        if listen != existing.listen:
+            console.print(f"[yellow]the running stack listens on {', '.join(existing.listen)}; "
+                          "`iwscope lab stack stop` first to change that")
         yield existing
         return
-    stack = local_stack().start(detached=detached)
+    stack = local_stack(listen=listen).start(detached=detached)
     try:
         yield stack
     finally:
@@ -135,13 +139,21 @@ DEMO_PLAN = CampaignPlan(name="demo", arms=(3, 10, 16), sizes=None, size_dist="w
 @click.command("demo")
 @click.option("--scenario", default="world", show_default=True)
 @click.option("--trials", "repetitions", default=DEMO_PLAN.repetitions, show_default=True, type=click.IntRange(1, 1000))
-def demo_command(scenario: str, repetitions: int) -> None:
+@click.option("--expose", is_flag=True,
+              help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
+                   "service address only). PostgreSQL and Redis stay on loopback either way.")
+def demo_command(scenario: str, repetitions: int, expose: bool) -> None:
     """The main job: a detached stack with the dashboard, a short multi-region campaign, the URL."""
+    listen = EXPOSED_LISTEN if expose else DEFAULT_LISTEN
+    if expose:
+        console.print("[bold yellow]warning:[/] --expose: the API and the dashboard listen on every interface; "
+                      "anyone who can reach this machine can read the dashboard and the public API "
+                      "(writes still need tokens). Put them behind a firewall or a TLS proxy.")
     plan = CampaignPlan(name=f"demo {scenario}", arms=DEMO_PLAN.arms, sizes=None, size_dist=DEMO_PLAN.size_dist,
                         sizes_per_round=DEMO_PLAN.sizes_per_round, repetitions=repetitions)
     topology = Topology.from_scenario(scenario)
     try:
-        with _stack(detached=True) as stack, topology:
+        with _stack(detached=True, listen=listen) as stack, topology:
             result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=600)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
@@ -165,7 +177,8 @@ def stack_status() -> None:
     if stack is None:
         click.echo("no stack running")
         raise SystemExit(1)
-    click.echo(json.dumps({"api": stack.local_api_url, "dashboard": stack.dashboard_url, "pids": stack.pids}, indent=2))
+    click.echo(json.dumps({"api": stack.local_api_url, "dashboard": stack.dashboard_url, "listen": list(stack.listen),
+                           "pids": stack.pids}, indent=2))
 
 
 @stack_group.command("stop")

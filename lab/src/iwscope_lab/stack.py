@@ -25,6 +25,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from iwscope.localstack import default_stack
 
+from .service_address import DEFAULT_LISTEN, SERVICE_ADDRESS
+from .service_address import ensure as ensure_service_address
+
 #: Default ports of the lab's stack (chosen away from the usual 8000 / 8050).
 API_PORT = 8700
 DASHBOARD_PORT = 8750
@@ -41,6 +44,9 @@ class Stack:
     run_dir: pathlib.Path = field(default_factory=lambda: default_stack().run_dir)
     #: Celery queue of this stack's API and worker (two stacks on one Redis stay apart).
     celery_queue: str = "iwscope"
+    #: Addresses the API and the dashboard listen on: loopback and the lab's service address
+    #: unless the user asks for more (``iwscope lab demo --expose``: every interface).
+    listen: tuple[str, ...] = DEFAULT_LISTEN
     pids: dict[str, int] = field(default_factory=dict)
     #: Extra environment of the stack's processes (e.g. ``IWSCOPE_CELERY_QUEUE`` for a private queue).
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -54,8 +60,8 @@ class Stack:
     def local_api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    def api_url_for(self, address: str) -> str:
-        """The API's URL as a lab host reaches it (the stack binds 0.0.0.0)."""
+    def api_url_for(self, address: str = SERVICE_ADDRESS) -> str:
+        """The API's URL as a lab host reaches it (the lab's service address, see service_address.py)."""
         return f"http://{address}:{self.api_port}"
 
     @property
@@ -97,14 +103,17 @@ class Stack:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         iwscope = [sys.executable, "-m", "iwscope.cli"]
+        if SERVICE_ADDRESS in self.listen:
+            ensure_service_address()
+        hosts = [argument for address in self.listen for argument in ("--host", address)]
         commands: dict[str, list[str]] = {
-            "api": [*iwscope, "api", "--host", "0.0.0.0", "--port", str(self.api_port)],
+            "api": [*iwscope, "api", *hosts, "--port", str(self.api_port)],
             "worker": [*iwscope, "worker"],
         }
         if beat:
             commands["beat"] = [*iwscope, "beat"]
         if self.dashboard_port is not None and _dashboard_installed():
-            commands["dashboard"] = [*iwscope, "dashboard", "--host", "0.0.0.0", "--port", str(self.dashboard_port)]
+            commands["dashboard"] = [*iwscope, "dashboard", *hosts, "--port", str(self.dashboard_port)]
         else:
             self.dashboard_port = None
         self._detached = detached
@@ -118,8 +127,11 @@ class Stack:
         except BaseException:
             self.stop()
             raise
-        if detached:
-            self._state_file().write_text(json.dumps(self._describe(), indent=2))
+        if detached:  # holds the database and Redis URLs with their passwords: root only
+            state = self._state_file()
+            state.touch(mode=0o600)
+            os.chmod(state, 0o600)
+            state.write_text(json.dumps(self._describe(), indent=2))
         return self
 
     def _spawn(self, name: str) -> None:
@@ -191,7 +203,7 @@ class Stack:
         stack = cls(database_url=data["database_url"], redis_url=data["redis_url"],
                     api_port=data["api_port"], dashboard_port=data.get("dashboard_port"),
                     celery_queue=data.get("celery_queue", "iwscope"),
-                    run_dir=run_dir, pids=data["pids"])
+                    listen=tuple(data.get("listen", DEFAULT_LISTEN)), run_dir=run_dir, pids=data["pids"])
         if all(_alive(pid) for pid in stack.pids.values()) and _http_ok(stack.local_api_url + "/readyz"):
             stack.activate()
             return stack
@@ -203,12 +215,13 @@ class Stack:
 
     def _describe(self) -> dict[str, Any]:
         return {"database_url": self.database_url, "redis_url": self.redis_url, "celery_queue": self.celery_queue,
-                "api_port": self.api_port,
+                "api_port": self.api_port, "listen": list(self.listen),
                 "dashboard_port": self.dashboard_port, "pids": self.pids}
 
 
 def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD_PORT, *,
-                database: str | None = None, redis_db: int = 0, celery_queue: str = "iwscope") -> Stack:
+                database: str | None = None, redis_db: int = 0, celery_queue: str = "iwscope",
+                listen: tuple[str, ...] = DEFAULT_LISTEN) -> Stack:
     """A stack on ``DATABASE_URL`` / ``REDIS_URL``, or on the local services (started if needed).
 
     ``database`` (created if missing), ``redis_db`` and ``celery_queue`` keep a second stack
@@ -224,7 +237,7 @@ def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD
     if database:
         database_url = _ensure_database(database_url, database)
     return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port,
-                 celery_queue=celery_queue)
+                 celery_queue=celery_queue, listen=listen)
 
 
 def _ensure_database(database_url: str, name: str) -> str:

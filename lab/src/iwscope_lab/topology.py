@@ -2,10 +2,10 @@
 
 Layout of one run (``run_id`` such as ``iws3f2a`` or, in tests, ``iwt...``)::
 
-    root namespace (collector stack, binds 0.0.0.0)
-      <run>r 10.N.0.1/30  (= Topology.collector_address)
+    root namespace (collector stack on 127.0.0.1 and 10.63.0.1 on lo = Topology.collector_address)
+      <run>r 10.N.0.1/30
         | veth (not emulated)
-    <run>-core  10.N.0.2/30, ip_forward=1           core router
+    <run>-core  10.N.0.2/30, ip_forward=1, route 10.63.0.1 via 10.N.0.1   core router
       <run>c<i> 10.N.i.1 peer 10.N.i.2  -- TUN --+
                                                  | iwemu process (the access link of host i)
     <run>-<host>  <run>h<i> 10.N.i.2 peer 10.N.i.1 -- TUN --+   default route via the TUN
@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .links import DirectionSpec, LinkSpec
+from .service_address import SERVICE_ADDRESS
+from .service_address import ensure as ensure_service_address
 
 __all__ = ["Topology", "Host", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
            "STATE_ROOT", "emulator_path"]
@@ -265,9 +267,10 @@ class Topology:
 
     @property
     def collector_address(self) -> str:
-        """Root-namespace address every host can reach (the collector binds here or 0.0.0.0)."""
+        """Where every host reaches the collector stack: the lab's service address in the root
+        namespace (service_address.py), routed over this run's veth."""
         self._require_up()
-        return f"10.{self.subnet}.0.1"
+        return SERVICE_ADDRESS
 
     @property
     def core_address(self) -> str:
@@ -535,7 +538,8 @@ class Topology:
                          f"link set {self.root_device} up",
                          f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}"])
         _ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
-                                    f"link set {self.core_veth} up"])
+                                    f"link set {self.core_veth} up",
+                                    f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}"])
         binary = str(emulator_path())
         for host in self.hosts:
             self._start_emulator(binary, host)
