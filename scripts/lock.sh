@@ -25,6 +25,8 @@ for package in ("probe", "collector", "lab", "dashboard"):
         if name not in own:
             lines.append(f"{requirement}  # {package}")
 lines += ["-r " + str(pathlib.Path("requirements-test.txt").resolve()),
+          "# redis needs it below Python 3.11.3 (Debian 12 ships 3.11.2): pinned whatever Python makes the lock",
+          "async-timeout>=4",
           "# the build backend of the editable installs (built without isolation) and pip itself",
           "setuptools>=68", "pip>=24"]
 pathlib.Path(sys.argv[1]).write_text("\n".join(lines) + "\n")
