@@ -22,7 +22,8 @@ from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headli
                               latency_vs_iw, loss_summary, percentile_table, rebuild_rollups, region_summary,
                               trials_page)
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.stats import MIN_CLUSTERS, cluster_bootstrap
+from iwscope.analysis.paired import paired_interval
+from iwscope.analysis.stats import MIN_CLUSTERS
 
 from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_fixed, new_campaign_id
 
@@ -53,18 +54,15 @@ def test_compare_by_rtt(db_session: Session, fixed: Fixed) -> None:
     assert europe.treatment.n == 1 and europe.treatment.mean_ms == pytest.approx(80.0)
     assert europe.treatment.median_ms == pytest.approx(80.0, rel=REL)
     assert europe.treatment.std_ms is None
-    assert europe.abs_ms == pytest.approx(30.0)
-    assert europe.pct == pytest.approx(100 * 30 / 110)
-    assert europe.abs_ci_low is None and europe.pct_ci_high is None
+    # one (path, size) cell with 2 baseline and 1 treatment trial: 1 pair -> "n too small", no number
+    assert (europe.n_pairs, europe.n_paths, europe.too_small) == (1, 1, True)
+    assert europe.abs_ms is None and europe.pct is None and europe.abs_ci_low is None and europe.pct_ci_high is None
+    assert europe.note is not None and "MIN_PAIRS" in europe.note
 
     assert africa.baseline.n == 3 and africa.baseline.mean_ms == pytest.approx(1000.0)
     assert africa.baseline.std_ms == pytest.approx(100.0)
     assert africa.treatment.mean_ms == pytest.approx(700.0)
-    assert africa.abs_ms == pytest.approx(300.0)
-    assert africa.pct == pytest.approx(30.0)
-    # one path -> trial bootstrap from the histograms: differences of resampled means lie in [100, 500]
-    assert 95.0 <= africa.abs_ci_low < 300.0 < africa.abs_ci_high <= 505.0
-    assert africa.pct_ci_low < 30.0 < africa.pct_ci_high
+    assert (africa.n_pairs, africa.n_paths, africa.too_small, africa.abs_ms) == (3, 1, True, None)
     json.dumps([dataclasses.asdict(r) for r in results])  # JSON-serialisable
 
 
@@ -72,7 +70,7 @@ def test_compare_by_bandwidth_bdp_loss(db_session: Session, fixed: Fixed) -> Non
     filters = Filters(campaign_ids=(fixed.campaign_id,))
     bandwidth = by_bucket(compare_by(db_session, filters, "bandwidth"))
     assert set(bandwidth) == {"<=1Mbit/s", "<=10Mbit/s"}
-    assert bandwidth["<=1Mbit/s"].abs_ms == pytest.approx(300.0)
+    assert bandwidth["<=1Mbit/s"].n_pairs == 3 and bandwidth["<=1Mbit/s"].abs_ms is None
     # both paths have BDP 37500 B -> one bucket (10000, 50000] with all five trials per arm
     bdp = compare_by(db_session, filters, "bdp")
     assert [(r.bucket, r.baseline.n, r.treatment.n) for r in bdp] == [("<=50000 B", 5, 4)]
@@ -80,7 +78,7 @@ def test_compare_by_bandwidth_bdp_loss(db_session: Session, fixed: Fixed) -> Non
     assert bdp[0].treatment.mean_ms == pytest.approx((600 + 700 + 800 + 80) / 4)
     loss = by_bucket(compare_by(db_session, filters, "loss"))
     assert set(loss) == {"0%", "<=3%"}
-    assert loss["0%"].abs_ms == pytest.approx(30.0)
+    assert loss["0%"].n_pairs == 1 and loss["0%"].too_small
 
 
 def test_compare_by_region_with_an_arm_without_data(db_session: Session, fixed: Fixed) -> None:
@@ -98,18 +96,20 @@ def test_compare_by_size_and_metric(db_session: Session, fixed: Fixed) -> None:
     treat_mean = (600 + 700 + 800 + 80 + 500) / 5  # 536
     server = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,)), "size")
     assert [(r.bucket, r.lower, r.upper) for r in server] == [("8 KiB-16 KiB", 8192, 16384)]
-    assert server[0].abs_ms == pytest.approx(base_mean - treat_mean)
-    assert server[0].pct == pytest.approx(100 * (base_mean - treat_mean) / base_mean)
+    assert server[0].baseline.mean_ms == pytest.approx(base_mean)
+    assert server[0].treatment.mean_ms == pytest.approx(treat_mean)
+    assert (server[0].n_pairs, server[0].too_small, server[0].abs_ms) == (4, True, None)
     client = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), metric="client"), "size")
     assert client[0].baseline.mean_ms == pytest.approx(base_mean + 10)
-    assert client[0].pct == pytest.approx(100 * (base_mean - treat_mean) / (base_mean + 10))
     # the size filter is octave-granular on roll-ups: 20-30 KiB excludes the 8-16 KiB octave
     assert compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), size_min=20_000, size_max=30_000),
                       "size") == []
     # other arms can be compared: IW16 vs IW10 (africa only has IW16)
     pair = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), baseline_iw=10, treatment_iw=16),
                       "region")
-    assert by_bucket(pair)["africa"].abs_ms == pytest.approx(700.0 - 550.0)
+    assert by_bucket(pair)["africa"].baseline.mean_ms == pytest.approx(700.0)
+    assert by_bucket(pair)["africa"].treatment.mean_ms == pytest.approx(550.0)
+    assert by_bucket(pair)["africa"].n_pairs == 1
     with pytest.raises(ValueError, match="unknown dimension"):
         compare_by(db_session, Filters(), "colour")  # type: ignore[arg-type]
 
@@ -143,9 +143,9 @@ def test_percentile_table_ietf_layout(db_session: Session, fixed: Fixed) -> None
     for key in expected_base:
         assert getattr(baseline, key) == pytest.approx(expected_base[key], rel=REL)
         assert getattr(treatment, key) == pytest.approx(expected_treat[key], rel=REL)
-        assert table.improvement[key] == pytest.approx(expected_base[key] - expected_treat[key], abs=0.02 * 1100)
-    assert table.improvement["avg"] == pytest.approx(644.0 - 536.0)
-    assert table.pct_improvement["avg"] == pytest.approx(100 * 108 / 644)
+    # 4 pairs: the improvement rows say "n too small" instead of numbers
+    assert (table.n_pairs, table.too_small) == (4, True)
+    assert set(table.improvement.values()) == {None} and set(table.pct_improvement.values()) == {None}
     # retransmissions: IW3 1 of 5 joined trials, 2896 of 50000 bytes; IW10 2 of 5, 2896 of 50000
     assert baseline.retrans_share == pytest.approx(0.2)
     assert baseline.retrans_bytes_share == pytest.approx(2896 / 50000)
@@ -180,23 +180,23 @@ def test_headline_region_summary_loss(db_session: Session, fixed: Fixed) -> None
     filters = Filters(campaign_ids=(fixed.campaign_id,))
     top = headline(db_session, filters)
     assert (top.n_trials, top.n_probes, top.n_regions) == (12, 3, 3)  # 8 africa (incl. the failed fetch and IW16) + 3 + 1
-    assert top.abs_ms == pytest.approx(108.0)
-    assert top.pct == pytest.approx(100 * 108 / 644)
-    assert top.pct_ci_low is not None and top.pct_ci_low < top.pct < top.pct_ci_high
+    # europe 1 pair + africa 3 pairs (south-america has no baseline): too few for a number
+    assert (top.n_pairs, top.n_paths, top.too_small, top.abs_ms, top.pct_ci_low) == (4, 2, True, None, None)
     assert top.retrans_increase_pp == pytest.approx(20.0)
 
     regions = {r.region: r for r in region_summary(db_session, filters)}
-    assert regions["africa"].n == 6 and regions["africa"].abs_ms == pytest.approx(300.0)
+    assert regions["africa"].n == 6 and (regions["africa"].n_baseline, regions["africa"].n_treatment) == (3, 3)
+    assert regions["africa"].baseline_mean_ms == pytest.approx(1000.0)
+    assert regions["africa"].too_small and regions["africa"].abs_ms is None and regions["africa"].n_pairs == 3
     assert regions["africa"].lat is not None and regions["africa"].lon is not None
     assert regions["south-america"].baseline_mean_ms is None and regions["south-america"].pct is None
-    assert regions["europe"].pct == pytest.approx(100 * 30 / 110)
 
     loss = {b.bucket: b for b in loss_summary(db_session, filters)}
     assert loss["<=3%"].retrans_share_baseline == pytest.approx(1 / 3)
     assert loss["<=3%"].retrans_share_treatment == pytest.approx(2 / 3)
     assert loss["<=3%"].retrans_increase_pp == pytest.approx(100 / 3)
     assert loss["0%"].retrans_increase_pp == pytest.approx(0.0)
-    assert loss["0%"].comparison.abs_ms == pytest.approx(30.0)
+    assert loss["0%"].comparison.n_pairs == 1 and loss["0%"].comparison.abs_ms is None
 
 
 def test_fleet_and_filter_options(db_session: Session, fixed: Fixed) -> None:
@@ -234,29 +234,75 @@ def test_raw_path_page_and_csv(db_session: Session, fixed: Fixed) -> None:
 
 
 def test_cluster_bootstrap_used_with_many_paths(db_session: Session) -> None:
-    """Six paths with exactly 100 ms improvement each (equal n): the paired cluster interval is a point."""
+    """Six paths with exactly 100 ms improvement in every pair: the path-cluster interval is a point."""
     campaign_id = new_campaign_id()
     origin = uuid.uuid4()
     per_path: list[tuple[uuid.UUID, float, float]] = []
     for base_ms in (200.0, 300.0, 500.0, 800.0, 1200.0, 2000.0):
         probe = add_probe(db_session, "europe")
         add_path(db_session, probe, origin, 150, 2_000_000, 0.0)
-        for jitter in (-10.0, 10.0):
+        for jitter in (-10.0, 10.0, -5.0, 5.0):
             add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
                       server_ms=base_ms + jitter)
             add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
                       server_ms=base_ms - 100 + jitter)
-        per_path.append((probe, 2 * base_ms, 2 * (base_ms - 100)))
+        per_path.append((probe, 4 * 100.0, 4 * base_ms))
     db_session.flush()
     rebuild_rollups(db_session)
     assert MIN_CLUSTERS <= 6
     (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "rtt")
+    assert (result.n_pairs, result.n_paths, result.method, result.too_small) == (24, 6, "cluster", False)
+    assert result.note is not None and "MIN_PATHS" in result.note  # 6 < 25 paths: said, not hidden
     assert result.abs_ms == pytest.approx(100.0)
     assert (result.abs_ci_low, result.abs_ci_high) == (pytest.approx(100.0), pytest.approx(100.0))
     per_path.sort()  # the module numbers paths in (probe_id, origin_id) order
-    expected = cluster_bootstrap([2] * 6, [b for _, b, _ in per_path], [2] * 6, [t for _, _, t in per_path])
+    expected = paired_interval([4] * 6, [d for _, d, _ in per_path], [b for _, _, b in per_path])
     assert expected is not None
     assert (result.pct_ci_low, result.pct_ci_high) == (pytest.approx(expected.pct_low), pytest.approx(expected.pct_high))
+
+
+def test_paired_improvement_is_within_path_and_size(db_session: Session) -> None:
+    """One path, two sizes, arms unbalanced in size mix: the paired estimate compares like with like.
+
+    9 KB: 30 trials per arm, baseline 300 +- 10 ms, treatment 200 +- 10 ms (100 ms better);
+    30 KB: 30 baseline trials at 600 +- 10 ms, but only 20 treatment trials at 400 +- 10 ms (200 ms better).
+    Paired: (30 x 100 + 20 x 200) / 50 = 140 ms, 100 x 7000 / (30 x 300 + 20 x 600) = 33.3 %.  The arms'
+    plain means differ by 450 - 280 = 170 ms, inflated by the treatment arm's smaller share of 30 KB.
+    """
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    probe = add_probe(db_session, "europe")
+    add_path(db_session, probe, origin, 150, 2_000_000, 0.0)
+    for size, base_ms, treat_ms, n_treat in ((9_000, 300.0, 200.0, 30), (30_000, 600.0, 400.0, 20)):
+        for i in range(30):
+            jitter = 10.0 if i % 2 else -10.0
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
+                      server_ms=base_ms + jitter, size=size)
+            if i < n_treat:
+                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
+                          server_ms=treat_ms + jitter, size=size)
+    db_session.flush()
+    rebuild_rollups(db_session)
+    (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "rtt")
+    assert result.baseline.mean_ms - result.treatment.mean_ms == pytest.approx(170.0)
+    assert (result.n_pairs, result.n_paths, result.method, result.too_small) == (50, 1, "within-path", False)
+    assert result.abs_ms == pytest.approx(140.0)
+    assert result.pct == pytest.approx(100 * 7000 / 21000)
+    assert result.note is not None and "within-path" in result.note
+    assert result.abs_ci_low is not None and result.abs_ci_high is not None
+    assert 130.0 < result.abs_ci_low < 140.0 < result.abs_ci_high < 150.0
+    (table,) = percentile_table(db_session, Filters(campaign_ids=(campaign_id,)))
+    assert (table.n_pairs, table.too_small) == (50, False)
+    assert table.improvement["avg"] == pytest.approx(140.0)  # the paired estimate, as in compare_by
+    assert table.improvement_ci["avg"] == [pytest.approx(result.abs_ci_low), pytest.approx(result.abs_ci_high)]
+    treatment, baseline = table.arms
+    for key in ("p50", "p75", "p90", "p99"):
+        low, high = table.improvement_ci[key]
+        value = table.improvement[key]
+        assert value == pytest.approx(getattr(baseline, key) - getattr(treatment, key))
+        assert low is not None and high is not None and value is not None and low <= value <= high, key
+    # baseline p50 is 310 (30 of 60 at <= 310 ms: 290, 310), treatment p50 210: about 100 ms
+    assert table.improvement["p50"] == pytest.approx(100.0, abs=0.03 * 310)
 
 
 def test_sql_and_python_bins_agree(db_session: Session) -> None:

@@ -189,7 +189,7 @@ def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_w
         assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)], celery_worker.log()[-3000:]
         with Session(committed_engine) as session:
             (result,) = compare_by(session, Filters(campaign_ids=(campaign_id,)), "region")
-            assert result.abs_ms == pytest.approx(300.0)
+            assert result.baseline.mean_ms == pytest.approx(1000.0) and result.treatment.mean_ms == pytest.approx(700.0)
         again = celery_worker.send("iwscope.analysis.tasks.refresh_rollups", timeout=120)
         assert isinstance(again, dict) and again["skipped"] is False
         assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)]

@@ -29,8 +29,9 @@ TRACES_JS = """
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
     if (!plot || !plot.data) { return null; }
     const values = (a) => a ? Array.from(a, (v) => (v === null || v === undefined) ? null : (typeof v === 'number' ? v : String(v))) : [];
+    const bars = (e) => e ? {symmetric: e.symmetric, array: values(e.array), arrayminus: values(e.arrayminus)} : null;
     return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
-                                   x: values(t.x || t.lon), y: values(t.y || t.lat)}));
+                                   x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y)}));
 }
 """
 
@@ -122,23 +123,44 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
 
 def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
     page.goto(dashboard_server.url + "/latency")
-    server_means = first_trace_y(page, "latency-iw-graph")
-    expected_server = [s.mean_ms for s in sorted(latency_vs_iw(dashboard_session, Filters()), key=lambda s: s.iw) if s.n]
-    assert_close(server_means, expected_server)
+    server_medians = first_trace_y(page, "latency-iw-graph")
+    expected_server = [s.median_ms for s in sorted(latency_vs_iw(dashboard_session, Filters()), key=lambda s: s.iw) if s.n]
+    assert_close(server_medians, expected_server)
 
     page.get_by_label("client (probe total)").check()
     page.wait_for_function(
         "([id, before]) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
         " return p && p.data && JSON.stringify(Array.from(p.data[0].y)) !== JSON.stringify(before); }",
-        arg=["latency-iw-graph", server_means],
+        arg=["latency-iw-graph", server_medians],
         timeout=TIMEOUT_MS,
     )
-    client_means = first_trace_y(page, "latency-iw-graph")
-    expected_client = [s.mean_ms for s in sorted(latency_vs_iw(dashboard_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
-    assert_close(client_means, expected_client)
-    assert all(c > s for c, s in zip(client_means, server_means))  # the probe also waits for connect + request
+    client_medians = first_trace_y(page, "latency-iw-graph")
+    expected_client = [s.median_ms for s in sorted(latency_vs_iw(dashboard_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
+    assert_close(client_medians, expected_client)
+    assert all(c > s for c, s in zip(client_medians, server_medians))  # the probe also waits for connect + request
     page.wait_for_url("**metric=client**", timeout=TIMEOUT_MS)
     screenshot(page, "latency-client-metric")
+
+
+def lowest_drawn(trace: dict[str, Any]) -> float | None:
+    """The lowest point a trace draws: each y minus its lower error bar."""
+    ys = trace.get("y") or []
+    error = trace.get("error_y") or {}
+    minus = error.get("arrayminus") if error.get("symmetric") is False else error.get("array")
+    drawn = [y - ((minus[i] if minus and i < len(minus) and minus[i] is not None else 0.0))
+             for i, y in enumerate(ys) if y is not None]
+    return min(drawn) if drawn else None
+
+
+@pytest.mark.parametrize(("path", "graph_id"), [("/latency", "latency-iw-graph"), ("/sizes", "sizes-means-graph")])
+def test_no_latency_is_drawn_below_zero(page: Any, dashboard_server: Any, path: str, graph_id: str) -> None:
+    page.goto(dashboard_server.url + path)
+    drawn = [lowest_drawn(trace) for trace in traces(page, graph_id)]
+    assert any(value is not None for value in drawn), "the figure has data points"
+    assert all(trace["error_y"] and (trace["error_y"]["arrayminus"] or trace["error_y"]["array"])
+               for trace in traces(page, graph_id)), \
+        "every trace carries its lower whiskers (else this check could not fail)"
+    assert all(value is None or value >= 0 for value in drawn), drawn
 
 
 def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard_db: Any, dashboard_session: Any) -> None:

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 BASELINE_COLOUR = "#8c8c8c"
 TREATMENT_COLOUR = "#1f6fb2"
+TOO_SMALL_COLOUR = "#9a9a9a"
 IMPROVEMENT_COLOUR = "#1f6fb2"
 PERCENT_COLOUR = "#d9731a"
 ARM_PALETTE = ("#8c8c8c", "#1f6fb2", "#d9731a", "#2a9d55", "#8e44ad", "#c0392b", "#16a085", "#7f6000")
@@ -75,24 +76,46 @@ def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}{unit}"
 
 
-def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
-    """The paper's Figure 5 panel: absolute improvement (bars, ms) and percent (line, right axis).
+def _pair_note(c: BucketComparison) -> str:
+    text = f"{c.n_pairs} pairs on {c.n_paths} path{'s' if c.n_paths != 1 else ''}"
+    return text + (f"<br>{c.note}" if c.note else "")
 
-    Both with the bootstrap 95% CI as error bars; hover shows n and means per arm.
+
+def _axis_range(values: Sequence[float | None], lows: Sequence[float | None],
+                highs: Sequence[float | None]) -> list[float] | None:
+    """A y range holding 0, every shown value and its interval (not more), padded 8 %."""
+    points = [v for v in [*values, *lows, *highs] if v is not None] + [0.0]
+    low, high = min(points), max(points)
+    if high - low <= 0:
+        return None
+    pad = 0.08 * (high - low)
+    return [low - pad, high + pad]
+
+
+def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
+    """The paper's Figure 5 panel: paired improvement (bars, ms) and percent (line, right axis).
+
+    Both with their 95 % intervals as error bars.  A bucket with too few pairs gets no number:
+    a grey "n too small" marker with its counts; hover shows n, pairs, paths and means per arm.
     """
     ordered = sorted(comparisons, key=lambda c: c.order)
     labels = [str(c.bucket) for c in ordered]
-    abs_ms = [c.abs_ms for c in ordered]
-    pct = [c.pct for c in ordered]
+    abs_ms = [None if c.too_small else c.abs_ms for c in ordered]
+    pct = [None if c.too_small else c.pct for c in ordered]
     hover = [
         (
-            f"{c.bucket}<br>IW{c.baseline.iw}: n={c.baseline.n}, mean {_fmt(c.baseline.mean_ms, ' ms')}"
-            f"<br>IW{c.treatment.iw}: n={c.treatment.n}, mean {_fmt(c.treatment.mean_ms, ' ms')}"
-            f"<br>improvement {_fmt(c.abs_ms, ' ms')} [{_fmt(c.abs_ci_low)}, {_fmt(c.abs_ci_high)}]"
-            f"<br>{_fmt(c.pct, ' %')} [{_fmt(c.pct_ci_low)}, {_fmt(c.pct_ci_high)}]"
+            f"{c.bucket}<br>IW{c.baseline.iw}: n={c.baseline.n}, median {_fmt(c.baseline.median_ms, ' ms')}"
+            f"<br>IW{c.treatment.iw}: n={c.treatment.n}, median {_fmt(c.treatment.median_ms, ' ms')}"
+            + (f"<br><b>n too small</b>: {_pair_note(c)}" if c.too_small else
+               f"<br>improvement {_fmt(c.abs_ms, ' ms')} [{_fmt(c.abs_ci_low)}, {_fmt(c.abs_ci_high)}]"
+               f"<br>{_fmt(c.pct, ' %')} [{_fmt(c.pct_ci_low)}, {_fmt(c.pct_ci_high)}]<br>{_pair_note(c)}")
         )
         for c in ordered
     ]
+    abs_low = [None if c.too_small else c.abs_ci_low for c in ordered]
+    abs_high = [None if c.too_small else c.abs_ci_high for c in ordered]
+    pct_low = [None if c.too_small else c.pct_ci_low for c in ordered]
+    pct_high = [None if c.too_small else c.pct_ci_high for c in ordered]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(
         go.Bar(
@@ -100,7 +123,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             y=abs_ms,
             name="absolute (ms)",
             marker_color=IMPROVEMENT_COLOUR,
-            error_y=_err(abs_ms, [c.abs_ci_low for c in ordered], [c.abs_ci_high for c in ordered]),
+            error_y=_err(abs_ms, abs_low, abs_high),
             hovertext=hover,
             hoverinfo="text",
         ),
@@ -113,22 +136,51 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             name="percent",
             mode="lines+markers",
             line={"color": PERCENT_COLOUR},
-            error_y=_err(pct, [c.pct_ci_low for c in ordered], [c.pct_ci_high for c in ordered]) | {"color": PERCENT_COLOUR},
+            error_y=_err(pct, pct_low, pct_high) | {"color": PERCENT_COLOUR},
             hovertext=hover,
             hoverinfo="text",
+            connectgaps=False,
         ),
         secondary_y=True,
     )
-    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, rangemode="tozero", tickmode="auto")
-    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, rangemode="tozero", tickmode="auto")
+    small = [(label, c) for label, c in zip(labels, ordered) if c.too_small]
+    if small:
+        fig.add_trace(
+            go.Scatter(
+                x=[label for label, _ in small],
+                y=[0.0 for _ in small],
+                name="n too small",
+                mode="markers+text",
+                marker={"symbol": "x-thin-open", "size": 12, "color": TOO_SMALL_COLOUR, "line": {"width": 2}},
+                text=[f"n too small ({c.n_pairs} pairs)" for _, c in small],
+                textposition="top center",
+                textfont={"color": TOO_SMALL_COLOUR, "size": 11},
+                hovertext=[hover[labels.index(label)] for label, _ in small],
+                hoverinfo="text",
+            ),
+            secondary_y=False,
+        )
+    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, tickmode="auto",
+                     range=_axis_range(abs_ms, abs_low, abs_high))
+    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, tickmode="auto",
+                     range=_axis_range(pct, pct_low, pct_high))
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
-    return _layout(fig, f"Improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms}")
+    return _layout(fig, f"Paired improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms} (95 % CI)")
+
+
+def _iqr_bars(stats: Sequence[ArmStats]) -> dict[str, Any]:
+    """Error bars from the median to the quartiles (never below zero, unlike mean +- std)."""
+    return {"type": "data", "symmetric": False, "thickness": 1.2, "width": 4,
+            "array": [(s.p75_ms - s.median_ms) if s.p75_ms is not None and s.median_ms is not None else 0.0
+                      for s in stats],
+            "arrayminus": [(s.median_ms - s.p25_ms) if s.p25_ms is not None and s.median_ms is not None else 0.0
+                           for s in stats]}
 
 
 def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
-    """Mean latency per bucket for both arms (what the improvement is the difference of)."""
+    """Median latency per bucket for both arms with their quartiles (what the improvement compares)."""
     ordered = sorted(comparisons, key=lambda c: c.order)
     labels = [str(c.bucket) for c in ordered]
     fig = go.Figure()
@@ -138,38 +190,40 @@ def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) ->
         fig.add_trace(
             go.Bar(
                 x=labels,
-                y=[s.mean_ms for s in stats],
-                name=f"IW{iw} mean",
+                y=[s.median_ms for s in stats],
+                name=f"IW{iw} median",
                 marker_color=colour,
-                error_y={"type": "data", "array": [s.std_ms or 0.0 for s in stats], "thickness": 1, "width": 3},
-                customdata=[[s.n, s.median_ms] for s in stats],
-                hovertemplate="%{x}<br>mean %{y:.1f} ms<br>n=%{customdata[0]}, median %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>",
+                error_y=_iqr_bars(stats),
+                customdata=[[s.n, s.mean_ms, s.p25_ms, s.p75_ms] for s in stats],
+                hovertemplate=("%{x}<br>median %{y:.1f} ms (quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f})"
+                               "<br>n=%{customdata[0]}, mean %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>"),
             )
         )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
-    fig.update_yaxes(title_text="mean latency (ms), bar = 1 std")
-    return _layout(fig, f"Mean latency per arm by {DIMENSION_SHORT.get(dimension, dimension)}")
+    fig.update_yaxes(title_text="latency (ms): median, bar = quartiles", rangemode="tozero")
+    return _layout(fig, f"Median latency per arm by {DIMENSION_SHORT.get(dimension, dimension)}")
 
 
 def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:
-    """Figure 2: mean latency with one standard deviation for every IW present."""
-    present = sorted((s for s in stats if s.n > 0 and s.mean_ms is not None), key=lambda s: s.iw)
+    """Figure 2: median latency with its quartiles for every IW present (log axis: latencies are skewed)."""
+    present = sorted((s for s in stats if s.n > 0 and s.median_ms is not None), key=lambda s: s.iw)
     fig = go.Figure(
         go.Scatter(
             x=[s.iw for s in present],
-            y=[s.mean_ms for s in present],
+            y=[s.median_ms for s in present],
             mode="lines+markers",
-            name="mean",
+            name="median",
             marker={"size": 9, "color": TREATMENT_COLOUR},
-            error_y={"type": "data", "array": [s.std_ms or 0.0 for s in present], "thickness": 1.2, "width": 5},
-            customdata=[[s.n, s.median_ms, s.std_ms] for s in present],
-            hovertemplate="IW%{x}<br>mean %{y:.1f} ms +- %{customdata[2]:.1f}<br>median %{customdata[1]:.1f} ms<br>n=%{customdata[0]}<extra></extra>",
+            error_y=_iqr_bars(present),
+            customdata=[[s.n, s.mean_ms, s.p25_ms, s.p75_ms] for s in present],
+            hovertemplate=("IW%{x}<br>median %{y:.1f} ms<br>quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f} ms"
+                           "<br>mean %{customdata[1]:.1f} ms<br>n=%{customdata[0]}<extra></extra>"),
         )
     )
     fig.update_xaxes(title_text="initial congestion window (segments)", tickmode="array", tickvals=[s.iw for s in present])
-    fig.update_yaxes(title_text="latency (ms), mean +- 1 std")
-    return _layout(fig, "Latency vs initial window (mean, one standard deviation)", height=400)
+    fig.update_yaxes(title_text="latency (ms): median, bar = quartiles", rangemode="tozero")
+    return _layout(fig, "Latency vs initial window (median and quartiles)", height=400)
 
 
 def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Sequence[int] = ()) -> go.Figure:
@@ -192,10 +246,19 @@ def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Seq
     return _layout(fig, "Latency CDF per arm", height=400)
 
 
+def _region_hover(r: RegionSummary) -> str:
+    head = (f"<b>{r.region}</b><br>n = {r.n_baseline:,} baseline, {r.n_treatment:,} treatment trials"
+            f"<br>{r.n_pairs:,} pairs on {r.n_paths:,} paths")
+    if r.too_small:
+        return head + "<br><b>n too small</b> for an improvement"
+    return (head + f"<br>improvement {_fmt(r.abs_ms, ' ms')} [{_fmt(r.abs_ci_low)}, {_fmt(r.abs_ci_high)}]"
+            f"<br>{_fmt(r.pct, ' %')} [{_fmt(r.pct_ci_low)}, {_fmt(r.pct_ci_high)}]" + (f"<br>{r.note}" if r.note else ""))
+
+
 def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None = None) -> go.Figure:
     """A world map, one marker per region centroid, coloured by percent improvement."""
     shown = [r for r in regions if r.lat is not None and r.lon is not None]
-    pct = [r.pct for r in shown]
+    pct = [None if r.too_small else r.pct for r in shown]
     finite = [p for p in pct if p is not None]
     bound = max([abs(p) for p in finite] + [1.0])
     largest = max([r.n for r in shown] + [1])
@@ -203,23 +266,20 @@ def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None
         go.Scattergeo(
             lat=[r.lat for r in shown],
             lon=[r.lon for r in shown],
-            text=[r.region for r in shown],
+            text=[r.region + (" (n too small)" if r.too_small else "") for r in shown],
             mode="markers+text",
             textposition="top center",
             marker={
                 "size": [12 + 26 * (r.n / largest) ** 0.5 for r in shown],
-                "color": [p if p is not None else 0.0 for p in pct],
+                "color": [p if p is not None else 0.0 for p in pct],  # too small: neutral, and said so below
                 "colorscale": "RdBu",
                 "cmin": -bound,
                 "cmax": bound,
                 "colorbar": {"title": {"text": "% impr."}},
                 "line": {"width": 1, "color": "#333"},
             },
-            customdata=[[r.n, r.abs_ms, r.pct, r.baseline_mean_ms, r.treatment_mean_ms] for r in shown],
-            hovertemplate=(
-                "<b>%{text}</b><br>n=%{customdata[0]}<br>improvement %{customdata[1]:.1f} ms (%{customdata[2]:.1f} %)"
-                "<br>baseline mean %{customdata[3]:.1f} ms<br>treatment mean %{customdata[4]:.1f} ms<extra></extra>"
-            ),
+            hovertext=[_region_hover(r) for r in shown],
+            hoverinfo="text",
         )
     )
     fig.update_geos(

@@ -18,7 +18,7 @@ import datetime as dt
 import io
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session
 from iwprobe import wire
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, cluster_bootstrap, histogram_bootstrap,
-                                    histogram_cdf, histogram_quantiles, mean_std_ms, merge_pieces)
+from iwscope.analysis.paired import Cells, PairedEstimate, cell_estimate
+from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
+                                    merge_pieces, quantile_difference_intervals)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -40,15 +41,32 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class ArmStats:
+    """One arm's trials: count, mean and standard deviation (exact), median and quartiles (from
+    the histogram, +-1 %).  Latencies are skewed: draw median and quartiles, never mean +- std
+    (which reaches below zero)."""
+
     iw: int
     n: int
     mean_ms: float | None
     median_ms: float | None
     std_ms: float | None
+    p25_ms: float | None = None
+    p75_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class BucketComparison:
+    """Treatment vs baseline in one bucket.
+
+    ``baseline`` / ``treatment`` describe every trial of each arm.  The improvement (``abs_ms``,
+    ``pct`` and their 95 % intervals) is the paired one (analysis/paired.py): within-path,
+    within-size differences over ``n_pairs`` pairs on ``n_paths`` paths; ``method`` says how
+    the interval was made (``cluster``: resampling paths; ``within-path``: resampling each
+    cell's trials, about the measured paths only).  ``too_small``: fewer pairs than
+    ``paired.MIN_PAIRS``: the improvement fields are ``None`` ("n too small"); ``note`` says
+    what an interval does not cover, or why there is no number.
+    """
+
     dimension: str
     bucket: str
     order: int
@@ -62,6 +80,11 @@ class BucketComparison:
     pct: float | None
     pct_ci_low: float | None
     pct_ci_high: float | None
+    n_pairs: int = 0
+    n_paths: int = 0
+    method: str | None = None
+    too_small: bool = True
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,11 +102,23 @@ class ArmPercentiles:
 
 @dataclass(frozen=True)
 class PercentileTable:
+    """The IETF slides' table for one group.  ``improvement["avg"]`` is the paired estimate (as in
+    :class:`BucketComparison`); the percentile improvements are differences of the arms'
+    percentiles.  ``*_ci`` hold ``[low, high]`` 95 % bounds per key (paths resampled, or each
+    arm's trials with fewer than 5 paths).  ``too_small``: fewer than ``paired.MIN_PAIRS``
+    pairs: the improvement rows are ``None`` ("n too small")."""
+
     group: str
     arms: list[ArmPercentiles]
     improvement: dict[str, float | None]
     pct_improvement: dict[str, float | None]
     retrans_increase_pp: float | None
+    improvement_ci: dict[str, list[float | None]] = field(default_factory=dict)
+    pct_improvement_ci: dict[str, list[float | None]] = field(default_factory=dict)
+    n_pairs: int = 0
+    n_paths: int = 0
+    too_small: bool = True
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +133,12 @@ class Headline:
     pct_ci_low: float | None
     pct_ci_high: float | None
     retrans_increase_pp: float | None
+    abs_ci_low: float | None = None
+    abs_ci_high: float | None = None
+    n_pairs: int = 0
+    n_paths: int = 0
+    too_small: bool = True
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +151,16 @@ class RegionSummary:
     pct: float | None
     baseline_mean_ms: float | None
     treatment_mean_ms: float | None
+    abs_ci_low: float | None = None
+    abs_ci_high: float | None = None
+    pct_ci_low: float | None = None
+    pct_ci_high: float | None = None
+    n_baseline: int = 0
+    n_treatment: int = 0
+    n_pairs: int = 0
+    n_paths: int = 0
+    too_small: bool = True
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,31 +412,35 @@ def _histograms(frame: _Frame, groups: IntArray, n_groups: int) -> IntArray:
 def _arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
     count = int(n)
     mean, std = mean_std_ms(count, sum_us, sumsq)
-    median = histogram_quantiles(hist, [0.5])[0] if hist is not None and count > 0 else None
-    return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std)
+    p25, median, p75 = (histogram_quantiles(hist, [0.25, 0.5, 0.75]) if hist is not None and count > 0
+                        else (None, None, None))
+    return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std, p25_ms=p25, p75_ms=p75)
 
 
 def _share(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator > 0 else None
 
 
-def _interval(frame: _Frame, rows: IntArray, filters: Filters, hist_base: IntArray,
-              hist_treat: IntArray, mean_base: float, mean_treat: float) -> Interval | None:
-    """Bootstrap 95 % interval of the improvement for the roll-up rows ``rows`` (see stats)."""
-    paths = frame.path[rows]
-    unique_paths, path_index = np.unique(paths, return_inverse=True)
-    if unique_paths.size >= MIN_CLUSTERS:
-        is_base = frame.arm[rows] == filters.baseline_iw
-        is_treat = frame.arm[rows] == filters.treatment_iw
-        k = unique_paths.size
-        n_base = np.bincount(path_index, weights=frame.n[rows] * is_base, minlength=k)
-        n_treat = np.bincount(path_index, weights=frame.n[rows] * is_treat, minlength=k)
-        if n_base.sum() < 2 or n_treat.sum() < 2:
-            return None
-        sum_base = np.bincount(path_index, weights=frame.sum_us[rows] * is_base, minlength=k) / 1000.0
-        sum_treat = np.bincount(path_index, weights=frame.sum_us[rows] * is_treat, minlength=k) / 1000.0
-        return cluster_bootstrap(n_base, sum_base, n_treat, sum_treat)
-    return histogram_bootstrap(hist_base, hist_treat, mean_base, mean_treat)
+def _paired(frame: _Frame, rows: IntArray, filters: Filters) -> PairedEstimate:
+    """The paired estimate of roll-up rows ``rows``: cells are (path, size octave)."""
+    arm = frame.arm[rows]
+    is_treat = arm == filters.treatment_iw
+    key = frame.path[rows] * 64 + frame.size_bucket[rows]
+    cell_keys, cell = np.unique(key, return_inverse=True)
+    k = cell_keys.size
+    n = frame.n[rows]
+    sums_ms = frame.sum_us[rows] / 1000.0
+    cells = Cells(path=cell_keys // 64,
+                  n_base=np.bincount(cell, weights=n * ~is_treat, minlength=k),
+                  sum_base_ms=np.bincount(cell, weights=sums_ms * ~is_treat, minlength=k),
+                  n_treat=np.bincount(cell, weights=n * is_treat, minlength=k),
+                  sum_treat_ms=np.bincount(cell, weights=sums_ms * is_treat, minlength=k))
+    if np.unique(cells.path).size < MIN_CLUSTERS:  # the within-path interval needs each cell's histograms
+        slot = np.full(frame.size, -1, dtype=np.int64)
+        slot[rows] = cell * 2 + is_treat
+        hists = _histograms(frame, slot, 2 * k).reshape(k, 2, -1)
+        cells = replace(cells, hist_base=hists[:, 0], hist_treat=hists[:, 1])
+    return cell_estimate(cells)
 
 
 def _comparisons(frame: _Frame, filters: Filters, groups: IntArray, labels: list[bk.Bucket],
@@ -409,20 +464,24 @@ def _comparisons(frame: _Frame, filters: Filters, groups: IntArray, labels: list
             continue
         baseline = _arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
         treatment = _arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
-        abs_ms = pct = None
-        interval: Interval | None = None
-        if baseline.mean_ms is not None and treatment.mean_ms is not None:
-            abs_ms = baseline.mean_ms - treatment.mean_ms
-            pct = 100.0 * abs_ms / baseline.mean_ms if baseline.mean_ms > 0 else None
-            rows = np.flatnonzero(valid & (groups == group))
-            interval = _interval(frame, rows, filters, hists[b], hists[t], baseline.mean_ms, treatment.mean_ms)
-        results.append(BucketComparison(
-            dimension=dimension, bucket=label.label, order=label.order, lower=label.lower, upper=label.upper,
-            baseline=baseline, treatment=treatment, abs_ms=abs_ms,
-            abs_ci_low=interval.abs_low if interval else None, abs_ci_high=interval.abs_high if interval else None,
-            pct=pct, pct_ci_low=interval.pct_low if interval else None,
-            pct_ci_high=interval.pct_high if interval else None))
+        estimate = _paired(frame, np.flatnonzero(valid & (groups == group)), filters)
+        results.append(_bucket_comparison(dimension, label, baseline, treatment, estimate))
     return results
+
+
+def _bucket_comparison(dimension: str, label: bk.Bucket, baseline: ArmStats, treatment: ArmStats,
+                       estimate: PairedEstimate) -> BucketComparison:
+    shown = not estimate.too_small
+    interval = estimate.interval if shown else None
+    return BucketComparison(
+        dimension=dimension, bucket=label.label, order=label.order, lower=label.lower, upper=label.upper,
+        baseline=baseline, treatment=treatment,
+        abs_ms=estimate.estimate_ms if shown else None,
+        abs_ci_low=interval.abs_low if interval else None, abs_ci_high=interval.abs_high if interval else None,
+        pct=estimate.pct if shown else None,
+        pct_ci_low=interval.pct_low if interval else None, pct_ci_high=interval.pct_high if interval else None,
+        n_pairs=estimate.n_pairs, n_paths=estimate.n_paths, method=estimate.method if estimate.n_pairs else None,
+        too_small=estimate.too_small, note=estimate.reason)
 
 
 def _dimension_groups(frame: _Frame, dimension: str) -> tuple[IntArray, list[bk.Bucket]]:
@@ -511,21 +570,47 @@ def percentile_table(session: Session, filters: Filters,
             arms.append(_arm_percentiles(iw, sums["n"][c], sums["sum_us"][c], hists[c], sums["retrans_trials"][c],
                                          sums["retrans_n"][c], sums["bytes_retrans"][c], sums["bytes_sent"][c]))
         treatment, baseline = arms
-        improvement: dict[str, float | None] = {}
-        pct_improvement: dict[str, float | None] = {}
-        for key in ("avg", "p50", "p75", "p90", "p99"):
-            base_value, treat_value = getattr(baseline, key), getattr(treatment, key)
-            if base_value is None or treat_value is None:
-                improvement[key] = pct_improvement[key] = None
-            else:
+        rows = np.flatnonzero((groups == group) & ((frame.arm == base_iw) | (frame.arm == treat_iw)))
+        estimate = _paired(frame, rows, filters) if rows.size else cell_estimate(Cells(*(np.zeros(0),) * 5))
+        improvement: dict[str, float | None] = {key: None for key, _ in (("avg", 0.0), *_PERCENTILES)}
+        pct_improvement = dict(improvement)
+        improvement_ci: dict[str, list[float | None]] = {key: [None, None] for key in improvement}
+        pct_improvement_ci = {key: [None, None] for key in improvement}
+        if not estimate.too_small:
+            improvement["avg"], pct_improvement["avg"] = estimate.estimate_ms, estimate.pct
+            if estimate.interval is not None:
+                improvement_ci["avg"] = [estimate.interval.abs_low, estimate.interval.abs_high]
+                pct_improvement_ci["avg"] = [estimate.interval.pct_low, estimate.interval.pct_high]
+            intervals = _percentile_intervals(frame, rows, filters)
+            for (key, _), interval in zip(_PERCENTILES, intervals):
+                base_value, treat_value = getattr(baseline, key), getattr(treatment, key)
+                if base_value is None or treat_value is None:
+                    continue
                 improvement[key] = base_value - treat_value
                 pct_improvement[key] = 100.0 * (base_value - treat_value) / base_value if base_value > 0 else None
+                if interval is not None:
+                    improvement_ci[key] = [interval.abs_low, interval.abs_high]
+                    pct_improvement_ci[key] = [interval.pct_low, interval.pct_high]
         increase = None
         if baseline.retrans_share is not None and treatment.retrans_share is not None:
             increase = 100.0 * (treatment.retrans_share - baseline.retrans_share)
         tables.append(PercentileTable(group=name, arms=arms, improvement=improvement,
-                                      pct_improvement=pct_improvement, retrans_increase_pp=increase))
+                                      pct_improvement=pct_improvement, retrans_increase_pp=increase,
+                                      improvement_ci=improvement_ci, pct_improvement_ci=pct_improvement_ci,
+                                      n_pairs=estimate.n_pairs, n_paths=estimate.n_paths,
+                                      too_small=estimate.too_small, note=estimate.reason))
     return tables
+
+
+def _percentile_intervals(frame: _Frame, rows: IntArray, filters: Filters) -> list[Interval | None]:
+    """Intervals of the percentile improvements of roll-up rows ``rows`` (per-path histograms)."""
+    paths, path_index = np.unique(frame.path[rows], return_inverse=True)
+    if paths.size == 0:
+        return [None for _ in _PERCENTILES]
+    slot = np.full(frame.size, -1, dtype=np.int64)
+    slot[rows] = path_index * 2 + (frame.arm[rows] == filters.treatment_iw)
+    hists = _histograms(frame, slot, 2 * paths.size).reshape(paths.size, 2, -1)
+    return quantile_difference_intervals(hists[:, 0], hists[:, 1], [q for _, q in _PERCENTILES])
 
 
 def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
@@ -570,31 +655,24 @@ def headline(session: Session, filters: Filters) -> Headline:
         abs_ms=result.abs_ms if result else None, pct=result.pct if result else None,
         pct_ci_low=result.pct_ci_low if result else None, pct_ci_high=result.pct_ci_high if result else None,
         retrans_increase_pp=(100.0 * (share_treat - share_base)
-                             if share_base is not None and share_treat is not None else None))
+                             if share_base is not None and share_treat is not None else None),
+        abs_ci_low=result.abs_ci_low if result else None, abs_ci_high=result.abs_ci_high if result else None,
+        n_pairs=result.n_pairs if result else 0, n_paths=result.n_paths if result else 0,
+        too_small=result.too_small if result else True, note=result.note if result else None)
 
 
 def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
-    """Per region: trials of both arms, means and improvement, and a map centroid."""
-    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=False)
-    groups, labels = _dimension_groups(frame, "region")
-    is_base = (frame.arm == filters.baseline_iw).astype(np.float64)
-    is_treat = (frame.arm == filters.treatment_iw).astype(np.float64)
-    count = len(labels)
-    n_base, n_treat = _group_sum(frame.n * is_base, groups, count), _group_sum(frame.n * is_treat, groups, count)
-    s_base = _group_sum(frame.sum_us * is_base, groups, count)
-    s_treat = _group_sum(frame.sum_us * is_treat, groups, count)
+    """Per region: trials of both arms, means, the paired improvement with its interval, a map centroid."""
     summaries: list[RegionSummary] = []
-    for i, label in enumerate(labels):
-        if n_base[i] + n_treat[i] == 0:
-            continue
-        base_mean = s_base[i] / n_base[i] / 1000.0 if n_base[i] else None
-        treat_mean = s_treat[i] / n_treat[i] / 1000.0 if n_treat[i] else None
-        abs_ms = base_mean - treat_mean if base_mean is not None and treat_mean is not None else None
-        pct = 100.0 * abs_ms / base_mean if abs_ms is not None and base_mean else None
-        lat, lon = region_centroid(label.label)
-        summaries.append(RegionSummary(region=label.label, lat=lat, lon=lon, n=int(n_base[i] + n_treat[i]),
-                                       abs_ms=abs_ms, pct=pct, baseline_mean_ms=base_mean,
-                                       treatment_mean_ms=treat_mean))
+    for result in compare_by(session, filters, "region"):
+        lat, lon = region_centroid(result.bucket)
+        summaries.append(RegionSummary(
+            region=result.bucket, lat=lat, lon=lon, n=result.baseline.n + result.treatment.n,
+            abs_ms=result.abs_ms, pct=result.pct, baseline_mean_ms=result.baseline.mean_ms,
+            treatment_mean_ms=result.treatment.mean_ms, abs_ci_low=result.abs_ci_low, abs_ci_high=result.abs_ci_high,
+            pct_ci_low=result.pct_ci_low, pct_ci_high=result.pct_ci_high, n_baseline=result.baseline.n,
+            n_treatment=result.treatment.n, n_pairs=result.n_pairs, n_paths=result.n_paths,
+            too_small=result.too_small, note=result.note))
     return summaries
 
 

@@ -26,9 +26,11 @@ def layout(**url_query: Any) -> html.Div:
         PREFIX,
         "Overview",
         "How much a larger initial congestion window (treatment) shortens short web transfers against "
-        "the baseline, bucketed like Figure 5 of Dukkipati et al. 2010: bars are the absolute improvement "
-        "(baseline minus treatment, ms), the line the percent improvement; whiskers are bootstrap 95% "
-        "confidence intervals.",
+        "the baseline, bucketed like Figure 5 of Dukkipati et al. 2010: bars are the paired absolute "
+        "improvement (baseline minus treatment on the same path and object size, ms), the line the percent "
+        "improvement (ratio of sums over the same pairs); whiskers are 95% confidence intervals (paths "
+        "resampled; with fewer than 5 paths in a bucket, each path's trials). A bucket with fewer than 20 "
+        "pairs shows \"n too small\" instead of a number.",
         filters,
         [
             html.Div(id=f"{PREFIX}-headline", className="iw-headline"),
@@ -38,20 +40,28 @@ def layout(**url_query: Any) -> html.Div:
 
 
 def headline_cards(numbers: Headline) -> list[html.Div]:
-    ci = (
-        f"95% CI {fmt_pct(numbers.pct_ci_low)} .. {fmt_pct(numbers.pct_ci_high)}"
-        if numbers.pct_ci_low is not None and numbers.pct_ci_high is not None
-        else "no confidence interval"
-    )
+    pairs = f"{numbers.n_pairs:,} pairs on {numbers.n_paths:,} paths"
+    if numbers.too_small:
+        headline = ("n too small", f"{pairs}: too few paired trials for a number")
+        absolute = ("n too small", pairs)
+    else:
+        ci = (f"95% CI {fmt_pct(numbers.pct_ci_low)} .. {fmt_pct(numbers.pct_ci_high)}; {pairs}"
+              if numbers.pct_ci_low is not None and numbers.pct_ci_high is not None else f"no interval; {pairs}")
+        abs_ci = (f"95% CI {fmt_ms(numbers.abs_ci_low)} .. {fmt_ms(numbers.abs_ci_high)}, paired"
+                  if numbers.abs_ci_low is not None and numbers.abs_ci_high is not None else "paired, no interval")
+        headline = (fmt_pct(numbers.pct), ci)
+        absolute = (fmt_ms(numbers.abs_ms), abs_ci)
     increase = "n/a" if numbers.retrans_increase_pp is None else f"{numbers.retrans_increase_pp:+.2f} pp"
     cards = [
-        (f"IW{numbers.treatment_iw} vs IW{numbers.baseline_iw}", fmt_pct(numbers.pct), ci),
-        ("absolute improvement", fmt_ms(numbers.abs_ms), "mean latency, baseline - treatment"),
+        (f"IW{numbers.treatment_iw} vs IW{numbers.baseline_iw}", *headline),
+        ("absolute improvement", *absolute),
         ("retransmission rate", increase, "change in share of trials with retransmissions"),
         ("trials", f"{numbers.n_trials:,}", f"{numbers.n_probes:,} probes, {numbers.n_regions:,} regions"),
     ]
     return [
-        html.Div([html.Div(label, className="iw-kpi-label"), html.Div(value, className="iw-kpi-value"), html.Div(note, className="iw-kpi-note")], className="iw-kpi")
+        html.Div([html.Div(label, className="iw-kpi-label"),
+                  html.Div(value, className="iw-kpi-value" + (" iw-too-small" if value == "n too small" else "")),
+                  html.Div(note, className="iw-kpi-note")], className="iw-kpi")
         for label, value, note in cards
     ]
 

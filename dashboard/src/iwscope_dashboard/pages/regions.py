@@ -35,16 +35,35 @@ def _cell(value: float | None, unit: str = "", digits: int = 1) -> html.Td:
     return html.Td("n/a" if value is None else f"{value:,.{digits}f}{unit}")
 
 
+def _ci_cell(value: float | None, bounds: list[float | None] | None, unit: str) -> html.Td:
+    """A value with its 95 % interval beneath it."""
+    if value is None:
+        return html.Td("n/a")
+    low, high = bounds if bounds else (None, None)
+    interval = f"[{low:,.1f}, {high:,.1f}]" if low is not None and high is not None else "[no interval]"
+    return html.Td([f"{value:,.1f}{unit}", html.Br(), html.Span(interval, className="iw-ci")])
+
+
 def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int) -> html.Div:
     """One region in the slides' layout: percentiles per arm, Impr., % Impr.; retransmission table."""
     arms = sorted(table.arms, key=lambda arm: (arm.iw != treatment_iw, arm.iw != baseline_iw, -arm.iw))
-    header = html.Tr([html.Th("Percentile")] + [html.Th(label) for _, label in PERCENTILE_COLUMNS])
+    header = html.Tr([html.Th("Percentile"), html.Th("n")] + [html.Th(label) for _, label in PERCENTILE_COLUMNS])
     rows = [
-        html.Tr([html.Th(f"IW={arm.iw}", title=f"n = {arm.n:,}")] + [_cell(getattr(arm, key), digits=0 if key != "avg" else 1) for key, _ in PERCENTILE_COLUMNS])
+        html.Tr([html.Th(f"IW={arm.iw}"), html.Td(f"{arm.n:,}")]
+                + [_cell(getattr(arm, key), digits=0 if key != "avg" else 1) for key, _ in PERCENTILE_COLUMNS])
         for arm in arms
     ]
-    rows.append(html.Tr([html.Th("Impr.")] + [_cell(table.improvement.get(key), digits=1) for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
-    rows.append(html.Tr([html.Th("% Impr.")] + [_cell(table.pct_improvement.get(key), "%") for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
+    pairs = f"{table.n_pairs:,} pairs"
+    if table.too_small:
+        small = html.Td("n too small", colSpan=len(PERCENTILE_COLUMNS), title=table.note or "")
+        rows.append(html.Tr([html.Th("Impr."), html.Td(pairs), small], className="iw-row-impr iw-too-small-row"))
+    else:
+        rows.append(html.Tr([html.Th("Impr."), html.Td(pairs)]
+                            + [_ci_cell(table.improvement.get(key), table.improvement_ci.get(key), "")
+                               for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
+        rows.append(html.Tr([html.Th("% Impr."), html.Td("")]
+                            + [_ci_cell(table.pct_improvement.get(key), table.pct_improvement_ci.get(key), "%")
+                               for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
     retrans_rows = [
         html.Tr(
             [
@@ -60,7 +79,10 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
     return html.Div(
         [
             html.H3(f"{table.group}", className="iw-table-title"),
-            html.Div(f"latency (ms) and retransmission rate, {n_total:,} trials", className="iw-table-note"),
+            html.Div(f"latency (ms) and retransmission rate, {n_total:,} trials; Impr. avg is the paired "
+                     f"estimate ({table.n_pairs:,} pairs on {table.n_paths:,} paths), percentiles the difference "
+                     "of the arms' percentiles; [95 % CI]" + (f". {table.note}" if table.note else ""),
+                     className="iw-table-note"),
             html.Div(
                 [
                     html.Table([html.Thead(header), html.Tbody(rows)], className="iw-table"),
