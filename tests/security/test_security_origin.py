@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -341,12 +342,19 @@ def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path
             process.wait()
 
 
-def test_probe_fetch_runs_as_nobody(origin_process: OriginProcess) -> None:
+def test_probe_fetch_runs_as_nobody(origin_process: OriginProcess, request: pytest.FixtureRequest) -> None:
     """The probe is standard library only and needs no privilege: the system Python, user nobody."""
     runuser, python = shutil.which("runuser"), shutil.which("python3", path="/usr/bin:/bin")
     if runuser is None or python is None:
         pytest.skip("runuser or a system python3 is missing")
-    completed = subprocess.run([runuser, "-u", "nobody", "--", "env", f"PYTHONPATH={PROBE_SRC}", python, "-c",
+    # A copy nobody can read: the checkout may sit in a 0700 home (as root's does on Debian).
+    readable = Path(tempfile.mkdtemp(prefix="iwt-probe-"))
+    readable.chmod(0o755)
+    shutil.copytree(PROBE_SRC / "iwprobe", readable / "iwprobe", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in readable.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    request.addfinalizer(lambda: shutil.rmtree(readable, ignore_errors=True))
+    completed = subprocess.run([runuser, "-u", "nobody", "--", "env", f"PYTHONPATH={readable}", python, "-c",
                                 "import os, sys, runpy; print(os.geteuid(), file=sys.stderr); "
                                 "sys.argv = ['iwprobe', 'fetch', '--json', sys.argv[1]]; "
                                 "runpy.run_module('iwprobe', run_name='__main__')",
