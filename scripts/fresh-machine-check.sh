@@ -47,7 +47,21 @@ if [ ! -f "${base}/.complete" ]; then
 fi
 
 root="$(mktemp -d "${fresh_dir}/run.XXXXXX")"
+chroot_processes() {  # every process whose root directory is the chroot (its daemons outlive the command)
+  local proc
+  for proc in /proc/[0-9]*; do
+    [ "$(readlink "${proc}/root" 2>/dev/null)" = "$root" ] && echo "${proc#/proc/}"
+  done
+}
 cleanup() {
+  local pids
+  pids="$(chroot_processes)"
+  if [ -n "$pids" ]; then
+    kill -TERM $pids 2>/dev/null || true
+    sleep 3
+    pids="$(chroot_processes)"
+    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+  fi
   if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$root"; else echo "kept ${root}" >&2; fi
 }
 trap cleanup EXIT
