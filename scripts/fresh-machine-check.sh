@@ -50,8 +50,9 @@ root="$(mktemp -d "${fresh_dir}/run.XXXXXX")"
 chroot_processes() {  # every process whose root directory is the chroot (its daemons outlive the command)
   local proc
   for proc in /proc/[0-9]*; do
-    [ "$(readlink "${proc}/root" 2>/dev/null)" = "$root" ] && echo "${proc#/proc/}"
+    if [ "$(readlink "${proc}/root" 2>/dev/null)" = "$root" ]; then echo "${proc#/proc/}"; fi
   done
+  return 0
 }
 cleanup() {
   local pids

@@ -8,13 +8,13 @@ import statistics
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import text
 
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import predict
-from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
+
+from campaign_kit import origin_host, query_rows, session_stack
 
 #: name -> (region, RTT ms, rate bit/s): serialisation of one packet stays under 2 % of the RTT.
 PATHS = {"near": ("europe", 80.0, 10e6), "far": ("africa", 200.0, 4e6)}
@@ -25,9 +25,8 @@ PLAN = CampaignPlan(name="e2e", arms=(3, 10), sizes=(3_000, 9_000), repetitions=
 def campaign(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     api = _api_server_process
-    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=api.port,  # type: ignore[attr-defined]
-                  dashboard_port=None, run_dir=tmp_path_factory.mktemp("lab"))
-    hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
+    stack = session_stack(database_url, redis_url, api, tmp_path_factory.mktemp("lab"))
+    hosts = [origin_host()]
     hosts += [Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt))
               for name, (region, rtt, rate) in PATHS.items()]
     with Topology(f"iwt{secrets.token_hex(3)}", hosts) as topology:
@@ -36,16 +35,11 @@ def campaign(database_url: str, redis_url: str, celery_worker: object, _api_serv
     stack.close_sessions()
 
 
-def _rows(stack: Stack, sql: str, **params: object) -> list[object]:
-    with stack.session() as session:
-        return list(session.execute(text(sql), params).all())
-
-
 def test_every_probe_and_arm_delivered_every_trial(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     expected = PLAN.trials_per_probe(1)
     assert result.stored_per_probe == {name: expected for name in PATHS}
-    rows = _rows(campaign["stack"], "SELECT probe_id, arm_iw, object_size, count(*) AS n, count(error_kind) AS errors "
+    rows = query_rows(campaign["stack"], "SELECT probe_id, arm_iw, object_size, count(*) AS n, count(error_kind) AS errors "
                  "FROM trials WHERE campaign_id = :c GROUP BY 1, 2, 3", c=result.campaign_id)
     assert len(rows) == len(PATHS) * len(PLAN.arms) * len(PLAN.sizes)
     assert all(row.n == PLAN.repetitions and row.errors == 0 for row in rows)
@@ -54,7 +48,7 @@ def test_every_probe_and_arm_delivered_every_trial(campaign: dict[str, object]) 
 def test_origin_observations_joined_with_the_arms_window(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     assert result.unjoined == 0
-    rows = _rows(campaign["stack"], "SELECT arm_iw, server_snd_cwnd_at_accept, server_latency_us, cwnd_mismatch "
+    rows = query_rows(campaign["stack"], "SELECT arm_iw, server_snd_cwnd_at_accept, server_latency_us, cwnd_mismatch "
                  "FROM trials WHERE campaign_id = :c", c=result.campaign_id)
     assert rows and all(row.server_latency_us is not None for row in rows)
     assert all(row.server_snd_cwnd_at_accept == row.arm_iw and row.cwnd_mismatch is False for row in rows)
@@ -63,7 +57,7 @@ def test_origin_observations_joined_with_the_arms_window(campaign: dict[str, obj
 def test_path_estimates_match_the_configured_paths(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     for name, (_region, rtt_ms, rate_bps) in PATHS.items():
-        (estimate,) = _rows(campaign["stack"], "SELECT min_rtt_us, bottleneck_bps, bdp_bytes FROM path_estimates "
+        (estimate,) = query_rows(campaign["stack"], "SELECT min_rtt_us, bottleneck_bps, bdp_bytes FROM path_estimates "
                             "WHERE probe_id = :p", p=result.probe_ids[name])
         assert estimate.min_rtt_us / 1000 == pytest.approx(rtt_ms, rel=0.05), name
         assert estimate.bottleneck_bps == pytest.approx(rate_bps, rel=0.05), name
@@ -74,7 +68,7 @@ def test_path_estimates_match_the_configured_paths(campaign: dict[str, object]) 
 def test_iw10_gains_one_rtt_where_the_model_says_so(campaign: dict[str, object], name: str) -> None:
     result = campaign["result"]
     _region, rtt_ms, rate_bps = PATHS[name]
-    rows = _rows(campaign["stack"], "SELECT arm_iw, object_size, server_latency_us, total_us FROM trials "
+    rows = query_rows(campaign["stack"], "SELECT arm_iw, object_size, server_latency_us, total_us FROM trials "
                  "WHERE campaign_id = :c AND probe_id = :p", c=result.campaign_id, p=result.probe_ids[name])
     for size in PLAN.sizes:
         model_gain_ms = 1000 * (predict(size, 3, rtt_ms / 1000, rate_bps).server_latency_s

@@ -12,7 +12,7 @@ from iwscope_lab.scenarios import FIGURE5_BUCKETS, ScenarioError, load_scenario,
 from iwscope_lab.selftest import binomial_interval
 
 REQUIRED_SCENARIOS = {"avgdc", "slowdc", "africa", "south-america", "europe", "north-america", "asia",
-                      "satellite", "mobile-3g", "lan", "world", "sweep-rtt", "sweep-bandwidth"}
+                      "satellite", "mobile-3g", "lan", "world", "demo", "sweep-rtt", "sweep-bandwidth"}
 
 
 @pytest.mark.parametrize(("text", "expected"), [("56k", 56_000), ("1.2M", 1_200_000), ("1G", 1e9),
@@ -73,6 +73,18 @@ def test_scenarios_say_what_the_issue_asks() -> None:
     mobile = load_scenario("mobile-3g").hosts()[1]
     assert mobile.link.rtt_ms == 255 and mobile.link.down.jitter_ms > 0
     assert load_scenario("satellite").path_summary()[0]["rtt_ms"] == 600
+
+
+def test_demo_is_world_without_the_paths_beyond_3_s() -> None:
+    """The main job's scenario keeps every Figure 5 bucket except RTT > 3 s (its time box cannot fit it)."""
+    world = {row["host"]: row for row in load_scenario("world").path_summary()}
+    demo = {row["host"]: row for row in load_scenario("demo").path_summary()}
+    assert set(world) - set(demo) == {"extreme"} and all(demo[name] == world[name] for name in demo)
+    assert max(row["rtt_ms"] for row in demo.values()) <= 3000
+    for quantity, edges in FIGURE5_BUCKETS.items():
+        covered = {row["buckets"][quantity] for row in demo.values()}
+        missing = set(range(len(edges) + 1)) - covered
+        assert missing == ({len(edges)} if quantity == "rtt_ms" else set()), (quantity, missing)
 
 
 def test_world_fills_every_figure5_bucket() -> None:

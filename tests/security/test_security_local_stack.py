@@ -120,7 +120,7 @@ def test_nothing_of_the_stack_answers_another_host(outsider: Outsider, demo_stac
     ports = {"postgresql": pg_port, "redis": redis_port, "api": demo_stack.api_port,
              "dashboard": demo_stack.dashboard_port}
     # The services are up and answer on loopback ...
-    for name, port in ports.items():
+    for port in ports.values():
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     # ... and the outsider does reach this machine (a port that listens everywhere answers it).

@@ -374,10 +374,17 @@ def _int_list(text: str | None) -> list[int] | None:
 @click.option("--region", "regions", multiple=True, help="probe region taking part (repeatable; default: all)")
 @click.option("--starts-at", default=None, help="RFC 3339 start (default: now)")
 @click.option("--ends-at", default=None, help="RFC 3339 end (default: open)")
+@click.option("--duration", "duration_s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="time box in seconds from the start (instead of --ends-at)")
+@click.option("--target-ci-ms", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="adaptive: each probe stops once the RTT and bandwidth buckets it feeds have a 95 %% "
+                   "interval of at most +- this many ms (needs --duration or --ends-at; --repetitions "
+                   "is then a maximum)")
 @click.option("--no-calibrate", is_flag=True, help="skip the path calibration before the first round")
 def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: str | None, size_dist: str | None,
                      sizes_per_round: int, repetitions: int, interval_s: float, regions: tuple[str, ...],
-                     starts_at: str | None, ends_at: str | None, no_calibrate: bool) -> None:
+                     starts_at: str | None, ends_at: str | None, duration_s: float | None,
+                     target_ci_ms: float | None, no_calibrate: bool) -> None:
     """Create a campaign and print its id alone on stdout."""
     from fastapi import HTTPException
     from pydantic import ValidationError
@@ -392,7 +399,8 @@ def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: s
             "name": name, "origin_ids": list(origin_ids), "arms": _int_list(arms), "sizes": _int_list(sizes),
             "size_dist": size_dist, "sizes_per_round": sizes_per_round, "repetitions": repetitions,
             "interval_s": interval_s, "probe_regions": list(regions) or None,
-            "starts_at": starts_at or wire.utc_timestamp(), "ends_at": ends_at, "calibrate": not no_calibrate})
+            "starts_at": starts_at or wire.utc_timestamp(), "ends_at": ends_at, "calibrate": not no_calibrate,
+            "duration_s": duration_s, "target_ci_ms": target_ci_ms})
         with session_scope() as session:
             created = create_campaign(session, campaign)
             campaign_id = created.id

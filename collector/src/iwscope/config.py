@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     #: Threads of the API process for blocking work that does not hold a database slot
     #: (anyio's default limiter; database work has its own threads, one per connection).
     api_threads: int = Field(40, ge=4, le=1000, validation_alias=AliasChoices("IWSCOPE_API_THREADS"))
+    #: Seconds between two checks of adaptive campaigns' precision (``campaigns/precision.py``).
+    precision_check_s: float = Field(20.0, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_PRECISION_CHECK_S"))
     #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
     retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
 

@@ -1,12 +1,12 @@
 """Every ORM model of the collector, imported in one place (for Alembic's metadata)."""
 
 from iwscope.auth.models import ApiToken
-from iwscope.campaigns.models import Campaign
+from iwscope.campaigns.models import Campaign, CampaignProbeDone
 from iwscope.db import Base
 from iwscope.origins.models import Origin
 from iwscope.paths.models import PathEstimate
 from iwscope.probes.models import Probe
 from iwscope.trials.models import OriginObservation, PathSample, Trial, TrialId
 
-__all__ = ["ApiToken", "Base", "Campaign", "Origin", "OriginObservation", "PathEstimate",
+__all__ = ["ApiToken", "Base", "Campaign", "CampaignProbeDone", "Origin", "OriginObservation", "PathEstimate",
            "PathSample", "Probe", "Trial", "TrialId"]

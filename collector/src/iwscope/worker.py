@@ -20,7 +20,7 @@ from iwscope.config import get_settings
 
 log = logging.getLogger(__name__)
 
-CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.paths.tasks"]
+CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.paths.tasks", "iwscope.campaigns.tasks"]
 OPTIONAL_TASK_MODULES = ["iwscope.analysis.tasks"]
 
 
@@ -64,6 +64,11 @@ def make_celery() -> Celery:
                 "task": "iwscope.trials.tasks.sweep",
                 "schedule": 60.0,
                 "options": {"queue": settings.celery_queue},
+            },
+            "update-precision": {
+                "task": "iwscope.campaigns.tasks.update_precision",
+                "schedule": settings.precision_check_s,
+                "options": {"queue": settings.celery_queue, "expires": settings.precision_check_s},
             },
         },
     )

@@ -61,14 +61,26 @@ class CampaignPlan:
     repetitions: int = 5
     interval_s: float = 0.0
     calibrate: bool = True
+    #: Time box (seconds): probes run rounds until it ends (``repetitions`` is then a maximum).
+    duration_s: float | None = None
+    #: Adaptive: a probe stops early once its buckets' 95 % intervals are within +- this (ms).
+    target_ci_ms: float | None = None
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
             raise ValueError("a plan has either fixed sizes or a size distribution")
+        if self.target_ci_ms is not None and self.duration_s is None:
+            raise ValueError("an adaptive plan (target_ci_ms) needs a time box (duration_s)")
 
-    def trials_per_probe(self, n_origins: int) -> int:
+    def trials_per_round(self, n_origins: int) -> int:
         sizes_per_round = len(self.sizes) if self.sizes is not None else self.sizes_per_round
-        return self.repetitions * n_origins * len(self.arms) * sizes_per_round
+        return n_origins * len(self.arms) * sizes_per_round
+
+    def trials_per_probe(self, n_origins: int) -> int | None:
+        """Trials each probe stores; ``None`` for a time-boxed plan (as many rounds as fit)."""
+        if self.duration_s is not None:
+            return None
+        return self.repetitions * self.trials_per_round(n_origins)
 
 
 @dataclass
@@ -78,7 +90,8 @@ class CampaignResult:
     campaign_id: int
     probe_ids: dict[str, str]
     origin_ids: dict[str, str]
-    expected_per_probe: int
+    #: ``None`` for a time-boxed campaign (as many rounds as fit).
+    expected_per_probe: int | None
     stored_per_probe: dict[str, int]
     unjoined: int
     seconds: float
@@ -107,6 +120,8 @@ class LabCampaign:
         self._origins: dict[str, subprocess.Popen[bytes]] = {}
         self._probes: dict[str, subprocess.Popen[bytes]] = {}
         self._tokens: dict[str, str] = {}
+        #: When a time-boxed campaign's window closes (``None``: not time-boxed).
+        self._box_end: dt.datetime | None = None
         self.campaign_id: int | None = None
         self.probe_ids: dict[str, str] = {}
         self.origin_ids: dict[str, str] = {}
@@ -186,7 +201,8 @@ class LabCampaign:
 
     def close(self) -> None:
         """End the campaign's window and stop every agent (origins drain their spools first)."""
-        if self.campaign_id is not None:
+        box_closed = self._box_end is not None and _utc_now() >= self._box_end
+        if self.campaign_id is not None and not box_closed:  # a closed time box keeps its end
             try:
                 self._api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
                           {"ends_at": _utc_now().isoformat()}, token=self._tokens.get("admin"))
@@ -290,15 +306,20 @@ class LabCampaign:
             "repetitions": self.plan.repetitions,
             "interval_s": self.plan.interval_s,
             "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
-            # A window that closes by itself even if this runner dies.
-            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
             "calibrate": self.plan.calibrate,
         }
+        if self.plan.duration_s is not None:
+            body["duration_s"] = self.plan.duration_s + 5  # from starts_at, 5 s in the past
+            self._box_end = now + dt.timedelta(seconds=self.plan.duration_s)
+            body["target_ci_ms"] = self.plan.target_ci_ms
+        else:  # a window that closes by itself even if this runner dies
+            body["ends_at"] = (now + dt.timedelta(seconds=timeout_s + 300)).isoformat()
         answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
         return int(answer["id"])
 
-    def _wait_for_trials(self, probe_ids: dict[str, str], expected: int, deadline: float,
+    def _wait_for_trials(self, probe_ids: dict[str, str], expected: int | None, deadline: float,
                          show_progress: bool) -> None:
+        """Until every probe stored ``expected`` trials, or (time-boxed: ``None``) every probe exited."""
         columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, disable=not show_progress, transient=False) as progress:
             tasks = {name: progress.add_task(f"{name} ({self.topology.host(name).region})", total=expected)
@@ -306,17 +327,23 @@ class LabCampaign:
             while True:
                 stored = self._stored_per_probe(probe_ids)
                 for name, count in stored.items():
-                    progress.update(tasks[name], completed=min(count, expected))
-                if all(count >= expected for count in stored.values()):
+                    progress.update(tasks[name], completed=count if expected is None else min(count, expected))
+                if expected is not None and all(count >= expected for count in stored.values()):
                     return
                 finished = {name: proc.poll() for name, proc in self._probes.items()}
                 if all(code is not None for code in finished.values()):
                     # Every probe exited; give the last uploads a moment to land.
                     time.sleep(1.0)
                     stored = self._stored_per_probe(probe_ids)
+                    if expected is None:
+                        failed = {name: code for name, code in finished.items() if code != 0}
+                        if failed or not all(stored.values()):
+                            raise CampaignError(f"time-boxed campaign: probes exited with {failed or finished}, "
+                                                f"stored {stored}; see {self.state_root}/<host>/probe.log")
+                        return
                     if all(count >= expected for count in stored.values()):
                         return
-                    missing = {n: expected - c for n, c in stored.items() if c < expected}
+                    missing = {n: (expected or 0) - c for n, c in stored.items() if c < (expected or 0)}
                     raise CampaignError(f"probes exited with trials missing {missing} (exit codes {finished}); "
                                         f"see {self.state_root}/<host>/probe.log")
                 if time.monotonic() > deadline:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
+import time
 from typing import Iterator
 
 import click
 from rich.console import Console
 
+from iwscope_lab import demo
 from iwscope_lab.campaign import CampaignError, CampaignPlan, LabCampaign
 from iwscope_lab.service_address import DEFAULT_LISTEN, EXPOSED_LISTEN
 from iwscope_lab.stack import Stack, local_stack
@@ -88,7 +90,9 @@ def _print_result(result: dict[str, object], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))
         return
-    console.print(f"campaign {result['campaign_id']}: {result['expected_per_probe']} trials expected per probe; "
+    expected = result["expected_per_probe"]
+    console.print(f"campaign {result['campaign_id']}: "
+                  f"{'time-boxed' if expected is None else f'{expected} trials expected per probe'}; "
                   f"stored {result['stored_per_probe']}; {result['unjoined']} without origin observation; "
                   f"{result['seconds']:.0f} s")
 
@@ -132,37 +136,40 @@ def report_command(out_dir: pathlib.Path) -> None:
 
 #: The main job's campaign: every arm of interest, web-search sizes, short enough that the
 #: slowest path of `world` (3.2 s RTT behind 256 kbit/s) finishes in about three minutes.
-DEMO_PLAN = CampaignPlan(name="demo", arms=(3, 10, 16), sizes=None, size_dist="websearch", sizes_per_round=1,
-                         repetitions=3)
-
-
 @click.command("demo")
-@click.option("--scenario", default="world", show_default=True)
-@click.option("--trials", "repetitions", default=DEMO_PLAN.repetitions, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--scenario", default=demo.SCENARIO, show_default=True)
+@click.option("--duration", "duration_s", default=demo.DURATION_S, show_default=True,
+              type=click.FloatRange(30, 86_400), help="Time box of the benefit campaign, seconds.")
+@click.option("--no-cost", is_flag=True, help="Skip the competing-flow phases.")
 @click.option("--expose", is_flag=True,
               help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
                    "service address only). PostgreSQL and Redis stay on loopback either way.")
-def demo_command(scenario: str, repetitions: int, expose: bool) -> None:
-    """The main job: a detached stack with the dashboard, a short multi-region campaign, the URL."""
+def demo_command(scenario: str, duration_s: float, no_cost: bool, expose: bool) -> None:
+    """The main job: a detached stack, a time-boxed paired campaign and the cost phases, a summary."""
+    started = time.monotonic()
     listen = EXPOSED_LISTEN if expose else DEFAULT_LISTEN
     if expose:
         console.print("[bold yellow]warning:[/] --expose: the API and the dashboard listen on every interface; "
                       "anyone who can reach this machine can read the dashboard and the public API "
                       "(writes still need tokens). Put them behind a firewall or a TLS proxy.")
-    plan = CampaignPlan(name=f"demo {scenario}", arms=DEMO_PLAN.arms, sizes=None, size_dist=DEMO_PLAN.size_dist,
-                        sizes_per_round=DEMO_PLAN.sizes_per_round, repetitions=repetitions)
-    topology = Topology.from_scenario(scenario)
     try:
-        with _stack(detached=True, listen=listen) as stack, topology:
-            result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=600)
+        with _stack(detached=True, listen=listen) as stack:
+            result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost)
+            tables, lines = demo.summary(stack, result)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
-    _print_result(result.to_dict(), as_json=False)
+    _print_result(result.benefit.to_dict(), as_json=False)
+    for table in tables:
+        console.print(table)
+    for line in lines:
+        console.print(line)
     stack = Stack.attach()
     url = stack.dashboard_url if stack else None
-    console.print(f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}\n"
+    console.print(f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}"
+                  f"?campaign={result.benefit.campaign_id}\n"
                   f"API: {stack.local_api_url if stack else '?'}/docs\n"
-                  "The stack keeps running; `iwscope lab stack stop` (or `make clean`) stops it.")
+                  f"make demo took {time.monotonic() - started:.0f} s. The stack keeps running; "
+                  "`iwscope lab stack stop` (or `make clean`) stops it.")
 
 
 @click.group("stack")

@@ -52,7 +52,7 @@ class FairnessPlan(CampaignPlan):
     def trials_per_probe(self, n_origins: int) -> int:
         # The background flow comes from the first origin only: alone + alongside, per round.
         background = 2 * self.repetitions if self.background_bytes else 0
-        return super().trials_per_probe(n_origins) + background
+        return self.repetitions * self.trials_per_round(n_origins) + background
 
 
 class FairnessCampaign(LabCampaign):

@@ -20,6 +20,7 @@ class Campaign(Base):
         CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
         CheckConstraint("arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0", name="arrival_rate_positive"),
         CheckConstraint("background_iw IS NULL OR background_bytes IS NOT NULL", name="background_iw_needs_bytes"),
+        CheckConstraint("target_ci_ms IS NULL OR target_ci_ms > 0", name="target_ci_positive"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -45,3 +46,19 @@ class Campaign(Base):
     background_bytes: Mapped[int | None] = mapped_column(BigInteger)
     #: IW arm of the background flow; ``NULL``: the campaign's largest arm.
     background_iw: Mapped[int | None] = mapped_column(Integer)
+    #: Adaptive campaigns (``0004_adaptive_campaigns``): a probe stops once every RTT and
+    #: bandwidth bucket its paths feed has a 95 % interval no wider than +- this (ms) for each
+    #: arm against the smallest; ``NULL`` runs ``repetitions`` rounds (or until ``ends_at``).
+    target_ci_ms: Mapped[float | None] = mapped_column(Double)
+
+
+class CampaignProbeDone(Base):
+    """A probe that reached its adaptive campaign's target precision (it gets no more rounds)."""
+
+    __tablename__ = "campaign_probe_done"
+
+    campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    probe_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    done_at: Mapped[CreatedAt]
+    #: The widest half interval (ms) among the buckets the probe fed when it was marked done.
+    widest_half_ci_ms: Mapped[float] = mapped_column(Double)

@@ -14,6 +14,8 @@ from iwscope.wiretypes import NO_NUL
 Arms = Annotated[list[Annotated[int, Field(ge=1, le=1000)]], Field(min_length=1, max_length=32)]
 Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
+#: Longest time box of a campaign (30 days).
+MAX_DURATION_S = 30 * 86_400
 Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64), NO_NUL]], Field(min_length=1)]
 
 
@@ -40,11 +42,25 @@ class CampaignIn(BaseModel):
     background_bytes: Annotated[int, Field(ge=1, le=wire.MAX_OBJECT_BYTES)] | None = None
     #: IW arm of the background flow (``None``: the largest of ``arms``).
     background_iw: Annotated[int, Field(ge=1, le=1000)] | None = None
+    #: Time box: the campaign ends this many seconds after ``starts_at`` (instead of ``ends_at``).
+    duration_s: Annotated[float, Field(gt=0, le=MAX_DURATION_S)] | None = None
+    #: Adaptive: probes stop once the buckets they feed have a 95 % interval of at most +- this
+    #: (ms); ``repetitions`` is then a maximum.  Needs ``duration_s`` or ``ends_at`` as well.
+    target_ci_ms: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "CampaignIn":
         if (self.sizes is None) == (self.size_dist is None):
             raise ValueError("give exactly one of sizes and size_dist")
+        if self.duration_s is not None and self.ends_at is not None:
+            raise ValueError("give ends_at or duration_s, not both")
+        if self.duration_s is not None:
+            try:
+                self.ends_at = self.starts_at + dt.timedelta(seconds=self.duration_s)
+            except OverflowError:
+                raise ValueError("starts_at + duration_s is past the year 9999") from None
+        if self.target_ci_ms is not None and self.ends_at is None:
+            raise ValueError("target_ci_ms needs a time box: duration_s or ends_at")
         if self.ends_at is not None and self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
         if self.background_iw is not None and self.background_bytes is None:
@@ -88,3 +104,4 @@ class CampaignOut(BaseModel):
     arrival_rate_per_s: float | None = None
     background_bytes: int | None = None
     background_iw: int | None = None
+    target_ci_ms: float | None = None

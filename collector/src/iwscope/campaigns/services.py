@@ -22,7 +22,7 @@ def create_campaign(session: Session, campaign: CampaignIn) -> Campaign:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             detail=[{"loc": ["body", "origin_ids"], "msg": f"unknown origins: {', '.join(unknown)}",
                                      "type": "unknown_origin"}])
-    row = Campaign(**campaign.model_dump())
+    row = Campaign(**campaign.model_dump(exclude={"duration_s"}))
     session.add(row)
     session.flush()
     return row

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from iwprobe import wire
 from iwscope.auth.services import format_credential, hash_secret, new_secret
-from iwscope.campaigns.models import Campaign
+from iwscope.campaigns.models import Campaign, CampaignProbeDone
 from iwscope.origins.models import Origin
 from iwscope.probes.models import Probe
 from iwscope.probes.schemas import (ArmPortModel, CampaignScheduleOut, EnrollRequestIn,
@@ -57,18 +57,20 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
     """Campaigns this probe takes part in now or within the next poll interval.
 
     A campaign applies when its window ``[starts_at, ends_at)`` overlaps
-    ``[now, now + poll_after_s]`` and its ``probe_regions`` is ``NULL`` or holds the probe's
-    region.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
+    ``[now, now + poll_after_s]``, its ``probe_regions`` is ``NULL`` or holds the probe's
+    region, and (adaptive campaigns) the probe has not reached the target precision yet.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
     and of its background flow's arm (an origin serving none of them is left out).  Offered-load
     fields are passed through; ``background_iw`` is resolved (default: the largest arm).
     """
     now = now or utcnow()
     horizon = now + dt.timedelta(seconds=poll_after_s)
+    done = select(CampaignProbeDone.campaign_id).where(CampaignProbeDone.probe_id == probe.id)
     campaigns = session.scalars(
         select(Campaign)
         .where(Campaign.starts_at <= horizon,
                or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
-               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.contains([probe.region])))
+               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.contains([probe.region])),
+               Campaign.id.not_in(done))
         .order_by(Campaign.id)
     ).all()
     origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}

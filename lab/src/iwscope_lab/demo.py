@@ -1,0 +1,146 @@
+"""The main job (`make demo`): both halves of the question in one short, powered run.
+
+* **Benefit**: a time-boxed, adaptive campaign on the ``demo`` scenario (16 probes in six
+  regions, every Figure 5 bucket up to 3 s RTT): paired rounds (every arm fetches the same
+  web-search sizes over the same path, in random order), as many rounds as fit in
+  :data:`DURATION_S`; a probe stops early once the buckets it feeds have a 95 % interval of
+  +- :data:`TARGET_CI_MS` or better, which leaves the slow paths the machine to themselves.
+* **Cost**: at the same time, on a topology of its own, the competing-flow experiment of the
+  IETF 78 testbed (a long-lived flow and Poisson arrivals of short IW3 / IW10 flows on one
+  4 Mbit/s, 100 ms bottleneck), short settings, so the Fairness page has data.
+* A text summary: the headline with its interval, the buckets where the gain is clear, and
+  what the larger window cost the competing flow.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
+from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
+from iwscope_lab.stack import Stack
+from iwscope_lab.topology import Topology
+
+#: Scenario of the benefit campaign.
+SCENARIO = "demo"
+#: Time box of the benefit campaign (seconds).
+DURATION_S = 240.0
+#: A probe stops once every bucket it feeds is within +- this (ms, 95 %).
+TARGET_CI_MS = 15.0
+#: The competing-flow phases: all-IW3 and all-IW10 short flows at 70 % offered load.
+COST_BOTTLENECK = Bottleneck(4e6, 100.0)
+COST_LOAD = 0.7
+COST_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,))
+COST_FLOWS = 24
+
+
+def demo_plan(scenario: str = SCENARIO, duration_s: float = DURATION_S,
+              target_ci_ms: float | None = TARGET_CI_MS) -> CampaignPlan:
+    return CampaignPlan(name=f"demo {scenario}", arms=(3, 10, 16), sizes=None, size_dist="websearch",
+                        sizes_per_round=4, repetitions=100_000, duration_s=duration_s, target_ci_ms=target_ci_ms)
+
+
+@dataclass
+class DemoResult:
+    benefit: CampaignResult
+    cost: list[PhaseResult] = field(default_factory=list)
+    cost_error: str | None = None
+
+
+def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_s: float = DURATION_S,
+             with_cost: bool = True) -> DemoResult:
+    """The benefit campaign with the cost phases alongside (their own topology, no progress bars)."""
+    cost: list[PhaseResult] = []
+    errors: list[str] = []
+
+    def cost_phases() -> None:
+        try:
+            cost.extend(run_fairness(stack, bottleneck=COST_BOTTLENECK, loads=(COST_LOAD,), mixes=COST_MIXES,
+                                     flows=COST_FLOWS, timeout_s=duration_s + 120, show_progress=False))
+        except Exception as error:  # noqa: BLE001 - reported with the result, the benefit half still stands
+            errors.append(f"{type(error).__name__}: {error}")
+
+    worker = threading.Thread(target=cost_phases, name="iwscope-demo-cost", daemon=True)
+    if with_cost:
+        worker.start()
+    with Topology.from_scenario(scenario) as topology:
+        benefit = LabCampaign(topology, stack, demo_plan(scenario, duration_s), console=console).run(
+            timeout_s=duration_s + 300)
+    if with_cost:
+        console.print("waiting for the competing-flow phases ...")
+        worker.join()
+    return DemoResult(benefit, cost, errors[0] if errors else None)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
+def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
+    """Tables and lines of the closing summary, read back through the analysis functions."""
+    from iwscope.analysis import Filters, compare_by, headline
+
+    filters = Filters(campaign_ids=(result.benefit.campaign_id,), baseline_iw=3, treatment_iw=10)
+    lines: list[str] = []
+    tables: list[Table] = []
+    with stack.session() as session:
+        top = headline(session, filters)
+        per_dimension = {dimension: compare_by(session, filters, dimension) for dimension in ("rtt", "bandwidth")}
+    if top.too_small:
+        lines.append(f"IW10 vs IW3: n too small ({top.n_pairs} pairs)")
+    else:
+        retrans = "n/a" if top.retrans_increase_pp is None else f"{top.retrans_increase_pp:+.2f} pp"
+        lines.append(f"IW10 vs IW3 over {top.n_pairs:,} paired trials on {top.n_paths} paths: "
+                     f"{_ms(top.abs_ms)} ms faster [95 % CI {_ms(top.abs_ci_low)}, {_ms(top.abs_ci_high)}], "
+                     f"{_ms(top.pct)} % [{_ms(top.pct_ci_low)}, {_ms(top.pct_ci_high)}]; "
+                     f"share of trials with retransmissions {retrans}")
+    for dimension, results in per_dimension.items():
+        table = Table(title=f"IW10 vs IW3 by {dimension} (paired, 95 % CI)", title_justify="left")
+        for column in ("bucket", "pairs", "paths", "ms", "95 % CI", "%", "clear gain"):
+            table.add_column(column, justify="right" if column not in ("bucket",) else "left")
+        for row in results:
+            if row.too_small:
+                table.add_row(row.bucket, str(row.n_pairs), str(row.n_paths), "n too small", "", "", "")
+                continue
+            clear = row.abs_ci_low is not None and row.abs_ci_low > 0
+            table.add_row(row.bucket, str(row.n_pairs), str(row.n_paths), _ms(row.abs_ms),
+                          f"[{_ms(row.abs_ci_low)}, {_ms(row.abs_ci_high)}]", _ms(row.pct), "yes" if clear else "no")
+        tables.append(table)
+    clear_rtt = [row.bucket for row in per_dimension["rtt"] if not row.too_small and (row.abs_ci_low or 0) > 0]
+    lines.append(f"clear gain (95 % CI above 0) in RTT buckets: {', '.join(clear_rtt) or 'none'}")
+    if result.cost:
+        lines.extend(cost_lines(result.cost))
+    elif result.cost_error:
+        lines.append(f"competing-flow phases failed: {result.cost_error}")
+    return tables, lines
+
+
+def cost_lines(phases: list[PhaseResult]) -> list[str]:
+    """What the short flows' IW cost the long-lived flow sharing their bottleneck."""
+    by_mix: dict[str, dict[str, dict[str, Any]]] = {}
+    for phase in phases:
+        mix = "+".join(map(str, phase.mix))
+        for point in phase.points:
+            by_mix.setdefault(mix, {})[point["flow"] + f"/{point['iw']}"] = point
+    lines = []
+    for mix, points in sorted(by_mix.items()):
+        background = next((p for key, p in points.items() if key.startswith("background/")), None)
+        alone = next((p for key, p in points.items() if key.startswith("background-alone/")), None)
+        short = next((p for key, p in points.items() if key.startswith("short/")), None)
+        share = (background["throughput_bps"] / alone["throughput_bps"]
+                 if background and alone and background.get("throughput_bps") and alone.get("throughput_bps")
+                 else None)
+        kept = "n/a" if share is None else f"{100 * share:.0f} %"
+        retrans = short.get("retrans_flow_share") if short else None
+        retransmitting = "n/a" if retrans is None else f"{100 * retrans:.0f} %"
+        completion = _ms(short.get("fct_p50_ms") if short else None)
+        lines.append(
+            f"cost, short flows IW{mix} at {COST_LOAD:.0%} load on {COST_BOTTLENECK.rate_bps / 1e6:g} Mbit/s: "
+            f"competing bulk flow kept {kept} of its alone throughput; short-flow completion p50 {completion} ms, "
+            f"retransmitting short flows {retransmitting}")
+    return lines
