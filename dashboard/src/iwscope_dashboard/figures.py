@@ -92,6 +92,19 @@ def _axis_range(values: Sequence[float | None], lows: Sequence[float | None],
     return [low - pad, high + pad]
 
 
+def _zero_aligned(left: list[float] | None, right: list[float] | None) -> tuple[list[float] | None, list[float] | None]:
+    """Widen one of two ranges (both holding 0) so that 0 sits at the same height on both axes."""
+    if left is None or right is None:
+        return left, right
+    (a0, a1), (b0, b1) = left, right
+    low_share_left, low_share_right = -a0 / (a1 - a0), -b0 / (b1 - b0)
+    if low_share_left > low_share_right:  # more room below zero on the left: extend the right downwards
+        b0 = -low_share_left * b1 / (1 - low_share_left) if low_share_left < 1 else b0
+    elif low_share_right > low_share_left:
+        a0 = -low_share_right * a1 / (1 - low_share_right) if low_share_right < 1 else a0
+    return [a0, a1], [b0, b1]
+
+
 def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
     """The paper's Figure 5 panel: paired improvement (bars, ms) and percent (line, right axis).
 
@@ -160,10 +173,11 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             ),
             secondary_y=False,
         )
+    ms_range, pct_range = _zero_aligned(_axis_range(abs_ms, abs_low, abs_high), _axis_range(pct, pct_low, pct_high))
     fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, tickmode="auto",
-                     range=_axis_range(abs_ms, abs_low, abs_high))
+                     range=ms_range)
     fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, tickmode="auto",
-                     range=_axis_range(pct, pct_low, pct_high))
+                     range=pct_range)
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
