@@ -8,14 +8,16 @@ closes, and every round must be paired (both arms, the same sizes).
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from iwscope.campaigns.precision import update_done
-from iwscope.worker import celery_app
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.topology import Host, Topology
@@ -88,7 +90,14 @@ def test_every_round_is_paired(campaign: dict[str, object]) -> None:
         assert row.sizes == sorted(PLAN.sizes or ()), row
 
 
-def test_beat_runs_the_precision_check() -> None:
-    entry = celery_app.conf.beat_schedule["update-precision"]
-    assert entry["task"] == "iwscope.campaigns.tasks.update_precision"
-    assert "iwscope.campaigns.tasks" in celery_app.conf.include
+def test_beat_runs_the_precision_check(service_env: dict[str, str]) -> None:
+    # In a process of its own: importing the Celery app patches kombu (iwscope.broker), which the
+    # test process's own Celery clients must not see.
+    script = ("import json; from iwscope.worker import celery_app as app; "
+              "print(json.dumps([app.conf.beat_schedule['update-precision'], app.conf.include]))")
+    done = subprocess.run([sys.executable, "-c", script], env={**service_env, "IWSCOPE_PRECISION_CHECK_S": "7"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    entry, include = json.loads(done.stdout)
+    assert entry["task"] == "iwscope.campaigns.tasks.update_precision" and entry["schedule"] == 7.0
+    assert "iwscope.campaigns.tasks" in include
