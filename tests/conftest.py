@@ -169,10 +169,26 @@ class CeleryWorker:
         return app
 
     def send(self, name: str, *args: object, timeout: float = 60.0) -> object:
-        """Run task ``name`` on the worker and return its result."""
+        """Run task ``name`` on the worker and return its result.
+
+        The result is polled from the backend (a GET per 0.1 s), not awaited on Redis pub/sub: a
+        subscription that misses the worker's publication would wait out the whole timeout.  On a
+        timeout the message carries the task's state and the worker log's tail.
+        """
         app = self.client()
         try:
-            return app.send_task(name, args=list(args), queue=self.queue).get(timeout=timeout)
+            task_id = app.send_task(name, args=list(args), queue=self.queue).id
+            deadline = time.monotonic() + timeout
+            while True:
+                meta = app.backend.get_task_meta(task_id)
+                if meta["status"] == "SUCCESS":
+                    return meta["result"]
+                if meta["status"] in ("FAILURE", "REVOKED"):
+                    raise RuntimeError(f"task {name} {meta['status']}: {meta.get('traceback') or meta['result']}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"task {name} still {meta['status']} after {timeout} s; worker log tail:\n"
+                                       f"{self.log()[-3000:]}")
+                time.sleep(0.1)
         finally:
             close_celery_client(app)
 
@@ -186,7 +202,9 @@ def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str
     """A real Celery worker (concurrency 1) on this session's queue; waits until it answers ping."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([*IWSCOPE, "worker", "--concurrency", "1"], env=service_env,
+        # INFO: a task that times out shows the worker's last received/succeeded lines in the message.
+        process = subprocess.Popen([*IWSCOPE, "worker", "--concurrency", "1"],
+                                   env={**service_env, "IWSCOPE_LOG_LEVEL": "INFO"},
                                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     worker = CeleryWorker(process, celery_queue, redis_url, log_path)
     app = worker.client()

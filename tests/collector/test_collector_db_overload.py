@@ -30,6 +30,7 @@ import httpx
 import orjson
 import psycopg
 import pytest
+import redis
 
 from collector_helpers import Enrolled, enroll_probe, make_batch, make_trial
 from iwprobe import wire
@@ -114,6 +115,27 @@ class SlowUpload:
         answer = orjson.loads(response.read())
         self.sock.close()
         return response.status, answer
+
+
+@pytest.fixture
+def api_server_factory(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN201
+    """The session's factory, with the join tasks of these uploads on a queue no worker consumes.
+
+    These tests check admission and storage, not joins; their thousands of small uploads would
+    otherwise leave the session's one worker minutes of backlog (about 2 s per batch), which later
+    tests that wait 60 s for a task of their own ran into.
+    """
+    queue = f"iwscope-overload-{test_id}"
+
+    def start(**overrides: str) -> Any:
+        return api_server_factory(IWSCOPE_CELERY_QUEUE=queue, **overrides)
+
+    yield start
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(queue)
+    finally:
+        client.close()
 
 
 @pytest.fixture

@@ -123,6 +123,7 @@ class PostgresServer:
             "unix_socket_permissions = 0700\n"
             "password_encryption = 'scram-sha-256'\n"
             "max_connections = 200\n"
+            "shared_buffers = 512MB\n"
             "fsync = on\n"
             f"synchronous_commit = {self.synchronous_commit}\n"
             "max_wal_size = 4GB\n" + self.extra_conf)

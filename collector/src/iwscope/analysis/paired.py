@@ -108,8 +108,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from iwscope.analysis.buckets import HIST_CENTER_US
-from iwscope.analysis.stats import BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval, t_quantile
+from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval,
+                                   poisson_bootstrap_means, t_quantile)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -410,18 +410,12 @@ def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
         return None
     weight = np.minimum(cells.n_base, cells.n_treat)[both]
     rng = np.random.default_rng(seed)
-    centres_ms = HIST_CENTER_US / 1000.0
 
     def replicate_means(hists: IntArray, n: FloatArray, sums_ms: FloatArray) -> FloatArray:
         out = np.empty((replicates, hists.shape[0]))
-        for column, (hist, exact) in enumerate(zip(hists, sums_ms / n)):
-            occupied = np.flatnonzero(hist)
-            values = centres_ms[occupied]
-            draws = rng.poisson(hist[occupied].astype(np.float64), size=(replicates, occupied.size))
-            totals = draws.sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                means = np.where(totals > 0, (draws @ values) / totals, np.nan)
-            out[:, column] = means + (exact - float(hist[occupied] @ values) / float(hist.sum()))
+        for column, (hist, exact) in enumerate(zip(hists, sums_ms / n, strict=True)):
+            means, binned = poisson_bootstrap_means(rng, hist, replicates)
+            out[:, column] = means + (exact - binned)
         return out
 
     base = replicate_means(cells.hist_base[both], cells.n_base[both], cells.sum_base_ms[both])

@@ -208,6 +208,23 @@ def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat
     return _interval(diff, pct)
 
 
+def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike,
+                            replicates: int) -> tuple[FloatArray, float]:
+    """Replicate means (ms, bin centres) of a histogram's trials and the binned mean itself.
+
+    Poisson bootstrap: every trial gets a Poisson(1) weight, so a bin holding c trials gets a
+    Poisson(c) count -- one vectorised draw instead of a multinomial per replicate.
+    """
+    counts = np.asarray(hist, dtype=np.int64)
+    occupied = np.flatnonzero(counts)
+    values = HIST_CENTER_US[occupied] / 1000.0
+    draws = rng.poisson(counts[occupied].astype(np.float64), size=(replicates, occupied.size))
+    totals = draws.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = np.where(totals > 0, (draws @ values) / totals, np.nan)
+    return means, float(counts[occupied] @ values) / float(counts.sum())
+
+
 def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exact_base_ms: float,
                         exact_treat_ms: float, replicates: int = BOOTSTRAP_REPLICATES,
                         seed: int = BOOTSTRAP_SEED) -> Interval | None:
@@ -222,21 +239,8 @@ def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exa
     if n_base < 2 or n_treat < 2:
         return None
     rng = np.random.default_rng(seed)
-    centres_ms = HIST_CENTER_US / 1000.0
-
-    def replicate_means(hist: IntArray, n: int) -> tuple[FloatArray, float]:
-        # Poisson bootstrap: every trial gets a Poisson(1) weight, so a bin holding c trials
-        # gets a Poisson(c) count -- one vectorised draw instead of a multinomial per replicate.
-        occupied = np.flatnonzero(hist)
-        values = centres_ms[occupied]
-        draws = rng.poisson(hist[occupied].astype(np.float64), size=(replicates, occupied.size))
-        totals = draws.sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            means = np.where(totals > 0, (draws @ values) / totals, np.nan)
-        return means, float(hist[occupied] @ values) / n
-
-    base_means, base_binned = replicate_means(base, n_base)
-    treat_means, treat_binned = replicate_means(treat, n_treat)
+    base_means, base_binned = poisson_bootstrap_means(rng, base, replicates)
+    treat_means, treat_binned = poisson_bootstrap_means(rng, treat, replicates)
     base_means = base_means + (exact_base_ms - base_binned)
     treat_means = treat_means + (exact_treat_ms - treat_binned)
     diff = base_means - treat_means
