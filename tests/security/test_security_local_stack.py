@@ -134,7 +134,9 @@ def test_nothing_of_the_stack_answers_another_host(outsider: Outsider, demo_stac
         assert outsider.connect(SERVICE_ADDRESS, ports[name]) == "refused"
 
 
-def test_lab_hosts_reach_the_api_on_the_service_address(demo_stack: Stack) -> None:
+def test_the_api_listens_on_the_lab_service_address(demo_stack: Stack) -> None:
+    """Where lab hosts reach it (tests/lab/test_lab_topology.py and the lab e2e tests connect from
+    the namespaces themselves)."""
     answer = httpx.get(f"{demo_stack.api_url_for()}/healthz", timeout=10)
     assert answer.status_code == 200
     assert demo_stack.api_url_for().startswith(f"http://{SERVICE_ADDRESS}:")

@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -390,11 +391,11 @@ def _require_free(port: int, what: str, directory: pathlib.Path) -> None:
                            f"another port with IWSCOPE_LOCAL_PG_PORT / IWSCOPE_LOCAL_REDIS_PORT")
 
 
-def _wait_listening(port: int, what: str, log: pathlib.Path, alive: "object" = None,
+def _wait_listening(port: int, what: str, log: pathlib.Path, alive: Callable[[], bool],
                     timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not _listening(port):
-        if time.monotonic() > deadline or (callable(alive) and not alive()):
+        if time.monotonic() > deadline or not alive():
             tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
             raise ServiceError(f"{what} did not start listening on port {port}:\n{tail}")
         time.sleep(0.05)

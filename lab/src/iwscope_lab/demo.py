@@ -135,12 +135,14 @@ def cost_lines(phases: list[PhaseResult]) -> list[str]:
         share = (background["throughput_bps"] / alone["throughput_bps"]
                  if background and alone and background.get("throughput_bps") and alone.get("throughput_bps")
                  else None)
-        kept = "n/a" if share is None else f"{100 * share:.0f} %"
+        # One background flow per phase: its throughput is a single measurement, said as such.
+        kept = "n/a" if share is None else f"{100 * share:.0f} % (1 flow, no interval)"
         retrans = short.get("retrans_flow_share") if short else None
         retransmitting = "n/a" if retrans is None else f"{100 * retrans:.0f} %"
         completion = _ms(short.get("fct_p50_ms") if short else None)
+        n_short = short.get("n", 0) if short else 0
         lines.append(
             f"cost, short flows IW{mix} at {COST_LOAD:.0%} load on {COST_BOTTLENECK.rate_bps / 1e6:g} Mbit/s: "
-            f"competing bulk flow kept {kept} of its alone throughput; short-flow completion p50 {completion} ms, "
-            f"retransmitting short flows {retransmitting}")
+            f"competing bulk flow kept {kept} of its alone throughput; {n_short} short flows: completion "
+            f"p50 {completion} ms, {retransmitting} retransmitted")
     return lines

@@ -54,10 +54,12 @@ def _bucket_labels(dimension: str, values: list[float | None]) -> list[str | Non
 
 def precision_by_probe(session: Session, campaign: Campaign) -> list[ProbePrecision]:
     """Per probe of ``campaign``: the widest half interval among the buckets its paths feed."""
+    # The campaign's paths from its month roll-ups (a few rows per path), not from every trial.
     paths = session.execute(text("""
-        SELECT DISTINCT t.probe_id, pe.min_rtt_us::float8, pe.bottleneck_bps::float8
-        FROM trials AS t LEFT JOIN path_estimates AS pe ON pe.probe_id = t.probe_id AND pe.origin_id = t.origin_id
-        WHERE t.campaign_id = :campaign"""), {"campaign": campaign.id}).all()
+        SELECT DISTINCT r.probe_id, pe.min_rtt_us::float8, pe.bottleneck_bps::float8
+        FROM analysis_rollups AS r
+        LEFT JOIN path_estimates AS pe ON pe.probe_id = r.probe_id AND pe.origin_id = r.origin_id
+        WHERE r.campaign_id = :campaign AND r.grain = 1"""), {"campaign": campaign.id}).all()
     if not paths:
         return []
     baseline = min(campaign.arms)
