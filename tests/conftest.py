@@ -33,7 +33,7 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from iwscope_lab.service_address import ensure as ensure_service_address
-from testenv import server_database_url, server_redis_url
+from testenv import drop_database, server_database_url, server_redis_url
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
@@ -71,8 +71,7 @@ def database_url(test_id: str) -> Iterator[str]:
         migrate.upgrade("head", database_url=url)
         yield url
     finally:
-        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(_libpq(server_url), name)
 
 
 @pytest.fixture(scope="session")

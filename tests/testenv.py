@@ -28,3 +28,25 @@ def server_redis_url() -> str:
     from iwscope.localstack import default_stack
 
     return default_stack().redis_url
+
+
+def drop_database(server_libpq_url: str, name: str, timeout_s: float = 30.0) -> None:
+    """``DROP DATABASE ... WITH (FORCE)`` as the application role, retried while it is refused.
+
+    The role is not a superuser, so FORCE may not end a superuser's backend: an autovacuum worker
+    that the migrations' writes woke up in that database. It leaves within seconds.
+    """
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with psycopg.connect(server_libpq_url, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

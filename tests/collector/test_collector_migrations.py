@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
 
 from iwscope import migrate
-from testenv import server_database_url
+from testenv import drop_database, server_database_url
 
 CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
                "path_samples", "path_estimates"}
@@ -34,8 +34,7 @@ def empty_database_url() -> Iterator[str]:
     try:
         yield server.rsplit("/", 1)[0] + "/" + name
     finally:
-        with psycopg.connect(libpq, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(libpq, name)
 
 
 def table_names(url: str) -> set[str]:
