@@ -75,16 +75,26 @@ def test_scenarios_say_what_the_issue_asks() -> None:
     assert load_scenario("satellite").path_summary()[0]["rtt_ms"] == 600
 
 
-def test_demo_is_world_without_the_paths_beyond_3_s() -> None:
-    """The main job's scenario keeps every Figure 5 bucket except RTT > 3 s (its time box cannot fit it)."""
-    world = {row["host"]: row for row in load_scenario("world").path_summary()}
-    demo = {row["host"]: row for row in load_scenario("demo").path_summary()}
-    assert set(world) - set(demo) == {"extreme"} and all(demo[name] == world[name] for name in demo)
-    assert max(row["rtt_ms"] for row in demo.values()) <= 3000
+def test_demo_covers_figure5_up_to_3_s_with_buffers_that_hold_an_iw16_burst() -> None:
+    """The main job's scenario: every Figure 5 bucket except RTT > 3 s (its time box cannot fit it),
+    two paths in the 1-3 s bucket, and no drop-tail buffer an IW16 burst overflows (that harm is
+    a cost result; `world` keeps its 8 KB modem buffers)."""
+    scenario = load_scenario("demo")
+    demo = scenario.path_summary()
+    assert max(row["rtt_ms"] for row in demo) <= 3000
     for quantity, edges in FIGURE5_BUCKETS.items():
-        covered = {row["buckets"][quantity] for row in demo.values()}
+        covered = {row["buckets"][quantity] for row in demo}
         missing = set(range(len(edges) + 1)) - covered
         assert missing == ({len(edges)} if quantity == "rtt_ms" else set()), (quantity, missing)
+    slowest = len(FIGURE5_BUCKETS["rtt_ms"]) - 1
+    assert sum(row["buckets"]["rtt_ms"] == slowest for row in demo) >= 2
+    burst_bytes = 16 * 1500
+    probes = [host for host in scenario.hosts() if host.role == "probe"]
+    buffers = {host.name: (host.link.down.buffer_bytes, host.link.down.buffer_packets) for host in probes}
+    assert all((size is None or size >= burst_bytes) and (packets is None or packets >= 16)
+               for size, packets in buffers.values()), buffers
+    world = {host.name: host.link.down.buffer_bytes for host in load_scenario("world").hosts()}
+    assert world["na-dialup"] is not None and world["na-dialup"] < burst_bytes
 
 
 def test_world_fills_every_figure5_bucket() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from iwprobe import wire
-from iwprobe._agent import Credentials, ProbeAgent, estimate_bottleneck_bps
+from iwprobe._agent import Credentials, ProbeAgent, arrivals, estimate_bottleneck_bps
+from iwprobe._fetch import FetchResult
 
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
@@ -75,3 +76,21 @@ def test_bottleneck_is_the_best_rate_over_long_enough_spans() -> None:
     progress_us = [(t * 1000, b) for t, b in progress]
     assert estimate_bottleneck_bps(progress_us, 10_000) == pytest.approx(10_000_000, rel=0.01)
     assert estimate_bottleneck_bps(progress_us[:5], 10_000) is None  # too short to say
+
+
+def test_bottleneck_follows_arrivals_not_reads() -> None:
+    """A loss holds 30 segments in the out-of-order queue for 30 ms; the read that follows
+    the retransmission gets them all at once.  Arrivals (1 segment of 1,000 bytes per ms =
+    8 Mbit/s) give the link; the bytes read over the same spans overshoot."""
+    result = FetchResult(url="http://x/obj/1", started_at="2026-01-01T00:00:00Z", tcp_info={"rcv_mss": 1000})
+    read = 0
+    for ms in range(400):
+        held = 100 <= ms < 130
+        read += 0 if held else (31_000 if ms == 130 else 1000)
+        result.progress.append((ms * 1000, read, ms + 1))
+    by_reads = estimate_bottleneck_bps([(t, b) for t, b, _ in result.progress], 20_000)
+    by_arrivals = estimate_bottleneck_bps(arrivals(result), 20_000)
+    assert by_arrivals == pytest.approx(8_000_000, rel=0.01)
+    assert by_reads is not None and by_reads > 1.5 * 8_000_000
+    result.tcp_info = {}  # no MSS: the reads are all there is
+    assert arrivals(result)[-1] == (399_000, read)

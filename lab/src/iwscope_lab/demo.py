@@ -1,6 +1,6 @@
 """The main job (`make demo`): both halves of the question in one short, powered run.
 
-* **Benefit**: a time-boxed, adaptive campaign on the ``demo`` scenario (16 probes in six
+* **Benefit**: a time-boxed, adaptive campaign on the ``demo`` scenario (17 probes in six
   regions, every Figure 5 bucket up to 3 s RTT): paired rounds (every arm fetches the same
   web-search sizes over the same path, in random order), as many rounds as fit in
   :data:`DURATION_S`; a probe stops early once the buckets it feeds have a 95 % interval of
@@ -29,7 +29,7 @@ from iwscope_lab.topology import Topology
 #: Scenario of the benefit campaign.
 SCENARIO = "demo"
 #: Time box of the benefit campaign (seconds).
-DURATION_S = 240.0
+DURATION_S = 300.0
 #: A probe stops once every bucket it feeds is within +- this (ms, 95 %).
 TARGET_CI_MS = 15.0
 #: The competing-flow phases: all-IW3 and all-IW10 short flows at 70 % offered load.

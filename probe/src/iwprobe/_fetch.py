@@ -45,8 +45,11 @@ class FetchResult:
     error_detail: Optional[str] = None
     syn_retrans: int = 0
     tcp_info: Dict[str, int] = field(default_factory=dict)
-    #: (microseconds since connect, cumulative bytes) per recv, when asked for (calibration).
-    progress: List[Tuple[int, int]] = field(default_factory=list)
+    #: Per recv, when asked for (calibration): (microseconds since connect, cumulative bytes
+    #: the application read, cumulative data segments the kernel received: ``tcpi_data_segs_in``).
+    #: The segment count follows arrivals; the bytes read jump when a retransmission fills a
+    #: hole and releases the out-of-order queue, or when the reader falls behind.
+    progress: List[Tuple[int, int, int]] = field(default_factory=list)
 
     def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
                  round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
@@ -174,7 +177,8 @@ def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, 
             break
         result.bytes_received += len(chunk)
         if record_progress:
-            result.progress.append(((now_ns - connected_ns) // 1000, result.bytes_received))
+            segments = read_tcp_info(sock).get("data_segs_in", 0)
+            result.progress.append(((time.monotonic_ns() - connected_ns) // 1000, result.bytes_received, segments))
         if header_end < 0:
             buffer += chunk
             header_end = buffer.find(b"\r\n\r\n")

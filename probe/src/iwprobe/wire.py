@@ -228,7 +228,8 @@ class PathSample:
     bottleneck_bps: Optional[int]
     #: Bytes transferred to estimate it.
     transfer_bytes: int
-    #: How the bandwidth was estimated, e.g. ``"delivery_rate_max"``.
+    #: How the bandwidth was estimated: ``"arrival_rate_max"`` (segments the kernel received;
+    #: probes before 2026-11 sent ``"recv_rate_max"``, bytes the application read).
     method: str
 
 
