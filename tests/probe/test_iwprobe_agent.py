@@ -78,19 +78,22 @@ def test_bottleneck_is_the_best_rate_over_long_enough_spans() -> None:
     assert estimate_bottleneck_bps(progress_us[:5], 10_000) is None  # too short to say
 
 
-def test_bottleneck_follows_arrivals_not_reads() -> None:
-    """A loss holds 30 segments in the out-of-order queue for 30 ms; the read that follows
-    the retransmission gets them all at once.  Arrivals (1 segment of 1,000 bytes per ms =
-    8 Mbit/s) give the link; the bytes read over the same spans overshoot."""
+def test_bottleneck_counts_neither_released_backlogs_nor_duplicates() -> None:
+    """8 Mbit/s: one 1,000-byte segment arrives per ms.  A loss holds 30 segments in the
+    out-of-order queue for 30 ms, and the read after the retransmission gets them at once;
+    later a spurious RTO resends 40 segments that arrive again (counted, no new bytes).
+    Either count alone overshoots over some 20 ms span; the lower of the two does not."""
     result = FetchResult(url="http://x/obj/1", started_at="2026-01-01T00:00:00Z", tcp_info={"rcv_mss": 1000})
-    read = 0
+    read = segments = 0
     for ms in range(400):
         held = 100 <= ms < 130
         read += 0 if held else (31_000 if ms == 130 else 1000)
-        result.progress.append((ms * 1000, read, ms + 1))
+        segments += 2 if 250 <= ms < 290 else 1
+        result.progress.append((ms * 1000, read, segments))
     by_reads = estimate_bottleneck_bps([(t, b) for t, b, _ in result.progress], 20_000)
-    by_arrivals = estimate_bottleneck_bps(arrivals(result), 20_000)
-    assert by_arrivals == pytest.approx(8_000_000, rel=0.01)
+    by_segments = estimate_bottleneck_bps([(t, n * 1000) for t, _, n in result.progress], 20_000)
     assert by_reads is not None and by_reads > 1.5 * 8_000_000
+    assert by_segments is not None and by_segments > 1.5 * 8_000_000
+    assert estimate_bottleneck_bps(arrivals(result), 20_000) == pytest.approx(8_000_000, rel=0.01)
     result.tcp_info = {}  # no MSS: the reads are all there is
     assert arrivals(result)[-1] == (399_000, read)

@@ -233,7 +233,7 @@ def test_syn_retransmissions_are_counted_above_the_initial_rto(tmp_path: Path) -
 def test_calibration_reads_the_link_rate_through_loss(tmp_path: Path) -> None:
     """1 Mbit/s, 180 ms, 1.5 % loss, a deep buffer: the calibration's bottleneck is the link's
     payload rate (within 8 %), although every loss releases a burst of held-back data to the
-    reader (counting bytes read instead, 1 of 3 estimates overshot by 37 % and 60 % in two tries)."""
+    reader (counting only bytes read, 1 of 3 estimates overshot by 37 % and 60 % in two tries)."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     from iwprobe import wire

@@ -117,9 +117,12 @@ def enroll_origin(collector: str, token: str, request: wire.OriginEnrollRequest,
 
 
 # ------------------------------------------------------------------------ calibration
-def estimate_bottleneck_bps(progress: Sequence[Tuple[int, int]], window_us: int) -> Optional[int]:
-    """Highest rate over any span of at least ``window_us`` of ``(microseconds, cumulative bytes)``
-    samples (two-pointer scan)."""
+def estimate_bottleneck_bps(progress: Sequence[Tuple[int, ...]], window_us: int) -> Optional[int]:
+    """Highest rate over any span of at least ``window_us`` (two-pointer scan).
+
+    ``progress`` holds ``(microseconds, cumulative bytes, ...)`` samples; with more than one
+    byte count per sample, a span's rate is the lowest of their rates (see :func:`arrivals`).
+    """
     best: Optional[float] = None
     start = 0
     for end in range(len(progress)):
@@ -127,24 +130,32 @@ def estimate_bottleneck_bps(progress: Sequence[Tuple[int, int]], window_us: int)
             start += 1
         span = progress[end][0] - progress[start][0]
         if span >= window_us and span > 0:
-            rate = (progress[end][1] - progress[start][1]) * 8 * 1_000_000 / span
+            moved = min(after - before for after, before in zip(progress[end][1:], progress[start][1:]))
+            rate = moved * 8 * 1_000_000 / span
             best = rate if best is None or rate > best else best
     return int(best) if best is not None else None
 
 
-def arrivals(result: FetchResult) -> List[Tuple[int, int]]:
-    """``(microseconds, payload bytes that arrived)`` of a progress-recording fetch.
+def arrivals(result: FetchResult) -> List[Tuple[int, ...]]:
+    """``(microseconds, bytes read, payload bytes arrived)`` of a progress-recording fetch.
 
-    Counts data segments as the kernel received them (``tcpi_data_segs_in`` times the
-    receive MSS), not bytes as the application read them: after a loss the out-of-order
-    queue is released in one read when the retransmission arrives, and a reader that falls
-    behind reads a backlog at once; the highest read rate over two RTTs then exceeds the
-    link (+54 % on a 1 Mbit/s, 1.5 %-loss path, +21 % on an unloaded 100 Mbit/s, 5 ms one).
+    Each count overshoots the link in its own way, so a span's rate is the lower of the two.
+    Bytes the application read jump after a loss, when the retransmission releases the
+    out-of-order queue in one read, and when a reader that fell behind reads a backlog (a
+    1 Mbit/s, 1.5 %-loss path read at +54 %, an unloaded 100 Mbit/s, 5 ms one at +21 %).
+    Segments the kernel received (``tcpi_data_segs_in`` times the receive MSS) follow the
+    arrivals but count duplicates: behind a deep buffer the sender's RTO fires spuriously and
+    resends what is still queued (+7 % on a 56 kbit/s modem with a 4.6 s buffer).
     """
     mss = result.tcp_info.get("rcv_mss") or 0
     if not mss:
         return [(t_us, read) for t_us, read, _ in result.progress]
-    return [(t_us, segments * mss) for t_us, _, segments in result.progress]
+    return [(t_us, read, segments * mss) for t_us, read, segments in result.progress]
+
+
+#: Shortest span a calibration rate is taken over, whatever the RTT: over a few
+#: milliseconds, scheduling (the reader's, a loaded emulator's) bunches arrivals.
+MIN_RATE_SPAN_US = 50_000
 
 
 #: A calibration transfer is long enough once it carries this many estimated BDPs.
@@ -157,7 +168,8 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
 
     ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
     delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
-    the highest arrival rate (:func:`arrivals`) over any span of at least two minimum RTTs.  That equals the
+    the highest rate of arriving data (:func:`arrivals`) over any span of at least two minimum
+    RTTs and :data:`MIN_RATE_SPAN_US`.  That equals the
     bottleneck rate only once the transfer left slow start (window above the BDP).  While
     still in slow start that estimate B is about 3/4 of the last window per RTT and the
     transfer about two last windows, so ``size < CALIBRATION_BDPS * B * min_rtt``: the
@@ -189,7 +201,7 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
             log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
             return None
         best_rtt = int(min(rtts))
-        window_us = 2 * max(best_rtt, 2_000)
+        window_us = max(2 * best_rtt, MIN_RATE_SPAN_US)
         bottleneck = estimate_bottleneck_bps(arrivals(result), window_us) if result.error_kind is None else None
         long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
         elapsed_s = (result.total_us or 0) / 1e6
