@@ -154,7 +154,9 @@ def arrivals(result: FetchResult) -> List[Tuple[int, ...]]:
 
 
 #: Shortest span a calibration rate is taken over, whatever the RTT: over a few
-#: milliseconds, scheduling (the reader's, a loaded emulator's) bunches arrivals.
+#: milliseconds, scheduling (the reader's, a loaded emulator's) bunches arrivals.  A
+#: transfer too fast to last four of them (16 MiB over a veth: ~7 ms) uses a quarter of its
+#: duration instead.
 MIN_RATE_SPAN_US = 50_000
 
 
@@ -169,7 +171,7 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
     ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
     delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
     the highest rate of arriving data (:func:`arrivals`) over any span of at least two minimum
-    RTTs and :data:`MIN_RATE_SPAN_US`.  That equals the
+    RTTs and :data:`MIN_RATE_SPAN_US` (or a quarter of a shorter transfer).  That equals the
     bottleneck rate only once the transfer left slow start (window above the BDP).  While
     still in slow start that estimate B is about 3/4 of the last window per RTT and the
     transfer about two last windows, so ``size < CALIBRATION_BDPS * B * min_rtt``: the
@@ -201,7 +203,8 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
             log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
             return None
         best_rtt = int(min(rtts))
-        window_us = max(2 * best_rtt, MIN_RATE_SPAN_US)
+        duration_us = result.progress[-1][0] - result.progress[0][0] if result.progress else 0
+        window_us = max(2 * best_rtt, min(MIN_RATE_SPAN_US, duration_us // 4))
         bottleneck = estimate_bottleneck_bps(arrivals(result), window_us) if result.error_kind is None else None
         long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
         elapsed_s = (result.total_us or 0) / 1e6
