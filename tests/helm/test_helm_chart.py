@@ -395,6 +395,7 @@ def test_checksum_follows_existing_secret_name(helm: pathlib.Path) -> None:
     ({"config": {"database": {"poolSize": 0}}}, "config.database.poolSize"),
     ({"config": {"database": {"poolTimeoutSeconds": 0}}}, "config.database.poolTimeoutSeconds"),
     ({"config": {"apiThreads": 1}}, "config.apiThreads"),
+    ({"config": {"precisionCheckSeconds": 0}}, "config.precisionCheckSeconds"),
 ])
 def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(HelmFailed) as failure:
