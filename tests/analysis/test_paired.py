@@ -43,6 +43,7 @@ from iwscope.analysis.buckets import HIST_BINS, HIST_MIN_US, HIST_RATIO
 from iwscope.analysis.paired import (MIN_PAIRS, MIN_PATHS, Cells, PairedEstimate, Pairs, cell_estimate, make_pairs,
                                      paired_estimate, paired_interval, path_stats)
 from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval, cluster_bootstrap,
+                                   multinomial_weights,
                                    histogram_bootstrap, t_quantile)
 
 IntArray = npt.NDArray[np.int64]
@@ -133,7 +134,7 @@ def unpaired_bootstrap_t_ms(path: npt.ArrayLike, arm_is_treatment: npt.ArrayLike
         return mean_b - mean_t, np.sqrt(k / (k - 1) * (weights * resid * resid).sum(axis=1))
 
     (theta,), (se,) = estimate(np.ones((1, k)))
-    replicate, replicate_se = estimate(paired_module._multinomial_weights(np.random.default_rng(seed), replicates, k))
+    replicate, replicate_se = estimate(multinomial_weights(np.random.default_rng(seed), replicates, k))
     with np.errstate(divide="ignore", invalid="ignore"):
         t_star = (replicate - theta) / replicate_se
     q_low, q_high = np.percentile(t_star[np.isfinite(t_star)], [2.5, 97.5])

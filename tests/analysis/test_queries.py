@@ -335,3 +335,26 @@ def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str 
     expected = sum(index + 1 for index, day in enumerate(days)
                    if (since is None or day >= since) and (until is None or day <= until))
     assert headline(db_session, filters).n_trials == expected
+
+
+def test_paired_cells_keep_empty_objects_on_their_own_path() -> None:
+    """Size octave -1 (0-byte objects) must not fold a path's cells into the path before it."""
+    from iwscope.analysis import queries
+
+    ints = lambda *values: np.array(values, dtype=np.int64)  # noqa: E731
+    floats = lambda *values: np.array(values, dtype=np.float64)  # noqa: E731
+    rows = 4
+    frame = queries._Frame(
+        path=ints(0, 0, 1, 1), probe=ints(0, 0, 1, 1), arm=ints(3, 10, 3, 10), size_bucket=ints(13, 13, -1, -1),
+        region=ints(0, 0, 0, 0), region_names=["r"], min_rtt_us=floats(*[1e5] * rows),
+        bottleneck_bps=floats(*[1e6] * rows), bdp_bytes=floats(*[1e4] * rows), loss_rate=floats(*[0.0] * rows),
+        n_trials=floats(20, 20, 30, 30), n=floats(20, 20, 30, 30), sum_us=floats(4e6, 2e6, 3e6, 3e6),
+        sumsq=floats(*[0.0] * rows), retrans_n=floats(*[0.0] * rows), retrans_trials=floats(*[0.0] * rows),
+        bytes_retrans=floats(*[0.0] * rows), bytes_sent=floats(*[0.0] * rows),
+        # one histogram piece per row: its n trials in the bin of its mean latency
+        piece_row=ints(0, 1, 2, 3), piece_lo=ints(*(bk.hist_bin(int(us)) for us in (2e5, 1e5, 1e5, 1e5))),
+        piece_len=ints(1, 1, 1, 1), blob=np.array([20, 20, 30, 30], dtype=np.int32).tobytes())
+    estimate = queries._paired(frame, np.arange(rows), Filters(baseline_iw=3, treatment_iw=10))
+    assert (estimate.n_paths, estimate.n_pairs) == (2, 50)
+    # path 0: 20 pairs, 200 ms - 100 ms; path 1: 30 pairs, no difference
+    assert estimate.estimate_ms == pytest.approx(20 * 100.0 / 50)

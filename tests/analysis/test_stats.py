@@ -9,7 +9,7 @@ import pytest
 
 from iwscope.analysis import Filters
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.stats import (cluster_bootstrap, histogram_bootstrap, histogram_cdf, histogram_quantiles,
+from iwscope.analysis.stats import (median_interval, proportion_interval, cluster_bootstrap, histogram_bootstrap, histogram_cdf, histogram_quantiles,
                                     mean_std_ms, merge_packed, pack_histogram, unpack_histogram)
 
 
@@ -147,3 +147,27 @@ def test_filters_from_bad_query_falls_back_to_defaults() -> None:
     # a '+' of a UTC offset decoded to a space by a URL parser is still understood
     parsed = Filters.from_query({"since": "2026-01-01T00:00:00 00:00"})
     assert parsed.since == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def test_median_interval_covers_at_least_95_percent() -> None:
+    """The order-statistic interval: hand ranks for n = 24 (7th and 18th), none below 6 values,
+    and coverage of a skewed distribution's median >= 95 % at n = 10 and 24."""
+    assert median_interval([float(v) for v in range(1, 25)]) == (7.0, 18.0)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    rng = np.random.default_rng(3)
+    true_median = float(np.exp(0.0))  # lognormal(0, 1)
+    for n in (10, 24):
+        hits = 0
+        for _ in range(4000):
+            interval = median_interval(np.sort(rng.lognormal(0.0, 1.0, n)).tolist())
+            assert interval is not None
+            hits += interval[0] <= true_median <= interval[1]
+        assert hits / 4000 >= 0.94, (n, hits)
+
+
+def test_proportion_interval_is_wilson() -> None:
+    low, high = proportion_interval(24, 24)  # type: ignore[misc]
+    assert high == 1.0 and low == pytest.approx(0.8620, abs=1e-4)
+    low, high = proportion_interval(1, 2)  # type: ignore[misc]
+    assert (low, high) == pytest.approx((0.0945, 0.9055), abs=1e-4)
+    assert proportion_interval(0, 0) is None

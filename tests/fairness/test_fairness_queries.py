@@ -78,6 +78,9 @@ def test_fairness_points_are_the_hand_computed_values(db_session: Session, data:
     assert iw3.throughput_bps == pytest.approx((400_000 + 800_000) / 2)
     assert (iw3.fct_mean_ms, iw3.fct_p50_ms, iw3.fct_p90_ms) == pytest.approx((400.0, 400.0, 480.0))
     assert iw3.retrans_flow_share == pytest.approx(0.5)  # the failed, unjoined trial does not count
+    assert (iw3.retrans_flows, iw3.joined_flows) == (1, 2)
+    assert iw3.retrans_flow_share_ci == pytest.approx((0.0945, 0.9055), abs=1e-4)  # Wilson, 1 of 2
+    assert iw3.fct_p50_ci_ms is None  # 2 completed flows: no 95 % order-statistic interval
     assert iw3.bytes_retrans_share == pytest.approx(2896 / (15500 + 52896))
     # offered load = 10/s x 32,500 B (mean of the successful short flows) x 8 / 4 Mbit/s
     assert iw3.offered_load == pytest.approx(0.65)

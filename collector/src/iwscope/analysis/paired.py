@@ -108,8 +108,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval,
-                                   poisson_bootstrap_means, t_quantile)
+from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval, multinomial_weights,
+                                   percentile_interval, poisson_bootstrap_means, t_quantile)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -223,13 +223,6 @@ def path_stats(pairs: Pairs) -> PathStats:
 
 # ---- interval ----------------------------------------------------------------------------------
 
-def _multinomial_weights(rng: np.random.Generator, replicates: int, units: int) -> FloatArray:
-    """Multinomial(units, uniform) weights per replicate, as in :func:`stats.cluster_bootstrap`."""
-    drawn = rng.integers(0, units, size=(replicates, units))
-    flat = (np.arange(replicates, dtype=np.int64)[:, None] * units + drawn).ravel()
-    return np.bincount(flat, minlength=replicates * units).reshape(replicates, units).astype(np.float64)
-
-
 def _ratio_bounds(numer: FloatArray, denom: FloatArray, t_star: FloatArray) -> tuple[float, float] | None:
     """Bootstrap-t-with-t-floor bounds of ``sum(numer) / sum(denom)`` from the replicates' t*."""
     units = numer.size
@@ -285,7 +278,7 @@ def paired_interval(n_pairs: npt.ArrayLike, sum_diff_ms: npt.ArrayLike, sum_base
     chunk = max(1, _CHUNK_CELLS // units)
     t_abs, t_pct = [], []
     for start in range(0, replicates, chunk):
-        weights = _multinomial_weights(rng, min(chunk, replicates - start), units)
+        weights = multinomial_weights(rng, min(chunk, replicates - start), units)
         t_abs.append(_replicate_t(weights, d, n))
         t_pct.append(_replicate_t(weights, d, b))
     abs_bounds = _ratio_bounds(d, n, np.concatenate(t_abs))
@@ -424,12 +417,7 @@ def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = 100.0 * diff / (base @ weight)
     diff = diff / weight.sum()
-    keep = np.isfinite(diff) & np.isfinite(pct)
-    if keep.sum() < 10:
-        return None
-    low, high = np.percentile(diff[keep], [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
-    pct_low, pct_high = np.percentile(pct[keep], [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
-    return Interval(float(low), float(high), float(pct_low), float(pct_high))
+    return percentile_interval(diff, pct)
 
 
 def cell_estimate(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,

@@ -31,7 +31,7 @@ from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.paired import Cells, PairedEstimate, cell_estimate
 from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
-                                    merge_pieces, quantile_difference_intervals)
+                                    median_interval, merge_pieces, proportion_interval, quantile_difference_intervals)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -204,8 +204,10 @@ class FairnessPoint:
     running alongside them) or ``background-alone`` (the same flow just before each round:
     the uncontended baseline).  Times are of successful flows; throughput is the mean over
     flows of ``bytes * 8 / total time``; ``retrans_flow_share`` is the share of joined flows
-    the origin retransmitted anything in, ``bytes_retrans_share`` the origin's retransmitted
-    bytes over bytes sent.  ``offered_load`` is ``arrival rate x mean short-flow bytes x 8 /
+    the origin retransmitted anything in (``retrans_flows`` of ``joined_flows``, with a Wilson
+    95 % interval), ``bytes_retrans_share`` the origin's retransmitted bytes over bytes sent;
+    ``fct_p50_ci_ms`` the order-statistic 95 % interval of the median completion time
+    (``None`` below 6 flows).  ``offered_load`` is ``arrival rate x mean short-flow bytes x 8 /
     bottleneck`` (the bottleneck from the campaign's path estimates), ``None`` when unknown.
     """
 
@@ -226,6 +228,10 @@ class FairnessPoint:
     fct_p90_ms: float | None
     retrans_flow_share: float | None
     bytes_retrans_share: float | None
+    fct_p50_ci_ms: tuple[float, float] | None = None
+    retrans_flows: int = 0
+    joined_flows: int = 0
+    retrans_flow_share_ci: tuple[float, float] | None = None
 
 
 #: A representative centroid (lat, lon) per region name, for the world map.  Names are
@@ -421,21 +427,26 @@ def _share(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator > 0 else None
 
 
+#: Size-octave slots per path in a cell key (octaves -1 .. 34 fit).
+_SIZE_SLOTS = 64
+
+
 def _paired(frame: _Frame, rows: IntArray, filters: Filters) -> PairedEstimate:
     """The paired estimate of roll-up rows ``rows``: cells are (path, size octave)."""
     arm = frame.arm[rows]
     is_treat = arm == filters.treatment_iw
-    key = frame.path[rows] * 64 + frame.size_bucket[rows]
+    # size octaves run from -1 (empty objects) to 34 (16 GiB): shifted by one, 64 slots per path
+    key = frame.path[rows] * _SIZE_SLOTS + (frame.size_bucket[rows] + 1)
     cell_keys, cell = np.unique(key, return_inverse=True)
     k = cell_keys.size
     n = frame.n[rows]
     sums_ms = frame.sum_us[rows] / 1000.0
-    cells = Cells(path=cell_keys // 64,
+    cells = Cells(path=cell_keys // _SIZE_SLOTS,
                   n_base=np.bincount(cell, weights=n * ~is_treat, minlength=k),
                   sum_base_ms=np.bincount(cell, weights=sums_ms * ~is_treat, minlength=k),
                   n_treat=np.bincount(cell, weights=n * is_treat, minlength=k),
                   sum_treat_ms=np.bincount(cell, weights=sums_ms * is_treat, minlength=k))
-    if np.unique(cells.path).size < MIN_CLUSTERS:  # the within-path interval needs each cell's histograms
+    if 0 < np.unique(cells.path).size < MIN_CLUSTERS:  # the within-path interval needs each cell's histograms
         slot = np.full(frame.size, -1, dtype=np.int64)
         slot[rows] = cell * 2 + is_treat
         hists = _histograms(frame, slot, 2 * k).reshape(k, 2, -1)
@@ -571,11 +582,12 @@ def percentile_table(session: Session, filters: Filters,
                                          sums["retrans_n"][c], sums["bytes_retrans"][c], sums["bytes_sent"][c]))
         treatment, baseline = arms
         rows = np.flatnonzero((groups == group) & ((frame.arm == base_iw) | (frame.arm == treat_iw)))
-        estimate = _paired(frame, rows, filters) if rows.size else cell_estimate(Cells(*(np.zeros(0),) * 5))
-        improvement: dict[str, float | None] = {key: None for key, _ in (("avg", 0.0), *_PERCENTILES)}
+        estimate = _paired(frame, rows, filters)
+        keys = ("avg", *(key for key, _ in _PERCENTILES))
+        improvement: dict[str, float | None] = dict.fromkeys(keys)
         pct_improvement = dict(improvement)
-        improvement_ci: dict[str, list[float | None]] = {key: [None, None] for key in improvement}
-        pct_improvement_ci = {key: [None, None] for key in improvement}
+        improvement_ci: dict[str, list[float | None]] = {key: [None, None] for key in keys}
+        pct_improvement_ci = {key: [None, None] for key in keys}
         if not estimate.too_small:
             improvement["avg"], pct_improvement["avg"] = estimate.estimate_ms, estimate.pct
             if estimate.interval is not None:
@@ -754,6 +766,7 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
                    / 1000.0 AS fct_p50_ms,
                percentile_cont(0.9) WITHIN GROUP (ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL)
                    / 1000.0 AS fct_p90_ms,
+               array_agg(t.total_us ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL) AS totals_us,
                count(*) FILTER (WHERE t.server_total_retrans > 0) AS retrans_flows,
                count(t.server_total_retrans) AS joined_flows,
                sum(t.server_bytes_retrans) AS bytes_retrans, sum(t.server_bytes_sent) AS bytes_sent
@@ -777,6 +790,7 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
             short_bytes[row.campaign_id] = (total + float(row.mean_bytes) * ok, count + ok)
     points: list[FairnessPoint] = []
     for row in rows:
+        p50_ci = median_interval(row.totals_us or [])
         rate = float(row.arrival_rate_per_s) if row.arrival_rate_per_s is not None else None
         load = None
         total, count = short_bytes.get(row.campaign_id, (0.0, 0.0))
@@ -790,7 +804,10 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
             fct_mean_ms=_float(row.fct_mean_ms), fct_p50_ms=_float(row.fct_p50_ms), fct_p90_ms=_float(row.fct_p90_ms),
             retrans_flow_share=_share(float(row.retrans_flows), float(row.joined_flows)),
             bytes_retrans_share=(_share(float(row.bytes_retrans), float(row.bytes_sent))
-                                 if row.bytes_sent is not None and row.bytes_retrans is not None else None)))
+                                 if row.bytes_sent is not None and row.bytes_retrans is not None else None),
+            fct_p50_ci_ms=(p50_ci[0] / 1000.0, p50_ci[1] / 1000.0) if p50_ci else None,
+            retrans_flows=int(row.retrans_flows), joined_flows=int(row.joined_flows),
+            retrans_flow_share_ci=proportion_interval(int(row.retrans_flows), int(row.joined_flows))))
     return points
 
 

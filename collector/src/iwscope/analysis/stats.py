@@ -170,13 +170,24 @@ class Interval:
     pct_high: float
 
 
-def _interval(diff: FloatArray, pct: FloatArray) -> Interval | None:
+def percentile_interval(diff: FloatArray, pct: FloatArray) -> Interval | None:
+    """Percentile 95 % interval of bootstrap replicates of an improvement (ms) and its percent;
+    non-finite replicates dropped, ``None`` with fewer than 10 left."""
     keep = np.isfinite(diff) & np.isfinite(pct)
     if keep.sum() < 10:
         return None
     abs_low, abs_high = np.percentile(diff[keep], [2.5, 97.5])
     pct_low, pct_high = np.percentile(pct[keep], [2.5, 97.5])
     return Interval(float(abs_low), float(abs_high), float(pct_low), float(pct_high))
+
+
+def multinomial_weights(rng: np.random.Generator, replicates: int, units: int) -> FloatArray:
+    """Multinomial(units, uniform) weights per replicate: ``(replicates, units)``, each row the
+    number of times a resample drew each unit (path).  Drawn as indices and counted in one
+    vectorised bincount (``rng.multinomial`` loops per replicate)."""
+    drawn = rng.integers(0, units, size=(replicates, units))
+    flat = (np.arange(replicates, dtype=np.int64)[:, None] * units + drawn).ravel()
+    return np.bincount(flat, minlength=replicates * units).reshape(replicates, units).astype(np.float64)
 
 
 def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat: npt.ArrayLike,
@@ -194,18 +205,13 @@ def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat
     clusters = nb.size
     if clusters == 0:
         return None
-    rng = np.random.default_rng(seed)
-    # Multinomial(clusters, uniform) path weights per replicate, drawn as indices then counted
-    # (one vectorised bincount; rng.multinomial loops per replicate).
-    drawn = rng.integers(0, clusters, size=(replicates, clusters))
-    flat = (np.arange(replicates, dtype=np.int64)[:, None] * clusters + drawn).ravel()
-    weights = np.bincount(flat, minlength=replicates * clusters).reshape(replicates, clusters).astype(np.float64)
+    weights = multinomial_weights(np.random.default_rng(seed), replicates, clusters)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_base = (weights @ sb) / (weights @ nb)
         mean_treat = (weights @ st) / (weights @ nt)
         diff = mean_base - mean_treat
         pct = 100.0 * diff / mean_base
-    return _interval(diff, pct)
+    return percentile_interval(diff, pct)
 
 
 def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike,
@@ -246,7 +252,7 @@ def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exa
     diff = base_means - treat_means
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = 100.0 * diff / base_means
-    return _interval(diff, pct)
+    return percentile_interval(diff, pct)
 
 
 # ---- Student t quantile (no scipy) -----------------------------------------------------------
@@ -339,9 +345,7 @@ def quantile_difference_intervals(path_hist_base: npt.ArrayLike, path_hist_treat
     rng = np.random.default_rng(seed)
     paths = base.shape[0]
     if paths >= MIN_CLUSTERS:
-        drawn = rng.integers(0, paths, size=(replicates, paths))
-        flat = (np.arange(replicates, dtype=np.int64)[:, None] * paths + drawn).ravel()
-        weights = np.bincount(flat, minlength=replicates * paths).reshape(replicates, paths).astype(np.float64)
+        weights = multinomial_weights(rng, replicates, paths)
         base_star, treat_star = weights @ base, weights @ treat
     else:
         base_star = rng.poisson(base.sum(axis=0), size=(replicates, HIST_BINS)).astype(np.float64)
@@ -350,4 +354,36 @@ def quantile_difference_intervals(path_hist_base: npt.ArrayLike, path_hist_treat
     diff = qb - qt
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = 100.0 * diff / qb
-    return [_interval(diff[:, column], pct[:, column]) for column in range(len(quantiles))]
+    return [percentile_interval(diff[:, column], pct[:, column]) for column in range(len(quantiles))]
+
+
+# ---- intervals of a median and of a proportion (small samples, no bootstrap) --------------------
+
+def median_interval(sorted_values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free interval of the median from order statistics: ``[x_(j), x_(n+1-j)]``
+    with the largest ``j`` such that ``P(Binomial(n, 1/2) < j) <= (1 - level) / 2``, which covers
+    the population median with at least ``level`` for any continuous distribution.  ``None``
+    below 6 values (no such ``j`` at 95 %)."""
+    n = len(sorted_values)
+    tail = (1.0 - level) / 2.0
+    below, j = 0.0, 0
+    while True:  # below = P(B < j + 1) for the next candidate j + 1
+        below += math.comb(n, j) / 2.0 ** n
+        if below > tail:
+            break
+        j += 1
+    if j == 0:
+        return None
+    return float(sorted_values[j - 1]), float(sorted_values[n - j])
+
+
+def proportion_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion (good coverage down to a handful of trials and at
+    0 % / 100 %, where the normal interval collapses to a point); ``None`` without trials."""
+    if trials <= 0:
+        return None
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    share = successes / trials
+    centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
