@@ -120,29 +120,28 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     return tables, lines
 
 
+def _bounds(interval: Any, scale: float = 1.0, digits: int = 0) -> str:
+    return "no interval" if not interval else f"[{interval[0] * scale:,.{digits}f}, {interval[1] * scale:,.{digits}f}]"
+
+
 def cost_lines(phases: list[PhaseResult]) -> list[str]:
-    """What the short flows' IW cost the long-lived flow sharing their bottleneck."""
-    by_mix: dict[str, dict[str, dict[str, Any]]] = {}
-    for phase in phases:
-        mix = "+".join(map(str, phase.mix))
-        for point in phase.points:
-            by_mix.setdefault(mix, {})[point["flow"] + f"/{point['iw']}"] = point
+    """What the short flows of each IW went through on the shared bottleneck, with n and 95 %
+    intervals.  The long-lived competing flow is one flow per phase: its throughput share is
+    one measurement, too few to say what an IW cost it, and is not printed as a number."""
     lines = []
-    for mix, points in sorted(by_mix.items()):
-        background = next((p for key, p in points.items() if key.startswith("background/")), None)
-        alone = next((p for key, p in points.items() if key.startswith("background-alone/")), None)
-        short = next((p for key, p in points.items() if key.startswith("short/")), None)
-        share = (background["throughput_bps"] / alone["throughput_bps"]
-                 if background and alone and background.get("throughput_bps") and alone.get("throughput_bps")
-                 else None)
-        # One background flow per phase: its throughput is a single measurement, said as such.
-        kept = "n/a" if share is None else f"{100 * share:.0f} % (1 flow, no interval)"
-        retrans = short.get("retrans_flow_share") if short else None
-        retransmitting = "n/a" if retrans is None else f"{100 * retrans:.0f} %"
-        completion = _ms(short.get("fct_p50_ms") if short else None)
-        n_short = short.get("n", 0) if short else 0
+    for phase in sorted(phases, key=lambda phase: phase.mix):
+        mix = "+".join(map(str, phase.mix))
+        short = next((point for point in phase.points if point["flow"] == "short"), None)
+        if short is None:
+            lines.append(f"cost, short flows IW{mix}: no short flows recorded")
+            continue
+        completed = short["n"] - short["errors"]
         lines.append(
             f"cost, short flows IW{mix} at {COST_LOAD:.0%} load on {COST_BOTTLENECK.rate_bps / 1e6:g} Mbit/s: "
-            f"competing bulk flow kept {kept} of its alone throughput; {n_short} short flows: completion "
-            f"p50 {completion} ms, {retransmitting} retransmitted")
+            f"{completed} completed, median completion {_ms(short.get('fct_p50_ms'))} ms "
+            f"{_bounds(short.get('fct_p50_ci_ms'))}; {short.get('retrans_flows', 0)} of "
+            f"{short.get('joined_flows', 0)} retransmitted {_bounds(short.get('retrans_flow_share_ci'), 100)} %")
+    if phases:
+        lines.append("cost to the competing bulk flow: n too small (one flow per phase); "
+                     "the Fairness page shows its throughput")
     return lines
