@@ -83,14 +83,14 @@ def _ms(value: float | None) -> str:
 
 def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     """Tables and lines of the closing summary, read back through the analysis functions."""
-    from iwscope.analysis import Filters, compare_by, headline
+    from iwscope.analysis import Filters, compare_many, headline
 
     filters = Filters(campaign_ids=(result.benefit.campaign_id,), baseline_iw=3, treatment_iw=10)
     lines: list[str] = []
     tables: list[Table] = []
     with stack.session() as session:
         top = headline(session, filters)
-        per_dimension = {dimension: compare_by(session, filters, dimension) for dimension in ("rtt", "bandwidth")}
+        per_dimension = compare_many(session, filters, ("rtt", "bandwidth"))
     if top.too_small:
         lines.append(f"IW10 vs IW3: n too small ({top.n_pairs} pairs)")
     else:

@@ -7,13 +7,14 @@ see ``README.md`` in this folder for units, resolutions and statistical choices.
 from iwscope.analysis.filters import Filters, Metric
 from iwscope.analysis.queries import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions,
                                       Headline, LossBucket, PercentileTable, ProbeRow, RegionSummary, compare_by,
+                                      compare_many,
                                       fairness, filter_options, fleet, headline, iter_trials_csv, latency_cdf,
                                       latency_vs_iw, loss_summary, percentile_table, region_summary, trials_page)
 from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups, reset_rollups
 
 __all__ = [
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
-    "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by",
+    "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by", "compare_many",
     "fairness", "filter_options", "fleet", "headline", "iter_trials_csv", "latency_cdf", "latency_vs_iw",
     "loss_summary", "percentile_table", "rebuild_rollups", "refresh_rollups", "region_summary", "reset_rollups",
     "trials_page",

@@ -533,11 +533,17 @@ def compare_by(session: Session, filters: Filters,
     Roll-up rows whose path has no estimate yet (no ``path_estimates`` row, or the needed
     value missing) are left out of the rtt / bandwidth / bdp / loss comparisons.
     """
-    if dimension not in bk.DIMENSIONS:
-        raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
+    return compare_many(session, filters, (dimension,))[dimension]
+
+
+def compare_many(session: Session, filters: Filters, dimensions: Sequence[str]) -> dict[str, list[BucketComparison]]:
+    """:func:`compare_by` for several dimensions over one read of the roll-ups."""
+    unknown = [dimension for dimension in dimensions if dimension not in bk.DIMENSIONS]
+    if unknown:
+        raise ValueError(f"unknown dimension {unknown[0]!r}; expected one of {', '.join(bk.DIMENSIONS)}")
     frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=True)
-    groups, labels = _dimension_groups(frame, dimension)
-    return _comparisons(frame, filters, groups, labels, dimension)
+    return {dimension: _comparisons(frame, filters, *_dimension_groups(frame, dimension), dimension)
+            for dimension in dimensions}
 
 
 _PERCENTILES = (("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p99", 0.99))

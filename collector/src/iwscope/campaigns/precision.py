@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.queries import compare_by
+from iwscope.analysis import compare_many
 from iwscope.campaigns.models import Campaign, CampaignProbeDone
 from iwscope.types import utcnow
 
@@ -66,8 +66,8 @@ def precision_by_probe(session: Session, campaign: Campaign) -> list[ProbePrecis
     half_width: dict[tuple[str, str], float | None] = {}
     for treatment in sorted(set(campaign.arms) - {baseline}):
         filters = Filters(campaign_ids=(campaign.id,), baseline_iw=baseline, treatment_iw=treatment)
-        for dimension in DIMENSIONS:
-            for result in compare_by(session, filters, dimension):  # type: ignore[arg-type]
+        for dimension, results in compare_many(session, filters, DIMENSIONS).items():
+            for result in results:
                 key = (dimension, result.bucket)
                 if result.too_small or result.abs_ci_low is None or result.abs_ci_high is None:
                     half = None
