@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import text
@@ -20,6 +21,13 @@ def session_stack(database_url: str, redis_url: str, api: Any, run_dir: pathlib.
 
 def origin_host() -> Host:
     return Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))
+
+
+def path_hosts(paths: Mapping[str, tuple[str, float, float, float]]) -> list[Host]:
+    """The origin and one probe per ``name -> (region, RTT ms, rate bit/s, loss)``, symmetric links."""
+    return [origin_host()] + [
+        Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt, loss=loss))
+        for name, (region, rtt, rate, loss) in paths.items()]
 
 
 def query_rows(stack: Stack, sql: str, **params: object) -> list[Any]:

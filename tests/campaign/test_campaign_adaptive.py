@@ -19,10 +19,9 @@ import pytest
 
 from iwscope.campaigns.precision import update_done
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
-from iwscope_lab.links import LinkSpec
-from iwscope_lab.topology import Host, Topology
+from iwscope_lab.topology import Topology
 
-from campaign_kit import origin_host, query_rows, session_stack
+from campaign_kit import path_hosts, query_rows, session_stack
 
 PATHS = {"quiet": ("europe", 20.0, 10e6, 0.0), "lossy": ("africa", 300.0, 1e6, 0.04)}
 DURATION_S = 45.0
@@ -35,9 +34,7 @@ def campaign(database_url: str, redis_url: str, celery_worker: object, _api_serv
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     api = _api_server_process
     stack = session_stack(database_url, redis_url, api, tmp_path_factory.mktemp("lab"))
-    hosts = [origin_host()]
-    hosts += [Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt, loss=loss))
-              for name, (region, rtt, rate, loss) in PATHS.items()]
+    hosts = path_hosts(PATHS)
     stop = threading.Event()
 
     def precision_checks() -> None:  # what beat does every IWSCOPE_PRECISION_CHECK_S, faster

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
-from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import predict
-from iwscope_lab.topology import Host, Topology
+from iwscope_lab.topology import Topology
 
-from campaign_kit import origin_host, query_rows, session_stack
+from campaign_kit import path_hosts, query_rows, session_stack
 
 #: name -> (region, RTT ms, rate bit/s): serialisation of one packet stays under 2 % of the RTT.
 PATHS = {"near": ("europe", 80.0, 10e6), "far": ("africa", 200.0, 4e6)}
@@ -26,9 +25,7 @@ def campaign(database_url: str, redis_url: str, celery_worker: object, _api_serv
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     api = _api_server_process
     stack = session_stack(database_url, redis_url, api, tmp_path_factory.mktemp("lab"))
-    hosts = [origin_host()]
-    hosts += [Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt))
-              for name, (region, rtt, rate) in PATHS.items()]
+    hosts = path_hosts({name: (region, rtt, rate, 0.0) for name, (region, rtt, rate) in PATHS.items()})
     with Topology(f"iwt{secrets.token_hex(3)}", hosts) as topology:
         result = LabCampaign(topology, stack, PLAN).run(timeout_s=150, show_progress=False)
     yield {"result": result, "stack": stack}

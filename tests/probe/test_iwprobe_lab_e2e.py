@@ -9,6 +9,7 @@ trials.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -204,6 +205,22 @@ def test_loss_shows_in_both_tcp_infos(lab_fleet: Tuple[LabFleet, str, str], api_
     assert client_retrans + client_ooo > 0
 
 
+@contextlib.contextmanager
+def _iw10_origin(topo: Any, tmp_path: Path) -> Iterator[str]:
+    """A collector-less origin with one IW10 arm on ``topo``'s host "origin"; yields its address."""
+    address = topo.host("origin").address
+    with open(tmp_path / "origin.log", "ab") as log:
+        origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "10",
+                                       "--base-port", str(BASE_PORT), "--bind", address],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        time.sleep(1.0)
+        yield address
+    finally:
+        origin.terminate()
+        origin.wait(timeout=10)
+
+
 def test_syn_retransmissions_are_counted_above_the_initial_rto(tmp_path: Path) -> None:
     """With a 1.3 s RTT the SYN is retransmitted after the 1 s initial RTO; the trial says so."""
     if os.geteuid() != 0:
@@ -211,20 +228,10 @@ def test_syn_retransmissions_are_counted_above_the_initial_rto(tmp_path: Path) -
     topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
         Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
         Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=10_000_000, rtt_ms=1300))])
-    with topo:
-        address = topo.host("origin").address
-        with open(tmp_path / "origin.log", "ab") as log:
-            origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "10",
-                                           "--base-port", str(BASE_PORT), "--bind", address],
-                                stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            time.sleep(1.0)
-            fast = topo.run("probe", [*IWPROBE, "fetch", "--json", f"http://{address}:{BASE_PORT + 10}/obj/1000"],
-                            capture_output=True, text=True, timeout=60)
-            trial = json.loads(fast.stdout)
-        finally:
-            origin.terminate()
-            origin.wait(timeout=10)
+    with topo, _iw10_origin(topo, tmp_path) as address:
+        fast = topo.run("probe", [*IWPROBE, "fetch", "--json", f"http://{address}:{BASE_PORT + 10}/obj/1000"],
+                        capture_output=True, text=True, timeout=60)
+        trial = json.loads(fast.stdout)
     assert trial["error_kind"] is None, trial
     assert trial["connect_us"] > 1_300_000
     assert trial["syn_retrans"] >= 1, trial
@@ -243,25 +250,15 @@ def test_calibration_reads_the_link_rate_through_loss(tmp_path: Path) -> None:
         Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
         Host("probe", role="probe", region="lab",
              link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=180, loss=0.015, buffer_bytes=48_000))])
-    with topo:
-        address = topo.host("origin").address
-        with open(tmp_path / "origin.log", "ab") as log:
-            origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "10",
-                                           "--base-port", str(BASE_PORT), "--bind", address],
-                                stdout=subprocess.DEVNULL, stderr=log)
+    script = ("import json, sys; from iwprobe import wire; from iwprobe._agent import calibrate; "
+              "from iwprobe._collector import from_dict; "
+              "target = from_dict(wire.ScheduleTarget, json.loads(sys.argv[1])); "
+              "samples = [calibrate(wire.new_id(), target, 180_000) for _ in range(3)]; "
+              "print(json.dumps([s.bottleneck_bps if s else None for s in samples]))")
+    with topo, _iw10_origin(topo, tmp_path) as address:
         target = {"origin_id": wire.new_id(), "host": address, "arms": [{"iw": 10, "port": BASE_PORT + 10}]}
-        script = ("import json, sys; from iwprobe import wire; from iwprobe._agent import calibrate; "
-                  "from iwprobe._collector import from_dict; "
-                  "target = from_dict(wire.ScheduleTarget, json.loads(sys.argv[1])); "
-                  "samples = [calibrate(wire.new_id(), target, 180_000) for _ in range(3)]; "
-                  "print(json.dumps([s.bottleneck_bps if s else None for s in samples]))")
-        try:
-            time.sleep(1.0)
-            outcome = topo.run("probe", [sys.executable, "-c", script, json.dumps(target)],
-                               capture_output=True, text=True, timeout=300)
-        finally:
-            origin.terminate()
-            origin.wait(timeout=10)
+        outcome = topo.run("probe", [sys.executable, "-c", script, json.dumps(target)],
+                           capture_output=True, text=True, timeout=300)
     assert outcome.returncode == 0, outcome.stderr
     estimates = json.loads(outcome.stdout)
     payload_bps = rate_bps * 1448 / 1500
