@@ -59,12 +59,15 @@ def fairness_figure(rows: list[dict[str, Any]]) -> go.Figure:
     order = sorted(phases)
     labels = [phases[c] for c in order]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("Background flow throughput (Mbit/s)",
-                                                        "Short flows: mean completion time (ms)",
+                                                        "Short flows: median completion (ms), 95 % CI",
                                                         "Retransmitted bytes (% of sent)"))
 
-    def series(flow: str, iw: int | None, field: str, scale: float) -> list[float | None]:
+    def raw(flow: str, iw: int | None, field: str) -> list[Any]:
         values = {int(r["campaign_id"]): r[field] for r in rows if r["flow"] == flow and (iw is None or r["iw"] == iw)}
-        return [values[c] * scale if values.get(c) is not None else None for c in order]
+        return [values.get(c) for c in order]
+
+    def series(flow: str, iw: int | None, field: str, scale: float) -> list[float | None]:
+        return [None if value is None else value * scale for value in raw(flow, iw, field)]
 
     for index, (flow, name) in enumerate((("background-alone", "background alone"),
                                           ("background", "background with short flows"))):
@@ -75,8 +78,18 @@ def fairness_figure(rows: list[dict[str, Any]]) -> go.Figure:
                   row=1, col=3)
     for index, iw in enumerate(sorted({int(r["iw"]) for r in rows if r["flow"] == "short"})):
         color = ARM_PALETTE[index % len(ARM_PALETTE)]
-        fig.add_trace(go.Bar(x=labels, y=series("short", iw, "fct_mean_ms", 1.0), name=f"short IW{iw}",
-                             marker_color=color, legendgroup=f"iw{iw}"), row=1, col=2)
+        median = series("short", iw, "fct_p50_ms", 1.0)
+        bounds = raw("short", iw, "fct_p50_ci_ms")  # (low, high) or None
+        flows = raw("short", iw, "n")
+        fig.add_trace(go.Bar(
+            x=labels, y=median, name=f"short IW{iw}", marker_color=color, legendgroup=f"iw{iw}",
+            error_y={"type": "data", "symmetric": False,
+                     "array": [b[1] - m if b and m is not None else 0.0 for m, b in zip(median, bounds)],
+                     "arrayminus": [m - b[0] if b and m is not None else 0.0 for m, b in zip(median, bounds)]},
+            customdata=[[n or 0, f"[{b[0]:.0f}, {b[1]:.0f}] ms" if b else "no interval (< 6 flows)"]
+                        for n, b in zip(flows, bounds)],
+            hovertemplate="%{x}<br>median %{y:.0f} ms %{customdata[1]}<br>n=%{customdata[0]} flows<extra>IW"
+                          + str(iw) + "</extra>"), row=1, col=2)
         fig.add_trace(go.Bar(x=labels, y=series("short", iw, "bytes_retrans_share", 100), name=f"short IW{iw} retrans",
                              marker_color=color, legendgroup=f"iw{iw}", showlegend=False), row=1, col=3)
     fig.update_layout(barmode="group", template=TEMPLATE, title="Competing flows per phase (campaign)", height=420)
