@@ -72,7 +72,7 @@ def field_values(name: str) -> list[Any]:
     if name == "error_kind":
         return ERROR_KINDS + GENERIC_VALUES
     if name == "wire_version":
-        return [1, 2, 0, "1", 1.0, True, None]
+        return [1, 2, 3, 0, "1", 1.0, 2.0, True, None]
     return INT_BOUNDARIES + GENERIC_VALUES
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from iwprobe import wire
 from iwprobe._fetch import fetch
-from iwprobe._origin import RoutePlan, route_commands
+from iwprobe._routes import RoutePlan, route_commands
 
 from iwprobe_testkit import PYTHON, NetnsPair, wait_for_port
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from iwprobe._agent import ORIGIN_CREDENTIALS, Credentials, save_credentials
-from iwprobe._origin import CAP_NET_ADMIN, Origin, OriginConfig
+from iwprobe._caps import CAP_NET_ADMIN
+from iwprobe._origin import Origin, OriginConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SRC = REPO / "probe" / "src"

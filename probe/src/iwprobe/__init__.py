@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "fetch": "_fetch", "FetchResult": "_fetch",
     "read_tcp_info": "_tcpinfo", "parse_tcp_info": "_tcpinfo",
-    "Origin": "_origin", "OriginConfig": "_origin", "RoutePlan": "_origin", "setup_routes": "_origin",
+    "Origin": "_origin", "OriginConfig": "_origin", "RoutePlan": "_routes", "setup_routes": "_routes",
+    "Arm": "_arms", "parse_arms": "_arms",
     "Spool": "_spool", "SpoolFull": "_spool", "Uploader": "_upload",
     "ProbeAgent": "_agent", "CollectorClient": "_collector", "CollectorError": "_collector",
 }

@@ -24,14 +24,14 @@ def _labels(values: Sequence[str]) -> Dict[str, str]:
     return labels
 
 
-def _arms(text: str) -> List[int]:
+def _arms(text: str) -> List[str]:
+    """``--arms 3,10,10p,32,learned``: arm labels (see iwprobe._arms), validated."""
+    from ._arms import parse_arms
+
     try:
-        arms = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--arms wants comma-separated integers, got {text!r}") from None
-    if not arms or any(not 1 <= iw <= 1000 for iw in arms):
-        raise argparse.ArgumentTypeError(f"IWs must be 1..1000, got {text!r}")
-    return arms
+        return [arm.label for arm in parse_arms(text)]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--arms: {error}") from None
 
 
 def _stop_event() -> threading.Event:
@@ -87,7 +87,16 @@ def _parser() -> argparse.ArgumentParser:
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
     origin.add_argument("--bind", default="0.0.0.0")
-    origin.add_argument("--arms", type=_arms, default=[3, 10, 16, 32])
+    origin.add_argument("--arms", type=_arms, default=["3", "10", "16", "32"],
+                        help="IW policies: N (IW N), Np (IW N, first window paced over the RTT), learned "
+                             "(the window the client's /24 or /48 last ended with); e.g. 3,10,10p,32,learned")
+    origin.add_argument("--congestion-control", default="",
+                        help="TCP congestion control of the origin's connections (e.g. cubic); default: the host's")
+    origin.add_argument("--print-arms", action="store_true",
+                        help="print the arms as JSON (arm, iw, paced, policy, port) and exit")
+    origin.add_argument("--learned-cap", type=int, default=64, help="largest window the learned arm starts with")
+    origin.add_argument("--learned-ttl", type=float, default=600.0,
+                        help="seconds after which a client prefix's learned window is forgotten")
     origin.add_argument("--base-port", type=int, default=8000)
     origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
     origin.add_argument("--workers", type=int, default=32)
@@ -200,9 +209,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _origin(args: argparse.Namespace) -> int:
-    from ._origin import Origin, OriginConfig, RoutePlan, ensure_no_metrics_save, serve_forever, setup_routes
+    from ._origin import Origin, OriginConfig, serve_forever
+    from ._routes import RoutePlan, ensure_no_metrics_save, setup_routes
 
-    plan = RoutePlan(args.arms, initrwnd=args.initrwnd)
+    from ._arms import parse_arms
+
+    arms = parse_arms(args.arms)
+    if args.print_arms:
+        print(json.dumps([arm.describe(args.base_port) for arm in arms]))
+        return 0
+    plan = RoutePlan(arms, initrwnd=args.initrwnd)
     if args.action == "setup-routes":
         for line in setup_routes(plan, dry_run=args.print_routes):
             print(line)
@@ -221,7 +237,9 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
                           max_object_bytes=args.max_object_bytes, workers=args.workers,
-                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout)
+                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout,
+                          learned_cap_iw=args.learned_cap, learned_ttl_s=args.learned_ttl, initrwnd=args.initrwnd,
+                          congestion_control=args.congestion_control)
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections
     spool = None
@@ -242,8 +260,8 @@ def _origin(args: argparse.Namespace) -> int:
     origin.drop_net_admin()
     if uploader_thread is not None:
         uploader_thread.start()
-    print(f"serving arms {list(args.arms)} on {args.bind} ports "
-          f"{[args.base_port + iw for iw in args.arms]}", file=sys.stderr, flush=True)
+    print(f"serving arms {[arm.label for arm in arms]} on {args.bind} ports "
+          f"{[arm.port(args.base_port) for arm in arms]}", file=sys.stderr, flush=True)
     serve_forever(origin, stop)
     if uploader_thread is not None:
         uploader_thread.join(timeout=10)
@@ -252,13 +270,15 @@ def _origin(args: argparse.Namespace) -> int:
 
 def _origin_enroll(args: argparse.Namespace) -> int:
     from ._agent import enroll_origin, state_dir
+    from ._arms import parse_arms
     from ._collector import CollectorError
 
     missing = [name for name in ("collector", "token", "name", "region", "host") if not getattr(args, name)]
     if missing:
         raise SystemExit("origin enroll needs " + ", ".join(f"--{name}" for name in missing))
     request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
-                                       arms=[wire.ArmPort(iw, args.base_port + iw) for iw in args.arms],
+                                       arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced)
+                                             for arm in parse_arms(args.arms)],
                                        version=__version__)
     try:
         credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)

@@ -307,7 +307,8 @@ class ProbeAgent:
             raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
         plan: List[List[Any]] = []
         for target in campaign.targets:
-            ports = {arm.iw: arm.port for arm in target.arms}
+            # Plain arms only (a paced or learned listener of the same IW is another arm).
+            ports = {arm.iw: arm.port for arm in target.arms if arm.arm in ("", str(arm.iw))}
             for iw in campaign.arms:
                 if iw not in ports:
                     log.warning("origin %s has no arm IW %d; skipped", target.origin_id, iw)
@@ -374,7 +375,7 @@ class ProbeAgent:
         iw = campaign.background_iw or max(campaign.arms)
         for target in campaign.targets:
             for arm in target.arms:
-                if arm.iw == iw:
+                if arm.iw == iw and arm.arm in ("", str(arm.iw)):
                     return target, iw, arm.port
         log.warning("campaign %d: no target serves the background arm IW %d; no background flow",
                     campaign.campaign_id, iw)

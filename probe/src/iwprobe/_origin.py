@@ -1,12 +1,13 @@
-"""The instrumented origin: one listener per IW arm, per-connection server measurements.
+"""The instrumented origin: one listener per arm (IW policy), per-connection server measurements.
 
-How the IW is applied: each listener carries ``SO_MARK`` = ``mark_base + iw``.  An
-``ip rule fwmark M lookup T`` sends the listener's traffic to table ``T`` =
-``table_base + iw``, whose routes are copies of the main table's routes with
-``initcwnd iw initrwnd R``.  The kernel reads the initial window from the route when the
-connection is established, so a connection accepted on port ``base_port + iw`` starts
-with ``snd_cwnd == iw``; the origin checks that right after ``accept`` and flags a
-mismatch on the observation.
+Arms (:mod:`iwprobe._arms`): ``N`` (IW N), ``Np`` (IW N, first window spread over the RTT,
+:mod:`iwprobe._pacing`) and ``learned`` (the window the last connection to the client's
+prefix ended with, :mod:`iwprobe._learned`).  How the IW is applied (:mod:`iwprobe._routes`):
+each listener carries an ``SO_MARK``; an ``ip rule`` sends its traffic to a table whose
+routes carry the arm's ``initcwnd``; the kernel reads it when the connection is established.
+The origin reads ``snd_cwnd`` right after ``accept``, compares it with what the policy
+intended (N, or the learned value for the client's prefix) and flags a mismatch on the
+observation.
 
 What the origin measures per connection (the IW10 paper's server-side latency): from the
 moment the request is completely read until the last response byte is acknowledged,
@@ -29,137 +30,28 @@ import queue
 import re
 import selectors
 import socket
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import __version__, wire
+from ._arms import LEARNED_CAP_IW, Arm, parse_arms
+from ._caps import CAP_NET_ADMIN, drop_capability
+from ._learned import LearnedWindows
+from ._pacing import send_paced
+from ._routes import (DEFAULT_INITRWND, DEFAULT_MARK_BASE, DEFAULT_TABLE_BASE, RoutePlan)
 from ._spool import Spool, SpoolFull
 from ._tcpinfo import read_tcp_info
 
 log = logging.getLogger("iwprobe.origin")
 
 SO_MARK = getattr(socket, "SO_MARK", 36)
-#: fwmark of the arm with IW ``n`` is ``DEFAULT_MARK_BASE + n``.
-DEFAULT_MARK_BASE = 0x1F000
-#: Routing table of the arm with IW ``n`` is ``DEFAULT_TABLE_BASE + n``.
-DEFAULT_TABLE_BASE = 21000
-#: Priority of the arm's ``ip rule`` is ``DEFAULT_RULE_PRIORITY_BASE + n`` (before main, 32766).
-DEFAULT_RULE_PRIORITY_BASE = 9000
-#: Initial receive window the arm routes advertise (segments); large so it never limits.
-DEFAULT_INITRWND = 64
 #: Assumed MSS for sizing the send buffer when the real one is not known yet.
 _ASSUMED_MSS = 1460
-NO_METRICS_SAVE = "/proc/sys/net/ipv4/tcp_no_metrics_save"
-_ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "pervasive", "notify"}
 _REQUEST_LINE = re.compile(rb"^(GET) (\S+) HTTP/1\.[01]$")
-
-
-# ----------------------------------------------------------------------------- routes
-@dataclass
-class RoutePlan:
-    """How arms map to marks and tables."""
-
-    arms: Sequence[int]
-    mark_base: int = DEFAULT_MARK_BASE
-    table_base: int = DEFAULT_TABLE_BASE
-    priority_base: int = DEFAULT_RULE_PRIORITY_BASE
-    initrwnd: int = DEFAULT_INITRWND
-
-    def mark(self, iw: int) -> int:
-        return self.mark_base + iw
-
-    def table(self, iw: int) -> int:
-        return self.table_base + iw
-
-
-def _run(command: List[str]) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(command, check=False, capture_output=True, text=True)
-
-
-def main_routes(family: str = "-4") -> List[str]:
-    """The main table's unicast routes as ``ip route`` prints them, flags removed."""
-    output = _run(["ip", family, "route", "show", "table", "main"])
-    if output.returncode != 0:
-        raise RuntimeError(f"ip route show failed: {output.stderr.strip()}")
-    routes = []
-    for line in output.stdout.splitlines():
-        words = [w for w in line.split() if w not in _ROUTE_FLAGS]
-        if not words or words[0] in ("broadcast", "local", "anycast", "multicast", "unreachable", "prohibit", "blackhole"):
-            continue
-        cleaned: List[str] = []
-        skip = False
-        for word in words:
-            if skip:
-                skip = False
-                continue
-            if word in ("initcwnd", "initrwnd"):
-                skip = True
-                continue
-            cleaned.append(word)
-        routes.append(" ".join(cleaned))
-    return routes
-
-
-def route_commands(plan: RoutePlan, routes: Optional[List[str]] = None) -> List[List[str]]:
-    """The ``ip`` commands that make arm ``iw`` connections start with ``initcwnd iw``."""
-    routes = main_routes() if routes is None else routes
-    commands: List[List[str]] = []
-    for iw in plan.arms:
-        table = str(plan.table(iw))
-        commands.append(["ip", "-4", "route", "flush", "table", table])
-        for route in routes:
-            commands.append(["ip", "-4", "route", "replace", *route.split(), "table", table,
-                             "initcwnd", str(iw), "initrwnd", str(plan.initrwnd)])
-        commands.append(["ip", "-4", "rule", "add", "priority", str(plan.priority_base + iw),
-                         "fwmark", hex(plan.mark(iw)), "lookup", table])
-    return commands
-
-
-def setup_routes(plan: RoutePlan, dry_run: bool = False) -> List[str]:
-    """Install rules and tables (idempotent: existing rules are kept, tables rebuilt)."""
-    commands = route_commands(plan)
-    existing_rules = _run(["ip", "-4", "rule", "show"]).stdout
-    printed: List[str] = []
-    for command in commands:
-        printed.append(" ".join(command))
-        if dry_run:
-            continue
-        if command[2] == "rule":
-            priority, mark, table = command[5], command[7], command[9]
-            if re.search(rf"^{priority}:\s.*fwmark {mark}\b.*lookup {table}\b", existing_rules, re.M):
-                continue
-        outcome = _run(command)
-        if outcome.returncode != 0 and command[3] == "flush":
-            continue  # the table did not exist yet
-        if outcome.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed: {outcome.stderr.strip()}")
-    return printed
-
-
-def ensure_no_metrics_save() -> bool:
-    """Set ``net.ipv4.tcp_no_metrics_save=1`` so cached ssthresh/cwnd never leak between trials."""
-    try:
-        with open(NO_METRICS_SAVE, "r+", encoding="ascii") as handle:
-            if handle.read().strip() != "1":
-                handle.seek(0)
-                handle.write("1\n")
-        return True
-    except OSError as error:
-        try:
-            with open(NO_METRICS_SAVE, encoding="ascii") as handle:
-                if handle.read().strip() == "1":
-                    return True
-        except OSError:
-            pass
-        log.warning("!!! could not set net.ipv4.tcp_no_metrics_save=1 (%s): the kernel may cache "
-                    "ssthresh and cwnd per destination and later trials will not start from the "
-                    "arm's IW. Run as root or set the sysctl before starting the origin !!!", error)
-        return False
 
 
 def _env_number(name: str, default: int) -> int:
@@ -178,50 +70,12 @@ def _env_number(name: str, default: int) -> int:
     return value
 
 
-# ----------------------------------------------------------------------------- capabilities
-#: ``CAP_NET_ADMIN`` (linux/capability.h): needed for ``ip route/rule`` and ``SO_MARK`` only.
-CAP_NET_ADMIN = 12
-_PR_CAPBSET_DROP = 24
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-
-
-def drop_capability(capability: int) -> None:
-    """Remove ``capability`` from the calling thread's bounding, effective, permitted and
-    inheritable sets (``prctl(PR_CAPBSET_DROP)`` + ``capset``, through ctypes: standard library
-    only).  Without the capability (not root) it is a no-op.  Capabilities are per thread:
-    threads started afterwards inherit the reduced sets; running ones must drop their own."""
-    import ctypes
-    import os
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    # Dropping from the bounding set needs CAP_SETPCAP; without it nothing can be regained anyway.
-    libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
-
-    class _Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class _Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-
-    header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_Data * 2)()
-    if libc.capget(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), f"capget: {os.strerror(ctypes.get_errno())}")
-    word, bit = divmod(capability, 32)
-    mask = ~(1 << bit) & 0xFFFFFFFF
-    data[word].effective &= mask
-    data[word].permitted &= mask
-    data[word].inheritable &= mask
-    if libc.capset(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), f"capset: {os.strerror(ctypes.get_errno())}")
-
-
 # ----------------------------------------------------------------------------- server
 @dataclass
 class OriginConfig:
     bind: str = "0.0.0.0"
-    arms: Sequence[int] = (3, 10, 16, 32)
+    #: Arm labels (``"10"``, ``"10p"``, ``"learned"``) or plain IWs; see :mod:`iwprobe._arms`.
+    arms: Sequence[Union[int, str, Arm]] = (3, 10, 16, 32)
     base_port: int = 8000
     max_object_bytes: int = wire.MAX_OBJECT_BYTES
     workers: int = 32
@@ -234,6 +88,17 @@ class OriginConfig:
     mark_base: int = DEFAULT_MARK_BASE
     set_marks: bool = True
     origin_id: str = ""
+    #: The learned arm: table of its per-prefix routes, window cap, forgetting time, and whether
+    #: to install routes at all (False in tests without CAP_NET_ADMIN).
+    table_base: int = DEFAULT_TABLE_BASE
+    learned_cap_iw: int = LEARNED_CAP_IW
+    learned_ttl_s: float = 600.0
+    learned_routes: bool = True
+    initrwnd: int = DEFAULT_INITRWND
+    #: TCP congestion control of every connection (``TCP_CONGESTION`` on the listeners, inherited
+    #: by accepted sockets), e.g. ``cubic``; empty keeps the host's default (which varies: CUBIC
+    #: on a fresh Debian, BBR on some hosts; BBR paces everything after the first 10 segments).
+    congestion_control: str = ""
     # Per-client limits (per source address).  The defaults leave room for an offered-load round
     # (up to 256 trials in flight from one probe) and for a 100 Mbit/s probe fetching back to
     # back; the environment variables below override them (the CLI has no flags for them yet).
@@ -249,17 +114,26 @@ class OriginConfig:
     client_bytes_per_s: float = field(default_factory=lambda: float(
         _env_number("IWPROBE_ORIGIN_CLIENT_BYTES_PER_S", 64 * 1024 * 1024)))
 
-    def port(self, iw: int) -> int:
-        return self.base_port + iw
+    def policies(self) -> List[Arm]:
+        return parse_arms(list(self.arms))
+
+    def port(self, arm: Union[int, str, Arm]) -> int:
+        """The listening port of an arm (a plain IW ``N`` is ``base_port + N``)."""
+        return (arm if isinstance(arm, Arm) else parse_arms([arm])[0]).port(self.base_port)
 
 
 @dataclass
 class _Connection:
     sock: socket.socket
     client_addr: str
-    arm_iw: int
+    arm: Arm
     port: int
     snd_cwnd_at_accept: int
+    #: The initial window the arm's policy meant this connection to start with.
+    intended_iw: int
+    #: The RTT the handshake measured (µs), for spreading a paced arm's first window.
+    handshake_rtt_us: int
+    mss: int
     accepted_ns: int
     #: Set by the accept thread once the request head is read and routed.
     status: int = 0
@@ -310,22 +184,25 @@ class Origin:
     """Serves ``GET /obj/<bytes>`` on one port per arm and records observations."""
 
     def __init__(self, config: OriginConfig, spool: Optional[Spool] = None) -> None:
-        if not config.arms:
-            raise ValueError("at least one arm is needed")
-        for iw in config.arms:
-            if not 1 <= iw <= 1000:
-                raise ValueError(f"IW must be between 1 and 1000 segments, got {iw}")
+        self.arms = config.policies()  # ValueError on a bad label, an IW out of range, or none
         self.config = config
+        learned = [arm for arm in self.arms if arm.policy == "learned"]
+        self.learned: Optional[LearnedWindows] = None
+        if learned:
+            plan = RoutePlan(self.arms, mark_base=config.mark_base, table_base=config.table_base)
+            self.learned = LearnedWindows(plan.table(learned[0]), learned[0].iw,
+                                          max(learned[0].iw, config.learned_cap_iw), ttl_s=config.learned_ttl_s,
+                                          initrwnd=config.initrwnd, apply_routes=config.learned_routes)
         self.spool = spool
         self.stats = OriginStats()
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
         self._pattern_view = memoryview(self._pattern)
-        self._listeners: Dict[int, Tuple[socket.socket, int]] = {}
+        self._listeners: Dict[str, Tuple[socket.socket, int]] = {}
         self._queue: "queue.Queue[Optional[_Connection]]" = queue.Queue(maxsize=config.queue_size)
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._stats_lock = threading.Lock()
-        self._sndbuf_warned: Set[int] = set()
+        self._sndbuf_warned: Set[str] = set()
         self._budgets: "Dict[str, _ClientBudget]" = {}
         self._budget_lock = threading.Lock()
         self._pending: Dict[int, _Pending] = {}
@@ -337,14 +214,17 @@ class Origin:
 
     # -- lifecycle
     def start(self) -> None:
-        for iw in self.config.arms:
-            self._listeners[iw] = (self._listen(iw), self.config.port(iw))
+        for arm in self.arms:
+            self._listeners[arm.label] = (self._listen(arm), arm.port(self.config.base_port))
+        if self.learned is not None:
+            # Started before the origin drops CAP_NET_ADMIN: the one thread that keeps it.
+            self.learned.start()
         self._threads.append(threading.Thread(target=self._accept_loop, name="origin-accept", daemon=True))
         for index in range(self.config.workers):
             self._threads.append(threading.Thread(target=self._worker, name=f"origin-worker-{index}", daemon=True))
         for thread in self._threads:
             thread.start()
-        log.info("origin %s serving arms %s on %s ports %s", __version__, list(self.config.arms),
+        log.info("origin %s serving arms %s on %s ports %s", __version__, [a.label for a in self.arms],
                  self.config.bind, [p for _, p in self._listeners.values()])
 
     def stop(self) -> None:
@@ -361,6 +241,8 @@ class Origin:
         for pending in list(self._pending.values()):
             pending.conn.sock.close()
         self._pending.clear()
+        if self.learned is not None:
+            self.learned.close()
 
     def drop_net_admin(self, wait_s: float = 2.0) -> bool:
         """Drop CAP_NET_ADMIN in the calling thread and every origin thread (capabilities are
@@ -384,13 +266,13 @@ class Origin:
         self._caps_dropped.release()
         return True
 
-    def _listen(self, iw: int) -> socket.socket:
+    def _listen(self, arm: Arm) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.config.bind else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if self.config.set_marks:
             try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.config.mark_base + iw)
+                sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.config.mark_base + arm.slot)
             except PermissionError as error:
                 sock.close()
                 raise PermissionError(f"setting SO_MARK needs CAP_NET_ADMIN: {error}") from None
@@ -400,9 +282,15 @@ class Origin:
         # tcp_sndbuf_expand, from snd_cwnd = initcwnd), which always holds IW x MSS; a fixed
         # size is set only when asked for, and never below IW x MSS.
         if self.config.sndbuf_bytes:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(self.config.sndbuf_bytes, 2 * iw * _ASSUMED_MSS))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(self.config.sndbuf_bytes, 2 * max(arm.iw, self.config.learned_cap_iw if arm.policy == "learned" else 0) * _ASSUMED_MSS))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((self.config.bind, self.config.port(iw)))
+        if self.config.congestion_control:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, self.config.congestion_control.encode("ascii"))
+            except OSError as error:
+                sock.close()
+                raise ValueError(f"congestion control {self.config.congestion_control!r}: {error}") from None
+        sock.bind((self.config.bind, arm.port(self.config.base_port)))
         sock.listen(1024)
         sock.setblocking(False)
         return sock
@@ -410,8 +298,9 @@ class Origin:
     # -- accept and request heads (one thread, non-blocking)
     def _accept_loop(self) -> None:
         selector = selectors.DefaultSelector()
-        for iw, (sock, port) in self._listeners.items():
-            selector.register(sock, selectors.EVENT_READ, (iw, port))
+        by_label = {arm.label: arm for arm in self.arms}
+        for label, (sock, port) in self._listeners.items():
+            selector.register(sock, selectors.EVENT_READ, (by_label[label], port))
         caps_dropped = False
         while not self._stop.is_set():
             caps_dropped = self._drop_caps_if_asked(caps_dropped)
@@ -419,12 +308,12 @@ class Origin:
                 if isinstance(key.data, _Pending):
                     self._read_pending(selector, key.data)
                 else:
-                    iw, port = key.data
-                    self._accept_ready(selector, key.fileobj, iw, port)  # type: ignore[arg-type]
+                    arm, port = key.data
+                    self._accept_ready(selector, key.fileobj, arm, port)  # type: ignore[arg-type]
             self._expire_pending(selector)
         selector.close()
 
-    def _accept_ready(self, selector: selectors.BaseSelector, listener: socket.socket, iw: int, port: int) -> None:
+    def _accept_ready(self, selector: selectors.BaseSelector, listener: socket.socket, arm: Arm, port: int) -> None:
         """Accept every waiting connection of one listener (bounded by the per-client and pending limits)."""
         for _ in range(256):
             try:
@@ -446,14 +335,16 @@ class Origin:
                     self.stats.shed += 1
                 conn.close()
                 continue
+            intended = self.learned.intended(client) if arm.policy == "learned" and self.learned else arm.iw
+            accept_info: Dict[str, int] = {}
             try:
                 accept_info = read_tcp_info(conn)
-                cwnd = accept_info.get("snd_cwnd", 0)
-                self._check_sndbuf(conn, iw, accept_info.get("snd_mss", _ASSUMED_MSS))
+                self._check_sndbuf(conn, arm, intended, accept_info.get("snd_mss", _ASSUMED_MSS))
             except OSError:
-                cwnd = 0
+                pass
             conn.setblocking(False)
-            pending = _Pending(_Connection(conn, client, iw, port, cwnd, accepted_ns),
+            pending = _Pending(_Connection(conn, client, arm, port, accept_info.get("snd_cwnd", 0), intended,
+                                           accept_info.get("rtt", 0), accept_info.get("snd_mss", 0), accepted_ns),
                                time.monotonic() + self.config.request_timeout_s, rate_limited)
             self._pending[conn.fileno()] = pending
             selector.register(conn, selectors.EVENT_READ, pending)
@@ -580,15 +471,15 @@ class Origin:
                 self.stats.shed += 1
             self._close(conn)
 
-    def _check_sndbuf(self, conn: socket.socket, iw: int, mss: int) -> None:
+    def _check_sndbuf(self, conn: socket.socket, arm: Arm, iw: int, mss: int) -> None:
         """Warn (once per arm) when the send buffer cannot hold the whole initial window."""
-        if iw in self._sndbuf_warned:
+        if arm.label in self._sndbuf_warned:
             return
         sndbuf = conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         if sndbuf < iw * mss:
-            self._sndbuf_warned.add(iw)
-            log.warning("arm IW %d: send buffer %d bytes < IW x MSS = %d; the first flight will be cut short "
-                        "(raise net.ipv4.tcp_wmem or --sndbuf)", iw, sndbuf, iw * mss)
+            self._sndbuf_warned.add(arm.label)
+            log.warning("arm %s: send buffer %d bytes < IW x MSS = %d; the first flight will be cut short "
+                        "(raise net.ipv4.tcp_wmem or --sndbuf)", arm.label, sndbuf, iw * mss)
 
     # -- per connection
     def _worker(self) -> None:
@@ -622,23 +513,28 @@ class Origin:
                   f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\nServer: iwprobe\r\n\r\n").encode("ascii")
         try:
             sock.settimeout(self.config.ack_timeout_s)
-            _send_all(sock, header, body)
+            if conn.arm.paced and status == 200:
+                send_paced(sock, header, body, conn.arm.iw, conn.handshake_rtt_us, conn.mss)
+            else:
+                _send_all(sock, header, body)
         except OSError as error:
             self._count(type(error).__name__)
             return
         first_byte_us = (time.monotonic_ns() - request_ns) // 1000
         latency_us, info = self._wait_acked(sock, request_ns)
+        if self.learned is not None and conn.arm.policy == "learned" and latency_us is not None and status == 200:
+            self.learned.observe(conn.client_addr, info)
         if status >= 400:
             _linger(sock)
         if trial_id is None:
             return
         observation = wire.OriginObservation(
             trial_id=trial_id, origin_id=self.config.origin_id or "00000000-0000-0000-0000-000000000000",
-            arm_iw=conn.arm_iw, port=conn.port, client_addr=conn.client_addr[:64],
+            arm_iw=conn.intended_iw, arm=conn.arm.label, port=conn.port, client_addr=conn.client_addr[:64],
             object_size=size if status == 200 else 0, request_at=request_at,
             first_byte_us=first_byte_us, response_latency_us=latency_us,
             snd_cwnd_at_accept=conn.snd_cwnd_at_accept,
-            cwnd_mismatch=conn.snd_cwnd_at_accept != conn.arm_iw,
+            cwnd_mismatch=conn.snd_cwnd_at_accept != conn.intended_iw,
             rwnd_limited=info.get("rwnd_limited", 0) > 0,
             peer_rwnd=info.get("snd_wnd"),
             http_status=status, error_kind=None if status == 200 else "http_status",

@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 1: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 2: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -20,8 +20,8 @@ Conventions (they hold for every record):
   kernel reports them (microseconds for times, bytes or segments otherwise).  Only fields
   the running kernel filled in are present; see :data:`TCP_INFO_FIELDS`.
 
-Bump :data:`WIRE_VERSION` on any incompatible change; the collector refuses envelopes
-whose ``wire_version`` it does not know with HTTP 422.
+Bump :data:`WIRE_VERSION` on any change; the collector refuses envelopes whose
+``wire_version`` is not in :data:`ACCEPTED_WIRE_VERSIONS` with HTTP 422.
 
 This module uses the Python standard library only (it ships inside ``iwprobe.pyz``).
 """
@@ -37,7 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 #: Version of this wire format.  Every envelope carries it as ``wire_version``.
-WIRE_VERSION = 1
+#: Version 2 (2026-11) adds the arm label of origin observations and origin arms
+#: (:class:`ArmPort` ``arm``/``paced``); the collector still accepts version 1 (the new
+#: fields are optional, absent meaning the plain arm ``arm_iw``).
+WIRE_VERSION = 2
+#: Every version the collector accepts.
+ACCEPTED_WIRE_VERSIONS = (1, 2)
 
 # --------------------------------------------------------------------------------------
 # HTTP surface of the collector (all under API_PREFIX)
@@ -210,6 +215,10 @@ class OriginObservation:
     error_kind: Optional[str]
     #: Server ``TCP_INFO`` once the response was acknowledged (or at close).
     tcp_info: Dict[str, int] = field(default_factory=dict)
+    #: The arm (label) of the listener; ``arm_iw`` is the IW its policy intended for this
+    #: connection (for ``learned``: the window learned for the client's prefix).  Empty (v1):
+    #: the plain arm ``str(arm_iw)``.
+    arm: str = ""
 
 
 @dataclass
@@ -275,10 +284,16 @@ class UploadResult:
 
 @dataclass
 class ArmPort:
-    """One listener of an origin: IW ``iw`` is served on ``port``."""
+    """One listener of an origin: the arm (IW policy) ``arm`` starting from IW ``iw`` on ``port``."""
 
     iw: int
     port: int
+    #: The arm's label: ``"10"`` (IW 10), ``"10p"`` (IW 10, first window paced over the RTT) or
+    #: ``"learned"`` (the window recent connections to the client's prefix ended with; ``iw`` is
+    #: the window without history).  Empty (wire v1): the plain arm ``str(iw)``.
+    arm: str = ""
+    #: Whether the first window is paced (the ``Np`` arms).
+    paced: bool = False
 
 
 @dataclass
@@ -426,7 +441,7 @@ def dumps(record: Any) -> bytes:
 
 
 __all__ = [
-    "WIRE_VERSION", "API_PREFIX", "PROBE_ENROLL_PATH", "PROBE_HEARTBEAT_PATH",
+    "WIRE_VERSION", "ACCEPTED_WIRE_VERSIONS", "API_PREFIX", "PROBE_ENROLL_PATH", "PROBE_HEARTBEAT_PATH",
     "PROBE_SCHEDULE_PATH", "TRIALS_BATCH_PATH", "ORIGIN_ENROLL_PATH",
     "OBSERVATIONS_BATCH_PATH", "TRIAL_HEADER", "PROBE_HEADER", "OBJECT_PATH_PREFIX",
     "MAX_OBJECT_BYTES", "CREDENTIAL_SEPARATOR", "MAX_BATCH_RECORDS", "MAX_BODY_BYTES",

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, Iw, Port, WireUUID, WireVersion
+from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Iw, Port, WireUUID, WireVersion
 
 
 class EnrollRequestIn(BaseModel):
@@ -49,6 +49,8 @@ class ArmPortModel(BaseModel):
 
     iw: Iw
     port: Port
+    arm: ArmLabel = ""
+    paced: bool = False
 
 
 class ScheduleTargetOut(BaseModel):
@@ -78,7 +80,7 @@ class CampaignScheduleOut(BaseModel):
 class ScheduleOut(BaseModel):
     """Mirror of :class:`iwprobe.wire.Schedule`."""
 
-    wire_version: WireVersion = 1
+    wire_version: WireVersion = 2
     probe_id: WireUUID
     generated_at: str
     poll_after_s: float

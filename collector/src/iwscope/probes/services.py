@@ -86,8 +86,10 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
             wanted = set(campaign.arms)
             if campaign.background_bytes is not None:
                 wanted.add(campaign.background_iw or max(campaign.arms))
-            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"]) for arm in origin.arms
-                    if arm["iw"] in wanted]
+            # Plain arms only: a probe picks a listener by ``iw``, so a paced or learned arm with
+            # the same IW must not reach it until campaigns name arms by label.
+            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=str(arm["iw"])) for arm in origin.arms
+                    if arm["iw"] in wanted and arm.get("arm", "") in ("", str(arm["iw"]))]
             if arms:
                 targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms))
         entries.append(CampaignScheduleOut(

@@ -16,7 +16,7 @@ Details that make both agree:
   before a final newline; pydantic-core's Rust regex does not;
 * timestamps are decoded as strings and checked by the very function pydantic's model uses
   (:func:`iwscope.wiretypes._rfc3339`), in :func:`decode_trial_batch`;
-* ``wire_version`` is compared by equality, as pydantic's ``Literal[1]`` does;
+* ``wire_version`` is compared by equality, as pydantic's ``Literal[1, 2]`` does;
 * no defaults: every field is required, as in the pydantic models; unknown fields are errors.
 """
 
@@ -88,8 +88,8 @@ class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     """Mirror of :class:`iwscope.trials.schemas.TrialBatchIn`."""
 
-    #: pydantic's strict ``Literal[1]`` compares by equality: it takes ``1.0`` and ``true`` too;
-    #: :func:`decode_trial_batch` checks ``== 1``.
+    #: pydantic's strict ``Literal[1, 2]`` compares by equality: it takes ``1.0`` and ``true`` too;
+    #: :func:`decode_trial_batch` checks membership by ``==``.
     wire_version: bool | int | float
     batch_id: FastUUID
     probe_id: FastUUID
@@ -137,7 +137,7 @@ def decode_trial_batch(body: bytes | str) -> FastTrialBatch:
     """Decode and schema-check a ``TrialBatch`` body, or raise :class:`FastDecodeRefused`."""
     try:
         envelope = _DECODER.decode(body)
-        if envelope.wire_version != 1:
+        if envelope.wire_version not in (1, 2):
             raise ValueError("unknown wire_version")
         return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
                               started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],
@@ -171,7 +171,7 @@ def from_reference(reference: TrialBatchIn) -> FastTrialBatch:
     for record, sample in zip(document["path_samples"], reference.path_samples):
         record["measured_at"] = sample.measured_at.isoformat()
     envelope = msgspec.convert(document, FastTrialBatchEnvelope, strict=True)
-    if envelope.wire_version != 1:
+    if envelope.wire_version not in (1, 2):
         raise ValueError("unknown wire_version")
     return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
                           started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],

@@ -104,6 +104,8 @@ class OriginObservation(Base):
     trial_id: Mapped[UuidPk]
     origin_id: Mapped[UuidCol]
     arm_iw: Mapped[int] = mapped_column(SmallInteger)
+    #: The arm's label (``10``, ``10p``, ``learned``); NULL for wire-v1 origins (the plain arm).
+    arm: Mapped[Str | None]
     port: Mapped[Int]
     client_addr: Mapped[Str]
     object_size: Mapped[BigInt]

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwprobe import wire
-from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, Bytes, CampaignId, ErrorKind, Iw, Micros, Port, TcpInfo,
+from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Bytes, CampaignId, ErrorKind, Iw, Micros, Port, TcpInfo,
                                WireTimestamp, WireUUID, WireVersion)
 
 
@@ -86,6 +86,7 @@ class OriginObservationIn(BaseModel):
     http_status: Annotated[int, Field(ge=100, le=599)]
     error_kind: ErrorKind | None
     tcp_info: TcpInfo
+    arm: ArmLabel = ""
 
 
 class ObservationBatchIn(BaseModel):

@@ -202,7 +202,7 @@ SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_
                   "transfer_bytes", "method")
 OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
                             "first_byte_us", "response_latency_us", "snd_cwnd_at_accept", "cwnd_mismatch",
-                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind")
+                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind", "arm")
 OBSERVATION_STAGE_COLUMNS = (OBSERVATION_WIRE_COLUMNS
                              + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",))
 
@@ -283,7 +283,7 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
             observation.client_addr, observation.object_size, observation.request_at, observation.first_byte_us,
             observation.response_latency_us, observation.snd_cwnd_at_accept, observation.cwnd_mismatch,
             observation.rwnd_limited, observation.peer_rwnd, observation.http_status, observation.error_kind,
-            *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode())
+            observation.arm or None, *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode())
 
 
 def _sample_row(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> tuple[Any, ...]:
