@@ -169,3 +169,38 @@ def explain_gap(measured_s: float, predicted: Prediction) -> str | None:
     if measured_s < predicted.server_latency_s * 0.9:
         return "faster than slow start predicts: delayed-ACK or window growth differs from the model"
     return None
+
+
+@dataclass(frozen=True)
+class BurstQueue:
+    """What one first flight does to a drop-tail bottleneck queue (see :func:`first_flight_queue`)."""
+
+    #: Packets of the flight the bottleneck dropped.
+    dropped: int
+    #: Most packets waiting or in serialisation at once.
+    peak_packets: int
+    #: Queueing delay (ms) a packet of another flow meets when it arrives at the peak.
+    peak_delay_ms: float
+
+
+def first_flight_queue(iw: int, bottleneck_bps: float, buffer_packets: int | None, *, paced_rtt_s: float = 0.0,
+                       access_bps: float = 1e9, packet_bytes: int = DEFAULT_MSS + HEADER_BYTES) -> BurstQueue:
+    """The queue ``iw`` full-size packets build at a bottleneck of ``bottleneck_bps`` with a
+    drop-tail buffer of ``buffer_packets`` (the one in serialisation included, as the lab's
+    emulator counts; None = unlimited), arriving back to back at ``access_bps`` (a burst) or
+    one every ``paced_rtt_s / iw`` (initial spreading).  Acknowledgements come a round trip
+    later, so nothing else of the flow joins the queue meanwhile."""
+    service = packet_bytes * 8 / bottleneck_bps
+    gap = paced_rtt_s / iw if paced_rtt_s > 0 else packet_bytes * 8 / access_bps
+    departures: list[float] = []  # serialisation end of every accepted packet
+    dropped = peak = 0
+    for index in range(iw):
+        arrival = index * gap
+        waiting = sum(1 for end in departures if end > arrival)
+        if buffer_packets is not None and waiting + 1 > buffer_packets:
+            dropped += 1
+            continue
+        start = max(arrival, departures[-1]) if departures else arrival
+        departures.append(start + service)
+        peak = max(peak, waiting + 1)
+    return BurstQueue(dropped=dropped, peak_packets=peak, peak_delay_ms=peak * service * 1e3)
