@@ -154,6 +154,10 @@ def test_median_interval_covers_at_least_95_percent() -> None:
     and coverage of a skewed distribution's median >= 95 % at n = 10 and 24."""
     assert median_interval([float(v) for v in range(1, 25)]) == (7.0, 18.0)
     assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    # Large n (2 ** n overflows a float above 1,023): ranks n/2 -+ 1.96 sqrt(n)/2, as the normal
+    # approximation gives (n = 5000: ranks 2431 and 2570, checked with exact integer binomials).
+    assert median_interval([float(v) for v in range(1, 5001)]) == (2431.0, 2570.0)
+    assert median_interval([float(v) for v in range(1, 1101)]) == (518.0, 583.0)
     rng = np.random.default_rng(3)
     true_median = float(np.exp(0.0))  # lognormal(0, 1)
     for n in (10, 24):

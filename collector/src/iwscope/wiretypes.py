@@ -63,7 +63,6 @@ TcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)]], Field(max_length=128)]
 #: Wire versions the collector accepts: 2 adds the arm label of observations and origin arms;
 #: version-1 senders (older probes and origins) are still accepted.
-WireVersion = Literal[1, 2]
+WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
-ARM_LABEL_PATTERN = r"^(?:[0-9]{1,4}p?|learned)?$"
-ArmLabel = Annotated[str, StringConstraints(pattern=ARM_LABEL_PATTERN, max_length=16)]
+ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]

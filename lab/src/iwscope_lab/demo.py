@@ -136,10 +136,12 @@ def cost_lines(phases: list[PhaseResult]) -> list[str]:
             lines.append(f"cost, short flows IW{mix}: no short flows recorded")
             continue
         completed = short["n"] - short["errors"]
+        # Below 6 flows the median has no 95 % order-statistic interval: no number either.
+        median = (f"median completion {_ms(short.get('fct_p50_ms'))} ms {_bounds(short.get('fct_p50_ci_ms'))}"
+                  if short.get("fct_p50_ci_ms") else "median completion: n too small")
         lines.append(
             f"cost, short flows IW{mix} at {COST_LOAD:.0%} load on {COST_BOTTLENECK.rate_bps / 1e6:g} Mbit/s: "
-            f"{completed} completed, median completion {_ms(short.get('fct_p50_ms'))} ms "
-            f"{_bounds(short.get('fct_p50_ci_ms'))}; {short.get('retrans_flows', 0)} of "
+            f"{completed} completed, {median}; {short.get('retrans_flows', 0)} of "
             f"{short.get('joined_flows', 0)} retransmitted {_bounds(short.get('retrans_flow_share_ci'), 100)} %")
     if phases:
         lines.append("cost to the competing bulk flow: n too small (one flow per phase); "

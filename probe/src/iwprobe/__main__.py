@@ -12,6 +12,7 @@ import threading
 from typing import Dict, List, Optional, Sequence
 
 from . import __version__, wire
+from ._arms import Arm, parse_arms
 
 
 def _labels(values: Sequence[str]) -> Dict[str, str]:
@@ -24,14 +25,12 @@ def _labels(values: Sequence[str]) -> Dict[str, str]:
     return labels
 
 
-def _arms(text: str) -> List[str]:
-    """``--arms 3,10,10p,32,learned``: arm labels (see iwprobe._arms), validated."""
-    from ._arms import parse_arms
-
+def _arms(text: str) -> "List[Arm]":
+    """``--arms 3,10,10p,32,learned``: the arms (IW policies, see iwprobe._arms)."""
     try:
-        return [arm.label for arm in parse_arms(text)]
+        return parse_arms(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"--arms: {error}") from None
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _stop_event() -> threading.Event:
@@ -87,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
     origin.add_argument("--bind", default="0.0.0.0")
-    origin.add_argument("--arms", type=_arms, default=["3", "10", "16", "32"],
+    origin.add_argument("--arms", type=_arms, default=parse_arms("3,10,16,32"),
                         help="IW policies: N (IW N), Np (IW N, first window paced over the RTT), learned "
                              "(the window the client's /24 or /48 last ended with); e.g. 3,10,10p,32,learned")
     origin.add_argument("--congestion-control", default="",
@@ -212,9 +211,7 @@ def _origin(args: argparse.Namespace) -> int:
     from ._origin import Origin, OriginConfig, serve_forever
     from ._routes import RoutePlan, ensure_no_metrics_save, setup_routes
 
-    from ._arms import parse_arms
-
-    arms = parse_arms(args.arms)
+    arms = args.arms
     if args.print_arms:
         print(json.dumps([arm.describe(args.base_port) for arm in arms]))
         return 0
@@ -270,7 +267,6 @@ def _origin(args: argparse.Namespace) -> int:
 
 def _origin_enroll(args: argparse.Namespace) -> int:
     from ._agent import enroll_origin, state_dir
-    from ._arms import parse_arms
     from ._collector import CollectorError
 
     missing = [name for name in ("collector", "token", "name", "region", "host") if not getattr(args, name)]
@@ -278,7 +274,7 @@ def _origin_enroll(args: argparse.Namespace) -> int:
         raise SystemExit("origin enroll needs " + ", ".join(f"--{name}" for name in missing))
     request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
                                        arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced)
-                                             for arm in parse_arms(args.arms)],
+                                             for arm in args.arms],
                                        version=__version__)
     try:
         credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)

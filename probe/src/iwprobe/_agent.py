@@ -308,7 +308,7 @@ class ProbeAgent:
         plan: List[List[Any]] = []
         for target in campaign.targets:
             # Plain arms only (a paced or learned listener of the same IW is another arm).
-            ports = {arm.iw: arm.port for arm in target.arms if arm.arm in ("", str(arm.iw))}
+            ports = {arm.iw: arm.port for arm in target.arms if wire.is_plain_arm(arm.arm, arm.iw)}
             for iw in campaign.arms:
                 if iw not in ports:
                     log.warning("origin %s has no arm IW %d; skipped", target.origin_id, iw)
@@ -375,7 +375,7 @@ class ProbeAgent:
         iw = campaign.background_iw or max(campaign.arms)
         for target in campaign.targets:
             for arm in target.arms:
-                if arm.iw == iw and arm.arm in ("", str(arm.iw)):
+                if arm.iw == iw and wire.is_plain_arm(arm.arm, arm.iw):
                     return target, iw, arm.port
         log.warning("campaign %d: no target serves the background arm IW %d; no background flow",
                     campaign.campaign_id, iw)

@@ -94,10 +94,12 @@ def parse_arm(label: str, learned_base_iw: int = LEARNED_BASE_IW) -> Arm:
 
 
 def parse_arms(text: "str | Sequence[object]", learned_base_iw: int = LEARNED_BASE_IW) -> List[Arm]:
-    """Arms from ``"3,10,10p,32,learned"`` (or a list of labels / ints), deduplicated, in
-    order: plain by IW, then paced by IW, then learned."""
-    parts = text.split(",") if isinstance(text, str) else [str(part) for part in text]
-    arms = {arm.label: arm for arm in (parse_arm(part, learned_base_iw) for part in parts if str(part).strip())}
+    """Arms from ``"3,10,10p,32,learned"`` (or a list of labels, ints or :class:`Arm`),
+    deduplicated, in order: plain by IW, then paced by IW, then learned."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    parsed = (part if isinstance(part, Arm) else parse_arm(str(part), learned_base_iw)
+              for part in parts if isinstance(part, Arm) or str(part).strip())
+    arms = {arm.label: arm for arm in parsed}
     if not arms:
         raise ValueError("at least one arm is needed")
     return sorted(arms.values(), key=lambda arm: (POLICIES.index(arm.policy), arm.iw))

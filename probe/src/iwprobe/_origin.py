@@ -41,8 +41,8 @@ from . import __version__, wire
 from ._arms import LEARNED_CAP_IW, Arm, parse_arms
 from ._caps import CAP_NET_ADMIN, drop_capability
 from ._learned import LearnedWindows
-from ._pacing import send_paced
-from ._routes import (DEFAULT_INITRWND, DEFAULT_MARK_BASE, DEFAULT_TABLE_BASE, RoutePlan)
+from ._pacing import send_all, send_paced
+from ._routes import DEFAULT_INITRWND, DEFAULT_MARK_BASE, DEFAULT_TABLE_BASE, RoutePlan
 from ._spool import Spool, SpoolFull
 from ._tcpinfo import read_tcp_info
 
@@ -197,7 +197,7 @@ class Origin:
         self.stats = OriginStats()
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
         self._pattern_view = memoryview(self._pattern)
-        self._listeners: Dict[str, Tuple[socket.socket, int]] = {}
+        self._listeners: Dict[Arm, Tuple[socket.socket, int]] = {}
         self._queue: "queue.Queue[Optional[_Connection]]" = queue.Queue(maxsize=config.queue_size)
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
@@ -215,7 +215,7 @@ class Origin:
     # -- lifecycle
     def start(self) -> None:
         for arm in self.arms:
-            self._listeners[arm.label] = (self._listen(arm), arm.port(self.config.base_port))
+            self._listeners[arm] = (self._listen(arm), arm.port(self.config.base_port))
         if self.learned is not None:
             # Started before the origin drops CAP_NET_ADMIN: the one thread that keeps it.
             self.learned.start()
@@ -282,7 +282,8 @@ class Origin:
         # tcp_sndbuf_expand, from snd_cwnd = initcwnd), which always holds IW x MSS; a fixed
         # size is set only when asked for, and never below IW x MSS.
         if self.config.sndbuf_bytes:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(self.config.sndbuf_bytes, 2 * max(arm.iw, self.config.learned_cap_iw if arm.policy == "learned" else 0) * _ASSUMED_MSS))
+            largest_iw = self.config.learned_cap_iw if arm.policy == "learned" else arm.iw
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(self.config.sndbuf_bytes, 2 * largest_iw * _ASSUMED_MSS))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.config.congestion_control:
             try:
@@ -298,9 +299,8 @@ class Origin:
     # -- accept and request heads (one thread, non-blocking)
     def _accept_loop(self) -> None:
         selector = selectors.DefaultSelector()
-        by_label = {arm.label: arm for arm in self.arms}
-        for label, (sock, port) in self._listeners.items():
-            selector.register(sock, selectors.EVENT_READ, (by_label[label], port))
+        for arm, (sock, port) in self._listeners.items():
+            selector.register(sock, selectors.EVENT_READ, (arm, port))
         caps_dropped = False
         while not self._stop.is_set():
             caps_dropped = self._drop_caps_if_asked(caps_dropped)
@@ -516,7 +516,7 @@ class Origin:
             if conn.arm.paced and status == 200:
                 send_paced(sock, header, body, conn.arm.iw, conn.handshake_rtt_us, conn.mss)
             else:
-                _send_all(sock, header, body)
+                send_all(sock, header, body)
         except OSError as error:
             self._count(type(error).__name__)
             return
@@ -637,21 +637,6 @@ def _linger(sock: socket.socket, limit_s: float = 0.5, limit_bytes: int = 65536)
             drained += len(chunk)
     except OSError:
         return
-
-
-def _send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> None:
-    """Header and body in one ``sendmsg`` (more calls only if the kernel takes part of it)."""
-    buffers: List[memoryview] = [memoryview(header), memoryview(body)]
-    while buffers:
-        sent = sock.sendmsg(buffers)
-        while sent and buffers:
-            if sent >= len(buffers[0]):
-                sent -= len(buffers[0])
-                buffers.pop(0)
-            else:
-                buffers[0] = buffers[0][sent:]
-                sent = 0
-        buffers = [b for b in buffers if len(b)]
 
 
 def serve_forever(origin: Origin, stop: threading.Event) -> None:

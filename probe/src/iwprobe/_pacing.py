@@ -1,4 +1,5 @@
-"""Initial spreading: the first window of a paced arm sent evenly over one RTT.
+"""How the origin writes a response: at once (:func:`send_all`) or, for a paced arm, with the
+first window sent evenly over one RTT (:func:`send_paced`, "initial spreading").
 
 Measured on this kernel (see docs/cost.md): ``SO_MAX_PACING_RATE`` turns on TCP's internal
 pacing without the fq qdisc, but the first 10 data segments of a connection leave at line
@@ -26,11 +27,24 @@ MIN_INTERVAL_S = 0.0002
 
 
 def first_window_pieces(header: bytes, body: "memoryview | bytes", iw: int, mss: int) -> List[memoryview]:
-    """The first ``iw`` MSS-sized pieces of head + body (fewer for a short response); the
-    remainder is the last piece when it is longer than one MSS."""
+    """The first ``iw`` MSS-sized pieces of head + body (fewer for a short response)."""
     data = memoryview(bytes(header) + bytes(body[:max(0, iw * mss - len(header))]))
-    pieces = [data[offset:offset + mss] for offset in range(0, len(data), mss)]
-    return pieces
+    return [data[offset:offset + mss] for offset in range(0, len(data), mss)]
+
+
+def send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> None:
+    """Header and body in one ``sendmsg`` (more calls only if the kernel takes part of it)."""
+    buffers: List[memoryview] = [memoryview(header), memoryview(body)]
+    while buffers:
+        sent = sock.sendmsg(buffers)
+        while sent and buffers:
+            if sent >= len(buffers[0]):
+                sent -= len(buffers[0])
+                buffers.pop(0)
+            else:
+                buffers[0] = buffers[0][sent:]
+                sent = 0
+        buffers = [b for b in buffers if len(b)]
 
 
 def send_paced(sock: socket.socket, header: bytes, body: "memoryview | bytes", iw: int, rtt_us: int,
@@ -42,7 +56,7 @@ def send_paced(sock: socket.socket, header: bytes, body: "memoryview | bytes", i
         pass  # without internal pacing only the first window is spread
     interval = (rtt_us / 1e6) / iw if iw > 0 and rtt_us > 0 else 0.0
     if interval < MIN_INTERVAL_S or mss <= 0:
-        sock.sendall(bytes(header) + bytes(body))
+        send_all(sock, header, body)
         return 0.0
     pieces = first_window_pieces(header, body, iw, mss)
     start = time.monotonic()
@@ -57,4 +71,4 @@ def send_paced(sock: socket.socket, header: bytes, body: "memoryview | bytes", i
     return interval
 
 
-__all__ = ["send_paced", "first_window_pieces", "SO_MAX_PACING_RATE", "UNLIMITED_PACING_RATE"]
+__all__ = ["send_all", "send_paced", "first_window_pieces", "SO_MAX_PACING_RATE", "UNLIMITED_PACING_RATE"]

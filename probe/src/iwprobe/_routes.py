@@ -43,7 +43,7 @@ class RoutePlan:
     initrwnd: int = DEFAULT_INITRWND
 
     def policies(self) -> List[Arm]:
-        return [arm if isinstance(arm, Arm) else parse_arms([arm])[0] for arm in self.arms]
+        return parse_arms(list(self.arms))
 
     def slots(self) -> List[Arm]:
         """One arm per routing table (``N`` and ``Np`` share one)."""

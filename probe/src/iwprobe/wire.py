@@ -296,6 +296,16 @@ class ArmPort:
     paced: bool = False
 
 
+#: Syntax of an arm label (the ``arm`` fields): ``N``, ``Np`` or ``learned``; empty = plain.
+ARM_LABEL_PATTERN = r"^(?:[0-9]{1,4}p?|learned)?$"
+
+
+def is_plain_arm(label: str, iw: int) -> bool:
+    """Whether an arm labelled ``label`` with IW ``iw`` is the plain arm ``iw`` (an empty label
+    is a wire-v1 sender's plain arm); paced and learned arms of the same IW are not."""
+    return label in ("", str(iw))
+
+
 @dataclass
 class ScheduleTarget:
     """An origin a campaign measures, as the probe must reach it."""
@@ -445,7 +455,7 @@ __all__ = [
     "PROBE_SCHEDULE_PATH", "TRIALS_BATCH_PATH", "ORIGIN_ENROLL_PATH",
     "OBSERVATIONS_BATCH_PATH", "TRIAL_HEADER", "PROBE_HEADER", "OBJECT_PATH_PREFIX",
     "MAX_OBJECT_BYTES", "CREDENTIAL_SEPARATOR", "MAX_BATCH_RECORDS", "MAX_BODY_BYTES",
-    "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
+    "ARM_LABEL_PATTERN", "is_plain_arm", "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
     "FLOW_FRAGMENT_BACKGROUND", "FLOW_FRAGMENT_BACKGROUND_ALONE", "flow_role",
     "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
     "UploadResult", "ArmPort", "ScheduleTarget", "CampaignSchedule", "Schedule",

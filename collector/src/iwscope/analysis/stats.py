@@ -363,12 +363,16 @@ def median_interval(sorted_values: Sequence[float], level: float = 0.95) -> tupl
     """Distribution-free interval of the median from order statistics: ``[x_(j), x_(n+1-j)]``
     with the largest ``j`` such that ``P(Binomial(n, 1/2) < j) <= (1 - level) / 2``, which covers
     the population median with at least ``level`` for any continuous distribution.  ``None``
-    below 6 values (no such ``j`` at 95 %)."""
+    below 6 values (no such ``j`` at 95 %).  The binomial terms are summed in log space
+    (``2 ** n`` overflows a float above 1,023 values), from 8 standard deviations below the
+    mean (the mass left out there is below 1e-15)."""
     n = len(sorted_values)
     tail = (1.0 - level) / 2.0
-    below, j = 0.0, 0
-    while True:  # below = P(B < j + 1) for the next candidate j + 1
-        below += math.comb(n, j) / 2.0 ** n
+    log_norm = math.lgamma(n + 1) - n * math.log(2.0)
+    j = max(0, math.floor(n / 2 - 4 * math.sqrt(n)))
+    below = 0.0
+    while j <= n:  # below = P(B < j + 1) for the next candidate j + 1
+        below += math.exp(log_norm - math.lgamma(j + 1) - math.lgamma(n - j + 1))
         if below > tail:
             break
         j += 1

@@ -89,7 +89,7 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
             # Plain arms only: a probe picks a listener by ``iw``, so a paced or learned arm with
             # the same IW must not reach it until campaigns name arms by label.
             arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=str(arm["iw"])) for arm in origin.arms
-                    if arm["iw"] in wanted and arm.get("arm", "") in ("", str(arm["iw"]))]
+                    if arm["iw"] in wanted and wire.is_plain_arm(arm.get("arm", ""), arm["iw"])]
             if arms:
                 targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms))
         entries.append(CampaignScheduleOut(

@@ -137,7 +137,7 @@ def decode_trial_batch(body: bytes | str) -> FastTrialBatch:
     """Decode and schema-check a ``TrialBatch`` body, or raise :class:`FastDecodeRefused`."""
     try:
         envelope = _DECODER.decode(body)
-        if envelope.wire_version not in (1, 2):
+        if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
             raise ValueError("unknown wire_version")
         return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
                               started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],
@@ -171,7 +171,7 @@ def from_reference(reference: TrialBatchIn) -> FastTrialBatch:
     for record, sample in zip(document["path_samples"], reference.path_samples):
         record["measured_at"] = sample.measured_at.isoformat()
     envelope = msgspec.convert(document, FastTrialBatchEnvelope, strict=True)
-    if envelope.wire_version not in (1, 2):
+    if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
         raise ValueError("unknown wire_version")
     return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
                           started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],

@@ -283,7 +283,8 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
             observation.client_addr, observation.object_size, observation.request_at, observation.first_byte_us,
             observation.response_latency_us, observation.snd_cwnd_at_accept, observation.cwnd_mismatch,
             observation.rwnd_limited, observation.peer_rwnd, observation.http_status, observation.error_kind,
-            observation.arm or None, *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode())
+            observation.arm or None, *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
+            orjson.dumps(tcp_info).decode())
 
 
 def _sample_row(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> tuple[Any, ...]:

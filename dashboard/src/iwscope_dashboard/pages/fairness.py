@@ -78,8 +78,9 @@ def fairness_figure(rows: list[dict[str, Any]]) -> go.Figure:
                   row=1, col=3)
     for index, iw in enumerate(sorted({int(r["iw"]) for r in rows if r["flow"] == "short"})):
         color = ARM_PALETTE[index % len(ARM_PALETTE)]
-        median = series("short", iw, "fct_p50_ms", 1.0)
-        bounds = raw("short", iw, "fct_p50_ci_ms")  # (low, high) or None
+        bounds = raw("short", iw, "fct_p50_ci_ms")  # (low, high) or None below 6 flows
+        # no bar without an interval: a median of a handful of flows is not shown as a number
+        median = [m if b else None for m, b in zip(series("short", iw, "fct_p50_ms", 1.0), bounds, strict=True)]
         flows = raw("short", iw, "n")
         fig.add_trace(go.Bar(
             x=labels, y=median, name=f"short IW{iw}", marker_color=color, legendgroup=f"iw{iw}",
