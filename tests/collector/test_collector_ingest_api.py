@@ -139,14 +139,15 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     schedule = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=eu_probe.id), headers=eu_probe.headers)
     assert schedule.status_code == 200, schedule.text
     body = schedule.json()
-    assert body["wire_version"] == 2 and body["probe_id"] == eu_probe.id and body["poll_after_s"] > 0
+    assert body["wire_version"] == wire.WIRE_VERSION and body["probe_id"] == eu_probe.id and body["poll_after_s"] > 0
     assert [entry["campaign_id"] for entry in body["campaigns"]] == [active_eu, dist]
     first = body["campaigns"][0]
     assert first["arms"] == [3, 10] and first["sizes"] == [1000, 50_000] and first["size_dist"] is None
     assert first["repetitions"] == 5 and first["interval_s"] == 2.0 and first["calibrate"] is True
     assert first["targets"] == [{"origin_id": origin_a.id, "host": "10.0.0.1",
                                  "arms": [{"iw": 3, "port": 8003, "arm": "3", "paced": False},
-                                              {"iw": 10, "port": 8010, "arm": "10", "paced": False}]}]
+                                              {"iw": 10, "port": 8010, "arm": "10", "paced": False}],
+                                 "echo_port": None}]
     assert body["campaigns"][1]["sizes"] is None and body["campaigns"][1]["size_dist"] == "websearch"
 
     us = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=us_probe.id), headers=us_probe.headers).json()
@@ -303,7 +304,7 @@ def test_unknown_campaign_or_origin_and_bad_json(client: httpx.Client, probe: En
     garbage = client.post(wire.TRIALS_BATCH_PATH, content=b"{not json", headers=probe.headers)
     assert garbage.status_code == 422 and garbage.json()["detail"]["errors"][0]["section"] == "batch"
     wrong_version = make_batch(probe.id, [make_trial(probe.id)])
-    wrong_version["wire_version"] = 3  # 1 and 2 are known
+    wrong_version["wire_version"] = wire.WIRE_VERSION + 1  # 1 to WIRE_VERSION are known
     assert client.post(wire.TRIALS_BATCH_PATH, json=wrong_version, headers=probe.headers).status_code == 422
     assert count_trials(db_engine, probe.id) == 0
 

@@ -100,7 +100,7 @@ def _mutations() -> list[tuple[str, Any]]:
         ("control characters but no NUL", field("error_detail", "a\tb\x01")),
         ("campaign bigint max", field("campaign_id", 2**63 - 1)),
         ("campaign beyond bigint", field("campaign_id", 2**63)),
-        ("wire version 3", lambda document: {**document, "wire_version": 3}),
+        ("unknown wire version", lambda document: {**document, "wire_version": wire.WIRE_VERSION + 1}),
         ("missing path_samples", lambda document: {k: v for k, v in document.items() if k != "path_samples"}),
         ("sample bandwidth 0", lambda document: (document["path_samples"][0].__setitem__("bottleneck_bps", 0),
                                                  document)[1]),

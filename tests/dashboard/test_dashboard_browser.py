@@ -49,7 +49,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "/sizes": ("sizes-improvement-graph", "sizes-means-graph"),
     "/regions": ("regions-map-graph",),
     "/loss": ("loss-improvement-graph", "loss-retrans-graph"),
-    "/fairness": (),
+    "/cost": (),
     "/probes": ("probes-graph",),
     "/trials": (),
 }
@@ -105,9 +105,9 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
         africa = page.inner_text("#regions-tables .iw-percentiles[data-group='africa']")
         for label in ("IW=10", "IW=3", "Impr.", "% Impr.", "Retrans. %", "Increase"):
             assert label in africa
-    elif path == "/fairness":
-        assert "No competing-flow runs recorded yet" in message
-        assert "IETF 78 testbed" in page.inner_text("#fairness-points")
+    elif path == "/cost":
+        assert "No cost campaigns recorded yet" in message
+        assert "iwscope lab reproduce --only cost" in page.inner_text("#cost-table")
     elif path == "/probes":
         assert len(traces(page, "probes-graph")[0]["x"]) == 8
         page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)
@@ -224,3 +224,14 @@ def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: A
     _, everything = trials_page(dashboard_session, Filters(), 1, 0)
     assert 0 < africa_total < everything
     assert len(lines) - 1 == africa_total
+
+
+def test_the_old_fairness_address_leads_to_the_cost_page(page: Any, dashboard_server: Any) -> None:
+    page.goto(dashboard_server.url + "/fairness?region=africa")
+    page.wait_for_selector("#fairness-moved-link", timeout=TIMEOUT_MS)
+    assert page.get_attribute("#fairness-moved-link", "href") == "/cost?region=africa"
+    page.click("#fairness-moved-link")
+    page.wait_for_url("**/cost?**region=africa**", timeout=TIMEOUT_MS)
+    assert "No cost campaigns recorded yet" in wait_for_status(page, "cost")
+    assert "africa" in page.inner_text("#cost-filter-region")
+    assert page.problems == []

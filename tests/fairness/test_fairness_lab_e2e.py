@@ -40,7 +40,7 @@ def phases(database_url: str, redis_url: str, celery_worker: object, _api_server
 def _trials(stack: Stack, campaign_id: int) -> list[object]:
     with stack.session() as session:
         return list(session.execute(text(
-            "SELECT url, arm_iw, object_size, started_at, total_us, error_kind, server_total_retrans, "
+            "SELECT url, role, arm_iw, object_size, started_at, total_us, error_kind, server_total_retrans, "
             "server_bytes_retrans, server_bytes_sent, joined_at FROM trials WHERE campaign_id = :c "
             "ORDER BY started_at"), {"c": campaign_id}).all())
 
@@ -51,7 +51,7 @@ def test_every_flow_stored_and_joined(phases: tuple[Stack, list[PhaseResult]]) -
         assert result.campaign.stored_per_probe == {"client": result.campaign.expected_per_probe}
         assert result.campaign.unjoined == 0
         rows = _trials(stack, result.campaign.campaign_id)
-        roles = [wire.flow_role(row.url) for row in rows]
+        roles = [wire.flow_role(row.url, row.role) for row in rows]
         assert roles.count("background") == 1 and roles.count("background-alone") == 1
         assert roles.count("short") == len(result.plan.sizes or ()) * len(result.mix)
         assert all(row.error_kind is None for row in rows)
@@ -60,7 +60,7 @@ def test_every_flow_stored_and_joined(phases: tuple[Stack, list[PhaseResult]]) -
 def test_short_flows_arrive_as_a_poisson_process_and_overlap(phases: tuple[Stack, list[PhaseResult]]) -> None:
     stack, results = phases
     for result in results:
-        short = [row for row in _trials(stack, result.campaign.campaign_id) if wire.flow_role(row.url) == "short"]
+        short = [row for row in _trials(stack, result.campaign.campaign_id) if wire.flow_role(row.url, row.role) == "short"]
         starts = [row.started_at.timestamp() for row in short]
         gaps = [b - a for a, b in zip(starts, starts[1:])]
         mean_gap = statistics.fmean(gaps)
@@ -90,34 +90,37 @@ def test_background_flow_pays_for_the_short_flows(phases: tuple[Stack, list[Phas
 
 
 DASHBOARD_SCRIPT = """
-import dataclasses, importlib, json, sys
+import importlib, json, sys
 import dash
 from iwscope.analysis import Filters
 from iwscope_dashboard.app import create_app
-from iwscope_dashboard.pagedata import fairness_data
+from iwscope_dashboard.pagedata import cost_data
 from iwscope_dashboard.pagekit import query
 create_app(sys.argv[1], cache_seconds=0)
-page = importlib.import_module(next(p for p in dash.page_registry.values() if p["path"] == "/fairness")["module"])
-points = query(fairness_data, Filters(campaign_ids=tuple(json.loads(sys.argv[2]))))
-figure = page.fairness_figure([dataclasses.asdict(point) for point in points])
+page = importlib.import_module(next(p for p in dash.page_registry.values() if p["path"] == "/cost")["module"])
+report = query(cost_data, Filters(campaign_ids=tuple(json.loads(sys.argv[2]))))
+figure = page.bulk_figure(report)
 print(json.dumps([{"name": trace.name, "x": list(trace.x), "y": list(trace.y)} for trace in figure.data]))
 """
 
 
-def test_dashboard_fairness_page_draws_the_phases(phases: tuple[Stack, list[PhaseResult]], database_url: str) -> None:
-    """The Fairness page's figure, built by the dashboard from the database (own process: one app per process)."""
+def test_dashboard_cost_page_draws_the_phases(phases: tuple[Stack, list[PhaseResult]], database_url: str) -> None:
+    """The Cost page's bulk-flow figure (the former Fairness figure), built by the dashboard from
+    the database with ``cost_data`` (own process: one app per process)."""
     _stack, results = phases
     ids = [result.campaign.campaign_id for result in results]
     answer = subprocess.run([sys.executable, "-c", DASHBOARD_SCRIPT, database_url, json.dumps(ids)],
                             capture_output=True, text=True, timeout=120, check=True)
     traces = {trace["name"]: trace for trace in json.loads(answer.stdout.strip().splitlines()[-1])}
-    assert {"background alone", "background with short flows", "short IW3", "short IW10"} <= set(traces)
+    assert {"background alone", "background with short flows", "short IW3 retrans", "short IW10 retrans"} <= set(traces)
+    # Every phase appears as a bar of the bulk flow, alone and with the short flows, in the same order.
     assert len(traces["background alone"]["x"]) == len(ids)
+    assert traces["background with short flows"]["x"] == traces["background alone"]["x"]
     for alone, competing in zip(traces["background alone"]["y"], traces["background with short flows"]["y"]):
         assert 0 < competing < alone < BOTTLENECK.rate_bps / 1e6
-    # Each single-IW phase has completion times for its own IW only.
-    assert sum(value is not None for value in traces["short IW3"]["y"]) == 1
-    assert sum(value is not None for value in traces["short IW10"]["y"]) == 1
+    # Each single-IW phase has short flows of its own IW only.
+    assert len(traces["short IW3 retrans"]["x"]) == 1 and len(traces["short IW10 retrans"]["x"]) == 1
+    assert traces["short IW3 retrans"]["x"] != traces["short IW10 retrans"]["x"]
 
 
 def test_public_api_serves_the_fairness_points(phases: tuple[Stack, list[PhaseResult]],

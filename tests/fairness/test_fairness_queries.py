@@ -37,7 +37,7 @@ def _trial(session: Session, campaign_id: int, probe_id: uuid.UUID, origin_id: u
                       url=f"http://10.0.0.1:80{iw:02d}/obj/{size}{fragment}", dns_us=0, connect_us=100_000,
                       ttfb_us=None, total_us=None if total_ms is None else int(total_ms * 1000),
                       bytes_received=0 if error else size, http_status=None if error else 200, error_kind=error,
-                      error_detail=None, syn_retrans=0, tcp_info={}, received_at=DAY,
+                      error_detail=None, syn_retrans=0, tcp_info={}, received_at=DAY, role=wire.flow_role(fragment),
                       server_total_retrans=retrans, server_bytes_retrans=bytes_retrans, server_bytes_sent=bytes_sent,
                       joined_at=DAY if retrans is not None else None))
 

@@ -37,8 +37,8 @@ def test_a_round_is_every_arm_and_size_in_random_order(agent: ProbeAgent) -> Non
     # o1 offers IW 3 and 10, o2 also 16: 5 sizes each.
     assert len(plan) == (2 + 3) * 5
     sizes_by_arm = {}
-    for origin_id, _, iw, port, size in plan:
-        assert port == 8000 + iw
+    for origin_id, _, iw, port, size, arm in plan:
+        assert port == 8000 + iw and arm == str(iw)
         sizes_by_arm.setdefault((origin_id, iw), Counter())[size] += 1
     # The same drawn sizes for every arm, so arms are compared on equal work.
     assert len({tuple(sorted(counter.elements())) for counter in sizes_by_arm.values()}) == 1

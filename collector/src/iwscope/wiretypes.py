@@ -66,3 +66,5 @@ TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)
 WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
+#: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).
+FlowRole = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]

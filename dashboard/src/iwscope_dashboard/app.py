@@ -25,7 +25,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/sizes", "Sizes", True),
     ("/regions", "Regions", True),
     ("/loss", "Loss", True),
-    ("/fairness", "Fairness", True),
+    ("/cost", "Cost", True),
     ("/probes", "Probes", True),
     ("/trials", "Trials", True),
 )

@@ -14,6 +14,7 @@ from typing import Any
 from iwscope.analysis import (
     ArmStats,
     BucketComparison,
+    CostReport,
     FairnessPoint,
     Filters,
     Headline,
@@ -22,6 +23,7 @@ from iwscope.analysis import (
     ProbeRow,
     RegionSummary,
     compare_by,
+    cost,
     fairness,
     fleet,
     headline,
@@ -84,7 +86,14 @@ def loss_data(session: Session, filters: Filters) -> list[LossBucket]:
 
 
 def fairness_data(session: Session, filters: Filters) -> list[FairnessPoint]:
+    """The competing-flow points of the lab's fairness experiment (no page of its own since the
+    Cost page replaced Fairness; :func:`cost_data` reads the same campaigns)."""
     return fairness(session, filters)
+
+
+def cost_data(session: Session, filters: Filters) -> CostReport:
+    """The Cost page: phases, flows per role and arm, the interactive flow, interference."""
+    return cost(session, filters)
 
 
 def probes_data(session: Session, filters: Filters | None = None) -> list[ProbeRow]:
@@ -107,6 +116,7 @@ PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "regions-tables": regions_tables,
     "loss": loss_data,
     "fairness": fairness_data,
+    "cost": cost_data,
     "probes": probes_data,
     "trials": trials_data,
 }

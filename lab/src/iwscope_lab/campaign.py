@@ -351,11 +351,13 @@ class LabCampaign:
                 time.sleep(0.5)
 
     def _wait_for_joins(self, deadline: float) -> int:
-        """Wait until every successful trial has its origin observation joined; return how many lack one."""
+        """Wait until every successful trial has its origin observation joined; return how many lack one.
+        Interactive flows (UDP echoes) have no observation to join."""
         from iwscope.trials.models import Trial
 
         query = select(func.count()).select_from(Trial).where(
-            Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None))
+            Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None),
+            Trial.role != "interactive")
         while True:
             with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())

@@ -151,6 +151,11 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
 
         fairness_section = (fairness_figure(summary["fairness"]).to_html(
             full_html=False, include_plotlyjs="inline" if first else False) + fairness_table(summary["fairness"]))
+        first = False
+    if summary.get("cost"):
+        from iwscope_lab.cost_report import cost_html
+
+        fairness_section += cost_html(summary["cost"], "inline" if first else False)
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
              "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}")
     body = "\n".join(sections)
@@ -228,6 +233,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
                 f"| {row['load']:g} | IW{row['mix']} | {row['flow']} | {row['iw']} | {row['n']} "
                 f"| {_md_scaled(row['throughput_bps'], 1e-6, 2)} | {_md_num(row['fct_mean_ms'])} "
                 f"| {_md_scaled(row['retrans_flow_share'], 100)} % | {_md_scaled(row['bytes_retrans_share'], 100, 2)} % |")
+    if summary.get("cost"):
+        from iwscope_lab.cost_report import cost_markdown
+
+        lines += cost_markdown(summary["cost"])
     return "\n".join(lines) + "\n"
 
 

@@ -253,6 +253,11 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     if not only or FAIRNESS_KEY in only:
         summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    from iwscope_lab.cost import COST_KEY, reproduce_cost
+
+    if not only or COST_KEY in only:
+        summary[COST_KEY] = reproduce_cost(stack, quick=quick, show_progress=show_progress)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)

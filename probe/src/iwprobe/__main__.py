@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument("--learned-ttl", type=float, default=600.0,
                         help="seconds after which a client prefix's learned window is forgotten")
     origin.add_argument("--base-port", type=int, default=8000)
+    origin.add_argument("--no-echo", dest="echo", action="store_false",
+                        help="serve no UDP echo (the interactive flow of cost campaigns) on the base port")
     origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
     origin.add_argument("--workers", type=int, default=32)
     origin.add_argument("--sndbuf", type=int, default=0,
@@ -236,7 +238,7 @@ def _origin(args: argparse.Namespace) -> int:
                           max_object_bytes=args.max_object_bytes, workers=args.workers,
                           request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout,
                           learned_cap_iw=args.learned_cap, learned_ttl_s=args.learned_ttl, initrwnd=args.initrwnd,
-                          congestion_control=args.congestion_control)
+                          congestion_control=args.congestion_control, echo=args.echo)
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections
     spool = None
@@ -275,7 +277,7 @@ def _origin_enroll(args: argparse.Namespace) -> int:
     request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
                                        arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced)
                                              for arm in args.arms],
-                                       version=__version__)
+                                       version=__version__, echo_port=args.base_port if args.echo else None)
     try:
         credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)
     except CollectorError as error:

@@ -29,22 +29,30 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import __version__, sizes, wire
+from ._calibrate import (CALIBRATION_BDPS, DEFAULT_CALIBRATION_BYTES, MIN_RATE_SPAN_US, arrivals, calibrate,
+                         estimate_bottleneck_bps)
 from ._collector import CollectorClient, CollectorError, from_dict
-from ._fetch import FetchResult, fetch, object_url
+from ._echo import EchoFlow
+from ._fetch import fetch, object_url
+from ._plan import PlanEntry, page_parts, round_plan
 from ._spool import Spool, SpoolFull
 from ._upload import Uploader, backoff_delay
 
 log = logging.getLogger("iwprobe.agent")
 
+__all__ = ["Credentials", "ProbeAgent", "PROBE_CREDENTIALS", "ORIGIN_CREDENTIALS", "state_dir", "save_credentials", "load_credentials", "enroll_probe",
+           "enroll_origin", "background_warmup_s", "arrivals", "calibrate", "estimate_bottleneck_bps",
+           "CALIBRATION_BDPS", "MIN_RATE_SPAN_US", "DEFAULT_CALIBRATION_BYTES", "BACKGROUND_WARMUP_RTTS"]
+
 DEFAULT_STATE_DIR = "/var/lib/iwprobe"
 PROBE_CREDENTIALS = "probe.json"
 ORIGIN_CREDENTIALS = "origin.json"
-#: Bytes fetched to calibrate a path (min RTT and bottleneck bandwidth).
-DEFAULT_CALIBRATION_BYTES = 1_000_000
 #: Most trials of an offered-load round in flight at once (arrivals beyond it wait).
 MAX_CONCURRENT_TRIALS = 256
 #: Timeout of a background (long-lived) flow, seconds.
 BACKGROUND_TIMEOUT_S = 600.0
+#: ``arm_iw`` of an interactive-flow trial (UDP: no congestion window; the wire needs an IW).
+INTERACTIVE_ARM_IW = 1
 
 
 # ------------------------------------------------------------------------ credentials
@@ -116,114 +124,6 @@ def enroll_origin(collector: str, token: str, request: wire.OriginEnrollRequest,
     return credentials, save_credentials(directory, ORIGIN_CREDENTIALS, credentials)
 
 
-# ------------------------------------------------------------------------ calibration
-def estimate_bottleneck_bps(progress: Sequence[Tuple[int, ...]], window_us: int) -> Optional[int]:
-    """Highest rate over any span of at least ``window_us`` (two-pointer scan).
-
-    ``progress`` holds ``(microseconds, cumulative bytes, ...)`` samples; with more than one
-    byte count per sample, a span's rate is the lowest of their rates (see :func:`arrivals`).
-    """
-    best: Optional[float] = None
-    start = 0
-    for end in range(len(progress)):
-        while start + 1 < end and progress[end][0] - progress[start + 1][0] >= window_us:
-            start += 1
-        span = progress[end][0] - progress[start][0]
-        if span >= window_us and span > 0:
-            moved = min(after - before for after, before in zip(progress[end][1:], progress[start][1:]))
-            rate = moved * 8 * 1_000_000 / span
-            best = rate if best is None or rate > best else best
-    return int(best) if best is not None else None
-
-
-def arrivals(result: FetchResult) -> List[Tuple[int, ...]]:
-    """``(microseconds, bytes read, payload bytes arrived)`` of a progress-recording fetch.
-
-    Each count overshoots the link in its own way, so a span's rate is the lower of the two.
-    Bytes the application read jump after a loss, when the retransmission releases the
-    out-of-order queue in one read, and when a reader that fell behind reads a backlog (a
-    1 Mbit/s, 1.5 %-loss path read at +54 %, an unloaded 100 Mbit/s, 5 ms one at +21 %).
-    Segments the kernel received (``tcpi_data_segs_in`` times the receive MSS) follow the
-    arrivals but count duplicates: behind a deep buffer the sender's RTO fires spuriously and
-    resends what is still queued (+7 % on a 56 kbit/s modem with a 4.6 s buffer).
-    """
-    mss = result.tcp_info.get("rcv_mss") or 0
-    if not mss:
-        return [(t_us, read) for t_us, read, _ in result.progress]
-    return [(t_us, read, segments * mss) for t_us, read, segments in result.progress]
-
-
-#: Shortest span a calibration rate is taken over, whatever the RTT: over a few
-#: milliseconds, scheduling (the reader's, a loaded emulator's) bunches arrivals.  A
-#: transfer too fast to last four of them (16 MiB over a veth: ~7 ms) uses a quarter of its
-#: duration instead.
-MIN_RATE_SPAN_US = 50_000
-
-
-#: A calibration transfer is long enough once it carries this many estimated BDPs.
-CALIBRATION_BDPS = 4
-
-
-def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int,
-              timeout_s: float = 120.0, max_bytes: int = wire.MAX_OBJECT_BYTES) -> Optional[wire.PathSample]:
-    """Measure min RTT and bottleneck bandwidth to ``target`` with a larger transfer.
-
-    ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
-    delivered); on the probe, which only receives, it is meaningless, so the bottleneck is
-    the highest rate of arriving data (:func:`arrivals`) over any span of at least two minimum
-    RTTs and :data:`MIN_RATE_SPAN_US` (or a quarter of a shorter transfer).  That equals the
-    bottleneck rate only once the transfer left slow start (window above the BDP).  While
-    still in slow start that estimate B is about 3/4 of the last window per RTT and the
-    transfer about two last windows, so ``size < CALIBRATION_BDPS * B * min_rtt``: the
-    transfer is then repeated 4x larger (up to ``max_bytes``, the origin's object bound,
-    and ``timeout_s`` overall).  A transfer covering 4 estimated BDPs gives the plateau
-    rate.  If a larger transfer fails, the previous one is used.  The origin's own
-    ``tcpi_delivery_rate`` of the same connections is in its observations.
-    """
-    if not target.arms:
-        return None
-    arm = max(target.arms, key=lambda a: a.iw)
-    deadline = time.monotonic() + timeout_s
-    size = min(calibration_bytes, max_bytes)
-    best_rtt: Optional[int] = None
-    good: Optional[FetchResult] = None
-    while True:
-        remaining = deadline - time.monotonic()
-        result = fetch(object_url(target.host, arm.port, size), timeout_s=max(1.0, remaining), record_progress=True)
-        if result.connect_us is None and good is None:
-            log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
-            return None
-        if result.error_kind is not None and good is not None:
-            log.warning("calibration transfer of %d bytes from %s failed (%s); keeping the previous one",
-                        size, target.host, result.error_kind)
-            result = good
-            break
-        rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None, best_rtt) if value]
-        if not rtts:
-            log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
-            return None
-        best_rtt = int(min(rtts))
-        duration_us = result.progress[-1][0] - result.progress[0][0] if result.progress else 0
-        window_us = max(2 * best_rtt, min(MIN_RATE_SPAN_US, duration_us // 4))
-        bottleneck = estimate_bottleneck_bps(arrivals(result), window_us) if result.error_kind is None else None
-        long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
-        elapsed_s = (result.total_us or 0) / 1e6
-        good = result if result.error_kind is None else good
-        if (result.error_kind is not None or long_enough or size >= max_bytes
-                or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline):
-            break
-        size = min(size * 4, max_bytes)
-    if best_rtt is None:
-        return None
-    if bottleneck is not None and not long_enough:
-        log.warning("calibration of %s stopped at %d bytes, fewer than %d BDPs: the bandwidth is a lower bound",
-                    target.host, size, CALIBRATION_BDPS)
-    return wire.PathSample(sample_id=wire.new_id(), probe_id=probe_id, origin_id=target.origin_id,
-                           measured_at=result.started_at, min_rtt_us=best_rtt, bottleneck_bps=bottleneck,
-                           transfer_bytes=result.body_bytes if result.error_kind is None else 0,
-                           method="arrival_rate_max")
-
-
 # ----------------------------------------------------------------------- offered load
 #: Round trips a background flow runs before the short flows start (slow start doubles the
 #: window per round trip: 2^10 x IW covers any lab BDP).
@@ -282,7 +182,10 @@ class ProbeAgent:
     def schedule(self) -> Optional[wire.Schedule]:
         """The current schedule from the collector, or the cached one when it is unreachable."""
         try:
-            _, answer = self.client.get_json(wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id))
+            # The version tells the collector which campaigns this probe can run (wire v3: arms by
+            # label, shares, the interactive flow, page loads).
+            _, answer = self.client.get_json(wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id)
+                                             + f"?wire_version={wire.WIRE_VERSION}")
             schedule = from_dict(wire.Schedule, answer)
             descriptor, temporary = tempfile.mkstemp(dir=self.directory)
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -305,18 +208,7 @@ class ProbeAgent:
             round_sizes = sizes.sample(campaign.size_dist, campaign.sizes_per_round, self.rng)
         else:
             raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
-        plan: List[List[Any]] = []
-        for target in campaign.targets:
-            # Plain arms only (a paced or learned listener of the same IW is another arm).
-            ports = {arm.iw: arm.port for arm in target.arms if wire.is_plain_arm(arm.arm, arm.iw)}
-            for iw in campaign.arms:
-                if iw not in ports:
-                    log.warning("origin %s has no arm IW %d; skipped", target.origin_id, iw)
-                    continue
-                for size in round_sizes:
-                    plan.append([target.origin_id, target.host, iw, ports[iw], size])
-        self.rng.shuffle(plan)
-        return plan
+        return round_plan(campaign, round_sizes, self.rng)
 
     def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> Tuple[str, Optional[int], float]:
         """("done" | "wait" | "run", round number, seconds to wait)."""
@@ -352,20 +244,56 @@ class ProbeAgent:
             return
         if next_index:
             log.info("resuming campaign %d round %d at trial %d of %d", campaign.campaign_id, number, next_index, len(plan))
+        echo = self._start_interactive(campaign)
         for index in range(next_index, len(plan)):
             if stop.is_set():
-                return
-            origin_id, host, iw, port, size = plan[index]
-            trial_id = wire.new_id()
-            result = fetch(object_url(host, port, size), trial_id, self.credentials.id,
-                           connect_timeout_s=min(10.0, self.trial_timeout_s), timeout_s=self.trial_timeout_s)
-            record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
-            self._store(record, (campaign.campaign_id, number, index + 1), stop)
-            self.trials_measured += 1
+                break
+            records = self._measure(campaign, number, PlanEntry.from_json(plan[index]), self.trial_timeout_s)
+            for position, record in enumerate(records, 1):
+                self._store(record, (campaign.campaign_id, number, index + 1) if position == len(records) else None, stop)
+            self.trials_measured += len(records)
             if self.trial_gap_s:
                 stop.wait(self.trial_gap_s)
+        self._finish_interactive(echo, campaign, number, stop)
+        if stop.is_set():
+            return
         self.spool.finish_round(campaign.campaign_id, number)
         log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
+
+    # -- interactive flow
+    def _start_interactive(self, campaign: wire.CampaignSchedule) -> Optional[Tuple[EchoFlow, wire.ScheduleTarget]]:
+        """Start the campaign's interactive flow to the first target with an echo port."""
+        if not campaign.interactive_interval_us:
+            return None
+        for target in campaign.targets:
+            if target.echo_port:
+                try:
+                    flow = EchoFlow(target.host, target.echo_port, campaign.interactive_interval_us,
+                                    campaign.interactive_packet_bytes)
+                except (OSError, ValueError) as error:
+                    log.warning("campaign %d: no interactive flow to %s: %s", campaign.campaign_id, target.host, error)
+                    return None
+                flow.start()
+                return flow, target
+        log.warning("campaign %d asks for an interactive flow but no target has an echo port", campaign.campaign_id)
+        return None
+
+    def _finish_interactive(self, started: Optional[Tuple[EchoFlow, wire.ScheduleTarget]],
+                            campaign: wire.CampaignSchedule, number: int, stop: threading.Event) -> None:
+        if started is None:
+            return
+        flow, target = started
+        stats, duration_us = flow.finish()
+        silent = stats.sent > 0 and stats.received == 0
+        record = wire.TrialRecord(
+            trial_id=wire.new_id(), probe_id=self.credentials.id, campaign_id=campaign.campaign_id,
+            origin_id=target.origin_id, round=number, arm_iw=INTERACTIVE_ARM_IW, object_size=stats.sent * stats.packet_bytes,
+            url=f"udp://{target.host}:{target.echo_port}", started_at=flow.started_at, dns_us=None, connect_us=None,
+            ttfb_us=None, total_us=duration_us, bytes_received=stats.received * stats.packet_bytes, http_status=None,
+            error_kind="timeout" if silent else None, error_detail="no packet was echoed" if silent else None,
+            syn_retrans=0, role="interactive", echo=stats)
+        self._store(record, None, stop)
+        self.trials_measured += 1
 
     # -- offered load
     def _background_target(self, campaign: wire.CampaignSchedule) -> Optional[Tuple[wire.ScheduleTarget, int, int]]:
@@ -381,11 +309,36 @@ class ProbeAgent:
                     campaign.campaign_id, iw)
         return None
 
-    def _measure(self, campaign: wire.CampaignSchedule, number: int, origin_id: str, url: str, iw: int,
-                 size: int, timeout_s: float) -> wire.TrialRecord:
+    def _fetch(self, campaign: wire.CampaignSchedule, number: int, origin_id: str, url: str, iw: int, size: int,
+               timeout_s: float, arm: str = "", role: str = "", page_id: Optional[str] = None) -> wire.TrialRecord:
         trial_id = wire.new_id()
         result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s)
-        return result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
+        record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
+        record.arm, record.role, record.page_id = arm or str(iw), role, page_id
+        return record
+
+    def _measure(self, campaign: wire.CampaignSchedule, number: int, entry: PlanEntry,
+                 timeout_s: float) -> List[wire.TrialRecord]:
+        """One short flow of the plan: one fetch, or with ``page_connections`` a page load (the
+        size split over that many connections opened at once, like a browser's)."""
+        if not campaign.page_connections:
+            return [self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, entry.size),
+                                entry.iw, entry.size, timeout_s, arm=entry.arm)]
+        page_id = wire.new_id()
+        parts = page_parts(entry.size, campaign.page_connections)
+        records: List[Optional[wire.TrialRecord]] = [None] * len(parts)
+
+        def connection(index: int, size: int) -> None:
+            records[index] = self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, size),
+                                         entry.iw, size, timeout_s, arm=entry.arm, role="page-load", page_id=page_id)
+
+        threads = [threading.Thread(target=connection, args=(index, size), name="iwprobe-page", daemon=True)
+                   for index, size in enumerate(parts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return [record for record in records if record is not None]
 
     def _run_offered_round(self, campaign: wire.CampaignSchedule, number: int, plan: List[List[Any]],
                            stop: threading.Event) -> None:
@@ -398,14 +351,14 @@ class ProbeAgent:
         if background is not None:
             target, iw, port = background
             url = object_url(target.host, port, int(campaign.background_bytes or 0))
-            alone = self._measure(campaign, number, target.origin_id, url + wire.FLOW_FRAGMENT_BACKGROUND_ALONE, iw,
-                                  int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S)
+            alone = self._fetch(campaign, number, target.origin_id, url, iw, int(campaign.background_bytes or 0),
+                                BACKGROUND_TIMEOUT_S, role="background-alone")
             self._store(alone, None, stop)
             self.trials_measured += 1
             background_thread = threading.Thread(
-                target=lambda: finished.put(self._measure(campaign, number, target.origin_id,
-                                                          url + wire.FLOW_FRAGMENT_BACKGROUND, iw,
-                                                          int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S)),
+                target=lambda: finished.put(self._fetch(campaign, number, target.origin_id, url, iw,
+                                                        int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S,
+                                                        role="background")),
                 name="iwprobe-background", daemon=True)
             background_thread.start()
             # Let the long-lived flow leave slow start so the short flows meet a loaded
@@ -413,12 +366,13 @@ class ProbeAgent:
             stop.wait(background_warmup_s(alone))
 
         def one(entry: List[Any]) -> None:
-            origin_id, host, iw, port, size = entry
             try:
-                finished.put(self._measure(campaign, number, origin_id, object_url(host, port, size), iw, size,
-                                           self.trial_timeout_s))
+                for record in self._measure(campaign, number, PlanEntry.from_json(entry), self.trial_timeout_s):
+                    finished.put(record)
             finally:
                 slots.release()
+
+        echo = self._start_interactive(campaign)
 
         workers: List[threading.Thread] = []
         next_arrival = time.monotonic()
@@ -436,10 +390,15 @@ class ProbeAgent:
             worker = threading.Thread(target=one, args=(entry,), name="iwprobe-trial", daemon=True)
             worker.start()
             workers.append(worker)
-        for worker in workers + ([background_thread] if background_thread else []):
+        for worker in workers:
             while worker.is_alive():
                 self._store_finished(finished, stop)
                 worker.join(0.05)
+        # The interactive flow measures while short flows arrive and run, not the bulk flow's tail.
+        self._finish_interactive(echo, campaign, number, stop)
+        while background_thread is not None and background_thread.is_alive():
+            self._store_finished(finished, stop)
+            background_thread.join(0.05)
         self._store_finished(finished, stop)
         if stop.is_set():
             return

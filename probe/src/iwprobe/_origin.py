@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 from . import __version__, wire
 from ._arms import LEARNED_CAP_IW, Arm, parse_arms
 from ._caps import CAP_NET_ADMIN, drop_capability
+from ._echo import EchoServer
 from ._learned import LearnedWindows
 from ._pacing import send_all, send_paced
 from ._routes import DEFAULT_INITRWND, DEFAULT_MARK_BASE, DEFAULT_TABLE_BASE, RoutePlan
@@ -99,6 +100,8 @@ class OriginConfig:
     #: by accepted sockets), e.g. ``cubic``; empty keeps the host's default (which varies: CUBIC
     #: on a fresh Debian, BBR on some hosts; BBR paces everything after the first 10 segments).
     congestion_control: str = ""
+    #: Serve the interactive flow's UDP echo on ``base_port`` (see :mod:`iwprobe._echo`).
+    echo: bool = True
     # Per-client limits (per source address).  The defaults leave room for an offered-load round
     # (up to 256 trials in flight from one probe) and for a 100 Mbit/s probe fetching back to
     # back; the environment variables below override them (the CLI has no flags for them yet).
@@ -198,6 +201,7 @@ class Origin:
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
         self._pattern_view = memoryview(self._pattern)
         self._listeners: Dict[Arm, Tuple[socket.socket, int]] = {}
+        self.echo: Optional[EchoServer] = None
         self._queue: "queue.Queue[Optional[_Connection]]" = queue.Queue(maxsize=config.queue_size)
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
@@ -216,6 +220,9 @@ class Origin:
     def start(self) -> None:
         for arm in self.arms:
             self._listeners[arm] = (self._listen(arm), arm.port(self.config.base_port))
+        if self.config.echo:
+            self.echo = EchoServer(self.config.bind, self.config.base_port)
+            self.echo.start()
         if self.learned is not None:
             # Started before the origin drops CAP_NET_ADMIN: the one thread that keeps it.
             self.learned.start()
@@ -243,6 +250,8 @@ class Origin:
         self._pending.clear()
         if self.learned is not None:
             self.learned.close()
+        if self.echo is not None:
+            self.echo.stop()
 
     def drop_net_admin(self, wait_s: float = 2.0) -> bool:
         """Drop CAP_NET_ADMIN in the calling thread and every origin thread (capabilities are

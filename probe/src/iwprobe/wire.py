@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 2: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 3: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -40,9 +40,14 @@ from typing import Any, Dict, List, Optional
 #: Version 2 (2026-11) adds the arm label of origin observations and origin arms
 #: (:class:`ArmPort` ``arm``/``paced``); the collector still accepts version 1 (the new
 #: fields are optional, absent meaning the plain arm ``arm_iw``).
-WIRE_VERSION = 2
+#: Version 3 (2026-11) adds the cost experiments: a trial's ``arm`` label, its flow ``role``
+#: (:data:`FLOW_ROLES`), the ``page_id`` of a page load's connections and the ``echo``
+#: statistics of the interactive flow (:class:`EchoStats`); an origin's UDP ``echo_port``; a
+#: campaign's ``arm_labels``, ``arm_shares``, interactive flow and ``page_connections``.  All
+#: new fields are optional; absent, a record means what it meant in version 2.
+WIRE_VERSION = 3
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3)
 
 # --------------------------------------------------------------------------------------
 # HTTP surface of the collector (all under API_PREFIX)
@@ -113,25 +118,59 @@ TCP_INFO_FIELDS = (
 #: Size distributions a campaign may name instead of fixed sizes (the probe samples them).
 SIZE_DISTRIBUTIONS = ("websearch",)
 
-#: Flow roles.  A trial is a ``short`` flow unless its ``url`` ends with one of the
-#: fragments below (a URL fragment is never sent to the origin, so the request is the same):
-#: the long-lived ``background`` flow competing with a round's short flows, or the same
-#: flow measured ``background-alone`` just before the round (the uncontended baseline).
-FLOW_ROLES = ("short", "background", "background-alone")
+#: Flow roles (a trial's ``role``): ``short`` (a timed fetch, the default), the long-lived
+#: ``background`` flow competing with a round's short flows, the same flow measured
+#: ``background-alone`` just before the round (the uncontended baseline), the
+#: ``interactive`` flow (small UDP packets at a fixed rate, echoed by the origin; its trial
+#: carries :class:`EchoStats`) and ``page-load`` (one of the parallel connections of a page
+#: load, sharing a ``page_id``).  Wire v1/v2 probes carry the background roles as a URL
+#: fragment instead (never sent to the origin): :func:`flow_role` reads both.
+FLOW_ROLES = ("short", "background", "background-alone", "interactive", "page-load")
 FLOW_FRAGMENT_PREFIX = "#iwscope-flow="
 FLOW_FRAGMENT_BACKGROUND = FLOW_FRAGMENT_PREFIX + "background"
 FLOW_FRAGMENT_BACKGROUND_ALONE = FLOW_FRAGMENT_PREFIX + "background-alone"
 
 
-def flow_role(url: str) -> str:
-    """The flow role a trial's ``url`` carries (see :data:`FLOW_ROLES`)."""
-    _, separator, role = url.rpartition(FLOW_FRAGMENT_PREFIX)
-    return role if separator and role in FLOW_ROLES else "short"
+def flow_role(url: str, role: str = "") -> str:
+    """A trial's flow role: its ``role`` field, else the one its ``url`` fragment carries
+    (wire v1/v2), else ``short`` (see :data:`FLOW_ROLES`)."""
+    if role:
+        return role
+    _, separator, fragment = url.rpartition(FLOW_FRAGMENT_PREFIX)
+    return fragment if separator and fragment in FLOW_ROLES else "short"
+
+
+#: Most packets one interactive-flow trial reports (10 minutes at 20 ms).
+MAX_ECHO_SAMPLES = 30_000
+#: Largest interactive-flow packet (UDP payload bytes); the origin echoes nothing larger.
+MAX_ECHO_PACKET_BYTES = 1200
+#: Smallest interactive-flow packet: the header the probe and the origin agree on.
+MIN_ECHO_PACKET_BYTES = 16
+#: First bytes of every interactive-flow packet (the origin echoes nothing else).
+ECHO_MAGIC = b"IWSE"
 
 
 # --------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EchoStats:
+    """What the probe measured of its interactive flow (role ``interactive``): UDP packets of
+    ``packet_bytes`` sent every ``interval_us`` to the origin's echo port while a round ran."""
+
+    #: UDP payload bytes of each packet.
+    packet_bytes: int
+    #: Sending interval, microseconds (20,000: 50 packets/s, like a voice call).
+    interval_us: int
+    #: Packets sent (reported: the first :data:`MAX_ECHO_SAMPLES`).
+    sent: int
+    #: Packets whose echo came back (within one second); ``sent - received`` were lost.
+    received: int
+    #: Round-trip time of every packet sent, in sending order, microseconds; ``None`` where
+    #: no echo came back (a loss).  At most :data:`MAX_ECHO_SAMPLES` (the first ones).
+    rtt_us: List[Optional[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -176,6 +215,15 @@ class TrialRecord:
     syn_retrans: int
     #: Client ``TCP_INFO`` at the end of the transfer (see :data:`TCP_INFO_FIELDS`).
     tcp_info: Dict[str, int] = field(default_factory=dict)
+    #: The arm (label, e.g. ``10p``) of the listener fetched from; empty: the plain arm
+    #: ``str(arm_iw)`` (``arm_iw`` is the IW the arm starts from).
+    arm: str = ""
+    #: One of :data:`FLOW_ROLES`; empty (wire v1/v2): from the ``url`` fragment (:func:`flow_role`).
+    role: str = ""
+    #: Role ``page-load``: UUID shared by the parallel connections of one page load.
+    page_id: Optional[str] = None
+    #: Role ``interactive``: the echo statistics (the trial has no TCP connection).
+    echo: Optional[EchoStats] = None
 
 
 @dataclass
@@ -314,6 +362,8 @@ class ScheduleTarget:
     #: Host name or address of the origin as seen from the probe.
     host: str
     arms: List[ArmPort] = field(default_factory=list)
+    #: UDP port of the origin's echo service for the interactive flow; ``None``: none.
+    echo_port: Optional[int] = None
 
 
 @dataclass
@@ -351,6 +401,23 @@ class CampaignSchedule:
     background_bytes: Optional[int] = None
     #: IW arm of the background flow (the target must serve it); ``None``: the largest arm.
     background_iw: Optional[int] = None
+    #: The arms by label (``10``, ``10p``, ``learned``), in place of ``arms`` for probes that
+    #: read them; ``arms`` then holds the plain ones only (what a wire v1/v2 probe can
+    #: measure).  Empty: ``arms`` are the plain arms.
+    arm_labels: List[str] = field(default_factory=list)
+    #: Share of a round's short flows each arm of ``arm_labels`` (or ``arms``) gets, same
+    #: order, summing to 1 (e.g. 0.25/0.75 for a share sweep on one bottleneck).  Empty:
+    #: every arm measures every size (the paired design).
+    arm_shares: List[float] = field(default_factory=list)
+    #: Run the interactive flow during every round: a packet every this many microseconds
+    #: to the target's ``echo_port``.  ``None``: no interactive flow.
+    interactive_interval_us: Optional[int] = None
+    #: UDP payload bytes of an interactive-flow packet.
+    interactive_packet_bytes: int = 160
+    #: Fetch each short flow as a page load: this many parallel connections (browsers open
+    #: 6 per host), each for an equal part of the size, each with the arm's IW.  ``None``:
+    #: one connection per flow.
+    page_connections: Optional[int] = None
 
 
 @dataclass
@@ -387,6 +454,8 @@ class OriginEnrollRequest:
     host: str
     arms: List[ArmPort] = field(default_factory=list)
     version: str = ""
+    #: UDP port of its echo service for interactive flows (wire v3); ``None``: none.
+    echo_port: Optional[int] = None
 
 
 @dataclass
@@ -457,7 +526,8 @@ __all__ = [
     "MAX_OBJECT_BYTES", "CREDENTIAL_SEPARATOR", "MAX_BATCH_RECORDS", "MAX_BODY_BYTES",
     "ARM_LABEL_PATTERN", "is_plain_arm", "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
     "FLOW_FRAGMENT_BACKGROUND", "FLOW_FRAGMENT_BACKGROUND_ALONE", "flow_role",
-    "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
+    "MAX_ECHO_SAMPLES", "MAX_ECHO_PACKET_BYTES", "MIN_ECHO_PACKET_BYTES", "ECHO_MAGIC",
+    "EchoStats", "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
     "UploadResult", "ArmPort", "ScheduleTarget", "CampaignSchedule", "Schedule",
     "EnrollRequest", "OriginEnrollRequest", "EnrollResponse", "Heartbeat",
     "SCHEMA_FILE", "load_schema", "utc_timestamp", "parse_timestamp", "new_id",

@@ -26,7 +26,6 @@ import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwprobe import wire
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.paired import Cells, PairedEstimate, cell_estimate
@@ -750,9 +749,8 @@ def filter_options(session: Session) -> FilterOptions:
                          size_max=int(size_max) if size_max is not None else None)
 
 
-#: SQL expression of a trial's flow role (see ``iwprobe.wire.flow_role``).
-_FLOW_ROLE_SQL = (f"CASE WHEN t.url LIKE '%{wire.FLOW_FRAGMENT_BACKGROUND_ALONE}' THEN 'background-alone' "
-                  f"WHEN t.url LIKE '%{wire.FLOW_FRAGMENT_BACKGROUND}' THEN 'background' ELSE 'short' END")
+#: The flow roles of the fairness experiment (wire v1/v2 fragments were mapped to ``role`` on ingest).
+_FLOW_ROLE_SQL = "t.role"
 
 
 def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
@@ -777,7 +775,8 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
                count(t.server_total_retrans) AS joined_flows,
                sum(t.server_bytes_retrans) AS bytes_retrans, sum(t.server_bytes_sent) AS bytes_sent
         FROM trials AS t JOIN campaigns AS c ON c.id = t.campaign_id LEFT JOIN probes AS p ON p.id = t.probe_id
-        WHERE (c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL) AND {where}
+        WHERE (c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL)
+          AND t.role IN ('short', 'background', 'background-alone') AND t.arm IS NULL AND {where}
         GROUP BY t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, flow, t.arm_iw
         ORDER BY t.campaign_id, flow, t.arm_iw"""), params).all()
     if not rows:

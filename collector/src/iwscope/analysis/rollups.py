@@ -60,6 +60,10 @@ _KEY_SQL = f"""
     width_bucket(object_size, {_SIZE_EDGES}) - 1 AS size_bucket,
     (started_at AT TIME ZONE 'UTC')::date AS day"""
 _KEY_COLUMNS = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
+#: The trials the roll-ups (and so every latency figure) are made of: short flows of plain arms.
+#: Background, interactive and page-load flows and paced or learned arms are the cost
+#: analysis's (:mod:`iwscope.analysis.cost`); keyed by ``arm_iw`` they would pass for plain arms.
+_PAIRED_TRIALS = "role = 'short' AND arm IS NULL"
 
 _CLIENT_DELTA = text(f"""
     SELECT {_KEY_COLUMNS}, bin, count(*) AS n, min(object_size) AS size_min, max(object_size) AS size_max,
@@ -67,7 +71,7 @@ _CLIENT_DELTA = text(f"""
     FROM (SELECT {_KEY_SQL}, object_size,
                  CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN total_us END AS latency_us,
                  CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql('total_us')} END AS bin
-          FROM trials WHERE received_at > :low AND received_at <= :high) AS t
+          FROM trials WHERE received_at > :low AND received_at <= :high AND {_PAIRED_TRIALS}) AS t
     GROUP BY {_KEY_COLUMNS}, bin""")
 
 _SERVER_DELTA = text(f"""
@@ -82,7 +86,7 @@ _SERVER_DELTA = text(f"""
                      AS latency_us,
                  CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
                       THEN {hist_bin_sql('server_latency_us')} END AS bin
-          FROM trials WHERE joined_at > :low AND joined_at <= :high) AS t
+          FROM trials WHERE joined_at > :low AND joined_at <= :high AND {_PAIRED_TRIALS}) AS t
     GROUP BY {_KEY_COLUMNS}, bin""")
 
 _BOUND = text("""

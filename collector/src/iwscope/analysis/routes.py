@@ -20,8 +20,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from iwscope.analysis import queries
+from iwscope.analysis.cost import CostReport, cost
 from iwscope.analysis.filters import Filters
 from iwscope.db import get_sessionmaker
 from iwscope.dbslots import run_db
@@ -106,6 +108,19 @@ async def get_loss(filters: FiltersDep) -> dict[str, Any]:
 @router.get("/fairness")
 async def get_fairness(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.fairness, filters)
+
+
+class CostOut(BaseModel):
+    """``GET /analysis/cost``: the cost report (see :mod:`iwscope.analysis.cost`)."""
+
+    data: CostReport
+
+
+@router.get("/cost", response_model=CostOut)
+async def get_cost(filters: FiltersDep) -> dict[str, Any]:
+    """Cost campaigns (phases) matching the filters: flows per role and arm, the interactive
+    flow's delay and loss, and the A/B-vs-total interference estimates."""
+    return await _run(cost, filters)
 
 
 @router.get("/fleet")

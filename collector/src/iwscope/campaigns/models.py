@@ -50,6 +50,16 @@ class Campaign(Base):
     #: bandwidth bucket its paths feed has a 95 % interval no wider than +- this (ms) for each
     #: arm against the smallest; ``NULL`` runs ``repetitions`` rounds (or until ``ends_at``).
     target_ci_ms: Mapped[float | None] = mapped_column(Double)
+    #: Cost experiments (``0006_cost_flows``): the arms by label (``10``, ``10p``, ``learned``);
+    #: ``arms`` then holds their IWs.  NULL: the plain arms ``arms``.
+    arm_labels: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    #: Share of the short flows per arm (same order); NULL: paired (every arm, every size).
+    arm_shares: Mapped[list[float] | None] = mapped_column(ARRAY(Double))
+    #: The interactive flow: a UDP packet every this many microseconds; NULL: none.
+    interactive_interval_us: Mapped[int | None] = mapped_column(Integer)
+    interactive_packet_bytes: Mapped[int | None] = mapped_column(Integer)
+    #: Page loads: parallel connections per short flow; NULL: one connection.
+    page_connections: Mapped[int | None] = mapped_column(Integer)
 
 
 class CampaignProbeDone(Base):

@@ -11,7 +11,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from iwprobe import wire
 from iwscope.wiretypes import NO_NUL
 
-Arms = Annotated[list[Annotated[int, Field(ge=1, le=1000)]], Field(min_length=1, max_length=32)]
+#: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
+ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
+                                                                      pattern=wire.ARM_LABEL_PATTERN)]
+Arms = Annotated[list[ArmSpec], Field(min_length=1, max_length=16)]
+#: IW a ``learned`` arm is listed with in ``arms`` (what it starts from without history).
+LEARNED_LISTED_IW = 10
 Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
 #: Longest time box of a campaign (30 days).
@@ -47,9 +52,46 @@ class CampaignIn(BaseModel):
     #: Adaptive: probes stop once the buckets they feed have a 95 % interval of at most +- this
     #: (ms); ``repetitions`` is then a maximum.  Needs ``duration_s`` or ``ends_at`` as well.
     target_ci_ms: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
+    #: Share of a round's short flows per arm (same order as ``arms``, summing to 1): a share
+    #: sweep on one bottleneck.  ``None``: every arm fetches every size (the paired design).
+    arm_shares: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=1, max_length=16)] | None = None
+    #: The interactive flow (cost experiments): a UDP packet every this many microseconds to
+    #: the origin's echo port during every round.  ``None``: none.
+    interactive_interval_us: Annotated[int, Field(ge=1000, le=10_000_000)] | None = None
+    #: Its packets' UDP payload bytes (default 160, a voice frame).
+    interactive_packet_bytes: Annotated[int, Field(ge=wire.MIN_ECHO_PACKET_BYTES,
+                                                   le=wire.MAX_ECHO_PACKET_BYTES)] | None = None
+    #: Page loads: each short flow is fetched over this many parallel connections (6 like a browser).
+    page_connections: Annotated[int, Field(ge=2, le=16)] | None = None
+
+    @property
+    def arm_labels(self) -> list[str]:
+        """``arms`` as labels (``10``, ``10p``, ``learned``)."""
+        return [str(arm) for arm in self.arms]
+
+    @property
+    def arm_iws(self) -> list[int]:
+        """The IW each arm starts from (``learned``: :data:`LEARNED_LISTED_IW`)."""
+        return [LEARNED_LISTED_IW if label == "learned" else int(label.rstrip("p")) for label in self.arm_labels]
+
+    @property
+    def plain_arms_only(self) -> bool:
+        return all(label.isdigit() for label in self.arm_labels)
 
     @model_validator(mode="after")
     def _consistent(self) -> "CampaignIn":
+        labels = self.arm_labels
+        if len(set(labels)) != len(labels):
+            raise ValueError("arms must not repeat")
+        if any(not 1 <= iw <= (999 if label.endswith("p") else 1000) for label, iw in zip(labels, self.arm_iws)):
+            raise ValueError("an arm's IW must be in [1, 1000] (a paced arm's in [1, 999])")
+        if self.arm_shares is not None:
+            if len(self.arm_shares) != len(labels):
+                raise ValueError("arm_shares needs one share per arm")
+            if abs(sum(self.arm_shares) - 1.0) > 1e-6:
+                raise ValueError("arm_shares must sum to 1")
+        if self.interactive_packet_bytes is not None and self.interactive_interval_us is None:
+            raise ValueError("interactive_packet_bytes needs interactive_interval_us")
         if (self.sizes is None) == (self.size_dist is None):
             raise ValueError("give exactly one of sizes and size_dist")
         if self.duration_s is not None and self.ends_at is not None:
@@ -65,6 +107,8 @@ class CampaignIn(BaseModel):
             raise ValueError("ends_at must be after starts_at")
         if self.background_iw is not None and self.background_bytes is None:
             raise ValueError("background_iw needs background_bytes")
+        if self.background_bytes is not None and self.background_iw is None and not self.plain_arms_only:
+            raise ValueError("a background flow next to paced or learned arms needs background_iw")
         return self
 
 
@@ -105,3 +149,8 @@ class CampaignOut(BaseModel):
     background_bytes: int | None = None
     background_iw: int | None = None
     target_ci_ms: float | None = None
+    arm_labels: list[str] | None = None
+    arm_shares: list[float] | None = None
+    interactive_interval_us: int | None = None
+    interactive_packet_bytes: int | None = None
+    page_connections: int | None = None

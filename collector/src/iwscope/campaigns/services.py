@@ -22,7 +22,8 @@ def create_campaign(session: Session, campaign: CampaignIn) -> Campaign:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             detail=[{"loc": ["body", "origin_ids"], "msg": f"unknown origins: {', '.join(unknown)}",
                                      "type": "unknown_origin"}])
-    row = Campaign(**campaign.model_dump(exclude={"duration_s"}))
+    row = Campaign(**campaign.model_dump(exclude={"duration_s", "arms"}), arms=campaign.arm_iws,
+                   arm_labels=None if campaign.plain_arms_only else campaign.arm_labels)
     session.add(row)
     session.flush()
     return row

@@ -20,6 +20,8 @@ class Origin(Base):
     host: Mapped[Str]
     #: ``[{"iw": 10, "port": 8010}, ...]`` (wire ``ArmPort``).
     arms: Mapped[Json]
+    #: UDP port of its echo service (the interactive flow); NULL: none (wire v1/v2 origins).
+    echo_port: Mapped[int | None]
     version: Mapped[Str]
     secret_hash: Mapped[Str]
     enrolled_at: Mapped[CreatedAt]

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwscope.probes.schemas import ArmPortModel
-from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG
+from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, Port
 
 
 class OriginEnrollRequestIn(BaseModel):
@@ -21,6 +21,7 @@ class OriginEnrollRequestIn(BaseModel):
     host: Annotated[str, Field(min_length=1, max_length=253), NO_NUL]
     arms: Annotated[list[ArmPortModel], Field(min_length=1, max_length=32)] = []
     version: Annotated[str, Field(max_length=64), NO_NUL] = ""
+    echo_port: Port | None = None
 
 
 class OriginOut(BaseModel):
@@ -29,6 +30,7 @@ class OriginOut(BaseModel):
     region: str
     host: str
     arms: list[ArmPortModel]
+    echo_port: int | None = None
     version: str
     enrolled_at: dt.datetime
     last_seen_at: dt.datetime | None

@@ -8,8 +8,11 @@ the body, authenticates, waits for a thread or sends the answer.
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
+
+from iwprobe import wire
 
 from iwscope.auth.dependencies import (AdminDep, EnrollTokenDep, ProbeDep, ProbeIdentity, SettingsDep,
                                        forbid_other_identity)
@@ -44,15 +47,18 @@ async def heartbeat(probe_id: uuid.UUID, body: HeartbeatIn, probe: ProbeDep) -> 
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-def _schedule(probe: ProbeIdentity, poll_after_s: float) -> ScheduleOut:
+def _schedule(probe: ProbeIdentity, poll_after_s: float, wire_version: int) -> ScheduleOut:
     with session_scope() as session:
-        return services.schedule_for(session, probe, poll_after_s)
+        return services.schedule_for(session, probe, poll_after_s, wire_version=wire_version)
 
 
 @router.get("/{probe_id}/schedule", response_model=ScheduleOut)
-async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep) -> ScheduleOut:
+async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep,
+                   wire_version: Annotated[int, Query(ge=1, le=wire.WIRE_VERSION,
+                                                      description="the wire version the probe speaks (absent: 2)")]
+                   = services.DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
     forbid_other_identity(probe.id, probe_id)
-    return await run_db(_schedule, probe, settings.schedule_poll_s)
+    return await run_db(_schedule, probe, settings.schedule_poll_s, wire_version)
 
 
 def _list_probes() -> list[ProbeOut]:

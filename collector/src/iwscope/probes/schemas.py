@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from iwprobe import wire
 from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Iw, Port, WireUUID, WireVersion
 
 
@@ -57,6 +58,7 @@ class ScheduleTargetOut(BaseModel):
     origin_id: str
     host: str
     arms: list[ArmPortModel]
+    echo_port: int | None = None
 
 
 class CampaignScheduleOut(BaseModel):
@@ -75,12 +77,17 @@ class CampaignScheduleOut(BaseModel):
     arrival_rate_per_s: float | None = None
     background_bytes: int | None = None
     background_iw: int | None = None
+    arm_labels: list[str] = []
+    arm_shares: list[float] = []
+    interactive_interval_us: int | None = None
+    interactive_packet_bytes: int = 160
+    page_connections: int | None = None
 
 
 class ScheduleOut(BaseModel):
     """Mirror of :class:`iwprobe.wire.Schedule`."""
 
-    wire_version: WireVersion = 2
+    wire_version: WireVersion = wire.WIRE_VERSION
     probe_id: WireUUID
     generated_at: str
     poll_after_s: float

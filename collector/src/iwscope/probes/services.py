@@ -52,8 +52,19 @@ def _wire_time(when: dt.datetime | None) -> str | None:
     return wire.utc_timestamp(when) if when is not None else None
 
 
+#: Wire version a probe that does not say (``?wire_version=``) is assumed to speak.
+DEFAULT_PROBE_WIRE_VERSION = 2
+
+
+def needs_wire_v3(campaign: Campaign) -> bool:
+    """Whether a campaign uses what probes before wire v3 cannot run (arms by label, shares,
+    the interactive flow, page loads): such probes are not given it."""
+    return bool(campaign.arm_labels or campaign.arm_shares or campaign.interactive_interval_us
+                or campaign.page_connections)
+
+
 def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
-                 now: dt.datetime | None = None) -> ScheduleOut:
+                 now: dt.datetime | None = None, wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
     """Campaigns this probe takes part in now or within the next poll interval.
 
     A campaign applies when its window ``[starts_at, ends_at)`` overlaps
@@ -61,6 +72,9 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
     region, and (adaptive campaigns) the probe has not reached the target precision yet.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
     and of its background flow's arm (an origin serving none of them is left out).  Offered-load
     fields are passed through; ``background_iw`` is resolved (default: the largest arm).
+    Probes that speak a wire version below 3 get neither campaigns needing it
+    (:func:`needs_wire_v3`) nor the labels of paced and learned listeners (they pick a listener
+    by IW, so a ``10p`` listener would pass for ``10``).
     """
     now = now or utcnow()
     horizon = now + dt.timedelta(seconds=poll_after_s)
@@ -78,20 +92,22 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
         select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))} if origin_ids else {}
     entries: list[CampaignScheduleOut] = []
     for campaign in campaigns:
+        if wire_version < 3 and needs_wire_v3(campaign):
+            continue
+        wanted = set(campaign.arm_labels or [str(iw) for iw in campaign.arms])
+        if campaign.background_bytes is not None:
+            wanted.add(str(campaign.background_iw or max(campaign.arms)))
         targets: list[ScheduleTargetOut] = []
         for origin_id in campaign.origin_ids:
             origin = origins.get(origin_id)
             if origin is None:
                 continue
-            wanted = set(campaign.arms)
-            if campaign.background_bytes is not None:
-                wanted.add(campaign.background_iw or max(campaign.arms))
-            # Plain arms only: a probe picks a listener by ``iw``, so a paced or learned arm with
-            # the same IW must not reach it until campaigns name arms by label.
-            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=str(arm["iw"])) for arm in origin.arms
-                    if arm["iw"] in wanted and wire.is_plain_arm(arm.get("arm", ""), arm["iw"])]
+            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]),
+                                 paced=bool(arm.get("paced", False))) for arm in origin.arms
+                    if (arm.get("arm") or str(arm["iw"])) in wanted]
             if arms:
-                targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms))
+                targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms,
+                                                 echo_port=origin.echo_port if wire_version >= 3 else None))
         entries.append(CampaignScheduleOut(
             campaign_id=campaign.id, name=campaign.name, arms=list(campaign.arms),
             sizes=list(campaign.sizes) if campaign.sizes is not None else None,
@@ -100,7 +116,11 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
             starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
             calibrate=campaign.calibrate, targets=targets,
             arrival_rate_per_s=campaign.arrival_rate_per_s, background_bytes=campaign.background_bytes,
-            background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None))
+            background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None,
+            arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
+            interactive_interval_us=campaign.interactive_interval_us,
+            interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
+            page_connections=campaign.page_connections))
     return ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
                        poll_after_s=poll_after_s, campaigns=entries)
 

@@ -17,7 +17,8 @@ Details that make both agree:
 * timestamps are decoded as strings and checked by the very function pydantic's model uses
   (:func:`iwscope.wiretypes._rfc3339`), in :func:`decode_trial_batch`;
 * ``wire_version`` is compared by equality, as pydantic's ``Literal[1, 2]`` does;
-* no defaults: every field is required, as in the pydantic models; unknown fields are errors.
+* the same defaults as the pydantic models (only wire v3's optional trial fields have one);
+  unknown fields are errors.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ FastTcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 FastTcpInfo = Annotated[dict[FastTcpInfoField, Annotated[int, Meta(ge=0, le=BIGINT_MAX)]], Meta(max_length=128)]
 
 
+FastArmLabel = Annotated[str, Meta(max_length=16, pattern=wire.ARM_LABEL_PATTERN.removesuffix("$") + r"\Z")]
+FastFlowRole = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]
+
+
+class FastEcho(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Mirror of :class:`iwscope.trials.schemas.EchoStatsIn`."""
+
+    packet_bytes: Annotated[int, Meta(ge=wire.MIN_ECHO_PACKET_BYTES, le=wire.MAX_ECHO_PACKET_BYTES)]
+    interval_us: Annotated[int, Meta(ge=1000, le=10_000_000)]
+    sent: Annotated[int, Meta(ge=0, le=wire.MAX_ECHO_SAMPLES)]
+    received: Annotated[int, Meta(ge=0, le=1_000_000_000)]
+    rtt_us: Annotated[list[FastMicros | None], Meta(max_length=wire.MAX_ECHO_SAMPLES)]
+
+
 class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """Mirror of :class:`iwscope.trials.schemas.TrialRecordIn` (``started_at`` still a string)."""
 
@@ -70,6 +85,10 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     error_detail: Annotated[str, Meta(max_length=500, pattern=NO_NUL_PATTERN)] | None
     syn_retrans: Annotated[int, Meta(ge=0, le=255)]
     tcp_info: FastTcpInfo
+    arm: FastArmLabel = ""
+    role: FastFlowRole = ""
+    page_id: FastUUID | None = None
+    echo: FastEcho | None = None
 
 
 class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):

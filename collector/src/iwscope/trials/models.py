@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import BigInteger, Boolean, Index, Integer, SmallInteger, text
+from sqlalchemy import Boolean, CheckConstraint, Index, SmallInteger, Text, text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
+from iwprobe import wire
 from iwscope.db import Base
 from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
 
@@ -49,6 +50,8 @@ class Trial(Base):
         Index("ix_trials_campaign_id_arm_iw", "campaign_id", "arm_iw"),
         Index("ix_trials_probe_id_origin_id", "probe_id", "origin_id"),
         Index("ix_trials_origin_id", "origin_id"),
+        Index("ix_trials_page_id", "page_id", postgresql_where=text("page_id IS NOT NULL")),
+        CheckConstraint(f"role IN ({', '.join(repr(role) for role in wire.FLOW_ROLES)})", name="role_known"),
         {"postgresql_partition_by": "RANGE (started_at)"},
     )
 
@@ -80,6 +83,14 @@ class Trial(Base):
     tcpi_rcv_mss: Mapped[BigInt | None]
     tcpi_bytes_received: Mapped[BigInt | None]
     tcp_info: Mapped[Json]
+    #: The arm's label when it is not the plain arm ``arm_iw`` (``10p``, ``learned``); NULL: plain.
+    arm: Mapped[Str | None]
+    #: The flow's role (``wire.FLOW_ROLES``): only ``short`` trials of plain arms feed the roll-ups.
+    role: Mapped[str] = mapped_column(Text, server_default="short")
+    #: Role ``page-load``: the page load the connection belongs to.
+    page_id: Mapped[UuidCol | None]
+    #: Role ``interactive``: ``wire.EchoStats`` (packets sent, echoed, round-trip times).
+    echo: Mapped[Json | None]
     received_at: Mapped[CreatedAt]
     # Filled by the join task from origin_observations:
     server_latency_us: Mapped[BigInt | None]

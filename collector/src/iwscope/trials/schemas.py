@@ -7,8 +7,21 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwprobe import wire
-from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Bytes, CampaignId, ErrorKind, Iw, Micros, Port, TcpInfo,
-                               WireTimestamp, WireUUID, WireVersion)
+from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Bytes, CampaignId, ErrorKind, FlowRole, Iw, Micros,
+                               Port, TcpInfo, WireTimestamp, WireUUID, WireVersion)
+
+
+class EchoStatsIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.EchoStats` (one ``rtt_us`` entry per packet sent and
+    ``received`` = its non-null entries are checked with the batch, see :func:`iwscope.trials.services.validate_trial_batch`)."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    packet_bytes: Annotated[int, Field(ge=wire.MIN_ECHO_PACKET_BYTES, le=wire.MAX_ECHO_PACKET_BYTES)]
+    interval_us: Annotated[int, Field(ge=1000, le=10_000_000)]
+    sent: Annotated[int, Field(ge=0, le=wire.MAX_ECHO_SAMPLES)]
+    received: Annotated[int, Field(ge=0, le=1_000_000_000)]
+    rtt_us: Annotated[list[Micros | None], Field(max_length=wire.MAX_ECHO_SAMPLES)]
 
 
 class TrialRecordIn(BaseModel):
@@ -35,6 +48,10 @@ class TrialRecordIn(BaseModel):
     error_detail: Annotated[str, Field(max_length=500), NO_NUL] | None
     syn_retrans: Annotated[int, Field(ge=0, le=255)]
     tcp_info: TcpInfo
+    arm: ArmLabel = ""
+    role: FlowRole = ""
+    page_id: WireUUID | None = None
+    echo: EchoStatsIn | None = None
 
 
 class PathSampleIn(BaseModel):

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import msgspec
 import orjson
 import psycopg
 from pydantic import ValidationError
@@ -123,6 +124,35 @@ def _check_instant(errors: list[RecordError], section: str, index: int, record_i
                                   message="timestamp is more than a day in the future"))
 
 
+def _arm_matches_iw(label: str, iw: int) -> bool:
+    """An arm label names the IW it starts from (``10`` and ``10p``: 10; ``learned``: any)."""
+    return label in ("", "learned") or label.rstrip("p") == str(iw)
+
+
+def _flow_field_errors(trials: Sequence[fastwire.FastTrial]) -> list[RecordError]:
+    """The wire-v3 fields of each trial agree with each other (checks the schema cannot state)."""
+    errors: list[RecordError] = []
+
+    def error(index: int, trial: fastwire.FastTrial, name: str, message: str) -> None:
+        errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field=name, message=message))
+
+    for index, trial in enumerate(trials):
+        if not (trial.arm or trial.role or trial.page_id or trial.echo):
+            continue  # a wire v1/v2 record (or a plain short flow): nothing to relate
+        if not _arm_matches_iw(trial.arm, trial.arm_iw):
+            error(index, trial, "arm", f"arm {trial.arm!r} does not start from arm_iw {trial.arm_iw}")
+        if (trial.role == "interactive") != (trial.echo is not None):
+            error(index, trial, "echo", "the interactive role and echo statistics go together")
+        if (trial.role == "page-load") != (trial.page_id is not None):
+            error(index, trial, "page_id", "the page-load role and a page_id go together")
+        if trial.echo is not None:
+            if len(trial.echo.rtt_us) != trial.echo.sent:
+                error(index, trial, "echo.rtt_us", "one entry per packet sent")
+            elif sum(rtt is not None for rtt in trial.echo.rtt_us) != trial.echo.received:
+                error(index, trial, "echo.received", "not the number of echoed packets in rtt_us")
+    return errors
+
+
 def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrialBatch:
     """Parse and check a ``TrialBatch`` uploaded by ``probe_id``, or raise :class:`BatchRejected`.
 
@@ -154,6 +184,9 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
                 foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
                                            field="probe_id", message="not the probe of this credential"))
         raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
+    flow_errors = _flow_field_errors(trials)
+    if flow_errors:
+        raise BatchRejected(422, "invalid batch: nothing was stored", flow_errors)
     latest = utcnow() + MAX_FUTURE
     instants = batch.started_at + batch.measured_at
     if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
@@ -197,7 +230,8 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> Observation
 TRIAL_WIRE_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "origin_id", "round", "arm_iw",
                       "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received",
                       "http_status", "error_kind", "error_detail", "syn_retrans")
-TRIAL_STAGE_COLUMNS = TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS) + ("tcp_info",)
+TRIAL_STAGE_COLUMNS = (TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
+                       + ("tcp_info", "arm", "role", "page_id", "echo"))
 SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
                   "transfer_bytes", "method")
 OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
@@ -258,7 +292,10 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
             f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
             f"{trial.syn_retrans}\t{get('rtt', n)}\t{get('rttvar', n)}\t{get('min_rtt', n)}\t"
             f"{get('total_retrans', n)}\t{get('segs_in', n)}\t{get('data_segs_in', n)}\t{get('rcv_space', n)}\t"
-            f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}")
+            f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}\t"
+            f"{n if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm}\t{wire.flow_role(trial.url, trial.role)}\t"
+            f"{n if trial.page_id is None else trial.page_id}\t"
+            f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}")
 
 
 #: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.

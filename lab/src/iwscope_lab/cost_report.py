@@ -1,0 +1,121 @@
+"""The cost experiments' section of the reproduction report: tables (Markdown, HTML) and a figure.
+
+Rows come from ``summary["cost"]["report"]`` (:class:`iwscope.analysis.CostReport` as JSON);
+a number without enough data is "n too small" with its n, never a zero.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+
+TOO_SMALL = "n too small"
+
+
+def _ci(value: float | None, interval: Any, scale: float = 1.0, digits: int = 1, n: int | None = None) -> str:
+    if value is None:
+        return TOO_SMALL + (f" (n={n})" if n is not None else "")
+    text = f"{value * scale:.{digits}f}"
+    if interval:
+        text += f" [{interval[0] * scale:.{digits}f}, {interval[1] * scale:.{digits}f}]"
+    return text
+
+
+def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per phase: its design and what it cost (interactive flow, flows, bulk, pages)."""
+    report = cost["report"]
+    interactive = {point["campaign_id"]: point for point in report["interactive"]}
+    flows: dict[int, list[dict[str, Any]]] = {}
+    for flow in report["flows"]:
+        flows.setdefault(flow["campaign_id"], []).append(flow)
+    kinds = {phase["campaign_id"]: phase["kind"] for phase in cost.get("phases", [])}
+    rows = []
+    for campaign in report["campaigns"]:
+        cid = campaign["campaign_id"]
+        point = interactive.get(cid)
+        mine = flows.get(cid, [])
+        short = "; ".join(f"{f['arm']}: {_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n'])} (n={f['n']})"
+                          for f in mine if f["role"] == "short")
+        pages = "; ".join(f"{f['arm']}: {_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n'])} (n={f['n']})"
+                          for f in mine if f["role"] == "page-load")
+        retrans = "; ".join(f"{f['arm']}: {_ci(f['bytes_retrans_share'], None, 100, 2)} %"
+                            for f in mine if f["role"] in ("short", "page-load") and f["bytes_retrans_share"] is not None)
+        alone = next((f for f in mine if f["role"] == "background-alone"), None)
+        bulk = next((f for f in mine if f["role"] == "background"), None)
+        rows.append({
+            "bottleneck": campaign["region"].removeprefix("cost-"), "phase": kinds.get(cid, ""), "mix": campaign["mix"],
+            "delay_p50": _ci(point["delay_p50_ms"], point["delay_p50_ci_ms"], n=point["samples"]) if point else "",
+            "delay_p99": _ci(point["delay_p99_ms"], point["delay_p99_ci_ms"], n=point["samples"]) if point else "",
+            "loss": (_ci(point["loss_share"], point["loss_ci"], 100, 2) + " %") if point and point["sent"] else "",
+            "short_fct_p50": short, "short_retrans": retrans, "page_load_p50": pages,
+            "bulk_mbps": (f"{bulk['throughput_bps'] / 1e6:.2f} with / {alone['throughput_bps'] / 1e6:.2f} alone"
+                          if bulk and alone and bulk["throughput_bps"] and alone["throughput_bps"] else ""),
+        })
+    return rows
+
+
+COLUMNS = (("bottleneck", "bottleneck"), ("phase", "phase"), ("mix", "short flows"),
+           ("delay_p50", "interactive delay p50 ms [95 % CI]"), ("delay_p99", "interactive delay p99 ms [95 % CI]"),
+           ("loss", "interactive loss"), ("short_fct_p50", "short-flow FCT p50 ms [95 % CI]"),
+           ("short_retrans", "bytes retransmitted"), ("bulk_mbps", "bulk Mbit/s"),
+           ("page_load_p50", "page load p50 ms [95 % CI]"))
+
+
+def interference_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"bottleneck": item["region"].removeprefix("cost-"), "arms": f"{item['baseline']} vs {item['treatment']}",
+             "share": f"{item['treatment_share'] * 100:.0f} %", "ab": _ci(item["ab_ms"], item["ab_ci_ms"]),
+             "total": _ci(item["total_ms"], item["total_ci_ms"]), "bias": _ci(item["bias_ms"], item["bias_ci_ms"]),
+             "n": "/".join(str(value) for value in item["n"])} for item in cost["report"]["interference"]]
+
+
+INTERFERENCE_COLUMNS = (("bottleneck", "bottleneck"), ("arms", "baseline vs treatment"), ("share", "treatment share"),
+                        ("ab", "A/B estimate ms [95 % CI]"), ("total", "total effect ms [95 % CI]"),
+                        ("bias", "bias ms [95 % CI]"), ("n", "n (A/B base, A/B treat, all base, all treat)"))
+
+
+def cost_markdown(cost: dict[str, Any]) -> list[str]:
+    lines = ["", f"## {cost['title']}", "",
+             "Interactive delay: round-trip time of a 50 packets/s UDP flow above the bottleneck's empty-queue RTT "
+             "(moving-block bootstrap intervals). FCT: flow completion time of successful short flows.", "",
+             "| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row[key] for key, _ in COLUMNS) + " |" for row in cost_rows(cost)]
+    lines += ["", "A/B split vs total effect (mean FCT, treatment minus baseline):", "",
+              "| " + " | ".join(title for _, title in INTERFERENCE_COLUMNS) + " |", "|" + "---|" * len(INTERFERENCE_COLUMNS)]
+    lines += ["| " + " | ".join(row[key] for key, _ in INTERFERENCE_COLUMNS) + " |" for row in interference_rows(cost)]
+    lines += ["", "Model: queue one first flight builds at the bottleneck (drop-tail, line rate in):", "",
+              "| bottleneck | policy | dropped | peak queue (packets) | peak delay ms |", "|---|---|---|---|---|"]
+    lines += [f"| {row['bottleneck']} | {row['policy']} | {row['dropped']} | {row['peak_packets']} "
+              f"| {row['peak_delay_ms']:.1f} |" for row in cost.get("model", [])]
+    return lines
+
+
+def _html_table(rows: list[dict[str, str]], columns: tuple[tuple[str, str], ...]) -> str:
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(row[key])}</td>" for key, _ in columns) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def cost_figure(cost: dict[str, Any]) -> go.Figure:
+    """Interactive-flow delay p50 / p99 per phase with 95 % intervals (phases without a number left out)."""
+    report = cost["report"]
+    names = {c["campaign_id"]: f"{c['region'].removeprefix('cost-')}: {c['mix']}" for c in report["campaigns"]}
+    figure = go.Figure()
+    for key, label in (("delay_p50", "p50"), ("delay_p99", "p99")):
+        points = [p for p in report["interactive"] if p[f"{key}_ms"] is not None]
+        figure.add_bar(x=[names[p["campaign_id"]] for p in points], y=[p[f"{key}_ms"] for p in points], name=label,
+                       error_y={"type": "data", "symmetric": False,
+                                "array": [(p[f"{key}_ci_ms"] or [0, p[f"{key}_ms"]])[1] - p[f"{key}_ms"] for p in points],
+                                "arrayminus": [p[f"{key}_ms"] - (p[f"{key}_ci_ms"] or [p[f"{key}_ms"], 0])[0]
+                                               for p in points]})
+    figure.update_layout(title="Queueing delay added to an interactive flow (ms)", barmode="group",
+                         yaxis={"rangemode": "tozero", "title": "ms above the empty-queue RTT"})
+    return figure
+
+
+def cost_html(cost: dict[str, Any], include_plotlyjs: str | bool) -> str:
+    return (f"<h2>{html.escape(cost['title'])}</h2>"
+            + cost_figure(cost).to_html(full_html=False, include_plotlyjs=include_plotlyjs)
+            + _html_table(cost_rows(cost), COLUMNS) + "<h3>A/B split vs total effect</h3>"
+            + _html_table(interference_rows(cost), INTERFERENCE_COLUMNS))

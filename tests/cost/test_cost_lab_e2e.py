@@ -1,0 +1,103 @@
+"""A short cost experiment in the lab, end to end (origin, probe, API, worker, ``cost()``): the
+physics of bursts at a shallow buffer and the interference of an A/B split.
+
+One 10 Mbit/s, 100 ms bottleneck with a 10-packet drop-tail buffer, CUBIC at the origin; phases
+through the product: all short flows IW32 (unpaced), all IW32 paced, all IW10, and a 50/50 mix
+of IW10 and IW32; the interactive flow runs in each.  About two minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from iwscope.analysis import CostReport, Filters, cost
+from iwscope_lab.cost import CostBottleneck, CostPhase, run_cost
+from iwscope_lab.stack import Stack
+
+SHALLOW = CostBottleneck("shallow", 10e6, 100.0, 10)
+PHASES = [("policy", ("32",), None), ("policy", ("32p",), None), ("policy", ("10",), None),
+          ("share", ("10", "32"), (0.5, 0.5)), ("page", ("32",), None)]
+FLOWS = 24
+
+
+@pytest.fixture(scope="module")
+def experiment(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, list[CostPhase], CostReport]]:
+    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=_api_server_process.port,  # type: ignore[attr-defined]
+                  dashboard_port=None, run_dir=tmp_path_factory.mktemp("costlab"))
+    try:
+        phases = run_cost(stack, flows=FLOWS, pages=8, conditions=[SHALLOW], phases=PHASES, timeout_s=180,
+                          show_progress=False, prefix="iwt")
+        with stack.session() as session:
+            report = cost(session, Filters(campaign_ids=tuple(phase.campaign.campaign_id for phase in phases)))
+        yield stack, phases, report
+    finally:
+        stack.close_sessions()
+
+
+def _phase(phases: list[CostPhase], kind: str, arms: tuple[str, ...]) -> int:
+    return next(phase.campaign.campaign_id for phase in phases if phase.kind == kind and phase.arms == arms)
+
+
+def test_every_record_arrives_with_its_role(experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
+    _, phases, report = experiment
+    for phase in phases:
+        assert phase.campaign.stored_per_probe == {"client": phase.campaign.expected_per_probe}, phase.to_dict()
+        assert phase.campaign.unjoined == 0
+    roles = {(flow.campaign_id, flow.role, flow.arm) for flow in report.flows}
+    assert (_phase(phases, "policy", ("32p",)), "short", "32p") in roles
+    assert (_phase(phases, "page", ("32",)), "page-load", "32") in roles
+    # One interactive flow per phase that asked for it, each with packets echoed.
+    interactive = {point.campaign_id: point for point in report.interactive}
+    assert set(interactive) == {phase.campaign.campaign_id for phase in phases if phase.kind != "page"}
+    assert all(point.received > 0.8 * point.sent > 0 for point in interactive.values())
+
+
+def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
+        experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
+    _, phases, report = experiment
+    short = {(flow.campaign_id, flow.arm): flow for flow in report.flows if flow.role == "short"}
+    burst = short[(_phase(phases, "policy", ("32",)), "32")]
+    paced = short[(_phase(phases, "policy", ("32p",)), "32p")]
+    # 32 back-to-back segments into 10 packets of buffer: the origin retransmits in most flows.
+    assert burst.retrans_flow_share is not None and burst.retrans_flow_share > 0.5, burst
+    assert paced.retrans_flow_share is not None and paced.retrans_flow_share < burst.retrans_flow_share / 2, paced
+    assert burst.bytes_retrans_share is not None and paced.bytes_retrans_share is not None
+    assert paced.bytes_retrans_share < burst.bytes_retrans_share
+    # The competing interactive flow sees the bursts: more of its delay tail under unpaced IW32.
+    interactive = {point.campaign_id: point for point in report.interactive}
+    burst_delay = interactive[_phase(phases, "policy", ("32",))]
+    paced_delay = interactive[_phase(phases, "policy", ("32p",))]
+    assert burst_delay.delay_p99_ms is not None and paced_delay.delay_p99_ms is not None
+    assert burst_delay.delay_p50_ms is not None and burst_delay.delay_p50_ms >= 0
+    assert burst_delay.delay_p99_ci_ms is not None and burst_delay.delay_p99_ci_ms[0] <= burst_delay.delay_p99_ms
+
+
+def test_the_ab_split_is_compared_with_the_total_effect(experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
+    _, phases, report = experiment
+    [interference] = report.interference
+    assert (interference.baseline, interference.treatment, interference.treatment_share) == ("10", "32", 0.5)
+    assert interference.mixed_campaign_id == _phase(phases, "share", ("10", "32"))
+    assert interference.all_baseline_campaign_id == _phase(phases, "policy", ("10",))
+    assert interference.all_treatment_campaign_id == _phase(phases, "policy", ("32",))
+    assert interference.ab_ms is not None and interference.total_ms is not None and interference.bias_ms is not None
+    assert interference.bias_ms == pytest.approx(interference.ab_ms - interference.total_ms)
+    for value, interval in ((interference.ab_ms, interference.ab_ci_ms), (interference.total_ms, interference.total_ci_ms),
+                            (interference.bias_ms, interference.bias_ci_ms)):
+        assert interval is not None and interval[0] <= value <= interval[1]
+    assert min(interference.n) >= 6
+
+
+def test_public_api_serves_the_cost_report(experiment: tuple[Stack, list[CostPhase], CostReport],
+                                           _api_server_process: object) -> None:
+    _, phases, report = experiment
+    ids = ",".join(str(phase.campaign.campaign_id) for phase in phases)
+    url = f"http://127.0.0.1:{_api_server_process.port}/api/v1/analysis/cost?campaign={ids}"  # type: ignore[attr-defined]
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        body = json.load(answer)["data"]
+    assert len(body["campaigns"]) == len(phases) and len(body["flows"]) == len(report.flows)
+    assert body["interference"][0]["bias_ms"] == pytest.approx(report.interference[0].bias_ms)

@@ -1,0 +1,57 @@
+"""Round plans of cost campaigns: arms by label, arm shares (share sweeps), page loads."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from iwprobe import wire
+from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts
+
+
+def _campaign(**fields: object) -> wire.CampaignSchedule:
+    values = dict(campaign_id=1, name="c", arms=[10, 32], sizes=[15000, 50000], size_dist=None, sizes_per_round=1,
+                  repetitions=1, interval_s=0.0, starts_at=wire.utc_timestamp(), ends_at=None, calibrate=False,
+                  targets=[wire.ScheduleTarget("o1", "192.0.2.1", [
+                      wire.ArmPort(10, 8010, "10"), wire.ArmPort(32, 8032, "32"), wire.ArmPort(10, 9010, "10p", True),
+                      wire.ArmPort(32, 9032, "32p", True), wire.ArmPort(10, 10000, "learned")])])
+    values.update(fields)
+    return wire.CampaignSchedule(**values)  # type: ignore[arg-type]
+
+
+def test_labelled_arms_pick_their_own_listeners() -> None:
+    plan = [PlanEntry.from_json(entry) for entry in
+            round_plan(_campaign(arm_labels=["10", "10p", "learned"]), [15000, 50000], random.Random(1))]
+    assert Counter((entry.arm, entry.port) for entry in plan) == {("10", 8010): 2, ("10p", 9010): 2,
+                                                                   ("learned", 10000): 2}
+    # The paced arm has the plain arm's IW but is another listener.
+    assert {entry.iw for entry in plan if entry.arm == "10p"} == {10}
+
+
+def test_shares_split_the_short_flows_and_keep_sizes_balanced() -> None:
+    sizes = [15000, 50000] * 20
+    for shares, expected in (([0.75, 0.25], (60, 20)), ([0.5, 0.5], (40, 40)), ([1.0, 0.0], (80, 0))):
+        plan = [PlanEntry.from_json(entry) for entry in
+                round_plan(_campaign(arm_shares=shares), sizes, random.Random(2))]
+        counts = Counter(entry.arm for entry in plan)
+        assert (counts["10"], counts["32"]) == expected
+        assert Counter(entry.size for entry in plan) == {15000: 40, 50000: 40}
+
+
+def test_share_counts_sum_to_the_total() -> None:
+    assert share_counts([0.25, 0.75], 10) == [3, 7] or share_counts([0.25, 0.75], 10) == [2, 8]
+    assert sum(share_counts([1 / 3, 1 / 3, 1 / 3], 10)) == 10
+    with pytest.raises(ValueError):
+        share_counts([0.0, 0.0], 4)
+
+
+def test_a_plan_spooled_by_an_older_probe_still_reads() -> None:
+    assert PlanEntry.from_json(["o1", "h", 10, 8010, 5000]).arm == "10"
+
+
+def test_page_parts_split_a_page_over_connections() -> None:
+    assert page_parts(50_000, 6) == [8334, 8334, 8333, 8333, 8333, 8333]
+    assert sum(page_parts(15_001, 6)) == 15_001
+    assert page_parts(3, 6) == [1, 1, 1]
