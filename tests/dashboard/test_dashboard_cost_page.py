@@ -44,8 +44,10 @@ def flows(campaign_id: int, role: str, arm: str, *, n: int = 40, p50: float | No
         campaign_id=campaign_id, region=region, role=role, arm=arm, iw=int(arm.rstrip("p")) if arm[0].isdigit() else 10,
         share=share, n=n, errors=0, fct_p50_ms=p50, fct_p50_ci_ms=None if p50 is None else (p50 - 10.0, p50 + 12.0),
         fct_mean_ms=mean, fct_mean_ci_ms=None if mean is None else (mean - 8.0, mean + 8.0),
-        fct_p90_ms=None if p50 is None else p50 * 2, throughput_bps=throughput, retrans_flow_share=0.1,
-        bytes_retrans_share=retrans, joined_flows=n)
+        fct_p90_ms=None if p50 is None else p50 * 2, throughput_bps=throughput,
+        throughput_ci_bps=None if throughput is None else (throughput * 0.9, throughput * 1.1),
+        retrans_flow_share=0.1, retrans_flow_share_ci=(0.05, 0.2), bytes_retrans_share=retrans,
+        bytes_retrans_share_ci=None if retrans is None else (retrans / 2, retrans * 2), joined_flows=n)
 
 
 def interactive(campaign_id: int, *, samples: int = 3000, p50: float | None = 4.0, p99: float | None = 38.0,
@@ -61,11 +63,11 @@ def small_report() -> CostReport:
     """Two phases: #1 has numbers; #2 has too few short flows, interactive packets and no bulk throughput."""
     return CostReport(
         campaigns=[campaign(1, ["10"]), campaign(2, ["32p"])],
-        flows=[flows(1, "short", "10"), flows(1, "background", "10", throughput=2.0e6, n=1),
-               flows(1, "background-alone", "10", throughput=3.9e6, n=1),
+        flows=[flows(1, "short", "10"), flows(1, "background", "10", throughput=2.0e6, n=6),
+               flows(1, "background-alone", "10", throughput=3.9e6, n=6),
                flows(2, "short", "32p", n=4, p50=None, mean=None),
                flows(2, "background", "10", throughput=None, n=1, retrans=None),
-               flows(2, "background-alone", "10", throughput=3.8e6, n=1)],
+               flows(2, "background-alone", "10", throughput=3.8e6, n=6)],
         interactive=[interactive(1), interactive(2, samples=30, p50=None, p99=None)],
         interference=[CostInterference(
             region="lab-a", baseline="10", treatment="32p", treatment_share=0.5, mixed_campaign_id=3,
@@ -108,6 +110,7 @@ def test_a_missing_number_says_n_too_small_with_its_n(cost: ModuleType) -> None:
     assert good["delay_p99"].text == "38.0 [35.0, 43.0], n=3,000 packets"
     assert good["loss"].value == "0.40" and "[0.10, 0.90]" in good["loss"].note and "n=3,012" in good["loss"].note
     assert good["bulk"].value == "2.00 / 3.90"
+    assert good["bulk"].note == "[1.80, 2.20], n=6 flows / [3.51, 4.29], n=6 flows"
     assert good["short:32p"].value == "—"  # the arm did not run in phase 1: no number, and not "0"
 
     assert small["short:32p"].value == "n too small" and small["short:32p"].too_small
@@ -115,6 +118,7 @@ def test_a_missing_number_says_n_too_small_with_its_n(cost: ModuleType) -> None:
     assert small["delay_p50"].text == "n too small n=30 packets"
     assert small["delay_p99"].text == "n too small n=30 packets"
     assert small["bulk"].value == "n too small / 3.80" and small["bulk"].too_small
+    assert small["bulk"].note.startswith("n=1 flows")
     # No cell of the too-small phase shows a zero where the report has no number.
     assert not any(cell.value in ("0", "0.0", "0.00") for cell in small.values())
 
@@ -142,6 +146,7 @@ def test_no_bar_is_drawn_for_a_missing_number(cost: ModuleType) -> None:
     traces = {trace.name: trace for trace in bars(bulk)}
     assert list(traces["background alone"].x) == ["#1 10, 8/s", "#2 32p, 8/s"]
     assert list(traces["background alone"].y) == pytest.approx([3.9, 3.8])
+    assert list(traces["background alone"].error_y.array) == pytest.approx([0.39, 0.38])  # the CI, not a bare bar
     # phase 2's competing throughput and its retransmissions are unknown: no bar, not a zero bar
     assert list(traces["background with short flows"].x) == ["#1 10, 8/s"]
     assert list(traces["background retrans"].x) == ["#1 10, 8/s"]

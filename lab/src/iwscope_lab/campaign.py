@@ -255,8 +255,16 @@ class LabCampaign:
         return self._agent_id(state_dir, "origin")
 
     def _origin_args(self, host: Host) -> list[str]:
-        arms = ",".join(str(iw) for iw in self.plan.arms)
-        return ["--arms", arms, "--base-port", str(BASE_PORT), "--state-dir", str(self._host_state_dir(host))]
+        return ["--arms", ",".join(self._origin_arms()), "--base-port", str(BASE_PORT), *self._origin_options(),
+                "--state-dir", str(self._host_state_dir(host))]
+
+    def _origin_arms(self) -> list[str]:
+        """The arms (labels) the origins serve."""
+        return [str(iw) for iw in self.plan.arms]
+
+    def _origin_options(self) -> list[str]:
+        """Further ``iwprobe origin`` options of every origin (none by default)."""
+        return []
 
     def _serve_origin(self, host: Host) -> None:
         log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
@@ -293,9 +301,15 @@ class LabCampaign:
         log.close()
 
     def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
+        answer = self._api("POST", "/api/v1/campaigns", self._campaign_body(origin_ids, timeout_s),
+                           token=self._tokens["admin"])
+        return int(answer["id"])
+
+    def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
+        """The ``POST /api/v1/campaigns`` body of the plan (subclasses add their fields)."""
         now = _utc_now()
         regions = sorted({host.region or "lab" for host in self.topology.hosts_by_role("probe")})
-        body = {
+        body: dict[str, Any] = {
             "name": self.plan.name,
             "origin_ids": origin_ids,
             "probe_regions": regions,
@@ -314,8 +328,7 @@ class LabCampaign:
             body["target_ci_ms"] = self.plan.target_ci_ms
         else:  # a window that closes by itself even if this runner dies
             body["ends_at"] = (now + dt.timedelta(seconds=timeout_s + 300)).isoformat()
-        answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
-        return int(answer["id"])
+        return body
 
     def _wait_for_trials(self, probe_ids: dict[str, str], expected: int | None, deadline: float,
                          show_progress: bool) -> None:

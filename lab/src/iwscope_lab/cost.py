@@ -25,14 +25,14 @@ flight builds at the bottleneck (:func:`iwscope_lab.model.first_flight_queue`).
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from iwscope_lab.campaign import BASE_PORT, CampaignResult, _utc_now
-from iwscope_lab.fairness import ORIGIN_CONNECTIONS, Bottleneck, FairnessCampaign, FairnessPlan, phase_plan
+from iwprobe import wire
+from iwscope_lab.campaign import CampaignResult
+from iwscope_lab.fairness import Bottleneck, FairnessCampaign, FairnessPlan, phase_plan
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import first_flight_queue
 from iwscope_lab.stack import Stack
@@ -47,8 +47,10 @@ SWEEP_ARMS: tuple[str, str] = ("10", "32")
 SWEEP_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75)
 #: A small router's buffer, packets.
 SHALLOW_PACKETS = 10
-#: The interactive flow: a packet every 20 ms (50/s), 160 bytes (a G.711 voice frame).
-INTERACTIVE_INTERVAL_US = 20_000
+#: The interactive flow: 160-byte packets (a G.711 voice frame's size) every 5 ms (200/s, like a
+#: fast game; 256 kbit/s, 2.6 % of the link).  A phase's short flows run 2-3 s, so a voice call's
+#: 50/s would give 100-150 packets, too few for a p99 (``MIN_P99_SAMPLES``: 367).
+INTERACTIVE_INTERVAL_US = 5_000
 INTERACTIVE_PACKET_BYTES = 160
 #: Parallel connections of a page load (what browsers open per host).
 PAGE_CONNECTIONS = 6
@@ -56,6 +58,8 @@ PAGE_CONNECTIONS = 6
 LOAD = 0.5
 #: The bulk flow's IW.
 BULK_IW = 10
+#: Rounds of a bulk phase: one bulk flow per round, and a throughput needs ``MIN_FLOWS`` (6) flows.
+BULK_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -108,29 +112,19 @@ class CostCampaign(FairnessCampaign):
 
     plan: CostPlan
 
-    def _origin_args(self, host: Host) -> list[str]:
-        arms = list(dict.fromkeys([*POLICIES, *self.plan.arm_labels, str(BULK_IW)]))
-        return ["--arms", ",".join(arms), "--base-port", str(BASE_PORT), "--congestion-control", "cubic",
-                "--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS),
-                "--state-dir", str(self._host_state_dir(host))]
+    def _origin_arms(self) -> list[str]:
+        return list(dict.fromkeys([*POLICIES, *self.plan.arm_labels, str(BULK_IW)]))
 
-    def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
-        now = _utc_now()
+    def _origin_options(self) -> list[str]:
+        return [*super()._origin_options(), "--congestion-control", "cubic"]
+
+    def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
         plan = self.plan
-        body: dict[str, Any] = {
-            "name": plan.name, "origin_ids": origin_ids, "probe_regions": sorted(
-                {host.region or "lab" for host in self.topology.hosts_by_role("probe")}),
-            "arms": list(plan.arm_labels), "sizes": list(plan.sizes or ()), "repetitions": 1,
-            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
-            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(), "calibrate": plan.calibrate,
-            "arrival_rate_per_s": plan.arrival_rate_per_s, "background_bytes": plan.background_bytes,
-            "background_iw": plan.background_iw, "arm_shares": list(plan.arm_shares) if plan.arm_shares else None,
-            "interactive_interval_us": INTERACTIVE_INTERVAL_US if plan.interactive else None,
-            "interactive_packet_bytes": INTERACTIVE_PACKET_BYTES if plan.interactive else None,
-            "page_connections": plan.page_connections,
-        }
-        answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
-        return int(answer["id"])
+        return {**super()._campaign_body(origin_ids, timeout_s), "arms": list(plan.arm_labels),
+                "arm_shares": list(plan.arm_shares) if plan.arm_shares else None,
+                "interactive_interval_us": INTERACTIVE_INTERVAL_US if plan.interactive else None,
+                "interactive_packet_bytes": INTERACTIVE_PACKET_BYTES if plan.interactive else None,
+                "page_connections": plan.page_connections}
 
 
 def cost_plan(kind: str, arms: Sequence[str], bottleneck: CostBottleneck, flows: int,
@@ -144,8 +138,9 @@ def cost_plan(kind: str, arms: Sequence[str], bottleneck: CostBottleneck, flows:
                       background_iw=BULK_IW, background=kind == "bulk")
     # ``arms`` of the base plan count flows per round (len(sizes) x len(arms)); their IWs are
     # informational, the labels are what the campaign names.
-    iws = tuple(10 if arm == "learned" else int(arm.rstrip("p")) for arm in arms)
-    return CostPlan(**{**dataclasses.asdict(base), "arms": iws}, kind=kind, arm_labels=tuple(arms),
+    iws = tuple(wire.arm_label_iw(arm) for arm in arms)
+    return CostPlan(**{**dataclasses.asdict(base), "arms": iws,
+                       "repetitions": BULK_ROUNDS if kind == "bulk" else 1}, kind=kind, arm_labels=tuple(arms),
                     arm_shares=tuple(shares) if shares else None, interactive=kind in ("policy", "share"),
                     page_connections=PAGE_CONNECTIONS if page else None)
 
@@ -170,7 +165,7 @@ def phases_for(quick: bool) -> list[tuple[str, tuple[str, ...], tuple[float, ...
     phases: list[tuple[str, tuple[str, ...], tuple[float, ...] | None]] = [
         ("policy", (policy,), None) for policy in POLICIES]
     phases += [("share", SWEEP_ARMS, (1 - share, share)) for share in SWEEP_SHARES]
-    bulk = ("3", "10", "32", "32p") if quick else POLICIES
+    bulk = ("10", "32", "32p") if quick else POLICIES
     phases += [("bulk", (policy,), None) for policy in bulk]
     page = ("10", "32", "32p") if quick else POLICIES
     phases += [("page", (policy,), None) for policy in page]
@@ -203,7 +198,7 @@ def model_expectations(conditions: Sequence[CostBottleneck]) -> list[dict[str, A
         for policy in POLICIES:
             if policy == "learned":
                 continue  # its window depends on what earlier connections ended with
-            iw = int(policy.rstrip("p"))
+            iw = wire.arm_label_iw(policy)
             queue = first_flight_queue(iw, bottleneck.rate_bps, bottleneck.buffer_packets,
                                        paced_rtt_s=bottleneck.rtt_ms / 1000 if policy.endswith("p") else 0.0)
             rows.append({"bottleneck": bottleneck.name, "policy": policy, "dropped": queue.dropped,

@@ -23,6 +23,11 @@ def _ci(value: float | None, interval: Any, scale: float = 1.0, digits: int = 1,
     return text
 
 
+def _with_n(text: str, value: float | None, n: int) -> str:
+    """A number's text with its n (an "n too small" text carries it already)."""
+    return text if value is None else f"{text} (n={n})"
+
+
 def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
     """One row per phase: its design and what it cost (interactive flow, flows, bulk, pages)."""
     report = cost["report"]
@@ -36,22 +41,24 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
         cid = campaign["campaign_id"]
         point = interactive.get(cid)
         mine = flows.get(cid, [])
-        short = "; ".join(f"{f['arm']}: {_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n'])} (n={f['n']})"
-                          for f in mine if f["role"] == "short")
-        pages = "; ".join(f"{f['arm']}: {_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n'])} (n={f['n']})"
-                          for f in mine if f["role"] == "page-load")
-        retrans = "; ".join(f"{f['arm']}: {_ci(f['bytes_retrans_share'], None, 100, 2)} %"
-                            for f in mine if f["role"] in ("short", "page-load") and f["bytes_retrans_share"] is not None)
+        short, pages = ("; ".join(f"{f['arm']}: {_with_n(_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n']), f['fct_p50_ms'], f['n'])}"
+                                  for f in mine if f["role"] == role) for role in ("short", "page-load"))
+        retrans = "; ".join(f"{f['arm']}: {_ci(f['bytes_retrans_share'], f['bytes_retrans_share_ci'], 100, 1, f['joined_flows'])} %"
+                            for f in mine if f["role"] in ("short", "page-load"))
         alone = next((f for f in mine if f["role"] == "background-alone"), None)
         bulk = next((f for f in mine if f["role"] == "background"), None)
         rows.append({
             "bottleneck": campaign["region"].removeprefix("cost-"), "phase": kinds.get(cid, ""), "mix": campaign["mix"],
-            "delay_p50": _ci(point["delay_p50_ms"], point["delay_p50_ci_ms"], n=point["samples"]) if point else "",
-            "delay_p99": _ci(point["delay_p99_ms"], point["delay_p99_ci_ms"], n=point["samples"]) if point else "",
-            "loss": (_ci(point["loss_share"], point["loss_ci"], 100, 2) + " %") if point and point["sent"] else "",
+            "delay_p50": _with_n(_ci(point["delay_p50_ms"], point["delay_p50_ci_ms"], n=point["samples"]),
+                                 point["delay_p50_ms"], point["samples"]) if point else "",
+            "delay_p99": _with_n(_ci(point["delay_p99_ms"], point["delay_p99_ci_ms"], n=point["samples"]),
+                                 point["delay_p99_ms"], point["samples"]) if point else "",
+            "loss": (_ci(point["loss_share"], point["loss_ci"], 100, 2, point["sent"])
+                     + (f" % (n={point['sent']})" if point["loss_share"] is not None else "")) if point else "",
             "short_fct_p50": short, "short_retrans": retrans, "page_load_p50": pages,
-            "bulk_mbps": (f"{bulk['throughput_bps'] / 1e6:.2f} with / {alone['throughput_bps'] / 1e6:.2f} alone"
-                          if bulk and alone and bulk["throughput_bps"] and alone["throughput_bps"] else ""),
+            "bulk_mbps": (f"{_ci(bulk['throughput_bps'], bulk['throughput_ci_bps'], 1e-6, 2, bulk['n'])} with (n={bulk['n']}) / "
+                          f"{_ci(alone['throughput_bps'], alone['throughput_ci_bps'], 1e-6, 2, alone['n'])} alone"
+                          if bulk and alone else ""),
         })
     return rows
 
@@ -59,7 +66,7 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
 COLUMNS = (("bottleneck", "bottleneck"), ("phase", "phase"), ("mix", "short flows"),
            ("delay_p50", "interactive delay p50 ms [95 % CI]"), ("delay_p99", "interactive delay p99 ms [95 % CI]"),
            ("loss", "interactive loss"), ("short_fct_p50", "short-flow FCT p50 ms [95 % CI]"),
-           ("short_retrans", "bytes retransmitted"), ("bulk_mbps", "bulk Mbit/s"),
+           ("short_retrans", "bytes retransmitted % [95 % CI]"), ("bulk_mbps", "bulk Mbit/s [95 % CI]"),
            ("page_load_p50", "page load p50 ms [95 % CI]"))
 
 

@@ -21,14 +21,13 @@ recovery keep it well below ``C`` too, which is why the baseline is measured, no
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from iwprobe._agent import BACKGROUND_WARMUP_RTTS
-from iwscope_lab.campaign import BASE_PORT, CampaignPlan, CampaignResult, LabCampaign, _utc_now
+from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -60,31 +59,19 @@ class FairnessCampaign(LabCampaign):
 
     plan: FairnessPlan
 
-    def _origin_args(self, host: Host) -> list[str]:
+    def _origin_arms(self) -> list[str]:
         """The origin also serves the background flow's arm (which may not be a short-flow arm)."""
         arms = sorted(set(self.plan.arms) | ({self.plan.background_iw} if self.plan.background_iw else set()))
+        return [str(iw) for iw in arms]
+
+    def _origin_options(self) -> list[str]:
         # One probe host stands for many clients: lift the per-client connection cap (16 by
         # default, like a browser) and serve every in-flight flow at once (no worker queueing).
-        return ["--arms", ",".join(map(str, arms)), "--base-port", str(BASE_PORT),
-                "--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS),
-                "--state-dir", str(self._host_state_dir(host))]
+        return ["--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS)]
 
-    def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
-        now = _utc_now()
-        regions = sorted({host.region or "lab" for host in self.topology.hosts_by_role("probe")})
-        body: dict[str, Any] = {
-            "name": self.plan.name, "origin_ids": origin_ids, "probe_regions": regions,
-            "arms": list(self.plan.arms), "sizes": list(self.plan.sizes) if self.plan.sizes is not None else None,
-            "size_dist": self.plan.size_dist, "sizes_per_round": self.plan.sizes_per_round,
-            "repetitions": self.plan.repetitions, "interval_s": self.plan.interval_s,
-            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
-            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
-            "calibrate": self.plan.calibrate,
-            "arrival_rate_per_s": self.plan.arrival_rate_per_s,
-            "background_bytes": self.plan.background_bytes, "background_iw": self.plan.background_iw,
-        }
-        answer = self._api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])
-        return int(answer["id"])
+    def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
+        return {**super()._campaign_body(origin_ids, timeout_s), "arrival_rate_per_s": self.plan.arrival_rate_per_s,
+                "background_bytes": self.plan.background_bytes, "background_iw": self.plan.background_iw}
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ Marks and tables: ``N`` and ``Np`` share mark ``mark_base + N`` and table ``tabl
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
+
+from . import wire
 
 #: Largest IW of a plain arm (segments).
 MAX_IW = 1000
@@ -35,12 +36,11 @@ LEARNED_PORT_OFFSET = 2000
 #: Offset of the learned arm's mark, table and rule priority (above every plain IW).
 LEARNED_SLOT = MAX_IW + 1
 #: Initial window of a learned-arm connection to a prefix nothing is remembered for.
-LEARNED_BASE_IW = 10
+LEARNED_BASE_IW = wire.LEARNED_BASE_IW
 #: Most segments a learned initial window may be (CDNs use up to 64-100).
 LEARNED_CAP_IW = 64
 
 POLICIES = ("fixed", "paced", "learned")
-_LABEL = re.compile(r"^(?:(?P<iw>[0-9]{1,4})(?P<paced>p?)|(?P<learned>learned))$")
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,10 @@ class Arm:
 def parse_arm(label: str, learned_base_iw: int = LEARNED_BASE_IW) -> Arm:
     """An :class:`Arm` from its label; ``ValueError`` says what is wrong."""
     text = label.strip().lower()
-    match = _LABEL.match(text)
-    if match is None:
-        raise ValueError(f"an arm is N, Np (paced) or 'learned', got {label!r}")
-    if match.group("learned"):
+    iw = wire.arm_label_iw(text, learned_base_iw)  # the label grammar lives in the wire format
+    if text == "learned":
         return Arm("learned", learned_base_iw, "learned")
-    iw = int(match.group("iw"))
-    if match.group("paced"):
+    if text.endswith("p"):
         if not 1 <= iw <= MAX_PACED_IW:
             raise ValueError(f"a paced arm's IW must be 1..{MAX_PACED_IW}, got {label!r}")
         return Arm(f"{iw}p", iw, "paced")

@@ -102,7 +102,7 @@ class EchoFlow:
         self.sock.connect(address[4])
         self.interval_us = interval_us
         self.packet_bytes = packet_bytes
-        self.started_at = wire.utc_timestamp()
+        self.started_at = ""
         self._sent_ns: List[int] = []
         self._rtt_ns: Dict[int, int] = {}
         self._stop = threading.Event()
@@ -113,6 +113,7 @@ class EchoFlow:
         self._end_ns = 0
 
     def start(self) -> None:
+        self.started_at = wire.utc_timestamp()
         self._start_ns = time.monotonic_ns()
         self._receiver.start()
         self._sender.start()

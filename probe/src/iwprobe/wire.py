@@ -348,6 +348,23 @@ class ArmPort:
 ARM_LABEL_PATTERN = r"^(?:[0-9]{1,4}p?|learned)?$"
 
 
+#: IW of a ``learned`` arm's connection to a prefix nothing is remembered for (what a
+#: campaign lists it with).
+LEARNED_BASE_IW = 10
+
+
+def arm_label_iw(label: str, learned_iw: int = LEARNED_BASE_IW) -> int:
+    """The IW an arm label starts from: ``10`` and ``10p`` -> 10, ``learned`` -> ``learned_iw``.
+    ``ValueError`` for anything that is not a label (the empty v1 label included)."""
+    text = label.strip().lower()
+    if text == "learned":
+        return learned_iw
+    digits = text[:-1] if text.endswith("p") else text
+    if not digits.isdigit() or not 1 <= len(digits) <= 4:
+        raise ValueError(f"an arm is N, Np (paced) or 'learned', got {label!r}")
+    return int(digits)
+
+
 def is_plain_arm(label: str, iw: int) -> bool:
     """Whether an arm labelled ``label`` with IW ``iw`` is the plain arm ``iw`` (an empty label
     is a wire-v1 sender's plain arm); paced and learned arms of the same IW are not."""
@@ -524,7 +541,7 @@ __all__ = [
     "PROBE_SCHEDULE_PATH", "TRIALS_BATCH_PATH", "ORIGIN_ENROLL_PATH",
     "OBSERVATIONS_BATCH_PATH", "TRIAL_HEADER", "PROBE_HEADER", "OBJECT_PATH_PREFIX",
     "MAX_OBJECT_BYTES", "CREDENTIAL_SEPARATOR", "MAX_BATCH_RECORDS", "MAX_BODY_BYTES",
-    "ARM_LABEL_PATTERN", "is_plain_arm", "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
+    "ARM_LABEL_PATTERN", "LEARNED_BASE_IW", "arm_label_iw", "is_plain_arm", "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
     "FLOW_FRAGMENT_BACKGROUND", "FLOW_FRAGMENT_BACKGROUND_ALONE", "flow_role",
     "MAX_ECHO_SAMPLES", "MAX_ECHO_PACKET_BYTES", "MIN_ECHO_PACKET_BYTES", "ECHO_MAGIC",
     "EchoStats", "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",

@@ -4,8 +4,8 @@ The public surface (the contract with the dashboard and the HTTP API) is re-expo
 see ``README.md`` in this folder for units, resolutions and statistical choices.
 """
 
-from iwscope.analysis.cost import (CostCampaign, CostFlows, CostInteractive, CostInterference, CostReport,
-                                   cost)
+from iwscope.analysis.cost import (CostCampaign, CostFlows, CostInteractive, CostInterference, CostReport, arm_order,
+                                   cost, used_arms)
 from iwscope.analysis.filters import Filters, Metric
 from iwscope.analysis.queries import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions,
                                       Headline, LossBucket, PercentileTable, ProbeRow, RegionSummary, compare_by,
@@ -15,7 +15,7 @@ from iwscope.analysis.queries import (ArmPercentiles, ArmStats, BucketComparison
 from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups, reset_rollups
 
 __all__ = [
-    "CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "cost",
+    "CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "arm_order", "cost", "used_arms",
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
     "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by", "compare_many",
     "fairness", "filter_options", "fleet", "headline", "iter_trials_csv", "latency_cdf", "latency_vs_iw",

@@ -11,9 +11,11 @@ probe's access link; one region per bottleneck in the lab).  Per phase this modu
 * **interactive** (:class:`CostInteractive`): the competing interactive flow's queueing delay
   (round-trip time above the bottleneck's base, the lowest RTT any interactive packet of the
   region saw) at p50 and p99 and its loss.  Consecutive packets see the same queue, so their
-  samples are not independent: intervals come from a moving-block bootstrap (blocks of one
-  second of packets, whole interactive flows kept apart), not from formulas for independent
-  samples.
+  samples are not independent: intervals come from a moving-block bootstrap (blocks of
+  :data:`DELAY_BLOCK_S` of packets, longer than one burst's queue episode at either lab
+  buffer; whole interactive flows kept apart), and need :data:`MIN_BLOCKS` blocks.  A p99 needs
+  :data:`MIN_P99_SAMPLES` packets: fewer cannot bracket it (the sample maximum is below the
+  99th percentile with more than 2.5 % probability).
 * **interference** (:class:`CostInterference`): in a region, a mixed phase (two arms sharing
   the short flows) against the two pure phases with the same arrival rate, sizes and flows:
   the A/B estimate (treatment minus baseline mean completion time *within* the mixed phase)
@@ -22,7 +24,8 @@ probe's access link; one region per bottleneck in the lab).  Per phase this modu
   by bootstrap of flows within each phase.
 
 Fewer than :data:`MIN_FLOWS` flows (pages) or :data:`MIN_DELAY_SAMPLES` packets give no
-number, only ``n``: the dashboard and the report say "n too small".
+number, only ``n``: the dashboard and the report say "n too small".  That includes the bulk
+flow's throughput: one bulk flow per round, so a phase needs :data:`MIN_FLOWS` rounds for it.
 """
 
 from __future__ import annotations
@@ -30,24 +33,29 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.analysis.filters import Filters
-from iwscope.analysis.stats import median_interval, proportion_interval, t_quantile
+from iwprobe import wire
+from iwscope.analysis.filters import Filters, trial_where
+from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, median_interval, multinomial_weights,
+                                    proportion_interval, t_quantile)
 
-#: Fewest flows (pages) a completion-time number is shown for.
+#: Fewest flows (pages) a completion-time, throughput or retransmission number is shown for.
 MIN_FLOWS = 6
-#: Fewest interactive packets a delay percentile is shown for.
+#: Fewest interactive packets a median delay or a loss share is shown for.
 MIN_DELAY_SAMPLES = 50
-#: Bootstrap replicates (seeded: the same data give the same intervals).
-BOOTSTRAP_REPLICATES = 2000
+#: Fewest packets a p99 is shown for: the smallest n with ``1 - 0.99 ** n >= 0.975``.
+MIN_P99_SAMPLES = math.ceil(math.log(0.025) / math.log(0.99))
 #: Block length of the interactive flow's moving-block bootstrap, seconds of packets.
-DELAY_BLOCK_S = 1.0
+DELAY_BLOCK_S = 0.2
+#: Fewest blocks a block-bootstrap interval is drawn from.
+MIN_BLOCKS = 10
 
 _COST_CAMPAIGN_SQL = """(c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL
     OR c.interactive_interval_us IS NOT NULL OR c.page_connections IS NOT NULL OR c.arm_shares IS NOT NULL
@@ -90,9 +98,15 @@ class CostFlows:
     fct_mean_ms: float | None
     fct_mean_ci_ms: tuple[float, float] | None
     fct_p90_ms: float | None
+    #: Mean over flows of bytes x 8 / completion time, with a t interval.
     throughput_bps: float | None
+    throughput_ci_bps: tuple[float, float] | None
+    #: Share of joined flows (pages) the origin retransmitted in (Wilson interval).
     retrans_flow_share: float | None
+    retrans_flow_share_ci: tuple[float, float] | None
+    #: Retransmitted over sent bytes of the joined flows (bootstrap over flows).
     bytes_retrans_share: float | None
+    bytes_retrans_share_ci: tuple[float, float] | None
     joined_flows: int
 
 
@@ -151,7 +165,7 @@ class CostReport:
 # ---- statistics ---------------------------------------------------------------------------------
 
 def _rng() -> np.random.Generator:
-    return np.random.default_rng(20261124)
+    return np.random.default_rng(BOOTSTRAP_SEED)
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -172,10 +186,23 @@ def _bootstrap_mean_difference(groups: Sequence[Sequence[float]], signs: Sequenc
         return None
     total = np.zeros(BOOTSTRAP_REPLICATES)
     for group, sign in zip(groups, signs, strict=True):
-        array = np.asarray(group, dtype=float)
-        picks = rng.integers(0, len(array), size=(BOOTSTRAP_REPLICATES, len(array)))
-        total += sign * array[picks].mean(axis=1)
+        total += sign * (multinomial_weights(rng, BOOTSTRAP_REPLICATES, len(group)) @ np.asarray(group, float)) / len(group)
     low, high = np.percentile(total, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
+                     rng: np.random.Generator) -> tuple[float, float] | None:
+    """Percentile interval of ``sum(numerator) / sum(denominator)``, resampling the units."""
+    if len(numerator) < MIN_FLOWS:
+        return None
+    weights = multinomial_weights(rng, BOOTSTRAP_REPLICATES, len(numerator))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (weights @ np.asarray(numerator, float)) / (weights @ np.asarray(denominator, float))
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) < 10:
+        return None
+    low, high = np.percentile(ratios, [2.5, 97.5])
     return float(low), float(high)
 
 
@@ -185,7 +212,7 @@ def block_bootstrap(series: Sequence[np.ndarray], block: int, statistic: Any,
     interactive flows of a phase): each replicate draws ``ceil(len / block)`` blocks of
     ``block`` consecutive values from each series, so within-block dependence is kept."""
     pieces = [np.asarray(values, dtype=float) for values in series if len(values)]
-    if not pieces:
+    if sum(len(values) for values in pieces) < MIN_BLOCKS * block:
         return None
     estimates = np.empty(BOOTSTRAP_REPLICATES // 4)
     for replicate in range(len(estimates)):
@@ -205,21 +232,10 @@ def block_bootstrap(series: Sequence[np.ndarray], block: int, statistic: Any,
 # ---- queries ------------------------------------------------------------------------------------
 
 def _where(filters: Filters) -> tuple[str, dict[str, Any]]:
-    clauses = [_COST_CAMPAIGN_SQL]
-    params: dict[str, Any] = {}
-    if filters.campaign_ids:
-        clauses.append("t.campaign_id = ANY(:campaign_ids)")
-        params["campaign_ids"] = list(filters.campaign_ids)
-    if filters.since is not None:
-        clauses.append("t.started_at >= :since")
-        params["since"] = filters.since
-    if filters.until is not None:
-        clauses.append("t.started_at <= :until")
-        params["until"] = filters.until
-    if filters.regions:
-        clauses.append("p.region = ANY(:regions)")
-        params["regions"] = list(filters.regions)
-    return " AND ".join(clauses), params
+    """Cost campaigns matching the campaign, time and region filters (sizes and arms are not
+    applied: a phase's flows are shown whole)."""
+    where, params = trial_where(replace(filters, size_min=None, size_max=None))
+    return f"{_COST_CAMPAIGN_SQL} AND {where}", params
 
 
 _FROM = "FROM trials AS t JOIN campaigns AS c ON c.id = t.campaign_id JOIN probes AS p ON p.id = t.probe_id"
@@ -231,8 +247,8 @@ def _mix(arms: Sequence[str], shares: Sequence[float] | None) -> str:
     return " + ".join(f"{arm} {share * 100:.0f}%" for arm, share in zip(arms, shares, strict=True) if share > 0)
 
 
-def _completion_stats(times_us: Sequence[float]) -> dict[str, Any]:
-    times_ms = sorted(value / 1000.0 for value in times_us)
+def _completion_stats(times_us: npt.ArrayLike) -> dict[str, Any]:
+    times_ms = sorted(float(value) / 1000.0 for value in np.asarray(times_us, dtype=float))
     n = len(times_ms)
     if n < MIN_FLOWS:
         return {"fct_p50_ms": None, "fct_p50_ci_ms": None, "fct_mean_ms": None, "fct_mean_ci_ms": None,
@@ -261,37 +277,43 @@ def cost(session: Session, filters: Filters) -> CostReport:
             mix=_mix(arms, shares))
     if not campaigns:
         return CostReport()
-    flows = _flows(session, where, params, campaigns)
-    interactive = _interactive(session, where, params, campaigns)
-    interference = _interference(session, where, params, campaigns)
-    return CostReport(campaigns=list(campaigns.values()), flows=flows, interactive=interactive,
-                      interference=interference)
+    rng = _rng()
+    flows, short_times = _flows(session, where, params, campaigns, rng)
+    return CostReport(campaigns=list(campaigns.values()), flows=flows,
+                      interactive=_interactive(session, where, params, campaigns, rng),
+                      interference=_interference(campaigns, short_times, rng))
 
 
-def _flows(session: Session, where: str, params: dict[str, Any],
-           campaigns: dict[int, CostCampaign]) -> list[CostFlows]:
+#: Completion times (ms) of the successful short flows per (campaign, arm): the interference input.
+ShortTimes = dict[tuple[int, str], list[float]]
+
+
+def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
+           rng: np.random.Generator) -> tuple[list[CostFlows], ShortTimes]:
     rows = session.execute(text(f"""
         WITH units AS (
             SELECT t.campaign_id, t.role, COALESCE(t.arm, t.arm_iw::text) AS arm, t.arm_iw,
                    COALESCE(t.page_id, t.trial_id) AS unit,
                    bool_or(t.error_kind IS NOT NULL) AS failed,
-                   sum(t.object_size) AS bytes,
+                   sum(t.object_size)::float8 AS bytes,
                    (extract(epoch FROM max(t.started_at + t.total_us * interval '1 microsecond')
                                        - min(t.started_at)) * 1e6)::float8 AS unit_us,
                    bool_or(t.server_total_retrans > 0) AS retransmitted,
                    bool_and(t.server_total_retrans IS NOT NULL) AS joined,
-                   sum(t.server_bytes_retrans) AS bytes_retrans, sum(t.server_bytes_sent) AS bytes_sent
+                   sum(t.server_bytes_retrans)::float8 AS bytes_retrans,
+                   sum(t.server_bytes_sent)::float8 AS bytes_sent
             {_FROM} WHERE {where} AND t.role <> 'interactive'
             GROUP BY 1, 2, 3, 4, 5)
         SELECT campaign_id, role, arm, arm_iw, count(*) AS n, count(*) FILTER (WHERE failed) AS errors,
                array_agg(unit_us) FILTER (WHERE NOT failed AND unit_us > 0) AS times_us,
-               (avg(bytes * 8.0e6 / unit_us) FILTER (WHERE NOT failed AND unit_us > 0))::float8 AS throughput_bps,
+               array_agg(bytes) FILTER (WHERE NOT failed AND unit_us > 0) AS bytes,
                count(*) FILTER (WHERE joined) AS joined_units,
                count(*) FILTER (WHERE joined AND retransmitted) AS retrans_units,
-               sum(bytes_retrans) FILTER (WHERE joined) AS bytes_retrans,
-               sum(bytes_sent) FILTER (WHERE joined) AS bytes_sent
+               array_agg(bytes_retrans) FILTER (WHERE joined) AS bytes_retrans,
+               array_agg(bytes_sent) FILTER (WHERE joined) AS bytes_sent
         FROM units GROUP BY campaign_id, role, arm, arm_iw ORDER BY campaign_id, role, arm_iw, arm"""), params).all()
     points: list[CostFlows] = []
+    short_times: ShortTimes = {}
     for row in rows:
         campaign = campaigns.get(int(row.campaign_id))
         if campaign is None:
@@ -299,60 +321,72 @@ def _flows(session: Session, where: str, params: dict[str, Any],
         share = None
         if campaign.shares and row.role in ("short", "page-load") and row.arm in campaign.arms:
             share = campaign.shares[campaign.arms.index(row.arm)]
+        times_us = np.asarray(row.times_us or [], dtype=float)
+        if row.role == "short":
+            short_times[(campaign.campaign_id, row.arm)] = list(times_us / 1000.0)
+        rates = np.asarray(row.bytes or [], dtype=float) * 8e6 / times_us if len(times_us) else np.empty(0)
         joined = int(row.joined_units)
+        enough_joined = joined >= MIN_FLOWS
+        sent = float(sum(row.bytes_sent)) if enough_joined else 0.0
         points.append(CostFlows(
             campaign_id=campaign.campaign_id, region=campaign.region, role=row.role, arm=row.arm, iw=int(row.arm_iw),
-            share=share, n=int(row.n), errors=int(row.errors), **_completion_stats(row.times_us or []),
-            throughput_bps=float(row.throughput_bps) if row.throughput_bps is not None else None,
-            retrans_flow_share=int(row.retrans_units) / joined if joined else None,
-            bytes_retrans_share=(float(row.bytes_retrans) / float(row.bytes_sent)
-                                 if joined and row.bytes_sent else None),
+            share=share, n=int(row.n), errors=int(row.errors), **_completion_stats(times_us),
+            throughput_bps=float(rates.mean()) if len(rates) >= MIN_FLOWS else None,
+            throughput_ci_bps=mean_interval(rates),
+            retrans_flow_share=int(row.retrans_units) / joined if enough_joined else None,
+            retrans_flow_share_ci=proportion_interval(int(row.retrans_units), joined) if enough_joined else None,
+            bytes_retrans_share=float(sum(row.bytes_retrans)) / sent if sent else None,
+            bytes_retrans_share_ci=_bootstrap_ratio(row.bytes_retrans, row.bytes_sent, rng) if sent else None,
             joined_flows=joined))
-    return points
+    return points, short_times
 
 
-def _interactive(session: Session, where: str, params: dict[str, Any],
-                 campaigns: dict[int, CostCampaign]) -> list[CostInteractive]:
+def _delay_quantile(delays: Sequence[np.ndarray], q: float, needed: int, block: int,
+                    rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None]:
+    """The ``q``-th percentile of the pooled delays and its block-bootstrap interval; nothing
+    below ``needed`` samples."""
+    if sum(len(values) for values in delays) < needed:
+        return None, None
+    return (float(np.percentile(np.concatenate(delays), q)),
+            block_bootstrap(delays, block, lambda values: np.percentile(values, q), rng))
+
+
+def _interactive(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
+                 rng: np.random.Generator) -> list[CostInteractive]:
     rows = session.execute(text(f"""
         SELECT t.campaign_id, t.echo {_FROM}
         WHERE {where} AND t.role = 'interactive' AND t.echo IS NOT NULL
         ORDER BY t.campaign_id, t.started_at"""), params).all()
-    per_campaign: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    per_campaign: dict[int, list[np.ndarray]] = defaultdict(list)  # RTT per packet sent, NaN = lost
+    interval_us: dict[int, int] = {}
     for row in rows:
-        per_campaign[int(row.campaign_id)].append(row.echo)
+        if int(row.campaign_id) in campaigns:
+            per_campaign[int(row.campaign_id)].append(
+                np.asarray([np.nan if rtt is None else rtt for rtt in row.echo["rtt_us"]], dtype=float))
+            interval_us[int(row.campaign_id)] = int(row.echo["interval_us"])
     base_by_region: dict[str, float] = {}
-    for campaign_id, echoes in per_campaign.items():
-        region = campaigns[campaign_id].region if campaign_id in campaigns else ""
-        for echo in echoes:
-            received = [value for value in echo["rtt_us"] if value is not None]
-            if received:
-                base_by_region[region] = min(base_by_region.get(region, math.inf), float(min(received)))
-    rng = _rng()
+    for campaign_id, flows in per_campaign.items():
+        region = campaigns[campaign_id].region
+        lowest = min((np.nanmin(rtts) for rtts in flows if np.isfinite(rtts).any()), default=math.inf)
+        base_by_region[region] = min(base_by_region.get(region, math.inf), lowest)
     points: list[CostInteractive] = []
-    for campaign_id, echoes in sorted(per_campaign.items()):
-        campaign = campaigns.get(campaign_id)
-        if campaign is None:
-            continue
-        base_us = base_by_region.get(campaign.region)
-        sent = sum(int(echo["sent"]) for echo in echoes)
-        received = sum(int(echo["received"]) for echo in echoes)
-        delays = [np.asarray([value - base_us for value in echo["rtt_us"] if value is not None], dtype=float) / 1000.0
-                  for echo in echoes] if base_us is not None else []
-        lost = [np.asarray([value is None for value in echo["rtt_us"]], dtype=float) for echo in echoes]
+    for campaign_id, flows in sorted(per_campaign.items()):
+        campaign = campaigns[campaign_id]
+        base_us = base_by_region[campaign.region]
+        lost = [np.isnan(rtts).astype(float) for rtts in flows]
+        delays = [(rtts[np.isfinite(rtts)] - base_us) / 1000.0 for rtts in flows]
+        sent = sum(len(rtts) for rtts in flows)
         samples = sum(len(values) for values in delays)
-        block = max(1, round(DELAY_BLOCK_S * 1e6 / max(1, int(echoes[0]["interval_us"]))))
-        enough = samples >= MIN_DELAY_SAMPLES
-        pooled = np.concatenate(delays) if delays and samples else np.empty(0)
+        block = max(1, round(DELAY_BLOCK_S * 1e6 / max(1, interval_us[campaign_id])))
+        p50, p50_ci = _delay_quantile(delays, 50, MIN_DELAY_SAMPLES, block, rng)
+        p99, p99_ci = _delay_quantile(delays, 99, MIN_P99_SAMPLES, block, rng)
+        enough_sent = sent >= MIN_DELAY_SAMPLES
         points.append(CostInteractive(
-            campaign_id=campaign_id, region=campaign.region, flows=len(echoes), sent=sent, received=received,
-            loss_share=(sent - received) / sent if sent else None,
-            loss_ci=(block_bootstrap(lost, block, np.mean, rng) if sent >= MIN_DELAY_SAMPLES
-                     else proportion_interval(sent - received, sent)),
-            base_rtt_ms=base_us / 1000.0 if base_us is not None else None, samples=samples,
-            delay_p50_ms=float(np.percentile(pooled, 50)) if enough else None,
-            delay_p50_ci_ms=block_bootstrap(delays, block, lambda v: np.percentile(v, 50), rng) if enough else None,
-            delay_p99_ms=float(np.percentile(pooled, 99)) if enough else None,
-            delay_p99_ci_ms=block_bootstrap(delays, block, lambda v: np.percentile(v, 99), rng) if enough else None))
+            campaign_id=campaign_id, region=campaign.region, flows=len(flows), sent=sent, received=samples,
+            loss_share=(sent - samples) / sent if enough_sent else None,
+            loss_ci=block_bootstrap(lost, block, np.mean, rng) if enough_sent else None,
+            base_rtt_ms=base_us / 1000.0 if math.isfinite(base_us) else None, samples=samples,
+            delay_p50_ms=p50, delay_p50_ci_ms=p50_ci, delay_p99_ms=p99, delay_p99_ci_ms=p99_ci))
     return points
 
 
@@ -364,57 +398,55 @@ def _same_design(one: CostCampaign, other: CostCampaign) -> bool:
                  or math.isclose(one.arrival_rate_per_s, other.arrival_rate_per_s, rel_tol=0.02)))
 
 
-def _arm_order(label: str) -> tuple[int, int, str]:
+def arm_order(label: str) -> tuple[int, int, str]:
     """Baseline first: the smaller IW; at equal IW the plain arm, then paced, then learned."""
-    if label == "learned":
-        return (10**6, 2, label)
-    return (int(label.rstrip("p")), 1 if label.endswith("p") else 0, label)
+    kind = 2 if label == "learned" else 1 if label.endswith("p") else 0
+    return (10**6 if kind == 2 else wire.arm_label_iw(label), kind, label)
 
 
-def _interference(session: Session, where: str, params: dict[str, Any],
-                  campaigns: dict[int, CostCampaign]) -> list[CostInterference]:
-    mixed = [campaign for campaign in campaigns.values()
-             if campaign.shares and sum(share > 0 for share in campaign.shares) == 2]
-    if not mixed:
-        return []
-    rows = session.execute(text(f"""
-        SELECT t.campaign_id, COALESCE(t.arm, t.arm_iw::text) AS arm, array_agg(t.total_us) AS times_us
-        {_FROM} WHERE {where} AND t.role = 'short' AND t.error_kind IS NULL AND t.total_us > 0
-        GROUP BY t.campaign_id, 2"""), params).all()
-    times = {(int(row.campaign_id), row.arm): [value / 1000.0 for value in row.times_us] for row in rows}
-    rng = _rng()
+def _pure_phase(campaigns: dict[int, CostCampaign], like: CostCampaign, arm: str) -> CostCampaign | None:
+    """The latest phase of ``like``'s design whose short flows all use ``arm``."""
+    candidates = [campaign for campaign in campaigns.values() if _same_design(campaign, like)
+                  and used_arms(campaign) == [arm]]
+    return max(candidates, key=lambda campaign: campaign.campaign_id, default=None)
+
+
+def used_arms(campaign: CostCampaign) -> list[str]:
+    """The arms a phase's short flows used (a share of 0 leaves an arm out)."""
+    return [arm for arm, share in zip(campaign.arms, campaign.shares or [1.0] * len(campaign.arms), strict=True)
+            if share > 0]
+
+
+def _interference(campaigns: dict[int, CostCampaign], times: ShortTimes,
+                  rng: np.random.Generator) -> list[CostInterference]:
     results: list[CostInterference] = []
-    for phase in mixed:
-        used = [arm for arm, share in zip(phase.arms, phase.shares or [], strict=True) if share > 0]
-        baseline, treatment = sorted(used, key=_arm_order)
-        share = (phase.shares or [])[phase.arms.index(treatment)]
-
-        def pure(arm: str) -> CostCampaign | None:
-            candidates = [c for c in campaigns.values() if _same_design(c, phase)
-                          and [a for a, s in zip(c.arms, c.shares or [1.0] * len(c.arms), strict=True) if s > 0] == [arm]]
-            return max(candidates, key=lambda c: c.campaign_id) if candidates else None
-
-        all_baseline, all_treatment = pure(baseline), pure(treatment)
+    for phase in campaigns.values():
+        used = used_arms(phase)
+        if not phase.shares or len(used) != 2:
+            continue
+        baseline, treatment = sorted(used, key=arm_order)
+        all_baseline, all_treatment = _pure_phase(campaigns, phase, baseline), _pure_phase(campaigns, phase, treatment)
         if all_baseline is None or all_treatment is None:
             continue
         groups = [times.get((phase.campaign_id, baseline), []), times.get((phase.campaign_id, treatment), []),
                   times.get((all_baseline.campaign_id, baseline), []),
                   times.get((all_treatment.campaign_id, treatment), [])]
         enough = all(len(group) >= MIN_FLOWS for group in groups)
-        means = [float(np.mean(group)) if group else math.nan for group in groups]
+        means = [float(np.mean(group)) if enough else math.nan for group in groups]
         ab = means[1] - means[0] if enough else None
         total = means[3] - means[2] if enough else None
         results.append(CostInterference(
-            region=phase.region, baseline=baseline, treatment=treatment, treatment_share=share,
+            region=phase.region, baseline=baseline, treatment=treatment,
+            treatment_share=phase.shares[phase.arms.index(treatment)],
             mixed_campaign_id=phase.campaign_id, all_baseline_campaign_id=all_baseline.campaign_id,
             all_treatment_campaign_id=all_treatment.campaign_id,
-            ab_ms=ab, ab_ci_ms=_bootstrap_mean_difference(groups[:2], (-1, 1), rng) if enough else None,
-            total_ms=total, total_ci_ms=_bootstrap_mean_difference(groups[2:], (-1, 1), rng) if enough else None,
+            ab_ms=ab, ab_ci_ms=_bootstrap_mean_difference(groups[:2], (-1, 1), rng),
+            total_ms=total, total_ci_ms=_bootstrap_mean_difference(groups[2:], (-1, 1), rng),
             bias_ms=ab - total if ab is not None and total is not None else None,
-            bias_ci_ms=_bootstrap_mean_difference(groups, (-1, 1, 1, -1), rng) if enough else None,
+            bias_ci_ms=_bootstrap_mean_difference(groups, (-1, 1, 1, -1), rng),
             n=(len(groups[0]), len(groups[1]), len(groups[2]), len(groups[3]))))
     return results
 
 
 __all__ = ["CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "cost",
-           "mean_interval", "block_bootstrap", "MIN_FLOWS", "MIN_DELAY_SAMPLES"]
+           "arm_order", "used_arms", "mean_interval", "block_bootstrap", "MIN_FLOWS", "MIN_DELAY_SAMPLES", "MIN_P99_SAMPLES"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from iwscope.wiretypes import BIGINT_MAX
 
@@ -107,3 +107,29 @@ class Filters:
             treatment_iw=treatment if treatment is not None else default.treatment_iw,
             metric=cast(Metric, metric) if metric in METRICS else default.metric,
         )
+
+
+def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
+    """The filters as an exact SQL condition on ``trials t JOIN probes p`` and its parameters (the
+    raw-trial readers: trials page, CSV export, fairness and cost; arms are not filtered)."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if filters.campaign_ids:
+        clauses.append("t.campaign_id = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
+    if filters.since is not None:
+        clauses.append("t.started_at >= :since")
+        params["since"] = filters.since
+    if filters.until is not None:
+        clauses.append("t.started_at <= :until")
+        params["until"] = filters.until
+    if filters.regions:
+        clauses.append("p.region = ANY(:regions)")
+        params["regions"] = list(filters.regions)
+    if filters.size_min is not None:
+        clauses.append("t.object_size >= :size_min")
+        params["size_min"] = filters.size_min
+    if filters.size_max is not None:
+        clauses.append("t.object_size <= :size_max")
+        params["size_max"] = filters.size_max
+    return (" AND ".join(clauses) or "TRUE"), params

@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.filters import Filters
+from iwscope.analysis.filters import Filters, trial_where
 from iwscope.analysis.paired import Cells, PairedEstimate, cell_estimate
 from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
                                     median_interval, merge_pieces, proportion_interval, quantile_difference_intervals)
@@ -758,7 +758,7 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
     per campaign x flow role x IW: what the short flows gained and what the competing
     long-lived flow paid.  Filters: campaigns, time window, regions (sizes and arms are not
     applied: the background flow is large by design and every arm of a mix is shown)."""
-    where, params = _raw_where(replace(filters, size_min=None, size_max=None))
+    where, params = trial_where(replace(filters, size_min=None, size_max=None))
     rows = session.execute(text(f"""
         SELECT t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, {_FLOW_ROLE_SQL} AS flow, t.arm_iw,
                count(*) AS n, count(t.error_kind) AS errors,
@@ -831,33 +831,8 @@ TRIAL_COLUMNS: tuple[str, ...] = (
 TRIALS_COUNT_CAP = 100_000
 
 
-def _raw_where(filters: Filters) -> tuple[str, dict[str, Any]]:
-    """Exact filters on ``trials t JOIN probes p`` (arms are not filtered: every arm is shown)."""
-    clauses: list[str] = []
-    params: dict[str, Any] = {}
-    if filters.campaign_ids:
-        clauses.append("t.campaign_id = ANY(:campaign_ids)")
-        params["campaign_ids"] = list(filters.campaign_ids)
-    if filters.since is not None:
-        clauses.append("t.started_at >= :since")
-        params["since"] = filters.since
-    if filters.until is not None:
-        clauses.append("t.started_at <= :until")
-        params["until"] = filters.until
-    if filters.regions:
-        clauses.append("p.region = ANY(:regions)")
-        params["regions"] = list(filters.regions)
-    if filters.size_min is not None:
-        clauses.append("t.object_size >= :size_min")
-        params["size_min"] = filters.size_min
-    if filters.size_max is not None:
-        clauses.append("t.object_size <= :size_max")
-        params["size_max"] = filters.size_max
-    return (" AND ".join(clauses) or "TRUE"), params
-
-
 def _raw_select(filters: Filters) -> tuple[str, dict[str, Any]]:
-    where, params = _raw_where(filters)
+    where, params = trial_where(filters)
     columns = ", ".join("p.region" if name == "region" else f"t.{name}" for name in TRIAL_COLUMNS)
     return f"SELECT {columns} FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id WHERE {where}", params
 
@@ -872,7 +847,7 @@ def trials_page(session: Session, filters: Filters, limit: int = 100, offset: in
     select, params = _raw_select(filters)
     rows = session.execute(text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
                            {**params, "limit": limit, "offset": offset}).all()
-    where, count_params = _raw_where(filters)
+    where, count_params = trial_where(filters)
     total = session.execute(text(f"""
         SELECT count(*) FROM (SELECT 1 FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id
                               WHERE {where} LIMIT :cap) AS matches"""), {**count_params, "cap": TRIALS_COUNT_CAP + 1}

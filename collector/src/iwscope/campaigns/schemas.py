@@ -15,8 +15,6 @@ from iwscope.wiretypes import NO_NUL
 ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
                                                                       pattern=wire.ARM_LABEL_PATTERN)]
 Arms = Annotated[list[ArmSpec], Field(min_length=1, max_length=16)]
-#: IW a ``learned`` arm is listed with in ``arms`` (what it starts from without history).
-LEARNED_LISTED_IW = 10
 Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
 #: Longest time box of a campaign (30 days).
@@ -71,8 +69,8 @@ class CampaignIn(BaseModel):
 
     @property
     def arm_iws(self) -> list[int]:
-        """The IW each arm starts from (``learned``: :data:`LEARNED_LISTED_IW`)."""
-        return [LEARNED_LISTED_IW if label == "learned" else int(label.rstrip("p")) for label in self.arm_labels]
+        """The IW each arm starts from (``learned``: ``wire.LEARNED_BASE_IW``)."""
+        return [wire.arm_label_iw(label) for label in self.arm_labels]
 
     @property
     def plain_arms_only(self) -> bool:

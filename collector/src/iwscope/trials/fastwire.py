@@ -59,7 +59,7 @@ class FastEcho(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     packet_bytes: Annotated[int, Meta(ge=wire.MIN_ECHO_PACKET_BYTES, le=wire.MAX_ECHO_PACKET_BYTES)]
     interval_us: Annotated[int, Meta(ge=1000, le=10_000_000)]
     sent: Annotated[int, Meta(ge=0, le=wire.MAX_ECHO_SAMPLES)]
-    received: Annotated[int, Meta(ge=0, le=1_000_000_000)]
+    received: Annotated[int, Meta(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     rtt_us: Annotated[list[FastMicros | None], Meta(max_length=wire.MAX_ECHO_SAMPLES)]
 
 

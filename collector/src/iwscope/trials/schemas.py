@@ -20,7 +20,7 @@ class EchoStatsIn(BaseModel):
     packet_bytes: Annotated[int, Field(ge=wire.MIN_ECHO_PACKET_BYTES, le=wire.MAX_ECHO_PACKET_BYTES)]
     interval_us: Annotated[int, Field(ge=1000, le=10_000_000)]
     sent: Annotated[int, Field(ge=0, le=wire.MAX_ECHO_SAMPLES)]
-    received: Annotated[int, Field(ge=0, le=1_000_000_000)]
+    received: Annotated[int, Field(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     rtt_us: Annotated[list[Micros | None], Field(max_length=wire.MAX_ECHO_SAMPLES)]
 
 

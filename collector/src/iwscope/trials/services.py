@@ -126,7 +126,7 @@ def _check_instant(errors: list[RecordError], section: str, index: int, record_i
 
 def _arm_matches_iw(label: str, iw: int) -> bool:
     """An arm label names the IW it starts from (``10`` and ``10p``: 10; ``learned``: any)."""
-    return label in ("", "learned") or label.rstrip("p") == str(iw)
+    return label in ("", "learned") or wire.arm_label_iw(label) == iw
 
 
 def _flow_field_errors(trials: Sequence[fastwire.FastTrial]) -> list[RecordError]:

@@ -20,8 +20,9 @@ from typing import Any, NamedTuple
 import dash
 import plotly.graph_objects as go
 from dash import Output, callback, dcc, html
-from iwscope.analysis import CostCampaign, CostFlows, CostInterference, CostReport
 from plotly.subplots import make_subplots
+
+from iwscope.analysis import CostCampaign, CostFlows, CostInterference, CostReport, arm_order, used_arms
 
 from iwscope_dashboard.figures import ARM_PALETTE, PERCENT_COLOUR, TEMPLATE, TREATMENT_COLOUR, empty_figure
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
@@ -111,13 +112,6 @@ def arm_name(arm: str) -> str:
     return f"IW{arm}" if arm.rstrip("p").isdigit() else arm
 
 
-def arm_order(arm: str) -> tuple[int, int, str]:
-    """Smaller IW first; at equal IW the plain arm, then paced; learned last (as the analysis)."""
-    if not arm.rstrip("p").isdigit():
-        return (10**6, 2, arm)
-    return (int(arm.rstrip("p")), 1 if arm.endswith("p") else 0, arm)
-
-
 def phase_label(campaign: CostCampaign) -> str:
     rate = f", {campaign.arrival_rate_per_s:.3g}/s" if campaign.arrival_rate_per_s is not None else ""
     return f"#{campaign.campaign_id} {campaign.mix}{rate}"
@@ -167,24 +161,17 @@ def cost_columns(report: CostReport) -> list[tuple[str, str]]:
     return columns
 
 
-def combined(rows: Sequence[CostFlows], field: str) -> float | None:
-    """``field`` over several rows of one role (the bulk flow of several arms): weighted by n."""
-    known = [(getattr(row, field), row.n) for row in rows if getattr(row, field) is not None]
-    weight = sum(n for _, n in known)
-    return sum(value * n for value, n in known) / weight if known and weight else None
-
-
 def _bulk_cell(flows: dict[tuple[int, str, str], CostFlows], campaign_id: int) -> Cell:
-    picked = {role: [f for (c, r, _), f in flows.items() if c == campaign_id and r == role]
+    """The bulk flow's mean throughput with / alone, each with its interval and n."""
+    picked = {role: next((f for (c, r, _), f in flows.items() if c == campaign_id and r == role), None)
               for role in ("background", "background-alone")}
-    if not picked["background"] and not picked["background-alone"]:
+    if picked["background"] is None and picked["background-alone"] is None:
         return Cell("—", "no bulk flow")
-    texts, counts = [], []
-    for role in ("background", "background-alone"):
-        value = combined(picked[role], "throughput_bps")
-        texts.append("—" if not picked[role] else TOO_SMALL if value is None else f"{value / 1e6:,.2f}")
-        counts.append(f"{sum(f.n for f in picked[role]):,}")
-    return Cell(" / ".join(texts), f"n={counts[0]} / {counts[1]} flows; mean throughput, no interval", TOO_SMALL in texts)
+    cells = [Cell("—", "not run") if flow is None else
+             measure(flow.throughput_bps, flow.throughput_ci_bps, flow.n, "flows", scale=1e-6, digits=2)
+             for flow in (picked["background"], picked["background-alone"])]
+    return Cell(" / ".join(cell.value for cell in cells), " / ".join(cell.note for cell in cells),
+                any(cell.too_small for cell in cells))
 
 
 def cost_rows(report: CostReport) -> list[dict[str, Cell]]:
@@ -268,16 +255,12 @@ def delay_figure(report: CostReport) -> go.Figure:
 
 # ---- c. share sweep ---------------------------------------------------------------------------
 
-def _used_arms(campaign: CostCampaign) -> list[str]:
-    return [arm for arm, share in zip(campaign.arms, campaign.shares or [1.0] * len(campaign.arms), strict=True) if share > 0]
-
-
 def _treatment_share(campaign: CostCampaign, baseline: str, treatment: str,
                      flows: Sequence[CostFlows]) -> float | None:
     """The treatment's share of the phase's short flows in % (pure phases: 0 or 100), or ``None``
     when the phase ran another arm.  Taken from ``CostFlows.share`` (the baseline's share gives
     the treatment's as its complement), else from the phase's arms."""
-    used = _used_arms(campaign)
+    used = used_arms(campaign)
     if not used or not set(used) <= {baseline, treatment}:
         return None
     for flow in flows:
@@ -296,7 +279,7 @@ def _treatment_share(campaign: CostCampaign, baseline: str, treatment: str,
 
 def _sweep_pairs(campaigns: Sequence[CostCampaign]) -> list[tuple[str, str]]:
     """(baseline, treatment) of the phases that split the short flows between two arms."""
-    mixed = {tuple(sorted(_used_arms(c), key=arm_order)) for c in campaigns if len(_used_arms(c)) == 2}
+    mixed = {tuple(sorted(used_arms(c), key=arm_order)) for c in campaigns if len(used_arms(c)) == 2}
     return sorted((pair[0], pair[1]) for pair in mixed)
 
 
@@ -427,6 +410,10 @@ INTERFERENCE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 # ---- e. bulk flows (the former Fairness page) -------------------------------------------------
 
+#: The interval of each number the bulk-flow figure draws.
+_CI_FIELD = {"throughput_bps": "throughput_ci_bps", "bytes_retrans_share": "bytes_retrans_share_ci"}
+
+
 def bulk_figure(report: CostReport) -> go.Figure:
     """The bulk (background) flow's throughput alone vs with the short flows per phase, and the
     share of bytes retransmitted by it and by the short flows of each arm."""
@@ -441,17 +428,22 @@ def bulk_figure(report: CostReport) -> go.Figure:
 
     def add(role: str, arm: str | None, field: str, scale: float, name: str, colour: str, column: int,
             legend: bool = True) -> None:
-        xs, ys, ns = [], [], []
+        xs, ys, cis, ns = [], [], [], []
         for campaign_id in phases:
-            rows = [f for f in report.flows if f.campaign_id == campaign_id and f.role == role and (arm is None or f.arm == arm)]
-            value = combined(rows, field)
-            if value is not None:  # None: no bar (n too small or not measured), never a 0
+            flow = next((f for f in report.flows if f.campaign_id == campaign_id and f.role == role
+                         and (arm is None or f.arm == arm)), None)
+            value = getattr(flow, field) if flow is not None else None
+            if flow is not None and value is not None:  # None: no bar (n too small or not measured), never a 0
                 xs.append(phase_label(campaigns[campaign_id]))
                 ys.append(value * scale)
-                ns.append(sum(f.n for f in rows))
+                interval = getattr(flow, _CI_FIELD[field])
+                cis.append((interval[0] * scale, interval[1] * scale) if interval else None)
+                ns.append(flow.n)
         if xs:
+            tops[column].extend(high for _, high in filter(None, cis))
             tops[column].extend(ys)
             fig.add_trace(go.Bar(x=xs, y=ys, name=name, marker_color=colour, showlegend=legend, customdata=ns,
+                                 error_y=_error_bars(ys, cis),
                                  hovertemplate="%{x}<br>%{y:.2f}<br>n=%{customdata} flows<extra>" + name + "</extra>"),
                           row=1, col=column)
 
