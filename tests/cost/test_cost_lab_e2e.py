@@ -64,11 +64,15 @@ def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
     short = {(flow.campaign_id, flow.arm): flow for flow in report.flows if flow.role == "short"}
     burst = short[(_phase(phases, "policy", ("32",)), "32")]
     paced = short[(_phase(phases, "policy", ("32p",)), "32p")]
-    # 32 back-to-back segments into 10 packets of buffer: the origin retransmits in most flows.
-    assert burst.retrans_flow_share is not None and burst.retrans_flow_share > 0.5, burst
-    assert paced.retrans_flow_share is not None and paced.retrans_flow_share < burst.retrans_flow_share / 2, paced
-    assert burst.bytes_retrans_share is not None and paced.bytes_retrans_share is not None
-    assert paced.bytes_retrans_share < burst.bytes_retrans_share
+    # 32 back-to-back segments into 10 packets of buffer: the origin retransmits in (nearly) every
+    # flow and a large share of the bytes; paced, far fewer.  Compared by their 95 % intervals,
+    # which do not overlap (a loaded box makes the paced flows lose more, not as much).
+    assert burst.retrans_flow_share_ci is not None and paced.retrans_flow_share_ci is not None
+    assert paced.retrans_flow_share_ci[1] < burst.retrans_flow_share_ci[0], (paced, burst)
+    assert burst.bytes_retrans_share_ci is not None and paced.bytes_retrans_share is not None
+    # (nothing retransmitted at all has no bootstrap interval: the share itself, 0, is the bound)
+    paced_high = paced.bytes_retrans_share_ci[1] if paced.bytes_retrans_share_ci else paced.bytes_retrans_share
+    assert paced_high < burst.bytes_retrans_share_ci[0], (paced, burst)
     # The interactive flow's queueing delay is bounded by the buffer: 10 full-size packets
     # ahead of it drain in 10 x 1514 x 8 bit / 10 Mbit/s = 12.1 ms (2 ms slack for scheduling).
     drain_ms = SHALLOW.buffer_packets * 1514 * 8 / SHALLOW.rate_bps * 1000

@@ -112,15 +112,13 @@ def test_dashboard_cost_page_draws_the_phases(phases: tuple[Stack, list[PhaseRes
     answer = subprocess.run([sys.executable, "-c", DASHBOARD_SCRIPT, database_url, json.dumps(ids)],
                             capture_output=True, text=True, timeout=120, check=True)
     traces = {trace["name"]: trace for trace in json.loads(answer.stdout.strip().splitlines()[-1])}
-    assert {"background alone", "background with short flows", "short IW3 retrans", "short IW10 retrans"} <= set(traces)
-    # Every phase appears as a bar of the bulk flow, alone and with the short flows, in the same order.
-    assert len(traces["background alone"]["x"]) == len(ids)
-    assert traces["background with short flows"]["x"] == traces["background alone"]["x"]
-    for alone, competing in zip(traces["background alone"]["y"], traces["background with short flows"]["y"]):
-        assert 0 < competing < alone < BOTTLENECK.rate_bps / 1e6
-    # Each single-IW phase has short flows of its own IW only.
+    # One bulk flow per phase: its throughput is n too small (6 needed), so no bar is drawn for it.
+    assert not {"background alone", "background with short flows"} & set(traces)
+    assert {"short IW3 retrans", "short IW10 retrans"} <= set(traces)
+    # Each single-IW phase has short flows of its own IW only, each bar a share of bytes.
     assert len(traces["short IW3 retrans"]["x"]) == 1 and len(traces["short IW10 retrans"]["x"]) == 1
     assert traces["short IW3 retrans"]["x"] != traces["short IW10 retrans"]["x"]
+    assert all(0 <= value <= 100 for name in ("short IW3 retrans", "short IW10 retrans") for value in traces[name]["y"])
 
 
 def test_public_api_serves_the_fairness_points(phases: tuple[Stack, list[PhaseResult]],

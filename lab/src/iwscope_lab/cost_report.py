@@ -43,8 +43,10 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
         mine = flows.get(cid, [])
         short, pages = ("; ".join(f"{f['arm']}: {_with_n(_ci(f['fct_p50_ms'], f['fct_p50_ci_ms'], n=f['n']), f['fct_p50_ms'], f['n'])}"
                                   for f in mine if f["role"] == role) for role in ("short", "page-load"))
-        retrans = "; ".join(f"{f['arm']}: {_ci(f['bytes_retrans_share'], f['bytes_retrans_share_ci'], 100, 1, f['joined_flows'])} %"
-                            for f in mine if f["role"] in ("short", "page-load"))
+        retrans = "; ".join(
+            f"{f['arm']}: {_ci(f['bytes_retrans_share'], f['bytes_retrans_share_ci'], 100, 1, f['joined_flows'])} % of bytes, "
+            f"{_ci(f['retrans_flow_share'], f['retrans_flow_share_ci'], 100, 0, f['joined_flows'])} % of flows"
+            for f in mine if f["role"] in ("short", "page-load") and f["bytes_retrans_share"] is not None)
         alone = next((f for f in mine if f["role"] == "background-alone"), None)
         bulk = next((f for f in mine if f["role"] == "background"), None)
         rows.append({
@@ -66,7 +68,7 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
 COLUMNS = (("bottleneck", "bottleneck"), ("phase", "phase"), ("mix", "short flows"),
            ("delay_p50", "interactive delay p50 ms [95 % CI]"), ("delay_p99", "interactive delay p99 ms [95 % CI]"),
            ("loss", "interactive loss"), ("short_fct_p50", "short-flow FCT p50 ms [95 % CI]"),
-           ("short_retrans", "bytes retransmitted % [95 % CI]"), ("bulk_mbps", "bulk Mbit/s [95 % CI]"),
+           ("short_retrans", "retransmitted [95 % CI]"), ("bulk_mbps", "bulk Mbit/s [95 % CI]"),
            ("page_load_p50", "page load p50 ms [95 % CI]"))
 
 
@@ -84,8 +86,11 @@ INTERFERENCE_COLUMNS = (("bottleneck", "bottleneck"), ("arms", "baseline vs trea
 
 def cost_markdown(cost: dict[str, Any]) -> list[str]:
     lines = ["", f"## {cost['title']}", "",
-             "Interactive delay: round-trip time of a 50 packets/s UDP flow above the bottleneck's empty-queue RTT "
-             "(moving-block bootstrap intervals). FCT: flow completion time of successful short flows.", "",
+             f"Interactive delay: round-trip time of a {1e6 / cost['interactive']['interval_us']:.0f} packets/s UDP flow of "
+             f"{cost['interactive']['packet_bytes']}-byte packets above the bottleneck's empty-queue RTT (moving-block "
+             "bootstrap intervals; loss: Wilson intervals shrunk by the design effect of bursty losses). FCT: flow completion time of successful "
+             "short flows (pages: first connection's start to last connection's end). Retransmitted: bytes (bootstrap "
+             "over flows) and flows (Wilson) the origin retransmitted.", "",
              "| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row[key] for key, _ in COLUMNS) + " |" for row in cost_rows(cost)]
     lines += ["", "A/B split vs total effect (mean FCT, treatment minus baseline):", "",

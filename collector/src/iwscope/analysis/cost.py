@@ -200,8 +200,8 @@ def _bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (weights @ np.asarray(numerator, float)) / (weights @ np.asarray(denominator, float))
     ratios = ratios[np.isfinite(ratios)]
-    if len(ratios) < 10:
-        return None
+    if len(ratios) < 10 or not np.any(np.asarray(numerator, float)):
+        return None  # nothing retransmitted: resampling cannot show the uncertainty (see the flow share)
     low, high = np.percentile(ratios, [2.5, 97.5])
     return float(low), float(high)
 
@@ -341,6 +341,28 @@ def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict
     return points, short_times
 
 
+def _loss_interval(lost: Sequence[np.ndarray], block: int) -> tuple[float, float] | None:
+    """Wilson interval of the loss share over packets (``lost``: one 0/1 array per interactive
+    flow) with the sample size shrunk by the design effect of bursty losses: the variance of
+    the means of blocks of ``block`` consecutive packets (batch means) over the variance
+    independent packets would give.  With fewer than :data:`MIN_BLOCKS` blocks the effect is
+    taken as ``block`` (every block one unit).  Unlike a bootstrap it does not collapse to
+    [0, 0] when nothing was lost (the design effect is then 1)."""
+    sent = sum(len(flags) for flags in lost)
+    if not sent:
+        return None
+    share = sum(float(flags.sum()) for flags in lost) / sent
+    means = [float(flags[start:start + block].mean()) for flags in lost for start in range(0, len(flags), block)
+             if len(flags[start:start + block]) == block]
+    if len(means) < MIN_BLOCKS:
+        effect = float(block)
+    elif 0 < share < 1:
+        effect = max(1.0, float(np.var(means, ddof=1)) / len(means) / (share * (1 - share) / sent))
+    else:
+        effect = 1.0
+    return proportion_interval(share * sent / effect, sent / effect)
+
+
 def _delay_quantile(delays: Sequence[np.ndarray], q: float, needed: int, block: int,
                     rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None]:
     """The ``q``-th percentile of the pooled delays and its block-bootstrap interval; nothing
@@ -373,8 +395,8 @@ def _interactive(session: Session, where: str, params: dict[str, Any], campaigns
     for campaign_id, flows in sorted(per_campaign.items()):
         campaign = campaigns[campaign_id]
         base_us = base_by_region[campaign.region]
-        lost = [np.isnan(rtts).astype(float) for rtts in flows]
         delays = [(rtts[np.isfinite(rtts)] - base_us) / 1000.0 for rtts in flows]
+        lost = [np.isnan(rtts).astype(float) for rtts in flows]
         sent = sum(len(rtts) for rtts in flows)
         samples = sum(len(values) for values in delays)
         block = max(1, round(DELAY_BLOCK_S * 1e6 / max(1, interval_us[campaign_id])))
@@ -384,7 +406,7 @@ def _interactive(session: Session, where: str, params: dict[str, Any], campaigns
         points.append(CostInteractive(
             campaign_id=campaign_id, region=campaign.region, flows=len(flows), sent=sent, received=samples,
             loss_share=(sent - samples) / sent if enough_sent else None,
-            loss_ci=block_bootstrap(lost, block, np.mean, rng) if enough_sent else None,
+            loss_ci=_loss_interval(lost, block) if enough_sent else None,
             base_rtt_ms=base_us / 1000.0 if math.isfinite(base_us) else None, samples=samples,
             delay_p50_ms=p50, delay_p50_ci_ms=p50_ci, delay_p99_ms=p99, delay_p99_ci_ms=p99_ci))
     return points

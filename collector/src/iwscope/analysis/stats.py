@@ -381,9 +381,10 @@ def median_interval(sorted_values: Sequence[float], level: float = 0.95) -> tupl
     return float(sorted_values[j - 1]), float(sorted_values[n - j])
 
 
-def proportion_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float] | None:
+def proportion_interval(successes: float, trials: float, level: float = 0.95) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (good coverage down to a handful of trials and at
-    0 % / 100 %, where the normal interval collapses to a point); ``None`` without trials."""
+    0 % / 100 %, where the normal interval collapses to a point); ``None`` without trials.
+    Counts may be fractional: effective sample sizes of dependent data (e.g. blocks of packets)."""
     if trials <= 0:
         return None
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
