@@ -22,6 +22,9 @@ def test_p99_needs_enough_packets_to_bracket_it() -> None:
     value, interval = cost_module._delay_quantile([rng.exponential(5.0, 2000)], 99, MIN_P99_SAMPLES, 40, rng)
     assert value is not None and interval is not None and interval[0] <= value <= interval[1]
     assert abs(value - 5.0 * np.log(100)) < 5.0  # the exponential's p99 is mean x ln 100
+    # Enough packets for a p99 but fewer than 10 blocks for its interval: no number at all.
+    assert cost_module._delay_quantile([rng.exponential(5.0, 390)], 99, MIN_P99_SAMPLES, 40, rng) == (None, None)
+    assert cost_module._delay_quantile([rng.exponential(5.0, 400)], 99, MIN_P99_SAMPLES, 40, rng)[1] is not None
 
 
 def test_loss_interval_does_not_collapse_and_widens_for_bursts() -> None:

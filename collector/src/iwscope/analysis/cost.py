@@ -13,7 +13,8 @@ probe's access link; one region per bottleneck in the lab).  Per phase this modu
   region saw) at p50 and p99 and its loss.  Consecutive packets see the same queue, so their
   samples are not independent: intervals come from a moving-block bootstrap (blocks of
   :data:`DELAY_BLOCK_S` of packets, longer than one burst's queue episode at either lab
-  buffer; whole interactive flows kept apart), and need :data:`MIN_BLOCKS` blocks.  A p99 needs
+  buffer; whole interactive flows kept apart), and need :data:`MIN_BLOCKS` blocks (with fewer,
+  no quantile is shown: never a number without its interval).  A p99 needs
   :data:`MIN_P99_SAMPLES` packets: fewer cannot bracket it (the sample maximum is below the
   99th percentile with more than 2.5 % probability).
 * **interference** (:class:`CostInterference`): in a region, a mixed phase (two arms sharing
@@ -366,11 +367,14 @@ def _loss_interval(lost: Sequence[np.ndarray], block: int) -> tuple[float, float
 def _delay_quantile(delays: Sequence[np.ndarray], q: float, needed: int, block: int,
                     rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None]:
     """The ``q``-th percentile of the pooled delays and its block-bootstrap interval; nothing
-    below ``needed`` samples."""
+    below ``needed`` samples, and nothing without an interval (fewer than :data:`MIN_BLOCKS`
+    blocks): a quantile is never shown alone."""
     if sum(len(values) for values in delays) < needed:
         return None, None
-    return (float(np.percentile(np.concatenate(delays), q)),
-            block_bootstrap(delays, block, lambda values: np.percentile(values, q), rng))
+    interval = block_bootstrap(delays, block, lambda values: np.percentile(values, q), rng)
+    if interval is None:
+        return None, None
+    return float(np.percentile(np.concatenate(delays), q)), interval
 
 
 def _interactive(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
