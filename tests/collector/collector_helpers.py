@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
 import random
+import socket
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from iwprobe import wire
 
@@ -102,3 +105,27 @@ def make_path_sample(probe_id: str, origin_id: str, **overrides: Any) -> dict[st
     record.update(overrides)
     return record
 
+
+
+class SlowUpload:
+    """A ``POST`` whose body arrives in two parts, ``pause`` apart (a probe on a slow uplink)."""
+
+    def __init__(self, port: int, path: str, credential: str, body: bytes) -> None:
+        self.body = body
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        self.sock.sendall(head + body[: len(body) // 2])
+
+    def finish(self) -> tuple[int, Any]:
+        self.sock.sendall(self.body[len(self.body) // 2:])
+        response = http.client.HTTPResponse(self.sock, method="POST")
+        response.begin()
+        answer = orjson.loads(response.read())
+        self.sock.close()
+        return response.status, answer
+
+
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy ``postgresql+psycopg://`` URL as libpq (psycopg) takes it."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
-from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe
+from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe, libpq_url
 
 
 @pytest.fixture
@@ -37,3 +38,15 @@ def campaign(client: httpx.Client, admin_token: str, origin: Enrolled) -> dict[s
         "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
     assert response.status_code == 201, response.text
     return response.json()
+
+
+@pytest.fixture
+def trials_locked(database_url: str) -> Iterator[psycopg.Connection]:
+    """``trials`` locked ACCESS EXCLUSIVE until the test commits the returned connection."""
+    connection = psycopg.connect(libpq_url(database_url))
+    try:
+        connection.execute("LOCK TABLE trials IN ACCESS EXCLUSIVE MODE")
+        yield connection
+    finally:
+        connection.rollback()
+        connection.close()

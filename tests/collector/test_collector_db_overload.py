@@ -17,12 +17,10 @@ this session's PostgreSQL, no mocks.
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,16 +30,12 @@ import psycopg
 import pytest
 import redis
 
-from collector_helpers import Enrolled, enroll_probe, make_batch, make_trial
+from collector_helpers import Enrolled, SlowUpload, enroll_probe, libpq_url, make_batch, make_trial
 from iwprobe import wire
 
 #: Settings of the deliberately tiny API: one connection, turned away after 0.4 s.
 TINY_POOL = {"IWSCOPE_DB_POOL_SIZE": "1", "IWSCOPE_DB_MAX_OVERFLOW": "0", "IWSCOPE_DB_POOL_TIMEOUT_S": "0.4",
              "IWSCOPE_RETRY_AFTER_S": "1"}
-
-
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 def _local_ports_to(pid: int, remote_port: int) -> set[int]:
@@ -71,7 +65,7 @@ def backends_of(pid: int, database_url: str) -> list[tuple[str | None, str | Non
     ports = _local_ports_to(pid, urlsplit(database_url).port or 5432)
     if not ports:
         return []
-    with psycopg.connect(_libpq(database_url), autocommit=True) as connection:
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
         return [(row[0], row[1]) for row in connection.execute(
             "SELECT state, wait_event_type FROM pg_stat_activity WHERE client_port = ANY(%s) "
             "AND datname = current_database()", (sorted(ports),))]
@@ -79,7 +73,7 @@ def backends_of(pid: int, database_url: str) -> list[tuple[str | None, str | Non
 
 def stored_counts(database_url: str, trial_ids: list[str]) -> tuple[int, int, int]:
     """Rows in ``trials``, distinct trial ids among them, rows in the ``trial_ids`` registry."""
-    with psycopg.connect(_libpq(database_url)) as connection:
+    with psycopg.connect(libpq_url(database_url)) as connection:
         rows, distinct = connection.execute("SELECT count(*), count(DISTINCT trial_id) FROM trials "
                                             "WHERE trial_id = ANY(%s::uuid[])", (trial_ids,)).fetchone()  # type: ignore[misc]
         registry = connection.execute("SELECT count(*) FROM trial_ids WHERE trial_id = ANY(%s::uuid[])",
@@ -96,25 +90,6 @@ def _assert_busy_answer(status: int, headers: Any, body: Any) -> None:
     assert status == 503, (status, body)
     assert headers.get("retry-after") == "1", headers
     assert isinstance(body, dict) and "retry later" in body["detail"] and body["retry_after_s"] == 1, body
-
-
-class SlowUpload:
-    """A ``POST`` whose body arrives in two parts, ``pause`` apart (a probe on a slow uplink)."""
-
-    def __init__(self, port: int, path: str, credential: str, body: bytes) -> None:
-        self.body = body
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-        self.sock.sendall(head + body[: len(body) // 2])
-
-    def finish(self) -> tuple[int, Any]:
-        self.sock.sendall(self.body[len(self.body) // 2:])
-        response = http.client.HTTPResponse(self.sock, method="POST")
-        response.begin()
-        answer = orjson.loads(response.read())
-        self.sock.close()
-        return response.status, answer
 
 
 @pytest.fixture
@@ -230,18 +205,6 @@ def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_t
         assert replay.status_code == 200 and replay.json()["duplicates"] == len(batches[0][2])
     every = [trial_id for item in batches for trial_id in item[2]]
     assert stored_counts(database_url, every) == (len(every),) * 3
-
-
-@pytest.fixture
-def trials_locked(database_url: str) -> Iterator[psycopg.Connection]:
-    """``trials`` locked ACCESS EXCLUSIVE until the test commits the returned connection."""
-    connection = psycopg.connect(_libpq(database_url))
-    try:
-        connection.execute("LOCK TABLE trials IN ACCESS EXCLUSIVE MODE")
-        yield connection
-    finally:
-        connection.rollback()
-        connection.close()
 
 
 def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_returns(

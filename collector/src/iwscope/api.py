@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 
 from iwscope import __version__
 from iwscope.campaigns.routes import router as campaigns_router
+from iwscope.admission import Admission
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.health import DRAINING
@@ -106,6 +107,10 @@ def create_app() -> FastAPI:
             LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
             REQUESTS.labels(request.method, route, str(status_code)).inc()
 
+    # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
+    settings = get_settings()
+    app.add_middleware(Admission, limit=settings.max_in_progress, other_limit=settings.max_other_in_progress,
+                       retry_after_s=settings.retry_after_s)
     return app
 
 

@@ -9,7 +9,9 @@ Capacity of one API process (docs/reliability.md "Load"): ``IWSCOPE_DB_POOL_SIZE
 ``IWSCOPE_DB_MAX_OVERFLOW`` connections, which is also how many requests may use the
 database at once; ``IWSCOPE_DB_POOL_TIMEOUT_S``, how long a request waits for one before it is
 answered 503 with ``Retry-After: IWSCOPE_RETRY_AFTER_S``; ``IWSCOPE_API_THREADS``, the
-thread pool of everything else that blocks (sync routes, serialisation, Celery publishes).
+thread pool of everything else that blocks (sync routes, serialisation, Celery publishes);
+``IWSCOPE_MAX_IN_PROGRESS`` / ``IWSCOPE_MAX_OTHER_IN_PROGRESS``, the requests one process takes
+at once (all / not probe traffic) before it answers 503 at the door (:mod:`iwscope.admission`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class Settings(BaseSettings):
     api_threads: int = Field(40, ge=4, le=1000, validation_alias=AliasChoices("IWSCOPE_API_THREADS"))
     #: Seconds between two checks of adaptive campaigns' precision (``campaigns/precision.py``).
     precision_check_s: float = Field(20.0, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_PRECISION_CHECK_S"))
+    #: Requests in progress at once in one API process (:mod:`iwscope.admission`); one more is
+    #: answered 503 + ``Retry-After`` before its body is read.  Probe traffic may use all of them.
+    max_in_progress: int = Field(48, ge=1, le=10_000, validation_alias=AliasChoices("IWSCOPE_MAX_IN_PROGRESS"))
+    #: Of those, at most this many that are not probe traffic (public reads, exports, admin).
+    max_other_in_progress: int = Field(16, ge=1, le=10_000,
+                                       validation_alias=AliasChoices("IWSCOPE_MAX_OTHER_IN_PROGRESS"))
     #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
     retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
 
@@ -87,6 +95,14 @@ class Settings(BaseSettings):
                 f"IWSCOPE_DB_POOL_SIZE + IWSCOPE_DB_MAX_OVERFLOW = {self.db_connections} is over "
                 f"{MAX_DB_CONNECTIONS} connections per process (PostgreSQL's default max_connections "
                 "is 100 for every process together)")
+        return self
+
+    @model_validator(mode="after")
+    def _admission_limits(self) -> "Settings":
+        if self.max_other_in_progress > self.max_in_progress:
+            raise ConfigurationError(
+                f"IWSCOPE_MAX_OTHER_IN_PROGRESS ({self.max_other_in_progress}) is over IWSCOPE_MAX_IN_PROGRESS "
+                f"({self.max_in_progress}): readers would be allowed more than the whole process")
         return self
 
     @model_validator(mode="after")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("iwscope_http_requests_total", "HTTP requests", ["method", "route", "status"])
 LATENCY = Histogram("iwscope_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
@@ -13,3 +13,7 @@ TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that coul
                          "(the periodic sweep catches up)", ["task"])
 DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "
                   "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)", ["where"])
+ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answered 503 at the front door "
+                             "(too many in progress in this process), by class: probe|other", ["kind"])
+IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress in this process, by admission class",
+                    ["kind"])
