@@ -1,28 +1,31 @@
 #!/usr/bin/env python3
-"""Load test: 1,000 simulated probes against ONE API process and ONE Celery worker.
+"""Load test: a fleet of simulated probes against the collector's API and ONE Celery worker.
 
 Everything is real and local (loopback only): a database of its own
 ``iwscope_load_<random>`` on the server of ``$IWSCOPE_TEST_DATABASE_URL`` (default: the local
-stack), its own Redis db index and Celery queue, one ``iwscope api`` (uvicorn, 1 process)
-and one ``iwscope worker --concurrency 1``.  The driver is asyncio + httpx (one process):
+stack), its own Redis db index and Celery queue, one ``iwscope api --workers N`` (uvicorn,
+``--api-workers``, default 1 process) and one ``iwscope worker --concurrency 1``.  The driver
+is asyncio + httpx (one process, kept-alive connections, its open-file limit raised):
 
-1. enrolls ``--probes`` probes through ``POST /api/v1/probes/enroll`` (and one origin),
-   creates a campaign;
-2. runs stages with more and more active probes (``--stages``, e.g. 100,250,500,1000), each
-   ``--stage-s`` seconds.  Every active probe loops: heartbeat, pull its schedule, upload
-   a batch of 50-200 trials (``POST /api/v1/trials/batch``), then the origin uploads the
+1. enrolls ``--probes`` probes through ``POST /api/v1/probes/enroll`` (32 at a time) and one
+   origin, creates a campaign;
+2. runs stages with more and more active probes (``--stages``, e.g. 250,1000 or 10000), each
+   ``--stage-s`` seconds.  Every active probe loops as ``iwprobe run`` does: pull its schedule
+   with ``If-None-Match`` (304 while unchanged), upload a batch of ``--batch-min``..``--batch-max``
+   trials carrying its heartbeat (``POST /api/v1/trials/batch``), then the origin uploads the
    matching observations (so the worker joins real rows), then waits ``--think-s``
-   (randomised +-50 %) -- a probe that uploads after every round;
+   (randomised +-50 %);
 3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
-   CPU seconds of the API process, the worker (with its pool), the PostgreSQL backends of
+   CPU seconds of the API processes, the worker (with its pool), the PostgreSQL backends of
    this database, and the driver itself, from ``/proc``.
 
-Per stage: sustained trials/s (stored, i.e. 200 answers), p50/p99 upload latency, error
-share, backlog, CPU shares -- the stage where trials/s stops growing while latency grows
-is where it saturates, and the CPU shares say which process limits it.  Writes
-``bench/results/load.json``.
+Per stage: sustained trials/s (stored, i.e. 200 answers), p50/p99 upload latency of accepted
+uploads, every status answered, error share, backlog, CPU shares -- the stage where trials/s
+stops growing while latency grows is where it saturates, and the CPU shares say which process
+limits it (the driver's own share included).  Writes ``bench/results/load.json``.
 
-    .venv/bin/python bench/bench_load.py [--probes 1000] [--stages 100,250,500,1000] [--stage-s 30]
+    .venv/bin/python bench/bench_load.py [--probes 1000] [--stages 250,1000] [--stage-s 30]
+    .venv/bin/python bench/bench_load.py --probes 10000 --stages 10000 --think-s 60 --batch-min 10 --batch-max 30
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import os
 import pathlib
 import platform
 import random
+import resource
 import secrets
 import signal
 import statistics
@@ -147,6 +151,8 @@ class Stats:
     trials_stored: int = 0
     requests: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    #: Every HTTP status answered, with its count (200, 204, 304, 503, ...).
+    statuses: dict[int, int] = field(default_factory=dict)
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
@@ -165,8 +171,12 @@ class Fleet:
 
 
 async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: str, credential: str,
-                   body: bytes | None = None, what: str = "") -> httpx.Response | None:
-    headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
+                   body: bytes | None = None, what: str = "",
+                   extra_headers: dict[str, str] | None = None,
+                   retry_after: list[float] | None = None) -> httpx.Response | None:
+    """One request; ``None`` (and an error counted by kind) unless it was answered 2xx/304.
+    A 503's ``Retry-After`` (seconds) is appended to ``retry_after`` when given."""
+    headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json", **(extra_headers or {})}
     try:
         response = await client.request(method, path, content=body, headers=headers)
     except httpx.HTTPError as error:
@@ -174,33 +184,51 @@ async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: s
         stats.error(f"{what}:{type(error).__name__}")
         return None
     stats.requests += 1  # counted when it ends, in the stage it ends in
-    if response.status_code >= 300:
+    stats.statuses[response.status_code] = stats.statuses.get(response.status_code, 0) + 1
+    if response.status_code == 503 and retry_after is not None:
+        retry_after.append(float(response.headers.get("retry-after", "1")))
+    if response.status_code >= 300 and response.status_code != 304:
         stats.error(f"{what}:{response.status_code}")
         return None
     return response
 
 
 async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    """One probe's cycle as ``iwprobe run`` does it: the schedule with ``If-None-Match`` (304
+    while unchanged), an upload carrying its heartbeat (no separate heartbeat while it uploads),
+    then its origin's observations, then a pause of ``think_s`` +-50 %."""
     probe = fleet.probes[index]
     rng = random.Random(index)
+    etag: str | None = None
     await asyncio.sleep(rng.uniform(0, fleet.think_s))  # spread the first requests
     while not stop.is_set():
         stats = fleet.stats
-        beat = orjson.dumps({"version": "load", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0,
-                             "trials_measured": 0})
-        await _request(client, stats, "POST", wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe["id"]),
-                       probe["credential"], beat, "heartbeat")
-        await _request(client, stats, "GET", wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]),
-                       probe["credential"], None, "schedule")
+        schedule_path = wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]) + f"?wire_version={wire.WIRE_VERSION}"
+        answer = await _request(client, stats, "GET", schedule_path, probe["credential"], None, "schedule",
+                                {"If-None-Match": etag} if etag else None)
+        if answer is not None:
+            etag = answer.headers.get("etag", etag)
         trials = make_trials(probe["id"], fleet.origin["id"], fleet.campaign_id,
                              rng.randint(fleet.batch_min, fleet.batch_max), rng)
+        heartbeat = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
+                     "trials_measured": len(trials)}
         body = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
-                             "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []})
-        sent = time.perf_counter()
-        answer = await _request(client, stats, "POST", wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload")
-        if answer is not None:
-            stats.upload_latencies.append(time.perf_counter() - sent)
-            stats.trials_stored += len(trials)
+                             "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": [],
+                             "heartbeat": heartbeat})
+        while not stop.is_set():  # a refused upload is sent again after Retry-After, as the probe's spool does
+            sent = time.perf_counter()
+            refused: list[float] = []
+            answer = await _request(client, stats, "POST", wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload",
+                                    retry_after=refused)
+            if answer is not None:
+                stats.upload_latencies.append(time.perf_counter() - sent)
+                stats.trials_stored += len(trials)
+            if not refused:
+                break
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
+            except asyncio.TimeoutError:
+                pass
         observations = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
                                      "origin_id": fleet.origin["id"], "sent_at": wire.utc_timestamp(),
                                      "observations": make_observations(trials, fleet.origin["id"], rng)})
@@ -210,6 +238,41 @@ async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, s
             await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
         except asyncio.TimeoutError:
             pass
+
+
+async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: int = 32) -> list[dict[str, str]]:
+    """Enroll ``count`` probes through the API, ``in_flight`` at a time over kept-alive
+    connections (a 503 is retried after its Retry-After, as probes do)."""
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    probes: list[dict[str, str] | None] = [None] * count
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(count):
+        queue.put_nowait(index)
+
+    async def enroller(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            while True:
+                answer = await client.post(wire.PROBE_ENROLL_PATH, json={"name": f"load-{index}", "region": "load"},
+                                           headers={"Authorization": f"Bearer {enroll_token}"})
+                if answer.status_code != 503:
+                    break
+                await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
+            answer.raise_for_status()
+            probes[index] = answer.json()
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+        await asyncio.gather(*(enroller(client) for _ in range(in_flight)))
+    return [probe for probe in probes if probe is not None]
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's (and its children's) open-file limit to the hard limit: a fleet of
+    10,000 probes keeps that many sockets open in the driver and in the API."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 async def _server_upload_buckets(base_url: str) -> dict[float, float]:
@@ -280,7 +343,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
                 "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
                 "upload_p99_ms": _ms(_percentile(stats.upload_latencies, 0.99)),
                 "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
-                "errors": stats.errors,
+                "errors": stats.errors, "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
                 "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
                 "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
                 # In the API, from request received to answer (bucket bounds of its histogram;
@@ -319,7 +382,8 @@ class Sampler:
     def cpu(self) -> dict[str, float]:
         backends = [row[0] for row in self.pg.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.database,))]
-        return self.meter.sample({"api": [self.api_pid], "worker": _group_pids(self.worker_pgid),
+        # The API's process group: its uvicorn supervisor and every worker process.
+        return self.meter.sample({"api": _group_pids(self.api_pid), "worker": _group_pids(self.worker_pgid),
                                   "postgres": backends, "driver": [os.getpid()]})
 
     def backlog(self) -> int:
@@ -340,6 +404,7 @@ def main() -> None:
     parser.add_argument("--batch-max", type=int, default=200)
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--api-workers", type=int, default=1, help="API processes (iwscope api --workers N)")
     parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)")
     args = parser.parse_args()
@@ -369,7 +434,9 @@ def main() -> None:
                   for kind in ("enroll", "origin", "admin")}
         port = free_port()
         api_log_file = open(api_log, "wb")  # noqa: SIM115 - handed to the child
-        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env={**env, **api_env},
+        open_files = raise_open_files_limit()
+        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port),
+                                "--workers", str(args.api_workers)], env={**env, **api_env},
                                start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
         api_log_file.close()
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
@@ -384,14 +451,9 @@ def main() -> None:
                 pass
             time.sleep(0.1)
         started = time.monotonic()
+        probes = asyncio.run(enroll_fleet(base_url, tokens["enroll"], args.probes))
+        enroll_s = time.monotonic() - started
         with httpx.Client(base_url=base_url, timeout=60) as client:
-            probes = []
-            for index in range(args.probes):
-                answer = client.post(wire.PROBE_ENROLL_PATH, json={"name": f"load-{index}", "region": "load"},
-                                     headers={"Authorization": f"Bearer {tokens['enroll']}"})
-                answer.raise_for_status()
-                probes.append(answer.json())
-            enroll_s = time.monotonic() - started
             origin = client.post(wire.ORIGIN_ENROLL_PATH, json={
                 "name": "load", "region": "load", "host": "10.0.0.1",
                 "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}]},
@@ -440,7 +502,8 @@ def main() -> None:
         "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
         "load_average_at_end": os.getloadavg(), "probes_enrolled": args.probes,
         "enroll_per_s": round(args.probes / enroll_s, 1), "stage_s": args.stage_s, "think_s": args.think_s,
-        "batch_trials": [args.batch_min, args.batch_max], "api_processes": 1, "worker_concurrency": 1,
+        "batch_trials": [args.batch_min, args.batch_max], "api_processes": args.api_workers, "worker_concurrency": 1,
+        "open_files_limit": open_files,
         "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
         "trials_stored_total": stored, "trials_joined_total": joined,

@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     #: Of those, at most this many that are not probe traffic (public reads, exports, admin).
     max_other_in_progress: int = Field(16, ge=1, le=10_000,
                                        validation_alias=AliasChoices("IWSCOPE_MAX_OTHER_IN_PROGRESS"))
+    #: Seconds a verified probe/origin credential is remembered per process (0: never): a
+    #: revocation takes effect at most this much later.
+    credential_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_S"))
+    #: Seconds the schedules' campaigns and origins are kept per process before they are read
+    #: again (0: every request reads them); a change made elsewhere shows at most this late.
+    schedule_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_CACHE_S"))
     #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
     retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
 

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__, sizes, wire
 from ._calibrate import (CALIBRATION_BDPS, DEFAULT_CALIBRATION_BYTES, MIN_RATE_SPAN_US, arrivals, calibrate,
@@ -154,7 +154,8 @@ class ProbeAgent:
         self.credentials = credentials
         self.client = credentials.client()
         self.spool = Spool(os.path.join(directory, "probe-spool.sqlite"), spool_max_bytes)
-        self.uploader = Uploader(self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s)
+        self.uploader = Uploader(self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s,
+                                 heartbeat=self._heartbeat_record)
         self.heartbeat_s = heartbeat_s
         self.calibration_bytes = calibration_bytes
         self.trial_timeout_s = trial_timeout_s
@@ -169,36 +170,55 @@ class ProbeAgent:
         self._schedule_path = os.path.join(directory, "schedule.json")
 
     # -- collector conversations
-    def heartbeat(self) -> None:
-        beat = wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
+    def _heartbeat_record(self) -> wire.Heartbeat:
+        return wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
                               spool_bytes=self.spool.disk_bytes(), uptime_s=round(time.monotonic() - self.started, 3),
                               trials_measured=self.trials_measured)
+
+    def heartbeat_due(self) -> bool:
+        """No heartbeat reached the collector for ``heartbeat_s`` (alone or with an upload)."""
+        return time.monotonic() - max(self._last_heartbeat, self.uploader.heartbeat_sent_at) >= self.heartbeat_s
+
+    def heartbeat(self) -> None:
         try:
-            self.client.post_json(wire.PROBE_HEARTBEAT_PATH.format(probe_id=self.credentials.id), wire.dumps(beat))
+            self.client.post_json(wire.PROBE_HEARTBEAT_PATH.format(probe_id=self.credentials.id),
+                                  wire.dumps(self._heartbeat_record()))
             self._last_heartbeat = time.monotonic()
         except CollectorError as error:
             log.warning("heartbeat failed: %s", error)
 
     def schedule(self) -> Optional[wire.Schedule]:
-        """The current schedule from the collector, or the cached one when it is unreachable."""
+        """The current schedule from the collector (304: the one on disk is still current), or
+        the one on disk when the collector is unreachable."""
+        cached = self._cached_schedule()
         try:
             # The version tells the collector which campaigns this probe can run (wire v3: arms by
             # label, shares, the interactive flow, page loads).
-            _, answer = self.client.get_json(wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id)
-                                             + f"?wire_version={wire.WIRE_VERSION}")
+            status, answer, etag = self.client.get_json_if_changed(
+                wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id) + f"?wire_version={wire.WIRE_VERSION}",
+                cached[1] if cached is not None else None)
+            if status == 304:
+                return from_dict(wire.Schedule, cached[0]) if cached is not None else None
             schedule = from_dict(wire.Schedule, answer)
             descriptor, temporary = tempfile.mkstemp(dir=self.directory)
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                json.dump(answer, handle)
+                json.dump({"etag": etag, "schedule": answer}, handle)
             os.replace(temporary, self._schedule_path)
             return schedule
         except CollectorError as error:
             log.warning("schedule pull failed (%s); using the cached schedule", error)
+        return from_dict(wire.Schedule, cached[0]) if cached is not None else None
+
+    def _cached_schedule(self) -> Optional[Tuple[Dict[str, Any], Optional[str]]]:
+        """The schedule on disk and its ETag (a file of an earlier version: no ETag)."""
         try:
             with open(self._schedule_path, encoding="utf-8") as handle:
-                return from_dict(wire.Schedule, json.load(handle))
-        except FileNotFoundError:
+                stored = json.load(handle)
+        except (FileNotFoundError, ValueError):
             return None
+        if isinstance(stored, dict) and "schedule" in stored:
+            return stored["schedule"], stored.get("etag")
+        return stored, None
 
     # -- rounds
     def _plan(self, campaign: wire.CampaignSchedule) -> List[List[Any]]:
@@ -449,7 +469,7 @@ class ProbeAgent:
         poll_after = 60.0
         attempt = 0
         while not stop.is_set():
-            if time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
+            if self.heartbeat_due():
                 self.heartbeat()
             schedule = self.schedule()
             if schedule is None:

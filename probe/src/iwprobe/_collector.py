@@ -79,7 +79,13 @@ class CollectorClient:
     def request(self, method: str, path: str, body: Optional[bytes] = None,
                 token: Optional[str] = None) -> Tuple[int, Any]:
         """Send one request; return (status, parsed JSON or None).  Raises CollectorError."""
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        status, payload, _ = self._exchange(method, path, body, token, {})
+        return status, payload
+
+    def _exchange(self, method: str, path: str, body: Optional[bytes], token: Optional[str],
+                  extra_headers: Dict[str, str]) -> Tuple[int, Any, Any]:
+        """(status, parsed JSON or None, response headers); 304 is an answer, not an error."""
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **extra_headers}
         bearer = token if token is not None else self.credential
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
@@ -88,8 +94,10 @@ class CollectorClient:
         request = urllib.request.Request(self.base_url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._ssl_context) as response:
-                return response.status, _parse(response.read())
+                return response.status, _parse(response.read()), response.headers
         except urllib.error.HTTPError as error:
+            if error.code == 304:
+                return 304, None, error.headers
             payload = _parse(error.read())
             retry_after = parse_retry_after(error.headers.get("Retry-After")) if error.headers is not None else None
             raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload,
@@ -108,6 +116,13 @@ class CollectorClient:
 
     def get_json(self, path: str) -> Tuple[int, Any]:
         return self.request("GET", path)
+
+    def get_json_if_changed(self, path: str, etag: Optional[str]) -> Tuple[int, Any, Optional[str]]:
+        """``GET`` with ``If-None-Match: etag``: (200, document, its ETag) or (304, None, etag)
+        when the collector says the copy the caller holds is current."""
+        status, payload, headers = self._exchange("GET", path, None, None, {"If-None-Match": etag} if etag else {})
+        new_etag = headers.get("ETag") if headers is not None else None
+        return status, payload, new_etag or (etag if status == 304 else None)
 
 
 def tls_context(ca_file: Optional[str] = None) -> ssl.SSLContext:

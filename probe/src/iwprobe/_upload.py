@@ -7,7 +7,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import wire
 from ._collector import CollectorClient, CollectorError
@@ -56,12 +56,15 @@ class Uploader:
     """Moves records from a :class:`Spool` to the collector.
 
     ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`) or
-    ``"origin"`` (observations -> :class:`wire.ObservationBatch`).
+    ``"origin"`` (observations -> :class:`wire.ObservationBatch`).  A probe's ``heartbeat``
+    (a function giving its current :class:`wire.Heartbeat`) rides along with every batch it
+    sends (not with the halves of a refused one, so a record is judged on its own); the
+    agent then has no heartbeat of its own to send while it uploads (``heartbeat_sent_at``).
     """
 
     def __init__(self, spool: Spool, client: CollectorClient, role: str, owner_id: str,
                  max_records: int = wire.MAX_BATCH_RECORDS, backoff_base_s: float = 1.0,
-                 backoff_cap_s: float = 300.0) -> None:
+                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], wire.Heartbeat]] = None) -> None:
         if role not in ("probe", "origin"):
             raise ValueError(f"role must be probe or origin, got {role!r}")
         self.spool = spool
@@ -75,6 +78,9 @@ class Uploader:
         self.uploaded = 0
         #: ``time.monotonic()`` before which the collector asked not to be sent anything (Retry-After).
         self.not_before = 0.0
+        self.heartbeat = heartbeat if role == "probe" else None
+        #: ``time.monotonic()`` of the last batch that carried a heartbeat and was stored (0: none).
+        self.heartbeat_sent_at = 0.0
 
     @property
     def kinds(self) -> Tuple[str, ...]:
@@ -91,13 +97,15 @@ class Uploader:
         rows = self.spool.pending(self.kinds, self.max_records, MAX_UPLOAD_BODY_BYTES)
         if not rows:
             return 0
-        return self._send(rows)
+        return self._send(rows, with_heartbeat=self.heartbeat is not None)
 
-    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> int:
-        batch_id, envelope = self._envelope(rows)
+    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]], with_heartbeat: bool = False) -> int:
+        batch_id, envelope = self._envelope(rows, with_heartbeat)
         try:
             _, answer = self.client.post_json(self._path(), envelope)
             _check_acknowledgement(answer, batch_id, len(rows))
+            if with_heartbeat:
+                self.heartbeat_sent_at = time.monotonic()
         except CollectorError as error:
             if error.status == 422:
                 return self._isolate_rejects(rows, error)
@@ -122,7 +130,7 @@ class Uploader:
     def _path(self) -> str:
         return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
 
-    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]]) -> Tuple[str, bytes]:
+    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]], with_heartbeat: bool = False) -> Tuple[str, bytes]:
         """The batch's id and its JSON body."""
         batch_id = wire.new_id()
         envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
@@ -131,6 +139,8 @@ class Uploader:
             envelope["probe_id"] = self.owner_id
             envelope["trials"] = [record for _, kind, record in rows if kind == "trial"]
             envelope["path_samples"] = [record for _, kind, record in rows if kind == "path_sample"]
+            if with_heartbeat and self.heartbeat is not None:
+                envelope["heartbeat"] = wire.to_dict(self.heartbeat())
         else:
             envelope["origin_id"] = self.owner_id
             envelope["observations"] = [record for _, _, record in rows]

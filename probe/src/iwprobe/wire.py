@@ -43,8 +43,9 @@ from typing import Any, Dict, List, Optional
 #: Version 3 (2026-11) adds the cost experiments: a trial's ``arm`` label, its flow ``role``
 #: (:data:`FLOW_ROLES`), the ``page_id`` of a page load's connections and the ``echo``
 #: statistics of the interactive flow (:class:`EchoStats`); an origin's UDP ``echo_port``; a
-#: campaign's ``arm_labels``, ``arm_shares``, interactive flow and ``page_connections``.  All
-#: new fields are optional; absent, a record means what it meant in version 2.
+#: campaign's ``arm_labels``, ``arm_shares``, interactive flow and ``page_connections``; a
+#: trial batch's folded ``heartbeat``.  All new fields are optional; absent, a record means
+#: what it meant in version 2.  The schedule answers ``If-None-Match`` with 304 (its ``ETag``).
 WIRE_VERSION = 3
 #: Every version the collector accepts.
 ACCEPTED_WIRE_VERSIONS = (1, 2, 3)
@@ -296,6 +297,19 @@ class PathSample:
 
 
 @dataclass
+class Heartbeat:
+    """A probe's periodic sign of life."""
+
+    version: str
+    #: Records in the spool not yet acknowledged by the collector.
+    spool_backlog: int
+    #: Bytes the spool uses on disk.
+    spool_bytes: int
+    uptime_s: float
+    trials_measured: int
+
+
+@dataclass
 class TrialBatch:
     """What a probe uploads to :data:`TRIALS_BATCH_PATH`; all-or-nothing, idempotent."""
 
@@ -306,6 +320,9 @@ class TrialBatch:
     sent_at: str
     trials: List[TrialRecord] = field(default_factory=list)
     path_samples: List[PathSample] = field(default_factory=list)
+    #: Wire v3: the probe's heartbeat, folded into an upload it sends anyway (the collector
+    #: records it as if posted to :data:`PROBE_HEARTBEAT_PATH`); ``None``: none.
+    heartbeat: Optional[Heartbeat] = None
 
 
 @dataclass
@@ -482,19 +499,6 @@ class EnrollResponse:
     id: str
     #: ``"<id>.<secret>"``, for ``Authorization: Bearer``.
     credential: str
-
-
-@dataclass
-class Heartbeat:
-    """A probe's periodic sign of life."""
-
-    version: str
-    #: Records in the spool not yet acknowledged by the collector.
-    spool_backlog: int
-    #: Bytes the spool uses on disk.
-    spool_bytes: int
-    uptime_s: float
-    trials_measured: int
 
 
 # --------------------------------------------------------------------------------------

@@ -5,14 +5,23 @@ slot, a thread, a connection returned before the thread ends) and yields a plain
 (:class:`ProbeIdentity`, :class:`OriginIdentity`, the token kind), never an ORM object bound
 to a session: no connection is held while the route reads its body, waits for a thread or
 sends its answer.
+
+A probe or origin credential that was verified is remembered for
+``IWSCOPE_CREDENTIAL_CACHE_S`` seconds (:class:`CredentialCache`, per process): a probe's
+heartbeat, schedule and upload of one cycle cost one lookup, not three.  Only successes are
+kept, keyed by a hash of the whole credential, so a wrong secret is never answered from
+memory; a revoked probe or origin is refused at most that many seconds later.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -74,6 +83,53 @@ def _stored_identity(model: type[Any], identity: uuid.UUID) -> _Stored | None:
     return _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
 
 
+Identity = TypeVar("Identity", ProbeIdentity, OriginIdentity)
+
+
+class CredentialCache(Generic[Identity]):
+    """Verified credentials of one kind for ``ttl_s`` seconds (0: no cache), at most
+    ``max_entries`` (then expired entries go, or all of them)."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 100_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[float, Identity]] = {}
+
+    @staticmethod
+    def _key(credential: str) -> bytes:
+        return hashlib.sha256(credential.encode("utf-8")).digest()
+
+    def get(self, credential: str) -> Identity | None:
+        entry = self._entries.get(self._key(credential))
+        if entry is None:
+            return None
+        if entry[0] <= time.monotonic():
+            self._entries.pop(self._key(credential), None)
+            return None
+        return entry[1]
+
+    def put(self, credential: str, identity: Identity) -> None:
+        if self.ttl_s <= 0:
+            return
+        now = time.monotonic()
+        if len(self._entries) >= self.max_entries:
+            self._entries = {key: entry for key, entry in self._entries.items() if entry[0] > now}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[self._key(credential)] = (now + self.ttl_s, identity)
+
+
+_caches: dict[str, CredentialCache[Any]] = {}
+
+
+def _cache(kind: str) -> CredentialCache[Any]:
+    """This process's cache of ``kind`` (``probe`` / ``origin``), sized by the settings."""
+    cache = _caches.get(kind)
+    if cache is None:
+        cache = _caches[kind] = CredentialCache(get_settings().credential_cache_s)
+    return cache
+
+
 def unauthorized(detail: str = INVALID_CREDENTIALS) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail,
                          headers={"WWW-Authenticate": "Bearer"})
@@ -85,27 +141,35 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
     return bearer.credentials
 
 
-async def authenticated_probe(bearer: BearerDep) -> ProbeIdentity:
-    """The probe of a valid ``<probe id>.<secret>`` credential; one 401 for every failure."""
-    credential = parse_credential(_bearer_text(bearer))
-    stored = await run_db(_stored_identity, Probe, credential.identity) if credential else None
+async def _authenticated(kind: str, model: type[Any], make: Callable[[uuid.UUID, str, str], Identity],
+                         bearer: HTTPAuthorizationCredentials | None) -> Identity:
+    """The identity of a valid ``<id>.<secret>`` credential of a probe or origin (``model``),
+    from this process's cache or the database; one 401 for every failure."""
+    cache: CredentialCache[Identity] = _cache(kind)
+    text = _bearer_text(bearer)
+    remembered = cache.get(text)
+    if remembered is not None:
+        return remembered
+    credential = parse_credential(text)
+    stored = await run_db(_stored_identity, model, credential.identity) if credential else None
     stored_hash = stored.secret_hash if stored is not None else None
-    # The comparison runs for unknown probes too (against a dummy hash): same path, same time.
+    # The comparison runs for unknown identities too (against a dummy hash): same path, same time.
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
     if stored is None or not secret_ok:
         raise unauthorized()
-    return ProbeIdentity(stored.id, stored.name, stored.region)
+    identity = make(stored.id, stored.name, stored.region)
+    cache.put(text, identity)
+    return identity
+
+
+async def authenticated_probe(bearer: BearerDep) -> ProbeIdentity:
+    """The probe of a valid ``<probe id>.<secret>`` credential; one 401 for every failure."""
+    return await _authenticated("probe", Probe, ProbeIdentity, bearer)
 
 
 async def authenticated_origin(bearer: BearerDep) -> OriginIdentity:
     """The origin of a valid ``<origin id>.<secret>`` credential; one 401 for every failure."""
-    credential = parse_credential(_bearer_text(bearer))
-    stored = await run_db(_stored_identity, Origin, credential.identity) if credential else None
-    stored_hash = stored.secret_hash if stored is not None else None
-    secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
-    if stored is None or not secret_ok:
-        raise unauthorized()
-    return OriginIdentity(stored.id, stored.name, stored.region)
+    return await _authenticated("origin", Origin, OriginIdentity, bearer)
 
 
 def _token_dependency(kind: str):  # noqa: ANN202

@@ -18,6 +18,7 @@ from iwscope.campaigns.models import Campaign
 from iwscope.campaigns.schemas import CampaignIn, CampaignOut, CampaignPatch
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
+from iwscope.probes import schedule_cache
 from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
@@ -61,7 +62,9 @@ def _update(campaign_id: int, body: CampaignPatch) -> CampaignOut:
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut)
 async def create(body: CampaignIn, _admin: AdminDep) -> CampaignOut:
-    return await run_db(_create, body)
+    created = await run_db(_create, body)
+    schedule_cache.invalidate()  # probes asking this process see it at once
+    return created
 
 
 @router.get("", response_model=list[CampaignOut])
@@ -76,4 +79,6 @@ async def get(campaign_id: CampaignIdPath, _admin: AdminDep) -> CampaignOut:
 
 @router.patch("/{campaign_id}", response_model=CampaignOut)
 async def update(campaign_id: CampaignIdPath, body: CampaignPatch, _admin: AdminDep) -> CampaignOut:
-    return await run_db(_update, campaign_id, body)
+    updated = await run_db(_update, campaign_id, body)
+    schedule_cache.invalidate()
+    return updated

@@ -7,6 +7,7 @@ from fastapi import APIRouter, status
 from iwscope.auth.dependencies import AdminDep, OriginTokenDep
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
+from iwscope.probes import schedule_cache
 from iwscope.origins import services
 from iwscope.origins.schemas import OriginEnrollRequestIn, OriginOut
 from iwscope.probes.schemas import EnrollResponseOut
@@ -22,7 +23,9 @@ def _enroll(request: OriginEnrollRequestIn) -> EnrollResponseOut:
 
 @router.post("/enroll", status_code=status.HTTP_201_CREATED, response_model=EnrollResponseOut)
 async def enroll(request: OriginEnrollRequestIn, _token: OriginTokenDep) -> EnrollResponseOut:
-    return await run_db(_enroll, request)
+    enrolled = await run_db(_enroll, request)
+    schedule_cache.invalidate()  # an origin re-enrolling with other arms changes schedules
+    return enrolled
 
 
 def _list_origins() -> list[OriginOut]:

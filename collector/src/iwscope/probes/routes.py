@@ -8,17 +8,17 @@ the body, authenticates, waits for a thread or sends the answer.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from iwprobe import wire
 
-from iwscope.auth.dependencies import (AdminDep, EnrollTokenDep, ProbeDep, ProbeIdentity, SettingsDep,
+from iwscope.auth.dependencies import (AdminDep, EnrollTokenDep, ProbeDep, SettingsDep,
                                        forbid_other_identity)
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
-from iwscope.probes import services
+from iwscope.probes import schedule_cache, services
 from iwscope.probes.schemas import EnrollRequestIn, EnrollResponseOut, HeartbeatIn, ProbeOut, ScheduleOut
 
 router = APIRouter(prefix="/api/v1/probes", tags=["probes"])
@@ -47,18 +47,33 @@ async def heartbeat(probe_id: uuid.UUID, body: HeartbeatIn, probe: ProbeDep) -> 
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-def _schedule(probe: ProbeIdentity, poll_after_s: float, wire_version: int) -> ScheduleOut:
-    with session_scope() as session:
-        return services.schedule_for(session, probe, poll_after_s, wire_version=wire_version)
+#: A probe's ``If-None-Match`` naming the schedule's current ETag is answered 304, no body.
+_SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    304: {"description": "the schedule is unchanged since the ETag in If-None-Match (no body)"}}
 
 
-@router.get("/{probe_id}/schedule", response_model=ScheduleOut)
+def _etag_matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    candidates = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+    return etag in candidates or "*" in candidates
+
+
+@router.get("/{probe_id}/schedule", response_model=ScheduleOut, responses=_SCHEDULE_RESPONSES)
 async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep,
                    wire_version: Annotated[int, Query(ge=1, le=wire.WIRE_VERSION,
                                                       description="the wire version the probe speaks (absent: 2)")]
-                   = services.DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
+                   = services.DEFAULT_PROBE_WIRE_VERSION,
+                   if_none_match: Annotated[str | None, Header(max_length=1024)] = None) -> Response:
+    """The probe's schedule, from this process's snapshot (``iwscope.probes.schedule_cache``);
+    with an ``ETag`` (everything but ``generated_at``), and 304 when ``If-None-Match`` has it."""
     forbid_other_identity(probe.id, probe_id)
-    return await run_db(_schedule, probe, settings.schedule_poll_s, wire_version)
+    snapshot, now = await schedule_cache.current_snapshot(settings)
+    body, etag = services.schedule_from(snapshot, probe, settings.schedule_poll_s, now, wire_version)
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if _etag_matches(if_none_match, etag):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    return Response(body.model_dump_json().encode(), media_type="application/json", headers=headers)
 
 
 def _list_probes() -> list[ProbeOut]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import uuid
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import or_, select, update
@@ -30,12 +32,16 @@ def enroll_probe(session: Session, request: EnrollRequestIn) -> tuple[Probe, str
     return probe, format_credential(probe.id, secret)
 
 
+def heartbeat_values(heartbeat: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+    """The ``probes`` columns a heartbeat sets (posted alone or folded into a trial upload)."""
+    return {"last_seen_at": now, "version": heartbeat["version"],
+            "last_heartbeat": {**heartbeat, "received_at": wire.utc_timestamp(now)}}
+
+
 def record_heartbeat(session: Session, probe_id: uuid.UUID, heartbeat: HeartbeatIn) -> None:
     """Store a heartbeat of probe ``probe_id`` (one ``UPDATE``; the caller commits)."""
-    now = utcnow()
     session.execute(update(Probe).where(Probe.id == probe_id).values(
-        last_seen_at=now, version=heartbeat.version,
-        last_heartbeat={**heartbeat.model_dump(), "received_at": wire.utc_timestamp(now)}))
+        **heartbeat_values(heartbeat.model_dump(), utcnow())))
 
 
 class ScheduledProbe(Protocol):
@@ -63,66 +69,142 @@ def needs_wire_v3(campaign: Campaign) -> bool:
                 or campaign.page_connections)
 
 
-def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
-                 now: dt.datetime | None = None, wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
-    """Campaigns this probe takes part in now or within the next poll interval.
+@dataclass(frozen=True)
+class _ScheduledCampaign:
+    """A campaign as schedules show it, prepared once per snapshot for every probe."""
+
+    campaign_id: int
+    starts_at: dt.datetime
+    ends_at: dt.datetime | None
+    probe_regions: frozenset[str] | None
+    needs_wire_v3: bool
+    #: The entry for probes of wire v3 and later, and for earlier ones (no echo port, no paced
+    #: or learned listeners); ``None``: the campaign is not shown to earlier probes.
+    entry: CampaignScheduleOut
+    entry_before_v3: CampaignScheduleOut | None
+    #: Hash of ``entry`` / ``entry_before_v3`` (the schedule's ETag combines them).
+    digest: bytes
+    digest_before_v3: bytes
+
+
+@dataclass(frozen=True)
+class ScheduleSnapshot:
+    """Everything schedules need, read in one go (:func:`load_schedule_snapshot`): campaigns whose
+    window overlaps ``[loaded_at, horizon]``, with their targets prepared, and which probes are
+    done with which adaptive campaign.  :func:`schedule_from` answers any probe from it without
+    the database; a process keeps one for ``IWSCOPE_SCHEDULE_CACHE_S`` (``probes.routes``)."""
+
+    loaded_at: dt.datetime
+    horizon: dt.datetime
+    campaigns: tuple[_ScheduledCampaign, ...]
+    done: frozenset[tuple[int, uuid.UUID]]
+
+
+def _targets(campaign: Campaign, origins: dict[uuid.UUID, Origin], wire_version: int) -> list[ScheduleTargetOut]:
+    wanted = set(campaign.arm_labels or [str(iw) for iw in campaign.arms])
+    if campaign.background_bytes is not None:
+        wanted.add(str(campaign.background_iw or max(campaign.arms)))
+    targets: list[ScheduleTargetOut] = []
+    for origin_id in campaign.origin_ids:
+        origin = origins.get(origin_id)
+        if origin is None:
+            continue
+        # Before v3 a probe picks a listener by IW, so a paced or learned one would pass for plain.
+        arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]),
+                             paced=bool(arm.get("paced", False))) for arm in origin.arms
+                if (arm.get("arm") or str(arm["iw"])) in wanted]
+        if arms:
+            targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms,
+                                             echo_port=origin.echo_port if wire_version >= 3 else None))
+    return targets
+
+
+def _entry(campaign: Campaign, targets: list[ScheduleTargetOut]) -> CampaignScheduleOut:
+    return CampaignScheduleOut(
+        campaign_id=campaign.id, name=campaign.name, arms=list(campaign.arms),
+        sizes=list(campaign.sizes) if campaign.sizes is not None else None,
+        size_dist=campaign.size_dist, sizes_per_round=campaign.sizes_per_round,
+        repetitions=campaign.repetitions, interval_s=campaign.interval_s,
+        starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
+        calibrate=campaign.calibrate, targets=targets,
+        arrival_rate_per_s=campaign.arrival_rate_per_s, background_bytes=campaign.background_bytes,
+        background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None,
+        arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
+        interactive_interval_us=campaign.interactive_interval_us,
+        interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
+        page_connections=campaign.page_connections)
+
+
+def _digest(entry: CampaignScheduleOut | None) -> bytes:
+    return hashlib.sha256(entry.model_dump_json().encode()).digest() if entry is not None else b""
+
+
+def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float) -> ScheduleSnapshot:
+    """Read the campaigns whose window overlaps ``[now, now + horizon_s]``, their unrevoked
+    origins and the done marks of those campaigns (three queries)."""
+    horizon = now + dt.timedelta(seconds=horizon_s)
+    campaigns = session.scalars(
+        select(Campaign).where(Campaign.starts_at <= horizon, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now))
+        .order_by(Campaign.id)).all()
+    origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}
+    origins = {origin.id: origin for origin in session.scalars(
+        select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))} if origin_ids else {}
+    done = frozenset((row[0], row[1]) for row in session.execute(
+        select(CampaignProbeDone.campaign_id, CampaignProbeDone.probe_id)
+        .where(CampaignProbeDone.campaign_id.in_([campaign.id for campaign in campaigns])))) \
+        if campaigns else frozenset()
+    prepared = []
+    for campaign in campaigns:
+        entry = _entry(campaign, _targets(campaign, origins, wire.WIRE_VERSION))
+        earlier = None if needs_wire_v3(campaign) else _entry(campaign, _targets(campaign, origins, 2))
+        prepared.append(_ScheduledCampaign(
+            campaign_id=campaign.id, starts_at=campaign.starts_at, ends_at=campaign.ends_at,
+            probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
+            needs_wire_v3=needs_wire_v3(campaign), entry=entry, entry_before_v3=earlier,
+            digest=_digest(entry), digest_before_v3=_digest(earlier)))
+    return ScheduleSnapshot(loaded_at=now, horizon=horizon, campaigns=tuple(prepared), done=done)
+
+
+def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_s: float, now: dt.datetime,
+                  wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> tuple[ScheduleOut, str]:
+    """Campaigns this probe takes part in now or within the next poll interval, and the
+    schedule's ETag (a hash of everything in it but ``generated_at``).
 
     A campaign applies when its window ``[starts_at, ends_at)`` overlaps
     ``[now, now + poll_after_s]``, its ``probe_regions`` is ``NULL`` or holds the probe's
-    region, and (adaptive campaigns) the probe has not reached the target precision yet.  Targets are its unrevoked origins, each with the listeners of the campaign's arms
-    and of its background flow's arm (an origin serving none of them is left out).  Offered-load
+    region, and (adaptive campaigns) the probe has not reached the target precision yet.
+    Targets are its unrevoked origins, each with the listeners of the campaign's arms and of
+    its background flow's arm (an origin serving none of them is left out).  Offered-load
     fields are passed through; ``background_iw`` is resolved (default: the largest arm).
     Probes that speak a wire version below 3 get neither campaigns needing it
     (:func:`needs_wire_v3`) nor the labels of paced and learned listeners (they pick a listener
     by IW, so a ``10p`` listener would pass for ``10``).
     """
-    now = now or utcnow()
     horizon = now + dt.timedelta(seconds=poll_after_s)
-    done = select(CampaignProbeDone.campaign_id).where(CampaignProbeDone.probe_id == probe.id)
-    campaigns = session.scalars(
-        select(Campaign)
-        .where(Campaign.starts_at <= horizon,
-               or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
-               or_(Campaign.probe_regions.is_(None), Campaign.probe_regions.contains([probe.region])),
-               Campaign.id.not_in(done))
-        .order_by(Campaign.id)
-    ).all()
-    origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}
-    origins = {origin.id: origin for origin in session.scalars(
-        select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))} if origin_ids else {}
     entries: list[CampaignScheduleOut] = []
-    for campaign in campaigns:
-        if wire_version < 3 and needs_wire_v3(campaign):
+    etag = hashlib.sha256(f"{poll_after_s!r}|{wire_version >= 3}".encode())
+    for campaign in snapshot.campaigns:
+        if campaign.starts_at > horizon or (campaign.ends_at is not None and campaign.ends_at <= now):
             continue
-        wanted = set(campaign.arm_labels or [str(iw) for iw in campaign.arms])
-        if campaign.background_bytes is not None:
-            wanted.add(str(campaign.background_iw or max(campaign.arms)))
-        targets: list[ScheduleTargetOut] = []
-        for origin_id in campaign.origin_ids:
-            origin = origins.get(origin_id)
-            if origin is None:
-                continue
-            arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]),
-                                 paced=bool(arm.get("paced", False))) for arm in origin.arms
-                    if (arm.get("arm") or str(arm["iw"])) in wanted]
-            if arms:
-                targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms,
-                                                 echo_port=origin.echo_port if wire_version >= 3 else None))
-        entries.append(CampaignScheduleOut(
-            campaign_id=campaign.id, name=campaign.name, arms=list(campaign.arms),
-            sizes=list(campaign.sizes) if campaign.sizes is not None else None,
-            size_dist=campaign.size_dist, sizes_per_round=campaign.sizes_per_round,
-            repetitions=campaign.repetitions, interval_s=campaign.interval_s,
-            starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
-            calibrate=campaign.calibrate, targets=targets,
-            arrival_rate_per_s=campaign.arrival_rate_per_s, background_bytes=campaign.background_bytes,
-            background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None,
-            arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
-            interactive_interval_us=campaign.interactive_interval_us,
-            interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
-            page_connections=campaign.page_connections))
-    return ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
-                       poll_after_s=poll_after_s, campaigns=entries)
+        if campaign.probe_regions is not None and probe.region not in campaign.probe_regions:
+            continue
+        if (campaign.campaign_id, probe.id) in snapshot.done:
+            continue
+        entry = campaign.entry if wire_version >= 3 else campaign.entry_before_v3
+        if entry is None:
+            continue
+        entries.append(entry)
+        etag.update(campaign.digest if wire_version >= 3 else campaign.digest_before_v3)
+    schedule = ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
+                           poll_after_s=poll_after_s, campaigns=entries)
+    return schedule, f'"{etag.hexdigest()[:32]}"'
+
+
+def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
+                 now: dt.datetime | None = None, wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
+    """:func:`schedule_from` a snapshot read now (one probe, no cache)."""
+    now = now or utcnow()
+    return schedule_from(load_schedule_snapshot(session, now, poll_after_s), probe, poll_after_s, now, wire_version)[0]
 
 
 def probe_out(probe: Probe) -> ProbeOut:

@@ -104,6 +104,16 @@ class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     method: Annotated[str, Meta(min_length=1, max_length=64, pattern=NO_NUL_PATTERN)]
 
 
+class FastHeartbeat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Mirror of :class:`iwscope.probes.schemas.HeartbeatIn`."""
+
+    version: Annotated[str, Meta(max_length=64, pattern=NO_NUL_PATTERN)]
+    spool_backlog: Annotated[int, Meta(ge=0)]
+    spool_bytes: Annotated[int, Meta(ge=0)]
+    uptime_s: Annotated[float, Meta(ge=0)]
+    trials_measured: Annotated[int, Meta(ge=0)]
+
+
 class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     """Mirror of :class:`iwscope.trials.schemas.TrialBatchIn`."""
 
@@ -115,6 +125,7 @@ class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     sent_at: str
     trials: Annotated[list[FastTrial], Meta(max_length=wire.MAX_BATCH_RECORDS)]
     path_samples: Annotated[list[FastPathSample], Meta(max_length=wire.MAX_BATCH_RECORDS)]
+    heartbeat: FastHeartbeat | None = None
 
 
 @dataclass(slots=True)

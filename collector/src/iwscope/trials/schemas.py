@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from iwprobe import wire
+from iwscope.probes.schemas import HeartbeatIn
 from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Bytes, CampaignId, ErrorKind, FlowRole, Iw, Micros,
                                Port, TcpInfo, WireTimestamp, WireUUID, WireVersion)
 
@@ -80,6 +81,7 @@ class TrialBatchIn(BaseModel):
     sent_at: WireTimestamp
     trials: Annotated[list[TrialRecordIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
     path_samples: Annotated[list[PathSampleIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
+    heartbeat: HeartbeatIn | None = None
 
 
 class OriginObservationIn(BaseModel):

@@ -24,11 +24,13 @@ from typing import Any, Iterable, Sequence
 import msgspec
 import orjson
 import psycopg
+from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from iwprobe import wire
 from iwscope.metrics import RECORDS
+from iwscope.probes.services import heartbeat_values
 from iwscope.trials import fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
 from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError
@@ -401,6 +403,16 @@ _LAST_TOUCHED: dict[tuple[str, uuid.UUID], float] = {}
 _LAST_SEEN_RESOLUTION_S = 10.0
 
 
+def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
+    """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, in its own
+    short transaction after the batch committed (see :func:`_touch_last_seen`)."""
+    values = heartbeat_values(heartbeat, utcnow())
+    connection.execute("UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
+                       (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id))
+    connection.commit()
+    _LAST_TOUCHED[("probes", probe_id)] = time.monotonic()
+
+
 def _touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
     """Refresh ``last_seen_at`` in its own short transaction after the batch committed.
 
@@ -471,7 +483,10 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                 new_samples = len(stored)
                 result.touched_pairs.update((probe, origin) for probe, origin in stored)
         connection.commit()
-        _touch_last_seen(connection, "probes", probe_id)
+        if batch.envelope.heartbeat is not None:
+            _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))
+        else:
+            _touch_last_seen(connection, "probes", probe_id)
     except BaseException:
         pooled.rollback()
         raise
