@@ -45,6 +45,8 @@ from iwscope import migrate
 from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, latency_cdf, latency_vs_iw,
                               loss_summary, percentile_table, refresh_rollups, region_summary, reset_rollups)
 from iwscope.analysis import buckets as bk
+from iwscope.analysis.filters import trial_where
+from iwscope.analysis.rollups import paired_trials_sql
 from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -172,26 +174,10 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int) -> 
 # ---- raw-scan equivalents --------------------------------------------------------------------
 
 def raw_where(filters: Filters, arms: tuple[int, ...] | None) -> tuple[str, dict[str, Any]]:
-    clauses = ["t.error_kind IS NULL"]
-    params: dict[str, Any] = {}
-    if filters.campaign_ids:
-        clauses.append("t.campaign_id = ANY(:campaigns)")
-        params["campaigns"] = list(filters.campaign_ids)
-    if filters.since:
-        clauses.append("t.started_at >= :since")
-        params["since"] = filters.since
-    if filters.until:
-        clauses.append("t.started_at <= :until")
-        params["until"] = filters.until
-    if filters.regions:
-        clauses.append("p.region = ANY(:regions)")
-        params["regions"] = list(filters.regions)
-    if filters.size_min is not None:
-        clauses.append("t.object_size >= :smin")
-        params["smin"] = filters.size_min
-    if filters.size_max is not None:
-        clauses.append("t.object_size <= :smax")
-        params["smax"] = filters.size_max
+    """The raw scan's condition: the analysis's exact filters (``trial_where``) on the trials the
+    roll-ups hold (``paired_trials_sql``), successful ones, of ``arms``."""
+    where, params = trial_where(filters)
+    clauses = [where, paired_trials_sql("t"), "t.error_kind IS NULL"]
     if arms:
         clauses.append("t.arm_iw = ANY(:arms)")
         params["arms"] = list(arms)

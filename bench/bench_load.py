@@ -12,7 +12,7 @@ is asyncio + httpx (one process, kept-alive connections, its open-file limit rai
 2. runs stages with more and more active probes (``--stages``, e.g. 250,1000 or 10000), each
    ``--stage-s`` seconds.  Every active probe loops as ``iwprobe run`` does: pull its schedule
    with ``If-None-Match`` (304 while unchanged), upload a batch of ``--batch-min``..``--batch-max``
-   trials carrying its heartbeat (``POST /api/v1/trials/batch``), then the origin uploads the
+   trials (carrying its heartbeat once a minute) (``POST /api/v1/trials/batch``), then the origin uploads the
    matching observations (so the worker joins real rows), then waits ``--think-s``
    (randomised +-50 %);
 3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
@@ -63,6 +63,8 @@ from iwscope.localstack import default_stack  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: A simulated probe's heartbeat interval (``iwprobe run --heartbeat-s``, default 60 s).
+HEARTBEAT_S = 60.0
 
 
 # ------------------------------------------------------------------------------ /proc
@@ -195,11 +197,12 @@ async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: s
 
 async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
     """One probe's cycle as ``iwprobe run`` does it: the schedule with ``If-None-Match`` (304
-    while unchanged), an upload carrying its heartbeat (no separate heartbeat while it uploads),
+    while unchanged), an upload (carrying its heartbeat once per HEARTBEAT_S),
     then its origin's observations, then a pause of ``think_s`` +-50 %."""
     probe = fleet.probes[index]
     rng = random.Random(index)
     etag: str | None = None
+    beat_at = -HEARTBEAT_S  # when this probe's last heartbeat went out
     await asyncio.sleep(rng.uniform(0, fleet.think_s))  # spread the first requests
     while not stop.is_set():
         stats = fleet.stats
@@ -210,11 +213,13 @@ async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, s
             etag = answer.headers.get("etag", etag)
         trials = make_trials(probe["id"], fleet.origin["id"], fleet.campaign_id,
                              rng.randint(fleet.batch_min, fleet.batch_max), rng)
-        heartbeat = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
-                     "trials_measured": len(trials)}
-        body = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
-                             "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": [],
-                             "heartbeat": heartbeat})
+        batch: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
+                                 "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []}
+        beat_due = time.monotonic() - beat_at >= HEARTBEAT_S  # one per interval, as iwprobe's uploader does
+        if beat_due:
+            batch["heartbeat"] = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
+                                  "trials_measured": len(trials)}
+        body = orjson.dumps(batch)
         while not stop.is_set():  # a refused upload is sent again after Retry-After, as the probe's spool does
             sent = time.perf_counter()
             refused: list[float] = []
@@ -223,6 +228,7 @@ async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, s
             if answer is not None:
                 stats.upload_latencies.append(time.perf_counter() - sent)
                 stats.trials_stored += len(trials)
+                beat_at = time.monotonic() if beat_due else beat_at
             if not refused:
                 break
             try:

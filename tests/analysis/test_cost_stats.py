@@ -7,7 +7,8 @@ import importlib
 import numpy as np
 import pytest
 
-from iwscope.analysis.cost import MIN_P99_SAMPLES, block_bootstrap, mean_interval
+from iwscope.analysis.cost import MIN_DELAY_SAMPLES, MIN_P99_SAMPLES
+from iwscope.analysis.stats import block_bootstrap, mean_interval
 
 #: The module itself (the attribute ``iwscope.analysis.cost`` is the function of that name).
 cost_module = importlib.import_module("iwscope.analysis.cost")
@@ -18,14 +19,15 @@ def test_p99_needs_enough_packets_to_bracket_it() -> None:
     assert 1 - 0.99 ** MIN_P99_SAMPLES >= 0.975 > 1 - 0.99 ** (MIN_P99_SAMPLES - 1)
     rng = np.random.default_rng(1)
     few = [rng.exponential(5.0, MIN_P99_SAMPLES - 1)]
-    assert cost_module._delay_quantile(few, 99, MIN_P99_SAMPLES, 40, rng) == (None, None)
-    value, interval = cost_module._delay_quantile([rng.exponential(5.0, 2000)], 99, MIN_P99_SAMPLES, 40, rng)
+    p50, p50_ci, p99, p99_ci = cost_module._delay_quantiles(few, 30, rng)  # 12 blocks: a p50, no p99
+    assert p50 is not None and p50_ci is not None and (p99, p99_ci) == (None, None)
+    _, _, value, interval = cost_module._delay_quantiles([rng.exponential(5.0, 2000)], 40, rng)
     assert value is not None and interval is not None and interval[0] <= value <= interval[1]
     assert abs(value - 5.0 * np.log(100)) < 5.0  # the exponential's p99 is mean x ln 100
     # Enough packets for a p99 but fewer than 10 blocks for its interval: no number at all.
-    assert cost_module._delay_quantile([rng.exponential(5.0, 390)], 99, MIN_P99_SAMPLES, 40, rng) == (None, None)
-    assert cost_module._delay_quantile([rng.exponential(5.0, 400)], 99, MIN_P99_SAMPLES, 40, rng)[1] is not None
-
+    assert cost_module._delay_quantiles([rng.exponential(5.0, 390)], 40, rng) == (None, None, None, None)
+    assert cost_module._delay_quantiles([rng.exponential(5.0, 400)], 40, rng)[3] is not None
+    assert cost_module._delay_quantiles([rng.exponential(5.0, MIN_DELAY_SAMPLES - 1)], 1, rng)[0] is None
 
 def test_loss_interval_does_not_collapse_and_widens_for_bursts() -> None:
     none_lost = cost_module._loss_interval([np.zeros(500)], 40)
@@ -60,7 +62,7 @@ def test_block_bootstrap_needs_ten_blocks_and_widens_for_dependent_samples() -> 
     assert blocked is not None and iid is not None and blocked[1] - blocked[0] > 2 * (iid[1] - iid[0])
 
 
-def test_mean_interval_needs_six_values() -> None:
-    assert mean_interval([1.0] * 5) is None
-    low, high = mean_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # type: ignore[misc]
+def test_mean_interval_needs_its_minimum() -> None:
+    assert mean_interval([1.0] * 5, min_n=6) is None
+    low, high = mean_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], min_n=6)  # type: ignore[misc]
     assert low < 3.5 < high

@@ -101,6 +101,12 @@ def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_int
     assert last_heartbeat["spool_backlog"] == 1 and last_heartbeat["trials_measured"] == 0, last_heartbeat
     assert version == last_heartbeat["version"] and last_seen is not None
     assert _answers(server.url, "204", "/api/v1/probes/{probe_id}/heartbeat") == 0
+    # One heartbeat per interval: the next upload within it carries none (no extra write per batch).
+    for _ in range(2):
+        trial = make_trial(probe.id)
+        agent.spool.add("trial", trial["trial_id"], trial)
+    assert agent.uploader.upload_once() == 2
+    assert _probe_row(database_url, probe.id)[1] == last_heartbeat
 
 
 def _answers(url: str, status: str, route: str = "/api/v1/probes/{probe_id}/schedule") -> float:

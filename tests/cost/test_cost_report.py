@@ -39,8 +39,8 @@ def _summary() -> dict[str, Any]:
 def test_numbers_carry_interval_and_n() -> None:
     measured, small = cost_rows(_summary())
     assert measured["short_fct_p50"] == "32: 711.0 [649.0, 734.0] (n=40)"
-    assert measured["short_retrans"] == "32: 36.7 [30.0, 42.0] % of bytes, 100 [91, 100] % of flows"
-    assert measured["bulk_mbps"] == "4.10 [3.80, 4.40] with (n=6) / 6.00 [5.50, 6.50] alone"
+    assert measured["short_retrans"] == "32: 36.7 [30.0, 42.0] % of bytes, 100 [91, 100] % of flows (n=40 joined)"
+    assert measured["bulk_mbps"] == "4.10 [3.80, 4.40] (n=6) with / 6.00 [5.50, 6.50] (n=6) alone"
     assert measured["delay_p99"] == "10.4 [9.9, 10.9] (n=480)"
     assert measured["loss"] == "2.00 [1.00, 3.00] % (n=490)"
     assert small["short_fct_p50"] == "10: n too small (n=4)"

@@ -72,7 +72,7 @@ def small_report() -> CostReport:
         interference=[CostInterference(
             region="lab-a", baseline="10", treatment="32p", treatment_share=0.5, mixed_campaign_id=3,
             all_baseline_campaign_id=1, all_treatment_campaign_id=2, ab_ms=4.5, ab_ci_ms=(-3.0, 12.5),
-            total_ms=21.0, total_ci_ms=(9.25, 33.0), bias_ms=-16.5, bias_ci_ms=(-30.0, -2.5), n=(30, 31, 40, 4))])
+            total_ms=21.0, total_ci_ms=(9.25, 33.0), bias_ms=-16.5, bias_ci_ms=(-30.0, -2.5), n=(30, 31, 40, 40))])
 
 
 def sweep_report() -> CostReport:
@@ -211,8 +211,8 @@ def test_interference_rows_show_the_intervals(cost: ModuleType) -> None:
     [row] = cost.interference_rows(small_report().interference)
     assert row["arms"].value == "IW10 vs IW32p" and row["share"].value == "50 %"
     assert row["ab"].text == "+4.5 [-3.0, 12.5], n=30/31 flows"
-    assert row["total"].text == "+21.0 [9.2, 33.0], n=40/4 flows"
-    assert row["bias"].text == "-16.5 [-30.0, -2.5], n=30/31/40/4 flows"
+    assert row["total"].text == "+21.0 [9.2, 33.0], n=40/40 flows"
+    assert row["bias"].text == "-16.5 [-30.0, -2.5], n=30/31/40/40 flows"
     unknown = CostInterference(region="lab-b", baseline="10", treatment="10p", treatment_share=0.25, mixed_campaign_id=7,
                                all_baseline_campaign_id=5, all_treatment_campaign_id=6, ab_ms=None, ab_ci_ms=None,
                                total_ms=None, total_ci_ms=None, bias_ms=None, bias_ci_ms=None, n=(3, 2, 40, 40))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from iwprobe import wire
-from iwprobe._agent import Credentials, ProbeAgent, arrivals, estimate_bottleneck_bps
+from iwprobe._agent import Credentials, ProbeAgent
+from iwprobe._calibrate import arrivals, estimate_bottleneck_bps
 from iwprobe._fetch import FetchResult
 
 

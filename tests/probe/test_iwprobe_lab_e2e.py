@@ -250,7 +250,7 @@ def test_calibration_reads_the_link_rate_through_loss(tmp_path: Path) -> None:
         Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
         Host("probe", role="probe", region="lab",
              link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=180, loss=0.015, buffer_bytes=48_000))])
-    script = ("import json, sys; from iwprobe import wire; from iwprobe._agent import calibrate; "
+    script = ("import json, sys; from iwprobe import wire; from iwprobe._calibrate import calibrate; "
               "from iwprobe._collector import from_dict; "
               "target = from_dict(wire.ScheduleTarget, json.loads(sys.argv[1])); "
               "samples = [calibrate(wire.new_id(), target, 180_000) for _ in range(3)]; "

@@ -44,7 +44,8 @@ TEMPLATE = go.layout.Template(
 )
 
 
-def _layout(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
+def style_figure(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
+    """The dashboard's look: title, margins, template, a horizontal legend above the plot."""
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},
         height=height,
@@ -62,14 +63,21 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 13, "color": "#555"})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title, height=260)
+    return style_figure(fig, title, height=260)
 
 
-def _err(values: Sequence[float | None], low: Sequence[float | None], high: Sequence[float | None]) -> dict[str, Any]:
+def error_bars(values: Sequence[float | None], low: Sequence[float | None], high: Sequence[float | None]) -> dict[str, Any]:
     """Asymmetric error bars from CI bounds (zero-length where a bound is undefined)."""
     plus = [(h - v) if (h is not None and v is not None) else 0.0 for v, h in zip(values, high)]
     minus = [(v - lo) if (lo is not None and v is not None) else 0.0 for v, lo in zip(values, low)]
     return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2, "width": 4}
+
+
+def interval_bars(values: Sequence[float], intervals: Sequence[tuple[float, float] | None],
+                  colour: str | None = None) -> dict[str, Any]:
+    """:func:`error_bars` from ``(low, high)`` intervals (``None``: no interval, a zero-length bar)."""
+    bars = error_bars(values, [ci[0] if ci else None for ci in intervals], [ci[1] if ci else None for ci in intervals])
+    return bars | ({"color": colour} if colour else {})
 
 
 def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
@@ -136,7 +144,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             y=abs_ms,
             name="absolute (ms)",
             marker_color=IMPROVEMENT_COLOUR,
-            error_y=_err(abs_ms, abs_low, abs_high),
+            error_y=error_bars(abs_ms, abs_low, abs_high),
             hovertext=hover,
             hoverinfo="text",
         ),
@@ -149,7 +157,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             name="percent",
             mode="lines+markers",
             line={"color": PERCENT_COLOUR},
-            error_y=_err(pct, pct_low, pct_high) | {"color": PERCENT_COLOUR},
+            error_y=error_bars(pct, pct_low, pct_high) | {"color": PERCENT_COLOUR},
             hovertext=hover,
             hoverinfo="text",
             connectgaps=False,
@@ -181,7 +189,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
-    return _layout(fig, f"Paired improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms} (95 % CI)")
+    return style_figure(fig, f"Paired improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms} (95 % CI)")
 
 
 def _iqr_bars(stats: Sequence[ArmStats]) -> dict[str, Any]:
@@ -216,7 +224,7 @@ def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) ->
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     fig.update_yaxes(title_text="latency (ms): median, bar = quartiles", rangemode="tozero")
-    return _layout(fig, f"Median latency per arm by {DIMENSION_SHORT.get(dimension, dimension)}")
+    return style_figure(fig, f"Median latency per arm by {DIMENSION_SHORT.get(dimension, dimension)}")
 
 
 def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:
@@ -237,7 +245,7 @@ def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:
     )
     fig.update_xaxes(title_text="initial congestion window (segments)", tickmode="array", tickvals=[s.iw for s in present])
     fig.update_yaxes(title_text="latency (ms): median, bar = quartiles", rangemode="tozero")
-    return _layout(fig, "Latency vs initial window (median and quartiles)", height=400)
+    return style_figure(fig, "Latency vs initial window (median and quartiles)", height=400)
 
 
 def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Sequence[int] = ()) -> go.Figure:
@@ -257,7 +265,7 @@ def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Seq
         )
     fig.update_xaxes(title_text="latency (ms), log scale", type="log")
     fig.update_yaxes(title_text="fraction of trials", range=[0, 1.02])
-    return _layout(fig, "Latency CDF per arm", height=400)
+    return style_figure(fig, "Latency CDF per arm", height=400)
 
 
 def _region_hover(r: RegionSummary) -> str:
@@ -309,7 +317,7 @@ def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None
         lonaxis_range=[-180, 180],
         fitbounds=False,
     )
-    fig = _layout(fig, "Percent improvement by region", height=460)
+    fig = style_figure(fig, "Percent improvement by region", height=460)
     fig.update_layout(margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
 
@@ -335,7 +343,7 @@ def loss_retrans_figure(buckets: Sequence[LossBucket]) -> go.Figure:
     fig.update_xaxes(title_text=DIMENSION_TITLES["loss"], type="category")
     fig.update_yaxes(title_text="trials with retransmissions (%)", secondary_y=False)
     fig.update_yaxes(title_text="increase (percentage points)", secondary_y=True, showgrid=False, tickmode="auto", zeroline=True)
-    return _layout(fig, "Retransmissions by loss bucket")
+    return style_figure(fig, "Retransmissions by loss bucket")
 
 
 def fleet_figure(probes: Sequence[ProbeRow]) -> go.Figure:
@@ -357,4 +365,4 @@ def fleet_figure(probes: Sequence[ProbeRow]) -> go.Figure:
     )
     fig.update_xaxes(title_text="probe", type="category")
     fig.update_yaxes(title_text="trials per day")
-    return _layout(fig, "Probe fleet: trials per day (colour: error share)")
+    return style_figure(fig, "Probe fleet: trials per day (colour: error share)")

@@ -15,7 +15,6 @@ from iwscope.analysis import (
     ArmStats,
     BucketComparison,
     CostReport,
-    FairnessPoint,
     Filters,
     Headline,
     LossBucket,
@@ -24,7 +23,6 @@ from iwscope.analysis import (
     RegionSummary,
     compare_by,
     cost,
-    fairness,
     fleet,
     headline,
     latency_cdf,
@@ -85,12 +83,6 @@ def loss_data(session: Session, filters: Filters) -> list[LossBucket]:
     return loss_summary(session, filters)
 
 
-def fairness_data(session: Session, filters: Filters) -> list[FairnessPoint]:
-    """The competing-flow points of the lab's fairness experiment (no page of its own since the
-    Cost page replaced Fairness; :func:`cost_data` reads the same campaigns)."""
-    return fairness(session, filters)
-
-
 def cost_data(session: Session, filters: Filters) -> CostReport:
     """The Cost page: phases, flows per role and arm, the interactive flow, interference."""
     return cost(session, filters)
@@ -115,7 +107,6 @@ PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "regions-map": regions_map,
     "regions-tables": regions_tables,
     "loss": loss_data,
-    "fairness": fairness_data,
     "cost": cost_data,
     "probes": probes_data,
     "trials": trials_data,

@@ -7,7 +7,7 @@ a shallow drop-tail buffer of :data:`SHALLOW_PACKETS` packets (small routers, se
 bandwidth-delay product.  Phases:
 
 * ``policy``: every short flow (Poisson arrivals at offered load 0.5, 15 KB / 50 KB) uses one
-  policy, with the interactive flow (160-byte UDP packets every 20 ms, echoed by the origin)
+  policy, with the interactive flow (160-byte UDP packets every 5 ms, echoed by the origin)
   measuring the queueing delay and loss the short flows cause;
 * ``share``: the short flows split between baseline ``10`` and treatment ``32`` at 25 / 50 /
   75 % (0 and 100 % are the ``policy`` phases): completion time per arm at each share and

@@ -45,7 +45,8 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
                                   for f in mine if f["role"] == role) for role in ("short", "page-load"))
         retrans = "; ".join(
             f"{f['arm']}: {_ci(f['bytes_retrans_share'], f['bytes_retrans_share_ci'], 100, 1, f['joined_flows'])} % of bytes, "
-            f"{_ci(f['retrans_flow_share'], f['retrans_flow_share_ci'], 100, 0, f['joined_flows'])} % of flows"
+            f"{_ci(f['retrans_flow_share'], f['retrans_flow_share_ci'], 100, 0, f['joined_flows'])} % of flows "
+            f"(n={f['joined_flows']} joined)"
             for f in mine if f["role"] in ("short", "page-load") and f["bytes_retrans_share"] is not None)
         alone = next((f for f in mine if f["role"] == "background-alone"), None)
         bulk = next((f for f in mine if f["role"] == "background"), None)
@@ -58,8 +59,8 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
             "loss": (_ci(point["loss_share"], point["loss_ci"], 100, 2, point["sent"])
                      + (f" % (n={point['sent']})" if point["loss_share"] is not None else "")) if point else "",
             "short_fct_p50": short, "short_retrans": retrans, "page_load_p50": pages,
-            "bulk_mbps": (f"{_ci(bulk['throughput_bps'], bulk['throughput_ci_bps'], 1e-6, 2, bulk['n'])} with (n={bulk['n']}) / "
-                          f"{_ci(alone['throughput_bps'], alone['throughput_ci_bps'], 1e-6, 2, alone['n'])} alone"
+            "bulk_mbps": (f"{_with_n(_ci(bulk['throughput_bps'], bulk['throughput_ci_bps'], 1e-6, 2, bulk['n']), bulk['throughput_bps'], bulk['n'])} with / "
+                          f"{_with_n(_ci(alone['throughput_bps'], alone['throughput_ci_bps'], 1e-6, 2, alone['n']), alone['throughput_bps'], alone['n'])} alone"
                           if bulk and alone else ""),
         })
     return rows

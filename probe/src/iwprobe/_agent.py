@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__, sizes, wire
-from ._calibrate import (CALIBRATION_BDPS, DEFAULT_CALIBRATION_BYTES, MIN_RATE_SPAN_US, arrivals, calibrate,
-                         estimate_bottleneck_bps)
+from ._calibrate import DEFAULT_CALIBRATION_BYTES, calibrate
 from ._collector import CollectorClient, CollectorError, from_dict
 from ._echo import EchoFlow
 from ._fetch import fetch, object_url
@@ -41,8 +40,7 @@ from ._upload import Uploader, backoff_delay
 log = logging.getLogger("iwprobe.agent")
 
 __all__ = ["Credentials", "ProbeAgent", "PROBE_CREDENTIALS", "ORIGIN_CREDENTIALS", "state_dir", "save_credentials", "load_credentials", "enroll_probe",
-           "enroll_origin", "background_warmup_s", "arrivals", "calibrate", "estimate_bottleneck_bps",
-           "CALIBRATION_BDPS", "MIN_RATE_SPAN_US", "DEFAULT_CALIBRATION_BYTES", "BACKGROUND_WARMUP_RTTS"]
+           "enroll_origin", "background_warmup_s", "BACKGROUND_WARMUP_RTTS"]
 
 DEFAULT_STATE_DIR = "/var/lib/iwprobe"
 PROBE_CREDENTIALS = "probe.json"
@@ -155,7 +153,7 @@ class ProbeAgent:
         self.client = credentials.client()
         self.spool = Spool(os.path.join(directory, "probe-spool.sqlite"), spool_max_bytes)
         self.uploader = Uploader(self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s,
-                                 heartbeat=self._heartbeat_record)
+                                 heartbeat=self._due_heartbeat)
         self.heartbeat_s = heartbeat_s
         self.calibration_bytes = calibration_bytes
         self.trial_timeout_s = trial_timeout_s
@@ -174,6 +172,10 @@ class ProbeAgent:
         return wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
                               spool_bytes=self.spool.disk_bytes(), uptime_s=round(time.monotonic() - self.started, 3),
                               trials_measured=self.trials_measured)
+
+    def _due_heartbeat(self) -> Optional[wire.Heartbeat]:
+        """The heartbeat an upload carries: one per ``heartbeat_s``, like the posted ones."""
+        return self._heartbeat_record() if self.heartbeat_due() else None
 
     def heartbeat_due(self) -> bool:
         """No heartbeat reached the collector for ``heartbeat_s`` (alone or with an upload)."""

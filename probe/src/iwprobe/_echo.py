@@ -133,7 +133,10 @@ class EchoFlow:
             except OSError as error:  # e.g. ICMP port unreachable reported on a connected socket
                 log.debug("echo packet %d not sent: %s", sequence, error)
             sequence += 1
-            next_ns += self.interval_us * 1000  # absolute schedule: no drift
+            # On a fixed grid (no drift); slots missed while this thread was not scheduled are
+            # skipped, not sent late in a burst (a voice or game sender does not catch up either).
+            interval_ns = self.interval_us * 1000
+            next_ns += interval_ns * max(1, (now - next_ns) // interval_ns + 1)
         self._sending_done.set()
 
     def _receive_loop(self) -> None:

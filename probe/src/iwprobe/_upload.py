@@ -57,14 +57,15 @@ class Uploader:
 
     ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`) or
     ``"origin"`` (observations -> :class:`wire.ObservationBatch`).  A probe's ``heartbeat``
-    (a function giving its current :class:`wire.Heartbeat`) rides along with every batch it
-    sends (not with the halves of a refused one, so a record is judged on its own); the
-    agent then has no heartbeat of its own to send while it uploads (``heartbeat_sent_at``).
+    (a function giving its :class:`wire.Heartbeat` when one is due, else ``None``) rides along
+    with the next batch it sends (not with the halves of a refused one, so a record is judged
+    on its own): one heartbeat per heartbeat interval, whether posted alone or folded into an
+    upload (``heartbeat_sent_at``), so folding adds no write to the collector's upload path.
     """
 
     def __init__(self, spool: Spool, client: CollectorClient, role: str, owner_id: str,
                  max_records: int = wire.MAX_BATCH_RECORDS, backoff_base_s: float = 1.0,
-                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], wire.Heartbeat]] = None) -> None:
+                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], Optional[wire.Heartbeat]]] = None) -> None:
         if role not in ("probe", "origin"):
             raise ValueError(f"role must be probe or origin, got {role!r}")
         self.spool = spool
@@ -97,14 +98,14 @@ class Uploader:
         rows = self.spool.pending(self.kinds, self.max_records, MAX_UPLOAD_BODY_BYTES)
         if not rows:
             return 0
-        return self._send(rows, with_heartbeat=self.heartbeat is not None)
+        return self._send(rows, self.heartbeat() if self.heartbeat is not None else None)
 
-    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]], with_heartbeat: bool = False) -> int:
-        batch_id, envelope = self._envelope(rows, with_heartbeat)
+    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]], heartbeat: Optional[wire.Heartbeat] = None) -> int:
+        batch_id, envelope = self._envelope(rows, heartbeat)
         try:
             _, answer = self.client.post_json(self._path(), envelope)
             _check_acknowledgement(answer, batch_id, len(rows))
-            if with_heartbeat:
+            if heartbeat is not None:
                 self.heartbeat_sent_at = time.monotonic()
         except CollectorError as error:
             if error.status == 422:
@@ -130,7 +131,8 @@ class Uploader:
     def _path(self) -> str:
         return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
 
-    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]], with_heartbeat: bool = False) -> Tuple[str, bytes]:
+    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]],
+                  heartbeat: Optional[wire.Heartbeat] = None) -> Tuple[str, bytes]:
         """The batch's id and its JSON body."""
         batch_id = wire.new_id()
         envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
@@ -139,8 +141,8 @@ class Uploader:
             envelope["probe_id"] = self.owner_id
             envelope["trials"] = [record for _, kind, record in rows if kind == "trial"]
             envelope["path_samples"] = [record for _, kind, record in rows if kind == "path_sample"]
-            if with_heartbeat and self.heartbeat is not None:
-                envelope["heartbeat"] = wire.to_dict(self.heartbeat())
+            if heartbeat is not None:
+                envelope["heartbeat"] = wire.to_dict(heartbeat)
         else:
             envelope["origin_id"] = self.owner_id
             envelope["observations"] = [record for _, _, record in rows]

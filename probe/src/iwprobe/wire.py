@@ -435,9 +435,9 @@ class CampaignSchedule:
     background_bytes: Optional[int] = None
     #: IW arm of the background flow (the target must serve it); ``None``: the largest arm.
     background_iw: Optional[int] = None
-    #: The arms by label (``10``, ``10p``, ``learned``), in place of ``arms`` for probes that
-    #: read them; ``arms`` then holds the plain ones only (what a wire v1/v2 probe can
-    #: measure).  Empty: ``arms`` are the plain arms.
+    #: The arms by label (``10``, ``10p``, ``learned``), in place of ``arms``; ``arms`` then holds
+    #: the IW each of them starts from (``learned``: :data:`LEARNED_BASE_IW`).  Campaigns with
+    #: labels are not given to probes before wire v3.  Empty: ``arms`` are the plain arms.
     arm_labels: List[str] = field(default_factory=list)
     #: Share of a round's short flows each arm of ``arm_labels`` (or ``arms``) gets, same
     #: order, summing to 1 (e.g. 0.25/0.75 for a share sweep on one bottleneck).  Empty:

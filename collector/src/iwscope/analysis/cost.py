@@ -44,8 +44,8 @@ from sqlalchemy.orm import Session
 
 from iwprobe import wire
 from iwscope.analysis.filters import Filters, trial_where
-from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, median_interval, multinomial_weights,
-                                    proportion_interval, t_quantile)
+from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, block_bootstrap, mean_interval,
+                                    median_interval, multinomial_weights, proportion_interval)
 
 #: Fewest flows (pages) a completion-time, throughput or retransmission number is shown for.
 MIN_FLOWS = 6
@@ -169,17 +169,6 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng(BOOTSTRAP_SEED)
 
 
-def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Student t interval of a mean (``None`` below :data:`MIN_FLOWS` values)."""
-    n = len(values)
-    if n < MIN_FLOWS:
-        return None
-    array = np.asarray(values, dtype=float)
-    half = t_quantile(0.5 + level / 2, n - 1) * float(array.std(ddof=1)) / math.sqrt(n)
-    mean = float(array.mean())
-    return mean - half, mean + half
-
-
 def _bootstrap_mean_difference(groups: Sequence[Sequence[float]], signs: Sequence[int],
                                rng: np.random.Generator) -> tuple[float, float] | None:
     """Percentile interval of ``sum(sign * mean(group))``, resampling each group on its own."""
@@ -204,29 +193,6 @@ def _bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
     if len(ratios) < 10 or not np.any(np.asarray(numerator, float)):
         return None  # nothing retransmitted: resampling cannot show the uncertainty (see the flow share)
     low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def block_bootstrap(series: Sequence[np.ndarray], block: int, statistic: Any,
-                    rng: np.random.Generator) -> tuple[float, float] | None:
-    """Moving-block bootstrap interval of ``statistic(values)`` over several series (the
-    interactive flows of a phase): each replicate draws ``ceil(len / block)`` blocks of
-    ``block`` consecutive values from each series, so within-block dependence is kept."""
-    pieces = [np.asarray(values, dtype=float) for values in series if len(values)]
-    if sum(len(values) for values in pieces) < MIN_BLOCKS * block:
-        return None
-    estimates = np.empty(BOOTSTRAP_REPLICATES // 4)
-    for replicate in range(len(estimates)):
-        drawn = []
-        for values in pieces:
-            length = min(block, len(values))
-            starts = rng.integers(0, len(values) - length + 1, size=math.ceil(len(values) / length))
-            drawn.append(np.concatenate([values[start:start + length] for start in starts])[:len(values)])
-        estimates[replicate] = statistic(np.concatenate(drawn))
-    estimates = estimates[np.isfinite(estimates)]
-    if not len(estimates):
-        return None
-    low, high = np.percentile(estimates, [2.5, 97.5])
     return float(low), float(high)
 
 
@@ -255,7 +221,7 @@ def _completion_stats(times_us: npt.ArrayLike) -> dict[str, Any]:
         return {"fct_p50_ms": None, "fct_p50_ci_ms": None, "fct_mean_ms": None, "fct_mean_ci_ms": None,
                 "fct_p90_ms": None}
     return {"fct_p50_ms": float(np.median(times_ms)), "fct_p50_ci_ms": median_interval(times_ms),
-            "fct_mean_ms": float(np.mean(times_ms)), "fct_mean_ci_ms": mean_interval(times_ms),
+            "fct_mean_ms": float(np.mean(times_ms)), "fct_mean_ci_ms": mean_interval(times_ms, min_n=MIN_FLOWS),
             "fct_p90_ms": float(np.percentile(times_ms, 90))}
 
 
@@ -333,7 +299,7 @@ def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict
             campaign_id=campaign.campaign_id, region=campaign.region, role=row.role, arm=row.arm, iw=int(row.arm_iw),
             share=share, n=int(row.n), errors=int(row.errors), **_completion_stats(times_us),
             throughput_bps=float(rates.mean()) if len(rates) >= MIN_FLOWS else None,
-            throughput_ci_bps=mean_interval(rates),
+            throughput_ci_bps=mean_interval(rates, min_n=MIN_FLOWS),
             retrans_flow_share=int(row.retrans_units) / joined if enough_joined else None,
             retrans_flow_share_ci=proportion_interval(int(row.retrans_units), joined) if enough_joined else None,
             bytes_retrans_share=float(sum(row.bytes_retrans)) / sent if sent else None,
@@ -364,17 +330,24 @@ def _loss_interval(lost: Sequence[np.ndarray], block: int) -> tuple[float, float
     return proportion_interval(share * sent / effect, sent / effect)
 
 
-def _delay_quantile(delays: Sequence[np.ndarray], q: float, needed: int, block: int,
-                    rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None]:
-    """The ``q``-th percentile of the pooled delays and its block-bootstrap interval; nothing
-    below ``needed`` samples, and nothing without an interval (fewer than :data:`MIN_BLOCKS`
-    blocks): a quantile is never shown alone."""
-    if sum(len(values) for values in delays) < needed:
-        return None, None
-    interval = block_bootstrap(delays, block, lambda values: np.percentile(values, q), rng)
-    if interval is None:
-        return None, None
-    return float(np.percentile(np.concatenate(delays), q)), interval
+def _delay_quantiles(delays: Sequence[np.ndarray], block: int,
+                     rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None,
+                                                        float | None, tuple[float, float] | None]:
+    """p50 and p99 of the pooled delays with their block-bootstrap intervals (one resampling for
+    both): a p50 needs :data:`MIN_DELAY_SAMPLES` packets, a p99 :data:`MIN_P99_SAMPLES`, and
+    either needs its interval (:data:`MIN_BLOCKS` blocks): a quantile is never shown alone."""
+    samples = sum(len(values) for values in delays)
+    if samples < MIN_DELAY_SAMPLES:
+        return None, None, None, None
+    intervals = block_bootstrap(delays, block, lambda values: np.percentile(values, [50, 99]), rng,
+                                min_blocks=MIN_BLOCKS)
+    if intervals is None:
+        return None, None, None, None
+    p50, p99 = (float(value) for value in np.percentile(np.concatenate(delays), [50, 99]))
+    p50_ci = (float(intervals[0][0]), float(intervals[0][1]))
+    if samples < MIN_P99_SAMPLES:
+        return p50, p50_ci, None, None
+    return p50, p50_ci, p99, (float(intervals[1][0]), float(intervals[1][1]))
 
 
 def _interactive(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
@@ -404,8 +377,7 @@ def _interactive(session: Session, where: str, params: dict[str, Any], campaigns
         sent = sum(len(rtts) for rtts in flows)
         samples = sum(len(values) for values in delays)
         block = max(1, round(DELAY_BLOCK_S * 1e6 / max(1, interval_us[campaign_id])))
-        p50, p50_ci = _delay_quantile(delays, 50, MIN_DELAY_SAMPLES, block, rng)
-        p99, p99_ci = _delay_quantile(delays, 99, MIN_P99_SAMPLES, block, rng)
+        p50, p50_ci, p99, p99_ci = _delay_quantiles(delays, block, rng)
         enough_sent = sent >= MIN_DELAY_SAMPLES
         points.append(CostInteractive(
             campaign_id=campaign_id, region=campaign.region, flows=len(flows), sent=sent, received=samples,
@@ -475,4 +447,4 @@ def _interference(campaigns: dict[int, CostCampaign], times: ShortTimes,
 
 
 __all__ = ["CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "cost",
-           "arm_order", "used_arms", "mean_interval", "block_bootstrap", "MIN_FLOWS", "MIN_DELAY_SAMPLES", "MIN_P99_SAMPLES"]
+           "arm_order", "used_arms", "MIN_FLOWS", "MIN_DELAY_SAMPLES", "MIN_P99_SAMPLES", "MIN_BLOCKS", "DELAY_BLOCK_S"]

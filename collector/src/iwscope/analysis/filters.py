@@ -112,24 +112,11 @@ class Filters:
 def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """The filters as an exact SQL condition on ``trials t JOIN probes p`` and its parameters (the
     raw-trial readers: trials page, CSV export, fairness and cost; arms are not filtered)."""
-    clauses: list[str] = []
-    params: dict[str, Any] = {}
-    if filters.campaign_ids:
-        clauses.append("t.campaign_id = ANY(:campaign_ids)")
-        params["campaign_ids"] = list(filters.campaign_ids)
-    if filters.since is not None:
-        clauses.append("t.started_at >= :since")
-        params["since"] = filters.since
-    if filters.until is not None:
-        clauses.append("t.started_at <= :until")
-        params["until"] = filters.until
-    if filters.regions:
-        clauses.append("p.region = ANY(:regions)")
-        params["regions"] = list(filters.regions)
-    if filters.size_min is not None:
-        clauses.append("t.object_size >= :size_min")
-        params["size_min"] = filters.size_min
-    if filters.size_max is not None:
-        clauses.append("t.object_size <= :size_max")
-        params["size_max"] = filters.size_max
-    return (" AND ".join(clauses) or "TRUE"), params
+    conditions = (("campaign_ids", "t.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
+                  ("since", "t.started_at >= :since", filters.since),
+                  ("until", "t.started_at <= :until", filters.until),
+                  ("regions", "p.region = ANY(:regions)", list(filters.regions)),
+                  ("size_min", "t.object_size >= :size_min", filters.size_min),
+                  ("size_max", "t.object_size <= :size_max", filters.size_max))
+    given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
+    return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}

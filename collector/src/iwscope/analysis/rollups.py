@@ -63,7 +63,13 @@ _KEY_COLUMNS = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
 #: The trials the roll-ups (and so every latency figure) are made of: short flows of plain arms.
 #: Background, interactive and page-load flows and paced or learned arms are the cost
 #: analysis's (:mod:`iwscope.analysis.cost`); keyed by ``arm_iw`` they would pass for plain arms.
-_PAIRED_TRIALS = "role = 'short' AND arm IS NULL"
+def paired_trials_sql(alias: str = "") -> str:
+    """The condition on ``trials`` (aliased ``alias``) that picks what the roll-ups hold."""
+    prefix = f"{alias}." if alias else ""
+    return f"{prefix}role = 'short' AND {prefix}arm IS NULL"
+
+
+_PAIRED_TRIALS = paired_trials_sql()
 
 _CLIENT_DELTA = text(f"""
     SELECT {_KEY_COLUMNS}, bin, count(*) AS n, min(object_size) AS size_min, max(object_size) AS size_max,

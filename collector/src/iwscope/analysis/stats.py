@@ -22,11 +22,16 @@ reproducible):
   estimate so the interval is centred on the exact estimate.  This only captures
   within-path noise, which is all the data can tell about a single path.
 * No interval (``None``) when either arm has fewer than two trials.
+
+For raw per-flow data (the cost analysis): a t interval of a mean (:func:`mean_interval`), the
+order-statistic interval of a median (:func:`median_interval`), Wilson intervals of shares
+(:func:`proportion_interval`) and a moving-block bootstrap for dependent series such as the
+packets of one interactive flow (:func:`block_bootstrap`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -392,3 +397,41 @@ def proportion_interval(successes: float, trials: float, level: float = 0.95) ->
     centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95, min_n: int = 2) -> tuple[float, float] | None:
+    """Student t interval of a mean (``None`` below ``min_n`` values)."""
+    n = len(values)
+    if n < max(2, min_n):
+        return None
+    array = np.asarray(values, dtype=float)
+    half = t_quantile(0.5 + level / 2, n - 1) * float(array.std(ddof=1)) / math.sqrt(n)
+    mean = float(array.mean())
+    return mean - half, mean + half
+
+
+def block_bootstrap(series: Sequence[npt.ArrayLike], block: int, statistic: Callable[[FloatArray], npt.ArrayLike],
+                    rng: np.random.Generator, *, min_blocks: int = 10,
+                    replicates: int = BOOTSTRAP_REPLICATES // 4) -> FloatArray | None:
+    """Moving-block bootstrap percentile interval of ``statistic(values)`` over several series
+    (e.g. the interactive flows of a phase): each replicate draws ``ceil(len / block)`` blocks of
+    ``block`` consecutive values from each series, so dependence within a block is kept.
+    ``[low, high]`` for a scalar statistic, one such row per element of a vector one; ``None``
+    below ``min_blocks`` blocks of data."""
+    pieces = [np.asarray(values, dtype=float) for values in series]
+    pieces = [values for values in pieces if len(values)]
+    if sum(len(values) for values in pieces) < min_blocks * block:
+        return None
+    estimates = []
+    for _ in range(replicates):
+        drawn = []
+        for values in pieces:
+            length = min(block, len(values))
+            starts = rng.integers(0, len(values) - length + 1, size=math.ceil(len(values) / length))
+            drawn.append(np.concatenate([values[start:start + length] for start in starts])[:len(values)])
+        estimates.append(np.asarray(statistic(np.concatenate(drawn)), dtype=float))
+    stacked = np.stack(estimates)
+    finite = stacked[np.all(np.isfinite(stacked.reshape(len(stacked), -1)), axis=1)]
+    if not len(finite):
+        return None
+    return np.moveaxis(np.percentile(finite, [2.5, 97.5], axis=0), 0, -1)

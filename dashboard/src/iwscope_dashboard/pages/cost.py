@@ -24,7 +24,8 @@ from plotly.subplots import make_subplots
 
 from iwscope.analysis import CostCampaign, CostFlows, CostInterference, CostReport, arm_order, used_arms
 
-from iwscope_dashboard.figures import ARM_PALETTE, PERCENT_COLOUR, TEMPLATE, TREATMENT_COLOUR, empty_figure
+from iwscope_dashboard.figures import (ARM_PALETTE, PERCENT_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars,
+                                       style_figure)
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
 from iwscope_dashboard.pagedata import cost_data
 from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
@@ -128,21 +129,6 @@ def _zero_range(tops: Sequence[float | None]) -> list[float]:
     return [0.0, top * 1.1 if top > 0 else 1.0]
 
 
-def _error_bars(values: Sequence[float], cis: Sequence[tuple[float, float] | None], colour: str | None = None) -> dict[str, Any]:
-    bars: dict[str, Any] = {
-        "type": "data", "symmetric": False, "thickness": 1.2, "width": 4,
-        "array": [ci[1] - value if ci else 0.0 for value, ci in zip(values, cis, strict=True)],
-        "arrayminus": [value - ci[0] if ci else 0.0 for value, ci in zip(values, cis, strict=True)]}
-    return bars | ({"color": colour} if colour else {})
-
-
-def _style(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, height=height, title={"text": title, "x": 0.01, "font": {"size": 15}},
-                      margin={"l": 60, "r": 30, "t": 90, "b": 60},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "xanchor": "left", "x": 0})
-    return fig
-
-
 # ---- a. the cost table ------------------------------------------------------------------------
 
 def _arms_of(report: CostReport, role: str) -> list[str]:
@@ -239,7 +225,7 @@ def delay_figure(report: CostReport) -> go.Figure:
         tops += [ci[1] if ci else v for v, ci in zip(values, cis, strict=True)]
         fig.add_trace(go.Bar(
             x=[[p.region for p in shown], [phase_label(campaigns[p.campaign_id]) for p in shown]], y=values,
-            name=name, marker_color=colour, error_y=_error_bars(values, cis),
+            name=name, marker_color=colour, error_y=interval_bars(values, cis),
             customdata=[[p.samples, _interval(ci, 1.0, 1)] for p, ci in zip(shown, cis, strict=True)],
             hovertemplate="%{x}<br>%{y:.1f} ms %{customdata[1]}<br>n=%{customdata[0]} packets<extra>" + name + "</extra>"))
     small = [p for p in points if p.delay_p50_ms is None or p.delay_p99_ms is None]
@@ -250,7 +236,7 @@ def delay_figure(report: CostReport) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="queueing delay added (ms)", range=_zero_range(tops))
     fig.update_xaxes(title_text="bottleneck / phase")
-    return _style(fig, "Delay added to the interactive flow per phase (p50, p99; 95 % CI)")
+    return style_figure(fig, "Delay added to the interactive flow per phase (p50, p99; 95 % CI)", height=420)
 
 
 # ---- c. share sweep ---------------------------------------------------------------------------
@@ -371,7 +357,7 @@ def sweep_figure(report: CostReport) -> go.Figure:
                 x=[p[0] for p in line.points], y=values, name=line.name, mode="lines+markers", legendgroup=line.name,
                 showlegend=line.name not in shown,
                 line={"color": colours.get(line.arm), "dash": dashes[line.design % len(dashes)]},
-                error_y=_error_bars(values, cis, colours.get(line.arm)),
+                error_y=interval_bars(values, cis, colours.get(line.arm)),
                 customdata=[[p[3], _interval(p[2], 1.0, 0)] for p in line.points],
                 hovertemplate="treatment %{x:.0f} %<br>mean %{y:.0f} ms %{customdata[1]}<br>n=%{customdata[0]} flows"
                               "<extra>" + line.name + " " + region + "</extra>"), row=1, col=column)
@@ -381,7 +367,7 @@ def sweep_figure(report: CostReport) -> go.Figure:
                          row=1, col=column)
     fig.update_yaxes(title_text="short flows: mean completion (ms)", row=1, col=1)
     fig.update_xaxes(title_text="treatment share of the short flows (pure phases: 0 % and 100 %)")
-    return _style(fig, "Share sweep: short-flow mean completion time per arm (95 % CI)")
+    return style_figure(fig, "Share sweep: short-flow mean completion time per arm (95 % CI)", height=420)
 
 
 # ---- d. interference --------------------------------------------------------------------------
@@ -443,7 +429,7 @@ def bulk_figure(report: CostReport) -> go.Figure:
             tops[column].extend(high for _, high in filter(None, cis))
             tops[column].extend(ys)
             fig.add_trace(go.Bar(x=xs, y=ys, name=name, marker_color=colour, showlegend=legend, customdata=ns,
-                                 error_y=_error_bars(ys, cis),
+                                 error_y=interval_bars(ys, cis),
                                  hovertemplate="%{x}<br>%{y:.2f}<br>n=%{customdata} flows<extra>" + name + "</extra>"),
                           row=1, col=column)
 
@@ -455,7 +441,7 @@ def bulk_figure(report: CostReport) -> go.Figure:
     for column in (1, 2):
         fig.update_yaxes(range=_zero_range(tops[column]), row=1, col=column)
     fig.update_layout(barmode="group")
-    return _style(fig, "Bulk flows: throughput alone vs with short flows, and retransmissions per phase")
+    return style_figure(fig, "Bulk flows: throughput alone vs with short flows, and retransmissions per phase", height=420)
 
 
 # ---- the callback -----------------------------------------------------------------------------
