@@ -36,12 +36,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from iwscope import migrate
 from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, latency_cdf, latency_vs_iw,
                               loss_summary, percentile_table, refresh_rollups, region_summary, reset_rollups)
 from iwscope.analysis import buckets as bk
@@ -50,6 +48,9 @@ from iwscope.analysis.rollups import paired_trials_sql
 from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+import testenv  # noqa: E402  (the tests' one home for scratch databases)
+
 REGIONS = ("africa", "south-america", "europe", "asia", "north-america", "oceania")
 #: Typical path RTT (ms), bottleneck (bit/s) and loss per region of the generated probes.
 REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_000, 0.015),
@@ -65,19 +66,12 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
 # ---- data generation -------------------------------------------------------------------------
 
 def create_database(server: str, name: str) -> str:
-    with psycopg.connect(libpq(f"{server}/postgres"), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = f"{server}/{name}"
-    migrate.upgrade("head", database_url=url)
-    return url
+    """A new, migrated database ``name`` on ``server`` (one left by an earlier run is dropped)."""
+    testenv.drop_database(name, server_url=f"{server}/postgres")
+    return testenv.create_database(name, migrated=True, server_url=f"{server}/postgres")
 
 
 def generate(engine: Engine, trials: int, probes_per_region: int, seed: int) -> None:

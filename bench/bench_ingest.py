@@ -38,8 +38,10 @@ import httpx
 import orjson
 import psycopg
 
-from iwprobe import wire
-from iwscope.localstack import default_stack
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import testenv  # noqa: E402  (the tests' one home for scratch databases)
+
+from iwprobe import wire  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "ingest.json"
@@ -187,17 +189,15 @@ def main() -> None:
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args()
 
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL") or default_stack().database_url
-    redis_url = (os.environ.get("IWSCOPE_TEST_REDIS_URL") or default_stack().redis_url).rsplit("/", 1)[0] + "/14"
-    admin_libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
+    server = testenv.server_database_url()
+    redis_url = testenv.server_redis_url().rsplit("/", 1)[0] + "/14"
     name = f"iwscope_bench_{secrets.token_hex(4)}"
-    database_url = server.rsplit("/", 1)[0] + "/" + name
+    database_url = testenv.named_database_url(name, server)
     libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
     queue = f"iwscope-bench-{secrets.token_hex(4)}"
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "IWSCOPE_CELERY_QUEUE": queue,
            "IWSCOPE_LOG_LEVEL": "WARNING", "IWSCOPE_DRAIN_SECONDS": "0", "IWSCOPE_ENV": "development"}
-    with psycopg.connect(admin_libpq, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    testenv.create_database(name, server_url=server)
     api: subprocess.Popen[bytes] | None = None
     try:
         subprocess.run([sys.executable, "-m", "iwscope.cli", "db", "upgrade"], env=env, check=True)
@@ -262,8 +262,7 @@ def main() -> None:
         if api is not None:
             api.send_signal(signal.SIGTERM)
             api.wait(timeout=30)
-        with psycopg.connect(admin_libpq, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        testenv.drop_database(name, server_url=server)
         import redis
 
         client = redis.Redis.from_url(redis_url)

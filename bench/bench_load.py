@@ -55,10 +55,10 @@ import psycopg
 import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_ingest import TCPI, free_port  # noqa: E402
+from bench_ingest import TCPI, free_port  # noqa: E402  (also puts tests/ on the path)
+import testenv  # noqa: E402
 
 from iwprobe import wire  # noqa: E402
-from iwscope.localstack import default_stack  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
@@ -418,17 +418,15 @@ def main() -> None:
     stages = [int(value) for value in args.stages.split(",")]
     if max(stages) > args.probes:
         parser.error("a stage cannot have more active probes than --probes")
-    server = os.environ.get("IWSCOPE_TEST_DATABASE_URL") or default_stack().database_url
-    redis_url = (os.environ.get("IWSCOPE_TEST_REDIS_URL") or default_stack().redis_url).rsplit("/", 1)[0] + "/13"
-    admin_libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
+    server = testenv.server_database_url()
+    redis_url = testenv.server_redis_url().rsplit("/", 1)[0] + "/13"
     name = f"iwscope_load_{secrets.token_hex(4)}"
-    database_url = server.rsplit("/", 1)[0] + "/" + name
+    database_url = testenv.named_database_url(name, server)
     libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
     queue = f"iwscope-load-{secrets.token_hex(4)}"
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "IWSCOPE_CELERY_QUEUE": queue,
            "IWSCOPE_LOG_LEVEL": "WARNING", "IWSCOPE_DRAIN_SECONDS": "0", "IWSCOPE_ENV": "development"}
-    with psycopg.connect(admin_libpq, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    testenv.create_database(name, server_url=server)
     children: list[subprocess.Popen[bytes]] = []
     sampler: Sampler | None = None
     api_log = pathlib.Path(f"/tmp/{name}-api.log")
@@ -494,8 +492,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-        with psycopg.connect(admin_libpq, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        testenv.drop_database(name, server_url=server)
         client_redis = redis.Redis.from_url(redis_url)
         client_redis.delete(queue)
         client_redis.close()

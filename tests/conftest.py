@@ -27,28 +27,17 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from iwscope_lab.service_address import ensure as ensure_service_address
-from testenv import drop_database, server_database_url, server_redis_url
+from testenv import create_database, drop_database, server_redis_url
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 #: Seconds to wait for a subprocess service to come up.
 STARTUP_TIMEOUT_S = 60.0
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
-
-
-def _libpq(url: str) -> str:
-    """``postgresql+psycopg://`` -> ``postgresql://`` for psycopg itself."""
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @pytest.fixture(scope="session")
@@ -60,18 +49,12 @@ def test_id() -> str:
 @pytest.fixture(scope="session")
 def database_url(test_id: str) -> Iterator[str]:
     """A fresh, migrated database for this session (dropped at the end)."""
-    from iwscope import migrate
-
-    server_url = server_database_url()
     name = f"iwscope_test_{test_id}"
-    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = _with_database(server_url, name)
+    url = create_database(name, migrated=True)
     try:
-        migrate.upgrade("head", database_url=url)
         yield url
     finally:
-        drop_database(_libpq(server_url), name)
+        drop_database(name)
 
 
 @pytest.fixture(scope="session")

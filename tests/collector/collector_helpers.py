@@ -126,6 +126,3 @@ class SlowUpload:
         return response.status, answer
 
 
-def libpq_url(url: str) -> str:
-    """A SQLAlchemy ``postgresql+psycopg://`` URL as libpq (psycopg) takes it."""
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)

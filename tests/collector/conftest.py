@@ -10,7 +10,8 @@ import httpx
 import psycopg
 import pytest
 
-from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe, libpq_url
+from testenv import libpq_url
+from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 import redis
 
-from collector_helpers import SlowUpload, enroll_probe, libpq_url, make_batch, make_trial
+from testenv import libpq_url
+from collector_helpers import SlowUpload, enroll_probe, make_batch, make_trial
 from iwprobe import wire
 from iwscope.admission import OVERLOADED_DETAIL, is_probe_traffic
 

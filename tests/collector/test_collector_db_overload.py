@@ -30,7 +30,8 @@ import psycopg
 import pytest
 import redis
 
-from collector_helpers import Enrolled, SlowUpload, enroll_probe, libpq_url, make_batch, make_trial
+from testenv import libpq_url
+from collector_helpers import Enrolled, SlowUpload, enroll_probe, make_batch, make_trial
 from iwprobe import wire
 
 #: Settings of the deliberately tiny API: one connection, turned away after 0.4 s.

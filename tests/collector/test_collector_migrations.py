@@ -10,14 +10,13 @@ import sys
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
 
 from iwscope import migrate
-from testenv import drop_database, server_database_url
+from testenv import create_database, drop_database
 
 CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
                "path_samples", "path_estimates"}
@@ -26,15 +25,11 @@ CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "tri
 @pytest.fixture
 def empty_database_url() -> Iterator[str]:
     """A database of its own (the session database stays at head for the other tests)."""
-    server = server_database_url()
-    libpq = server.replace("postgresql+psycopg://", "postgresql://", 1)
     name = f"iwscope_test_mig_{secrets.token_hex(4)}"
-    with psycopg.connect(libpq, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield server.rsplit("/", 1)[0] + "/" + name
+        yield create_database(name)
     finally:
-        drop_database(libpq, name)
+        drop_database(name)
 
 
 def table_names(url: str) -> set[str]:

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 import redis
 
-from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe, libpq_url, make_batch, make_trial
+from testenv import libpq_url
+from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial
 from iwprobe import wire
 from iwprobe._agent import Credentials, ProbeAgent
 

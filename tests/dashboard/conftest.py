@@ -20,16 +20,14 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import create_engine, pool
 from sqlalchemy.orm import Session
 
 from dashboard_seed import SeedSummary, seed_study
-from testenv import server_database_url
+from testenv import create_database, drop_database
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -37,15 +35,6 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 STARTUP_TIMEOUT_S = 60.0
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
-
-
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 def _free_port() -> int:
@@ -69,15 +58,9 @@ def refresh_rollups_for_tests(session: Session) -> None:
 
 @pytest.fixture(scope="session")
 def dashboard_db(test_id: str) -> Iterator[SeededDatabase]:
-    from iwscope import migrate
-
-    server_url = server_database_url()
     name = f"iwscope_test_dash_{test_id}"
-    with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = _with_database(server_url, name)
+    url = create_database(name, migrated=True)
     try:
-        migrate.upgrade("head", database_url=url)
         engine = create_engine(url, poolclass=pool.NullPool)
         try:
             with Session(engine) as session:
@@ -90,8 +73,7 @@ def dashboard_db(test_id: str) -> Iterator[SeededDatabase]:
             engine.dispose()
         yield SeededDatabase(url, summary)
     finally:
-        with psycopg.connect(_libpq(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(name)
 
 
 @pytest.fixture(scope="session")

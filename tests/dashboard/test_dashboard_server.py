@@ -12,12 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
-from testenv import server_database_url
+from testenv import create_database, drop_database
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SERVER_URL = server_database_url()
 
 
 def _env_without_database() -> dict[str, str]:
@@ -90,19 +88,12 @@ def test_wsgi_entry_point_serves_the_app_and_the_csv(dashboard_db: Any, tmp_path
 @pytest.fixture
 def doomed_database(test_id: str) -> Iterator[str]:
     """A migrated, empty database the test drops while a dashboard uses it."""
-    from iwscope import migrate
-
     name = f"iwscope_test_dash_doomed_{test_id}"
-    admin_url = SERVER_URL.replace("postgresql+psycopg://", "postgresql://", 1)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = SERVER_URL.rsplit("/", 1)[0] + "/" + name
+    url = create_database(name, migrated=True)
     try:
-        migrate.upgrade("head", database_url=url)
         yield url
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(name)
 
 
 def test_empty_database_then_lost_database_give_messages_not_errors(doomed_database: str, browser: Any, tmp_path: pathlib.Path) -> None:
@@ -124,9 +115,7 @@ def test_empty_database_then_lost_database_give_messages_not_errors(doomed_datab
         tab.wait_for_selector("#probes-status .iw-status-empty", timeout=20_000)
         assert "No probes enrolled yet" in tab.inner_text("#probes-status")
 
-        name = doomed_database.rsplit("/", 1)[1]
-        with psycopg.connect(SERVER_URL.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        drop_database(doomed_database.rsplit("/", 1)[1])
         tab.goto(url + "/sizes")
         tab.wait_for_selector("#sizes-status .iw-status-error", timeout=20_000)
         assert "The database did not answer" in tab.inner_text("#sizes-status")

@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -27,7 +26,7 @@ import pytest
 
 from chartrender import REPO, Manifest, ensure_helm, find, helm_template
 from podsim import PodContainer, wait_until
-from testenv import server_database_url
+from testenv import create_database, drop_database, libpq_url
 
 #: Seconds allowed for each process to become ready (includes imports under CPU noise).
 READY_TIMEOUT_S = 90.0
@@ -43,23 +42,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
 @pytest.fixture(scope="module")
 def empty_database_url() -> Iterator[str]:
     """A new, empty database (no schema) of the test server, dropped at the end."""
-    server = server_database_url()
     name = f"iwscope_deploy_{secrets.token_hex(4)}"
-    with psycopg.connect(_libpq(server), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(server)
     try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+        yield create_database(name)
     finally:
-        with psycopg.connect(_libpq(server), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(name)
 
 
 @dataclass
@@ -137,7 +127,7 @@ def test_init_container_waits_on_an_empty_database(schema_rollout: SchemaRollout
 def test_migration_job_completes(schema_rollout: SchemaRollout, release: Release, empty_database_url: str) -> None:
     job = schema_rollout.job
     assert job.returncode == 0, job.stdout + job.stderr
-    with psycopg.connect(_libpq(empty_database_url)) as connection:
+    with psycopg.connect(libpq_url(empty_database_url)) as connection:
         tables = {row[0] for row in connection.execute(
             "select tablename from pg_tables where schemaname = 'public'").fetchall()}
     assert {"alembic_version", "probes", "origins", "campaigns", "trials", "api_tokens"} <= tables

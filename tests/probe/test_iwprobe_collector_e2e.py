@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import httpx
 import psycopg
 import pytest
+from testenv import libpq_url
 
 from iwprobe_testkit import PYTHON, FleetNet, wait_for_port
 
@@ -28,12 +29,8 @@ ARMS = [3, 10, 16, 32]
 BASE_PORT = 8300
 
 
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
 def _query(database_url: str, sql: str, *params: Any) -> List[tuple]:
-    with psycopg.connect(_libpq(database_url)) as connection:
+    with psycopg.connect(libpq_url(database_url)) as connection:
         return connection.execute(sql, params).fetchall()
 
 

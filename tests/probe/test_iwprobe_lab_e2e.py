@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import httpx
 import psycopg
 import pytest
+from testenv import libpq_url
 
 topology_module = pytest.importorskip("iwscope_lab.topology")
 Topology, Host, LinkSpec = topology_module.Topology, topology_module.Host, topology_module.LinkSpec
@@ -31,10 +32,6 @@ Topology, Host, LinkSpec = topology_module.Topology, topology_module.Host, topol
 IWPROBE = [sys.executable, "-m", "iwprobe", "--log-level", "INFO"]
 BASE_PORT = 8400
 RTT_MS = 200.0
-
-
-def _libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 class LabFleet:
@@ -132,7 +129,7 @@ def _joined_rows(database_url: str, campaign: int, expected: int) -> List[Dict[s
            "FROM trials t JOIN origin_observations o USING (trial_id) WHERE t.campaign_id = %s")
     deadline = time.monotonic() + 60
     while True:
-        with psycopg.connect(_libpq(database_url)) as connection:
+        with psycopg.connect(libpq_url(database_url)) as connection:
             cursor = connection.execute(sql, (campaign,))
             names = [column.name for column in cursor.description]
             rows = [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -176,7 +173,7 @@ def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: Tuple[LabFleet, str, s
     assert abs(report[3000][0]) * 1000 < 0.1 * rtt_us and abs(report[3000][1]) * 1000 < 0.1 * rtt_us, report
     # Probe and origin agree on the same trial: the probe's total minus connect and request
     # one-way leg is the origin's latency up to one RTT of handshake + ACK return.
-    with psycopg.connect(_libpq(database_url)) as connection:
+    with psycopg.connect(libpq_url(database_url)) as connection:
         sample = connection.execute("SELECT min_rtt_us, bottleneck_bps FROM path_samples WHERE probe_id = %s",
                                     (probe_id,)).fetchone()
     assert sample is not None and abs(sample[0] - rtt_us) < 0.1 * rtt_us

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy.engine import Engine
 
 from security_helpers import Enrolled, bearer, table_fingerprints

@@ -18,7 +18,6 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from iwprobe import wire
 from security_helpers import bearer
 
 REPO = Path(__file__).resolve().parents[2]
