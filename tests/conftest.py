@@ -222,6 +222,8 @@ class ApiServer:
     log_path: pathlib.Path
     process: subprocess.Popen[bytes] | None = None
     starts: int = field(default=0)
+    #: ``iwscope api --workers``: API processes behind the one port.
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -235,7 +237,8 @@ class ApiServer:
             return
         with open(self.log_path, "ab") as log:
             listen = [argument for host in ("127.0.0.1", ensure_service_address()) for argument in ("--host", host)]
-            self.process = subprocess.Popen([*IWSCOPE, "api", *listen, "--port", str(self.port)],
+            self.process = subprocess.Popen([*IWSCOPE, "api", *listen, "--port", str(self.port),
+                                             "--workers", str(self.workers)],
                                             env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.starts += 1
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -279,12 +282,13 @@ def api_server(_api_server_process: ApiServer) -> ApiServer:
 @pytest.fixture
 def api_server_factory(service_env: dict[str, str],
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ApiServer]]:
-    """Start extra API processes with environment overrides (``factory(IWSCOPE_DRAIN_SECONDS="3")``)."""
+    """Start extra API processes with environment overrides (``factory(IWSCOPE_DRAIN_SECONDS="3")``),
+    ``workers`` processes behind the port (``factory(workers=2)``)."""
     servers: list[ApiServer] = []
 
-    def start(**overrides: str) -> ApiServer:
+    def start(workers: int = 1, **overrides: str) -> ApiServer:
         server = ApiServer({**service_env, **overrides}, _free_port(),
-                           tmp_path_factory.mktemp("api-extra") / "api.log")
+                           tmp_path_factory.mktemp("api-extra") / "api.log", workers=workers)
         servers.append(server)
         server.start()
         return server

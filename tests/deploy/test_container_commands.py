@@ -85,7 +85,7 @@ def release(empty_database_url: str, redis_url: str, tmp_path_factory: pytest.Te
         "secret": {"adminToken": secrets.token_hex(20), "enrollToken": secrets.token_hex(20)},
         "config": {"celeryQueue": f"iwt-deploy-{suffix}"},
         # Pods have their own network namespace; natively each listener needs a free port.
-        "api": {"containerPort": _free_port()},
+        "api": {"containerPort": _free_port(), "workers": 2},
         "dashboard": {"containerPort": _free_port()},
     }
     objects = helm_template(ensure_helm(), [], overrides)

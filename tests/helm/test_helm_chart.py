@@ -396,6 +396,9 @@ def test_checksum_follows_existing_secret_name(helm: pathlib.Path) -> None:
     ({"config": {"database": {"poolTimeoutSeconds": 0}}}, "config.database.poolTimeoutSeconds"),
     ({"config": {"apiThreads": 1}}, "config.apiThreads"),
     ({"config": {"precisionCheckSeconds": 0}}, "config.precisionCheckSeconds"),
+    ({"api": {"workers": 0}}, "api.workers"),
+    ({"config": {"admission": {"maxInProgress": 0}}}, "config.admission.maxInProgress"),
+    ({"config": {"cache": {"credentialSeconds": 3600}}}, "config.cache.credentialSeconds"),
 ])
 def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(HelmFailed) as failure:
@@ -434,6 +437,23 @@ def test_database_settings_reach_every_container_as_settings_accept_them(
         assert find(tuned, "ConfigMap", "config")["metadata"]["name"] in sources, component
     with pytest.raises(HelmFailed, match="is over 200 connections per process"):
         helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {"poolSize": 150, "maxOverflow": 60}}})
+
+
+def test_api_workers_admission_and_caches_reach_the_api_as_settings_accept_them(helm: pathlib.Path) -> None:
+    from iwscope.config import Settings
+
+    tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {
+        "api": {"workers": 3}, "config": {"admission": {"maxInProgress": 30, "maxOtherInProgress": 6},
+                                          "cache": {"scheduleSeconds": 2, "credentialSeconds": 0}}})
+    api = pod_spec(find(tuned, "Deployment", "api"))["containers"][0]
+    assert api["command"][api["command"].index("--workers") + 1] == "3"
+    env = {k: v for k, v in find(tuned, "ConfigMap", "config")["data"].items() if k.startswith("IWSCOPE_")}
+    settings = Settings.model_validate({**env, "IWSCOPE_ENV": "development"})
+    assert (settings.max_in_progress, settings.max_other_in_progress, settings.schedule_cache_s,
+            settings.credential_cache_s) == (30, 6, 2.0, 0.0)
+    with pytest.raises(HelmFailed, match="maxOtherInProgress .* is over maxInProgress"):
+        helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"admission": {"maxInProgress": 4,
+                                                                                 "maxOtherInProgress": 8}}})
 
 
 def test_dashboard_can_be_disabled(helm: pathlib.Path) -> None:

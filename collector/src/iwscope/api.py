@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import FrameType
 
@@ -115,11 +115,21 @@ def create_app() -> FastAPI:
 
 
 class LameDuckServer(uvicorn.Server):
-    """On the first SIGTERM, report not-ready for ``drain_seconds`` before shutting down."""
+    """On the first SIGTERM, report not-ready for ``drain_seconds`` before shutting down.
 
-    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+    ``on_started`` is called once the server listens (the supervisor tells a worker that died
+    starting up from one that died later by it)."""
+
+    def __init__(self, config: uvicorn.Config, drain_seconds: float,
+                 on_started: Callable[[], object] | None = None) -> None:
         super().__init__(config)
         self.drain_seconds = drain_seconds
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_started is not None:
+            self.on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGTERM and self.drain_seconds > 0 and not DRAINING.is_set():
@@ -158,19 +168,19 @@ def listening_sockets(hosts: Sequence[str], port: int) -> list[socket.socket]:
 
 
 def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None,
-          tls_key: str | None = None) -> None:
-    """Run the API on every address of ``hosts``.  One process (the default, one per container)
-    drains on SIGTERM; with ``workers > 1`` uvicorn's process manager runs several, without the
-    lame-duck period and with per-process Prometheus counters.  With ``tls_cert``/``tls_key`` it
-    serves HTTPS only."""
+          tls_key: str | None = None) -> int:
+    """Run the API on every address of ``hosts`` in ``workers`` processes (``iwscope.supervisor``
+    when more than one); each drains on SIGTERM.  With ``tls_cert``/``tls_key`` it serves HTTPS
+    only.  Returns the exit status."""
     settings = get_settings()
     tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key} if tls_cert else {}
     config = uvicorn.Config("iwscope.api:create_app", factory=True, host=hosts[0], port=port,
-                            log_level=settings.log_level.lower(), access_log=False, workers=workers, **tls)
+                            log_level=settings.log_level.lower(), access_log=False, **tls)
     sockets = listening_sockets(hosts, port)
     if workers > 1:
-        from uvicorn.supervisors import Multiprocess
+        from iwscope.supervisor import run_workers
 
-        Multiprocess(config, sockets=sockets).run()
-        return
-    LameDuckServer(config, settings.drain_seconds).run(sockets=sockets)
+        return run_workers(config, sockets, workers, settings.drain_seconds)
+    server = LameDuckServer(config, settings.drain_seconds)
+    server.run(sockets=sockets)
+    return 0 if server.started else 3

@@ -103,7 +103,8 @@ def db_check() -> None:
               help="address to listen on; repeat for several (0.0.0.0 = every interface: only behind a firewall)")
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="uvicorn worker processes (1 = lame-duck draining on SIGTERM)")
+              help="API processes on the same sockets, each with its own admission limits and database "
+                   "pool, each draining on SIGTERM; metrics summed over them")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -114,7 +115,9 @@ def api(hosts: tuple[str, ...], port: int, workers: int, tls_cert: str | None, t
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    serve(hosts, port, workers, tls_cert=tls_cert, tls_key=tls_key)
+    status = serve(hosts, port, workers, tls_cert=tls_cert, tls_key=tls_key)
+    if status:
+        sys.exit(status)
 
 
 def _run_celery(argv: list[str]) -> None:

@@ -9,12 +9,13 @@ from functools import lru_cache
 import redis
 from fastapi import APIRouter, Response, status
 from fastapi.concurrency import run_in_threadpool
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from iwscope.config import get_settings
+from iwscope.metrics import exposition
 
 router = APIRouter(tags=["health"])
 
@@ -68,4 +69,4 @@ async def readyz(response: Response) -> dict[str, object]:
 
 @router.get("/metrics")
 def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition(), media_type=CONTENT_TYPE_LATEST)

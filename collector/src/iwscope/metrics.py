@@ -1,8 +1,14 @@
-"""Prometheus metrics of the API process (one registry per process)."""
+"""Prometheus metrics of the API.
+
+One registry per process; with several API workers (:mod:`iwscope.supervisor`) each writes its
+values to ``PROMETHEUS_MULTIPROC_DIR`` and :func:`exposition` sums them across the workers.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 REQUESTS = Counter("iwscope_http_requests_total", "HTTP requests", ["method", "route", "status"])
 LATENCY = Histogram("iwscope_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
@@ -15,5 +21,14 @@ DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no dat
                   "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)", ["where"])
 ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answered 503 at the front door "
                              "(too many in progress in this process), by class: probe|other", ["kind"])
-IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress in this process, by admission class",
-                    ["kind"])
+IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress (summed over the API's worker "
+                    "processes), by admission class", ["kind"], multiprocess_mode="livesum")
+
+
+def exposition() -> bytes:
+    """The text exposition of this process's metrics, or of every worker's when there are several."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest()
