@@ -59,6 +59,7 @@ REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_0
 SIZES = (1_500, 4_000, 9_000, 15_000, 30_000, 60_000, 120_000, 400_000)
 ARMS = (3, 10, 16)
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+#: Days the generated trials span by default (``--days``).
 DAYS = 20
 
 
@@ -74,7 +75,7 @@ def create_database(server: str, name: str) -> str:
     return testenv.create_database(name, migrated=True, server_url=f"{server}/postgres")
 
 
-def generate(engine: Engine, trials: int, probes_per_region: int, seed: int) -> None:
+def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, days: int = DAYS) -> None:
     rng = random.Random(seed)
     with engine.begin() as connection:
         connection.execute(text("""
@@ -121,7 +122,7 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int) -> 
                     k += 1
     paths = k
     chunk = 500_000
-    seconds = DAYS * 86400
+    seconds = days * 86400
     insert = text(f"""
         INSERT INTO trials (trial_id, started_at, probe_id, campaign_id, origin_id, round, arm_iw, object_size, url,
                             total_us, bytes_received, http_status, error_kind, syn_retrans, tcp_info, received_at,
@@ -272,11 +273,11 @@ def raw_options(session: Session, filters: Filters) -> list[Any]:
 
 # ---- timing ----------------------------------------------------------------------------------
 
-def varied_filters(count: int, seed: int) -> list[Filters]:
+def varied_filters(count: int, seed: int, days: int = DAYS) -> list[Filters]:
     rng = random.Random(seed)
     filters = [Filters()]
     while len(filters) < count:
-        since = START + dt.timedelta(days=rng.randint(0, DAYS - 5)) if rng.random() < 0.4 else None
+        since = START + dt.timedelta(days=rng.randint(0, max(0, days - 5))) if rng.random() < 0.4 else None
         size_low = rng.choice(SIZES) if rng.random() < 0.3 else None
         filters.append(Filters(
             campaign_ids=(rng.choice([1, 2]),) if rng.random() < 0.4 else (),
@@ -342,15 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", default="iwscope_bench")
     parser.add_argument("--trials", type=int, default=10_000_000)
     parser.add_argument("--probes-per-region", type=int, default=8)
+    parser.add_argument("--probes", type=int, default=None,
+                        help="fleet size (overrides --probes-per-region: spread over the 6 regions, 2 origins each)")
+    parser.add_argument("--days", type=int, default=DAYS, help="days the generated trials span")
     parser.add_argument("--calls", type=int, default=20, help="roll-up calls per function (varied filters)")
     parser.add_argument("--raw-calls", type=int, default=3, help="raw-scan calls per function (first filters)")
     parser.add_argument("--reuse", action="store_true", help="keep an existing generated database")
     parser.add_argument("--output", default=str(REPO / "artifacts" / "bench_dashboard.json"))
     args = parser.parse_args(argv)
+    if args.probes is not None:
+        args.probes_per_region = -(-args.probes // len(REGIONS))
     if args.database == "iwscope":
         parser.error("refusing to use the shared database 'iwscope'")
     url = f"{args.server}/{args.database}"
-    report: dict[str, Any] = {"trials": args.trials, "calls": args.calls, "raw_calls": args.raw_calls,
+    report: dict[str, Any] = {"trials": args.trials, "days": args.days, "probes": 6 * args.probes_per_region,
+                              "calls": args.calls, "raw_calls": args.raw_calls,
                               "loadavg_start": loadavg(), "cpus": os.cpu_count()}
     engine = create_engine(url, pool_size=2)
     if not args.reuse:
@@ -359,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         create_database(args.server, args.database)
         engine = create_engine(url, pool_size=2)
         started = time.perf_counter()
-        generate(engine, args.trials, args.probes_per_region, seed=1)
+        generate(engine, args.trials, args.probes_per_region, seed=1, days=args.days)
         report["generate_s"] = time.perf_counter() - started
         log(f"generated in {report['generate_s']:.0f} s")
         started = time.perf_counter()
@@ -393,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{report['trials_in_db']:,} trials, {report['rollup_rows']:,} roll-up rows "
         f"({report['rollup_bytes'] / 2 ** 20:.1f} MiB)")
 
-    filters = varied_filters(args.calls, seed=2)
+    filters = varied_filters(args.calls, seed=2, days=args.days)
     rows = []
     for case in CASES:
         time_calls(engine, case.rollup, filters[:1])  # warm-up (imports, plans)

@@ -5,7 +5,9 @@ Everything is real and local (loopback only): a database of its own
 ``iwscope_load_<random>`` on the server of ``$IWSCOPE_TEST_DATABASE_URL`` (default: the local
 stack), its own Redis db index and Celery queue, one ``iwscope api --workers N`` (uvicorn,
 ``--api-workers``, default 1 process) and one ``iwscope worker --concurrency 1``.  The driver
-is asyncio + httpx (one process, kept-alive connections, its open-file limit raised):
+is asyncio (one process, its open-file limit raised; each simulated probe has one kept-alive
+HTTP/1.1 connection on bare asyncio streams, ``ProbeConnection``, and its event-loop lag is
+reported so the driver's own share of the latency is visible):
 
 1. enrolls ``--probes`` probes through ``POST /api/v1/probes/enroll`` (32 at a time) and one
    origin, creates a campaign;
@@ -48,6 +50,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -155,6 +158,8 @@ class Stats:
     errors: dict[str, int] = field(default_factory=dict)
     #: Every HTTP status answered, with its count (200, 204, 304, 503, ...).
     statuses: dict[int, int] = field(default_factory=dict)
+    #: How late the driver's own 50 ms timer fired (s): latency the driver adds to every request.
+    driver_lags: list[float] = field(default_factory=list)
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
@@ -172,16 +177,98 @@ class Fleet:
     stats: Stats = field(default_factory=Stats)
 
 
-async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: str, credential: str,
+#: A probe drops an idle connection after this long, before uvicorn does (5 s): a request sent
+#: on a connection the server is closing at that moment fails with a read error.
+KEEPALIVE_S = 4.0
+#: The probe's own collector timeout (iwprobe Credentials.client).
+REQUEST_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Answer:
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+
+
+class ProbeConnection:
+    """A simulated probe's one kept-alive HTTP/1.1 connection, on bare asyncio streams.
+
+    Not httpx: one client shared by the fleet spent 0.6 cores and seconds per request in
+    httpcore's pool (it scans every connection for every queued request on every request start
+    and end), and one httpx client per probe still left the driver's event loop 0.8 s late
+    (p50) at 1,000 probes on 2 cores -- latency the first runs reported as the collector's.
+    The collector answers with ``Content-Length`` bodies, which is all this reads."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.idle_since = 0.0
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.reader = self.writer = None
+
+    async def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        """One exchange; a kept-alive connection the server closed meanwhile (no answer byte
+        came back) is replaced and the request sent once more, as HTTP clients do."""
+        reused = self.writer is not None
+        try:
+            return await self._exchange(method, path, body, headers)
+        except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError) as error:
+            if not reused or (isinstance(error, asyncio.IncompleteReadError) and error.partial):
+                raise
+            return await self._exchange(method, path, body, headers)
+
+    async def _exchange(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        if self.writer is not None and time.monotonic() - self.idle_since > KEEPALIVE_S:
+            await self.close()
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
+                                                              REQUEST_TIMEOUT_S)
+        assert self.reader is not None
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                f"Content-Length: {len(body or b'')}", *(f"{name}: {value}" for name, value in headers.items())]
+        try:
+            self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
+            answer = await asyncio.wait_for(self._read_answer(self.reader), REQUEST_TIMEOUT_S)
+        except BaseException:
+            await self.close()
+            raise
+        if answer.headers.get("connection", "").lower() == "close":
+            await self.close()
+        self.idle_since = time.monotonic()
+        return answer
+
+    @staticmethod
+    async def _read_answer(reader: asyncio.StreamReader) -> Answer:
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        return Answer(status, headers, await reader.readexactly(length) if length else b"")
+
+
+#: What a failed request raises (counted by class name, as the probe would log it).
+REQUEST_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError)
+
+
+async def _request(connection: ProbeConnection, stats: Stats, method: str, path: str, credential: str,
                    body: bytes | None = None, what: str = "",
                    extra_headers: dict[str, str] | None = None,
-                   retry_after: list[float] | None = None) -> httpx.Response | None:
+                   retry_after: list[float] | None = None) -> Answer | None:
     """One request; ``None`` (and an error counted by kind) unless it was answered 2xx/304.
     A 503's ``Retry-After`` (seconds) is appended to ``retry_after`` when given."""
     headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json", **(extra_headers or {})}
     try:
-        response = await client.request(method, path, content=body, headers=headers)
-    except httpx.HTTPError as error:
+        response = await connection.request(method, path, body, headers)
+    except REQUEST_ERRORS as error:
         stats.requests += 1
         stats.error(f"{what}:{type(error).__name__}")
         return None
@@ -195,10 +282,19 @@ async def _request(client: httpx.AsyncClient, stats: Stats, method: str, path: s
     return response
 
 
-async def simulated_probe(fleet: Fleet, index: int, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+async def simulated_probe(fleet: Fleet, index: int, stop: asyncio.Event) -> None:
     """One probe's cycle as ``iwprobe run`` does it: the schedule with ``If-None-Match`` (304
     while unchanged), an upload (carrying its heartbeat once per HEARTBEAT_S),
     then its origin's observations, then a pause of ``think_s`` +-50 %."""
+    url = urlsplit(fleet.base_url)
+    connection = ProbeConnection(url.hostname or "127.0.0.1", url.port or 80)
+    try:
+        await _probe_cycles(fleet, index, connection, stop)
+    finally:
+        await connection.close()
+
+
+async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop: asyncio.Event) -> None:
     probe = fleet.probes[index]
     rng = random.Random(index)
     etag: str | None = None
@@ -303,7 +399,7 @@ def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: f
     counts = [after[bound] - before.get(bound, 0.0) for bound in bounds]
     if not counts or counts[-1] <= 0:
         return None
-    for bound, count in zip(bounds, counts):
+    for bound, count in zip(bounds, counts, strict=True):
         if count >= q * counts[-1]:
             return bound
     return None
@@ -316,57 +412,65 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def _watch_driver_lag(fleet: Fleet, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        before = time.perf_counter()
+        await asyncio.sleep(0.05)
+        fleet.stats.driver_lags.append(max(0.0, time.perf_counter() - before - 0.05))
+
+
 async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: Any) -> list[dict[str, Any]]:
-    limits = httpx.Limits(max_connections=max(stages), max_keepalive_connections=max(stages))
     results: list[dict[str, Any]] = []
-    # 30 s: the probe's own collector timeout (iwprobe Credentials.client).
-    async with httpx.AsyncClient(base_url=fleet.base_url, timeout=30.0, limits=limits) as client:
-        stop = asyncio.Event()
-        tasks: list[asyncio.Task[None]] = []
-        for active in stages:
-            while len(tasks) < active:
-                tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks), client, stop)))
-            fleet.stats = Stats()
-            buckets_before = await _server_upload_buckets(fleet.base_url)
-            cpu_before = sampler.cpu()
-            started = time.monotonic()
-            samples: list[dict[str, Any]] = []
-            while time.monotonic() - started < stage_s:
-                await asyncio.sleep(1.0)
-                sampler.cpu()
-                samples.append({"t": round(time.monotonic() - started, 1), "backlog": sampler.backlog(),
-                                "trials_stored": fleet.stats.trials_stored})
-            elapsed = time.monotonic() - started
-            cpu_after = sampler.cpu()
-            buckets_after = await _server_upload_buckets(fleet.base_url)
-            stats = fleet.stats
-            cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
-                         for role in cpu_after}
-            row = {
-                "active_probes": active, "seconds": round(elapsed, 1),
-                "trials_per_s": round(stats.trials_stored / elapsed, 1),
-                "uploads": len(stats.upload_latencies), "requests": stats.requests,
-                "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
-                "upload_p99_ms": _ms(_percentile(stats.upload_latencies, 0.99)),
-                "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
-                "errors": stats.errors, "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
-                "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
-                "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
-                # In the API, from request received to answer (bucket bounds of its histogram;
-                # +Inf = over 10 s): the rest of the client's latency is queueing before the API
-                # (its event loop, the kernel's accept queue) or in the driver itself.
-                "server_upload_p50_s": _bucket_quantile(buckets_before, buckets_after, 0.5),
-                "server_upload_p99_s": _bucket_quantile(buckets_before, buckets_after, 0.99),
-            }
-            results.append(row)
-            print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
-                  f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
-                  f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}  server-side upload "
-                  f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s", flush=True)
-        stop.set()
-        for task in tasks:  # requests still waiting on a saturated API are abandoned, not awaited
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(_watch_driver_lag(fleet, stop))]
+    for active in stages:
+        while len(tasks) - 1 < active:
+            tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks) - 1, stop)))
+        fleet.stats = Stats()
+        buckets_before = await _server_upload_buckets(fleet.base_url)
+        cpu_before = sampler.cpu()
+        started = time.monotonic()
+        samples: list[dict[str, Any]] = []
+        while time.monotonic() - started < stage_s:
+            await asyncio.sleep(1.0)
+            sampler.cpu()
+            samples.append({"t": round(time.monotonic() - started, 1), "backlog": sampler.backlog(),
+                            "trials_stored": fleet.stats.trials_stored})
+        elapsed = time.monotonic() - started
+        cpu_after = sampler.cpu()
+        buckets_after = await _server_upload_buckets(fleet.base_url)
+        stats = fleet.stats
+        cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
+                     for role in cpu_after}
+        row = {
+            "active_probes": active, "seconds": round(elapsed, 1),
+            "trials_per_s": round(stats.trials_stored / elapsed, 1),
+            "uploads": len(stats.upload_latencies), "requests": stats.requests,
+            "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
+            "upload_p99_ms": _ms(_percentile(stats.upload_latencies, 0.99)),
+            "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
+            "errors": stats.errors, "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
+            "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
+            "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
+            # In the API, from request received to answer (bucket bounds of its histogram;
+            # +Inf = over 10 s): the rest of the client's latency is queueing before the API
+            # (its event loop, the kernel's accept queue) or in the driver itself.
+            "server_upload_p50_s": _bucket_quantile(buckets_before, buckets_after, 0.5),
+            "server_upload_p99_s": _bucket_quantile(buckets_before, buckets_after, 0.99),
+            # The driver's own event-loop lag: a share of the client latency that is the driver's.
+            "driver_lag_p50_ms": _ms(_percentile(stats.driver_lags, 0.5)),
+            "driver_lag_p99_ms": _ms(_percentile(stats.driver_lags, 0.99)),
+        }
+        results.append(row)
+        print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
+              f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
+              f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}  server-side upload "
+              f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
+              f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms", flush=True)
+    stop.set()
+    for task in tasks:  # requests still waiting on a saturated API are abandoned, not awaited
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     return results
 
 

@@ -5,6 +5,7 @@ probes; health and metrics always answer; nothing in progress is lost."""
 from __future__ import annotations
 
 import http.client
+import signal
 import socket
 import threading
 import time
@@ -38,9 +39,10 @@ def door(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN
         client.close()
 
 
-def _metric(url: str, name: str, kind: str) -> float:
+def _metric(url: str, name: str, kind: str, reason: str | None = None) -> float:
+    labels = f'kind="{kind}"' + (f',reason="{reason}"' if reason else "")
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith(f'{name}{{kind="{kind}"}}'):
+        if line.startswith(f'{name}{{{labels}}}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -96,8 +98,8 @@ def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
         read = httpx.get(f"{door.url}/api/v1/analysis/trials?limit=1", timeout=10)
         _assert_refused_at_door(read.status_code, read.headers, read.content)
         assert httpx.get(f"{door.url}/readyz", timeout=10).status_code == 200
-        assert _metric(door.url, "iwscope_admission_rejected_total", "probe") == 2
-        assert _metric(door.url, "iwscope_admission_rejected_total", "other") == 1
+        assert _metric(door.url, "iwscope_admission_rejected_total", "probe", "in_progress") == 2
+        assert _metric(door.url, "iwscope_admission_rejected_total", "other", "in_progress") == 1
         # The three in progress finish and are stored; then the door is open again.
         for upload, trials in zip(uploads, batches, strict=True):
             status, answer = upload.finish()
@@ -149,3 +151,34 @@ def test_admission_limits_are_validated() -> None:
         Settings(IWSCOPE_MAX_IN_PROGRESS=4, IWSCOPE_MAX_OTHER_IN_PROGRESS=5)  # type: ignore[call-arg]
     settings = Settings(IWSCOPE_MAX_IN_PROGRESS=4, IWSCOPE_MAX_OTHER_IN_PROGRESS=4)  # type: ignore[call-arg]
     assert (settings.max_in_progress, settings.max_other_in_progress) == (4, 4)
+
+
+def test_a_lagging_event_loop_refuses_new_requests_until_it_catches_up(
+        api_server_factory, enroll_token: str) -> None:  # noqa: ANN001
+    """Requests that wait in front of the handlers are invisible to the in-progress count; a
+    starved process (here: stopped for 4 s, as a saturated CPU would leave it) measures its own
+    event-loop lag and refuses new work until it has caught up, health excepted."""
+    server = api_server_factory(IWSCOPE_MAX_LOOP_LAG_S="0.1", IWSCOPE_RETRY_AFTER_S="1")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        probe = enroll_probe(client, enroll_token)  # the first request starts the lag timer
+        beat_path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
+        assert client.post(beat_path, json=HEARTBEAT, headers=probe.headers).status_code == 204
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(4.0)
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        time.sleep(0.2)  # the late timer has fired: smoothed lag about 0.4 * 0.9^4
+        beat = client.post(beat_path, json=HEARTBEAT, headers=probe.headers)
+        _assert_refused_at_door(beat.status_code, beat.headers, beat.content)
+        read = client.get("/api/v1/analysis/trials?limit=1")
+        _assert_refused_at_door(read.status_code, read.headers, read.content)
+        assert client.get("/readyz").status_code == 200
+        assert _metric(server.url, "iwscope_admission_rejected_total", "probe", "loop_lag") >= 1
+        assert _metric(server.url, "iwscope_admission_rejected_total", "other", "loop_lag") >= 1
+        # caught up: the door opens again by itself
+        deadline = time.monotonic() + 30
+        while (status := client.post(beat_path, json=HEARTBEAT, headers=probe.headers).status_code) == 503:
+            assert time.monotonic() < deadline, "the door never reopened"
+            time.sleep(0.2)
+        assert status == 204

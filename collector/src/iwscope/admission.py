@@ -15,6 +15,13 @@ Two classes share the limit (``IWSCOPE_MAX_IN_PROGRESS``):
 * **everything else** (public reads, the CSV export, admin routes) at most
   ``IWSCOPE_MAX_READS_IN_PROGRESS`` of it, so readers never take the last places from probes.
 
+Counting requests in progress is blind to the ones not yet in: when the process's CPU is
+saturated, requests wait in the event loop's queue (headers read, handler not yet run) and
+their latency grows without bound while the count stays below the limit.  So the door also
+watches the **event-loop lag** (:class:`LoopLag`: how late a 50 ms timer fires, smoothed over
+about a second so one slow callback does not trip it): above ``IWSCOPE_MAX_LOOP_LAG_S`` new
+probe traffic is refused too, above half of it every other request.
+
 Health, readiness and metrics are never refused (the orchestrator must see an overloaded
 process as alive).  The database slots of :mod:`iwscope.dbslots` stay behind this door: they
 split the connections between probes and readers once a request is in.
@@ -22,12 +29,14 @@ split the connections between probes and readers once a request is in.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from iwprobe import wire
-from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS
+from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS, LOOP_LAG
 
 #: Paths never refused: liveness, readiness and metrics must answer under any load.
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -48,6 +57,30 @@ def is_probe_traffic(method: str, path: str) -> bool:
     return path.startswith(_PROBE_PREFIXES)
 
 
+class LoopLag:
+    """Smoothed lateness of a periodic timer on the running event loop (started on first use)."""
+
+    #: Timer period (seconds) and the weight of each new sample in the moving average.
+    PERIOD_S = 0.05
+    WEIGHT = 0.1
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="iwscope-loop-lag")
+
+    async def _run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.PERIOD_S)
+            late = max(0.0, time.perf_counter() - before - self.PERIOD_S)
+            self.seconds += self.WEIGHT * (late - self.seconds)
+            LOOP_LAG.set(self.seconds)
+
+
 @dataclass
 class _Counts:
     total: int = 0
@@ -56,15 +89,19 @@ class _Counts:
 
 class Admission:
     """ASGI middleware: at most ``limit`` requests in progress, of which at most
-    ``other_limit`` are not probe traffic; beyond, 503 + ``Retry-After`` immediately."""
+    ``other_limit`` are not probe traffic, and none while the loop lags more than ``max_lag_s``
+    (others from half of it); beyond, 503 + ``Retry-After`` immediately."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, other_limit: int, retry_after_s: int) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, other_limit: int, retry_after_s: int,
+                 max_lag_s: float = 0.0) -> None:
         if limit < 1 or not 1 <= other_limit <= limit:
             raise ValueError(f"admission limits must satisfy 1 <= other ({other_limit}) <= total ({limit})")
         self.app = app
         self.limit = limit
         self.other_limit = other_limit
         self.retry_after_s = retry_after_s
+        self.max_lag_s = max_lag_s
+        self.lag = LoopLag()
         # One event loop per process: plain integers, no lock (no await between check and count).
         self.counts = _Counts()
 
@@ -75,9 +112,15 @@ class Admission:
         probe = is_probe_traffic(scope["method"], scope["path"])
         kind = "probe" if probe else "other"
         if self.counts.total >= self.limit or (not probe and self.counts.other >= self.other_limit):
-            ADMISSION_REJECTED.labels(kind).inc()
+            ADMISSION_REJECTED.labels(kind, "in_progress").inc()
             await self._refuse(scope, send)
             return
+        if self.max_lag_s > 0:
+            self.lag.ensure_running()
+            if self.lag.seconds > (self.max_lag_s if probe else self.max_lag_s / 2):
+                ADMISSION_REJECTED.labels(kind, "loop_lag").inc()
+                await self._refuse(scope, send)
+                return
         self.counts.total += 1
         self.counts.other += 0 if probe else 1
         IN_PROGRESS.labels(kind).inc()

@@ -110,7 +110,7 @@ def create_app() -> FastAPI:
     # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
     settings = get_settings()
     app.add_middleware(Admission, limit=settings.max_in_progress, other_limit=settings.max_other_in_progress,
-                       retry_after_s=settings.retry_after_s)
+                       retry_after_s=settings.retry_after_s, max_lag_s=settings.max_loop_lag_s)
     return app
 
 

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     #: Of those, at most this many that are not probe traffic (public reads, exports, admin).
     max_other_in_progress: int = Field(16, ge=1, le=10_000,
                                        validation_alias=AliasChoices("IWSCOPE_MAX_OTHER_IN_PROGRESS"))
+    #: Event-loop lag (seconds, smoothed over about a second) above which one API process refuses
+    #: new requests (503 + ``Retry-After``) even with places free: requests then wait in front
+    #: of the handlers, where the in-progress count cannot see them.  Readers are refused from
+    #: half of it.  0 = never.
+    max_loop_lag_s: float = Field(0.25, ge=0, le=60, validation_alias=AliasChoices("IWSCOPE_MAX_LOOP_LAG_S"))
     #: Seconds a verified probe/origin credential is remembered per process (0: never): a
     #: revocation takes effect at most this much later.
     credential_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_S"))

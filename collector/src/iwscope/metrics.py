@@ -19,8 +19,11 @@ TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that coul
                          "(the periodic sweep catches up)", ["task"])
 DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "
                   "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)", ["where"])
-ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answered 503 at the front door "
-                             "(too many in progress in this process), by class: probe|other", ["kind"])
+ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answered 503 at the front door, "
+                             "by class (probe|other) and reason (in_progress: too many in progress in the "
+                             "process; loop_lag: its event loop behind)", ["kind", "reason"])
+LOOP_LAG = Gauge("iwscope_event_loop_lag_seconds", "Smoothed event-loop lag of the API process(es) (the largest "
+                 "over workers)", multiprocess_mode="livemax")
 IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress (summed over the API's worker "
                     "processes), by admission class", ["kind"], multiprocess_mode="livesum")
 

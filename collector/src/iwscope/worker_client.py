@@ -1,4 +1,4 @@
-"""Queue worker tasks from the API, by name (the API never imports the task code).
+"""Queue worker tasks by name (the API never imports the task code).
 
 Tasks are sent only after the batch's transaction committed, and carry IDs, never objects.
 If the broker is down the upload still succeeds (its data is committed); the periodic sweep
@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import lru_cache
 
+import redis
+
+from iwscope.config import get_settings
 from iwscope.metrics import TASKS_NOT_SENT
 from iwscope.worker import celery_app, task_queue  # imported with the API, not on the first upload
 
@@ -17,6 +21,15 @@ log = logging.getLogger(__name__)
 
 JOIN_TASK = "iwscope.trials.tasks.join_observations"
 PATH_ESTIMATES_TASK = "iwscope.paths.tasks.recompute_path_estimates"
+#: The analysis module's roll-up refresh (absent when that module is not installed).
+ROLLUP_TASK = "iwscope.analysis.tasks.refresh_rollups"
+#: Set while a roll-up refresh is queued and has not started: later requests ride on it.
+ROLLUP_QUEUED_KEY = "iwscope:analysis:refresh-queued"
+#: Default delay of a refresh: the joins of the next seconds ride on it, and it is longer than
+#: the refresh's safety margin (1 s, ``analysis.rollups``) so the rows that asked are folded in.
+ROLLUP_DELAY_S = 2.0
+#: Lifetime of that key: a refresh lost between queue and start blocks others at most this long.
+ROLLUP_QUEUED_TTL_S = 60
 
 
 def _send(name: str, *args: object) -> None:
@@ -33,3 +46,36 @@ def queue_join(trial_ids: Sequence[str]) -> None:
 
 def queue_path_estimates(pairs: Sequence[tuple[str, str]]) -> None:
     _send(PATH_ESTIMATES_TASK, [list(pair) for pair in pairs])
+
+
+@lru_cache(maxsize=1)
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(get_settings().redis_url)
+
+
+def queue_rollup_refresh(countdown_s: float = ROLLUP_DELAY_S) -> bool:
+    """Queue one roll-up refresh in ``countdown_s`` unless one is queued and not yet started;
+    True if this call queued it.
+
+    A refresh folds in everything up to its watermark bound, whoever asked for it, so one per
+    burst of joins is enough: at 1,000 probes one refresh per join kept the worker's queue
+    growing while each refresh waited for the previous one's lock to fold in a handful of rows.
+    """
+    if celery_app.tasks.get(ROLLUP_TASK) is None:
+        return False
+    client = _redis()
+    if not client.set(ROLLUP_QUEUED_KEY, "1", nx=True, ex=ROLLUP_QUEUED_TTL_S + int(countdown_s)):
+        return False
+    try:
+        celery_app.send_task(ROLLUP_TASK, kwargs={}, countdown=countdown_s, queue=task_queue())
+    except Exception:
+        client.delete(ROLLUP_QUEUED_KEY)
+        TASKS_NOT_SENT.labels(ROLLUP_TASK).inc()
+        log.exception("could not queue %s", ROLLUP_TASK)
+        return False
+    return True
+
+
+def rollup_refresh_started() -> None:
+    """Called by the refresh as it starts: what is joined from now on needs another refresh."""
+    _redis().delete(ROLLUP_QUEUED_KEY)

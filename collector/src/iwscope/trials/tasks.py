@@ -6,7 +6,6 @@ path estimates are recomputed from scratch, partitions are created if missing.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 
@@ -15,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from iwscope.db import session_scope
 from iwscope.paths.services import recompute_path_estimates
-from iwscope.worker import celery_app, task_queue
+from iwscope.worker import celery_app
+from iwscope.worker_client import queue_rollup_refresh
 
 log = logging.getLogger(__name__)
 
-ROLLUP_TASK = "iwscope.analysis.tasks.refresh_rollups"
 #: Months of partitions kept ready ahead of time (the current one included).
 PARTITION_MONTHS_AHEAD = 3
 #: Observations older than this without a trial are left alone by the sweep.
@@ -57,14 +56,10 @@ def _after_join(session: Session, rows: Sequence[Sequence[str]]) -> dict[str, in
     return {"joined": len(rows), "path_estimates": estimates}
 
 
-def _refresh_rollups(trial_ids: list[str]) -> None:
-    """Queue the analysis roll-up refresh, when the analysis module is installed."""
-    task = celery_app.tasks.get(ROLLUP_TASK)
-    if task is None:
-        return
-    parameters = inspect.signature(task.run).parameters
-    kwargs = {"trial_ids": trial_ids} if "trial_ids" in parameters else {}
-    task.apply_async(kwargs=kwargs, queue=task_queue())
+def _refresh_rollups() -> None:
+    """Have the analysis roll-ups refreshed soon (one refresh per burst of joins; none when the
+    analysis module is not installed)."""
+    queue_rollup_refresh()
 
 
 @celery_app.task(name="iwscope.trials.tasks.join_observations")
@@ -74,7 +69,7 @@ def join_observations(trial_ids: list[str]) -> dict[str, int]:
         rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all()
         outcome = _after_join(session, rows)
     if rows:
-        _refresh_rollups([row[0] for row in rows])
+        _refresh_rollups()
     return outcome
 
 
@@ -89,7 +84,7 @@ def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int
         touched.update((row[1], row[2]) for row in rows if row[2] is not None)
         estimates = recompute_path_estimates(session, [list(pair) for pair in sorted(touched)])
     if rows:
-        _refresh_rollups([row[0] for row in rows])
+        _refresh_rollups()
     return {"joined": len(rows), "path_estimates": estimates}
 
 
@@ -100,7 +95,7 @@ def sweep() -> dict[str, int]:
         rows = session.execute(_JOIN_SWEEP).all()
         outcome = _after_join(session, rows)
     if rows:
-        _refresh_rollups([row[0] for row in rows])
+        _refresh_rollups()
     return outcome
 
 
