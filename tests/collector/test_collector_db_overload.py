@@ -121,7 +121,7 @@ def tiny_api(api_server_factory):  # noqa: ANN001, ANN201
 
 def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
         api_server_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
-    # Default sizing (pool 10 + overflow 10): more slow uploads than the pool has connections.
+    # Default sizing (pool 20 + overflow 0): more slow uploads than the pool has connections.
     server = api_server_factory()
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:

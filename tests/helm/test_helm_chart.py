@@ -423,7 +423,7 @@ def test_database_settings_reach_every_container_as_settings_accept_them(
     data = find(rendered_sets[EXTERNAL], "ConfigMap", "config")["data"]
     assert {k: data[k] for k in ("IWSCOPE_DB_POOL_SIZE", "IWSCOPE_DB_MAX_OVERFLOW", "IWSCOPE_DB_POOL_TIMEOUT_S",
                                  "IWSCOPE_RETRY_AFTER_S", "IWSCOPE_API_THREADS")} == {
-        "IWSCOPE_DB_POOL_SIZE": "10", "IWSCOPE_DB_MAX_OVERFLOW": "10", "IWSCOPE_DB_POOL_TIMEOUT_S": "3",
+        "IWSCOPE_DB_POOL_SIZE": "20", "IWSCOPE_DB_MAX_OVERFLOW": "0", "IWSCOPE_DB_POOL_TIMEOUT_S": "3",
         "IWSCOPE_RETRY_AFTER_S": "2", "IWSCOPE_API_THREADS": "40"}
     tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {
         "poolSize": 4, "maxOverflow": 2, "poolTimeoutSeconds": 0.5, "retryAfterSeconds": 7}}})

@@ -41,8 +41,8 @@ def make_engine(database_url: str, **options: Any) -> Engine:
     which process holds which connection (and whether it sits idle in a transaction).
     """
     options.setdefault("pool_pre_ping", True)
-    options.setdefault("pool_size", 10)
-    options.setdefault("max_overflow", 10)
+    options.setdefault("pool_size", 20)
+    options.setdefault("max_overflow", 0)
     connect_args = dict(options.pop("connect_args", None) or {})
     connect_args.setdefault("application_name", f"iwscope[{os.getpid()}]")
     return create_engine(database_url, connect_args=connect_args, **options)

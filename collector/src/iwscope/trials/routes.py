@@ -22,15 +22,13 @@ from iwscope.auth.dependencies import OriginDep, ProbeDep
 from iwscope.db import get_engine
 from iwscope.dbslots import run_db
 from iwscope.http import read_body_limited
-from iwscope.metrics import TASKS_NOT_SENT
 from iwscope.openapi import wire_component_ref
 from iwscope.streaming import stream_read
 from iwscope.trials import services
 from iwscope.trials.models import Trial
 from iwscope.trials.schemas import UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
-from iwscope.worker import celery_app, task_queue
-from iwscope.worker_client import queue_join
+from iwscope.worker_client import queue_join, queue_trials_stored
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +39,6 @@ _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "body over MAX_BODY_BYTES or more than MAX_BATCH_RECORDS records"},
     422: {"description": "invalid records, each named by section, index, id and field; nothing stored"},
 }
-
-
-#: The worker task of a stored trial batch (join + path estimates): one message per batch.
-TRIALS_STORED_TASK = "iwscope.trials.tasks.trials_stored"
-
-
-def _queue_trial_tasks(trial_ids: list[str], pairs: list[tuple[str, str]]) -> None:
-    """Queue the join and the path-estimate recomputation of a stored batch (runs in the threadpool,
-    after the answer went out).  If the broker is down the upload still succeeded: the beat sweep
-    joins what was missed (as for ``worker_client``'s tasks)."""
-    try:
-        celery_app.send_task(TRIALS_STORED_TASK, args=[trial_ids, [list(pair) for pair in pairs]],
-                             queue=task_queue())
-    except Exception:  # the broker is optional for ingest
-        TASKS_NOT_SENT.labels(TRIALS_STORED_TASK).inc()
-        log.exception("could not queue %s", TRIALS_STORED_TASK)
 
 
 def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JSONResponse:
@@ -82,7 +64,8 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
     # Only after the commit, and after the answer went out (the probe does not wait on the
     # broker): the worker gets IDs, never objects.
     if result.new_trial_ids or result.touched_pairs:
-        background_tasks.add_task(_queue_trial_tasks, result.new_trial_ids, sorted(result.touched_pairs))
+        background_tasks.add_task(queue_trials_stored, result.new_trial_ids,
+                                  sorted(result.touched_pairs))
     # An ``UploadResultOut`` (the documented response_model), serialised directly.
     return Response(orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted,
                                   "duplicates": result.duplicates}), media_type="application/json",
