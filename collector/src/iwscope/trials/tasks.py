@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from iwscope.db import session_scope
 from iwscope.paths.services import recompute_path_estimates
 from iwscope.worker import celery_app
-from iwscope.worker_client import queue_rollup_refresh
+from iwscope.worker_client import join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ def join_observations(trial_ids: list[str]) -> dict[str, int]:
 
 @celery_app.task(name="iwscope.trials.tasks.trials_stored")
 def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int]:
-    """What a trial upload queues, one message per batch: the join of these trials' observations
-    (those that arrived first) and the path estimates of the pairs the batch or the join touched.
-    The same work as ``join_observations`` plus ``recompute_path_estimates``; idempotent."""
+    """The join of these trials' observations (those that arrived first) and the path estimates
+    of the pairs the batch or the join touched; idempotent.  Run for many batches at once by
+    ``drain_joins`` (earlier versions queued it once per upload)."""
     with session_scope() as session:
         rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all() if trial_ids else []
         touched = {(str(pair[0]), str(pair[1])) for pair in pairs}
@@ -88,14 +88,40 @@ def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int
     return {"joined": len(rows), "path_estimates": estimates}
 
 
+#: Most pending batches one drain takes (a 10,000-probe fleet queues ~330 a second).
+DRAIN_MAX_BATCHES = 1000
+
+
+@celery_app.task(name="iwscope.trials.tasks.drain_joins")
+def drain_joins() -> dict[str, int]:
+    """Join the trials and recompute the path estimates of every batch waiting in
+    ``worker_client.JOIN_PENDING_KEY`` (up to ``DRAIN_MAX_BATCHES``), with one statement each:
+    the work of ``trials_stored`` for all of them at once.  Batches taken but not committed
+    (the worker died) are joined by the beat sweep; everything here is idempotent."""
+    entries = join_drain_started(DRAIN_MAX_BATCHES)
+    trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
+    pairs = sorted({(str(pair[0]), str(pair[1])) for entry in entries for pair in entry["p"]})
+    outcome = trials_stored([*dict.fromkeys(trial_ids)], [list(pair) for pair in pairs]) if entries else {
+        "joined": 0, "path_estimates": 0}
+    if pending_joins():
+        queue_join_drain()
+    return {"batches": len(entries), **outcome}
+
+
 @celery_app.task(name="iwscope.trials.tasks.sweep")
 def sweep() -> dict[str, int]:
-    """Join every observation still unjoined (tasks lost while the broker was down)."""
+    """Join every observation still unjoined (tasks lost while the broker was down), and queue a
+    drain if batches wait without one (its message lost)."""
     with session_scope() as session:
         rows = session.execute(_JOIN_SWEEP).all()
         outcome = _after_join(session, rows)
     if rows:
         _refresh_rollups()
+    try:
+        if pending_joins():
+            queue_join_drain()
+    except Exception:  # Redis down: the next sweep tries again
+        log.exception("could not look at the pending joins")
     return outcome
 
 
