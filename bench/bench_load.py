@@ -62,6 +62,7 @@ from bench_ingest import TCPI, free_port  # noqa: E402  (also puts tests/ on the
 import testenv  # noqa: E402
 
 from iwprobe import wire  # noqa: E402
+from iwscope import worker_client  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
@@ -497,7 +498,10 @@ class Sampler:
                                   "postgres": backends, "driver": [os.getpid()]})
 
     def backlog(self) -> int:
-        return int(self.redis.llen(self.queue))
+        """Tasks in the Celery queue plus upload batches waiting for a join drain (one drain
+        message stands for up to 1,000 of them)."""
+        pending = f"iwscope:{self.queue}:{worker_client.JOIN_PENDING}"
+        return int(self.redis.llen(self.queue)) + int(self.redis.llen(pending))
 
     def close(self) -> None:
         self.pg.close()

@@ -27,16 +27,16 @@ print(json.dumps(outcome))
 def test_one_refresh_is_queued_per_burst_of_requests(service_env: dict[str, str], redis_url: str) -> None:
     queue = f"iwscope-rollup-requests-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(redis_url)
-    client.delete("iwscope:analysis:refresh-queued")
+    client.delete(f"iwscope:{queue}:refresh-queued")
     try:
         result = subprocess.run([sys.executable, "-c", SCRIPT], env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
                                 capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, False, False, True, False]
         assert client.llen(queue) == 2  # two messages on the broker, not five
-        assert client.ttl("iwscope:analysis:refresh-queued") > 0  # a lost refresh blocks others only a while
+        assert client.ttl(f"iwscope:{queue}:refresh-queued") > 0  # a lost refresh blocks others only a while
     finally:
-        client.delete(queue, "iwscope:analysis:refresh-queued")
+        client.delete(queue, f"iwscope:{queue}:refresh-queued")
         client.close()
 
 
@@ -58,7 +58,7 @@ def test_stored_batches_wait_in_one_list_for_one_drain(service_env: dict[str, st
     most as many as it asked for; a batch after the drain started queues one more."""
     queue = f"iwscope-join-requests-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(redis_url)
-    keys = ("iwscope:trials:join-pending", "iwscope:trials:join-drain-queued")
+    keys = (f"iwscope:{queue}:join-pending", f"iwscope:{queue}:join-drain-queued")
     client.delete(*keys)
     try:
         result = subprocess.run([sys.executable, "-c", JOIN_SCRIPT], env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},

@@ -21,17 +21,17 @@ from iwscope.worker import celery_app, task_queue  # imported with the API, not 
 log = logging.getLogger(__name__)
 
 PATH_ESTIMATES_TASK = "iwscope.paths.tasks.recompute_path_estimates"
-#: The worker task that joins every batch waiting in ``JOIN_PENDING_KEY`` at once.
+#: The worker task that joins every batch waiting in ``key(JOIN_PENDING)`` at once.
 JOIN_DRAIN_TASK = "iwscope.trials.tasks.drain_joins"
 #: Stored trial and observation batches waiting for their join and path estimates: a Redis
-#: list of JSON ``{"t": [trial ids], "p": [[probe id, origin id], ...]}``.
-JOIN_PENDING_KEY = "iwscope:trials:join-pending"
-#: Set while a drain is queued and has not started (as ``ROLLUP_QUEUED_KEY``).
-JOIN_DRAIN_QUEUED_KEY = "iwscope:trials:join-drain-queued"
+#: list of JSON ``{"t": [trial ids], "p": [[probe id, origin id], ...]}`` (``key(...)``).
+JOIN_PENDING = "join-pending"
+#: Set while a drain is queued and has not started (as ``ROLLUP_QUEUED``).
+JOIN_DRAIN_QUEUED = "join-drain-queued"
 #: The analysis module's roll-up refresh (absent when that module is not installed).
 ROLLUP_TASK = "iwscope.analysis.tasks.refresh_rollups"
 #: Set while a roll-up refresh is queued and has not started: later requests ride on it.
-ROLLUP_QUEUED_KEY = "iwscope:analysis:refresh-queued"
+ROLLUP_QUEUED = "refresh-queued"
 #: Default delay of a refresh: the joins of the next seconds ride on it, and it is longer than
 #: the refresh's safety margin (1 s, ``analysis.rollups``) so the rows that asked are folded in.
 ROLLUP_DELAY_S = 2.0
@@ -70,7 +70,7 @@ def _request_join(trial_ids: Sequence[str], pairs: Sequence[Sequence[str]]) -> N
     missed."""
     entry = orjson.dumps({"t": list(trial_ids), "p": [list(pair) for pair in pairs]})
     try:
-        _redis().rpush(JOIN_PENDING_KEY, entry)
+        _redis().rpush(key(JOIN_PENDING), entry)
     except redis.RedisError:
         TASKS_NOT_SENT.labels(JOIN_DRAIN_TASK).inc()
         log.exception("could not record a pending join")
@@ -80,24 +80,30 @@ def _request_join(trial_ids: Sequence[str], pairs: Sequence[Sequence[str]]) -> N
 
 def queue_join_drain() -> bool:
     """Queue one join drain unless one is queued and not yet started; True if this call did."""
-    return _queue_once(JOIN_DRAIN_TASK, JOIN_DRAIN_QUEUED_KEY, 0.0)
+    return _queue_once(JOIN_DRAIN_TASK, key(JOIN_DRAIN_QUEUED), 0.0)
 
 
 def join_drain_started(max_batches: int) -> list[dict[str, list[object]]]:
     """Called by the drain as it starts: clears its queued mark and takes up to ``max_batches``
     pending batches (the next request queues another drain)."""
     client = _redis()
-    client.delete(JOIN_DRAIN_QUEUED_KEY)
-    entries = client.lpop(JOIN_PENDING_KEY, max_batches) or []
+    client.delete(key(JOIN_DRAIN_QUEUED))
+    entries = client.lpop(key(JOIN_PENDING), max_batches) or []
     return [orjson.loads(entry) for entry in entries]
 
 
 def pending_joins() -> int:
-    return int(_redis().llen(JOIN_PENDING_KEY))
+    return int(_redis().llen(key(JOIN_PENDING)))
 
 
 def queue_path_estimates(pairs: Sequence[tuple[str, str]]) -> None:
     _send(PATH_ESTIMATES_TASK, [list(pair) for pair in pairs])
+
+
+def key(name: str) -> str:
+    """The Redis key ``name`` of this deployment: namespaced by its Celery queue, so that two
+    deployments sharing a Redis database never drain each other's joins into their databases."""
+    return f"iwscope:{task_queue()}:{name}"
 
 
 @lru_cache(maxsize=1)
@@ -115,7 +121,7 @@ def queue_rollup_refresh(countdown_s: float = ROLLUP_DELAY_S) -> bool:
     """
     if celery_app.tasks.get(ROLLUP_TASK) is None:
         return False
-    return _queue_once(ROLLUP_TASK, ROLLUP_QUEUED_KEY, countdown_s)
+    return _queue_once(ROLLUP_TASK, key(ROLLUP_QUEUED), countdown_s)
 
 
 def _queue_once(task: str, queued_key: str, countdown_s: float) -> bool:
@@ -138,4 +144,4 @@ def _queue_once(task: str, queued_key: str, countdown_s: float) -> bool:
 
 def rollup_refresh_started() -> None:
     """Called by the refresh as it starts: what is joined from now on needs another refresh."""
-    _redis().delete(ROLLUP_QUEUED_KEY)
+    _redis().delete(key(ROLLUP_QUEUED))

@@ -95,7 +95,7 @@ DRAIN_MAX_BATCHES = 1000
 @celery_app.task(name="iwscope.trials.tasks.drain_joins")
 def drain_joins() -> dict[str, int]:
     """Join the trials and recompute the path estimates of every batch waiting in
-    ``worker_client.JOIN_PENDING_KEY`` (up to ``DRAIN_MAX_BATCHES``), with one statement each:
+    ``worker_client.key(JOIN_PENDING)`` (up to ``DRAIN_MAX_BATCHES``), with one statement each:
     the work of ``trials_stored`` for all of them at once.  Batches taken but not committed
     (the worker died) are joined by the beat sweep; everything here is idempotent."""
     entries = join_drain_started(DRAIN_MAX_BATCHES)
