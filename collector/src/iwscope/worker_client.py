@@ -70,12 +70,15 @@ def _request_join(trial_ids: Sequence[str], pairs: Sequence[Sequence[str]]) -> N
     missed."""
     entry = orjson.dumps({"t": list(trial_ids), "p": [list(pair) for pair in pairs]})
     try:
-        _redis().rpush(key(JOIN_PENDING), entry)
+        # one round trip: append, and mark a drain as queued unless one is
+        _, newly_marked = (_redis().pipeline(transaction=False).rpush(key(JOIN_PENDING), entry)
+                           .set(key(JOIN_DRAIN_QUEUED), "1", nx=True, ex=QUEUED_TTL_S).execute())
     except redis.RedisError:
         TASKS_NOT_SENT.labels(JOIN_DRAIN_TASK).inc()
         log.exception("could not record a pending join")
         return
-    queue_join_drain()
+    if newly_marked:
+        _send_marked(JOIN_DRAIN_TASK, key(JOIN_DRAIN_QUEUED), 0.0)
 
 
 def queue_join_drain() -> bool:
@@ -126,14 +129,23 @@ def queue_rollup_refresh(countdown_s: float = ROLLUP_DELAY_S) -> bool:
 
 def _queue_once(task: str, queued_key: str, countdown_s: float) -> bool:
     """Send ``task`` unless ``queued_key`` says one is queued and not started; True if sent."""
-    client = _redis()
     try:
-        if not client.set(queued_key, "1", nx=True, ex=QUEUED_TTL_S + int(countdown_s)):
+        if not _redis().set(queued_key, "1", nx=True, ex=QUEUED_TTL_S + int(countdown_s)):
             return False
+    except redis.RedisError:
+        TASKS_NOT_SENT.labels(task).inc()
+        log.exception("could not queue %s", task)
+        return False
+    return _send_marked(task, queued_key, countdown_s)
+
+
+def _send_marked(task: str, queued_key: str, countdown_s: float) -> bool:
+    """Send ``task``, whose queued mark this process just set; on failure drop the mark again."""
+    try:
         celery_app.send_task(task, kwargs={}, countdown=countdown_s, queue=task_queue(), ignore_result=True)
     except Exception:  # the broker is optional for ingest; the sweep catches up
         try:
-            client.delete(queued_key)
+            _redis().delete(queued_key)
         except redis.RedisError:
             pass
         TASKS_NOT_SENT.labels(task).inc()
