@@ -5,6 +5,7 @@ Usage (local services running; takes several minutes, mostly generating the tria
     .venv/bin/python bench/bench_dashboard.py                # 10^7 trials in database iwscope_bench
     .venv/bin/python bench/bench_dashboard.py --trials 200000 --calls 10 --raw-calls 2   # quick
     .venv/bin/python bench/bench_dashboard.py --reuse         # keep the generated data, re-time only
+    .venv/bin/python bench/bench_dashboard.py --probes 10000 --days 90   # a fleet: 10^4 probes x 2 origins, 90 days
 
 Steps: (1) create the database ``iwscope_bench`` (its own, never ``iwscope``) and migrate it;
 (2) generate probes, origins, path estimates and N trials with ``INSERT ... SELECT
