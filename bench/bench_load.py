@@ -538,6 +538,7 @@ def main() -> None:
     children: list[subprocess.Popen[bytes]] = []
     sampler: Sampler | None = None
     api_log = pathlib.Path(f"/tmp/{name}-api.log")
+    worker_log = pathlib.Path(f"/tmp/{name}-worker.log")
     try:
         iwscope = [sys.executable, "-m", "iwscope.cli"]
         subprocess.run([*iwscope, "db", "upgrade"], env=env, check=True, capture_output=True)
@@ -551,8 +552,9 @@ def main() -> None:
                                 "--workers", str(args.api_workers)], env={**env, **api_env},
                                start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
         api_log_file.close()
+        worker_log_file = open(worker_log, "wb")  # noqa: SIM115 - handed to the child
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=worker_log_file, stderr=subprocess.STDOUT)
         children += [api, worker]
         base_url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -618,7 +620,7 @@ def main() -> None:
         "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
         "trials_stored_total": stored, "trials_joined_total": joined,
-        "api_log": str(api_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
+        "api_log": str(api_log), "worker_log": str(worker_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
         "api_env": api_env, "answers_503": busy_503,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

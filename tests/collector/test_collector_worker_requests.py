@@ -74,3 +74,40 @@ def test_stored_batches_wait_in_one_list_for_one_drain(service_env: dict[str, st
     finally:
         client.delete(queue, *keys)
         client.close()
+
+
+FAILED_DRAIN_SCRIPT = """
+import json
+from iwscope import worker_client as wc
+from iwscope.trials import tasks
+wc.queue_trials_stored(["t1"], [("p1", "o1")])
+wc.queue_trials_stored(["t2", "t3"], [])
+wc.queue_join(["t4"])
+def database_gone(trial_ids, pairs):
+    raise RuntimeError("database gone")
+tasks.trials_stored = database_gone
+try:
+    tasks.drain_joins()
+except RuntimeError as error:
+    failed = str(error)
+left = wc.join_drain_started(10)  # what the next drain finds
+print(json.dumps({"failed": failed, "left": left}))
+"""
+
+
+def test_a_drain_that_fails_puts_its_batches_back_in_order(service_env: dict[str, str], redis_url: str) -> None:
+    queue = f"iwscope-join-failed-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    keys = (f"iwscope:{queue}:join-pending", f"iwscope:{queue}:join-drain-queued")
+    try:
+        result = subprocess.run([sys.executable, "-c", FAILED_DRAIN_SCRIPT],
+                                env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
+                                capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        outcome = json.loads(result.stdout.strip().splitlines()[-1])
+        assert outcome["failed"] == "database gone"
+        assert outcome["left"] == [{"t": ["t1"], "p": [["p1", "o1"]]}, {"t": ["t2", "t3"], "p": []},
+                                   {"t": ["t4"], "p": []}]
+    finally:
+        client.delete(queue, *keys)
+        client.close()

@@ -41,8 +41,8 @@ QUEUED_TTL_S = 60
 
 def _send(name: str, *args: object) -> None:
     """Queue task ``name``; nobody here waits for its result, so none is subscribed to (with the
-    Redis result backend every send otherwise subscribes to the task's result channel: 3 % of
-    the API's CPU at 1,000 probes)."""
+    Redis result backend every send otherwise subscribes to the task's result channel, a Redis
+    round trip per send)."""
     try:
         celery_app.send_task(name, args=list(args), queue=task_queue(), ignore_result=True)
     except Exception:  # the broker is optional for ingest; the sweep catches up
@@ -93,6 +93,12 @@ def join_drain_started(max_batches: int) -> list[dict[str, list[object]]]:
     client.delete(key(JOIN_DRAIN_QUEUED))
     entries = client.lpop(key(JOIN_PENDING), max_batches) or []
     return [orjson.loads(entry) for entry in entries]
+
+
+def return_pending_joins(entries: Sequence[dict[str, list[object]]]) -> None:
+    """Put batches a drain took but could not join back at the head of the list, in order."""
+    if entries:
+        _redis().lpush(key(JOIN_PENDING), *(orjson.dumps(entry) for entry in reversed(entries)))
 
 
 def pending_joins() -> int:

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from iwscope.db import session_scope
 from iwscope.paths.services import recompute_path_estimates
 from iwscope.worker import celery_app
-from iwscope.worker_client import join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh
+from iwscope.worker_client import (join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh,
+                                   return_pending_joins)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ WITH joined AS (
         cwnd_mismatch = o.cwnd_mismatch,
         rwnd_limited = o.rwnd_limited,
         joined_at = now()
-    FROM origin_observations o
+    FROM {source}
     WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
       AND (t.origin_id IS NULL OR t.origin_id = o.origin_id)
     RETURNING t.trial_id, t.probe_id, t.origin_id
@@ -45,8 +46,14 @@ WITH joined AS (
 )
 SELECT trial_id::text, probe_id::text, origin_id::text FROM joined
 """
-_JOIN_IDS = text(_JOIN.format(selection="o.trial_id = ANY(CAST(:trial_ids AS uuid[]))"))
+# The ids as a relation, not ``o.trial_id = ANY(:ids)``: with a drain's 10^5 ids the planner
+# scanned origin_observations and tested every row against the whole array (a drain of 1,000
+# batches of a 1,000-probe load ran 80 s and more; the worker looked idle, the backlog grew).
+_JOIN_IDS = text(_JOIN.format(
+    source="unnest(CAST(:trial_ids AS uuid[])) AS ids(trial_id) JOIN origin_observations o USING (trial_id)",
+    selection="TRUE"))
 _JOIN_SWEEP = text(_JOIN.format(
+    source="origin_observations o",
     selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"))
 
 
@@ -96,13 +103,18 @@ DRAIN_MAX_BATCHES = 1000
 def drain_joins() -> dict[str, int]:
     """Join the trials and recompute the path estimates of every batch waiting in
     ``worker_client.key(JOIN_PENDING)`` (up to ``DRAIN_MAX_BATCHES``), with one statement each:
-    the work of ``trials_stored`` for all of them at once.  Batches taken but not committed
-    (the worker died) are joined by the beat sweep; everything here is idempotent."""
+    the work of ``trials_stored`` for all of them at once.  Batches it took go back to the list
+    when that fails (everything here is idempotent); a worker killed meanwhile loses them to the
+    beat sweep, which joins their observations."""
     entries = join_drain_started(DRAIN_MAX_BATCHES)
     trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
     pairs = sorted({(str(pair[0]), str(pair[1])) for entry in entries for pair in entry["p"]})
-    outcome = trials_stored([*dict.fromkeys(trial_ids)], [list(pair) for pair in pairs]) if entries else {
-        "joined": 0, "path_estimates": 0}
+    try:
+        outcome = trials_stored([*dict.fromkeys(trial_ids)], [list(pair) for pair in pairs]) if entries else {
+            "joined": 0, "path_estimates": 0}
+    except Exception:
+        return_pending_joins(entries)
+        raise
     if pending_joins():
         queue_join_drain()
     return {"batches": len(entries), **outcome}
