@@ -120,3 +120,16 @@ def test_workers_that_cannot_start_stop_the_api(service_env: dict[str, str], tmp
                               "--tls-key", str(not_pem)], env=service_env, capture_output=True, text=True, timeout=120)
     assert process.returncode == 3, process.stdout + process.stderr
     assert "failed to start" in process.stderr
+
+
+def test_a_given_metrics_directory_starts_empty(api_server_factory, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
+    """Counts of an earlier run in the same ``PROMETHEUS_MULTIPROC_DIR`` are not summed in."""
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    first = api_server_factory(workers=WORKERS, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
+    _fresh_connection_gets(f"{first.url}/readyz", 5)
+    first.stop()
+    assert sum(_readyz_by_worker(metrics_dir).values()) == 5  # the earlier run's files are there
+    second = api_server_factory(workers=WORKERS, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
+    _fresh_connection_gets(f"{second.url}/readyz", 3)
+    assert _readyz_count(httpx.get(f"{second.url}/metrics", timeout=30.0).text) == 3

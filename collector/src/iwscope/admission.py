@@ -13,7 +13,7 @@ Two classes share the limit (``IWSCOPE_MAX_IN_PROGRESS``):
 * **probe traffic** (uploads of trials and observations, heartbeats, schedules, enrollment:
   :func:`is_probe_traffic`) may use all of it;
 * **everything else** (public reads, the CSV export, admin routes) at most
-  ``IWSCOPE_MAX_READS_IN_PROGRESS`` of it, so readers never take the last places from probes.
+  ``IWSCOPE_MAX_OTHER_IN_PROGRESS`` of it, so readers never take the last places from probes.
 
 Counting requests in progress is blind to the ones not yet in: when the process's CPU is
 saturated, requests wait in the event loop's queue (headers read, handler not yet run) and
@@ -41,7 +41,7 @@ from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS, LOOP_LAG
 #: Paths never refused: liveness, readiness and metrics must answer under any load.
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 #: Body of a 503 answered by admission.
-OVERLOADED_DETAIL = "collector overloaded: too many requests in progress; retry later"
+OVERLOADED_DETAIL = "collector overloaded: retry later"
 #: A refused request declaring more body than this is answered with ``Connection: close``:
 #: reading and discarding it would cost more than the client's reconnecting.
 CLOSE_ABOVE_BYTES = 64 * 1024

@@ -15,6 +15,7 @@ from types import FrameType
 import anyio.to_thread
 import sqlalchemy.exc
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
@@ -183,4 +184,4 @@ def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | Non
         return run_workers(config, sockets, workers, settings.drain_seconds)
     server = LameDuckServer(config, settings.drain_seconds)
     server.run(sockets=sockets)
-    return 0 if server.started else 3
+    return 0 if server.started else STARTUP_FAILURE

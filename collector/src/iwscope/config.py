@@ -60,8 +60,8 @@ class Settings(BaseSettings):
     schedule_poll_s: float = Field(60.0, gt=0, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_POLL_S"))
     #: Connections kept open per process (SQLAlchemy ``pool_size``).  All of them by default:
     #: overflow connections are closed when returned to a full pool and opened again at the next
-    #: peak, and each opening costs PostgreSQL a backend process (under a 1,000-probe load, 4 %
-    #: of the API's samples were connection set-up; 20 kept open stored 10 % more trials/s).
+    #: peak, and each opening costs PostgreSQL a backend process (in one profiled 1,000-probe run,
+    #: 4 % of the API's samples were connection set-up; docs/reliability.md).
     db_pool_size: int = Field(20, ge=1, le=MAX_DB_CONNECTIONS,
                               validation_alias=AliasChoices("IWSCOPE_DB_POOL_SIZE"))
     #: Extra connections opened under load and closed when idle (``max_overflow``).

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pathlib
 import shutil
 import signal
 import socket
@@ -37,13 +38,12 @@ from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
 
 #: Seconds a worker may take after its draining period before it is killed.
 GRACE_S = 30.0
-#: Exit status of a worker whose server failed to start (``uvicorn.config.STARTUP_FAILURE``).
-STARTUP_FAILURE = 3
 
 
 def _worker_main(config: uvicorn.Config, sockets: list[socket.socket], drain_seconds: float,
@@ -126,9 +126,14 @@ class Supervisor:
 
 
 def run_workers(config: uvicorn.Config, sockets: Sequence[socket.socket], workers: int, drain_seconds: float) -> int:
-    """Run ``workers`` API processes with metrics shared through a multiprocess directory."""
+    """Run ``workers`` API processes with metrics shared through a multiprocess directory (a
+    given one is emptied first: files of an earlier run would be summed in)."""
     private_dir = None
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        for stale in pathlib.Path(given).glob("*.db"):
+            stale.unlink(missing_ok=True)
+    else:
         private_dir = tempfile.mkdtemp(prefix="iwscope-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = private_dir
     try:

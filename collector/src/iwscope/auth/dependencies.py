@@ -100,11 +100,12 @@ class CredentialCache(Generic[Identity]):
         return hashlib.sha256(credential.encode("utf-8")).digest()
 
     def get(self, credential: str) -> Identity | None:
-        entry = self._entries.get(self._key(credential))
+        key = self._key(credential)
+        entry = self._entries.get(key)
         if entry is None:
             return None
         if entry[0] <= time.monotonic():
-            self._entries.pop(self._key(credential), None)
+            self._entries.pop(key, None)
             return None
         return entry[1]
 

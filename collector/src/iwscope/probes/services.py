@@ -77,7 +77,6 @@ class _ScheduledCampaign:
     starts_at: dt.datetime
     ends_at: dt.datetime | None
     probe_regions: frozenset[str] | None
-    needs_wire_v3: bool
     #: The entry for probes of wire v3 and later, and for earlier ones (no echo port, no paced
     #: or learned listeners); ``None``: the campaign is not shown to earlier probes.
     entry: CampaignScheduleOut
@@ -160,7 +159,7 @@ def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float)
         prepared.append(_ScheduledCampaign(
             campaign_id=campaign.id, starts_at=campaign.starts_at, ends_at=campaign.ends_at,
             probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
-            needs_wire_v3=needs_wire_v3(campaign), entry=entry, entry_before_v3=earlier,
+            entry=entry, entry_before_v3=earlier,
             digest=_digest(entry), digest_before_v3=_digest(earlier)))
     return ScheduleSnapshot(loaded_at=now, horizon=horizon, campaigns=tuple(prepared), done=done)
 
