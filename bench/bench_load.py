@@ -317,28 +317,37 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             batch["heartbeat"] = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
                                   "trials_measured": len(trials)}
         body = orjson.dumps(batch)
-        while not stop.is_set():  # a refused upload is sent again after Retry-After, as the probe's spool does
-            sent = time.perf_counter()
-            refused: list[float] = []
-            answer = await _request(client, stats, "POST", wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload",
-                                    retry_after=refused)
-            if answer is not None:
-                stats.upload_latencies.append(time.perf_counter() - sent)
-                stats.trials_stored += len(trials)
-                beat_at = time.monotonic() if beat_due else beat_at
-            if not refused:
-                break
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
-            except asyncio.TimeoutError:
-                pass
+        answer = await _send_until_accepted(client, stats, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload",
+                                            stop, rng)
+        if answer is not None:
+            stats.trials_stored += len(trials)
+            beat_at = time.monotonic() if beat_due else beat_at
         observations = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
                                      "origin_id": fleet.origin["id"], "sent_at": wire.utc_timestamp(),
                                      "observations": make_observations(trials, fleet.origin["id"], rng)})
-        await _request(client, stats, "POST", wire.OBSERVATIONS_BATCH_PATH, fleet.origin["credential"],
-                       observations, "observations")
+        # The origin's spool sends a refused batch again too (its observations would be missing otherwise).
+        await _send_until_accepted(client, stats, wire.OBSERVATIONS_BATCH_PATH, fleet.origin["credential"],
+                                   observations, "observations", stop, rng)
         try:
             await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str, credential: str, body: bytes,
+                               what: str, stop: asyncio.Event, rng: random.Random) -> Answer | None:
+    """POST ``body``, sending it again after each 503's Retry-After (x 1-1.5) as the spools do.  An
+    accepted upload's latency (its last attempt's, the accepted request's) goes to ``stats``."""
+    while True:
+        refused: list[float] = []
+        sent = time.perf_counter()
+        answer = await _request(client, stats, "POST", path, credential, body, what, retry_after=refused)
+        if answer is not None and what == "upload":
+            stats.upload_latencies.append(time.perf_counter() - sent)
+        if answer is not None or not refused or stop.is_set():
+            return answer
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
         except asyncio.TimeoutError:
             pass
 
@@ -519,6 +528,8 @@ def main() -> None:
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (iwscope api --workers N)")
+    parser.add_argument("--keep-database", action="store_true",
+                        help="leave the run's database in place (its name is printed) to inspect plans afterwards")
     parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)")
     args = parser.parse_args()
@@ -602,7 +613,10 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-        testenv.drop_database(name, server_url=server)
+        if args.keep_database:
+            print(f"kept database {name}", flush=True)
+        else:
+            testenv.drop_database(name, server_url=server)
         client_redis = redis.Redis.from_url(redis_url)
         client_redis.delete(queue)
         client_redis.close()

@@ -63,9 +63,8 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
         return _rejected(error, "trial", max(1, len(error.errors)))
     # Only after the commit, and after the answer went out (the probe does not wait on the
     # broker): the worker gets IDs, never objects.
-    if result.new_trial_ids or result.touched_pairs:
-        background_tasks.add_task(queue_trials_stored, result.new_trial_ids,
-                                  sorted(result.touched_pairs))
+    if result.new_trial_ids or result.path_deltas:
+        background_tasks.add_task(queue_trials_stored, result.new_trial_ids, result.path_deltas)
     # An ``UploadResultOut`` (the documented response_model), serialised directly.
     return Response(orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted,
                                   "duplicates": result.duplicates}), media_type="application/json",

@@ -1,19 +1,21 @@
 """Worker tasks: join origin observations into trials, the periodic sweep, monthly partitions.
 
-Every task is idempotent: the join only touches trials whose ``joined_at`` is still NULL,
-path estimates are recomputed from scratch, partitions are created if missing.
+The join only touches trials whose ``joined_at`` is still NULL and what it joined adds to the
+path estimates in the same transaction, so running a join twice changes nothing; a pair given
+by name is rebuilt from its history (idempotent too); partitions are created if missing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.db import session_scope
-from iwscope.paths.services import recompute_path_estimates
+from iwscope.paths.services import Pair, PathDelta, fold_path_deltas, merge_deltas, recompute_path_estimates
 from iwscope.worker import celery_app
 from iwscope.worker_client import (join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh,
                                    return_pending_joins)
@@ -40,11 +42,13 @@ WITH joined AS (
     FROM {source}
     WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
       AND (t.origin_id IS NULL OR t.origin_id = o.origin_id)
-    RETURNING t.trial_id, t.probe_id, t.origin_id
+    RETURNING t.trial_id, t.probe_id, t.origin_id, t.server_bytes_retrans, t.server_bytes_sent,
+              o.tcpi_delivery_rate
 ), marked AS (
     UPDATE origin_observations o SET joined_at = now() FROM joined j WHERE o.trial_id = j.trial_id
 )
-SELECT trial_id::text, probe_id::text, origin_id::text FROM joined
+SELECT trial_id::text, probe_id::text, origin_id::text, server_bytes_retrans, server_bytes_sent, tcpi_delivery_rate
+FROM joined
 """
 # The ids as a relation, not ``o.trial_id = ANY(:ids)``: with a drain's 10^5 ids the planner
 # scanned origin_observations and tested every row against the whole array (a drain of 1,000
@@ -57,9 +61,22 @@ _JOIN_SWEEP = text(_JOIN.format(
     selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"))
 
 
-def _after_join(session: Session, rows: Sequence[Sequence[str]]) -> dict[str, int]:
-    pairs = sorted({(row[1], row[2]) for row in rows if row[2] is not None})
-    estimates = recompute_path_estimates(session, [list(pair) for pair in pairs])
+def _join_and_estimate(session: Session, rows: Sequence[Sequence[Any]],
+                       client_deltas: Mapping[Pair, PathDelta] | None = None,
+                       rebuild: Sequence[Sequence[str]] = ()) -> dict[str, int]:
+    """The path estimates after a join returned ``rows``: what the joined trials' server side
+    and ``client_deltas`` add is folded in; the pairs in ``rebuild`` are recomputed from their
+    history instead (which already holds this transaction's join)."""
+    rebuilt = sorted({(str(pair[0]), str(pair[1])) for pair in rebuild})
+    deltas: dict[Pair, PathDelta] = {}
+    for row in rows:
+        if row[2] is not None:
+            (deltas.get((row[1], row[2])) or deltas.setdefault((row[1], row[2]), PathDelta())).add_joined(
+                row[3], row[4], row[5])
+    merge_deltas(deltas, (client_deltas or {}).items())
+    for pair in rebuilt:
+        deltas.pop(pair, None)
+    estimates = recompute_path_estimates(session, [list(pair) for pair in rebuilt]) + fold_path_deltas(session, deltas)
     return {"joined": len(rows), "path_estimates": estimates}
 
 
@@ -74,7 +91,17 @@ def join_observations(trial_ids: list[str]) -> dict[str, int]:
     """Copy the server-side columns of these trials' observations into ``trials``; idempotent."""
     with session_scope() as session:
         rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all()
-        outcome = _after_join(session, rows)
+        outcome = _join_and_estimate(session, rows)
+    if rows:
+        _refresh_rollups()
+    return outcome
+
+
+def _join_batches(trial_ids: Sequence[str], client_deltas: Mapping[Pair, PathDelta],
+                  rebuild: Sequence[Sequence[str]]) -> dict[str, int]:
+    with session_scope() as session:
+        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all() if trial_ids else []
+        outcome = _join_and_estimate(session, rows, client_deltas, rebuild)
     if rows:
         _refresh_rollups()
     return outcome
@@ -82,35 +109,38 @@ def join_observations(trial_ids: list[str]) -> dict[str, int]:
 
 @celery_app.task(name="iwscope.trials.tasks.trials_stored")
 def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int]:
-    """The join of these trials' observations (those that arrived first) and the path estimates
-    of the pairs the batch or the join touched; idempotent.  Run for many batches at once by
-    ``drain_joins`` (earlier versions queued it once per upload)."""
-    with session_scope() as session:
-        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all() if trial_ids else []
-        touched = {(str(pair[0]), str(pair[1])) for pair in pairs}
-        touched.update((row[1], row[2]) for row in rows if row[2] is not None)
-        estimates = recompute_path_estimates(session, [list(pair) for pair in sorted(touched)])
-    if rows:
-        _refresh_rollups()
-    return {"joined": len(rows), "path_estimates": estimates}
+    """The join of these trials' observations (those that arrived first), the pairs ``pairs``
+    rebuilt, and what the join brought folded into the other pairs' estimates; idempotent.
+    Queued once per upload by earlier versions (now ``drain_joins`` does this for many)."""
+    return _join_batches(trial_ids, {}, pairs)
 
 
 #: Most pending batches one drain takes (a 10,000-probe fleet queues ~330 a second).
 DRAIN_MAX_BATCHES = 1000
 
 
+def _entry_deltas(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[Pair, PathDelta], list[Pair]]:
+    """The path deltas the batches carry, and the pairs of earlier versions' entries (no deltas)."""
+    deltas: dict[Pair, PathDelta] = {}
+    legacy: set[Pair] = set()
+    for entry in entries:
+        merge_deltas(deltas, (((str(item[0]), str(item[1])), PathDelta.from_wire(item[2:]))
+                              for item in entry.get("d", ())))
+        legacy.update((str(pair[0]), str(pair[1])) for pair in entry.get("p", ()))
+    return deltas, sorted(legacy)
+
+
 @celery_app.task(name="iwscope.trials.tasks.drain_joins")
 def drain_joins() -> dict[str, int]:
-    """Join the trials and recompute the path estimates of every batch waiting in
-    ``worker_client.key(JOIN_PENDING)`` (up to ``DRAIN_MAX_BATCHES``), with one statement each:
-    the work of ``trials_stored`` for all of them at once.  Batches it took go back to the list
-    when that fails (everything here is idempotent); a worker killed meanwhile loses them to the
-    beat sweep, which joins their observations."""
+    """Join the trials of every batch waiting in ``worker_client.key(JOIN_PENDING)`` (up to
+    ``DRAIN_MAX_BATCHES``) and fold what they add into the path estimates, with one statement
+    each, in one transaction.  Batches it took go back to the list when that fails; a worker
+    killed meanwhile loses them to the beat sweep, which joins their observations."""
     entries = join_drain_started(DRAIN_MAX_BATCHES)
     trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
-    pairs = sorted({(str(pair[0]), str(pair[1])) for entry in entries for pair in entry["p"]})
     try:
-        outcome = trials_stored([*dict.fromkeys(trial_ids)], [list(pair) for pair in pairs]) if entries else {
+        deltas, legacy_pairs = _entry_deltas(entries)
+        outcome = _join_batches([*dict.fromkeys(trial_ids)], deltas, legacy_pairs) if entries else {
             "joined": 0, "path_estimates": 0}
     except Exception:
         return_pending_joins(entries)
@@ -126,7 +156,7 @@ def sweep() -> dict[str, int]:
     drain if batches wait without one (its message lost)."""
     with session_scope() as session:
         rows = session.execute(_JOIN_SWEEP).all()
-        outcome = _after_join(session, rows)
+        outcome = _join_and_estimate(session, rows)
     if rows:
         _refresh_rollups()
     try:
