@@ -16,7 +16,9 @@ reported so the driver's own share of the latency is visible):
    with ``If-None-Match`` (304 while unchanged), upload a batch of ``--batch-min``..``--batch-max``
    trials (carrying its heartbeat once a minute) (``POST /api/v1/trials/batch``), then the origin uploads the
    matching observations (so the worker joins real rows), then waits ``--think-s``
-   (randomised +-50 %);
+   (randomised +-50 %).  A refused (503) upload of either kind is sent again after its
+   ``Retry-After``, as the probe's and the origin's spools do; the latency counted is the
+   accepted request's;
 3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
    CPU seconds of the API processes, the worker (with its pool), the PostgreSQL backends of
    this database, and the driver itself, from ``/proc``.
@@ -25,6 +27,8 @@ Per stage: sustained trials/s (stored, i.e. 200 answers), p50/p99 upload latency
 uploads, every status answered, error share, backlog, CPU shares -- the stage where trials/s
 stops growing while latency grows is where it saturates, and the CPU shares say which process
 limits it (the driver's own share included).  Writes ``bench/results/load.json``.
+``--keep-database`` leaves the run's database in place (to EXPLAIN the worker's statements on
+a fleet's data afterwards).
 
     .venv/bin/python bench/bench_load.py [--probes 1000] [--stages 250,1000] [--stage-s 30]
     .venv/bin/python bench/bench_load.py --probes 10000 --stages 10000 --think-s 60 --batch-min 10 --batch-max 30
