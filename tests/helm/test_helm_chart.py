@@ -444,13 +444,14 @@ def test_api_workers_admission_and_caches_reach_the_api_as_settings_accept_them(
 
     tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {
         "api": {"workers": 3}, "config": {"admission": {"maxInProgress": 30, "maxOtherInProgress": 6},
-                                          "cache": {"scheduleSeconds": 2, "credentialSeconds": 0}}})
+                                          "cache": {"scheduleSeconds": 2, "credentialSeconds": 0,
+                                                    "credentialNotifiedSeconds": 90}}})
     api = pod_spec(find(tuned, "Deployment", "api"))["containers"][0]
     assert api["command"][api["command"].index("--workers") + 1] == "3"
     env = {k: v for k, v in find(tuned, "ConfigMap", "config")["data"].items() if k.startswith("IWSCOPE_")}
     settings = Settings.model_validate({**env, "IWSCOPE_ENV": "development"})
     assert (settings.max_in_progress, settings.max_other_in_progress, settings.schedule_cache_s,
-            settings.credential_cache_s) == (30, 6, 2.0, 0.0)
+            settings.credential_cache_s, settings.credential_cache_notified_s) == (30, 6, 2.0, 0.0, 90.0)
     with pytest.raises(HelmFailed, match="maxOtherInProgress .* is over maxInProgress"):
         helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"admission": {"maxInProgress": 4,
                                                                                  "maxOtherInProgress": 8}}})

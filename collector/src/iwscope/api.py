@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from iwscope import __version__
 from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.admission import Admission
+from iwscope.auth.dependencies import start_credential_listener, stop_credential_listener
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.health import DRAINING
@@ -61,7 +62,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     log.info("API: %d database connections (pool %d + overflow %d, wait at most %g s), %d other threads",
              settings.db_connections, settings.db_pool_size, settings.db_max_overflow,
              settings.db_pool_timeout_s, settings.api_threads)
-    yield
+    listener = start_credential_listener()
+    # Ready means listening (or 3 s passed: then the short credential cache applies until it does).
+    if not await anyio.to_thread.run_sync(listener.wait_listening, 3.0):
+        log.warning("not yet listening to credential changes: credentials cached %g s meanwhile",
+                    settings.credential_cache_s)
+    try:
+        yield
+    finally:
+        await anyio.to_thread.run_sync(stop_credential_listener)
 
 
 #: Body of a 503 answered because no database connection became free in time.

@@ -88,9 +88,16 @@ class Settings(BaseSettings):
     #: of the handlers, where the in-progress count cannot see them.  Readers are refused from
     #: half of it.  0 = never.
     max_loop_lag_s: float = Field(0.25, ge=0, le=60, validation_alias=AliasChoices("IWSCOPE_MAX_LOOP_LAG_S"))
-    #: Seconds a verified probe/origin credential is remembered per process (0: never): a
-    #: revocation takes effect at most this much later.
+    #: Seconds a verified probe/origin credential is remembered per process (0: never) while the
+    #: process is not told of credential changes (its listener is down or starting): a
+    #: revocation then takes effect at most this much later.
     credential_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_S"))
+    #: Seconds a verified credential is remembered while the process listens to PostgreSQL's
+    #: notifications of credential changes (``auth.invalidation``): a revocation empties the
+    #: cache at once, so this only bounds how long a missed notification could matter.  A probe
+    #: cycle (~60 s) is longer than ``credential_cache_s``: without this every request looked up.
+    credential_cache_notified_s: float = Field(
+        300.0, ge=0, le=3600, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S"))
     #: Seconds the schedules' campaigns and origins are kept per process before they are read
     #: again (0: every request reads them); a change made elsewhere shows at most this late.
     schedule_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_CACHE_S"))

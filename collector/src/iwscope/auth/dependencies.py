@@ -6,17 +6,19 @@ slot, a thread, a connection returned before the thread ends) and yields a plain
 to a session: no connection is held while the route reads its body, waits for a thread or
 sends its answer.
 
-A probe or origin credential that was verified is remembered for
-``IWSCOPE_CREDENTIAL_CACHE_S`` seconds (:class:`CredentialCache`, per process): a probe's
-heartbeat, schedule and upload of one cycle cost one lookup, not three.  Only successes are
-kept, keyed by a hash of the whole credential, so a wrong secret is never answered from
-memory; a revoked probe or origin is refused at most that many seconds later.
+A probe or origin credential that was verified is remembered (:class:`CredentialCache`, per
+process): for ``IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S`` while the process hears PostgreSQL's
+notifications of credential changes, which empty the cache (:mod:`iwscope.auth.invalidation`),
+else for ``IWSCOPE_CREDENTIAL_CACHE_S``.  Only successes are kept, keyed by a hash of the whole
+credential, so a wrong secret is never answered from memory; a revoked probe or origin is
+refused at once (notified) or at most ``IWSCOPE_CREDENTIAL_CACHE_S`` later.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 
+from iwscope.auth.invalidation import CredentialListener
 from iwscope.auth.services import api_token_valid, parse_credential, secret_matches
 from iwscope.config import Settings, get_settings
 from iwscope.db import get_engine, get_sessionmaker
@@ -87,12 +90,22 @@ Identity = TypeVar("Identity", ProbeIdentity, OriginIdentity)
 
 
 class CredentialCache(Generic[Identity]):
-    """Verified credentials of one kind for ``ttl_s`` seconds (0: no cache), at most
-    ``max_entries`` (then expired entries go, or all of them)."""
+    """Verified credentials of one kind, at most ``max_entries`` (then expired entries go, or
+    all of them).  An entry lives ``notified_ttl_s`` when ``notified()`` says changes are heard
+    (:meth:`clear` is then called on each), else ``ttl_s``; 0 = not kept.
 
-    def __init__(self, ttl_s: float, max_entries: int = 100_000) -> None:
+    A lookup notes :attr:`generation` before reading the database and :meth:`put` keeps its
+    answer only if no :meth:`clear` came in between: a revocation notified while the lookup
+    ran must not be undone by the old row it read."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 100_000, notified_ttl_s: float = 0.0,
+                 notified: Callable[[], bool] = lambda: False) -> None:
         self.ttl_s = ttl_s
+        self.notified_ttl_s = notified_ttl_s
         self.max_entries = max_entries
+        self.generation = 0
+        self._notified = notified
+        self._lock = threading.Lock()  # clear() runs on the listener's thread
         self._entries: dict[bytes, tuple[float, Identity]] = {}
 
     @staticmethod
@@ -109,26 +122,61 @@ class CredentialCache(Generic[Identity]):
             return None
         return entry[1]
 
-    def put(self, credential: str, identity: Identity) -> None:
-        if self.ttl_s <= 0:
+    def put(self, credential: str, identity: Identity, generation: int | None = None) -> None:
+        ttl_s = self.notified_ttl_s if self._notified() else self.ttl_s
+        if ttl_s <= 0:
             return
         now = time.monotonic()
-        if len(self._entries) >= self.max_entries:
-            self._entries = {key: entry for key, entry in self._entries.items() if entry[0] > now}
+        with self._lock:
+            if generation is not None and generation != self.generation:
+                return
             if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-        self._entries[self._key(credential)] = (now + self.ttl_s, identity)
+                self._entries = {key: entry for key, entry in self._entries.items() if entry[0] > now}
+                if len(self._entries) >= self.max_entries:
+                    self._entries.clear()
+            self._entries[self._key(credential)] = (now + ttl_s, identity)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._entries = {}
 
 
 _caches: dict[str, CredentialCache[Any]] = {}
+#: This process's listener to credential changes (started by the API's lifespan), if any.
+_listener: CredentialListener | None = None
 
 
 def _cache(kind: str) -> CredentialCache[Any]:
     """This process's cache of ``kind`` (``probe`` / ``origin``), sized by the settings."""
     cache = _caches.get(kind)
     if cache is None:
-        cache = _caches[kind] = CredentialCache(get_settings().credential_cache_s)
+        settings = get_settings()
+        cache = _caches[kind] = CredentialCache(settings.credential_cache_s,
+                                                notified_ttl_s=settings.credential_cache_notified_s,
+                                                notified=lambda: _listener is not None and _listener.listening)
     return cache
+
+
+def clear_credential_caches() -> None:
+    for kind in ("probe", "origin"):
+        _cache(kind).clear()
+
+
+def start_credential_listener() -> CredentialListener:
+    """Listen to credential changes in this process (the API's lifespan; stop it on shutdown)."""
+    global _listener
+    _listener = CredentialListener(get_engine(), clear_credential_caches)
+    _listener.start()
+    return _listener
+
+
+def stop_credential_listener() -> None:
+    global _listener
+    if _listener is not None:
+        _listener.stop()
+        _listener = None
+    clear_credential_caches()
 
 
 def unauthorized(detail: str = INVALID_CREDENTIALS) -> HTTPException:
@@ -151,6 +199,7 @@ async def _authenticated(kind: str, model: type[Any], make: Callable[[uuid.UUID,
     remembered = cache.get(text)
     if remembered is not None:
         return remembered
+    generation = cache.generation
     credential = parse_credential(text)
     stored = await run_db(_stored_identity, model, credential.identity) if credential else None
     stored_hash = stored.secret_hash if stored is not None else None
@@ -159,7 +208,7 @@ async def _authenticated(kind: str, model: type[Any], make: Callable[[uuid.UUID,
     if stored is None or not secret_ok:
         raise unauthorized()
     identity = make(stored.id, stored.name, stored.region)
-    cache.put(text, identity)
+    cache.put(text, identity, generation)
     return identity
 
 

@@ -1,0 +1,120 @@
+"""Credential caches emptied by PostgreSQL's notifications (migration 0008, ``auth.invalidation``).
+
+The API here remembers verified credentials for 300 s whether or not it is notified, so a
+refusal within seconds can only come from a notification: with the trigger disabled, a revoked
+probe is still served from memory (the cache is really used); with it, or after any
+notification, the revocation takes effect at once; a listener whose connection is killed
+comes back and empties the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import psycopg
+import pytest
+import redis
+
+from collector_helpers import Enrolled, enroll_probe
+from iwprobe import wire
+from testenv import libpq_url
+
+HEARTBEAT = {"version": "notify-test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0, "trials_measured": 0}
+
+
+@pytest.fixture
+def server(api_server_factory, redis_url: str, test_id: str) -> Iterator[object]:  # noqa: ANN001
+    queue = f"iwscope-notify-{test_id}"
+    yield api_server_factory(IWSCOPE_CELERY_QUEUE=queue, IWSCOPE_CREDENTIAL_CACHE_S="300",
+                             IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S="300")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(queue)
+    finally:
+        client.close()
+
+
+def _sql(database_url: str, statement: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        cursor = connection.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _first_refusal(beat: Callable[[], int], within_s: float) -> list[int]:
+    """Heartbeat statuses until the first 401 or ``within_s``."""
+    statuses: list[int] = []
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        statuses.append(beat())
+        if statuses[-1] == 401:
+            break
+        time.sleep(0.1)
+    return statuses
+
+
+def _listeners(database_url: str) -> int:
+    return int(_sql(database_url, "SELECT count(*) FROM pg_stat_activity "
+                                  "WHERE application_name = 'iwscope-credential-listener'")[0][0])
+
+
+def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str,  # noqa: ANN001
+                                                              database_url: str) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        probe: Enrolled = enroll_probe(client, enroll_token)
+        path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
+
+        def beat() -> int:
+            return client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
+
+        assert _listeners(database_url) >= 1  # the API listens once it is ready
+        assert beat() == 204  # verified and remembered for 300 s
+        _sql(database_url, "ALTER TABLE probes DISABLE TRIGGER probes_credential_change")
+        try:
+            _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", probe.id)
+            time.sleep(1.5)
+            assert beat() == 204  # nobody told the API: the cache answers (it is really used)
+        finally:
+            _sql(database_url, "ALTER TABLE probes ENABLE TRIGGER probes_credential_change")
+        # Any notification empties the cache: the revoked row is read again.
+        _sql(database_url, "NOTIFY iwscope_credentials, 'probes:test'")
+        statuses = _first_refusal(beat, within_s=5)
+        assert statuses[-1] == 401 and set(statuses[:-1]) <= {204}, statuses
+
+        # A revocation through the API's own tables, with the trigger on: refused at once.
+        other: Enrolled = enroll_probe(client, enroll_token)
+        other_path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=other.id)
+        assert client.post(other_path, headers=other.headers, json=HEARTBEAT).status_code == 204
+        _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", other.id)
+        statuses = _first_refusal(lambda: client.post(other_path, headers=other.headers, json=HEARTBEAT).status_code,
+                                  within_s=5)
+        assert statuses[-1] == 401, statuses
+
+
+def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str,  # noqa: ANN001
+                                                          database_url: str) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        probe: Enrolled = enroll_probe(client, enroll_token)
+        path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
+
+        def beat() -> int:
+            return client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
+
+        assert beat() == 204
+        # Revoke unnoticed, then kill the listening connection: its return must not trust the cache.
+        _sql(database_url, "ALTER TABLE probes DISABLE TRIGGER probes_credential_change")
+        try:
+            _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", probe.id)
+        finally:
+            _sql(database_url, "ALTER TABLE probes ENABLE TRIGGER probes_credential_change")
+        assert beat() == 204
+        killed = _sql(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                    "WHERE application_name = 'iwscope-credential-listener'")
+        assert killed and all(row[0] for row in killed)
+        statuses = _first_refusal(beat, within_s=10)
+        assert statuses[-1] == 401, statuses
+        deadline = time.monotonic() + 10
+        while _listeners(database_url) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _listeners(database_url) >= 1  # listening again
