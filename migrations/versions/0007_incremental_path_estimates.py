@@ -1,4 +1,5 @@
-"""incremental path estimates: the counts, sums and recent rates each estimate is computed from
+"""incremental path estimates: the counts, sums and recent rates each estimate is computed from;
+path samples indexed by received_at (BRIN) for the refresh's window
 
 Revision ID: 0007_incremental_path_estimates
 Revises: 0006_cost_flows
@@ -26,10 +27,12 @@ def upgrade() -> None:
     for column in _RATES:
         op.add_column("path_estimates", sa.Column(column, postgresql.ARRAY(sa.BigInteger()), nullable=False,
                                                   server_default="{}"))
-    # Estimates written before have no parts (their counts are 0 while sample_count is not):
-    # the worker recomputes such a row from the pair's history the first time it touches it.
+    # Estimates written before have no parts (their counts are 0 while sample_count is not): the
+    # next analysis refresh rebuilds such rows up to its watermarks before it folds its window.
+    op.create_index("ix_path_samples_received_at_brin", "path_samples", ["received_at"], postgresql_using="brin")
 
 
 def downgrade() -> None:
+    op.drop_index("ix_path_samples_received_at_brin", table_name="path_samples")
     for column in (*_RATES, *_COUNTERS):
         op.drop_column("path_estimates", column)

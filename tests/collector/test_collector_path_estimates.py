@@ -2,11 +2,12 @@
 
 With a real worker: uploads in several batches (trials, path samples, observations before and
 after their trials, duplicates), then the row the drains folded up is compared, column by
-column, with the row a rebuild (``recompute_path_estimates``) writes from the same history.
+column, with the row a rebuild (``rebuild_path_estimates``) writes from the same history.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from typing import Any
 
@@ -14,12 +15,12 @@ import httpx
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session
 
 from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch, make_path_sample,
                                make_trial)
 from iwprobe import wire
-from iwscope.paths.services import RECENT_RATES, PathDelta, fold_path_deltas, recompute_path_estimates
+from iwscope.analysis.rollups import ADVISORY_LOCK_KEY, PATH_WATERMARK_NAME
+from iwscope.paths.services import RECENT_RATES
 from test_collector_worker import wait_for
 
 COLUMNS = ("min_rtt_us", "bottleneck_bps", "bdp_bytes", "loss_rate", "sample_count", "trial_count",
@@ -81,7 +82,7 @@ def test_incremental_estimates_equal_a_rebuild(celery_worker, client: httpx.Clie
                            and row["sample_count"] == len(stored) + 6 and row, timeout=60)
     assert incremental["trial_count"] == len(stored) and incremental["path_sample_count"] == 6
     assert 0 < len(incremental["recent_server_bps"]) <= RECENT_RATES
-    assert celery_worker.send("iwscope.paths.tasks.recompute_path_estimates", [[probe.id, origin.id]]) == 1
+    assert celery_worker.send("iwscope.analysis.tasks.rebuild_path_estimates", [[probe.id, origin.id]]) == 1
     rebuilt = _estimate(db_engine, probe.id, origin.id)
     assert rebuilt is not None
     # The recent rates are kept in the order they were folded in (a rebuild orders by time).
@@ -90,17 +91,20 @@ def test_incremental_estimates_equal_a_rebuild(celery_worker, client: httpx.Clie
     assert incremental == rebuilt
 
 
-def test_a_row_from_before_the_parts_is_rebuilt_on_first_touch(celery_worker, client: httpx.Client, probe: Enrolled,
+def test_rows_from_before_the_parts_are_folded_again_from_zero(celery_worker, client: httpx.Client, probe: Enrolled,
                                                                origin: Enrolled, db_engine: Engine) -> None:
-    """A row written before migration 0007 (parts 0, ``sample_count`` not): adding to its zero
-    parts would undercount; the next fold rebuilds it from the history instead."""
+    """As migration 0007 leaves a deployment: rows with parts 0 (``sample_count`` not) and no
+    watermark of the estimates yet.  The first refresh folds the whole history in from zero
+    instead of adding to what the row says."""
     rng = random.Random(8)
     first = _upload(client, probe, origin, rng, 10, 1, 10)
     wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None and row["sample_count"] == 11)
     with db_engine.begin() as connection:  # as migration 0007 leaves an older row
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
         connection.execute(text("UPDATE path_estimates SET trial_count = 0, path_sample_count = 0, "
                                 "bytes_retrans_sum = 0, bytes_sent_sum = 0, recent_sample_bps = '{}', "
                                 "recent_server_bps = '{}' WHERE probe_id = :p"), {"p": probe.id})
+        connection.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": PATH_WATERMARK_NAME})
     second = _upload(client, probe, origin, rng, 5, 0, 5)
     row = wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None
                    and row["sample_count"] == 16 and row, timeout=60)
@@ -108,21 +112,22 @@ def test_a_row_from_before_the_parts_is_rebuilt_on_first_touch(celery_worker, cl
     assert row["bytes_sent_sum"] > 0 and row["loss_rate"] is not None
 
 
-def test_fold_keeps_the_newest_rates_and_the_smallest_rtt(db_session: Session, probe: Enrolled,
-                                                          origin: Enrolled) -> None:
-    pair = (probe.id, origin.id)
-    older = PathDelta(trials=100, min_rtt_us=30_000, server_bps=list(range(1, 101)))
-    newer = PathDelta(trials=50, samples=0, min_rtt_us=40_000, bytes_retrans=10, bytes_sent=1000,
-                      server_bps=list(range(101, 201)))
-    assert fold_path_deltas(db_session, {pair: older}) == 1
-    assert fold_path_deltas(db_session, {pair: newer}) == 1
-    row = db_session.execute(text("SELECT * FROM path_estimates WHERE probe_id = :p AND origin_id = :o"),
-                             {"p": probe.id, "o": origin.id}).mappings().one()
-    assert row["recent_server_bps"] == list(range(200 - RECENT_RATES + 1, 201))  # the newest, oldest first
-    assert row["min_rtt_us"] == 30_000 and row["sample_count"] == row["trial_count"] == 150
-    assert row["loss_rate"] == 0.01
-    expected_p90 = round(float(np.percentile(row["recent_server_bps"], 90)))
-    assert row["bottleneck_bps"] == expected_p90
-    assert row["bdp_bytes"] == round(expected_p90 * 30_000 / 8_000_000)
-    # A rebuild of a pair without history writes nothing (no trials, no samples stored).
-    assert recompute_path_estimates(db_session, [list(pair)]) == 0
+def test_the_newest_rates_are_kept_in_order_with_the_smallest_rtt(celery_worker, client: httpx.Client,
+                                                                  probe: Enrolled, origin: Enrolled,
+                                                                  db_engine: Engine) -> None:
+    """200 path samples in two uploads: the 128 newest bandwidth estimates, oldest first; their
+    90th percentile is the bottleneck; the minimum RTT is over all 200."""
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    samples = [make_path_sample(probe.id, origin.id, min_rtt_us=30_000 + index, bottleneck_bps=1_000_000 * (index + 1),
+                                measured_at=wire.utc_timestamp(start + dt.timedelta(seconds=index))) for index in range(200)]
+    samples[17]["min_rtt_us"] = 12_000
+    for part in (samples[:100], samples[100:]):
+        assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [], part),
+                           headers=probe.headers).json()["accepted"] == 100
+    row = wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None
+                   and row["path_sample_count"] == 200 and row, timeout=60)
+    newest = [1_000_000 * (index + 1) for index in range(200 - RECENT_RATES, 200)]
+    assert row["recent_sample_bps"] == newest
+    assert row["bottleneck_bps"] == round(float(np.percentile(newest, 90)))
+    assert row["min_rtt_us"] == 12_000 and row["sample_count"] == 200 and row["trial_count"] == 0
+    assert row["bdp_bytes"] == round(row["bottleneck_bps"] * 12_000 / 8_000_000)

@@ -43,13 +43,12 @@ def test_one_refresh_is_queued_per_burst_of_requests(service_env: dict[str, str]
 JOIN_SCRIPT = """
 import json
 from iwscope import worker_client as wc
-from iwscope.paths.services import PathDelta
-wc.queue_trials_stored(["t1", "t2"], {("p1", "o1"): PathDelta(trials=2, min_rtt_us=20000)})
-wc.queue_trials_stored(["t3"], {("p2", "o1"): PathDelta(trials=1, samples=1, sample_bps=[8000000])})
+wc.queue_join(["t1", "t2"])
+wc.queue_join(["t3"])
 wc.queue_join(["t4"])
-wc.queue_trials_stored(["t5"], {})
+wc.queue_join(["t5"])
 taken = wc.join_drain_started(3)  # the drain starts and takes three batches
-wc.queue_trials_stored(["t6"], {("p1", "o1"): PathDelta(trials=1)})  # arrives while it runs: another drain
+wc.queue_join(["t6"])  # arrives while it runs: another drain is queued
 print(json.dumps({"taken": taken, "left": wc.pending_joins()}))
 """
 
@@ -66,10 +65,7 @@ def test_stored_batches_wait_in_one_list_for_one_drain(service_env: dict[str, st
                                 capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr
         outcome = json.loads(result.stdout.strip().splitlines()[-1])
-        # each batch with what it adds to its pairs' path estimates (PathDelta.to_wire)
-        assert outcome["taken"] == [{"t": ["t1", "t2"], "d": [["p1", "o1", 2, 0, 20000, 0, 0, [], []]]},
-                                    {"t": ["t3"], "d": [["p2", "o1", 1, 1, None, 0, 0, [8000000], []]]},
-                                    {"t": ["t4"], "d": []}]
+        assert outcome["taken"] == [{"t": ["t1", "t2"]}, {"t": ["t3"]}, {"t": ["t4"]}]
         assert outcome["left"] == 2
         assert client.llen(queue) == 2  # one drain before it started, one after
         messages = [json.loads(raw)["headers"]["task"] for raw in client.lrange(queue, 0, -1)]
@@ -82,14 +78,13 @@ def test_stored_batches_wait_in_one_list_for_one_drain(service_env: dict[str, st
 FAILED_DRAIN_SCRIPT = """
 import json
 from iwscope import worker_client as wc
-from iwscope.paths.services import PathDelta
 from iwscope.trials import tasks
-wc.queue_trials_stored(["t1"], {("p1", "o1"): PathDelta(trials=1)})
-wc.queue_trials_stored(["t2", "t3"], {})
+wc.queue_join(["t1"])
+wc.queue_join(["t2", "t3"])
 wc.queue_join(["t4"])
-def database_gone(trial_ids, deltas, rebuild):
+def database_gone(trial_ids):
     raise RuntimeError("database gone")
-tasks._join_batches = database_gone
+tasks._join = database_gone
 try:
     tasks.drain_joins()
 except RuntimeError as error:
@@ -110,8 +105,7 @@ def test_a_drain_that_fails_puts_its_batches_back_in_order(service_env: dict[str
         assert result.returncode == 0, result.stderr
         outcome = json.loads(result.stdout.strip().splitlines()[-1])
         assert outcome["failed"] == "database gone"
-        assert outcome["left"] == [{"t": ["t1"], "d": [["p1", "o1", 1, 0, None, 0, 0, [], []]]},
-                                   {"t": ["t2", "t3"], "d": []}, {"t": ["t4"], "d": []}]
+        assert outcome["left"] == [{"t": ["t1"]}, {"t": ["t2", "t3"]}, {"t": ["t4"]}]
     finally:
         client.delete(queue, *keys)
         client.close()

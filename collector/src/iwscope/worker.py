@@ -1,6 +1,6 @@
 """The Celery application: Redis broker and backend, late acks, periodic work through beat.
 
-Tasks live in ``iwscope.trials.tasks`` and ``iwscope.paths.tasks``; the analysis module's
+Tasks live in ``iwscope.trials.tasks`` and ``iwscope.campaigns.tasks``; the analysis module's
 ``iwscope.analysis.tasks`` is registered too when it exists.  All tasks are idempotent.
 """
 
@@ -20,7 +20,7 @@ from iwscope.config import get_settings
 
 log = logging.getLogger(__name__)
 
-CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.paths.tasks", "iwscope.campaigns.tasks"]
+CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.campaigns.tasks"]
 OPTIONAL_TASK_MODULES = ["iwscope.analysis.tasks"]
 
 

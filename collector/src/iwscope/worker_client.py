@@ -8,7 +8,7 @@ If the broker is down the upload still succeeds (its data is committed); the per
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 import orjson
@@ -16,18 +16,14 @@ import redis
 
 from iwscope.config import get_settings
 from iwscope.metrics import TASKS_NOT_SENT
-from iwscope.paths.services import Pair, PathDelta
 from iwscope.worker import celery_app, task_queue  # imported with the API, not on the first upload
 
 log = logging.getLogger(__name__)
 
-PATH_ESTIMATES_TASK = "iwscope.paths.tasks.recompute_path_estimates"
 #: The worker task that joins every batch waiting in ``key(JOIN_PENDING)`` at once.
 JOIN_DRAIN_TASK = "iwscope.trials.tasks.drain_joins"
-#: Stored trial and observation batches waiting for their join and path estimates: a Redis
-#: list of JSON ``{"t": [trial ids], "d": [[probe id, origin id, *PathDelta.to_wire()], ...]}``
-#: (``key(...)``).  Entries of earlier versions carry ``"p": [[probe id, origin id], ...]``
-#: instead of ``"d"``: those pairs are rebuilt from their history.
+#: Stored trial and observation batches waiting for their join: a Redis list of JSON
+#: ``{"t": [trial ids]}`` (``key(...)``; entries of earlier versions also carry ``"p"``, ignored).
 JOIN_PENDING = "join-pending"
 #: Set while a drain is queued and has not started (as ``ROLLUP_QUEUED``).
 JOIN_DRAIN_QUEUED = "join-drain-queued"
@@ -54,17 +50,14 @@ def _send(name: str, *args: object) -> None:
 
 
 def queue_join(trial_ids: Sequence[str]) -> None:
-    """The join of these trials with observations that arrived after them."""
-    _request_join(trial_ids, {})
+    """The join of these trials with their observations: of a stored trial batch (its
+    observations arrived first; ``trial_ids`` may be empty when it held only path samples) or
+    of a stored observation batch (its trials did); sent after the answer went out.  Path
+    estimates and roll-ups follow from the refresh the drain queues."""
+    _request_join(trial_ids)
 
 
-def queue_trials_stored(trial_ids: Sequence[str], path_deltas: Mapping[Pair, PathDelta]) -> None:
-    """The join of a stored trial batch and what its new trials and samples add to the path
-    estimates (sent after the answer went out)."""
-    _request_join(trial_ids, path_deltas)
-
-
-def _request_join(trial_ids: Sequence[str], path_deltas: Mapping[Pair, PathDelta]) -> None:
+def _request_join(trial_ids: Sequence[str]) -> None:
     """Append a batch to the pending joins and make sure one drain is queued.
 
     One message per upload was one task per upload: at 10,000 probes (~330 uploads/s) one
@@ -72,8 +65,7 @@ def _request_join(trial_ids: Sequence[str], path_deltas: Mapping[Pair, PathDelta
     20 trials.  A drain joins every batch waiting (``DRAIN_MAX_BATCHES`` at a time) in one
     statement.  If Redis is down the upload still succeeded: the beat sweep joins what was
     missed."""
-    entry = orjson.dumps({"t": list(trial_ids),
-                          "d": [[*pair, *delta.to_wire()] for pair, delta in sorted(path_deltas.items())]})
+    entry = orjson.dumps({"t": list(trial_ids)})
     try:
         # one round trip: append, and mark a drain as queued unless one is
         _, newly_marked = (_redis().pipeline(transaction=False).rpush(key(JOIN_PENDING), entry)
@@ -108,10 +100,6 @@ def return_pending_joins(entries: Sequence[dict[str, list[object]]]) -> None:
 
 def pending_joins() -> int:
     return int(_redis().llen(key(JOIN_PENDING)))
-
-
-def queue_path_estimates(pairs: Sequence[tuple[str, str]]) -> None:
-    _send(PATH_ESTIMATES_TASK, [list(pair) for pair in pairs])
 
 
 def key(name: str) -> str:

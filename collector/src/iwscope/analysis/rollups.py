@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis.buckets import HIST_BINS, hist_bin_sql
 from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, Rollup, Watermark
 from iwscope.analysis.stats import pack_histogram, unpack_histogram
+from iwscope.paths import services as paths
 
 #: Key of the transaction-level advisory lock that serialises refreshes (any fixed bigint).
 ADVISORY_LOCK_KEY = 0x69777363_6F706531  # "iwscope1"
@@ -237,12 +238,12 @@ def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
     return len(records)
 
 
-def _ensure_watermark(session: Session) -> Watermark:
+def _ensure_watermark(session: Session, name: str = WATERMARK_NAME) -> Watermark:
     session.execute(text("""
         INSERT INTO analysis_watermarks (name, received_upto, joined_upto, folded_total)
-        VALUES (:name, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z', 0) ON CONFLICT (name) DO NOTHING"""), {"name": WATERMARK_NAME})
+        VALUES (:name, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z', 0) ON CONFLICT (name) DO NOTHING"""), {"name": name})
     row = session.execute(text("SELECT * FROM analysis_watermarks WHERE name = :name FOR UPDATE"),
-                          {"name": WATERMARK_NAME}).one()
+                          {"name": name}).one()
     return Watermark(name=row.name, received_upto=row.received_upto, joined_upto=row.joined_upto,
                      refreshed_at=row.refreshed_at, folded_total=row.folded_total)
 
@@ -308,7 +309,7 @@ def _collect(session: Session, received_low: dt.datetime, received_high: dt.date
 
 
 def reset_rollups(session: Session) -> None:
-    """Empty the roll-ups and reset the watermarks (the next refresh folds every trial in)."""
+    """Empty the roll-ups and reset their watermarks (the next refresh folds every trial in)."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
     session.execute(text("DELETE FROM analysis_rollups"))
     session.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": WATERMARK_NAME})
@@ -318,6 +319,43 @@ def rebuild_rollups(session: Session, *, upto: dt.datetime | None = None) -> Ref
     """Full recomputation from the raw trials: reset, then fold everything in again."""
     reset_rollups(session)
     return refresh_rollups(session, upto=upto)
+
+
+#: The path estimates' own watermarks (``paths.services``): a reset of the roll-ups does not
+#: fold their history into the estimates twice.
+PATH_WATERMARK_NAME = "path_estimates"
+
+
+def refresh_path_estimates(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN) -> int:
+    """Fold the trials and path samples received, and the joins made, since the last call into
+    the path estimates (``paths.fold_window``), under the refresh's lock and with the same
+    safe bound; returns the pairs written.  The worker's refresh task runs it after the
+    roll-ups; the caller commits.  The first call (no watermark yet, e.g. after migration 0007)
+    empties the parts of rows written earlier and folds the whole history."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+    first = session.execute(text("SELECT NOT EXISTS (SELECT 1 FROM analysis_watermarks WHERE name = :name)"),
+                            {"name": PATH_WATERMARK_NAME}).scalar_one()
+    watermark = _ensure_watermark(session, PATH_WATERMARK_NAME)
+    if first:
+        paths.forget_parts(session)
+    bound: dt.datetime = session.execute(_BOUND, {"margin": margin.total_seconds()}).scalar_one()
+    received_high = max(bound, watermark.received_upto)
+    joined_high = max(bound, watermark.joined_upto)
+    pairs = paths.fold_window(session, watermark.received_upto, received_high, watermark.joined_upto, joined_high)
+    session.execute(text("""
+        UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
+               refreshed_at = clock_timestamp(), folded_total = folded_total + :pairs
+        WHERE name = :name"""), {"received": received_high, "joined": joined_high, "pairs": pairs,
+                                 "name": PATH_WATERMARK_NAME})
+    return pairs
+
+
+def rebuild_path_estimates(session: Session, pairs: list[list[str]]) -> int:
+    """Recompute the path estimates of ``pairs`` from their history up to their watermarks,
+    under the refresh's lock (so no window is folded twice or missed); returns rows written."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+    watermark = _ensure_watermark(session, PATH_WATERMARK_NAME)
+    return paths.rebuild(session, pairs, watermark.received_upto, watermark.joined_upto)
 
 
 def rollup_snapshot(session: Session) -> dict[RollupKey, dict[str, Any]]:

@@ -14,7 +14,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from iwscope.analysis.rollups import DEFAULT_MARGIN, refresh_rollups as refresh_in_session
+from iwscope.analysis.rollups import DEFAULT_MARGIN, rebuild_path_estimates as rebuild_in_session
+from iwscope.analysis.rollups import refresh_path_estimates
+from iwscope.analysis.rollups import refresh_rollups as refresh_in_session
 from iwscope.db import session_scope
 from iwscope.worker import celery_app
 from iwscope.worker_client import queue_rollup_refresh, rollup_refresh_started
@@ -36,11 +38,21 @@ def refresh_rollups(trial_ids: list[str] | None = None, follow_up: bool = False)
     rollup_refresh_started()
     with session_scope() as session:
         result = refresh_in_session(session, wait=True)
+        path_pairs = refresh_path_estimates(session)
         pending = bool(session.execute(_PENDING, {"received": result.received_upto,
                                                   "joined": result.joined_upto}).scalar())
     outcome: dict[str, Any] = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
                                for key, value in dataclasses.asdict(result).items()}
+    outcome["path_estimates"] = path_pairs
     outcome["pending"] = pending
     outcome["follow_up_queued"] = queue_rollup_refresh(DEFAULT_MARGIN.total_seconds() + 1.0) if pending else False
     log.info("refresh_rollups: %s", outcome)
     return outcome
+
+
+@celery_app.task(name="iwscope.analysis.tasks.rebuild_path_estimates")
+def rebuild_path_estimates(pairs: list[list[str]]) -> int:
+    """Recompute these pairs' path estimates from their history (up to the refresh's
+    watermarks); idempotent."""
+    with session_scope() as session:
+        return rebuild_in_session(session, pairs)

@@ -9,29 +9,21 @@
 * ``loss_rate``: server retransmitted bytes / bytes sent over the pair's joined trials.
 * ``sample_count``: path samples plus trials the estimate rests on.
 
-The worker keeps them up to date **incrementally** (:func:`fold_path_deltas`): a row holds the
-parts its estimates are computed from (counts, the minimum, byte sums, the recent rates) and a
-drain adds what its batches and joins brought, with one statement for all the pairs it touched.
-Recomputing from the pair's whole history on every drain (what this module did before) read
-every trial of every touched pair again, a cost that grows with the history: 0.73 s per drain
-of ~1,000 pairs once a 1,000-probe benchmark had stored 360,000 trials, against 0.17 s for the
-fold (medians of 3, quiet box; the fold does not depend on the history).  :func:`recompute_path_estimates` still does
-that (for the pairs it is given): the rebuild, and the first touch of a row written before the
-parts existed (``sample_count`` differs from ``trial_count + path_sample_count``).
-
-Each part is added exactly once when every input reaches the fold exactly once: server-side
-parts come from the join's own ``RETURNING`` (a trial joins once), client-side parts from the
-upload that stored the trials (``PathDelta`` in the pending join, built from the records the
-idempotent insert admitted).  A drain lost with its worker loses its client-side parts (a trial
-count, at most a smaller minimum RTT) until the pair is rebuilt; the beat sweep still joins
-its observations, whose parts then arrive.
+They are kept **incrementally**: a row holds the parts its estimates are computed from (counts,
+the minimum, byte sums, the recent rates) and :func:`fold_window` adds what arrived in a time
+window -- trials and samples by ``received_at``, joins by ``joined_at`` -- with one statement
+for every pair the window touched.  The worker's refresh task calls it after the roll-ups, with
+windows of the estimates' own watermarks under the roll-ups' advisory lock
+(``analysis.rollups.refresh_path_estimates``), so every trial, sample and join is added
+exactly once, and :func:`rebuild` bounded by those watermarks gives the same row (tested).  Recomputing every touched pair from its whole history
+on every drain (what the worker did before) cost 0.73 s per drain of ~1,000 pairs once a
+1,000-probe benchmark had stored 360,000 trials, and grew with the history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+import datetime as dt
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -40,95 +32,46 @@ from sqlalchemy.orm import Session
 #: for a stable robust maximum, few enough that a row stays small and follows a path that changed.
 RECENT_RATES = 128
 
-Pair = tuple[str, str]
-
-
-@dataclass
-class PathDelta:
-    """What new trials, samples and joined observations add to one pair's estimate."""
-
-    trials: int = 0
-    samples: int = 0
-    min_rtt_us: int | None = None
-    bytes_retrans: int = 0
-    bytes_sent: int = 0
-    #: Newest last; at most ``RECENT_RATES`` are kept.
-    sample_bps: list[int] = field(default_factory=list)
-    server_bps: list[int] = field(default_factory=list)
-
-    def add_rtt(self, rtt_us: int | None) -> None:
-        if rtt_us is not None and rtt_us > 0 and (self.min_rtt_us is None or rtt_us < self.min_rtt_us):
-            self.min_rtt_us = rtt_us
-
-    def add_trial(self, min_rtt_us: int | None) -> None:
-        self.trials += 1
-        self.add_rtt(min_rtt_us)
-
-    def add_sample(self, min_rtt_us: int | None, bottleneck_bps: int | None) -> None:
-        self.samples += 1
-        self.add_rtt(min_rtt_us)
-        if bottleneck_bps is not None:
-            self.sample_bps.append(bottleneck_bps)
-
-    def add_joined(self, bytes_retrans: int | None, bytes_sent: int | None, delivery_rate: int | None) -> None:
-        """A trial's server side, as the join copied it (``bytes_sent`` counts only with ``bytes_retrans``)."""
-        if bytes_retrans is not None:
-            self.bytes_retrans += bytes_retrans
-            self.bytes_sent += bytes_sent or 0
-        if delivery_rate is not None and delivery_rate > 0:
-            self.server_bps.append(delivery_rate * 8)
-
-    def merge(self, other: PathDelta) -> None:
-        self.trials += other.trials
-        self.samples += other.samples
-        self.add_rtt(other.min_rtt_us)
-        self.bytes_retrans += other.bytes_retrans
-        self.bytes_sent += other.bytes_sent
-        self.sample_bps = (self.sample_bps + other.sample_bps)[-RECENT_RATES:]
-        self.server_bps = (self.server_bps + other.server_bps)[-RECENT_RATES:]
-
-    def to_wire(self) -> list[Any]:
-        """A compact JSON form for the pending-join list (see ``worker_client``)."""
-        return [self.trials, self.samples, self.min_rtt_us, self.bytes_retrans, self.bytes_sent,
-                self.sample_bps[-RECENT_RATES:], self.server_bps[-RECENT_RATES:]]
-
-    @classmethod
-    def from_wire(cls, values: Sequence[Any]) -> PathDelta:
-        trials, samples, min_rtt_us, bytes_retrans, bytes_sent, sample_bps, server_bps = values
-        return cls(int(trials), int(samples), None if min_rtt_us is None else int(min_rtt_us), int(bytes_retrans),
-                   int(bytes_sent), [int(v) for v in sample_bps], [int(v) for v in server_bps])
-
-
-def merge_deltas(into: dict[Pair, PathDelta], deltas: Iterable[tuple[Pair, PathDelta]]) -> dict[Pair, PathDelta]:
-    for pair, delta in deltas:
-        existing = into.get(pair)
-        if existing is None:
-            into[pair] = PathDelta()
-            existing = into[pair]
-        existing.merge(delta)
-    return into
-
-
-def _array_text(values: Sequence[int]) -> str:
-    return "{" + ",".join(str(int(value)) for value in values) + "}"
-
-
 def _recent(column: str) -> str:
     """``column`` with the excluded row's rates appended, the oldest beyond ``RECENT_RATES`` dropped."""
     return (f"(pe.{column} || EXCLUDED.{column})[greatest(1, cardinality(pe.{column})"
             f" + cardinality(EXCLUDED.{column}) - {RECENT_RATES} + 1):]")
 
 
-#: Adds the parts of each pair (rows locked in pair order: concurrent folds cannot deadlock).
+#: Adds what arrived in the windows to each pair's parts (rows locked in pair order).
 _FOLD = text(f"""
+WITH client AS (
+    SELECT probe_id, origin_id, count(*) AS trials, min(NULLIF(tcpi_min_rtt_us, 0)) AS min_rtt_us
+    FROM trials
+    WHERE received_at > :received_low AND received_at <= :received_high AND origin_id IS NOT NULL
+    GROUP BY probe_id, origin_id
+), samples AS (
+    SELECT probe_id, origin_id, count(*) AS samples, min(NULLIF(min_rtt_us, 0)) AS min_rtt_us,
+           COALESCE(array_agg(bottleneck_bps ORDER BY measured_at, sample_id)
+                    FILTER (WHERE bottleneck_bps IS NOT NULL), '{{}}') AS bps
+    FROM path_samples WHERE received_at > :received_low AND received_at <= :received_high
+    GROUP BY probe_id, origin_id
+), server AS (
+    SELECT t.probe_id, t.origin_id, COALESCE(sum(t.server_bytes_retrans), 0) AS bytes_retrans,
+           COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_bytes_retrans IS NOT NULL), 0) AS bytes_sent,
+           COALESCE(array_agg(o.tcpi_delivery_rate * 8 ORDER BY t.started_at, t.trial_id)
+                    FILTER (WHERE o.tcpi_delivery_rate > 0), '{{}}') AS bps
+    FROM trials t JOIN origin_observations o ON o.trial_id = t.trial_id
+    WHERE t.joined_at > :joined_low AND t.joined_at <= :joined_high AND t.origin_id IS NOT NULL
+    GROUP BY t.probe_id, t.origin_id
+), delta AS (
+    SELECT probe_id, origin_id, COALESCE(c.trials, 0) AS trials, COALESCE(s.samples, 0) AS samples,
+           LEAST(c.min_rtt_us, s.min_rtt_us) AS min_rtt_us,
+           COALESCE(r.bytes_retrans, 0) AS bytes_retrans, COALESCE(r.bytes_sent, 0) AS bytes_sent,
+           COALESCE(s.bps[greatest(1, cardinality(s.bps) - {RECENT_RATES} + 1):], '{{}}') AS sample_bps,
+           COALESCE(r.bps[greatest(1, cardinality(r.bps) - {RECENT_RATES} + 1):], '{{}}') AS server_bps
+    FROM client c FULL JOIN samples s USING (probe_id, origin_id) FULL JOIN server r USING (probe_id, origin_id)
+)
 INSERT INTO path_estimates AS pe (probe_id, origin_id, sample_count, updated_at, trial_count, path_sample_count,
                                   min_rtt_us, bytes_retrans_sum, bytes_sent_sum, recent_sample_bps, recent_server_bps)
 SELECT probe_id, origin_id, trials + samples, now(), trials, samples, min_rtt_us, bytes_retrans, bytes_sent,
-       CAST(sample_bps AS bigint[]), CAST(server_bps AS bigint[])
-FROM unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[]), CAST(:trials AS bigint[]),
-            CAST(:samples AS bigint[]), CAST(:min_rtts AS bigint[]), CAST(:bytes_retrans AS bigint[]),
-            CAST(:bytes_sent AS bigint[]), CAST(:sample_bps AS text[]), CAST(:server_bps AS text[]))
-     AS d(probe_id, origin_id, trials, samples, min_rtt_us, bytes_retrans, bytes_sent, sample_bps, server_bps)
+       sample_bps, server_bps
+FROM delta
 ORDER BY probe_id, origin_id
 ON CONFLICT (probe_id, origin_id) DO UPDATE SET
     trial_count = pe.trial_count + EXCLUDED.trial_count,
@@ -139,6 +82,7 @@ ON CONFLICT (probe_id, origin_id) DO UPDATE SET
     bytes_sent_sum = pe.bytes_sent_sum + EXCLUDED.bytes_sent_sum,
     recent_sample_bps = {_recent("recent_sample_bps")},
     recent_server_bps = {_recent("recent_server_bps")}
+RETURNING probe_id::text, origin_id::text
 """)
 
 #: The estimates from their parts, for the given pairs.
@@ -155,14 +99,13 @@ FROM unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[])) AS p(probe_
 WHERE pe.probe_id = p.probe_id AND pe.origin_id = p.origin_id
 """)
 
-_WITHOUT_PARTS = text("""
-SELECT pe.probe_id::text, pe.origin_id::text
-FROM unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[])) AS p(probe_id, origin_id)
-JOIN path_estimates AS pe USING (probe_id, origin_id)
-WHERE pe.sample_count <> pe.trial_count + pe.path_sample_count
+_FORGET_PARTS = text("""
+UPDATE path_estimates SET sample_count = 0, trial_count = 0, path_sample_count = 0, bytes_retrans_sum = 0,
+       bytes_sent_sum = 0, recent_sample_bps = '{}', recent_server_bps = '{}'
 """)
 
-#: Every part from the pairs' whole history (what ``_FOLD`` accumulates), replacing the row's.
+#: Every part from the pairs' history up to the watermarks (what ``_FOLD`` accumulated so far),
+#: replacing the row's.
 _REBUILD = text(f"""
 WITH pairs AS (
     SELECT DISTINCT probe_id, origin_id
@@ -171,6 +114,7 @@ WITH pairs AS (
 sample_stats AS (
     SELECT p.probe_id, p.origin_id, count(s.sample_id) AS samples, min(NULLIF(s.min_rtt_us, 0)) AS min_rtt_us
     FROM pairs p LEFT JOIN path_samples s ON s.probe_id = p.probe_id AND s.origin_id = p.origin_id
+                                        AND s.received_at <= :received_upto
     GROUP BY p.probe_id, p.origin_id
 ),
 sample_rates AS (
@@ -179,15 +123,16 @@ sample_rates AS (
                  row_number() OVER (PARTITION BY s.probe_id, s.origin_id
                                     ORDER BY s.measured_at DESC, s.sample_id DESC) AS recency
           FROM pairs p JOIN path_samples s ON s.probe_id = p.probe_id AND s.origin_id = p.origin_id
-          WHERE s.bottleneck_bps IS NOT NULL) AS recent
+          WHERE s.bottleneck_bps IS NOT NULL AND s.received_at <= :received_upto) AS recent
     WHERE recency <= {RECENT_RATES}
     GROUP BY probe_id, origin_id
 ),
 trial_stats AS (
-    SELECT p.probe_id, p.origin_id, count(t.trial_id) AS trials,
-           min(NULLIF(t.tcpi_min_rtt_us, 0)) AS min_rtt_us,
-           COALESCE(sum(t.server_bytes_retrans), 0) AS bytes_retrans,
-           COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_bytes_retrans IS NOT NULL), 0) AS bytes_sent
+    SELECT p.probe_id, p.origin_id, count(t.trial_id) FILTER (WHERE t.received_at <= :received_upto) AS trials,
+           min(NULLIF(t.tcpi_min_rtt_us, 0)) FILTER (WHERE t.received_at <= :received_upto) AS min_rtt_us,
+           COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.joined_at <= :joined_upto), 0) AS bytes_retrans,
+           COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_bytes_retrans IS NOT NULL
+                                                       AND t.joined_at <= :joined_upto), 0) AS bytes_sent
     FROM pairs p LEFT JOIN trials t ON t.probe_id = p.probe_id AND t.origin_id = p.origin_id
     GROUP BY p.probe_id, p.origin_id
 ),
@@ -197,7 +142,7 @@ server_rates AS (
                  row_number() OVER (PARTITION BY t.probe_id, t.origin_id
                                     ORDER BY t.started_at DESC, t.trial_id DESC) AS recency
           FROM pairs p
-          JOIN trials t ON t.probe_id = p.probe_id AND t.origin_id = p.origin_id AND t.joined_at IS NOT NULL
+          JOIN trials t ON t.probe_id = p.probe_id AND t.origin_id = p.origin_id AND t.joined_at <= :joined_upto
           JOIN origin_observations o ON o.trial_id = t.trial_id AND o.tcpi_delivery_rate > 0) AS recent
     WHERE recency <= {RECENT_RATES}
     GROUP BY probe_id, origin_id
@@ -224,37 +169,36 @@ def _pair_params(pairs: Sequence[Sequence[str]]) -> dict[str, list[str]]:
     return {"probe_ids": [str(pair[0]) for pair in pairs], "origin_ids": [str(pair[1]) for pair in pairs]}
 
 
-def recompute_path_estimates(session: Session, pairs: Sequence[Sequence[str]]) -> int:
-    """Rebuild the estimates of ``pairs`` (``[probe_id, origin_id]``) and their parts from the
-    pairs' whole history; returns rows written.  Idempotent (twice gives the same row)."""
+def rebuild(session: Session, pairs: Sequence[Sequence[str]], received_upto: dt.datetime,
+            joined_upto: dt.datetime) -> int:
+    """Recompute the estimates of ``pairs`` (``[probe_id, origin_id]``) and their parts from
+    what was received up to ``received_upto`` and joined up to ``joined_upto`` (the analysis
+    refresh's watermarks, held under its lock: ``analysis.rollups.rebuild_path_estimates``);
+    returns rows written.  Idempotent."""
     if not pairs:
         return 0
     params = _pair_params(pairs)
-    result = session.execute(_REBUILD, params)
+    result = session.execute(_REBUILD, {**params, "received_upto": received_upto, "joined_upto": joined_upto})
     session.execute(_DERIVE, params)
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-def fold_path_deltas(session: Session, deltas: Mapping[Pair, PathDelta]) -> int:
-    """Add ``deltas`` to their pairs' estimates (creating rows for new pairs) and derive the
-    estimates again; a row without parts yet is rebuilt from its history instead.  Returns
-    the rows written."""
-    if not deltas:
-        return 0
-    ordered = sorted(deltas)
-    legacy = {(row[0], row[1]) for row in session.execute(_WITHOUT_PARTS, _pair_params(ordered)).all()}
-    folded = [pair for pair in ordered if pair not in legacy]
-    written = recompute_path_estimates(session, sorted(legacy))
-    if folded:
-        values = [deltas[pair] for pair in folded]
-        session.execute(_FOLD, {
-            **_pair_params(folded),
-            "trials": [delta.trials for delta in values], "samples": [delta.samples for delta in values],
-            "min_rtts": [delta.min_rtt_us for delta in values],
-            "bytes_retrans": [delta.bytes_retrans for delta in values],
-            "bytes_sent": [delta.bytes_sent for delta in values],
-            "sample_bps": [_array_text(delta.sample_bps[-RECENT_RATES:]) for delta in values],
-            "server_bps": [_array_text(delta.server_bps[-RECENT_RATES:]) for delta in values]})
-        session.execute(_DERIVE, _pair_params(folded))
-        written += len(folded)
-    return written
+def forget_parts(session: Session) -> None:
+    """Zero every row's parts and counts (their estimates stay until the next fold derives them):
+    before the whole history is folded in again, from the first watermark."""
+    session.execute(_FORGET_PARTS)
+
+
+def fold_window(session: Session, received_low: dt.datetime, received_high: dt.datetime,
+                joined_low: dt.datetime, joined_high: dt.datetime) -> int:
+    """Add the trials and path samples received in ``(received_low, received_high]`` and the
+    joins made in ``(joined_low, joined_high]`` to their pairs' estimates, creating rows for new
+    pairs, and derive the estimates again; returns the pairs written.  The caller holds the
+    analysis refresh's lock and moves its watermarks to the high ends in the same transaction
+    (``analysis.rollups.refresh_path_estimates``)."""
+    pairs = [list(row) for row in session.execute(_FOLD, {
+        "received_low": received_low, "received_high": received_high,
+        "joined_low": joined_low, "joined_high": joined_high}).all()]
+    if pairs:
+        session.execute(_DERIVE, _pair_params(pairs))
+    return len(pairs)

@@ -148,7 +148,9 @@ class OriginObservation(Base):
 
 class PathSample(Base):
     __tablename__ = "path_samples"
-    __table_args__ = (Index("ix_path_samples_probe_id_origin_id", "probe_id", "origin_id"),)
+    __table_args__ = (Index("ix_path_samples_probe_id_origin_id", "probe_id", "origin_id"),
+                      # the analysis refresh folds the samples received in its window (paths.services)
+                      Index("ix_path_samples_received_at_brin", "received_at", postgresql_using="brin"))
 
     sample_id: Mapped[UuidPk]
     probe_id: Mapped[UuidCol]

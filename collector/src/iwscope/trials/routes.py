@@ -28,7 +28,7 @@ from iwscope.trials import services
 from iwscope.trials.models import Trial
 from iwscope.trials.schemas import UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
-from iwscope.worker_client import queue_join, queue_trials_stored
+from iwscope.worker_client import queue_join
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
         return _rejected(error, "trial", max(1, len(error.errors)))
     # Only after the commit, and after the answer went out (the probe does not wait on the
     # broker): the worker gets IDs, never objects.
-    if result.new_trial_ids or result.path_deltas:
-        background_tasks.add_task(queue_trials_stored, result.new_trial_ids, result.path_deltas)
+    if result.accepted:  # new trials or path samples (the drain's refresh folds the samples in)
+        background_tasks.add_task(queue_join, result.new_trial_ids)
     # An ``UploadResultOut`` (the documented response_model), serialised directly.
     return Response(orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted,
                                   "duplicates": result.duplicates}), media_type="application/json",

@@ -30,7 +30,6 @@ from sqlalchemy.engine import Engine
 
 from iwprobe import wire
 from iwscope.metrics import RECORDS
-from iwscope.paths.services import Pair, PathDelta
 from iwscope.probes.services import heartbeat_values
 from iwscope.trials import fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
@@ -65,8 +64,6 @@ class IngestResult:
     duplicates: int
     #: Trial UUIDs stored by this request (the join task's input).
     new_trial_ids: list[str] = field(default_factory=list)
-    #: What the new trials and path samples add to their ``(probe_id, origin_id)`` estimates.
-    path_deltas: dict[Pair, PathDelta] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------
@@ -384,7 +381,7 @@ _INSERT_SAMPLES = f"""
 INSERT INTO path_samples ({_columns(SAMPLE_COLUMNS)}, received_at)
 SELECT DISTINCT ON (sample_id) {_columns(SAMPLE_COLUMNS)}, now() FROM path_samples_stage
 ON CONFLICT (sample_id) DO NOTHING
-RETURNING probe_id::text, origin_id::text, min_rtt_us, bottleneck_bps
+RETURNING probe_id::text, origin_id::text
 """
 
 _INSERT_OBSERVATIONS = f"""
@@ -470,25 +467,13 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                                           for index, started_text in zip(new_indices, new_started)]) + "\n"
                     with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
                         copy.write(payload.encode())
-                deltas = result.path_deltas
-                for index in new_indices:
-                    trial = trials[index]
-                    result.new_trial_ids.append(trial.trial_id)
-                    if trial.origin_id is not None:
-                        pair = (trial.probe_id, trial.origin_id)
-                        delta = deltas.get(pair) or deltas.setdefault(pair, PathDelta())
-                        delta.add_trial(trial.tcp_info.get("min_rtt"))
+                result.new_trial_ids.extend(trials[index].trial_id for index in new_indices)
             new_samples = 0
             if batch.path_samples:
                 _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS,
                       map(_sample_row, batch.path_samples, batch.measured_at))
                 cursor.execute(_INSERT_SAMPLES)
-                stored = cursor.fetchall()
-                new_samples = len(stored)
-                for probe, origin, min_rtt_us, bottleneck_bps in stored:
-                    pair = (probe, origin)
-                    (result.path_deltas.get(pair) or result.path_deltas.setdefault(pair, PathDelta())).add_sample(
-                        min_rtt_us, bottleneck_bps)
+                new_samples = len(cursor.fetchall())
         connection.commit()
         if batch.envelope.heartbeat is not None:
             _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))

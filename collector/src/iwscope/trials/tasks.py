@@ -1,21 +1,20 @@
 """Worker tasks: join origin observations into trials, the periodic sweep, monthly partitions.
 
-The join only touches trials whose ``joined_at`` is still NULL and what it joined adds to the
-path estimates in the same transaction, so running a join twice changes nothing; a pair given
-by name is rebuilt from its history (idempotent too); partitions are created if missing.
+The join only touches trials whose ``joined_at`` is still NULL, so running it twice changes
+nothing; partitions are created if missing.  What a join or an upload brings reaches the path
+estimates and the roll-ups through the refresh it queues (``iwscope.analysis.tasks``), which
+folds every trial in exactly once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.db import session_scope
-from iwscope.paths.services import Pair, PathDelta, fold_path_deltas, merge_deltas, recompute_path_estimates
 from iwscope.worker import celery_app
 from iwscope.worker_client import (join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh,
                                    return_pending_joins)
@@ -42,13 +41,11 @@ WITH joined AS (
     FROM {source}
     WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
       AND (t.origin_id IS NULL OR t.origin_id = o.origin_id)
-    RETURNING t.trial_id, t.probe_id, t.origin_id, t.server_bytes_retrans, t.server_bytes_sent,
-              o.tcpi_delivery_rate
+    RETURNING t.trial_id
 ), marked AS (
     UPDATE origin_observations o SET joined_at = now() FROM joined j WHERE o.trial_id = j.trial_id
 )
-SELECT trial_id::text, probe_id::text, origin_id::text, server_bytes_retrans, server_bytes_sent, tcpi_delivery_rate
-FROM joined
+SELECT count(*) FROM joined
 """
 # The ids as a relation, not ``o.trial_id = ANY(:ids)``: with a drain's 10^5 ids the planner
 # scanned origin_observations and tested every row against the whole array (a drain of 1,000
@@ -61,93 +58,60 @@ _JOIN_SWEEP = text(_JOIN.format(
     selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"))
 
 
-def _join_and_estimate(session: Session, rows: Sequence[Sequence[Any]],
-                       client_deltas: Mapping[Pair, PathDelta] | None = None,
-                       rebuild: Sequence[Sequence[str]] = ()) -> dict[str, int]:
-    """The path estimates after a join returned ``rows``: what the joined trials' server side
-    and ``client_deltas`` add is folded in; the pairs in ``rebuild`` are recomputed from their
-    history instead (which already holds this transaction's join)."""
-    rebuilt = sorted({(str(pair[0]), str(pair[1])) for pair in rebuild})
-    deltas: dict[Pair, PathDelta] = {}
-    for row in rows:
-        if row[2] is not None:
-            (deltas.get((row[1], row[2])) or deltas.setdefault((row[1], row[2]), PathDelta())).add_joined(
-                row[3], row[4], row[5])
-    merge_deltas(deltas, (client_deltas or {}).items())
-    for pair in rebuilt:
-        deltas.pop(pair, None)
-    estimates = recompute_path_estimates(session, [list(pair) for pair in rebuilt]) + fold_path_deltas(session, deltas)
-    return {"joined": len(rows), "path_estimates": estimates}
-
-
 def _refresh_rollups() -> None:
-    """Have the analysis roll-ups refreshed soon (one refresh per burst of joins; none when the
-    analysis module is not installed)."""
+    """Have the roll-ups and path estimates refreshed soon (one refresh per burst)."""
     queue_rollup_refresh()
+
+
+def _join(trial_ids: Sequence[str]) -> int:
+    """Join these trials' observations (one statement); the number joined."""
+    if not trial_ids:
+        return 0
+    with session_scope() as session:
+        return int(session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).scalar_one())
 
 
 @celery_app.task(name="iwscope.trials.tasks.join_observations")
 def join_observations(trial_ids: list[str]) -> dict[str, int]:
     """Copy the server-side columns of these trials' observations into ``trials``; idempotent."""
-    with session_scope() as session:
-        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all()
-        outcome = _join_and_estimate(session, rows)
-    if rows:
+    joined = _join(trial_ids)
+    if joined:
         _refresh_rollups()
-    return outcome
-
-
-def _join_batches(trial_ids: Sequence[str], client_deltas: Mapping[Pair, PathDelta],
-                  rebuild: Sequence[Sequence[str]]) -> dict[str, int]:
-    with session_scope() as session:
-        rows = session.execute(_JOIN_IDS, {"trial_ids": list(trial_ids)}).all() if trial_ids else []
-        outcome = _join_and_estimate(session, rows, client_deltas, rebuild)
-    if rows:
-        _refresh_rollups()
-    return outcome
+    return {"joined": joined}
 
 
 @celery_app.task(name="iwscope.trials.tasks.trials_stored")
-def trials_stored(trial_ids: list[str], pairs: list[list[str]]) -> dict[str, int]:
-    """The join of these trials' observations (those that arrived first), the pairs ``pairs``
-    rebuilt, and what the join brought folded into the other pairs' estimates; idempotent.
-    Queued once per upload by earlier versions (now ``drain_joins`` does this for many)."""
-    return _join_batches(trial_ids, {}, pairs)
+def trials_stored(trial_ids: list[str], pairs: list[list[str]] | None = None) -> dict[str, int]:
+    """Queued once per upload by earlier versions: the join of these trials (``pairs`` is
+    ignored: the refresh keeps the path estimates) and a refresh."""
+    joined = _join(trial_ids)
+    _refresh_rollups()
+    return {"joined": joined}
 
 
 #: Most pending batches one drain takes (a 10,000-probe fleet queues ~330 a second).
 DRAIN_MAX_BATCHES = 1000
 
 
-def _entry_deltas(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[Pair, PathDelta], list[Pair]]:
-    """The path deltas the batches carry, and the pairs of earlier versions' entries (no deltas)."""
-    deltas: dict[Pair, PathDelta] = {}
-    legacy: set[Pair] = set()
-    for entry in entries:
-        merge_deltas(deltas, (((str(item[0]), str(item[1])), PathDelta.from_wire(item[2:]))
-                              for item in entry.get("d", ())))
-        legacy.update((str(pair[0]), str(pair[1])) for pair in entry.get("p", ()))
-    return deltas, sorted(legacy)
-
-
 @celery_app.task(name="iwscope.trials.tasks.drain_joins")
 def drain_joins() -> dict[str, int]:
     """Join the trials of every batch waiting in ``worker_client.key(JOIN_PENDING)`` (up to
-    ``DRAIN_MAX_BATCHES``) and fold what they add into the path estimates, with one statement
-    each, in one transaction.  Batches it took go back to the list when that fails; a worker
-    killed meanwhile loses them to the beat sweep, which joins their observations."""
+    ``DRAIN_MAX_BATCHES``) with one statement, then queue one refresh (which folds the new
+    trials, joined or not, into the path estimates and roll-ups).  Batches it took go back to
+    the list when the join fails; a worker killed meanwhile loses them to the beat sweep, which
+    joins their observations."""
     entries = join_drain_started(DRAIN_MAX_BATCHES)
     trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
     try:
-        deltas, legacy_pairs = _entry_deltas(entries)
-        outcome = _join_batches([*dict.fromkeys(trial_ids)], deltas, legacy_pairs) if entries else {
-            "joined": 0, "path_estimates": 0}
+        joined = _join([*dict.fromkeys(trial_ids)])
     except Exception:
         return_pending_joins(entries)
         raise
+    if entries:  # new trials, joined or not, or new path samples
+        _refresh_rollups()
     if pending_joins():
         queue_join_drain()
-    return {"batches": len(entries), **outcome}
+    return {"batches": len(entries), "joined": joined}
 
 
 @celery_app.task(name="iwscope.trials.tasks.sweep")
@@ -155,16 +119,15 @@ def sweep() -> dict[str, int]:
     """Join every observation still unjoined (tasks lost while the broker was down), and queue a
     drain if batches wait without one (its message lost)."""
     with session_scope() as session:
-        rows = session.execute(_JOIN_SWEEP).all()
-        outcome = _join_and_estimate(session, rows)
-    if rows:
+        joined = int(session.execute(_JOIN_SWEEP).scalar_one())
+    if joined:
         _refresh_rollups()
     try:
         if pending_joins():
             queue_join_drain()
     except Exception:  # Redis down: the next sweep tries again
         log.exception("could not look at the pending joins")
-    return outcome
+    return {"joined": joined}
 
 
 def ensure_partitions_now(session: Session, months_ahead: int = PARTITION_MONTHS_AHEAD) -> list[str]:
