@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -364,17 +364,27 @@ class LabCampaign:
                 time.sleep(0.5)
 
     def _wait_for_joins(self, deadline: float) -> int:
-        """Wait until every successful trial has its origin observation joined; return how many lack one.
-        Interactive flows (UDP echoes) have no observation to join."""
+        """Wait until every successful trial has its origin observation joined and the worker's
+        refresh has folded the campaign into the roll-ups and path estimates; return how many
+        trials lack an observation.  Interactive flows (UDP echoes) have no observation to join."""
+        from iwscope.analysis.rollups import PATH_WATERMARK_NAME, WATERMARK_NAME
         from iwscope.trials.models import Trial
 
         query = select(func.count()).select_from(Trial).where(
             Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None),
             Trial.role != "interactive")
+        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(
+            Trial.campaign_id == self.campaign_id)
+        folded = text("SELECT count(*) FROM analysis_watermarks WHERE name IN (:rollups, :paths)"
+                      " AND received_upto >= :received AND joined_upto >= COALESCE(:joined, :received)")
         while True:
             with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())
-            if unjoined == 0 or time.monotonic() > deadline:
+                received, joined = session.execute(latest).one()
+                caught_up = received is None or int(session.execute(folded, {
+                    "rollups": WATERMARK_NAME, "paths": PATH_WATERMARK_NAME, "received": received,
+                    "joined": joined}).scalar_one()) == 2
+            if (unjoined == 0 and caught_up) or time.monotonic() > deadline:
                 return unjoined
             time.sleep(0.5)
 
