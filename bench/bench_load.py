@@ -532,9 +532,6 @@ def main() -> None:
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (iwscope api --workers N)")
-    parser.add_argument("--driver-nice", type=int, default=None, metavar="N",
-                        help="run the driver at this nice value (e.g. -10) once the collector started: on one "
-                             "box the driver otherwise competes with what it measures (its lag is reported)")
     parser.add_argument("--keep-database", action="store_true",
                         help="leave the run's database in place (its name is printed) to inspect plans afterwards")
     parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
@@ -574,8 +571,6 @@ def main() -> None:
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
                                   stdout=worker_log_file, stderr=subprocess.STDOUT)
         children += [api, worker]
-        if args.driver_nice is not None:  # after the children started: they keep the default priority
-            os.setpriority(os.PRIO_PROCESS, 0, args.driver_nice)
         base_url = f"http://127.0.0.1:{port}"
         for _ in range(600):
             try:
@@ -638,7 +633,7 @@ def main() -> None:
         "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
         "load_average_at_end": os.getloadavg(), "probes_enrolled": args.probes,
         "enroll_per_s": round(args.probes / enroll_s, 1), "stage_s": args.stage_s, "think_s": args.think_s,
-        "batch_trials": [args.batch_min, args.batch_max], "api_processes": args.api_workers, "worker_concurrency": 1, "driver_nice": args.driver_nice,
+        "batch_trials": [args.batch_min, args.batch_max], "api_processes": args.api_workers, "worker_concurrency": 1,
         "open_files_limit": open_files,
         "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,

@@ -38,17 +38,6 @@ ROLLUP_DELAY_S = 2.0
 QUEUED_TTL_S = 60
 
 
-def _send(name: str, *args: object) -> None:
-    """Queue task ``name``; nobody here waits for its result, so none is subscribed to (with the
-    Redis result backend every send otherwise subscribes to the task's result channel, a Redis
-    round trip per send)."""
-    try:
-        celery_app.send_task(name, args=list(args), queue=task_queue(), ignore_result=True)
-    except Exception:  # the broker is optional for ingest; the sweep catches up
-        TASKS_NOT_SENT.labels(name).inc()
-        log.exception("could not queue %s", name)
-
-
 def queue_join(trial_ids: Sequence[str]) -> None:
     """The join of these trials with their observations: of a stored trial batch (its
     observations arrived first; ``trial_ids`` may be empty when it held only path samples) or

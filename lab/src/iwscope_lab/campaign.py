@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -167,7 +167,7 @@ class LabCampaign:
         expected = self.plan.trials_per_probe(len(self.origin_ids))
         self._wait_for_trials(self.probe_ids, expected, self._started + timeout_s, show_progress)
         exit_codes = {name: proc.poll() for name, proc in self._probes.items()}
-        unjoined = self._wait_for_joins(deadline=time.monotonic() + join_timeout_s)
+        unjoined = self._wait_until_folded(deadline=time.monotonic() + join_timeout_s)
         stored = self._stored_per_probe(self.probe_ids)
         return CampaignResult(self.campaign_id, self.probe_ids, self.origin_ids, expected, stored, unjoined,
                               time.monotonic() - self._started, exit_codes)
@@ -363,11 +363,11 @@ class LabCampaign:
                     raise CampaignError(f"campaign timed out: stored {stored} of {expected} per probe")
                 time.sleep(0.5)
 
-    def _wait_for_joins(self, deadline: float) -> int:
+    def _wait_until_folded(self, deadline: float) -> int:
         """Wait until every successful trial has its origin observation joined and the worker's
         refresh has folded the campaign into the roll-ups and path estimates; return how many
         trials lack an observation.  Interactive flows (UDP echoes) have no observation to join."""
-        from iwscope.analysis.rollups import PATH_WATERMARK_NAME, WATERMARK_NAME
+        from iwscope.analysis.rollups import caught_up
         from iwscope.trials.models import Trial
 
         query = select(func.count()).select_from(Trial).where(
@@ -375,16 +375,11 @@ class LabCampaign:
             Trial.role != "interactive")
         latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(
             Trial.campaign_id == self.campaign_id)
-        folded = text("SELECT count(*) FROM analysis_watermarks WHERE name IN (:rollups, :paths)"
-                      " AND received_upto >= :received AND joined_upto >= COALESCE(:joined, :received)")
         while True:
             with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())
-                received, joined = session.execute(latest).one()
-                caught_up = received is None or int(session.execute(folded, {
-                    "rollups": WATERMARK_NAME, "paths": PATH_WATERMARK_NAME, "received": received,
-                    "joined": joined}).scalar_one()) == 2
-            if (unjoined == 0 and caught_up) or time.monotonic() > deadline:
+                folded = caught_up(session, *session.execute(latest).one())
+            if (unjoined == 0 and folded) or time.monotonic() > deadline:
                 return unjoined
             time.sleep(0.5)
 

@@ -248,6 +248,28 @@ def _ensure_watermark(session: Session, name: str = WATERMARK_NAME) -> Watermark
                      refreshed_at=row.refreshed_at, folded_total=row.folded_total)
 
 
+#: A watermark that has never moved: nothing folded under its name yet.
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _window(session: Session, name: str, margin: dt.timedelta,
+            upto: dt.datetime | None = None) -> tuple[Watermark, dt.datetime, dt.datetime]:
+    """Watermark ``name`` (created at the epoch if missing, row locked) and the high ends of its
+    windows: the safe bound of the module docstring, capped by ``upto``, never below the marks."""
+    watermark = _ensure_watermark(session, name)
+    bound: dt.datetime = session.execute(_BOUND, {"margin": margin.total_seconds()}).scalar_one()
+    if upto is not None:
+        bound = min(bound, upto)
+    return watermark, max(bound, watermark.received_upto), max(bound, watermark.joined_upto)
+
+
+def _advance(session: Session, name: str, received: dt.datetime, joined: dt.datetime, folded: int) -> None:
+    session.execute(text("""
+        UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
+               refreshed_at = clock_timestamp(), folded_total = folded_total + :folded
+        WHERE name = :name"""), {"received": received, "joined": joined, "folded": folded, "name": name})
+
+
 def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, wait: bool = True,
                     upto: dt.datetime | None = None) -> RefreshResult:
     """Fold new and newly joined trials into the roll-ups; the caller commits.
@@ -260,20 +282,11 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
     elif not session.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY}).scalar():
         return RefreshResult(True, 0, 0, 0, None, None)
-    watermark = _ensure_watermark(session)
-    bound: dt.datetime = session.execute(_BOUND, {"margin": margin.total_seconds()}).scalar_one()
-    if upto is not None:
-        bound = min(bound, upto)
-    received_high = max(bound, watermark.received_upto)
-    joined_high = max(bound, watermark.joined_upto)
+    watermark, received_high, joined_high = _window(session, WATERMARK_NAME, margin, upto)
     deltas, client_trials, server_trials = _collect(session, watermark.received_upto, received_high,
                                                     watermark.joined_upto, joined_high)
     keys_updated = fold(session, deltas)
-    session.execute(text("""
-        UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
-               refreshed_at = clock_timestamp(), folded_total = folded_total + :folded
-        WHERE name = :name"""), {"received": received_high, "joined": joined_high,
-                                 "folded": client_trials + server_trials, "name": WATERMARK_NAME})
+    _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
     return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
 
 
@@ -333,21 +346,25 @@ def refresh_path_estimates(session: Session, *, margin: dt.timedelta = DEFAULT_M
     roll-ups; the caller commits.  The first call (no watermark yet, e.g. after migration 0007)
     empties the parts of rows written earlier and folds the whole history."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-    first = session.execute(text("SELECT NOT EXISTS (SELECT 1 FROM analysis_watermarks WHERE name = :name)"),
-                            {"name": PATH_WATERMARK_NAME}).scalar_one()
-    watermark = _ensure_watermark(session, PATH_WATERMARK_NAME)
-    if first:
+    watermark, received_high, joined_high = _window(session, PATH_WATERMARK_NAME, margin)
+    if watermark.received_upto == _EPOCH:  # first fold: rows written before 0007 start from zero
         paths.forget_parts(session)
-    bound: dt.datetime = session.execute(_BOUND, {"margin": margin.total_seconds()}).scalar_one()
-    received_high = max(bound, watermark.received_upto)
-    joined_high = max(bound, watermark.joined_upto)
     pairs = paths.fold_window(session, watermark.received_upto, received_high, watermark.joined_upto, joined_high)
-    session.execute(text("""
-        UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
-               refreshed_at = clock_timestamp(), folded_total = folded_total + :pairs
-        WHERE name = :name"""), {"received": received_high, "joined": joined_high, "pairs": pairs,
-                                 "name": PATH_WATERMARK_NAME})
+    _advance(session, PATH_WATERMARK_NAME, received_high, joined_high, pairs)
     return pairs
+
+
+def caught_up(session: Session, received_at: dt.datetime | None, joined_at: dt.datetime | None) -> bool:
+    """Whether the roll-ups and the path estimates have both folded in everything received up to
+    ``received_at`` and joined up to ``joined_at`` (``None``: nothing to wait for)."""
+    if received_at is None and joined_at is None:
+        return True
+    folded = session.execute(text("""
+        SELECT count(*) FROM analysis_watermarks WHERE name IN (:rollups, :paths)
+           AND received_upto >= COALESCE(:received, received_upto) AND joined_upto >= COALESCE(:joined, joined_upto)"""),
+        {"rollups": WATERMARK_NAME, "paths": PATH_WATERMARK_NAME, "received": received_at,
+         "joined": joined_at}).scalar_one()
+    return int(folded) == 2
 
 
 def rebuild_path_estimates(session: Session, pairs: list[list[str]]) -> int:

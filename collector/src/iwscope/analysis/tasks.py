@@ -14,9 +14,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from iwscope.analysis.rollups import DEFAULT_MARGIN, rebuild_path_estimates as rebuild_in_session
-from iwscope.analysis.rollups import refresh_path_estimates
-from iwscope.analysis.rollups import refresh_rollups as refresh_in_session
+from iwscope.analysis import rollups
+from iwscope.analysis.rollups import DEFAULT_MARGIN
 from iwscope.db import session_scope
 from iwscope.worker import celery_app
 from iwscope.worker_client import queue_rollup_refresh, rollup_refresh_started
@@ -37,8 +36,8 @@ def refresh_rollups(trial_ids: list[str] | None = None, follow_up: bool = False)
     """
     rollup_refresh_started()
     with session_scope() as session:
-        result = refresh_in_session(session, wait=True)
-        path_pairs = refresh_path_estimates(session)
+        result = rollups.refresh_rollups(session, wait=True)
+        path_pairs = rollups.refresh_path_estimates(session)
         pending = bool(session.execute(_PENDING, {"received": result.received_upto,
                                                   "joined": result.joined_upto}).scalar())
     outcome: dict[str, Any] = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
@@ -55,4 +54,4 @@ def rebuild_path_estimates(pairs: list[list[str]]) -> int:
     """Recompute these pairs' path estimates from their history (up to the refresh's
     watermarks); idempotent."""
     with session_scope() as session:
-        return rebuild_in_session(session, pairs)
+        return rollups.rebuild_path_estimates(session, pairs)

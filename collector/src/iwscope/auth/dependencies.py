@@ -122,13 +122,13 @@ class CredentialCache(Generic[Identity]):
             return None
         return entry[1]
 
-    def put(self, credential: str, identity: Identity, generation: int | None = None) -> None:
+    def put(self, credential: str, identity: Identity, generation: int) -> None:
         ttl_s = self.notified_ttl_s if self._notified() else self.ttl_s
         if ttl_s <= 0:
             return
         now = time.monotonic()
         with self._lock:
-            if generation is not None and generation != self.generation:
+            if generation != self.generation:
                 return
             if len(self._entries) >= self.max_entries:
                 self._entries = {key: entry for key, entry in self._entries.items() if entry[0] > now}

@@ -14,6 +14,7 @@ it does not (starting, connection lost), the caches are emptied and entries live
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -26,6 +27,12 @@ log = logging.getLogger(__name__)
 CHANNEL = "iwscope_credentials"
 #: Pause before reconnecting after the listening connection failed.
 RECONNECT_S = 1.0
+
+
+def listener_name(pid: int | None = None) -> str:
+    """``application_name`` of a process's listening connection (as ``iwscope[<pid>]`` names its
+    pool's), so ``pg_stat_activity`` tells whose it is."""
+    return f"iwscope-credential-listener[{os.getpid() if pid is None else pid}]"
 
 
 class CredentialListener:
@@ -62,7 +69,7 @@ class CredentialListener:
         args, params = self._engine.dialect.create_connect_args(self._engine.url)
         # TCP keepalives (and a user timeout) so that a peer gone silently -- no FIN, no RST --
         # is noticed in ~30 s rather than never: an idle listener sends nothing by itself.
-        params = {**params, "application_name": "iwscope-credential-listener", "keepalives": 1,
+        params = {**params, "application_name": listener_name(), "keepalives": 1,
                   "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
                   "tcp_user_timeout": 30_000}
         return psycopg.connect(*args, autocommit=True, connect_timeout=5, **params)

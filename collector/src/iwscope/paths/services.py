@@ -15,15 +15,16 @@ window -- trials and samples by ``received_at``, joins by ``joined_at`` -- with 
 for every pair the window touched.  The worker's refresh task calls it after the roll-ups, with
 windows of the estimates' own watermarks under the roll-ups' advisory lock
 (``analysis.rollups.refresh_path_estimates``), so every trial, sample and join is added
-exactly once, and :func:`rebuild` bounded by those watermarks gives the same row (tested).  Recomputing every touched pair from its whole history
-on every drain (what the worker did before) cost 0.73 s per drain of ~1,000 pairs once a
+exactly once, and :func:`rebuild` bounded by those watermarks gives the same row (tested).
+Recomputing every touched pair from its whole history on every drain (what the worker did
+before) cost 0.73 s per drain of ~1,000 pairs once a
 1,000-probe benchmark had stored 360,000 trials, and grew with the history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import datetime as dt
+from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -32,10 +33,15 @@ from sqlalchemy.orm import Session
 #: for a stable robust maximum, few enough that a row stays small and follows a path that changed.
 RECENT_RATES = 128
 
+
+def _newest(array: str) -> str:
+    """SQL: the last ``RECENT_RATES`` elements of the array expression ``array``."""
+    return f"({array})[greatest(1, cardinality({array}) - {RECENT_RATES} + 1):]"
+
+
 def _recent(column: str) -> str:
     """``column`` with the excluded row's rates appended, the oldest beyond ``RECENT_RATES`` dropped."""
-    return (f"(pe.{column} || EXCLUDED.{column})[greatest(1, cardinality(pe.{column})"
-            f" + cardinality(EXCLUDED.{column}) - {RECENT_RATES} + 1):]")
+    return _newest(f"pe.{column} || EXCLUDED.{column}")
 
 
 #: Adds what arrived in the windows to each pair's parts (rows locked in pair order).
@@ -63,8 +69,8 @@ WITH client AS (
     SELECT probe_id, origin_id, COALESCE(c.trials, 0) AS trials, COALESCE(s.samples, 0) AS samples,
            LEAST(c.min_rtt_us, s.min_rtt_us) AS min_rtt_us,
            COALESCE(r.bytes_retrans, 0) AS bytes_retrans, COALESCE(r.bytes_sent, 0) AS bytes_sent,
-           COALESCE(s.bps[greatest(1, cardinality(s.bps) - {RECENT_RATES} + 1):], '{{}}') AS sample_bps,
-           COALESCE(r.bps[greatest(1, cardinality(r.bps) - {RECENT_RATES} + 1):], '{{}}') AS server_bps
+           COALESCE({_newest("s.bps")}, '{{}}') AS sample_bps,
+           COALESCE({_newest("r.bps")}, '{{}}') AS server_bps
     FROM client c FULL JOIN samples s USING (probe_id, origin_id) FULL JOIN server r USING (probe_id, origin_id)
 )
 INSERT INTO path_estimates AS pe (probe_id, origin_id, sample_count, updated_at, trial_count, path_sample_count,

@@ -381,7 +381,6 @@ _INSERT_SAMPLES = f"""
 INSERT INTO path_samples ({_columns(SAMPLE_COLUMNS)}, received_at)
 SELECT DISTINCT ON (sample_id) {_columns(SAMPLE_COLUMNS)}, now() FROM path_samples_stage
 ON CONFLICT (sample_id) DO NOTHING
-RETURNING probe_id::text, origin_id::text
 """
 
 _INSERT_OBSERVATIONS = f"""
@@ -473,7 +472,7 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                 _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS,
                       map(_sample_row, batch.path_samples, batch.measured_at))
                 cursor.execute(_INSERT_SAMPLES)
-                new_samples = len(cursor.fetchall())
+                new_samples = cursor.rowcount  # rows inserted (conflicts are not counted)
         connection.commit()
         if batch.envelope.heartbeat is not None:
             _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))

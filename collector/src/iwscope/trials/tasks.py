@@ -50,11 +50,10 @@ SELECT count(*) FROM joined
 # The drain's ids go into a temporary table with a primary key, analysed, not into the statement
 # as an array: (1) as ``o.trial_id = ANY(:ids)`` the planner scanned origin_observations and
 # tested every row against the whole array; (2) as ``unnest(:ids)`` the ids could end up the
-# inner side of a nested loop, rescanned for every unjoined trial -- when the statistics of
-# ``trials`` lagged a fast-growing table (the start of a 1,000-probe stage) one join of ~60,000
-# ids ran 53 s, and the same plan forced on a kept benchmark database 290 s, against 2.3 s for
-# an index-driven plan.  With an indexed, analysed table every plan the planner may pick stays
-# linear: a rescanned inner is an index lookup.
+# inner side of a nested loop, rescanned for every unjoined trial: when the statistics of
+# ``trials`` lagged a fast-growing table (the start of a 1,000-probe stage) one join ran 53 s,
+# and that plan forced on a kept benchmark database ran 290 s for 60,000 ids, against 2.3 s for
+# an index-driven one.  With an indexed, analysed table a rescanned inner is an index lookup.
 _JOIN_IDS_TABLE = text("CREATE TEMPORARY TABLE IF NOT EXISTS iwscope_join_ids (trial_id uuid PRIMARY KEY)"
                        " ON COMMIT DELETE ROWS")
 _FILL_JOIN_IDS = text("INSERT INTO iwscope_join_ids SELECT DISTINCT unnest(CAST(:trial_ids AS uuid[]))")
@@ -84,7 +83,9 @@ def _join(trial_ids: Sequence[str]) -> int:
 
 @celery_app.task(name="iwscope.trials.tasks.join_observations")
 def join_observations(trial_ids: list[str]) -> dict[str, int]:
-    """Copy the server-side columns of these trials' observations into ``trials``; idempotent."""
+    """Copy the server-side columns of these trials' observations into ``trials``; idempotent.
+    Nothing here sends it any more (uploads go through ``drain_joins``): kept for messages
+    queued by earlier versions, and to join by hand."""
     joined = _join(trial_ids)
     if joined:
         _refresh_rollups()
