@@ -5,14 +5,21 @@ from __future__ import annotations
 import http.client
 import random
 import socket
+import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
+import psycopg
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from iwprobe import wire
+from testenv import libpq_url
 
 
 @dataclass
@@ -126,3 +133,41 @@ class SlowUpload:
         return response.status, answer
 
 
+
+
+def revoke_unnoticed(database_url: str, probe_id: str) -> None:
+    """Revoke a probe with migration 0008's notifying trigger disabled: no API process hears of
+    it, so only the credential cache's expiry (or another notification) can refuse the probe."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        connection.execute("ALTER TABLE probes DISABLE TRIGGER probes_credential_change")
+        try:
+            connection.execute("UPDATE probes SET revoked_at = now() WHERE id = %s", (probe_id,))
+        finally:
+            connection.execute("ALTER TABLE probes ENABLE TRIGGER probes_credential_change")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
+    """``predicate()``'s first truthy value, polled every ``interval`` s for at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+def wait_folded(engine: Engine, probe_id: str, timeout: float = 60.0) -> None:
+    """Until the worker's refresh has folded everything of ``probe_id`` received or joined so far
+    into the roll-ups and path estimates (both watermarks past it)."""
+    from iwscope.analysis.rollups import caught_up
+    from iwscope.trials.models import Trial
+
+    latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(Trial.probe_id == probe_id)
+
+    def folded() -> bool:
+        with Session(engine) as session:
+            return caught_up(session, *session.execute(latest).one())
+
+    wait_for(folded, timeout)

@@ -17,8 +17,9 @@ import psycopg
 import pytest
 import redis
 
-from collector_helpers import Enrolled, enroll_probe
+from collector_helpers import Enrolled, enroll_probe, revoke_unnoticed
 from iwprobe import wire
+from iwscope.auth.invalidation import listener_name
 from testenv import libpq_url
 
 HEARTBEAT = {"version": "notify-test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0, "trials_measured": 0}
@@ -54,67 +55,56 @@ def _first_refusal(beat: Callable[[], int], within_s: float) -> list[int]:
     return statuses
 
 
-def _listeners(database_url: str) -> int:
-    return int(_sql(database_url, "SELECT count(*) FROM pg_stat_activity "
-                                  "WHERE application_name = 'iwscope-credential-listener'")[0][0])
+def _listeners(database_url: str, server) -> int:  # noqa: ANN001
+    """Listening connections of this API process (not the session's other servers')."""
+    return int(_sql(database_url, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    listener_name(server.process.pid))[0][0])
+
+
+def _heartbeat(client: httpx.Client, probe: Enrolled) -> Callable[[], int]:
+    path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
+    return lambda: client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
 
 
 def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str,  # noqa: ANN001
                                                               database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        probe: Enrolled = enroll_probe(client, enroll_token)
-        path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
-
-        def beat() -> int:
-            return client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
-
-        assert _listeners(database_url) >= 1  # the API listens once it is ready
+        probe = enroll_probe(client, enroll_token)
+        beat = _heartbeat(client, probe)
+        assert _listeners(database_url, server) == 1  # the API listens once it is ready
         assert beat() == 204  # verified and remembered for 300 s
-        _sql(database_url, "ALTER TABLE probes DISABLE TRIGGER probes_credential_change")
-        try:
-            _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", probe.id)
-            time.sleep(1.5)
-            assert beat() == 204  # nobody told the API: the cache answers (it is really used)
-        finally:
-            _sql(database_url, "ALTER TABLE probes ENABLE TRIGGER probes_credential_change")
+        revoke_unnoticed(database_url, probe.id)
+        time.sleep(1.5)
+        assert beat() == 204  # nobody told the API: the cache answers (it is really used)
         # Any notification empties the cache: the revoked row is read again.
         _sql(database_url, "NOTIFY iwscope_credentials, 'probes:test'")
         statuses = _first_refusal(beat, within_s=5)
         assert statuses[-1] == 401 and set(statuses[:-1]) <= {204}, statuses
 
-        # A revocation through the API's own tables, with the trigger on: refused at once.
-        other: Enrolled = enroll_probe(client, enroll_token)
-        other_path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=other.id)
-        assert client.post(other_path, headers=other.headers, json=HEARTBEAT).status_code == 204
+        # A revocation with the trigger on: refused at once.
+        other = enroll_probe(client, enroll_token)
+        other_beat = _heartbeat(client, other)
+        assert other_beat() == 204
         _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", other.id)
-        statuses = _first_refusal(lambda: client.post(other_path, headers=other.headers, json=HEARTBEAT).status_code,
-                                  within_s=5)
+        statuses = _first_refusal(other_beat, within_s=5)
         assert statuses[-1] == 401, statuses
 
 
 def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str,  # noqa: ANN001
                                                           database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
-        probe: Enrolled = enroll_probe(client, enroll_token)
-        path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
-
-        def beat() -> int:
-            return client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
-
+        probe = enroll_probe(client, enroll_token)
+        beat = _heartbeat(client, probe)
         assert beat() == 204
         # Revoke unnoticed, then kill the listening connection: its return must not trust the cache.
-        _sql(database_url, "ALTER TABLE probes DISABLE TRIGGER probes_credential_change")
-        try:
-            _sql(database_url, "UPDATE probes SET revoked_at = now() WHERE id = %s", probe.id)
-        finally:
-            _sql(database_url, "ALTER TABLE probes ENABLE TRIGGER probes_credential_change")
+        revoke_unnoticed(database_url, probe.id)
         assert beat() == 204
         killed = _sql(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                    "WHERE application_name = 'iwscope-credential-listener'")
-        assert killed and all(row[0] for row in killed)
+                                    "WHERE application_name = %s", listener_name(server.process.pid))
+        assert killed == [(True,)]
         statuses = _first_refusal(beat, within_s=10)
         assert statuses[-1] == 401, statuses
         deadline = time.monotonic() + 10
-        while _listeners(database_url) == 0 and time.monotonic() < deadline:
+        while _listeners(database_url, server) == 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _listeners(database_url) >= 1  # listening again
+        assert _listeners(database_url, server) == 1  # listening again

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import time
 import uuid
 from typing import Any
 
@@ -26,7 +25,7 @@ from sqlalchemy.engine import Engine
 from iwprobe import wire
 from iwscope.trials import fastwire
 from iwscope.trials.schemas import TrialBatchIn
-from collector_helpers import Enrolled, make_batch, make_trial
+from collector_helpers import Enrolled, make_batch, make_trial, wait_folded
 
 CASES = 4000
 _MISSING = object()
@@ -300,8 +299,5 @@ def test_trials_stored_task_joins_and_recomputes_idempotently(celery_worker, cli
                                            "WHERE probe_id = :p AND origin_id = :o"),
                                       {"p": probe.id, "o": origin.id}).first()
 
-    deadline = time.monotonic() + 60
-    while estimate() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(3)  # refreshes queued by the repeats have run: the trial still counts once
-    assert tuple(estimate()) == (12_345, 1)
+    wait_folded(db_engine, probe.id)  # the refreshes both calls queued have run
+    assert tuple(estimate()) == (12_345, 1)  # the trial counted once

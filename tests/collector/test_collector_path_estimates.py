@@ -17,11 +17,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch, make_path_sample,
-                               make_trial)
+                               make_trial, wait_folded, wait_for)
 from iwprobe import wire
 from iwscope.analysis.rollups import ADVISORY_LOCK_KEY, PATH_WATERMARK_NAME
 from iwscope.paths.services import RECENT_RATES
-from test_collector_worker import wait_for
 
 COLUMNS = ("min_rtt_us", "bottleneck_bps", "bdp_bytes", "loss_rate", "sample_count", "trial_count",
            "path_sample_count", "bytes_retrans_sum", "bytes_sent_sum", "recent_sample_bps", "recent_server_bps")
@@ -78,8 +77,9 @@ def test_incremental_estimates_equal_a_rebuild(celery_worker, client: httpx.Clie
     assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=make_observation_batch(origin.id, [
         _observation(trial, origin, rng) for trial in late]), headers=origin.headers).status_code == 200
     wait_for(lambda: _all_joined(db_engine, probe.id, len(stored) - 1), timeout=60)
-    incremental = wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None
-                           and row["sample_count"] == len(stored) + 6 and row, timeout=60)
+    wait_folded(db_engine, probe.id)  # the last joins' server side included
+    incremental = _estimate(db_engine, probe.id, origin.id)
+    assert incremental is not None and incremental["sample_count"] == len(stored) + 6
     assert incremental["trial_count"] == len(stored) and incremental["path_sample_count"] == 6
     assert 0 < len(incremental["recent_server_bps"]) <= RECENT_RATES
     assert celery_worker.send("iwscope.analysis.tasks.rebuild_path_estimates", [[probe.id, origin.id]]) == 1

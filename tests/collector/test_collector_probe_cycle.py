@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from testenv import libpq_url
-from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial
+from collector_helpers import (Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial,
+                               revoke_unnoticed)
 from iwprobe import wire
 from iwprobe._agent import Credentials, ProbeAgent
 
@@ -24,9 +25,10 @@ HEARTBEAT = {"version": "cycle-test", "spool_backlog": 7, "spool_bytes": 4096, "
 
 @pytest.fixture
 def server(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN201
-    """An API whose credential cache lasts 1 s (join tasks on a queue no worker reads)."""
+    """An API whose credential cache lasts 1 s, notified or not (join tasks on a queue no worker reads)."""
     queue = f"iwscope-cycle-{test_id}"
-    yield api_server_factory(IWSCOPE_CELERY_QUEUE=queue, IWSCOPE_CREDENTIAL_CACHE_S="1")
+    yield api_server_factory(IWSCOPE_CELERY_QUEUE=queue, IWSCOPE_CREDENTIAL_CACHE_S="1",
+                             IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S="1")
     client = redis.Redis.from_url(redis_url)
     try:
         client.delete(queue)
@@ -145,8 +147,7 @@ def test_revocation_takes_effect_within_the_credential_cache_time(
         # The cache never answers for a wrong secret, even right after the right one succeeded.
         wrong = {"Authorization": f"Bearer {probe.id}.{'x' * 43}"}
         assert client.post(path, headers=wrong, json=HEARTBEAT).status_code == 401
-        with psycopg.connect(libpq_url(database_url)) as connection:
-            connection.execute("UPDATE probes SET revoked_at = now() WHERE id = %s", (probe.id,))
+        revoke_unnoticed(database_url, probe.id)  # no notification: only the entry's expiry refuses it
         revoked_at = time.monotonic()
         statuses = []
         while time.monotonic() - revoked_at < 10:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -11,18 +10,7 @@ from sqlalchemy.engine import Engine
 
 from iwprobe import wire
 from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch,
-                      make_path_sample, make_trial)
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2) -> Any:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
+                               make_path_sample, make_trial, wait_for)
 
 
 def test_upload_triggers_join_and_path_estimates(celery_worker, client: httpx.Client, probe: Enrolled,
