@@ -321,9 +321,10 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             batch["heartbeat"] = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
                                   "trials_measured": len(trials)}
         body = orjson.dumps(batch)
-        answer = await _send_until_accepted(client, stats, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload",
-                                            stop, rng)
+        answer, latency_s = await _send_until_accepted(client, stats, wire.TRIALS_BATCH_PATH, probe["credential"],
+                                                       body, "upload", stop, rng)
         if answer is not None:
+            stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
         observations = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
@@ -339,17 +340,15 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
 
 
 async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str, credential: str, body: bytes,
-                               what: str, stop: asyncio.Event, rng: random.Random) -> Answer | None:
-    """POST ``body``, sending it again after each 503's Retry-After (x 1-1.5) as the spools do.  An
-    accepted upload's latency (its last attempt's, the accepted request's) goes to ``stats``."""
+                               what: str, stop: asyncio.Event, rng: random.Random) -> tuple[Answer | None, float]:
+    """POST ``body``, sending it again after each 503's Retry-After (x 1-1.5) as the spools do;
+    the last answer and the last attempt's latency (the accepted request's, when accepted)."""
     while True:
         refused: list[float] = []
         sent = time.perf_counter()
         answer = await _request(client, stats, "POST", path, credential, body, what, retry_after=refused)
-        if answer is not None and what == "upload":
-            stats.upload_latencies.append(time.perf_counter() - sent)
         if answer is not None or not refused or stop.is_set():
-            return answer
+            return answer, time.perf_counter() - sent
         try:
             await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
         except asyncio.TimeoutError:
