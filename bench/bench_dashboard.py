@@ -336,6 +336,33 @@ def loadavg() -> str:
         return "?"
 
 
+def build(engine: Engine, report: dict[str, Any]) -> None:
+    """Build the roll-ups from every trial, then time one incremental refresh of 10^4 new trials."""
+    started = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        reset_rollups(session)
+        result = refresh_rollups(session)
+    report["full_refresh_s"] = time.perf_counter() - started
+    log(f"roll-ups built in {report['full_refresh_s']:.1f} s: {result}")
+    # one incremental refresh with 10^4 new trials stamped now (the ingest path's received_at)
+    with engine.begin() as connection:
+        connection.execute(text("""
+            INSERT INTO trials (trial_id, started_at, probe_id, campaign_id, origin_id, round, arm_iw, object_size,
+                                url, total_us, bytes_received, syn_retrans, tcp_info, server_latency_us,
+                                server_total_retrans, server_bytes_retrans, server_bytes_sent, joined_at)
+            SELECT gen_random_uuid(), now() - interval '1 hour', p.probe_id, p.campaign_id, p.origin_id, 0,
+                   (ARRAY[3, 10, 16])[1 + g % 3], 9000, '', 300000 + g, 9000, 0, '{}', 250000 + g, 0, 0, 9000, now()
+            FROM generate_series(1, 10000) AS g JOIN bench_paths AS p ON p.k = g % (SELECT count(*) FROM bench_paths)"""))
+    time.sleep(1.2)
+    started = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        result = refresh_rollups(session)
+    report["incremental_refresh_10k_s"] = time.perf_counter() - started
+    log(f"incremental refresh of 10^4 new trials: {report['incremental_refresh_10k_s']:.2f} s: {result}")
+    with engine.begin() as connection:
+        connection.execute(text("ANALYZE analysis_rollups"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--server", default=os.environ.get("IWSCOPE_BENCH_SERVER")
@@ -349,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=DAYS, help="days the generated trials span")
     parser.add_argument("--calls", type=int, default=20, help="roll-up calls per function (varied filters)")
     parser.add_argument("--raw-calls", type=int, default=3, help="raw-scan calls per function (first filters)")
-    parser.add_argument("--reuse", action="store_true", help="keep an existing generated database")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep an existing generated database (migrated to head; add --rebuild to rebuild)")
+    parser.add_argument("--rebuild", action="store_true", help="with --reuse: rebuild the roll-ups from the trials")
+    parser.add_argument("--generate-only", action="store_true", help="generate the trials, build nothing, time nothing")
     parser.add_argument("--output", default=str(REPO / "artifacts" / "bench_dashboard.json"))
     args = parser.parse_args(argv)
     if args.probes is not None:
@@ -370,29 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         generate(engine, args.trials, args.probes_per_region, seed=1, days=args.days)
         report["generate_s"] = time.perf_counter() - started
         log(f"generated in {report['generate_s']:.0f} s")
-        started = time.perf_counter()
-        with Session(engine) as session, session.begin():
-            reset_rollups(session)
-            result = refresh_rollups(session)
-        report["full_refresh_s"] = time.perf_counter() - started
-        log(f"roll-ups built in {report['full_refresh_s']:.1f} s: {result}")
-        # one incremental refresh with 10^4 new trials stamped now (the ingest path's received_at)
-        with engine.begin() as connection:
-            connection.execute(text("""
-                INSERT INTO trials (trial_id, started_at, probe_id, campaign_id, origin_id, round, arm_iw, object_size,
-                                    url, total_us, bytes_received, syn_retrans, tcp_info, server_latency_us,
-                                    server_total_retrans, server_bytes_retrans, server_bytes_sent, joined_at)
-                SELECT gen_random_uuid(), now() - interval '1 hour', p.probe_id, p.campaign_id, p.origin_id, 0,
-                       (ARRAY[3, 10, 16])[1 + g % 3], 9000, '', 300000 + g, 9000, 0, '{}', 250000 + g, 0, 0, 9000, now()
-                FROM generate_series(1, 10000) AS g JOIN bench_paths AS p ON p.k = g % (SELECT count(*) FROM bench_paths)"""))
-        time.sleep(1.2)
-        started = time.perf_counter()
-        with Session(engine) as session, session.begin():
-            result = refresh_rollups(session)
-        report["incremental_refresh_10k_s"] = time.perf_counter() - started
-        log(f"incremental refresh of 10^4 new trials: {report['incremental_refresh_10k_s']:.2f} s: {result}")
-        with engine.begin() as connection:
-            connection.execute(text("ANALYZE analysis_rollups"))
+        if args.generate_only:
+            return 0
+    else:
+        from iwscope import migrate
+
+        migrate.upgrade("head", database_url=url)
+    if not args.reuse or args.rebuild:
+        build(engine, report)
     with engine.connect() as connection:
         report["rollup_rows"] = connection.execute(text("SELECT count(*) FROM analysis_rollups")).scalar_one()
         report["trials_in_db"] = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()

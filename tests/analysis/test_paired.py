@@ -713,3 +713,32 @@ def test_pairing_with_ids_too_wide_for_one_key() -> None:
     assert (wide_pairs.size // (1 << 30)).tolist() == narrow_pairs.size.tolist()
     assert wide_pairs.baseline_ms.tolist() == narrow_pairs.baseline_ms.tolist()
     assert wide_pairs.treatment_ms.tolist() == narrow_pairs.treatment_ms.tolist()
+
+
+def test_analytic_interval_matches_the_bootstrap_t_for_many_paths() -> None:
+    """From ANALYTIC_MIN_UNITS paths on, the Edgeworth-corrected t interval replaces the
+    bootstrap-t: on skewed per-path effects it must agree with it (same second-order
+    correction) and lean the same way, unlike the symmetric t interval."""
+    rng = np.random.default_rng(3)
+    units = paired_module.ANALYTIC_MIN_UNITS + 100
+    n = rng.integers(2, 12, units).astype(np.float64)
+    rtt = RTT_MEDIAN_MS * np.exp(RTT_SIGMA * rng.standard_normal(units))  # right-skewed effects
+    d = n * rtt * rng.uniform(0.5, 1.5, units)
+    b = n * (3 * rtt + 50)
+    analytic = paired_module.paired_interval(n, d, b)
+    bootstrap = paired_module.paired_interval(n, d, b, analytic_min_units=1 << 62)
+    assert analytic is not None and bootstrap is not None
+    theta = float(d.sum() / n.sum())
+    width = bootstrap.abs_high - bootstrap.abs_low
+    assert abs(analytic.abs_low - bootstrap.abs_low) < 0.1 * width
+    assert abs(analytic.abs_high - bootstrap.abs_high) < 0.1 * width
+    # right skew: the upper side is the longer one, in both
+    assert analytic.abs_high - theta > theta - analytic.abs_low
+    assert bootstrap.abs_high - theta > theta - bootstrap.abs_low
+    pct_width = bootstrap.pct_high - bootstrap.pct_low
+    assert abs(analytic.pct_low - bootstrap.pct_low) < 0.1 * pct_width
+    assert abs(analytic.pct_high - bootstrap.pct_high) < 0.1 * pct_width
+    # below the threshold the bootstrap is used: same seed, same bounds
+    few = paired_module.paired_interval(n[:50], d[:50], b[:50])
+    forced = paired_module.paired_interval(n[:50], d[:50], b[:50], analytic_min_units=1 << 62)
+    assert few == forced

@@ -10,10 +10,12 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import random
 import statistics
 import uuid
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -337,24 +339,69 @@ def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str 
     assert headline(db_session, filters).n_trials == expected
 
 
-def test_paired_cells_keep_empty_objects_on_their_own_path() -> None:
-    """Size octave -1 (0-byte objects) must not fold a path's cells into the path before it."""
+def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) -> None:
+    """Size octave -1 (0-byte objects) must not fold a path's cells into another path's: path A
+    has 20 pairs at 9 kB (200 ms vs 100 ms), path B 30 pairs of empty objects (no difference)."""
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    probes = [add_probe(db_session, "europe"), add_probe(db_session, "europe")]
+    for probe in probes:
+        add_path(db_session, probe, origin, 100, 2_000_000, 0.0)
+    for probe, size, count, base_ms, treat_ms in ((probes[0], 9000, 20, 200.0, 100.0), (probes[1], 0, 30, 100.0, 100.0)):
+        for i in range(count):
+            jitter = 1.0 if i % 2 else -1.0
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
+                      server_ms=base_ms + jitter, size=size)
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
+                      server_ms=treat_ms + jitter, size=size)
+    db_session.flush()
+    rebuild_rollups(db_session)
+    (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "region")
+    assert (result.n_paths, result.n_pairs) == (2, 50)
+    assert result.abs_ms == pytest.approx(20 * 100.0 / 50)
+    by_size = {row.bucket: row for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "size")}
+    assert {bucket: (row.n_paths, row.n_pairs) for bucket, row in by_size.items()} == {
+        "0 B-1 B": (1, 30), "8 KiB-16 KiB": (1, 20)}
+def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: Session,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PERCENTILE_DETAIL_PATHS paths, the percentile intervals read the histograms of a fixed
+    subset of that many paths only, and are put around the all-paths difference, narrowed by
+    sqrt(subset / paths)."""
     from iwscope.analysis import queries
 
-    ints = lambda *values: np.array(values, dtype=np.int64)  # noqa: E731
-    floats = lambda *values: np.array(values, dtype=np.float64)  # noqa: E731
-    rows = 4
-    frame = queries._Frame(
-        path=ints(0, 0, 1, 1), probe=ints(0, 0, 1, 1), arm=ints(3, 10, 3, 10), size_bucket=ints(13, 13, -1, -1),
-        region=ints(0, 0, 0, 0), region_names=["r"], min_rtt_us=floats(*[1e5] * rows),
-        bottleneck_bps=floats(*[1e6] * rows), bdp_bytes=floats(*[1e4] * rows), loss_rate=floats(*[0.0] * rows),
-        n_trials=floats(20, 20, 30, 30), n=floats(20, 20, 30, 30), sum_us=floats(4e6, 2e6, 3e6, 3e6),
-        sumsq=floats(*[0.0] * rows), retrans_n=floats(*[0.0] * rows), retrans_trials=floats(*[0.0] * rows),
-        bytes_retrans=floats(*[0.0] * rows), bytes_sent=floats(*[0.0] * rows),
-        # one histogram piece per row: its n trials in the bin of its mean latency
-        piece_row=ints(0, 1, 2, 3), piece_lo=ints(*(bk.hist_bin(int(us)) for us in (2e5, 1e5, 1e5, 1e5))),
-        piece_len=ints(1, 1, 1, 1), blob=np.array([20, 20, 30, 30], dtype=np.int32).tobytes())
-    estimate = queries._paired(frame, np.arange(rows), Filters(baseline_iw=3, treatment_iw=10))
-    assert (estimate.n_paths, estimate.n_pairs) == (2, 50)
-    # path 0: 20 pairs, 200 ms - 100 ms; path 1: 30 pairs, no difference
-    assert estimate.estimate_ms == pytest.approx(20 * 100.0 / 50)
+    rng = random.Random(5)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    for _ in range(24):
+        probe = add_probe(db_session, "europe")
+        rtt = rng.uniform(40, 400)
+        add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
+        for _ in range(12):
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
+                      server_ms=3 * rtt * rng.uniform(0.9, 1.3))
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
+                      server_ms=2 * rtt * rng.uniform(0.9, 1.3))
+    db_session.flush()
+    rebuild_rollups(db_session)
+    filters = Filters(campaign_ids=(campaign_id,))
+    (everything,) = percentile_table(db_session, filters)
+    read: list[int] = []
+    original = queries._Data.path_histograms
+
+    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
+        read.append(len(path_codes))
+        return original(self, path_codes)
+
+    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    monkeypatch.setattr(queries, "PERCENTILE_DETAIL_PATHS", 6)
+    (subsampled,) = percentile_table(db_session, filters)
+    assert read == [6]
+    assert subsampled.improvement == everything.improvement  # the numbers come from all paths
+    for key in ("p50", "p75", "p90"):
+        value = subsampled.improvement[key]
+        low, high = subsampled.improvement_ci[key]
+        assert value is not None and low is not None and high is not None and low <= value <= high, key
+        full_low, full_high = everything.improvement_ci[key]
+        assert full_low is not None and full_high is not None
+        # same order of width as the interval from all 24 paths (both estimate the same spread)
+        assert 0.25 < (high - low) / (full_high - full_low) < 4.0, key

@@ -195,3 +195,73 @@ def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_w
         assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)]
     finally:
         _cleanup(committed_engine, campaign_id, [probe])
+
+
+def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
+    """The per-path roll-ups summed under each path's stored signature: what the bucket roll-ups
+    must hold, exactly (size bounds and timestamps aside)."""
+    from iwscope.analysis.rollups import BUCKET_TABLE
+
+    signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
+                    for row in session.execute(text("SELECT * FROM analysis_path_signatures"))}
+    expected: dict = {}
+    for key, row in rollup_snapshot(session).items():
+        if key[0] not in campaign_ids:
+            continue
+        bucket_key = (key[0], signature_of[(key[1], key[2])], *key[3:])
+        into = expected.setdefault(bucket_key, {})
+        for name, value in row.items():
+            if name in {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain",
+                        "size_min", "size_max"}:
+                continue
+            into[name] = [a + b for a, b in zip(into[name], value, strict=True)] if isinstance(value, list) and name in into \
+                else (into.get(name, 0) + value if not isinstance(value, list) else list(value))
+    stored = {key: {name: value for name, value in row.items()
+                    if name not in {"campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain", "size_min",
+                                    "size_max"}}
+              for key, row in rollup_snapshot(session, BUCKET_TABLE).items() if key[0] in campaign_ids}
+    return {"expected": expected, "stored": stored}
+
+
+def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -> None:
+    """The bucket roll-ups hold exactly the per-path roll-ups summed by signature; when a path's
+    estimate crosses a bucket edge, its trials (old and new) move to the new bucket, and the
+    result equals a rebuild from the raw trials."""
+    from iwscope.analysis.rollups import BUCKET_TABLE, rebucket
+
+    rng = random.Random(11)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    probes = [add_probe(db_session, region) for region in ("africa", "europe")]
+    add_path(db_session, probes[0], origin, 30.0, 5_000_000, 0.0)   # RTT bucket (20, 50]
+    add_path(db_session, probes[1], origin, 150.0, 5_000_000, 0.0)  # RTT bucket (100, 200]
+    reset_rollups(db_session)
+    upto = T0 + dt.timedelta(days=4, minutes=5)
+    _random_trials(db_session, rng, campaign_id, probes, origin, 300, T0 + dt.timedelta(days=4), joined=True,
+                   without_campaign=0.0)
+    refresh_rollups(db_session, upto=upto)
+    sums = _by_signature(db_session, {campaign_id})
+    assert sums["stored"] == sums["expected"] and sums["stored"]
+
+    def rtt_counts() -> dict[str, int]:
+        return {row.bucket: row.baseline.n + row.treatment.n
+                for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,), metric="server"), "rtt")}
+
+    before = rtt_counts()
+    assert set(before) == {"<=50 ms", "<=200 ms"}
+    moved_trials = before["<=50 ms"]
+    # the first path's estimate moves to 600 ms: its trials leave (20, 50] for (500, 1000]
+    db_session.execute(text("UPDATE path_estimates SET min_rtt_us = 600000 WHERE probe_id = :p AND origin_id = :o"),
+                       {"p": probes[0], "o": origin})
+    assert rebucket(db_session, [(probes[0], origin), (probes[1], origin)]) == 1
+    assert rebucket(db_session, [(probes[0], origin), (probes[1], origin)]) == 0  # nothing moves twice
+    after = rtt_counts()
+    assert after == {"<=1000 ms": moved_trials, "<=200 ms": before["<=200 ms"]}
+    sums = _by_signature(db_session, {campaign_id})
+    assert sums["stored"] == sums["expected"]
+    incremental = sums["stored"]
+    rebuild_rollups(db_session, upto=upto)
+    assert _by_signature(db_session, {campaign_id})["stored"] == incremental
+    assert rtt_counts() == after
+    assert all(row["n_trials"] > 0 for key, row in rollup_snapshot(db_session, BUCKET_TABLE).items()
+               if key[0] == campaign_id)

@@ -21,7 +21,8 @@ import datetime as dt
 import uuid
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Date, Index, Integer, LargeBinary, Numeric, SmallInteger, Text
+from sqlalchemy import (BigInteger, Date, Identity, Index, Integer, LargeBinary, Numeric, SmallInteger, Text,
+                        UniqueConstraint)
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -37,23 +38,9 @@ NO_ORIGIN = uuid.UUID(int=0)
 METRIC_COLUMNS = {"server": "server_latency_us", "client": "total_us"}
 
 
-class Rollup(Base):
-    __tablename__ = "analysis_rollups"
-    __table_args__ = (
-        Index("ix_analysis_rollups_day", "day"),
-        Index("ix_analysis_rollups_probe_id_origin_id", "probe_id", "origin_id"),
-    )
-
-    campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    probe_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    origin_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    arm_iw: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
-    #: Octave of the object size: 2**size_bucket <= object_size < 2**(size_bucket+1).
-    size_bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
-    #: The UTC day of ``started_at`` (grain 0) or the first day of its month (grain 1).
-    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
-    #: 0 = one day, 1 = one calendar month (every trial is in one row of each grain).
-    grain: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+class _RollupMeasures:
+    """The mergeable aggregates both roll-up tables hold per key (adding two rows' measures gives
+    the measures of the union)."""
 
     #: Every trial (successful or not) and the failed ones (error_kind set or no latency).
     n_trials: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -82,6 +69,72 @@ class Rollup(Base):
     bytes_sent: Mapped[int] = mapped_column(BigInteger, default=0)
 
     updated_at: Mapped[CreatedAt]
+
+
+class Rollup(_RollupMeasures, Base):
+    __tablename__ = "analysis_rollups"
+    __table_args__ = (
+        Index("ix_analysis_rollups_day", "day"),
+        Index("ix_analysis_rollups_probe_id_origin_id", "probe_id", "origin_id"),
+        Index("ix_analysis_rollups_cells", "grain", "day", "arm_iw",
+              postgresql_include=["campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "client_n",
+                                  "client_sum_us", "server_n", "server_sum_us"]),
+    )
+
+    campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    probe_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    origin_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    arm_iw: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    #: Octave of the object size: 2**size_bucket <= object_size < 2**(size_bucket+1).
+    size_bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    #: The UTC day of ``started_at`` (grain 0) or the first day of its month (grain 1).
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    #: 0 = one day, 1 = one calendar month (every trial is in one row of each grain).
+    grain: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+
+
+class Signature(Base):
+    """One combination of the figures' path buckets (indexes into ``buckets``' lists; -1 =
+    unknown, e.g. no path estimate yet)."""
+
+    __tablename__ = "analysis_signatures"
+    __table_args__ = (UniqueConstraint("region", "rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket",
+                                       name="uq_analysis_signatures_region"),)
+
+    id: Mapped[int] = mapped_column(Integer, Identity(), primary_key=True)
+    region: Mapped[str] = mapped_column(Text)
+    rtt_bucket: Mapped[int] = mapped_column(SmallInteger)
+    bandwidth_bucket: Mapped[int] = mapped_column(SmallInteger)
+    bdp_bucket: Mapped[int] = mapped_column(SmallInteger)
+    loss_bucket: Mapped[int] = mapped_column(SmallInteger)
+
+
+class PathSignature(Base):
+    """The signature a path's trials are counted under in ``analysis_bucket_rollups``: every
+    per-path roll-up row of the path is in the bucket rows of this signature, exactly."""
+
+    __tablename__ = "analysis_path_signatures"
+    __table_args__ = (Index("ix_analysis_path_signatures_signature_id", "signature_id"),)
+
+    probe_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    origin_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    signature_id: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[CreatedAt]
+
+
+class BucketRollup(_RollupMeasures, Base):
+    """``analysis_rollups``' measures keyed by the path's signature instead of the path: what the
+    figures' histograms and arm statistics read (rows grow with buckets x days, not paths)."""
+
+    __tablename__ = "analysis_bucket_rollups"
+    __table_args__ = (Index("ix_analysis_bucket_rollups_grain_day", "grain", "day"),)
+
+    campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    signature_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arm_iw: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    size_bucket: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    grain: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
 
 
 class Watermark(Base):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -28,8 +28,9 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters, trial_where
-from iwscope.analysis.paired import Cells, PairedEstimate, cell_estimate
-from iwscope.analysis.stats import (MIN_CLUSTERS, Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
+from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_stats, load_paths
+from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
+from iwscope.analysis.stats import (Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
                                     median_interval, merge_pieces, proportion_interval, quantile_difference_intervals)
 
 FloatArray = npt.NDArray[np.float64]
@@ -256,151 +257,6 @@ def region_centroid(region: str) -> tuple[float | None, float | None]:
     return lat_lon if lat_lon is not None else (None, None)
 
 
-# ---- loading roll-ups ------------------------------------------------------------------------
-
-@dataclass
-class _Frame:
-    """Roll-up rows matching the filters, summed over days in SQL, as numpy columns.
-
-    One entry per (probe, origin, arm, size octave).  Histograms stay as the packed pieces of
-    the daily rows: piece ``j`` belongs to entry ``piece_row[j]``, starts at bin ``piece_lo[j]``
-    and holds ``piece_len[j]`` int32 counts in ``blob``.
-    """
-
-    path: IntArray            # 0-based code of (probe_id, origin_id), in that sort order
-    probe: IntArray           # 0-based code of probe_id
-    arm: IntArray
-    size_bucket: IntArray
-    region: IntArray          # index into region_names
-    region_names: list[str]
-    min_rtt_us: FloatArray
-    bottleneck_bps: FloatArray
-    bdp_bytes: FloatArray
-    loss_rate: FloatArray
-    n_trials: FloatArray
-    n: FloatArray
-    sum_us: FloatArray
-    sumsq: FloatArray
-    retrans_n: FloatArray
-    retrans_trials: FloatArray
-    bytes_retrans: FloatArray
-    bytes_sent: FloatArray
-    piece_row: IntArray
-    piece_lo: IntArray
-    piece_len: IntArray
-    blob: bytes
-
-    @property
-    def size(self) -> int:
-        return int(self.arm.size)
-
-
-def _month_start(day: dt.date) -> dt.date:
-    return day.replace(day=1)
-
-
-def _next_month(day: dt.date) -> dt.date:
-    return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-
-
-def _time_clause(filters: Filters, params: dict[str, Any]) -> str:
-    """Month rows for the whole months inside the range, day rows for the days at its edges.
-
-    The range is whole UTC days ``[since's day, until's day]``; an open end extends to the
-    first / last month with data.
-    """
-    if filters.since is None and filters.until is None:
-        return "r.grain = 1"
-    first_day = filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1)
-    last_day = filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30)
-    # whole months inside [first_day, last_day]: [months_from, months_to)
-    months_from = first_day if first_day.day == 1 else _next_month(first_day)
-    months_to = _month_start(last_day + dt.timedelta(days=1))
-    if months_to <= months_from:
-        params.update(first_day=first_day, last_day=last_day)
-        return "(r.grain = 0 AND r.day BETWEEN :first_day AND :last_day)"
-    params.update(first_day=first_day, last_day=last_day, months_from=months_from, months_to=months_to)
-    return ("((r.grain = 1 AND r.day >= :months_from AND r.day < :months_to)"
-            " OR (r.grain = 0 AND r.day BETWEEN :first_day AND :last_day"
-            " AND NOT (r.day >= :months_from AND r.day < :months_to)))")
-
-
-def _where(filters: Filters, arms: Sequence[int] | None) -> tuple[str, dict[str, Any]]:
-    clauses: list[str] = []
-    params: dict[str, Any] = {}
-    if filters.campaign_ids:
-        clauses.append("r.campaign_id = ANY(:campaign_ids)")
-        params["campaign_ids"] = list(filters.campaign_ids)
-    clauses.append(_time_clause(filters, params))
-    if filters.regions:
-        clauses.append("r.probe_id IN (SELECT id FROM probes WHERE region = ANY(:regions))")
-        params["regions"] = list(filters.regions)
-    if filters.size_min is not None or filters.size_max is not None:
-        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
-        clauses.append("r.size_bucket BETWEEN :size_first AND :size_last")
-        params.update(size_first=first, size_last=last)
-    if arms is not None:
-        clauses.append("r.arm_iw = ANY(:arms)")
-        params["arms"] = list(arms)
-    return (" AND ".join(clauses) or "TRUE"), params
-
-
-_NUMERIC_COLUMNS = 16
-
-
-def _load(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool) -> _Frame:
-    metric = "server" if filters.metric == "server" else "client"
-    where, params = _where(filters, arms)
-    # The three aggregates see a group's rows in the same order (one pass), so piece i of
-    # ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
-    hist_aggregates = (f""",
-               array_agg(r.{metric}_hist_lo) AS los, array_agg(length(r.{metric}_hist) / 4) AS lens,
-               string_agg(r.{metric}_hist, ''::bytea) AS blob"""
-                       if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
-    statement = text(f"""
-        WITH g AS (
-            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket,
-                   sum(r.n_trials) AS n_trials, sum(r.{metric}_n) AS n, sum(r.{metric}_sum_us) AS sum_us,
-                   sum(r.{metric}_sumsq_us2) AS sumsq, sum(r.retrans_n) AS retrans_n,
-                   sum(r.retrans_trials) AS retrans_trials, sum(r.bytes_retrans) AS bytes_retrans,
-                   sum(r.bytes_sent) AS bytes_sent{hist_aggregates}
-            FROM analysis_rollups AS r WHERE {where}
-            GROUP BY r.probe_id, r.origin_id, r.arm_iw, r.size_bucket)
-        SELECT dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, dense_rank() OVER (ORDER BY g.probe_id) - 1,
-               g.arm_iw, g.size_bucket,
-               COALESCE(pe.min_rtt_us::float8, 'NaN'), COALESCE(pe.bottleneck_bps::float8, 'NaN'),
-               COALESCE(pe.bdp_bytes::float8, 'NaN'), COALESCE(pe.loss_rate, 'NaN'),
-               g.n_trials::float8, g.n::float8, g.sum_us::float8, g.sumsq::float8, g.retrans_n::float8,
-               g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8,
-               COALESCE(p.region, 'unknown'), g.los, g.lens, g.blob
-        FROM g LEFT JOIN probes AS p ON p.id = g.probe_id
-        LEFT JOIN path_estimates AS pe ON pe.probe_id = g.probe_id AND pe.origin_id = g.origin_id""")
-    rows = session.execute(statement, params).all()
-    count = len(rows)
-    numeric = (np.array([row[:_NUMERIC_COLUMNS] for row in rows], dtype=np.float64) if count
-               else np.zeros((0, _NUMERIC_COLUMNS)))
-    region_codes: dict[str, int] = {}
-    region = np.fromiter((region_codes.setdefault(row[16], len(region_codes)) for row in rows),
-                         dtype=np.int64, count=count)
-    if with_hist and count:
-        piece_counts = np.fromiter((len(row[17]) for row in rows), dtype=np.int64, count=count)
-        piece_lo = np.fromiter(itertools.chain.from_iterable(row[17] for row in rows), dtype=np.int64)
-        piece_len = np.fromiter(itertools.chain.from_iterable(row[18] for row in rows), dtype=np.int64)
-        piece_row = np.repeat(np.arange(count, dtype=np.int64), piece_counts)
-        blob = b"".join(bytes(row[19]) for row in rows if row[19])
-    else:
-        piece_lo = piece_len = piece_row = np.zeros(0, dtype=np.int64)
-        blob = b""
-    ints = numeric[:, :4].astype(np.int64)
-    return _Frame(
-        path=ints[:, 0], probe=ints[:, 1], arm=ints[:, 2], size_bucket=ints[:, 3],
-        region=region, region_names=list(region_codes),
-        min_rtt_us=numeric[:, 4], bottleneck_bps=numeric[:, 5], bdp_bytes=numeric[:, 6], loss_rate=numeric[:, 7],
-        n_trials=numeric[:, 8], n=numeric[:, 9], sum_us=numeric[:, 10], sumsq=numeric[:, 11],
-        retrans_n=numeric[:, 12], retrans_trials=numeric[:, 13], bytes_retrans=numeric[:, 14],
-        bytes_sent=numeric[:, 15], piece_row=piece_row, piece_lo=piece_lo, piece_len=piece_len, blob=blob)
-
-
 # ---- grouping helpers ------------------------------------------------------------------------
 
 def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
@@ -409,7 +265,7 @@ def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArra
     return np.bincount(groups, weights=values, minlength=n_groups)[:n_groups]
 
 
-def _histograms(frame: _Frame, groups: IntArray, n_groups: int) -> IntArray:
+def _histograms(frame: Frame, groups: IntArray, n_groups: int) -> IntArray:
     """Merged histograms per group (``groups`` has one entry per frame row; negative = ignored)."""
     return merge_pieces(groups[frame.piece_row], frame.piece_lo, frame.piece_len, frame.blob, n_groups)
 
@@ -428,45 +284,97 @@ def _share(numerator: float, denominator: float) -> float | None:
 
 #: Size-octave slots per path in a cell key (octaves -1 .. 34 fit).
 _SIZE_SLOTS = 64
+#: Most paths whose own histograms a percentile interval reads; above it, a fixed pseudo-random
+#: subset of this many paths stands in (``_percentile_intervals``).
+PERCENTILE_DETAIL_PATHS = 200
 
 
-def _paired(frame: _Frame, rows: IntArray, filters: Filters) -> PairedEstimate:
-    """The paired estimate of roll-up rows ``rows``: cells are (path, size octave)."""
-    arm = frame.arm[rows]
-    is_treat = arm == filters.treatment_iw
-    # size octaves run from -1 (empty objects) to 34 (16 GiB): shifted by one, 64 slots per path
-    key = frame.path[rows] * _SIZE_SLOTS + (frame.size_bucket[rows] + 1)
-    cell_keys, cell = np.unique(key, return_inverse=True)
+@dataclass
+class _Data:
+    """What one analysis call read: per-path paired sums (``paths``) and bucket rows (arm
+    statistics, histograms), and how to read per-path histograms of a few paths."""
+
+    session: Session
+    filters: Filters
+    arms: Sequence[int] | None
+    paths: PathFrame
+    buckets: Frame
+
+    def path_histograms(self, path_codes: IntArray) -> Frame:
+        """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
+        ids = [self.paths.path_ids[int(code)] for code in path_codes]
+        detail = load_paths(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw),
+                            with_hist=True, paths=ids)
+        code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
+        detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
+                                  dtype=np.int64, count=detail.size)
+        return detail
+
+
+def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: bool = False) -> _Data:
+    arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
+    return _Data(session, filters, arms, load_path_stats(session, filters, all_arms, by_size),
+                 load_buckets(session, filters, arms))
+
+
+def _within_path_interval(data: _Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:
+    """The within-path interval of ``paths`` (fewer than MIN_CLUSTERS), from their cells'
+    histograms (only size octaves ``sizes`` when given)."""
+    detail = data.path_histograms(paths)
+    filters = data.filters
+    rows = (detail.arm == filters.baseline_iw) | (detail.arm == filters.treatment_iw)
+    if sizes is not None:
+        rows &= np.isin(detail.size_bucket, sizes)
+    is_treat = detail.arm == filters.treatment_iw
+    key = detail.path * _SIZE_SLOTS + (detail.size_bucket + 1)
+    cell_keys, cell = np.unique(key[rows], return_inverse=True)
     k = cell_keys.size
-    n = frame.n[rows]
-    sums_ms = frame.sum_us[rows] / 1000.0
+    n, sums_ms, treat = detail.n[rows], detail.sum_us[rows] / 1000.0, is_treat[rows]
+    slot = np.full(detail.size, -1, dtype=np.int64)
+    slot[rows] = cell * 2 + treat
+    hists = _histograms(detail, slot, 2 * k).reshape(k, 2, -1)
     cells = Cells(path=cell_keys // _SIZE_SLOTS,
-                  n_base=np.bincount(cell, weights=n * ~is_treat, minlength=k),
-                  sum_base_ms=np.bincount(cell, weights=sums_ms * ~is_treat, minlength=k),
-                  n_treat=np.bincount(cell, weights=n * is_treat, minlength=k),
-                  sum_treat_ms=np.bincount(cell, weights=sums_ms * is_treat, minlength=k))
-    if 0 < np.unique(cells.path).size < MIN_CLUSTERS:  # the within-path interval needs each cell's histograms
-        slot = np.full(frame.size, -1, dtype=np.int64)
-        slot[rows] = cell * 2 + is_treat
-        hists = _histograms(frame, slot, 2 * k).reshape(k, 2, -1)
-        cells = replace(cells, hist_base=hists[:, 0], hist_treat=hists[:, 1])
-    return cell_estimate(cells)
+                  n_base=np.bincount(cell, weights=n * ~treat, minlength=k),
+                  sum_base_ms=np.bincount(cell, weights=sums_ms * ~treat, minlength=k),
+                  n_treat=np.bincount(cell, weights=n * treat, minlength=k),
+                  sum_treat_ms=np.bincount(cell, weights=sums_ms * treat, minlength=k),
+                  hist_base=hists[:, 0], hist_treat=hists[:, 1])
+    return within_path_interval(cells)
 
 
-def _comparisons(frame: _Frame, filters: Filters, groups: IntArray, labels: list[bk.Bucket],
+def _paired(data: _Data, rows: IntArray) -> PairedEstimate:
+    """The paired estimate of ``data.paths`` entries ``rows`` (summed per path)."""
+    frame = data.paths
+    codes, index = np.unique(frame.path[rows], return_inverse=True)
+    k = codes.size
+    n = np.bincount(index, weights=frame.n_pairs[rows], minlength=k)
+    keep = n > 0
+    stats = PathStats(path=codes[keep], n_pairs=n[keep],
+                      sum_diff_ms=np.bincount(index, weights=frame.sum_diff_ms[rows], minlength=k)[keep],
+                      sum_base_ms=np.bincount(index, weights=frame.sum_base_ms[rows], minlength=k)[keep])
+    sizes = frame.size_bucket[rows]
+    wanted_sizes = None if (sizes.size == 0 or (sizes == -2).all()) else np.unique(sizes)
+    return path_estimate(stats, lambda: _within_path_interval(data, stats.path, wanted_sizes))
+
+
+def _comparisons(data: _Data, groups: tuple[IntArray, IntArray], labels: list[bk.Bucket],
                  dimension: str) -> list[BucketComparison]:
-    """One comparison per group that holds data in either arm (groups < 0 are dropped)."""
+    """One comparison per group that holds data in either arm (groups < 0 are dropped).
+    ``groups`` = (group of each path-frame row, group of each bucket-frame row)."""
+    path_groups, bucket_groups = groups
+    frame, filters = data.buckets, data.filters
     n_groups = len(labels)
     base_iw, treat_iw = filters.baseline_iw, filters.treatment_iw
     arm_slot = np.where(frame.arm == base_iw, 0, np.where(frame.arm == treat_iw, 1, -1))
-    valid = (groups >= 0) & (arm_slot >= 0)
-    cell = np.where(valid, groups * 2 + arm_slot, -1)
+    valid = (bucket_groups >= 0) & (arm_slot >= 0)
+    cell = np.where(valid, bucket_groups * 2 + arm_slot, -1)
     cells = 2 * n_groups
     keep = cell >= 0
     n = _group_sum(frame.n[keep], cell[keep], cells)
     sums = _group_sum(frame.sum_us[keep], cell[keep], cells)
     sumsq = _group_sum(frame.sumsq[keep], cell[keep], cells)
     hists = _histograms(frame, cell, cells)
+    path_valid = path_groups >= 0
     results: list[BucketComparison] = []
     for group, label in enumerate(labels):
         b, t = 2 * group, 2 * group + 1
@@ -474,7 +382,7 @@ def _comparisons(frame: _Frame, filters: Filters, groups: IntArray, labels: list
             continue
         baseline = _arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
         treatment = _arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
-        estimate = _paired(frame, np.flatnonzero(valid & (groups == group)), filters)
+        estimate = _paired(data, np.flatnonzero(path_valid & (path_groups == group)))
         results.append(_bucket_comparison(dimension, label, baseline, treatment, estimate))
     return results
 
@@ -494,32 +402,35 @@ def _bucket_comparison(dimension: str, label: bk.Bucket, baseline: ArmStats, tre
         too_small=estimate.too_small, note=estimate.reason)
 
 
-def _dimension_groups(frame: _Frame, dimension: str) -> tuple[IntArray, list[bk.Bucket]]:
-    """Group index per roll-up row and the bucket descriptions for ``dimension``."""
-    if dimension == "rtt":
-        return bk.rtt_index(frame.min_rtt_us), bk.RTT_BUCKETS
-    if dimension == "bandwidth":
-        return bk.bandwidth_index(frame.bottleneck_bps), bk.BANDWIDTH_BUCKETS
-    if dimension == "bdp":
-        return bk.bdp_index(frame.bdp_bytes), bk.BDP_BUCKETS
-    if dimension == "loss":
-        return bk.loss_index(frame.loss_rate), bk.LOSS_BUCKETS
+_BUCKET_COLUMNS = {"rtt": ("rtt_bucket", bk.RTT_BUCKETS), "bandwidth": ("bandwidth_bucket", bk.BANDWIDTH_BUCKETS),
+                   "bdp": ("bdp_bucket", bk.BDP_BUCKETS), "loss": ("loss_bucket", bk.LOSS_BUCKETS)}
+
+
+def _dimension_groups(data: _Data, dimension: str) -> tuple[tuple[IntArray, IntArray], list[bk.Bucket]]:
+    """Group index of every row of both frames and the bucket descriptions for ``dimension``."""
+    frames = (data.paths, data.buckets)
+    if dimension in _BUCKET_COLUMNS:
+        column, labels = _BUCKET_COLUMNS[dimension]
+        first, second = (getattr(frame, column) for frame in frames)
+        return (first, second), labels
     if dimension == "region":
-        order = sorted(range(len(frame.region_names)), key=lambda i: frame.region_names[i])
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        labels = [bk.Bucket(frame.region_names[i], position, None, None) for position, i in enumerate(order)]
-        return (rank[frame.region] if frame.size else frame.region), labels
+        names = sorted(set(data.paths.region_names) | set(data.buckets.region_names))
+        rank = {name: position for position, name in enumerate(names)}
+        labels = [bk.Bucket(name, position, None, None) for position, name in enumerate(names)]
+        first, second = (np.array([rank[name] for name in frame.region_names], dtype=np.int64)[frame.region]
+                         if frame.size else frame.region for frame in frames)
+        return (first, second), labels
     if dimension == "size":
-        present = sorted(set(frame.size_bucket.tolist()))
+        present = sorted(set(data.paths.size_bucket.tolist()) | set(data.buckets.size_bucket.tolist()))
         position = {bucket: index for index, bucket in enumerate(present)}
         labels = []
         for index, bucket in enumerate(present):
             lower, upper = bk.size_bucket_bounds(bucket)
             labels.append(bk.Bucket(bk.size_bucket_label(bucket), index, float(lower),
                                     float(upper) if upper is not None else None))
-        groups = np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64, count=frame.size)
-        return groups, labels
+        first, second = (np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64,
+                                     count=frame.size) for frame in frames)
+        return (first, second), labels
     raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
 
 
@@ -529,8 +440,8 @@ def compare_by(session: Session, filters: Filters,
                dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"]) -> list[BucketComparison]:
     """Treatment vs baseline per bucket of ``dimension``; buckets without data are omitted.
 
-    Roll-up rows whose path has no estimate yet (no ``path_estimates`` row, or the needed
-    value missing) are left out of the rtt / bandwidth / bdp / loss comparisons.
+    Paths without an estimate yet (no ``path_estimates`` row, or the needed value missing when
+    their trials were folded in) are left out of the rtt / bandwidth / bdp / loss comparisons.
     """
     return compare_many(session, filters, (dimension,))[dimension]
 
@@ -540,8 +451,8 @@ def compare_many(session: Session, filters: Filters, dimensions: Sequence[str]) 
     unknown = [dimension for dimension in dimensions if dimension not in bk.DIMENSIONS]
     if unknown:
         raise ValueError(f"unknown dimension {unknown[0]!r}; expected one of {', '.join(bk.DIMENSIONS)}")
-    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=True)
-    return {dimension: _comparisons(frame, filters, *_dimension_groups(frame, dimension), dimension)
+    data = _read(session, filters, by_size="size" in dimensions)
+    return {dimension: _comparisons(data, *_dimension_groups(data, dimension), dimension)
             for dimension in dimensions}
 
 
@@ -566,11 +477,13 @@ def percentile_table(session: Session, filters: Filters,
     (+-1 %).  ``group_by="region"`` gives one table per region, else one table ``"all"``.
     """
     base_iw, treat_iw = filters.baseline_iw, filters.treatment_iw
-    frame = _load(session, filters, (base_iw, treat_iw), with_hist=True)
+    data = _read(session, filters)
+    frame = data.buckets
     if group_by == "region":
-        groups, labels = _dimension_groups(frame, "region")
+        (path_groups, groups), labels = _dimension_groups(data, "region")
         names = [label.label for label in labels]
     else:
+        path_groups = np.zeros(data.paths.size, dtype=np.int64)
         groups, names = np.zeros(frame.size, dtype=np.int64), ["all"]
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
@@ -578,6 +491,12 @@ def percentile_table(session: Session, filters: Filters,
     sums = {name: _group_sum(getattr(frame, name), cell, cells)
             for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")}
     hists = _histograms(frame, cell, cells)
+    group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
+    estimates = [_paired(data, rows) for rows in group_rows]
+    detail_paths = [_detail_paths(data, rows) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
+                    for rows, estimate in zip(group_rows, estimates, strict=True)]
+    union = np.unique(np.concatenate([paths for paths, _ in detail_paths])) if detail_paths else np.zeros(0, np.int64)
+    detail = data.path_histograms(union) if union.size else None  # one read for every group
     tables: list[PercentileTable] = []
     for group, name in enumerate(names):
         arms = []
@@ -586,8 +505,7 @@ def percentile_table(session: Session, filters: Filters,
             arms.append(_arm_percentiles(iw, sums["n"][c], sums["sum_us"][c], hists[c], sums["retrans_trials"][c],
                                          sums["retrans_n"][c], sums["bytes_retrans"][c], sums["bytes_sent"][c]))
         treatment, baseline = arms
-        rows = np.flatnonzero((groups == group) & ((frame.arm == base_iw) | (frame.arm == treat_iw)))
-        estimate = _paired(frame, rows, filters)
+        estimate = estimates[group]
         keys = ("avg", *(key for key, _ in _PERCENTILES))
         improvement: dict[str, float | None] = dict.fromkeys(keys)
         pct_improvement = dict(improvement)
@@ -598,9 +516,12 @@ def percentile_table(session: Session, filters: Filters,
             if estimate.interval is not None:
                 improvement_ci["avg"] = [estimate.interval.abs_low, estimate.interval.abs_high]
                 pct_improvement_ci["avg"] = [estimate.interval.pct_low, estimate.interval.pct_high]
-            intervals = _percentile_intervals(frame, rows, filters)
+            full = {key: (getattr(baseline, key), getattr(treatment, key)) for key, _ in _PERCENTILES}
+            paths, n_paths = detail_paths[group]
+            intervals = (_percentile_intervals(data, detail, paths, n_paths, full) if detail is not None
+                         else [None for _ in _PERCENTILES])
             for (key, _), interval in zip(_PERCENTILES, intervals):
-                base_value, treat_value = getattr(baseline, key), getattr(treatment, key)
+                base_value, treat_value = full[key]
                 if base_value is None or treat_value is None:
                     continue
                 improvement[key] = base_value - treat_value
@@ -619,23 +540,67 @@ def percentile_table(session: Session, filters: Filters,
     return tables
 
 
-def _percentile_intervals(frame: _Frame, rows: IntArray, filters: Filters) -> list[Interval | None]:
-    """Intervals of the percentile improvements of roll-up rows ``rows`` (per-path histograms)."""
-    paths, path_index = np.unique(frame.path[rows], return_inverse=True)
+def _detail_paths(data: _Data, rows: IntArray) -> tuple[IntArray, int]:
+    """The paths whose histograms a percentile interval of ``data.paths`` entries ``rows`` reads,
+    and how many paths there are: all of them up to :data:`PERCENTILE_DETAIL_PATHS`, else a
+    fixed pseudo-random subset of that many (by a hash of the path's ids, so the same paths
+    every call)."""
+    paths = np.unique(data.paths.path[rows])
+    if paths.size <= PERCENTILE_DETAIL_PATHS:
+        return paths, int(paths.size)
+    keys = np.array([int(data.paths.path_ids[int(code)][0].int % 1_000_003) * 7919
+                     + int(data.paths.path_ids[int(code)][1].int % 1_000_003) for code in paths])
+    return np.sort(paths[np.argsort(keys, kind="stable")[:PERCENTILE_DETAIL_PATHS]]), int(paths.size)
+
+
+def _percentile_intervals(data: _Data, detail: Frame, paths: IntArray, n_paths: int,
+                          full: dict[str, tuple[float | None, float | None]]) -> list[Interval | None]:
+    """Intervals of the percentile improvements from the per-path histograms of ``paths``
+    (``detail`` holds at least their rows).
+
+    When ``paths`` is a subset of ``n_paths`` (:func:`_detail_paths`), the paths are resampled
+    from the subset (subsampling, Politis & Romano 1994): the interval's distances from the
+    subset's own difference shrink by ``sqrt(subset / paths)`` and are put around the
+    difference of all paths (``full``: baseline and treatment value per key)."""
     if paths.size == 0:
         return [None for _ in _PERCENTILES]
-    slot = np.full(frame.size, -1, dtype=np.int64)
-    slot[rows] = path_index * 2 + (frame.arm[rows] == filters.treatment_iw)
-    hists = _histograms(frame, slot, 2 * paths.size).reshape(paths.size, 2, -1)
-    return quantile_difference_intervals(hists[:, 0], hists[:, 1], [q for _, q in _PERCENTILES])
+    scale = math.sqrt(paths.size / n_paths)
+    treat_iw = data.filters.treatment_iw
+    index = np.minimum(np.searchsorted(paths, detail.path), paths.size - 1)
+    wanted = (paths[index] == detail.path) & ((detail.arm == treat_iw) | (detail.arm == data.filters.baseline_iw))
+    slot = np.where(wanted, index * 2 + (detail.arm == treat_iw), -1)
+    hists = _histograms(detail, slot, 2 * paths.size).reshape(paths.size, 2, -1)
+    intervals = quantile_difference_intervals(hists[:, 0], hists[:, 1], [q for _, q in _PERCENTILES])
+    if scale == 1.0:
+        return intervals
+    subset_base = histogram_quantiles(hists[:, 0].sum(axis=0), [q for _, q in _PERCENTILES])
+    subset_treat = histogram_quantiles(hists[:, 1].sum(axis=0), [q for _, q in _PERCENTILES])
+    scaled: list[Interval | None] = []
+    for (key, _), interval, sub_b, sub_t in zip(_PERCENTILES, intervals, subset_base, subset_treat, strict=True):
+        base_value, treat_value = full[key]
+        if interval is None or sub_b is None or sub_t is None or base_value is None or treat_value is None:
+            scaled.append(None)
+            continue
+        sub_abs, all_abs = sub_b - sub_t, base_value - treat_value
+        sub_pct = 100.0 * sub_abs / sub_b if sub_b > 0 else float("nan")
+        all_pct = 100.0 * all_abs / base_value if base_value > 0 else float("nan")
+        scaled.append(Interval(all_abs - (sub_abs - interval.abs_low) * scale,
+                               all_abs + (interval.abs_high - sub_abs) * scale,
+                               all_pct - (sub_pct - interval.pct_low) * scale,
+                               all_pct + (interval.pct_high - sub_pct) * scale))
+    return scaled
+
+
+def _per_arm(frame: Frame) -> tuple[list[int], IntArray]:
+    arms = sorted(set(frame.arm.tolist()))
+    index = {iw: i for i, iw in enumerate(arms)}
+    return arms, np.fromiter((index[a] for a in frame.arm.tolist()), dtype=np.int64, count=frame.size)
 
 
 def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
     """Mean, median and standard deviation per IW present (Figure 2); arms filter ignored."""
-    frame = _load(session, filters, None, with_hist=True)
-    arms = sorted(set(frame.arm.tolist()))
-    index = {iw: i for i, iw in enumerate(arms)}
-    groups = np.fromiter((index[a] for a in frame.arm.tolist()), dtype=np.int64, count=frame.size)
+    frame = load_buckets(session, filters, None)
+    arms, groups = _per_arm(frame)
     n = _group_sum(frame.n, groups, len(arms))
     sums = _group_sum(frame.sum_us, groups, len(arms))
     sumsq = _group_sum(frame.sumsq, groups, len(arms))
@@ -645,19 +610,19 @@ def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
 
 def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:
     """Per IW: ``(latency_ms, cumulative fraction)`` at each occupied histogram bin's upper edge."""
-    frame = _load(session, filters, None, with_hist=True)
-    arms = sorted(set(frame.arm.tolist()))
-    index = {iw: i for i, iw in enumerate(arms)}
-    groups = np.fromiter((index[a] for a in frame.arm.tolist()), dtype=np.int64, count=frame.size)
+    frame = load_buckets(session, filters, None)
+    arms, groups = _per_arm(frame)
     hists = _histograms(frame, groups, len(arms))
     return {iw: histogram_cdf(hists[i]) for i, iw in enumerate(arms) if hists[i].sum() > 0}
 
 
 def headline(session: Session, filters: Filters) -> Headline:
     """Totals over every arm matching the filters, and the overall treatment-vs-baseline result."""
-    frame = _load(session, filters, None, with_hist=True)
-    compared = (frame.arm == filters.baseline_iw) | (frame.arm == filters.treatment_iw)
-    comparison = _comparisons(frame, filters, np.where(compared, 0, -1), [bk.Bucket("all", 0, None, None)], "all")
+    data = _read(session, filters, all_arms=True)
+    frame = data.buckets
+    bucket_groups = np.where((frame.arm == filters.baseline_iw) | (frame.arm == filters.treatment_iw), 0, -1)
+    path_groups = np.zeros(data.paths.size, dtype=np.int64)
+    comparison = _comparisons(data, (path_groups, bucket_groups), [bk.Bucket("all", 0, None, None)], "all")
     base = frame.arm == filters.baseline_iw
     treat = frame.arm == filters.treatment_iw
     share_base = _share(frame.retrans_trials[base].sum(), frame.retrans_n[base].sum())
@@ -666,7 +631,7 @@ def headline(session: Session, filters: Filters) -> Headline:
     result = comparison[0] if comparison else None
     return Headline(
         n_trials=int(frame.n_trials.sum()),
-        n_probes=int(np.unique(frame.probe[with_trials]).size),
+        n_probes=int(np.unique(data.paths.probe[data.paths.n_trials > 0]).size),
         n_regions=int(np.unique(frame.region[with_trials]).size),
         baseline_iw=filters.baseline_iw, treatment_iw=filters.treatment_iw,
         abs_ms=result.abs_ms if result else None, pct=result.pct if result else None,
@@ -695,9 +660,10 @@ def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
 
 def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
     """Per path-loss bucket: the comparison and the retransmission rate of each arm."""
-    frame = _load(session, filters, (filters.baseline_iw, filters.treatment_iw), with_hist=True)
-    groups, labels = _dimension_groups(frame, "loss")
-    comparisons = _comparisons(frame, filters, groups, labels, "loss")
+    data = _read(session, filters)
+    (path_groups, groups), labels = _dimension_groups(data, "loss")
+    comparisons = _comparisons(data, (path_groups, groups), labels, "loss")
+    frame = data.buckets
     result: list[LossBucket] = []
     for comparison in comparisons:
         rows = groups == comparison.order
@@ -742,8 +708,10 @@ def filter_options(session: Session) -> FilterOptions:
     """Choices for the filter bar: campaigns, regions, arms and the object size range seen."""
     campaigns = [(int(row.id), row.name) for row in session.execute(text("SELECT id, name FROM campaigns ORDER BY id"))]
     regions = [row[0] for row in session.execute(text("SELECT DISTINCT region FROM probes ORDER BY region"))]
-    arms = [int(row[0]) for row in session.execute(text("SELECT DISTINCT arm_iw FROM analysis_rollups WHERE grain = 1 ORDER BY 1"))]
-    size_min, size_max = session.execute(text("SELECT min(size_min), max(size_max) FROM analysis_rollups WHERE grain = 1")).one()
+    arms = [int(row[0]) for row in session.execute(text(
+        "SELECT DISTINCT arm_iw FROM analysis_bucket_rollups WHERE grain = 1 ORDER BY 1"))]
+    size_min, size_max = session.execute(text(
+        "SELECT min(size_min), max(size_max) FROM analysis_bucket_rollups WHERE grain = 1")).one()
     return FilterOptions(campaigns=campaigns, regions=regions, arms=arms,
                          size_min=int(size_min) if size_min is not None else None,
                          size_max=int(size_max) if size_max is not None else None)

@@ -32,13 +32,14 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
-from sqlalchemy import BigInteger, Date, SmallInteger, bindparam, text
+from sqlalchemy import BigInteger, Date, Integer, SmallInteger, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID as PgUUID
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from iwscope.analysis.buckets import HIST_BINS, hist_bin_sql
-from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, Rollup, Watermark
+from iwscope.analysis import signatures
+from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, BucketRollup, Rollup, Watermark
 from iwscope.analysis.stats import pack_histogram, unpack_histogram
 from iwscope.paths import services as paths
 
@@ -119,6 +120,22 @@ class _MetricDelta:
         self.sumsq += Decimal(row.sumsq)
         self.bins[int(row.bin)] = self.bins.get(int(row.bin), 0) + int(row.n)
 
+    def merge(self, other: "_MetricDelta", sign: int = 1) -> None:
+        self.n += sign * other.n
+        self.sum_us += sign * other.sum_us
+        self.sumsq += sign * other.sumsq
+        for index, count in other.bins.items():
+            self.bins[index] = self.bins.get(index, 0) + sign * count
+
+    @classmethod
+    def of_row(cls, row: Any, prefix: str) -> "_MetricDelta":
+        """The measures of metric ``prefix`` of a stored roll-up row, as a delta."""
+        counts = unpack_histogram(getattr(row, f"{prefix}_hist_lo"), getattr(row, f"{prefix}_hist"))
+        occupied = np.flatnonzero(counts)
+        return cls(n=int(getattr(row, f"{prefix}_n")), sum_us=int(getattr(row, f"{prefix}_sum_us")),
+                   sumsq=Decimal(getattr(row, f"{prefix}_sumsq_us2")),
+                   bins=dict(zip(occupied.tolist(), counts[occupied].tolist(), strict=True)))
+
 
 @dataclass
 class _Delta:
@@ -133,6 +150,58 @@ class _Delta:
     bytes_retrans: int = 0
     bytes_sent: int = 0
 
+    def merge(self, other: "_Delta", sign: int = 1) -> None:
+        """Add (``sign`` 1) or take away (-1) ``other``.  Size bounds only widen: a bound of a
+        union stays a (loose) bound after a part is taken away."""
+        self.n_trials += sign * other.n_trials
+        self.n_errors += sign * other.n_errors
+        for name, pick in (("size_min", min), ("size_max", max)):
+            values = [value for value in (getattr(self, name), getattr(other, name)) if value is not None]
+            setattr(self, name, pick(values) if values else None)
+        self.client.merge(other.client, sign)
+        self.server.merge(other.server, sign)
+        self.retrans_n += sign * other.retrans_n
+        self.retrans_trials += sign * other.retrans_trials
+        self.bytes_retrans += sign * other.bytes_retrans
+        self.bytes_sent += sign * other.bytes_sent
+
+    @classmethod
+    def of_row(cls, row: Any) -> "_Delta":
+        """A stored roll-up row's measures as a delta (to move them to another key)."""
+        return cls(n_trials=int(row.n_trials), n_errors=int(row.n_errors), size_min=int(row.size_min),
+                   size_max=int(row.size_max), client=_MetricDelta.of_row(row, "client"),
+                   server=_MetricDelta.of_row(row, "server"), retrans_n=int(row.retrans_n),
+                   retrans_trials=int(row.retrans_trials), bytes_retrans=int(row.bytes_retrans),
+                   bytes_sent=int(row.bytes_sent))
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A roll-up table: its model, primary key constraint and key columns with their SQL types."""
+
+    model: Any
+    constraint: str
+    keys: tuple[tuple[str, Any], ...]
+
+    @property
+    def name(self) -> str:
+        return str(self.model.__tablename__)
+
+    def key(self, row: Any) -> tuple[Any, ...]:
+        return tuple(int(value) if isinstance(value, int) else value
+                     for value in (getattr(row, name) for name, _ in self.keys))
+
+
+#: Per path: what paired estimates, re-bucketing and within-path intervals read.
+PATH_TABLE = _Table(Rollup, "pk_analysis_rollups", (
+    ("campaign_id", BigInteger), ("probe_id", PgUUID), ("origin_id", PgUUID), ("arm_iw", SmallInteger),
+    ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
+#: Per path signature (``signatures``): what the figures' histograms read.
+BUCKET_TABLE = _Table(BucketRollup, "pk_analysis_bucket_rollups", (
+    ("campaign_id", BigInteger), ("signature_id", Integer), ("arm_iw", SmallInteger),
+    ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
+BucketKey = tuple[int, int, int, int, dt.date, int]
+
 
 @dataclass(frozen=True)
 class RefreshResult:
@@ -144,12 +213,6 @@ class RefreshResult:
     keys_updated: int
     received_upto: dt.datetime | None
     joined_upto: dt.datetime | None
-
-
-def _key(row: Any) -> RollupKey:
-    """Key of a stored roll-up row."""
-    return (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket), row.day,
-            int(row.grain))
 
 
 def _delta_keys(row: Any) -> tuple[RollupKey, RollupKey]:
@@ -173,55 +236,50 @@ def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, 
             f"{prefix}_hist_lo": lo, f"{prefix}_hist": packed}
 
 
-def _load_existing(session: Session, keys: list[RollupKey]) -> dict[RollupKey, Any]:
+def _load_existing(session: Session, table: _Table, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Any]:
     if not keys:
         return {}
     columns = list(zip(*keys))
-    statement = text("""
-        SELECT r.* FROM analysis_rollups AS r
-        JOIN unnest(:campaign_ids, :probe_ids, :origin_ids, :arms, :sizes, :days, :grains)
-             AS k(campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain)
-          ON (r.campaign_id, r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, r.day, r.grain)
-           = (k.campaign_id, k.probe_id, k.origin_id, k.arm_iw, k.size_bucket, k.day, k.grain)""").bindparams(
-        bindparam("campaign_ids", type_=ARRAY(BigInteger)), bindparam("probe_ids", type_=ARRAY(PgUUID)),
-        bindparam("origin_ids", type_=ARRAY(PgUUID)), bindparam("arms", type_=ARRAY(SmallInteger)),
-        bindparam("sizes", type_=ARRAY(SmallInteger)), bindparam("days", type_=ARRAY(Date)),
-        bindparam("grains", type_=ARRAY(SmallInteger)))
-    rows = session.execute(statement, {
-        "campaign_ids": list(columns[0]), "probe_ids": list(columns[1]), "origin_ids": list(columns[2]),
-        "arms": list(columns[3]), "sizes": list(columns[4]), "days": list(columns[5]),
-        "grains": list(columns[6])}).all()
-    return {_key(row): row for row in rows}
+    names = [name for name, _ in table.keys]
+    statement = text(f"""
+        SELECT r.* FROM {table.name} AS r
+        JOIN unnest({", ".join(f":k{i}" for i in range(len(names)))}) AS k({", ".join(names)})
+          ON ({", ".join(f"r.{name}" for name in names)}) = ({", ".join(f"k.{name}" for name in names)})""").bindparams(
+        *(bindparam(f"k{i}", type_=ARRAY(sql_type)) for i, (_, sql_type) in enumerate(table.keys)))
+    rows = session.execute(statement, {f"k{i}": list(column) for i, column in enumerate(columns)}).all()
+    return {table.key(row): row for row in rows}
 
 
-def _upsert(session: Session, records: list[dict[str, Any]]) -> None:
+def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> None:
     if not records:
         return
-    statement = insert(Rollup)
-    key_names = {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain"}
+    statement = insert(table.model)
+    key_names = {name for name, _ in table.keys}
     updates = {name: statement.excluded[name] for name in records[0] if name not in key_names}
-    statement = statement.on_conflict_do_update(constraint="pk_analysis_rollups", set_=updates)
+    statement = statement.on_conflict_do_update(constraint=table.constraint, set_=updates)
     for start in range(0, len(records), 5000):
         session.execute(statement, records[start:start + 5000])
 
 
-def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
-    """Add ``deltas`` to the roll-up rows (creating missing ones); returns rows written."""
+def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = PATH_TABLE) -> int:
+    """Add ``deltas`` (keyed like ``table``'s primary key) to its rows, creating missing ones;
+    returns rows written."""
     keys = list(deltas)
     existing = {}
     for start in range(0, len(keys), 20000):
-        existing.update(_load_existing(session, keys[start:start + 20000]))
+        existing.update(_load_existing(session, table, keys[start:start + 20000]))
     now = dt.datetime.now(dt.timezone.utc)
+    names = [name for name, _ in table.keys]
+    size_at = names.index("size_bucket")
     records: list[dict[str, Any]] = []
     for key, delta in deltas.items():
         old = existing.get(key)
         sizes_min = [value for value in (delta.size_min, old.size_min if old else None) if value is not None]
         sizes_max = [value for value in (delta.size_max, old.size_max if old else None) if value is not None]
         if not sizes_min:  # a server side folded before its client side: the key's size octave bounds
-            sizes_min = sizes_max = [2 ** key[4] if key[4] >= 0 else 0]
-        record: dict[str, Any] = {
-            "campaign_id": key[0], "probe_id": key[1], "origin_id": key[2], "arm_iw": key[3],
-            "size_bucket": key[4], "day": key[5], "grain": key[6],
+            sizes_min = sizes_max = [2 ** key[size_at] if key[size_at] >= 0 else 0]
+        record: dict[str, Any] = dict(zip(names, key, strict=True))
+        record.update({
             "n_trials": delta.n_trials + (old.n_trials if old else 0),
             "n_errors": delta.n_errors + (old.n_errors if old else 0),
             "size_min": min(sizes_min), "size_max": max(sizes_max),
@@ -230,12 +288,52 @@ def fold(session: Session, deltas: dict[RollupKey, _Delta]) -> int:
             "bytes_retrans": delta.bytes_retrans + (old.bytes_retrans if old else 0),
             "bytes_sent": delta.bytes_sent + (old.bytes_sent if old else 0),
             "updated_at": now,
-        }
+        })
         record.update(_merge_metric(old, "client", delta.client))
         record.update(_merge_metric(old, "server", delta.server))
         records.append(record)
-    _upsert(session, records)
+    _upsert(session, table, records)
     return len(records)
+
+
+def _bucket_deltas(session: Session, deltas: dict[RollupKey, _Delta]) -> dict[BucketKey, _Delta]:
+    """The per-path deltas summed under each path's signature (new paths get their current one)."""
+    pairs = sorted({(key[1], key[2]) for key in deltas})
+    signature_of = signatures.path_signatures(session, pairs)
+    summed: dict[BucketKey, _Delta] = {}
+    for key, delta in deltas.items():
+        bucket_key = (key[0], signature_of[(key[1], key[2])], key[3], key[4], key[5], key[6])
+        summed.setdefault(bucket_key, _Delta()).merge(delta)
+    return summed
+
+
+def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
+    """Move the roll-ups of those ``pairs`` whose buckets changed (their path estimate moved) from
+    their old signature's bucket rows to their new one's; returns the paths moved.  Exact: a
+    path's per-path rows are what was folded under its old signature, up to the same watermark."""
+    moves = signatures.moved(session, pairs)
+    if not moves:
+        return 0
+    by_pair = {pair: (old, new) for pair, old, new in moves}
+    rows = session.execute(text("""
+        SELECT r.* FROM analysis_rollups AS r
+        JOIN unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[])) AS k(probe_id, origin_id)
+          ON r.probe_id = k.probe_id AND r.origin_id = k.origin_id"""),
+        {"probe_ids": [str(pair[0]) for pair in by_pair], "origin_ids": [str(pair[1]) for pair in by_pair]})
+    deltas: dict[BucketKey, _Delta] = {}
+    for row in rows:
+        old, new = by_pair[(row.probe_id, row.origin_id)]
+        measures = _Delta.of_row(row)
+        base = (int(row.campaign_id), int(row.arm_iw), int(row.size_bucket), row.day, int(row.grain))
+        for signature_id, sign in ((old, -1), (new, 1)):
+            key = (base[0], signature_id, *base[1:])
+            deltas.setdefault(key, _Delta()).merge(measures, sign)
+    fold(session, deltas, BUCKET_TABLE)
+    session.execute(text("""
+        DELETE FROM analysis_bucket_rollups
+        WHERE signature_id = ANY(:old) AND n_trials = 0 AND client_n = 0 AND server_n = 0 AND retrans_n = 0"""),
+        {"old": sorted({old for old, _ in by_pair.values()})})
+    return len(moves)
 
 
 def _ensure_watermark(session: Session, name: str = WATERMARK_NAME) -> Watermark:
@@ -286,6 +384,7 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
     deltas, client_trials, server_trials = _collect(session, watermark.received_upto, received_high,
                                                     watermark.joined_upto, joined_high)
     keys_updated = fold(session, deltas)
+    fold(session, _bucket_deltas(session, deltas), BUCKET_TABLE)
     _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
     return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
 
@@ -325,6 +424,8 @@ def reset_rollups(session: Session) -> None:
     """Empty the roll-ups and reset their watermarks (the next refresh folds every trial in)."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
     session.execute(text("DELETE FROM analysis_rollups"))
+    session.execute(text("DELETE FROM analysis_bucket_rollups"))
+    session.execute(text("DELETE FROM analysis_path_signatures"))
     session.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": WATERMARK_NAME})
 
 
@@ -350,8 +451,9 @@ def refresh_path_estimates(session: Session, *, margin: dt.timedelta = DEFAULT_M
     if watermark.received_upto == _EPOCH:  # first fold: rows written before 0007 start from zero
         paths.forget_parts(session)
     pairs = paths.fold_window(session, watermark.received_upto, received_high, watermark.joined_upto, joined_high)
-    _advance(session, PATH_WATERMARK_NAME, received_high, joined_high, pairs)
-    return pairs
+    _advance(session, PATH_WATERMARK_NAME, received_high, joined_high, len(pairs))
+    rebucket(session, pairs)
+    return len(pairs)
 
 
 def caught_up(session: Session, received_at: dt.datetime | None, joined_at: dt.datetime | None) -> bool:
@@ -372,17 +474,19 @@ def rebuild_path_estimates(session: Session, pairs: list[list[str]]) -> int:
     under the refresh's lock (so no window is folded twice or missed); returns rows written."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
     watermark = _ensure_watermark(session, PATH_WATERMARK_NAME)
-    return paths.rebuild(session, pairs, watermark.received_upto, watermark.joined_upto)
+    written = paths.rebuild(session, pairs, watermark.received_upto, watermark.joined_upto)
+    rebucket(session, [(uuid.UUID(str(pair[0])), uuid.UUID(str(pair[1]))) for pair in pairs])
+    return written
 
 
-def rollup_snapshot(session: Session) -> dict[RollupKey, dict[str, Any]]:
+def rollup_snapshot(session: Session, table: _Table = PATH_TABLE) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Every roll-up row's aggregates (histograms unpacked to lists), for comparisons in tests."""
-    snapshot: dict[RollupKey, dict[str, Any]] = {}
-    for row in session.execute(text("SELECT * FROM analysis_rollups")):
+    snapshot: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in session.execute(text(f"SELECT * FROM {table.name}")):
         values = dict(row._mapping)
         for prefix in ("client", "server"):
             values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"),
                                                         values[f"{prefix}_hist"]).tolist()
         values.pop("updated_at")
-        snapshot[_key(row)] = values
+        snapshot[table.key(row)] = values
     return snapshot

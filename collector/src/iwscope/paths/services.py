@@ -24,6 +24,7 @@ before) cost 0.73 s per drain of ~1,000 pairs once a
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import text
@@ -196,15 +197,15 @@ def forget_parts(session: Session) -> None:
 
 
 def fold_window(session: Session, received_low: dt.datetime, received_high: dt.datetime,
-                joined_low: dt.datetime, joined_high: dt.datetime) -> int:
+                joined_low: dt.datetime, joined_high: dt.datetime) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """Add the trials and path samples received in ``(received_low, received_high]`` and the
     joins made in ``(joined_low, joined_high]`` to their pairs' estimates, creating rows for new
-    pairs, and derive the estimates again; returns the pairs written.  The caller holds the
+    pairs, and derive the estimates again; returns the (probe, origin) pairs written.  The caller holds the
     analysis refresh's lock and moves its watermarks to the high ends in the same transaction
     (``analysis.rollups.refresh_path_estimates``)."""
-    pairs = [list(row) for row in session.execute(_FOLD, {
+    pairs = [(row[0], row[1]) for row in session.execute(_FOLD, {
         "received_low": received_low, "received_high": received_high,
         "joined_low": joined_low, "joined_high": joined_high}).all()]
     if pairs:
         session.execute(_DERIVE, _pair_params(pairs))
-    return len(pairs)
+    return pairs

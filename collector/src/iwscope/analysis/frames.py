@@ -1,0 +1,301 @@
+"""Loading roll-up rows for the analysis functions: one SQL statement each, numpy columns out.
+
+Two tables, two grains of detail (``rollups``):
+
+* :func:`load_buckets` reads ``analysis_bucket_rollups``: one entry per (path signature, arm,
+  size octave), where a signature is a combination of region and RTT / bandwidth / BDP / loss
+  bucket (``signatures``).  Arm statistics, histograms, CDFs and percentiles come from here:
+  the rows read grow with the buckets a figure draws, not with the fleet.
+* :func:`load_paths` reads ``analysis_rollups``: one entry per (path, arm, size octave), what the
+  paired estimate needs (counts and sums per path; histograms only when asked, for a few paths:
+  the within-path interval and the percentile intervals).
+
+Both frames carry each entry's bucket indexes from the same ``analysis_signatures`` row, so a
+bucket's histogram and its paired estimate count the same paths.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from iwscope.analysis import buckets as bk
+from iwscope.analysis.filters import Filters
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass
+class Frame:
+    """Roll-up rows matching the filters, summed over days in SQL, as numpy columns.
+
+    One entry per (unit, arm, size octave), the unit being a path (:func:`load_paths`) or a
+    path signature (:func:`load_buckets`).  Histograms stay as the packed pieces of the rows:
+    piece ``j`` belongs to entry ``piece_row[j]``, starts at bin ``piece_lo[j]`` and holds
+    ``piece_len[j]`` int32 counts in ``blob``.
+    """
+
+    path: IntArray            # 0-based code of the unit: (probe_id, origin_id), or the signature
+    probe: IntArray           # 0-based code of probe_id (path frames; -1 in bucket frames)
+    arm: IntArray
+    size_bucket: IntArray
+    region: IntArray          # index into region_names
+    region_names: list[str]
+    rtt_bucket: IntArray      # bucket indexes of the path's signature; -1 = unknown
+    bandwidth_bucket: IntArray
+    bdp_bucket: IntArray
+    loss_bucket: IntArray
+    n_trials: FloatArray
+    n: FloatArray
+    sum_us: FloatArray
+    sumsq: FloatArray
+    retrans_n: FloatArray
+    retrans_trials: FloatArray
+    bytes_retrans: FloatArray
+    bytes_sent: FloatArray
+    piece_row: IntArray
+    piece_lo: IntArray
+    piece_len: IntArray
+    blob: bytes
+    #: (probe_id, origin_id) of each path code (path frames only).
+    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(self.arm.size)
+
+
+def _month_start(day: dt.date) -> dt.date:
+    return day.replace(day=1)
+
+
+def _next_month(day: dt.date) -> dt.date:
+    return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
+    """Month rows for the whole months inside the range, day rows for the days at its edges.
+
+    The range is whole UTC days ``[since's day, until's day]``; an open end extends to the
+    first / last month with data.
+    """
+    if filters.since is None and filters.until is None:
+        return f"{alias}.grain = 1"
+    first_day = filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1)
+    last_day = filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30)
+    # whole months inside [first_day, last_day]: [months_from, months_to)
+    months_from = first_day if first_day.day == 1 else _next_month(first_day)
+    months_to = _month_start(last_day + dt.timedelta(days=1))
+    if months_to <= months_from:
+        params.update(first_day=first_day, last_day=last_day)
+        return f"({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day)"
+    params.update(first_day=first_day, last_day=last_day, months_from=months_from, months_to=months_to)
+    return (f"(({alias}.grain = 1 AND {alias}.day >= :months_from AND {alias}.day < :months_to)"
+            f" OR ({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day"
+            f" AND NOT ({alias}.day >= :months_from AND {alias}.day < :months_to)))")
+
+
+def _where(filters: Filters, arms: Sequence[int] | None, alias: str, region_clause: str) -> tuple[str, dict[str, Any]]:
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if filters.campaign_ids:
+        clauses.append(f"{alias}.campaign_id = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
+    clauses.append(_time_clause(filters, params, alias))
+    if filters.regions:
+        clauses.append(region_clause)
+        params["regions"] = list(filters.regions)
+    if filters.size_min is not None or filters.size_max is not None:
+        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
+        clauses.append(f"{alias}.size_bucket BETWEEN :size_first AND :size_last")
+        params.update(size_first=first, size_last=last)
+    if arms is not None:
+        clauses.append(f"{alias}.arm_iw = ANY(:arms)")
+        params["arms"] = list(arms)
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def _sums(alias: str, metric: str, with_hist: bool) -> str:
+    hist = (f""",
+               array_agg({alias}.{metric}_hist_lo) AS los, array_agg(length({alias}.{metric}_hist) / 4) AS lens,
+               string_agg({alias}.{metric}_hist, ''::bytea) AS blob"""
+            if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
+    # The three histogram aggregates see a group's rows in the same order (one pass), so piece i
+    # of ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
+    return (f"sum({alias}.n_trials) AS n_trials, sum({alias}.{metric}_n) AS n, sum({alias}.{metric}_sum_us) AS sum_us, "
+            f"sum({alias}.{metric}_sumsq_us2) AS sumsq, sum({alias}.retrans_n) AS retrans_n, "
+            f"sum({alias}.retrans_trials) AS retrans_trials, sum({alias}.bytes_retrans) AS bytes_retrans, "
+            f"sum({alias}.bytes_sent) AS bytes_sent{hist}")
+
+
+#: Columns 0..13 of both loaders' rows are numbers, 14 the region, 15..17 the histogram pieces.
+_NUMERIC = 14
+_OUT = """g.arm_iw, g.size_bucket,
+          COALESCE(s.rtt_bucket, -1), COALESCE(s.bandwidth_bucket, -1), COALESCE(s.bdp_bucket, -1),
+          COALESCE(s.loss_bucket, -1), g.n_trials::float8, g.n::float8, g.sum_us::float8, g.sumsq::float8,
+          g.retrans_n::float8, g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8"""
+
+
+def load_paths(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool = False,
+               paths: Sequence[tuple[uuid.UUID, uuid.UUID]] | None = None) -> Frame:
+    """Per-path roll-up rows matching the filters (only ``paths`` when given)."""
+    metric = "server" if filters.metric == "server" else "client"
+    where, params = _where(filters, arms, "r", """(r.probe_id, r.origin_id) IN (
+        SELECT ps.probe_id, ps.origin_id FROM analysis_path_signatures AS ps
+        JOIN analysis_signatures AS rs ON rs.id = ps.signature_id WHERE rs.region = ANY(:regions))""")
+    if paths is not None:
+        where += """ AND (r.probe_id, r.origin_id) IN (
+            SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))"""
+        params.update(path_probes=[str(p) for p, _ in paths], path_origins=[str(o) for _, o in paths])
+    rows = session.execute(text(f"""
+        WITH g AS (
+            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, {_sums("r", metric, with_hist)}
+            FROM analysis_rollups AS r WHERE {where}
+            GROUP BY r.probe_id, r.origin_id, r.arm_iw, r.size_bucket)
+        SELECT {_OUT}, COALESCE(s.region, p.region, 'unknown'), g.los, g.lens, g.blob,
+               dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, dense_rank() OVER (ORDER BY g.probe_id) - 1,
+               g.probe_id, g.origin_id
+        FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
+        LEFT JOIN probes AS p ON p.id = g.probe_id"""), params).all()
+    frame = _frame(rows, with_hist)
+    codes = np.array([(row[18], row[19]) for row in rows], dtype=np.int64).reshape(len(rows), 2)
+    frame.path, frame.probe = codes[:, 0], codes[:, 1]
+    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = [(uuid.UUID(int=0), uuid.UUID(int=0))] * (
+        int(frame.path.max()) + 1 if rows else 0)
+    for row in rows:
+        path_ids[row[18]] = (row[20], row[21])
+    frame.path_ids = path_ids
+    return frame
+
+
+@dataclass
+class PathFrame:
+    """The paired estimator's per-path sums (``paired.cell_path_stats``), reduced in SQL: one
+    entry per path (or per path and size octave, ``by_size``) holding both arms."""
+
+    path: IntArray            # 0-based code of (probe_id, origin_id)
+    probe: IntArray           # 0-based code of probe_id
+    size_bucket: IntArray     # -2 when not by size
+    region: IntArray
+    region_names: list[str]
+    rtt_bucket: IntArray
+    bandwidth_bucket: IntArray
+    bdp_bucket: IntArray
+    loss_bucket: IntArray
+    n_trials: FloatArray      # every trial of the entry (all arms when ``arms`` was None)
+    n_pairs: FloatArray       # sum over (path, size) cells of min(n_base, n_treat)
+    sum_diff_ms: FloatArray   # sum of w x (mean_base - mean_treat)
+    sum_base_ms: FloatArray   # sum of w x mean_base
+    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(self.path.size)
+
+
+def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size: bool) -> PathFrame:
+    """Per path (and size octave when ``by_size``): trials, and the stratified pairs' sums of the
+    filters' baseline vs treatment arm, computed in SQL from the per-path roll-ups (only the
+    sums travel, not the rows).  ``all_arms``: count the trials of every arm (the arms filter
+    is not applied)."""
+    metric = "server" if filters.metric == "server" else "client"
+    arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
+    where, params = _where(filters, arms, "r", """(r.probe_id, r.origin_id) IN (
+        SELECT ps.probe_id, ps.origin_id FROM analysis_path_signatures AS ps
+        JOIN analysis_signatures AS rs ON rs.id = ps.signature_id WHERE rs.region = ANY(:regions))""")
+    params.update(base=filters.baseline_iw, treat=filters.treatment_iw)
+    size_out = "c.size_bucket" if by_size else "-2"
+    rows = session.execute(text(f"""
+        WITH c AS (
+            SELECT r.probe_id, r.origin_id, r.size_bucket, sum(r.n_trials)::float8 AS n_trials,
+                   (sum(r.{metric}_n) FILTER (WHERE r.arm_iw = :base))::float8 AS nb,
+                   (sum(r.{metric}_sum_us) FILTER (WHERE r.arm_iw = :base))::float8 / 1000.0 AS sb,
+                   (sum(r.{metric}_n) FILTER (WHERE r.arm_iw = :treat))::float8 AS nt,
+                   (sum(r.{metric}_sum_us) FILTER (WHERE r.arm_iw = :treat))::float8 / 1000.0 AS st
+            FROM analysis_rollups AS r WHERE {where}
+            GROUP BY r.probe_id, r.origin_id, r.size_bucket),
+        w AS (
+            SELECT c.*, CASE WHEN c.nb > 0 AND c.nt > 0 THEN least(c.nb, c.nt) ELSE 0 END AS w FROM c),
+        g AS (
+            SELECT w.probe_id, w.origin_id, {size_out.replace("c.", "w.")} AS size_bucket,
+                   sum(w.n_trials) AS n_trials, sum(w.w) AS n_pairs,
+                   COALESCE(sum(w.w * (w.sb / w.nb - w.st / w.nt)) FILTER (WHERE w.w > 0), 0) AS sum_diff_ms,
+                   COALESCE(sum(w.w * w.sb / w.nb) FILTER (WHERE w.w > 0), 0) AS sum_base_ms
+            FROM w GROUP BY 1, 2, 3)
+        SELECT dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, dense_rank() OVER (ORDER BY g.probe_id) - 1,
+               g.size_bucket, COALESCE(s.rtt_bucket, -1), COALESCE(s.bandwidth_bucket, -1),
+               COALESCE(s.bdp_bucket, -1), COALESCE(s.loss_bucket, -1),
+               g.n_trials, g.n_pairs, g.sum_diff_ms, g.sum_base_ms,
+               COALESCE(s.region, p.region, 'unknown'), g.probe_id, g.origin_id
+        FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
+        LEFT JOIN probes AS p ON p.id = g.probe_id"""), params).all()
+    count = len(rows)
+    numeric = np.array([row[:11] for row in rows], dtype=np.float64) if count else np.zeros((0, 11))
+    ints = numeric[:, :7].astype(np.int64)
+    region_codes: dict[str, int] = {}
+    region = np.fromiter((region_codes.setdefault(row[11], len(region_codes)) for row in rows),
+                         dtype=np.int64, count=count)
+    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = [(uuid.UUID(int=0), uuid.UUID(int=0))] * (
+        int(ints[:, 0].max()) + 1 if count else 0)
+    for row in rows:
+        path_ids[row[0]] = (row[12], row[13])
+    return PathFrame(path=ints[:, 0], probe=ints[:, 1], size_bucket=ints[:, 2], region=region,
+                     region_names=list(region_codes), rtt_bucket=ints[:, 3], bandwidth_bucket=ints[:, 4],
+                     bdp_bucket=ints[:, 5], loss_bucket=ints[:, 6], n_trials=numeric[:, 7], n_pairs=numeric[:, 8],
+                     sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
+
+
+def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool = True) -> Frame:
+    """Bucket roll-up rows matching the filters, one entry per (signature, arm, size octave)."""
+    metric = "server" if filters.metric == "server" else "client"
+    where, params = _where(filters, arms, "b", "s.region = ANY(:regions)")
+    rows = session.execute(text(f"""
+        WITH g AS (
+            SELECT b.signature_id, b.arm_iw, b.size_bucket, {_sums("b", metric, with_hist)}
+            FROM analysis_bucket_rollups AS b JOIN analysis_signatures AS s ON s.id = b.signature_id
+            WHERE {where}
+            GROUP BY b.signature_id, b.arm_iw, b.size_bucket)
+        SELECT {_OUT}, s.region, g.los, g.lens, g.blob, g.signature_id
+        FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id"""), params).all()
+    frame = _frame(rows, with_hist)
+    frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
+    frame.probe = np.full(len(rows), -1, dtype=np.int64)
+    return frame
+
+
+def _frame(rows: Sequence[Any], with_hist: bool) -> Frame:
+    count = len(rows)
+    numeric = (np.array([row[:_NUMERIC] for row in rows], dtype=np.float64) if count
+               else np.zeros((0, _NUMERIC)))
+    region_codes: dict[str, int] = {}
+    region = np.fromiter((region_codes.setdefault(row[14], len(region_codes)) for row in rows),
+                         dtype=np.int64, count=count)
+    if with_hist and count:
+        piece_counts = np.fromiter((len(row[15]) for row in rows), dtype=np.int64, count=count)
+        piece_lo = np.fromiter(itertools.chain.from_iterable(row[15] for row in rows), dtype=np.int64)
+        piece_len = np.fromiter(itertools.chain.from_iterable(row[16] for row in rows), dtype=np.int64)
+        piece_row = np.repeat(np.arange(count, dtype=np.int64), piece_counts)
+        blob = b"".join(bytes(row[17]) for row in rows if row[17])
+    else:
+        piece_lo = piece_len = piece_row = np.zeros(0, dtype=np.int64)
+        blob = b""
+    ints = numeric[:, :6].astype(np.int64)
+    empty = np.zeros(count, dtype=np.int64)
+    return Frame(
+        path=empty, probe=empty, arm=ints[:, 0], size_bucket=ints[:, 1], region=region,
+        region_names=list(region_codes), rtt_bucket=ints[:, 2], bandwidth_bucket=ints[:, 3], bdp_bucket=ints[:, 4],
+        loss_bucket=ints[:, 5], n_trials=numeric[:, 6], n=numeric[:, 7], sum_us=numeric[:, 8], sumsq=numeric[:, 9],
+        retrans_n=numeric[:, 10], retrans_trials=numeric[:, 11], bytes_retrans=numeric[:, 12],
+        bytes_sent=numeric[:, 13], piece_row=piece_row, piece_lo=piece_lo, piece_len=piece_len, blob=blob)
