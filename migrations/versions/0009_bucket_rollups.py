@@ -37,9 +37,9 @@ def _metric_columns(prefix: str) -> list[sa.Column]:
     ]
 
 
-#: What ``frames.load_path_stats`` reads from ``analysis_rollups`` (an index-only scan).
-_CELL_COLUMNS = ("campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "client_n", "client_sum_us",
-                 "server_n", "server_sum_us")
+#: What ``frames.load_path_stats`` and ``queries.fleet`` read from ``analysis_rollups`` (index-only scans).
+_CELL_COLUMNS = ("campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "n_errors", "client_n",
+                 "client_sum_us", "server_n", "server_sum_us")
 
 
 def upgrade() -> None:

@@ -77,7 +77,7 @@ class Rollup(_RollupMeasures, Base):
         Index("ix_analysis_rollups_day", "day"),
         Index("ix_analysis_rollups_probe_id_origin_id", "probe_id", "origin_id"),
         Index("ix_analysis_rollups_cells", "grain", "day", "arm_iw",
-              postgresql_include=["campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "client_n",
+              postgresql_include=["campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "n_errors", "client_n",
                                   "client_sum_us", "server_n", "server_sum_us"]),
     )
 

@@ -682,14 +682,19 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share."""
     today = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).date()
     rows = session.execute(text("""
+        WITH totals AS (
+            SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1) AS trials_total,
+                   sum(r.n_errors) FILTER (WHERE r.grain = 1) AS errors,
+                   sum(r.n_trials) FILTER (WHERE r.grain = 0) AS trials_week
+            FROM analysis_rollups AS r
+            WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start)
+            GROUP BY r.probe_id)
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
                (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog,
-               COALESCE(sum(r.n_trials) FILTER (WHERE r.grain = 1), 0) AS trials_total,
-               COALESCE(sum(r.n_errors) FILTER (WHERE r.grain = 1), 0) AS errors,
-               COALESCE(sum(r.n_trials) FILTER (WHERE r.grain = 0 AND r.day > :week_start), 0) AS trials_week
-        FROM probes AS p LEFT JOIN analysis_rollups AS r
-             ON r.probe_id = p.id AND (r.grain = 1 OR r.day > :week_start)
-        GROUP BY p.id ORDER BY p.region, p.name"""), {"week_start": today - dt.timedelta(days=7)}).all()
+               COALESCE(t.trials_total, 0) AS trials_total, COALESCE(t.errors, 0) AS errors,
+               COALESCE(t.trials_week, 0) AS trials_week
+        FROM probes AS p LEFT JOIN totals AS t ON t.probe_id = p.id
+        ORDER BY p.region, p.name"""), {"week_start": today - dt.timedelta(days=7)}).all()
     result: list[ProbeRow] = []
     for row in rows:
         try:
