@@ -11,6 +11,7 @@ from iwscope.analysis import Filters
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.stats import (median_interval, proportion_interval, cluster_bootstrap, histogram_bootstrap, histogram_cdf, histogram_quantiles,
                                     mean_std_ms, merge_packed, pack_histogram, unpack_histogram)
+from iwscope.analysis.stats import add_to_packed
 
 
 def hist_of(latencies_ms: list[float]) -> np.ndarray:
@@ -175,3 +176,27 @@ def test_proportion_interval_is_wilson() -> None:
     low, high = proportion_interval(1, 2)  # type: ignore[misc]
     assert (low, high) == pytest.approx((0.0945, 0.9055), abs=1e-4)
     assert proportion_interval(0, 0) is None
+
+
+def test_add_to_packed_equals_the_full_length_merge() -> None:
+    """The refresh's span-only merge gives exactly pack(unpack(old) + delta), also when a delta
+    takes counts away (re-bucketing) and empties the ends or the whole histogram."""
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        old = np.zeros(bk.HIST_BINS, dtype=np.int64)
+        if rng.random() < 0.8:
+            start = int(rng.integers(0, bk.HIST_BINS - 40))
+            old[start:start + 40] = rng.integers(0, 5, 40)
+        lo, packed = pack_histogram(old)
+        bins: dict[int, int] = {}
+        for index in rng.integers(0, bk.HIST_BINS, int(rng.integers(0, 6))).tolist():
+            bins[index] = bins.get(index, 0) + int(rng.integers(1, 4))
+        if rng.random() < 0.3:  # take some of the old counts away
+            for index in np.flatnonzero(old)[: int(rng.integers(0, 10))].tolist():
+                bins[index] = bins.get(index, 0) - int(old[index])
+        expected = old.copy()
+        for index, count in bins.items():
+            expected[index] += count
+        assert add_to_packed(lo, packed, bins) == pack_histogram(expected)
+    assert add_to_packed(5, np.array([2], dtype="<i4").tobytes(), {5: -2}) == (0, b"")
+    assert add_to_packed(0, b"", {}) == (0, b"")

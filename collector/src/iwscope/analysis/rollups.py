@@ -34,13 +34,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy import BigInteger, Date, Integer, SmallInteger, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID as PgUUID
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from iwscope.analysis.buckets import HIST_BINS, hist_bin_sql
 from iwscope.analysis import signatures
+from iwscope.analysis.buckets import hist_bin_sql
 from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, BucketRollup, Rollup, Watermark
-from iwscope.analysis.stats import pack_histogram, unpack_histogram
+from iwscope.analysis.stats import add_to_packed, unpack_histogram
 from iwscope.paths import services as paths
 
 #: Key of the transaction-level advisory lock that serialises refreshes (any fixed bigint).
@@ -225,13 +224,8 @@ def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, 
     n = delta.n + (getattr(existing, f"{prefix}_n") if existing else 0)
     sum_us = delta.sum_us + (getattr(existing, f"{prefix}_sum_us") if existing else 0)
     sumsq = delta.sumsq + (Decimal(getattr(existing, f"{prefix}_sumsq_us2")) if existing else Decimal(0))
-    if existing is not None:
-        counts = unpack_histogram(getattr(existing, f"{prefix}_hist_lo"), getattr(existing, f"{prefix}_hist"))
-    else:
-        counts = np.zeros(HIST_BINS, dtype=np.int64)
-    if delta.bins:
-        counts[np.fromiter(delta.bins.keys(), dtype=np.int64)] += np.fromiter(delta.bins.values(), dtype=np.int64)
-    lo, packed = pack_histogram(counts)
+    lo, packed = add_to_packed(getattr(existing, f"{prefix}_hist_lo") if existing else 0,
+                               getattr(existing, f"{prefix}_hist") if existing else b"", delta.bins)
     return {f"{prefix}_n": n, f"{prefix}_sum_us": sum_us, f"{prefix}_sumsq_us2": sumsq,
             f"{prefix}_hist_lo": lo, f"{prefix}_hist": packed}
 
@@ -251,14 +245,24 @@ def _load_existing(session: Session, table: _Table, keys: list[tuple[Any, ...]])
 
 
 def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> None:
+    """Write ``records`` (complete rows) over ``table``'s rows: COPY into a temporary stage,
+    then one INSERT ... ON CONFLICT DO UPDATE (several times faster than executemany)."""
     if not records:
         return
-    statement = insert(table.model)
+    columns = list(records[0])
+    names = ", ".join(columns)
     key_names = {name for name, _ in table.keys}
-    updates = {name: statement.excluded[name] for name in records[0] if name not in key_names}
-    statement = statement.on_conflict_do_update(constraint=table.constraint, set_=updates)
-    for start in range(0, len(records), 5000):
-        session.execute(statement, records[start:start + 5000])
+    updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in columns if name not in key_names)
+    stage = f"{table.name}_stage"
+    connection = session.connection().connection.driver_connection
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS")
+        cursor.execute(f"DELETE FROM {stage}")  # a second fold in the same transaction
+        with cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
+            for record in records:
+                copy.write_row(tuple(record[name] for name in columns))
+        cursor.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} "
+                       f"ON CONFLICT ON CONSTRAINT {table.constraint} DO UPDATE SET {updates}")
 
 
 def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = PATH_TABLE) -> int:

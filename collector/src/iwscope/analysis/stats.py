@@ -31,8 +31,10 @@ packets of one interactive flow (:func:`block_bootstrap`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import array
 import math
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -62,6 +64,38 @@ def pack_histogram(counts: npt.ArrayLike) -> tuple[int, bytes]:
     if full[lo:hi + 1].max() > np.iinfo(np.int32).max:
         raise OverflowError("histogram bin count exceeds int32")
     return lo, full[lo:hi + 1].astype("<i4").tobytes()
+
+
+def add_to_packed(lo: int | None, packed: bytes | memoryview | None, bins: dict[int, int]) -> tuple[int, bytes]:
+    """``pack_histogram(unpack_histogram(lo, packed) + bins)`` without full-length arrays: only
+    the span the two occupy, in plain Python (a refresh merges one small delta into each of
+    thousands of rows, where numpy's per-call overhead dominates).  ``bins`` maps bin -> count
+    to add (negative counts take away)."""
+    span = array.array("i")
+    if packed:
+        span.frombytes(bytes(packed))
+        if sys.byteorder != "little":
+            span.byteswap()
+    if not bins:
+        return (int(lo or 0), bytes(packed or b"")) if span else (0, b"")
+    start = int(lo or 0)
+    low, high = min(bins), max(bins)
+    if span:
+        low, high = min(low, start), max(high, start + len(span) - 1)
+    merged = [0] * (high - low + 1)
+    merged[start - low:start - low + len(span)] = span.tolist()
+    for index, count in bins.items():
+        merged[index - low] += count
+    occupied = [i for i, value in enumerate(merged) if value]
+    if not occupied:
+        return 0, b""
+    first, last = occupied[0], occupied[-1]
+    if max(merged[first:last + 1]) > 2 ** 31 - 1:
+        raise OverflowError("histogram bin count exceeds int32")
+    out = array.array("i", merged[first:last + 1])
+    if sys.byteorder != "little":
+        out.byteswap()
+    return low + first, out.tobytes()
 
 
 def unpack_histogram(lo: int | None, packed: bytes | memoryview | None) -> IntArray:
