@@ -60,8 +60,8 @@ REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_0
 SIZES = (1_500, 4_000, 9_000, 15_000, 30_000, 60_000, 120_000, 400_000)
 ARMS = (3, 10, 16)
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
-# Trials of a span reaching past today are stamped received / joined an hour ago at the latest,
-# so the refresh (which never folds rows stamped in the future) folds every one of them.
+# A span reaching past today has its receipt times squeezed into [START, an hour ago], in the
+# trials' order, so the refresh (which never folds rows stamped in the future) folds them all.
 #: Days the generated trials span by default (``--days``).
 DAYS = 20
 
@@ -125,6 +125,8 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, day
                     k += 1
     paths = k
     chunk = 500_000
+    received_span = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1) - START
+    squeeze = min(1.0, received_span / dt.timedelta(days=days))
     seconds = days * 86400
     insert = text(f"""
         INSERT INTO trials (trial_id, started_at, probe_id, campaign_id, origin_id, round, arm_iw, object_size, url,
@@ -135,9 +137,12 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, day
                CASE WHEN s.failed THEN NULL ELSE s.server_us + p.rtt_us + 2000 END,
                CASE WHEN s.failed THEN 0 ELSE s.size END, CASE WHEN s.failed THEN NULL ELSE 200 END,
                CASE WHEN s.failed THEN 'timeout' END, 0, '{{}}'::jsonb,
-               LEAST(s.started_at + interval '1 minute', now() - interval '1 hour'),
+               CAST(:start AS timestamptz) + (s.started_at - CAST(:start AS timestamptz)) * :squeeze
+                   + interval '1 minute',
                CASE WHEN s.failed THEN NULL ELSE s.server_us END, s.retrans, s.retrans * 1448,
-               s.size + s.retrans * 1448, LEAST(s.started_at + interval '61 seconds', now() - interval '1 hour')
+               s.size + s.retrans * 1448,
+               CAST(:start AS timestamptz) + (s.started_at - CAST(:start AS timestamptz)) * :squeeze
+                   + interval '61 seconds'
         FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS g(i)
         JOIN bench_paths AS p ON p.k = g.i % {paths}
         CROSS JOIN LATERAL (
@@ -163,7 +168,7 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, day
         high = min(trials, low + chunk) - 1
         started = time.perf_counter()
         with engine.begin() as connection:
-            connection.execute(insert, {"low": low, "high": high, "start": START, "total": trials})
+            connection.execute(insert, {"low": low, "high": high, "start": START, "total": trials, "squeeze": squeeze})
         log(f"  trials {high + 1:>10,} / {trials:,}  ({time.perf_counter() - started:.1f} s per {chunk:,})")
     with engine.begin() as connection:
         connection.execute(text("ANALYZE"))

@@ -123,6 +123,7 @@ def _cleanup(engine: Engine, campaign_id: int, probes: list[uuid.UUID]) -> None:
                         {"c": campaign_id})
         session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
         session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": campaign_id})
         session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"), {"p": probes})
 
 

@@ -33,6 +33,7 @@ def committed_fixed(database_url: str) -> Iterator[Fixed]:
             session.execute(text("DELETE FROM trial_ids WHERE trial_id = ANY(:ids)"), {"ids": fixed.trial_ids})
             session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": fixed.campaign_id})
             session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": fixed.campaign_id})
+            session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": fixed.campaign_id})
             session.execute(text("DELETE FROM path_estimates WHERE origin_id = :o"), {"o": fixed.origin_id})
             session.execute(text("DELETE FROM campaigns WHERE id = :c"), {"c": fixed.campaign_id})
             session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"),
