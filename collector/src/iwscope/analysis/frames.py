@@ -132,10 +132,12 @@ def _sums(alias: str, metric: str, with_hist: bool) -> str:
             if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
     # The three histogram aggregates see a group's rows in the same order (one pass), so piece i
     # of ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
-    return (f"sum({alias}.n_trials) AS n_trials, sum({alias}.{metric}_n) AS n, sum({alias}.{metric}_sum_us) AS sum_us, "
-            f"sum({alias}.{metric}_sumsq_us2) AS sumsq, sum({alias}.retrans_n) AS retrans_n, "
-            f"sum({alias}.retrans_trials) AS retrans_trials, sum({alias}.bytes_retrans) AS bytes_retrans, "
-            f"sum({alias}.bytes_sent) AS bytes_sent{hist}")
+    # float8 sums: exact for counts and microsecond sums below 2^53, and several times faster
+    # than PostgreSQL's numeric sum of bigints
+    columns = ("n_trials", f"{metric}_n", f"{metric}_sum_us", f"{metric}_sumsq_us2", "retrans_n", "retrans_trials",
+               "bytes_retrans", "bytes_sent")
+    names = ("n_trials", "n", "sum_us", "sumsq", "retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")
+    return ", ".join(f"sum({alias}.{column}::float8) AS {name}" for column, name in zip(columns, names, strict=True)) + hist
 
 
 #: Columns 0..13 of both loaders' rows are numbers, 14 the region, 15..17 the histogram pieces.
@@ -218,11 +220,11 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
     size_out = "c.size_bucket" if by_size else "-2"
     rows = session.execute(text(f"""
         WITH c AS (
-            SELECT r.probe_id, r.origin_id, r.size_bucket, sum(r.n_trials)::float8 AS n_trials,
-                   (sum(r.{metric}_n) FILTER (WHERE r.arm_iw = :base))::float8 AS nb,
-                   (sum(r.{metric}_sum_us) FILTER (WHERE r.arm_iw = :base))::float8 / 1000.0 AS sb,
-                   (sum(r.{metric}_n) FILTER (WHERE r.arm_iw = :treat))::float8 AS nt,
-                   (sum(r.{metric}_sum_us) FILTER (WHERE r.arm_iw = :treat))::float8 / 1000.0 AS st
+            SELECT r.probe_id, r.origin_id, r.size_bucket, sum(r.n_trials::float8) AS n_trials,
+                   sum(r.{metric}_n::float8) FILTER (WHERE r.arm_iw = :base) AS nb,
+                   sum(r.{metric}_sum_us::float8) FILTER (WHERE r.arm_iw = :base) / 1000.0 AS sb,
+                   sum(r.{metric}_n::float8) FILTER (WHERE r.arm_iw = :treat) AS nt,
+                   sum(r.{metric}_sum_us::float8) FILTER (WHERE r.arm_iw = :treat) / 1000.0 AS st
             FROM analysis_rollups AS r WHERE {where}
             GROUP BY r.probe_id, r.origin_id, r.size_bucket),
         w AS (
