@@ -432,8 +432,13 @@ def main(argv: list[str] | None = None) -> int:
         report["trials_in_db"] = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()
         report["rollup_bytes"] = connection.execute(
             text("SELECT pg_total_relation_size('analysis_rollups')")).scalar_one()
-    log(f"{report['trials_in_db']:,} trials, {report['rollup_rows']:,} roll-up rows "
-        f"({report['rollup_bytes'] / 2 ** 20:.1f} MiB)")
+        report["bucket_rollup_rows"] = connection.execute(text("SELECT count(*) FROM analysis_bucket_rollups")).scalar_one()
+        report["bucket_rollup_bytes"] = connection.execute(
+            text("SELECT pg_total_relation_size('analysis_bucket_rollups')")).scalar_one()
+        report["signatures"] = connection.execute(text("SELECT count(*) FROM analysis_signatures")).scalar_one()
+    log(f"{report['trials_in_db']:,} trials, {report['rollup_rows']:,} per-path roll-up rows "
+        f"({report['rollup_bytes'] / 2 ** 20:.1f} MiB), {report['bucket_rollup_rows']:,} bucket roll-up rows "
+        f"({report['bucket_rollup_bytes'] / 2 ** 20:.1f} MiB) over {report['signatures']:,} path signatures")
 
     filters = varied_filters(args.calls, seed=2, days=args.days)
     rows = []
