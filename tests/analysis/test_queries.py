@@ -15,7 +15,6 @@ import statistics
 import uuid
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session

@@ -1,14 +1,14 @@
 """The analysis functions: every figure's data, read from the roll-ups (raw path noted).
 
 Each public function takes a SQLAlchemy ``Session`` and a :class:`Filters` and returns frozen
-dataclasses (JSON-serialisable with ``dataclasses.asdict``).  Units: latencies in
+dataclasses (:mod:`results`; JSON-serialisable with ``dataclasses.asdict``).  Units: latencies in
 milliseconds; ``pct`` values in percent (12.0 = 12 %); shares (``retrans_share``, ...) as
 fractions 0..1; ``retrans_increase_pp`` in percentage points.  Improvement = baseline -
 treatment (positive = the treatment arm is faster).
 
-One SQL statement per call fetches the matching roll-up rows joined with ``probes`` (region)
-and ``path_estimates`` (RTT, bandwidth, BDP, loss); grouping into buckets, histogram merges,
-percentiles and bootstrap intervals happen in numpy.
+Each call reads the bucket roll-ups (histograms, arm statistics) and the paired estimate's
+per-path sums (:mod:`frames`), each with one SQL statement; grouping into buckets, histogram
+merges, percentiles and intervals happen in numpy.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import datetime as dt
 import io
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -30,231 +30,13 @@ from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters, trial_where
 from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_stats, load_paths
 from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
+from iwscope.analysis.results import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions, Headline,
+                                      LossBucket, PercentileTable, ProbeRow, RegionSummary, region_centroid)
 from iwscope.analysis.stats import (Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
                                     median_interval, merge_pieces, proportion_interval, quantile_difference_intervals)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-# ---- result types (the public surface) -------------------------------------------------------
-
-@dataclass(frozen=True)
-class ArmStats:
-    """One arm's trials: count, mean and standard deviation (exact), median and quartiles (from
-    the histogram, +-1 %).  Latencies are skewed: draw median and quartiles, never mean +- std
-    (which reaches below zero)."""
-
-    iw: int
-    n: int
-    mean_ms: float | None
-    median_ms: float | None
-    std_ms: float | None
-    p25_ms: float | None = None
-    p75_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class BucketComparison:
-    """Treatment vs baseline in one bucket.
-
-    ``baseline`` / ``treatment`` describe every trial of each arm.  The improvement (``abs_ms``,
-    ``pct`` and their 95 % intervals) is the paired one (analysis/paired.py): within-path,
-    within-size differences over ``n_pairs`` pairs on ``n_paths`` paths; ``method`` says how
-    the interval was made (``cluster``: resampling paths; ``within-path``: resampling each
-    cell's trials, about the measured paths only).  ``too_small``: fewer pairs than
-    ``paired.MIN_PAIRS``: the improvement fields are ``None`` ("n too small"); ``note`` says
-    what an interval does not cover, or why there is no number.
-    """
-
-    dimension: str
-    bucket: str
-    order: int
-    lower: float | None
-    upper: float | None
-    baseline: ArmStats
-    treatment: ArmStats
-    abs_ms: float | None
-    abs_ci_low: float | None
-    abs_ci_high: float | None
-    pct: float | None
-    pct_ci_low: float | None
-    pct_ci_high: float | None
-    n_pairs: int = 0
-    n_paths: int = 0
-    method: str | None = None
-    too_small: bool = True
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class ArmPercentiles:
-    iw: int
-    n: int
-    avg: float | None
-    p50: float | None
-    p75: float | None
-    p90: float | None
-    p99: float | None
-    retrans_share: float | None
-    retrans_bytes_share: float | None
-
-
-@dataclass(frozen=True)
-class PercentileTable:
-    """The IETF slides' table for one group.  ``improvement["avg"]`` is the paired estimate (as in
-    :class:`BucketComparison`); the percentile improvements are differences of the arms'
-    percentiles.  ``*_ci`` hold ``[low, high]`` 95 % bounds per key (paths resampled, or each
-    arm's trials with fewer than 5 paths).  ``too_small``: fewer than ``paired.MIN_PAIRS``
-    pairs: the improvement rows are ``None`` ("n too small")."""
-
-    group: str
-    arms: list[ArmPercentiles]
-    improvement: dict[str, float | None]
-    pct_improvement: dict[str, float | None]
-    retrans_increase_pp: float | None
-    improvement_ci: dict[str, list[float | None]] = field(default_factory=dict)
-    pct_improvement_ci: dict[str, list[float | None]] = field(default_factory=dict)
-    n_pairs: int = 0
-    n_paths: int = 0
-    too_small: bool = True
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class Headline:
-    n_trials: int
-    n_probes: int
-    n_regions: int
-    baseline_iw: int
-    treatment_iw: int
-    abs_ms: float | None
-    pct: float | None
-    pct_ci_low: float | None
-    pct_ci_high: float | None
-    retrans_increase_pp: float | None
-    abs_ci_low: float | None = None
-    abs_ci_high: float | None = None
-    n_pairs: int = 0
-    n_paths: int = 0
-    too_small: bool = True
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class RegionSummary:
-    region: str
-    lat: float | None
-    lon: float | None
-    n: int
-    abs_ms: float | None
-    pct: float | None
-    baseline_mean_ms: float | None
-    treatment_mean_ms: float | None
-    abs_ci_low: float | None = None
-    abs_ci_high: float | None = None
-    pct_ci_low: float | None = None
-    pct_ci_high: float | None = None
-    n_baseline: int = 0
-    n_treatment: int = 0
-    n_pairs: int = 0
-    n_paths: int = 0
-    too_small: bool = True
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class LossBucket:
-    bucket: str
-    order: int
-    comparison: BucketComparison
-    retrans_share_baseline: float | None
-    retrans_share_treatment: float | None
-    retrans_increase_pp: float | None
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    probe_id: str
-    name: str
-    region: str
-    country: str | None
-    version: str
-    last_seen_at: dt.datetime | None
-    trials_total: int
-    trials_per_day: float
-    error_share: float | None
-    spool_backlog: int | None
-
-
-@dataclass(frozen=True)
-class FilterOptions:
-    campaigns: list[tuple[int, str]]
-    regions: list[str]
-    arms: list[int]
-    size_min: int | None
-    size_max: int | None
-
-
-@dataclass(frozen=True)
-class FairnessPoint:
-    """One flow role x IW of one offered-load / fairness campaign (a phase of the experiment).
-
-    ``flow`` is ``short`` (the Poisson-arriving trials), ``background`` (the long-lived flow
-    running alongside them) or ``background-alone`` (the same flow just before each round:
-    the uncontended baseline).  Times are of successful flows; throughput is the mean over
-    flows of ``bytes * 8 / total time``; ``retrans_flow_share`` is the share of joined flows
-    the origin retransmitted anything in (``retrans_flows`` of ``joined_flows``, with a Wilson
-    95 % interval), ``bytes_retrans_share`` the origin's retransmitted bytes over bytes sent;
-    ``fct_p50_ci_ms`` the order-statistic 95 % interval of the median completion time
-    (``None`` below 6 flows).  ``offered_load`` is ``arrival rate x mean short-flow bytes x 8 /
-    bottleneck`` (the bottleneck from the campaign's path estimates), ``None`` when unknown.
-    """
-
-    campaign_id: int
-    campaign_name: str
-    #: The campaign's short-flow arms, e.g. ``"3"``, ``"10"``, ``"3+10"`` (the phase's IW mix).
-    mix: str
-    arrival_rate_per_s: float | None
-    offered_load: float | None
-    flow: str
-    iw: int
-    n: int
-    errors: int
-    mean_bytes: float | None
-    throughput_bps: float | None
-    fct_mean_ms: float | None
-    fct_p50_ms: float | None
-    fct_p90_ms: float | None
-    retrans_flow_share: float | None
-    bytes_retrans_share: float | None
-    fct_p50_ci_ms: tuple[float, float] | None = None
-    retrans_flows: int = 0
-    joined_flows: int = 0
-    retrans_flow_share_ci: tuple[float, float] | None = None
-
-
-#: A representative centroid (lat, lon) per region name, for the world map.  Names are
-#: matched case-insensitively with ``_``/space folded to ``-``.
-REGION_CENTROIDS: dict[str, tuple[float, float]] = {
-    "africa": (2.0, 21.0), "north-africa": (27.0, 17.0), "west-africa": (10.0, -2.0),
-    "east-africa": (0.0, 36.0), "southern-africa": (-25.0, 25.0), "central-africa": (0.0, 20.0),
-    "europe": (50.0, 10.0), "western-europe": (48.0, 4.0), "eastern-europe": (50.0, 28.0),
-    "northern-europe": (60.0, 15.0), "southern-europe": (41.0, 12.0),
-    "asia": (34.0, 100.0), "east-asia": (35.0, 115.0), "south-asia": (22.0, 79.0),
-    "southeast-asia": (5.0, 110.0), "central-asia": (45.0, 68.0), "middle-east": (29.0, 45.0),
-    "north-america": (45.0, -100.0), "central-america": (15.0, -88.0), "caribbean": (18.0, -72.0),
-    "south-america": (-15.0, -60.0), "oceania": (-25.0, 140.0), "australia": (-25.0, 134.0),
-    "us-east": (38.0, -78.0), "us-west": (38.0, -121.0), "eu-west": (51.0, -2.0),
-    "eu-central": (50.0, 9.0), "ap-southeast": (1.3, 103.8), "ap-northeast": (35.7, 139.7),
-    "sa-east": (-23.5, -46.6), "af-south": (-33.9, 18.4), "me-south": (26.0, 50.5),
-    "lab": (0.0, 0.0),
-}
-
-
-def region_centroid(region: str) -> tuple[float | None, float | None]:
-    lat_lon = REGION_CENTROIDS.get(region.strip().lower().replace("_", "-").replace(" ", "-"))
-    return lat_lon if lat_lon is not None else (None, None)
 
 
 # ---- grouping helpers ------------------------------------------------------------------------
