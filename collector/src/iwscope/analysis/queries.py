@@ -78,7 +78,6 @@ class _Data:
 
     session: Session
     filters: Filters
-    arms: Sequence[int] | None
     paths: PathFrame
     buckets: Frame
 
@@ -95,7 +94,7 @@ class _Data:
 
 def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: bool = False) -> _Data:
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    return _Data(session, filters, arms, load_path_stats(session, filters, all_arms, by_size),
+    return _Data(session, filters, load_path_stats(session, filters, all_arms, by_size),
                  load_buckets(session, filters, arms))
 
 
