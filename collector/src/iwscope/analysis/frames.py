@@ -46,7 +46,6 @@ class Frame:
     """
 
     path: IntArray            # 0-based code of the unit: (probe_id, origin_id), or the signature
-    probe: IntArray           # 0-based code of probe_id (path frames; -1 in bucket frames)
     arm: IntArray
     size_bucket: IntArray
     region: IntArray          # index into region_names
@@ -125,11 +124,10 @@ def _where(filters: Filters, arms: Sequence[int] | None, alias: str, region_clau
     return (" AND ".join(clauses) or "TRUE"), params
 
 
-def _sums(alias: str, metric: str, with_hist: bool) -> str:
-    hist = (f""",
+def _sums(alias: str, metric: str) -> str:
+    hist = f""",
                array_agg({alias}.{metric}_hist_lo) AS los, array_agg(length({alias}.{metric}_hist) / 4) AS lens,
                string_agg({alias}.{metric}_hist, ''::bytea) AS blob"""
-            if with_hist else ", NULL::int[] AS los, NULL::int[] AS lens, NULL::bytea AS blob")
     # The three histogram aggregates see a group's rows in the same order (one pass), so piece i
     # of ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
     # float8 sums: exact for counts and microsecond sums below 2^53, and several times faster
@@ -140,6 +138,21 @@ def _sums(alias: str, metric: str, with_hist: bool) -> str:
     return ", ".join(f"sum({alias}.{column}::float8) AS {name}" for column, name in zip(columns, names, strict=True)) + hist
 
 
+#: Keeps the per-path rows of the paths in the filters' regions (their signature's region).
+_PATH_IN_REGIONS = """(r.probe_id, r.origin_id) IN (
+    SELECT ps.probe_id, ps.origin_id FROM analysis_path_signatures AS ps
+    JOIN analysis_signatures AS rs ON rs.id = ps.signature_id WHERE rs.region = ANY(:regions))"""
+
+
+def _path_ids(rows: Sequence[Any], code: int, ids: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """(probe_id, origin_id) per 0-based path code: ``row[code]`` is the code (a dense rank),
+    ``row[ids]``, ``row[ids + 1]`` the ids."""
+    path_ids = [(uuid.UUID(int=0), uuid.UUID(int=0))] * (max((row[code] for row in rows), default=-1) + 1)
+    for row in rows:
+        path_ids[row[code]] = (row[ids], row[ids + 1])
+    return path_ids
+
+
 #: Columns 0..13 of both loaders' rows are numbers, 14 the region, 15..17 the histogram pieces.
 _NUMERIC = 14
 _OUT = """g.arm_iw, g.size_bucket,
@@ -148,36 +161,25 @@ _OUT = """g.arm_iw, g.size_bucket,
           g.retrans_n::float8, g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8"""
 
 
-def load_paths(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool = False,
-               paths: Sequence[tuple[uuid.UUID, uuid.UUID]] | None = None) -> Frame:
-    """Per-path roll-up rows matching the filters (only ``paths`` when given)."""
+def load_paths(session: Session, filters: Filters, arms: Sequence[int] | None,
+               paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
+    """Per-path roll-up rows, with histograms, of ``paths`` matching the filters."""
     metric = "server" if filters.metric == "server" else "client"
-    where, params = _where(filters, arms, "r", """(r.probe_id, r.origin_id) IN (
-        SELECT ps.probe_id, ps.origin_id FROM analysis_path_signatures AS ps
-        JOIN analysis_signatures AS rs ON rs.id = ps.signature_id WHERE rs.region = ANY(:regions))""")
-    if paths is not None:
-        where += """ AND (r.probe_id, r.origin_id) IN (
-            SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))"""
-        params.update(path_probes=[str(p) for p, _ in paths], path_origins=[str(o) for _, o in paths])
+    where, params = _where(filters, arms, "r", _PATH_IN_REGIONS)
+    params.update(path_probes=[str(p) for p, _ in paths], path_origins=[str(o) for _, o in paths])
     rows = session.execute(text(f"""
         WITH g AS (
-            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, {_sums("r", metric, with_hist)}
-            FROM analysis_rollups AS r WHERE {where}
+            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, {_sums("r", metric)}
+            FROM analysis_rollups AS r WHERE {where} AND (r.probe_id, r.origin_id) IN (
+                SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))
             GROUP BY r.probe_id, r.origin_id, r.arm_iw, r.size_bucket)
-        SELECT {_OUT}, COALESCE(s.region, p.region, 'unknown'), g.los, g.lens, g.blob,
-               dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, dense_rank() OVER (ORDER BY g.probe_id) - 1,
-               g.probe_id, g.origin_id
+        SELECT {_OUT}, COALESCE(s.region, 'unknown'), g.los, g.lens, g.blob,
+               dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, g.probe_id, g.origin_id
         FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
-        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
-        LEFT JOIN probes AS p ON p.id = g.probe_id"""), params).all()
-    frame = _frame(rows, with_hist)
-    codes = np.array([(row[18], row[19]) for row in rows], dtype=np.int64).reshape(len(rows), 2)
-    frame.path, frame.probe = codes[:, 0], codes[:, 1]
-    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = [(uuid.UUID(int=0), uuid.UUID(int=0))] * (
-        int(frame.path.max()) + 1 if rows else 0)
-    for row in rows:
-        path_ids[row[18]] = (row[20], row[21])
-    frame.path_ids = path_ids
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""), params).all()
+    frame = _frame(rows)
+    frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
+    frame.path_ids = _path_ids(rows, 18, 19)
     return frame
 
 
@@ -213,11 +215,9 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
     is not applied)."""
     metric = "server" if filters.metric == "server" else "client"
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    where, params = _where(filters, arms, "r", """(r.probe_id, r.origin_id) IN (
-        SELECT ps.probe_id, ps.origin_id FROM analysis_path_signatures AS ps
-        JOIN analysis_signatures AS rs ON rs.id = ps.signature_id WHERE rs.region = ANY(:regions))""")
+    where, params = _where(filters, arms, "r", _PATH_IN_REGIONS)
     params.update(base=filters.baseline_iw, treat=filters.treatment_iw)
-    size_out = "c.size_bucket" if by_size else "-2"
+    size_out = "w.size_bucket" if by_size else "-2"
     rows = session.execute(text(f"""
         WITH c AS (
             SELECT r.probe_id, r.origin_id, r.size_bucket, sum(r.n_trials::float8) AS n_trials,
@@ -230,7 +230,7 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
         w AS (
             SELECT c.*, CASE WHEN c.nb > 0 AND c.nt > 0 THEN least(c.nb, c.nt) ELSE 0 END AS w FROM c),
         g AS (
-            SELECT w.probe_id, w.origin_id, {size_out.replace("c.", "w.")} AS size_bucket,
+            SELECT w.probe_id, w.origin_id, {size_out} AS size_bucket,
                    sum(w.n_trials) AS n_trials, sum(w.w) AS n_pairs,
                    COALESCE(sum(w.w * (w.sb / w.nb - w.st / w.nt)) FILTER (WHERE w.w > 0), 0) AS sum_diff_ms,
                    COALESCE(sum(w.w * w.sb / w.nb) FILTER (WHERE w.w > 0), 0) AS sum_base_ms
@@ -249,42 +249,38 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
     region_codes: dict[str, int] = {}
     region = np.fromiter((region_codes.setdefault(row[11], len(region_codes)) for row in rows),
                          dtype=np.int64, count=count)
-    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = [(uuid.UUID(int=0), uuid.UUID(int=0))] * (
-        int(ints[:, 0].max()) + 1 if count else 0)
-    for row in rows:
-        path_ids[row[0]] = (row[12], row[13])
+    path_ids = _path_ids(rows, 0, 12)
     return PathFrame(path=ints[:, 0], probe=ints[:, 1], size_bucket=ints[:, 2], region=region,
                      region_names=list(region_codes), rtt_bucket=ints[:, 3], bandwidth_bucket=ints[:, 4],
                      bdp_bucket=ints[:, 5], loss_bucket=ints[:, 6], n_trials=numeric[:, 7], n_pairs=numeric[:, 8],
                      sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
 
 
-def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None, with_hist: bool = True) -> Frame:
+def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None) -> Frame:
     """Bucket roll-up rows matching the filters, one entry per (signature, arm, size octave)."""
     metric = "server" if filters.metric == "server" else "client"
     where, params = _where(filters, arms, "b", "s.region = ANY(:regions)")
     rows = session.execute(text(f"""
         WITH g AS (
-            SELECT b.signature_id, b.arm_iw, b.size_bucket, {_sums("b", metric, with_hist)}
+            SELECT b.signature_id, b.arm_iw, b.size_bucket, {_sums("b", metric)}
             FROM analysis_bucket_rollups AS b JOIN analysis_signatures AS s ON s.id = b.signature_id
             WHERE {where}
             GROUP BY b.signature_id, b.arm_iw, b.size_bucket)
         SELECT {_OUT}, s.region, g.los, g.lens, g.blob, g.signature_id
         FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id"""), params).all()
-    frame = _frame(rows, with_hist)
+    frame = _frame(rows)
     frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
-    frame.probe = np.full(len(rows), -1, dtype=np.int64)
     return frame
 
 
-def _frame(rows: Sequence[Any], with_hist: bool) -> Frame:
+def _frame(rows: Sequence[Any]) -> Frame:
     count = len(rows)
     numeric = (np.array([row[:_NUMERIC] for row in rows], dtype=np.float64) if count
                else np.zeros((0, _NUMERIC)))
     region_codes: dict[str, int] = {}
     region = np.fromiter((region_codes.setdefault(row[14], len(region_codes)) for row in rows),
                          dtype=np.int64, count=count)
-    if with_hist and count:
+    if count:
         piece_counts = np.fromiter((len(row[15]) for row in rows), dtype=np.int64, count=count)
         piece_lo = np.fromiter(itertools.chain.from_iterable(row[15] for row in rows), dtype=np.int64)
         piece_len = np.fromiter(itertools.chain.from_iterable(row[16] for row in rows), dtype=np.int64)
@@ -296,7 +292,7 @@ def _frame(rows: Sequence[Any], with_hist: bool) -> Frame:
     ints = numeric[:, :6].astype(np.int64)
     empty = np.zeros(count, dtype=np.int64)
     return Frame(
-        path=empty, probe=empty, arm=ints[:, 0], size_bucket=ints[:, 1], region=region,
+        path=empty, arm=ints[:, 0], size_bucket=ints[:, 1], region=region,
         region_names=list(region_codes), rtt_bucket=ints[:, 2], bandwidth_bucket=ints[:, 3], bdp_bucket=ints[:, 4],
         loss_bucket=ints[:, 5], n_trials=numeric[:, 6], n=numeric[:, 7], sum_us=numeric[:, 8], sumsq=numeric[:, 9],
         retrans_n=numeric[:, 10], retrans_trials=numeric[:, 11], bytes_retrans=numeric[:, 12],

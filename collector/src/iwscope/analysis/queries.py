@@ -84,8 +84,7 @@ class _Data:
     def path_histograms(self, path_codes: IntArray) -> Frame:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
-        detail = load_paths(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw),
-                            with_hist=True, paths=ids)
+        detail = load_paths(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw), ids)
         code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
         detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
                                   dtype=np.int64, count=detail.size)
@@ -301,7 +300,7 @@ def percentile_table(session: Session, filters: Filters,
             paths, n_paths = detail_paths[group]
             intervals = (_percentile_intervals(data, detail, paths, n_paths, full) if detail is not None
                          else [None for _ in _PERCENTILES])
-            for (key, _), interval in zip(_PERCENTILES, intervals):
+            for (key, _), interval in zip(_PERCENTILES, intervals, strict=True):
                 base_value, treat_value = full[key]
                 if base_value is None or treat_value is None:
                     continue
@@ -324,14 +323,14 @@ def percentile_table(session: Session, filters: Filters,
 def _detail_paths(data: _Data, rows: IntArray) -> tuple[IntArray, int]:
     """The paths whose histograms a percentile interval of ``data.paths`` entries ``rows`` reads,
     and how many paths there are: all of them up to :data:`PERCENTILE_DETAIL_PATHS`, else a
-    fixed pseudo-random subset of that many (by a hash of the path's ids, so the same paths
-    every call)."""
+    fixed pseudo-random subset of that many (ordered by their random UUIDs, XORed, so the same
+    paths every call)."""
     paths = np.unique(data.paths.path[rows])
     if paths.size <= PERCENTILE_DETAIL_PATHS:
         return paths, int(paths.size)
-    keys = np.array([int(data.paths.path_ids[int(code)][0].int % 1_000_003) * 7919
-                     + int(data.paths.path_ids[int(code)][1].int % 1_000_003) for code in paths])
-    return np.sort(paths[np.argsort(keys, kind="stable")[:PERCENTILE_DETAIL_PATHS]]), int(paths.size)
+    ids = data.paths.path_ids
+    chosen = sorted(paths.tolist(), key=lambda code: ids[code][0].int ^ ids[code][1].int)[:PERCENTILE_DETAIL_PATHS]
+    return np.sort(np.array(chosen, dtype=np.int64)), int(paths.size)
 
 
 def _percentile_intervals(data: _Data, detail: Frame, paths: IntArray, n_paths: int,
