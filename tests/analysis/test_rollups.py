@@ -199,8 +199,9 @@ def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_w
 
 
 def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
-    """The per-path roll-ups summed under each path's stored signature: what the bucket roll-ups
-    must hold, exactly (size bounds and timestamps aside)."""
+    """The per-path roll-ups summed under each path's stored signature: what the bucket roll-ups'
+    sums must hold, exactly (size bounds and timestamps aside); ``stored`` are the bucket rows
+    with their histograms, ``stored_sums`` without them (the per-path rows keep no histograms)."""
     from iwscope.analysis.rollups import BUCKET_TABLE
 
     signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
@@ -221,7 +222,9 @@ def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
                     if name not in {"campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain", "size_min",
                                     "size_max"}}
               for key, row in rollup_snapshot(session, BUCKET_TABLE).items() if key[0] in campaign_ids}
-    return {"expected": expected, "stored": stored}
+    sums_only = {key: {name: value for name, value in row.items() if not name.endswith("_hist")}
+                 for key, row in stored.items()}
+    return {"expected": expected, "stored": stored, "stored_sums": sums_only}
 
 
 def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -> None:
@@ -242,7 +245,7 @@ def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -
                    without_campaign=0.0)
     refresh_rollups(db_session, upto=upto)
     sums = _by_signature(db_session, {campaign_id})
-    assert sums["stored"] == sums["expected"] and sums["stored"]
+    assert sums["stored_sums"] == sums["expected"] and sums["stored"]
 
     def rtt_counts() -> dict[str, int]:
         return {row.bucket: row.baseline.n + row.treatment.n
@@ -259,10 +262,69 @@ def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -
     after = rtt_counts()
     assert after == {"<=1000 ms": moved_trials, "<=200 ms": before["<=200 ms"]}
     sums = _by_signature(db_session, {campaign_id})
-    assert sums["stored"] == sums["expected"]
+    assert sums["stored_sums"] == sums["expected"]
     incremental = sums["stored"]
     rebuild_rollups(db_session, upto=upto)
     assert _by_signature(db_session, {campaign_id})["stored"] == incremental
     assert rtt_counts() == after
     assert all(row["n_trials"] > 0 for key, row in rollup_snapshot(db_session, BUCKET_TABLE).items()
                if key[0] == campaign_id)
+
+
+def test_path_detail_from_raw_trials_equals_the_rollups(db_session: Session) -> None:
+    """The per-path rows keep no histograms; a few paths' histograms are read from their raw
+    trials (``frames.load_path_detail``).  They must count exactly the trials the roll-ups
+    count: the per-path rows' counts and sums per (path, arm, size octave), the bucket rows'
+    histograms per signature, for both metrics, the whole history or one UTC day, and nothing
+    received after the watermark."""
+    import numpy as np
+
+    from iwscope.analysis.frames import load_path_detail
+    from iwscope.analysis.rollups import BUCKET_TABLE
+    from iwscope.analysis.stats import merge_pieces
+
+    rng = random.Random(5)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    probes = [add_probe(db_session, region) for region in ("africa", "europe")]
+    for probe, rtt in zip(probes, (30.0, 150.0), strict=True):  # different buckets: one path per signature
+        add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
+    reset_rollups(db_session)
+    received = T0 + dt.timedelta(days=4)
+    _random_trials(db_session, rng, campaign_id, probes, origin, 400, received, joined=True, without_campaign=0.0)
+    refresh_rollups(db_session, upto=received + dt.timedelta(minutes=5))
+    # received after the watermark: the roll-ups do not hold them yet, so neither may the detail
+    _random_trials(db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True,
+                   without_campaign=0.0)
+    pairs = [(probe, origin) for probe in probes]
+    signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
+                    for row in db_session.execute(text("SELECT * FROM analysis_path_signatures"))}
+    paths = rollup_snapshot(db_session)
+    buckets = rollup_snapshot(db_session, BUCKET_TABLE)
+    one_day = dt.date(2026, 2, 2)
+    for metric in ("client", "server"):
+        for grain, day_filter in ((1, {}), (0, {"since": dt.datetime(2026, 2, 2, 6, tzinfo=UTC),
+                                                 "until": dt.datetime(2026, 2, 2, 18, tzinfo=UTC)})):
+            filters = Filters(campaign_ids=(campaign_id,), metric=metric, **day_filter)
+            detail = load_path_detail(db_session, filters, (3, 10, 16), pairs)
+            assert detail.size > 0
+            hists = merge_pieces(np.arange(detail.size)[detail.piece_row], detail.piece_lo, detail.piece_len,
+                                 detail.blob, detail.size)
+            seen_keys = set()
+            for entry in range(detail.size):
+                pair = detail.path_ids[int(detail.path[entry])]
+                arm, size = int(detail.arm[entry]), int(detail.size_bucket[entry])
+                rows = [row for key, row in paths.items() if key[:3] == (campaign_id, *pair) and key[3:5] == (arm, size)
+                        and key[6] == grain and (grain == 1 or key[5] == one_day)]
+                assert detail.n[entry] == sum(row[f"{metric}_n"] for row in rows), (metric, grain, pair, arm, size)
+                assert detail.sum_us[entry] == sum(row[f"{metric}_sum_us"] for row in rows)
+                bucket_rows = [row for key, row in buckets.items()
+                               if key[:5] == (campaign_id, signature_of[pair], arm, size, key[4]) and key[5] == grain
+                               and (grain == 1 or key[4] == one_day)]
+                expected = np.sum([row[f"{metric}_hist"] for row in bucket_rows], axis=0) if bucket_rows else 0
+                assert np.array_equal(hists[entry], expected) and hists[entry].sum() == detail.n[entry]
+                seen_keys.add((pair, arm, size))
+            expected_keys = {((key[1], key[2]), key[3], key[4]) for key, row in paths.items()
+                             if key[0] == campaign_id and key[6] == grain and (grain == 1 or key[5] == one_day)
+                             and row["n_trials"] > 0 and (key[1], key[2]) in pairs}
+            assert seen_keys == expected_keys

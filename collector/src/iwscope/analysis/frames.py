@@ -6,9 +6,10 @@ Two tables, two grains of detail (``rollups``):
   size octave), where a signature is a combination of region and RTT / bandwidth / BDP / loss
   bucket (``signatures``).  Arm statistics, histograms, CDFs and percentiles come from here:
   the rows read grow with the buckets a figure draws, not with the fleet.
-* :func:`load_paths` reads ``analysis_rollups``: one entry per (path, arm, size octave), what the
-  paired estimate needs (counts and sums per path; histograms only when asked, for a few paths:
-  the within-path interval and the percentile intervals).
+* :func:`load_path_stats` reads ``analysis_rollups`` (counts and sums per path, no histograms):
+  the paired estimate's per-path sums, reduced in SQL;
+* :func:`load_path_detail` reads the raw trials of a few paths: their histograms, for the
+  within-path interval and the percentile intervals.
 
 Both frames carry each entry's bucket indexes from the same ``analysis_signatures`` row, so a
 bucket's histogram and its paired estimate count the same paths.
@@ -39,7 +40,7 @@ IntArray = npt.NDArray[np.int64]
 class Frame:
     """Roll-up rows matching the filters, summed over days in SQL, as numpy columns.
 
-    One entry per (unit, arm, size octave), the unit being a path (:func:`load_paths`) or a
+    One entry per (unit, arm, size octave), the unit being a path (:func:`load_path_detail`) or a
     path signature (:func:`load_buckets`).  Histograms stay as the packed pieces of the rows:
     piece ``j`` belongs to entry ``piece_row[j]``, starts at bin ``piece_lo[j]`` and holds
     ``piece_len[j]`` int32 counts in ``blob``.
@@ -82,16 +83,25 @@ def _next_month(day: dt.date) -> dt.date:
     return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
 
 
+def _day_range(filters: Filters) -> tuple[dt.date, dt.date] | None:
+    """The whole UTC days ``[since's day, until's day]`` of the filters (an open end extends to
+    1970-01-01 / 9999-11-30); ``None`` when neither end is set."""
+    if filters.since is None and filters.until is None:
+        return None
+    return (filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1),
+            filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30))
+
+
 def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
     """Month rows for the whole months inside the range, day rows for the days at its edges.
 
     The range is whole UTC days ``[since's day, until's day]``; an open end extends to the
     first / last month with data.
     """
-    if filters.since is None and filters.until is None:
+    days = _day_range(filters)
+    if days is None:
         return f"{alias}.grain = 1"
-    first_day = filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1)
-    last_day = filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30)
+    first_day, last_day = days
     # whole months inside [first_day, last_day]: [months_from, months_to)
     months_from = first_day if first_day.day == 1 else _next_month(first_day)
     months_to = _month_start(last_day + dt.timedelta(days=1))
@@ -161,26 +171,91 @@ _OUT = """g.arm_iw, g.size_bucket,
           g.retrans_n::float8, g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8"""
 
 
-def load_paths(session: Session, filters: Filters, arms: Sequence[int] | None,
-               paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
-    """Per-path roll-up rows, with histograms, of ``paths`` matching the filters."""
-    metric = "server" if filters.metric == "server" else "client"
-    where, params = _where(filters, arms, "r", _PATH_IN_REGIONS)
-    params.update(path_probes=[str(p) for p, _ in paths], path_origins=[str(o) for _, o in paths])
+def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
+                     paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
+    """Per (path, arm, size octave) counts, sums and histograms of a few ``paths``, read from
+    their raw trials: the trials the roll-ups hold (``rollups.path_delta_sql``) up to the
+    roll-ups' watermark, in the filters' whole UTC days -- the same trials their bucket rows
+    count.  The per-path roll-ups keep no histograms; the within-path interval (a handful of
+    paths) and the percentile intervals (at most ``PERCENTILE_DETAIL_PATHS``) read them here.
+    Each histogram bin is one piece of the frame."""
+    from iwscope.analysis.rollups import WATERMARK_NAME, path_delta_sql
+
+    client = filters.metric != "server"
+    params: dict[str, Any] = {"path_probes": [str(p) for p, _ in paths], "path_origins": [str(o) for _, o in paths],
+                              "arms": list(arms), "watermark": WATERMARK_NAME}
+    clauses = ["(probe_id, COALESCE(origin_id, '00000000-0000-0000-0000-000000000000'::uuid)) IN ("
+               "SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))",
+               "arm_iw = ANY(:arms)",
+               f"{'received_at' if client else 'joined_at'} <= (SELECT {'received_upto' if client else 'joined_upto'}"
+               " FROM analysis_watermarks WHERE name = :watermark)"]
+    if filters.campaign_ids:
+        clauses.append("COALESCE(campaign_id, 0) = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
+    days = _day_range(filters)
+    if days is not None:
+        # started_at within a day's bounds (the BRIN index), then the exact UTC day
+        clauses.append("started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
+                       " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'")
+        params.update(first_day=days[0], last_day=days[1])
+    if filters.size_min is not None or filters.size_max is not None:
+        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
+        clauses.append(f"width_bucket(object_size, ARRAY[{','.join(str(2 ** k) for k in range(63))}]::bigint[]) - 1"
+                       " BETWEEN :size_first AND :size_last")
+        params.update(size_first=first, size_last=last)
     rows = session.execute(text(f"""
-        WITH g AS (
-            SELECT r.probe_id, r.origin_id, r.arm_iw, r.size_bucket, {_sums("r", metric)}
-            FROM analysis_rollups AS r WHERE {where} AND (r.probe_id, r.origin_id) IN (
-                SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))
-            GROUP BY r.probe_id, r.origin_id, r.arm_iw, r.size_bucket)
-        SELECT {_OUT}, COALESCE(s.region, 'unknown'), g.los, g.lens, g.blob,
-               dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1, g.probe_id, g.origin_id
-        FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
-        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""), params).all()
-    frame = _frame(rows)
-    frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
-    frame.path_ids = _path_ids(rows, 18, 19)
-    return frame
+        WITH d AS ({path_delta_sql(client, " AND ".join(clauses))}),
+        e AS (
+            SELECT d.probe_id, d.origin_id, d.arm_iw, d.size_bucket, d.bin, sum(d.n_all)::float8 AS n_all,
+                   sum(d.n)::float8 AS n, sum(d.sum_us)::float8 AS sum_us, sum(d.sumsq)::float8 AS sumsq
+            FROM d GROUP BY d.probe_id, d.origin_id, d.arm_iw, d.size_bucket, d.bin)
+        SELECT e.probe_id, e.origin_id, e.arm_iw, e.size_bucket, e.bin, e.n_all, e.n, e.sum_us, e.sumsq,
+               COALESCE(s.region, 'unknown') AS region, COALESCE(s.rtt_bucket, -1) AS rtt_bucket,
+               COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket, COALESCE(s.bdp_bucket, -1) AS bdp_bucket,
+               COALESCE(s.loss_bucket, -1) AS loss_bucket
+        FROM e LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = e.probe_id AND ps.origin_id = e.origin_id
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
+        ORDER BY e.probe_id, e.origin_id, e.arm_iw, e.size_bucket"""), params).all()
+    return _detail_frame(rows)
+
+
+def _detail_frame(rows: Sequence[Any]) -> Frame:
+    """One entry per (path, arm, size octave) of ``load_path_detail``'s rows (one per bin)."""
+    entry_of: dict[tuple[Any, ...], int] = {}
+    path_of: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
+    region_codes: dict[str, int] = {}
+    entries: list[list[Any]] = []
+    piece_row: list[int] = []
+    piece_lo: list[int] = []
+    counts: list[int] = []
+    for row in rows:
+        key = (row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket))
+        entry = entry_of.get(key)
+        if entry is None:
+            entry = entry_of[key] = len(entries)
+            path = path_of.setdefault((row.probe_id, row.origin_id), len(path_of))
+            entries.append([path, key[2], key[3], region_codes.setdefault(row.region, len(region_codes)),
+                            row.rtt_bucket, row.bandwidth_bucket, row.bdp_bucket, row.loss_bucket, 0.0, 0.0, 0.0, 0.0])
+        values = entries[entry]
+        values[8] += row.n_all
+        values[9] += row.n
+        values[10] += row.sum_us
+        values[11] += row.sumsq
+        if row.bin is not None and row.n:
+            piece_row.append(entry)
+            piece_lo.append(int(row.bin))
+            counts.append(int(row.n))
+    table = np.array(entries, dtype=np.float64).reshape(len(entries), 12)
+    ints = table[:, :8].astype(np.int64)
+    zeros = np.zeros(len(entries), dtype=np.float64)
+    return Frame(
+        path=ints[:, 0], arm=ints[:, 1], size_bucket=ints[:, 2], region=ints[:, 3], region_names=list(region_codes),
+        rtt_bucket=ints[:, 4], bandwidth_bucket=ints[:, 5], bdp_bucket=ints[:, 6], loss_bucket=ints[:, 7],
+        n_trials=table[:, 8], n=table[:, 9], sum_us=table[:, 10], sumsq=table[:, 11], retrans_n=zeros,
+        retrans_trials=zeros, bytes_retrans=zeros, bytes_sent=zeros,
+        piece_row=np.array(piece_row, dtype=np.int64), piece_lo=np.array(piece_lo, dtype=np.int64),
+        piece_len=np.ones(len(piece_row), dtype=np.int64), blob=np.array(counts, dtype="<i4").tobytes(),
+        path_ids=list(path_of))
 
 
 @dataclass

@@ -1,11 +1,13 @@
-"""Roll-up tables of the analysis module (Alembic revision ``0002_rollups``).
+"""Roll-up tables of the analysis module (Alembic revisions ``0002``, ``0009``, ``0010``).
 
 ``analysis_rollups`` holds one row per campaign x probe x origin x arm x size octave x UTC day
-(of ``trials.started_at``), and the same per calendar month (``grain``), with mergeable aggregates: counts, sums, sums of squares and a
-packed log-spaced latency histogram per metric, and the server-side retransmission counters.
-Adding two rows' aggregates gives the aggregate of the union, so new trials fold in without
-rescanning old ones.  Bucketing by region / RTT / bandwidth / BDP / loss happens at query time
-by joining ``probes`` and ``path_estimates``.
+(of ``trials.started_at``), and the same per calendar month (``grain``), with mergeable
+aggregates: counts, sums and sums of squares per metric, and the server-side retransmission
+counters -- the sufficient statistics of the paired estimate.  ``analysis_bucket_rollups``
+holds the same aggregates plus a packed log-spaced latency histogram per metric, keyed by the
+path's signature (region and RTT / bandwidth / BDP / loss bucket) instead of the path: what the
+figures' histograms read.  Adding two rows' aggregates gives the aggregate of the union, so new
+trials fold in without rescanning old ones.
 
 ``analysis_watermarks`` records how far ``trials.received_at`` (client side of a trial) and
 ``trials.joined_at`` (server side, filled later by the join task) have been folded in.
@@ -52,15 +54,11 @@ class _RollupMeasures:
     client_n: Mapped[int] = mapped_column(BigInteger, default=0)
     client_sum_us: Mapped[int] = mapped_column(BigInteger, default=0)
     client_sumsq_us2: Mapped[Decimal] = mapped_column(Numeric, default=0)
-    client_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
-    client_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
 
     #: Origin-side response latency (trials.server_latency_us) of joined successful trials.
     server_n: Mapped[int] = mapped_column(BigInteger, default=0)
     server_sum_us: Mapped[int] = mapped_column(BigInteger, default=0)
     server_sumsq_us2: Mapped[Decimal] = mapped_column(Numeric, default=0)
-    server_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
-    server_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
 
     #: Joined trials with server TCP_INFO; of those, with any retransmission; and the bytes.
     retrans_n: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -71,11 +69,19 @@ class _RollupMeasures:
     updated_at: Mapped[CreatedAt]
 
 
+class _RollupHistograms:
+    """Packed log-spaced latency histograms per metric (``stats.pack_histogram``): kept per
+    signature only; per path, the sums are what the paired estimate needs (migration 0010)."""
+
+    client_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
+    client_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+    server_hist_lo: Mapped[int] = mapped_column(Integer, default=0)
+    server_hist: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+
+
 class Rollup(_RollupMeasures, Base):
     __tablename__ = "analysis_rollups"
     __table_args__ = (
-        Index("ix_analysis_rollups_day", "day"),
-        Index("ix_analysis_rollups_probe_id_origin_id", "probe_id", "origin_id"),
         Index("ix_analysis_rollups_cells", "grain", "day", "arm_iw",
               postgresql_include=["campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "n_errors", "client_n",
                                   "client_sum_us", "server_n", "server_sum_us"]),
@@ -122,7 +128,7 @@ class PathSignature(Base):
     updated_at: Mapped[CreatedAt]
 
 
-class BucketRollup(_RollupMeasures, Base):
+class BucketRollup(_RollupMeasures, _RollupHistograms, Base):
     """``analysis_rollups``' measures keyed by the path's signature instead of the path: what the
     figures' histograms and arm statistics read (rows grow with buckets x days, not paths)."""
 

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters, trial_where
-from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_stats, load_paths
+from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_detail, load_path_stats
 from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
 from iwscope.analysis.results import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions, Headline,
                                       LossBucket, PercentileTable, ProbeRow, RegionSummary, region_centroid)
@@ -84,7 +84,8 @@ class _Data:
     def path_histograms(self, path_codes: IntArray) -> Frame:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
-        detail = load_paths(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw), ids)
+        detail = load_path_detail(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw),
+                                  ids)
         code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
         detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
                                   dtype=np.int64, count=detail.size)

@@ -1,7 +1,11 @@
-"""Incremental refresh of ``analysis_rollups`` from ``trials``.
+"""Incremental refresh of ``analysis_rollups`` and ``analysis_bucket_rollups`` from ``trials``.
 
-Every trial is folded into two rows: its UTC day's and its calendar month's (``grain``), so
-queries read month rows for whole months and day rows only at the edges of a time range.
+Every trial is folded into two rows of each: its UTC day's and its calendar month's (``grain``),
+so queries read month rows for whole months and day rows only at the edges of a time range.
+The per-path rows hold sums only and are folded by one INSERT ... SELECT ... ON CONFLICT per
+side (set-based: the work is PostgreSQL's, about one key per trial at fleet density); the
+bucket rows (keyed by the path's signature, with histograms) are merged here, one per touched
+(signature, arm, size octave, day / month).
 
 A trial contributes twice, at different times:
 
@@ -31,7 +35,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-import numpy as np
 from sqlalchemy import BigInteger, Date, Integer, SmallInteger, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID as PgUUID
 from sqlalchemy.orm import Session
@@ -47,7 +50,6 @@ ADVISORY_LOCK_KEY = 0x69777363_6F706531  # "iwscope1"
 WATERMARK_NAME = "trials"
 DEFAULT_MARGIN = dt.timedelta(seconds=1)
 
-RollupKey = tuple[int, uuid.UUID, uuid.UUID, int, int, dt.date, int]
 #: ``grain`` of a roll-up row: one UTC day, or one calendar month (``day`` = its first day).
 GRAIN_DAY = 0
 GRAIN_MONTH = 1
@@ -72,29 +74,112 @@ def paired_trials_sql(alias: str = "") -> str:
 
 _PAIRED_TRIALS = paired_trials_sql()
 
-_CLIENT_DELTA = text(f"""
-    SELECT {_KEY_COLUMNS}, bin, count(*) AS n, min(object_size) AS size_min, max(object_size) AS size_max,
-           COALESCE(sum(latency_us), 0) AS sum_us, COALESCE(sum(latency_us::numeric * latency_us), 0) AS sumsq
-    FROM (SELECT {_KEY_SQL}, object_size,
-                 CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN total_us END AS latency_us,
-                 CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql('total_us')} END AS bin
-          FROM trials WHERE received_at > :low AND received_at <= :high AND {_PAIRED_TRIALS}) AS t
-    GROUP BY {_KEY_COLUMNS}, bin""")
+#: The inner selection of each side: trials (``{where}``) with their roll-up key, latency
+#: (NULL unless successful) and histogram bin.
+_CLIENT_TRIALS = f"""
+    SELECT {_KEY_SQL}, object_size,
+           CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN total_us END AS latency_us,
+           CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql('total_us')} END AS bin
+    FROM trials WHERE {{where}} AND {_PAIRED_TRIALS}"""
+_SERVER_TRIALS = f"""
+    SELECT {_KEY_SQL}, server_total_retrans, server_bytes_retrans, server_bytes_sent,
+           CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL THEN server_latency_us END AS latency_us,
+           CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
+                THEN {hist_bin_sql('server_latency_us')} END AS bin
+    FROM trials WHERE {{where}} AND {_PAIRED_TRIALS}"""
+_CLIENT_MEASURES = """count(*) AS n_all, count(t.latency_us) AS n, min(t.object_size) AS size_min,
+    max(t.object_size) AS size_max, COALESCE(sum(t.latency_us), 0) AS sum_us,
+    COALESCE(sum(t.latency_us::numeric * t.latency_us), 0) AS sumsq"""
+_SERVER_MEASURES = """count(*) AS n_all, count(t.latency_us) AS n,
+    COALESCE(sum(t.latency_us), 0) AS sum_us, COALESCE(sum(t.latency_us::numeric * t.latency_us), 0) AS sumsq,
+    count(t.server_total_retrans) AS retrans_n, count(*) FILTER (WHERE t.server_total_retrans > 0) AS retrans_trials,
+    COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0) AS bytes_retrans,
+    COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0) AS bytes_sent"""
+#: A ``{where}`` of received (resp. joined) trials inside a refresh window.
+_RECEIVED_IN_WINDOW = "received_at > :low AND received_at <= :high"
+_JOINED_IN_WINDOW = "joined_at > :low AND joined_at <= :high"
 
-_SERVER_DELTA = text(f"""
-    SELECT {_KEY_COLUMNS}, bin, count(*) AS n_all, count(latency_us) AS n,
-           COALESCE(sum(latency_us), 0) AS sum_us, COALESCE(sum(latency_us::numeric * latency_us), 0) AS sumsq,
-           count(server_total_retrans) AS retrans_n,
-           count(*) FILTER (WHERE server_total_retrans > 0) AS retrans_trials,
-           COALESCE(sum(server_bytes_retrans) FILTER (WHERE server_total_retrans IS NOT NULL), 0) AS bytes_retrans,
-           COALESCE(sum(server_bytes_sent) FILTER (WHERE server_total_retrans IS NOT NULL), 0) AS bytes_sent
-    FROM (SELECT {_KEY_SQL}, server_total_retrans, server_bytes_retrans, server_bytes_sent,
-                 CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL THEN server_latency_us END
-                     AS latency_us,
-                 CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
-                      THEN {hist_bin_sql('server_latency_us')} END AS bin
-          FROM trials WHERE joined_at > :low AND joined_at <= :high AND {_PAIRED_TRIALS}) AS t
-    GROUP BY {_KEY_COLUMNS}, bin""")
+
+def _side(client: bool, where: str) -> tuple[str, str]:
+    """The trials of one side (``client``: stored; else joined) selected by ``where``, and the
+    aggregates of that side."""
+    return ((_CLIENT_TRIALS if client else _SERVER_TRIALS).format(where=where),
+            _CLIENT_MEASURES if client else _SERVER_MEASURES)
+
+
+def _bucket_delta_sql(client: bool, where: str) -> Any:
+    """One side's aggregates per (campaign, signature, arm, size octave, day, histogram bin):
+    what the bucket roll-ups fold (every path has its signature stored before this runs)."""
+    trials, measures = _side(client, where)
+    return text(f"""
+        SELECT t.campaign_id, ps.signature_id AS unit, t.arm_iw, t.size_bucket, t.day, t.bin, {measures}
+        FROM ({trials}) AS t
+        JOIN analysis_path_signatures AS ps ON ps.probe_id = t.probe_id AND ps.origin_id = t.origin_id
+        GROUP BY t.campaign_id, ps.signature_id, t.arm_iw, t.size_bucket, t.day, t.bin""")
+
+
+def path_delta_sql(client: bool, where: str) -> str:
+    """One side's aggregates of the trials ``where`` selects (a condition on ``trials``' own
+    columns), per (campaign, path, arm, size octave, day, histogram bin), as the roll-ups count
+    them: a path's share of the bucket rows (``rebucket``), or a few paths' histograms read from
+    the raw trials (``frames.load_path_detail``).  Client side: ``n_all`` trials, ``n`` with a
+    latency, ``size_min``/``size_max``, ``sum_us``, ``sumsq``; server side adds the
+    retransmission counters."""
+    trials, measures = _side(client, where)
+    return f"""
+        SELECT t.campaign_id, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.day, t.bin, {measures}
+        FROM ({trials}) AS t
+        GROUP BY t.campaign_id, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.day, t.bin"""
+
+
+#: The per-path roll-ups' key of a trial, per grain (day row and month row of each trial).
+_PATH_KEY_OUT = f"""t.campaign_id, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket,
+    CASE WHEN g.grain = {GRAIN_DAY} THEN t.day ELSE date_trunc('month', t.day)::date END, g.grain"""
+_GRAINS = f"CROSS JOIN (VALUES ({GRAIN_DAY}), ({GRAIN_MONTH})) AS g(grain)"
+
+#: One statement per side folds a window into the per-path roll-ups (sufficient statistics,
+#: no histograms): the deltas are added to existing rows, missing rows are created.  A server
+#: side folded before its client side takes its size octave's lower edge as size bounds.
+_PATH_FOLD_CLIENT = text(f"""
+    INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
+        n_trials, n_errors, size_min, size_max, client_n, client_sum_us, client_sumsq_us2,
+        server_n, server_sum_us, server_sumsq_us2, retrans_n, retrans_trials, bytes_retrans, bytes_sent, updated_at)
+    SELECT {_PATH_KEY_OUT}, count(*), count(*) - count(t.latency_us), min(t.object_size),
+           max(t.object_size), count(t.latency_us), COALESCE(sum(t.latency_us), 0),
+           COALESCE(sum(t.latency_us::numeric * t.latency_us), 0), 0, 0, 0, 0, 0, 0, 0, clock_timestamp()
+    FROM ({_CLIENT_TRIALS.format(where=_RECEIVED_IN_WINDOW)}) AS t {_GRAINS}
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET
+        n_trials = r.n_trials + EXCLUDED.n_trials, n_errors = r.n_errors + EXCLUDED.n_errors,
+        size_min = LEAST(r.size_min, EXCLUDED.size_min), size_max = GREATEST(r.size_max, EXCLUDED.size_max),
+        client_n = r.client_n + EXCLUDED.client_n, client_sum_us = r.client_sum_us + EXCLUDED.client_sum_us,
+        client_sumsq_us2 = r.client_sumsq_us2 + EXCLUDED.client_sumsq_us2, updated_at = EXCLUDED.updated_at""")
+_PATH_FOLD_SERVER = text(f"""
+    INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
+        n_trials, n_errors, size_min, size_max, client_n, client_sum_us, client_sumsq_us2,
+        server_n, server_sum_us, server_sumsq_us2, retrans_n, retrans_trials, bytes_retrans, bytes_sent, updated_at)
+    SELECT {_PATH_KEY_OUT}, 0, 0,
+           CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END,
+           CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END, 0, 0, 0,
+           count(t.latency_us), COALESCE(sum(t.latency_us), 0), COALESCE(sum(t.latency_us::numeric * t.latency_us), 0),
+           count(t.server_total_retrans), count(*) FILTER (WHERE t.server_total_retrans > 0),
+           COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0),
+           COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0), clock_timestamp()
+    FROM ({_SERVER_TRIALS.format(where=_JOINED_IN_WINDOW)}) AS t {_GRAINS}
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET
+        server_n = r.server_n + EXCLUDED.server_n, server_sum_us = r.server_sum_us + EXCLUDED.server_sum_us,
+        server_sumsq_us2 = r.server_sumsq_us2 + EXCLUDED.server_sumsq_us2,
+        retrans_n = r.retrans_n + EXCLUDED.retrans_n, retrans_trials = r.retrans_trials + EXCLUDED.retrans_trials,
+        bytes_retrans = r.bytes_retrans + EXCLUDED.bytes_retrans, bytes_sent = r.bytes_sent + EXCLUDED.bytes_sent,
+        updated_at = EXCLUDED.updated_at""")
+
+#: Paths with trials in a window that have no stored signature yet.
+_UNSIGNED_PATHS = f"""
+    SELECT DISTINCT t.probe_id, COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid) AS origin_id FROM trials AS t
+    WHERE t.{{column}} > :low AND t.{{column}} <= :high AND {paired_trials_sql('t')} AND NOT EXISTS (
+        SELECT 1 FROM analysis_path_signatures AS ps
+        WHERE ps.probe_id = t.probe_id AND ps.origin_id = COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid))"""
 
 _BOUND = text("""
     SELECT LEAST(clock_timestamp(),
@@ -126,15 +211,6 @@ class _MetricDelta:
         for index, count in other.bins.items():
             self.bins[index] = self.bins.get(index, 0) + sign * count
 
-    @classmethod
-    def of_row(cls, row: Any, prefix: str) -> "_MetricDelta":
-        """The measures of metric ``prefix`` of a stored roll-up row, as a delta."""
-        counts = unpack_histogram(getattr(row, f"{prefix}_hist_lo"), getattr(row, f"{prefix}_hist"))
-        occupied = np.flatnonzero(counts)
-        return cls(n=int(getattr(row, f"{prefix}_n")), sum_us=int(getattr(row, f"{prefix}_sum_us")),
-                   sumsq=Decimal(getattr(row, f"{prefix}_sumsq_us2")),
-                   bins=dict(zip(occupied.tolist(), counts[occupied].tolist(), strict=True)))
-
 
 @dataclass
 class _Delta:
@@ -164,15 +240,6 @@ class _Delta:
         self.bytes_retrans += sign * other.bytes_retrans
         self.bytes_sent += sign * other.bytes_sent
 
-    @classmethod
-    def of_row(cls, row: Any) -> "_Delta":
-        """A stored roll-up row's measures as a delta (to move them to another key)."""
-        return cls(n_trials=int(row.n_trials), n_errors=int(row.n_errors), size_min=int(row.size_min),
-                   size_max=int(row.size_max), client=_MetricDelta.of_row(row, "client"),
-                   server=_MetricDelta.of_row(row, "server"), retrans_n=int(row.retrans_n),
-                   retrans_trials=int(row.retrans_trials), bytes_retrans=int(row.bytes_retrans),
-                   bytes_sent=int(row.bytes_sent))
-
 
 @dataclass(frozen=True)
 class _Table:
@@ -191,11 +258,11 @@ class _Table:
                      for value in (getattr(row, name) for name, _ in self.keys))
 
 
-#: Per path: what paired estimates, re-bucketing and within-path intervals read.
+#: Per path: the paired estimate's sufficient statistics (no histograms; folded in SQL).
 PATH_TABLE = _Table(Rollup, "pk_analysis_rollups", (
     ("campaign_id", BigInteger), ("probe_id", PgUUID), ("origin_id", PgUUID), ("arm_iw", SmallInteger),
     ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
-#: Per path signature (``signatures``): what the figures' histograms read.
+#: Per path signature (``signatures``): what the figures' histograms read (folded by :func:`fold`).
 BUCKET_TABLE = _Table(BucketRollup, "pk_analysis_bucket_rollups", (
     ("campaign_id", BigInteger), ("signature_id", Integer), ("arm_iw", SmallInteger),
     ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
@@ -214,10 +281,27 @@ class RefreshResult:
     joined_upto: dt.datetime | None
 
 
-def _delta_keys(row: Any) -> tuple[RollupKey, RollupKey]:
-    """The day row and the month row a delta row of trials is folded into."""
-    base = (int(row.campaign_id), row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket))
+def _delta_keys(row: Any, unit: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The day row and the month row of ``unit`` (a signature id, or a path) that a delta row of
+    trials is folded into."""
+    base = (int(row.campaign_id), *unit, int(row.arm_iw), int(row.size_bucket))
     return (*base, row.day, GRAIN_DAY), (*base, row.day.replace(day=1), GRAIN_MONTH)
+
+
+def _add_client(delta: "_Delta", row: Any) -> None:
+    delta.n_trials += int(row.n_all)
+    delta.n_errors += int(row.n_all) - int(row.n)
+    delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
+    delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
+    delta.client.add(row)
+
+
+def _add_server(delta: "_Delta", row: Any) -> None:
+    delta.server.add(row)
+    delta.retrans_n += int(row.retrans_n)
+    delta.retrans_trials += int(row.retrans_trials)
+    delta.bytes_retrans += int(row.bytes_retrans)
+    delta.bytes_sent += int(row.bytes_sent)
 
 
 def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, Any]:
@@ -265,9 +349,9 @@ def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> N
                        f"ON CONFLICT ON CONSTRAINT {table.constraint} DO UPDATE SET {updates}")
 
 
-def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = PATH_TABLE) -> int:
-    """Add ``deltas`` (keyed like ``table``'s primary key) to its rows, creating missing ones;
-    returns rows written."""
+def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = BUCKET_TABLE) -> int:
+    """Add ``deltas`` (keyed like ``table``'s primary key) to its rows, histograms included,
+    creating missing ones; returns rows written."""
     keys = list(deltas)
     existing = {}
     for start in range(0, len(keys), 20000):
@@ -300,39 +384,33 @@ def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = PATH_TABLE
     return len(records)
 
 
-def _bucket_deltas(session: Session, deltas: dict[RollupKey, _Delta]) -> dict[BucketKey, _Delta]:
-    """The per-path deltas summed under each path's signature (new paths get their current one)."""
-    pairs = sorted({(key[1], key[2]) for key in deltas})
-    signature_of = signatures.path_signatures(session, pairs)
-    summed: dict[BucketKey, _Delta] = {}
-    for key, delta in deltas.items():
-        bucket_key = (key[0], signature_of[(key[1], key[2])], key[3], key[4], key[5], key[6])
-        summed.setdefault(bucket_key, _Delta()).merge(delta)
-    return summed
-
-
 def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
-    """Move the roll-ups of those ``pairs`` whose buckets changed (their path estimate moved) from
-    their old signature's bucket rows to their new one's; returns the paths moved.  Exact: a
-    path's per-path rows are what was folded under its old signature, up to the same watermark."""
+    """Move the bucket roll-ups of those ``pairs`` whose buckets changed (their path estimate
+    moved) from their old signature's rows to their new one's; returns the paths moved.
+
+    A path's share of its old signature's rows is recomputed from its raw trials up to the
+    roll-ups' watermarks (client sides received, server sides joined by then): exactly what was
+    folded under that signature, histograms included.  Callers hold the refresh lock."""
     moves = signatures.moved(session, pairs)
     if not moves:
         return 0
+    watermark = _ensure_watermark(session)
     by_pair = {pair: (old, new) for pair, old, new in moves}
-    rows = session.execute(text("""
-        SELECT r.* FROM analysis_rollups AS r
-        JOIN unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[])) AS k(probe_id, origin_id)
-          ON r.probe_id = k.probe_id AND r.origin_id = k.origin_id"""),
-        {"probe_ids": [str(pair[0]) for pair in by_pair], "origin_ids": [str(pair[1]) for pair in by_pair]})
+    where = "probe_id = ANY(CAST(:probe_ids AS uuid[])) AND {column} <= :high"
+    params = {"probe_ids": sorted({str(pair[0]) for pair in by_pair})}
     deltas: dict[BucketKey, _Delta] = {}
-    for row in rows:
-        old, new = by_pair[(row.probe_id, row.origin_id)]
-        measures = _Delta.of_row(row)
-        base = (int(row.campaign_id), int(row.arm_iw), int(row.size_bucket), row.day, int(row.grain))
-        for signature_id, sign in ((old, -1), (new, 1)):
-            key = (base[0], signature_id, *base[1:])
-            deltas.setdefault(key, _Delta()).merge(measures, sign)
-    fold(session, deltas, BUCKET_TABLE)
+    for client, column, high in ((True, "received_at", watermark.received_upto),
+                                 (False, "joined_at", watermark.joined_upto)):
+        for row in session.execute(text(path_delta_sql(client, where.format(column=column))), {**params, "high": high}):
+            signatures_of = by_pair.get((row.probe_id, row.origin_id))
+            if signatures_of is None:  # another path of a moved path's probe
+                continue
+            for signature_id, sign in ((signatures_of[0], -1), (signatures_of[1], 1)):
+                share = _Delta()
+                (_add_client if client else _add_server)(share, row)
+                for key in _delta_keys(row, (signature_id,)):
+                    deltas.setdefault(key, _Delta()).merge(share, sign)
+    fold(session, deltas)
     session.execute(text("""
         DELETE FROM analysis_bucket_rollups
         WHERE signature_id = ANY(:old) AND n_trials = 0 AND client_n = 0 AND server_n = 0 AND retrans_n = 0"""),
@@ -385,43 +463,34 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
     elif not session.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY}).scalar():
         return RefreshResult(True, 0, 0, 0, None, None)
     watermark, received_high, joined_high = _window(session, WATERMARK_NAME, margin, upto)
-    deltas, client_trials, server_trials = _collect(session, watermark.received_upto, received_high,
-                                                    watermark.joined_upto, joined_high)
-    keys_updated = fold(session, deltas)
-    fold(session, _bucket_deltas(session, deltas), BUCKET_TABLE)
+    windows = ((True, "received_at", watermark.received_upto, received_high),
+               (False, "joined_at", watermark.joined_upto, joined_high))
+    windows = tuple(window for window in windows if window[3] > window[2])
+    for _, column, low, high in windows:  # every path gets its signature before the bucket fold
+        unsigned = session.execute(text(_UNSIGNED_PATHS.format(column=column)), {"low": low, "high": high}).all()
+        signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
+    keys_updated = 0
+    for client, _, low, high in windows:
+        result = session.execute(_PATH_FOLD_CLIENT if client else _PATH_FOLD_SERVER, {"low": low, "high": high})
+        keys_updated += max(0, int(getattr(result, "rowcount", 0) or 0))
+    deltas, client_trials, server_trials = _collect(session, windows)
+    fold(session, deltas)
     _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
     return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
 
 
-def _collect(session: Session, received_low: dt.datetime, received_high: dt.datetime,
-             joined_low: dt.datetime, joined_high: dt.datetime) -> tuple[dict[RollupKey, _Delta], int, int]:
-    """Aggregate the trials received / joined in the two windows, per roll-up key."""
-    deltas: dict[RollupKey, _Delta] = {}
-    client_trials = server_trials = 0
-    if received_high > received_low:
-        for row in session.execute(_CLIENT_DELTA, {"low": received_low, "high": received_high},
-                                   execution_options={"yield_per": 50_000}):
-            client_trials += int(row.n)
-            for key in _delta_keys(row):
-                delta = deltas.setdefault(key, _Delta())
-                delta.n_trials += int(row.n)
-                if row.bin is None:
-                    delta.n_errors += int(row.n)
-                delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
-                delta.size_max = row.size_max if delta.size_max is None else max(delta.size_max, row.size_max)
-                delta.client.add(row)
-    if joined_high > joined_low:
-        for row in session.execute(_SERVER_DELTA, {"low": joined_low, "high": joined_high},
-                                   execution_options={"yield_per": 50_000}):
-            server_trials += int(row.n_all)
-            for key in _delta_keys(row):
-                delta = deltas.setdefault(key, _Delta())
-                delta.server.add(row)
-                delta.retrans_n += int(row.retrans_n)
-                delta.retrans_trials += int(row.retrans_trials)
-                delta.bytes_retrans += int(row.bytes_retrans)
-                delta.bytes_sent += int(row.bytes_sent)
-    return deltas, client_trials, server_trials
+def _collect(session: Session, windows: tuple[tuple[bool, str, dt.datetime, dt.datetime], ...]
+             ) -> tuple[dict[BucketKey, _Delta], int, int]:
+    """The bucket roll-ups' deltas of the trials received / joined in the windows."""
+    deltas: dict[BucketKey, _Delta] = {}
+    counted = {True: 0, False: 0}
+    for client, _, low, high in windows:
+        statement = _bucket_delta_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
+        for row in session.execute(statement, {"low": low, "high": high}, execution_options={"yield_per": 50_000}):
+            counted[client] += int(row.n_all)
+            for key in _delta_keys(row, (int(row.unit),)):
+                (_add_client if client else _add_server)(deltas.setdefault(key, _Delta()), row)
+    return deltas, counted[True], counted[False]
 
 
 def reset_rollups(session: Session) -> None:
@@ -484,13 +553,15 @@ def rebuild_path_estimates(session: Session, pairs: list[list[str]]) -> int:
 
 
 def rollup_snapshot(session: Session, table: _Table = PATH_TABLE) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Every roll-up row's aggregates (histograms unpacked to lists), for comparisons in tests."""
+    """Every roll-up row's aggregates (histograms, where the table has them, unpacked to lists),
+    for comparisons in tests."""
     snapshot: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in session.execute(text(f"SELECT * FROM {table.name}")):
         values = dict(row._mapping)
         for prefix in ("client", "server"):
-            values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"),
-                                                        values[f"{prefix}_hist"]).tolist()
+            if f"{prefix}_hist" in values:
+                values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"),
+                                                            values[f"{prefix}_hist"]).tolist()
         values.pop("updated_at")
         snapshot[table.key(row)] = values
     return snapshot
