@@ -296,7 +296,8 @@ def test_path_detail_from_raw_trials_equals_the_rollups(db_session: Session) -> 
     # received after the watermark: the roll-ups do not hold them yet, so neither may the detail
     _random_trials(db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True,
                    without_campaign=0.0)
-    pairs = [(probe, origin) for probe in probes]
+    # trials without an origin (5 %) are counted under the nil UUID: their paths are read too
+    pairs = [(probe, origin) for probe in probes] + [(probe, uuid.UUID(int=0)) for probe in probes]
     signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
                     for row in db_session.execute(text("SELECT * FROM analysis_path_signatures"))}
     paths = rollup_snapshot(db_session)

@@ -174,27 +174,32 @@ _OUT = """g.arm_iw, g.size_bucket,
 def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
                      paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
     """Per (path, arm, size octave) counts, sums and histograms of a few ``paths``, read from
-    their raw trials: the trials the roll-ups hold (``rollups.path_delta_sql``) up to the
+    their raw trials: the trials the roll-ups hold (``rollups.side_trials_sql``) up to the
     roll-ups' watermark, in the filters' whole UTC days -- the same trials their bucket rows
     count.  The per-path roll-ups keep no histograms; the within-path interval (a handful of
     paths) and the percentile intervals (at most ``PERCENTILE_DETAIL_PATHS``) read them here.
     Each histogram bin is one piece of the frame."""
-    from iwscope.analysis.rollups import WATERMARK_NAME, path_delta_sql
+    from iwscope.analysis.models import NO_ORIGIN
+    from iwscope.analysis.rollups import WATERMARK_NAME, side_trials_sql
 
     client = filters.metric != "server"
-    params: dict[str, Any] = {"path_probes": [str(p) for p, _ in paths], "path_origins": [str(o) for _, o in paths],
-                              "arms": list(arms), "watermark": WATERMARK_NAME}
-    clauses = ["(probe_id, COALESCE(origin_id, '00000000-0000-0000-0000-000000000000'::uuid)) IN ("
-               "SELECT * FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])))",
-               "arm_iw = ANY(:arms)",
-               f"{'received_at' if client else 'joined_at'} <= (SELECT {'received_upto' if client else 'joined_upto'}"
-               " FROM analysis_watermarks WHERE name = :watermark)"]
+    # the watermark as a value, not a sub-select: with an unknown bound the planner takes the
+    # BRIN index on received_at / joined_at and reads most of the table
+    upto = session.execute(text(f"SELECT {'received_upto' if client else 'joined_upto'} FROM analysis_watermarks"
+                                " WHERE name = :name"), {"name": WATERMARK_NAME}).scalar()
+    if upto is None or not paths:
+        return _detail_frame([], [])
+    with_origin = [(probe, origin) for probe, origin in paths if origin != NO_ORIGIN]
+    params: dict[str, Any] = {"path_probes": [str(p) for p, _ in with_origin],
+                              "path_origins": [str(o) for _, o in with_origin],
+                              "null_probes": sorted({str(p) for p, o in paths if o == NO_ORIGIN}),
+                              "arms": list(arms), "upto": upto}
+    clauses = ["arm_iw = ANY(:arms)", f"{'received_at' if client else 'joined_at'} <= :upto"]
     if filters.campaign_ids:
         clauses.append("COALESCE(campaign_id, 0) = ANY(:campaign_ids)")
         params["campaign_ids"] = list(filters.campaign_ids)
     days = _day_range(filters)
     if days is not None:
-        # started_at within a day's bounds (the BRIN index), then the exact UTC day
         clauses.append("started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
                        " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'")
         params.update(first_day=days[0], last_day=days[1])
@@ -203,59 +208,66 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
         clauses.append(f"width_bucket(object_size, ARRAY[{','.join(str(2 ** k) for k in range(63))}]::bigint[]) - 1"
                        " BETWEEN :size_first AND :size_last")
         params.update(size_first=first, size_last=last)
+    rest = " AND ".join(clauses)
+    # each path's trials through the (probe_id, origin_id) index, one lookup per path (a join
+    # with the pairs as a set is planned as a scan of the whole table; OFFSET 0 keeps the
+    # lateral query from being flattened into one); trials without an origin, counted under the
+    # nil UUID, apart and only when asked for.  ``path`` is the path's place in ``path_ids``.
+    path_ids = [*with_origin, *((uuid.UUID(probe), NO_ORIGIN) for probe in params["null_probes"])]
+    params["null_offset"] = len(with_origin)
+    selection = (
+        "SELECT t.*, k.path_no - 1 AS path"
+        " FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])) WITH ORDINALITY AS k(kp, ko, path_no)"
+        f" CROSS JOIN LATERAL ({side_trials_sql(client, 'probe_id = k.kp AND origin_id = k.ko AND ' + rest)} OFFSET 0) AS t")
+    if params["null_probes"]:
+        selection += (
+            " UNION ALL SELECT n.*, array_position(CAST(:null_probes AS uuid[]), n.probe_id) - 1 + :null_offset FROM ("
+            + side_trials_sql(client, "origin_id IS NULL AND probe_id = ANY(CAST(:null_probes AS uuid[])) AND " + rest)
+            + ") AS n")
     rows = session.execute(text(f"""
-        WITH d AS ({path_delta_sql(client, " AND ".join(clauses))}),
-        e AS (
-            SELECT d.probe_id, d.origin_id, d.arm_iw, d.size_bucket, d.bin, sum(d.n_all)::float8 AS n_all,
-                   sum(d.n)::float8 AS n, sum(d.sum_us)::float8 AS sum_us, sum(d.sumsq)::float8 AS sumsq
-            FROM d GROUP BY d.probe_id, d.origin_id, d.arm_iw, d.size_bucket, d.bin)
-        SELECT e.probe_id, e.origin_id, e.arm_iw, e.size_bucket, e.bin, e.n_all, e.n, e.sum_us, e.sumsq,
-               COALESCE(s.region, 'unknown') AS region, COALESCE(s.rtt_bucket, -1) AS rtt_bucket,
-               COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket, COALESCE(s.bdp_bucket, -1) AS bdp_bucket,
-               COALESCE(s.loss_bucket, -1) AS loss_bucket
+        WITH e AS (
+            SELECT t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin, count(*)::float8 AS n_all, count(t.latency_us)::float8 AS n,
+                   COALESCE(sum(t.latency_us::float8), 0) AS sum_us,
+                   COALESCE(sum(t.latency_us::float8 * t.latency_us), 0) AS sumsq
+            FROM ({selection}) AS t
+            GROUP BY t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin)
+        SELECT e.path, e.arm_iw, e.size_bucket, COALESCE(s.rtt_bucket, -1), COALESCE(s.bandwidth_bucket, -1),
+               COALESCE(s.bdp_bucket, -1), COALESCE(s.loss_bucket, -1), COALESCE(e.bin, -1),
+               e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region, 'unknown')
         FROM e LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = e.probe_id AND ps.origin_id = e.origin_id
-        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
-        ORDER BY e.probe_id, e.origin_id, e.arm_iw, e.size_bucket"""), params).all()
-    return _detail_frame(rows)
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""), params).all()
+    return _detail_frame(rows, path_ids)
 
 
-def _detail_frame(rows: Sequence[Any]) -> Frame:
-    """One entry per (path, arm, size octave) of ``load_path_detail``'s rows (one per bin)."""
-    entry_of: dict[tuple[Any, ...], int] = {}
-    path_of: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
+def _detail_frame(rows: Sequence[Any], path_ids: list[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
+    """One entry per (path, arm, size octave) of ``load_path_detail``'s rows (one per histogram
+    bin): columns 0-7 integers (path, arm, size, four buckets, bin or -1), 8-11 sums, 12 the
+    region."""
+    count = len(rows)
+    columns = list(zip(*rows, strict=True)) if count else [()] * 13
+    ints = np.array(columns[:8], dtype=np.int64).reshape(8, count)
+    sums = np.array(columns[8:12], dtype=np.float64).reshape(4, count)
+    path, arm, size = ints[0], ints[1], ints[2]
+    # (path, arm, size octave) as one integer: arms below 2^15, octaves -1..62
+    keys, first, entry = np.unique((path << 22) | ((arm & 0x7FFF) << 7) | (size + 1), return_index=True,
+                                   return_inverse=True)
+    n_entries = keys.size
     region_codes: dict[str, int] = {}
-    entries: list[list[Any]] = []
-    piece_row: list[int] = []
-    piece_lo: list[int] = []
-    counts: list[int] = []
-    for row in rows:
-        key = (row.probe_id, row.origin_id, int(row.arm_iw), int(row.size_bucket))
-        entry = entry_of.get(key)
-        if entry is None:
-            entry = entry_of[key] = len(entries)
-            path = path_of.setdefault((row.probe_id, row.origin_id), len(path_of))
-            entries.append([path, key[2], key[3], region_codes.setdefault(row.region, len(region_codes)),
-                            row.rtt_bucket, row.bandwidth_bucket, row.bdp_bucket, row.loss_bucket, 0.0, 0.0, 0.0, 0.0])
-        values = entries[entry]
-        values[8] += row.n_all
-        values[9] += row.n
-        values[10] += row.sum_us
-        values[11] += row.sumsq
-        if row.bin is not None and row.n:
-            piece_row.append(entry)
-            piece_lo.append(int(row.bin))
-            counts.append(int(row.n))
-    table = np.array(entries, dtype=np.float64).reshape(len(entries), 12)
-    ints = table[:, :8].astype(np.int64)
-    zeros = np.zeros(len(entries), dtype=np.float64)
+    region = np.fromiter((region_codes.setdefault(columns[12][i], len(region_codes)) for i in first.tolist()),
+                         dtype=np.int64, count=n_entries)
+    piece = (ints[7] >= 0) & (sums[1] > 0)
+
+    def total(column: int) -> FloatArray:
+        return np.bincount(entry, weights=sums[column], minlength=n_entries)
+
+    zeros = np.zeros(n_entries, dtype=np.float64)
     return Frame(
-        path=ints[:, 0], arm=ints[:, 1], size_bucket=ints[:, 2], region=ints[:, 3], region_names=list(region_codes),
-        rtt_bucket=ints[:, 4], bandwidth_bucket=ints[:, 5], bdp_bucket=ints[:, 6], loss_bucket=ints[:, 7],
-        n_trials=table[:, 8], n=table[:, 9], sum_us=table[:, 10], sumsq=table[:, 11], retrans_n=zeros,
-        retrans_trials=zeros, bytes_retrans=zeros, bytes_sent=zeros,
-        piece_row=np.array(piece_row, dtype=np.int64), piece_lo=np.array(piece_lo, dtype=np.int64),
-        piece_len=np.ones(len(piece_row), dtype=np.int64), blob=np.array(counts, dtype="<i4").tobytes(),
-        path_ids=list(path_of))
+        path=path[first], arm=arm[first], size_bucket=size[first], region=region, region_names=list(region_codes),
+        rtt_bucket=ints[3][first], bandwidth_bucket=ints[4][first], bdp_bucket=ints[5][first],
+        loss_bucket=ints[6][first], n_trials=total(0), n=total(1), sum_us=total(2), sumsq=total(3), retrans_n=zeros,
+        retrans_trials=zeros, bytes_retrans=zeros, bytes_sent=zeros, piece_row=entry[piece], piece_lo=ints[7][piece],
+        piece_len=np.ones(int(piece.sum()), dtype=np.int64), blob=sums[1][piece].astype("<i4").tobytes(),
+        path_ids=path_ids)
 
 
 @dataclass

@@ -100,11 +100,17 @@ _RECEIVED_IN_WINDOW = "received_at > :low AND received_at <= :high"
 _JOINED_IN_WINDOW = "joined_at > :low AND joined_at <= :high"
 
 
+def side_trials_sql(client: bool, where: str) -> str:
+    """The trials the roll-ups hold, of one side (``client``: stored; else joined), selected by
+    ``where`` (a condition on ``trials``' own columns): their roll-up key (``campaign_id``,
+    ``probe_id``, ``origin_id`` with NULLs mapped, ``arm_iw``, ``size_bucket``, ``day``), the
+    side's ``latency_us`` (NULL unless successful) and its histogram ``bin``."""
+    return (_CLIENT_TRIALS if client else _SERVER_TRIALS).format(where=where)
+
+
 def _side(client: bool, where: str) -> tuple[str, str]:
-    """The trials of one side (``client``: stored; else joined) selected by ``where``, and the
-    aggregates of that side."""
-    return ((_CLIENT_TRIALS if client else _SERVER_TRIALS).format(where=where),
-            _CLIENT_MEASURES if client else _SERVER_MEASURES)
+    """The trials of one side selected by ``where``, and the aggregates of that side."""
+    return side_trials_sql(client, where), _CLIENT_MEASURES if client else _SERVER_MEASURES
 
 
 def _bucket_delta_sql(client: bool, where: str) -> Any:
@@ -118,11 +124,10 @@ def _bucket_delta_sql(client: bool, where: str) -> Any:
         GROUP BY t.campaign_id, ps.signature_id, t.arm_iw, t.size_bucket, t.day, t.bin""")
 
 
-def path_delta_sql(client: bool, where: str) -> str:
-    """One side's aggregates of the trials ``where`` selects (a condition on ``trials``' own
-    columns), per (campaign, path, arm, size octave, day, histogram bin), as the roll-ups count
-    them: a path's share of the bucket rows (``rebucket``), or a few paths' histograms read from
-    the raw trials (``frames.load_path_detail``).  Client side: ``n_all`` trials, ``n`` with a
+def _path_delta_sql(client: bool, where: str) -> str:
+    """One side's aggregates of the trials ``where`` selects, per (campaign, path, arm, size
+    octave, day, histogram bin), as the roll-ups count them: a path's share of the bucket rows
+    (``rebucket``).  Client side: ``n_all`` trials, ``n`` with a
     latency, ``size_min``/``size_max``, ``sum_us``, ``sumsq``; server side adds the
     retransmission counters."""
     trials, measures = _side(client, where)
@@ -401,7 +406,7 @@ def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
     deltas: dict[BucketKey, _Delta] = {}
     for client, column, high in ((True, "received_at", watermark.received_upto),
                                  (False, "joined_at", watermark.joined_upto)):
-        for row in session.execute(text(path_delta_sql(client, where.format(column=column))), {**params, "high": high}):
+        for row in session.execute(text(_path_delta_sql(client, where.format(column=column))), {**params, "high": high}):
             signatures_of = by_pair.get((row.probe_id, row.origin_id))
             if signatures_of is None:  # another path of a moved path's probe
                 continue
