@@ -33,8 +33,8 @@ def add_campaign(session: Session, campaign_id: int, name: str) -> None:
 
 
 def add_probe(session: Session, region: str, name: str | None = None, country: str | None = None,
-              backlog: int | None = None) -> uuid.UUID:
-    probe_id = uuid.uuid4()
+              backlog: int | None = None, probe_id: uuid.UUID | None = None) -> uuid.UUID:
+    probe_id = probe_id or uuid.uuid4()
     session.add(Probe(id=probe_id, name=name or f"probe-{region}-{probe_id.hex[:6]}", region=region,
                       country=country, asn=None, labels={}, version="1.0.0", secret_hash="x",
                       last_seen_at=RECEIVED,

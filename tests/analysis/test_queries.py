@@ -370,9 +370,11 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
 
     rng = random.Random(5)
     campaign_id = new_campaign_id()
-    origin = uuid.uuid4()
-    for _ in range(24):
-        probe = add_probe(db_session, "europe")
+    # fixed ids: the subset is chosen by the paths' UUIDs, so random ones made the width check
+    # below depend on which 6 paths a run happened to pick
+    origin = uuid.uuid5(uuid.NAMESPACE_URL, "iwscope-test-subsample-origin")
+    for index in range(24):
+        probe = add_probe(db_session, "europe", probe_id=uuid.uuid5(uuid.NAMESPACE_URL, f"iwscope-test-subsample-{index}"))
         rtt = rng.uniform(40, 400)
         add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
         for _ in range(12):
@@ -404,3 +406,49 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
         assert full_low is not None and full_high is not None
         # same order of width as the interval from all 24 paths (both estimate the same spread)
         assert 0.25 < (high - low) / (full_high - full_low) < 4.0, key
+
+
+def test_percentile_detail_reads_share_one_budget_over_the_groups(db_session: Session,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-path histograms come from the paths' raw trials, so one call reads at most
+    PERCENTILE_DETAIL_BUDGET paths over all its groups (never fewer than
+    PERCENTILE_MIN_DETAIL_PATHS a group), in one read; every group keeps an interval."""
+    from iwscope.analysis import queries
+
+    rng = random.Random(9)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid4()
+    regions = ("europe", "asia", "africa")
+    for region in regions:
+        for _ in range(12):
+            probe = add_probe(db_session, region)
+            rtt = rng.uniform(40, 400)
+            add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
+            for _ in range(8):
+                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
+                          server_ms=3 * rtt * rng.uniform(0.9, 1.3))
+                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
+                          server_ms=2 * rtt * rng.uniform(0.9, 1.3))
+    db_session.flush()
+    rebuild_rollups(db_session)
+    read: list[int] = []
+    original = queries._Data.path_histograms
+
+    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
+        read.append(len(path_codes))
+        return original(self, path_codes)
+
+    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    monkeypatch.setattr(queries, "PERCENTILE_DETAIL_BUDGET", 15)
+    monkeypatch.setattr(queries, "PERCENTILE_MIN_DETAIL_PATHS", 4)
+    tables = percentile_table(db_session, Filters(campaign_ids=(campaign_id,)), group_by="region")
+    assert read == [15]  # 3 groups x 5 paths, not 3 x 12
+    assert {table.group for table in tables} >= set(regions)
+    for table in tables:
+        if table.group in regions:
+            low, high = table.improvement_ci["p50"]
+            assert low is not None and high is not None and low <= table.improvement["p50"] <= high, table.group
+    read.clear()
+    monkeypatch.setattr(queries, "PERCENTILE_MIN_DETAIL_PATHS", 8)  # the floor wins over the share
+    percentile_table(db_session, Filters(campaign_ids=(campaign_id,)), group_by="region")
+    assert read == [24]

@@ -69,6 +69,11 @@ _SIZE_SLOTS = 64
 #: Most paths whose own histograms a percentile interval reads; above it, a fixed pseudo-random
 #: subset of this many paths stands in (``_percentile_intervals``).
 PERCENTILE_DETAIL_PATHS = 200
+#: Per-path histograms are read from the paths' raw trials (about 2 ms a path on the benchmark
+#: box), so one call reads at most this many paths over all its groups: with many groups each
+#: gets an equal share, but never fewer than ``PERCENTILE_MIN_DETAIL_PATHS`` (or all it has).
+PERCENTILE_DETAIL_BUDGET = 600
+PERCENTILE_MIN_DETAIL_PATHS = 100
 
 
 @dataclass
@@ -274,7 +279,9 @@ def percentile_table(session: Session, filters: Filters,
     hists = _histograms(frame, cell, cells)
     group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
     estimates = [_paired(data, rows) for rows in group_rows]
-    detail_paths = [_detail_paths(data, rows) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
+    needing = sum(not estimate.too_small for estimate in estimates)
+    limit = min(PERCENTILE_DETAIL_PATHS, max(PERCENTILE_MIN_DETAIL_PATHS, PERCENTILE_DETAIL_BUDGET // max(needing, 1)))
+    detail_paths = [_detail_paths(data, rows, limit) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
                     for rows, estimate in zip(group_rows, estimates, strict=True)]
     union = np.unique(np.concatenate([paths for paths, _ in detail_paths])) if detail_paths else np.zeros(0, np.int64)
     detail = data.path_histograms(union) if union.size else None  # one read for every group
@@ -321,16 +328,15 @@ def percentile_table(session: Session, filters: Filters,
     return tables
 
 
-def _detail_paths(data: _Data, rows: IntArray) -> tuple[IntArray, int]:
+def _detail_paths(data: _Data, rows: IntArray, limit: int) -> tuple[IntArray, int]:
     """The paths whose histograms a percentile interval of ``data.paths`` entries ``rows`` reads,
-    and how many paths there are: all of them up to :data:`PERCENTILE_DETAIL_PATHS`, else a
-    fixed pseudo-random subset of that many (ordered by their random UUIDs, XORed, so the same
-    paths every call)."""
+    and how many paths there are: all of them up to ``limit``, else a fixed pseudo-random subset
+    of that many (ordered by their random UUIDs, XORed, so the same paths every call)."""
     paths = np.unique(data.paths.path[rows])
-    if paths.size <= PERCENTILE_DETAIL_PATHS:
+    if paths.size <= limit:
         return paths, int(paths.size)
     ids = data.paths.path_ids
-    chosen = sorted(paths.tolist(), key=lambda code: ids[code][0].int ^ ids[code][1].int)[:PERCENTILE_DETAIL_PATHS]
+    chosen = sorted(paths.tolist(), key=lambda code: ids[code][0].int ^ ids[code][1].int)[:limit]
     return np.sort(np.array(chosen, dtype=np.int64)), int(paths.size)
 
 
