@@ -322,7 +322,7 @@ def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, 
 def _load_existing(session: Session, table: _Table, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Any]:
     if not keys:
         return {}
-    columns = list(zip(*keys))
+    columns = list(zip(*keys, strict=True))
     names = [name for name, _ in table.keys]
     statement = text(f"""
         SELECT r.* FROM {table.name} AS r
