@@ -361,6 +361,23 @@ def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) 
     by_size = {row.bucket: row for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "size")}
     assert {bucket: (row.n_paths, row.n_pairs) for bucket, row in by_size.items()} == {
         "0 B-1 B": (1, 30), "8 KiB-16 KiB": (1, 20)}
+
+
+def _count_detail_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many paths each per-path histogram read asks for."""
+    from iwscope.analysis import queries
+
+    read: list[int] = []
+    original = queries._Data.path_histograms
+
+    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
+        read.append(len(path_codes))
+        return original(self, path_codes)
+
+    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    return read
+
+
 def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: Session,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Past PERCENTILE_DETAIL_PATHS paths, the percentile intervals read the histograms of a fixed
@@ -386,14 +403,7 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
     rebuild_rollups(db_session)
     filters = Filters(campaign_ids=(campaign_id,))
     (everything,) = percentile_table(db_session, filters)
-    read: list[int] = []
-    original = queries._Data.path_histograms
-
-    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
-        read.append(len(path_codes))
-        return original(self, path_codes)
-
-    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    read = _count_detail_reads(monkeypatch)
     monkeypatch.setattr(queries, "PERCENTILE_DETAIL_PATHS", 6)
     (subsampled,) = percentile_table(db_session, filters)
     assert read == [6]
@@ -431,14 +441,7 @@ def test_percentile_detail_reads_share_one_budget_over_the_groups(db_session: Se
                           server_ms=2 * rtt * rng.uniform(0.9, 1.3))
     db_session.flush()
     rebuild_rollups(db_session)
-    read: list[int] = []
-    original = queries._Data.path_histograms
-
-    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
-        read.append(len(path_codes))
-        return original(self, path_codes)
-
-    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    read = _count_detail_reads(monkeypatch)
     monkeypatch.setattr(queries, "PERCENTILE_DETAIL_BUDGET", 15)
     monkeypatch.setattr(queries, "PERCENTILE_MIN_DETAIL_PATHS", 4)
     tables = percentile_table(db_session, Filters(campaign_ids=(campaign_id,)), group_by="region")

@@ -31,6 +31,8 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters
+from iwscope.analysis.models import NO_ORIGIN
+from iwscope.analysis.rollups import WATERMARK_NAME, side_trials_sql
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -179,9 +181,6 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
     count.  The per-path roll-ups keep no histograms; the within-path interval (a handful of
     paths) and the percentile intervals (at most ``PERCENTILE_DETAIL_PATHS``) read them here.
     Each histogram bin is one piece of the frame."""
-    from iwscope.analysis.models import NO_ORIGIN
-    from iwscope.analysis.rollups import WATERMARK_NAME, side_trials_sql
-
     client = filters.metric != "server"
     # the watermark as a value, not a sub-select: with an unknown bound the planner takes the
     # BRIN index on received_at / joined_at and reads most of the table
@@ -195,18 +194,19 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
                               "null_probes": sorted({str(p) for p, o in paths if o == NO_ORIGIN}),
                               "arms": list(arms), "upto": upto}
     clauses = ["arm_iw = ANY(:arms)", f"{'received_at' if client else 'joined_at'} <= :upto"]
-    if filters.campaign_ids:
-        clauses.append("COALESCE(campaign_id, 0) = ANY(:campaign_ids)")
-        params["campaign_ids"] = list(filters.campaign_ids)
     days = _day_range(filters)
     if days is not None:
         clauses.append("started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
                        " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'")
         params.update(first_day=days[0], last_day=days[1])
+    # campaign and size octave on the roll-up key the selection computes
+    keys = ["TRUE"]
+    if filters.campaign_ids:
+        keys.append("t.campaign_id = ANY(:campaign_ids)")
+        params["campaign_ids"] = list(filters.campaign_ids)
     if filters.size_min is not None or filters.size_max is not None:
         first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
-        clauses.append(f"width_bucket(object_size, ARRAY[{','.join(str(2 ** k) for k in range(63))}]::bigint[]) - 1"
-                       " BETWEEN :size_first AND :size_last")
+        keys.append("t.size_bucket BETWEEN :size_first AND :size_last")
         params.update(size_first=first, size_last=last)
     rest = " AND ".join(clauses)
     # each path's trials through the (probe_id, origin_id) index, one lookup per path (a join
@@ -229,7 +229,7 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
             SELECT t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin, count(*)::float8 AS n_all, count(t.latency_us)::float8 AS n,
                    COALESCE(sum(t.latency_us::float8), 0) AS sum_us,
                    COALESCE(sum(t.latency_us::float8 * t.latency_us), 0) AS sumsq
-            FROM ({selection}) AS t
+            FROM ({selection}) AS t WHERE {" AND ".join(keys)}
             GROUP BY t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin)
         SELECT e.path, e.arm_iw, e.size_bucket, COALESCE(s.rtt_bucket, -1), COALESCE(s.bandwidth_bucket, -1),
                COALESCE(s.bdp_bucket, -1), COALESCE(s.loss_bucket, -1), COALESCE(e.bin, -1),

@@ -87,14 +87,23 @@ _SERVER_TRIALS = f"""
            CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
                 THEN {hist_bin_sql('server_latency_us')} END AS bin
     FROM trials WHERE {{where}} AND {_PAIRED_TRIALS}"""
-_CLIENT_MEASURES = """count(*) AS n_all, count(t.latency_us) AS n, min(t.object_size) AS size_min,
-    max(t.object_size) AS size_max, COALESCE(sum(t.latency_us), 0) AS sum_us,
-    COALESCE(sum(t.latency_us::numeric * t.latency_us), 0) AS sumsq"""
-_SERVER_MEASURES = """count(*) AS n_all, count(t.latency_us) AS n,
-    COALESCE(sum(t.latency_us), 0) AS sum_us, COALESCE(sum(t.latency_us::numeric * t.latency_us), 0) AS sumsq,
-    count(t.server_total_retrans) AS retrans_n, count(*) FILTER (WHERE t.server_total_retrans > 0) AS retrans_trials,
-    COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0) AS bytes_retrans,
-    COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0) AS bytes_sent"""
+#: The aggregates over a side's trials (``t``), each defined once: the bucket deltas and the
+#: per-path fold select them under their own names.
+_AGG = {
+    "all": "count(*)",
+    "n": "count(t.latency_us)",
+    "sum": "COALESCE(sum(t.latency_us), 0)",
+    "sumsq": "COALESCE(sum(t.latency_us::numeric * t.latency_us), 0)",
+    "retrans_n": "count(t.server_total_retrans)",
+    "retrans_trials": "count(*) FILTER (WHERE t.server_total_retrans > 0)",
+    "bytes_retrans": "COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0)",
+    "bytes_sent": "COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0)",
+}
+_CLIENT_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, min(t.object_size) AS size_min, "
+                    f"max(t.object_size) AS size_max, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq")
+_SERVER_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq, "
+                    + ", ".join(f"{_AGG[name]} AS {name}"
+                                for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")))
 #: A ``{where}`` of received (resp. joined) trials inside a refresh window.
 _RECEIVED_IN_WINDOW = "received_at > :low AND received_at <= :high"
 _JOINED_IN_WINDOW = "joined_at > :low AND joined_at <= :high"
@@ -142,42 +151,38 @@ _PATH_KEY_OUT = f"""t.campaign_id, t.probe_id, t.origin_id, t.arm_iw, t.size_buc
     CASE WHEN g.grain = {GRAIN_DAY} THEN t.day ELSE date_trunc('month', t.day)::date END, g.grain"""
 _GRAINS = f"CROSS JOIN (VALUES ({GRAIN_DAY}), ({GRAIN_MONTH})) AS g(grain)"
 
-#: One statement per side folds a window into the per-path roll-ups (sufficient statistics,
-#: no histograms): the deltas are added to existing rows, missing rows are created.  A server
-#: side folded before its client side takes its size octave's lower edge as size bounds.
-_PATH_FOLD_CLIENT = text(f"""
-    INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
-        n_trials, n_errors, size_min, size_max, client_n, client_sum_us, client_sumsq_us2,
-        server_n, server_sum_us, server_sumsq_us2, retrans_n, retrans_trials, bytes_retrans, bytes_sent, updated_at)
-    SELECT {_PATH_KEY_OUT}, count(*), count(*) - count(t.latency_us), min(t.object_size),
-           max(t.object_size), count(t.latency_us), COALESCE(sum(t.latency_us), 0),
-           COALESCE(sum(t.latency_us::numeric * t.latency_us), 0), 0, 0, 0, 0, 0, 0, 0, clock_timestamp()
-    FROM ({_CLIENT_TRIALS.format(where=_RECEIVED_IN_WINDOW)}) AS t {_GRAINS}
-    GROUP BY 1, 2, 3, 4, 5, 6, 7
-    ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET
-        n_trials = r.n_trials + EXCLUDED.n_trials, n_errors = r.n_errors + EXCLUDED.n_errors,
-        size_min = LEAST(r.size_min, EXCLUDED.size_min), size_max = GREATEST(r.size_max, EXCLUDED.size_max),
-        client_n = r.client_n + EXCLUDED.client_n, client_sum_us = r.client_sum_us + EXCLUDED.client_sum_us,
-        client_sumsq_us2 = r.client_sumsq_us2 + EXCLUDED.client_sumsq_us2, updated_at = EXCLUDED.updated_at""")
-_PATH_FOLD_SERVER = text(f"""
-    INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
-        n_trials, n_errors, size_min, size_max, client_n, client_sum_us, client_sumsq_us2,
-        server_n, server_sum_us, server_sumsq_us2, retrans_n, retrans_trials, bytes_retrans, bytes_sent, updated_at)
-    SELECT {_PATH_KEY_OUT}, 0, 0,
-           CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END,
-           CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END, 0, 0, 0,
-           count(t.latency_us), COALESCE(sum(t.latency_us), 0), COALESCE(sum(t.latency_us::numeric * t.latency_us), 0),
-           count(t.server_total_retrans), count(*) FILTER (WHERE t.server_total_retrans > 0),
-           COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0),
-           COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0), clock_timestamp()
-    FROM ({_SERVER_TRIALS.format(where=_JOINED_IN_WINDOW)}) AS t {_GRAINS}
-    GROUP BY 1, 2, 3, 4, 5, 6, 7
-    ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET
-        server_n = r.server_n + EXCLUDED.server_n, server_sum_us = r.server_sum_us + EXCLUDED.server_sum_us,
-        server_sumsq_us2 = r.server_sumsq_us2 + EXCLUDED.server_sumsq_us2,
-        retrans_n = r.retrans_n + EXCLUDED.retrans_n, retrans_trials = r.retrans_trials + EXCLUDED.retrans_trials,
-        bytes_retrans = r.bytes_retrans + EXCLUDED.bytes_retrans, bytes_sent = r.bytes_sent + EXCLUDED.bytes_sent,
-        updated_at = EXCLUDED.updated_at""")
+#: The per-path roll-ups' measure columns each side adds to, and the aggregate that fills each.
+_PATH_SIDE_COLUMNS = {
+    True: {"n_trials": _AGG["all"], "n_errors": f"{_AGG['all']} - {_AGG['n']}", "client_n": _AGG["n"],
+           "client_sum_us": _AGG["sum"], "client_sumsq_us2": _AGG["sumsq"]},
+    False: {"server_n": _AGG["n"], "server_sum_us": _AGG["sum"], "server_sumsq_us2": _AGG["sumsq"],
+            **{name: _AGG[name] for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")}},
+}
+_PATH_MEASURES = [*_PATH_SIDE_COLUMNS[True], *_PATH_SIDE_COLUMNS[False]]
+
+
+def _path_fold_sql(client: bool) -> Any:
+    """One statement folds one side's window into the per-path roll-ups (sufficient statistics,
+    no histograms): its measures are added to existing rows, missing rows are created with the
+    other side's at 0.  Size bounds: the client side's widen the row's; a server side folded
+    before its client side takes its size octave's lower edge."""
+    side = _PATH_SIDE_COLUMNS[client]
+    if client:
+        sizes = "min(t.object_size), max(t.object_size)"
+        size_update = "size_min = LEAST(r.size_min, EXCLUDED.size_min), size_max = GREATEST(r.size_max, EXCLUDED.size_max), "
+    else:
+        edge = "CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END"
+        sizes, size_update = f"{edge}, {edge}", ""
+    trials = side_trials_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
+    return text(f"""
+        INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
+            size_min, size_max, {", ".join(_PATH_MEASURES)}, updated_at)
+        SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in _PATH_MEASURES)}, clock_timestamp()
+        FROM ({trials}) AS t {_GRAINS}
+        GROUP BY 1, 2, 3, 4, 5, 6, 7
+        ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET {size_update}
+            {", ".join(f"{name} = r.{name} + EXCLUDED.{name}" for name in side)}, updated_at = EXCLUDED.updated_at""")
+
 
 #: Paths with trials in a window that have no stored signature yet.
 _UNSIGNED_PATHS = f"""
@@ -281,6 +286,7 @@ class RefreshResult:
     skipped: bool
     client_trials: int
     server_trials: int
+    #: Per-path roll-up rows written (a key both sides touched counts twice).
     keys_updated: int
     received_upto: dt.datetime | None
     joined_upto: dt.datetime | None
@@ -476,8 +482,7 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
         signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
     keys_updated = 0
     for client, _, low, high in windows:
-        result = session.execute(_PATH_FOLD_CLIENT if client else _PATH_FOLD_SERVER, {"low": low, "high": high})
-        keys_updated += max(0, int(getattr(result, "rowcount", 0) or 0))
+        keys_updated += session.execute(_path_fold_sql(client), {"low": low, "high": high}).rowcount
     deltas, client_trials, server_trials = _collect(session, windows)
     fold(session, deltas)
     _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
