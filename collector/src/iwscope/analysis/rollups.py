@@ -2,8 +2,8 @@
 
 Every trial is folded into two rows of each: its UTC day's and its calendar month's (``grain``),
 so queries read month rows for whole months and day rows only at the edges of a time range.
-The per-path rows hold sums only and are folded by one INSERT ... SELECT ... ON CONFLICT per
-side (set-based: the work is PostgreSQL's, about one key per trial at fleet density); the
+The per-path rows hold sums only and are folded by one INSERT ... SELECT ... ON CONFLICT for
+both sides (set-based: the work is PostgreSQL's, about one key per trial at fleet density); the
 bucket rows (keyed by the path's signature, with histograms) are merged here, one per touched
 (signature, arm, size octave, day / month).
 
@@ -104,9 +104,10 @@ _CLIENT_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, min(t.object_siz
 _SERVER_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq, "
                     + ", ".join(f"{_AGG[name]} AS {name}"
                                 for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")))
-#: A ``{where}`` of received (resp. joined) trials inside a refresh window.
-_RECEIVED_IN_WINDOW = "received_at > :low AND received_at <= :high"
-_JOINED_IN_WINDOW = "joined_at > :low AND joined_at <= :high"
+#: A ``{where}`` of received (resp. joined) trials inside a refresh's windows (an empty window,
+#: high <= low, selects nothing).
+_RECEIVED_IN_WINDOW = "received_at > :rlow AND received_at <= :rhigh"
+_JOINED_IN_WINDOW = "joined_at > :jlow AND joined_at <= :jhigh"
 
 
 def side_trials_sql(client: bool, where: str) -> str:
@@ -161,35 +162,51 @@ _PATH_SIDE_COLUMNS = {
 _PATH_MEASURES = [*_PATH_SIDE_COLUMNS[True], *_PATH_SIDE_COLUMNS[False]]
 
 
-def _path_fold_sql(client: bool) -> Any:
-    """One statement folds one side's window into the per-path roll-ups (sufficient statistics,
-    no histograms): its measures are added to existing rows, missing rows are created with the
-    other side's at 0.  Size bounds: the client side's widen the row's; a server side folded
-    before its client side takes its size octave's lower edge."""
+def _path_side_sql(client: bool) -> str:
+    """One side's deltas of the per-path roll-ups over its window (``:rlow``/``:rhigh`` on
+    ``received_at``, ``:jlow``/``:jhigh`` on ``joined_at``), per key and grain, in the column
+    order of ``_path_fold_sql`` (the other side's measures 0).  The client side carries the
+    size range; the server side its size octave's lower edge (``edge``) for rows it creates."""
     side = _PATH_SIDE_COLUMNS[client]
-    if client:
-        sizes = "min(t.object_size), max(t.object_size)"
-        size_update = "size_min = LEAST(r.size_min, EXCLUDED.size_min), size_max = GREATEST(r.size_max, EXCLUDED.size_max), "
-    else:
-        edge = "CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END"
-        sizes, size_update = f"{edge}, {edge}", ""
+    edge = "CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END"
+    sizes = "min(t.object_size), max(t.object_size), NULL::bigint" if client else f"NULL::bigint, NULL::bigint, {edge}"
     trials = side_trials_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
-    return text(f"""
-        INSERT INTO analysis_rollups AS r (campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain,
-            size_min, size_max, {", ".join(_PATH_MEASURES)}, updated_at)
-        SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in _PATH_MEASURES)}, clock_timestamp()
+    return f"""
+        SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in _PATH_MEASURES)}
         FROM ({trials}) AS t {_GRAINS}
-        GROUP BY 1, 2, 3, 4, 5, 6, 7
-        ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET {size_update}
-            {", ".join(f"{name} = r.{name} + EXCLUDED.{name}" for name in side)}, updated_at = EXCLUDED.updated_at""")
+        GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 
 
-#: Paths with trials in a window that have no stored signature yet.
-_UNSIGNED_PATHS = f"""
+def _path_fold_sql() -> Any:
+    """One statement folds both sides' windows into the per-path roll-ups (sufficient
+    statistics, no histograms): the measures are added to existing rows, missing rows are
+    created.  Size bounds: a client side widens the row's (a new row takes the client side's);
+    a row a server side creates alone takes its size octave's lower edge.  One upsert instead
+    of one per side: the two sides of a window touch mostly the same keys, and each index
+    probe of the ON CONFLICT is paid once."""
+    key = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, grain"
+    measures = ", ".join(f"sum(d.{name})" for name in _PATH_MEASURES)
+    return text(f"""
+        INSERT INTO analysis_rollups AS r ({key}, size_min, size_max, {", ".join(_PATH_MEASURES)}, updated_at)
+        SELECT {", ".join(f"d.{column}" for column in key.split(", "))},
+               COALESCE(min(d.size_min), min(d.edge)), COALESCE(max(d.size_max), min(d.edge)), {measures}, clock_timestamp()
+        FROM ({_path_side_sql(True)}
+              UNION ALL {_path_side_sql(False)}) AS d ({key}, size_min, size_max, edge, {", ".join(_PATH_MEASURES)})
+        GROUP BY {", ".join(f"d.{column}" for column in key.split(", "))}
+        ON CONFLICT ON CONSTRAINT pk_analysis_rollups DO UPDATE SET
+            size_min = CASE WHEN EXCLUDED.n_trials > 0 THEN LEAST(r.size_min, EXCLUDED.size_min) ELSE r.size_min END,
+            size_max = CASE WHEN EXCLUDED.n_trials > 0 THEN GREATEST(r.size_max, EXCLUDED.size_max) ELSE r.size_max END,
+            {", ".join(f"{name} = r.{name} + EXCLUDED.{name}" for name in _PATH_MEASURES)},
+            updated_at = EXCLUDED.updated_at""")
+
+
+#: Paths with trials in either window that have no stored signature yet.
+_UNSIGNED_PATHS = text(f"""
     SELECT DISTINCT t.probe_id, COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid) AS origin_id FROM trials AS t
-    WHERE t.{{column}} > :low AND t.{{column}} <= :high AND {paired_trials_sql('t')} AND NOT EXISTS (
+    WHERE (({_RECEIVED_IN_WINDOW}) OR ({_JOINED_IN_WINDOW}))
+      AND {paired_trials_sql('t')} AND NOT EXISTS (
         SELECT 1 FROM analysis_path_signatures AS ps
-        WHERE ps.probe_id = t.probe_id AND ps.origin_id = COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid))"""
+        WHERE ps.probe_id = t.probe_id AND ps.origin_id = COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid))""")
 
 _BOUND = text("""
     SELECT LEAST(clock_timestamp(),
@@ -286,7 +303,7 @@ class RefreshResult:
     skipped: bool
     client_trials: int
     server_trials: int
-    #: Per-path roll-up rows written (a key both sides touched counts twice).
+    #: Per-path roll-up rows written (inserted or added to).
     keys_updated: int
     received_upto: dt.datetime | None
     joined_upto: dt.datetime | None
@@ -474,29 +491,29 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
     elif not session.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY}).scalar():
         return RefreshResult(True, 0, 0, 0, None, None)
     watermark, received_high, joined_high = _window(session, WATERMARK_NAME, margin, upto)
-    windows = ((True, "received_at", watermark.received_upto, received_high),
-               (False, "joined_at", watermark.joined_upto, joined_high))
-    windows = tuple(window for window in windows if window[3] > window[2])
-    for _, column, low, high in windows:  # every path gets its signature before the bucket fold
-        unsigned = session.execute(text(_UNSIGNED_PATHS.format(column=column)), {"low": low, "high": high}).all()
-        signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
-    keys_updated = 0
-    for client, _, low, high in windows:
-        keys_updated += session.execute(_path_fold_sql(client), {"low": low, "high": high}).rowcount
-    deltas, client_trials, server_trials = _collect(session, windows)
+    bounds = {"rlow": watermark.received_upto, "rhigh": received_high,
+              "jlow": watermark.joined_upto, "jhigh": joined_high}
+    # every path gets its signature before the bucket fold
+    unsigned = session.execute(_UNSIGNED_PATHS, bounds).all()
+    signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
+    keys_updated = session.execute(_path_fold_sql(), bounds).rowcount
+    sides = [client for client, (low, high) in ((True, ("rlow", "rhigh")), (False, ("jlow", "jhigh")))
+             if bounds[high] > bounds[low]]
+    deltas, client_trials, server_trials = _collect(session, bounds, sides)
     fold(session, deltas)
     _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
     return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
 
 
-def _collect(session: Session, windows: tuple[tuple[bool, str, dt.datetime, dt.datetime], ...]
+def _collect(session: Session, bounds: dict[str, dt.datetime], sides: list[bool]
              ) -> tuple[dict[BucketKey, _Delta], int, int]:
-    """The bucket roll-ups' deltas of the trials received / joined in the windows."""
+    """The bucket roll-ups' deltas of the trials received (client side) / joined (server side)
+    in the windows ``bounds``, of the ``sides`` whose window is not empty."""
     deltas: dict[BucketKey, _Delta] = {}
     counted = {True: 0, False: 0}
-    for client, _, low, high in windows:
+    for client in sides:
         statement = _bucket_delta_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
-        for row in session.execute(statement, {"low": low, "high": high}, execution_options={"yield_per": 50_000}):
+        for row in session.execute(statement, bounds, execution_options={"yield_per": 50_000}):
             counted[client] += int(row.n_all)
             for key in _delta_keys(row, (int(row.unit),)):
                 (_add_client if client else _add_server)(deltas.setdefault(key, _Delta()), row)
