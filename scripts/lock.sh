@@ -31,6 +31,9 @@ lines += ["-r " + str(pathlib.Path("requirements-test.txt").resolve()),
           "setuptools>=68", "pip>=24"]
 pathlib.Path(sys.argv[1]).write_text("\n".join(lines) + "\n")
 PY
+# the current pins are the starting point (pip-compile keeps them unless they conflict): a new
+# requirement adds its own pins without upgrading everything else; `make lock UPGRADE=1` does
+if [[ -z "${UPGRADE:-}" && -f requirements.lock ]]; then cp requirements.lock "$work/requirements.lock"; fi
 "$work/venv/bin/pip-compile" -q --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
   --no-emit-trusted-host --no-emit-find-links --no-header --output-file "$work/requirements.lock" "$work/requirements.in"
 {

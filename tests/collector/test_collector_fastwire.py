@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import typing
 import uuid
 from typing import Any
 
@@ -21,11 +22,12 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from testkit import Enrolled, make_batch, make_trial, wait_folded
 
 from iwprobe import wire
 from iwscope.trials import fastwire
 from iwscope.trials.schemas import TrialBatchIn
-from collector_helpers import Enrolled, make_batch, make_trial, wait_folded
+from iwscope.wiretypes import ErrorKind
 
 CASES = 4000
 _MISSING = object()
@@ -52,8 +54,7 @@ TIMESTAMP_VALUES = [
 ]
 STRING_VALUES = ["a", "é" * 2048, "é" * 2049, "x" * 2048, "x" * 2049, "e" * 500, "é" * 501, "tab\there",
                  "line\nbreak", "back\\slash", "cr\rhere", "\u0000", "\ud83d\ude00" * 10, "m" * 64, "m" * 65]
-ERROR_KINDS = ["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "Other",
-               "dns ", "unknown"]
+ERROR_KINDS = [*wire.ERROR_KINDS, "Other", "dns ", "unknown"]
 TRIAL_FIELDS = ["trial_id", "probe_id", "campaign_id", "origin_id", "round", "arm_iw", "object_size", "url",
                 "started_at", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received", "http_status",
                 "error_kind", "error_detail", "syn_retrans", "tcp_info"]
@@ -190,12 +191,12 @@ def assert_same_reading(reference: TrialBatchIn, fast: fastwire.FastTrialBatch) 
     assert (fast.batch_id, fast.probe_id, fast.sent_at) == (reference.batch_id, reference.probe_id, reference.sent_at)
     assert fast.sent_at.utcoffset() == reference.sent_at.utcoffset()
     assert len(fast.trials) == len(reference.trials) and len(fast.path_samples) == len(reference.path_samples)
-    for trial, started_at, expected in zip(fast.trials, fast.started_at, reference.trials):
+    for trial, started_at, expected in zip(fast.trials, fast.started_at, reference.trials, strict=True):
         for name in TRIAL_FIELDS:
             if name != "started_at":
                 assert getattr(trial, name) == getattr(expected, name), name
         assert started_at == expected.started_at and started_at.utcoffset() == expected.started_at.utcoffset()
-    for sample, measured_at, expected_sample in zip(fast.path_samples, fast.measured_at, reference.path_samples):
+    for sample, measured_at, expected_sample in zip(fast.path_samples, fast.measured_at, reference.path_samples, strict=True):
         for name in SAMPLE_FIELDS:
             if name != "measured_at":
                 assert getattr(sample, name) == getattr(expected_sample, name), name
@@ -244,6 +245,16 @@ def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
         "measured_at": timestamp}]) | {"sent_at": timestamp}).encode())
 
 
+def test_error_kind_is_the_probe_wire_formats_tuple() -> None:
+    """``ErrorKind`` is spelled out once on the collector side (a type checker cannot read a tuple
+    as a ``Literal``): it must stay ``iwprobe.wire.ERROR_KINDS``, which the JSON Schema lists too."""
+    assert typing.get_args(ErrorKind) == wire.ERROR_KINDS
+    assert fastwire.ErrorKind is ErrorKind  # the fast decoder checks the very same kinds
+    schema = wire.load_schema()
+    for record in ("TrialRecord", "OriginObservation"):
+        assert schema["$defs"][record]["properties"]["error_kind"]["enum"] == [*wire.ERROR_KINDS, None]
+
+
 def test_refused_batches_still_name_every_bad_record(client: httpx.Client, probe: Enrolled) -> None:
     """The fast path refuses at the first error; the 422 body still lists all of them (pydantic's)."""
     trials = [make_trial(probe.id) for _ in range(5)]
@@ -271,7 +282,7 @@ def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, p
             text("SELECT * FROM trials WHERE probe_id = :p"), {"p": probe.id}).mappings()}
     stored = rows[odd["trial_id"]]
     assert stored["url"] == odd["url"] and stored["error_detail"] == "\\N" and stored["error_kind"] == "other"
-    assert stored["started_at"] == dt.datetime(2026, 11, 21, 18, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert stored["started_at"] == dt.datetime(2026, 11, 21, 18, 0, 0, 500000, tzinfo=dt.UTC)
     assert (stored["http_status"], stored["dns_us"], stored["total_us"]) == (None, None, None)
     assert (stored["tcpi_rtt_us"], stored["tcpi_min_rtt_us"], stored["tcpi_segs_in"]) == (2**63 - 1, 0, None)
     assert stored["tcp_info"] == odd["tcp_info"]

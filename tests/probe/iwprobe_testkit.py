@@ -10,8 +10,8 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, List
 
 import pytest
 
@@ -33,16 +33,16 @@ class NetnsPair:
     origin_address: str
     probe_address: str
 
-    def exec_args(self, namespace: str, command: List[str]) -> List[str]:
+    def exec_args(self, namespace: str, command: list[str]) -> list[str]:
         return ["ip", "netns", "exec", namespace, *command]
 
-    def run(self, namespace: str, command: List[str], **kwargs: object) -> subprocess.CompletedProcess:
+    def run(self, namespace: str, command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("timeout", 120)
         return subprocess.run(self.exec_args(namespace, command), **kwargs)  # type: ignore[call-overload]
 
-    def popen(self, namespace: str, command: List[str], **kwargs: object) -> subprocess.Popen:
+    def popen(self, namespace: str, command: list[str], **kwargs: object) -> subprocess.Popen:
         return subprocess.Popen(self.exec_args(namespace, command), **kwargs)  # type: ignore[call-overload]
 
 

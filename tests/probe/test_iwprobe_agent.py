@@ -18,7 +18,7 @@ from iwprobe._fetch import FetchResult
 def _campaign(**fields: object) -> wire.CampaignSchedule:
     values = dict(campaign_id=7, name="c", arms=[3, 10, 16], sizes=None, size_dist="websearch", sizes_per_round=5,
                   repetitions=3, interval_s=60.0,
-                  starts_at=wire.utc_timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)),
+                  starts_at=wire.utc_timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)),
                   ends_at=None, calibrate=False,
                   targets=[wire.ScheduleTarget("o1", "192.0.2.1", [wire.ArmPort(3, 8003), wire.ArmPort(10, 8010)]),
                            wire.ScheduleTarget("o2", "192.0.2.2", [wire.ArmPort(3, 8003), wire.ArmPort(10, 8010),
@@ -53,21 +53,21 @@ def test_a_round_is_every_arm_and_size_in_random_order(agent: ProbeAgent) -> Non
 
 def test_rounds_are_spaced_and_resumed(agent: ProbeAgent) -> None:
     campaign = _campaign()
-    now = dt.datetime.now(dt.timezone.utc).timestamp()
+    now = dt.datetime.now(dt.UTC).timestamp()
     assert agent._next_round(campaign, now) == ("run", 0, 0.0)
     agent.spool.start_round(7, 0, agent._plan(campaign))
     agent.spool.add("trial", "t1", {"trial_id": "t1"}, round_key=(7, 0, 1))
     assert agent._next_round(campaign, now) == ("run", 0, 0.0)  # unfinished: resume it
     agent.spool.finish_round(7, 0)
-    status, number, wait_s = agent._next_round(campaign, dt.datetime.now(dt.timezone.utc).timestamp())
+    status, number, wait_s = agent._next_round(campaign, dt.datetime.now(dt.UTC).timestamp())
     assert status == "wait" and number == 1 and 55 < wait_s <= 60
     for number in (1, 2):
         agent.spool.start_round(7, number, [])
         agent.spool.finish_round(7, number)
     assert agent._next_round(campaign, now + 1000)[0] == "done"
-    ended = _campaign(ends_at=wire.utc_timestamp(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)))
+    ended = _campaign(ends_at=wire.utc_timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)))
     assert agent._next_round(ended, now)[0] == "done"
-    later = _campaign(starts_at=wire.utc_timestamp(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=30)))
+    later = _campaign(starts_at=wire.utc_timestamp(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30)))
     assert agent._next_round(later, now)[0] == "wait"
 
 

@@ -17,12 +17,12 @@ import os
 import secrets
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any
 
 import psycopg
 import pytest
-
 from iwprobe_testkit import FleetNet
 from test_iwprobe_collector_e2e import ARMS, Agents, _create_campaign, _query
 
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow,
 RESULTS = Path(__file__).resolve().parents[2] / "artifacts" / "probe-bench.json"
 
 
-def _save(key: str, value: Dict[str, Any]) -> None:
+def _save(key: str, value: dict[str, Any]) -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     data[key] = value

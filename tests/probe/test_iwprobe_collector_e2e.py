@@ -14,30 +14,30 @@ import sqlite3
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from testenv import libpq_url
-
 from iwprobe_testkit import PYTHON, FleetNet, wait_for_port
+from testenv import libpq_url
 
 IWPROBE = [PYTHON, "-m", "iwprobe", "--log-level", "INFO"]
 ARMS = [3, 10, 16, 32]
 BASE_PORT = 8300
 
 
-def _query(database_url: str, sql: str, *params: Any) -> List[tuple]:
+def _query(database_url: str, sql: str, *params: Any) -> list[tuple]:
     with psycopg.connect(libpq_url(database_url)) as connection:
         return connection.execute(sql, params).fetchall()
 
 
 def _create_campaign(api_url: str, admin_token: str, origin_id: str, **fields: Any) -> int:
-    body: Dict[str, Any] = {"name": f"probe-test-{os.urandom(3).hex()}", "origin_ids": [origin_id], "arms": ARMS,
+    body: dict[str, Any] = {"name": f"probe-test-{os.urandom(3).hex()}", "origin_ids": [origin_id], "arms": ARMS,
                             "sizes": [3000, 9000], "repetitions": 1, "interval_s": 0.0,
-                            "starts_at": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)).isoformat(),
+                            "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
                             "calibrate": True}
     body.update(fields)
     answer = httpx.post(f"{api_url}/api/v1/campaigns", json=body, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
@@ -54,7 +54,7 @@ class Agents:
         self.origin_state = tmp / "origin-state"
         self.probe_state = tmp / "probe-state"
         self.region = region
-        self.origin: Optional[subprocess.Popen] = None
+        self.origin: subprocess.Popen | None = None
         self.origin_id = ""
         self.probe_id = ""
         self.logs = tmp
@@ -253,7 +253,7 @@ def test_refused_records_are_isolated_and_the_rest_uploaded(api_server: Any, enr
     spool.close()
 
 
-def _query_trial_stub(probe_id: str, trial_id: str) -> Dict[str, Any]:
+def _query_trial_stub(probe_id: str, trial_id: str) -> dict[str, Any]:
     from iwprobe import wire
 
     return wire.to_dict(wire.TrialRecord(

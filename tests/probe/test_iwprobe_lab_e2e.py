@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any
 
 import httpx
 import psycopg
@@ -37,7 +38,7 @@ RTT_MS = 200.0
 class LabFleet:
     """One origin and one probe in a lab topology, enrolled with the test collector."""
 
-    def __init__(self, topo: Any, api_port: int, tmp: Path, arms: List[int]) -> None:
+    def __init__(self, topo: Any, api_port: int, tmp: Path, arms: list[int]) -> None:
         self.topo = topo
         self.collector = f"http://{topo.collector_address}:{api_port}"
         self.tmp = tmp
@@ -45,11 +46,11 @@ class LabFleet:
         self.region = f"r{secrets.token_hex(3)}"
         self.origin_process: Any = None
 
-    def _check(self, host: str, argv: List[str]) -> None:
+    def _check(self, host: str, argv: list[str]) -> None:
         outcome = self.topo.run(host, argv, capture_output=True, text=True, timeout=120)
         assert outcome.returncode == 0, outcome.stdout + outcome.stderr
 
-    def start(self, enroll_token: str, origin_token: str) -> Tuple[str, str]:
+    def start(self, enroll_token: str, origin_token: str) -> tuple[str, str]:
         arms = ",".join(map(str, self.arms))
         origin = self.topo.host("origin")
         state = self.tmp / "origin"
@@ -94,7 +95,7 @@ class LabFleet:
 
 @pytest.fixture()
 def lab_fleet(request: pytest.FixtureRequest, api_server: Any, enroll_token: str, origin_token: str,
-              tmp_path: Path) -> Iterator[Tuple[LabFleet, str, str]]:
+              tmp_path: Path) -> Iterator[tuple[LabFleet, str, str]]:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     link: Any = request.param
@@ -111,9 +112,9 @@ def lab_fleet(request: pytest.FixtureRequest, api_server: Any, enroll_token: str
 
 
 def _campaign(api_url: str, admin_token: str, origin_id: str, region: str, **fields: Any) -> int:
-    body: Dict[str, Any] = {"name": f"probe-lab-{secrets.token_hex(3)}", "origin_ids": [origin_id], "arms": [3, 10],
+    body: dict[str, Any] = {"name": f"probe-lab-{secrets.token_hex(3)}", "origin_ids": [origin_id], "arms": [3, 10],
                             "probe_regions": [region], "repetitions": 1, "interval_s": 0.0, "calibrate": False,
-                            "starts_at": (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)).isoformat()}
+                            "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat()}
     body.update(fields)
     answer = httpx.post(f"{api_url}/api/v1/campaigns", json=body, headers={"Authorization": f"Bearer {admin_token}"},
                         timeout=30)
@@ -121,7 +122,7 @@ def _campaign(api_url: str, admin_token: str, origin_id: str, region: str, **fie
     return int(answer.json()["id"])
 
 
-def _joined_rows(database_url: str, campaign: int, expected: int) -> List[Dict[str, Any]]:
+def _joined_rows(database_url: str, campaign: int, expected: int) -> list[dict[str, Any]]:
     """Trials with their origin observation, once all ``expected`` have both sides."""
     sql = ("SELECT t.trial_id, t.arm_iw, t.object_size, t.total_us, t.connect_us, t.ttfb_us, t.error_kind, "
            "t.tcp_info AS client_info, o.response_latency_us, o.first_byte_us, o.snd_cwnd_at_accept, "
@@ -132,19 +133,19 @@ def _joined_rows(database_url: str, campaign: int, expected: int) -> List[Dict[s
         with psycopg.connect(libpq_url(database_url)) as connection:
             cursor = connection.execute(sql, (campaign,))
             names = [column.name for column in cursor.description]
-            rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         if len(rows) >= expected or time.monotonic() > deadline:
             return rows
         time.sleep(0.5)
 
 
-def _median(rows: List[Dict[str, Any]], iw: int, size: int, column: str) -> float:
+def _median(rows: list[dict[str, Any]], iw: int, size: int, column: str) -> float:
     return statistics.median(row[column] for row in rows if row["arm_iw"] == iw and row["object_size"] == size)
 
 
 @pytest.mark.parametrize("lab_fleet", [LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS)], indirect=True,
                          ids=["200ms-100mbit"])
-def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: Tuple[LabFleet, str, str], api_server: Any,
+def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: tuple[LabFleet, str, str], api_server: Any,
                                                admin_token: str, database_url: str) -> None:
     fleet, origin_id, probe_id = lab_fleet
     sizes = [3000, 9000, 30000]
@@ -182,7 +183,7 @@ def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: Tuple[LabFleet, str, s
 
 @pytest.mark.parametrize("lab_fleet", [LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=40, loss=0.03)], indirect=True,
                          ids=["3pct-loss"])
-def test_loss_shows_in_both_tcp_infos(lab_fleet: Tuple[LabFleet, str, str], api_server: Any, admin_token: str,
+def test_loss_shows_in_both_tcp_infos(lab_fleet: tuple[LabFleet, str, str], api_server: Any, admin_token: str,
                                       database_url: str) -> None:
     fleet, origin_id, _ = lab_fleet
     repetitions = 12

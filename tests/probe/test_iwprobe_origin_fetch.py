@@ -11,15 +11,15 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Iterator, List
+from collections.abc import Iterator
 
 import pytest
+from iwprobe_testkit import PYTHON, NetnsPair, wait_for_port
+from testkit import stop_process
 
 from iwprobe import wire
 from iwprobe._fetch import fetch
 from iwprobe._routes import RoutePlan, route_commands
-
-from iwprobe_testkit import PYTHON, NetnsPair, wait_for_port
 
 ARMS = [3, 10, 16, 32]
 BASE_PORT = 8100
@@ -38,21 +38,16 @@ def origin(netns_pair: NetnsPair) -> Iterator[subprocess.Popen]:
         wait_for_port(netns_pair, netns_pair.probe_ns, netns_pair.origin_address, BASE_PORT + ARMS[-1])
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
 
 
-def _observations(process: subprocess.Popen, count: int, timeout_s: float = 10.0) -> List[dict]:
+def _observations(process: subprocess.Popen, count: int, timeout_s: float = 10.0) -> list[dict]:
     """Read ``count`` observation lines from the origin's stdout."""
     assert process.stdout is not None
-    found: List[dict] = []
+    found: list[dict] = []
     deadline = time.monotonic() + timeout_s
 
     def reader() -> None:

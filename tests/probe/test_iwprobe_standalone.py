@@ -6,11 +6,10 @@ import ast
 import json
 import subprocess
 import venv
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from iwprobe_testkit import NetnsPair, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]

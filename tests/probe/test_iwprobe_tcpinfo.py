@@ -7,7 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import Dict, Iterator, Tuple
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,7 +15,7 @@ from iwprobe import _tcpinfo, wire
 
 
 @pytest.fixture()
-def connected_pair() -> Iterator[Tuple[socket.socket, socket.socket]]:
+def connected_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -29,10 +29,10 @@ def connected_pair() -> Iterator[Tuple[socket.socket, socket.socket]]:
         server.close()
 
 
-def _ss_fields(local_port: int) -> Dict[str, str]:
+def _ss_fields(local_port: int) -> dict[str, str]:
     output = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{local_port} )"],
                             check=True, capture_output=True, text=True).stdout
-    fields: Dict[str, str] = {}
+    fields: dict[str, str] = {}
     for token in output.split():
         if ":" in token and not re.match(r"^[\d.\[\]]+:\d+$", token):
             key, _, value = token.partition(":")
@@ -60,7 +60,7 @@ def test_field_names_and_offsets_match_the_kernel_header() -> None:
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) is not installed")
-def test_parse_matches_ss_on_a_live_socket(connected_pair: Tuple[socket.socket, socket.socket]) -> None:
+def test_parse_matches_ss_on_a_live_socket(connected_pair: tuple[socket.socket, socket.socket]) -> None:
     client, server = connected_pair
     payload = b"x" * 200_000
     server.sendall(payload)
@@ -96,7 +96,7 @@ def test_parse_matches_ss_on_a_live_socket(connected_pair: Tuple[socket.socket, 
     assert info["state"] == 1  # TCP_ESTABLISHED
 
 
-def test_shorter_structs_of_older_kernels_give_a_prefix(connected_pair: Tuple[socket.socket, socket.socket]) -> None:
+def test_shorter_structs_of_older_kernels_give_a_prefix(connected_pair: tuple[socket.socket, socket.socket]) -> None:
     client, _ = connected_pair
     raw = client.getsockopt(socket.IPPROTO_TCP, _tcpinfo.TCP_INFO, 512)
     full = _tcpinfo.parse_tcp_info(raw)

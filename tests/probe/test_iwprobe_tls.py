@@ -7,8 +7,8 @@ import shutil
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Tuple
 
 import pytest
 
@@ -29,7 +29,7 @@ class _Healthz(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def tls_server(tmp_path: Path) -> Iterator[Tuple[str, Path]]:
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed")
@@ -51,7 +51,7 @@ def tls_server(tmp_path: Path) -> Iterator[Tuple[str, Path]]:
         thread.join(timeout=5)
 
 
-def test_pinned_ca_is_trusted_and_unknown_ca_refused(tls_server: Tuple[str, Path]) -> None:
+def test_pinned_ca_is_trusted_and_unknown_ca_refused(tls_server: tuple[str, Path]) -> None:
     url, cert = tls_server
     status, body = CollectorClient(url, ca_file=str(cert), timeout_s=5).get_json("/healthz")
     assert status == 200 and body == {"status": "ok"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from iwprobe import wire
+from iwprobe import _upload, wire
 from iwprobe._collector import MAX_RETRY_AFTER_S, CollectorClient, CollectorError, parse_retry_after
 from iwprobe._spool import Spool
 from iwprobe._upload import Uploader, retry_delay
@@ -77,6 +77,28 @@ def collector_factory() -> Iterator:
         server.server_close()
 
 
+class SleepRecorder:
+    """Stands in for the ``time`` module inside ``iwprobe._upload``: every sleep the uploader asks
+    for is recorded (and slept), so a test checks the waits it chose rather than a wall clock."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        time.sleep(seconds)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def uploader_sleeps(monkeypatch: pytest.MonkeyPatch) -> SleepRecorder:
+    recorder = SleepRecorder()
+    monkeypatch.setattr(_upload, "time", recorder)
+    return recorder
+
+
 def _uploader(tmp_path: Path, url: str, records: int = 12) -> tuple[Uploader, list[str]]:
     spool = Spool(str(tmp_path / "spool.sqlite"))
     probe_id = wire.new_id()
@@ -104,26 +126,27 @@ def test_retry_after_is_parsed_as_seconds_or_http_date_and_clamped() -> None:
     assert min(delays) >= 2.0 and max(delays) <= 3.0 and len(set(delays)) > 100  # jittered above it
 
 
-def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path,  # noqa: ANN001
+                                                               uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=2, retry_after="1")
     uploader, ids = _uploader(tmp_path, collector.url)
-    started = time.monotonic()
     assert uploader.drain(deadline=time.monotonic() + 30) is True
     arrivals = collector.arrivals
     assert len(arrivals) == 3
-    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
     assert all(gap >= 1.0 for gap in gaps), gaps  # without Retry-After: ~0.01-0.02 s
-    assert time.monotonic() - started < 10
+    # One wait per 503, each at most Retry-After plus its 50 % jitter (not up to the deadline).
+    assert len(uploader_sleeps.sleeps) == 2 and all(0 < sleep <= 1.5 for sleep in uploader_sleeps.sleeps), \
+        uploader_sleeps.sleeps
     assert collector.accepted == ids and uploader.backlog() == 0
 
 
 def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_early(
-        collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+        collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:  # noqa: ANN001
     collector = collector_factory(busy=1, retry_after="3")
     uploader, ids = _uploader(tmp_path, collector.url)
-    started = time.monotonic()
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
-    assert time.monotonic() - started < 0.8  # did not sleep until the deadline
+    assert uploader_sleeps.sleeps == []  # returned after the 503: did not sleep until the deadline
     assert len(collector.arrivals) == 1 and uploader.backlog() == len(ids)
     # The next round's drain comes before Retry-After has passed: nothing is sent.
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
@@ -134,12 +157,17 @@ def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_ear
     # Without a deadline it waits Retry-After out (3-4.5 s after the 503), then uploads.
     assert uploader.drain() is True
     assert collector.arrivals[1] - collector.arrivals[0] >= 3.0
+    assert len(uploader_sleeps.sleeps) == 1 and uploader_sleeps.sleeps[0] <= 4.5, uploader_sleeps.sleeps
     assert collector.accepted == ids and uploader.backlog() == 0
 
 
-def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path) -> None:  # noqa: ANN001
+def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path,  # noqa: ANN001
+                                                     uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=3, retry_after=None)
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 30) is True
-    assert len(collector.arrivals) == 4 and collector.arrivals[-1] - collector.arrivals[0] < 1.0
+    assert len(collector.arrivals) == 4
+    # The plain exponential backoff of the 0.01 s base (full jitter), nothing Retry-After-like.
+    sleeps = uploader_sleeps.sleeps
+    assert len(sleeps) == 3 and all(sleep <= 0.01 * 2**attempt for attempt, sleep in enumerate(sleeps)), sleeps
     assert collector.accepted == ids and uploader.not_before == 0.0

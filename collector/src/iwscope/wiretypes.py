@@ -2,7 +2,7 @@
 
 Every ``*In`` model of a wire record is built from these, with ``extra="forbid"`` and strict
 types (JSON strings are not coerced to numbers), so that a document is accepted by the
-pydantic model iff the JSON Schema accepts it; ``tests/collector/test_wire_contract.py``
+pydantic model iff the JSON Schema accepts it; ``tests/collector/test_collector_wire_contract.py``
 checks that on sample documents.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import ConfigDict, Field, PlainValidator, StringConstraints
 
@@ -31,11 +31,12 @@ US_MAX = 86_400_000_000
 SIZE_MAX = 17_179_869_184
 
 
-def _rfc3339(value: object) -> dt.datetime:
+def parse_rfc3339(value: object) -> dt.datetime:
     """Only RFC 3339 strings with an offset (as the schema's pattern) become (aware) datetimes.
 
     A plain validator (one Python call per value, no second pass through pydantic's datetime
-    validator): this runs for every record of every batch.
+    validator): this runs for every record of every batch.  The fast decoder
+    (:mod:`iwscope.trials.fastwire`) checks timestamps with it too, so both agree.
     """
     if isinstance(value, str) and TIMESTAMP_PATTERN.match(value):
         try:
@@ -53,11 +54,13 @@ NO_NUL = StringConstraints(pattern=NO_NUL_PATTERN)
 
 
 CampaignId = Annotated[int, Field(ge=1, le=BIGINT_MAX)]
-WireTimestamp = Annotated[dt.datetime, PlainValidator(_rfc3339, json_schema_input_type=str)]
+WireTimestamp = Annotated[dt.datetime, PlainValidator(parse_rfc3339, json_schema_input_type=str)]
 Micros = Annotated[int, Field(ge=0, le=US_MAX)]
 Bytes = Annotated[int, Field(ge=0, le=SIZE_MAX)]
 Iw = Annotated[int, Field(ge=1, le=1000)]
 Port = Annotated[int, Field(ge=1, le=65535)]
+#: ``wire.ERROR_KINDS`` spelled out (a type checker cannot read a tuple as a ``Literal``); the
+#: pydantic models and the fast decoder both use it; a test checks that it equals the probe's tuple.
 ErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other"]
 TcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)]], Field(max_length=128)]
@@ -67,4 +70,4 @@ WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).
-FlowRole = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]
+FlowRole: TypeAlias = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]

@@ -8,7 +8,9 @@ Public surface (everything else, in ``_``-prefixed modules, is private):
 * :func:`read_tcp_info`, :func:`parse_tcp_info` -- ``TCP_INFO`` by the kernel's length;
 * :class:`Origin`, :class:`OriginConfig`, :class:`RoutePlan`, :func:`setup_routes` -- the origin;
 * :class:`Spool`, :class:`SpoolFull`, :class:`Uploader` -- the durable journal and its upload;
-* :class:`ProbeAgent` -- the ``iwprobe run`` daemon.
+* :class:`ProbeAgent` -- the ``iwprobe run`` daemon;
+* :data:`BACKGROUND_WARMUP_RTTS` -- round trips a background flow runs alone before a round's
+  short flows start (the lab sizes its fairness plans' background flows with it).
 
 Names load lazily, so ``import iwprobe.wire`` (what the collector does) stays light.
 """
@@ -23,10 +25,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "fetch": "_fetch", "FetchResult": "_fetch",
     "read_tcp_info": "_tcpinfo", "parse_tcp_info": "_tcpinfo",
-    "Origin": "_origin", "OriginConfig": "_origin", "RoutePlan": "_routes", "setup_routes": "_routes",
+    "Origin": "_origin", "OriginConfig": "_origin_config", "RoutePlan": "_routes", "setup_routes": "_routes",
     "Arm": "_arms", "parse_arms": "_arms",
     "Spool": "_spool", "SpoolFull": "_spool", "Uploader": "_upload",
-    "ProbeAgent": "_agent", "CollectorClient": "_collector", "CollectorError": "_collector",
+    "ProbeAgent": "_agent", "BACKGROUND_WARMUP_RTTS": "_agent",
+    "CollectorClient": "_collector", "CollectorError": "_collector",
 }
 
 __all__ = ["__version__", "wire", "sizes", *_EXPORTS]

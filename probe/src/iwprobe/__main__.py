@@ -9,14 +9,15 @@ import os
 import signal
 import sys
 import threading
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from . import __version__, wire
 from ._arms import Arm, parse_arms
 
 
-def _labels(values: Sequence[str]) -> Dict[str, str]:
-    labels: Dict[str, str] = {}
+def _labels(values: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -25,7 +26,7 @@ def _labels(values: Sequence[str]) -> Dict[str, str]:
     return labels
 
 
-def _arms(text: str) -> "List[Arm]":
+def _arms(text: str) -> list[Arm]:
     """``--arms 3,10,10p,32,learned``: the arms (IW policies, see iwprobe._arms)."""
     try:
         return parse_arms(text)

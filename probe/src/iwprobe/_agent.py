@@ -25,8 +25,9 @@ import random
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from . import __version__, sizes, wire
 from ._calibrate import DEFAULT_CALIBRATION_BYTES, calibrate
@@ -105,7 +106,7 @@ def load_credentials(directory: str, filename: str) -> Credentials:
 
 
 def enroll_probe(collector: str, token: str, request: wire.EnrollRequest, directory: str,
-                 ca_file: Optional[str] = None) -> Tuple[Credentials, str]:
+                 ca_file: Optional[str] = None) -> tuple[Credentials, str]:
     client = CollectorClient(collector, None, ca_file)
     _, answer = client.post_json(wire.PROBE_ENROLL_PATH, wire.dumps(request), token=token)
     response = from_dict(wire.EnrollResponse, answer)
@@ -114,7 +115,7 @@ def enroll_probe(collector: str, token: str, request: wire.EnrollRequest, direct
 
 
 def enroll_origin(collector: str, token: str, request: wire.OriginEnrollRequest, directory: str,
-                  ca_file: Optional[str] = None) -> Tuple[Credentials, str]:
+                  ca_file: Optional[str] = None) -> tuple[Credentials, str]:
     client = CollectorClient(collector, None, ca_file)
     _, answer = client.post_json(wire.ORIGIN_ENROLL_PATH, wire.dumps(request), token=token)
     response = from_dict(wire.EnrollResponse, answer)
@@ -201,7 +202,7 @@ class ProbeAgent:
                 cached[1] if cached is not None else None)
             if status == 304:
                 return from_dict(wire.Schedule, cached[0]) if cached is not None else None
-            schedule = from_dict(wire.Schedule, answer)
+            schedule: wire.Schedule = from_dict(wire.Schedule, answer)
             descriptor, temporary = tempfile.mkstemp(dir=self.directory)
             with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
                 json.dump({"etag": etag, "schedule": answer}, handle)
@@ -211,7 +212,7 @@ class ProbeAgent:
             log.warning("schedule pull failed (%s); using the cached schedule", error)
         return from_dict(wire.Schedule, cached[0]) if cached is not None else None
 
-    def _cached_schedule(self) -> Optional[Tuple[Dict[str, Any], Optional[str]]]:
+    def _cached_schedule(self) -> Optional[tuple[dict[str, Any], Optional[str]]]:
         """The schedule on disk and its ETag (a file of an earlier version: no ETag)."""
         try:
             with open(self._schedule_path, encoding="utf-8") as handle:
@@ -223,7 +224,7 @@ class ProbeAgent:
         return stored, None
 
     # -- rounds
-    def _plan(self, campaign: wire.CampaignSchedule) -> List[List[Any]]:
+    def _plan(self, campaign: wire.CampaignSchedule) -> list[list[Any]]:
         if campaign.sizes:
             round_sizes = list(campaign.sizes)
         elif campaign.size_dist:
@@ -232,7 +233,7 @@ class ProbeAgent:
             raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
         return round_plan(campaign, round_sizes, self.rng)
 
-    def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> Tuple[str, Optional[int], float]:
+    def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> tuple[str, Optional[int], float]:
         """("done" | "wait" | "run", round number, seconds to wait)."""
         if campaign.ends_at and wire.parse_timestamp(campaign.ends_at).timestamp() <= now:
             return "done", None, 0.0
@@ -283,7 +284,7 @@ class ProbeAgent:
         log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
 
     # -- interactive flow
-    def _start_interactive(self, campaign: wire.CampaignSchedule) -> Optional[Tuple[EchoFlow, wire.ScheduleTarget]]:
+    def _start_interactive(self, campaign: wire.CampaignSchedule) -> Optional[tuple[EchoFlow, wire.ScheduleTarget]]:
         """Start the campaign's interactive flow to the first target with an echo port."""
         if not campaign.interactive_interval_us:
             return None
@@ -300,7 +301,7 @@ class ProbeAgent:
         log.warning("campaign %d asks for an interactive flow but no target has an echo port", campaign.campaign_id)
         return None
 
-    def _finish_interactive(self, started: Optional[Tuple[EchoFlow, wire.ScheduleTarget]],
+    def _finish_interactive(self, started: Optional[tuple[EchoFlow, wire.ScheduleTarget]],
                             campaign: wire.CampaignSchedule, number: int, stop: threading.Event) -> None:
         if started is None:
             return
@@ -318,7 +319,7 @@ class ProbeAgent:
         self.trials_measured += 1
 
     # -- offered load
-    def _background_target(self, campaign: wire.CampaignSchedule) -> Optional[Tuple[wire.ScheduleTarget, int, int]]:
+    def _background_target(self, campaign: wire.CampaignSchedule) -> Optional[tuple[wire.ScheduleTarget, int, int]]:
         """(target, IW, port) of the background flow, or ``None`` when the campaign has none."""
         if not campaign.background_bytes:
             return None
@@ -340,7 +341,7 @@ class ProbeAgent:
         return record
 
     def _measure(self, campaign: wire.CampaignSchedule, number: int, entry: PlanEntry,
-                 timeout_s: float) -> List[wire.TrialRecord]:
+                 timeout_s: float) -> list[wire.TrialRecord]:
         """One short flow of the plan: one fetch, or with ``page_connections`` a page load (the
         size split over that many connections opened at once, like a browser's)."""
         if not campaign.page_connections:
@@ -348,7 +349,7 @@ class ProbeAgent:
                                 entry.iw, entry.size, timeout_s, arm=entry.arm)]
         page_id = wire.new_id()
         parts = page_parts(entry.size, campaign.page_connections)
-        records: List[Optional[wire.TrialRecord]] = [None] * len(parts)
+        records: list[Optional[wire.TrialRecord]] = [None] * len(parts)
 
         def connection(index: int, size: int) -> None:
             records[index] = self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, size),
@@ -362,11 +363,11 @@ class ProbeAgent:
             thread.join()
         return [record for record in records if record is not None]
 
-    def _run_offered_round(self, campaign: wire.CampaignSchedule, number: int, plan: List[List[Any]],
+    def _run_offered_round(self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]],
                            stop: threading.Event) -> None:
         """Start the plan's trials at Poisson arrivals (exponential gaps, mean ``1 / rate``)."""
         rate = float(campaign.arrival_rate_per_s or 0)
-        finished: "queue.Queue[wire.TrialRecord]" = queue.Queue()
+        finished: queue.Queue[wire.TrialRecord] = queue.Queue()
         slots = threading.Semaphore(MAX_CONCURRENT_TRIALS)
         background = self._background_target(campaign)
         background_thread: Optional[threading.Thread] = None
@@ -387,7 +388,7 @@ class ProbeAgent:
             # bottleneck (a standing queue), as in the IETF 78 testbed.
             stop.wait(background_warmup_s(alone))
 
-        def one(entry: List[Any]) -> None:
+        def one(entry: list[Any]) -> None:
             try:
                 for record in self._measure(campaign, number, PlanEntry.from_json(entry), self.trial_timeout_s):
                     finished.put(record)
@@ -396,7 +397,7 @@ class ProbeAgent:
 
         echo = self._start_interactive(campaign)
 
-        workers: List[threading.Thread] = []
+        workers: list[threading.Thread] = []
         next_arrival = time.monotonic()
         for entry in plan:
             next_arrival += self.rng.expovariate(rate)
@@ -428,7 +429,7 @@ class ProbeAgent:
         log.info("campaign %d round %d done (%d trials at %.2f/s%s)", campaign.campaign_id, number, len(plan), rate,
                  ", with a background flow" if background else "")
 
-    def _store_finished(self, finished: "queue.Queue[wire.TrialRecord]", stop: threading.Event) -> None:
+    def _store_finished(self, finished: queue.Queue[wire.TrialRecord], stop: threading.Event) -> None:
         """Spool the trials worker threads finished (the spool is used from this thread only)."""
         while True:
             try:
@@ -438,7 +439,7 @@ class ProbeAgent:
             self._store(record, None, stop)
             self.trials_measured += 1
 
-    def _store(self, record: wire.TrialRecord, round_key: Optional[Tuple[int, int, int]], stop: threading.Event) -> None:
+    def _store(self, record: wire.TrialRecord, round_key: Optional[tuple[int, int, int]], stop: threading.Event) -> None:
         """Spool a trial; while the spool is full, upload and wait instead of dropping it."""
         attempt = 0
         while True:

@@ -22,8 +22,8 @@ Marks and tables: ``N`` and ``Np`` share mark ``mark_base + N`` and table ``tabl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
 
 from . import wire
 
@@ -69,7 +69,7 @@ class Arm:
             return base_port + LEARNED_PORT_OFFSET
         return base_port + self.iw
 
-    def describe(self, base_port: int) -> Dict[str, object]:
+    def describe(self, base_port: int) -> dict[str, object]:
         """What ``--print-arms`` prints for this arm."""
         return {"arm": self.label, "iw": self.iw, "paced": self.paced, "policy": self.policy,
                 "port": self.port(base_port)}
@@ -90,7 +90,7 @@ def parse_arm(label: str, learned_base_iw: int = LEARNED_BASE_IW) -> Arm:
     return Arm(str(iw), iw, "fixed")
 
 
-def parse_arms(text: "str | Sequence[object]", learned_base_iw: int = LEARNED_BASE_IW) -> List[Arm]:
+def parse_arms(text: str | Sequence[object], learned_base_iw: int = LEARNED_BASE_IW) -> list[Arm]:
     """Arms from ``"3,10,10p,32,learned"`` (or a list of labels, ints or :class:`Arm`),
     deduplicated, in order: plain by IW, then paced by IW, then learned."""
     parts = text.split(",") if isinstance(text, str) else list(text)

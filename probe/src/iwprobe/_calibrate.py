@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Optional
 
 from . import wire
 from ._fetch import FetchResult, fetch, object_url
@@ -15,7 +16,7 @@ log = logging.getLogger("iwprobe.agent")
 DEFAULT_CALIBRATION_BYTES = 1_000_000
 
 
-def estimate_bottleneck_bps(progress: Sequence[Tuple[int, ...]], window_us: int) -> Optional[int]:
+def estimate_bottleneck_bps(progress: Sequence[tuple[int, ...]], window_us: int) -> Optional[int]:
     """Highest rate over any span of at least ``window_us`` (two-pointer scan).
 
     ``progress`` holds ``(microseconds, cumulative bytes, ...)`` samples; with more than one
@@ -34,7 +35,7 @@ def estimate_bottleneck_bps(progress: Sequence[Tuple[int, ...]], window_us: int)
     return int(best) if best is not None else None
 
 
-def arrivals(result: FetchResult) -> List[Tuple[int, ...]]:
+def arrivals(result: FetchResult) -> list[tuple[int, ...]]:
     """``(microseconds, bytes read, payload bytes arrived)`` of a progress-recording fetch.
 
     Each count overshoots the link in its own way, so a span's rate is the lower of the two.

@@ -11,7 +11,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 from . import __version__
 
@@ -77,13 +77,13 @@ class CollectorClient:
             self._ssl_context = tls_context(ca_file)
 
     def request(self, method: str, path: str, body: Optional[bytes] = None,
-                token: Optional[str] = None) -> Tuple[int, Any]:
+                token: Optional[str] = None) -> tuple[int, Any]:
         """Send one request; return (status, parsed JSON or None).  Raises CollectorError."""
         status, payload, _ = self._exchange(method, path, body, token, {})
         return status, payload
 
     def _exchange(self, method: str, path: str, body: Optional[bytes], token: Optional[str],
-                  extra_headers: Dict[str, str]) -> Tuple[int, Any, Any]:
+                  extra_headers: dict[str, str]) -> tuple[int, Any, Any]:
         """(status, parsed JSON or None, response headers); 304 is an answer, not an error."""
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **extra_headers}
         bearer = token if token is not None else self.credential
@@ -111,13 +111,13 @@ class CollectorClient:
                                      f"{reason} (pin the collector's CA with --ca-file)") from None
             raise CollectorError(f"{method} {path}: {reason}") from None
 
-    def post_json(self, path: str, payload: bytes, token: Optional[str] = None) -> Tuple[int, Any]:
+    def post_json(self, path: str, payload: bytes, token: Optional[str] = None) -> tuple[int, Any]:
         return self.request("POST", path, payload, token)
 
-    def get_json(self, path: str) -> Tuple[int, Any]:
+    def get_json(self, path: str) -> tuple[int, Any]:
         return self.request("GET", path)
 
-    def get_json_if_changed(self, path: str, etag: Optional[str]) -> Tuple[int, Any, Optional[str]]:
+    def get_json_if_changed(self, path: str, etag: Optional[str]) -> tuple[int, Any, Optional[str]]:
         """``GET`` with ``If-None-Match: etag``: (200, document, its ETag) or (304, None, etag)
         when the collector says the copy the caller holds is current."""
         status, payload, headers = self._exchange("GET", path, None, None, {"If-None-Match": etag} if etag else {})
@@ -153,13 +153,13 @@ def _short(payload: Any) -> str:
     return text[:300]
 
 
-def from_dict(cls: Any, data: Dict[str, Any]) -> Any:
+def from_dict(cls: Any, data: dict[str, Any]) -> Any:
     """Build a (possibly nested) wire dataclass from a decoded JSON dict; unknown keys ignored."""
     import dataclasses
     import typing
 
     hints = typing.get_type_hints(cls)
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         if field.name not in data:
             continue
@@ -179,7 +179,7 @@ def _convert(hint: Any, value: Any) -> Any:
         for arg in args:
             if arg is not type(None):
                 return _convert(arg, value)
-    if origin in (list, typing.List) and args:
+    if origin in (list, list) and args:
         return [_convert(args[0], item) for item in value]
     if dataclasses.is_dataclass(hint):
         return from_dict(hint, value)

@@ -20,7 +20,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 from . import wire
 from ._caps import CAP_NET_ADMIN, drop_capability
@@ -45,7 +45,7 @@ class EchoServer:
         self.max_pps = max_pps_per_client
         self.echoed = 0
         self.refused = 0
-        self._budgets: Dict[str, Tuple[float, float]] = {}
+        self._budgets: dict[str, tuple[float, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="origin-echo", daemon=True)
 
@@ -103,8 +103,8 @@ class EchoFlow:
         self.interval_us = interval_us
         self.packet_bytes = packet_bytes
         self.started_at = ""
-        self._sent_ns: List[int] = []
-        self._rtt_ns: Dict[int, int] = {}
+        self._sent_ns: list[int] = []
+        self._rtt_ns: dict[int, int] = {}
         self._stop = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="iwprobe-echo-send", daemon=True)
         self._receiver = threading.Thread(target=self._receive_loop, name="iwprobe-echo-receive", daemon=True)
@@ -161,7 +161,7 @@ class EchoFlow:
                     and now - sent_ns <= ECHO_TIMEOUT_S * 1e9):
                 self._rtt_ns.setdefault(sequence, now - sent_ns)
 
-    def finish(self) -> Tuple[wire.EchoStats, int]:
+    def finish(self) -> tuple[wire.EchoStats, int]:
         """Stop sending, wait for the last echoes (at most :data:`ECHO_TIMEOUT_S`); the statistics
         and the flow's duration in microseconds."""
         self._stop.set()
@@ -170,7 +170,7 @@ class EchoFlow:
         self._receiver.join()
         self.sock.close()
         sent = min(len(self._sent_ns), wire.MAX_ECHO_SAMPLES)
-        rtts: List[Optional[int]] = [self._rtt_ns[sequence] // 1000 if sequence in self._rtt_ns else None
+        rtts: list[Optional[int]] = [self._rtt_ns[sequence] // 1000 if sequence in self._rtt_ns else None
                                      for sequence in range(sent)]
         stats = wire.EchoStats(packet_bytes=self.packet_bytes, interval_us=self.interval_us, sent=sent,
                                received=sum(rtt is not None for rtt in rtts), rtt_us=rtts)

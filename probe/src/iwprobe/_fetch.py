@@ -17,7 +17,7 @@ import socket
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 from . import wire
 from ._tcpinfo import read_tcp_info
@@ -44,12 +44,12 @@ class FetchResult:
     error_kind: Optional[str] = None
     error_detail: Optional[str] = None
     syn_retrans: int = 0
-    tcp_info: Dict[str, int] = field(default_factory=dict)
+    tcp_info: dict[str, int] = field(default_factory=dict)
     #: Per recv, when asked for (calibration): (microseconds since connect, cumulative bytes
     #: the application read, cumulative data segments the kernel received: ``tcpi_data_segs_in``).
     #: The segment count follows arrivals; the bytes read jump when a retransmission fills a
     #: hole and releases the out-of-order queue, or when the reader falls behind.
-    progress: List[Tuple[int, int, int]] = field(default_factory=list)
+    progress: list[tuple[int, int, int]] = field(default_factory=list)
 
     def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
                  round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
@@ -206,7 +206,7 @@ def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, 
         raise _TrialError("http_status", f"HTTP status {result.http_status}")
 
 
-def _parse_head(head: bytes) -> Tuple[int, Optional[int]]:
+def _parse_head(head: bytes) -> tuple[int, Optional[int]]:
     lines = head.split(b"\r\n")
     status_line = lines[0].decode("latin-1")
     pieces = status_line.split(" ", 2)
@@ -224,7 +224,7 @@ def _parse_head(head: bytes) -> Tuple[int, Optional[int]]:
     return status, content_length
 
 
-def _syn_retransmissions(info: Dict[str, int], connect_us: int) -> int:
+def _syn_retransmissions(info: dict[str, int], connect_us: int) -> int:
     counted = max(info.get("total_retrans", 0), info.get("total_rto", 0))
     if "total_rto" not in info and "total_retrans" not in info and connect_us > INITIAL_RTO_US:
         return 1

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 from ._routes import run_ip
 
@@ -51,7 +51,7 @@ def client_prefix(address: str, v4_bits: int = 24, v6_bits: int = 48) -> str:
     return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
 
 
-def window_to_learn(tcp_info: Dict[str, int]) -> Optional[int]:
+def window_to_learn(tcp_info: dict[str, int]) -> Optional[int]:
     """The window a finished connection hands on: ``snd_cwnd``, or ``snd_ssthresh`` if lower."""
     cwnd = tcp_info.get("snd_cwnd")
     if not cwnd:
@@ -77,9 +77,9 @@ class LearnedWindows:
         self.initrwnd = initrwnd
         self.apply_routes = apply_routes
         self.route_errors = 0
-        self._entries: Dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
-        self._updates: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._updates: queue.Queue[Optional[str]] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
 
@@ -94,7 +94,7 @@ class LearnedWindows:
             entry = self._entries.get(prefix)
             return entry.installed if entry is not None and entry.installed else self.base_iw
 
-    def observe(self, client_addr: str, tcp_info: Dict[str, int]) -> Optional[int]:
+    def observe(self, client_addr: str, tcp_info: dict[str, int]) -> Optional[int]:
         """Remember the window a finished connection ended with; the clamped value, or None."""
         window = window_to_learn(tcp_info)
         if window is None:
@@ -112,7 +112,7 @@ class LearnedWindows:
             self._updates.put(prefix)
         return value
 
-    def snapshot(self) -> Dict[str, Tuple[int, int]]:
+    def snapshot(self) -> dict[str, tuple[int, int]]:
         """prefix -> (remembered window, window the route holds)."""
         with self._lock:
             return {prefix: (entry.iw, entry.installed) for prefix, entry in self._entries.items()}
@@ -174,13 +174,13 @@ class LearnedWindows:
         for prefix in gone:
             self._delete(prefix)
 
-    def _nexthop(self, prefix: str) -> List[str]:
+    def _nexthop(self, prefix: str) -> list[str]:
         """``via G dev D`` (or ``dev D``) of the main table's route to the prefix."""
         network = ipaddress.ip_network(prefix)
         family = "-4" if network.version == 4 else "-6"
         outcome = run_ip(["ip", family, "route", "get", str(network.network_address)])
         words = outcome.stdout.split()
-        hop: List[str] = []
+        hop: list[str] = []
         for key in ("via", "dev"):
             if key in words and words.index(key) + 1 < len(words):
                 hop += [key, words[words.index(key) + 1]]

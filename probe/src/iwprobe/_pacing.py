@@ -16,7 +16,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import List
 
 #: ``SO_MAX_PACING_RATE`` (asm-generic/socket.h).
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
@@ -26,15 +25,15 @@ UNLIMITED_PACING_RATE = 0xFFFFFFFE
 MIN_INTERVAL_S = 0.0002
 
 
-def first_window_pieces(header: bytes, body: "memoryview | bytes", iw: int, mss: int) -> List[memoryview]:
+def first_window_pieces(header: bytes, body: memoryview | bytes, iw: int, mss: int) -> list[memoryview]:
     """The first ``iw`` MSS-sized pieces of head + body (fewer for a short response)."""
     data = memoryview(bytes(header) + bytes(body[:max(0, iw * mss - len(header))]))
     return [data[offset:offset + mss] for offset in range(0, len(data), mss)]
 
 
-def send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> None:
+def send_all(sock: socket.socket, header: bytes, body: memoryview | bytes) -> None:
     """Header and body in one ``sendmsg`` (more calls only if the kernel takes part of it)."""
-    buffers: List[memoryview] = [memoryview(header), memoryview(body)]
+    buffers: list[memoryview] = [memoryview(header), memoryview(body)]
     while buffers:
         sent = sock.sendmsg(buffers)
         while sent and buffers:
@@ -47,7 +46,7 @@ def send_all(sock: socket.socket, header: bytes, body: "memoryview | bytes") -> 
         buffers = [b for b in buffers if len(b)]
 
 
-def send_paced(sock: socket.socket, header: bytes, body: "memoryview | bytes", iw: int, rtt_us: int,
+def send_paced(sock: socket.socket, header: bytes, body: memoryview | bytes, iw: int, rtt_us: int,
                mss: int) -> float:
     """Send head + body with the first window spread over ``rtt_us``; the spacing used (s)."""
     try:

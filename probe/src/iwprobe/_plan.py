@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Dict, List, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from . import wire
 
@@ -29,22 +30,22 @@ class PlanEntry(NamedTuple):
     arm: str
 
     @classmethod
-    def from_json(cls, entry: Sequence[Any]) -> "PlanEntry":
+    def from_json(cls, entry: Sequence[Any]) -> PlanEntry:
         origin_id, host, iw, port, size = entry[:5]
         return cls(origin_id, host, int(iw), int(port), int(size), str(entry[5]) if len(entry) > 5 else str(iw))
 
 
-def campaign_arms(campaign: wire.CampaignSchedule) -> List[str]:
+def campaign_arms(campaign: wire.CampaignSchedule) -> list[str]:
     """The campaign's arms by label (``arm_labels``, else the plain ``arms``)."""
     return list(campaign.arm_labels) if campaign.arm_labels else [str(iw) for iw in campaign.arms]
 
 
-def target_arms(target: wire.ScheduleTarget) -> Dict[str, wire.ArmPort]:
+def target_arms(target: wire.ScheduleTarget) -> dict[str, wire.ArmPort]:
     """A target's listeners by arm label (an empty label is a v1 origin's plain arm)."""
     return {arm.arm or str(arm.iw): arm for arm in target.arms}
 
 
-def share_counts(shares: Sequence[float], total: int) -> List[int]:
+def share_counts(shares: Sequence[float], total: int) -> list[int]:
     """``total`` flows split by ``shares`` (largest remainder; the counts sum to ``total``)."""
     weight = sum(shares)
     if weight <= 0:
@@ -57,13 +58,13 @@ def share_counts(shares: Sequence[float], total: int) -> List[int]:
     return counts
 
 
-def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng: random.Random) -> List[List[Any]]:
+def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng: random.Random) -> list[list[Any]]:
     """The shuffled plan of one round (see the module docstring)."""
     labels = campaign_arms(campaign)
     shares = list(campaign.arm_shares)
     if shares and len(shares) != len(labels):
         raise ValueError(f"campaign {campaign.campaign_id}: {len(shares)} arm shares for {len(labels)} arms")
-    plan: List[List[Any]] = []
+    plan: list[list[Any]] = []
     for target in campaign.targets:
         ports = target_arms(target)
         served = [(label, share) for label, share in zip(labels, shares or [1.0] * len(labels)) if label in ports]
@@ -88,7 +89,7 @@ def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng:
     return plan
 
 
-def page_parts(size: int, connections: int) -> List[int]:
+def page_parts(size: int, connections: int) -> list[int]:
     """A page of ``size`` bytes over ``connections`` parallel connections: equal parts (the
     first ones a byte larger when it does not divide), none empty."""
     connections = max(1, min(connections, size))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Optional, Union
 
 from ._arms import Arm, parse_arms
 
@@ -42,12 +43,12 @@ class RoutePlan:
     priority_base: int = DEFAULT_RULE_PRIORITY_BASE
     initrwnd: int = DEFAULT_INITRWND
 
-    def policies(self) -> List[Arm]:
+    def policies(self) -> list[Arm]:
         return parse_arms(list(self.arms))
 
-    def slots(self) -> List[Arm]:
+    def slots(self) -> list[Arm]:
         """One arm per routing table (``N`` and ``Np`` share one)."""
-        by_slot: Dict[int, Arm] = {}
+        by_slot: dict[int, Arm] = {}
         for arm in self.policies():
             by_slot.setdefault(arm.slot, arm)
         return [by_slot[slot] for slot in sorted(by_slot)]
@@ -59,11 +60,11 @@ class RoutePlan:
         return self.table_base + (arm.slot if isinstance(arm, Arm) else arm)
 
 
-def run_ip(command: List[str]) -> "subprocess.CompletedProcess[str]":
+def run_ip(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, check=False, capture_output=True, text=True)
 
 
-def main_routes(family: str = "-4") -> List[str]:
+def main_routes(family: str = "-4") -> list[str]:
     """The main table's unicast routes as ``ip route`` prints them, flags removed."""
     output = run_ip(["ip", family, "route", "show", "table", "main"])
     if output.returncode != 0:
@@ -73,7 +74,7 @@ def main_routes(family: str = "-4") -> List[str]:
         words = [w for w in line.split() if w not in _ROUTE_FLAGS]
         if not words or words[0] in ("broadcast", "local", "anycast", "multicast", "unreachable", "prohibit", "blackhole"):
             continue
-        cleaned: List[str] = []
+        cleaned: list[str] = []
         skip = False
         for word in words:
             if skip:
@@ -87,10 +88,10 @@ def main_routes(family: str = "-4") -> List[str]:
     return routes
 
 
-def route_commands(plan: RoutePlan, routes: Optional[List[str]] = None) -> List[List[str]]:
+def route_commands(plan: RoutePlan, routes: Optional[list[str]] = None) -> list[list[str]]:
     """The ``ip`` commands that make an arm's connections start with its ``initcwnd``."""
     routes = main_routes() if routes is None else routes
-    commands: List[List[str]] = []
+    commands: list[list[str]] = []
     for arm in plan.slots():
         table = str(plan.table(arm))
         commands.append(["ip", "-4", "route", "flush", "table", table])
@@ -102,11 +103,11 @@ def route_commands(plan: RoutePlan, routes: Optional[List[str]] = None) -> List[
     return commands
 
 
-def setup_routes(plan: RoutePlan, dry_run: bool = False) -> List[str]:
+def setup_routes(plan: RoutePlan, dry_run: bool = False) -> list[str]:
     """Install rules and tables (idempotent: existing rules are kept, tables rebuilt)."""
     commands = route_commands(plan)
     existing_rules = run_ip(["ip", "-4", "rule", "show"]).stdout
-    printed: List[str] = []
+    printed: list[str] = []
     for command in commands:
         printed.append(" ".join(command))
         if dry_run:

@@ -23,7 +23,8 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, Optional
 
 log = logging.getLogger("iwprobe.spool")
 
@@ -88,8 +89,8 @@ class Spool:
         self._full_warned = False
 
     # ---------------------------------------------------------------- records
-    def add(self, kind: str, record_id: str, record: Dict[str, Any],
-            round_key: Optional[Tuple[int, int, int]] = None) -> None:
+    def add(self, kind: str, record_id: str, record: dict[str, Any],
+            round_key: Optional[tuple[int, int, int]] = None) -> None:
         """Store one record durably.  With ``round_key=(campaign, round, next_index)`` the
         round's progress is advanced in the same transaction."""
         if kind not in KINDS:
@@ -114,14 +115,14 @@ class Spool:
                     self._db.execute("UPDATE rounds SET next_index = ? WHERE campaign_id = ? AND round = ?",
                                      (next_index, campaign_id, round_number))
 
-    def pending(self, kinds: Sequence[str], limit: int, max_body_bytes: int) -> List[Tuple[int, str, Dict[str, Any]]]:
+    def pending(self, kinds: Sequence[str], limit: int, max_body_bytes: int) -> list[tuple[int, str, dict[str, Any]]]:
         """Oldest unacknowledged records of ``kinds``: (seq, kind, record), bounded in count and bytes."""
         marks = ",".join("?" for _ in kinds)
         with self._lock:
             rows = self._db.execute(
                 f"SELECT seq, kind, body FROM records WHERE kind IN ({marks}) ORDER BY seq LIMIT ?",
                 (*kinds, limit)).fetchall()
-        chosen: List[Tuple[int, str, Dict[str, Any]]] = []
+        chosen: list[tuple[int, str, dict[str, Any]]] = []
         total = 0
         for seq, kind, body in rows:
             if chosen and total + len(body) > max_body_bytes:
@@ -166,7 +167,7 @@ class Spool:
             return int(row[0]) if row else 0
 
     # ----------------------------------------------------------------- rounds
-    def round_state(self, campaign_id: int) -> Dict[int, Tuple[List[Any], int, Optional[float], float]]:
+    def round_state(self, campaign_id: int) -> dict[int, tuple[list[Any], int, Optional[float], float]]:
         """round -> (plan, next_index, finished_at, started_at) for one campaign."""
         with self._lock:
             rows = self._db.execute(
@@ -174,7 +175,7 @@ class Spool:
                 (campaign_id,)).fetchall()
         return {r: (json.loads(plan), nxt, fin, started) for r, plan, nxt, fin, started in rows}
 
-    def start_round(self, campaign_id: int, round_number: int, plan: List[Any]) -> None:
+    def start_round(self, campaign_id: int, round_number: int, plan: list[Any]) -> None:
         with self._lock, self._transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO rounds (campaign_id, round, plan, next_index, started_at) VALUES (?, ?, ?, 0, ?)",
@@ -190,7 +191,7 @@ class Spool:
             return self._db.execute("SELECT 1 FROM calibrations WHERE campaign_id = ? AND origin_id = ?",
                                     (campaign_id, origin_id)).fetchone() is not None
 
-    def add_calibration(self, campaign_id: int, origin_id: str, sample_id: str, sample: Dict[str, Any]) -> None:
+    def add_calibration(self, campaign_id: int, origin_id: str, sample_id: str, sample: dict[str, Any]) -> None:
         """Store a path sample and mark the (campaign, origin) calibrated, atomically."""
         body = json.dumps(sample, separators=(",", ":"))
         with self._lock, self._transaction():
@@ -224,7 +225,7 @@ class Spool:
         self._db.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
                          "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, amount))
 
-    def _transaction(self) -> "_Transaction":
+    def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import socket
 import struct
 import sys
-from typing import Dict, List, Tuple
 
 #: ``TCP_INFO`` socket option number (Linux); ``socket.TCP_INFO`` exists on Linux builds.
 TCP_INFO = getattr(socket, "TCP_INFO", 11)
@@ -24,7 +23,7 @@ TCP_INFO = getattr(socket, "TCP_INFO", 11)
 _BUFFER_BYTES = 512
 
 # (name, struct code) in kernel order after the first eight u8 bytes.
-_SCALARS: Tuple[Tuple[str, str], ...] = (
+_SCALARS: tuple[tuple[str, str], ...] = (
     ("rto", "I"), ("ato", "I"), ("snd_mss", "I"), ("rcv_mss", "I"),
     ("unacked", "I"), ("sacked", "I"), ("lost", "I"), ("retrans", "I"), ("fackets", "I"),
     ("last_data_sent", "I"), ("last_ack_sent", "I"), ("last_data_recv", "I"),
@@ -48,9 +47,9 @@ _SCALARS: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def _build_layout() -> List[Tuple[str, int, str]]:
+def _build_layout() -> list[tuple[str, int, str]]:
     """(name, offset, struct code) for every multi-byte field, checked for alignment."""
-    layout: List[Tuple[str, int, str]] = []
+    layout: list[tuple[str, int, str]] = []
     offset = 8
     for name, code in _SCALARS:
         size = struct.calcsize("=" + code)
@@ -73,9 +72,9 @@ _U32_UNSET = 2 ** 32 - 1
 _U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
 
 
-def parse_tcp_info(raw: bytes) -> Dict[str, int]:
+def parse_tcp_info(raw: bytes) -> dict[str, int]:
     """Parse the bytes ``getsockopt(TCP_INFO)`` returned; only fields fully present."""
-    info: Dict[str, int] = {}
+    info: dict[str, int] = {}
     length = len(raw)
     for index, name in enumerate(_U8_FIELDS):
         if index < length:
@@ -97,7 +96,7 @@ def parse_tcp_info(raw: bytes) -> Dict[str, int]:
     return info
 
 
-def read_tcp_info(sock: socket.socket) -> Dict[str, int]:
+def read_tcp_info(sock: socket.socket) -> dict[str, int]:
     """The socket's current ``TCP_INFO`` as a dict keyed by :data:`wire.TCP_INFO_FIELDS`."""
     return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, _BUFFER_BYTES))
 

@@ -7,7 +7,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from . import wire
 from ._collector import CollectorClient, CollectorError
@@ -32,7 +32,7 @@ def retry_delay(error: CollectorError, attempt: int, base_s: float = 1.0, cap_s:
     than the collector's ``Retry-After`` (an overloaded collector answers 503 with one), plus
     up to 50 % jitter so that probes turned away together do not all come back together."""
     generator = rng or random
-    delay = backoff_delay(attempt, base_s, cap_s, generator)
+    delay = backoff_delay(attempt, base_s, cap_s, rng)  # same generator (None: the random module there too)
     if error.retry_after_s is not None:
         delay = max(delay, error.retry_after_s * generator.uniform(1.0, 1.5))
     return delay
@@ -84,7 +84,7 @@ class Uploader:
         self.heartbeat_sent_at = 0.0
 
     @property
-    def kinds(self) -> Tuple[str, ...]:
+    def kinds(self) -> tuple[str, ...]:
         return ("trial", "path_sample") if self.role == "probe" else ("observation",)
 
     def backlog(self) -> int:
@@ -100,7 +100,7 @@ class Uploader:
             return 0
         return self._send(rows, self.heartbeat() if self.heartbeat is not None else None)
 
-    def _send(self, rows: List[Tuple[int, str, Dict[str, Any]]], heartbeat: Optional[wire.Heartbeat] = None) -> int:
+    def _send(self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[wire.Heartbeat] = None) -> int:
         batch_id, envelope = self._envelope(rows, heartbeat)
         try:
             _, answer = self.client.post_json(self._path(), envelope)
@@ -120,7 +120,7 @@ class Uploader:
                  answer["accepted"], answer["duplicates"])
         return len(rows)
 
-    def _isolate_rejects(self, rows: List[Tuple[int, str, Dict[str, Any]]], error: CollectorError) -> int:
+    def _isolate_rejects(self, rows: list[tuple[int, str, dict[str, Any]]], error: CollectorError) -> int:
         """A 422 stores nothing: bisect the batch to find the refused records, keep the rest."""
         if len(rows) == 1:
             self.spool.reject(rows[0][0], json.dumps(error.body)[:2000] if error.body is not None else str(error))
@@ -131,11 +131,11 @@ class Uploader:
     def _path(self) -> str:
         return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
 
-    def _envelope(self, rows: List[Tuple[int, str, Dict[str, Any]]],
-                  heartbeat: Optional[wire.Heartbeat] = None) -> Tuple[str, bytes]:
+    def _envelope(self, rows: list[tuple[int, str, dict[str, Any]]],
+                  heartbeat: Optional[wire.Heartbeat] = None) -> tuple[str, bytes]:
         """The batch's id and its JSON body."""
         batch_id = wire.new_id()
-        envelope: Dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
+        envelope: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
                                     "sent_at": wire.utc_timestamp()}
         if self.role == "probe":
             envelope["probe_id"] = self.owner_id

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import bisect
 import random
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Optional
 
 #: (size in bytes, cumulative probability) breakpoints of the ``websearch`` model.
-WEBSEARCH_BREAKPOINTS: Tuple[Tuple[int, float], ...] = (
+WEBSEARCH_BREAKPOINTS: tuple[tuple[int, float], ...] = (
     (1_000, 0.00),
     (3_000, 0.05),
     (6_000, 0.25),
@@ -39,7 +40,7 @@ WEBSEARCH_BREAKPOINTS: Tuple[Tuple[int, float], ...] = (
     (30_000, 1.00),
 )
 
-DISTRIBUTIONS: Dict[str, Tuple[Tuple[int, float], ...]] = {"websearch": WEBSEARCH_BREAKPOINTS}
+DISTRIBUTIONS: dict[str, tuple[tuple[int, float], ...]] = {"websearch": WEBSEARCH_BREAKPOINTS}
 
 
 def cdf(name: str, size: float) -> float:
@@ -68,13 +69,13 @@ def quantile(name: str, probability: float) -> int:
     return points[-1][0]
 
 
-def sample(name: str, count: int, rng: Optional[random.Random] = None) -> List[int]:
+def sample(name: str, count: int, rng: Optional[random.Random] = None) -> list[int]:
     """Draw ``count`` sizes from the named model."""
     generator = rng or random.Random()
     return [quantile(name, generator.random()) for _ in range(count)]
 
 
-def _points(name: str) -> Sequence[Tuple[int, float]]:
+def _points(name: str) -> Sequence[tuple[int, float]]:
     try:
         return DISTRIBUTIONS[name]
     except KeyError:

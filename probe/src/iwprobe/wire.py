@@ -34,7 +34,7 @@ import json
 import pathlib
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 #: Version of this wire format.  Every envelope carries it as ``wire_version``.
 #: Version 2 (2026-11) adds the arm label of origin observations and origin arms
@@ -171,7 +171,7 @@ class EchoStats:
     received: int
     #: Round-trip time of every packet sent, in sending order, microseconds; ``None`` where
     #: no echo came back (a loss).  At most :data:`MAX_ECHO_SAMPLES` (the first ones).
-    rtt_us: List[Optional[int]] = field(default_factory=list)
+    rtt_us: list[Optional[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -215,7 +215,7 @@ class TrialRecord:
     #: SYN retransmissions during connect (RTT above the 1 s initial RTO causes them).
     syn_retrans: int
     #: Client ``TCP_INFO`` at the end of the transfer (see :data:`TCP_INFO_FIELDS`).
-    tcp_info: Dict[str, int] = field(default_factory=dict)
+    tcp_info: dict[str, int] = field(default_factory=dict)
     #: The arm (label, e.g. ``10p``) of the listener fetched from; empty: the plain arm
     #: ``str(arm_iw)`` (``arm_iw`` is the IW the arm starts from).
     arm: str = ""
@@ -263,7 +263,7 @@ class OriginObservation:
     #: One of :data:`ERROR_KINDS`, ``None`` on success.
     error_kind: Optional[str]
     #: Server ``TCP_INFO`` once the response was acknowledged (or at close).
-    tcp_info: Dict[str, int] = field(default_factory=dict)
+    tcp_info: dict[str, int] = field(default_factory=dict)
     #: The arm (label) of the listener; ``arm_iw`` is the IW its policy intended for this
     #: connection (for ``learned``: the window learned for the client's prefix).  Empty (v1):
     #: the plain arm ``str(arm_iw)``.
@@ -318,8 +318,8 @@ class TrialBatch:
     batch_id: str
     probe_id: str
     sent_at: str
-    trials: List[TrialRecord] = field(default_factory=list)
-    path_samples: List[PathSample] = field(default_factory=list)
+    trials: list[TrialRecord] = field(default_factory=list)
+    path_samples: list[PathSample] = field(default_factory=list)
     #: Wire v3: the probe's heartbeat, folded into an upload it sends anyway (the collector
     #: records it as if posted to :data:`PROBE_HEARTBEAT_PATH`); ``None``: none.
     heartbeat: Optional[Heartbeat] = None
@@ -333,7 +333,7 @@ class ObservationBatch:
     batch_id: str
     origin_id: str
     sent_at: str
-    observations: List[OriginObservation] = field(default_factory=list)
+    observations: list[OriginObservation] = field(default_factory=list)
 
 
 @dataclass
@@ -395,7 +395,7 @@ class ScheduleTarget:
     origin_id: str
     #: Host name or address of the origin as seen from the probe.
     host: str
-    arms: List[ArmPort] = field(default_factory=list)
+    arms: list[ArmPort] = field(default_factory=list)
     #: UDP port of the origin's echo service for the interactive flow; ``None``: none.
     echo_port: Optional[int] = None
 
@@ -412,8 +412,8 @@ class CampaignSchedule:
 
     campaign_id: int
     name: str
-    arms: List[int]
-    sizes: Optional[List[int]]
+    arms: list[int]
+    sizes: Optional[list[int]]
     size_dist: Optional[str]
     sizes_per_round: int
     repetitions: int
@@ -422,7 +422,7 @@ class CampaignSchedule:
     ends_at: Optional[str]
     #: Whether to measure a :class:`PathSample` for each target before the first round.
     calibrate: bool
-    targets: List[ScheduleTarget] = field(default_factory=list)
+    targets: list[ScheduleTarget] = field(default_factory=list)
     #: Offered-load mode: ``None`` runs a round's trials one after another (the default);
     #: a rate starts them at Poisson arrivals with this mean rate (trials per second), each
     #: on its own connection, so several may be in flight at once.
@@ -438,11 +438,11 @@ class CampaignSchedule:
     #: The arms by label (``10``, ``10p``, ``learned``), in place of ``arms``; ``arms`` then holds
     #: the IW each of them starts from (``learned``: :data:`LEARNED_BASE_IW`).  Campaigns with
     #: labels are not given to probes before wire v3.  Empty: ``arms`` are the plain arms.
-    arm_labels: List[str] = field(default_factory=list)
+    arm_labels: list[str] = field(default_factory=list)
     #: Share of a round's short flows each arm of ``arm_labels`` (or ``arms``) gets, same
     #: order, summing to 1 (e.g. 0.25/0.75 for a share sweep on one bottleneck).  Empty:
     #: every arm measures every size (the paired design).
-    arm_shares: List[float] = field(default_factory=list)
+    arm_shares: list[float] = field(default_factory=list)
     #: Run the interactive flow during every round: a packet every this many microseconds
     #: to the target's ``echo_port``.  ``None``: no interactive flow.
     interactive_interval_us: Optional[int] = None
@@ -463,7 +463,7 @@ class Schedule:
     generated_at: str
     #: Seconds until the probe should ask again.
     poll_after_s: float
-    campaigns: List[CampaignSchedule] = field(default_factory=list)
+    campaigns: list[CampaignSchedule] = field(default_factory=list)
 
 
 @dataclass
@@ -474,7 +474,7 @@ class EnrollRequest:
     region: str
     country: Optional[str] = None
     asn: Optional[int] = None
-    labels: Dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     version: str = ""
 
 
@@ -486,7 +486,7 @@ class OriginEnrollRequest:
     region: str
     #: Host name or address probes use to reach it.
     host: str
-    arms: List[ArmPort] = field(default_factory=list)
+    arms: list[ArmPort] = field(default_factory=list)
     version: str = ""
     #: UDP port of its echo service for interactive flows (wire v3); ``None``: none.
     echo_port: Optional[int] = None
@@ -509,9 +509,10 @@ class EnrollResponse:
 SCHEMA_FILE = pathlib.Path(__file__).with_name("wire.schema.json")
 
 
-def load_schema() -> Dict[str, Any]:
+def load_schema() -> dict[str, Any]:
     """The JSON Schema of this wire format (``$defs`` hold one schema per dataclass)."""
-    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return schema
 
 
 def utc_timestamp(when: Optional[_dt.datetime] = None) -> str:
@@ -530,7 +531,7 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def to_dict(record: Any) -> Dict[str, Any]:
+def to_dict(record: Any) -> dict[str, Any]:
     """A dataclass record (nested ones included) as a JSON-ready dict."""
     return dataclasses.asdict(record)
 

@@ -15,7 +15,7 @@ Details that make both agree:
 * patterns end in ``\\Z``: msgspec matches with Python's :mod:`re`, where ``$`` also matches
   before a final newline; pydantic-core's Rust regex does not;
 * timestamps are decoded as strings and checked by the very function pydantic's model uses
-  (:func:`iwscope.wiretypes._rfc3339`), in :func:`decode_trial_batch`;
+  (:func:`iwscope.wiretypes.parse_rfc3339`), in :func:`decode_trial_batch`;
 * ``wire_version`` is compared by equality, as pydantic's ``Literal[1, 2]`` does;
 * the same defaults as the pydantic models (only wire v3's optional trial fields have one);
   unknown fields are errors.
@@ -26,14 +26,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 import msgspec
 from msgspec import Meta
 
 from iwprobe import wire
 from iwscope.trials.schemas import TrialBatchIn
-from iwscope.wiretypes import BIGINT_MAX, NO_NUL_PATTERN, SIZE_MAX, US_MAX, UUID_PATTERN, _rfc3339
+from iwscope.wiretypes import BIGINT_MAX, NO_NUL_PATTERN, SIZE_MAX, US_MAX, UUID_PATTERN, ErrorKind, parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,12 @@ FastUUID = Annotated[str, Meta(pattern=_UUID_PATTERN_END)]
 FastMicros = Annotated[int, Meta(ge=0, le=US_MAX)]
 FastBytes = Annotated[int, Meta(ge=0, le=SIZE_MAX)]
 FastIw = Annotated[int, Meta(ge=1, le=1000)]
-FastErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other"]
 FastTcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 FastTcpInfo = Annotated[dict[FastTcpInfoField, Annotated[int, Meta(ge=0, le=BIGINT_MAX)]], Meta(max_length=128)]
 
 
 FastArmLabel = Annotated[str, Meta(max_length=16, pattern=wire.ARM_LABEL_PATTERN.removesuffix("$") + r"\Z")]
-FastFlowRole = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]
+FastFlowRole: TypeAlias = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]
 
 
 class FastEcho(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -81,7 +80,7 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     total_us: FastMicros | None
     bytes_received: FastBytes
     http_status: Annotated[int, Meta(ge=100, le=599)] | None
-    error_kind: FastErrorKind | None
+    error_kind: ErrorKind | None
     error_detail: Annotated[str, Meta(max_length=500, pattern=NO_NUL_PATTERN)] | None
     syn_retrans: Annotated[int, Meta(ge=0, le=255)]
     tcp_info: FastTcpInfo
@@ -169,9 +168,9 @@ def decode_trial_batch(body: bytes | str) -> FastTrialBatch:
         envelope = _DECODER.decode(body)
         if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
             raise ValueError("unknown wire_version")
-        return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
-                              started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],
-                              measured_at=[_rfc3339(sample.measured_at) for sample in envelope.path_samples])
+        return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
+                              started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
+                              measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples])
     except (msgspec.DecodeError, ValueError) as refused:  # msgspec.ValidationError is a DecodeError
         raise FastDecodeRefused(str(refused)) from None
 
@@ -196,13 +195,13 @@ def from_reference(reference: TrialBatchIn) -> FastTrialBatch:
     """The batch as the pydantic model read it."""
     document = reference.model_dump()
     document["sent_at"] = reference.sent_at.isoformat()
-    for record, trial in zip(document["trials"], reference.trials):
+    for record, trial in zip(document["trials"], reference.trials, strict=True):
         record["started_at"] = trial.started_at.isoformat()
-    for record, sample in zip(document["path_samples"], reference.path_samples):
+    for record, sample in zip(document["path_samples"], reference.path_samples, strict=True):
         record["measured_at"] = sample.measured_at.isoformat()
     envelope = msgspec.convert(document, FastTrialBatchEnvelope, strict=True)
     if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
         raise ValueError("unknown wire_version")
-    return FastTrialBatch(envelope=envelope, sent_at=_rfc3339(envelope.sent_at),
-                          started_at=[_rfc3339(trial.started_at) for trial in envelope.trials],
-                          measured_at=[_rfc3339(sample.measured_at) for sample in envelope.path_samples])
+    return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
+                          started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
+                          measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples])

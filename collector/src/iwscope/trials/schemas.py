@@ -8,8 +8,22 @@ from pydantic import BaseModel, Field
 
 from iwprobe import wire
 from iwscope.probes.schemas import HeartbeatIn
-from iwscope.wiretypes import (NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Bytes, CampaignId, ErrorKind, FlowRole, Iw, Micros,
-                               Port, TcpInfo, WireTimestamp, WireUUID, WireVersion)
+from iwscope.wiretypes import (
+    NO_NUL,
+    WIRE_MODEL_CONFIG,
+    ArmLabel,
+    Bytes,
+    CampaignId,
+    ErrorKind,
+    FlowRole,
+    Iw,
+    Micros,
+    Port,
+    TcpInfo,
+    WireTimestamp,
+    WireUUID,
+    WireVersion,
+)
 
 
 class EchoStatsIn(BaseModel):

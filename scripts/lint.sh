@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make lint`: ruff over the repository (rules in ruff.toml) and mypy --strict over the probe
+# and the collector (settings in their pyproject.toml). Exits non-zero on any finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+status=0
+echo "== ruff"
+.venv/bin/ruff check . || status=1
+for package in probe collector; do
+  echo "== mypy ($package)"
+  (cd "$package" && ../.venv/bin/mypy) || status=1
+done
+exit "$status"
