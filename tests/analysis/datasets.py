@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.models import Campaign, PathEstimate, Probe, Trial, TrialId
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 RECEIVED = dt.datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 JOINED = dt.datetime(2026, 1, 5, 12, 1, tzinfo=UTC)

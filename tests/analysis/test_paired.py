@@ -38,13 +38,29 @@ import numpy.typing as npt
 import pytest
 
 from iwscope.analysis import paired as paired_module
-
 from iwscope.analysis.buckets import HIST_BINS, HIST_MIN_US, HIST_RATIO
-from iwscope.analysis.paired import (MIN_PAIRS, MIN_PATHS, Cells, PairedEstimate, Pairs, cell_estimate, make_pairs,
-                                     paired_estimate, paired_interval, path_stats)
-from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval, cluster_bootstrap,
-                                   multinomial_weights,
-                                   histogram_bootstrap, t_quantile)
+from iwscope.analysis.paired import (
+    MIN_PAIRS,
+    MIN_PATHS,
+    Cells,
+    PairedEstimate,
+    Pairs,
+    cell_estimate,
+    make_pairs,
+    paired_estimate,
+    paired_interval,
+    path_stats,
+)
+from iwscope.analysis.stats import (
+    BOOTSTRAP_REPLICATES,
+    BOOTSTRAP_SEED,
+    MIN_CLUSTERS,
+    Interval,
+    cluster_bootstrap,
+    histogram_bootstrap,
+    multinomial_weights,
+    t_quantile,
+)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -472,7 +488,7 @@ def _toy() -> tuple[list[int], list[int], list[int], list[bool], list[float]]:
         (20, 7, 1000, True, 999.0),
     ]
     order = [11, 4, 0, 7, 2, 12, 9, 5, 1, 3, 10, 6, 8]  # shuffled
-    path, round_, size, treatment, latency = (list(column) for column in zip(*(rows[i] for i in order)))
+    path, round_, size, treatment, latency = (list(column) for column in zip(*(rows[i] for i in order), strict=True))
     return path, round_, size, treatment, latency
 
 

@@ -6,8 +6,10 @@ percentiles come from 2 %-wide histogram bins, so they are checked to within 1 %
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as dt
+import io
 import json
 import math
 import random
@@ -19,12 +21,26 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, iter_trials_csv, latency_cdf,
-                              latency_vs_iw, loss_summary, percentile_table, rebuild_rollups, region_summary,
-                              trials_page)
+from iwscope.analysis import (
+    Filters,
+    compare_by,
+    filter_options,
+    fleet,
+    headline,
+    iter_trials_csv,
+    latency_cdf,
+    latency_vs_iw,
+    loss_summary,
+    percentile_table,
+    rebuild_rollups,
+    region_summary,
+    trials_page,
+)
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.paired import paired_interval
+from iwscope.analysis.raw import FULL_CSV, PAGE_CSV
 from iwscope.analysis.stats import MIN_CLUSTERS
+from iwscope.trials.models import Trial
 
 from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_fixed, new_campaign_id
 
@@ -189,7 +205,6 @@ def test_headline_region_summary_loss(db_session: Session, fixed: Fixed) -> None
     assert regions["africa"].n == 6 and (regions["africa"].n_baseline, regions["africa"].n_treatment) == (3, 3)
     assert regions["africa"].baseline_mean_ms == pytest.approx(1000.0)
     assert regions["africa"].too_small and regions["africa"].abs_ms is None and regions["africa"].n_pairs == 3
-    assert regions["africa"].lat is not None and regions["africa"].lon is not None
     assert regions["south-america"].baseline_mean_ms is None and regions["south-america"].pct is None
 
     loss = {b.bucket: b for b in loss_summary(db_session, filters)}
@@ -232,6 +247,31 @@ def test_raw_path_page_and_csv(db_session: Session, fixed: Fixed) -> None:
     assert len(lines) == 1 + 8
     assert sum(",timeout," in line for line in lines) == 1
     assert "".join(iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id + 1,)))).count("\n") == 1
+
+
+def test_csv_window_is_inclusive_in_both_layouts(db_session: Session, fixed: Fixed) -> None:
+    """One rule for both raw-trials CSVs: a trial started exactly at ``since`` or ``until`` is in."""
+    at = Filters(campaign_ids=(fixed.campaign_id,), since=DAY, until=DAY)  # every trial started at DAY
+    before = dataclasses.replace(at, since=None, until=DAY - dt.timedelta(microseconds=1))
+    for layout in (PAGE_CSV, FULL_CSV):
+        rows = list(csv.DictReader(io.StringIO("".join(iter_trials_csv(db_session, at, layout=layout)))))
+        assert {uuid.UUID(row["trial_id"]) for row in rows} == set(fixed.trial_ids), layout
+        assert "".join(iter_trials_csv(db_session, before, layout=layout)).count("\n") == 1  # header only
+    assert {row["trial_id"] for row in trials_page(db_session, at, limit=100)[0]} == set(fixed.trial_ids)
+
+
+def test_full_csv_layout(db_session: Session, fixed: Fixed) -> None:
+    """``/api/v1/trials.csv``'s layout: every column of ``trials``, wire timestamps, JSON as text;
+    ``probe_id`` narrows it to one probe."""
+    text_csv = "".join(iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id,)), layout=FULL_CSV,
+                                       probe_id=fixed.europe))
+    rows = list(csv.DictReader(io.StringIO(text_csv)))
+    assert tuple(rows[0]) == tuple(column.name for column in Trial.__table__.columns)
+    assert len(rows) == 3 and {row["probe_id"] for row in rows} == {str(fixed.europe)}
+    assert rows[0]["started_at"] == "2026-01-05T10:00:00.000000Z" and rows[0]["tcp_info"] == "{}"
+    assert rows[0]["dns_us"] == ""  # NULL
+    page = list(csv.DictReader(io.StringIO("".join(iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id,)))))))
+    assert dt.datetime.fromisoformat(page[0]["started_at"]) == DAY and "T" in page[0]["started_at"]
 
 
 def test_cluster_bootstrap_used_with_many_paths(db_session: Session) -> None:
@@ -324,14 +364,14 @@ def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str 
     probe = add_probe(db_session, "asia")
     days = ["2026-01-30", "2026-01-31", "2026-02-01", "2026-02-02", "2026-02-28", "2026-03-01", "2026-03-05"]
     for index, day in enumerate(days):
-        started = dt.datetime.fromisoformat(day).replace(hour=23, minute=30, tzinfo=dt.timezone.utc)
+        started = dt.datetime.fromisoformat(day).replace(hour=23, minute=30, tzinfo=dt.UTC)
         for _ in range(index + 1):  # 1, 2, 3, ... trials: every day contributes a distinct count
             add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100,
                       started_at=started)
     db_session.flush()
     rebuild_rollups(db_session)
     as_time = (lambda value: None if value is None
-               else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.timezone.utc))
+               else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.UTC))
     filters = Filters(campaign_ids=(campaign_id,), since=as_time(since), until=as_time(until))
     expected = sum(index + 1 for index, day in enumerate(days)
                    if (since is None or day >= since) and (until is None or day <= until))

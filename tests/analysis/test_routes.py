@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import io
 import time
 from collections.abc import Iterator
+from typing import Protocol
 
 import httpx
 import pytest
@@ -12,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import refresh_rollups
 
-from .datasets import Fixed, insert_fixed
+from .datasets import DAY, Fixed, insert_fixed
 
 
 @pytest.fixture
@@ -70,3 +74,25 @@ def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:  # noqa
         assert csv_text.count("\n") == 1 + 3
         fleet = {row["probe_id"]: row for row in client.get(f"{base}/fleet").json()["data"]}
         assert fleet[str(committed_fixed.africa)]["trials_total"] == 8
+
+
+class Served(Protocol):
+    """What these tests use of the session's API process (``api_server``, tests/conftest.py)."""
+
+    url: str
+
+
+def test_both_csv_exports_include_a_trial_started_at_until(api_server: Served, committed_fixed: Fixed) -> None:
+    """``since`` and ``until`` are inclusive in ``/api/v1/trials.csv`` and ``/api/v1/analysis/trials.csv``
+    alike (every trial of the fixed set started at ``DAY``)."""
+    campaign = str(committed_fixed.campaign_id)
+    just_before = (DAY - dt.timedelta(microseconds=1)).isoformat()
+    exports = ((f"{api_server.url}/api/v1/trials.csv", {"campaign_id": campaign}),
+               (f"{api_server.url}/api/v1/analysis/trials.csv", {"campaign": campaign}))
+    with httpx.Client(timeout=30) as client:
+        for url, query in exports:
+            answer = client.get(url, params={**query, "since": DAY.isoformat(), "until": DAY.isoformat()})
+            assert answer.status_code == 200, answer.text
+            rows = list(csv.DictReader(io.StringIO(answer.text)))
+            assert {row["trial_id"] for row in rows} == {str(trial_id) for trial_id in committed_fixed.trial_ids}, url
+            assert client.get(url, params={**query, "until": just_before}).text.count("\n") == 1, url  # header only

@@ -9,9 +9,19 @@ import pytest
 
 from iwscope.analysis import Filters
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.stats import (median_interval, proportion_interval, cluster_bootstrap, histogram_bootstrap, histogram_cdf, histogram_quantiles,
-                                    mean_std_ms, merge_packed, pack_histogram, unpack_histogram)
-from iwscope.analysis.stats import add_to_packed
+from iwscope.analysis.stats import (
+    add_to_packed,
+    cluster_bootstrap,
+    histogram_bootstrap,
+    histogram_cdf,
+    histogram_quantiles,
+    mean_std_ms,
+    median_interval,
+    merge_packed,
+    pack_histogram,
+    proportion_interval,
+    unpack_histogram,
+)
 
 
 def hist_of(latencies_ms: list[float]) -> np.ndarray:
@@ -128,8 +138,8 @@ def test_histogram_bootstrap_bounds_and_single_trial() -> None:
 
 
 def test_filters_url_round_trip() -> None:
-    filters = Filters(campaign_ids=(1, 2), since=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-                      until=dt.datetime(2026, 2, 1, 12, 30, tzinfo=dt.timezone.utc), regions=("africa", "europe"),
+    filters = Filters(campaign_ids=(1, 2), since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                      until=dt.datetime(2026, 2, 1, 12, 30, tzinfo=dt.UTC), regions=("africa", "europe"),
                       size_min=1000, size_max=20000, baseline_iw=10, treatment_iw=16, metric="client")
     query = filters.to_query()
     assert query["campaign"] == "1,2"
@@ -147,7 +157,7 @@ def test_filters_from_bad_query_falls_back_to_defaults() -> None:
     assert Filters.from_query({}) == Filters()
     # a '+' of a UTC offset decoded to a space by a URL parser is still understood
     parsed = Filters.from_query({"since": "2026-01-01T00:00:00 00:00"})
-    assert parsed.since == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert parsed.since == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def test_median_interval_covers_at_least_95_percent() -> None:

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from dashboard_seed import SeedSummary, seed_study
 from sqlalchemy import create_engine, pool
 from sqlalchemy.orm import Session
-
-from dashboard_seed import SeedSummary, seed_study
 from testenv import create_database, drop_database
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+
 from iwscope.analysis import Filters, compare_by, latency_vs_iw, trials_page
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def first_trace_y(page: Any, graph_id: str) -> list[float | None]:
 
 def assert_close(actual: Sequence[float | None], expected: Sequence[float | None], tolerance: float = 1e-6) -> None:
     assert len(actual) == len(expected), (actual, expected)
-    for got, want in zip(actual, expected):
+    for got, want in zip(actual, expected, strict=True):
         if want is None or (isinstance(want, float) and math.isnan(want)):
             assert got is None, (actual, expected)
         else:
@@ -137,7 +138,7 @@ def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboa
     client_medians = first_trace_y(page, "latency-iw-graph")
     expected_client = [s.median_ms for s in sorted(latency_vs_iw(dashboard_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
     assert_close(client_medians, expected_client)
-    assert all(c > s for c, s in zip(client_medians, server_medians))  # the probe also waits for connect + request
+    assert all(c > s for c, s in zip(client_medians, server_medians, strict=False))  # the probe also waits for connect + request
     page.wait_for_url("**metric=client**", timeout=TIMEOUT_MS)
     screenshot(page, "latency-client-metric")
 
@@ -147,7 +148,7 @@ def lowest_drawn(trace: dict[str, Any]) -> float | None:
     ys = trace.get("y") or []
     error = trace.get("error_y") or {}
     minus = error.get("arrayminus") if error.get("symmetric") is False else error.get("array")
-    drawn = [y - ((minus[i] if minus and i < len(minus) and minus[i] is not None else 0.0))
+    drawn = [y - (minus[i] if minus and i < len(minus) and minus[i] is not None else 0.0)
              for i, y in enumerate(ys) if y is not None]
     return min(drawn) if drawn else None
 

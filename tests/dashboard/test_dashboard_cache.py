@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from iwscope.analysis import Filters, Headline, headline
 from sqlalchemy.orm import Session
 
+from iwscope.analysis import Filters, Headline, headline
 from iwscope_dashboard import db
 from iwscope_dashboard.pagekit import configure_cache, query
 

@@ -11,7 +11,9 @@ from typing import Any
 import dash
 import plotly.graph_objects as go
 import pytest
+
 from iwscope.analysis import CostCampaign, CostFlows, CostInteractive, CostInterference, CostReport
+from iwscope_dashboard import pagekit
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def cost(pages: dict[str, ModuleType]) -> ModuleType:
 def campaign(campaign_id: int, arms: list[str], shares: list[float] | None = None, *, region: str = "lab-a",
              background: bool = True, interactive: bool = True, pages: int | None = None,
              rate: float = 8.0) -> CostCampaign:
-    mix = " + ".join(arms) if not shares else " + ".join(f"{a} {s * 100:.0f}%" for a, s in zip(arms, shares) if s > 0)
+    mix = " + ".join(arms) if not shares else " + ".join(f"{a} {s * 100:.0f}%" for a, s in zip(arms, shares, strict=False) if s > 0)
     return CostCampaign(campaign_id=campaign_id, name=f"phase {campaign_id}", region=region, arms=arms, shares=shares,
                         arrival_rate_per_s=rate, background_bytes=50_000_000 if background else None,
                         interactive=interactive, page_connections=pages, mix=mix)
@@ -225,14 +227,14 @@ def test_the_callback_fills_every_section(cost: ModuleType, monkeypatch: pytest.
     small, sweep_phases = small_report(), sweep_report()
     both = CostReport(campaigns=small.campaigns + sweep_phases.campaigns, flows=small.flows + sweep_phases.flows,
                       interactive=small.interactive, interference=small.interference)
-    monkeypatch.setattr(cost, "query", lambda function, *args, **kwargs: both)
+    monkeypatch.setattr(pagekit, "query", lambda function, *args, **kwargs: both)  # what read() asks
     table, delay, sweep, interference, bulk, message, search = cost.update(None, None, None, None, None, None, 3, 10, "server")
     assert table.id == "cost-cost-table" and interference.id == "cost-interference-table"
     assert bars(delay) and {trace.name for trace in sweep.data} == {"IW10", "IW32p"} and bars(bulk)
     assert "7 phases on 1 bottleneck (lab-a)" in message.children
     assert search.startswith("?")
 
-    monkeypatch.setattr(cost, "query", lambda function, *args, **kwargs: CostReport())
+    monkeypatch.setattr(pagekit, "query", lambda function, *args, **kwargs: CostReport())
     table, *_, message, _search = cost.update(None, None, None, None, None, None, 3, 10, "server")
     assert "iwscope lab reproduce --only cost" in table.children
     assert message.children == "No cost campaigns recorded yet."

@@ -6,7 +6,6 @@ import datetime as dt
 from urllib.parse import parse_qsl
 
 from iwscope.analysis import Filters
-
 from iwscope_dashboard.filterbar import arms_problem, filters_from_page_query, filters_from_values, query_string
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from testenv import create_database, drop_database
+from testenv import drop_database, temporary_database
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -88,12 +88,8 @@ def test_wsgi_entry_point_serves_the_app_and_the_csv(dashboard_db: Any, tmp_path
 @pytest.fixture
 def doomed_database(test_id: str) -> Iterator[str]:
     """A migrated, empty database the test drops while a dashboard uses it."""
-    name = f"iwscope_test_dash_doomed_{test_id}"
-    url = create_database(name, migrated=True)
-    try:
+    with temporary_database(f"iwscope_test_dash_doomed_{test_id}", migrated=True) as url:
         yield url
-    finally:
-        drop_database(name)
 
 
 def test_empty_database_then_lost_database_give_messages_not_errors(doomed_database: str, browser: Any, tmp_path: pathlib.Path) -> None:

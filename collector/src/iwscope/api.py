@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import signal
 import socket
@@ -15,14 +14,16 @@ from types import FrameType
 import anyio.to_thread
 import sqlalchemy.exc
 import uvicorn
-from uvicorn.config import STARTUP_FAILURE
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.middleware.base import RequestResponseEndpoint
+from uvicorn.config import STARTUP_FAILURE
 
 from iwscope import __version__
-from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.admission import Admission
+from iwscope.analysis.routes import router as analysis_router
 from iwscope.auth.dependencies import start_credential_listener, stop_credential_listener
+from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.health import DRAINING
@@ -39,18 +40,6 @@ log = logging.getLogger(__name__)
 def _route_template(request: Request) -> str:
     """The matched route's path template (bounded label cardinality), or ``unmatched``."""
     return str(getattr(request.scope.get("route"), "path", "unmatched"))
-
-
-def _include_optional_routers(app: FastAPI) -> None:
-    """The analysis read API (``iwscope.analysis.routes``), if that module is installed."""
-    try:
-        module = importlib.import_module("iwscope.analysis.routes")
-    except ModuleNotFoundError as missing:
-        if missing.name in ("iwscope.analysis", "iwscope.analysis.routes"):
-            log.info("analysis module not installed: no /api/v1/analysis routes")
-            return
-        raise
-    app.include_router(module.router)
 
 
 @asynccontextmanager
@@ -86,9 +75,8 @@ def database_busy_response(retry_after_s: int) -> JSONResponse:
 def create_app() -> FastAPI:
     app = FastAPI(title="iwscope collector", version=__version__, lifespan=_lifespan,
                   description="Ingest and read API of iwscope (wire format v1, see iwprobe.wire).")
-    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router):
+    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router, analysis_router):
         app.include_router(router)
-    _include_optional_routers(app)
     install_openapi(app)
 
     @app.exception_handler(DatabaseBusy)
@@ -105,7 +93,7 @@ def create_app() -> FastAPI:
         return database_busy_response(get_settings().retry_after_s)
 
     @app.middleware("http")
-    async def count_requests(request: Request, call_next):  # noqa: ANN001, ANN202
+    async def count_requests(request: Request, call_next: RequestResponseEndpoint) -> Response:
         started = time.perf_counter()
         status_code = 500
         try:
@@ -183,9 +171,9 @@ def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | Non
     when more than one); each drains on SIGTERM.  With ``tls_cert``/``tls_key`` it serves HTTPS
     only.  Returns the exit status."""
     settings = get_settings()
-    tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key} if tls_cert else {}
     config = uvicorn.Config("iwscope.api:create_app", factory=True, host=hosts[0], port=port,
-                            log_level=settings.log_level.lower(), access_log=False, **tls)
+                            log_level=settings.log_level.lower(), access_log=False,
+                            ssl_certfile=tls_cert if tls_cert else None, ssl_keyfile=tls_key if tls_cert else None)
     sockets = listening_sockets(hosts, port)
     if workers > 1:
         from iwscope.supervisor import run_workers

@@ -81,7 +81,8 @@ class _SurviveBrokerLoss:
         transport = self.connection
         if transport is None or getattr(transport, "client", None) is None:
             raise BrokerConnectionClosed("the broker connection of this channel is already closed")
-        return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
+        return params
 
 
 class Channel(_SurviveBrokerLoss, kombu_redis.Channel):

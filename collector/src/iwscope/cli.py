@@ -7,6 +7,7 @@ Every command reads ``DATABASE_URL`` and ``REDIS_URL`` from the environment.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -16,7 +17,12 @@ from importlib.metadata import entry_points
 
 import click
 
-from iwscope.localstack import default_stack
+if os.environ.get("IWSCOPE_ENV", "development") != "production":
+    # Development: settings that leave DATABASE_URL / REDIS_URL unset use this checkout's local
+    # stack, which iwscope.localstack provides when imported (iwscope.config.use_development_urls).
+    # At import, not in a command: the API's spawned workers import this module but run none.
+    # Production never loads the development-only module.
+    importlib.import_module("iwscope.localstack")
 
 
 @click.group()
@@ -33,6 +39,8 @@ def services() -> None:
 @services.command("start")
 def services_start() -> None:
     """Start PostgreSQL and Redis unless already running."""
+    from iwscope.localstack import default_stack
+
     stack = default_stack()
     stack.start()
     click.echo(f"DATABASE_URL={stack.database_url}")
@@ -42,12 +50,16 @@ def services_start() -> None:
 @services.command("stop")
 def services_stop() -> None:
     """Stop the local PostgreSQL and Redis."""
+    from iwscope.localstack import default_stack
+
     default_stack().stop()
 
 
 @services.command("env")
 def services_env() -> None:
     """Print shell exports for the local services."""
+    from iwscope.localstack import default_stack
+
     stack = default_stack()
     click.echo(f"export DATABASE_URL={stack.database_url}")
     click.echo(f"export REDIS_URL={stack.redis_url}")
@@ -179,6 +191,8 @@ def up(host: str, port: int, with_beat: bool) -> None:
     """
     environment = dict(os.environ)
     if "DATABASE_URL" not in environment or "REDIS_URL" not in environment:
+        from iwscope.localstack import default_stack
+
         stack = default_stack()
         stack.start()
         environment.setdefault("DATABASE_URL", stack.database_url)

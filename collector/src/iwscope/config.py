@@ -16,13 +16,13 @@ at once (all / not probe traffic) before it answers 503 at the door (:mod:`iwsco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
 
 #: Values that are obviously not real secrets; production refuses them.
 PLACEHOLDER_SECRETS = frozenset(
@@ -39,13 +39,30 @@ class ConfigurationError(ValueError):
     """The settings are unusable (e.g. placeholder secrets in production)."""
 
 
+#: ``(DATABASE_URL, REDIS_URL)`` for development settings whose environment leaves them unset.
+DevelopmentUrls = Callable[[], tuple[str, str]]
+_development_urls: DevelopmentUrls | None = None
+
+
+def use_development_urls(provider: DevelopmentUrls | None) -> None:
+    """Let development settings take unset ``DATABASE_URL`` / ``REDIS_URL`` from ``provider``.
+
+    The development-only :mod:`iwscope.localstack` installs the checkout's local stack here
+    when it is imported (the ``iwscope`` command imports it in development, the tests and the
+    lab with their stacks); this module never imports it, so production never loads it.
+    ``None`` removes the provider: unset URLs then stay empty."""
+    global _development_urls
+    _development_urls = provider
+
+
 class Settings(BaseSettings):
     """Everything the collector reads from its environment."""
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
     #: Unset in development means the checkout's local stack (``iwscope services start``, with
-    #: its generated passwords); production refuses to start without both.
+    #: its generated passwords; see :func:`use_development_urls`); production refuses to start
+    #: without both.
     database_url: str = Field("", validation_alias=AliasChoices("DATABASE_URL"))
     redis_url: str = Field("", validation_alias=AliasChoices("REDIS_URL"))
     env: Literal["development", "production"] = Field(
@@ -110,7 +127,7 @@ class Settings(BaseSettings):
         return self.db_pool_size + self.db_max_overflow
 
     @model_validator(mode="after")
-    def _bounded_connections(self) -> "Settings":
+    def _bounded_connections(self) -> Settings:
         if self.db_connections > MAX_DB_CONNECTIONS:
             raise ConfigurationError(
                 f"IWSCOPE_DB_POOL_SIZE + IWSCOPE_DB_MAX_OVERFLOW = {self.db_connections} is over "
@@ -119,7 +136,7 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _admission_limits(self) -> "Settings":
+    def _admission_limits(self) -> Settings:
         if self.max_other_in_progress > self.max_in_progress:
             raise ConfigurationError(
                 f"IWSCOPE_MAX_OTHER_IN_PROGRESS ({self.max_other_in_progress}) is over IWSCOPE_MAX_IN_PROGRESS "
@@ -127,17 +144,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _local_stack_in_development(self) -> "Settings":
-        if self.env == "development" and (not self.database_url or not self.redis_url):
-            from iwscope.localstack import default_stack  # development only: never in production
-
-            stack = default_stack()
-            self.database_url = self.database_url or stack.database_url
-            self.redis_url = self.redis_url or stack.redis_url
+    def _local_stack_in_development(self) -> Settings:
+        if self.env == "development" and (not self.database_url or not self.redis_url) and _development_urls:
+            database_url, redis_url = _development_urls()
+            self.database_url = self.database_url or database_url
+            self.redis_url = self.redis_url or redis_url
         return self
 
     @model_validator(mode="after")
-    def _refuse_placeholders_in_production(self) -> "Settings":
+    def _refuse_placeholders_in_production(self) -> Settings:
         if self.env != "production":
             return self
         problems: list[str] = []
@@ -164,4 +179,4 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process-wide settings (read from the environment on first use)."""
-    return Settings()  # type: ignore[call-arg]  (values come from the environment)
+    return Settings()  # values come from the environment

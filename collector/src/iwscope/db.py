@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-import datetime as dt
-import os
 from typing import Any
 
 from sqlalchemy import DateTime, MetaData, create_engine
@@ -65,9 +65,13 @@ def get_sessionmaker() -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope() -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
-    session = get_sessionmaker()()
+def session_scope(factory: sessionmaker[Session] | None = None) -> Iterator[Session]:
+    """A session of ``factory`` (default: :func:`get_sessionmaker`, the engine of the settings)
+    that commits on success, rolls back on error and is closed either way.
+
+    Programs with an engine of their own (the dashboard's, the lab's per-database one) pass
+    their factory: every unit of work ends the same way."""
+    session = (factory or get_sessionmaker())()
     try:
         yield session
         session.commit()

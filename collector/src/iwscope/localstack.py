@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
+from iwscope import config
+
 #: Ports of the local services (chosen away from the system defaults 5432 / 6379).
 PG_PORT = int(os.environ.get("IWSCOPE_LOCAL_PG_PORT", "54329"))
 REDIS_PORT = int(os.environ.get("IWSCOPE_LOCAL_REDIS_PORT", "63799"))
@@ -326,6 +328,16 @@ def default_stack() -> LocalStack:
     digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_dir.parent.name)[:32] or "root"
     return LocalStack(run_dir, SERVICES_ROOT / f"{name}-{digest}")
+
+
+def _development_urls() -> tuple[str, str]:
+    stack = default_stack()
+    return stack.database_url, stack.redis_url
+
+
+# Development settings that leave DATABASE_URL / REDIS_URL unset use this checkout's stack
+# (the settings do not import this module: production never loads it).
+config.use_development_urls(_development_urls)
 
 
 # ---- helpers --------------------------------------------------------------------------------

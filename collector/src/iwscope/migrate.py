@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import pathlib
 import re
@@ -17,7 +15,6 @@ from sqlalchemy import MetaData, create_engine, pool
 
 from iwscope.config import get_settings
 
-
 #: Monthly and default partitions of ``trials`` are created at run time, not declared as models.
 PARTITION_NAME = re.compile(r"^trials_(default|p\d{6})$")
 
@@ -27,18 +24,12 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool, comp
     return not (type_ == "table" and name is not None and PARTITION_NAME.match(name))
 
 
-#: Model modules of other parts, registered when installed.
-OPTIONAL_MODEL_MODULES = ("iwscope.analysis.models",)
-
-
 def model_metadata() -> MetaData:
-    """The metadata of every model: the core's and those of installed optional modules."""
+    """The metadata of every model: the core's and the analysis roll-ups'."""
+    import iwscope.analysis.models  # noqa: F401  (registers the roll-up tables)
     import iwscope.models  # noqa: F401  (registers the core tables)
     from iwscope.db import Base
 
-    for name in OPTIONAL_MODEL_MODULES:
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
     return Base.metadata
 
 

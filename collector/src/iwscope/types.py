@@ -10,8 +10,6 @@ from sqlalchemy import BigInteger, DateTime, Integer, Text, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import mapped_column
 
-#: Aware UTC timestamps everywhere (``timestamptz``).
-Timestamp = Annotated[dt.datetime, mapped_column(DateTime(timezone=True))]
 CreatedAt = Annotated[dt.datetime, mapped_column(DateTime(timezone=True), server_default=func.now())]
 UuidPk = Annotated[uuid.UUID, mapped_column(UUID(as_uuid=True), primary_key=True)]
 UuidCol = Annotated[uuid.UUID, mapped_column(UUID(as_uuid=True))]
@@ -23,4 +21,4 @@ Json = Annotated[Any, mapped_column(JSONB)]
 
 def utcnow() -> dt.datetime:
     """Now, as an aware UTC datetime."""
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)

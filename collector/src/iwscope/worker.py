@@ -1,13 +1,11 @@
 """The Celery application: Redis broker and backend, late acks, periodic work through beat.
 
-Tasks live in ``iwscope.trials.tasks`` and ``iwscope.campaigns.tasks``; the analysis module's
-``iwscope.analysis.tasks`` is registered too when it exists.  All tasks are idempotent.
+Tasks live in ``iwscope.trials.tasks``, ``iwscope.campaigns.tasks`` and
+``iwscope.analysis.tasks``.  All tasks are idempotent.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import os
 import tempfile
@@ -20,16 +18,8 @@ from iwscope.config import get_settings
 
 log = logging.getLogger(__name__)
 
-CORE_TASK_MODULES = ["iwscope.trials.tasks", "iwscope.campaigns.tasks"]
-OPTIONAL_TASK_MODULES = ["iwscope.analysis.tasks"]
-
-
-def _module_available(name: str) -> bool:
-    """Whether module ``name`` exists, without importing it (task modules import this one)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
+#: Imported by the worker, not here (they import this module).
+TASK_MODULES = ["iwscope.trials.tasks", "iwscope.campaigns.tasks", "iwscope.analysis.tasks"]
 
 
 def task_queue() -> str:
@@ -70,17 +60,15 @@ def make_celery() -> Celery:
                 "schedule": settings.precision_check_s,
                 "options": {"queue": settings.celery_queue, "expires": settings.precision_check_s},
             },
+            # Trials that never get an origin observation are folded in by this, not by a join.
+            "refresh-rollups": {
+                "task": "iwscope.analysis.tasks.refresh_rollups",
+                "schedule": 60.0,
+                "options": {"queue": settings.celery_queue},
+            },
         },
     )
-    app.conf.include = CORE_TASK_MODULES + [name for name in OPTIONAL_TASK_MODULES
-                                             if _module_available(name)]
-    if "iwscope.analysis.tasks" in app.conf.include:
-        # Trials that never get an origin observation are folded in by this, not by a join.
-        app.conf.beat_schedule["refresh-rollups"] = {
-            "task": "iwscope.analysis.tasks.refresh_rollups",
-            "schedule": 60.0,
-            "options": {"queue": settings.celery_queue},
-        }
+    app.conf.include = list(TASK_MODULES)
     return app
 
 

@@ -27,7 +27,7 @@ JOIN_DRAIN_TASK = "iwscope.trials.tasks.drain_joins"
 JOIN_PENDING = "join-pending"
 #: Set while a drain is queued and has not started (as ``ROLLUP_QUEUED``).
 JOIN_DRAIN_QUEUED = "join-drain-queued"
-#: The analysis module's roll-up refresh (absent when that module is not installed).
+#: The analysis module's roll-up refresh.
 ROLLUP_TASK = "iwscope.analysis.tasks.refresh_rollups"
 #: Set while a roll-up refresh is queued and has not started: later requests ride on it.
 ROLLUP_QUEUED = "refresh-queued"
@@ -98,7 +98,7 @@ def key(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _redis() -> redis.Redis:
+def _redis() -> redis.Redis[bytes]:
     return redis.Redis.from_url(get_settings().redis_url)
 
 

@@ -8,7 +8,7 @@ import click
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from iwscope_dashboard.db import DatabaseNotConfigured, resolve_database_url
+from iwscope_dashboard.db import NO_DATABASE, resolve_database_url
 
 
 def _check_database(url: str) -> None:
@@ -66,10 +66,11 @@ def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, databas
 @click.option("--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)")
 def dashboard(hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float) -> None:
     """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
-    try:
-        url = resolve_database_url(database_url)
-    except DatabaseNotConfigured as error:
-        raise click.ClickException(str(error)) from error
+    # Named explicitly (option or DATABASE_URL), never the development settings' local stack:
+    # a dashboard started without a database says so instead of showing another one.
+    if not database_url:
+        raise click.ClickException(NO_DATABASE)
+    url = resolve_database_url(database_url)
     _check_database(url)
     click.echo("iwscope dashboard on " + ", ".join(f"http://{host}:{port}/" for host in hosts), err=True)
     serve(hosts, port, workers, threads, url, cache_seconds)

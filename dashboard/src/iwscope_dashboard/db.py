@@ -1,4 +1,4 @@
-"""The dashboard's database access: one engine per process, short read-only sessions.
+"""The dashboard's database access: one engine per process, sessions from :func:`iwscope.db.session_scope`.
 
 Dash callbacks are module-level functions (``dash.callback``), so the engine the app factory
 creates is kept here rather than passed around. A process serves one dashboard app.
@@ -6,15 +6,18 @@ creates is kept here rather than passed around. A process serves one dashboard a
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from iwscope.config import get_settings
+
 _engine: Engine | None = None
 _session_factory: sessionmaker[Session] | None = None
+
+#: What the dashboard says when it has no database to read.
+NO_DATABASE = ("no database: pass database_url or set DATABASE_URL "
+               "(e.g. postgresql+psycopg://iwscope:PASSWORD@127.0.0.1:54329/iwscope; "
+               "`iwscope services env` prints it for the local stack)")
 
 
 class DatabaseNotConfigured(RuntimeError):
@@ -22,14 +25,10 @@ class DatabaseNotConfigured(RuntimeError):
 
 
 def resolve_database_url(database_url: str | None) -> str:
-    """The URL given, else ``DATABASE_URL`` from the environment; a clear error when neither."""
-    url = database_url or os.environ.get("DATABASE_URL", "").strip()
+    """The URL given, else ``DATABASE_URL`` as the collector's settings read it; a clear error when neither."""
+    url = database_url or get_settings().database_url.strip()
     if not url:
-        raise DatabaseNotConfigured(
-            "no database: pass database_url or set DATABASE_URL "
-            "(e.g. postgresql+psycopg://iwscope:PASSWORD@127.0.0.1:54329/iwscope; "
-            "`iwscope services env` prints it for the local stack)"
-        )
+        raise DatabaseNotConfigured(NO_DATABASE)
     if url.startswith("postgresql://"):
         # The collector uses psycopg 3; a bare postgresql:// URL would pick psycopg2.
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
@@ -53,14 +52,8 @@ def engine() -> Engine:
     return _engine
 
 
-@contextmanager
-def session_scope() -> Iterator[Session]:
-    """A session for one callback; rolled back at the end because the dashboard only reads."""
+def session_factory() -> sessionmaker[Session]:
+    """The factory of the engine :func:`configure` made, for :func:`iwscope.db.session_scope`."""
     if _session_factory is None:
         raise DatabaseNotConfigured("the dashboard's database is not configured (create_app first)")
-    session = _session_factory()
-    try:
-        yield session
-    finally:
-        session.rollback()
-        session.close()
+    return _session_factory

@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
-from iwscope.analysis import ArmStats, BucketComparison, LossBucket, ProbeRow, RegionSummary
 from plotly.subplots import make_subplots
+
+from iwscope.analysis import ArmStats, BucketComparison, LossBucket, ProbeRow, RegionSummary
+from iwscope_dashboard.centroids import region_centroid
 
 BASELINE_COLOUR = "#8c8c8c"
 TREATMENT_COLOUR = "#1f6fb2"
@@ -68,8 +70,8 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
 
 def error_bars(values: Sequence[float | None], low: Sequence[float | None], high: Sequence[float | None]) -> dict[str, Any]:
     """Asymmetric error bars from CI bounds (zero-length where a bound is undefined)."""
-    plus = [(h - v) if (h is not None and v is not None) else 0.0 for v, h in zip(values, high)]
-    minus = [(v - lo) if (lo is not None and v is not None) else 0.0 for v, lo in zip(values, low)]
+    plus = [(h - v) if (h is not None and v is not None) else 0.0 for v, h in zip(values, high, strict=True)]
+    minus = [(v - lo) if (lo is not None and v is not None) else 0.0 for v, lo in zip(values, low, strict=True)]
     return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2, "width": 4}
 
 
@@ -164,7 +166,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
         ),
         secondary_y=True,
     )
-    small = [(label, c) for label, c in zip(labels, ordered) if c.too_small]
+    small = [(label, c) for label, c in zip(labels, ordered, strict=True) if c.too_small]
     if small:
         fig.add_trace(
             go.Scatter(
@@ -279,15 +281,17 @@ def _region_hover(r: RegionSummary) -> str:
 
 def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None = None) -> go.Figure:
     """A world map, one marker per region centroid, coloured by percent improvement."""
-    shown = [r for r in regions if r.lat is not None and r.lon is not None]
+    placed = [(r, region_centroid(r.region)) for r in regions]
+    located = [(r, lat, lon) for r, (lat, lon) in placed if lat is not None and lon is not None]
+    shown = [r for r, _, _ in located]
     pct = [None if r.too_small else r.pct for r in shown]
     finite = [p for p in pct if p is not None]
     bound = max([abs(p) for p in finite] + [1.0])
     largest = max([r.n for r in shown] + [1])
     fig = go.Figure(
         go.Scattergeo(
-            lat=[r.lat for r in shown],
-            lon=[r.lon for r in shown],
+            lat=[lat for _, lat, _ in located],
+            lon=[lon for _, _, lon in located],
             text=[r.region + (" (n too small)" if r.too_small else "") for r in shown],
             mode="markers+text",
             textposition="top center",

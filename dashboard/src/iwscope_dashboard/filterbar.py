@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from dash import ClientsideFunction, Input, Output, clientside_callback, dcc, html
+
 from iwscope.analysis import FilterOptions, Filters
 
 DEFAULT_ARMS: tuple[int, ...] = (3, 10)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
 
 from iwscope.analysis import (
     ArmStats,
@@ -32,9 +34,9 @@ from iwscope.analysis import (
     region_summary,
     trials_page,
 )
-from sqlalchemy.orm import Session
 
-OVERVIEW_DIMENSIONS: tuple[str, ...] = ("rtt", "bandwidth", "bdp")
+OverviewDimension = Literal["rtt", "bandwidth", "bdp"]
+OVERVIEW_DIMENSIONS: tuple[OverviewDimension, ...] = ("rtt", "bandwidth", "bdp")
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,9 @@ def overview_headline(session: Session, filters: Filters) -> OverviewHeadline:
     return OverviewHeadline(headline(session, filters), latency_vs_iw(session, filters))
 
 
-def overview_dimension(session: Session, filters: Filters, dimension: str) -> list[BucketComparison]:
+def overview_dimension(session: Session, filters: Filters, dimension: OverviewDimension) -> list[BucketComparison]:
     """One Figure 5 panel; the overview runs one callback per panel, in parallel."""
-    return compare_by(session, filters, dimension)  # type: ignore[arg-type]
+    return compare_by(session, filters, dimension)
 
 
 def latency_means(session: Session, filters: Filters) -> list[ArmStats]:

@@ -1,19 +1,22 @@
-"""Pieces every page shares: page frame, graphs with loading indicators, empty states, errors."""
+"""Pieces every page shares: page frame, graphs with loading indicators, the guarded read each
+data callback starts with (:func:`read`), empty states, errors."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sized
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-from dash import dcc, get_asset_url, html
 from cachetools import TTLCache
-from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
+from dash import dcc, get_asset_url, html
 from sqlalchemy.exc import SQLAlchemyError
 
+from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
+from iwscope.db import session_scope
 from iwscope_dashboard import db
-from iwscope_dashboard.filterbar import filter_bar
+from iwscope_dashboard.filterbar import arms_problem, filter_bar, filters_from_values, query_string
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,55 @@ def query(function: Callable[..., T], *args: Any, cache: bool = False) -> T:
 
 def _run(function: Callable[..., T], *args: Any) -> T:
     try:
-        with db.session_scope() as session:
+        with session_scope(db.session_factory()) as session:
             return function(session, *args)
     except (SQLAlchemyError, db.DatabaseNotConfigured) as error:
         log.exception("dashboard query %s failed", getattr(function, "__name__", function))
         raise DataUnavailable(f"The database did not answer ({type(error).__name__}): {str(error).splitlines()[0][:200]}") from error
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """Why a data callback has nothing to draw: ``message``, for its figures and status line, and
+    the status ``kind``: ``empty`` (an arm choice that compares nothing, no match) or ``error``
+    (the database did not answer)."""
+
+    message: str
+    kind: Literal["empty", "error"]
+
+    def status_line(self) -> html.Div:
+        """The page's status line saying it."""
+        return status(self.message, self.kind)
+
+
+def page_filters(*values: Any) -> tuple[Filters, str]:
+    """The filters of a data callback's filter-bar inputs and their URL query (``?campaign=...``)."""
+    filters = filters_from_values(*values)
+    return filters, query_string(filters)
+
+
+def no_rows(data: Sized) -> bool:
+    """The ``empty`` test of :func:`read` for a list result: nothing matched."""
+    return len(data) == 0
+
+
+def read(function: Callable[..., T], filters: Filters | None, *args: Any, cache: bool = False, compare: bool = False,
+         empty: Callable[[T], bool] | None = None, empty_message: str = NO_MATCH) -> T | Nothing:
+    """``function(session, filters, *args)`` through :func:`query`, behind the guards every data
+    callback starts with: with ``compare``, an arm choice that compares nothing is refused before
+    the database is asked; database trouble, and a result ``empty`` says is empty, give a
+    :class:`Nothing` (``empty_message``: what the page says then) instead of the data."""
+    if compare and filters is not None:
+        problem = arms_problem(filters, None)
+        if problem:
+            return Nothing(problem, "empty")
+    try:
+        data = query(function, filters, *args, cache=cache)
+    except DataUnavailable as error:
+        return Nothing(str(error), "error")
+    if empty is not None and empty(data):
+        return Nothing(empty_message, "empty")
+    return data
 
 
 def options_or_none() -> FilterOptions | None:

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from iwscope.analysis import Filters
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
+from iwscope.analysis import Filters
 from iwscope_dashboard import figures
 from iwscope_dashboard.db import resolve_database_url
 from iwscope_dashboard.pagedata import PAGE_DATA

@@ -1,4 +1,5 @@
-"""WSGI entry point for production: ``gunicorn iwscope_dashboard.wsgi:server`` (reads DATABASE_URL)."""
+"""WSGI entry point for production: ``gunicorn iwscope_dashboard.wsgi:server`` (``DATABASE_URL`` read
+through the collector's settings, :func:`iwscope.config.get_settings`)."""
 
 from iwscope_dashboard.app import create_app
 

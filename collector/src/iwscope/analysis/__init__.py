@@ -4,14 +4,43 @@ The public surface (the contract with the dashboard and the HTTP API) is re-expo
 see ``README.md`` in this folder for units, resolutions and statistical choices.
 """
 
-from iwscope.analysis.cost import (CostCampaign, CostFlows, CostInteractive, CostInterference, CostReport, arm_order,
-                                   cost, used_arms)
+from iwscope.analysis.cost import (
+    CostCampaign,
+    CostFlows,
+    CostInteractive,
+    CostInterference,
+    CostReport,
+    arm_order,
+    cost,
+    used_arms,
+)
 from iwscope.analysis.filters import Filters, Metric
-from iwscope.analysis.queries import (compare_by, compare_many, fairness, filter_options, fleet, headline,
-                                      iter_trials_csv, latency_cdf, latency_vs_iw, loss_summary, percentile_table,
-                                      region_summary, trials_page)
-from iwscope.analysis.results import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions, Headline,
-                                      LossBucket, PercentileTable, ProbeRow, RegionSummary)
+from iwscope.analysis.offered_load import fairness
+from iwscope.analysis.queries import (
+    compare_by,
+    compare_many,
+    filter_options,
+    fleet,
+    headline,
+    latency_cdf,
+    latency_vs_iw,
+    loss_summary,
+    percentile_table,
+    region_summary,
+)
+from iwscope.analysis.raw import iter_trials_csv, trials_page
+from iwscope.analysis.results import (
+    ArmPercentiles,
+    ArmStats,
+    BucketComparison,
+    FairnessPoint,
+    FilterOptions,
+    Headline,
+    LossBucket,
+    PercentileTable,
+    ProbeRow,
+    RegionSummary,
+)
 from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups, reset_rollups
 
 __all__ = [

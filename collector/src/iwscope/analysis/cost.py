@@ -44,8 +44,15 @@ from sqlalchemy.orm import Session
 
 from iwprobe import wire
 from iwscope.analysis.filters import Filters, trial_where
-from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, block_bootstrap, mean_interval,
-                                    median_interval, multinomial_weights, proportion_interval)
+from iwscope.analysis.stats import (
+    BOOTSTRAP_REPLICATES,
+    BOOTSTRAP_SEED,
+    block_bootstrap,
+    mean_interval,
+    median_interval,
+    multinomial_weights,
+    proportion_interval,
+)
 
 #: Fewest flows (pages) a completion-time, throughput or retransmission number is shown for.
 MIN_FLOWS = 6

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from iwscope.wiretypes import BIGINT_MAX
 
@@ -18,14 +18,22 @@ _KEYS = {"campaign_ids": "campaign", "since": "since", "until": "until", "region
          "metric": "metric"}
 
 
+#: The window rule of :class:`Filters` in the words of the API's parameter descriptions.
+SINCE_DESCRIPTION = "inclusive: trials started at or after this instant (ISO 8601)"
+UNTIL_DESCRIPTION = "inclusive: trials started at or before this instant (ISO 8601)"
+
+
 @dataclass(frozen=True)
 class Filters:
     """Which trials an analysis covers and which two arms it compares.
 
-    ``since``/``until`` are inclusive; the roll-up path applies them at day granularity (UTC
-    days of ``trials.started_at``), the raw path exactly.  ``size_min``/``size_max`` are
-    bytes, inclusive; the roll-up path applies them at octave granularity (a size octave is
-    included when it overlaps the range), the raw path exactly.
+    ``since`` and ``until`` are both inclusive, everywhere: a trial is in the window when
+    ``since <= started_at <= until`` -- the analysis functions, both raw-trials CSV exports
+    (``/api/v1/trials.csv``, ``/api/v1/analysis/trials.csv``) and the dashboard's download.  The
+    roll-up path applies them at day granularity (UTC days of ``trials.started_at``), the raw
+    path exactly.  ``size_min``/``size_max`` are bytes, inclusive; the roll-up path applies
+    them at octave granularity (a size octave is included when it overlaps the range), the raw
+    path exactly.
     """
 
     campaign_ids: tuple[int, ...] = ()
@@ -56,7 +64,7 @@ class Filters:
         return query
 
     @classmethod
-    def from_query(cls, query: Mapping[str, str]) -> "Filters":
+    def from_query(cls, query: Mapping[str, str]) -> Filters:
         """Parse URL parameters; a missing or malformed value falls back to its default."""
         default = cls()
 
@@ -82,7 +90,7 @@ class Filters:
                                                    if "T" in raw else raw)
             except ValueError:
                 return None
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
         campaign_ids: list[int] = []
         for item in text("campaign_ids").split(","):
@@ -105,7 +113,7 @@ class Filters:
             size_max=integer("size_max", 0),
             baseline_iw=baseline if baseline is not None else default.baseline_iw,
             treatment_iw=treatment if treatment is not None else default.treatment_iw,
-            metric=cast(Metric, metric) if metric in METRICS else default.metric,
+            metric=metric if metric in METRICS else default.metric,
         )
 
 

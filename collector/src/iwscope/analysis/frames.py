@@ -25,17 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
+from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.models import NO_ORIGIN
 from iwscope.analysis.rollups import WATERMARK_NAME, side_trials_sql
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+from iwscope.analysis.stats import sum_by
 
 
 @dataclass
@@ -90,8 +88,8 @@ def _day_range(filters: Filters) -> tuple[dt.date, dt.date] | None:
     1970-01-01 / 9999-11-30); ``None`` when neither end is set."""
     if filters.since is None and filters.until is None:
         return None
-    return (filters.since.astimezone(dt.timezone.utc).date() if filters.since else dt.date(1970, 1, 1),
-            filters.until.astimezone(dt.timezone.utc).date() if filters.until else dt.date(9999, 11, 30))
+    return (filters.since.astimezone(dt.UTC).date() if filters.since else dt.date(1970, 1, 1),
+            filters.until.astimezone(dt.UTC).date() if filters.until else dt.date(9999, 11, 30))
 
 
 def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
@@ -258,7 +256,7 @@ def _detail_frame(rows: Sequence[Any], path_ids: list[tuple[uuid.UUID, uuid.UUID
     piece = (ints[7] >= 0) & (sums[1] > 0)
 
     def total(column: int) -> FloatArray:
-        return np.bincount(entry, weights=sums[column], minlength=n_entries)
+        return sum_by(entry, sums[column], n_entries)
 
     zeros = np.zeros(n_entries, dtype=np.float64)
     return Frame(

@@ -23,8 +23,7 @@ import datetime as dt
 import uuid
 from decimal import Decimal
 
-from sqlalchemy import (BigInteger, Date, Identity, Index, Integer, LargeBinary, Numeric, SmallInteger, Text,
-                        UniqueConstraint)
+from sqlalchemy import BigInteger, Date, Identity, Index, Integer, LargeBinary, Numeric, SmallInteger, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -35,10 +34,6 @@ from iwscope.types import CreatedAt
 #: Roll-up key value for trials without a campaign / origin.
 NO_CAMPAIGN = 0
 NO_ORIGIN = uuid.UUID(int=0)
-
-#: Metrics with a histogram: ``server`` = trials.server_latency_us, ``client`` = trials.total_us.
-METRIC_COLUMNS = {"server": "server_latency_us", "client": "total_us"}
-
 
 class _RollupMeasures:
     """The mergeable aggregates both roll-up tables hold per key (adding two rows' measures gives

@@ -108,11 +108,19 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from iwscope.analysis.stats import (BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, MIN_CLUSTERS, Interval, multinomial_weights,
-                                   percentile_interval, poisson_bootstrap_means, t_quantile)
+from iwscope.analysis._types import FloatArray, IntArray
+from iwscope.analysis.stats import (
+    BOOTSTRAP_REPLICATES,
+    BOOTSTRAP_SEED,
+    MIN_CLUSTERS,
+    Interval,
+    multinomial_weights,
+    percentile_interval,
+    poisson_bootstrap_means,
+    sum_by,
+    t_quantile,
+)
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 #: Fewest paths for a path-cluster interval without a caveat (study above).
@@ -204,7 +212,7 @@ def make_pairs(path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike, 
     cells = int(cell[-1]) + 1
     slot = cell * 2 + a[order]
     counts = np.bincount(slot, minlength=2 * cells).reshape(cells, 2)
-    sums = np.bincount(slot, weights=lat[order], minlength=2 * cells).reshape(cells, 2)
+    sums = sum_by(slot, lat[order], 2 * cells).reshape(cells, 2)
     paired = (counts > 0).all(axis=1)
     head = order[first][paired]  # one trial of every paired cell, in (path, round, size) order
     means = sums[paired] / counts[paired]
@@ -217,8 +225,8 @@ def path_stats(pairs: Pairs) -> PathStats:
     k = ids.size
     diff = pairs.baseline_ms - pairs.treatment_ms
     return PathStats(path=ids, n_pairs=np.bincount(index, minlength=k).astype(np.float64),
-                     sum_diff_ms=np.bincount(index, weights=diff, minlength=k),
-                     sum_base_ms=np.bincount(index, weights=pairs.baseline_ms, minlength=k))
+                     sum_diff_ms=sum_by(index, diff, k),
+                     sum_base_ms=sum_by(index, pairs.baseline_ms, k))
 
 
 # ---- interval ----------------------------------------------------------------------------------
@@ -370,7 +378,7 @@ def _caveat(n_paths: int, method: Method) -> str | None:
     return None
 
 
-def _estimate(stats: PathStats, method: Method, fallback: "Callable[[], Interval | None]",
+def _estimate(stats: PathStats, method: Method, fallback: Callable[[], Interval | None],
               replicates: int, seed: int) -> PairedEstimate:
     n_paths, n_pairs = int(stats.path.size), int(round(float(stats.n_pairs.sum())))
     caveat = _caveat(n_paths, method) if n_pairs else None
@@ -423,9 +431,9 @@ def cell_path_stats(cells: Cells) -> PathStats:
     ids, index = np.unique(cells.path[keep], return_inverse=True)
     k = ids.size
     w = weight[keep]
-    return PathStats(path=ids, n_pairs=np.bincount(index, weights=w, minlength=k),
-                     sum_diff_ms=np.bincount(index, weights=w * (mean_base - mean_treat)[keep], minlength=k),
-                     sum_base_ms=np.bincount(index, weights=w * mean_base[keep], minlength=k))
+    return PathStats(path=ids, n_pairs=sum_by(index, w, k),
+                     sum_diff_ms=sum_by(index, w * (mean_base - mean_treat)[keep], k),
+                     sum_base_ms=sum_by(index, w * mean_base[keep], k))
 
 
 def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
@@ -460,7 +468,7 @@ def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
     return percentile_interval(diff, pct)
 
 
-def path_estimate(stats: PathStats, within_path: "Callable[[], Interval | None]",
+def path_estimate(stats: PathStats, within_path: Callable[[], Interval | None],
                   replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
     """:func:`cell_estimate` from per-path sums already reduced (e.g. in SQL) with
     :func:`cell_path_stats`' arithmetic; ``within_path`` gives the interval when there are

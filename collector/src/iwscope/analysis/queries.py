@@ -13,38 +13,49 @@ merges, percentiles and intervals happen in numpy.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.filters import Filters, trial_where
+from iwscope.analysis._types import FloatArray, IntArray
+from iwscope.analysis.filters import Filters
 from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_detail, load_path_stats
 from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
-from iwscope.analysis.results import (ArmPercentiles, ArmStats, BucketComparison, FairnessPoint, FilterOptions, Headline,
-                                      LossBucket, PercentileTable, ProbeRow, RegionSummary, region_centroid)
-from iwscope.analysis.stats import (Interval, histogram_cdf, histogram_quantiles, mean_std_ms,
-                                    median_interval, merge_pieces, proportion_interval, quantile_difference_intervals)
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
+from iwscope.analysis.results import (
+    ArmPercentiles,
+    ArmStats,
+    BucketComparison,
+    FilterOptions,
+    Headline,
+    LossBucket,
+    PercentileTable,
+    ProbeRow,
+    RegionSummary,
+)
+from iwscope.analysis.stats import (
+    Interval,
+    histogram_cdf,
+    histogram_quantiles,
+    mean_std_ms,
+    merge_pieces,
+    quantile_difference_intervals,
+    share,
+    sum_by,
+)
 
 # ---- grouping helpers ------------------------------------------------------------------------
 
 def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
     if n_groups == 0:
         return np.zeros(0)
-    return np.bincount(groups, weights=values, minlength=n_groups)[:n_groups]
+    return sum_by(groups, values, n_groups)[:n_groups]
 
 
 def _histograms(frame: Frame, groups: IntArray, n_groups: int) -> IntArray:
@@ -58,10 +69,6 @@ def _arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | 
     p25, median, p75 = (histogram_quantiles(hist, [0.25, 0.5, 0.75]) if hist is not None and count > 0
                         else (None, None, None))
     return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std, p25_ms=p25, p75_ms=p75)
-
-
-def _share(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator > 0 else None
 
 
 #: Size-octave slots per path in a cell key (octaves -1 .. 34 fit).
@@ -120,10 +127,10 @@ def _within_path_interval(data: _Data, paths: IntArray, sizes: IntArray | None) 
     slot[rows] = cell * 2 + treat
     hists = _histograms(detail, slot, 2 * k).reshape(k, 2, -1)
     cells = Cells(path=cell_keys // _SIZE_SLOTS,
-                  n_base=np.bincount(cell, weights=n * ~treat, minlength=k),
-                  sum_base_ms=np.bincount(cell, weights=sums_ms * ~treat, minlength=k),
-                  n_treat=np.bincount(cell, weights=n * treat, minlength=k),
-                  sum_treat_ms=np.bincount(cell, weights=sums_ms * treat, minlength=k),
+                  n_base=sum_by(cell, n * ~treat, k),
+                  sum_base_ms=sum_by(cell, sums_ms * ~treat, k),
+                  n_treat=sum_by(cell, n * treat, k),
+                  sum_treat_ms=sum_by(cell, sums_ms * treat, k),
                   hist_base=hists[:, 0], hist_treat=hists[:, 1])
     return within_path_interval(cells)
 
@@ -133,11 +140,11 @@ def _paired(data: _Data, rows: IntArray) -> PairedEstimate:
     frame = data.paths
     codes, index = np.unique(frame.path[rows], return_inverse=True)
     k = codes.size
-    n = np.bincount(index, weights=frame.n_pairs[rows], minlength=k)
+    n = sum_by(index, frame.n_pairs[rows], k)
     keep = n > 0
     stats = PathStats(path=codes[keep], n_pairs=n[keep],
-                      sum_diff_ms=np.bincount(index, weights=frame.sum_diff_ms[rows], minlength=k)[keep],
-                      sum_base_ms=np.bincount(index, weights=frame.sum_base_ms[rows], minlength=k)[keep])
+                      sum_diff_ms=sum_by(index, frame.sum_diff_ms[rows], k)[keep],
+                      sum_base_ms=sum_by(index, frame.sum_base_ms[rows], k)[keep])
     sizes = frame.size_bucket[rows]
     wanted_sizes = None if (sizes.size == 0 or (sizes == -2).all()) else np.unique(sizes)
     return path_estimate(stats, lambda: _within_path_interval(data, stats.path, wanted_sizes))
@@ -250,8 +257,8 @@ def _arm_percentiles(iw: int, n: float, sum_us: float, hist: IntArray, retrans_t
     quantiles = histogram_quantiles(hist, [q for _, q in _PERCENTILES])
     return ArmPercentiles(iw=iw, n=int(n), avg=(sum_us / n / 1000.0) if n > 0 else None,
                           p50=quantiles[0], p75=quantiles[1], p90=quantiles[2], p99=quantiles[3],
-                          retrans_share=_share(retrans_trials, retrans_n),
-                          retrans_bytes_share=_share(bytes_retrans, bytes_sent))
+                          retrans_share=share(retrans_trials, retrans_n),
+                          retrans_bytes_share=share(bytes_retrans, bytes_sent))
 
 
 def percentile_table(session: Session, filters: Filters,
@@ -298,7 +305,7 @@ def percentile_table(session: Session, filters: Filters,
         improvement: dict[str, float | None] = dict.fromkeys(keys)
         pct_improvement = dict(improvement)
         improvement_ci: dict[str, list[float | None]] = {key: [None, None] for key in keys}
-        pct_improvement_ci = {key: [None, None] for key in keys}
+        pct_improvement_ci: dict[str, list[float | None]] = {key: [None, None] for key in keys}
         if not estimate.too_small:
             improvement["avg"], pct_improvement["avg"] = estimate.estimate_ms, estimate.pct
             if estimate.interval is not None:
@@ -412,8 +419,8 @@ def headline(session: Session, filters: Filters) -> Headline:
     comparison = _comparisons(data, (path_groups, bucket_groups), [bk.Bucket("all", 0, None, None)], "all")
     base = frame.arm == filters.baseline_iw
     treat = frame.arm == filters.treatment_iw
-    share_base = _share(frame.retrans_trials[base].sum(), frame.retrans_n[base].sum())
-    share_treat = _share(frame.retrans_trials[treat].sum(), frame.retrans_n[treat].sum())
+    share_base = share(frame.retrans_trials[base].sum(), frame.retrans_n[base].sum())
+    share_treat = share(frame.retrans_trials[treat].sum(), frame.retrans_n[treat].sum())
     with_trials = frame.n_trials > 0
     result = comparison[0] if comparison else None
     return Headline(
@@ -431,12 +438,11 @@ def headline(session: Session, filters: Filters) -> Headline:
 
 
 def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
-    """Per region: trials of both arms, means, the paired improvement with its interval, a map centroid."""
+    """Per region: trials of both arms, means, the paired improvement with its interval."""
     summaries: list[RegionSummary] = []
     for result in compare_by(session, filters, "region"):
-        lat, lon = region_centroid(result.bucket)
         summaries.append(RegionSummary(
-            region=result.bucket, lat=lat, lon=lon, n=result.baseline.n + result.treatment.n,
+            region=result.bucket, n=result.baseline.n + result.treatment.n,
             abs_ms=result.abs_ms, pct=result.pct, baseline_mean_ms=result.baseline.mean_ms,
             treatment_mean_ms=result.treatment.mean_ms, abs_ci_low=result.abs_ci_low, abs_ci_high=result.abs_ci_high,
             pct_ci_low=result.pct_ci_low, pct_ci_high=result.pct_ci_high, n_baseline=result.baseline.n,
@@ -457,7 +463,7 @@ def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
         shares = []
         for iw in (filters.baseline_iw, filters.treatment_iw):
             arm_rows = rows & (frame.arm == iw)
-            shares.append(_share(frame.retrans_trials[arm_rows].sum(), frame.retrans_n[arm_rows].sum()))
+            shares.append(share(frame.retrans_trials[arm_rows].sum(), frame.retrans_n[arm_rows].sum()))
         increase = 100.0 * (shares[1] - shares[0]) if shares[0] is not None and shares[1] is not None else None
         result.append(LossBucket(bucket=comparison.bucket, order=comparison.order, comparison=comparison,
                                  retrans_share_baseline=shares[0], retrans_share_treatment=shares[1],
@@ -467,7 +473,7 @@ def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
 
 def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share."""
-    today = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc).date()
+    today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
     rows = session.execute(text("""
         WITH totals AS (
             SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1) AS trials_total,
@@ -507,133 +513,3 @@ def filter_options(session: Session) -> FilterOptions:
     return FilterOptions(campaigns=campaigns, regions=regions, arms=arms,
                          size_min=int(size_min) if size_min is not None else None,
                          size_max=int(size_max) if size_max is not None else None)
-
-
-#: The flow roles of the fairness experiment (wire v1/v2 fragments were mapped to ``role`` on ingest).
-_FLOW_ROLE_SQL = "t.role"
-
-
-def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
-    """Offered-load / fairness campaigns (those with an arrival rate or a background flow),
-    per campaign x flow role x IW: what the short flows gained and what the competing
-    long-lived flow paid.  Filters: campaigns, time window, regions (sizes and arms are not
-    applied: the background flow is large by design and every arm of a mix is shown)."""
-    where, params = trial_where(replace(filters, size_min=None, size_max=None))
-    rows = session.execute(text(f"""
-        SELECT t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, {_FLOW_ROLE_SQL} AS flow, t.arm_iw,
-               count(*) AS n, count(t.error_kind) AS errors,
-               avg(t.object_size) FILTER (WHERE t.error_kind IS NULL) AS mean_bytes,
-               avg(t.object_size * 8.0e6 / t.total_us) FILTER (WHERE t.error_kind IS NULL AND t.total_us > 0)
-                   AS throughput_bps,
-               avg(t.total_us) FILTER (WHERE t.error_kind IS NULL) / 1000.0 AS fct_mean_ms,
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL)
-                   / 1000.0 AS fct_p50_ms,
-               percentile_cont(0.9) WITHIN GROUP (ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL)
-                   / 1000.0 AS fct_p90_ms,
-               array_agg(t.total_us ORDER BY t.total_us) FILTER (WHERE t.error_kind IS NULL) AS totals_us,
-               count(*) FILTER (WHERE t.server_total_retrans > 0) AS retrans_flows,
-               count(t.server_total_retrans) AS joined_flows,
-               sum(t.server_bytes_retrans) AS bytes_retrans, sum(t.server_bytes_sent) AS bytes_sent
-        FROM trials AS t JOIN campaigns AS c ON c.id = t.campaign_id LEFT JOIN probes AS p ON p.id = t.probe_id
-        WHERE (c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL)
-          AND t.role IN ('short', 'background', 'background-alone') AND t.arm IS NULL AND {where}
-        GROUP BY t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, flow, t.arm_iw
-        ORDER BY t.campaign_id, flow, t.arm_iw"""), params).all()
-    if not rows:
-        return []
-    campaign_ids = sorted({int(row.campaign_id) for row in rows})
-    bottleneck = dict(session.execute(text("""
-        SELECT t.campaign_id, avg(e.bottleneck_bps)
-        FROM (SELECT DISTINCT campaign_id, probe_id, origin_id FROM trials WHERE campaign_id = ANY(:ids)) AS t
-        JOIN path_estimates AS e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
-        WHERE e.bottleneck_bps > 0 GROUP BY t.campaign_id"""), {"ids": campaign_ids}).all())
-    short_bytes: dict[int, tuple[float, float]] = {}
-    for row in rows:
-        if row.flow == "short" and row.mean_bytes is not None:
-            total, count = short_bytes.get(row.campaign_id, (0.0, 0.0))
-            ok = row.n - row.errors
-            short_bytes[row.campaign_id] = (total + float(row.mean_bytes) * ok, count + ok)
-    points: list[FairnessPoint] = []
-    for row in rows:
-        p50_ci = median_interval(row.totals_us or [])
-        rate = float(row.arrival_rate_per_s) if row.arrival_rate_per_s is not None else None
-        load = None
-        total, count = short_bytes.get(row.campaign_id, (0.0, 0.0))
-        link = bottleneck.get(row.campaign_id)
-        if rate is not None and count and link:
-            load = rate * (total / count) * 8 / float(link)
-        points.append(FairnessPoint(
-            campaign_id=int(row.campaign_id), campaign_name=row.name, mix="+".join(str(iw) for iw in sorted(row.arms)),
-            arrival_rate_per_s=rate, offered_load=load, flow=row.flow, iw=int(row.arm_iw), n=int(row.n),
-            errors=int(row.errors), mean_bytes=_float(row.mean_bytes), throughput_bps=_float(row.throughput_bps),
-            fct_mean_ms=_float(row.fct_mean_ms), fct_p50_ms=_float(row.fct_p50_ms), fct_p90_ms=_float(row.fct_p90_ms),
-            retrans_flow_share=_share(float(row.retrans_flows), float(row.joined_flows)),
-            bytes_retrans_share=(_share(float(row.bytes_retrans), float(row.bytes_sent))
-                                 if row.bytes_sent is not None and row.bytes_retrans is not None else None),
-            fct_p50_ci_ms=(p50_ci[0] / 1000.0, p50_ci[1] / 1000.0) if p50_ci else None,
-            retrans_flows=int(row.retrans_flows), joined_flows=int(row.joined_flows),
-            retrans_flow_share_ci=proportion_interval(int(row.retrans_flows), int(row.joined_flows))))
-    return points
-
-
-def _float(value: Any) -> float | None:
-    return float(value) if value is not None else None
-
-
-# ---- raw path --------------------------------------------------------------------------------
-
-#: Columns of the trials page and the CSV export, in order.
-TRIAL_COLUMNS: tuple[str, ...] = (
-    "trial_id", "started_at", "campaign_id", "probe_id", "region", "origin_id", "arm_iw", "object_size",
-    "total_us", "ttfb_us", "server_latency_us", "http_status", "error_kind", "tcpi_total_retrans",
-    "tcpi_min_rtt_us", "server_total_retrans", "server_bytes_retrans", "server_bytes_sent")
-#: The trials page counts at most this many matches (then reports ``TRIALS_COUNT_CAP + 1``).
-TRIALS_COUNT_CAP = 100_000
-
-
-def _raw_select(filters: Filters) -> tuple[str, dict[str, Any]]:
-    where, params = trial_where(filters)
-    columns = ", ".join("p.region" if name == "region" else f"t.{name}" for name in TRIAL_COLUMNS)
-    return f"SELECT {columns} FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id WHERE {where}", params
-
-
-def trials_page(session: Session, filters: Filters, limit: int = 100, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Raw trials matching the filters exactly, newest first, and how many match (capped).
-
-    The count stops at :data:`TRIALS_COUNT_CAP`; more matches are reported as cap + 1.
-    """
-    limit = max(0, min(int(limit), 10_000))
-    offset = max(0, int(offset))
-    select, params = _raw_select(filters)
-    rows = session.execute(text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
-                           {**params, "limit": limit, "offset": offset}).all()
-    where, count_params = trial_where(filters)
-    total = session.execute(text(f"""
-        SELECT count(*) FROM (SELECT 1 FROM trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id
-                              WHERE {where} LIMIT :cap) AS matches"""), {**count_params, "cap": TRIALS_COUNT_CAP + 1}
-                            ).scalar_one()
-    return [dict(row._mapping) for row in rows], int(total)
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    return "" if value is None else value
-
-
-def iter_trials_csv(session: Session, filters: Filters, chunk_rows: int = 2000) -> Iterator[str]:
-    """Raw trials matching the filters as CSV text chunks (header first), streamed by a server-side cursor."""
-    select, params = _raw_select(filters)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(TRIAL_COLUMNS)
-    result = session.execute(text(f"{select} ORDER BY t.started_at, t.trial_id"), params,
-                             execution_options={"yield_per": chunk_rows})
-    for partition in result.partitions(chunk_rows):
-        for row in partition:
-            writer.writerow([_csv_value(value) for value in row])
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-    if buffer.tell():
-        yield buffer.getvalue()

@@ -33,10 +33,11 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import BigInteger, Date, Integer, SmallInteger, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, UUID as PgUUID
+from sqlalchemy import BigInteger, CursorResult, Date, Integer, SmallInteger, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import UUID as PgUUID
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import signatures
@@ -231,7 +232,7 @@ class _MetricDelta:
         self.sumsq += Decimal(row.sumsq)
         self.bins[int(row.bin)] = self.bins.get(int(row.bin), 0) + int(row.n)
 
-    def merge(self, other: "_MetricDelta", sign: int = 1) -> None:
+    def merge(self, other: _MetricDelta, sign: int = 1) -> None:
         self.n += sign * other.n
         self.sum_us += sign * other.sum_us
         self.sumsq += sign * other.sumsq
@@ -252,7 +253,7 @@ class _Delta:
     bytes_retrans: int = 0
     bytes_sent: int = 0
 
-    def merge(self, other: "_Delta", sign: int = 1) -> None:
+    def merge(self, other: _Delta, sign: int = 1) -> None:
         """Add (``sign`` 1) or take away (-1) ``other``.  Size bounds only widen: a bound of a
         union stays a (loose) bound after a part is taken away."""
         self.n_trials += sign * other.n_trials
@@ -316,7 +317,7 @@ def _delta_keys(row: Any, unit: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple
     return (*base, row.day, GRAIN_DAY), (*base, row.day.replace(day=1), GRAIN_MONTH)
 
 
-def _add_client(delta: "_Delta", row: Any) -> None:
+def _add_client(delta: _Delta, row: Any) -> None:
     delta.n_trials += int(row.n_all)
     delta.n_errors += int(row.n_all) - int(row.n)
     delta.size_min = row.size_min if delta.size_min is None else min(delta.size_min, row.size_min)
@@ -324,7 +325,7 @@ def _add_client(delta: "_Delta", row: Any) -> None:
     delta.client.add(row)
 
 
-def _add_server(delta: "_Delta", row: Any) -> None:
+def _add_server(delta: _Delta, row: Any) -> None:
     delta.server.add(row)
     delta.retrans_n += int(row.retrans_n)
     delta.retrans_trials += int(row.retrans_trials)
@@ -367,6 +368,7 @@ def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> N
     updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in columns if name not in key_names)
     stage = f"{table.name}_stage"
     connection = session.connection().connection.driver_connection
+    assert connection is not None  # a live session's DBAPI connection
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS")
         cursor.execute(f"DELETE FROM {stage}")  # a second fold in the same transaction
@@ -384,7 +386,7 @@ def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = BUCKET_TAB
     existing = {}
     for start in range(0, len(keys), 20000):
         existing.update(_load_existing(session, table, keys[start:start + 20000]))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     names = [name for name, _ in table.keys]
     size_at = names.index("size_bucket")
     records: list[dict[str, Any]] = []
@@ -457,7 +459,7 @@ def _ensure_watermark(session: Session, name: str = WATERMARK_NAME) -> Watermark
 
 
 #: A watermark that has never moved: nothing folded under its name yet.
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _window(session: Session, name: str, margin: dt.timedelta,
@@ -496,7 +498,7 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
     # every path gets its signature before the bucket fold
     unsigned = session.execute(_UNSIGNED_PATHS, bounds).all()
     signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
-    keys_updated = session.execute(_path_fold_sql(), bounds).rowcount
+    keys_updated = cast(CursorResult[Any], session.execute(_path_fold_sql(), bounds)).rowcount
     sides = [client for client, (low, high) in ((True, ("rlow", "rhigh")), (False, ("jlow", "jhigh")))
              if bounds[high] > bounds[low]]
     deltas, client_trials, server_trials = _collect(session, bounds, sides)

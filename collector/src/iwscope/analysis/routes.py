@@ -22,9 +22,9 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from iwscope.analysis import queries
+from iwscope.analysis import offered_load, queries, raw
 from iwscope.analysis.cost import CostReport, cost
-from iwscope.analysis.filters import Filters
+from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters
 from iwscope.db import get_sessionmaker
 from iwscope.dbslots import run_db
 from iwscope.streaming import stream_read
@@ -38,6 +38,15 @@ def _filters(request: Request) -> Filters:
 
 
 FiltersDep = Annotated[Filters, Depends(_filters)]
+
+#: The raw routes' window parameters in the OpenAPI document (``_filters`` reads them, with the
+#: other filter keys, from the query string: a malformed value falls back to its default).
+_WINDOW_PARAMETERS: dict[str, Any] = {"parameters": [
+    {"name": "since", "in": "query", "required": False, "description": SINCE_DESCRIPTION,
+     "schema": {"type": "string"}},
+    {"name": "until", "in": "query", "required": False, "description": UNTIL_DESCRIPTION,
+     "schema": {"type": "string"}},
+]}
 
 
 def _json(value: Any) -> Any:
@@ -107,7 +116,7 @@ async def get_loss(filters: FiltersDep) -> dict[str, Any]:
 
 @router.get("/fairness")
 async def get_fairness(filters: FiltersDep) -> dict[str, Any]:
-    return await _run(queries.fairness, filters)
+    return await _run(offered_load.fairness, filters)
 
 
 class CostOut(BaseModel):
@@ -133,17 +142,18 @@ async def get_options() -> dict[str, Any]:
     return await _run(queries.filter_options)
 
 
-@router.get("/trials")
+@router.get("/trials", openapi_extra=_WINDOW_PARAMETERS)
 async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                      offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""
-    rows, total = await run_db(_query, queries.trials_page, filters, limit, offset, read=True)
+    rows, total = await run_db(_query, raw.trials_page, filters, limit, offset, read=True)
     return {"data": rows, "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/trials.csv", response_class=StreamingResponse,
+@router.get("/trials.csv", response_class=StreamingResponse, openapi_extra=_WINDOW_PARAMETERS,
             responses={200: {"content": {"text/csv": {}}, "description": "filtered trials as CSV, streamed"},
                        503: {"description": "database busy: retry after Retry-After seconds"}})
 async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
-    return await stream_read(lambda session: queries.iter_trials_csv(session, filters), "text/csv",
+    """The trials page's columns as CSV (:mod:`iwscope.analysis.raw`, like ``/api/v1/trials.csv``)."""
+    return await stream_read(lambda session: raw.iter_trials_csv(session, filters), "text/csv",
                              {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})

@@ -42,17 +42,27 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
+from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.buckets import HIST_BINS, HIST_CENTER_US, HIST_UPPER_US
 
 BOOTSTRAP_REPLICATES = 2000
 BOOTSTRAP_SEED = 20100730  # the IETF 78 slides' date; any fixed seed
 MIN_CLUSTERS = 5
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 # ---- histogram packing -----------------------------------------------------------------------
+
+def share(numerator: float, denominator: float) -> float | None:
+    """``numerator / denominator``, or ``None`` when the denominator is not positive."""
+    return numerator / denominator if denominator > 0 else None
+
+
+def sum_by(groups: npt.ArrayLike, weights: npt.ArrayLike, n_groups: int) -> FloatArray:
+    """Sum of ``weights`` per group code in ``[0, n_groups)`` (``np.bincount`` with weights,
+    typed as the float64 array it returns: numpy's stubs declare an integer array)."""
+    return np.asarray(np.bincount(groups, weights=weights, minlength=n_groups), dtype=np.float64)
+
 
 def pack_histogram(counts: npt.ArrayLike) -> tuple[int, bytes]:
     """``(lo, bytes)`` of a full-length histogram: the occupied span as little-endian int32."""
@@ -185,7 +195,7 @@ def histogram_cdf(counts: npt.ArrayLike) -> list[tuple[float, float]]:
         return []
     occupied = np.flatnonzero(full)
     cumulative = np.cumsum(full)[occupied] / total
-    return [(float(HIST_UPPER_US[i]) / 1000.0, float(c)) for i, c in zip(occupied, cumulative)]
+    return [(float(HIST_UPPER_US[i]) / 1000.0, float(c)) for i, c in zip(occupied, cumulative, strict=True)]
 
 
 def mean_std_ms(n: int, sum_us: float, sumsq_us2: float) -> tuple[float | None, float | None]:
@@ -433,7 +443,7 @@ def proportion_interval(successes: float, trials: float, level: float = 0.95) ->
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def mean_interval(values: Sequence[float], level: float = 0.95, min_n: int = 2) -> tuple[float, float] | None:
+def mean_interval(values: Sequence[float] | FloatArray, level: float = 0.95, min_n: int = 2) -> tuple[float, float] | None:
     """Student t interval of a mean (``None`` below ``min_n`` values)."""
     n = len(values)
     if n < max(2, min_n):
@@ -468,4 +478,5 @@ def block_bootstrap(series: Sequence[npt.ArrayLike], block: int, statistic: Call
     finite = stacked[np.all(np.isfinite(stacked.reshape(len(stacked), -1)), axis=1)]
     if not len(finite):
         return None
-    return np.moveaxis(np.percentile(finite, [2.5, 97.5], axis=0), 0, -1)
+    bounds: FloatArray = np.moveaxis(np.percentile(finite, [2.5, 97.5], axis=0), 0, -1)
+    return bounds

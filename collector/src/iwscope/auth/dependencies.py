@@ -2,7 +2,7 @@
 
 Authentication looks the credential up in its own short database use (:func:`run_db`: a
 slot, a thread, a connection returned before the thread ends) and yields a plain value
-(:class:`ProbeIdentity`, :class:`OriginIdentity`, the token kind), never an ORM object bound
+(an :class:`Identity`, the token kind), never an ORM object bound
 to a session: no connection is held while the route reads its body, waits for a thread or
 sends its answer.
 
@@ -21,9 +21,9 @@ import hashlib
 import threading
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from collections.abc import Callable
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -48,19 +48,17 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-@dataclass(frozen=True)
-class ProbeIdentity:
-    """An authenticated probe: plain values, valid after the lookup's connection was returned."""
-
-    id: uuid.UUID
-    name: str
-    region: str
+IdentityKind = Literal["probe", "origin"]
+#: The table of each kind of identity (the same columns: id, name, region, secret_hash, revoked_at).
+_MODELS: dict[IdentityKind, type[Probe] | type[Origin]] = {"probe": Probe, "origin": Origin}
 
 
 @dataclass(frozen=True)
-class OriginIdentity:
-    """An authenticated origin (plain values)."""
+class Identity:
+    """An authenticated probe or origin (``kind``): plain values, valid after the lookup's
+    connection was returned."""
 
+    kind: IdentityKind
     id: uuid.UUID
     name: str
     region: str
@@ -75,7 +73,7 @@ class _Stored:
     secret_hash: str | None
 
 
-def _stored_identity(model: type[Any], identity: uuid.UUID) -> _Stored | None:
+def _stored_identity(model: type[Probe] | type[Origin], identity: uuid.UUID) -> _Stored | None:
     """The row of a probe or origin (runs in a database slot; the connection is returned here)."""
     with get_engine().connect() as connection:
         row = connection.execute(select(model.id, model.name, model.region, model.secret_hash, model.revoked_at)
@@ -86,10 +84,7 @@ def _stored_identity(model: type[Any], identity: uuid.UUID) -> _Stored | None:
     return _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
 
 
-Identity = TypeVar("Identity", ProbeIdentity, OriginIdentity)
-
-
-class CredentialCache(Generic[Identity]):
+class CredentialCache:
     """Verified credentials of one kind, at most ``max_entries`` (then expired entries go, or
     all of them).  An entry lives ``notified_ttl_s`` when ``notified()`` says changes are heard
     (:meth:`clear` is then called on each), else ``ttl_s``; 0 = not kept.
@@ -142,12 +137,12 @@ class CredentialCache(Generic[Identity]):
             self._entries = {}
 
 
-_caches: dict[str, CredentialCache[Any]] = {}
+_caches: dict[IdentityKind, CredentialCache] = {}
 #: This process's listener to credential changes (started by the API's lifespan), if any.
 _listener: CredentialListener | None = None
 
 
-def _cache(kind: str) -> CredentialCache[Any]:
+def _cache(kind: IdentityKind) -> CredentialCache:
     """This process's cache of ``kind`` (``probe`` / ``origin``), sized by the settings."""
     cache = _caches.get(kind)
     if cache is None:
@@ -159,7 +154,7 @@ def _cache(kind: str) -> CredentialCache[Any]:
 
 
 def clear_credential_caches() -> None:
-    for kind in ("probe", "origin"):
+    for kind in _MODELS:
         _cache(kind).clear()
 
 
@@ -190,39 +185,50 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
     return bearer.credentials
 
 
-async def _authenticated(kind: str, model: type[Any], make: Callable[[uuid.UUID, str, str], Identity],
-                         bearer: HTTPAuthorizationCredentials | None) -> Identity:
-    """The identity of a valid ``<id>.<secret>`` credential of a probe or origin (``model``),
+async def _authenticated(kind: IdentityKind, bearer: HTTPAuthorizationCredentials | None) -> Identity:
+    """The identity of a valid ``<id>.<secret>`` credential of a probe or origin (``kind``),
     from this process's cache or the database; one 401 for every failure."""
-    cache: CredentialCache[Identity] = _cache(kind)
+    cache = _cache(kind)
     text = _bearer_text(bearer)
     remembered = cache.get(text)
     if remembered is not None:
         return remembered
     generation = cache.generation
     credential = parse_credential(text)
-    stored = await run_db(_stored_identity, model, credential.identity) if credential else None
+    stored = await run_db(_stored_identity, _MODELS[kind], credential.identity) if credential else None
     stored_hash = stored.secret_hash if stored is not None else None
     # The comparison runs for unknown identities too (against a dummy hash): same path, same time.
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
     if stored is None or not secret_ok:
         raise unauthorized()
-    identity = make(stored.id, stored.name, stored.region)
+    identity = Identity(kind, stored.id, stored.name, stored.region)
     cache.put(text, identity, generation)
     return identity
 
 
-async def authenticated_probe(bearer: BearerDep) -> ProbeIdentity:
-    """The probe of a valid ``<probe id>.<secret>`` credential; one 401 for every failure."""
-    return await _authenticated("probe", Probe, ProbeIdentity, bearer)
+IdentityDependency = Callable[[HTTPAuthorizationCredentials | None], Coroutine[Any, Any, Identity]]
 
 
-async def authenticated_origin(bearer: BearerDep) -> OriginIdentity:
-    """The origin of a valid ``<origin id>.<secret>`` credential; one 401 for every failure."""
-    return await _authenticated("origin", Origin, OriginIdentity, bearer)
+def _identity_dependency(kind: IdentityKind) -> IdentityDependency:
+    """The dependency that authenticates a ``kind`` (probe or origin) credential."""
+
+    async def authenticated(bearer: BearerDep) -> Identity:
+        """The probe or origin of a valid ``<id>.<secret>`` credential; one 401 for every failure."""
+        return await _authenticated(kind, bearer)
+
+    authenticated.__name__ = authenticated.__qualname__ = f"authenticated_{kind}"
+    return authenticated
 
 
-def _token_dependency(kind: str):  # noqa: ANN202
+authenticated_probe = _identity_dependency("probe")
+authenticated_origin = _identity_dependency("origin")
+
+TokenDependency = Callable[[Settings, HTTPAuthorizationCredentials | None], Coroutine[Any, Any, str]]
+
+
+def _token_dependency(kind: str) -> TokenDependency:
+    """The dependency that checks an API token of ``kind`` (admin, enroll, origin) and returns the kind."""
+
     def valid(settings: Settings, token: str) -> bool:
         with get_sessionmaker()() as session:  # closed (connection returned) in this thread
             return api_token_valid(session, settings, kind, token)
@@ -236,8 +242,8 @@ def _token_dependency(kind: str):  # noqa: ANN202
     return check
 
 
-ProbeDep = Annotated[ProbeIdentity, Depends(authenticated_probe)]
-OriginDep = Annotated[OriginIdentity, Depends(authenticated_origin)]
+ProbeDep = Annotated[Identity, Depends(authenticated_probe)]
+OriginDep = Annotated[Identity, Depends(authenticated_origin)]
 AdminDep = Annotated[str, Depends(_token_dependency("admin"))]
 EnrollTokenDep = Annotated[str, Depends(_token_dependency("enroll"))]
 OriginTokenDep = Annotated[str, Depends(_token_dependency("origin"))]
@@ -250,6 +256,5 @@ def forbid_other_identity(own_id: object, claimed_id: object) -> None:
                             detail="credential does not belong to this id")
 
 
-__all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "OriginDep", "OriginIdentity", "OriginTokenDep",
-           "ProbeDep", "ProbeIdentity", "SettingsDep", "forbid_other_identity", "unauthorized",
-           "utcnow"]
+__all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "Identity", "OriginDep", "OriginTokenDep",
+           "ProbeDep", "SettingsDep", "forbid_other_identity", "unauthorized", "utcnow"]

@@ -87,7 +87,7 @@ class CredentialListener:
                         for notify in connection.notifies(timeout=1.0):
                             log.debug("credential changed: %s", notify.payload)
                             self._on_change()
-            except Exception:  # noqa: BLE001 - any failure: stop trusting the long cache, retry
+            except Exception:  # any failure: stop trusting the long cache, retry
                 if not self._stopping.is_set():
                     log.warning("credential listener lost its connection; retrying", exc_info=True)
             finally:

@@ -118,7 +118,7 @@ def revoke_api_token(session: Session, token_id: int | None = None, token: str |
     row = session.scalar(query.with_for_update())
     if row is None:
         raise LookupError("no such unrevoked token")
-    row.revoked_at = dt.datetime.now(dt.timezone.utc)
+    row.revoked_at = dt.datetime.now(dt.UTC)
     session.flush()
     return TokenListing(row.id, row.kind, row.label, row.created_at, row.revoked_at)
 
@@ -138,6 +138,6 @@ def revoke_identity(session: Session, model: type[Any], identity: str) -> bool:
     row = session.get(model, key, with_for_update=True)
     if row is None or row.revoked_at is not None:
         return False
-    row.revoked_at = dt.datetime.now(dt.timezone.utc)
+    row.revoked_at = dt.datetime.now(dt.UTC)
     session.flush()
     return True

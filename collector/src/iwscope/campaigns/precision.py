@@ -23,8 +23,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.filters import Filters
 from iwscope.analysis import compare_many
+from iwscope.analysis.filters import Filters
 from iwscope.campaigns.models import Campaign, CampaignProbeDone
 from iwscope.types import utcnow
 
@@ -78,7 +78,7 @@ def precision_by_probe(session: Session, campaign: Campaign) -> list[ProbePrecis
     widest: dict[uuid.UUID, float | None] = {}
     for dimension, column in (("rtt", 1), ("bandwidth", 2)):
         labels = _bucket_labels(dimension, [row[column] for row in paths])
-        for row, label in zip(paths, labels):
+        for row, label in zip(paths, labels, strict=True):
             probe = row[0]
             half = half_width.get((dimension, label)) if label is not None else None
             current = widest.get(probe, 0.0)

@@ -7,9 +7,9 @@ from fastapi import APIRouter, status
 from iwscope.auth.dependencies import AdminDep, OriginTokenDep
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
-from iwscope.probes import schedule_cache
 from iwscope.origins import services
 from iwscope.origins.schemas import OriginEnrollRequestIn, OriginOut
+from iwscope.probes import schedule_cache
 from iwscope.probes.schemas import EnrollResponseOut
 
 router = APIRouter(prefix="/api/v1/origins", tags=["origins"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+
 from sqlalchemy import Index
 from sqlalchemy.orm import Mapped
 

@@ -13,9 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response, status
 
 from iwprobe import wire
-
-from iwscope.auth.dependencies import (AdminDep, EnrollTokenDep, ProbeDep, SettingsDep,
-                                       forbid_other_identity)
+from iwscope.auth.dependencies import AdminDep, EnrollTokenDep, ProbeDep, SettingsDep, forbid_other_identity
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
 from iwscope.probes import schedule_cache, services

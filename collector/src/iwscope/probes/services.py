@@ -16,8 +16,15 @@ from iwscope.auth.services import format_credential, hash_secret, new_secret
 from iwscope.campaigns.models import Campaign, CampaignProbeDone
 from iwscope.origins.models import Origin
 from iwscope.probes.models import Probe
-from iwscope.probes.schemas import (ArmPortModel, CampaignScheduleOut, EnrollRequestIn,
-                                    HeartbeatIn, ProbeOut, ScheduleOut, ScheduleTargetOut)
+from iwscope.probes.schemas import (
+    ArmPortModel,
+    CampaignScheduleOut,
+    EnrollRequestIn,
+    HeartbeatIn,
+    ProbeOut,
+    ScheduleOut,
+    ScheduleTargetOut,
+)
 from iwscope.types import utcnow
 
 

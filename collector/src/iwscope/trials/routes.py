@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, BackgroundTasks, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from iwprobe import wire
+from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters
+from iwscope.analysis.raw import FULL_CSV, iter_trials_csv
 from iwscope.auth.dependencies import OriginDep, ProbeDep
 from iwscope.db import get_engine
 from iwscope.dbslots import run_db
@@ -25,7 +21,6 @@ from iwscope.http import read_body_limited
 from iwscope.openapi import wire_component_ref
 from iwscope.streaming import stream_read
 from iwscope.trials import services
-from iwscope.trials.models import Trial
 from iwscope.trials.schemas import UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
 from iwscope.worker_client import queue_join
@@ -88,57 +83,18 @@ async def upload_observations(request: Request, origin: OriginDep) -> Any:
     return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
 
 
-#: Columns of the CSV export, in order.
-CSV_COLUMNS = tuple(column.name for column in Trial.__table__.columns)
-
-
-def _csv_rows(session: Session, campaign_id: int | None, probe_id: uuid.UUID | None, since: dt.datetime | None,
-              until: dt.datetime | None) -> Iterator[bytes]:
-    """CSV text in chunks, read through a server-side cursor (constant memory)."""
-    statement = select(*Trial.__table__.columns).order_by(Trial.started_at, Trial.trial_id)
-    if campaign_id is not None:
-        statement = statement.where(Trial.campaign_id == campaign_id)
-    if probe_id is not None:
-        statement = statement.where(Trial.probe_id == probe_id)
-    if since is not None:
-        statement = statement.where(Trial.started_at >= since)
-    if until is not None:
-        statement = statement.where(Trial.started_at < until)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    result = session.execute(statement, execution_options={"yield_per": 2000, "stream_results": True})
-    for partition in result.partitions():
-        for row in partition:
-            writer.writerow([_csv_value(value) for value in row])
-        yield buffer.getvalue().encode("utf-8")
-        buffer.seek(0)
-        buffer.truncate()
-    yield buffer.getvalue().encode("utf-8")
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return wire.utc_timestamp(value)
-    if isinstance(value, dict):
-        return _orjson_text(value)
-    return "" if value is None else value
-
-
-def _orjson_text(value: dict[str, Any]) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
 @router.get("/trials.csv", response_class=StreamingResponse,
             responses={200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"},
                        503: {"description": "database busy: retry after Retry-After seconds"}})
 async def export_trials_csv(
     campaign_id: Annotated[int | None, Query(ge=1, le=BIGINT_MAX)] = None,
     probe_id: uuid.UUID | None = None,
-    since: dt.datetime | None = None,
-    until: dt.datetime | None = None,
+    since: Annotated[dt.datetime | None, Query(description=SINCE_DESCRIPTION)] = None,
+    until: Annotated[dt.datetime | None, Query(description=UNTIL_DESCRIPTION)] = None,
 ) -> StreamingResponse:
-    """Trials matching the filters as CSV (public; streamed, constant memory; within the public
-    reads' share of the database, see :mod:`iwscope.streaming`)."""
-    return await stream_read(lambda session: _csv_rows(session, campaign_id, probe_id, since, until), "text/csv",
-                             {"Content-Disposition": 'attachment; filename="trials.csv"'})
+    """Trials matching the filters as CSV, every column of ``trials`` (public; streamed, constant
+    memory; within the public reads' share of the database, see :mod:`iwscope.streaming`).
+    Written by :mod:`iwscope.analysis.raw`, like ``/api/v1/analysis/trials.csv``."""
+    filters = Filters(campaign_ids=() if campaign_id is None else (campaign_id,), since=since, until=until)
+    return await stream_read(lambda session: iter_trials_csv(session, filters, layout=FULL_CSV, probe_id=probe_id),
+                             "text/csv", {"Content-Disposition": 'attachment; filename="trials.csv"'})

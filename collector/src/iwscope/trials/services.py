@@ -18,8 +18,9 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import msgspec
 import orjson
@@ -39,7 +40,7 @@ from iwscope.types import utcnow
 log = logging.getLogger(__name__)
 
 #: Oldest instant a record may carry.
-EARLIEST_TIMESTAMP = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+EARLIEST_TIMESTAMP = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 #: How far in the future a record's timestamp may lie (clock skew allowance).
 MAX_FUTURE = dt.timedelta(days=1)
 
@@ -191,9 +192,9 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     instants = batch.started_at + batch.measured_at
     if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
         errors: list[RecordError] = []
-        for index, (trial, started_at) in enumerate(zip(trials, batch.started_at)):
+        for index, (trial, started_at) in enumerate(zip(trials, batch.started_at, strict=True)):
             _check_instant(errors, "trials", index, trial.trial_id, "started_at", started_at, latest)
-        for index, (sample, measured_at) in enumerate(zip(samples, batch.measured_at)):
+        for index, (sample, measured_at) in enumerate(zip(samples, batch.measured_at, strict=True)):
             _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", measured_at, latest)
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch
@@ -311,7 +312,7 @@ def _utc_text(original: str, parsed: dt.datetime) -> str:
     +-15:59, which Python accepts)."""
     if original[-1] == "Z" and original.isascii():
         return original
-    return parsed.astimezone(dt.timezone.utc).isoformat()
+    return parsed.astimezone(dt.UTC).isoformat()
 
 
 def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
@@ -463,7 +464,7 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                     new_started = [started[position] for position in kept]
                 if new_indices:
                     payload = "\n".join([_trial_line(trials[index], started_text)
-                                          for index, started_text in zip(new_indices, new_started)]) + "\n"
+                                          for index, started_text in zip(new_indices, new_started, strict=True)]) + "\n"
                     with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
                         copy.write(payload.encode())
                 result.new_trial_ids.extend(trials[index].trial_id for index in new_indices)

@@ -16,8 +16,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.db import session_scope
 from iwscope.worker import celery_app
-from iwscope.worker_client import (join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh,
-                                   return_pending_joins)
+from iwscope.worker_client import join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh, return_pending_joins
 
 log = logging.getLogger(__name__)
 

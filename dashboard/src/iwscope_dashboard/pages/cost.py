@@ -23,12 +23,10 @@ from dash import Output, callback, dcc, html
 from plotly.subplots import make_subplots
 
 from iwscope.analysis import CostCampaign, CostFlows, CostInterference, CostReport, arm_order, used_arms
-
-from iwscope_dashboard.figures import (ARM_PALETTE, PERCENT_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars,
-                                       style_figure)
-from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
+from iwscope_dashboard.figures import ARM_PALETTE, PERCENT_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars, style_figure
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import cost_data
-from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, graph, page_filters, page_frame, read, status
 
 dash.register_page(__name__, path="/cost", name="Cost", title="iwscope: cost", order=5)
 
@@ -457,17 +455,13 @@ def bulk_figure(report: CostReport) -> go.Figure:
     *filter_inputs(PREFIX),
 )
 def update(*values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
-    try:
-        report = query(cost_data, filters, cache=True)
-    except DataUnavailable as error:
-        empty = empty_figure(str(error))
-        return [], empty, empty, [], empty, status(str(error), "error"), search
-    if not report.campaigns:
-        empty = empty_figure(NOT_RECORDED_SHORT)
-        return (html.P(NOT_RECORDED, className="iw-empty"), empty, empty, [], empty,
-                status(NOT_RECORDED_SHORT, "empty"), search)
+    filters, search = page_filters(*values)
+    report = read(cost_data, filters, cache=True, empty=lambda report: not report.campaigns,
+                  empty_message=NOT_RECORDED_SHORT)
+    if isinstance(report, Nothing):
+        empty = empty_figure(report.message)
+        table: Any = html.P(NOT_RECORDED, className="iw-empty") if report.kind == "empty" else []
+        return table, empty, empty, [], empty, report.status_line(), search
     interference: Any = (html_table(INTERFERENCE_COLUMNS, interference_rows(report.interference), f"{PREFIX}-interference-table")
                          if report.interference else
                          html.P("No mixed phase with both pure phases of the same design on its bottleneck: the "

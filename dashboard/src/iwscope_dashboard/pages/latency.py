@@ -9,9 +9,9 @@ import plotly.graph_objects as go
 from dash import Output, callback, html
 
 from iwscope_dashboard.figures import cdf_figure, empty_figure, latency_vs_iw_figure
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, register_url_sync
 from iwscope_dashboard.pagedata import latency_cdfs, latency_means
-from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, graph, page_filters, page_frame, read, status
 
 dash.register_page(__name__, path="/latency", name="Latency vs IW", title="iwscope: latency vs IW", order=1)
 
@@ -37,15 +37,11 @@ def layout(**url_query: Any) -> html.Div:
     *filter_inputs(PREFIX),
 )
 def update_means(*values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
-    try:
-        stats = query(latency_means, filters, cache=True)
-    except DataUnavailable as error:
-        return empty_figure(str(error)), status(str(error), "error"), search
+    filters, search = page_filters(*values)
+    stats = read(latency_means, filters, cache=True, empty=lambda stats: sum(s.n for s in stats) == 0)
+    if isinstance(stats, Nothing):
+        return empty_figure(stats.message), stats.status_line(), search
     total = sum(s.n for s in stats)
-    if total == 0:
-        return empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
     arms = ", ".join(f"IW{s.iw} (n={s.n:,})" for s in sorted(stats, key=lambda s: s.iw) if s.n)
     return latency_vs_iw_figure(stats), status(f"{total:,} trials match: {arms}."), search
 
@@ -54,12 +50,11 @@ def update_means(*values: Any) -> tuple[Any, ...]:
 @callback(Output(f"{PREFIX}-cdf-graph", "figure"), *filter_inputs(PREFIX))
 def update_cdf(*values: Any) -> go.Figure:
     filters = filters_from_values(*values)
-    try:
-        cdfs = query(latency_cdfs, filters, cache=True)
-    except DataUnavailable as error:
-        return empty_figure(str(error))
-    cdfs = {iw: points for iw, points in cdfs.items() if points}
-    return cdf_figure(cdfs, (filters.baseline_iw, filters.treatment_iw)) if cdfs else empty_figure(NO_MATCH)
+    cdfs = read(latency_cdfs, filters, cache=True, empty=lambda cdfs: not any(cdfs.values()))
+    if isinstance(cdfs, Nothing):
+        return empty_figure(cdfs.message)
+    drawn = {iw: points for iw, points in cdfs.items() if points}
+    return cdf_figure(drawn, (filters.baseline_iw, filters.treatment_iw))
 
 
 register_url_sync(PREFIX)

@@ -8,9 +8,9 @@ import dash
 from dash import Output, callback, html
 
 from iwscope_dashboard.figures import empty_figure, improvement_figure, loss_retrans_figure
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import loss_data
-from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, missing_arm, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, graph, missing_arm, no_rows, page_filters, page_frame, read, status
 
 dash.register_page(__name__, path="/loss", name="Loss", title="iwscope: loss", order=4)
 
@@ -37,17 +37,10 @@ def layout(**url_query: Any) -> html.Div:
     *filter_inputs(PREFIX),
 )
 def update(*values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
-    problem = arms_problem(filters, None)
-    if problem:
-        return empty_figure(problem), empty_figure(problem), status(problem, "empty"), search
-    try:
-        buckets = query(loss_data, filters, cache=True)
-    except DataUnavailable as error:
-        return empty_figure(str(error)), empty_figure(str(error)), status(str(error), "error"), search
-    if not buckets:
-        return empty_figure(NO_MATCH), empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
+    filters, search = page_filters(*values)
+    buckets = read(loss_data, filters, cache=True, compare=True, empty=no_rows)
+    if isinstance(buckets, Nothing):
+        return empty_figure(buckets.message), empty_figure(buckets.message), buckets.status_line(), search
     absent = missing_arm([b.comparison for b in buckets], filters)
     if absent:
         return empty_figure(absent), loss_retrans_figure(buckets), status(absent, "empty"), search

@@ -5,14 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Output, callback, html
 import plotly.graph_objects as go
-from iwscope.analysis import Filters, Headline
+from dash import Output, callback, html
 
+from iwscope.analysis import Filters, Headline
 from iwscope_dashboard.figures import empty_figure, improvement_figure
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, register_url_sync
 from iwscope_dashboard.pagedata import OVERVIEW_DIMENSIONS, overview_dimension, overview_headline
-from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, fmt_ms, fmt_pct, graph, missing_arm, missing_arm_in_stats, page_frame, query, status
+from iwscope_dashboard.pagekit import (
+    Nothing,
+    fmt_ms,
+    fmt_pct,
+    graph,
+    missing_arm,
+    missing_arm_in_stats,
+    no_rows,
+    page_filters,
+    page_frame,
+    read,
+    status,
+)
 
 dash.register_page(__name__, path="/", name="Overview", title="iwscope: overview", order=0)
 
@@ -73,17 +85,10 @@ def headline_cards(numbers: Headline) -> list[html.Div]:
     *filter_inputs(PREFIX),
 )
 def update_headline(*values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
-    problem = arms_problem(filters, None)
-    if problem:
-        return [], status(problem, "empty"), search
-    try:
-        data = query(overview_headline, filters, cache=True)
-    except DataUnavailable as error:
-        return [], status(str(error), "error"), search
-    if data.headline.n_trials == 0:
-        return [], status(NO_MATCH, "empty"), search
+    filters, search = page_filters(*values)
+    data = read(overview_headline, filters, cache=True, compare=True, empty=lambda data: data.headline.n_trials == 0)
+    if isinstance(data, Nothing):
+        return [], data.status_line(), search
     absent = missing_arm_in_stats(data.arms, filters)
     if absent:
         return headline_cards(data.headline), status(absent, "empty"), search
@@ -92,18 +97,11 @@ def update_headline(*values: Any) -> tuple[Any, ...]:
 
 def panel_figure(filters: Filters, dimension: str) -> go.Figure:
     """One Figure 5 panel, or the reason it is empty."""
-    problem = arms_problem(filters, None)
-    if problem:
-        return empty_figure(problem)
-    try:
-        comparisons = query(overview_dimension, filters, dimension, cache=True)
-    except DataUnavailable as error:
-        return empty_figure(str(error))
-    if not comparisons:
-        return empty_figure(
-            f"No trial with a path estimate matches these filters: {dimension} buckets come from the "
-            "worker's path estimates (min RTT, bottleneck bandwidth) of each probe-origin pair."
-        )
+    comparisons = read(overview_dimension, filters, dimension, cache=True, compare=True, empty=no_rows,
+                       empty_message=f"No trial with a path estimate matches these filters: {dimension} buckets come "
+                       "from the worker's path estimates (min RTT, bottleneck bandwidth) of each probe-origin pair.")
+    if isinstance(comparisons, Nothing):
+        return empty_figure(comparisons.message)
     absent = missing_arm(comparisons, filters)
     if absent:
         return empty_figure(absent)

@@ -7,16 +7,17 @@ from typing import Any
 
 import dash
 from dash import Input, Output, callback, dash_table, dcc, html
-from iwscope.analysis import ProbeRow
 
+from iwscope.analysis import ProbeRow
 from iwscope_dashboard.figures import empty_figure, fleet_figure
 from iwscope_dashboard.pagedata import probes_data
-from iwscope_dashboard.pagekit import DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, graph, no_rows, page_frame, read, status
 
 dash.register_page(__name__, path="/probes", name="Probes", title="iwscope: probes", order=6)
 
 PREFIX = "probes"
 REFRESH_MS = 60_000
+NO_PROBES = "No probes enrolled yet: create an enrollment token (`iwscope token create --kind enroll`) and start a probe with it."
 
 
 def layout(**url_query: Any) -> html.Div:
@@ -86,13 +87,10 @@ COLUMNS = [
     Input(f"{PREFIX}-refresh", "n_intervals"),
 )
 def update(_ticks: int | None) -> tuple[Any, ...]:
-    try:
-        probes = query(probes_data)
-    except DataUnavailable as error:
-        return empty_figure(str(error)), [], status(str(error), "error")
-    if not probes:
-        message = "No probes enrolled yet: create an enrollment token (`iwscope token create --kind enroll`) and start a probe with it."
-        return empty_figure(message), html.P(message, className="iw-empty"), status(message, "empty")
+    probes = read(probes_data, None, empty=no_rows, empty_message=NO_PROBES)  # the fleet ignores the filters
+    if isinstance(probes, Nothing):
+        holder: Any = html.P(probes.message, className="iw-empty") if probes.kind == "empty" else []
+        return empty_figure(probes.message), holder, probes.status_line()
     now = datetime.now(UTC)
     rows = fleet_rows(probes, now)
     table = dash_table.DataTable(  # type: ignore[attr-defined]

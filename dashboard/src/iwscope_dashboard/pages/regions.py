@@ -6,12 +6,12 @@ from typing import Any
 
 import dash
 from dash import Output, callback, dcc, html
-from iwscope.analysis import PercentileTable
 
+from iwscope.analysis import PercentileTable
 from iwscope_dashboard.figures import empty_figure, region_map_figure
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, register_url_sync
 from iwscope_dashboard.pagedata import regions_map, regions_tables
-from iwscope_dashboard.filterbar import arms_problem, filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, graph, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, graph, page_filters, page_frame, read, status
 
 dash.register_page(__name__, path="/regions", name="Regions", title="iwscope: regions", order=3)
 
@@ -106,17 +106,10 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
     *filter_inputs(PREFIX),
 )
 def update_map(*values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
-    problem = arms_problem(filters, None)
-    if problem:
-        return empty_figure(problem), status(problem, "empty"), search
-    try:
-        regions = query(regions_map, filters, cache=True)
-    except DataUnavailable as error:
-        return empty_figure(str(error)), status(str(error), "error"), search
-    if not regions or all(r.n == 0 for r in regions):
-        return empty_figure(NO_MATCH), status(NO_MATCH, "empty"), search
+    filters, search = page_filters(*values)
+    regions = read(regions_map, filters, cache=True, compare=True, empty=lambda regions: all(r.n == 0 for r in regions))
+    if isinstance(regions, Nothing):
+        return empty_figure(regions.message), regions.status_line(), search
     n = sum(r.n for r in regions)
     return region_map_figure(regions), status(f"{n:,} trials in {len(regions)} regions."), search
 
@@ -125,12 +118,9 @@ def update_map(*values: Any) -> tuple[Any, ...]:
 @callback(Output(f"{PREFIX}-tables", "children"), *filter_inputs(PREFIX))
 def update_tables(*values: Any) -> list[html.Div]:
     filters = filters_from_values(*values)
-    if arms_problem(filters, None):
-        return []
-    try:
-        data = query(regions_tables, filters, cache=True)
-    except DataUnavailable:
-        return []  # the map's callback shows the error
+    data = read(regions_tables, filters, cache=True, compare=True)
+    if isinstance(data, Nothing):
+        return []  # the map's callback says why
     return [percentile_block(t, filters.baseline_iw, filters.treatment_iw) for t in data.overall + sorted(data.per_region, key=lambda t: str(t.group))]
 
 

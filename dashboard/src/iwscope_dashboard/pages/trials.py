@@ -12,9 +12,9 @@ import dash
 from dash import Input, Output, callback, ctx, dash_table, html
 
 from iwscope_dashboard.exports import CSV_ROUTE
+from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import trials_data
-from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, filters_from_values, query_string, register_url_sync
-from iwscope_dashboard.pagekit import NO_MATCH, DataUnavailable, page_frame, query, status
+from iwscope_dashboard.pagekit import Nothing, page_filters, page_frame, read, status
 
 dash.register_page(__name__, path="/trials", name="Trials", title="iwscope: trials", order=7)
 
@@ -76,17 +76,14 @@ def cell(value: Any) -> str | int | float | None:
     *filter_inputs(PREFIX),
 )
 def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
-    filters = filters_from_values(*values)
-    search = query_string(filters)
+    filters, search = page_filters(*values)
     href = CSV_ROUTE + search
     # A filter change starts again at the first page.
     page = max(0, int(page_current or 0)) if ctx.triggered_id in (None, f"{PREFIX}-table") else 0
-    try:
-        rows, total = query(trials_data, filters, PAGE_SIZE, page * PAGE_SIZE)
-    except DataUnavailable as error:
-        return [], [], 1, 0, href, status(str(error), "error"), search
-    if total == 0:
-        return [], [], 1, 0, href, status(NO_MATCH, "empty"), search
+    found = read(trials_data, filters, PAGE_SIZE, page * PAGE_SIZE, empty=lambda found: found[1] == 0)
+    if isinstance(found, Nothing):
+        return [], [], 1, 0, href, found.status_line(), search
+    rows, total = found
     columns = [{"name": key, "id": key} for key in (rows[0].keys() if rows else [])]
     data = [{key: cell(value) for key, value in row.items()} for row in rows]
     pages = max(1, math.ceil(total / PAGE_SIZE))

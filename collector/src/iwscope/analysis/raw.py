@@ -1,0 +1,104 @@
+"""The raw path: trials read exactly as stored -- the trials page and the one raw-trials CSV writer.
+
+Every raw-trials CSV is written here: ``GET /api/v1/trials.csv`` (every column of ``trials``),
+``GET /api/v1/analysis/trials.csv`` and the dashboard's ``/download/trials.csv`` (the trials
+page's columns).  They select rows with the same rule, :func:`~iwscope.analysis.filters.trial_where`
+(``since`` and ``until`` both inclusive, see :class:`~iwscope.analysis.filters.Filters`), in the
+same order, streamed in chunks through a server-side cursor (constant memory).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from iwprobe import wire
+from iwscope.analysis.filters import Filters, trial_where
+from iwscope.trials.models import Trial
+
+#: Columns of the trials page and its CSV export, in order (``region`` is the probe's).
+TRIAL_COLUMNS: tuple[str, ...] = (
+    "trial_id", "started_at", "campaign_id", "probe_id", "region", "origin_id", "arm_iw", "object_size",
+    "total_us", "ttfb_us", "server_latency_us", "http_status", "error_kind", "tcpi_total_retrans",
+    "tcpi_min_rtt_us", "server_total_retrans", "server_bytes_retrans", "server_bytes_sent")
+#: The trials page counts at most this many matches (then reports ``TRIALS_COUNT_CAP + 1``).
+TRIALS_COUNT_CAP = 100_000
+
+_FROM = "trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id"
+
+
+@dataclass(frozen=True)
+class CsvLayout:
+    """What one raw-trials CSV holds: its ``columns`` (``region`` is the probe's, every other
+    name a column of ``trials``) and how it writes a timestamp."""
+
+    columns: tuple[str, ...]
+    timestamp: Callable[[dt.datetime], str]
+
+
+#: The analysis export and the dashboard's download: the trials page's columns, ISO 8601 timestamps.
+PAGE_CSV = CsvLayout(TRIAL_COLUMNS, dt.datetime.isoformat)
+#: ``GET /api/v1/trials.csv``: every column of ``trials``, timestamps in the wire's RFC 3339 UTC
+#: form, JSON columns as JSON text (keys sorted).
+FULL_CSV = CsvLayout(tuple(column.name for column in Trial.__table__.columns), wire.utc_timestamp)
+
+
+def _select(columns: tuple[str, ...], filters: Filters, probe_id: uuid.UUID | None) -> tuple[str, dict[str, Any]]:
+    where, params = trial_where(filters)
+    if probe_id is not None:
+        where, params = f"{where} AND t.probe_id = :probe_id", {**params, "probe_id": probe_id}
+    selected = ", ".join("p.region" if name == "region" else f"t.{name}" for name in columns)
+    return f"SELECT {selected} FROM {_FROM} WHERE {where}", params
+
+
+def trials_page(session: Session, filters: Filters, limit: int = 100, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Raw trials matching the filters exactly, newest first, and how many match (capped).
+
+    The count stops at :data:`TRIALS_COUNT_CAP`; more matches are reported as cap + 1.
+    """
+    limit = max(0, min(int(limit), 10_000))
+    offset = max(0, int(offset))
+    select, params = _select(TRIAL_COLUMNS, filters, None)
+    rows = session.execute(text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
+                           {**params, "limit": limit, "offset": offset}).all()
+    where, count_params = trial_where(filters)
+    total = session.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {_FROM} WHERE {where} LIMIT :cap) AS matches"),
+                            {**count_params, "cap": TRIALS_COUNT_CAP + 1}).scalar_one()
+    return [dict(row._mapping) for row in rows], int(total)
+
+
+def iter_trials_csv(session: Session, filters: Filters, chunk_rows: int = 2000, *, layout: CsvLayout = PAGE_CSV,
+                    probe_id: uuid.UUID | None = None) -> Iterator[str]:
+    """Raw trials matching ``filters`` (and ``probe_id`` when given) as CSV text chunks, header
+    first, oldest first, read ``chunk_rows`` at a time through a server-side cursor."""
+    select, params = _select(layout.columns, filters, probe_id)
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            return layout.timestamp(value)
+        if isinstance(value, dict):
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        return "" if value is None else value
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(layout.columns)
+    result = session.execute(text(f"{select} ORDER BY t.started_at, t.trial_id"), params,
+                             execution_options={"yield_per": chunk_rows, "stream_results": True})
+    for partition in result.partitions(chunk_rows):
+        for row in partition:
+            writer.writerow([cell(value) for value in row])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
