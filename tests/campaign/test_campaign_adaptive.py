@@ -16,12 +16,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from campaign_kit import path_hosts, query_rows, session_stack
 
 from iwscope.campaigns.precision import update_done
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.topology import Topology
-
-from campaign_kit import path_hosts, query_rows, session_stack
 
 PATHS = {"quiet": ("europe", 20.0, 10e6, 0.0), "lossy": ("africa", 300.0, 1e6, 0.04)}
 DURATION_S = 45.0

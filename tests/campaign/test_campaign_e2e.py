@@ -8,12 +8,11 @@ import statistics
 from collections.abc import Iterator
 
 import pytest
+from campaign_kit import path_hosts, query_rows, session_stack
 
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.model import predict
 from iwscope_lab.topology import Topology
-
-from campaign_kit import path_hosts, query_rows, session_stack
 
 #: name -> (region, RTT ms, rate bit/s): serialisation of one packet stays under 2 % of the RTT.
 PATHS = {"near": ("europe", 80.0, 10e6), "far": ("africa", 200.0, 4e6)}

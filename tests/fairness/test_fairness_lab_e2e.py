@@ -62,14 +62,14 @@ def test_short_flows_arrive_as_a_poisson_process_and_overlap(phases: tuple[Stack
     for result in results:
         short = [row for row in _trials(stack, result.campaign.campaign_id) if wire.flow_role(row.url, row.role) == "short"]
         starts = [row.started_at.timestamp() for row in short]
-        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
         mean_gap = statistics.fmean(gaps)
         expected_gap = 1 / float(result.plan.arrival_rate_per_s or 1)
         # 23 exponential gaps: the sample mean is within a factor 2 of 1/lambda with overwhelming probability.
         assert expected_gap / 2 < mean_gap < expected_gap * 2, (mean_gap, expected_gap)
         # Exponential gaps have a coefficient of variation of 1; evenly spaced or sequential ones near 0.
         assert statistics.pstdev(gaps) / mean_gap > 0.5, gaps
-        overlapping = sum(1 for a, b in zip(short, short[1:])
+        overlapping = sum(1 for a, b in zip(short, short[1:], strict=False)
                           if b.started_at.timestamp() < a.started_at.timestamp() + a.total_us / 1e6)
         assert overlapping >= 1, "no two short flows were ever in flight together"
 

@@ -13,7 +13,7 @@ from iwprobe import wire
 from iwscope.analysis import FairnessPoint, Filters, fairness
 from iwscope.models import Campaign, PathEstimate, Probe, Trial, TrialId
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = dt.datetime(2026, 2, 3, 10, 0, tzinfo=UTC)
 
 

@@ -19,7 +19,7 @@ from iwscope.campaigns.services import create_campaign
 from iwscope.models import Origin, Probe
 from iwscope.probes.services import schedule_for
 
-NOW = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 
 
 def _fleet(session: Session) -> tuple[Probe, Origin]:

@@ -5,9 +5,9 @@ The emulator's PRNG is seeded (the topology's seed), so the loss counts are repr
 
 from __future__ import annotations
 
-import pytest
-
 from collections.abc import Callable
+
+import pytest
 
 from iwscope_lab.links import DirectionSpec, LinkSpec
 from iwscope_lab.selftest import binomial_interval, measure_loss, measure_rate, measure_rtt

@@ -167,7 +167,7 @@ def _trace_delays(path: Path) -> list[float]:
         parts = line.split()
         if len(parts) == 4 and parts[1] == "down":
             (enqueued if parts[3] == "enqueue" else delivered if parts[3] == "deliver" else []).append(float(parts[0]))
-    return [(d - e) * 1000 for e, d in zip(enqueued, delivered)]
+    return [(d - e) * 1000 for e, d in zip(enqueued, delivered, strict=False)]
 
 
 def test_up_is_idempotent_and_teardown_leaves_nothing(run_id: str) -> None:
@@ -221,8 +221,8 @@ def test_cleanup_after_owner_is_killed(run_id: str, tmp_path: Path) -> None:
         owner.communicate()
         cleanup_state = STATE_ROOT / run_id / "state.json"
         if cleanup_state.exists():   # the test failed half-way: remove the run anyway
-            from iwscope_lab.topology import _cleanup_run, _read_state
-            state = _read_state(STATE_ROOT / run_id)
+            from iwscope_lab.runstate import cleanup_run, read_state
+            state = read_state(STATE_ROOT / run_id)
             if state:
-                _cleanup_run(state)
+                cleanup_run(state)
     assert not os.path.exists(STATE_ROOT / run_id)

@@ -1,7 +1,8 @@
 """Traffic end points for the self-test, run inside a host's namespace.
 
 ``python -m iwscope_lab._measure MODE ...`` prints one JSON object on stdout (servers first
-print ``{"listening": port}`` once ready).  Standard library only, so it starts fast.
+print ``{"listening": port}`` once ready).  Standard library only (and iwprobe's TCP_INFO
+parser, itself stdlib only), so it starts fast.
 
 Modes:
   accept-server PORT             accept and close connections until killed
@@ -21,7 +22,7 @@ import struct
 import sys
 import time
 
-from .tcpinfo import read_tcp_info
+from iwprobe import read_tcp_info
 
 #: Small datagrams so that the loss count gets many samples even at 56 kbit/s.
 UDP_PAYLOAD = 32
@@ -101,7 +102,7 @@ def bulk_client(host: str, port: int, seconds: float) -> None:
             break
         try:
             data = client.recv(1 << 20)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if not data:
             break
@@ -132,7 +133,7 @@ def udp_sink(port: int, seconds: float) -> None:
         sink.settimeout(remaining)
         try:
             data = sink.recv(2048)
-        except socket.timeout:
+        except TimeoutError:
             break
         if data == b"END":
             break

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 
 from iwscope_lab.stack import Stack
-from iwscope_lab.topology import Host, Topology
+from iwscope_lab.topology import PlacedHost, Topology
 
 #: First port of an origin's arm listeners (the arm with IW n listens on BASE_PORT + n).
 BASE_PORT = 8000
@@ -229,7 +229,7 @@ class LabCampaign:
             for kind in ("enroll", "origin", "admin"):
                 self._tokens[kind] = create_api_token(session, kind, label)
 
-    def _host_state_dir(self, host: Host) -> pathlib.Path:
+    def _host_state_dir(self, host: PlacedHost) -> pathlib.Path:
         path = self.state_root / host.name
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -240,10 +240,10 @@ class LabCampaign:
     def _collector_url(self) -> str:
         return self.stack.api_url_for(self.topology.collector_address)
 
-    def _agent_name(self, host: Host) -> str:
+    def _agent_name(self, host: PlacedHost) -> str:
         return f"{host.name}.{self.topology.run_id}"
 
-    def _start_origin(self, host: Host) -> str:
+    def _start_origin(self, host: PlacedHost) -> str:
         state_dir = str(self._host_state_dir(host))
         common = self._origin_args(host)
         self._check(host, self._iwprobe("origin", "setup-routes", *common), "origin route setup")
@@ -254,7 +254,7 @@ class LabCampaign:
         self._serve_origin(host)
         return self._agent_id(state_dir, "origin")
 
-    def _origin_args(self, host: Host) -> list[str]:
+    def _origin_args(self, host: PlacedHost) -> list[str]:
         return ["--arms", ",".join(self._origin_arms()), "--base-port", str(BASE_PORT), *self._origin_options(),
                 "--state-dir", str(self._host_state_dir(host))]
 
@@ -266,7 +266,7 @@ class LabCampaign:
         """Further ``iwprobe origin`` options of every origin (none by default)."""
         return []
 
-    def _serve_origin(self, host: Host) -> None:
+    def _serve_origin(self, host: PlacedHost) -> None:
         log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
         self._origins[host.name] = self.topology.popen(
             host.name, self._iwprobe("origin", "serve", *self._origin_args(host), "--bind", host.address,
@@ -274,7 +274,7 @@ class LabCampaign:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
 
-    def _enroll_probe(self, host: Host) -> str:
+    def _enroll_probe(self, host: PlacedHost) -> str:
         state_dir = str(self._host_state_dir(host))
         argv = ["enroll", "--collector", self._collector_url(), "--token", self._tokens["enroll"],
                 "--name", self._agent_name(host), "--region", host.region or "lab", "--state-dir", state_dir,
@@ -287,7 +287,7 @@ class LabCampaign:
         self._check(host, self._iwprobe(*argv), "probe enrollment")
         return self._agent_id(state_dir, "probe")
 
-    def _start_probe(self, host: Host) -> None:
+    def _start_probe(self, host: PlacedHost) -> None:
         state_dir = self._host_state_dir(host)
         log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 - handed to the child
         # Only this campaign: other campaigns may be active on the same collector.
@@ -394,7 +394,7 @@ class LabCampaign:
 
     # ----- plumbing -----
 
-    def _check(self, host: Host, argv: list[str], what: str) -> None:
+    def _check(self, host: PlacedHost, argv: list[str], what: str) -> None:
         done = self.topology.run(host.name, argv, capture_output=True, text=True)
         if done.returncode != 0:
             raise CampaignError(f"{what} failed on {host.name}: {done.stderr.strip() or done.stdout.strip()}")
@@ -428,4 +428,4 @@ class LabCampaign:
 
 
 def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)

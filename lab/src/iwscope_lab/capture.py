@@ -53,7 +53,7 @@ class SegmentCapture:
         self._source = socket.inet_aton(self.source)
         self._thread = threading.Thread(target=self._run, name="capture", daemon=True)
 
-    def __enter__(self) -> "SegmentCapture":
+    def __enter__(self) -> SegmentCapture:
         self._thread.start()
         return self
 
@@ -99,8 +99,7 @@ class SegmentCapture:
 
 def capture_fetches(source: str, urls: list[str]) -> list[dict[str, Any]]:
     """Fetch each URL in turn (the probe's ``fetch``) while capturing; one dict per URL."""
-    from iwprobe import wire
-    from iwprobe._fetch import fetch
+    from iwprobe import fetch, wire
 
     results = []
     for url in urls:

@@ -121,10 +121,10 @@ def down(run_id: str | None) -> None:
     resolved = _resolve_run(run_id)
     try:
         topo = Topology.attach(resolved)
-    except LabError:
+    except LabError as error:
         removed = [r for r in cleanup(all_runs=False) if r == resolved]
         if not removed:
-            raise click.ClickException(f"run {resolved} is not healthy and not stale: use `cleanup --all`")
+            raise click.ClickException(f"run {resolved} is not healthy and not stale: use `cleanup --all`") from error
         click.echo(f"removed broken run {resolved}")
         return
     topo.down()

@@ -6,7 +6,7 @@ import contextlib
 import json
 import pathlib
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import click
 from rich.console import Console

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from iwprobe._agent import BACKGROUND_WARMUP_RTTS
+from iwprobe import BACKGROUND_WARMUP_RTTS
 from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack

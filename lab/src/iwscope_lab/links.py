@@ -132,10 +132,10 @@ class DirectionSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DirectionSpec":
+    def from_dict(cls, data: dict[str, Any]) -> DirectionSpec:
         return cls(**data)
 
-    def with_changes(self, **changes: Any) -> "DirectionSpec":
+    def with_changes(self, **changes: Any) -> DirectionSpec:
         return replace(self, **changes)
 
 
@@ -149,7 +149,7 @@ class LinkSpec:
     @classmethod
     def symmetric(cls, rate_bps: float | None = None, rtt_ms: float = 0.0, loss: float = 0.0,
                   buffer_bytes: int | None = None, buffer_packets: int | None = None,
-                  jitter_ms: float = 0.0, loss_model: LossModel = "bernoulli") -> "LinkSpec":
+                  jitter_ms: float = 0.0, loss_model: LossModel = "bernoulli") -> LinkSpec:
         """Same parameters both ways, the round trip split evenly (``rtt_ms / 2`` each way).
 
         ``loss`` applies to each direction.
@@ -171,5 +171,5 @@ class LinkSpec:
         return {"down": self.down.to_dict(), "up": self.up.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LinkSpec":
+    def from_dict(cls, data: dict[str, Any]) -> LinkSpec:
         return cls(down=DirectionSpec.from_dict(data["down"]), up=DirectionSpec.from_dict(data["up"]))

@@ -17,8 +17,9 @@ import json
 import math
 import pathlib
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
 from sqlalchemy import text
@@ -235,7 +236,7 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     """Run every experiment, then write ``summary.json``, ``report.html`` and ``report.md`` into ``out_dir``."""
     console = console or Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(), "quick": quick,
+    summary: dict[str, Any] = {"generated_at": dt.datetime.now(dt.UTC).isoformat(), "quick": quick,
                                "flag_threshold": FLAG_THRESHOLD, "client_initrwnd": CLIENT_INITRWND,
                                "metric": "server-side response latency (request read to last byte acknowledged)",
                                "experiments": {}}

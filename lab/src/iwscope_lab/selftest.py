@@ -104,7 +104,7 @@ def serialisation_ms(size_bytes: int, rate_bps: float | None) -> float:
 def expected_handshake_ms(topo: Topology, client: str, server: str) -> float:
     """Propagation RTT of both access links plus serialisation of SYN (up) and SYN-ACK (down)."""
     total = 0.0
-    for name, syn_direction in ((client, "up"), (server, "down")):
+    for name in (client, server):
         link = topo.host(name).link
         total += link.rtt_ms
         # SYN crosses the client's up and the server's down; the SYN-ACK the reverse.

@@ -19,10 +19,11 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from iwscope.db import make_engine, session_scope
 from iwscope.localstack import default_stack
 
 from .service_address import DEFAULT_LISTEN, SERVICE_ADDRESS
@@ -54,7 +55,7 @@ class Stack:
     #: name -> argv of every process this stack started (so one can be restarted alone).
     _commands: dict[str, list[str]] = field(default_factory=dict)
     _detached: bool = False
-    _sessionmaker: "sessionmaker[Session] | None" = None
+    _sessionmaker: sessionmaker[Session] | None = None
 
     @property
     def local_api_url(self) -> str:
@@ -68,13 +69,11 @@ class Stack:
     def dashboard_url(self) -> str | None:
         return None if self.dashboard_port is None else f"http://127.0.0.1:{self.dashboard_port}/"
 
-    def session(self) -> "contextlib.AbstractContextManager[Session]":
+    def session(self) -> contextlib.AbstractContextManager[Session]:
         """A database session on this stack's database (commits on success)."""
         if self._sessionmaker is None:
-            from iwscope.db import make_engine
-
             self._sessionmaker = sessionmaker(bind=make_engine(self.database_url, pool_size=2), expire_on_commit=False)
-        return _session_scope(self._sessionmaker)
+        return session_scope(self._sessionmaker)
 
     def close_sessions(self) -> None:
         """Close this process's database connections (the stack's processes keep running)."""
@@ -94,7 +93,7 @@ class Stack:
 
     # ----- lifecycle -----
 
-    def start(self, *, detached: bool = False, beat: bool = True) -> "Stack":
+    def start(self, *, detached: bool = False, beat: bool = True) -> Stack:
         """Migrate, then start API, worker, beat and (when installed) the dashboard."""
         from iwscope import migrate
 
@@ -193,7 +192,7 @@ class Stack:
     # ----- detached stacks -----
 
     @classmethod
-    def attach(cls, run_dir: pathlib.Path | None = None) -> "Stack | None":
+    def attach(cls, run_dir: pathlib.Path | None = None) -> Stack | None:
         """The detached stack recorded in ``.run/stack.json`` if it is still serving."""
         run_dir = run_dir or default_stack().run_dir
         path = run_dir / "stack.json"
@@ -251,19 +250,6 @@ def _ensure_database(database_url: str, name: str) -> str:
         if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
             connection.execute(f'CREATE DATABASE "{name}"')
     return url.set(database=name).render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def _session_scope(factory: "sessionmaker[Session]") -> Iterator[Session]:
-    session = factory()
-    try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 def _dashboard_installed() -> bool:

@@ -16,7 +16,8 @@ The emulators create the TUN devices (non-persistent: they vanish with the proce
 
 State of every run lives in ``/run/iwscope-lab/<run>/state.json`` (written before anything
 is created, updated as things are) so that :func:`cleanup` can remove what a crashed run
-left behind.
+left behind (runstate.py; the process and namespace helpers are in _netns.py, the declared
+host spec in hostspec.py).
 
 Namespace settings (each namespace, see docs/lab.md):
 ``net.ipv4.tcp_no_metrics_save=1`` so one connection's ssthresh/RTT does not leak into the
@@ -26,36 +27,30 @@ left at the kernel default (1, as on production servers) unless ``sysctls`` over
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import ipaddress
 import json
 import os
-import re
 import secrets
 import select
-import shutil
-import signal
-import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from ._netns import LabError, control, emulator_path, existing_namespaces, ip, ip_batch, process_start_time, reap, sysctl
+from .hostspec import Host
 from .links import DirectionSpec, LinkSpec
+from .runstate import RUN_ID_RE, STATE_ROOT, cleanup, cleanup_run, list_runs, read_state, run_healthy, run_is_stale
+from .scenarios import load_scenario
 from .service_address import SERVICE_ADDRESS
 from .service_address import ensure as ensure_service_address
 
-__all__ = ["Topology", "Host", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
-           "STATE_ROOT", "emulator_path"]
+__all__ = ["Topology", "Host", "PlacedHost", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
+           "run_is_stale", "STATE_ROOT", "emulator_path"]
 
-#: Where run state is kept (tmpfs: a reboot clears it together with the namespaces).
-STATE_ROOT = Path(os.environ.get("IWSCOPE_LAB_STATE_DIR", "/run/iwscope-lab"))
-#: Run ids: a prefix (``iws`` for the lab, ``iwt`` for tests) and up to 8 more characters,
-#: so device names ``<run>h<index>`` fit the kernel's 15 characters.
-RUN_ID_RE = re.compile(r"^(iws|iwt)[a-z0-9]{1,8}$")
-HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,30}$")
 MAX_HOSTS = 250
 #: Second octet range for per-run /16 subnets under 10.0.0.0/8.
 SUBNET_OCTETS = range(64, 250)
@@ -71,139 +66,45 @@ EMULATOR_READY_TIMEOUT_S = 5.0
 DEFAULT_EMULATOR_RT_PRIORITY = int(os.environ.get("IWSCOPE_LAB_RT_PRIORITY", "20"))
 
 
-class LabError(RuntimeError):
-    """A lab operation failed; the message says which step and why."""
-
-
-def emulator_path() -> Path:
-    """The iwemu binary: ``$IWSCOPE_LAB_EMULATOR`` or ``lab/emulator/iwemu`` (built if missing)."""
-    configured = os.environ.get("IWSCOPE_LAB_EMULATOR")
-    if configured:
-        return Path(configured)
-    source_dir = Path(__file__).resolve().parents[2] / "emulator"
-    binary = source_dir / "iwemu"
-    source = source_dir / "iwemu.c"
-    if source.exists() and (not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime):
-        result = subprocess.run(["make", "-s", "-C", str(source_dir)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise LabError(f"building the emulator failed: {result.stderr.strip()}")
-    if not binary.exists():
-        raise LabError(f"emulator binary {binary} missing: run `make -C {source_dir}`")
-    return binary
-
-
-def _ip(args: Sequence[str], *, namespace: str | None = None, check: bool = True,
-        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = ["ip"] + (["-n", namespace] if namespace else []) + list(args)
-    result = subprocess.run(cmd, capture_output=True, text=True, input=stdin)
-    if check and result.returncode != 0:
-        raise LabError(f"`{' '.join(cmd)}` failed: {result.stderr.strip() or result.stdout.strip()}")
-    return result
-
-
-def _ip_batch(namespace: str | None, lines: Iterable[str]) -> None:
-    _ip(["-batch", "-"], namespace=namespace, stdin="\n".join(lines) + "\n")
-
-
-def _process_start_time(pid: int) -> int | None:
-    """Start time (clock ticks since boot) of a live process, None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
-
-
-def _alive(pid: int | None, start_time: int | None) -> bool:
-    if not pid:
-        return False
-    actual = _process_start_time(pid)
-    return actual is not None and (start_time is None or actual == start_time)
-
-
-def _existing_namespaces() -> set[str]:
-    result = _ip(["netns", "list"], check=False)
-    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
-
-
-def _namespace_pids(namespace: str) -> list[int]:
-    result = _ip(["netns", "pids", namespace], check=False)
-    return [int(token) for token in result.stdout.split() if token.isdigit()]
-
-
-def _terminate(pids: Iterable[int], grace_s: float = 1.0) -> None:
-    """SIGTERM, then SIGKILL what is left after ``grace_s`` (only pids the lab started)."""
-    pending = set(pids)
-    for pid in list(pending):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pending.discard(pid)
-    deadline = time.monotonic() + grace_s
-    while pending and time.monotonic() < deadline:
-        for pid in list(pending):
-            _reap(pid)
-            if _process_start_time(pid) is None:
-                pending.discard(pid)
-        time.sleep(0.02)
-    for pid in pending:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for pid in pending:
-        for _ in range(50):
-            _reap(pid)
-            if _process_start_time(pid) is None:
-                break
-            time.sleep(0.02)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def control(socket_path: str | Path, line: str, timeout_s: float = 2.0) -> str:
-    """Send one command to an emulator's control socket and return its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout_s)
-        sock.connect(str(socket_path))
-        sock.sendall(line.encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks).decode()
-
-
 @dataclass
-class Host:
-    """A named host of a topology: one network namespace behind one emulated access link."""
+class PlacedHost:
+    """A host spec placed in one run: its namespace, devices and (once up) addresses.
 
-    name: str
-    role: str = "probe"
-    region: str | None = None
-    link: LinkSpec = field(default_factory=LinkSpec)
-    labels: dict[str, str] = field(default_factory=dict)
-    #: Set by the topology: namespace, IPv4 address, device names, emulator process.
-    netns: str = field(default="", init=False)
-    address: str = field(default="", init=False)
-    index: int = field(default=0, init=False)
-    device: str = field(default="", init=False)
-    core_device: str = field(default="", init=False)
-    core_address: str = field(default="", init=False)
+    ``name``, ``role``, ``region``, ``labels`` and ``link`` are the spec's: :meth:`Topology.set_link`
+    replaces the spec's link, so a caller holding the :class:`Host` sees the link the run has.
+    """
 
-    def __post_init__(self) -> None:
-        if not HOST_NAME_RE.match(self.name) or self.name == "core":
-            raise ValueError(f"host name {self.name!r}: use 1-31 of [a-z0-9_.-], not 'core'")
+    spec: Host
+    index: int
+    netns: str
+    device: str
+    core_device: str
+    address: str = ""
+    core_address: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def role(self) -> str:
+        return self.spec.role
+
+    @property
+    def region(self) -> str | None:
+        return self.spec.region
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.spec.labels
+
+    @property
+    def link(self) -> LinkSpec:
+        return self.spec.link
+
+    @link.setter
+    def link(self, spec: LinkSpec) -> None:
+        self.spec.link = spec
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
@@ -237,7 +138,10 @@ class Topology:
         self.run_id = run_id
         self.name = run_id
         self.scenario = scenario
-        self.hosts: list[Host] = list(hosts)
+        self.hosts: list[PlacedHost] = [
+            PlacedHost(host, index, netns=f"{run_id}-{host.name}", device=f"{run_id}h{index}",
+                       core_device=f"{run_id}c{index}")
+            for index, host in enumerate(hosts, start=1)]
         self.sysctls = {**DEFAULT_SYSCTLS, **(sysctls or {})}
         self.seed = seed
         self.detached = detached
@@ -257,11 +161,6 @@ class Topology:
         self._children: list[subprocess.Popen[Any]] = []
         self._route_metrics: dict[str, dict[str, int]] = {}
         self._is_up = False
-        for index, host in enumerate(self.hosts, start=1):
-            host.index = index
-            host.netns = f"{run_id}-{host.name}"
-            host.device = f"{run_id}h{index}"
-            host.core_device = f"{run_id}c{index}"
 
     # ----- public API -----
 
@@ -277,23 +176,23 @@ class Topology:
         self._require_up()
         return f"10.{self.subnet}.0.2"
 
-    def host(self, name: str) -> Host:
+    def host(self, name: str) -> PlacedHost:
         for host in self.hosts:
             if host.name == name:
                 return host
         raise KeyError(f"no host {name!r} in topology {self.run_id} (hosts: {', '.join(h.name for h in self.hosts)})")
 
-    def hosts_by_role(self, role: str) -> list[Host]:
+    def hosts_by_role(self, role: str) -> list[PlacedHost]:
         return [host for host in self.hosts if host.role == role]
 
-    def up(self) -> "Topology":
+    def up(self) -> Topology:
         """Build everything; a no-op when already up (also when another process built this run)."""
         if self._is_up:
             return self
         STATE_ROOT.mkdir(parents=True, exist_ok=True)
-        existing = _read_state(self.state_dir)
+        existing = read_state(self.state_dir)
         if existing is not None:
-            if _run_healthy(existing):
+            if run_healthy(existing):
                 wanted = {host.name: host.link for host in self.hosts}
                 if not self._adopt(existing):
                     raise LabError(f"run id {self.run_id} is in use by a live run with other hosts "
@@ -302,7 +201,7 @@ class Topology:
                     if self.host(name).link != link:
                         self.set_link(name, link)
                 return self
-            _cleanup_run(existing)
+            cleanup_run(existing)
         try:
             self._build()
         except BaseException:
@@ -313,7 +212,7 @@ class Topology:
 
     def down(self) -> None:
         """Remove every namespace, device, process and state file of this run."""
-        state = _read_state(self.state_dir) or self._state()
+        state = read_state(self.state_dir) or self._state()
         for child in self._children:
             if child.poll() is None:
                 child.kill()
@@ -322,13 +221,13 @@ class Topology:
                 if stream is not None:
                     stream.close()
         self._children.clear()
-        _cleanup_run(state)
+        cleanup_run(state)
         for pid in self._emulators.values():
-            _reap(pid)
+            reap(pid)
         self._emulators.clear()
         self._is_up = False
 
-    def __enter__(self) -> "Topology":
+    def __enter__(self) -> Topology:
         return self.up()
 
     def __exit__(self, *exc: object) -> None:
@@ -374,7 +273,7 @@ class Topology:
         args = ["route", "replace", "default", "via", target.core_address, "dev", target.device]
         for name, value in sorted(metrics.items()):
             args += [name, str(value)]
-        _ip(args, namespace=target.netns)
+        ip(args, namespace=target.netns)
 
     def link_stats(self, host: str) -> dict[str, Any]:
         """The emulator's configuration and counters (``down`` and ``up``) for a host's link."""
@@ -409,17 +308,15 @@ class Topology:
                 "core_netns": self.core_netns, "subnet": f"10.{self.subnet}.0.0/16", "hosts": hosts}
 
     @classmethod
-    def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> "Topology":
+    def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> Topology:
         """A topology from a lab scenario YAML (a name from ``scenarios/`` or a path)."""
-        from .scenarios import load_scenario
-
         loaded = load_scenario(scenario)
         return cls(run_id, loaded.hosts(), scenario=loaded.name, **kwargs)
 
     @classmethod
-    def attach(cls, run_id: str) -> "Topology":
+    def attach(cls, run_id: str) -> Topology:
         """The running topology ``run_id`` (built by another process, e.g. ``iwscope lab up``)."""
-        state = _read_state(STATE_ROOT / run_id)
+        state = read_state(STATE_ROOT / run_id)
         if state is None:
             raise LabError(f"no lab run {run_id!r} (state {STATE_ROOT / run_id / 'state.json'} missing)")
         hosts = []
@@ -428,7 +325,7 @@ class Topology:
                               link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {}))
         topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
                    detached=state.get("detached", False), scenario=state.get("scenario"))
-        if not _run_healthy(state) or not topo._adopt(state):
+        if not run_healthy(state) or not topo._adopt(state):
             raise LabError(f"lab run {run_id!r} is broken (emulator or namespace gone): run `iwscope lab cleanup`")
         return topo
 
@@ -442,17 +339,17 @@ class Topology:
         netns = self.core_netns if host == "core" else self.host(host).netns
         return ["ip", "netns", "exec", netns]
 
-    def _control_path(self, host: Host) -> Path:
+    def _control_path(self, host: PlacedHost) -> Path:
         return self.state_dir / f"emu-{host.name}.sock"
 
     def _state(self) -> dict[str, Any]:
         namespaces = [self.core_netns] + [host.netns for host in self.hosts]
         emulators = {}
         for name, pid in self._emulators.items():
-            emulators[name] = {"pid": pid, "start_time": _process_start_time(pid)}
+            emulators[name] = {"pid": pid, "start_time": process_start_time(pid)}
         return {
             "run_id": self.run_id, "scenario": self.scenario, "owner_pid": os.getpid(),
-            "owner_start_time": _process_start_time(os.getpid()), "detached": self.detached,
+            "owner_start_time": process_start_time(os.getpid()), "detached": self.detached,
             "created_at": time.time(), "subnet": self.subnet, "namespaces": namespaces,
             "root_devices": [self.root_device],
             "root_routes": [f"10.{self.subnet}.0.0/16"] if self.subnet is not None else [],
@@ -463,7 +360,7 @@ class Topology:
     def _write_state(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = self._state()
-        previous = _read_state(self.state_dir)
+        previous = read_state(self.state_dir)
         if previous:
             state["created_at"] = previous.get("created_at", state["created_at"])
         temporary = self.state_dir / "state.json.tmp"
@@ -475,7 +372,7 @@ class Topology:
         if [h["name"] for h in state["hosts"]] != [h.name for h in self.hosts] or state.get("subnet") is None:
             return False
         self.subnet = int(state["subnet"])
-        for host, entry in zip(self.hosts, state["hosts"]):
+        for host, entry in zip(self.hosts, state["hosts"], strict=True):
             host.address = entry["address"]
             host.core_address = f"10.{self.subnet}.{host.index}.1"
             host.link = LinkSpec.from_dict(entry["link"])
@@ -491,7 +388,7 @@ class Topology:
                 used.add(int(state["subnet"]))
         ten = ipaddress.ip_network("10.0.0.0/8")
         for args in (["-j", "route", "show", "table", "all"], ["-j", "addr", "show"]):
-            for entry in json.loads(_ip(["-4"] + args).stdout or "[]"):
+            for entry in json.loads(ip(["-4"] + args).stdout or "[]"):
                 candidates = [entry.get("dst", "")] + [a.get("local", "") for a in entry.get("addr_info", [])]
                 for candidate in candidates:
                     try:
@@ -516,53 +413,41 @@ class Topology:
                 host.address = f"10.{self.subnet}.{host.index}.2"
                 host.core_address = f"10.{self.subnet}.{host.index}.1"
             self._write_state()   # before anything exists: a crash from here on is cleanable
-        existing = _existing_namespaces()
+        existing = existing_namespaces()
         for netns in [self.core_netns] + [host.netns for host in self.hosts]:
             if netns in existing:
                 raise LabError(f"namespace {netns} already exists (another run?); run `iwscope lab cleanup`")
-            _ip(["netns", "add", netns])
-            _ip(["link", "set", "lo", "up"], namespace=netns)
+            ip(["netns", "add", netns])
+            ip(["link", "set", "lo", "up"], namespace=netns)
             settings = {key: value for key, value in self.sysctls.items()
                         if not key.startswith("net.ipv6.") or Path("/proc/sys/net/ipv6").exists()}
             if netns == self.core_netns:
                 settings["net.ipv4.ip_forward"] = "1"
-            self._sysctl(netns, settings)
+            sysctl(netns, settings)
         # The collector path: a plain veth between the root namespace and the core.
         sub = self.subnet
-        _ip(["link", "add", self.root_device, "type", "veth", "peer", "name", self.core_veth,
-             "netns", self.core_netns])
+        ip(["link", "add", self.root_device, "type", "veth", "peer", "name", self.core_veth,
+            "netns", self.core_netns])
         disable_v6 = Path(f"/proc/sys/net/ipv6/conf/{self.root_device}/disable_ipv6")
         if disable_v6.exists():
             disable_v6.write_text("1")
-        _ip_batch(None, [f"addr add 10.{sub}.0.1/30 dev {self.root_device}",
-                         f"link set {self.root_device} up",
-                         f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}"])
-        _ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
-                                    f"link set {self.core_veth} up",
-                                    f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}"])
+        ip_batch(None, [f"addr add 10.{sub}.0.1/30 dev {self.root_device}",
+                        f"link set {self.root_device} up",
+                        f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}"])
+        ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
+                                   f"link set {self.core_veth} up",
+                                   f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}"])
         binary = str(emulator_path())
         for host in self.hosts:
             self._start_emulator(binary, host)
             self._write_state()
-            _ip_batch(host.netns, [f"link set {host.device} mtu {MTU} up",
-                                   f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
-                                   f"route add default via {host.core_address} dev {host.device}"])
-            _ip_batch(self.core_netns, [f"link set {host.core_device} mtu {MTU} up",
-                                        f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"])
+            ip_batch(host.netns, [f"link set {host.device} mtu {MTU} up",
+                                  f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
+                                  f"route add default via {host.core_address} dev {host.device}"])
+            ip_batch(self.core_netns, [f"link set {host.core_device} mtu {MTU} up",
+                                       f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"])
 
-    def _sysctl(self, netns: str, settings: Mapping[str, str]) -> None:
-        """Write /proc/sys values inside ``netns`` (plain sh: no dependency on procps' sysctl)."""
-        commands = []
-        for key, value in settings.items():
-            if not re.match(r"^[a-z0-9_.]+$", key) or not re.match(r"^[A-Za-z0-9_ .-]*$", str(value)):
-                raise LabError(f"sysctl {key}={value!r}: unexpected characters")
-            commands.append(f"echo '{value}' > /proc/sys/{key.replace('.', '/')}")
-        result = subprocess.run(["ip", "netns", "exec", netns, "sh", "-ec", "; ".join(commands)],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise LabError(f"sysctl in {netns} failed: {result.stderr.strip()}")
-
-    def _start_emulator(self, binary: str, host: Host) -> None:
+    def _start_emulator(self, binary: str, host: PlacedHost) -> None:
         """Spawn iwemu (its own session: it outlives a detached `lab up`) and wait for "ready"."""
         control_path = self._control_path(host)
         cmd = [binary, "--a-netns", f"/run/netns/{host.netns}", "--a-dev", host.device,
@@ -595,106 +480,9 @@ class Topology:
                 ready, _, _ = select.select([read_fd], [], [], remaining)
                 chunk = os.read(read_fd, 64) if ready else b""
                 if ready and not chunk:   # EOF: the emulator exited
-                    _reap(pid)
+                    reap(pid)
                     error = log_path.read_text(errors="replace").strip()
                     raise LabError(f"emulator for {host.name} failed: {error}")
                 received += chunk
         finally:
             os.close(read_fd)
-
-
-# ----- run state and cleanup -----
-
-def _read_state(state_dir: Path) -> dict[str, Any] | None:
-    try:
-        state: dict[str, Any] = json.loads((state_dir / "state.json").read_text())
-        return state
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError):
-        return {"run_id": state_dir.name, "namespaces": [], "root_devices": [], "emulators": {},
-                "hosts": [], "corrupt": True}
-
-
-def list_runs() -> list[dict[str, Any]]:
-    """State of every lab run on this machine (live or left over)."""
-    runs = []
-    if STATE_ROOT.is_dir():
-        for entry in sorted(STATE_ROOT.iterdir()):
-            if entry.is_dir():
-                state = _read_state(entry)
-                if state is not None:
-                    runs.append(state)
-    return runs
-
-
-def _run_healthy(state: dict[str, Any]) -> bool:
-    if state.get("corrupt") or not state.get("emulators"):
-        return False
-    if len(state["emulators"]) != len(state.get("hosts", [])):
-        return False
-    if not all(_alive(info["pid"], info.get("start_time")) for info in state["emulators"].values()):
-        return False
-    return set(state.get("namespaces", [])) <= _existing_namespaces()
-
-
-def run_is_stale(state: dict[str, Any]) -> bool:
-    """Left over: its owner died (attached runs) or it is broken (detached runs)."""
-    if state.get("corrupt"):
-        return True
-    if not state.get("detached"):
-        return not _alive(state.get("owner_pid"), state.get("owner_start_time"))
-    return not _run_healthy(state)
-
-
-def _cleanup_run(state: dict[str, Any]) -> None:
-    """Kill the run's processes, delete its devices and namespaces and its state directory."""
-    run_id = state["run_id"]
-    if not RUN_ID_RE.match(run_id):
-        raise LabError(f"refusing to clean up {run_id!r}: not a lab run id")
-    pids: set[int] = set()
-    for info in state.get("emulators", {}).values():
-        if _alive(info.get("pid"), info.get("start_time")):
-            pids.add(int(info["pid"]))
-    existing = _existing_namespaces()
-    namespaces = [n for n in state.get("namespaces", []) if n.startswith(f"{run_id}-")]
-    namespaces += [n for n in existing if n.startswith(f"{run_id}-") and n not in namespaces]
-    for netns in namespaces:
-        if netns in existing:
-            pids.update(_namespace_pids(netns))
-    pids.discard(os.getpid())
-    _terminate(pids)
-    for device in state.get("root_devices", []) or [f"{run_id}r"]:
-        if device.startswith(run_id):
-            _ip(["link", "del", device], check=False)
-    for netns in namespaces:
-        if netns in existing:
-            result = _ip(["netns", "del", netns], check=False)
-            if result.returncode != 0 and "No such file" not in result.stderr:
-                raise LabError(f"deleting namespace {netns}: {result.stderr.strip()}")
-    state_dir = STATE_ROOT / run_id
-    try:
-        shutil.rmtree(state_dir)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
-
-
-def cleanup(all_runs: bool = False) -> list[str]:
-    """Remove left-over runs (owner dead or broken); every run with ``all_runs``. Returns run ids."""
-    removed = []
-    for state in list_runs():
-        if all_runs or run_is_stale(state):
-            _cleanup_run(state)
-            removed.append(state["run_id"])
-    if all_runs:
-        # Namespaces of the lab's prefix whose state was lost.
-        for netns in sorted(_existing_namespaces()):
-            run_id = netns.split("-", 1)[0]
-            if RUN_ID_RE.match(run_id) and "-" in netns and run_id not in removed:
-                _cleanup_run({"run_id": run_id, "namespaces": [netns], "root_devices": [f"{run_id}r"],
-                              "emulators": {}})
-                removed.append(run_id)
-    return removed

@@ -13,16 +13,14 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic_core import ErrorDetails
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
+from ..hostspec import Host
 from ..links import DirectionSpec, LinkSpec, format_rate, parse_rate
-
-if TYPE_CHECKING:
-    from ..topology import Host
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_names", "FIGURE5_BUCKETS", "bucket_of"]
 
@@ -80,7 +78,7 @@ class LinkModel(DirectionModel):
     up: DirectionModel | None = None
 
     @model_validator(mode="after")
-    def _no_delay_at_top(self) -> "LinkModel":
+    def _no_delay_at_top(self) -> LinkModel:
         if self.delay_ms is not None:
             raise ValueError("use rtt_ms for a symmetric link, or delay_ms inside down/up")
         return self
@@ -119,7 +117,7 @@ class SweepModel(_Strict):
     base: LinkModel
 
     @model_validator(mode="after")
-    def _values(self) -> "SweepModel":
+    def _values(self) -> SweepModel:
         if "{value}" not in self.name:
             raise ValueError("name must contain {value}")
         for value in self.values:
@@ -137,7 +135,7 @@ class ScenarioModel(_Strict):
     sweep: SweepModel | None = None
 
     @model_validator(mode="after")
-    def _hosts(self) -> "ScenarioModel":
+    def _hosts(self) -> ScenarioModel:
         names = [host.name for host in self.hosts]
         if self.sweep is not None:
             names += [self.sweep.name.replace("{value}", str(value).lower()) for value in self.sweep.values]
@@ -160,9 +158,8 @@ class Scenario:
         self.description = model.description
         self.source = source
 
-    def hosts(self) -> list["Host"]:
-        from ..topology import Host
-
+    def hosts(self) -> list[Host]:
+        """The declared hosts (specs: a :class:`~iwscope_lab.topology.Topology` places them)."""
         hosts = [Host(h.name, role=h.role, region=h.region, link=h.link.to_spec(), labels=dict(h.labels))
                  for h in self.model.hosts]
         sweep = self.model.sweep
