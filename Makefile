@@ -1,17 +1,23 @@
 # One entry point for people and CI alike; each target is a script under scripts/.
-.PHONY: setup lock demo test test-faults bench clean fresh-check
+.PHONY: setup lock lint demo test test-unit test-faults bench clean fresh-check
 
 setup:        ## install what is missing (apt packages, .venv from requirements.lock, editable packages, emulator)
 	@scripts/setup.sh
 
-lock:         ## re-resolve requirements.lock (versions + hashes) from the pyproject.toml files
+lock:         ## add new requirements to requirements.lock (versions + hashes), keeping the pins; UPGRADE=1 re-resolves all
 	@scripts/lock.sh
+
+lint: setup   ## ruff (rules in ruff.toml) over the repository, mypy --strict over probe/ and collector/ (CI runs it)
+	@scripts/lint.sh
 
 demo: setup   ## the main job: local stack + lab campaign + dashboard
 	@scripts/demo.sh
 
 test: setup   ## the whole test suite against real PostgreSQL, Redis, Celery, namespaces, Chromium
 	@scripts/test.sh
+
+test-unit:    ## the fast tier: pure-code tests, no root, no services, under a minute (uses the .venv of setup)
+	@scripts/test-unit.sh
 
 test-faults: setup  ## fault-injection suite (long)
 	@scripts/test.sh -m faults

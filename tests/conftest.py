@@ -9,6 +9,11 @@
   127.0.0.1 and the lab's service address (where lab hosts reach it), never on every
   interface; with ``.url``, ``.port``, ``.stop()`` and ``.start()``.
 * ``admin_token``, ``enroll_token``, ``origin_token``: created with ``iwscope token create``.
+* ``client``: an HTTP client of ``api_server``; ``probe``, ``origin``: enrolled through it
+  (``testkit.Enrolled``: id, credential, headers).
+
+Helpers shared by several parts' tests are in ``testkit`` (API, wire records, waiting,
+processes and ports) and ``testenv`` (where the services are, databases).
 """
 
 from __future__ import annotations
@@ -17,8 +22,6 @@ import os
 import pathlib
 import random
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,8 +34,10 @@ import pytest
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from testenv import server_redis_url, temporary_database
+from testkit import Enrolled, close_celery_client, enroll_origin, enroll_probe, free_port, stop_process
+
 from iwscope_lab.service_address import ensure as ensure_service_address
-from testenv import create_database, drop_database, server_redis_url
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
@@ -49,12 +54,8 @@ def test_id() -> str:
 @pytest.fixture(scope="session")
 def database_url(test_id: str) -> Iterator[str]:
     """A fresh, migrated database for this session (dropped at the end)."""
-    name = f"iwscope_test_{test_id}"
-    url = create_database(name, migrated=True)
-    try:
+    with temporary_database(f"iwscope_test_{test_id}", migrated=True) as url:
         yield url
-    finally:
-        drop_database(name)
 
 
 @pytest.fixture(scope="session")
@@ -107,31 +108,6 @@ def service_env(database_url: str, redis_url: str, celery_queue: str) -> dict[st
         "PYTHONUNBUFFERED": "1",
     })
     return environment
-
-
-def _stop_process(process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
-
-
-def close_celery_client(app) -> None:  # noqa: ANN001 (celery.Celery)
-    """Close a client app and the Redis connections of its result backend (no leaked sockets)."""
-    backend = getattr(app._local, "backend", None)  # only if this thread created one
-    if backend is not None:
-        consumer = getattr(backend, "result_consumer", None)
-        pubsub = getattr(consumer, "_pubsub", None)
-        if pubsub is not None:
-            pubsub.close()
-        client = getattr(backend, "client", None)
-        if client is not None:
-            client.connection_pool.disconnect()
-    app.close()
 
 
 @dataclass
@@ -203,13 +179,7 @@ def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str
         yield worker
     finally:
         close_celery_client(app)
-        _stop_process(process)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+        stop_process(process)
 
 
 @dataclass
@@ -255,7 +225,7 @@ class ApiServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            _stop_process(self.process)
+            stop_process(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -264,7 +234,7 @@ class ApiServer:
 @pytest.fixture(scope="session")
 def _api_server_process(service_env: dict[str, str],
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(service_env, _free_port(), tmp_path_factory.mktemp("api") / "api.log")
+    server = ApiServer(service_env, free_port(), tmp_path_factory.mktemp("api") / "api.log")
     try:
         server.start()
         yield server
@@ -287,7 +257,7 @@ def api_server_factory(service_env: dict[str, str],
     servers: list[ApiServer] = []
 
     def start(workers: int = 1, **overrides: str) -> ApiServer:
-        server = ApiServer({**service_env, **overrides}, _free_port(),
+        server = ApiServer({**service_env, **overrides}, free_port(),
                            tmp_path_factory.mktemp("api-extra") / "api.log", workers=workers)
         servers.append(server)
         server.start()
@@ -303,7 +273,7 @@ def api_server_factory(service_env: dict[str, str],
 @pytest.fixture
 def unused_tcp_port() -> int:
     """A TCP port nothing listens on (at the time of the call)."""
-    return _free_port()
+    return free_port()
 
 
 def _create_token(service_env: dict[str, str], kind: str) -> str:
@@ -327,3 +297,20 @@ def enroll_token(service_env: dict[str, str]) -> str:
 @pytest.fixture(scope="session")
 def origin_token(service_env: dict[str, str]) -> str:
     return _create_token(service_env, "origin")
+
+
+@pytest.fixture
+def client(api_server: ApiServer) -> Iterator[httpx.Client]:
+    """An HTTP client of the session's API."""
+    with httpx.Client(base_url=api_server.url, timeout=60.0) as session:
+        yield session
+
+
+@pytest.fixture
+def probe(client: httpx.Client, enroll_token: str) -> Enrolled:
+    return enroll_probe(client, enroll_token)
+
+
+@pytest.fixture
+def origin(client: httpx.Client, origin_token: str) -> Enrolled:
+    return enroll_origin(client, origin_token)

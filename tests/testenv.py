@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -59,6 +61,16 @@ def create_database(name: str, *, migrated: bool = False, server_url: str | None
             drop_database(name, server_url=server)
             raise
     return url
+
+
+@contextmanager
+def temporary_database(name: str, *, migrated: bool = False) -> Iterator[str]:
+    """Database ``name`` (created, migrated to head if asked) for the ``with`` block, dropped after it."""
+    url = create_database(name, migrated=migrated)
+    try:
+        yield url
+    finally:
+        drop_database(name)
 
 
 def drop_database(name: str, *, server_url: str | None = None, timeout_s: float = 30.0) -> None:

@@ -1,44 +1,51 @@
-"""Fixtures of the collector tests: enrolled probes and origins, campaigns (helpers: collector_helpers.py)."""
+"""Fixtures of the collector tests: campaigns, APIs whose joins nobody runs, a locked ``trials``
+(``client``, ``probe``, ``origin``: tests/conftest.py; helpers: tests/testkit.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-
+import redis
 from testenv import libpq_url
-from collector_helpers import Enrolled, bearer, enroll_origin, enroll_probe
-
-
-@pytest.fixture
-def client(api_server) -> Iterator[httpx.Client]:  # noqa: ANN001
-    with httpx.Client(base_url=api_server.url, timeout=60.0) as session:
-        yield session
-
-
-@pytest.fixture
-def probe(client: httpx.Client, enroll_token: str) -> Enrolled:
-    return enroll_probe(client, enroll_token)
-
-
-@pytest.fixture
-def origin(client: httpx.Client, origin_token: str) -> Enrolled:
-    return enroll_origin(client, origin_token)
+from testkit import Enrolled, bearer
 
 
 @pytest.fixture
 def campaign(client: httpx.Client, admin_token: str, origin: Enrolled) -> dict[str, Any]:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     response = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
         "name": "test campaign", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [10_000, 100_000],
         "repetitions": 3, "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
         "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
     assert response.status_code == 201, response.text
     return response.json()
+
+
+@pytest.fixture
+def joinless_api_factory(api_server_factory: Callable[..., Any], redis_url: str,
+                         test_id: str) -> Iterator[Callable[..., Any]]:
+    """``api_server_factory`` whose APIs queue their join tasks where no worker reads (emptied after the test).
+
+    For tests of admission, storage and credentials, not joins: their many uploads would otherwise
+    leave the session's one worker minutes of backlog (about 2 s per batch), which later tests that
+    wait 60 s for a task of their own run into.
+    """
+    queue = f"iwscope-joinless-{test_id}"
+
+    def start(**overrides: Any) -> Any:
+        return api_server_factory(IWSCOPE_CELERY_QUEUE=queue, **overrides)
+
+    yield start
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(queue)
+    finally:
+        client.close()
 
 
 @pytest.fixture

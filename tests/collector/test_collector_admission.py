@@ -15,10 +15,9 @@ import httpx
 import orjson
 import psycopg
 import pytest
-import redis
-
 from testenv import libpq_url
-from collector_helpers import SlowUpload, enroll_probe, make_batch, make_trial
+from testkit import SlowUpload, enroll_probe, make_batch, make_trial
+
 from iwprobe import wire
 from iwscope.admission import OVERLOADED_DETAIL, is_probe_traffic
 
@@ -28,15 +27,9 @@ HEARTBEAT = {"version": "test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s"
 
 
 @pytest.fixture
-def door(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN201
-    """An API with a small door, its join tasks on a queue no worker reads (removed after)."""
-    queue = f"iwscope-admission-{test_id}"
-    yield api_server_factory(IWSCOPE_CELERY_QUEUE=queue, **SMALL_DOOR)
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(queue)
-    finally:
-        client.close()
+def door(joinless_api_factory):  # noqa: ANN001, ANN201
+    """An API with a small door (its join tasks on a queue no worker reads)."""
+    return joinless_api_factory(**SMALL_DOOR)
 
 
 def _metric(url: str, name: str, kind: str, reason: str | None = None) -> float:

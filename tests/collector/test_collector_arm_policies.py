@@ -7,10 +7,9 @@ import uuid
 
 import httpx
 from sqlalchemy import Engine, text
+from testkit import Enrolled, bearer, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial
 
 from iwprobe import wire
-from collector_helpers import (Enrolled, bearer, enroll_probe, make_batch, make_observation, make_observation_batch,
-                               make_trial)
 
 
 def _enroll_policy_origin(client: httpx.Client, origin_token: str) -> Enrolled:
@@ -55,7 +54,7 @@ def test_schedule_gives_probes_plain_arms_only(client: httpx.Client, enroll_toke
     """A probe picks a listener by IW: the paced and learned IW10 listeners must not reach it."""
     probe = enroll_probe(client, enroll_token, region="policy-test")
     origin = _enroll_policy_origin(client, origin_token)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     created = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
         "name": "plain", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [1000], "repetitions": 1,
         "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),

@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import httpx
-
-from collector_helpers import Enrolled, bearer, enroll_probe
+from testkit import Enrolled, bearer, enroll_probe
 
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 

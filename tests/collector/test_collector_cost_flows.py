@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 from sqlalchemy import Engine, text
+from test_collector_arm_policies import _enroll_policy_origin
+from testkit import Enrolled, bearer, enroll_probe, make_batch, make_trial
 
 from iwprobe import wire
-from collector_helpers import Enrolled, bearer, enroll_probe, make_batch, make_trial
-from test_collector_arm_policies import _enroll_policy_origin
 
 
 def _v3(probe: Enrolled, trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def test_inconsistent_v3_fields_refuse_the_batch(client: httpx.Client, enroll_to
 
 
 def _create(client: httpx.Client, admin_token: str, origin: Enrolled, region: str, **fields: Any) -> httpx.Response:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
         "name": f"cost-{uuid.uuid4().hex[:4]}", "origin_ids": [origin.id], "sizes": [15000, 50000],
         "starts_at": (now - dt.timedelta(minutes=1)).isoformat(), "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
@@ -105,8 +105,9 @@ def test_cost_campaigns_reach_v3_probes_only(client: httpx.Client, enroll_token:
 
 def test_rollups_hold_plain_short_flows_only(client: httpx.Client, enroll_token: str, origin_token: str,
                                             admin_token: str, db_engine: Engine) -> None:
-    from iwscope.analysis import refresh_rollups
     from sqlalchemy.orm import Session
+
+    from iwscope.analysis import refresh_rollups
 
     region = f"roll-{uuid.uuid4().hex[:6]}"
     probe = enroll_probe(client, enroll_token, region=region)

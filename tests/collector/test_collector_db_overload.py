@@ -28,10 +28,9 @@ import httpx
 import orjson
 import psycopg
 import pytest
-import redis
-
 from testenv import libpq_url
-from collector_helpers import Enrolled, SlowUpload, enroll_probe, make_batch, make_trial
+from testkit import Enrolled, SlowUpload, enroll_probe, make_batch, make_trial
+
 from iwprobe import wire
 
 #: Settings of the deliberately tiny API: one connection, turned away after 0.4 s.
@@ -87,6 +86,18 @@ def _batch_body(probe: Enrolled, count: int) -> tuple[bytes, list[str]]:
     return orjson.dumps(make_batch(probe.id, trials)), [trial["trial_id"] for trial in trials]
 
 
+class _WaitRecorder(threading.Event):
+    """A ``stop`` event for ``Uploader.drain`` that is never set and records each wait asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
+
+
 def _assert_busy_answer(status: int, headers: Any, body: Any) -> None:
     assert status == 503, (status, body)
     assert headers.get("retry-after") == "1", headers
@@ -94,35 +105,16 @@ def _assert_busy_answer(status: int, headers: Any, body: Any) -> None:
 
 
 @pytest.fixture
-def api_server_factory(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN201
-    """The session's factory, with the join tasks of these uploads on a queue no worker consumes.
-
-    These tests check admission and storage, not joins; their thousands of small uploads would
-    otherwise leave the session's one worker minutes of backlog (about 2 s per batch), which later
-    tests that wait 60 s for a task of their own ran into.
-    """
-    queue = f"iwscope-overload-{test_id}"
-
-    def start(**overrides: str) -> Any:
-        return api_server_factory(IWSCOPE_CELERY_QUEUE=queue, **overrides)
-
-    yield start
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(queue)
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def tiny_api(api_server_factory):  # noqa: ANN001, ANN201
-    return api_server_factory(**TINY_POOL)
+def tiny_api(joinless_api_factory):  # noqa: ANN001, ANN201
+    """An API with a pool of one (every API here is joinless: these tests check admission and
+    storage, not joins, with thousands of small uploads)."""
+    return joinless_api_factory(**TINY_POOL)
 
 
 def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
-        api_server_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
     # Default sizing (pool 20 + overflow 0): more slow uploads than the pool has connections.
-    server = api_server_factory()
+    server = joinless_api_factory()
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
@@ -141,13 +133,13 @@ def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
                 break
             assert time.monotonic() < deadline, states
             time.sleep(0.2)
-        # A fast request goes through at once (before: blocked 30 s in pool.connect(), then 500).
-        started = time.monotonic()
-        with httpx.Client(base_url=server.url, timeout=10) as client:
+        # A fast request goes through while all 25 bodies are still incomplete (before: it waited
+        # for a connection the slow uploads held, then failed).
+        with httpx.Client(base_url=server.url, timeout=60) as client:
             body, fast_ids = _batch_body(probe, 5)
             fast = client.post(wire.TRIALS_BATCH_PATH, content=body, headers=probe.headers)
             assert fast.status_code == 200, fast.text
-        assert time.monotonic() - started < 5
+        assert _busy(server.url, "admission") == _busy(server.url, "pool") == 0  # nobody found the slots taken
         for upload, ids in uploads:
             status, answer = upload.finish()
             assert status == 200 and answer["accepted"] == len(ids), answer
@@ -159,10 +151,10 @@ def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
 
 
 def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_trial_once(
-        api_server_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
     # One connection, 0.1 s of patience: 120 uploads of 300 trials are far more than it can
     # take at once, so some must be turned away.
-    tiny_api = api_server_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "0.1"})
+    tiny_api = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "0.1"})
     with httpx.Client(base_url=tiny_api.url, timeout=60) as client:
         probes = [enroll_probe(client, enroll_token) for _ in range(10)]
     batches = [(probe, *_batch_body(probe, 300)) for probe in probes for _ in range(12)]
@@ -187,7 +179,7 @@ def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_t
     assert statuses.count(200) and statuses.count(503), "both answers expected under this overload"
     acknowledged: list[str] = []
     refused: list[tuple[Enrolled, bytes, list[str]]] = []
-    for (status, headers, answer), item in zip(answers, batches):
+    for (status, headers, answer), item in zip(answers, batches, strict=True):
         if status == 200:
             assert (answer["accepted"], answer["duplicates"]) == (len(item[2]), 0), answer
             acknowledged += item[2]
@@ -236,10 +228,9 @@ def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_retur
         time.sleep(0.05)
     # Any request needing the database now waits for a slot 0.4 s and is answered 503.
     body, ids = _batch_body(probe, 10)
-    started = time.monotonic()
-    busy = httpx.post(f"{tiny_api.url}{wire.TRIALS_BATCH_PATH}", content=body, headers=probe.headers, timeout=30)
-    assert time.monotonic() - started < 10
+    busy = httpx.post(f"{tiny_api.url}{wire.TRIALS_BATCH_PATH}", content=body, headers=probe.headers, timeout=60)
     _assert_busy_answer(busy.status_code, busy.headers, busy.json())
+    assert _busy(tiny_api.url, "admission") == 1  # refused by admission (no slot within 0.4 s), not a hang
     # The probe's uploader: a 503 + Retry-After 1 s with a 0.3 s deadline returns at once,
     # nothing leaves the spool, and nothing is sent again before Retry-After.
     spool = Spool(str(tmp_path / "spool.sqlite"))
@@ -249,8 +240,9 @@ def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_retur
     uploader = Uploader(spool, CollectorClient(tiny_api.url, probe.credential), "probe", probe.id,
                         backoff_base_s=0.01)
     started = time.monotonic()
-    assert uploader.drain(deadline=time.monotonic() + 0.3) is False
-    assert time.monotonic() - started < 2.5  # one admission timeout (0.4 s), no waiting out Retry-After
+    waits = _WaitRecorder()
+    assert uploader.drain(deadline=time.monotonic() + 0.3, stop=waits) is False
+    assert waits.timeouts == []  # returned after the one answer: no waiting out Retry-After, no backoff
     assert uploader.backlog() == len(records)
     assert uploader.not_before >= started + 1.0
     assert _upload_answers(tiny_api.url) == {"503": 2}  # ours above and the uploader's single try
@@ -272,17 +264,18 @@ def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_retur
 HEARTBEAT = {"version": "test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1.0, "trials_measured": 0}
 
 
-def _busy_reads(url: str) -> float:
+def _busy(url: str, where: str) -> float:
+    """Requests of the API at ``url`` that found no database slot in time, by where they waited."""
     for line in httpx.get(f"{url}/metrics").text.splitlines():
-        if line.startswith('iwscope_db_busy_total{where="reads"}'):
+        if line.startswith(f'iwscope_db_busy_total{{where="{where}"}}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 
 def test_public_reads_leave_half_the_slots_to_probes(
-        api_server_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:  # noqa: ANN001
     # Two slots; readers may hold one. Reads of ``trials`` block on the lock.
-    server = api_server_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_SIZE": "2", "IWSCOPE_DB_POOL_TIMEOUT_S": "1"})
+    server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_SIZE": "2", "IWSCOPE_DB_POOL_TIMEOUT_S": "1"})
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
@@ -324,15 +317,15 @@ def test_public_reads_leave_half_the_slots_to_probes(
     for status, headers, text in answers.values():
         if status == 503:
             _assert_busy_answer(status, headers, orjson.loads(text))
-    assert _busy_reads(server.url) == len(read_paths) - 1
+    assert _busy(server.url, "reads") == len(read_paths) - 1
     # Without the lock every read goes through again: no slot was kept by a refused read.
     for path in read_paths:
         assert httpx.get(f"{server.url}{path}", timeout=30).status_code == 200, path
 
 
 def test_an_abandoned_csv_export_gives_its_slot_back(
-        api_server_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
-    server = api_server_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "2"})  # one slot in all
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+    server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "2"})  # one slot in all
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)

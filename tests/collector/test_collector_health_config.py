@@ -11,10 +11,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-
 from pydantic import ValidationError
 
 from iwscope.config import Settings
+from iwscope.localstack import default_stack
 
 
 def test_readyz_reports_draining_after_sigterm(api_server_factory) -> None:  # noqa: ANN001
@@ -56,10 +56,13 @@ def test_production_refuses_placeholder_secrets() -> None:
     good = Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
                     REDIS_URL="redis://r:6379/0", IWSCOPE_ADMIN_TOKEN="t" * 40)
     assert good.env == "production"
-    # Development falls back to the checkout's local stack, password included.
+    # Development falls back to the checkout's local stack (iwscope.localstack, imported above,
+    # provides it), password included.
     development = Settings(IWSCOPE_ENV="development", DATABASE_URL="", REDIS_URL="")
     assert development.celery_queue == "iwscope"
     assert urlsplit(development.database_url).password and urlsplit(development.redis_url).password
+    assert (development.database_url, development.redis_url) == (default_stack().database_url,
+                                                                 default_stack().redis_url)
 
 
 def test_api_refuses_to_start_in_production_with_placeholders(service_env: dict[str, str]) -> None:

@@ -14,10 +14,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_path_sample, make_trial
 
 from iwprobe import wire
-from collector_helpers import (Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_path_sample,
-                      make_trial)
 
 
 def count_trials(engine: Engine, probe_id: str) -> int:
@@ -117,7 +116,8 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     us_probe = enroll_probe(client, enroll_token, region="us-test")
     origin_a = enroll_origin(client, origin_token, arms=(3, 10, 32))
     origin_b = enroll_origin(client, origin_token, arms=(1,))  # serves none of the campaign's arms
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
+    created: set[int] = set()
 
     def create(name: str, **fields: Any) -> int:
         body = {"name": name, "origin_ids": [origin_a.id, origin_b.id], "arms": [3, 10], "sizes": [1000, 50_000],
@@ -125,7 +125,12 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
                 "ends_at": (now + dt.timedelta(hours=1)).isoformat(), "calibrate": True, **fields}
         response = client.post("/api/v1/campaigns", json=body, headers=bearer(admin_token))
         assert response.status_code == 201, response.text
+        created.add(response.json()["id"])
         return response.json()["id"]
+
+    def ours(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """This test's campaigns among ``entries`` (other tests' campaigns open to every region show too)."""
+        return [entry for entry in entries if entry["campaign_id"] in created]
 
     active_eu = create("active eu", probe_regions=["eu-test"])
     create("future", starts_at=(now + dt.timedelta(days=2)).isoformat(),
@@ -140,30 +145,31 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     assert schedule.status_code == 200, schedule.text
     body = schedule.json()
     assert body["wire_version"] == wire.WIRE_VERSION and body["probe_id"] == eu_probe.id and body["poll_after_s"] > 0
-    assert [entry["campaign_id"] for entry in body["campaigns"]] == [active_eu, dist]
-    first = body["campaigns"][0]
+    campaigns = ours(body["campaigns"])
+    assert [entry["campaign_id"] for entry in campaigns] == [active_eu, dist]
+    first = campaigns[0]
     assert first["arms"] == [3, 10] and first["sizes"] == [1000, 50_000] and first["size_dist"] is None
     assert first["repetitions"] == 5 and first["interval_s"] == 2.0 and first["calibrate"] is True
     assert first["targets"] == [{"origin_id": origin_a.id, "host": "10.0.0.1",
                                  "arms": [{"iw": 3, "port": 8003, "arm": "3", "paced": False},
                                               {"iw": 10, "port": 8010, "arm": "10", "paced": False}],
                                  "echo_port": None}]
-    assert body["campaigns"][1]["sizes"] is None and body["campaigns"][1]["size_dist"] == "websearch"
+    assert campaigns[1]["sizes"] is None and campaigns[1]["size_dist"] == "websearch"
 
     us = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=us_probe.id), headers=us_probe.headers).json()
-    assert [entry["name"] for entry in us["campaigns"]] == ["us only"]
+    assert [entry["name"] for entry in ours(us["campaigns"])] == ["us only"]
 
     # Stopping a campaign (PATCH ends_at) removes it from the schedule.
     stop = client.patch(f"/api/v1/campaigns/{active_eu}", headers=bearer(admin_token),
                         json={"ends_at": (now - dt.timedelta(seconds=1)).isoformat()})
     assert stop.status_code == 200, stop.text
     again = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=eu_probe.id), headers=eu_probe.headers).json()
-    assert [entry["campaign_id"] for entry in again["campaigns"]] == [dist]
+    assert [entry["campaign_id"] for entry in ours(again["campaigns"])] == [dist]
 
 
 def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: str, origin: Enrolled,
                                             probe: Enrolled) -> None:
-    start = dt.datetime.now(dt.timezone.utc).isoformat()
+    start = dt.datetime.now(dt.UTC).isoformat()
     base = {"name": "c", "origin_ids": [origin.id], "arms": [3], "starts_at": start}
     both = client.post("/api/v1/campaigns", headers=bearer(admin_token),
                        json={**base, "sizes": [1], "size_dist": "websearch"})
@@ -189,7 +195,7 @@ def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: s
 ])
 def test_campaign_patch_refuses_nulls_and_inverted_windows_unchanged(
         client: httpx.Client, admin_token: str, origin: Enrolled, body: dict[str, Any], field: str) -> None:
-    start = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    start = dt.datetime.now(dt.UTC).replace(microsecond=0)
     created = client.post("/api/v1/campaigns", headers=bearer(admin_token),
                           json={"name": "patched", "origin_ids": [origin.id], "arms": [3], "sizes": [1],
                                 "starts_at": start.isoformat()})
@@ -270,7 +276,7 @@ def test_invalid_batch_is_refused_whole_and_names_each_bad_record(client: httpx.
                                                                   db_engine: Engine) -> None:
     trials = [make_trial(probe.id) for _ in range(6)]
     trials[1]["total_us"] = -5  # negative duration
-    trials[3]["started_at"] = wire.utc_timestamp(dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=3))
+    trials[3]["started_at"] = wire.utc_timestamp(dt.datetime.now(dt.UTC) + dt.timedelta(days=3))
     trials[4]["started_at"] = "1999-12-31T23:59:59Z"
     del trials[5]["arm_iw"]
     trials[5]["bogus"] = 1
@@ -332,7 +338,7 @@ def test_oversized_body_and_too_many_records_get_413(client: httpx.Client, probe
 
 def test_observation_upload_idempotent_and_origin_bound(client: httpx.Client, origin: Enrolled, origin_token: str,
                                                         probe: Enrolled, db_engine: Engine) -> None:
-    from collector_helpers import make_observation, make_observation_batch
+    from testkit import make_observation, make_observation_batch
 
     trial = make_trial(probe.id, origin.id)
     batch = make_observation_batch(origin.id, [make_observation(trial, origin.id)])

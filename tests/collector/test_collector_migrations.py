@@ -14,9 +14,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
+from testenv import create_database, drop_database
 
 from iwscope import migrate
-from testenv import create_database, drop_database
 
 CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
                "path_samples", "path_estimates"}
@@ -78,7 +78,7 @@ def test_db_check_cli(empty_database_url: str) -> None:
 def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> None:  # noqa: ANN001
     """A trial of a month without a partition lands in DEFAULT; creating the partition moves it."""
     trial_id = uuid.uuid4()
-    started = dt.datetime(2031, 5, 17, 12, 0, tzinfo=dt.timezone.utc)
+    started = dt.datetime(2031, 5, 17, 12, 0, tzinfo=dt.UTC)
     with db_engine.begin() as connection:
         connection.execute(text(
             "INSERT INTO trials (trial_id, started_at, probe_id, round, arm_iw, object_size, url, bytes_received,"

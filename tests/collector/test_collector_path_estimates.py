@@ -15,9 +15,17 @@ import httpx
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from testkit import (
+    Enrolled,
+    make_batch,
+    make_observation,
+    make_observation_batch,
+    make_path_sample,
+    make_trial,
+    wait_folded,
+    wait_for,
+)
 
-from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch, make_path_sample,
-                               make_trial, wait_folded, wait_for)
 from iwprobe import wire
 from iwscope.analysis.rollups import ADVISORY_LOCK_KEY, PATH_WATERMARK_NAME
 from iwscope.paths.services import RECENT_RATES
@@ -117,7 +125,7 @@ def test_the_newest_rates_are_kept_in_order_with_the_smallest_rtt(celery_worker,
                                                                   db_engine: Engine) -> None:
     """200 path samples in two uploads: the 128 newest bandwidth estimates, oldest first; their
     90th percentile is the bottleneck; the minimum RTT is over all 200."""
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
     samples = [make_path_sample(probe.id, origin.id, min_rtt_us=30_000 + index, bottleneck_bps=1_000_000 * (index + 1),
                                 measured_at=wire.utc_timestamp(start + dt.timedelta(seconds=index))) for index in range(200)]
     samples[17]["min_rtt_us"] = 12_000

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import orjson
 import psycopg
 import pytest
-import redis
-
 from testenv import libpq_url
-from collector_helpers import (Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial,
-                               revoke_unnoticed)
+from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial, revoke_unnoticed
+
 from iwprobe import wire
 from iwprobe._agent import Credentials, ProbeAgent
 
@@ -24,26 +23,33 @@ HEARTBEAT = {"version": "cycle-test", "spool_backlog": 7, "spool_bytes": 4096, "
 
 
 @pytest.fixture
-def server(api_server_factory, redis_url: str, test_id: str):  # noqa: ANN001, ANN201
-    """An API whose credential cache lasts 1 s, notified or not (join tasks on a queue no worker reads)."""
-    queue = f"iwscope-cycle-{test_id}"
-    yield api_server_factory(IWSCOPE_CELERY_QUEUE=queue, IWSCOPE_CREDENTIAL_CACHE_S="1",
-                             IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S="1")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(queue)
-    finally:
-        client.close()
+def server(joinless_api_factory):  # noqa: ANN001, ANN201
+    """An API whose credential cache lasts 1 s, notified or not."""
+    return joinless_api_factory(IWSCOPE_CREDENTIAL_CACHE_S="1", IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S="1")
 
 
-def _campaign(url: str, admin_token: str, origin: Enrolled, name: str) -> int:
-    now = dt.datetime.now(dt.timezone.utc)
-    answer = httpx.post(f"{url}/api/v1/campaigns", headers=bearer(admin_token), timeout=30, json={
-        "name": name, "origin_ids": [origin.id], "arms": [3, 10], "sizes": [10_000], "repetitions": 1,
-        "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
-        "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
-    assert answer.status_code == 201, answer.text
-    return int(answer.json()["id"])
+@pytest.fixture
+def new_campaign(server, admin_token: str) -> Iterator[Callable[[Enrolled, str], int]]:  # noqa: ANN001
+    """``new_campaign(origin, name)``: a running campaign of ``origin`` open to every region, ended
+    after the test (else it would stand in the schedule of every probe the session enrolls later)."""
+    created: list[int] = []
+
+    def create(origin: Enrolled, name: str) -> int:
+        now = dt.datetime.now(dt.UTC)
+        answer = httpx.post(f"{server.url}/api/v1/campaigns", headers=bearer(admin_token), timeout=30, json={
+            "name": name, "origin_ids": [origin.id], "arms": [3, 10], "sizes": [10_000], "repetitions": 1,
+            "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
+            "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
+        assert answer.status_code == 201, answer.text
+        created.append(int(answer.json()["id"]))
+        return created[-1]
+
+    yield create
+    ended = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).isoformat()
+    for campaign_id in created:
+        answer = httpx.patch(f"{server.url}/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token),
+                             timeout=30, json={"ends_at": ended})
+        assert answer.status_code == 200, answer.text
 
 
 def _probe_row(database_url: str, probe_id: str) -> tuple[Any, ...]:
@@ -55,7 +61,7 @@ def _probe_row(database_url: str, probe_id: str) -> tuple[Any, ...]:
 
 
 def test_schedule_has_an_etag_and_answers_304_until_it_changes(
-        server, enroll_token: str, origin_token: str, admin_token: str) -> None:  # noqa: ANN001
+        server, enroll_token: str, origin_token: str, new_campaign) -> None:  # noqa: ANN001
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
@@ -71,7 +77,7 @@ def test_schedule_has_an_etag_and_answers_304_until_it_changes(
         older = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id), headers=probe.headers)
         assert older.status_code == 200
         # A campaign created through this process shows at once, under a new tag.
-        campaign_id = _campaign(server.url, admin_token, origin, "etag test")
+        campaign_id = new_campaign(origin, "etag test")
         changed = client.get(path, headers={**probe.headers, "If-None-Match": etag})
         assert changed.status_code == 200 and changed.headers["etag"] != etag
         assert campaign_id in [entry["campaign_id"] for entry in changed.json()["campaigns"]]
@@ -82,11 +88,11 @@ def test_schedule_has_an_etag_and_answers_304_until_it_changes(
 
 
 def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_into_uploads(
-        server, enroll_token: str, origin_token: str, admin_token: str, database_url: str, tmp_path) -> None:  # noqa: ANN001
+        server, enroll_token: str, origin_token: str, new_campaign, database_url: str, tmp_path) -> None:  # noqa: ANN001
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
-    campaign_id = _campaign(server.url, admin_token, origin, "agent cycle")
+    campaign_id = new_campaign(origin, "agent cycle")
     agent = ProbeAgent(str(tmp_path), Credentials("probe", probe.id, probe.credential, server.url), heartbeat_s=60.0)
     first = agent.schedule()
     assert first is not None and campaign_id in [entry.campaign_id for entry in first.campaigns]

@@ -25,7 +25,7 @@ def test_tokens_are_stored_hashed_and_checked_by_kind(db_session: Session) -> No
     assert stored.token_hash == hash_secret(token) and token not in stored.token_hash
     assert api_token_valid(db_session, SETTINGS, "origin", token)
     assert not api_token_valid(db_session, SETTINGS, "admin", token)
-    stored.revoked_at = dt.datetime.now(dt.timezone.utc)
+    stored.revoked_at = dt.datetime.now(dt.UTC)
     db_session.flush()
     assert not api_token_valid(db_session, SETTINGS, "origin", token)
 
@@ -40,7 +40,7 @@ def test_schedule_window_edges(db_session: Session) -> None:
     origin = Origin(id=uuid.uuid4(), name="o", region="r", host="h", arms=[{"iw": 10, "port": 8010}], version="",
                     secret_hash="x")
     db_session.add(origin)
-    start = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     db_session.add(Campaign(name="edge", origin_ids=[origin.id], probe_regions=["edge-region"], arms=[10],
                             sizes=[1000], size_dist=None, sizes_per_round=1, repetitions=1, interval_s=0.0,
                             starts_at=start, ends_at=start + dt.timedelta(hours=1), calibrate=False))

@@ -10,13 +10,12 @@ from typing import Any
 import jsonschema
 import pytest
 from pydantic import BaseModel, ValidationError
+from testkit import make_batch, make_observation, make_observation_batch, make_path_sample, make_trial
 
 from iwprobe import wire
 from iwscope.origins.schemas import OriginEnrollRequestIn
 from iwscope.probes.schemas import ArmPortModel, EnrollRequestIn, HeartbeatIn, ScheduleOut
-from iwscope.trials.schemas import (ObservationBatchIn, OriginObservationIn, PathSampleIn, TrialBatchIn,
-                                    TrialRecordIn)
-from collector_helpers import make_batch, make_observation, make_observation_batch, make_path_sample, make_trial
+from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, PathSampleIn, TrialBatchIn, TrialRecordIn
 
 SCHEMA = wire.load_schema()
 MODELS: dict[str, type[BaseModel]] = {

@@ -7,10 +7,9 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from testkit import Enrolled, make_batch, make_observation, make_observation_batch, make_path_sample, make_trial, wait_for
 
 from iwprobe import wire
-from collector_helpers import (Enrolled, make_batch, make_observation, make_observation_batch,
-                               make_path_sample, make_trial, wait_for)
 
 
 def test_upload_triggers_join_and_path_estimates(celery_worker, client: httpx.Client, probe: Enrolled,

@@ -21,7 +21,6 @@ import pathlib
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ import psycopg
 import pytest
 import redis
 from celery import Celery
+from testkit import close_celery_client, free_port, wait_for
 
 from iwscope.localstack import RedisServer
 
@@ -47,12 +47,6 @@ REDIS_DOWN_S = 2.0
 #: Celery retries the broker after 2 s, then 4 s, ...: a few attempts fit easily.
 RECOVERY_TIMEOUT_S = 30.0
 STARTUP_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -74,7 +68,7 @@ class Broker(RedisServer):
 def broker() -> Iterator[Broker]:
     # Not under pytest's tmp_path: that is root's 0700 directory, which the redis user cannot enter.
     directory = pathlib.Path(f"/tmp/iwt-broker-{secrets.token_hex(4)}")
-    server = Broker(directory, _free_port(), secrets.token_urlsafe(18))
+    server = Broker(directory, free_port(), secrets.token_urlsafe(18))
     server.start()
     try:
         yield server
@@ -119,24 +113,11 @@ def _client(url: str, queue: str) -> Iterator[Celery]:
     try:
         yield app
     finally:
-        backend = getattr(app._local, "backend", None)
-        if backend is not None:
-            pubsub = getattr(getattr(backend, "result_consumer", None), "_pubsub", None)
-            if pubsub is not None:
-                pubsub.close()
-            backend.client.connection_pool.disconnect()
-        app.close()
+        close_celery_client(app)
 
 
 def _wait(predicate: Callable[[], Any], timeout: float, what: str, worker: Worker) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout:.0f} s; worker log:\n{worker.log()[-6000:]}")
-        time.sleep(0.05)
+    return wait_for(predicate, timeout, 0.05, what, detail=lambda: f"worker log:\n{worker.log()[-6000:]}")
 
 
 def _wait_ready(worker: Worker, url: str) -> None:

@@ -95,7 +95,7 @@ class PodContainer:
 
     @classmethod
     def from_chart(cls, objects: list[Manifest], workload: Manifest, container_name: str, pod_name: str,
-                   log_dir: pathlib.Path) -> "PodContainer":
+                   log_dir: pathlib.Path) -> PodContainer:
         spec = workload["spec"]["template"]["spec"]
         candidates = [c for c in [*(spec.get("initContainers") or []), *spec["containers"]]
                       if c["name"] == container_name]
@@ -129,7 +129,7 @@ class PodContainer:
         # A pod's "every interface" is its own network namespace; this sandbox shares the
         # machine's, where 0.0.0.0 would serve the test's API to the network: loopback instead.
         argv = [LOOPBACK if (part == EVERY_INTERFACE and previous in ("--host", "--bind")) else part
-                for previous, part in zip(["", *argv], argv)]
+                for previous, part in zip(["", *argv], argv, strict=False)]
         return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", SANDBOX_SCRIPT,
                 self.pod_name, *argv]
 

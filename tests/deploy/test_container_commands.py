@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import httpx
 import psycopg
 import pytest
-
 from chartrender import REPO, Manifest, ensure_helm, find, helm_template
 from podsim import PodContainer, wait_until
 from testenv import create_database, drop_database, libpq_url

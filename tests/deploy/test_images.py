@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from chartrender import CHART, REPO
 from podsim import dockerfile_runtime_stage, image_environment
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 import redis
+from faults_ledger import ORIGIN_SPOOL, PROBE_SPOOL, install_journal, journal
+from faults_services import ThrowawayPostgres, ThrowawayRedis, free_port
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from faults_ledger import ORIGIN_SPOOL, PROBE_SPOOL, install_journal, journal
-from faults_services import ThrowawayPostgres, ThrowawayRedis, free_port
 from iwscope.analysis.rollups import rebuild_rollups, refresh_rollups, rollup_snapshot
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import LinkSpec
@@ -402,7 +402,7 @@ def test_fault_loses_and_duplicates_nothing(fault: Fault, services: Services,
             "recover_s": None if recover_s is None else round(recover_s, 1),
             "campaign_s": round(result.seconds, 1),
             "details": details,
-            "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
         _write_results()
     assert recover_s is not None, f"not recovered within {RECOVERY_TIMEOUT_S:.0f} s of the repair: {details}"

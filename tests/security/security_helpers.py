@@ -1,99 +1,19 @@
-"""Helpers of the security tests (a unique module name: no clash with other parts' helpers)."""
+"""Helpers only the security tests use: database fingerprints and a test PKI (a unique module
+name: no clash with other parts' helpers; the shared ones are in tests/testkit.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import random
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-
-from iwprobe import wire
-
-
-@dataclass
-class Enrolled:
-    """A probe or origin enrolled through the API."""
-
-    id: str
-    credential: str
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.credential}"}
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def enroll_probe(client: httpx.Client, enroll_token: str, region: str = "sec-test") -> Enrolled:
-    response = client.post(wire.PROBE_ENROLL_PATH, headers=bearer(enroll_token), json={
-        "name": f"sec-probe-{uuid.uuid4().hex[:6]}", "region": region, "country": "DE", "asn": 3320,
-        "labels": {}, "version": "0.1.0"})
-    assert response.status_code == 201, response.text
-    return Enrolled(response.json()["id"], response.json()["credential"])
-
-
-def enroll_origin(client: httpx.Client, origin_token: str) -> Enrolled:
-    response = client.post(wire.ORIGIN_ENROLL_PATH, headers=bearer(origin_token), json={
-        "name": f"sec-origin-{uuid.uuid4().hex[:6]}", "region": "sec-test", "host": "10.0.0.1",
-        "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}], "version": "0.1.0"})
-    assert response.status_code == 201, response.text
-    return Enrolled(response.json()["id"], response.json()["credential"])
-
-
-def make_trial(probe_id: str, **overrides: Any) -> dict[str, Any]:
-    """A valid wire ``TrialRecord`` as a dict."""
-    record: dict[str, Any] = {
-        "trial_id": wire.new_id(), "probe_id": probe_id, "campaign_id": None, "origin_id": None,
-        "round": 0, "arm_iw": 10, "object_size": 100_000, "url": "http://10.0.0.1:8010/obj/100000",
-        "started_at": wire.utc_timestamp(), "dns_us": 0, "connect_us": 20_000, "ttfb_us": 21_000,
-        "total_us": random.randint(20_000, 400_000), "bytes_received": 100_250, "http_status": 200,
-        "error_kind": None, "error_detail": None, "syn_retrans": 0,
-        "tcp_info": {"rtt": 20_500, "min_rtt": 20_000, "total_retrans": 0}}
-    record.update(overrides)
-    return record
-
-
-def make_batch(probe_id: str, trials: list[dict[str, Any]],
-               path_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"wire_version": 1, "batch_id": wire.new_id(), "probe_id": probe_id, "sent_at": wire.utc_timestamp(),
-            "trials": trials, "path_samples": path_samples or []}
-
-
-def make_path_sample(probe_id: str, origin_id: str, **overrides: Any) -> dict[str, Any]:
-    record = {"sample_id": wire.new_id(), "probe_id": probe_id, "origin_id": origin_id,
-              "measured_at": wire.utc_timestamp(), "min_rtt_us": 19_500, "bottleneck_bps": 10_000_000,
-              "transfer_bytes": 2_000_000, "method": "delivery_rate_max"}
-    record.update(overrides)
-    return record
-
-
-def make_observation(trial_id: str, origin_id: str, **overrides: Any) -> dict[str, Any]:
-    record = {
-        "trial_id": trial_id, "origin_id": origin_id, "arm_iw": 10, "port": 8010, "client_addr": "10.0.1.2",
-        "object_size": 100_000, "request_at": wire.utc_timestamp(), "first_byte_us": 150,
-        "response_latency_us": 90_000, "snd_cwnd_at_accept": 10, "cwnd_mismatch": False, "rwnd_limited": False,
-        "peer_rwnd": 65_535, "http_status": 200, "error_kind": None, "tcp_info": {"total_retrans": 0}}
-    record.update(overrides)
-    return record
-
-
-def make_observation_batch(origin_id: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"wire_version": 1, "batch_id": wire.new_id(), "origin_id": origin_id, "sent_at": wire.utc_timestamp(),
-            "observations": observations}
-
 
 #: Tables the worker derives from stored rows (never written by a request directly).
 DERIVED_TABLE_MARKERS = ("rollup", "path_estimates", "celery", "alembic_version")
@@ -144,7 +64,7 @@ def _name(common_name: str) -> x509.Name:
 def make_pki(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), label: str = "ca") -> Pki:
     """A self-signed CA (``label``) and a leaf for ``hosts`` (IP addresses or DNS names)."""
     directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (x509.CertificateBuilder().subject_name(_name(f"iwscope test {label}"))
                .issuer_name(_name(f"iwscope test {label}")).public_key(ca_key.public_key())
@@ -171,7 +91,7 @@ def sign_leaf(ca: Pki, directory: Path, host: str) -> Pki:
 
 def _sign(ca_file: Path, ca_key_file: Path, directory: Path, hosts: tuple[str, ...], label: str) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_cert = x509.load_pem_x509_certificate(ca_file.read_bytes())
     ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)

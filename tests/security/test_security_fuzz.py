@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from security_helpers import table_fingerprints
 from sqlalchemy.engine import Engine
-
-from security_helpers import Enrolled, bearer, table_fingerprints
+from testkit import Enrolled, bearer
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMATHESIS = Path(sys.executable).with_name("st")
@@ -86,8 +86,8 @@ def _run_schemathesis(api_url: str, schema_file: Path, name: str, headers: dict[
     failed = [str(case.get("name")) for case in cases
               if case.find("failure") is not None or case.find("error") is not None]
     unknown = [name for name in failed if tuple(name.split(" ", 1)) not in KNOWN_SERVER_ERRORS]
-    run = FuzzRun(name, len(cases), _count_cases(ndjson), _count_requests(ndjson), len(failed),
-                  completed.returncode, round(seconds, 1))
+    run = FuzzRun(name, len(cases), _count_recorded(ndjson, "cases"), _count_recorded(ndjson, "interactions"),
+                  len(failed), completed.returncode, round(seconds, 1))
     return run, unknown, completed.stdout[-6000:] + completed.stderr[-3000:]
 
 
@@ -95,24 +95,15 @@ def _events(ndjson: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in ndjson.read_text().splitlines() if line.strip()]
 
 
-def _count_requests(ndjson: Path) -> int:
-    """Requests sent: every recorded interaction of every finished scenario."""
+def _count_recorded(ndjson: Path, what: str) -> int:
+    """Entries ``what`` of the recorders of every finished scenario: "cases" (test cases) or
+    "interactions" (requests sent)."""
     total = 0
     for event in _events(ndjson):
         finished = event.get("ScenarioFinished")
         if isinstance(finished, dict):
             recorder = finished.get("recorder") or {}
-            total += len(recorder.get("interactions", {})) if isinstance(recorder, dict) else 0
-    return total
-
-
-def _count_cases(ndjson: Path) -> int:
-    total = 0
-    for event in _events(ndjson):
-        finished = event.get("ScenarioFinished")
-        if isinstance(finished, dict):
-            recorder = finished.get("recorder") or {}
-            total += len(recorder.get("cases", {})) if isinstance(recorder, dict) else 0
+            total += len(recorder.get(what, {})) if isinstance(recorder, dict) else 0
     return total
 
 

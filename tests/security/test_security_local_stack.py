@@ -26,11 +26,11 @@ import httpx
 import psycopg
 import pytest
 import redis
+from testenv import server_database_url, server_redis_url
 
 from iwscope.localstack import default_stack
 from iwscope_lab.service_address import SERVICE_ADDRESS
 from iwscope_lab.stack import Stack
-from testenv import server_database_url, server_redis_url
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -45,10 +45,10 @@ class Outsider:
     def connect(self, address: str, port: int) -> str:
         """``connected``, ``refused`` or ``timeout``/an errno name, as seen from the outsider."""
         script = ("import socket, errno\n"
-                  "s = socket.socket(socket.AF_INET6 if ':' in %r else socket.AF_INET); s.settimeout(3)\n"
-                  "try:\n    s.connect((%r, %d)); print('connected')\n"
+                  f"s = socket.socket(socket.AF_INET6 if ':' in {address!r} else socket.AF_INET); s.settimeout(3)\n"
+                  f"try:\n    s.connect(({address!r}, {port:d})); print('connected')\n"
                   "except ConnectionRefusedError: print('refused')\n"
-                  "except OSError as e: print(errno.errorcode.get(e.errno, str(e)))\n") % (address, address, port)
+                  "except OSError as e: print(errno.errorcode.get(e.errno, str(e)))\n")
         done = subprocess.run(["ip", "netns", "exec", self.netns, sys.executable, "-c", script],
                               capture_output=True, text=True, timeout=30)
         return done.stdout.strip() or done.stderr.strip()

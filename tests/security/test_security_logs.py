@@ -7,8 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,41 +15,17 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-
-from security_helpers import bearer
+from testkit import bearer, free_base_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 IWPROBE = [sys.executable, "-m", "iwprobe", "--log-level", "DEBUG"]
 
 
-def _free_base_port() -> int:
-    for _ in range(50):
-        base = 20000 + secrets.randbelow(30000)
-        try:
-            for iw in (3, 10):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", base + iw))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
-
-
 def _token(env: dict[str, str], kind: str) -> str:
     completed = subprocess.run([*IWSCOPE, "token", "create", "--kind", kind, "--label", "log-test"], env=env,
                                capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
     return completed.stdout.strip()
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_server_factory, db_engine: Engine,  # noqa: ANN001
@@ -68,7 +42,7 @@ def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_
     try:
         enroll_token, origin_token, admin_token = (_token(service_env, kind) for kind in ("enroll", "origin", "admin"))
         region = f"sec-logs-{secrets.token_hex(3)}"
-        base = _free_base_port()
+        base = free_base_port()
         origin_dir, probe_dir = tmp_path / "origin", tmp_path / "probe"
 
         def iwprobe(name: str, *args: str, timeout: float = 120) -> None:
@@ -90,7 +64,7 @@ def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_
         iwprobe("probe-enroll", "enroll", "--collector", api.url, "--token", enroll_token, "--name",
                 f"log-probe-{region}", "--region", region, "--state-dir", str(probe_dir))
         origin_id = (origin_dir / "origin.json").read_text().split('"id": "', 1)[1].split('"', 1)[0]
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         created = httpx.post(f"{api.url}/api/v1/campaigns", headers=bearer(admin_token), timeout=30, json={
             "name": f"log test {region}", "origin_ids": [origin_id], "arms": [3, 10], "sizes": [10_000, 50_000],
             "repetitions": 2, "interval_s": 0, "probe_regions": [region], "calibrate": False,
@@ -111,7 +85,7 @@ def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_
             time.sleep(0.5)
     finally:
         for process in processes:
-            _stop(process)
+            stop_process(process, timeout=20)
         api.stop()
     probe_secret = (probe_dir / "probe.json").read_text().split('"credential": "', 1)[1].split('"', 1)[0]
     origin_secret = (origin_dir / "origin.json").read_text().split('"credential": "', 1)[1].split('"', 1)[0]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from testkit import free_base_port, stop_process
 
 from iwprobe._agent import ORIGIN_CREDENTIALS, Credentials, save_credentials
 from iwprobe._caps import CAP_NET_ADMIN
@@ -30,20 +31,6 @@ PROBE_SRC = REPO / "probe" / "src"
 MAX_OBJECT = 1_000_000
 REQUEST_TIMEOUT_S = 1.5
 WORKERS = 4
-
-
-def _free_base_port() -> int:
-    """A base port whose arm ports (base + 3, base + 10) are free."""
-    for _ in range(50):
-        base = 20000 + secrets.randbelow(30000)
-        try:
-            for iw in (3, 10):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", base + iw))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
 
 
 def _wait_port(port: int, timeout_s: float = 20.0) -> None:
@@ -75,7 +62,7 @@ class OriginProcess:
 @pytest.fixture(scope="module")
 def origin_process() -> Iterator[OriginProcess]:
     """``iwprobe origin`` (CLI, no collector) on 127.0.0.1, arms 3 and 10, 4 workers, 1.5 s request timeout."""
-    base = _free_base_port()
+    base = free_base_port()
     process = subprocess.Popen([sys.executable, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload",
                                 "--bind", "127.0.0.1", "--arms", "3,10", "--base-port", str(base),
                                 "--max-object-bytes", str(MAX_OBJECT), "--request-timeout", str(REQUEST_TIMEOUT_S),
@@ -85,12 +72,7 @@ def origin_process() -> Iterator[OriginProcess]:
         _wait_port(base + 10)
         yield OriginProcess(process, base + 10)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def exchange(port: int, payload: bytes, source: str = "127.0.0.1", timeout_s: float = 5.0) -> bytes:
@@ -112,11 +94,23 @@ def get(port: int, size: int, source: str = "127.0.0.1") -> tuple[int, bytes]:
     return (int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0), body
 
 
+def _unanswered(sock: socket.socket) -> bool:
+    """The origin has neither answered ``sock`` nor closed it (its request is still pending)."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"" (closed) or the answer's first byte
+    except BlockingIOError:
+        return True
+    except OSError:  # reset
+        pass
+    return False
+
+
 def test_objects_over_the_limit_and_non_http_bytes_get_quick_4xx(origin_process: OriginProcess) -> None:
+    """Refused from the request head alone: a short 4xx, not the object first nor silence until
+    the request timeout (which closes a connection without a word, see the slowloris test)."""
     port = origin_process.port
-    started = time.monotonic()
     status, body = get(port, MAX_OBJECT + 1, "127.0.4.1")
-    assert (status, time.monotonic() - started < 0.5) == (413, True) and b"larger than" in body
+    assert status == 413 and b"larger than" in body and len(body) < 100, (status, len(body), body[:100])
     hostile = {
         "tls client hello": b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + os.urandom(200),
         "binary zeros": b"\x00" * 300,
@@ -125,10 +119,9 @@ def test_objects_over_the_limit_and_non_http_bytes_get_quick_4xx(origin_process:
         "bad request line": b"GET /obj/10 HTTP/9.9\r\n\r\n",
     }
     for name, payload in hostile.items():
-        started = time.monotonic()
         answer = exchange(port, payload, "127.0.4.2")
+        # An answer at all: the origin judged the bytes at once (the timeout would close in silence).
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), (name, answer[:100])
-        assert time.monotonic() - started < 1.0, name  # answered at once, not after the request timeout
     huge_head = b"GET /obj/10 HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n"
     assert exchange(port, huge_head, "127.0.4.3").startswith(b"HTTP/1.1 431 ")
     assert get(port, 5000, "127.0.4.4") == (200, bytes(range(256)) * 19 + bytes(range(136)))
@@ -144,17 +137,24 @@ def test_slowloris_is_cut_off_and_others_are_served_meanwhile(origin_process: Or
             sock = socket.create_connection(("127.0.0.1", port), source_address=(f"127.0.5.{1 + index % 20}", 0))
             sock.sendall(b"GET /obj/100 HTTP/1.1\r\n")
             slow.append(sock)
-        # While 200 requests dribble in, other clients are served at once.
+        # While 200 requests dribble in, other clients are served: answered while every slow
+        # request is still pending (a worker tied up by one would serve them only once the
+        # request timeout had cut the slow ones off).
         latencies = []
+        served_meanwhile = 0
         for _ in range(10):
             started = time.monotonic()
             assert get(port, 20_000, "127.0.6.1")[0] == 200
             latencies.append(time.monotonic() - started)
+            if not all(_unanswered(sock) for sock in slow):
+                break  # a slow machine reached the request timeout: later fetches would prove nothing
+            served_meanwhile += 1
             for sock in slow[:50]:
                 sock.send(b"X")  # one byte now and then: keeps no worker busy
-        assert max(latencies) < 0.5, latencies
-        print(f"slowloris: 200 dribbling connections from 20 addresses; another client's 20 kB fetches took "
-              f"{min(latencies) * 1000:.1f}-{max(latencies) * 1000:.1f} ms; origin threads {origin_process.threads()}")
+        assert served_meanwhile >= 1, latencies
+        print(f"slowloris: 200 dribbling connections from 20 addresses; {served_meanwhile} of another client's "
+              f"20 kB fetches served meanwhile in {min(latencies) * 1000:.1f}-{max(latencies) * 1000:.1f} ms; "
+              f"origin threads {origin_process.threads()}")
         assert origin_process.threads() == threads_before
         # After the request timeout every slow connection has been closed by the origin.
         time.sleep(REQUEST_TIMEOUT_S + 0.7)
@@ -212,7 +212,7 @@ def test_many_connections_keep_threads_and_memory_bounded(origin_process: Origin
 @pytest.fixture
 def limited_origin() -> Iterator[Origin]:
     """An in-process origin with small per-client limits (20 requests/s, 200 kB/s, 5 connections)."""
-    base = _free_base_port()
+    base = free_base_port()
     origin = Origin(OriginConfig(bind="127.0.0.1", arms=[3], base_port=base, set_marks=False, workers=4,
                                  max_object_bytes=100_000, request_timeout_s=2.0, client_requests_per_s=20,
                                  client_request_burst=20, client_bytes_per_s=200_000, client_max_connections=5))
@@ -335,12 +335,7 @@ def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path
                                   "http://127.0.0.1:8110/obj/20000"], capture_output=True, text=True, timeout=30)
         assert json.loads(fetched.stdout)["http_status"] == 200, fetched.stderr
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
 
 
 def test_probe_fetch_runs_as_nobody(origin_process: OriginProcess, request: pytest.FixtureRequest) -> None:

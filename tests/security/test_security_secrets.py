@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from testkit import Enrolled, bearer, enroll_origin, enroll_probe
 
 from iwprobe import wire
 from iwscope.auth import services as auth_services
 from iwscope.config import Settings
-from security_helpers import Enrolled, bearer, enroll_origin, enroll_probe
 
 REPO = Path(__file__).resolve().parents[2]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]

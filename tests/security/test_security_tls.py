@@ -16,20 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from security_helpers import Pki, make_pki, sign_leaf
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-
-from security_helpers import Pki, make_pki, sign_leaf
+from testkit import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 IWPROBE = [sys.executable, "-m", "iwprobe"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -44,7 +38,7 @@ def tls_api(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     """``iwscope api --tls-cert --tls-key`` on 127.0.0.1 with a certificate of a fresh test CA."""
     directory = tmp_path_factory.mktemp("tls")
     pki = make_pki(directory / "good", hosts=("127.0.0.1",))
-    port = _free_port()
+    port = free_port()
     log_path = directory / "api.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen([*IWSCOPE, "api", "--host", "127.0.0.1", "--port", str(port),
@@ -65,12 +59,7 @@ def tls_api(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
             time.sleep(0.1)
         yield TlsApi(url, pki, log_path)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def iwprobe(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -113,7 +102,7 @@ class _Recorder:
         while self.listener.fileno() >= 0:
             try:
                 raw, _ = self.listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -11,10 +11,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from testkit import Enrolled, enroll_origin, make_batch, make_observation, make_observation_batch, make_path_sample, make_trial
 
 from iwprobe import wire
-from security_helpers import (Enrolled, enroll_origin, make_batch, make_observation, make_observation_batch,
-                              make_path_sample, make_trial)
 
 
 def _rows(engine: Engine, sql: str, **params: Any) -> list[tuple[Any, ...]]:
