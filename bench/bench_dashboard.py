@@ -42,8 +42,20 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from iwscope.analysis import (Filters, compare_by, filter_options, fleet, headline, latency_cdf, latency_vs_iw,
-                              loss_summary, percentile_table, refresh_rollups, region_summary, reset_rollups)
+from iwscope.analysis import (
+    Filters,
+    compare_by,
+    filter_options,
+    fleet,
+    headline,
+    latency_cdf,
+    latency_vs_iw,
+    loss_summary,
+    percentile_table,
+    refresh_rollups,
+    region_summary,
+    reset_rollups,
+)
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import trial_where
 from iwscope.analysis.rollups import paired_trials_sql
@@ -60,7 +72,7 @@ REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_0
                 "north-america": (60, 30_000_000, 0.003), "oceania": (200, 10_000_000, 0.005)}
 SIZES = (1_500, 4_000, 9_000, 15_000, 30_000, 60_000, 120_000, 400_000)
 ARMS = (3, 10, 16)
-START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 # A span reaching past today has its receipt times squeezed into [START, an hour ago], in the
 # trials' order, so the refresh (which never folds rows stamped in the future) folds them all.
 #: Days the generated trials span by default (``--days``).
@@ -126,7 +138,7 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, day
                     k += 1
     paths = k
     chunk = 500_000
-    received_span = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1) - START
+    received_span = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1) - START
     squeeze = min(1.0, received_span / dt.timedelta(days=days))
     seconds = days * 86400
     insert = text(f"""

@@ -52,7 +52,7 @@ TCPI = {"rtt": 20_500, "rttvar": 800, "min_rtt": 20_000, "total_retrans": 0, "se
 
 
 def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     trials = []
     for index in range(count):
         iw = rng.choice((3, 10))

@@ -62,8 +62,8 @@ import psycopg
 import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_ingest import TCPI, free_port  # noqa: E402  (also puts tests/ on the path)
 import testenv  # noqa: E402
+from bench_ingest import TCPI, free_port  # noqa: E402  (also puts tests/ on the path)
 
 from iwprobe import wire  # noqa: E402
 from iwscope import worker_client  # noqa: E402
@@ -124,7 +124,7 @@ class CpuMeter:
 
 def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int,
                 rng: random.Random) -> list[dict[str, Any]]:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     trials = []
     for index in range(count):
         iw = rng.choice((3, 10))
@@ -335,7 +335,7 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
                                    observations, "observations", stop, rng)
         try:
             await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -351,7 +351,7 @@ async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str,
             return answer, time.perf_counter() - sent
         try:
             await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
