@@ -39,9 +39,9 @@ import orjson
 import psycopg
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-import testenv  # noqa: E402  (the tests' one home for scratch databases)
+import testenv  # the tests' one home for scratch databases
 
-from iwprobe import wire  # noqa: E402
+from iwprobe import wire
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "ingest.json"

@@ -62,11 +62,11 @@ import psycopg
 import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import testenv  # noqa: E402
-from bench_ingest import TCPI, free_port  # noqa: E402  (also puts tests/ on the path)
+import testenv
+from bench_ingest import TCPI, free_port  # also puts tests/ on the path
 
-from iwprobe import wire  # noqa: E402
-from iwscope import worker_client  # noqa: E402
+from iwprobe import wire
+from iwscope import worker_client
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
@@ -560,13 +560,13 @@ def main() -> None:
                                        capture_output=True, text=True).stdout.strip()
                   for kind in ("enroll", "origin", "admin")}
         port = free_port()
-        api_log_file = open(api_log, "wb")  # noqa: SIM115 - handed to the child
+        api_log_file = open(api_log, "wb")  # handed to the child
         open_files = raise_open_files_limit()
         api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port),
                                 "--workers", str(args.api_workers)], env={**env, **api_env},
                                start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
         api_log_file.close()
-        worker_log_file = open(worker_log, "wb")  # noqa: SIM115 - handed to the child
+        worker_log_file = open(worker_log, "wb")  # handed to the child
         worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
                                   stdout=worker_log_file, stderr=subprocess.STDOUT)
         children += [api, worker]

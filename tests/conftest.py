@@ -119,7 +119,7 @@ class CeleryWorker:
     redis_url: str
     log_path: pathlib.Path
 
-    def client(self):  # noqa: ANN201 (celery.Celery)
+    def client(self):
         from celery import Celery
 
         app = Celery("iwscope-test-client", broker=self.redis_url, backend=self.redis_url)

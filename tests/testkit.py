@@ -221,7 +221,7 @@ def free_base_port(arms: tuple[int, ...] = (3, 10)) -> int:
     raise RuntimeError("no free ports")
 
 
-def close_celery_client(app) -> None:  # noqa: ANN001 (celery.Celery)
+def close_celery_client(app) -> None:
     """Close a client app and the Redis connections of its result backend (no leaked sockets)."""
     backend = getattr(app._local, "backend", None)  # only if this thread created one
     if backend is not None:

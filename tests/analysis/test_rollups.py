@@ -143,7 +143,7 @@ def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> 
             try:
                 with Session(committed_engine) as session, session.begin():
                     refresh_rollups(session)
-            except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            except BaseException as error:  # reported by the assertion below
                 errors.append(error)
 
         threads = [threading.Thread(target=run) for _ in range(4)]
@@ -163,7 +163,7 @@ def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> 
         _cleanup(committed_engine, campaign_id, probes)
 
 
-def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_worker) -> None:  # noqa: ANN001
+def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_worker) -> None:
     """Trials stamped now are inside the safety margin: the task folds them in its follow-up run."""
     campaign_id = new_campaign_id()
     with Session(committed_engine) as session, session.begin():

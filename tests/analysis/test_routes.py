@@ -45,7 +45,7 @@ def committed_fixed(database_url: str) -> Iterator[Fixed]:
         engine.dispose()
 
 
-def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:  # noqa: ANN001
+def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:
     base = f"{api_server.url}/api/v1/analysis"
     campaign = str(committed_fixed.campaign_id)
     with httpx.Client(timeout=30) as client:

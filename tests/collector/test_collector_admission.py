@@ -27,7 +27,7 @@ HEARTBEAT = {"version": "test", "spool_backlog": 0, "spool_bytes": 0, "uptime_s"
 
 
 @pytest.fixture
-def door(joinless_api_factory):  # noqa: ANN001, ANN201
+def door(joinless_api_factory):
     """An API with a small door (its join tasks on a queue no worker reads)."""
     return joinless_api_factory(**SMALL_DOOR)
 
@@ -65,7 +65,7 @@ def test_probe_traffic_is_uploads_heartbeats_schedules_and_enrollment() -> None:
 
 
 def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
-        door, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        door, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=door.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
     batches = [[make_trial(probe.id) for _ in range(20)] for _ in range(3)]
@@ -111,7 +111,7 @@ def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
 
 
 def test_readers_never_take_the_places_probes_need(
-        door, enroll_token: str, trials_locked: psycopg.Connection) -> None:  # noqa: ANN001
+        door, enroll_token: str, trials_locked: psycopg.Connection) -> None:
     with httpx.Client(base_url=door.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
     answers: list[httpx.Response] = []
@@ -147,7 +147,7 @@ def test_admission_limits_are_validated() -> None:
 
 
 def test_a_lagging_event_loop_refuses_new_requests_until_it_catches_up(
-        api_server_factory, enroll_token: str) -> None:  # noqa: ANN001
+        api_server_factory, enroll_token: str) -> None:
     """Requests that wait in front of the handlers are invisible to the in-progress count; a
     starved process (here: stopped for 4 s, as a saturated CPU would leave it) measures its own
     event-loop lag and refuses new work until it has caught up, health excepted."""

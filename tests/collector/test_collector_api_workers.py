@@ -70,7 +70,7 @@ def _fresh_connection_gets(url: str, count: int) -> None:
             assert client.get(url).status_code == 200
 
 
-def test_workers_serve_one_port_with_metrics_summed(api_server_factory, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
+def test_workers_serve_one_port_with_metrics_summed(api_server_factory, tmp_path: pathlib.Path) -> None:
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     server = api_server_factory(workers=WORKERS, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
@@ -93,7 +93,7 @@ def test_workers_serve_one_port_with_metrics_summed(api_server_factory, tmp_path
     assert _readyz_count(httpx.get(f"{server.url}/metrics", timeout=30.0).text) == 70
 
 
-def test_workers_drain_together_then_exit(api_server_factory) -> None:  # noqa: ANN001
+def test_workers_drain_together_then_exit(api_server_factory) -> None:
     server = api_server_factory(workers=WORKERS, IWSCOPE_DRAIN_SECONDS="3")
     supervisor = server.process
     workers = _wait_for_workers(supervisor.pid, WORKERS)
@@ -122,7 +122,7 @@ def test_workers_that_cannot_start_stop_the_api(service_env: dict[str, str], tmp
     assert "failed to start" in process.stderr
 
 
-def test_a_given_metrics_directory_starts_empty(api_server_factory, tmp_path: pathlib.Path) -> None:  # noqa: ANN001
+def test_a_given_metrics_directory_starts_empty(api_server_factory, tmp_path: pathlib.Path) -> None:
     """Counts of an earlier run in the same ``PROMETHEUS_MULTIPROC_DIR`` are not summed in."""
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()

@@ -30,7 +30,7 @@ REFUSAL_WITHIN_S = CACHE_S / 5
 
 
 @pytest.fixture
-def server(joinless_api_factory):  # noqa: ANN001, ANN201
+def server(joinless_api_factory):
     return joinless_api_factory(IWSCOPE_CREDENTIAL_CACHE_S=str(CACHE_S), IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S=str(CACHE_S))
 
 
@@ -52,7 +52,7 @@ def _first_refusal(beat: Callable[[], int], within_s: float) -> list[int]:
     return statuses
 
 
-def _listeners(database_url: str, server) -> int:  # noqa: ANN001
+def _listeners(database_url: str, server) -> int:
     """Listening connections of this API process (not the session's other servers')."""
     return int(_sql(database_url, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
                     listener_name(server.process.pid))[0][0])
@@ -63,7 +63,7 @@ def _heartbeat(client: httpx.Client, probe: Enrolled) -> Callable[[], int]:
     return lambda: client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
 
 
-def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str,  # noqa: ANN001
+def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str,
                                                               database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
@@ -87,7 +87,7 @@ def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_tok
         assert statuses[-1] == 401, statuses
 
 
-def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str,  # noqa: ANN001
+def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str,
                                                           database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)

@@ -105,14 +105,14 @@ def _assert_busy_answer(status: int, headers: Any, body: Any) -> None:
 
 
 @pytest.fixture
-def tiny_api(joinless_api_factory):  # noqa: ANN001, ANN201
+def tiny_api(joinless_api_factory):
     """An API with a pool of one (every API here is joinless: these tests check admission and
     storage, not joins, with thousands of small uploads)."""
     return joinless_api_factory(**TINY_POOL)
 
 
 def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:
     # Default sizing (pool 20 + overflow 0): more slow uploads than the pool has connections.
     server = joinless_api_factory()
     assert server.process is not None
@@ -151,7 +151,7 @@ def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
 
 
 def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_trial_once(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:
     # One connection, 0.1 s of patience: 120 uploads of 300 trials are far more than it can
     # take at once, so some must be turned away.
     tiny_api = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "0.1"})
@@ -202,7 +202,7 @@ def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_t
 
 def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_returns(
         tiny_api, enroll_token: str, database_url: str, trials_locked: psycopg.Connection,
-        tmp_path) -> None:  # noqa: ANN001
+        tmp_path) -> None:
     from iwprobe._collector import CollectorClient
     from iwprobe._spool import Spool
     from iwprobe._upload import Uploader
@@ -273,7 +273,7 @@ def _busy(url: str, where: str) -> float:
 
 
 def test_public_reads_leave_half_the_slots_to_probes(
-        joinless_api_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:
     # Two slots; readers may hold one. Reads of ``trials`` block on the lock.
     server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_SIZE": "2", "IWSCOPE_DB_POOL_TIMEOUT_S": "1"})
     assert server.process is not None
@@ -324,7 +324,7 @@ def test_public_reads_leave_half_the_slots_to_probes(
 
 
 def test_an_abandoned_csv_export_gives_its_slot_back(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        joinless_api_factory, enroll_token: str, database_url: str) -> None:
     server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "2"})  # one slot in all
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:

@@ -17,7 +17,7 @@ from iwscope.config import Settings
 from iwscope.localstack import default_stack
 
 
-def test_readyz_reports_draining_after_sigterm(api_server_factory) -> None:  # noqa: ANN001
+def test_readyz_reports_draining_after_sigterm(api_server_factory) -> None:
     server = api_server_factory(IWSCOPE_DRAIN_SECONDS="3")
     try:
         assert httpx.get(f"{server.url}/readyz").json()["status"] == "ready"
@@ -33,7 +33,7 @@ def test_readyz_reports_draining_after_sigterm(api_server_factory) -> None:  # n
         server.stop()
 
 
-def test_readyz_not_ready_without_redis(api_server_factory, unused_tcp_port: int) -> None:  # noqa: ANN001
+def test_readyz_not_ready_without_redis(api_server_factory, unused_tcp_port: int) -> None:
     server = api_server_factory(REDIS_URL=f"redis://127.0.0.1:{unused_tcp_port}/1")
     try:
         answer = httpx.get(f"{server.url}/readyz", timeout=10)
@@ -74,7 +74,7 @@ def test_api_refuses_to_start_in_production_with_placeholders(service_env: dict[
     assert completed.stdout == ""
 
 
-def test_bootstrap_admin_token_from_settings(api_server_factory) -> None:  # noqa: ANN001
+def test_bootstrap_admin_token_from_settings(api_server_factory) -> None:
     token = "bootstrap-" + os.urandom(16).hex()
     server = api_server_factory(IWSCOPE_ADMIN_TOKEN=token)
     try:

@@ -75,7 +75,7 @@ def test_db_check_cli(empty_database_url: str) -> None:
     assert subprocess.run([*command, "check"], env=env, capture_output=True).returncode == 0
 
 
-def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> None:  # noqa: ANN001
+def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> None:
     """A trial of a month without a partition lands in DEFAULT; creating the partition moves it."""
     trial_id = uuid.uuid4()
     started = dt.datetime(2031, 5, 17, 12, 0, tzinfo=dt.UTC)
@@ -106,7 +106,7 @@ def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> No
             connection.execute(text("DROP TABLE IF EXISTS trials_p203105"))
 
 
-def test_trials_indexes_for_analysis(db_engine) -> None:  # noqa: ANN001
+def test_trials_indexes_for_analysis(db_engine) -> None:
     with db_engine.connect() as connection:
         definitions = connection.execute(text(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'trials'")).scalars().all()

@@ -23,13 +23,13 @@ HEARTBEAT = {"version": "cycle-test", "spool_backlog": 7, "spool_bytes": 4096, "
 
 
 @pytest.fixture
-def server(joinless_api_factory):  # noqa: ANN001, ANN201
+def server(joinless_api_factory):
     """An API whose credential cache lasts 1 s, notified or not."""
     return joinless_api_factory(IWSCOPE_CREDENTIAL_CACHE_S="1", IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S="1")
 
 
 @pytest.fixture
-def new_campaign(server, admin_token: str) -> Iterator[Callable[[Enrolled, str], int]]:  # noqa: ANN001
+def new_campaign(server, admin_token: str) -> Iterator[Callable[[Enrolled, str], int]]:
     """``new_campaign(origin, name)``: a running campaign of ``origin`` open to every region, ended
     after the test (else it would stand in the schedule of every probe the session enrolls later)."""
     created: list[int] = []
@@ -61,7 +61,7 @@ def _probe_row(database_url: str, probe_id: str) -> tuple[Any, ...]:
 
 
 def test_schedule_has_an_etag_and_answers_304_until_it_changes(
-        server, enroll_token: str, origin_token: str, new_campaign) -> None:  # noqa: ANN001
+        server, enroll_token: str, origin_token: str, new_campaign) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
@@ -88,7 +88,7 @@ def test_schedule_has_an_etag_and_answers_304_until_it_changes(
 
 
 def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_into_uploads(
-        server, enroll_token: str, origin_token: str, new_campaign, database_url: str, tmp_path) -> None:  # noqa: ANN001
+        server, enroll_token: str, origin_token: str, new_campaign, database_url: str, tmp_path) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
@@ -126,7 +126,7 @@ def _answers(url: str, status: str, route: str = "/api/v1/probes/{probe_id}/sche
     return 0.0
 
 
-def test_a_folded_heartbeat_is_validated_with_the_batch(server, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+def test_a_folded_heartbeat_is_validated_with_the_batch(server, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         trials = [make_trial(probe.id) for _ in range(3)]
@@ -145,7 +145,7 @@ def test_a_folded_heartbeat_is_validated_with_the_batch(server, enroll_token: st
 
 
 def test_revocation_takes_effect_within_the_credential_cache_time(
-        server, enroll_token: str, database_url: str) -> None:  # noqa: ANN001
+        server, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)

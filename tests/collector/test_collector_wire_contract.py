@@ -56,13 +56,13 @@ def _trial_batch() -> dict[str, Any]:
 def _mutations() -> list[tuple[str, Any]]:
     """(description, function of a good TrialBatch returning a changed copy)."""
 
-    def trial(change):  # noqa: ANN001, ANN202
+    def trial(change):
         def apply(document: dict[str, Any]) -> dict[str, Any]:
             change(document["trials"][0])
             return document
         return apply
 
-    def field(name: str, value: Any):  # noqa: ANN202
+    def field(name: str, value: Any):
         return trial(lambda record: record.__setitem__(name, value))
 
     return [

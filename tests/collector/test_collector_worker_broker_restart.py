@@ -166,7 +166,7 @@ def _next_task_runs(broker: Broker, worker: Worker, timeout: float = RECOVERY_TI
     with _client(broker.url, worker.queue) as app:
         try:
             partitions = app.send_task(PROBE_TASK, queue=worker.queue).get(timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - reported with the worker's log
+        except Exception as exc:  # reported with the worker's log
             status = worker.process.poll() if worker.process else None
             pytest.fail(f"no task ran after the Redis restart ({exc!r}; worker exit status {status}); "
                         f"worker log:\n{worker.log()[-6000:]}")

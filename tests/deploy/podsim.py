@@ -139,7 +139,7 @@ class PodContainer:
 
     def start(self, argv: list[str] | None = None, log_name: str | None = None) -> subprocess.Popen[bytes]:
         """Start the container's command (or ``argv`` inside the same kind of sandbox)."""
-        log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")  # noqa: SIM115
+        log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")
         with log:
             process = subprocess.Popen(self._sandboxed(argv or self.argv), env=self._workdir_environment(),
                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -16,7 +16,7 @@ from iwprobe._collector import CollectorClient, CollectorError
 
 
 class _Healthz(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:  # http.server API
         body = b'{"status":"ok"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

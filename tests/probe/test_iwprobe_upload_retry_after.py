@@ -39,7 +39,7 @@ class OverloadedCollector(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: OverloadedCollector
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.arrivals.append(time.monotonic())
         if len(self.server.arrivals) <= self.server.busy:
@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -126,7 +126,7 @@ def test_retry_after_is_parsed_as_seconds_or_http_date_and_clamped() -> None:
     assert min(delays) >= 2.0 and max(delays) <= 3.0 and len(set(delays)) > 100  # jittered above it
 
 
-def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path,  # noqa: ANN001
+def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path,
                                                                uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=2, retry_after="1")
     uploader, ids = _uploader(tmp_path, collector.url)
@@ -142,7 +142,7 @@ def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory
 
 
 def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_early(
-        collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:  # noqa: ANN001
+        collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=1, retry_after="3")
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
@@ -161,7 +161,7 @@ def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_ear
     assert collector.accepted == ids and uploader.backlog() == 0
 
 
-def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path,  # noqa: ANN001
+def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path,
                                                      uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=3, retry_after=None)
     uploader, ids = _uploader(tmp_path, collector.url)

@@ -108,7 +108,7 @@ def _count_recorded(ndjson: Path, what: str) -> int:
 
 
 def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
-        api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled,  # noqa: ANN001
+        api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled,
         tmp_path: Path) -> None:
     # The fuzzer's own reports (junit + ndjson per run) stay as CI artifacts for a failure's
     # post-mortem: which case, which answer, which network error.
@@ -168,20 +168,20 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
     assert api_server.running(), "the API process died under fuzzing"
 
 
-def test_analysis_trials_huge_offset_is_a_client_error(api_server) -> None:  # noqa: ANN001
+def test_analysis_trials_huge_offset_is_a_client_error(api_server) -> None:
     response = httpx.get(f"{api_server.url}/api/v1/analysis/trials",
                          params={"offset": "9480316990816186793984", "limit": 17}, timeout=30)
     assert response.status_code == 422
 
 
-def test_campaign_patch_huge_id_is_a_client_error(api_server, admin_token: str) -> None:  # noqa: ANN001
+def test_campaign_patch_huge_id_is_a_client_error(api_server, admin_token: str) -> None:
     response = httpx.patch(f"{api_server.url}/api/v1/campaigns/45858031745060369053253632",
                            json={"name": "x"}, headers=bearer(admin_token), timeout=30)
     assert response.status_code == 422
     assert "campaign_id" in response.text
 
 
-def test_campaign_get_huge_id_is_a_client_error(api_server, admin_token: str) -> None:  # noqa: ANN001
+def test_campaign_get_huge_id_is_a_client_error(api_server, admin_token: str) -> None:
     response = httpx.get(f"{api_server.url}/api/v1/campaigns/{2**63}", headers=bearer(admin_token), timeout=30)
     assert response.status_code == 422
     largest = httpx.get(f"{api_server.url}/api/v1/campaigns/{2**63 - 1}", headers=bearer(admin_token), timeout=30)

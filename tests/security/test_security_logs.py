@@ -28,7 +28,7 @@ def _token(env: dict[str, str], kind: str) -> str:
     return completed.stdout.strip()
 
 
-def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_server_factory, db_engine: Engine,  # noqa: ANN001
+def test_no_secret_in_debug_logs_of_a_full_run(service_env: dict[str, str], api_server_factory, db_engine: Engine,
                                               tmp_path: Path) -> None:
     queue = f"iwscope-sec-logs-{secrets.token_hex(4)}"
     env = {**service_env, "IWSCOPE_LOG_LEVEL": "DEBUG", "IWSCOPE_CELERY_QUEUE": queue}

@@ -68,7 +68,7 @@ def test_comparisons_go_through_compare_digest(db_session: Session, monkeypatch:
     calls: list[tuple[object, object]] = []
     real = hmac.compare_digest
 
-    def counting(a, b):  # noqa: ANN001, ANN202
+    def counting(a, b):
         calls.append((a, b))
         return real(a, b)
 

@@ -26,7 +26,7 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool, comp
 
 def model_metadata() -> MetaData:
     """The metadata of every model: the core's and the analysis roll-ups'."""
-    import iwscope.analysis.models  # noqa: F401  (registers the roll-up tables)
+    import iwscope.analysis.models  # registers the roll-up tables
     import iwscope.models  # noqa: F401  (registers the core tables)
     from iwscope.db import Base
 

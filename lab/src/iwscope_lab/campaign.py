@@ -206,7 +206,7 @@ class LabCampaign:
             try:
                 self._api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
                           {"ends_at": _utc_now().isoformat()}, token=self._tokens.get("admin"))
-            except Exception as error:  # noqa: BLE001 - best effort while shutting down
+            except Exception as error:  # best effort while shutting down
                 self.console.print(f"[yellow]could not close campaign {self.campaign_id}: {error}")
         for processes in (self._probes, self._origins):
             for proc in processes.values():
@@ -267,7 +267,7 @@ class LabCampaign:
         return []
 
     def _serve_origin(self, host: PlacedHost) -> None:
-        log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(self._host_state_dir(host) / "origin.log", "ab")  # handed to the child
         self._origins[host.name] = self.topology.popen(
             host.name, self._iwprobe("origin", "serve", *self._origin_args(host), "--bind", host.address,
                                      "--collector", self._collector_url()),
@@ -289,7 +289,7 @@ class LabCampaign:
 
     def _start_probe(self, host: PlacedHost) -> None:
         state_dir = self._host_state_dir(host)
-        log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(state_dir / "probe.log", "ab")  # handed to the child
         # Only this campaign: other campaigns may be active on the same collector.
         args = ["--campaign", str(self.campaign_id), *self.probe_args]
         if "--calibration-bytes" not in args:

@@ -62,7 +62,7 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
         try:
             cost.extend(run_fairness(stack, bottleneck=COST_BOTTLENECK, loads=(COST_LOAD,), mixes=COST_MIXES,
                                      flows=COST_FLOWS, timeout_s=duration_s + 120, show_progress=False))
-        except Exception as error:  # noqa: BLE001 - reported with the result, the benefit half still stands
+        except Exception as error:  # reported with the result, the benefit half still stands
             errors.append(f"{type(error).__name__}: {error}")
 
     worker = threading.Thread(target=cost_phases, name="iwscope-demo-cost", daemon=True)
