@@ -57,8 +57,10 @@ def _request_join(trial_ids: Sequence[str]) -> None:
     entry = orjson.dumps({"t": list(trial_ids)})
     try:
         # one round trip: append, and mark a drain as queued unless one is
-        _, newly_marked = (_redis().pipeline(transaction=False).rpush(key(JOIN_PENDING), entry)
-                           .set(key(JOIN_DRAIN_QUEUED), "1", nx=True, ex=QUEUED_TTL_S).execute())
+        pipeline = _redis().pipeline(transaction=False)
+        pipeline.rpush(key(JOIN_PENDING), entry)
+        pipeline.set(key(JOIN_DRAIN_QUEUED), "1", nx=True, ex=QUEUED_TTL_S)
+        _, newly_marked = pipeline.execute()
     except redis.RedisError:
         TASKS_NOT_SENT.labels(JOIN_DRAIN_TASK).inc()
         log.exception("could not record a pending join")
@@ -77,7 +79,8 @@ def join_drain_started(max_batches: int) -> list[dict[str, list[object]]]:
     pending batches (the next request queues another drain)."""
     client = _redis()
     client.delete(key(JOIN_DRAIN_QUEUED))
-    entries = client.lpop(key(JOIN_PENDING), max_batches) or []
+    popped = client.lpop(key(JOIN_PENDING), max_batches)  # with a count: a list, or None when empty
+    entries: list[bytes | str] = popped if isinstance(popped, list) else []
     return [orjson.loads(entry) for entry in entries]
 
 
@@ -98,7 +101,7 @@ def key(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _redis() -> redis.Redis[bytes]:
+def _redis() -> redis.Redis:
     return redis.Redis.from_url(get_settings().redis_url)
 
 
