@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import duckdb  # type: ignore[import-not-found]
 import psycopg
@@ -72,18 +73,28 @@ def _time(con: duckdb.DuckDBPyConnection, label: str, name: str, query: str) -> 
           f"max {1000 * max(times):6.0f} ms  rows {len(rows)}")
 
 
+def _load(url: str, scratch: str, export: str, span: str, read_csv: str, order: str, view: str
+          ) -> tuple[duckdb.DuckDBPyConnection, Any, Any]:
+    """``export`` (a COPY ... TO STDOUT) as Parquet sorted by ``order``, behind the DuckDB view
+    ``view``; and ``span``'s (min, max), read from PostgreSQL in the same connection."""
+    csv_path, parquet_path = pathlib.Path(scratch) / f"{view}.csv", pathlib.Path(scratch) / f"{view}.parquet"
+    with psycopg.connect(url) as connection, connection.cursor() as cursor, csv_path.open("wb") as out:
+        with cursor.copy(export) as copy:
+            for chunk in copy:
+                out.write(chunk)
+        first, last = cursor.execute(span).fetchone()
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * FROM {read_csv.format(path=csv_path)} ORDER BY {order}) TO '{parquet_path}' "
+                "(FORMAT parquet)")
+    con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{parquet_path}')")
+    return con, first, last
+
+
 def rollups(url: str) -> int:
     with tempfile.TemporaryDirectory() as scratch:
-        csv_path, parquet_path = pathlib.Path(scratch) / "rollups.csv", pathlib.Path(scratch) / "rollups.parquet"
-        with psycopg.connect(url) as connection, connection.cursor() as cursor, csv_path.open("wb") as out:
-            with cursor.copy(ROLLUP_EXPORT) as copy:
-                for chunk in copy:
-                    out.write(chunk)
-            first, last = cursor.execute("SELECT min(day), max(day) FROM analysis_rollups").fetchone()
-        con = duckdb.connect()
-        con.execute(f"COPY (SELECT * FROM read_csv('{csv_path}', header = true, types = {{'probe_id': 'UUID', "
-                    f"'origin_id': 'UUID'}}) ORDER BY grain, day) TO '{parquet_path}' (FORMAT parquet)")
-        con.execute(f"CREATE VIEW r AS SELECT * FROM read_parquet('{parquet_path}')")
+        con, first, last = _load(url, scratch, ROLLUP_EXPORT, "SELECT min(day), max(day) FROM analysis_rollups",
+                                 "read_csv('{path}', header = true, types = {{'probe_id': 'UUID', 'origin_id': 'UUID'}})",
+                                 "grain, day", "r")
         middle = first + (last - first) / 2
         week = (f"grain = 0 AND day >= DATE '{middle.isoformat()}' "
                 f"AND day < DATE '{(middle + dt.timedelta(days=7)).isoformat()}'")
@@ -94,16 +105,8 @@ def rollups(url: str) -> int:
 
 def main(url: str) -> int:
     with tempfile.TemporaryDirectory() as scratch:
-        csv_path, parquet_path = pathlib.Path(scratch) / "trials.csv", pathlib.Path(scratch) / "trials.parquet"
-        with psycopg.connect(url) as connection, connection.cursor() as cursor, csv_path.open("wb") as out:
-            with cursor.copy(EXPORT) as copy:
-                for chunk in copy:
-                    out.write(chunk)
-            first, last = cursor.execute("SELECT min(started_at), max(started_at) FROM trials").fetchone()
-        con = duckdb.connect()
-        con.execute(f"COPY (SELECT * FROM read_csv_auto('{csv_path}') ORDER BY started_at) TO '{parquet_path}' "
-                    "(FORMAT parquet)")
-        con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{parquet_path}')")
+        con, first, last = _load(url, scratch, EXPORT, "SELECT min(started_at), max(started_at) FROM trials",
+                                 "read_csv_auto('{path}')", "started_at", "t")
         middle = first + (last - first) / 2
         week = (f"AND started_at >= TIMESTAMPTZ '{middle.isoformat()}' "
                 f"AND started_at < TIMESTAMPTZ '{(middle + dt.timedelta(days=7)).isoformat()}'")
