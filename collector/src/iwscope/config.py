@@ -44,13 +44,12 @@ DevelopmentUrls = Callable[[], tuple[str, str]]
 _development_urls: DevelopmentUrls | None = None
 
 
-def use_development_urls(provider: DevelopmentUrls | None) -> None:
+def use_development_urls(provider: DevelopmentUrls) -> None:
     """Let development settings take unset ``DATABASE_URL`` / ``REDIS_URL`` from ``provider``.
 
     The development-only :mod:`iwscope.localstack` installs the checkout's local stack here
     when it is imported (the ``iwscope`` command imports it in development, the tests and the
-    lab with their stacks); this module never imports it, so production never loads it.
-    ``None`` removes the provider: unset URLs then stay empty."""
+    lab with their stacks); this module never imports it, so production never loads it."""
     global _development_urls
     _development_urls = provider
 
