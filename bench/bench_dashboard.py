@@ -32,8 +32,10 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +53,7 @@ from iwscope.analysis import (
     latency_cdf,
     latency_vs_iw,
     loss_summary,
+    pathcopy,
     percentile_table,
     refresh_rollups,
     region_summary,
@@ -59,6 +62,7 @@ from iwscope.analysis import (
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import trial_where
 from iwscope.analysis.rollups import paired_trials_sql
+from iwscope.config import get_settings
 from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -387,7 +391,8 @@ def build(engine: Engine, report: dict[str, Any]) -> None:
     log(f"vacuumed in {report['vacuum_s']:.1f} s")
 
 
-def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int) -> None:
+def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int,
+                             copy_dir: pathlib.Path | None = None) -> None:
     """Time ``runs`` incremental refreshes of 10^4 new trials stamped now (the ingest path's
     received_at), each in a transaction rolled back afterwards, so the database is unchanged.
 
@@ -396,6 +401,7 @@ def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int) 
     n x 10^4 rows its BRIN range scan cannot skip (a production tail holds only new trials,
     and autovacuum clears the few rolled-back ingest batches)."""
     seconds = []
+    copy_runs: dict[str, list[float]] = {}
     for _ in range(runs):
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.execute(text("VACUUM trials"))
@@ -412,11 +418,48 @@ def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int) 
             started = time.perf_counter()
             result = refresh_rollups(session, margin=dt.timedelta(seconds=0.2))
             seconds.append(time.perf_counter() - started)
+            if copy_dir is not None:
+                _time_copy_behind(session, copy_dir, copy_runs)
             session.rollback()
         log(f"incremental refresh of 10^4 new trials: {seconds[-1]:.2f} s: {result.client_trials} client, "
             f"{result.server_trials} server sides")
     report["incremental_refresh_10k_runs_s"] = seconds
     report["incremental_refresh_10k_s"] = statistics.median(seconds) if seconds else None
+    if copy_dir is not None:
+        report["analysis_copy_after_10k"] = {name: statistics.median(values) for name, values in copy_runs.items()}
+        report["analysis_copy_after_10k_runs"] = copy_runs
+
+
+def _time_copy_behind(session: Session, copy_dir: pathlib.Path, runs: dict[str, list[float]]) -> None:
+    """In the refresh's (uncommitted) transaction: the per-path sums read from the analysis copy
+    while it lags 10^4 trials behind the roll-ups, then the copy's delta update, then the read
+    again; on hard links of the copy, so the copy itself is left as it was."""
+    with tempfile.TemporaryDirectory(dir=copy_dir.parent) as scratch:
+        shadow = pathlib.Path(scratch) / "copy"
+        shutil.copytree(copy_dir, shadow, copy_function=os.link, ignore=shutil.ignore_patterns(".*"))
+        for name, step in (("read_behind_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False)),
+                           ("delta_update_s", lambda: pathcopy.update(session, shadow)),
+                           ("read_current_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False))):
+            started = time.perf_counter()
+            outcome = step()
+            runs.setdefault(name, []).append(time.perf_counter() - started)
+            assert outcome is not None and getattr(outcome, "action", "delta") == "delta", (name, outcome)
+        log("analysis copy 10^4 trials behind: read " + ", then ".join(
+            f"{name} {values[-1]:.3f} s" for name, values in runs.items()))
+
+
+def build_copy(engine: Engine, copy_dir: pathlib.Path, report: dict[str, Any]) -> None:
+    """The analysis copy of the built roll-ups (``pathcopy``), from scratch, timed."""
+    shutil.rmtree(copy_dir, ignore_errors=True)
+    started = time.perf_counter()
+    with Session(engine) as session, session.begin():
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        result = pathcopy.update(session, copy_dir)
+    report["analysis_copy_build_s"] = time.perf_counter() - started
+    report["analysis_copy_day_rows"] = result.rows
+    report["analysis_copy_bytes"] = sum(path.stat().st_size for path in copy_dir.glob("*.parquet"))
+    log(f"analysis copy built in {report['analysis_copy_build_s']:.1f} s: {result.rows:,} day rows, "
+        f"{report['analysis_copy_bytes'] / 2 ** 20:.1f} MiB of Parquet")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate-only", action="store_true", help="generate the trials, build nothing, time nothing")
     parser.add_argument("--refresh-runs", type=int, default=3,
                         help="incremental refreshes of 10^4 new trials to time (each rolled back; median reported)")
+    parser.add_argument("--analysis-copy", metavar="DIR", type=pathlib.Path, default=None,
+                        help="build the analysis copy (pathcopy) in DIR and time the figures reading it "
+                             "(IWSCOPE_ANALYSIS_COPY_DIR); without it they read PostgreSQL alone")
     parser.add_argument("--output", default=str(REPO / "artifacts" / "bench_dashboard.json"))
     args = parser.parse_args(argv)
     if args.probes is not None:
@@ -466,7 +512,13 @@ def main(argv: list[str] | None = None) -> int:
         migrate.upgrade("head", database_url=url)
     if not args.reuse or args.rebuild:
         build(engine, report)
-    time_incremental_refresh(engine, report, args.refresh_runs)
+    if args.analysis_copy is not None:
+        build_copy(engine, args.analysis_copy.resolve(), report)
+        os.environ["IWSCOPE_ANALYSIS_COPY_DIR"] = str(args.analysis_copy.resolve())
+        get_settings.cache_clear()
+    report["analysis_copy_dir"] = get_settings().analysis_copy_dir
+    time_incremental_refresh(engine, report, args.refresh_runs,
+                             None if args.analysis_copy is None else args.analysis_copy.resolve())
     with engine.connect() as connection:
         report["rollup_rows"] = connection.execute(text("SELECT count(*) FROM analysis_rollups")).scalar_one()
         report["trials_in_db"] = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()

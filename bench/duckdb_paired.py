@@ -1,10 +1,10 @@
 """The engine comparison in docs/analysis-benchmark.md: DuckDB over Parquet of the raw trials.
 
-DuckDB is not a dependency of iwscope; run this with an interpreter that has both ``duckdb`` and
-``psycopg`` (e.g. ``python -m venv /tmp/duckenv && /tmp/duckenv/bin/pip install duckdb numpy
-'psycopg[binary]'``) against a database that ``bench/bench_dashboard.py`` generated::
+The measurement that chose the analysis copy's engine (``iwscope.analysis.pathcopy``, which
+made DuckDB a dependency of the collector). Run it against a database that
+``bench/bench_dashboard.py`` generated::
 
-    /tmp/duckenv/bin/python bench/duckdb_paired.py [--rollups] postgresql://iwscope:PASSWORD@127.0.0.1:54329/iwscope_bench_6k
+    .venv/bin/python bench/duckdb_paired.py [--rollups] postgresql://iwscope:PASSWORD@127.0.0.1:54329/iwscope_bench_6k
 
 It exports the short, plain-arm trials with their path's signature to Parquet (sorted by
 ``started_at``), then times, 7 times each, the per-path paired sums of IW3 vs IW10 (the same
@@ -26,7 +26,7 @@ import tempfile
 import time
 from typing import Any
 
-import duckdb  # type: ignore[import-not-found]
+import duckdb
 import psycopg
 
 EXPORT = """COPY (SELECT t.probe_id, t.origin_id, t.arm_iw, t.object_size, t.started_at, t.server_latency_us,

@@ -94,8 +94,10 @@ def celery_queue(test_id: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def service_env(database_url: str, redis_url: str, celery_queue: str) -> dict[str, str]:
-    """Environment of the subprocesses (API, worker, CLI) pointing at this session's services."""
+def service_env(database_url: str, redis_url: str, celery_queue: str,
+                tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment of the subprocesses (API, worker, CLI) pointing at this session's services;
+    the worker keeps an analysis copy (``pathcopy``) that the API and the dashboard read."""
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("IWSCOPE_ADMIN_TOKEN", "IWSCOPE_ENROLL_TOKEN", "IWSCOPE_ENV")}
     environment.update({
@@ -106,6 +108,7 @@ def service_env(database_url: str, redis_url: str, celery_queue: str) -> dict[st
         "IWSCOPE_LOG_LEVEL": "WARNING",
         "IWSCOPE_ENV": "development",
         "PYTHONUNBUFFERED": "1",
+        "IWSCOPE_ANALYSIS_COPY_DIR": str(tmp_path_factory.mktemp("analysis-copy")),
     })
     return environment
 

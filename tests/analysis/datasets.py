@@ -11,6 +11,8 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from iwscope.models import Campaign, PathEstimate, Probe, Trial, TrialId
@@ -20,6 +22,8 @@ DAY = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 RECEIVED = dt.datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 JOINED = dt.datetime(2026, 1, 5, 12, 1, tzinfo=UTC)
 MS = 1000
+#: Where :func:`add_random_trials` starts by default.
+RANDOM_START = dt.datetime(2026, 2, 1, tzinfo=UTC)
 
 
 def new_campaign_id() -> int:
@@ -71,6 +75,40 @@ def add_trial(session: Session, *, campaign_id: int | None, probe_id: uuid.UUID,
         server_bytes_sent=bytes_sent if joined and retrans is not None else None,
         joined_at=joined_at))
     return trial_id
+
+
+def add_random_trials(session: Session, rng: random.Random, campaign_id: int, probes: list[uuid.UUID],
+                      origin: uuid.UUID, count: int, received_at: dt.datetime, joined: bool,
+                      without_campaign: float = 0.1, join_delay: dt.timedelta = dt.timedelta(seconds=30),
+                      start: dt.datetime = RANDOM_START, span_hours: float = 72.0) -> list[uuid.UUID]:
+    """``count`` random trials (arms 3, 10, 16; five sizes; 5 % failed; some without a
+    campaign or an origin) started in ``span_hours`` from ``start``, received at ``received_at``
+    and joined ``join_delay`` later when ``joined``."""
+    ids = []
+    for _ in range(count):
+        error = "reset" if rng.random() < 0.05 else None
+        retrans = rng.choice([0, 0, 0, 1, 3])
+        ids.append(add_trial(
+            session, campaign_id=None if rng.random() < without_campaign else campaign_id,
+            probe_id=rng.choice(probes), origin_id=origin if rng.random() < 0.95 else None,
+            iw=rng.choice([3, 10, 16]), server_ms=None if error else rng.lognormvariate(5.5, 0.6),
+            size=rng.choice([1_000, 9_000, 15_000, 60_000, 300_000]), error=error, retrans=retrans,
+            bytes_retrans=1448 * retrans, bytes_sent=rng.randint(1_000, 400_000),
+            started_at=start + dt.timedelta(hours=rng.uniform(0, span_hours)), received_at=received_at,
+            joined_at=received_at + join_delay if joined else None))
+    session.flush()
+    return ids
+
+
+def delete_committed(engine: Engine, campaign_id: int, probes: list[uuid.UUID]) -> None:
+    """Removes what a test committed: the campaign's trials and roll-ups, and ``probes``."""
+    with Session(engine) as session, session.begin():
+        session.execute(text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"),
+                        {"c": campaign_id})
+        session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": campaign_id})
+        session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"), {"p": probes})
 
 
 @dataclass

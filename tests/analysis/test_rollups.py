@@ -17,29 +17,9 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import Filters, compare_by, rebuild_rollups, refresh_rollups, reset_rollups
 from iwscope.analysis.rollups import rollup_snapshot
 
-from .datasets import UTC, add_path, add_probe, add_trial, new_campaign_id
+from .datasets import UTC, add_path, add_probe, add_random_trials, add_trial, delete_committed, new_campaign_id
 
 T0 = dt.datetime(2026, 2, 1, tzinfo=UTC)
-
-
-def _random_trials(session: Session, rng: random.Random, campaign_id: int, probes: list[uuid.UUID],
-                   origin: uuid.UUID, count: int, received_at: dt.datetime, joined: bool,
-                   without_campaign: float = 0.1, join_delay: dt.timedelta = dt.timedelta(seconds=30)
-                   ) -> list[uuid.UUID]:
-    ids = []
-    for _ in range(count):
-        error = "reset" if rng.random() < 0.05 else None
-        retrans = rng.choice([0, 0, 0, 1, 3])
-        ids.append(add_trial(
-            session, campaign_id=None if rng.random() < without_campaign else campaign_id,
-            probe_id=rng.choice(probes), origin_id=origin if rng.random() < 0.95 else None,
-            iw=rng.choice([3, 10, 16]), server_ms=None if error else rng.lognormvariate(5.5, 0.6),
-            size=rng.choice([1_000, 9_000, 15_000, 60_000, 300_000]), error=error, retrans=retrans,
-            bytes_retrans=1448 * retrans, bytes_sent=rng.randint(1_000, 400_000),
-            started_at=T0 + dt.timedelta(hours=rng.uniform(0, 72)), received_at=received_at,
-            joined_at=received_at + join_delay if joined else None))
-    session.flush()
-    return ids
 
 
 def _join_later(session: Session, trial_ids: list[uuid.UUID], joined_at: dt.datetime) -> None:
@@ -66,15 +46,15 @@ def test_incremental_equals_full_recomputation_and_twice_changes_nothing(db_sess
 
     # phase 1: 400 trials, 300 already joined, 100 waiting for their observation
     t1 = T0 + dt.timedelta(days=4)
-    joined_first = _random_trials(db_session, rng, campaign_id, probes, origin, 300, t1, joined=True)
-    waiting = _random_trials(db_session, rng, campaign_id, probes, origin, 100, t1, joined=False)
+    joined_first = add_random_trials(db_session, rng, campaign_id, probes, origin, 300, t1, joined=True)
+    waiting = add_random_trials(db_session, rng, campaign_id, probes, origin, 100, t1, joined=False)
     first = refresh_rollups(db_session, upto=t1 + dt.timedelta(minutes=5))
     assert first.client_trials >= 400 and first.server_trials >= 300
     # phase 2: the 100 are joined, 250 new trials arrive (some joined at once)
     t2 = t1 + dt.timedelta(hours=1)
     _join_later(db_session, waiting, t2)
-    _random_trials(db_session, rng, campaign_id, probes, origin, 150, t2, joined=True)
-    _random_trials(db_session, rng, campaign_id, probes, origin, 100, t2, joined=False)
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 150, t2, joined=True)
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 100, t2, joined=False)
     second = refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=5))
     assert second.client_trials >= 250 and second.server_trials >= 250
     incremental = _snapshot(db_session, {campaign_id, None})
@@ -117,23 +97,13 @@ def committed_engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _cleanup(engine: Engine, campaign_id: int, probes: list[uuid.UUID]) -> None:
-    with Session(engine) as session, session.begin():
-        session.execute(text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"),
-                        {"c": campaign_id})
-        session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
-        session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": campaign_id})
-        session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": campaign_id})
-        session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"), {"p": probes})
-
-
 def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> None:
     campaign_id = new_campaign_id()
     rng = random.Random(9)
     with Session(committed_engine) as session, session.begin():
         recent = session.execute(text("SELECT now()")).scalar_one()  # as the ingest path stamps them
         probes = [add_probe(session, "africa"), add_probe(session, "europe")]
-        _random_trials(session, rng, campaign_id, probes, uuid.uuid4(), 300, recent, joined=True,
+        add_random_trials(session, rng, campaign_id, probes, uuid.uuid4(), 300, recent, joined=True,
                        without_campaign=0.0, join_delay=dt.timedelta(0))
     try:
         time.sleep(1.2)  # past the refresh's safety margin
@@ -160,7 +130,7 @@ def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> 
                 SELECT count(*), count(*) FROM trials WHERE campaign_id = :c"""), {"c": campaign_id}).one()
         assert tuple(totals) == tuple(raw) == (300, 300)
     finally:
-        _cleanup(committed_engine, campaign_id, probes)
+        delete_committed(committed_engine, campaign_id, probes)
 
 
 def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_worker) -> None:
@@ -195,7 +165,7 @@ def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_w
         assert isinstance(again, dict) and again["skipped"] is False
         assert rows() == [(3, 3, 3, 3_000_000), (10, 1, 1, 700_000)]
     finally:
-        _cleanup(committed_engine, campaign_id, [probe])
+        delete_committed(committed_engine, campaign_id, [probe])
 
 
 def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
@@ -241,7 +211,7 @@ def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -
     add_path(db_session, probes[1], origin, 150.0, 5_000_000, 0.0)  # RTT bucket (100, 200]
     reset_rollups(db_session)
     upto = T0 + dt.timedelta(days=4, minutes=5)
-    _random_trials(db_session, rng, campaign_id, probes, origin, 300, T0 + dt.timedelta(days=4), joined=True,
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 300, T0 + dt.timedelta(days=4), joined=True,
                    without_campaign=0.0)
     refresh_rollups(db_session, upto=upto)
     sums = _by_signature(db_session, {campaign_id})
@@ -291,10 +261,10 @@ def test_path_detail_from_raw_trials_equals_the_rollups(db_session: Session) -> 
         add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
     reset_rollups(db_session)
     received = T0 + dt.timedelta(days=4)
-    _random_trials(db_session, rng, campaign_id, probes, origin, 400, received, joined=True, without_campaign=0.0)
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 400, received, joined=True, without_campaign=0.0)
     refresh_rollups(db_session, upto=received + dt.timedelta(minutes=5))
     # received after the watermark: the roll-ups do not hold them yet, so neither may the detail
-    _random_trials(db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True,
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True,
                    without_campaign=0.0)
     # trials without an origin (5 %) are counted under the nil UUID: their paths are read too
     pairs = [(probe, origin) for probe in probes] + [(probe, uuid.UUID(int=0)) for probe in probes]

@@ -464,6 +464,36 @@ def test_dashboard_can_be_disabled(helm: pathlib.Path) -> None:
         helm_template(helm, [CI_VALUE_SETS[INGRESS_HPA]], {"dashboard": {"enabled": False}})
 
 
+def test_analysis_copy_mounts_one_claim_where_the_worker_writes_and_the_readers_read(helm: pathlib.Path) -> None:
+    def copy_of(objects: list[Manifest]) -> dict[str, tuple[str | None, str | None]]:
+        """Per Deployment: the claim of its ``analysis-copy`` volume and where it is mounted."""
+        found = {}
+        for o in objects:
+            if o["kind"] != "Deployment":
+                continue
+            spec = o["spec"]["template"]["spec"]
+            claims = [v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes", []) if v["name"] == "analysis-copy"]
+            mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", [])
+                      if m["name"] == "analysis-copy"]
+            found[o["metadata"]["name"].rsplit("-", 1)[-1]] = (claims[0] if claims else None, mounts[0] if mounts else None)
+        return found
+
+    def config_of(objects: list[Manifest]) -> dict[str, str]:
+        return next(o["data"] for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-config"))
+
+    plain = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]])
+    assert all(value == (None, None) for value in copy_of(plain).values())
+    assert "IWSCOPE_ANALYSIS_COPY_DIR" not in config_of(plain)
+    shared = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"analysisCopy": {"existingClaim": "iwscope-copy"}})
+    mounted = copy_of(shared)
+    for component in ("api", "worker", "dashboard"):
+        assert mounted[component] == ("iwscope-copy", "/var/lib/iwscope/analysis-copy"), component
+    assert mounted["beat"] == (None, None)
+    assert config_of(shared)["IWSCOPE_ANALYSIS_COPY_DIR"] == "/var/lib/iwscope/analysis-copy"
+    with pytest.raises(HelmFailed, match="mountPath"):
+        helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"analysisCopy": {"existingClaim": "x", "mountPath": "relative"}})
+
+
 # --- network policy -------------------------------------------------------------------------
 
 

@@ -220,3 +220,19 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The analysis copy's volume mount and volume (API, worker, dashboard), when a claim is set. */}}
+{{- define "iwscope.analysisCopyMount" -}}
+{{- if .Values.analysisCopy.existingClaim }}
+- name: analysis-copy
+  mountPath: {{ .Values.analysisCopy.mountPath }}
+{{- end }}
+{{- end -}}
+
+{{- define "iwscope.analysisCopyVolume" -}}
+{{- if .Values.analysisCopy.existingClaim }}
+- name: analysis-copy
+  persistentVolumeClaim:
+    claimName: {{ .Values.analysisCopy.existingClaim }}
+{{- end }}
+{{- end -}}

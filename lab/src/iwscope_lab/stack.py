@@ -83,8 +83,17 @@ class Stack:
             self._sessionmaker = None
 
     @property
+    def analysis_copy_dir(self) -> pathlib.Path:
+        """Where the stack's worker keeps the analysis copy its API and dashboard read
+        (``IWSCOPE_ANALYSIS_COPY_DIR`` when set; else one directory per database in the run dir)."""
+        configured = self.extra_env.get("IWSCOPE_ANALYSIS_COPY_DIR") or os.environ.get("IWSCOPE_ANALYSIS_COPY_DIR")
+        database = self.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
+        return pathlib.Path(configured) if configured else self.run_dir / "analysis-copy" / database
+
+    @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, **self.extra_env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
+        return {**os.environ, **self.extra_env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
+                "IWSCOPE_ANALYSIS_COPY_DIR": str(self.analysis_copy_dir)}
 
     def activate(self) -> None:
         """Point this process's own database reads at the stack (the runner reads progress)."""

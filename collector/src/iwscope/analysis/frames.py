@@ -83,32 +83,42 @@ def _next_month(day: dt.date) -> dt.date:
     return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
 
 
-def _day_range(filters: Filters) -> tuple[dt.date, dt.date] | None:
-    """The whole UTC days ``[since's day, until's day]`` of the filters (an open end extends to
-    1970-01-01 / 9999-11-30); ``None`` when neither end is set."""
+@dataclass(frozen=True)
+class DayWindow:
+    """The filters' time range as the roll-ups read it: the whole UTC days ``[first_day,
+    last_day]`` (an open end extends to 1970-01-01 / 9999-11-30); of them, the whole months
+    ``[months_from, months_to)`` from month rows (``None``: no whole month), the others from
+    day rows."""
+
+    first_day: dt.date
+    last_day: dt.date
+    months_from: dt.date | None
+    months_to: dt.date | None
+
+
+def day_window(filters: Filters) -> DayWindow | None:
+    """The filters' :class:`DayWindow`; ``None`` when neither end is set (all history)."""
     if filters.since is None and filters.until is None:
         return None
-    return (filters.since.astimezone(dt.UTC).date() if filters.since else dt.date(1970, 1, 1),
-            filters.until.astimezone(dt.UTC).date() if filters.until else dt.date(9999, 11, 30))
-
-
-def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
-    """Month rows for the whole months inside the range, day rows for the days at its edges.
-
-    The range is whole UTC days ``[since's day, until's day]``; an open end extends to the
-    first / last month with data.
-    """
-    days = _day_range(filters)
-    if days is None:
-        return f"{alias}.grain = 1"
-    first_day, last_day = days
-    # whole months inside [first_day, last_day]: [months_from, months_to)
+    first_day = filters.since.astimezone(dt.UTC).date() if filters.since else dt.date(1970, 1, 1)
+    last_day = filters.until.astimezone(dt.UTC).date() if filters.until else dt.date(9999, 11, 30)
     months_from = first_day if first_day.day == 1 else _next_month(first_day)
     months_to = _month_start(last_day + dt.timedelta(days=1))
     if months_to <= months_from:
-        params.update(first_day=first_day, last_day=last_day)
+        return DayWindow(first_day, last_day, None, None)
+    return DayWindow(first_day, last_day, months_from, months_to)
+
+
+def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
+    """Month rows for the whole months inside the range, day rows for the days at its edges
+    (:func:`day_window`)."""
+    window = day_window(filters)
+    if window is None:
+        return f"{alias}.grain = 1"
+    params.update(first_day=window.first_day, last_day=window.last_day)
+    if window.months_from is None:
         return f"({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day)"
-    params.update(first_day=first_day, last_day=last_day, months_from=months_from, months_to=months_to)
+    params.update(months_from=window.months_from, months_to=window.months_to)
     return (f"(({alias}.grain = 1 AND {alias}.day >= :months_from AND {alias}.day < :months_to)"
             f" OR ({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day"
             f" AND NOT ({alias}.day >= :months_from AND {alias}.day < :months_to)))")
@@ -192,11 +202,11 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
                               "null_probes": sorted({str(p) for p, o in paths if o == NO_ORIGIN}),
                               "arms": list(arms), "upto": upto}
     clauses = ["arm_iw = ANY(:arms)", f"{'received_at' if client else 'joined_at'} <= :upto"]
-    days = _day_range(filters)
-    if days is not None:
+    window = day_window(filters)
+    if window is not None:
         clauses.append("started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
                        " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'")
-        params.update(first_day=days[0], last_day=days[1])
+        params.update(first_day=window.first_day, last_day=window.last_day)
     # campaign and size octave on the roll-up key the selection computes
     keys = ["TRUE"]
     if filters.campaign_ids:
@@ -328,6 +338,13 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
         FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
         LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
         LEFT JOIN probes AS p ON p.id = g.probe_id"""), params).all()
+    return path_frame(rows)
+
+
+def path_frame(rows: Sequence[Any]) -> PathFrame:
+    """A :class:`PathFrame` of rows ``(path code, probe code, size octave, rtt, bandwidth, bdp,
+    loss bucket, n_trials, n_pairs, sum_diff_ms, sum_base_ms, region, probe_id, origin_id)``,
+    the codes dense ranks of (probe_id, origin_id) and of probe_id."""
     count = len(rows)
     numeric = np.array([row[:11] for row in rows], dtype=np.float64) if count else np.zeros((0, 11))
     ints = numeric[:, :7].astype(np.int64)
@@ -339,6 +356,17 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
                      region_names=list(region_codes), rtt_bucket=ints[:, 3], bandwidth_bucket=ints[:, 4],
                      bdp_bucket=ints[:, 5], loss_bucket=ints[:, 6], n_trials=numeric[:, 7], n_pairs=numeric[:, 8],
                      sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
+
+
+def load_probe_totals(session: Session, week_start: dt.date) -> dict[uuid.UUID, tuple[int, int, int]]:
+    """Per probe with trials: trials, failed trials (whole history) and trials on the days after
+    ``week_start``, from the per-path roll-ups."""
+    return {row[0]: (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in session.execute(text("""
+        SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1), sum(r.n_errors) FILTER (WHERE r.grain = 1),
+               sum(r.n_trials) FILTER (WHERE r.grain = 0)
+        FROM analysis_rollups AS r
+        WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start)
+        GROUP BY r.probe_id"""), {"week_start": week_start})}
 
 
 def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None) -> Frame:

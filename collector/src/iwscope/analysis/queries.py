@@ -24,9 +24,17 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
+from iwscope.analysis import pathcopy
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_detail, load_path_stats
+from iwscope.analysis.frames import (
+    Frame,
+    PathFrame,
+    load_buckets,
+    load_path_detail,
+    load_path_stats,
+    load_probe_totals,
+)
 from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
 from iwscope.analysis.results import (
     ArmPercentiles,
@@ -49,6 +57,8 @@ from iwscope.analysis.stats import (
     share,
     sum_by,
 )
+from iwscope.config import get_settings
+from iwscope.metrics import ANALYSIS_PATH_READS
 
 # ---- grouping helpers ------------------------------------------------------------------------
 
@@ -105,9 +115,15 @@ class _Data:
 
 
 def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: bool = False) -> _Data:
+    """The per-path sums (from the analysis copy when configured and usable, see ``pathcopy``)
+    and the bucket rows of ``filters``."""
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    return _Data(session, filters, load_path_stats(session, filters, all_arms, by_size),
-                 load_buckets(session, filters, arms))
+    directory = get_settings().analysis_copy_dir
+    paths = None if directory is None else pathcopy.load_path_stats(session, directory, filters, all_arms, by_size)
+    ANALYSIS_PATH_READS.labels("postgresql" if paths is None else "copy").inc()
+    if paths is None:
+        paths = load_path_stats(session, filters, all_arms, by_size)
+    return _Data(session, filters, paths, load_buckets(session, filters, arms))
 
 
 def _within_path_interval(data: _Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:
@@ -472,33 +488,30 @@ def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
 
 
 def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
-    """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share."""
+    """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share
+    (the totals from the analysis copy when configured and usable, see ``pathcopy``)."""
     today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
+    week_start = today - dt.timedelta(days=7)
+    directory = get_settings().analysis_copy_dir
+    totals = None if directory is None else pathcopy.probe_totals(session, directory, week_start)
+    ANALYSIS_PATH_READS.labels("postgresql" if totals is None else "copy").inc()
+    if totals is None:
+        totals = load_probe_totals(session, week_start)
     rows = session.execute(text("""
-        WITH totals AS (
-            SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1) AS trials_total,
-                   sum(r.n_errors) FILTER (WHERE r.grain = 1) AS errors,
-                   sum(r.n_trials) FILTER (WHERE r.grain = 0) AS trials_week
-            FROM analysis_rollups AS r
-            WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start)
-            GROUP BY r.probe_id)
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
-               (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog,
-               COALESCE(t.trials_total, 0) AS trials_total, COALESCE(t.errors, 0) AS errors,
-               COALESCE(t.trials_week, 0) AS trials_week
-        FROM probes AS p LEFT JOIN totals AS t ON t.probe_id = p.id
-        ORDER BY p.region, p.name"""), {"week_start": today - dt.timedelta(days=7)}).all()
+               (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog
+        FROM probes AS p ORDER BY p.region, p.name""")).all()
     result: list[ProbeRow] = []
     for row in rows:
         try:
             backlog = int(row.spool_backlog) if row.spool_backlog is not None else None
         except ValueError:
             backlog = None
-        total = int(row.trials_total)
+        total, errors, week = totals.get(row.id, (0, 0, 0))
         result.append(ProbeRow(probe_id=str(row.id), name=row.name, region=row.region, country=row.country,
                                version=row.version, last_seen_at=row.last_seen_at, trials_total=total,
-                               trials_per_day=int(row.trials_week) / 7.0,
-                               error_share=int(row.errors) / total if total else None, spool_backlog=backlog))
+                               trials_per_day=week / 7.0, error_share=errors / total if total else None,
+                               spool_backlog=backlog))
     return result
 
 

@@ -160,10 +160,10 @@ _PATH_SIDE_COLUMNS = {
     False: {"server_n": _AGG["n"], "server_sum_us": _AGG["sum"], "server_sumsq_us2": _AGG["sumsq"],
             **{name: _AGG[name] for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")}},
 }
-_PATH_MEASURES = [*_PATH_SIDE_COLUMNS[True], *_PATH_SIDE_COLUMNS[False]]
+_PATH_MEASURES = (*_PATH_SIDE_COLUMNS[True], *_PATH_SIDE_COLUMNS[False])
 
 
-def _path_side_sql(client: bool) -> str:
+def _path_side_sql(client: bool, grains: str = _GRAINS, measures: tuple[str, ...] = _PATH_MEASURES) -> str:
     """One side's deltas of the per-path roll-ups over its window (``:rlow``/``:rhigh`` on
     ``received_at``, ``:jlow``/``:jhigh`` on ``joined_at``), per key and grain, in the column
     order of ``_path_fold_sql`` (the other side's measures 0).  The client side carries the
@@ -173,9 +173,23 @@ def _path_side_sql(client: bool) -> str:
     sizes = "min(t.object_size), max(t.object_size), NULL::bigint" if client else f"NULL::bigint, NULL::bigint, {edge}"
     trials = side_trials_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
     return f"""
-        SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in _PATH_MEASURES)}
-        FROM ({trials}) AS t {_GRAINS}
+        SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in measures)}
+        FROM ({trials}) AS t {grains}
         GROUP BY 1, 2, 3, 4, 5, 6, 7"""
+
+
+def path_window_sums_sql(measures: tuple[str, ...]) -> str:
+    """Both sides' sums ``measures`` (per-path roll-up columns) of the trials in a refresh's
+    windows (``:rlow``/``:rhigh``, ``:jlow``/``:jhigh``), per (campaign, probe, origin, arm,
+    size octave, UTC day): the day rows the fold of those windows adds to (``pathcopy``)."""
+    key = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
+    day_only = f"CROSS JOIN (VALUES ({GRAIN_DAY})) AS g(grain)"
+    return f"""
+        SELECT {key}, {", ".join(f"sum(d.{name})::bigint AS {name}" for name in measures)}
+        FROM ({_path_side_sql(True, day_only, measures)}
+              UNION ALL {_path_side_sql(False, day_only, measures)}) AS d ({key}, grain, size_min, size_max, edge,
+                                                                           {", ".join(measures)})
+        GROUP BY {key}"""
 
 
 def _path_fold_sql() -> Any:

@@ -1,4 +1,5 @@
-"""Celery task ``iwscope.analysis.tasks.refresh_rollups`` (queued after joins).
+"""Celery task ``iwscope.analysis.tasks.refresh_rollups`` (queued after joins), which also
+brings the analysis copy (``pathcopy``) up to date after its commit.
 
 Requests go through :func:`iwscope.worker_client.queue_rollup_refresh`: one refresh is queued
 at a time (a Redis ``SET NX`` key, cleared when the refresh starts), however many joins ask.
@@ -14,8 +15,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from iwscope.analysis import rollups
+from iwscope.analysis import pathcopy, rollups
 from iwscope.analysis.rollups import DEFAULT_MARGIN
+from iwscope.config import get_settings
 from iwscope.db import session_scope
 from iwscope.worker import celery_app
 from iwscope.worker_client import queue_rollup_refresh, rollup_refresh_started
@@ -45,8 +47,26 @@ def refresh_rollups(trial_ids: list[str] | None = None, follow_up: bool = False)
     outcome["path_estimates"] = path_pairs
     outcome["pending"] = pending
     outcome["follow_up_queued"] = queue_rollup_refresh(DEFAULT_MARGIN.total_seconds() + 1.0) if pending else False
+    outcome["analysis_copy"] = update_analysis_copy()
     log.info("refresh_rollups: %s", outcome)
     return outcome
+
+
+def update_analysis_copy() -> str | None:
+    """Bring the analysis copy (``pathcopy``; when ``IWSCOPE_ANALYSIS_COPY_DIR`` is set) up to
+    the roll-ups' watermarks; returns what it did.  A failure is logged, never raised: the
+    roll-ups are committed and readers fall back to PostgreSQL while the copy lags."""
+    directory = get_settings().analysis_copy_dir
+    if directory is None:
+        return None
+    try:
+        with session_scope() as session:
+            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            result = pathcopy.update(session, directory)
+    except Exception:
+        log.exception("analysis copy in %s not updated", directory)
+        return "failed"
+    return result.action + (" compacted" if result.compacted else "")
 
 
 @celery_app.task(name="iwscope.analysis.tasks.rebuild_path_estimates")
