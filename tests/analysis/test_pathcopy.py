@@ -81,7 +81,7 @@ def _check_all(session: Session, directory: pathlib.Path, campaign_id: int) -> i
             expected = load_path_stats(session, filters, all_arms, by_size)
             _assert_same(pathcopy.load_path_stats(session, directory, filters, all_arms, by_size), expected)
             compared += expected.size
-    probes = {row[0] for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"),
+    probes = {str(row[0]) for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"),
                                                 {"c": campaign_id})}
     for week_start in (dt.date(2026, 2, 20), dt.date(2026, 3, 5), dt.date(2030, 1, 1)):
         totals = pathcopy.probe_totals(session, directory, week_start)

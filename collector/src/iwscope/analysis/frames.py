@@ -22,7 +22,7 @@ import itertools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from sqlalchemy import text
@@ -278,6 +278,31 @@ def _detail_frame(rows: Sequence[Any], path_ids: list[tuple[uuid.UUID, uuid.UUID
         path_ids=path_ids)
 
 
+class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):
+    """(probe_id, origin_id) per path code, kept as text and parsed when read: a fleet has
+    20,000 paths (about 50 ms to parse them all) and a figure reads the ids of a few hundred."""
+
+    def __init__(self, probe_ids: Sequence[str], origin_ids: Sequence[str]) -> None:
+        self._probe_ids, self._origin_ids = probe_ids, origin_ids
+
+    def __len__(self) -> int:
+        return len(self._probe_ids)
+
+    @overload
+    def __getitem__(self, code: int) -> tuple[uuid.UUID, uuid.UUID]: ...
+    @overload
+    def __getitem__(self, code: slice) -> list[tuple[uuid.UUID, uuid.UUID]]: ...
+    def __getitem__(self, code: int | slice) -> tuple[uuid.UUID, uuid.UUID] | list[tuple[uuid.UUID, uuid.UUID]]:
+        if isinstance(code, slice):
+            return [self[index] for index in range(*code.indices(len(self)))]
+        return uuid.UUID(str(self._probe_ids[code])), uuid.UUID(str(self._origin_ids[code]))
+
+    def mixed(self, code: int) -> int:
+        """The XOR of the path's two UUIDs as integers (a fixed pseudo-random order of paths),
+        without building the UUIDs."""
+        return int(str(self._probe_ids[code]).replace("-", ""), 16) ^ int(str(self._origin_ids[code]).replace("-", ""), 16)
+
+
 @dataclass
 class PathFrame:
     """The paired estimator's per-path sums (``paired.cell_path_stats``), reduced in SQL: one
@@ -296,7 +321,7 @@ class PathFrame:
     n_pairs: FloatArray       # sum over (path, size) cells of min(n_base, n_treat)
     sum_diff_ms: FloatArray   # sum of w x (mean_base - mean_treat)
     sum_base_ms: FloatArray   # sum of w x mean_base
-    path_ids: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
+    path_ids: PathIds = field(default_factory=lambda: PathIds([], []))
 
     @property
     def size(self) -> int:
@@ -351,17 +376,18 @@ def path_frame(rows: Sequence[Any]) -> PathFrame:
     region_codes: dict[str, int] = {}
     region = np.fromiter((region_codes.setdefault(row[11], len(region_codes)) for row in rows),
                          dtype=np.int64, count=count)
-    path_ids = _path_ids(rows, 0, 12)
+    ids = _path_ids(rows, 0, 12)
+    path_ids = PathIds([str(probe) for probe, _ in ids], [str(origin) for _, origin in ids])
     return PathFrame(path=ints[:, 0], probe=ints[:, 1], size_bucket=ints[:, 2], region=region,
                      region_names=list(region_codes), rtt_bucket=ints[:, 3], bandwidth_bucket=ints[:, 4],
                      bdp_bucket=ints[:, 5], loss_bucket=ints[:, 6], n_trials=numeric[:, 7], n_pairs=numeric[:, 8],
                      sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
 
 
-def load_probe_totals(session: Session, week_start: dt.date) -> dict[uuid.UUID, tuple[int, int, int]]:
-    """Per probe with trials: trials, failed trials (whole history) and trials on the days after
-    ``week_start``, from the per-path roll-ups."""
-    return {row[0]: (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in session.execute(text("""
+def load_probe_totals(session: Session, week_start: dt.date) -> dict[str, tuple[int, int, int]]:
+    """Per probe with trials (its id as text): trials, failed trials (whole history) and trials
+    on the days after ``week_start``, from the per-path roll-ups."""
+    return {str(row[0]): (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in session.execute(text("""
         SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1), sum(r.n_errors) FILTER (WHERE r.grain = 1),
                sum(r.n_trials) FILTER (WHERE r.grain = 0)
         FROM analysis_rollups AS r

@@ -48,7 +48,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -58,8 +58,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
+from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.frames import DayWindow, PathFrame, day_window, path_frame
+from iwscope.analysis.frames import DayWindow, PathFrame, PathIds, day_window
 from iwscope.analysis.rollups import WATERMARK_NAME, path_window_sums_sql
 
 log = logging.getLogger(__name__)
@@ -365,14 +366,17 @@ def _open(session: Session, directory: pathlib.Path) -> _Open | None:
     return _Open(directory, manifest, marks)
 
 
-def _run(session: Session, opened: _Open, query: str) -> list[tuple[Any, ...]] | None:
-    """``query`` on a DuckDB cursor with the lag rows registered; ``None`` when a file cannot be
-    read (removed under a very slow reader, damaged): the caller reads PostgreSQL."""
+def _run(session: Session, opened: _Open,
+         query: Callable[[duckdb.DuckDBPyConnection], str]) -> dict[str, Any] | None:
+    """The columns of ``query(cursor)``'s SQL, run on a DuckDB cursor with the lag rows
+    registered; ``None`` when a file cannot be read (removed under a very slow reader,
+    damaged): the caller reads PostgreSQL."""
     cursor = _reader()
     try:
         if opened.behind:
             cursor.register("lag", _lag_rows(session, opened.manifest, opened.marks))
-        return cursor.execute(query).fetchall()
+        columns: dict[str, Any] = cursor.execute(query(cursor)).fetchnumpy()
+        return columns
     except duckdb.Error as error:
         log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", opened.directory, error)
         return None
@@ -399,6 +403,51 @@ def _selection(opened: _Open, window: DayWindow | None) -> str:
                                *(f"SELECT {columns} FROM {source} WHERE {day_where}" for source in opened.day_sources())])
 
 
+#: Changes whenever a path's signature does (``signatures.path_signatures`` stamps
+#: ``updated_at`` on every insert and change).
+_SIGNATURES_VERSION = text("""
+    SELECT count(*), COALESCE(sum(signature_id), 0), COALESCE(sum(extract(epoch FROM updated_at)), 0),
+           (SELECT count(*) FROM analysis_signatures)
+    FROM analysis_path_signatures""")
+_SIGNATURES = text("""
+    SELECT ps.probe_id::text, ps.origin_id::text, s.rtt_bucket, s.bandwidth_bucket, s.bdp_bucket, s.loss_bucket,
+           s.region
+    FROM analysis_path_signatures AS ps JOIN analysis_signatures AS s ON s.id = ps.signature_id""")
+#: Tables of path signatures in the process's DuckDB, by version (the newest two: a reader may
+#: still be using the previous one).
+_signature_tables: dict[tuple[Any, ...], str] = {}
+
+
+def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> str:
+    """The name of a DuckDB table of every path's signature (buckets, region), as ``session``
+    sees them: read from PostgreSQL only when they changed since the last call."""
+    version = tuple(session.execute(_SIGNATURES_VERSION).one())
+    with _connection_lock:
+        name = _signature_tables.get(version)
+    if name is not None:
+        return name
+    rows = session.execute(_SIGNATURES).all()
+    columns: dict[str, Any] = {"probe_id": np.array([row[0] for row in rows], dtype=object),
+                               "origin_id": np.array([row[1] for row in rows], dtype=object),
+                               "region": np.array([row[6] for row in rows], dtype=object)}
+    for offset, column in enumerate(("rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket"), start=2):
+        columns[column] = np.array([-1 if row[offset] is None else row[offset] for row in rows], dtype=np.int64)
+    name = f"path_signatures_{uuid.uuid4().hex}"
+    cursor.register("incoming_signatures", columns)
+    try:
+        cursor.execute(f"""CREATE TABLE {name} AS SELECT probe_id::UUID AS probe_id, origin_id::UUID AS origin_id,
+                                  rtt_bucket, bandwidth_bucket, bdp_bucket, loss_bucket, region::VARCHAR AS region
+                           FROM incoming_signatures""")
+    finally:
+        cursor.unregister("incoming_signatures")
+    with _connection_lock:
+        _signature_tables[version] = name
+        stale = list(_signature_tables)[:-2]
+        for old in stale:
+            cursor.execute(f"DROP TABLE IF EXISTS {_signature_tables.pop(old)}")
+    return name
+
+
 def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
                     by_size: bool) -> PathFrame | None:
     """``frames.load_path_stats`` from the copy (``None``: read PostgreSQL, see the module)."""
@@ -416,67 +465,92 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
         conditions.append(f"arm_iw IN ({base_iw}, {treat_iw})")
     metric = "server" if filters.metric == "server" else "client"
     size_out = "size_bucket" if by_size else "-2"
-    sums = _run(session, opened, f"""
-        WITH r AS ({_selection(opened, day_window(filters))}),
-        c AS (
-            SELECT probe_id, origin_id, size_bucket, sum(n_trials::DOUBLE) AS n_trials,
-                   sum({metric}_n::DOUBLE) FILTER (WHERE arm_iw = {base_iw}) AS nb,
-                   sum({metric}_sum_us::DOUBLE) FILTER (WHERE arm_iw = {base_iw}) / 1000.0 AS sb,
-                   sum({metric}_n::DOUBLE) FILTER (WHERE arm_iw = {treat_iw}) AS nt,
-                   sum({metric}_sum_us::DOUBLE) FILTER (WHERE arm_iw = {treat_iw}) / 1000.0 AS st
-            FROM r WHERE {" AND ".join(conditions) or "TRUE"} GROUP BY probe_id, origin_id, size_bucket),
-        w AS (SELECT *, CASE WHEN nb > 0 AND nt > 0 THEN least(nb, nt) ELSE 0 END AS w FROM c)
-        SELECT probe_id, origin_id, {size_out} AS size_bucket, sum(n_trials), sum(w),
-               COALESCE(sum(w * (sb / nb - st / nt)) FILTER (WHERE w > 0), 0),
-               COALESCE(sum(w * sb / nb) FILTER (WHERE w > 0), 0)
-        FROM w GROUP BY 1, 2, 3 ORDER BY 1, 2, 3""")
-    return None if sums is None else path_frame(_with_signatures(session, sums, filters.regions))
+    # only paths whose signature is in the regions, as frames._PATH_IN_REGIONS
+    regions = ("WHERE s.region IN (" + ", ".join("'" + name.replace("'", "''") + "'" for name in filters.regions) + ")"
+               if filters.regions else "")
+
+    def query(cursor: duckdb.DuckDBPyConnection) -> str:
+        signatures = _signature_table(session, cursor)
+        return f"""
+            WITH r AS ({_selection(opened, day_window(filters))}),
+            c AS (
+                SELECT probe_id, origin_id, size_bucket, sum(n_trials::DOUBLE) AS n_trials,
+                       sum({metric}_n::DOUBLE) FILTER (WHERE arm_iw = {base_iw}) AS nb,
+                       sum({metric}_sum_us::DOUBLE) FILTER (WHERE arm_iw = {base_iw}) / 1000.0 AS sb,
+                       sum({metric}_n::DOUBLE) FILTER (WHERE arm_iw = {treat_iw}) AS nt,
+                       sum({metric}_sum_us::DOUBLE) FILTER (WHERE arm_iw = {treat_iw}) / 1000.0 AS st
+                FROM r WHERE {" AND ".join(conditions) or "TRUE"} GROUP BY probe_id, origin_id, size_bucket),
+            w AS (SELECT *, CASE WHEN nb > 0 AND nt > 0 THEN least(nb, nt) ELSE 0 END AS w FROM c),
+            g AS (
+                SELECT probe_id, origin_id, {size_out} AS size_bucket, sum(n_trials) AS n_trials, sum(w) AS n_pairs,
+                       COALESCE(sum(w * (sb / nb - st / nt)) FILTER (WHERE w > 0), 0) AS sum_diff_ms,
+                       COALESCE(sum(w * sb / nb) FILTER (WHERE w > 0), 0) AS sum_base_ms
+                FROM w GROUP BY 1, 2, 3)
+            SELECT (dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1)::BIGINT AS path,
+                   (dense_rank() OVER (ORDER BY g.probe_id) - 1)::BIGINT AS probe, g.size_bucket::BIGINT AS size_bucket,
+                   COALESCE(s.rtt_bucket, -1) AS rtt_bucket, COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket,
+                   COALESCE(s.bdp_bucket, -1) AS bdp_bucket, COALESCE(s.loss_bucket, -1) AS loss_bucket,
+                   g.n_trials, g.n_pairs, g.sum_diff_ms, g.sum_base_ms, COALESCE(s.region, '') AS region,
+                   g.probe_id::VARCHAR AS probe_id, g.origin_id::VARCHAR AS origin_id
+            FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
+            ORDER BY 1, 3"""
+
+    columns = _run(session, opened, query)
+    if columns is None:
+        return None
+    return _path_frame(session, columns)
 
 
-def probe_totals(session: Session, directory: pathlib.Path,
-                 week_start: dt.date) -> dict[uuid.UUID, tuple[int, int, int]] | None:
-    """Per probe: trials, failed trials (whole history) and trials on days after ``week_start``
-    -- the fleet table's totals (``queries.fleet``) -- or ``None`` (read PostgreSQL)."""
+def _path_frame(session: Session, columns: dict[str, Any]) -> PathFrame:
+    """The frame of the copy's per-path rows; a path without a stored signature (only in the
+    lag rows of a path seen for the first time) takes its probe's region, as in PostgreSQL."""
+    region = np.asarray(columns["region"], dtype=object)
+    unsigned = region == ""
+    if unsigned.any():
+        probes = sorted({str(probe) for probe in np.asarray(columns["probe_id"], dtype=object)[unsigned]})
+        known: dict[str, str | None] = dict(session.execute(text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"),
+                                     {"ids": probes}).tuples().all())
+        region[unsigned] = [known.get(str(probe)) or "unknown"
+                            for probe in np.asarray(columns["probe_id"], dtype=object)[unsigned]]
+    region_names, region_codes = np.unique(region.astype(str), return_inverse=True) if region.size else (
+        np.array([], dtype=str), np.zeros(0, dtype=np.int64))
+    path = np.asarray(columns["path"], dtype=np.int64)
+    first_row = np.flatnonzero(np.r_[True, path[1:] != path[:-1]]) if path.size else np.zeros(0, dtype=np.int64)
+    def ints(name: str) -> IntArray:
+        return np.asarray(columns[name], dtype=np.int64)
+
+    def floats(name: str) -> FloatArray:
+        return np.asarray(columns[name], dtype=np.float64)
+
+    return PathFrame(path=path, probe=ints("probe"), size_bucket=ints("size_bucket"), region=region_codes.astype(np.int64),
+                     region_names=[str(name) for name in region_names], rtt_bucket=ints("rtt_bucket"),
+                     bandwidth_bucket=ints("bandwidth_bucket"), bdp_bucket=ints("bdp_bucket"),
+                     loss_bucket=ints("loss_bucket"), n_trials=floats("n_trials"), n_pairs=floats("n_pairs"),
+                     sum_diff_ms=floats("sum_diff_ms"), sum_base_ms=floats("sum_base_ms"),
+                     path_ids=PathIds(np.asarray(columns["probe_id"], dtype=object)[first_row].tolist(),
+                                      np.asarray(columns["origin_id"], dtype=object)[first_row].tolist()))
+
+
+def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date) -> dict[str, tuple[int, int, int]] | None:
+    """Per probe (its id as text): trials, failed trials (whole history) and trials on days
+    after ``week_start`` -- the fleet table's totals (``queries.fleet``) -- or ``None`` (read
+    PostgreSQL)."""
     opened = _open(session, directory)
     if opened is None:
         return None
     week = f"DATE '{week_start.isoformat()}'"
     days = " UNION ALL ".join(f"SELECT probe_id, n_trials, client_n, day, TRUE AS whole FROM {source}"
                               for source in opened.day_sources())
-    rows = _run(session, opened, f"""
-        SELECT probe_id, sum(n_trials) FILTER (WHERE whole)::BIGINT, sum(n_trials - client_n) FILTER (WHERE whole)::BIGINT,
-               sum(n_trials) FILTER (WHERE NOT whole OR day > {week})::BIGINT
-        FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS whole FROM {opened.base}
-              WHERE grain = {GRAIN_ALL} OR (grain = 0 AND day > {week})
-              {"UNION ALL " + days if days else ""})
-        GROUP BY probe_id""")
-    if rows is None:
+    columns = _run(session, opened, lambda cursor: f"""
+            SELECT probe_id::VARCHAR AS probe_id,
+                   COALESCE(sum(n_trials) FILTER (WHERE whole), 0)::BIGINT AS total,
+                   COALESCE(sum(n_trials - client_n) FILTER (WHERE whole), 0)::BIGINT AS errors,
+                   COALESCE(sum(n_trials) FILTER (WHERE NOT whole OR day > {week}), 0)::BIGINT AS week
+            FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS whole FROM {opened.base}
+                  WHERE grain = {GRAIN_ALL} OR (grain = 0 AND day > {week})
+                  {"UNION ALL " + days if days else ""})
+            GROUP BY probe_id""")
+    if columns is None:
         return None
-    return {row[0]: (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in rows}
-
-
-def _with_signatures(session: Session, sums: list[tuple[Any, ...]], regions: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    """``sums`` rows (probe_id, origin_id, size octave, n_trials, n_pairs, diff, base; sorted
-    by path) in ``frames.path_frame``'s layout: each path's signature (buckets, region; the
-    probe's region when it has none), dense codes; only paths whose signature is in ``regions``
-    when given (as ``frames._PATH_IN_REGIONS``)."""
-    signature = {(row[0], row[1]): row[2:] for row in session.execute(text("""
-        SELECT ps.probe_id, ps.origin_id, s.rtt_bucket, s.bandwidth_bucket, s.bdp_bucket, s.loss_bucket, s.region
-        FROM analysis_path_signatures AS ps JOIN analysis_signatures AS s ON s.id = ps.signature_id"""))}
-    unsigned = sorted({str(row[0]) for row in sums if (row[0], row[1]) not in signature})
-    probe_region: dict[uuid.UUID, str | None] = dict(session.execute(text("SELECT id, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"),
-                                        {"ids": unsigned}).tuples().all()) if unsigned else {}
-    out: list[tuple[Any, ...]] = []
-    path_codes: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
-    probe_codes: dict[uuid.UUID, int] = {}
-    wanted = set(regions)
-    for probe_id, origin_id, size, n_trials, n_pairs, diff, base in sums:
-        known = signature.get((probe_id, origin_id))
-        if wanted and (known is None or known[4] not in wanted):
-            continue
-        buckets = tuple(-1 if value is None else value for value in known[:4]) if known else (-1, -1, -1, -1)
-        region = (known[4] if known and known[4] is not None else probe_region.get(probe_id)) or "unknown"
-        path = path_codes.setdefault((probe_id, origin_id), len(path_codes))
-        probe = probe_codes.setdefault(probe_id, len(probe_codes))
-        out.append((path, probe, size, *buckets, n_trials, n_pairs, diff, base, region, probe_id, origin_id))
-    return out
+    return dict(zip(columns["probe_id"].tolist(), zip(columns["total"].tolist(), columns["errors"].tolist(),
+                                                      columns["week"].tolist(), strict=True), strict=True))

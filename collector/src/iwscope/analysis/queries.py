@@ -358,8 +358,7 @@ def _detail_paths(data: _Data, rows: IntArray, limit: int) -> tuple[IntArray, in
     paths = np.unique(data.paths.path[rows])
     if paths.size <= limit:
         return paths, int(paths.size)
-    ids = data.paths.path_ids
-    chosen = sorted(paths.tolist(), key=lambda code: ids[code][0].int ^ ids[code][1].int)[:limit]
+    chosen = sorted(paths.tolist(), key=data.paths.path_ids.mixed)[:limit]
     return np.sort(np.array(chosen, dtype=np.int64)), int(paths.size)
 
 
@@ -507,7 +506,7 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
             backlog = int(row.spool_backlog) if row.spool_backlog is not None else None
         except ValueError:
             backlog = None
-        total, errors, week = totals.get(row.id, (0, 0, 0))
+        total, errors, week = totals.get(str(row.id), (0, 0, 0))
         result.append(ProbeRow(probe_id=str(row.id), name=row.name, region=row.region, country=row.country,
                                version=row.version, last_seen_at=row.last_seen_at, trials_total=total,
                                trials_per_day=week / 7.0, error_share=errors / total if total else None,
