@@ -199,6 +199,12 @@ def test_copy_steps_aside_when_it_cannot_be_trusted(
     assert pathcopy.update(db_session, directory).action == "base"
     _check_all(db_session, directory, campaign_id)
 
+    # a path without a stored signature takes its probe's region in both readers
+    db_session.execute(text("DELETE FROM analysis_path_signatures WHERE probe_id = :p"), {"p": probes[1]})
+    unsigned = pathcopy.load_path_stats(db_session, directory, filters, False, False)
+    assert unsigned is not None and "europe" in unsigned.region_names
+    _check_all(db_session, directory, campaign_id)
+
     # a file the manifest names is gone: the reader logs it and reads PostgreSQL
     manifest = pathcopy.read_manifest(directory)
     assert manifest is not None

@@ -413,39 +413,40 @@ _SIGNATURES = text("""
     SELECT ps.probe_id::text, ps.origin_id::text, s.rtt_bucket, s.bandwidth_bucket, s.bdp_bucket, s.loss_bucket,
            s.region
     FROM analysis_path_signatures AS ps JOIN analysis_signatures AS s ON s.id = ps.signature_id""")
-#: Tables of path signatures in the process's DuckDB, by version (the newest two: a reader may
-#: still be using the previous one).
-_signature_tables: dict[tuple[Any, ...], str] = {}
+#: Tables of path signatures in the process's DuckDB, by version, with the region names their
+#: ``region_code`` indexes (the newest two: a reader may still be using the previous one).
+_signature_tables: dict[tuple[Any, ...], tuple[str, list[str]]] = {}
 
 
-def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> str:
-    """The name of a DuckDB table of every path's signature (buckets, region), as ``session``
-    sees them: read from PostgreSQL only when they changed since the last call."""
+def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
+    """A DuckDB table of every path's signature (buckets, ``region_code``) as ``session`` sees
+    them, and the region names; read from PostgreSQL only when they changed since the last call."""
     version = tuple(session.execute(_SIGNATURES_VERSION).one())
     with _connection_lock:
-        name = _signature_tables.get(version)
-    if name is not None:
-        return name
+        known = _signature_tables.get(version)
+    if known is not None:
+        return known
     rows = session.execute(_SIGNATURES).all()
+    region_names = sorted({str(row[6]) for row in rows})
+    code_of = {name: code for code, name in enumerate(region_names)}
     columns: dict[str, Any] = {"probe_id": np.array([row[0] for row in rows], dtype=object),
                                "origin_id": np.array([row[1] for row in rows], dtype=object),
-                               "region": np.array([row[6] for row in rows], dtype=object)}
+                               "region_code": np.array([code_of[str(row[6])] for row in rows], dtype=np.int64)}
     for offset, column in enumerate(("rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket"), start=2):
         columns[column] = np.array([-1 if row[offset] is None else row[offset] for row in rows], dtype=np.int64)
     name = f"path_signatures_{uuid.uuid4().hex}"
     cursor.register("incoming_signatures", columns)
     try:
         cursor.execute(f"""CREATE TABLE {name} AS SELECT probe_id::UUID AS probe_id, origin_id::UUID AS origin_id,
-                                  rtt_bucket, bandwidth_bucket, bdp_bucket, loss_bucket, region::VARCHAR AS region
+                                  rtt_bucket, bandwidth_bucket, bdp_bucket, loss_bucket, region_code
                            FROM incoming_signatures""")
     finally:
         cursor.unregister("incoming_signatures")
     with _connection_lock:
-        _signature_tables[version] = name
-        stale = list(_signature_tables)[:-2]
-        for old in stale:
-            cursor.execute(f"DROP TABLE IF EXISTS {_signature_tables.pop(old)}")
-    return name
+        _signature_tables[version] = (name, region_names)
+        for old in list(_signature_tables)[:-2]:
+            cursor.execute(f"DROP TABLE IF EXISTS {_signature_tables.pop(old)[0]}")
+    return name, region_names
 
 
 def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
@@ -465,12 +466,14 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
         conditions.append(f"arm_iw IN ({base_iw}, {treat_iw})")
     metric = "server" if filters.metric == "server" else "client"
     size_out = "size_bucket" if by_size else "-2"
-    # only paths whose signature is in the regions, as frames._PATH_IN_REGIONS
-    regions = ("WHERE s.region IN (" + ", ".join("'" + name.replace("'", "''") + "'" for name in filters.regions) + ")"
-               if filters.regions else "")
+    region_names: list[str] = []
 
     def query(cursor: duckdb.DuckDBPyConnection) -> str:
-        signatures = _signature_table(session, cursor)
+        signatures, names = _signature_table(session, cursor)
+        region_names.extend(names)
+        # only paths whose signature is in the regions, as frames._PATH_IN_REGIONS
+        wanted = [str(code) for code, name in enumerate(names) if name in filters.regions]
+        regions = f"WHERE s.region_code IN ({', '.join(wanted) or '-1'})" if filters.regions else ""
         return f"""
             WITH r AS ({_selection(opened, day_window(filters))}),
             c AS (
@@ -490,45 +493,55 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
                    (dense_rank() OVER (ORDER BY g.probe_id) - 1)::BIGINT AS probe, g.size_bucket::BIGINT AS size_bucket,
                    COALESCE(s.rtt_bucket, -1) AS rtt_bucket, COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket,
                    COALESCE(s.bdp_bucket, -1) AS bdp_bucket, COALESCE(s.loss_bucket, -1) AS loss_bucket,
-                   g.n_trials, g.n_pairs, g.sum_diff_ms, g.sum_base_ms, COALESCE(s.region, '') AS region,
-                   g.probe_id::VARCHAR AS probe_id, g.origin_id::VARCHAR AS origin_id
+                   g.n_trials, g.n_pairs, g.sum_diff_ms, g.sum_base_ms, COALESCE(s.region_code, -1) AS region,
+                   -- the ids once per path (NULL on its other rows): parsing 20,000 ids is costly
+                   CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
+                        THEN g.probe_id::VARCHAR END AS probe_id,
+                   CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
+                        THEN g.origin_id::VARCHAR END AS origin_id
             FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
             ORDER BY 1, 3"""
 
     columns = _run(session, opened, query)
     if columns is None:
         return None
-    return _path_frame(session, columns)
+    return _path_frame(session, columns, region_names)
 
 
-def _path_frame(session: Session, columns: dict[str, Any]) -> PathFrame:
-    """The frame of the copy's per-path rows; a path without a stored signature (only in the
-    lag rows of a path seen for the first time) takes its probe's region, as in PostgreSQL."""
-    region = np.asarray(columns["region"], dtype=object)
-    unsigned = region == ""
-    if unsigned.any():
-        probes = sorted({str(probe) for probe in np.asarray(columns["probe_id"], dtype=object)[unsigned]})
-        known: dict[str, str | None] = dict(session.execute(text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"),
-                                     {"ids": probes}).tuples().all())
-        region[unsigned] = [known.get(str(probe)) or "unknown"
-                            for probe in np.asarray(columns["probe_id"], dtype=object)[unsigned]]
-    region_names, region_codes = np.unique(region.astype(str), return_inverse=True) if region.size else (
-        np.array([], dtype=str), np.zeros(0, dtype=np.int64))
+def _path_frame(session: Session, columns: dict[str, Any], region_names: list[str]) -> PathFrame:
+    """The frame of the copy's per-path rows (sorted by path; ``region`` codes into
+    ``region_names``, -1 without a stored signature; the ids on each path's first row): a path
+    without a signature (only in the lag rows of a path seen for the first time) takes its
+    probe's region, as in PostgreSQL."""
     path = np.asarray(columns["path"], dtype=np.int64)
-    first_row = np.flatnonzero(np.r_[True, path[1:] != path[:-1]]) if path.size else np.zeros(0, dtype=np.int64)
+    probe_ids = np.ma.asarray(columns["probe_id"]).compressed().tolist()
+    origin_ids = np.ma.asarray(columns["origin_id"]).compressed().tolist()
+    region = np.asarray(columns["region"], dtype=np.int64)
+    names = list(region_names)
+    unsigned = np.flatnonzero(region < 0)
+    if unsigned.size:
+        first_row = np.searchsorted(path, np.arange(len(probe_ids)))
+        probe_of_row = np.asarray(probe_ids, dtype=object)[np.searchsorted(first_row, np.arange(path.size), "right") - 1]
+        wanted = sorted({str(probe_of_row[row]) for row in unsigned})
+        known: dict[str, str | None] = {str(row[0]): row[1] for row in session.execute(
+            text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": wanted})}
+        for row in unsigned.tolist():
+            name = known.get(str(probe_of_row[row])) or "unknown"
+            if name not in names:
+                names.append(name)
+            region[row] = names.index(name)
+
     def ints(name: str) -> IntArray:
         return np.asarray(columns[name], dtype=np.int64)
 
     def floats(name: str) -> FloatArray:
         return np.asarray(columns[name], dtype=np.float64)
 
-    return PathFrame(path=path, probe=ints("probe"), size_bucket=ints("size_bucket"), region=region_codes.astype(np.int64),
-                     region_names=[str(name) for name in region_names], rtt_bucket=ints("rtt_bucket"),
-                     bandwidth_bucket=ints("bandwidth_bucket"), bdp_bucket=ints("bdp_bucket"),
-                     loss_bucket=ints("loss_bucket"), n_trials=floats("n_trials"), n_pairs=floats("n_pairs"),
-                     sum_diff_ms=floats("sum_diff_ms"), sum_base_ms=floats("sum_base_ms"),
-                     path_ids=PathIds(np.asarray(columns["probe_id"], dtype=object)[first_row].tolist(),
-                                      np.asarray(columns["origin_id"], dtype=object)[first_row].tolist()))
+    return PathFrame(path=path, probe=ints("probe"), size_bucket=ints("size_bucket"), region=region, region_names=names,
+                     rtt_bucket=ints("rtt_bucket"), bandwidth_bucket=ints("bandwidth_bucket"),
+                     bdp_bucket=ints("bdp_bucket"), loss_bucket=ints("loss_bucket"), n_trials=floats("n_trials"),
+                     n_pairs=floats("n_pairs"), sum_diff_ms=floats("sum_diff_ms"), sum_base_ms=floats("sum_base_ms"),
+                     path_ids=PathIds(probe_ids, origin_ids))
 
 
 def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date) -> dict[str, tuple[int, int, int]] | None:
