@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     schedule_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_CACHE_S"))
     #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
     retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
-    #: Directory of the analysis copy (``analysis/pathcopy.py``: the per-path sums as Parquet,
+    #: Directory of the analysis copy (``analysis/pathcopy/``: the per-path sums as Parquet,
     #: read by DuckDB; written by the worker, read by the API and the dashboard, so all three
     #: must see the same directory).  Unset: the paired figures read PostgreSQL alone.
     analysis_copy_dir: pathlib.Path | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ANALYSIS_COPY_DIR"))

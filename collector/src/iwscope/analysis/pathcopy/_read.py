@@ -1,55 +1,14 @@
-"""A columnar copy of the per-path sums the paired figures read: Parquet files read by DuckDB.
-
-Why: the paired estimate needs per-path sums (the path-cluster bootstrap resamples paths), and
-at a fleet's size (20,000 paths, 90 days: 1.3 M month rows) PostgreSQL's hash aggregate of
-them takes about a second, which no index shortens; DuckDB reads the same sums from Parquet in
-a fraction of that (docs/analysis-benchmark.md, "A columnar copy").  PostgreSQL stays the store
-of record: the copy is derived, may be deleted at any time and is then rebuilt.
-
-**What it holds.** For the short, plain-arm trials (what ``analysis_rollups`` holds) and per
-(campaign, probe, origin, arm, size octave, UTC day): ``n_trials``, ``client_n``,
-``client_sum_us``, ``server_n``, ``server_sum_us``, as of a pair of watermarks -- client sides
-of the trials received by ``received_upto``, server sides of those joined by ``joined_upto``.
-Those sums are a function of the trials and the two instants only, so the copy is exactly the
-per-path roll-ups at the same watermarks, whatever happened to the roll-ups in between (a
-rebuild folds the same trials again).
-
-**Files** (in ``directory``, one copy per database): immutable Parquet files and
-``manifest.json``, replaced atomically, which names the base file, the delta files after it,
-the watermarks and the database.
-
-* the base: day rows (``grain`` 0), month rows (1) and one row per key for the whole history
-  (2), sorted by grain and day so that row-group statistics skip what a query does not read;
-* a delta: the day rows of the trials between two watermarks.
-
-:func:`update` (the worker, after each refresh) adds a delta for the windows between the copy's
-watermarks and the roll-ups', and every ``COMPACT_AFTER`` deltas folds them into a new base.
-:func:`load_path_stats` answers like ``frames.load_path_stats``; when the copy is behind the
-roll-ups' watermarks it adds the trials in between from PostgreSQL with the refresh's own SQL,
-so it reads what the roll-ups hold in the same transaction.  It returns ``None`` (the caller
-reads PostgreSQL) when the copy is missing, belongs to another database, is ahead of the
-roll-ups (a rebuild in progress) or further behind than ``MAX_LAG``.
-
-One process writes (an ``flock`` on ``directory/.lock``); readers in any process open the
-files a manifest names, which stay on disk for ``KEEP_UNREFERENCED_S`` after a newer manifest
-stops naming them.
-"""
+"""Reading the analysis copy: the paired figures' per-path sums and the fleet table's totals."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import fcntl
-import json
 import logging
-import os
 import pathlib
-import re
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -61,238 +20,19 @@ from iwscope.analysis import buckets as bk
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.frames import DayWindow, PathFrame, PathIds, day_window
-from iwscope.analysis.rollups import WATERMARK_NAME, path_window_sums_sql
+from iwscope.analysis.pathcopy._files import (
+    GRAIN_ALL,
+    MAX_LAG,
+    MEASURES,
+    Manifest,
+    database_identity,
+    file_list,
+    read_manifest,
+    rollup_marks,
+)
+from iwscope.analysis.rollups import path_window_sums_sql
 
-log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-#: ``grain`` of the base's whole-history rows (0 and 1 are the roll-ups' day and month).
-GRAIN_ALL = 2
-#: Deltas kept before :func:`update` folds them into a new base.
-COMPACT_AFTER = 12
-#: A reader whose copy is further behind the roll-ups than this reads PostgreSQL instead (the
-#: trials in between would cost more than the copy saves: the worker is down or far behind).
-MAX_LAG = dt.timedelta(minutes=10)
-#: Seconds a file no manifest names any more stays on disk (readers of the older manifest).
-KEEP_UNREFERENCED_S = 600.0
-
-MEASURES = ("n_trials", "client_n", "client_sum_us", "server_n", "server_sum_us")
-_KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
-_CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
-                "'size_bucket': 'SMALLINT', 'day': 'DATE', "
-                + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")
-_FILE_NAME = re.compile(r"^(base|delta)-\d{8}\.parquet$")
-_BASE_ROWS = f"SELECT campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, {', '.join(MEASURES)} FROM analysis_rollups"
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a copy holds: ``base`` and ``deltas`` (file names in its directory) sum to the trials
-    received by ``received_upto`` (client sides) and joined by ``joined_upto`` (server sides)."""
-
-    database: str
-    received_upto: dt.datetime
-    joined_upto: dt.datetime
-    sequence: int
-    base: str
-    deltas: tuple[str, ...] = ()
-    format: int = FORMAT_VERSION
-
-    def files(self) -> list[str]:
-        return [self.base, *self.deltas]
-
-
-def read_manifest(directory: pathlib.Path) -> Manifest | None:
-    """The copy's manifest, or ``None`` (none yet, unreadable, or of another format)."""
-    try:
-        raw = json.loads((directory / MANIFEST).read_text())
-        if raw.get("format") != FORMAT_VERSION:
-            return None
-        manifest = Manifest(database=str(raw["database"]), received_upto=dt.datetime.fromisoformat(raw["received_upto"]),
-                            joined_upto=dt.datetime.fromisoformat(raw["joined_upto"]), sequence=int(raw["sequence"]),
-                            base=str(raw["base"]), deltas=tuple(str(name) for name in raw["deltas"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not all(_FILE_NAME.match(name) for name in manifest.files()):
-        return None
-    return manifest
-
-
-def _write_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
-    values = asdict(manifest)
-    values.update(received_upto=manifest.received_upto.isoformat(), joined_upto=manifest.joined_upto.isoformat(),
-                  deltas=list(manifest.deltas))
-    partial = directory / f".{MANIFEST}.tmp"
-    partial.write_text(json.dumps(values, indent=1))
-    os.replace(partial, directory / MANIFEST)
-
-
-def database_identity(session: Session) -> str:
-    """Names the database a copy belongs to: a dropped and re-created database of the same
-    name gets a new oid, so a copy never outlives its database."""
-    row = session.execute(text("""SELECT current_database(), d.oid, inet_server_addr(), inet_server_port()
-                                   FROM pg_database AS d WHERE d.datname = current_database()""")).one()
-    return f"{row[0]}/{row[1]}@{row[2]}:{row[3]}"
-
-
-def _rollup_marks(session: Session) -> tuple[dt.datetime, dt.datetime] | None:
-    row = session.execute(text("SELECT received_upto, joined_upto FROM analysis_watermarks WHERE name = :name"),
-                          {"name": WATERMARK_NAME}).one_or_none()
-    return None if row is None else (row[0], row[1])
-
-
-# ----- writing ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UpdateResult:
-    """What one :func:`update` did: ``action`` is one of ``locked`` (another writer),
-    ``no-rollups``, ``current``, ``ahead`` (the roll-ups are being rebuilt), ``base`` (built
-    from the roll-ups), ``delta``; ``compacted`` when the deltas were folded into a new base."""
-
-    action: str
-    rows: int = 0
-    compacted: bool = False
-    manifest: Manifest | None = None
-
-
-@contextlib.contextmanager
-def _writer_lock(directory: pathlib.Path) -> Iterator[bool]:
-    with open(directory / ".lock", "a+b") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _copy_out(session: Session, query: str, params: dict[str, Any], target: pathlib.Path) -> None:
-    """``query`` (SQLAlchemy ``:name`` parameters) as CSV in ``target``, streamed by COPY."""
-    statement = re.sub(r"(?<![:\w]):(\w+)\b", r"%(\1)s", query)
-    connection = session.connection().connection.driver_connection
-    assert connection is not None  # a live session's DBAPI connection
-    with connection.cursor() as cursor, cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)", params) as copy, \
-            target.open("wb") as out:
-        for chunk in copy:
-            out.write(chunk)
-
-
-def _duck(directory: pathlib.Path) -> duckdb.DuckDBPyConnection:
-    connection = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": str(directory / ".spill")})
-    return connection
-
-
-def _sums(prefix: str = "") -> str:
-    return ", ".join(f"sum({prefix}{name})::BIGINT AS {name}" for name in MEASURES)
-
-
-def _write_base(connection: duckdb.DuckDBPyConnection, days_sql: str, target: pathlib.Path) -> None:
-    """A base file from ``days_sql`` (day rows, possibly several per key): day rows summed per
-    key, month rows and whole-history rows, sorted by grain and day."""
-    keys = ", ".join(_KEY[:-1])
-    measures = ", ".join(MEASURES)
-    partial = target.with_suffix(".tmp")
-    connection.execute(f"""
-        COPY (
-            WITH d AS (SELECT {keys}, day, {_sums()} FROM ({days_sql}) GROUP BY ALL)
-            SELECT {keys}, day, 0::SMALLINT AS grain, {measures} FROM d
-            UNION ALL SELECT {keys}, date_trunc('month', day)::DATE, 1::SMALLINT, {_sums()} FROM d GROUP BY ALL
-            UNION ALL SELECT {keys}, DATE '1970-01-01', {GRAIN_ALL}::SMALLINT, {_sums()} FROM d GROUP BY ALL
-            ORDER BY grain, day, probe_id, origin_id
-        ) TO '{partial}' (FORMAT parquet, COMPRESSION zstd)""")
-    os.replace(partial, target)
-
-
-def _write_delta(connection: duckdb.DuckDBPyConnection, csv_path: pathlib.Path, target: pathlib.Path) -> int:
-    partial = target.with_suffix(".tmp")
-    connection.execute(f"""
-        COPY (SELECT {", ".join(_KEY)}, 0::SMALLINT AS grain, {", ".join(MEASURES)}
-              FROM read_csv('{csv_path}', header = false, auto_detect = false, columns = {_CSV_COLUMNS})
-              ORDER BY day, probe_id, origin_id) TO '{partial}' (FORMAT parquet, COMPRESSION zstd)""")
-    rows = int(connection.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0])  # type: ignore[index]
-    os.replace(partial, target)
-    return rows
-
-
-def update(session: Session, directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER) -> UpdateResult:
-    """Bring the copy in ``directory`` up to the roll-ups' watermarks as ``session`` sees them.
-
-    Run it in a REPEATABLE READ transaction (the worker does) so that the watermarks and the
-    rows it reads are one snapshot; it writes nothing to the database."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with _writer_lock(directory) as locked:
-        if not locked:
-            return UpdateResult("locked")
-        marks = _rollup_marks(session)
-        if marks is None:
-            return UpdateResult("no-rollups")
-        identity = database_identity(session)
-        manifest = read_manifest(directory)
-        if manifest is not None and manifest.database != identity:
-            manifest = None
-        scratch = directory / ".export.csv"
-        connection = _duck(directory)
-        try:
-            if manifest is None:  # a new copy: the roll-ups' day rows at the watermarks
-                sequence = 1 + max((int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet")
-                                    if _FILE_NAME.match(path.name)), default=0)
-                _copy_out(session, _BASE_ROWS + " WHERE grain = 0", {}, scratch)
-                base = f"base-{sequence:08d}.parquet"
-                _write_base(connection, f"SELECT * FROM read_csv('{scratch}', header = false, auto_detect = false, "
-                                        f"columns = {_CSV_COLUMNS})", directory / base)
-                manifest = Manifest(identity, marks[0], marks[1], sequence, base)
-                rows = int(connection.execute(
-                    f"SELECT count(*) FROM read_parquet('{directory / base}') WHERE grain = 0").fetchone()[0])  # type: ignore[index]
-                _write_manifest(directory, manifest)
-                return UpdateResult("base", rows, manifest=manifest)
-            if (manifest.received_upto, manifest.joined_upto) == marks:
-                return UpdateResult("current", manifest=manifest)
-            if manifest.received_upto > marks[0] or manifest.joined_upto > marks[1]:
-                return UpdateResult("ahead", manifest=manifest)
-            sequence = manifest.sequence + 1
-            delta = f"delta-{sequence:08d}.parquet"
-            _copy_out(session, path_window_sums_sql(MEASURES),
-                      {"rlow": manifest.received_upto, "rhigh": marks[0],
-                       "jlow": manifest.joined_upto, "jhigh": marks[1]}, scratch)
-            rows = _write_delta(connection, scratch, directory / delta)
-            manifest = replace(manifest, received_upto=marks[0], joined_upto=marks[1], sequence=sequence,
-                               deltas=(*manifest.deltas, delta))
-            compacted = len(manifest.deltas) >= compact_after
-            if compacted:
-                base = f"base-{sequence + 1:08d}.parquet"
-                _write_base(connection, f"""
-                    SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') WHERE grain = 0
-                    UNION ALL SELECT * EXCLUDE (grain) FROM read_parquet({_file_list(directory, manifest.deltas)})""",
-                            directory / base)
-                manifest = replace(manifest, sequence=sequence + 1, base=base, deltas=())
-            _write_manifest(directory, manifest)
-            return UpdateResult("delta", rows, compacted, manifest)
-        finally:
-            connection.close()
-            scratch.unlink(missing_ok=True)
-            _remove_unreferenced(directory, manifest)
-
-
-def _remove_unreferenced(directory: pathlib.Path, manifest: Manifest | None) -> None:
-    keep = set(manifest.files()) if manifest else set()
-    cutoff = time.time() - KEEP_UNREFERENCED_S
-    for path in directory.iterdir():
-        if (_FILE_NAME.match(path.name) or path.suffix == ".tmp") and path.name not in keep:
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_mtime < cutoff:
-                    path.unlink()
-
-
-def _file_list(directory: pathlib.Path, names: tuple[str, ...] | list[str]) -> str:
-    return "[" + ", ".join(f"'{directory / name}'" for name in names) + "]"
-
-
-# ----- reading ---------------------------------------------------------------------------
+log = logging.getLogger("iwscope.analysis.pathcopy")
 
 _connection_lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
@@ -344,7 +84,7 @@ class _Open:
 
     def day_sources(self) -> list[str]:
         """The day rows after the base: the deltas' and, when behind, the registered ``lag``."""
-        sources = [f"read_parquet({_file_list(self.directory, self.manifest.deltas)})"] if self.manifest.deltas else []
+        sources = [f"read_parquet({file_list(self.directory, self.manifest.deltas)})"] if self.manifest.deltas else []
         if self.behind:
             sources.append("(SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS origin_id, "
                            "day::DATE AS day) FROM lag)")
@@ -356,7 +96,7 @@ def _open(session: Session, directory: pathlib.Path) -> _Open | None:
     manifest = read_manifest(directory)
     if manifest is None:
         return None
-    marks = _rollup_marks(session)
+    marks = rollup_marks(session)
     if marks is None or manifest.database != database_identity(session):
         return None
     if manifest.received_upto > marks[0] or manifest.joined_upto > marks[1]:
