@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import Filters, pathcopy, refresh_rollups, reset_rollups
-from iwscope.analysis.frames import PathFrame, load_path_stats, load_probe_totals
+from iwscope.analysis.frames import Frame, PathFrame, load_path_detail, load_path_stats, load_probe_totals
 
 from .datasets import UTC, add_path, add_probe, add_random_trials, add_trial, delete_committed, new_campaign_id
 
@@ -54,6 +54,26 @@ def _assert_same(copy: PathFrame | None, expected: PathFrame) -> None:
     assert len(set(probes_of.values())) == len({probe for probe, _ in probes_of})
 
 
+def _detail(frame: Frame) -> dict[tuple[object, ...], tuple[object, ...]]:
+    """A detail frame's entries by (path ids, arm, size octave): counts, sums, signature and the
+    histogram as {bin: count}."""
+    counts = np.frombuffer(frame.blob, dtype="<i4")
+    histograms: dict[int, dict[int, int]] = {}
+    offset = 0
+    for row, low, length in zip(frame.piece_row.tolist(), frame.piece_lo.tolist(), frame.piece_len.tolist(), strict=True):
+        for index in range(length):
+            bins = histograms.setdefault(row, {})
+            bins[low + index] = bins.get(low + index, 0) + int(counts[offset + index])
+        offset += length
+    out: dict[tuple[object, ...], tuple[object, ...]] = {}
+    for i in range(frame.size):
+        key = (*frame.path_ids[int(frame.path[i])], int(frame.arm[i]), int(frame.size_bucket[i]))
+        out[key] = (frame.region_names[int(frame.region[i])], int(frame.rtt_bucket[i]), int(frame.loss_bucket[i]),
+                    float(frame.n_trials[i]), float(frame.n[i]), float(frame.sum_us[i]), float(frame.sumsq[i]),
+                    histograms.get(i, {}))
+    return out
+
+
 def _filters(campaign_id: int) -> list[Filters]:
     """Every way a figure narrows the sums: all history, whole months and edge days, edges
     only, sizes, regions, the client metric, another arm pair."""
@@ -81,6 +101,20 @@ def _check_all(session: Session, directory: pathlib.Path, campaign_id: int) -> i
             expected = load_path_stats(session, filters, all_arms, by_size)
             _assert_same(pathcopy.load_path_stats(session, directory, filters, all_arms, by_size), expected)
             compared += expected.size
+    paths = [(row[0], row[1]) for row in session.execute(text(
+        "SELECT DISTINCT probe_id, COALESCE(origin_id, '00000000-0000-0000-0000-000000000000'::uuid) FROM trials "
+        "WHERE campaign_id = :c ORDER BY 1, 2"), {"c": campaign_id})]
+    for filters in _filters(campaign_id):
+        for chosen in (paths, paths[1:3]):
+            arms = (filters.baseline_iw, filters.treatment_iw)
+            expected_detail = load_path_detail(session, filters, arms, chosen)
+            copied = pathcopy.load_path_detail(session, directory, filters, arms, chosen)
+            assert copied is not None and expected_detail.size > 0
+            got, want = _detail(copied), _detail(expected_detail)
+            assert got.keys() == want.keys()
+            for key, values in want.items():  # exact but for the sum of squares (float sums)
+                assert got[key][:6] == values[:6] and got[key][7] == values[7], key
+                assert got[key][6] == pytest.approx(values[6], rel=1e-9), key
     probes = {str(row[0]) for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"),
                                                 {"c": campaign_id})}
     for week_start in (dt.date(2026, 2, 20), dt.date(2026, 3, 5), dt.date(2030, 1, 1)):
@@ -146,15 +180,23 @@ def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
     assert manifest is not None and manifest.received_upto < _marks(db_session)[0]
     _check_all(db_session, directory, campaign_id)
 
-    # two more deltas reach compact_after: one base again, same sums
+    # two more deltas reach compact_after: merged into one delta (small beside the base)...
     pathcopy.update(db_session, directory, compact_after=3)
     arrive(t2 + dt.timedelta(minutes=6), 100)
-    third = pathcopy.update(db_session, directory, compact_after=3)
-    assert third.compacted and third.manifest is not None and third.manifest.deltas == ()
+    merged = pathcopy.update(db_session, directory, compact_after=3, rebase_share=1e9)
+    assert merged.compacted == "deltas" and merged.manifest is not None
+    assert len(merged.manifest.deltas) == len(merged.manifest.hist_deltas) == 1
+    _check_all(db_session, directory, campaign_id)
+    # ... or, once they are large beside it, with the base into a new one: same sums
+    for minutes in (9, 12):  # each arrival after the last refresh's bound, as ingest stamps them
+        arrive(t2 + dt.timedelta(minutes=minutes), 50)
+        third = pathcopy.update(db_session, directory, compact_after=3, rebase_share=0.0)
+    assert third.compacted == "base" and third.manifest is not None
+    assert third.manifest.deltas == third.manifest.hist_deltas == ()
     _check_all(db_session, directory, campaign_id)
 
     # the roll-ups' watermarks move over an empty window: nothing to add, still the same sums
-    refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=9))
+    refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=15))
     assert pathcopy.read_manifest(directory) == third.manifest and _marks(db_session) != (
         third.manifest.received_upto, third.manifest.joined_upto)
     _check_all(db_session, directory, campaign_id)
@@ -251,14 +293,18 @@ def test_the_worker_keeps_the_copy_and_the_api_reads_it(database_url: str, celer
             from_copy = pathcopy.load_path_stats(session, directory, filters, False, False)
             _assert_same(from_copy, load_path_stats(session, filters, False, False))
             assert from_copy is not None and sorted(from_copy.n_pairs.tolist()) == [1.0, 1.0]
-        before = _path_reads(api_server.url).get("copy", 0.0)
+        before = _path_reads(api_server.url)
         answer = httpx.get(f"{api_server.url}/api/v1/analysis/compare",
                            params={"campaign": str(campaign_id), "dimension": "region"}, timeout=30)
         assert answer.status_code == 200, answer.text
         by_region = {row["bucket"]: row for row in answer.json()["data"]}
         assert by_region["africa"]["n_pairs"] == by_region["europe"]["n_pairs"] == 1
         assert by_region["europe"]["baseline"]["mean_ms"] == pytest.approx(1050.0)
-        assert _path_reads(api_server.url).get("copy", 0.0) == before + 1
+        # the per-path sums, then each one-path region's histograms (its within-path interval),
+        # all from the copy
+        after = _path_reads(api_server.url)
+        assert after.get("copy", 0.0) == before.get("copy", 0.0) + 3
+        assert after.get("postgresql", 0.0) == before.get("postgresql", 0.0)
     finally:
         delete_committed(engine, campaign_id, probes)
         engine.dispose()

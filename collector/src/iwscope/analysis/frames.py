@@ -195,7 +195,7 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
     upto = session.execute(text(f"SELECT {'received_upto' if client else 'joined_upto'} FROM analysis_watermarks"
                                 " WHERE name = :name"), {"name": WATERMARK_NAME}).scalar()
     if upto is None or not paths:
-        return _detail_frame([], [])
+        return detail_frame([()] * 13, [])
     with_origin = [(probe, origin) for probe, origin in paths if origin != NO_ORIGIN]
     params: dict[str, Any] = {"path_probes": [str(p) for p, _ in with_origin],
                               "path_origins": [str(o) for _, o in with_origin],
@@ -244,15 +244,14 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
                e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region, 'unknown')
         FROM e LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = e.probe_id AND ps.origin_id = e.origin_id
         LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""), params).all()
-    return _detail_frame(rows, path_ids)
+    return detail_frame(list(zip(*rows, strict=True)) if rows else [()] * 13, path_ids)
 
 
-def _detail_frame(rows: Sequence[Any], path_ids: list[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
+def detail_frame(columns: Sequence[Sequence[Any]], path_ids: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
     """One entry per (path, arm, size octave) of ``load_path_detail``'s rows (one per histogram
-    bin): columns 0-7 integers (path, arm, size, four buckets, bin or -1), 8-11 sums, 12 the
-    region."""
-    count = len(rows)
-    columns = list(zip(*rows, strict=True)) if count else [()] * 13
+    bin), given as 13 columns: 0-7 integers (path, arm, size, four buckets, bin or -1), 8-11
+    sums (n_all, n, sum_us, sumsq), 12 the region."""
+    count = len(columns[0])
     ints = np.array(columns[:8], dtype=np.int64).reshape(8, count)
     sums = np.array(columns[8:12], dtype=np.float64).reshape(4, count)
     path, arm, size = ints[0], ints[1], ints[2]
@@ -275,7 +274,7 @@ def _detail_frame(rows: Sequence[Any], path_ids: list[tuple[uuid.UUID, uuid.UUID
         loss_bucket=ints[6][first], n_trials=total(0), n=total(1), sum_us=total(2), sumsq=total(3), retrans_n=zeros,
         retrans_trials=zeros, bytes_retrans=zeros, bytes_sent=zeros, piece_row=entry[piece], piece_lo=ints[7][piece],
         piece_len=np.ones(int(piece.sum()), dtype=np.int64), blob=sums[1][piece].astype("<i4").tobytes(),
-        path_ids=path_ids)
+        path_ids=list(path_ids))
 
 
 class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):

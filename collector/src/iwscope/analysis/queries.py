@@ -106,8 +106,12 @@ class _Data:
     def path_histograms(self, path_codes: IntArray) -> Frame:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
-        detail = load_path_detail(self.session, self.filters, (self.filters.baseline_iw, self.filters.treatment_iw),
-                                  ids)
+        arms = (self.filters.baseline_iw, self.filters.treatment_iw)
+        directory = get_settings().analysis_copy_dir
+        detail = None if directory is None else pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids)
+        ANALYSIS_PATH_READS.labels("postgresql" if detail is None else "copy").inc()
+        if detail is None:
+            detail = load_path_detail(self.session, self.filters, arms, ids)
         code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
         detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
                                   dtype=np.int64, count=detail.size)

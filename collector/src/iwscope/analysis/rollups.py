@@ -111,6 +111,12 @@ _RECEIVED_IN_WINDOW = "received_at > :rlow AND received_at <= :rhigh"
 _JOINED_IN_WINDOW = "joined_at > :jlow AND joined_at <= :jhigh"
 
 
+def side_window(client: bool) -> str:
+    """The ``{where}`` of one side's trials in a refresh's window (``:rlow``/``:rhigh`` on
+    ``received_at`` for the client side, ``:jlow``/``:jhigh`` on ``joined_at`` for the server's)."""
+    return _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW
+
+
 def side_trials_sql(client: bool, where: str) -> str:
     """The trials the roll-ups hold, of one side (``client``: stored; else joined), selected by
     ``where`` (a condition on ``trials``' own columns): their roll-up key (``campaign_id``,
@@ -135,12 +141,12 @@ def _bucket_delta_sql(client: bool, where: str) -> Any:
         GROUP BY t.campaign_id, ps.signature_id, t.arm_iw, t.size_bucket, t.day, t.bin""")
 
 
-def _path_delta_sql(client: bool, where: str) -> str:
+def path_bin_sums_sql(client: bool, where: str) -> str:
     """One side's aggregates of the trials ``where`` selects, per (campaign, path, arm, size
     octave, day, histogram bin), as the roll-ups count them: a path's share of the bucket rows
-    (``rebucket``).  Client side: ``n_all`` trials, ``n`` with a
-    latency, ``size_min``/``size_max``, ``sum_us``, ``sumsq``; server side adds the
-    retransmission counters."""
+    (``rebucket``) and the analysis copy's per-path histograms (``pathcopy``).  Client side:
+    ``n_all`` trials, ``n`` with a latency, ``size_min``/``size_max``, ``sum_us``, ``sumsq``;
+    server side adds the retransmission counters."""
     trials, measures = _side(client, where)
     return f"""
         SELECT t.campaign_id, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.day, t.bin, {measures}
@@ -445,7 +451,7 @@ def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
     deltas: dict[BucketKey, _Delta] = {}
     for client, column, high in ((True, "received_at", watermark.received_upto),
                                  (False, "joined_at", watermark.joined_upto)):
-        for row in session.execute(text(_path_delta_sql(client, where.format(column=column))), {**params, "high": high}):
+        for row in session.execute(text(path_bin_sums_sql(client, where.format(column=column))), {**params, "high": high}):
             signatures_of = by_pair.get((row.probe_id, row.origin_id))
             if signatures_of is None:  # another path of a moved path's probe
                 continue

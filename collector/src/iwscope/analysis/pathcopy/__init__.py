@@ -43,11 +43,12 @@ from iwscope.analysis.pathcopy._files import (
     MANIFEST,
     MAX_LAG,
     MEASURES,
+    REBASE_SHARE,
     Manifest,
     database_identity,
     read_manifest,
 )
-from iwscope.analysis.pathcopy._read import load_path_stats, probe_totals
+from iwscope.analysis.pathcopy._read import load_path_detail, load_path_stats, probe_totals
 from iwscope.analysis.pathcopy._write import UpdateResult, update
 
 __all__ = [
@@ -58,9 +59,11 @@ __all__ = [
     "MANIFEST",
     "MAX_LAG",
     "MEASURES",
+    "REBASE_SHARE",
     "Manifest",
     "UpdateResult",
     "database_identity",
+    "load_path_detail",
     "load_path_stats",
     "probe_totals",
     "read_manifest",

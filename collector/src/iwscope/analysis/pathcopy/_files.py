@@ -12,14 +12,17 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.analysis.rollups import WATERMARK_NAME
+from iwscope.analysis.rollups import WATERMARK_NAME, path_bin_sums_sql
 
-FORMAT_VERSION = 1
+#: 2: with the per-path histograms (``hist``/``histdelta`` files).
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 #: ``grain`` of the base's whole-history rows (0 and 1 are the roll-ups' day and month).
 GRAIN_ALL = 2
-#: Deltas kept before :func:`update` folds them into a new base.
+#: Deltas kept before :func:`update` merges them: into one delta while they are small beside
+#: the base (below ``REBASE_SHARE`` of its bytes), else with the base into a new one.
 COMPACT_AFTER = 12
+REBASE_SHARE = 0.125
 #: A reader whose copy is further behind the roll-ups than this reads PostgreSQL instead (the
 #: trials in between would cost more than the copy saves: the worker is down or far behind).
 MAX_LAG = dt.timedelta(minutes=10)
@@ -31,25 +34,48 @@ KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
 CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
                "'size_bucket': 'SMALLINT', 'day': 'DATE', "
                + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")
-FILE_NAME = re.compile(r"^(base|delta)-\d{8}\.parquet$")
+FILE_NAME = re.compile(r"^(base|delta|hist|histdelta)-\d{8}\.parquet$")
+#: The per-path histogram rows of one side (``hist_rows_sql``), as CSV.
+HIST_CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
+                    "'size_bucket': 'SMALLINT', 'day': 'DATE', 'bin': 'SMALLINT', 'n_all': 'BIGINT', 'n': 'BIGINT', "
+                    "'sum_us': 'BIGINT', 'sumsq': 'DOUBLE'}")
+
+
+def hist_rows_sql(client: bool, where: str) -> str:
+    """One side's per-path histogram rows of the trials ``where`` selects: (campaign, probe,
+    origin, arm, size octave, day, bin -- -1 for trials without a latency --, n_all, n, sum_us,
+    sumsq), the roll-ups' own arithmetic (``rollups.path_bin_sums_sql``)."""
+    return (f"SELECT b.campaign_id, b.probe_id, b.origin_id, b.arm_iw, b.size_bucket, b.day, COALESCE(b.bin, -1), "
+            f"b.n_all, b.n, b.sum_us, b.sumsq FROM ({path_bin_sums_sql(client, where)}) AS b")
+
+
+#: A path's place in the fixed pseudo-random order of the percentile intervals' subsets (the
+#: XOR of its two UUIDs as integers, ``frames.PathIds.mixed``): its high 64 bits, in DuckDB
+#: (Parquet has no 128-bit integers: DuckDB would store them as doubles); ordering by them
+#: keeps that order, ties aside.
+MIX_SQL = ("xor(('0x' || left(replace(probe_id::VARCHAR, '-', ''), 16))::UBIGINT, "
+           "('0x' || left(replace(origin_id::VARCHAR, '-', ''), 16))::UBIGINT)")
 BASE_ROWS = f"SELECT campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, {', '.join(MEASURES)} FROM analysis_rollups"
 
 
 @dataclass(frozen=True)
 class Manifest:
     """What a copy holds: ``base`` and ``deltas`` (file names in its directory) sum to the trials
-    received by ``received_upto`` (client sides) and joined by ``joined_upto`` (server sides)."""
+    received by ``received_upto`` (client sides) and joined by ``joined_upto`` (server sides);
+    ``hist_base`` and ``hist_deltas`` hold the same trials' per-path histograms."""
 
     database: str
     received_upto: dt.datetime
     joined_upto: dt.datetime
     sequence: int
     base: str
+    hist_base: str
     deltas: tuple[str, ...] = ()
+    hist_deltas: tuple[str, ...] = ()
     format: int = FORMAT_VERSION
 
     def files(self) -> list[str]:
-        return [self.base, *self.deltas]
+        return [self.base, self.hist_base, *self.deltas, *self.hist_deltas]
 
 
 def read_manifest(directory: pathlib.Path) -> Manifest | None:
@@ -60,7 +86,9 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
             return None
         manifest = Manifest(database=str(raw["database"]), received_upto=dt.datetime.fromisoformat(raw["received_upto"]),
                             joined_upto=dt.datetime.fromisoformat(raw["joined_upto"]), sequence=int(raw["sequence"]),
-                            base=str(raw["base"]), deltas=tuple(str(name) for name in raw["deltas"]))
+                            base=str(raw["base"]), hist_base=str(raw["hist_base"]),
+                            deltas=tuple(str(name) for name in raw["deltas"]),
+                            hist_deltas=tuple(str(name) for name in raw["hist_deltas"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not all(FILE_NAME.match(name) for name in manifest.files()):
@@ -71,7 +99,7 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
 def write_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
     values = asdict(manifest)
     values.update(received_upto=manifest.received_upto.isoformat(), joined_upto=manifest.joined_upto.isoformat(),
-                  deltas=list(manifest.deltas))
+                  deltas=list(manifest.deltas), hist_deltas=list(manifest.hist_deltas))
     partial = directory / f".{MANIFEST}.tmp"
     partial.write_text(json.dumps(values, indent=1))
     os.replace(partial, directory / MANIFEST)

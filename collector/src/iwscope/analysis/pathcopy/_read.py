@@ -7,7 +7,7 @@ import logging
 import pathlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.frames import DayWindow, PathFrame, PathIds, day_window
+from iwscope.analysis.frames import DayWindow, Frame, PathFrame, PathIds, day_window, detail_frame
 from iwscope.analysis.pathcopy._files import (
     GRAIN_ALL,
     MAX_LAG,
@@ -27,10 +27,11 @@ from iwscope.analysis.pathcopy._files import (
     Manifest,
     database_identity,
     file_list,
+    hist_rows_sql,
     read_manifest,
     rollup_marks,
 )
-from iwscope.analysis.rollups import path_window_sums_sql
+from iwscope.analysis.rollups import path_window_sums_sql, side_window
 
 log = logging.getLogger("iwscope.analysis.pathcopy")
 
@@ -47,22 +48,41 @@ def _reader() -> duckdb.DuckDBPyConnection:
         return _connection.cursor()
 
 
-def _lag_rows(session: Session, manifest: Manifest, marks: tuple[dt.datetime, dt.datetime]) -> dict[str, Any]:
-    """The day rows of the trials between the copy's watermarks and the roll-ups', as columns."""
-    rows = session.execute(text(path_window_sums_sql(MEASURES)),
-                           {"rlow": manifest.received_upto, "rhigh": marks[0],
-                            "jlow": manifest.joined_upto, "jhigh": marks[1]}).all()
-    columns: dict[str, Any] = {
-        "campaign_id": np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)),
-        "probe_id": np.array([str(row[1]) for row in rows], dtype=object),
-        "origin_id": np.array([str(row[2]) for row in rows], dtype=object),
-        "arm_iw": np.fromiter((row[3] for row in rows), dtype=np.int16, count=len(rows)),
-        "size_bucket": np.fromiter((row[4] for row in rows), dtype=np.int16, count=len(rows)),
-        "day": np.array([row[5].isoformat() for row in rows], dtype=object),
-    }
-    for offset, name in enumerate(MEASURES, start=6):
-        columns[name] = np.fromiter((row[offset] for row in rows), dtype=np.int64, count=len(rows))
+#: Column kinds of rows handed to DuckDB: numbers, ids and days as text (cast in SQL).
+_INT, _FLOAT, _TEXT, _DAY = "int", "float", "text", "day"
+_KEY_KINDS = (("campaign_id", _INT), ("probe_id", _TEXT), ("origin_id", _TEXT), ("arm_iw", _INT),
+              ("size_bucket", _INT), ("day", _DAY))
+
+
+def _as_columns(rows: Sequence[Any], kinds: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    columns: dict[str, Any] = {}
+    for offset, (name, kind) in enumerate(kinds):
+        if kind == _INT:
+            columns[name] = np.fromiter((row[offset] for row in rows), dtype=np.int64, count=len(rows))
+        elif kind == _FLOAT:
+            columns[name] = np.fromiter((row[offset] for row in rows), dtype=np.float64, count=len(rows))
+        else:
+            columns[name] = np.array([row[offset].isoformat() if kind == _DAY else str(row[offset]) for row in rows],
+                                     dtype=object)
     return columns
+
+
+def _window_bounds(opened: _Open) -> dict[str, dt.datetime]:
+    return {"rlow": opened.manifest.received_upto, "rhigh": opened.marks[0],
+            "jlow": opened.manifest.joined_upto, "jhigh": opened.marks[1]}
+
+
+def _lag_sums(session: Session, opened: _Open) -> dict[str, Any]:
+    """The day rows of the trials between the copy's watermarks and the roll-ups', as columns."""
+    rows = session.execute(text(path_window_sums_sql(MEASURES)), _window_bounds(opened)).all()
+    return _as_columns(rows, (*_KEY_KINDS, *((name, _INT) for name in MEASURES)))
+
+
+def _lag_hists(session: Session, opened: _Open, client: bool) -> dict[str, Any]:
+    """One side's histogram rows of the trials between the copy's watermarks and the roll-ups'."""
+    rows = session.execute(text(hist_rows_sql(client, side_window(client))), _window_bounds(opened)).all()
+    return _as_columns(rows, (*_KEY_KINDS, ("bin", _INT), ("n_all", _INT), ("n", _INT), ("sum_us", _INT),
+                              ("sumsq", _FLOAT)))
 
 
 @dataclass(frozen=True)
@@ -106,15 +126,16 @@ def _open(session: Session, directory: pathlib.Path) -> _Open | None:
     return _Open(directory, manifest, marks)
 
 
-def _run(session: Session, opened: _Open,
-         query: Callable[[duckdb.DuckDBPyConnection], str]) -> dict[str, Any] | None:
+def _run(session: Session, opened: _Open, query: Callable[[duckdb.DuckDBPyConnection], str],
+         lag: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The columns of ``query(cursor)``'s SQL, run on a DuckDB cursor with the lag rows
-    registered; ``None`` when a file cannot be read (removed under a very slow reader,
-    damaged): the caller reads PostgreSQL."""
+    (``lag()``, default: the per-path sums') registered as ``lag`` when the copy is behind;
+    ``None`` when a file cannot be read (removed under a very slow reader, damaged): the caller
+    reads PostgreSQL."""
     cursor = _reader()
     try:
         if opened.behind:
-            cursor.register("lag", _lag_rows(session, opened.manifest, opened.marks))
+            cursor.register("lag", lag() if lag is not None else _lag_sums(session, opened))
         columns: dict[str, Any] = cursor.execute(query(cursor)).fetchnumpy()
         return columns
     except duckdb.Error as error:
@@ -294,7 +315,7 @@ def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date)
     week = f"DATE '{week_start.isoformat()}'"
     days = " UNION ALL ".join(f"SELECT probe_id, n_trials, client_n, day, TRUE AS whole FROM {source}"
                               for source in opened.day_sources())
-    columns = _run(session, opened, lambda cursor: f"""
+    columns = _run(session, opened, lambda _: f"""
             SELECT probe_id::VARCHAR AS probe_id,
                    COALESCE(sum(n_trials) FILTER (WHERE whole), 0)::BIGINT AS total,
                    COALESCE(sum(n_trials - client_n) FILTER (WHERE whole), 0)::BIGINT AS errors,
@@ -307,3 +328,64 @@ def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date)
         return None
     return dict(zip(columns["probe_id"].tolist(), zip(columns["total"].tolist(), columns["errors"].tolist(),
                                                       columns["week"].tolist(), strict=True), strict=True))
+
+
+def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int],
+                     paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame | None:
+    """``frames.load_path_detail`` from the copy's per-path histograms (``None``: read
+    PostgreSQL).  The histogram files are sorted by side and the paths' pseudo-random order
+    (``frames.PathIds.mixed``), which is the order the percentile intervals take their subsets
+    in: a subset of the first paths of a large group lies in the first row groups."""
+    opened = _open(session, directory)
+    if opened is None or not paths:
+        return None
+    client = filters.metric != "server"
+    mixes = [(probe.int ^ origin.int) >> 64 for probe, origin in paths]
+    conditions = [f"side = {0 if client else 1}", f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})"]
+    if filters.campaign_ids:
+        conditions.append(f"campaign_id IN ({', '.join(str(int(c)) for c in filters.campaign_ids)})")
+    if filters.size_min is not None or filters.size_max is not None:
+        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
+        conditions.append(f"size_bucket BETWEEN {int(first)} AND {int(last)}")
+    window = day_window(filters)
+    if window is not None:
+        conditions.append(f"day BETWEEN DATE '{window.first_day.isoformat()}' AND DATE '{window.last_day.isoformat()}'")
+    where = " AND ".join(conditions)
+    columns = "probe_id, origin_id, arm_iw, size_bucket, bin, n_all, n, sum_us, sumsq"
+    hist_files = [opened.manifest.hist_base, *opened.manifest.hist_deltas]
+    # the mix range prunes row groups; the join picks the paths
+    sources = [f"SELECT {columns} FROM read_parquet({file_list(directory, hist_files)}) "
+               f"WHERE {where} AND mix BETWEEN {min(mixes)}::UBIGINT AND {max(mixes)}::UBIGINT"]
+    if opened.behind:  # the lag rows are this side's
+        sources.append(f"SELECT {columns} FROM (SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS "
+                       f"origin_id, day::DATE AS day), {0 if client else 1} AS side FROM lag) WHERE {where}")
+    wanted = {"path": np.arange(len(paths), dtype=np.int64), "probe_id": np.array([str(p) for p, _ in paths], dtype=object),
+              "origin_id": np.array([str(o) for _, o in paths], dtype=object)}
+    region_names: list[str] = []
+
+    def query(cursor: duckdb.DuckDBPyConnection) -> str:
+        signatures, names = _signature_table(session, cursor)
+        region_names.extend(names)
+        cursor.register("wanted_paths", wanted)
+        return f"""
+            WITH h AS ({" UNION ALL ".join(sources)}),
+            e AS (
+                SELECT w.path, h.probe_id, h.origin_id, h.arm_iw, h.size_bucket, h.bin, sum(h.n_all)::DOUBLE AS n_all,
+                       sum(h.n)::DOUBLE AS n, sum(h.sum_us)::DOUBLE AS sum_us, sum(h.sumsq)::DOUBLE AS sumsq
+                FROM h JOIN (SELECT path, probe_id::UUID AS probe_id, origin_id::UUID AS origin_id FROM wanted_paths) AS w
+                  ON w.probe_id = h.probe_id AND w.origin_id = h.origin_id
+                GROUP BY ALL)
+            SELECT e.path, e.arm_iw::BIGINT AS arm_iw, e.size_bucket::BIGINT AS size_bucket,
+                   COALESCE(s.rtt_bucket, -1) AS rtt_bucket, COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket,
+                   COALESCE(s.bdp_bucket, -1) AS bdp_bucket, COALESCE(s.loss_bucket, -1) AS loss_bucket,
+                   e.bin::BIGINT AS bin, e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region_code, -1) AS region
+            FROM e LEFT JOIN {signatures} AS s ON s.probe_id = e.probe_id AND s.origin_id = e.origin_id"""
+
+    found = _run(session, opened, query, lambda: _lag_hists(session, opened, client))
+    if found is None:
+        return None
+    names = np.array([*region_names, "unknown"], dtype=object)  # code -1: no stored signature
+    ordered = [found[name] for name in ("path", "arm_iw", "size_bucket", "rtt_bucket", "bandwidth_bucket", "bdp_bucket",
+                                        "loss_bucket", "bin", "n_all", "n", "sum_us", "sumsq")]
+    region = names[np.asarray(found["region"], dtype=np.int64)].tolist()
+    return detail_frame([*ordered, region], list(paths))

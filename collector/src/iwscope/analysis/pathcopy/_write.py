@@ -21,28 +21,33 @@ from iwscope.analysis.pathcopy._files import (
     CSV_COLUMNS,
     FILE_NAME,
     GRAIN_ALL,
+    HIST_CSV_COLUMNS,
     KEEP_UNREFERENCED_S,
     KEY,
     MEASURES,
+    MIX_SQL,
+    REBASE_SHARE,
     Manifest,
     database_identity,
     file_list,
+    hist_rows_sql,
     read_manifest,
     rollup_marks,
     write_manifest,
 )
-from iwscope.analysis.rollups import path_window_sums_sql
+from iwscope.analysis.rollups import path_window_sums_sql, side_window
 
 
 @dataclass(frozen=True)
 class UpdateResult:
     """What one :func:`update` did: ``action`` is one of ``locked`` (another writer),
-    ``no-rollups``, ``current``, ``ahead`` (the roll-ups are being rebuilt), ``base`` (built
-    from the roll-ups), ``delta``; ``compacted`` when the deltas were folded into a new base."""
+    ``no-rollups``, ``current``, ``ahead`` (the roll-ups are being rebuilt), ``base`` (a new
+    copy), ``delta``; ``compacted``: ``"deltas"`` when the deltas were merged into one,
+    ``"base"`` when into a new base."""
 
     action: str
     rows: int = 0
-    compacted: bool = False
+    compacted: str | None = None
     manifest: Manifest | None = None
 
 
@@ -76,39 +81,71 @@ def _duck(directory: pathlib.Path) -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def _sums(prefix: str = "") -> str:
-    return ", ".join(f"sum({prefix}{name})::BIGINT AS {name}" for name in MEASURES)
+def _sums() -> str:
+    return ", ".join(f"sum({name})::BIGINT AS {name}" for name in MEASURES)
 
 
-def _write_base(connection: duckdb.DuckDBPyConnection, days_sql: str, target: pathlib.Path) -> None:
-    """A base file from ``days_sql`` (day rows, possibly several per key): day rows summed per
+def _csv(path: pathlib.Path, columns: str) -> str:
+    return f"read_csv('{path}', header = false, auto_detect = false, columns = {columns})"
+
+
+def _write(connection: duckdb.DuckDBPyConnection, query: str, target: pathlib.Path, row_group: int = 122_880) -> int:
+    """``query``'s rows as the Parquet file ``target`` (written aside, then renamed); its rows."""
+    partial = target.with_suffix(".tmp")
+    connection.execute(f"COPY ({query}) TO '{partial}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group})")
+    rows = connection.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()
+    os.replace(partial, target)
+    return int(rows[0]) if rows else 0
+
+
+def _base_sql(days_sql: str) -> str:
+    """A base's rows from ``days_sql`` (day rows, possibly several per key): day rows summed per
     key, month rows and whole-history rows, sorted by grain and day."""
     keys = ", ".join(KEY[:-1])
-    measures = ", ".join(MEASURES)
-    partial = target.with_suffix(".tmp")
-    connection.execute(f"""
-        COPY (
-            WITH d AS (SELECT {keys}, day, {_sums()} FROM ({days_sql}) GROUP BY ALL)
-            SELECT {keys}, day, 0::SMALLINT AS grain, {measures} FROM d
-            UNION ALL SELECT {keys}, date_trunc('month', day)::DATE, 1::SMALLINT, {_sums()} FROM d GROUP BY ALL
-            UNION ALL SELECT {keys}, DATE '1970-01-01', {GRAIN_ALL}::SMALLINT, {_sums()} FROM d GROUP BY ALL
-            ORDER BY grain, day, probe_id, origin_id
-        ) TO '{partial}' (FORMAT parquet, COMPRESSION zstd)""")
-    os.replace(partial, target)
+    return f"""
+        WITH d AS (SELECT {keys}, day, {_sums()} FROM ({days_sql}) GROUP BY ALL)
+        SELECT {keys}, day, 0::SMALLINT AS grain, {", ".join(MEASURES)} FROM d
+        UNION ALL SELECT {keys}, date_trunc('month', day)::DATE, 1::SMALLINT, {_sums()} FROM d GROUP BY ALL
+        UNION ALL SELECT {keys}, DATE '1970-01-01', {GRAIN_ALL}::SMALLINT, {_sums()} FROM d GROUP BY ALL
+        ORDER BY grain, day, probe_id, origin_id"""
 
 
-def _write_delta(connection: duckdb.DuckDBPyConnection, csv_path: pathlib.Path, target: pathlib.Path) -> int:
-    partial = target.with_suffix(".tmp")
-    connection.execute(f"""
-        COPY (SELECT {", ".join(KEY)}, 0::SMALLINT AS grain, {", ".join(MEASURES)}
-              FROM read_csv('{csv_path}', header = false, auto_detect = false, columns = {CSV_COLUMNS})
-              ORDER BY day, probe_id, origin_id) TO '{partial}' (FORMAT parquet, COMPRESSION zstd)""")
-    rows = int(connection.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()[0])  # type: ignore[index]
-    os.replace(partial, target)
-    return rows
+def _days_sql(days_sql: str) -> str:
+    """Day rows (grain 0) summed per key: a merged delta."""
+    return (f"SELECT {', '.join(KEY)}, 0::SMALLINT AS grain, {_sums()} FROM ({days_sql}) "
+            "GROUP BY ALL ORDER BY day, probe_id, origin_id")
 
 
-def update(session: Session, directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER) -> UpdateResult:
+#: Histogram files: small row groups, sorted by side and the paths' pseudo-random order, so a
+#: percentile interval's subset (the first paths of that order) is read from a few row groups.
+_HIST_ROW_GROUP = 16_384
+
+
+def _hist_sql(rows_sql: str) -> str:
+    """Histogram rows (side, mix, key, day, bin, sums) summed per key, day and bin, sorted."""
+    return (f"SELECT side, mix, campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, bin, "
+            f"sum(n_all)::BIGINT AS n_all, sum(n)::BIGINT AS n, sum(sum_us)::BIGINT AS sum_us, "
+            f"sum(sumsq)::DOUBLE AS sumsq FROM ({rows_sql}) GROUP BY ALL ORDER BY side, mix, day")
+
+
+def _hist_from_csv(client_csv: pathlib.Path, server_csv: pathlib.Path) -> str:
+    return " UNION ALL ".join(f"SELECT {side}::TINYINT AS side, {MIX_SQL} AS mix, * FROM {_csv(path, HIST_CSV_COLUMNS)}"
+                              for side, path in ((0, client_csv), (1, server_csv)))
+
+
+def _export_hists(session: Session, bounds: dict[str, Any], window: bool, scratch: pathlib.Path
+                  ) -> tuple[pathlib.Path, pathlib.Path]:
+    """Both sides' per-path histogram rows as CSV: of the refresh windows ``bounds`` (``window``)
+    or of every trial up to their high ends."""
+    paths = (scratch.with_suffix(".client.csv"), scratch.with_suffix(".server.csv"))
+    for client, path in zip((True, False), paths, strict=True):
+        where = side_window(client) if window else ("received_at <= :rhigh" if client else "joined_at <= :jhigh")
+        _copy_out(session, hist_rows_sql(client, where), bounds, path)
+    return paths
+
+
+def update(session: Session, directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER,
+           rebase_share: float = REBASE_SHARE) -> UpdateResult:
     """Bring the copy in ``directory`` up to the roll-ups' watermarks as ``session`` sees them.
 
     Run it in a REPEATABLE READ transaction (the worker does) so that the watermarks and the
@@ -127,44 +164,74 @@ def update(session: Session, directory: pathlib.Path, *, compact_after: int = CO
         scratch = directory / ".export.csv"
         connection = _duck(directory)
         try:
-            if manifest is None:  # a new copy: the roll-ups' day rows at the watermarks
-                sequence = 1 + max((int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet")
-                                    if FILE_NAME.match(path.name)), default=0)
-                _copy_out(session, BASE_ROWS + " WHERE grain = 0", {}, scratch)
-                base = f"base-{sequence:08d}.parquet"
-                _write_base(connection, f"SELECT * FROM read_csv('{scratch}', header = false, auto_detect = false, "
-                                        f"columns = {CSV_COLUMNS})", directory / base)
-                manifest = Manifest(identity, marks[0], marks[1], sequence, base)
-                rows = int(connection.execute(
-                    f"SELECT count(*) FROM read_parquet('{directory / base}') WHERE grain = 0").fetchone()[0])  # type: ignore[index]
-                write_manifest(directory, manifest)
+            if manifest is None:
+                manifest, rows = _new_copy(session, directory, connection, identity, marks, scratch)
                 return UpdateResult("base", rows, manifest=manifest)
             if (manifest.received_upto, manifest.joined_upto) == marks:
                 return UpdateResult("current", manifest=manifest)
             if manifest.received_upto > marks[0] or manifest.joined_upto > marks[1]:
                 return UpdateResult("ahead", manifest=manifest)
             sequence = manifest.sequence + 1
-            delta = f"delta-{sequence:08d}.parquet"
-            _copy_out(session, path_window_sums_sql(MEASURES),
-                      {"rlow": manifest.received_upto, "rhigh": marks[0],
-                       "jlow": manifest.joined_upto, "jhigh": marks[1]}, scratch)
-            rows = _write_delta(connection, scratch, directory / delta)
+            bounds = {"rlow": manifest.received_upto, "rhigh": marks[0], "jlow": manifest.joined_upto,
+                      "jhigh": marks[1]}
+            _copy_out(session, path_window_sums_sql(MEASURES), bounds, scratch)
+            delta, hist_delta = f"delta-{sequence:08d}.parquet", f"histdelta-{sequence:08d}.parquet"
+            rows = _write(connection, _days_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / delta)
+            _write(connection, _hist_sql(_hist_from_csv(*_export_hists(session, bounds, True, scratch))),
+                   directory / hist_delta, _HIST_ROW_GROUP)
             manifest = replace(manifest, received_upto=marks[0], joined_upto=marks[1], sequence=sequence,
-                               deltas=(*manifest.deltas, delta))
-            compacted = len(manifest.deltas) >= compact_after
-            if compacted:
-                base = f"base-{sequence + 1:08d}.parquet"
-                _write_base(connection, f"""
-                    SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') WHERE grain = 0
-                    UNION ALL SELECT * EXCLUDE (grain) FROM read_parquet({file_list(directory, manifest.deltas)})""",
-                            directory / base)
-                manifest = replace(manifest, sequence=sequence + 1, base=base, deltas=())
+                               deltas=(*manifest.deltas, delta), hist_deltas=(*manifest.hist_deltas, hist_delta))
+            compacted = None
+            if len(manifest.deltas) >= compact_after:
+                manifest, compacted = _compact(directory, connection, manifest, rebase_share)
             write_manifest(directory, manifest)
             return UpdateResult("delta", rows, compacted, manifest)
         finally:
             connection.close()
-            scratch.unlink(missing_ok=True)
+            for path in (scratch, scratch.with_suffix(".client.csv"), scratch.with_suffix(".server.csv")):
+                path.unlink(missing_ok=True)
             _remove_unreferenced(directory, manifest)
+
+
+def _new_copy(session: Session, directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, identity: str,
+              marks: tuple[Any, Any], scratch: pathlib.Path) -> tuple[Manifest, int]:
+    """A new copy at ``marks``: the roll-ups' day rows, and both sides' histograms of every
+    trial up to the marks (one pass over the trials each)."""
+    sequence = 1 + max((int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet")
+                        if FILE_NAME.match(path.name)), default=0)
+    base, hist = f"base-{sequence:08d}.parquet", f"hist-{sequence:08d}.parquet"
+    _copy_out(session, BASE_ROWS + " WHERE grain = 0", {}, scratch)
+    _write(connection, _base_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / base)
+    rows = connection.execute(f"SELECT count(*) FROM read_parquet('{directory / base}') WHERE grain = 0").fetchone()
+    hists = _export_hists(session, {"rhigh": marks[0], "jhigh": marks[1]}, False, scratch)
+    _write(connection, _hist_sql(_hist_from_csv(*hists)), directory / hist, _HIST_ROW_GROUP)
+    manifest = Manifest(identity, marks[0], marks[1], sequence, base, hist)
+    write_manifest(directory, manifest)
+    return manifest, int(rows[0]) if rows else 0
+
+
+def _compact(directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, manifest: Manifest,
+             rebase_share: float) -> tuple[Manifest, str]:
+    """Merge the deltas: into one delta (and one histogram delta) while their bytes are below
+    ``rebase_share`` of the bases', else into new bases."""
+    sequence = manifest.sequence + 1
+
+    def size(names: tuple[str, ...]) -> int:
+        return sum((directory / name).stat().st_size for name in names)
+
+    deltas = f"SELECT * EXCLUDE (grain) FROM read_parquet({file_list(directory, manifest.deltas)})"
+    hist_deltas = f"SELECT * FROM read_parquet({file_list(directory, manifest.hist_deltas)})"
+    if size((*manifest.deltas, *manifest.hist_deltas)) < rebase_share * size((manifest.base, manifest.hist_base)):
+        delta, hist_delta = f"delta-{sequence:08d}.parquet", f"histdelta-{sequence:08d}.parquet"
+        _write(connection, _days_sql(deltas), directory / delta)
+        _write(connection, _hist_sql(hist_deltas), directory / hist_delta, _HIST_ROW_GROUP)
+        return replace(manifest, sequence=sequence, deltas=(delta,), hist_deltas=(hist_delta,)), "deltas"
+    base, hist = f"base-{sequence:08d}.parquet", f"hist-{sequence:08d}.parquet"
+    _write(connection, _base_sql(f"SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') "
+                                 f"WHERE grain = 0 UNION ALL {deltas}"), directory / base)
+    _write(connection, _hist_sql(f"SELECT * FROM read_parquet('{directory / manifest.hist_base}') UNION ALL {hist_deltas}"),
+           directory / hist, _HIST_ROW_GROUP)
+    return replace(manifest, sequence=sequence, base=base, hist_base=hist, deltas=(), hist_deltas=()), "base"
 
 
 def _remove_unreferenced(directory: pathlib.Path, manifest: Manifest | None) -> None:
