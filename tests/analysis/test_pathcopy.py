@@ -282,13 +282,17 @@ def test_the_worker_keeps_the_copy_and_the_api_reads_it(database_url: str, celer
     try:
         deadline = time.monotonic() + 90
         manifest = None
+        queued = []
         while time.monotonic() < deadline:
             outcome = celery_worker.send("iwscope.analysis.tasks.refresh_rollups", timeout=120)
+            queued.append(outcome["analysis_copy_queued"])
+            time.sleep(1.0)  # the update the refresh queued (its own task) runs after it
             manifest = pathcopy.read_manifest(directory)
             if manifest is not None and manifest.received_upto >= now and manifest.joined_upto >= now:
                 break
             time.sleep(1.0)
         assert manifest is not None and manifest.received_upto >= now, (outcome, celery_worker.log()[-3000:])
+        assert any(queued)  # each refresh queues the copy's update (unless one is already queued)
         with Session(engine) as session:
             from_copy = pathcopy.load_path_stats(session, directory, filters, False, False)
             _assert_same(from_copy, load_path_stats(session, filters, False, False))

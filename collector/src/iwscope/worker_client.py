@@ -34,6 +34,10 @@ ROLLUP_QUEUED = "refresh-queued"
 #: Default delay of a refresh: the joins of the next seconds ride on it, and it is longer than
 #: the refresh's safety margin (1 s, ``analysis.rollups``) so the rows that asked are folded in.
 ROLLUP_DELAY_S = 2.0
+#: The analysis copy's update (``analysis.pathcopy``), queued after each refresh commits.
+ANALYSIS_COPY_TASK = "iwscope.analysis.tasks.update_analysis_copy"
+#: Set while an update of the analysis copy is queued and has not started.
+ANALYSIS_COPY_QUEUED = "analysis-copy-queued"
 #: Lifetime of a "queued" mark: a task lost between queue and start blocks others at most this long.
 QUEUED_TTL_S = 60
 
@@ -148,3 +152,16 @@ def _send_marked(task: str, queued_key: str, countdown_s: float) -> bool:
 def rollup_refresh_started() -> None:
     """Called by the refresh as it starts: what is joined from now on needs another refresh."""
     _redis().delete(key(ROLLUP_QUEUED))
+
+
+def queue_analysis_copy_update() -> bool:
+    """Queue one update of the analysis copy unless one is queued and not yet started (a
+    refresh that commits while one runs queues the next); True if this call queued it."""
+    if celery_app.tasks.get(ANALYSIS_COPY_TASK) is None:
+        return False
+    return _queue_once(ANALYSIS_COPY_TASK, key(ANALYSIS_COPY_QUEUED), 0.0)
+
+
+def analysis_copy_update_started() -> None:
+    """Called by the copy's update as it starts: a refresh committed from now on queues another."""
+    _redis().delete(key(ANALYSIS_COPY_QUEUED))

@@ -34,7 +34,11 @@ KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
 CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
                "'size_bucket': 'SMALLINT', 'day': 'DATE', "
                + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")
-FILE_NAME = re.compile(r"^(base|delta|hist|histdelta)-\d{8}\.parquet$")
+FILE_NAME = re.compile(r"^(base|delta|hist|histdelta)-\d{8}(-\d{2})?\.parquet$")
+#: The base's histograms are written in this many files, by the top bits of the paths' order
+#: (``MIX_SQL``): each is sorted on its own, within the writer's memory.
+HIST_PARTS = 16
+HIST_PART_SHIFT = 60
 #: The per-path histogram rows of one side (``hist_rows_sql``), as CSV.
 HIST_CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
                     "'size_bucket': 'SMALLINT', 'day': 'DATE', 'bin': 'SMALLINT', 'n_all': 'BIGINT', 'n': 'BIGINT', "
@@ -62,20 +66,21 @@ BASE_ROWS = f"SELECT campaign_id, probe_id, origin_id, arm_iw, size_bucket, day,
 class Manifest:
     """What a copy holds: ``base`` and ``deltas`` (file names in its directory) sum to the trials
     received by ``received_upto`` (client sides) and joined by ``joined_upto`` (server sides);
-    ``hist_base`` and ``hist_deltas`` hold the same trials' per-path histograms."""
+    ``hist_base`` (one file per part, ``HIST_PARTS``) and ``hist_deltas`` hold the same trials'
+    per-path histograms."""
 
     database: str
     received_upto: dt.datetime
     joined_upto: dt.datetime
     sequence: int
     base: str
-    hist_base: str
+    hist_base: tuple[str, ...]
     deltas: tuple[str, ...] = ()
     hist_deltas: tuple[str, ...] = ()
     format: int = FORMAT_VERSION
 
     def files(self) -> list[str]:
-        return [self.base, self.hist_base, *self.deltas, *self.hist_deltas]
+        return [self.base, *self.hist_base, *self.deltas, *self.hist_deltas]
 
 
 def read_manifest(directory: pathlib.Path) -> Manifest | None:
@@ -86,12 +91,12 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
             return None
         manifest = Manifest(database=str(raw["database"]), received_upto=dt.datetime.fromisoformat(raw["received_upto"]),
                             joined_upto=dt.datetime.fromisoformat(raw["joined_upto"]), sequence=int(raw["sequence"]),
-                            base=str(raw["base"]), hist_base=str(raw["hist_base"]),
+                            base=str(raw["base"]), hist_base=tuple(str(name) for name in raw["hist_base"]),
                             deltas=tuple(str(name) for name in raw["deltas"]),
                             hist_deltas=tuple(str(name) for name in raw["hist_deltas"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not all(FILE_NAME.match(name) for name in manifest.files()):
+    if len(manifest.hist_base) != HIST_PARTS or not all(FILE_NAME.match(name) for name in manifest.files()):
         return None
     return manifest
 
@@ -99,7 +104,8 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
 def write_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
     values = asdict(manifest)
     values.update(received_upto=manifest.received_upto.isoformat(), joined_upto=manifest.joined_upto.isoformat(),
-                  deltas=list(manifest.deltas), hist_deltas=list(manifest.hist_deltas))
+                  deltas=list(manifest.deltas), hist_deltas=list(manifest.hist_deltas),
+                  hist_base=list(manifest.hist_base))
     partial = directory / f".{MANIFEST}.tmp"
     partial.write_text(json.dumps(values, indent=1))
     os.replace(partial, directory / MANIFEST)

@@ -22,6 +22,7 @@ from iwscope.analysis.filters import Filters
 from iwscope.analysis.frames import DayWindow, Frame, PathFrame, PathIds, day_window, detail_frame
 from iwscope.analysis.pathcopy._files import (
     GRAIN_ALL,
+    HIST_PART_SHIFT,
     MAX_LAG,
     MEASURES,
     Manifest,
@@ -352,7 +353,9 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
         conditions.append(f"day BETWEEN DATE '{window.first_day.isoformat()}' AND DATE '{window.last_day.isoformat()}'")
     where = " AND ".join(conditions)
     columns = "probe_id, origin_id, arm_iw, size_bucket, bin, n_all, n, sum_us, sumsq"
-    hist_files = [opened.manifest.hist_base, *opened.manifest.hist_deltas]
+    # the base's parts that hold the paths' places in the order, and every delta
+    parts = range(min(mixes) >> HIST_PART_SHIFT, (max(mixes) >> HIST_PART_SHIFT) + 1)
+    hist_files = [*(opened.manifest.hist_base[part] for part in parts), *opened.manifest.hist_deltas]
     # the mix range prunes row groups; the join picks the paths
     sources = [f"SELECT {columns} FROM read_parquet({file_list(directory, hist_files)}) "
                f"WHERE {where} AND mix BETWEEN {min(mixes)}::UBIGINT AND {max(mixes)}::UBIGINT"]

@@ -22,6 +22,8 @@ from iwscope.analysis.pathcopy._files import (
     FILE_NAME,
     GRAIN_ALL,
     HIST_CSV_COLUMNS,
+    HIST_PART_SHIFT,
+    HIST_PARTS,
     KEEP_UNREFERENCED_S,
     KEY,
     MEASURES,
@@ -76,9 +78,14 @@ def _copy_out(session: Session, query: str, params: dict[str, Any], target: path
             out.write(chunk)
 
 
+#: The writer's DuckDB memory: sorts and aggregations past it spill to ``directory/.spill``
+#: (the chart's worker pods are limited to 1 GiB in all).
+WRITER_MEMORY = "512MB"
+
+
 def _duck(directory: pathlib.Path) -> duckdb.DuckDBPyConnection:
-    connection = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": str(directory / ".spill")})
-    return connection
+    return duckdb.connect(config={"memory_limit": WRITER_MEMORY, "temp_directory": str(directory / ".spill"),
+                                  "preserve_insertion_order": False, "threads": 1})
 
 
 def _sums() -> str:
@@ -121,8 +128,11 @@ def _days_sql(days_sql: str) -> str:
 _HIST_ROW_GROUP = 16_384
 
 
-def _hist_sql(rows_sql: str) -> str:
-    """Histogram rows (side, mix, key, day, bin, sums) summed per key, day and bin, sorted."""
+def _hist_sql(rows_sql: str, summed: bool = True) -> str:
+    """Histogram rows (side, mix, key, day, bin, sums), sorted; ``summed``: one per key, day and
+    bin (rows of one export are already)."""
+    if not summed:
+        return f"SELECT * FROM ({rows_sql}) ORDER BY side, mix, day"
     return (f"SELECT side, mix, campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, bin, "
             f"sum(n_all)::BIGINT AS n_all, sum(n)::BIGINT AS n, sum(sum_us)::BIGINT AS sum_us, "
             f"sum(sumsq)::DOUBLE AS sumsq FROM ({rows_sql}) GROUP BY ALL ORDER BY side, mix, day")
@@ -177,7 +187,7 @@ def update(session: Session, directory: pathlib.Path, *, compact_after: int = CO
             _copy_out(session, path_window_sums_sql(MEASURES), bounds, scratch)
             delta, hist_delta = f"delta-{sequence:08d}.parquet", f"histdelta-{sequence:08d}.parquet"
             rows = _write(connection, _days_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / delta)
-            _write(connection, _hist_sql(_hist_from_csv(*_export_hists(session, bounds, True, scratch))),
+            _write(connection, _hist_sql(_hist_from_csv(*_export_hists(session, bounds, True, scratch)), summed=False),
                    directory / hist_delta, _HIST_ROW_GROUP)
             manifest = replace(manifest, received_upto=marks[0], joined_upto=marks[1], sequence=sequence,
                                deltas=(*manifest.deltas, delta), hist_deltas=(*manifest.hist_deltas, hist_delta))
@@ -193,18 +203,37 @@ def update(session: Session, directory: pathlib.Path, *, compact_after: int = CO
             _remove_unreferenced(directory, manifest)
 
 
+def _write_hist_parts(connection: duckdb.DuckDBPyConnection, rows_sql: str, directory: pathlib.Path,
+                      sequence: int, summed: bool) -> tuple[str, ...]:
+    """The histogram rows of ``rows_sql`` as ``HIST_PARTS`` files, each sorted: first written as
+    they come (streamed), then one part at a time, so no sort holds more than a part."""
+    unsorted = directory / f".hist-{sequence:08d}.unsorted.tmp"
+    connection.execute(f"COPY (SELECT *, (mix >> {HIST_PART_SHIFT})::TINYINT AS part FROM ({rows_sql})) "
+                       f"TO '{unsorted}' (FORMAT parquet)")
+    names = []
+    try:
+        for part in range(HIST_PARTS):
+            name = f"hist-{sequence:08d}-{part:02d}.parquet"
+            _write(connection, _hist_sql(f"SELECT * EXCLUDE (part) FROM read_parquet('{unsorted}') WHERE part = {part}",
+                                         summed), directory / name, _HIST_ROW_GROUP)
+            names.append(name)
+    finally:
+        unsorted.unlink(missing_ok=True)
+    return tuple(names)
+
+
 def _new_copy(session: Session, directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, identity: str,
               marks: tuple[Any, Any], scratch: pathlib.Path) -> tuple[Manifest, int]:
     """A new copy at ``marks``: the roll-ups' day rows, and both sides' histograms of every
     trial up to the marks (one pass over the trials each)."""
     sequence = 1 + max((int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet")
                         if FILE_NAME.match(path.name)), default=0)
-    base, hist = f"base-{sequence:08d}.parquet", f"hist-{sequence:08d}.parquet"
+    base = f"base-{sequence:08d}.parquet"
     _copy_out(session, BASE_ROWS + " WHERE grain = 0", {}, scratch)
     _write(connection, _base_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / base)
     rows = connection.execute(f"SELECT count(*) FROM read_parquet('{directory / base}') WHERE grain = 0").fetchone()
     hists = _export_hists(session, {"rhigh": marks[0], "jhigh": marks[1]}, False, scratch)
-    _write(connection, _hist_sql(_hist_from_csv(*hists)), directory / hist, _HIST_ROW_GROUP)
+    hist = _write_hist_parts(connection, _hist_from_csv(*hists), directory, sequence, summed=False)
     manifest = Manifest(identity, marks[0], marks[1], sequence, base, hist)
     write_manifest(directory, manifest)
     return manifest, int(rows[0]) if rows else 0
@@ -221,16 +250,16 @@ def _compact(directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, man
 
     deltas = f"SELECT * EXCLUDE (grain) FROM read_parquet({file_list(directory, manifest.deltas)})"
     hist_deltas = f"SELECT * FROM read_parquet({file_list(directory, manifest.hist_deltas)})"
-    if size((*manifest.deltas, *manifest.hist_deltas)) < rebase_share * size((manifest.base, manifest.hist_base)):
+    if size((*manifest.deltas, *manifest.hist_deltas)) < rebase_share * size((manifest.base, *manifest.hist_base)):
         delta, hist_delta = f"delta-{sequence:08d}.parquet", f"histdelta-{sequence:08d}.parquet"
         _write(connection, _days_sql(deltas), directory / delta)
         _write(connection, _hist_sql(hist_deltas), directory / hist_delta, _HIST_ROW_GROUP)
         return replace(manifest, sequence=sequence, deltas=(delta,), hist_deltas=(hist_delta,)), "deltas"
-    base, hist = f"base-{sequence:08d}.parquet", f"hist-{sequence:08d}.parquet"
+    base = f"base-{sequence:08d}.parquet"
     _write(connection, _base_sql(f"SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') "
                                  f"WHERE grain = 0 UNION ALL {deltas}"), directory / base)
-    _write(connection, _hist_sql(f"SELECT * FROM read_parquet('{directory / manifest.hist_base}') UNION ALL {hist_deltas}"),
-           directory / hist, _HIST_ROW_GROUP)
+    hist = _write_hist_parts(connection, f"SELECT * FROM read_parquet({file_list(directory, manifest.hist_base)}) "
+                                         f"UNION ALL {hist_deltas}", directory, sequence, summed=True)
     return replace(manifest, sequence=sequence, base=base, hist_base=hist, deltas=(), hist_deltas=()), "base"
 
 
