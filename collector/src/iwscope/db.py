@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -80,3 +81,21 @@ def session_scope(factory: sessionmaker[Session] | None = None) -> Iterator[Sess
         raise
     finally:
         session.close()
+
+
+def driver_statement(query: str) -> str:
+    """``query`` with SQLAlchemy's ``:name`` parameters spelled as psycopg's ``%(name)s`` (casts
+    such as ``::int`` stay), for statements run on the driver's own cursor."""
+    return re.sub(r"(?<![:\w]):(\w+)\b", r"%(\1)s", query)
+
+
+def fetch_binary(session: Session, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` (``:name`` parameters) in the session's transaction, transferred in
+    PostgreSQL's binary format: ``bytea`` arrives as bytes instead of hex text, about a quarter
+    faster for the analysis' megabytes of histogram pieces."""
+    connection = session.connection().connection.driver_connection
+    assert connection is not None  # a live session's DBAPI connection
+    with connection.cursor(binary=True) as cursor:
+        cursor.execute(driver_statement(query), params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows

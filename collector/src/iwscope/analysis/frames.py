@@ -34,6 +34,7 @@ from iwscope.analysis.filters import Filters
 from iwscope.analysis.models import NO_ORIGIN
 from iwscope.analysis.rollups import WATERMARK_NAME, side_trials_sql
 from iwscope.analysis.stats import sum_by
+from iwscope.db import fetch_binary
 
 
 @dataclass
@@ -398,14 +399,14 @@ def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None)
     """Bucket roll-up rows matching the filters, one entry per (signature, arm, size octave)."""
     metric = "server" if filters.metric == "server" else "client"
     where, params = _where(filters, arms, "b", "s.region = ANY(:regions)")
-    rows = session.execute(text(f"""
+    rows = fetch_binary(session, f"""
         WITH g AS (
             SELECT b.signature_id, b.arm_iw, b.size_bucket, {_sums("b", metric)}
             FROM analysis_bucket_rollups AS b JOIN analysis_signatures AS s ON s.id = b.signature_id
             WHERE {where}
             GROUP BY b.signature_id, b.arm_iw, b.size_bucket)
         SELECT {_OUT}, s.region, g.los, g.lens, g.blob, g.signature_id
-        FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id"""), params).all()
+        FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id""", params)
     frame = _frame(rows)
     frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
     return frame

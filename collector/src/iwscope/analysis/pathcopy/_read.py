@@ -1,4 +1,5 @@
-"""Reading the analysis copy: the paired figures' per-path sums and the fleet table's totals."""
+"""Reading the analysis copy: the paired figures' per-path sums, the intervals' per-path
+histograms and the fleet table's totals."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ log = logging.getLogger("iwscope.analysis.pathcopy")
 
 _connection_lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
+#: Each API and dashboard process has its own DuckDB: a reader's queries hold little (a few
+#: hundred thousand rows at a fleet's size), and DuckDB's default would be 80 % of the RAM.
+READER_MEMORY = "256MB"
 
 
 def _reader() -> duckdb.DuckDBPyConnection:
@@ -45,7 +49,7 @@ def _reader() -> duckdb.DuckDBPyConnection:
     global _connection
     with _connection_lock:
         if _connection is None:
-            _connection = duckdb.connect()
+            _connection = duckdb.connect(config={"memory_limit": READER_MEMORY})
         return _connection.cursor()
 
 

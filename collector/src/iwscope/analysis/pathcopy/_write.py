@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import os
 import pathlib
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from iwscope.analysis.pathcopy._files import (
     write_manifest,
 )
 from iwscope.analysis.rollups import path_window_sums_sql, side_window
+from iwscope.db import driver_statement
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _writer_lock(directory: pathlib.Path) -> Iterator[bool]:
 
 def _copy_out(session: Session, query: str, params: dict[str, Any], target: pathlib.Path) -> None:
     """``query`` (SQLAlchemy ``:name`` parameters) as CSV in ``target``, streamed by COPY."""
-    statement = re.sub(r"(?<![:\w]):(\w+)\b", r"%(\1)s", query)
+    statement = driver_statement(query)
     connection = session.connection().connection.driver_connection
     assert connection is not None  # a live session's DBAPI connection
     with connection.cursor() as cursor, cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)", params) as copy, \
