@@ -169,8 +169,9 @@ def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
                                                  server_bytes_retrans = 0, server_bytes_sent = 20000, joined_at = :at
                                WHERE trial_id = ANY(:ids)"""), {"ids": waiting, "at": t2})
     arrive(t2, 200)
-    second = pathcopy.update(db_session, directory, compact_after=3)
-    assert second.action == "delta" and not second.compacted and second.manifest is not None
+    second = pathcopy.update(db_session, directory)
+    assert second.action == "delta" and second.manifest is not None
+    assert pathcopy.compact(directory, compact_after=3) is None  # one delta: nothing to merge
     assert len(second.manifest.deltas) == 1
     _check_all(db_session, directory, campaign_id)
 
@@ -181,24 +182,26 @@ def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
     _check_all(db_session, directory, campaign_id)
 
     # two more deltas reach compact_after: merged into one delta (small beside the base)...
-    pathcopy.update(db_session, directory, compact_after=3)
+    pathcopy.update(db_session, directory)
     arrive(t2 + dt.timedelta(minutes=6), 100)
-    merged = pathcopy.update(db_session, directory, compact_after=3, rebase_share=1e9)
-    assert merged.compacted == "deltas" and merged.manifest is not None
-    assert len(merged.manifest.deltas) == len(merged.manifest.hist_deltas) == 1
+    pathcopy.update(db_session, directory)
+    assert pathcopy.compact(directory, compact_after=3, rebase_share=1e9) == "deltas"
+    merged = pathcopy.read_manifest(directory)
+    assert merged is not None and len(merged.deltas) == len(merged.hist_deltas) == 1
     _check_all(db_session, directory, campaign_id)
     # ... or, once they are large beside it, with the base into a new one: same sums
     for minutes in (9, 12):  # each arrival after the last refresh's bound, as ingest stamps them
         arrive(t2 + dt.timedelta(minutes=minutes), 50)
-        third = pathcopy.update(db_session, directory, compact_after=3, rebase_share=0.0)
-    assert third.compacted == "base" and third.manifest is not None
-    assert third.manifest.deltas == third.manifest.hist_deltas == ()
+        pathcopy.update(db_session, directory)
+    assert pathcopy.compact(directory, compact_after=3, rebase_share=0.0) == "base"
+    third = pathcopy.read_manifest(directory)
+    assert third is not None and third.deltas == third.hist_deltas == ()
     _check_all(db_session, directory, campaign_id)
 
     # the roll-ups' watermarks move over an empty window: nothing to add, still the same sums
     refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=15))
-    assert pathcopy.read_manifest(directory) == third.manifest and _marks(db_session) != (
-        third.manifest.received_upto, third.manifest.joined_upto)
+    assert pathcopy.read_manifest(directory) == third and _marks(db_session) != (
+        third.received_upto, third.joined_upto)
     _check_all(db_session, directory, campaign_id)
 
 

@@ -73,11 +73,12 @@ def update_analysis_copy() -> str | None:
         with session_scope() as session:
             session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             result = pathcopy.update(session, directory)
+        compacted = pathcopy.compact(directory)  # outside the transaction: it reads files only
     except Exception:
         log.exception("analysis copy in %s not updated", directory)
         return "failed"
-    log.info("update_analysis_copy: %s %s", result.action, result.compacted or "")
-    return result.action + (f" compacted {result.compacted}" if result.compacted else "")
+    log.info("update_analysis_copy: %s%s", result.action, f", compacted: {compacted}" if compacted else "")
+    return result.action + (f" compacted {compacted}" if compacted else "")
 
 
 @celery_app.task(name="iwscope.analysis.tasks.rebuild_path_estimates")

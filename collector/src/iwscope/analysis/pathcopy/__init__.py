@@ -49,7 +49,7 @@ from iwscope.analysis.pathcopy._files import (
     read_manifest,
 )
 from iwscope.analysis.pathcopy._read import load_path_detail, load_path_stats, probe_totals
-from iwscope.analysis.pathcopy._write import UpdateResult, update
+from iwscope.analysis.pathcopy._write import UpdateResult, compact, update
 
 __all__ = [
     "COMPACT_AFTER",
@@ -62,6 +62,7 @@ __all__ = [
     "REBASE_SHARE",
     "Manifest",
     "UpdateResult",
+    "compact",
     "database_identity",
     "load_path_detail",
     "load_path_stats",

@@ -44,12 +44,10 @@ from iwscope.db import driver_statement
 class UpdateResult:
     """What one :func:`update` did: ``action`` is one of ``locked`` (another writer),
     ``no-rollups``, ``current``, ``ahead`` (the roll-ups are being rebuilt), ``base`` (a new
-    copy), ``delta``; ``compacted``: ``"deltas"`` when the deltas were merged into one,
-    ``"base"`` when into a new base."""
+    copy), ``delta``."""
 
     action: str
     rows: int = 0
-    compacted: str | None = None
     manifest: Manifest | None = None
 
 
@@ -154,12 +152,14 @@ def _export_hists(session: Session, bounds: dict[str, Any], window: bool, scratc
     return paths
 
 
-def update(session: Session, directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER,
-           rebase_share: float = REBASE_SHARE) -> UpdateResult:
+def update(session: Session, directory: pathlib.Path) -> UpdateResult:
     """Bring the copy in ``directory`` up to the roll-ups' watermarks as ``session`` sees them.
 
     Run it in a REPEATABLE READ transaction (the worker does) so that the watermarks and the
-    rows it reads are one snapshot; it writes nothing to the database."""
+    rows it reads are one snapshot; it writes nothing to the database.  While that transaction
+    is open the refreshes' safe bound cannot pass its start (``rollups``): a delta takes a
+    fraction of a second, a new copy minutes at a fleet's size (once).  :func:`compact` runs
+    after it, outside any transaction."""
     directory.mkdir(parents=True, exist_ok=True)
     with _writer_lock(directory) as locked:
         if not locked:
@@ -191,11 +191,8 @@ def update(session: Session, directory: pathlib.Path, *, compact_after: int = CO
                    directory / hist_delta, _HIST_ROW_GROUP)
             manifest = replace(manifest, received_upto=marks[0], joined_upto=marks[1], sequence=sequence,
                                deltas=(*manifest.deltas, delta), hist_deltas=(*manifest.hist_deltas, hist_delta))
-            compacted = None
-            if len(manifest.deltas) >= compact_after:
-                manifest, compacted = _compact(directory, connection, manifest, rebase_share)
             write_manifest(directory, manifest)
-            return UpdateResult("delta", rows, compacted, manifest)
+            return UpdateResult("delta", rows, manifest=manifest)
         finally:
             connection.close()
             for path in (scratch, scratch.with_suffix(".client.csv"), scratch.with_suffix(".server.csv")):
@@ -237,6 +234,25 @@ def _new_copy(session: Session, directory: pathlib.Path, connection: duckdb.Duck
     manifest = Manifest(identity, marks[0], marks[1], sequence, base, hist)
     write_manifest(directory, manifest)
     return manifest, int(rows[0]) if rows else 0
+
+
+def compact(directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER,
+            rebase_share: float = REBASE_SHARE) -> str | None:
+    """Once the copy has ``compact_after`` deltas, merge them (:func:`_compact`); returns
+    ``"deltas"`` (merged into one), ``"base"`` (into new bases) or ``None`` (nothing done, or
+    another writer holds the copy)."""
+    with _writer_lock(directory) as locked:
+        manifest = read_manifest(directory) if locked else None
+        if manifest is None or len(manifest.deltas) < compact_after:
+            return None
+        connection = _duck(directory)
+        try:
+            manifest, compacted = _compact(directory, connection, manifest, rebase_share)
+            write_manifest(directory, manifest)
+        finally:
+            connection.close()
+            _remove_unreferenced(directory, manifest)
+        return compacted
 
 
 def _compact(directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, manifest: Manifest,
