@@ -83,6 +83,13 @@ def session_scope(factory: sessionmaker[Session] | None = None) -> Iterator[Sess
         session.close()
 
 
+def driver_connection(session: Session) -> Any:
+    """The psycopg connection under ``session`` (in its transaction), for COPY and binary fetches."""
+    connection = session.connection().connection.driver_connection
+    assert connection is not None  # a live session's DBAPI connection
+    return connection
+
+
 def driver_statement(query: str) -> str:
     """``query`` with SQLAlchemy's ``:name`` parameters spelled as psycopg's ``%(name)s`` (casts
     such as ``::int`` stay), for statements run on the driver's own cursor."""
@@ -93,9 +100,7 @@ def fetch_binary(session: Session, query: str, params: dict[str, Any]) -> list[t
     """The rows of ``query`` (``:name`` parameters) in the session's transaction, transferred in
     PostgreSQL's binary format: ``bytea`` arrives as bytes instead of hex text, about a quarter
     faster for the analysis' megabytes of histogram pieces."""
-    connection = session.connection().connection.driver_connection
-    assert connection is not None  # a live session's DBAPI connection
-    with connection.cursor(binary=True) as cursor:
+    with driver_connection(session).cursor(binary=True) as cursor:
         cursor.execute(driver_statement(query), params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()
         return rows

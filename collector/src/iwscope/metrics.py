@@ -24,9 +24,10 @@ ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answe
                              "process; loop_lag: its event loop behind)", ["kind", "reason"])
 LOOP_LAG = Gauge("iwscope_event_loop_lag_seconds", "Smoothed event-loop lag of the API process(es) (the largest "
                  "over workers)", multiprocess_mode="livemax")
-ANALYSIS_PATH_READS = Counter("iwscope_analysis_path_reads_total", "Per-path sums read for the paired figures, "
-                              "by source (copy: the analysis copy, analysis/pathcopy/; postgresql: the "
-                              "roll-ups, when no copy is configured or it could not be used)", ["source"])
+ANALYSIS_PATH_READS = Counter("iwscope_analysis_path_reads_total", "Per-path reads of the analysis (the paired "
+                              "figures' sums, the intervals' histograms, the fleet table's totals) by source "
+                              "(copy: the analysis copy, analysis/pathcopy/; postgresql: when no copy is "
+                              "configured or it could not be used)", ["source"])
 IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress (summed over the API's worker "
                     "processes), by admission class", ["kind"], multiprocess_mode="livesum")
 

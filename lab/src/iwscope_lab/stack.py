@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from iwscope.db import make_engine, session_scope
@@ -87,8 +88,8 @@ class Stack:
         """Where the stack's worker keeps the analysis copy its API and dashboard read
         (``IWSCOPE_ANALYSIS_COPY_DIR`` when set; else one directory per database in the run dir)."""
         configured = self.extra_env.get("IWSCOPE_ANALYSIS_COPY_DIR") or os.environ.get("IWSCOPE_ANALYSIS_COPY_DIR")
-        database = self.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
-        return pathlib.Path(configured) if configured else self.run_dir / "analysis-copy" / database
+        return (pathlib.Path(configured) if configured
+                else self.run_dir / "analysis-copy" / str(make_url(self.database_url).database))
 
     @property
     def env(self) -> dict[str, str]:
@@ -251,7 +252,6 @@ def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD
 def _ensure_database(database_url: str, name: str) -> str:
     """``database_url`` pointing at database ``name``, created on that server if missing."""
     import psycopg
-    from sqlalchemy.engine import make_url
 
     url = make_url(database_url)
     admin = url.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)

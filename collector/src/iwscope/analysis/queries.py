@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+import pathlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from sqlalchemy import text
@@ -93,6 +94,18 @@ PERCENTILE_DETAIL_BUDGET = 600
 PERCENTILE_MIN_DETAIL_PATHS = 100
 
 
+_T = TypeVar("_T")
+
+
+def _copy_or_postgresql(from_copy: Callable[[pathlib.Path], _T | None], from_postgresql: Callable[[], _T]) -> _T:
+    """A per-path read from the analysis copy when one is configured and usable (``pathcopy``),
+    else from PostgreSQL; ``iwscope_analysis_path_reads_total`` counts which answered."""
+    directory = get_settings().analysis_copy_dir
+    found = None if directory is None else from_copy(directory)
+    ANALYSIS_PATH_READS.labels("postgresql" if found is None else "copy").inc()
+    return from_postgresql() if found is None else found
+
+
 @dataclass
 class _Data:
     """What one analysis call read: per-path paired sums (``paths``) and bucket rows (arm
@@ -107,11 +120,9 @@ class _Data:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
         arms = (self.filters.baseline_iw, self.filters.treatment_iw)
-        directory = get_settings().analysis_copy_dir
-        detail = None if directory is None else pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids)
-        ANALYSIS_PATH_READS.labels("postgresql" if detail is None else "copy").inc()
-        if detail is None:
-            detail = load_path_detail(self.session, self.filters, arms, ids)
+        detail = _copy_or_postgresql(
+            lambda directory: pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids),
+            lambda: load_path_detail(self.session, self.filters, arms, ids))
         code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
         detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
                                   dtype=np.int64, count=detail.size)
@@ -122,11 +133,8 @@ def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: b
     """The per-path sums (from the analysis copy when configured and usable, see ``pathcopy``)
     and the bucket rows of ``filters``."""
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    directory = get_settings().analysis_copy_dir
-    paths = None if directory is None else pathcopy.load_path_stats(session, directory, filters, all_arms, by_size)
-    ANALYSIS_PATH_READS.labels("postgresql" if paths is None else "copy").inc()
-    if paths is None:
-        paths = load_path_stats(session, filters, all_arms, by_size)
+    paths = _copy_or_postgresql(lambda directory: pathcopy.load_path_stats(session, directory, filters, all_arms, by_size),
+                                lambda: load_path_stats(session, filters, all_arms, by_size))
     return _Data(session, filters, paths, load_buckets(session, filters, arms))
 
 
@@ -495,11 +503,8 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     (the totals from the analysis copy when configured and usable, see ``pathcopy``)."""
     today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
     week_start = today - dt.timedelta(days=7)
-    directory = get_settings().analysis_copy_dir
-    totals = None if directory is None else pathcopy.probe_totals(session, directory, week_start)
-    ANALYSIS_PATH_READS.labels("postgresql" if totals is None else "copy").inc()
-    if totals is None:
-        totals = load_probe_totals(session, week_start)
+    totals = _copy_or_postgresql(lambda directory: pathcopy.probe_totals(session, directory, week_start),
+                                 lambda: load_probe_totals(session, week_start))
     rows = session.execute(text("""
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
                (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog

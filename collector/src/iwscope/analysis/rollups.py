@@ -44,6 +44,7 @@ from iwscope.analysis import signatures
 from iwscope.analysis.buckets import hist_bin_sql
 from iwscope.analysis.models import NO_CAMPAIGN, NO_ORIGIN, BucketRollup, Rollup, Watermark
 from iwscope.analysis.stats import add_to_packed, unpack_histogram
+from iwscope.db import driver_connection
 from iwscope.paths import services as paths
 
 #: Key of the transaction-level advisory lock that serialises refreshes (any fixed bigint).
@@ -63,7 +64,8 @@ _KEY_SQL = f"""
     arm_iw,
     width_bucket(object_size, {_SIZE_EDGES}) - 1 AS size_bucket,
     (started_at AT TIME ZONE 'UTC')::date AS day"""
-_KEY_COLUMNS = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
+#: The per-path roll-ups' key (besides ``grain``), as the trial selections name it.
+PATH_KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
 #: The trials the roll-ups (and so every latency figure) are made of: short flows of plain arms.
 #: Background, interactive and page-load flows and paced or learned arms are the cost
 #: analysis's (:mod:`iwscope.analysis.cost`); keyed by ``arm_iw`` they would pass for plain arms.
@@ -177,7 +179,7 @@ def _path_side_sql(client: bool, grains: str = _GRAINS, measures: tuple[str, ...
     side = _PATH_SIDE_COLUMNS[client]
     edge = "CASE WHEN t.size_bucket >= 0 THEN 1::bigint << t.size_bucket ELSE 0 END"
     sizes = "min(t.object_size), max(t.object_size), NULL::bigint" if client else f"NULL::bigint, NULL::bigint, {edge}"
-    trials = side_trials_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
+    trials = side_trials_sql(client, side_window(client))
     return f"""
         SELECT {_PATH_KEY_OUT}, {sizes}, {", ".join(side.get(name, "0") for name in measures)}
         FROM ({trials}) AS t {grains}
@@ -188,7 +190,7 @@ def path_window_sums_sql(measures: tuple[str, ...]) -> str:
     """Both sides' sums ``measures`` (per-path roll-up columns) of the trials in a refresh's
     windows (``:rlow``/``:rhigh``, ``:jlow``/``:jhigh``), per (campaign, probe, origin, arm,
     size octave, UTC day): the day rows the fold of those windows adds to (``pathcopy``)."""
-    key = "campaign_id, probe_id, origin_id, arm_iw, size_bucket, day"
+    key = ", ".join(PATH_KEY)
     day_only = f"CROSS JOIN (VALUES ({GRAIN_DAY})) AS g(grain)"
     return f"""
         SELECT {key}, {", ".join(f"sum(d.{name})::bigint AS {name}" for name in measures)}
@@ -387,9 +389,7 @@ def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> N
     key_names = {name for name, _ in table.keys}
     updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in columns if name not in key_names)
     stage = f"{table.name}_stage"
-    connection = session.connection().connection.driver_connection
-    assert connection is not None  # a live session's DBAPI connection
-    with connection.cursor() as cursor:
+    with driver_connection(session).cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table.name}) ON COMMIT DELETE ROWS")
         cursor.execute(f"DELETE FROM {stage}")  # a second fold in the same transaction
         with cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
@@ -534,7 +534,7 @@ def _collect(session: Session, bounds: dict[str, dt.datetime], sides: list[bool]
     deltas: dict[BucketKey, _Delta] = {}
     counted = {True: 0, False: 0}
     for client in sides:
-        statement = _bucket_delta_sql(client, _RECEIVED_IN_WINDOW if client else _JOINED_IN_WINDOW)
+        statement = _bucket_delta_sql(client, side_window(client))
         for row in session.execute(statement, bounds, execution_options={"yield_per": 50_000}):
             counted[client] += int(row.n_all)
             for key in _delta_keys(row, (int(row.unit),)):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.analysis.rollups import WATERMARK_NAME, path_bin_sums_sql
+from iwscope.analysis.rollups import PATH_KEY, WATERMARK_NAME, path_bin_sums_sql
 
 #: 2: with the per-path histograms (``hist``/``histdelta`` files).
 FORMAT_VERSION = 2
@@ -30,7 +30,7 @@ MAX_LAG = dt.timedelta(minutes=10)
 KEEP_UNREFERENCED_S = 600.0
 
 MEASURES = ("n_trials", "client_n", "client_sum_us", "server_n", "server_sum_us")
-KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
+KEY = PATH_KEY
 CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
                "'size_bucket': 'SMALLINT', 'day': 'DATE', "
                + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")

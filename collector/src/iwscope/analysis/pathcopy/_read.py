@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import pathlib
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,6 +42,8 @@ _connection_lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
 #: Each API and dashboard process has its own DuckDB: a reader's queries hold little (a few
 #: hundred thousand rows at a fleet's size), and DuckDB's default would be 80 % of the RAM.
+#: Past it DuckDB spills to the temporary directory (``/tmp``, an ``emptyDir`` in the chart's
+#: read-only pods), not to ``.tmp`` in the working directory as it would by default.
 READER_MEMORY = "256MB"
 
 
@@ -49,7 +52,8 @@ def _reader() -> duckdb.DuckDBPyConnection:
     global _connection
     with _connection_lock:
         if _connection is None:
-            _connection = duckdb.connect(config={"memory_limit": READER_MEMORY})
+            _connection = duckdb.connect(config={"memory_limit": READER_MEMORY,
+                                                 "temp_directory": str(pathlib.Path(tempfile.gettempdir()) / "iwscope-duckdb")})
         return _connection.cursor()
 
 
@@ -150,6 +154,18 @@ def _run(session: Session, opened: _Open, query: Callable[[duckdb.DuckDBPyConnec
         cursor.close()
 
 
+def _key_conditions(filters: Filters) -> list[str]:
+    """The filters' campaigns and size octaves on the copy's key columns (the roll-ups' rule:
+    an octave is in when it overlaps the size range)."""
+    conditions = []
+    if filters.campaign_ids:
+        conditions.append(f"campaign_id IN ({', '.join(str(int(c)) for c in filters.campaign_ids)})")
+    if filters.size_min is not None or filters.size_max is not None:
+        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
+        conditions.append(f"size_bucket BETWEEN {int(first)} AND {int(last)}")
+    return conditions
+
+
 def _selection(opened: _Open, window: DayWindow | None) -> str:
     """The rows that sum to the filters' time range: the base's whole-history rows, or its month
     and edge-day rows; the days in range of the rows after the base."""
@@ -221,12 +237,7 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
     opened = _open(session, directory)
     if opened is None:
         return None
-    conditions = []
-    if filters.campaign_ids:
-        conditions.append(f"campaign_id IN ({', '.join(str(int(c)) for c in filters.campaign_ids)})")
-    if filters.size_min is not None or filters.size_max is not None:
-        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
-        conditions.append(f"size_bucket BETWEEN {int(first)} AND {int(last)}")
+    conditions = _key_conditions(filters)
     base_iw, treat_iw = int(filters.baseline_iw), int(filters.treatment_iw)
     if not all_arms:
         conditions.append(f"arm_iw IN ({base_iw}, {treat_iw})")
@@ -264,7 +275,8 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
                    CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
                         THEN g.probe_id::VARCHAR END AS probe_id,
                    CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
-                        THEN g.origin_id::VARCHAR END AS origin_id
+                        THEN g.origin_id::VARCHAR END AS origin_id,
+                   CASE WHEN s.region_code IS NULL THEN g.probe_id::VARCHAR END AS unsigned_probe
             FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
             ORDER BY 1, 3"""
 
@@ -276,23 +288,21 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
 
 def _path_frame(session: Session, columns: dict[str, Any], region_names: list[str]) -> PathFrame:
     """The frame of the copy's per-path rows (sorted by path; ``region`` codes into
-    ``region_names``, -1 without a stored signature; the ids on each path's first row): a path
-    without a signature (only in the lag rows of a path seen for the first time) takes its
-    probe's region, as in PostgreSQL."""
+    ``region_names``; the ids on each path's first row): a path without a stored signature
+    (``unsigned_probe`` names its probe) takes its probe's region, as in PostgreSQL."""
     path = np.asarray(columns["path"], dtype=np.int64)
     probe_ids = np.ma.asarray(columns["probe_id"]).compressed().tolist()
     origin_ids = np.ma.asarray(columns["origin_id"]).compressed().tolist()
     region = np.asarray(columns["region"], dtype=np.int64)
     names = list(region_names)
-    unsigned = np.flatnonzero(region < 0)
-    if unsigned.size:
-        first_row = np.searchsorted(path, np.arange(len(probe_ids)))
-        probe_of_row = np.asarray(probe_ids, dtype=object)[np.searchsorted(first_row, np.arange(path.size), "right") - 1]
-        wanted = sorted({str(probe_of_row[row]) for row in unsigned})
+    unsigned = np.ma.asarray(columns["unsigned_probe"])
+    if unsigned.count():
+        rows = np.flatnonzero(~np.ma.getmaskarray(unsigned))
+        wanted = sorted({str(probe) for probe in unsigned.compressed()})
         known: dict[str, str | None] = {str(row[0]): row[1] for row in session.execute(
             text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": wanted})}
-        for row in unsigned.tolist():
-            name = known.get(str(probe_of_row[row])) or "unknown"
+        for row in rows.tolist():
+            name = known.get(str(unsigned[row])) or "unknown"
             if name not in names:
                 names.append(name)
             region[row] = names.index(name)
@@ -318,16 +328,17 @@ def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date)
     if opened is None:
         return None
     week = f"DATE '{week_start.isoformat()}'"
-    days = " UNION ALL ".join(f"SELECT probe_id, n_trials, client_n, day, TRUE AS whole FROM {source}"
-                              for source in opened.day_sources())
+    # the base's whole-history rows count for the totals and its day rows for the week; the day
+    # rows after the base count for both
+    after_base = "".join(f" UNION ALL SELECT probe_id, n_trials, client_n, day, TRUE, TRUE FROM {source}"
+                         for source in opened.day_sources())
     columns = _run(session, opened, lambda _: f"""
             SELECT probe_id::VARCHAR AS probe_id,
-                   COALESCE(sum(n_trials) FILTER (WHERE whole), 0)::BIGINT AS total,
-                   COALESCE(sum(n_trials - client_n) FILTER (WHERE whole), 0)::BIGINT AS errors,
-                   COALESCE(sum(n_trials) FILTER (WHERE NOT whole OR day > {week}), 0)::BIGINT AS week
-            FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS whole FROM {opened.base}
-                  WHERE grain = {GRAIN_ALL} OR (grain = 0 AND day > {week})
-                  {"UNION ALL " + days if days else ""})
+                   COALESCE(sum(n_trials) FILTER (WHERE in_total), 0)::BIGINT AS total,
+                   COALESCE(sum(n_trials - client_n) FILTER (WHERE in_total), 0)::BIGINT AS errors,
+                   COALESCE(sum(n_trials) FILTER (WHERE by_day AND day > {week}), 0)::BIGINT AS week
+            FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS in_total, grain = 0 AS by_day
+                  FROM {opened.base} WHERE grain = {GRAIN_ALL} OR (grain = 0 AND day > {week}){after_base})
             GROUP BY probe_id""")
     if columns is None:
         return None
@@ -346,12 +357,8 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
         return None
     client = filters.metric != "server"
     mixes = [(probe.int ^ origin.int) >> 64 for probe, origin in paths]
-    conditions = [f"side = {0 if client else 1}", f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})"]
-    if filters.campaign_ids:
-        conditions.append(f"campaign_id IN ({', '.join(str(int(c)) for c in filters.campaign_ids)})")
-    if filters.size_min is not None or filters.size_max is not None:
-        first, last = bk.size_buckets_overlapping(filters.size_min, filters.size_max)
-        conditions.append(f"size_bucket BETWEEN {int(first)} AND {int(last)}")
+    conditions = [f"side = {0 if client else 1}", f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})",
+                  *_key_conditions(filters)]
     window = day_window(filters)
     if window is not None:
         conditions.append(f"day BETWEEN DATE '{window.first_day.isoformat()}' AND DATE '{window.last_day.isoformat()}'")

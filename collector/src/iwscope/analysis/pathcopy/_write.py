@@ -37,7 +37,7 @@ from iwscope.analysis.pathcopy._files import (
     write_manifest,
 )
 from iwscope.analysis.rollups import path_window_sums_sql, side_window
-from iwscope.db import driver_statement
+from iwscope.db import driver_connection, driver_statement
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,8 @@ def _writer_lock(directory: pathlib.Path) -> Iterator[bool]:
 
 def _copy_out(session: Session, query: str, params: dict[str, Any], target: pathlib.Path) -> None:
     """``query`` (SQLAlchemy ``:name`` parameters) as CSV in ``target``, streamed by COPY."""
-    statement = driver_statement(query)
-    connection = session.connection().connection.driver_connection
-    assert connection is not None  # a live session's DBAPI connection
-    with connection.cursor() as cursor, cursor.copy(f"COPY ({statement}) TO STDOUT (FORMAT csv)", params) as copy, \
+    statement = f"COPY ({driver_statement(query)}) TO STDOUT (FORMAT csv)"
+    with driver_connection(session).cursor() as cursor, cursor.copy(statement, params) as copy, \
             target.open("wb") as out:
         for chunk in copy:
             out.write(chunk)
@@ -97,10 +95,10 @@ def _csv(path: pathlib.Path, columns: str) -> str:
 def _write(connection: duckdb.DuckDBPyConnection, query: str, target: pathlib.Path, row_group: int = 122_880) -> int:
     """``query``'s rows as the Parquet file ``target`` (written aside, then renamed); its rows."""
     partial = target.with_suffix(".tmp")
-    connection.execute(f"COPY ({query}) TO '{partial}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group})")
-    rows = connection.execute(f"SELECT count(*) FROM read_parquet('{partial}')").fetchone()
+    written = connection.execute(
+        f"COPY ({query}) TO '{partial}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group})").fetchone()
     os.replace(partial, target)
-    return int(rows[0]) if rows else 0
+    return int(written[0]) if written else 0  # DuckDB's COPY answers the rows it wrote
 
 
 def _base_sql(days_sql: str) -> str:
