@@ -52,6 +52,13 @@ def _assert_same(copy: PathFrame | None, expected: PathFrame) -> None:
     # the probe codes group the same paths (the cluster bootstrap's second level)
     probes_of = {tuple(copy.path_ids[int(p)]): int(c) for p, c in zip(copy.path, copy.probe, strict=True)}
     assert len(set(probes_of.values())) == len({probe for probe, _ in probes_of})
+    # the percentile intervals' subset order: the copy's keys (from DuckDB) are PostgreSQL's (from the ids)
+    def order(frame: PathFrame) -> dict[tuple[object, ...], int]:
+        codes = np.unique(frame.path)
+        return {tuple(frame.path_ids[int(code)]): int(key)
+                for code, key in zip(codes, frame.path_ids.order_keys(codes), strict=True)}
+    assert order(copy) == order(expected)
+    assert len(set(order(copy).values())) == len(order(copy))
 
 
 def _detail(frame: Frame) -> dict[tuple[object, ...], tuple[object, ...]]:
@@ -117,14 +124,18 @@ def _check_all(session: Session, directory: pathlib.Path, campaign_id: int) -> i
                 assert got[key][6] == pytest.approx(values[6], rel=1e-9), key
     probes = {str(row[0]) for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"),
                                                 {"c": campaign_id})}
-    for week_start in (dt.date(2026, 2, 20), dt.date(2026, 3, 5), dt.date(2030, 1, 1)):
-        totals = pathcopy.probe_totals(session, directory, week_start)
+    in_days = {day: int(count) for day, count in session.execute(text(
+        "SELECT (started_at AT TIME ZONE 'UTC')::date, count(*) FROM trials "
+        "WHERE probe_id IN (SELECT probe_id FROM trials WHERE campaign_id = :c) GROUP BY 1"), {"c": campaign_id})}
+    for today in (dt.date(2026, 2, 27), dt.date(2026, 3, 12), dt.date(2030, 1, 8)):
+        totals = pathcopy.probe_totals(session, directory, today)
         assert totals is not None
-        expected_totals = load_probe_totals(session, week_start)
+        expected_totals = load_probe_totals(session, today)
         assert {probe: totals.get(probe) for probe in probes} == {probe: expected_totals[probe] for probe in probes}
-        week_counts = [totals[probe][2] for probe in probes]
-        # the trials span 2026-01-20 .. 2026-03-11: a week start after them leaves no week
-        assert (sum(week_counts) == 0) == (week_start.year == 2030), (week_start, week_counts)
+        # the 7 days ending with today, not the days after it (the trials span 2026-01-20 .. 2026-03-11)
+        week = sum(count for day, count in in_days.items() if today - dt.timedelta(days=7) < day <= today)
+        assert sum(totals[probe][2] for probe in probes) == week
+        assert (week == 0) == (today.year == 2030), (today, week)
     return compared
 
 

@@ -224,6 +224,8 @@ def test_fleet_and_filter_options(db_session: Session, fixed: Fixed) -> None:
     assert africa.error_share == pytest.approx(1 / 8)
     assert rows[str(fixed.europe)].error_share == 0.0 and rows[str(fixed.europe)].spool_backlog is None
     assert fleet(db_session, now=DAY + dt.timedelta(days=30))[0].trials_per_day == 0.0
+    # trials dated after 'today' (a probe's clock ahead) are not this week's
+    assert {row.trials_per_day for row in fleet(db_session, now=DAY - dt.timedelta(days=1))} == {0.0}
     options = filter_options(db_session)
     assert (fixed.campaign_id, f"fixed-{fixed.campaign_id}") in options.campaigns
     assert {"africa", "europe", "south-america"} <= set(options.regions)

@@ -19,6 +19,7 @@ from iwscope.analysis.stats import (
     median_interval,
     merge_packed,
     pack_histogram,
+    poisson_bootstrap_means,
     proportion_interval,
     unpack_histogram,
 )
@@ -210,3 +211,45 @@ def test_add_to_packed_equals_the_full_length_merge() -> None:
         assert add_to_packed(lo, packed, bins) == pack_histogram(expected)
     assert add_to_packed(5, np.array([2], dtype="<i4").tobytes(), {5: -2}) == (0, b"")
     assert add_to_packed(0, b"", {}) == (0, b"")
+
+
+
+def _replicate_interval(hist: np.ndarray, normal: bool, seed: int, replicates: int = 40_000) -> tuple[float, float]:
+    means, _ = poisson_bootstrap_means(np.random.default_rng(seed), hist, replicates, normal)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _cell(latencies_ms: np.ndarray) -> np.ndarray:
+    return np.bincount([bk.hist_bin(value * 1000) for value in latencies_ms], minlength=bk.HIST_BINS)
+
+
+def test_poisson_bootstrap_draws_a_large_symmetric_cell_as_its_normal_and_a_skewed_one_bin_by_bin() -> None:
+    rng = np.random.default_rng(7)
+    body = _cell(rng.lognormal(np.log(250.0), 0.15, 5000))  # skewness of the replicate mean ~0.007
+    bin_by_bin = _replicate_interval(body, normal=False, seed=1)
+    drawn_normal = _replicate_interval(body, normal=True, seed=2)
+    width = bin_by_bin[1] - bin_by_bin[0]
+    # the endpoints agree to within the bin-by-bin draw's own replicate noise
+    assert abs(drawn_normal[0] - bin_by_bin[0]) < 0.02 * width and abs(drawn_normal[1] - bin_by_bin[1]) < 0.02 * width
+    # the normal draw is really taken: another seed's replicates differ from the Poisson draw's
+    assert not np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), body, 100)[0],
+                              poisson_bootstrap_means(np.random.default_rng(3), body, 100, normal=False)[0])
+
+    # 10 of 1,200 trials in a long timeout tail: skewness 0.4, so drawn bin by bin, replicate for replicate ...
+    tail = _cell(np.concatenate([rng.lognormal(np.log(250.0), 0.15, 1190), 1200.0 + rng.exponential(20_000.0, 10)]))
+    assert np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), tail, 500)[0],
+                          poisson_bootstrap_means(np.random.default_rng(3), tail, 500, normal=False)[0])
+    # ... because its normal would misplace the interval (by 5 % of its width here)
+    exact = _replicate_interval(tail, normal=False, seed=1)
+    centres = bk.HIST_CENTER_US / 1000.0
+    n = tail.sum()
+    mean = float(tail @ centres) / n
+    sd = float(np.sqrt(tail @ (centres - mean) ** 2)) / n
+    normal_interval = (mean - 1.96 * sd, mean + 1.96 * sd)
+    tail_width = exact[1] - exact[0]
+    assert max(abs(normal_interval[0] - exact[0]), abs(normal_interval[1] - exact[1])) > 0.04 * tail_width
+    # a small cell is never drawn as a normal
+    small = hist_of([200.0, 210.0, 260.0, 300.0, 900.0] * 10)
+    assert np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), small, 500)[0],
+                          poisson_bootstrap_means(np.random.default_rng(3), small, 500, normal=False)[0])

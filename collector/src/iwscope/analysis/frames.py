@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
@@ -176,6 +177,8 @@ def _path_ids(rows: Sequence[Any], code: int, ids: int) -> list[tuple[uuid.UUID,
 
 #: Columns 0..13 of both loaders' rows are numbers, 14 the region, 15..17 the histogram pieces.
 _NUMERIC = 14
+#: The fleet table's "per day" counts the trials of this many UTC days, today the last.
+WEEK_DAYS = 7
 _OUT = """g.arm_iw, g.size_bucket,
           COALESCE(s.rtt_bucket, -1), COALESCE(s.bandwidth_bucket, -1), COALESCE(s.bdp_bucket, -1),
           COALESCE(s.loss_bucket, -1), g.n_trials::float8, g.n::float8, g.sum_us::float8, g.sumsq::float8,
@@ -282,8 +285,9 @@ class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):
     """(probe_id, origin_id) per path code, kept as text and parsed when read: a fleet has
     20,000 paths (about 50 ms to parse them all) and a figure reads the ids of a few hundred."""
 
-    def __init__(self, probe_ids: Sequence[str], origin_ids: Sequence[str]) -> None:
-        self._probe_ids, self._origin_ids = probe_ids, origin_ids
+    def __init__(self, probe_ids: Sequence[str], origin_ids: Sequence[str],
+                 mix: npt.NDArray[np.uint64] | None = None) -> None:
+        self._probe_ids, self._origin_ids, self._mix = probe_ids, origin_ids, mix
 
     def __len__(self) -> int:
         return len(self._probe_ids)
@@ -297,10 +301,16 @@ class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):
             return [self[index] for index in range(*code.indices(len(self)))]
         return uuid.UUID(str(self._probe_ids[code])), uuid.UUID(str(self._origin_ids[code]))
 
-    def mixed(self, code: int) -> int:
-        """The XOR of the path's two UUIDs as integers (a fixed pseudo-random order of paths),
-        without building the UUIDs."""
-        return int(str(self._probe_ids[code]).replace("-", ""), 16) ^ int(str(self._origin_ids[code]).replace("-", ""), 16)
+    def order_keys(self, codes: IntArray) -> npt.NDArray[np.uint64]:
+        """The paths' places in a fixed pseudo-random order: the XOR of the high 64 bits of
+        their two (random) UUIDs, as the analysis copy computes them (``pathcopy.mix_sql``,
+        which a reader may pass in as ``mix``) -- without building the UUIDs."""
+        if self._mix is not None:
+            return self._mix[codes]
+        probes, origins = self._probe_ids, self._origin_ids
+        return np.fromiter((int(str(probes[code]).replace("-", "")[:16], 16)
+                            ^ int(str(origins[code]).replace("-", "")[:16], 16) for code in codes.tolist()),
+                           dtype=np.uint64, count=codes.size)
 
 
 @dataclass
@@ -384,15 +394,16 @@ def path_frame(rows: Sequence[Any]) -> PathFrame:
                      sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
 
 
-def load_probe_totals(session: Session, week_start: dt.date) -> dict[str, tuple[int, int, int]]:
+def load_probe_totals(session: Session, today: dt.date) -> dict[str, tuple[int, int, int]]:
     """Per probe with trials (its id as text): trials, failed trials (whole history) and trials
-    on the days after ``week_start``, from the per-path roll-ups."""
+    on the 7 UTC days ending with ``today`` (a day a skewed clock put later is not this week's),
+    from the per-path roll-ups."""
     return {str(row[0]): (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in session.execute(text("""
         SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1), sum(r.n_errors) FILTER (WHERE r.grain = 1),
                sum(r.n_trials) FILTER (WHERE r.grain = 0)
         FROM analysis_rollups AS r
-        WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start)
-        GROUP BY r.probe_id"""), {"week_start": week_start})}
+        WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start AND r.day <= :today)
+        GROUP BY r.probe_id"""), {"week_start": today - dt.timedelta(days=WEEK_DAYS), "today": today})}
 
 
 def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None) -> Frame:

@@ -263,21 +263,61 @@ def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat
     return percentile_interval(diff, pct)
 
 
-def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike,
-                            replicates: int) -> tuple[FloatArray, float]:
+#: A cell's replicate means are drawn as a normal (``poisson_bootstrap_means``) when it holds
+#: at least this many trials ...
+POISSON_NORMAL_MIN_TRIALS = 1000
+#: ... and the replicate mean's own skewness is at most this: the percentile endpoints then
+#: move by <= 0.12 x this of the interval's width (Cornish-Fisher, z = 1.96), under half the
+#: replicate noise of 2,000 replicates (~1.5 % of the width).
+POISSON_NORMAL_MAX_SKEW = 0.05
+
+
+def _normal_spread(lam: FloatArray, centred: FloatArray) -> float | None:
+    """sqrt(k2) of a cell's counts ``lam`` at centred values when its replicate means may be
+    drawn as a normal (``poisson_bootstrap_means``), else ``None``."""
+    if float(lam.sum()) < POISSON_NORMAL_MIN_TRIALS:
+        return None
+    k2, k3 = float(lam @ centred ** 2), float(lam @ centred ** 3)
+    return math.sqrt(k2) if k2 == 0.0 or abs(k3) <= POISSON_NORMAL_MAX_SKEW * k2 ** 1.5 else None
+
+
+def draws_as_normal(hist: npt.ArrayLike) -> bool:
+    """Whether ``poisson_bootstrap_means`` draws this histogram's replicate means as a normal."""
+    counts = np.asarray(hist, dtype=np.float64)
+    occupied = counts > 0
+    values = HIST_CENTER_US[occupied] / 1000.0
+    lam = counts[occupied]
+    return lam.size > 0 and _normal_spread(lam, values - float(lam @ values) / float(lam.sum())) is not None
+
+
+def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike, replicates: int,
+                            normal: bool = True) -> tuple[FloatArray, float]:
     """Replicate means (ms, bin centres) of a histogram's trials and the binned mean itself.
 
     Poisson bootstrap: every trial gets a Poisson(1) weight, so a bin holding c trials gets a
     Poisson(c) count -- one vectorised draw instead of a multinomial per replicate.
-    """
+
+    The replicate mean is, to first order, the binned mean plus sum(d_i (v_i - mean)) / n, a
+    sum of independent Poisson counts whose cumulants are known: k_j = sum(c_i (v_i - mean)^j).
+    When the cell is large and that sum's skewness k3 / k2^1.5 small (the constants above),
+    the replicates are drawn from the normal it tends to (one draw per replicate instead of one
+    per occupied bin: on the 96-path benchmark, cells of ~4,300 trials over ~24 bins, skewness
+    0.009 at the median, 0.05 at the 95th percentile); otherwise, or with ``normal=False``, bin
+    by bin.  ``tests/analysis/test_stats.py`` compares the two."""
     counts = np.asarray(hist, dtype=np.int64)
     occupied = np.flatnonzero(counts)
     values = HIST_CENTER_US[occupied] / 1000.0
-    draws = rng.poisson(counts[occupied].astype(np.float64), size=(replicates, occupied.size))
+    lam = counts[occupied].astype(np.float64)
+    n = float(lam.sum())
+    binned = float(lam @ values) / n
+    spread = _normal_spread(lam, values - binned) if normal else None
+    if spread is not None:
+        return binned + spread / n * rng.standard_normal(replicates), binned
+    draws = rng.poisson(lam, size=(replicates, occupied.size))
     totals = draws.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         means = np.where(totals > 0, (draws @ values) / totals, np.nan)
-    return means, float(counts[occupied] @ values) / float(counts.sum())
+    return means, binned
 
 
 def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exact_base_ms: float,

@@ -36,7 +36,7 @@ CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID
                + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")
 FILE_NAME = re.compile(r"^(base|delta|hist|histdelta)-\d{8}(-\d{2})?\.parquet$")
 #: The base's histograms are written in this many files, by the top bits of the paths' order
-#: (``MIX_SQL``): each is sorted on its own, within the writer's memory.
+#: (``mix_sql``): each is sorted on its own, within the writer's memory.
 HIST_PARTS = 16
 HIST_PART_SHIFT = 60
 #: The per-path histogram rows of one side (``hist_rows_sql``), as CSV.
@@ -53,12 +53,16 @@ def hist_rows_sql(client: bool, where: str) -> str:
             f"b.n_all, b.n, b.sum_us, b.sumsq FROM ({path_bin_sums_sql(client, where)}) AS b")
 
 
-#: A path's place in the fixed pseudo-random order of the percentile intervals' subsets (the
-#: XOR of its two UUIDs as integers, ``frames.PathIds.mixed``): its high 64 bits, in DuckDB
-#: (Parquet has no 128-bit integers: DuckDB would store them as doubles); ordering by them
-#: keeps that order, ties aside.
-MIX_SQL = ("xor(('0x' || left(replace(probe_id::VARCHAR, '-', ''), 16))::UBIGINT, "
-           "('0x' || left(replace(origin_id::VARCHAR, '-', ''), 16))::UBIGINT)")
+def mix_sql(table: str = "") -> str:
+    """A path's place in the fixed pseudo-random order of the percentile intervals' subsets
+    (``frames.PathIds.order_keys``: the XOR of the high 64 bits of its two UUIDs; 64 bits
+    because Parquet has no 128-bit integers, DuckDB would store them as doubles), in DuckDB;
+    ``table`` qualifies the id columns."""
+    qualify = f"{table}." if table else ""
+    return (f"xor(('0x' || left(replace({qualify}probe_id::VARCHAR, '-', ''), 16))::UBIGINT, "
+            f"('0x' || left(replace({qualify}origin_id::VARCHAR, '-', ''), 16))::UBIGINT)")
+
+
 BASE_ROWS = f"SELECT campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, {', '.join(MEASURES)} FROM analysis_rollups"
 
 

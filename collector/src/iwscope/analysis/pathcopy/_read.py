@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
-from iwscope.analysis.frames import DayWindow, Frame, PathFrame, PathIds, day_window, detail_frame
+from iwscope.analysis.frames import WEEK_DAYS, DayWindow, Frame, PathFrame, PathIds, day_window, detail_frame
 from iwscope.analysis.pathcopy._files import (
     GRAIN_ALL,
     HIST_PART_SHIFT,
@@ -31,6 +31,7 @@ from iwscope.analysis.pathcopy._files import (
     database_identity,
     file_list,
     hist_rows_sql,
+    mix_sql,
     read_manifest,
     rollup_marks,
 )
@@ -276,6 +277,8 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
                         THEN g.probe_id::VARCHAR END AS probe_id,
                    CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
                         THEN g.origin_id::VARCHAR END AS origin_id,
+                   CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
+                        THEN {mix_sql("g")} END AS mix,
                    CASE WHEN s.region_code IS NULL THEN g.probe_id::VARCHAR END AS unsigned_probe
             FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
             ORDER BY 1, 3"""
@@ -293,6 +296,7 @@ def _path_frame(session: Session, columns: dict[str, Any], region_names: list[st
     path = np.asarray(columns["path"], dtype=np.int64)
     probe_ids = np.ma.asarray(columns["probe_id"]).compressed().tolist()
     origin_ids = np.ma.asarray(columns["origin_id"]).compressed().tolist()
+    mix = np.ma.asarray(columns["mix"]).compressed().astype(np.uint64)
     region = np.asarray(columns["region"], dtype=np.int64)
     names = list(region_names)
     unsigned = np.ma.asarray(columns["unsigned_probe"])
@@ -317,17 +321,18 @@ def _path_frame(session: Session, columns: dict[str, Any], region_names: list[st
                      rtt_bucket=ints("rtt_bucket"), bandwidth_bucket=ints("bandwidth_bucket"),
                      bdp_bucket=ints("bdp_bucket"), loss_bucket=ints("loss_bucket"), n_trials=floats("n_trials"),
                      n_pairs=floats("n_pairs"), sum_diff_ms=floats("sum_diff_ms"), sum_base_ms=floats("sum_base_ms"),
-                     path_ids=PathIds(probe_ids, origin_ids))
+                     path_ids=PathIds(probe_ids, origin_ids, mix))
 
 
-def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date) -> dict[str, tuple[int, int, int]] | None:
-    """Per probe (its id as text): trials, failed trials (whole history) and trials on days
-    after ``week_start`` -- the fleet table's totals (``queries.fleet``) -- or ``None`` (read
-    PostgreSQL)."""
+def probe_totals(session: Session, directory: pathlib.Path, today: dt.date) -> dict[str, tuple[int, int, int]] | None:
+    """Per probe (its id as text): trials, failed trials (whole history) and trials on the 7
+    days ending with ``today`` -- the fleet table's totals (``queries.fleet``,
+    ``frames.load_probe_totals``) -- or ``None`` (read PostgreSQL)."""
     opened = _open(session, directory)
     if opened is None:
         return None
-    week = f"DATE '{week_start.isoformat()}'"
+    week = (f"day > DATE '{(today - dt.timedelta(days=WEEK_DAYS)).isoformat()}' "
+            f"AND day <= DATE '{today.isoformat()}'")
     # the base's whole-history rows count for the totals and its day rows for the week; the day
     # rows after the base count for both
     after_base = "".join(f" UNION ALL SELECT probe_id, n_trials, client_n, day, TRUE, TRUE FROM {source}"
@@ -336,9 +341,9 @@ def probe_totals(session: Session, directory: pathlib.Path, week_start: dt.date)
             SELECT probe_id::VARCHAR AS probe_id,
                    COALESCE(sum(n_trials) FILTER (WHERE in_total), 0)::BIGINT AS total,
                    COALESCE(sum(n_trials - client_n) FILTER (WHERE in_total), 0)::BIGINT AS errors,
-                   COALESCE(sum(n_trials) FILTER (WHERE by_day AND day > {week}), 0)::BIGINT AS week
+                   COALESCE(sum(n_trials) FILTER (WHERE by_day AND {week}), 0)::BIGINT AS week
             FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS in_total, grain = 0 AS by_day
-                  FROM {opened.base} WHERE grain = {GRAIN_ALL} OR (grain = 0 AND day > {week}){after_base})
+                  FROM {opened.base} WHERE grain = {GRAIN_ALL} OR (grain = 0 AND {week}){after_base})
             GROUP BY probe_id""")
     if columns is None:
         return None
@@ -350,13 +355,13 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
                      paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame | None:
     """``frames.load_path_detail`` from the copy's per-path histograms (``None``: read
     PostgreSQL).  The histogram files are sorted by side and the paths' pseudo-random order
-    (``frames.PathIds.mixed``), which is the order the percentile intervals take their subsets
+    (``frames.PathIds.order_keys``), which is the order the percentile intervals take their subsets
     in: a subset of the first paths of a large group lies in the first row groups."""
     opened = _open(session, directory)
     if opened is None or not paths:
         return None
     client = filters.metric != "server"
-    mixes = [(probe.int ^ origin.int) >> 64 for probe, origin in paths]
+    mixes = [(probe.int >> 64) ^ (origin.int >> 64) for probe, origin in paths]
     conditions = [f"side = {0 if client else 1}", f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})",
                   *_key_conditions(filters)]
     window = day_window(filters)

@@ -26,12 +26,12 @@ from iwscope.analysis.pathcopy._files import (
     KEEP_UNREFERENCED_S,
     KEY,
     MEASURES,
-    MIX_SQL,
     REBASE_SHARE,
     Manifest,
     database_identity,
     file_list,
     hist_rows_sql,
+    mix_sql,
     read_manifest,
     rollup_marks,
     write_manifest,
@@ -135,7 +135,7 @@ def _hist_sql(rows_sql: str, summed: bool = True) -> str:
 
 
 def _hist_from_csv(client_csv: pathlib.Path, server_csv: pathlib.Path) -> str:
-    return " UNION ALL ".join(f"SELECT {side}::TINYINT AS side, {MIX_SQL} AS mix, * FROM {_csv(path, HIST_CSV_COLUMNS)}"
+    return " UNION ALL ".join(f"SELECT {side}::TINYINT AS side, {mix_sql()} AS mix, * FROM {_csv(path, HIST_CSV_COLUMNS)}"
                               for side, path in ((0, client_csv), (1, server_csv)))
 
 
