@@ -5,10 +5,12 @@ Names carry the prefix ``iwt`` and a random suffix and are always removed.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,3 +127,29 @@ def fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
     finally:
         for device in links:
             subprocess.run(["ip", "link", "del", device], capture_output=True)
+
+
+def read_observations(process: subprocess.Popen, count: int, timeout_s: float = 10.0) -> list[dict]:
+    """Read ``count`` observation lines from the origin's stdout."""
+    assert process.stdout is not None
+    found: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+
+    def reader() -> None:
+        while len(found) < count:
+            line = process.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                return
+            found.append(json.loads(line))
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    assert len(found) == count, f"expected {count} observations, got {len(found)}"
+    return found
+
+
+def fetch_json(pair: NetnsPair, url: str, *extra: str) -> dict:
+    outcome = pair.run(pair.probe_ns, [PYTHON, "-m", "iwprobe", "fetch", url, "--json", *extra])
+    assert outcome.stdout, outcome.stderr
+    return json.loads(outcome.stdout)

@@ -6,7 +6,6 @@ initial windows, the HTTP surface, error kinds, route setup idempotency.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import threading
@@ -14,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from iwprobe_testkit import PYTHON, NetnsPair, wait_for_port
+from iwprobe_testkit import PYTHON, NetnsPair, fetch_json, read_observations, wait_for_port
 from testkit import stop_process
 
 from iwprobe import wire
@@ -44,40 +43,14 @@ def origin(netns_pair: NetnsPair) -> Iterator[subprocess.Popen]:
                 stream.close()
 
 
-def _observations(process: subprocess.Popen, count: int, timeout_s: float = 10.0) -> list[dict]:
-    """Read ``count`` observation lines from the origin's stdout."""
-    assert process.stdout is not None
-    found: list[dict] = []
-    deadline = time.monotonic() + timeout_s
-
-    def reader() -> None:
-        while len(found) < count:
-            line = process.stdout.readline()  # type: ignore[union-attr]
-            if not line:
-                return
-            found.append(json.loads(line))
-
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    assert len(found) == count, f"expected {count} observations, got {len(found)}"
-    return found
-
-
-def _fetch_json(pair: NetnsPair, url: str, *extra: str) -> dict:
-    outcome = pair.run(pair.probe_ns, [PYTHON, "-m", "iwprobe", "fetch", url, "--json", *extra])
-    assert outcome.stdout, outcome.stderr
-    return json.loads(outcome.stdout)
-
-
 def test_each_arm_starts_with_its_initial_window(netns_pair: NetnsPair, origin: subprocess.Popen) -> None:
     trials = {}
     for iw in ARMS:
-        trial = _fetch_json(netns_pair, f"http://{netns_pair.origin_address}:{BASE_PORT + iw}/obj/30000")
+        trial = fetch_json(netns_pair, f"http://{netns_pair.origin_address}:{BASE_PORT + iw}/obj/30000")
         assert trial["error_kind"] is None and trial["http_status"] == 200
         assert trial["bytes_received"] > 30000
         trials[trial["trial_id"]] = iw
-    observations = _observations(origin, len(ARMS))
+    observations = read_observations(origin, len(ARMS))
     for observation in observations:
         iw = trials[observation["trial_id"]]
         assert observation["arm_iw"] == iw
@@ -97,11 +70,11 @@ def test_each_arm_starts_with_its_initial_window(netns_pair: NetnsPair, origin: 
 
 def test_http_surface_and_bounds(netns_pair: NetnsPair, origin: subprocess.Popen) -> None:
     base = f"http://{netns_pair.origin_address}:{BASE_PORT + 10}"
-    missing = _fetch_json(netns_pair, base + "/nope")
+    missing = fetch_json(netns_pair, base + "/nope")
     assert missing["http_status"] == 404 and missing["error_kind"] == "http_status"
-    too_big = _fetch_json(netns_pair, base + "/obj/1000001")
+    too_big = fetch_json(netns_pair, base + "/obj/1000001")
     assert too_big["http_status"] == 413
-    bad = _fetch_json(netns_pair, base + "/obj/12abc")
+    bad = fetch_json(netns_pair, base + "/obj/12abc")
     assert bad["http_status"] == 400
     # The body is deterministic: the same bytes twice, and exactly the requested length.
     script = ("import socket,sys\n"
@@ -121,7 +94,7 @@ def test_http_surface_and_bounds(netns_pair: NetnsPair, origin: subprocess.Popen
     waited, received = outcome.stdout.split()
     assert 1.0 <= float(waited) < 5.0 and received == "0"
     # Three error responses carried a trial id: they are observed with their status.
-    statuses = sorted(observation["http_status"] for observation in _observations(origin, 3))
+    statuses = sorted(observation["http_status"] for observation in read_observations(origin, 3))
     assert statuses == [400, 404, 413]
 
 

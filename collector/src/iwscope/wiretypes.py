@@ -61,7 +61,7 @@ Iw = Annotated[int, Field(ge=1, le=1000)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 #: ``wire.ERROR_KINDS`` spelled out (a type checker cannot read a tuple as a ``Literal``); the
 #: pydantic models and the fast decoder both use it; a test checks that it equals the probe's tuple.
-ErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other"]
+ErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "tls"]
 TcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)]], Field(max_length=128)]
 #: Wire versions the collector accepts: 2 adds the arm label of observations and origin arms;
@@ -69,5 +69,9 @@ TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)
 WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
+#: The IP version a record says (``wire.FAMILIES``); empty = not said (before wire v4).
+Family: TypeAlias = Literal[wire.FAMILIES]  # type: ignore[valid-type]
+#: The TLS version a record says (``"TLSv1.3"``); empty = plain HTTP.
+TlsVersion = Annotated[str, StringConstraints(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).
 FlowRole: TypeAlias = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--size", type=int, help="object size when the URL has no /obj/ path")
     fetch.add_argument("--json", action="store_true", help="print the wire TrialRecord as JSON")
     fetch.add_argument("--timeout", type=float, default=60.0)
+    fetch.add_argument("--ca-file", help="https: trust this CA bundle (e.g. a lab chain's root.pem)")
+    fetch.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
+    fetch.add_argument("--family", choices=("ipv4", "ipv6"), default="", help="resolve the host in this family only")
 
     enroll = commands.add_parser("enroll", help="enroll this probe with a collector")
     enroll.add_argument("--collector", required=True)
@@ -86,7 +89,11 @@ def _parser() -> argparse.ArgumentParser:
 
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
-    origin.add_argument("--bind", default="0.0.0.0")
+    origin.add_argument("--bind", action="append", default=None, metavar="ADDRESS",
+                        help="listen on this address (repeat for several, e.g. an IPv4 and an IPv6 one; "
+                             "default 0.0.0.0)")
+    origin.add_argument("--tls-cert", default="", help="serve HTTPS on every arm: the chain (PEM, leaf first)")
+    origin.add_argument("--tls-key", default="", help="serve HTTPS on every arm: the leaf's key (PEM)")
     origin.add_argument("--arms", type=_arms, default=parse_arms("3,10,16,32"),
                         help="IW policies: N (IW N), Np (IW N, first window paced over the RTT), learned "
                              "(the window the client's /24 or /48 last ended with); e.g. 3,10,10p,32,learned")
@@ -163,11 +170,14 @@ def _fetch(args: argparse.Namespace) -> int:
         if size is None:
             raise SystemExit("--arm needs --size or a /obj/<bytes> URL")
         from ._fetch import object_url
-        url = object_url(host, args.base_port + args.arm, size)
+        url = object_url(host, args.base_port + args.arm, size, tls=parts.scheme == "https")
     elif args.size is not None and not parts.path.startswith(wire.OBJECT_PATH_PREFIX):
         url = url.rstrip("/") + f"{wire.OBJECT_PATH_PREFIX}{args.size}"
     trial_id = wire.new_id()
-    result = fetch(url, trial_id, timeout_s=args.timeout)
+    from ._fetch import client_context
+
+    context = client_context(args.ca_file, verify=not args.insecure) if parts.scheme == "https" else None
+    result = fetch(url, trial_id, timeout_s=args.timeout, tls_context=context, family=args.family)
     if args.json:
         size = args.size or 0
         tail = urllib.parse.urlsplit(url).path
@@ -235,7 +245,10 @@ def _origin(args: argparse.Namespace) -> int:
         setup_routes(plan)
     ensure_no_metrics_save()
     stop = _stop_event()
-    config = OriginConfig(bind=args.bind, arms=args.arms, base_port=args.base_port,
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("--tls-cert and --tls-key go together")
+    config = OriginConfig(bind=args.bind or ["0.0.0.0"], arms=args.arms, base_port=args.base_port,
+                          tls_cert=args.tls_cert, tls_key=args.tls_key,
                           max_object_bytes=args.max_object_bytes, workers=args.workers,
                           request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout,
                           learned_cap_iw=args.learned_cap, learned_ttl_s=args.learned_ttl, initrwnd=args.initrwnd,
@@ -260,7 +273,8 @@ def _origin(args: argparse.Namespace) -> int:
     origin.drop_net_admin()
     if uploader_thread is not None:
         uploader_thread.start()
-    print(f"serving arms {[arm.label for arm in arms]} on {args.bind} ports "
+    print(f"serving arms {[arm.label for arm in arms]} over {'HTTPS' if args.tls_cert else 'HTTP'} "
+          f"on {origin.addresses} ports "
           f"{[arm.port(args.base_port) for arm in arms]}", file=sys.stderr, flush=True)
     serve_forever(origin, stop)
     if uploader_thread is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ class FetchResult:
     error_detail: Optional[str] = None
     syn_retrans: int = 0
     tcp_info: dict[str, int] = field(default_factory=dict)
+    #: HTTPS: the TLS version and TCP established -> handshake complete (µs).
+    tls_version: str = ""
+    tls_handshake_us: Optional[int] = None
+    #: ``"ipv4"`` or ``"ipv6"`` once an address was chosen.
+    family: str = ""
     #: Per recv, when asked for (calibration): (microseconds since connect, cumulative bytes
     #: the application read, cumulative data segments the kernel received: ``tcpi_data_segs_in``).
     #: The segment count follows arrivals; the bytes read jump when a retransmission fills a
@@ -60,7 +66,8 @@ class FetchResult:
             ttfb_us=self.ttfb_us, total_us=self.total_us, bytes_received=self.bytes_received,
             http_status=self.http_status, error_kind=self.error_kind,
             error_detail=self.error_detail[:500] if self.error_detail else None,
-            syn_retrans=self.syn_retrans, tcp_info=dict(self.tcp_info))
+            syn_retrans=self.syn_retrans, tcp_info=dict(self.tcp_info), tls_version=self.tls_version,
+            tls_handshake_us=self.tls_handshake_us, family=self.family)
 
 
 class _TrialError(Exception):
@@ -70,25 +77,47 @@ class _TrialError(Exception):
         self.detail = detail
 
 
-def object_url(host: str, port: int, size: int) -> str:
+#: ``family`` argument of :func:`fetch` -> address family to resolve.
+_FAMILIES = {"": socket.AF_UNSPEC, "ipv4": socket.AF_INET, "ipv6": socket.AF_INET6}
+
+
+def object_url(host: str, port: int, size: int, tls: bool = False) -> str:
     """URL of a sized object on an origin listener."""
     literal = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{literal}:{port}{wire.OBJECT_PATH_PREFIX}{size}"
+    return f"{'https' if tls else 'http'}://{literal}:{port}{wire.OBJECT_PATH_PREFIX}{size}"
+
+
+def client_context(ca_file: Optional[str] = None, verify: bool = True) -> ssl.SSLContext:
+    """The probe's TLS context: TLS 1.2 and 1.3, the system's CAs or ``ca_file``; no session
+    resumption (every trial is a full handshake: the probe never offers a ticket)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = None,
           connect_timeout_s: float = 10.0, timeout_s: float = 60.0,
-          record_progress: bool = False) -> FetchResult:
-    """Fetch ``url`` once over a new connection and measure it; never raises for network errors."""
+          record_progress: bool = False, tls_context: Optional[ssl.SSLContext] = None,
+          family: str = "") -> FetchResult:
+    """Fetch ``url`` once over a new connection and measure it; never raises for network errors.
+
+    ``https://`` URLs shake hands with ``tls_context`` (default: :func:`client_context`) and
+    record the handshake's time; ``family`` (``"ipv4"``/``"ipv6"``) restricts name resolution."""
     result = FetchResult(url=url, started_at=wire.utc_timestamp())
     start_ns = time.monotonic_ns()
     sock: Optional[socket.socket] = None
     try:
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise _TrialError("other", f"only http:// URLs with a host are supported: {url!r}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _TrialError("other", f"only http:// and https:// URLs with a host are supported: {url!r}")
+        if family not in _FAMILIES:
+            raise _TrialError("other", f"family must be one of {sorted(_FAMILIES)}, got {family!r}")
         host = parts.hostname
-        port = parts.port or 80
+        port = parts.port or (443 if parts.scheme == "https" else 80)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # -- DNS
         try:
@@ -97,13 +126,14 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
         except ValueError:
             literal = False
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            infos = socket.getaddrinfo(host, port, _FAMILIES[family], type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except socket.gaierror as error:
             raise _TrialError("dns", f"{host}: {error}") from None
         result.dns_us = 0 if literal else (time.monotonic_ns() - start_ns) // 1000
-        family, socktype, proto, _, address = infos[0]
+        address_family, socktype, proto, _, address = infos[0]
+        result.family = "ipv6" if address_family == socket.AF_INET6 else "ipv4"
         # -- connect
-        sock = socket.socket(family, socktype, proto)
+        sock = socket.socket(address_family, socktype, proto)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(connect_timeout_s)
         connect_start_ns = time.monotonic_ns()
@@ -118,6 +148,9 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
         connected_ns = time.monotonic_ns()
         result.connect_us = (connected_ns - connect_start_ns) // 1000
         result.syn_retrans = _syn_retransmissions(read_tcp_info(sock), result.connect_us)
+        if parts.scheme == "https":
+            sock = _tls_handshake(sock, host, tls_context or client_context(), result, connected_ns,
+                                  start_ns + int(timeout_s * 1e9))
         # -- request
         headers = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "User-Agent: iwprobe",
                    "Accept: */*", "Connection: close"]
@@ -152,6 +185,27 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
                 pass
             sock.close()
     return result
+
+
+def _tls_handshake(sock: socket.socket, host: str, context: ssl.SSLContext, result: FetchResult,
+                   connected_ns: int, deadline_ns: int) -> ssl.SSLSocket:
+    """The TLS handshake over the connected ``sock``, timed from ``connected_ns``."""
+    tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    try:
+        _settimeout(tls, deadline_ns)
+        tls.do_handshake()
+    except socket.timeout:
+        tls.close()
+        raise _TrialError("timeout", "TLS handshake did not complete in time") from None
+    except ssl.SSLError as error:
+        tls.close()
+        raise _TrialError("tls", f"TLS handshake failed: {error}") from None
+    except OSError:
+        tls.close()
+        raise
+    result.tls_handshake_us = (time.monotonic_ns() - connected_ns) // 1000
+    result.tls_version = tls.version() or ""
+    return tls
 
 
 def _settimeout(sock: socket.socket, deadline_ns: int) -> None:
@@ -243,6 +297,7 @@ def format_curl_style(result: FetchResult) -> str:
         f"http_status:    {result.http_status if result.http_status is not None else '-'}",
         f"time_dns:       {ms(result.dns_us)}",
         f"time_connect:   {ms(result.connect_us)}",
+        f"time_tls:       {ms(result.tls_handshake_us)}{' ' + result.tls_version if result.tls_version else ''}",
         f"time_ttfb:      {ms(result.ttfb_us)}",
         f"time_total:     {ms(result.total_us)}",
         f"bytes:          {result.bytes_received} (body {result.body_bytes})",

@@ -19,6 +19,7 @@ from typing import Optional
 from . import wire
 from ._arms import Arm
 from ._tcpinfo import read_tcp_info
+from ._tls import Handshake
 
 #: ``origin_id`` of the observations of an origin that has none (not enrolled, ``--no-upload``).
 NO_ORIGIN_ID = "00000000-0000-0000-0000-000000000000"
@@ -46,6 +47,15 @@ class Connection:
     reason: str = ""
     request_ns: int = 0
     request_at: str = ""
+    #: ``"ipv4"`` or ``"ipv6"`` (an IPv4-mapped client of an IPv6 listener is ``"ipv4"``).
+    family: str = "ipv4"
+    #: Whether the accept thread's budget check said to answer 429 (HTTPS: after the handshake).
+    rate_limited: bool = False
+    #: HTTPS: the ClientHello the accept thread read, and when its last byte arrived (monotonic).
+    client_hello: Optional[bytes] = None
+    hello_ns: int = 0
+    #: HTTPS: the handshake's measurements (:class:`iwprobe._tls.Handshake`).
+    tls: Optional[Handshake] = None
 
 
 def wait_acked(sock: socket.socket, request_ns: int, ack_timeout_s: float, poll_interval_s: float,
@@ -85,7 +95,12 @@ def build_observation(conn: Connection, trial_id: str, origin_id: str, first_byt
         rwnd_limited=info.get("rwnd_limited", 0) > 0,
         peer_rwnd=info.get("snd_wnd"),
         http_status=status, error_kind=None if status == 200 else "http_status",
-        tcp_info=info)
+        tcp_info=info, family=conn.family)
+    if conn.tls is not None:
+        record.tls_version = conn.tls.version
+        record.tls_handshake_us = conn.tls.handshake_us
+        record.tls_first_flight_bytes = conn.tls.first_flight_bytes
+        record.tls_flight_acked_us = conn.tls.flight_acked_us
     if latency_us is None and status == 200:
         record.error_kind = "timeout"
     return record

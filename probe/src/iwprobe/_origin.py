@@ -33,10 +33,10 @@ import logging
 import queue
 import selectors
 import socket
+import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Optional
 
 from . import __version__, wire
@@ -48,10 +48,12 @@ from ._http import MAX_HEAD_BYTES, could_be_request, linger, response_head, rout
 from ._learned import LearnedWindows
 from ._measure import Connection, build_observation, wait_acked
 from ._origin_config import OriginConfig
+from ._origin_state import OriginStats, PendingHead, connection_family
 from ._pacing import send_all, send_paced
 from ._routes import RoutePlan
 from ._spool import Spool, SpoolFull
 from ._tcpinfo import read_tcp_info
+from ._tls import TlsStream, client_hello_state, handshake, server_context
 
 # What ``from iwprobe._origin import ...`` has always offered (``OriginConfig`` and the limits now
 # live in their own modules; the CLI and tests import them from here).
@@ -62,26 +64,6 @@ log = logging.getLogger("iwprobe.origin")
 SO_MARK = getattr(socket, "SO_MARK", 36)
 #: Assumed MSS for sizing the send buffer when the real one is not known yet.
 _ASSUMED_MSS = 1460
-
-
-@dataclass
-class _Pending:
-    """A connection whose request head is still arriving (read non-blocking by the accept thread)."""
-
-    conn: Connection
-    deadline: float
-    rate_limited: bool
-    buffer: bytearray = field(default_factory=bytearray)
-
-
-@dataclass
-class OriginStats:
-    connections: int = 0
-    shed: int = 0
-    rate_limited: int = 0
-    observations: int = 0
-    dropped_observations: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
 
 
 class Origin:
@@ -101,15 +83,20 @@ class Origin:
         self.stats = OriginStats()
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
         self._pattern_view = memoryview(self._pattern)
-        self._listeners: dict[Arm, tuple[socket.socket, int]] = {}
-        self.echo: Optional[EchoServer] = None
+        self.addresses = config.addresses()
+        if bool(config.tls_cert) != bool(config.tls_key):
+            raise ValueError("HTTPS needs both a certificate chain and its key")
+        self.tls_context = server_context(config.tls_cert, config.tls_key) if config.tls_cert else None
+        #: (socket, arm, port) per arm and address.
+        self._listeners: list[tuple[socket.socket, Arm, int]] = []
+        self.echoes: list[EchoServer] = []
         self._queue: queue.Queue[Optional[Connection]] = queue.Queue(maxsize=config.queue_size)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stats_lock = threading.Lock()
         self._sndbuf_warned: set[str] = set()
         self._budgets = ClientBudgets(config)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingHead] = {}
         #: Set by drop_net_admin(): every origin thread drops CAP_NET_ADMIN at its next wake-up.
         self._drop_caps = threading.Event()
         self._caps_dropped = threading.Semaphore(0)
@@ -117,11 +104,14 @@ class Origin:
 
     # -- lifecycle
     def start(self) -> None:
-        for arm in self.arms:
-            self._listeners[arm] = (self._listen(arm), arm.port(self.config.base_port))
+        for address in self.addresses:
+            for arm in self.arms:
+                self._listeners.append((self._listen(arm, address), arm, arm.port(self.config.base_port)))
         if self.config.echo:
-            self.echo = EchoServer(self.config.bind, self.config.base_port)
-            self.echo.start()
+            for address in self.addresses:
+                echo = EchoServer(address, self.config.base_port)
+                echo.start()
+                self.echoes.append(echo)
         if self.learned is not None:
             # Started before the origin drops CAP_NET_ADMIN: the one thread that keeps it.
             self.learned.start()
@@ -130,8 +120,14 @@ class Origin:
             self._threads.append(threading.Thread(target=self._worker, name=f"origin-worker-{index}", daemon=True))
         for thread in self._threads:
             thread.start()
-        log.info("origin %s serving arms %s on %s ports %s", __version__, [a.label for a in self.arms],
-                 self.config.bind, [p for _, p in self._listeners.values()])
+        log.info("origin %s serving arms %s over %s on %s ports %s", __version__, [a.label for a in self.arms],
+                 "HTTPS" if self.tls_context else "HTTP", self.addresses,
+                 sorted({port for _, _, port in self._listeners}))
+
+    @property
+    def echo(self) -> Optional[EchoServer]:
+        """The echo service of the first address (``None`` without one)."""
+        return self.echoes[0] if self.echoes else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -142,15 +138,15 @@ class Origin:
                 break
         for thread in self._threads:
             thread.join(timeout=5)
-        for sock, _ in self._listeners.values():
+        for sock, _, _ in self._listeners:
             sock.close()
         for pending in list(self._pending.values()):
             pending.conn.sock.close()
         self._pending.clear()
         if self.learned is not None:
             self.learned.close()
-        if self.echo is not None:
-            self.echo.stop()
+        for echo in self.echoes:
+            echo.stop()
 
     def drop_net_admin(self, wait_s: float = 2.0) -> bool:
         """Drop CAP_NET_ADMIN in the calling thread and every origin thread (capabilities are
@@ -174,10 +170,13 @@ class Origin:
         self._caps_dropped.release()
         return True
 
-    def _listen(self, arm: Arm) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.config.bind else socket.AF_INET
+    def _listen(self, arm: Arm, address: str) -> socket.socket:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and address != "::":
+            # one family per socket: "::" alone keeps serving IPv4-mapped clients too
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         if self.config.set_marks:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.config.mark_base + arm.slot)
@@ -199,7 +198,7 @@ class Origin:
             except OSError as error:
                 sock.close()
                 raise ValueError(f"congestion control {self.config.congestion_control!r}: {error}") from None
-        sock.bind((self.config.bind, arm.port(self.config.base_port)))
+        sock.bind((address, arm.port(self.config.base_port)))
         sock.listen(1024)
         sock.setblocking(False)
         return sock
@@ -207,13 +206,13 @@ class Origin:
     # -- accept and request heads (one thread, non-blocking)
     def _accept_loop(self) -> None:
         selector = selectors.DefaultSelector()
-        for arm, (sock, port) in self._listeners.items():
+        for sock, arm, port in self._listeners:
             selector.register(sock, selectors.EVENT_READ, (arm, port))
         caps_dropped = False
         while not self._stop.is_set():
             caps_dropped = self._drop_caps_if_asked(caps_dropped)
             for key, _ in selector.select(timeout=0.1):
-                if isinstance(key.data, _Pending):
+                if isinstance(key.data, PendingHead):
                     self._read_pending(selector, key.data)
                 else:
                     arm, port = key.data
@@ -251,8 +250,9 @@ class Origin:
             except OSError:
                 pass
             conn.setblocking(False)
-            pending = _Pending(Connection(conn, client, arm, port, accept_info.get("snd_cwnd", 0), intended,
-                                          accept_info.get("rtt", 0), accept_info.get("snd_mss", 0), accepted_ns),
+            pending = PendingHead(Connection(conn, client, arm, port, accept_info.get("snd_cwnd", 0), intended,
+                                          accept_info.get("rtt", 0), accept_info.get("snd_mss", 0), accepted_ns,
+                                          family=connection_family(listener, client), rate_limited=rate_limited),
                                time.monotonic() + self.config.request_timeout_s, rate_limited)
             self._pending[conn.fileno()] = pending
             selector.register(conn, selectors.EVENT_READ, pending)
@@ -261,7 +261,7 @@ class Origin:
         conn.sock.close()
         self._budgets.release(conn.client_addr)
 
-    def _drop_pending(self, selector: selectors.BaseSelector, pending: _Pending, error: str) -> None:
+    def _drop_pending(self, selector: selectors.BaseSelector, pending: PendingHead, error: str) -> None:
         self._pending.pop(pending.conn.sock.fileno(), None)
         try:
             selector.unregister(pending.conn.sock)
@@ -277,7 +277,7 @@ class Origin:
         for pending in [p for p in self._pending.values() if p.deadline <= now]:
             self._drop_pending(selector, pending, "timeout")
 
-    def _read_pending(self, selector: selectors.BaseSelector, pending: _Pending) -> None:
+    def _read_pending(self, selector: selectors.BaseSelector, pending: PendingHead) -> None:
         conn = pending.conn
         try:
             chunk = conn.sock.recv(8192)
@@ -290,6 +290,9 @@ class Origin:
             self._drop_pending(selector, pending, "closed_before_request")
             return
         pending.buffer += chunk
+        if self.tls_context is not None:
+            self._hello_read(selector, pending)
+            return
         head_end = pending.buffer.find(b"\r\n\r\n")
         verdict: Optional[tuple[int, str]] = None
         if head_end > MAX_HEAD_BYTES:
@@ -317,6 +320,26 @@ class Origin:
         if conn.status == 429:
             with self._stats_lock:
                 self.stats.rate_limited += 1
+        try:
+            self._queue.put_nowait(conn)
+        except queue.Full:
+            with self._stats_lock:
+                self.stats.shed += 1
+            self._close(conn)
+
+    def _hello_read(self, selector: selectors.BaseSelector, pending: PendingHead) -> None:
+        """HTTPS: queue the connection once its whole ClientHello is in (the worker shakes hands)."""
+        state = client_hello_state(bytes(pending.buffer))
+        if state is None:
+            return  # wait for more (until the deadline)
+        if state != "complete":
+            self._drop_pending(selector, pending, state)
+            return
+        conn = pending.conn
+        self._pending.pop(conn.sock.fileno(), None)
+        selector.unregister(conn.sock)
+        conn.hello_ns = time.monotonic_ns()
+        conn.client_hello = bytes(pending.buffer)
         try:
             self._queue.put_nowait(conn)
         except queue.Full:
@@ -353,15 +376,23 @@ class Origin:
                 self._close(item)
 
     def _serve(self, conn: Connection) -> None:
-        """Send the routed answer (the head was read by the accept thread) and measure it."""
+        """Send the routed answer (the head was read by the accept thread; over HTTPS the
+        worker shakes hands and reads it first) and measure it."""
         sock = conn.sock
         sock.setblocking(True)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream = None
+        if conn.client_hello is not None:
+            stream = self._tls_request(conn)
+            if stream is None:
+                return
         status, size, trial_id, request_ns = conn.status, conn.size, conn.trial_id, conn.request_ns
         body = self._pattern_view[:size] if status == 200 else conn.reason.encode("ascii")
         header = response_head(status, len(body))
         try:
             sock.settimeout(self.config.ack_timeout_s)
+            if stream is not None:  # the records of head and body, written as one response
+                header, body = b"", memoryview(stream.encrypt(header, body))
             if conn.arm.paced and status == 200:
                 send_paced(sock, header, body, conn.arm.iw, conn.handshake_rtt_us, conn.mss)
             else:
@@ -378,6 +409,40 @@ class Origin:
         if trial_id is None:
             return
         self._record(build_observation(conn, trial_id, self.config.origin_id, first_byte_us, latency_us, info))
+
+    def _tls_request(self, conn: Connection) -> Optional[TlsStream]:
+        """HTTPS: the handshake (measured on ``conn.tls``), then the request head read and
+        routed as the accept thread does for HTTP; ``None`` when it went wrong (counted)."""
+        assert self.tls_context is not None and conn.client_hello is not None
+        stream = TlsStream(self.tls_context, conn.sock)
+        conn.tls = handshake(stream, conn.client_hello, conn.hello_ns, self.config.request_timeout_s,
+                             self.config.poll_interval_s, self._stop)
+        if conn.tls.error:
+            self._count(f"tls_{conn.tls.error}")
+            return None
+        deadline_ns = conn.hello_ns + int(self.config.request_timeout_s * 1e9)
+        try:
+            head = stream.read_head(MAX_HEAD_BYTES, deadline_ns)
+        except ValueError:
+            conn.status, conn.reason, head = 431, f"request head larger than {MAX_HEAD_BYTES} bytes\n", b""
+        except (OSError, ssl.SSLError) as error:
+            self._count(f"tls_{type(error).__name__}")
+            return None
+        if head is None:
+            self._count("closed_before_request")
+            return None
+        conn.request_ns = time.monotonic_ns()
+        conn.request_at = wire.utc_timestamp()
+        if conn.status == 0:
+            conn.status, conn.size, conn.trial_id, conn.reason = route_request(head, self.config.max_object_bytes)
+        if conn.rate_limited:
+            conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
+        elif conn.status == 200 and not self._budgets.take_bytes(conn.client_addr, conn.size):
+            conn.status, conn.size, conn.reason = 429, 0, "byte rate limit of this address reached\n"
+        if conn.status == 429:
+            with self._stats_lock:
+                self.stats.rate_limited += 1
+        return stream
 
     def _record(self, observation: wire.OriginObservation) -> None:
         with self._stats_lock:

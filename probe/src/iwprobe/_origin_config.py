@@ -33,7 +33,9 @@ def _env_number(name: str, default: int) -> int:
 
 @dataclass
 class OriginConfig:
-    bind: str = "0.0.0.0"
+    #: Address(es) every arm listens on: one (``"0.0.0.0"``, ``"fd99::1"``) or several (IPv4
+    #: and IPv6, say); an address with a colon is IPv6.
+    bind: Union[str, Sequence[str]] = "0.0.0.0"
     #: Arm labels (``"10"``, ``"10p"``, ``"learned"``) or plain IWs; see :mod:`iwprobe._arms`.
     arms: Sequence[Union[int, str, Arm]] = (3, 10, 16, 32)
     base_port: int = 8000
@@ -76,6 +78,18 @@ class OriginConfig:
     #: at least two objects of ``max_object_bytes`` so that any single object is servable.
     client_bytes_per_s: float = field(default_factory=lambda: float(
         _env_number("IWPROBE_ORIGIN_CLIENT_BYTES_PER_S", 64 * 1024 * 1024)))
+
+    #: HTTPS on every arm (:mod:`iwprobe._tls`): the chain (PEM, leaf first) and its key.
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    def addresses(self) -> list[str]:
+        """The listening addresses, in order, without repeats."""
+        given = [self.bind] if isinstance(self.bind, str) else list(self.bind)
+        unique = list(dict.fromkeys(address.strip().strip("[]") for address in given if address.strip()))
+        if not unique:
+            raise ValueError("the origin needs at least one address to listen on")
+        return unique
 
     def policies(self) -> list[Arm]:
         return parse_arms(list(self.arms))

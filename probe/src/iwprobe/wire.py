@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 3: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 4: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -46,9 +46,17 @@ from typing import Any, Optional
 #: campaign's ``arm_labels``, ``arm_shares``, interactive flow and ``page_connections``; a
 #: trial batch's folded ``heartbeat``.  All new fields are optional; absent, a record means
 #: what it meant in version 2.  The schedule answers ``If-None-Match`` with 304 (its ``ETag``).
-WIRE_VERSION = 3
+#: Version 4 (2026-11) adds HTTPS and the IP version: a trial's ``tls_version``,
+#: ``tls_handshake_us`` and ``family``; an observation's ``tls_version``, ``tls_handshake_us``,
+#: ``tls_first_flight_bytes``, ``tls_flight_acked_us`` and ``family``.  All optional; absent,
+#: a record is plain HTTP over the family its address says.
+WIRE_VERSION = 4
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4)
+#: The IP versions a record names (``family``); empty: not said (before wire v4).
+FAMILIES = ("", "ipv4", "ipv6")
+#: Longest ``tls_version`` text (``"TLSv1.3"``, or ``"error: <reason>"`` cut to this).
+MAX_TLS_VERSION_CHARS = 64
 
 # --------------------------------------------------------------------------------------
 # HTTP surface of the collector (all under API_PREFIX)
@@ -96,7 +104,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: connection closed before Content-Length bytes arrived; ``http_status``: a status other
 #: than 200; ``protocol``: a response that is not valid HTTP/1.1; ``other``: anything else
 #: (``error_detail`` says what).
-ERROR_KINDS = ("dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other")
+ERROR_KINDS = ("dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "tls")
 
 #: ``struct tcp_info`` fields (``tcpi_`` prefix removed) in kernel order.  Older kernels
 #: return a prefix of this struct; a record holds only the fields its kernel filled in.
@@ -225,6 +233,13 @@ class TrialRecord:
     page_id: Optional[str] = None
     #: Role ``interactive``: the echo statistics (the trial has no TCP connection).
     echo: Optional[EchoStats] = None
+    #: Wire v4, HTTPS: the TLS version negotiated (``"TLSv1.3"``); empty: plain HTTP.
+    tls_version: str = ""
+    #: Wire v4, HTTPS: TCP established -> TLS handshake complete, µs (``ttfb_us`` then counts
+    #: from the TCP connection too, so it includes the handshake).
+    tls_handshake_us: Optional[int] = None
+    #: Wire v4: ``"ipv4"`` or ``"ipv6"``, the connection's IP version (:data:`FAMILIES`).
+    family: str = ""
 
 
 @dataclass
@@ -268,6 +283,17 @@ class OriginObservation:
     #: connection (for ``learned``: the window learned for the client's prefix).  Empty (v1):
     #: the plain arm ``str(arm_iw)``.
     arm: str = ""
+    #: Wire v4, HTTPS: the TLS version negotiated; empty: plain HTTP.
+    tls_version: str = ""
+    #: Wire v4, HTTPS: ClientHello read -> handshake complete (client Finished processed), µs.
+    tls_handshake_us: Optional[int] = None
+    #: Wire v4, HTTPS: bytes of the server's first flight (TLS records; ServerHello .. Finished
+    #: in TLS 1.3, ServerHello .. ServerHelloDone in 1.2).
+    tls_first_flight_bytes: Optional[int] = None
+    #: Wire v4, HTTPS: ClientHello read -> the whole first flight acknowledged, µs.
+    tls_flight_acked_us: Optional[int] = None
+    #: Wire v4: ``"ipv4"`` or ``"ipv6"`` (an IPv4-mapped client is ``"ipv4"``).
+    family: str = ""
 
 
 @dataclass

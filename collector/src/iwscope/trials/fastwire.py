@@ -33,7 +33,16 @@ from msgspec import Meta
 
 from iwprobe import wire
 from iwscope.trials.schemas import TrialBatchIn
-from iwscope.wiretypes import BIGINT_MAX, NO_NUL_PATTERN, SIZE_MAX, US_MAX, UUID_PATTERN, ErrorKind, parse_rfc3339
+from iwscope.wiretypes import (
+    BIGINT_MAX,
+    NO_NUL_PATTERN,
+    SIZE_MAX,
+    US_MAX,
+    UUID_PATTERN,
+    ErrorKind,
+    Family,
+    parse_rfc3339,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,9 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     role: FastFlowRole = ""
     page_id: FastUUID | None = None
     echo: FastEcho | None = None
+    tls_version: Annotated[str, Meta(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)] = ""
+    tls_handshake_us: FastMicros | None = None
+    family: Family = ""
 
 
 class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):

@@ -43,6 +43,10 @@ class TrialId(Base):
     started_at: Mapped[dt.datetime]
 
 
+#: A record's IP version, when it says one (wire v4).
+_FAMILY_KNOWN = "family IN ('ipv4', 'ipv6')"
+
+
 class Trial(Base):
     __tablename__ = "trials"
     __table_args__ = (
@@ -52,6 +56,7 @@ class Trial(Base):
         Index("ix_trials_origin_id", "origin_id"),
         Index("ix_trials_page_id", "page_id", postgresql_where=text("page_id IS NOT NULL")),
         CheckConstraint(f"role IN ({', '.join(repr(role) for role in wire.FLOW_ROLES)})", name="role_known"),
+        CheckConstraint(_FAMILY_KNOWN, name="family_known"),
         {"postgresql_partition_by": "RANGE (started_at)"},
     )
 
@@ -91,6 +96,11 @@ class Trial(Base):
     page_id: Mapped[UuidCol | None]
     #: Role ``interactive``: ``wire.EchoStats`` (packets sent, echoed, round-trip times).
     echo: Mapped[Json | None]
+    #: HTTPS (wire v4): the TLS version and TCP established -> handshake complete (µs); NULL: HTTP.
+    tls_version: Mapped[Str | None]
+    tls_handshake_us: Mapped[BigInt | None]
+    #: ``ipv4`` or ``ipv6`` (wire v4); NULL: not said.
+    family: Mapped[Str | None]
     received_at: Mapped[CreatedAt]
     # Filled by the join task from origin_observations:
     server_latency_us: Mapped[BigInt | None]
@@ -101,6 +111,10 @@ class Trial(Base):
     server_snd_cwnd_at_accept: Mapped[BigInt | None]
     cwnd_mismatch: Mapped[bool | None] = mapped_column(Boolean)
     rwnd_limited: Mapped[bool | None] = mapped_column(Boolean)
+    #: HTTPS: the server's handshake time, its first flight's bytes and when they were all acknowledged.
+    server_tls_handshake_us: Mapped[BigInt | None]
+    server_tls_first_flight_bytes: Mapped[BigInt | None]
+    server_tls_flight_acked_us: Mapped[BigInt | None]
     joined_at: Mapped[dt.datetime | None]
 
 
@@ -110,6 +124,7 @@ class OriginObservation(Base):
         Index("ix_origin_observations_unjoined", "trial_id",
               postgresql_where=text("joined_at IS NULL")),
         Index("ix_origin_observations_origin_id_request_at", "origin_id", "request_at"),
+        CheckConstraint(_FAMILY_KNOWN, name="family_known"),
     )
 
     trial_id: Mapped[UuidPk]
@@ -142,6 +157,12 @@ class OriginObservation(Base):
     tcpi_rwnd_limited_us: Mapped[BigInt | None]
     tcpi_sndbuf_limited_us: Mapped[BigInt | None]
     tcp_info: Mapped[Json]
+    #: HTTPS (wire v4): ClientHello read -> handshake complete, first flight bytes, -> flight acknowledged.
+    tls_version: Mapped[Str | None]
+    tls_handshake_us: Mapped[BigInt | None]
+    tls_first_flight_bytes: Mapped[BigInt | None]
+    tls_flight_acked_us: Mapped[BigInt | None]
+    family: Mapped[Str | None]
     received_at: Mapped[CreatedAt]
     joined_at: Mapped[dt.datetime | None]
 

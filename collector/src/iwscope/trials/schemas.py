@@ -15,11 +15,13 @@ from iwscope.wiretypes import (
     Bytes,
     CampaignId,
     ErrorKind,
+    Family,
     FlowRole,
     Iw,
     Micros,
     Port,
     TcpInfo,
+    TlsVersion,
     WireTimestamp,
     WireUUID,
     WireVersion,
@@ -67,6 +69,9 @@ class TrialRecordIn(BaseModel):
     role: FlowRole = ""
     page_id: WireUUID | None = None
     echo: EchoStatsIn | None = None
+    tls_version: TlsVersion = ""
+    tls_handshake_us: Micros | None = None
+    family: Family = ""
 
 
 class PathSampleIn(BaseModel):
@@ -120,6 +125,11 @@ class OriginObservationIn(BaseModel):
     error_kind: ErrorKind | None
     tcp_info: TcpInfo
     arm: ArmLabel = ""
+    tls_version: TlsVersion = ""
+    tls_handshake_us: Micros | None = None
+    tls_first_flight_bytes: Annotated[int, Field(ge=0, le=16_777_216)] | None = None
+    tls_flight_acked_us: Micros | None = None
+    family: Family = ""
 
 
 class ObservationBatchIn(BaseModel):

@@ -232,12 +232,13 @@ TRIAL_WIRE_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "orig
                       "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received",
                       "http_status", "error_kind", "error_detail", "syn_retrans")
 TRIAL_STAGE_COLUMNS = (TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
-                       + ("tcp_info", "arm", "role", "page_id", "echo"))
+                       + ("tcp_info", "arm", "role", "page_id", "echo", "tls_version", "tls_handshake_us", "family"))
 SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
                   "transfer_bytes", "method")
 OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
                             "first_byte_us", "response_latency_us", "snd_cwnd_at_accept", "cwnd_mismatch",
-                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind", "arm")
+                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind", "arm", "tls_version",
+                            "tls_handshake_us", "tls_first_flight_bytes", "tls_flight_acked_us", "family")
 OBSERVATION_STAGE_COLUMNS = (OBSERVATION_WIRE_COLUMNS
                              + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",))
 
@@ -296,7 +297,9 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
             f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}\t"
             f"{n if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm}\t{wire.flow_role(trial.url, trial.role)}\t"
             f"{n if trial.page_id is None else trial.page_id}\t"
-            f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}")
+            f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}\t"
+            f"{_copy_text(trial.tls_version or None)}\t{n if trial.tls_handshake_us is None else trial.tls_handshake_us}\t"
+            f"{trial.family or n}")
 
 
 #: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.
@@ -321,7 +324,9 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
             observation.client_addr, observation.object_size, observation.request_at, observation.first_byte_us,
             observation.response_latency_us, observation.snd_cwnd_at_accept, observation.cwnd_mismatch,
             observation.rwnd_limited, observation.peer_rwnd, observation.http_status, observation.error_kind,
-            observation.arm or None, *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
+            observation.arm or None, observation.tls_version or None, observation.tls_handshake_us,
+            observation.tls_first_flight_bytes, observation.tls_flight_acked_us, observation.family or None,
+            *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
             orjson.dumps(tcp_info).decode())
 
 

@@ -36,6 +36,9 @@ WITH joined AS (
         server_snd_cwnd_at_accept = o.snd_cwnd_at_accept,
         cwnd_mismatch = o.cwnd_mismatch,
         rwnd_limited = o.rwnd_limited,
+        server_tls_handshake_us = o.tls_handshake_us,
+        server_tls_first_flight_bytes = o.tls_first_flight_bytes,
+        server_tls_flight_acked_us = o.tls_flight_acked_us,
         joined_at = now()
     FROM {source}
     WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
