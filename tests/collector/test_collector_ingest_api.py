@@ -153,7 +153,7 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     assert first["targets"] == [{"origin_id": origin_a.id, "host": "10.0.0.1",
                                  "arms": [{"iw": 3, "port": 8003, "arm": "3", "paced": False},
                                               {"iw": 10, "port": 8010, "arm": "10", "paced": False}],
-                                 "echo_port": None}]
+                                 "echo_port": None, "tls": False, "host6": None}]
     assert campaigns[1]["sizes"] is None and campaigns[1]["size_dist"] == "websearch"
 
     us = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=us_probe.id), headers=us_probe.headers).json()

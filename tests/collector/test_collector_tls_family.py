@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from typing import Any
 
 import httpx
 from sqlalchemy import Engine, text
-from testkit import enroll_origin, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial, wait_for
+from testkit import (
+    bearer,
+    enroll_origin,
+    enroll_probe,
+    make_batch,
+    make_observation,
+    make_observation_batch,
+    make_trial,
+    wait_for,
+)
 
 from iwprobe import wire
 
@@ -54,3 +65,52 @@ def test_tls_and_family_are_stored_joined_and_validated(client: httpx.Client, en
         stored = connection.execute(text("SELECT family, tls_version FROM origin_observations WHERE trial_id = :t"),
                                     {"t": https["trial_id"]}).one()
     assert tuple(stored) == ("ipv6", "TLSv1.3")
+
+
+def test_https_origins_and_chosen_families_reach_wire_v4_probes_only(client: httpx.Client, enroll_token: str,
+                                                                    origin_token: str, admin_token: str) -> None:
+    region = f"tls-{uuid.uuid4().hex[:6]}"
+    probe = enroll_probe(client, enroll_token, region=region)
+    enrolled = client.post(wire.ORIGIN_ENROLL_PATH, headers=bearer(origin_token), json={
+        "name": "https-origin", "region": "eu", "host": "10.0.0.7", "host6": "fd99::7", "tls": True,
+        "arms": [{"iw": 3, "port": 8003, "arm": "3"}, {"iw": 10, "port": 8010, "arm": "10"}], "version": "0.3"})
+    assert enrolled.status_code == 201, enrolled.text
+    https_origin = enrolled.json()["id"]
+    plain_origin = enroll_origin(client, origin_token).id
+    listed = client.get("/api/v1/origins", headers=bearer(admin_token)).json()
+    assert {(item["tls"], item["host6"]) for item in listed if item["id"] == https_origin} == {(True, "fd99::7")}
+    now = dt.datetime.now(dt.UTC)
+
+    def create(family: str | None, origins: list[str]) -> int:
+        body: dict[str, Any] = {
+            "name": f"family-{family}", "origin_ids": origins, "arms": [3, 10], "sizes": [9000], "repetitions": 1,
+            "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
+            "ends_at": (now + dt.timedelta(hours=1)).isoformat(), "probe_regions": [region]}
+        if family is not None:
+            body["family"] = family
+        created = client.post("/api/v1/campaigns", headers=bearer(admin_token), json=body)
+        assert created.status_code == 201, created.text
+        assert created.json()["family"] == family
+        return int(created.json()["id"])
+
+    over_ipv6 = create("ipv6", [https_origin])
+    mixed = create(None, [https_origin, plain_origin])
+    refused = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
+        "name": "bad", "origin_ids": [plain_origin], "arms": [3], "sizes": [1], "repetitions": 1, "interval_s": 1,
+        "starts_at": now.isoformat(), "family": "ipv5"})
+    assert refused.status_code == 422 and "family" in refused.text
+
+    def schedule(version: int) -> dict[int, dict[str, Any]]:
+        answer = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id) + f"?wire_version={version}",
+                            headers=probe.headers)
+        assert answer.status_code == 200, answer.text
+        return {entry["campaign_id"]: entry for entry in answer.json()["campaigns"]}
+
+    current = schedule(4)
+    assert current[over_ipv6]["family"] == "ipv6"
+    assert [(t["tls"], t["host6"]) for t in current[over_ipv6]["targets"]] == [(True, "fd99::7")]
+    assert {t["origin_id"] for t in current[mixed]["targets"]} == {https_origin, plain_origin}
+    for version in (3, 2):  # cannot speak HTTPS nor choose the family: neither is given to them
+        earlier = schedule(version)
+        assert over_ipv6 not in earlier
+        assert [t["origin_id"] for t in earlier[mixed]["targets"]] == [plain_origin]

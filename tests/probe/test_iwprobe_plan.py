@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from iwprobe import wire
-from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts
+from iwprobe._fetch import object_url
+from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts, target_host
 
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
@@ -55,3 +56,17 @@ def test_page_parts_split_a_page_over_connections() -> None:
     assert page_parts(50_000, 6) == [8334, 8334, 8333, 8333, 8333, 8333]
     assert sum(page_parts(15_001, 6)) == 15_001
     assert page_parts(3, 6) == [1, 1, 1]
+
+
+def test_the_family_picks_the_host_and_https_targets_are_fetched_over_https() -> None:
+    target = wire.ScheduleTarget("o2", "192.0.2.2", [wire.ArmPort(10, 8010, "10")], tls=True, host6="2001:db8::2")
+    for family, host in (("ipv6", "2001:db8::2"), ("ipv4", "192.0.2.2"), ("", "192.0.2.2")):
+        plan = [PlanEntry.from_json(entry) for entry in
+                round_plan(_campaign(arms=[10], targets=[target], family=family), [9000], random.Random(3))]
+        assert [(entry.host, entry.tls) for entry in plan] == [(host, True)], family
+    assert object_url("2001:db8::2", 8010, 9000, tls=True) == "https://[2001:db8::2]:8010/obj/9000"
+    # an IPv6 campaign whose target has no IPv6 host resolves its host (the fetch asks for IPv6 only)
+    plain = wire.ScheduleTarget("o3", "origin.example", [wire.ArmPort(10, 8010, "10")])
+    assert target_host(plain, "ipv6") == "origin.example"
+    # plans spooled before wire v4 carry no scheme: plain HTTP
+    assert PlanEntry.from_json(["o1", "192.0.2.1", 10, 8010, 9000, "10"]).tls is False

@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trial-gap", type=float, default=0.05, help="pause between two trials, seconds")
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
+    run.add_argument("--tls-ca-file", help="verify HTTPS origins against this CA bundle (default: the system's)")
 
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
@@ -129,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument("--name")
     origin.add_argument("--region")
     origin.add_argument("--host", help="host name or address probes use to reach this origin")
+    origin.add_argument("--host6", help="its IPv6 address or name, for campaigns over IPv6")
     origin.add_argument("--ca-file")
 
     commands.add_parser("version", help="print the version")
@@ -216,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
     agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
                        spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
                        calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout, trial_gap_s=args.trial_gap,
-                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns)
+                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns, tls_ca_file=args.tls_ca_file)
     return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
 
 
@@ -292,7 +294,8 @@ def _origin_enroll(args: argparse.Namespace) -> int:
     request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
                                        arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced)
                                              for arm in args.arms],
-                                       version=__version__, echo_port=args.base_port if args.echo else None)
+                                       version=__version__, echo_port=args.base_port if args.echo else None,
+                                       tls=bool(args.tls_cert), host6=args.host6)
     try:
         credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)
     except CollectorError as error:

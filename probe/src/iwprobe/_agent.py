@@ -33,8 +33,8 @@ from . import __version__, sizes, wire
 from ._calibrate import DEFAULT_CALIBRATION_BYTES, calibrate
 from ._collector import CollectorClient, CollectorError, from_dict
 from ._echo import EchoFlow
-from ._fetch import fetch, object_url
-from ._plan import PlanEntry, page_parts, round_plan
+from ._fetch import client_context, fetch, object_url
+from ._plan import PlanEntry, page_parts, round_plan, target_host
 from ._spool import Spool, SpoolFull
 from ._upload import Uploader, backoff_delay
 
@@ -148,7 +148,8 @@ class ProbeAgent:
     def __init__(self, directory: str, credentials: Credentials, spool_max_bytes: int = 512 * 1024 * 1024,
                  heartbeat_s: float = 60.0, calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
                  trial_timeout_s: float = 60.0, trial_gap_s: float = 0.05, backoff_cap_s: float = 60.0,
-                 rng: Optional[random.Random] = None, campaign_ids: Optional[Sequence[int]] = None) -> None:
+                 rng: Optional[random.Random] = None, campaign_ids: Optional[Sequence[int]] = None,
+                 tls_ca_file: Optional[str] = None) -> None:
         self.directory = directory
         self.credentials = credentials
         self.client = credentials.client()
@@ -163,6 +164,8 @@ class ProbeAgent:
         #: Only these campaigns are run (``None``: every campaign the schedule names).
         self.campaign_ids = set(campaign_ids) if campaign_ids else None
         self.rng = rng or random.Random()
+        #: HTTPS targets are verified against the system's CAs or ``tls_ca_file`` (a lab root).
+        self.tls_context = client_context(tls_ca_file)
         self.started = time.monotonic()
         self.trials_measured = 0
         self._last_heartbeat = 0.0
@@ -335,7 +338,8 @@ class ProbeAgent:
     def _fetch(self, campaign: wire.CampaignSchedule, number: int, origin_id: str, url: str, iw: int, size: int,
                timeout_s: float, arm: str = "", role: str = "", page_id: Optional[str] = None) -> wire.TrialRecord:
         trial_id = wire.new_id()
-        result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s)
+        result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s,
+                       tls_context=self.tls_context if url.startswith("https:") else None, family=campaign.family)
         record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
         record.arm, record.role, record.page_id = arm or str(iw), role, page_id
         return record
@@ -345,14 +349,14 @@ class ProbeAgent:
         """One short flow of the plan: one fetch, or with ``page_connections`` a page load (the
         size split over that many connections opened at once, like a browser's)."""
         if not campaign.page_connections:
-            return [self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, entry.size),
+            return [self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, entry.size, entry.tls),
                                 entry.iw, entry.size, timeout_s, arm=entry.arm)]
         page_id = wire.new_id()
         parts = page_parts(entry.size, campaign.page_connections)
         records: list[Optional[wire.TrialRecord]] = [None] * len(parts)
 
         def connection(index: int, size: int) -> None:
-            records[index] = self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, size),
+            records[index] = self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, size, entry.tls),
                                          entry.iw, size, timeout_s, arm=entry.arm, role="page-load", page_id=page_id)
 
         threads = [threading.Thread(target=connection, args=(index, size), name="iwprobe-page", daemon=True)
@@ -373,7 +377,7 @@ class ProbeAgent:
         background_thread: Optional[threading.Thread] = None
         if background is not None:
             target, iw, port = background
-            url = object_url(target.host, port, int(campaign.background_bytes or 0))
+            url = object_url(target_host(target, campaign.family), port, int(campaign.background_bytes or 0), target.tls)
             alone = self._fetch(campaign, number, target.origin_id, url, iw, int(campaign.background_bytes or 0),
                                 BACKGROUND_TIMEOUT_S, role="background-alone")
             self._store(alone, None, stop)

@@ -5,8 +5,9 @@ in random order.  With ``arm_shares`` (a share sweep on one bottleneck) a round 
 ``len(sizes) x len(arms)`` flows per target, but each arm gets its share of them (largest
 remainder), so 25 % treatment means a quarter of the short flows use the treatment arm.
 
-An entry is a JSON list (the spool stores plans): ``[origin_id, host, iw, port, size, arm]``;
-plans spooled by earlier versions have no ``arm`` (the plain arm ``str(iw)``).
+An entry is a JSON list (the spool stores plans): ``[origin_id, host, iw, port, size, arm, tls]``
+(``host`` as the campaign's family picks it, :func:`target_host`); plans spooled by earlier
+versions have no ``arm`` (the plain arm ``str(iw)``) and no ``tls`` (HTTP).
 """
 
 from __future__ import annotations
@@ -28,11 +29,19 @@ class PlanEntry(NamedTuple):
     port: int
     size: int
     arm: str
+    tls: bool = False
 
     @classmethod
     def from_json(cls, entry: Sequence[Any]) -> PlanEntry:
         origin_id, host, iw, port, size = entry[:5]
-        return cls(origin_id, host, int(iw), int(port), int(size), str(entry[5]) if len(entry) > 5 else str(iw))
+        return cls(origin_id, host, int(iw), int(port), int(size), str(entry[5]) if len(entry) > 5 else str(iw),
+                   bool(entry[6]) if len(entry) > 6 else False)
+
+
+def target_host(target: wire.ScheduleTarget, family: str) -> str:
+    """The address or name to fetch ``target`` at: its ``host6`` for an IPv6 campaign when it
+    has one, else its ``host`` (resolved in the campaign's family by the fetch)."""
+    return target.host6 if family == "ipv6" and target.host6 else target.host
 
 
 def campaign_arms(campaign: wire.CampaignSchedule) -> list[str]:
@@ -67,6 +76,7 @@ def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng:
     plan: list[list[Any]] = []
     for target in campaign.targets:
         ports = target_arms(target)
+        host = target_host(target, campaign.family)
         served = [(label, share) for label, share in zip(labels, shares or [1.0] * len(labels)) if label in ports]
         for label in labels:
             if label not in ports:
@@ -76,14 +86,14 @@ def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng:
         if not shares:
             for label, _ in served:
                 arm = ports[label]
-                plan.extend([target.origin_id, target.host, arm.iw, arm.port, size, label] for size in round_sizes)
+                plan.extend([target.origin_id, host, arm.iw, arm.port, size, label, target.tls] for size in round_sizes)
             continue
         counts = share_counts([share for _, share in served], len(round_sizes) * len(served))
         arms = [label for (label, _), count in zip(served, counts) for _ in range(count)]
         flow_sizes = list(round_sizes) * len(served)
         rng.shuffle(arms)
         rng.shuffle(flow_sizes)
-        plan.extend([target.origin_id, target.host, ports[label].iw, ports[label].port, size, label]
+        plan.extend([target.origin_id, host, ports[label].iw, ports[label].port, size, label, target.tls]
                      for label, size in zip(arms, flow_sizes))
     rng.shuffle(plan)
     return plan
@@ -97,4 +107,4 @@ def page_parts(size: int, connections: int) -> list[int]:
     return [part + 1 if index < rest else part for index in range(connections)]
 
 
-__all__ = ["PlanEntry", "campaign_arms", "target_arms", "share_counts", "round_plan", "page_parts"]
+__all__ = ["PlanEntry", "target_host", "campaign_arms", "target_arms", "share_counts", "round_plan", "page_parts"]

@@ -424,6 +424,10 @@ class ScheduleTarget:
     arms: list[ArmPort] = field(default_factory=list)
     #: UDP port of the origin's echo service for the interactive flow; ``None``: none.
     echo_port: Optional[int] = None
+    #: Wire v4: the origin serves HTTPS on every arm (probes fetch ``https://``).
+    tls: bool = False
+    #: Wire v4: the origin's IPv6 address or name, for campaigns over IPv6; ``None``: ``host``.
+    host6: Optional[str] = None
 
 
 @dataclass
@@ -478,6 +482,10 @@ class CampaignSchedule:
     #: 6 per host), each for an equal part of the size, each with the arm's IW.  ``None``:
     #: one connection per flow.
     page_connections: Optional[int] = None
+    #: Wire v4: the IP version to measure over (:data:`FAMILIES`): ``ipv6`` fetches from a
+    #: target's ``host6`` (else resolves ``host`` to IPv6 only), ``ipv4`` resolves ``host`` to
+    #: IPv4 only; empty: whatever ``host`` is.
+    family: str = ""
 
 
 @dataclass
@@ -516,6 +524,10 @@ class OriginEnrollRequest:
     version: str = ""
     #: UDP port of its echo service for interactive flows (wire v3); ``None``: none.
     echo_port: Optional[int] = None
+    #: Wire v4: it serves HTTPS on every arm.
+    tls: bool = False
+    #: Wire v4: its IPv6 address or name (``host`` then usually the IPv4 one); ``None``: none.
+    host6: Optional[str] = None
 
 
 @dataclass

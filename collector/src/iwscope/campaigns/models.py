@@ -19,6 +19,7 @@ class Campaign(Base):
         CheckConstraint("(sizes IS NULL) <> (size_dist IS NULL)", name="sizes_xor_size_dist"),
         CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
         CheckConstraint("arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0", name="arrival_rate_positive"),
+        CheckConstraint("family IN ('ipv4', 'ipv6')", name="family_known"),
         CheckConstraint("background_iw IS NULL OR background_bytes IS NOT NULL", name="background_iw_needs_bytes"),
         CheckConstraint("target_ci_ms IS NULL OR target_ci_ms > 0", name="target_ci_positive"),
     )
@@ -60,6 +61,8 @@ class Campaign(Base):
     interactive_packet_bytes: Mapped[int | None] = mapped_column(Integer)
     #: Page loads: parallel connections per short flow; NULL: one connection.
     page_connections: Mapped[int | None] = mapped_column(Integer)
+    #: The IP version to measure over (``ipv4``/``ipv6``, wire v4); NULL: whatever the origin's host is.
+    family: Mapped[str | None] = mapped_column(Text)
 
 
 class CampaignProbeDone(Base):

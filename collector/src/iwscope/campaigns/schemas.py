@@ -61,6 +61,10 @@ class CampaignIn(BaseModel):
                                                    le=wire.MAX_ECHO_PACKET_BYTES)] | None = None
     #: Page loads: each short flow is fetched over this many parallel connections (6 like a browser).
     page_connections: Annotated[int, Field(ge=2, le=16)] | None = None
+    #: The IP version to measure over: ``ipv6`` fetches from the origins' ``host6`` (or resolves
+    #: their host to IPv6 only), ``ipv4`` resolves to IPv4 only; ``None``: whatever the host is.
+    #: Probes before wire v4 are not given such a campaign.
+    family: Literal["ipv4", "ipv6"] | None = None
 
     @property
     def arm_labels(self) -> list[str]:
@@ -153,3 +157,4 @@ class CampaignOut(BaseModel):
     interactive_interval_us: int | None = None
     interactive_packet_bytes: int | None = None
     page_connections: int | None = None
+    family: Literal["ipv4", "ipv6"] | None = None

@@ -22,6 +22,8 @@ class OriginEnrollRequestIn(BaseModel):
     arms: Annotated[list[ArmPortModel], Field(min_length=1, max_length=32)] = []
     version: Annotated[str, Field(max_length=64), NO_NUL] = ""
     echo_port: Port | None = None
+    tls: bool = False
+    host6: Annotated[str, Field(min_length=1, max_length=253), NO_NUL] | None = None
 
 
 class OriginOut(BaseModel):
@@ -31,6 +33,8 @@ class OriginOut(BaseModel):
     host: str
     arms: list[ArmPortModel]
     echo_port: int | None = None
+    tls: bool = False
+    host6: str | None = None
     version: str
     enrolled_at: dt.datetime
     last_seen_at: dt.datetime | None

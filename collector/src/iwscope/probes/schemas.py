@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from iwprobe import wire
-from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Iw, Port, WireUUID, WireVersion
+from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, ArmLabel, Family, Iw, Port, WireUUID, WireVersion
 
 
 class EnrollRequestIn(BaseModel):
@@ -59,6 +59,8 @@ class ScheduleTargetOut(BaseModel):
     host: str
     arms: list[ArmPortModel]
     echo_port: int | None = None
+    tls: bool = False
+    host6: str | None = None
 
 
 class CampaignScheduleOut(BaseModel):
@@ -82,6 +84,7 @@ class CampaignScheduleOut(BaseModel):
     interactive_interval_us: int | None = None
     interactive_packet_bytes: int = 160
     page_connections: int | None = None
+    family: Family = ""
 
 
 class ScheduleOut(BaseModel):

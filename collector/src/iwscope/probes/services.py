@@ -69,6 +69,17 @@ def _wire_time(when: dt.datetime | None) -> str | None:
 DEFAULT_PROBE_WIRE_VERSION = 2
 
 
+def needs_wire_v4(campaign: Campaign) -> bool:
+    """Whether a campaign measures over a chosen IP version (wire v4): earlier probes would
+    ignore the choice, so they are not given it."""
+    return bool(campaign.family)
+
+
+def _level(wire_version: int) -> int:
+    """Which prepared entry a probe of ``wire_version`` gets: 4 (current), 3, or 2 (before v3)."""
+    return 4 if wire_version >= 4 else 3 if wire_version == 3 else 2
+
+
 def needs_wire_v3(campaign: Campaign) -> bool:
     """Whether a campaign uses what probes before wire v3 cannot run (arms by label, shares,
     the interactive flow, page loads): such probes are not given it."""
@@ -84,13 +95,12 @@ class _ScheduledCampaign:
     starts_at: dt.datetime
     ends_at: dt.datetime | None
     probe_regions: frozenset[str] | None
-    #: The entry for probes of wire v3 and later, and for earlier ones (no echo port, no paced
-    #: or learned listeners); ``None``: the campaign is not shown to earlier probes.
-    entry: CampaignScheduleOut
-    entry_before_v3: CampaignScheduleOut | None
-    #: Hash of ``entry`` / ``entry_before_v3`` (the schedule's ETag combines them).
-    digest: bytes
-    digest_before_v3: bytes
+    #: The entry per wire level (:func:`_level`): 4 (current), 3 (no HTTPS origins, no chosen IP
+    #: version), 2 (also no echo port, no paced or learned listeners); ``None``: the campaign
+    #: is not shown to probes of that level.
+    entries: dict[int, CampaignScheduleOut | None]
+    #: Hash of each entry (the schedule's ETag combines them).
+    digests: dict[int, bytes]
 
 
 @dataclass(frozen=True)
@@ -113,15 +123,16 @@ def _targets(campaign: Campaign, origins: dict[uuid.UUID, Origin], wire_version:
     targets: list[ScheduleTargetOut] = []
     for origin_id in campaign.origin_ids:
         origin = origins.get(origin_id)
-        if origin is None:
-            continue
+        if origin is None or (origin.tls and wire_version < 4):
+            continue  # a probe before wire v4 cannot fetch over HTTPS
         # Before v3 a probe picks a listener by IW, so a paced or learned one would pass for plain.
         arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]),
                              paced=bool(arm.get("paced", False))) for arm in origin.arms
                 if (arm.get("arm") or str(arm["iw"])) in wanted]
         if arms:
             targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms,
-                                             echo_port=origin.echo_port if wire_version >= 3 else None))
+                                             echo_port=origin.echo_port if wire_version >= 3 else None,
+                                             tls=origin.tls, host6=origin.host6 if wire_version >= 4 else None))
     return targets
 
 
@@ -138,7 +149,7 @@ def _entry(campaign: Campaign, targets: list[ScheduleTargetOut]) -> CampaignSche
         arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
         interactive_interval_us=campaign.interactive_interval_us,
         interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
-        page_connections=campaign.page_connections)
+        page_connections=campaign.page_connections, family=campaign.family or "")
 
 
 def _digest(entry: CampaignScheduleOut | None) -> bytes:
@@ -161,13 +172,14 @@ def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float)
         if campaigns else frozenset()
     prepared = []
     for campaign in campaigns:
-        entry = _entry(campaign, _targets(campaign, origins, wire.WIRE_VERSION))
-        earlier = None if needs_wire_v3(campaign) else _entry(campaign, _targets(campaign, origins, 2))
+        entries: dict[int, CampaignScheduleOut | None] = {4: _entry(campaign, _targets(campaign, origins, 4))}
+        entries[3] = None if needs_wire_v4(campaign) else _entry(campaign, _targets(campaign, origins, 3))
+        entries[2] = None if needs_wire_v4(campaign) or needs_wire_v3(campaign) else _entry(
+            campaign, _targets(campaign, origins, 2))
         prepared.append(_ScheduledCampaign(
             campaign_id=campaign.id, starts_at=campaign.starts_at, ends_at=campaign.ends_at,
             probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
-            entry=entry, entry_before_v3=earlier,
-            digest=_digest(entry), digest_before_v3=_digest(earlier)))
+            entries=entries, digests={level: _digest(entry) for level, entry in entries.items()}))
     return ScheduleSnapshot(loaded_at=now, horizon=horizon, campaigns=tuple(prepared), done=done)
 
 
@@ -184,11 +196,13 @@ def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_
     fields are passed through; ``background_iw`` is resolved (default: the largest arm).
     Probes that speak a wire version below 3 get neither campaigns needing it
     (:func:`needs_wire_v3`) nor the labels of paced and learned listeners (they pick a listener
-    by IW, so a ``10p`` listener would pass for ``10``).
+    by IW, so a ``10p`` listener would pass for ``10``); below 4, neither HTTPS origins nor
+    campaigns over a chosen IP version (:func:`needs_wire_v4`).
     """
     horizon = now + dt.timedelta(seconds=poll_after_s)
     entries: list[CampaignScheduleOut] = []
-    etag = hashlib.sha256(f"{poll_after_s!r}|{wire_version >= 3}".encode())
+    level = _level(wire_version)
+    etag = hashlib.sha256(f"{poll_after_s!r}|{level}".encode())
     for campaign in snapshot.campaigns:
         if campaign.starts_at > horizon or (campaign.ends_at is not None and campaign.ends_at <= now):
             continue
@@ -196,11 +210,11 @@ def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_
             continue
         if (campaign.campaign_id, probe.id) in snapshot.done:
             continue
-        entry = campaign.entry if wire_version >= 3 else campaign.entry_before_v3
+        entry = campaign.entries[level]
         if entry is None:
             continue
         entries.append(entry)
-        etag.update(campaign.digest if wire_version >= 3 else campaign.digest_before_v3)
+        etag.update(campaign.digests[level])
     schedule = ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
                            poll_after_s=poll_after_s, campaigns=entries)
     return schedule, f'"{etag.hexdigest()[:32]}"'
