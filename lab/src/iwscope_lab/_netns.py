@@ -1,14 +1,15 @@
 """System helpers of the lab: ``ip`` commands and sysctls in namespaces, the processes the lab
 started, the emulator binary and its control socket.
 
-Used by :mod:`iwscope_lab.topology` and :mod:`iwscope_lab.runstate`; callers import the public
-names (``LabError``, ``emulator_path``) from :mod:`iwscope_lab.topology`.
+Used by :mod:`iwscope_lab.topology`, :mod:`iwscope_lab.addressing` and :mod:`iwscope_lab.runstate`;
+callers import the public names (``LabError``, ``emulator_path``) from :mod:`iwscope_lab.topology`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -16,8 +17,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["LabError", "ip", "ip_batch", "sysctl", "emulator_path", "process_start_time", "alive",
-           "existing_namespaces", "namespace_pids", "terminate", "reap", "control"]
+__all__ = ["LabError", "ip", "ip_batch", "sysctl", "emulator_path", "spawn_emulator", "wait_emulator_ready",
+           "process_start_time", "alive", "existing_namespaces", "namespace_pids", "terminate", "reap", "control"]
 
 
 class LabError(RuntimeError):
@@ -67,6 +68,47 @@ def emulator_path() -> Path:
     if not binary.exists():
         raise LabError(f"emulator binary {binary} missing: run `make -C {source_dir}`")
     return binary
+
+
+def spawn_emulator(binary: str, cmd: Sequence[str], log_path: Path) -> tuple[int, int]:
+    """Spawn iwemu in its own session (it outlives a detached ``lab up``): (pid, fd of its stdout).
+
+    Its stderr goes to ``log_path``; pass the fd to :func:`wait_emulator_ready`, which closes it."""
+    read_fd, write_fd = os.pipe()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pid = os.posix_spawn(binary, list(cmd), dict(os.environ), setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, write_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ])
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(log_fd)
+    return pid, read_fd
+
+
+def wait_emulator_ready(pid: int, read_fd: int, log_path: Path, name: str, timeout_s: float) -> None:
+    """Wait until the emulator ``pid`` prints "ready"; LabError (with its log) if it exits or times out."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        received = b""
+        while b"ready\n" not in received:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LabError(f"emulator for {name} not ready within {timeout_s} s")
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            chunk = os.read(read_fd, 64) if ready else b""
+            if ready and not chunk:   # EOF: the emulator exited
+                reap(pid)
+                error = log_path.read_text(errors="replace").strip()
+                raise LabError(f"emulator for {name} failed: {error}")
+            received += chunk
+    finally:
+        os.close(read_fd)
 
 
 def process_start_time(pid: int) -> int | None:

@@ -1,19 +1,22 @@
-"""The declared host of a lab topology: name, role, region, labels and access link.
+"""The declared host of a lab topology (name, role, region, labels and access link) and the
+host as one run placed it.
 
-A spec is what a scenario (or a caller) says about a host; it carries no runtime placement.
-The namespace, devices and addresses are chosen when a :class:`~iwscope_lab.topology.Topology`
-places the host (:class:`~iwscope_lab.topology.PlacedHost`).  Keeping the two apart lets
-``scenarios`` build hosts without importing ``topology`` (which imports ``scenarios``).
+A spec (:class:`Host`) is what a scenario (or a caller) says about a host; it carries no
+runtime placement.  The namespace, devices and addresses are chosen when a
+:class:`~iwscope_lab.topology.Topology` places the host (:class:`PlacedHost`, also exported by
+``topology``).  Keeping both here lets ``scenarios`` build hosts without importing
+``topology`` (which imports ``scenarios``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .links import LinkSpec
 
-__all__ = ["Host", "HOST_NAME_RE"]
+__all__ = ["Host", "PlacedHost", "HOST_NAME_RE"]
 
 #: Host names: short enough that ``<run>-<host>`` is a valid namespace name.
 HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,30}$")
@@ -32,3 +35,52 @@ class Host:
     def __post_init__(self) -> None:
         if not HOST_NAME_RE.match(self.name) or self.name == "core":
             raise ValueError(f"host name {self.name!r}: use 1-31 of [a-z0-9_.-], not 'core'")
+
+
+@dataclass
+class PlacedHost:
+    """A host spec placed in one run: its namespace, devices and (once up) addresses.
+
+    ``name``, ``role``, ``region``, ``labels`` and ``link`` are the spec's: :meth:`Topology.set_link`
+    replaces the spec's link, so a caller holding the :class:`Host` sees the link the run has.
+    """
+
+    spec: Host
+    index: int
+    netns: str
+    device: str
+    core_device: str
+    address: str = ""
+    core_address: str = ""
+    #: IPv6 addresses in dual-stack runs ("" otherwise).
+    address6: str = ""
+    core_address6: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def role(self) -> str:
+        return self.spec.role
+
+    @property
+    def region(self) -> str | None:
+        return self.spec.region
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.spec.labels
+
+    @property
+    def link(self) -> LinkSpec:
+        return self.spec.link
+
+    @link.setter
+    def link(self, spec: LinkSpec) -> None:
+        self.spec.link = spec
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
+                "netns": self.netns, "address": self.address, "address6": self.address6, "device": self.device,
+                "core_device": self.core_device, "link": self.link.to_dict()}

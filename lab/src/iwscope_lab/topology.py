@@ -10,6 +10,11 @@ Layout of one run (``run_id`` such as ``iws3f2a`` or, in tests, ``iwt...``)::
                                                  | iwemu process (the access link of host i)
     <run>-<host>  <run>h<i> 10.N.i.2 peer 10.N.i.1 -- TUN --+   default route via the TUN
 
+A dual-stack run (``dual_stack=True``, scenario field ``dual_stack: true``) also gives every
+host ``fd69:7773:N:i::2/128 peer fd69:7773:N:i::1`` and a ``::/0`` route over the same TUN
+link, the core the ``::1`` side and IPv6 forwarding (addressing.py).  The collector path
+stays IPv4 only.
+
 Every path between two hosts crosses both hosts' access links and the core, so the probe ->
 origin round trip is the sum of both access links' delays.  TUN links are layer 3: no ARP.
 The emulators create the TUN devices (non-persistent: they vanish with the process).
@@ -21,27 +26,41 @@ host spec in hostspec.py).
 
 Namespace settings (each namespace, see docs/lab.md):
 ``net.ipv4.tcp_no_metrics_save=1`` so one connection's ssthresh/RTT does not leak into the
-next; IPv6 off (no router solicitations on the emulated links); ``tcp_slow_start_after_idle``
-left at the kernel default (1, as on production servers) unless ``sysctls`` overrides it.
+next; IPv6 off (no router solicitations on the emulated links), or in dual-stack runs on with
+DAD, router solicitations and router advertisements off (:data:`DUAL_STACK_SYSCTLS`: nothing
+but the traffic under test crosses the links, and addresses are usable at once);
+``tcp_slow_start_after_idle`` left at the kernel default (1, as on production servers) unless
+``sysctls`` overrides it.
 """
 
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import json
 import os
 import secrets
-import select
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._netns import LabError, control, emulator_path, existing_namespaces, ip, ip_batch, process_start_time, reap, sysctl
-from .hostspec import Host
+from ._netns import (
+    LabError,
+    control,
+    emulator_path,
+    existing_namespaces,
+    ip,
+    ip_batch,
+    process_start_time,
+    reap,
+    spawn_emulator,
+    sysctl,
+    wait_emulator_ready,
+)
+from .addressing import SUBNET_OCTETS, allocate_subnet, host_addresses, host_addresses6, ipv6_available
+from .addressing import prefix6 as run_prefix6
+from .hostspec import Host, PlacedHost
 from .links import DirectionSpec, LinkSpec
 from .runstate import RUN_ID_RE, STATE_ROOT, cleanup, cleanup_run, list_runs, read_state, run_healthy, run_is_stale
 from .scenarios import load_scenario
@@ -49,67 +68,31 @@ from .service_address import SERVICE_ADDRESS
 from .service_address import ensure as ensure_service_address
 
 __all__ = ["Topology", "Host", "PlacedHost", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
-           "run_is_stale", "STATE_ROOT", "emulator_path"]
+           "run_is_stale", "STATE_ROOT", "emulator_path", "SUBNET_OCTETS", "DEFAULT_SYSCTLS", "DUAL_STACK_SYSCTLS"]
 
 MAX_HOSTS = 250
-#: Second octet range for per-run /16 subnets under 10.0.0.0/8.
-SUBNET_OCTETS = range(64, 250)
 DEFAULT_SYSCTLS: dict[str, str] = {
     "net.ipv4.tcp_no_metrics_save": "1",
     "net.ipv6.conf.all.disable_ipv6": "1",
     "net.ipv6.conf.default.disable_ipv6": "1",
+}
+#: Applied over :data:`DEFAULT_SYSCTLS` in dual-stack runs, before the TUN devices exist (they
+#: take the ``default`` values): IPv6 on, no duplicate address detection (the addresses are
+#: also added ``nodad``), no router solicitations or advertisements on the emulated links.
+#: With ``accept_dad`` or ``accept_ra`` 0, this kernel (6.18) refuses ``::/0 via <peer>`` on a
+#: TUN device with "No route to host" although the peer's /128 route exists: the IPv6 default
+#: routes are added ``onlink`` (the peer is on the point-to-point link by construction).
+DUAL_STACK_SYSCTLS: dict[str, str] = {
+    f"net.ipv6.conf.{scope}.{key}": value
+    for key, value in (("disable_ipv6", "0"), ("accept_dad", "0"), ("dad_transmits", "0"),
+                       ("router_solicitations", "0"), ("accept_ra", "0"))
+    for scope in ("all", "default")
 }
 MTU = 1500
 EMULATOR_READY_TIMEOUT_S = 5.0
 #: SCHED_FIFO priority of the emulators (0 = normal scheduling).  On a shared machine a
 #: normally scheduled emulator is descheduled for tens of milliseconds at a time.
 DEFAULT_EMULATOR_RT_PRIORITY = int(os.environ.get("IWSCOPE_LAB_RT_PRIORITY", "20"))
-
-
-@dataclass
-class PlacedHost:
-    """A host spec placed in one run: its namespace, devices and (once up) addresses.
-
-    ``name``, ``role``, ``region``, ``labels`` and ``link`` are the spec's: :meth:`Topology.set_link`
-    replaces the spec's link, so a caller holding the :class:`Host` sees the link the run has.
-    """
-
-    spec: Host
-    index: int
-    netns: str
-    device: str
-    core_device: str
-    address: str = ""
-    core_address: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def role(self) -> str:
-        return self.spec.role
-
-    @property
-    def region(self) -> str | None:
-        return self.spec.region
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return self.spec.labels
-
-    @property
-    def link(self) -> LinkSpec:
-        return self.spec.link
-
-    @link.setter
-    def link(self, spec: LinkSpec) -> None:
-        self.spec.link = spec
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
-                "netns": self.netns, "address": self.address, "device": self.device,
-                "core_device": self.core_device, "link": self.link.to_dict()}
 
 
 class Topology:
@@ -121,7 +104,7 @@ class Topology:
     def __init__(self, name: str | None = None, hosts: Sequence[Host] = (), *,
                  sysctls: Mapping[str, str] | None = None, trace: bool | Iterable[str] = False,
                  seed: int = 1, detached: bool = False, scenario: str | None = None,
-                 emulator_rt_priority: int = DEFAULT_EMULATOR_RT_PRIORITY) -> None:
+                 emulator_rt_priority: int = DEFAULT_EMULATOR_RT_PRIORITY, dual_stack: bool = False) -> None:
         run_id = name or f"iws{secrets.token_hex(3)}"
         if not RUN_ID_RE.match(run_id):
             run_id = f"iws{run_id}" if RUN_ID_RE.match(f"iws{run_id}") else run_id
@@ -142,7 +125,8 @@ class Topology:
             PlacedHost(host, index, netns=f"{run_id}-{host.name}", device=f"{run_id}h{index}",
                        core_device=f"{run_id}c{index}")
             for index, host in enumerate(hosts, start=1)]
-        self.sysctls = {**DEFAULT_SYSCTLS, **(sysctls or {})}
+        self.dual_stack = dual_stack
+        self.sysctls = {**DEFAULT_SYSCTLS, **(DUAL_STACK_SYSCTLS if dual_stack else {}), **(sysctls or {})}
         self.seed = seed
         self.detached = detached
         self.emulator_rt_priority = emulator_rt_priority
@@ -175,6 +159,12 @@ class Topology:
     def core_address(self) -> str:
         self._require_up()
         return f"10.{self.subnet}.0.2"
+
+    @property
+    def prefix6(self) -> str | None:
+        """The run's IPv6 /48 in a dual-stack run, else None."""
+        self._require_up()
+        return run_prefix6(self.subnet) if self.dual_stack and self.subnet is not None else None
 
     def host(self, name: str) -> PlacedHost:
         for host in self.hosts:
@@ -254,7 +244,8 @@ class Topology:
         self._write_state()
 
     def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None) -> None:
-        """Set ``initcwnd`` / ``initrwnd`` (segments) on the host's default route.
+        """Set ``initcwnd`` / ``initrwnd`` (segments) on the host's default route (both default
+        routes in a dual-stack run).
 
         None keeps the value set before (the metrics are merged), 0 removes it (kernel default).
         """
@@ -270,10 +261,12 @@ class Topology:
                 metrics.pop(name, None)
             else:
                 metrics[name] = value
-        args = ["route", "replace", "default", "via", target.core_address, "dev", target.device]
-        for name, value in sorted(metrics.items()):
-            args += [name, str(value)]
-        ip(args, namespace=target.netns)
+        extra = [word for name, value in sorted(metrics.items()) for word in (name, str(value))]
+        ip(["route", "replace", "default", "via", target.core_address, "dev", target.device, *extra],
+           namespace=target.netns)
+        if self.dual_stack:
+            ip(["-6", "route", "replace", "::/0", "via", target.core_address6, "dev", target.device, "onlink", *extra],
+               namespace=target.netns)
 
     def link_stats(self, host: str) -> dict[str, Any]:
         """The emulator's configuration and counters (``down`` and ``up``) for a host's link."""
@@ -305,12 +298,14 @@ class Topology:
                     entry["counters"] = {"error": f"emulator unreachable: {exc}"}
             hosts.append(entry)
         return {"run_id": self.run_id, "scenario": self.scenario, "collector_address": self.collector_address,
-                "core_netns": self.core_netns, "subnet": f"10.{self.subnet}.0.0/16", "hosts": hosts}
+                "core_netns": self.core_netns, "subnet": f"10.{self.subnet}.0.0/16", "dual_stack": self.dual_stack,
+                "subnet6": self.prefix6, "hosts": hosts}
 
     @classmethod
     def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> Topology:
         """A topology from a lab scenario YAML (a name from ``scenarios/`` or a path)."""
         loaded = load_scenario(scenario)
+        kwargs.setdefault("dual_stack", loaded.dual_stack)
         return cls(run_id, loaded.hosts(), scenario=loaded.name, **kwargs)
 
     @classmethod
@@ -324,7 +319,8 @@ class Topology:
             hosts.append(Host(entry["name"], role=entry["role"], region=entry.get("region"),
                               link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {}))
         topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
-                   detached=state.get("detached", False), scenario=state.get("scenario"))
+                   detached=state.get("detached", False), scenario=state.get("scenario"),
+                   dual_stack=bool(state.get("dual_stack")))
         if not run_healthy(state) or not topo._adopt(state):
             raise LabError(f"lab run {run_id!r} is broken (emulator or namespace gone): run `iwscope lab cleanup`")
         return topo
@@ -350,7 +346,9 @@ class Topology:
         return {
             "run_id": self.run_id, "scenario": self.scenario, "owner_pid": os.getpid(),
             "owner_start_time": process_start_time(os.getpid()), "detached": self.detached,
-            "created_at": time.time(), "subnet": self.subnet, "namespaces": namespaces,
+            "created_at": time.time(), "subnet": self.subnet, "dual_stack": self.dual_stack,
+            "subnet6": run_prefix6(self.subnet) if self.dual_stack and self.subnet is not None else None,
+            "namespaces": namespaces,
             "root_devices": [self.root_device],
             "root_routes": [f"10.{self.subnet}.0.0/16"] if self.subnet is not None else [],
             "emulators": emulators, "sysctls": self.sysctls, "seed": self.seed,
@@ -371,47 +369,30 @@ class Topology:
         """Take over a healthy run described by ``state`` (same hosts); False if not possible."""
         if [h["name"] for h in state["hosts"]] != [h.name for h in self.hosts] or state.get("subnet") is None:
             return False
+        if bool(state.get("dual_stack")) != self.dual_stack:
+            return False
         self.subnet = int(state["subnet"])
         for host, entry in zip(self.hosts, state["hosts"], strict=True):
             host.address = entry["address"]
-            host.core_address = f"10.{self.subnet}.{host.index}.1"
+            host.core_address = host_addresses(self.subnet, host.index)[1]
+            if self.dual_stack:
+                host.address6, host.core_address6 = host_addresses6(self.subnet, host.index)
             host.link = LinkSpec.from_dict(entry["link"])
         self._emulators = {name: int(info["pid"]) for name, info in state["emulators"].items()}
         self._is_up = True
         return True
 
-    def _allocate_subnet(self) -> int:
-        """A free 10.N.0.0/16: not used by another run's state nor by any root route/address."""
-        used: set[int] = set()
-        for state in list_runs():
-            if state.get("subnet") is not None and state["run_id"] != self.run_id:
-                used.add(int(state["subnet"]))
-        ten = ipaddress.ip_network("10.0.0.0/8")
-        for args in (["-j", "route", "show", "table", "all"], ["-j", "addr", "show"]):
-            for entry in json.loads(ip(["-4"] + args).stdout or "[]"):
-                candidates = [entry.get("dst", "")] + [a.get("local", "") for a in entry.get("addr_info", [])]
-                for candidate in candidates:
-                    try:
-                        network = ipaddress.ip_network(candidate, strict=False)
-                    except ValueError:
-                        continue
-                    if network.overlaps(ten) and network.prefixlen >= 16:
-                        used.add(int(network.network_address.packed[1]))
-                    elif network.overlaps(ten) and network.prefixlen < 16 and network.prefixlen > 0:
-                        raise LabError(f"root namespace route {candidate} covers the lab's 10.0.0.0/8 space")
-        for octet in SUBNET_OCTETS:
-            if octet not in used:
-                return octet
-        raise LabError("no free 10.N.0.0/16 subnet for a lab run")
-
     def _build(self) -> None:
+        if self.dual_stack and not ipv6_available():
+            raise LabError("a dual-stack run needs IPv6, but /proc/sys/net/ipv6 is missing (kernel without IPv6?)")
         lock_path = STATE_ROOT / ".allocate.lock"
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self.subnet = self._allocate_subnet()
+            self.subnet = allocate_subnet(self.run_id)
             for host in self.hosts:
-                host.address = f"10.{self.subnet}.{host.index}.2"
-                host.core_address = f"10.{self.subnet}.{host.index}.1"
+                host.address, host.core_address = host_addresses(self.subnet, host.index)
+                if self.dual_stack:
+                    host.address6, host.core_address6 = host_addresses6(self.subnet, host.index)
             self._write_state()   # before anything exists: a crash from here on is cleanable
         existing = existing_namespaces()
         for netns in [self.core_netns] + [host.netns for host in self.hosts]:
@@ -423,6 +404,8 @@ class Topology:
                         if not key.startswith("net.ipv6.") or Path("/proc/sys/net/ipv6").exists()}
             if netns == self.core_netns:
                 settings["net.ipv4.ip_forward"] = "1"
+                if self.dual_stack:
+                    settings["net.ipv6.conf.all.forwarding"] = "1"
             sysctl(netns, settings)
         # The collector path: a plain veth between the root namespace and the core.
         sub = self.subnet
@@ -437,15 +420,23 @@ class Topology:
         ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
                                    f"link set {self.core_veth} up",
                                    f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}"])
+        if self.dual_stack:   # the collector path stays IPv4: nothing of IPv6 on the veth
+            sysctl(self.core_netns, {f"net.ipv6.conf.{self.core_veth}.disable_ipv6": "1"})
         binary = str(emulator_path())
         for host in self.hosts:
             self._start_emulator(binary, host)
             self._write_state()
-            ip_batch(host.netns, [f"link set {host.device} mtu {MTU} up",
-                                  f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
-                                  f"route add default via {host.core_address} dev {host.device}"])
-            ip_batch(self.core_netns, [f"link set {host.core_device} mtu {MTU} up",
-                                       f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"])
+            host_lines = [f"link set {host.device} mtu {MTU} up",
+                          f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
+                          f"route add default via {host.core_address} dev {host.device}"]
+            core_lines = [f"link set {host.core_device} mtu {MTU} up",
+                          f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"]
+            if self.dual_stack:   # "::/0", not "default": `ip -batch` lines take no -6
+                host_lines += [f"addr add {host.address6}/128 peer {host.core_address6}/128 dev {host.device} nodad",
+                               f"route add ::/0 via {host.core_address6} dev {host.device} onlink"]
+                core_lines += [f"addr add {host.core_address6}/128 peer {host.address6}/128 dev {host.core_device} nodad"]
+            ip_batch(host.netns, host_lines)
+            ip_batch(self.core_netns, core_lines)
 
     def _start_emulator(self, binary: str, host: PlacedHost) -> None:
         """Spawn iwemu (its own session: it outlives a detached `lab up`) and wait for "ready"."""
@@ -458,31 +449,6 @@ class Topology:
             cmd += ["--trace", str(self.trace_path(host.name))]
         cmd += host.link.emulator_settings()
         log_path = self.state_dir / f"emu-{host.name}.log"
-        read_fd, write_fd = os.pipe()
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            pid = os.posix_spawn(binary, cmd, dict(os.environ), setsid=True, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, write_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ])
-        finally:
-            os.close(write_fd)
-            os.close(log_fd)
-        self._emulators[host.name] = pid
-        try:
-            deadline = time.monotonic() + EMULATOR_READY_TIMEOUT_S
-            received = b""
-            while b"ready\n" not in received:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LabError(f"emulator for {host.name} not ready within {EMULATOR_READY_TIMEOUT_S} s")
-                ready, _, _ = select.select([read_fd], [], [], remaining)
-                chunk = os.read(read_fd, 64) if ready else b""
-                if ready and not chunk:   # EOF: the emulator exited
-                    reap(pid)
-                    error = log_path.read_text(errors="replace").strip()
-                    raise LabError(f"emulator for {host.name} failed: {error}")
-                received += chunk
-        finally:
-            os.close(read_fd)
+        pid, read_fd = spawn_emulator(binary, cmd, log_path)
+        self._emulators[host.name] = pid   # recorded first: down() reaps it if it never gets ready
+        wait_emulator_ready(pid, read_fd, log_path, host.name, EMULATOR_READY_TIMEOUT_S)

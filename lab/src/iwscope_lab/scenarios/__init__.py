@@ -5,7 +5,8 @@ per value.  A link gives symmetric defaults (``rate``, ``rtt_ms`` split evenly, 
 direction, ``buffer_bytes`` ...) and optional ``down`` / ``up`` overrides for asymmetric
 access links (``down`` = towards the host).  Rates are bit/s numbers or strings like
 ``56k``, ``1.2M``, ``1G``.  The probe -> origin round trip is the sum of both hosts'
-``rtt_ms`` (origins get zero-delay links).  See docs/lab.md.
+``rtt_ms`` (origins get zero-delay links).  ``dual_stack: true`` gives every host an IPv6
+address too.  See docs/lab.md.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class SweepModel(_Strict):
 class ScenarioModel(_Strict):
     name: str
     description: str = ""
+    #: Every host also gets an IPv6 address and route (:class:`~iwscope_lab.topology.Topology`).
+    dual_stack: bool = False
     hosts: list[HostModel] = Field(default_factory=list)
     sweep: SweepModel | None = None
 
@@ -156,6 +159,7 @@ class Scenario:
         self.model = model
         self.name = model.name
         self.description = model.description
+        self.dual_stack = model.dual_stack
         self.source = source
 
     def hosts(self) -> list[Host]:
