@@ -144,7 +144,14 @@ def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, pro
         return base | {"connect_us": None, "ttfb_us": None, "total_us": None, "bytes_received": 0, "http_status": None,
                        "error_kind": "timeout", "error_detail": "read timed out"}
     total_us = connect_us + 0.5 * rtt_us + latency_us
-    return base | {
+    # HTTPS on every other path: a 16 KB first flight (three rounds from IW3, two from IW10, one
+    # from IW16) or a 2.4 KB one (one round from any IW)
+    flight = 16_400 if path.rtt_ms >= 100 else 2_400
+    handshake_us = slow_start_rounds(flight, iw) * rtt_us * float(rng.lognormal(0.0, 0.03))
+    tls = {"tls_version": "TLSv1.3", "tls_handshake_us": int(handshake_us), "family": "ipv4",
+           "server_tls_handshake_us": int(handshake_us - 0.5 * rtt_us), "server_tls_first_flight_bytes": flight,
+           "server_tls_flight_acked_us": int(handshake_us - 0.5 * rtt_us)}
+    return base | tls | {
         "connect_us": int(connect_us), "ttfb_us": int(connect_us + rtt_us), "total_us": int(total_us),
         "bytes_received": size, "http_status": 200, "error_kind": None, "error_detail": None,
         "tcpi_rtt_us": int(rtt_us), "tcpi_min_rtt_us": int(rtt_us), "tcpi_total_retrans": 0,

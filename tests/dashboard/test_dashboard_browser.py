@@ -50,6 +50,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "/sizes": ("sizes-improvement-graph", "sizes-means-graph"),
     "/regions": ("regions-map-graph",),
     "/loss": ("loss-improvement-graph", "loss-retrans-graph"),
+    "/tls": ("tls-improvement-graph", "tls-means-graph"),
     "/cost": (),
     "/probes": ("probes-graph",),
     "/trials": (),
@@ -106,6 +107,14 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
         africa = page.inner_text("#regions-tables .iw-percentiles[data-group='africa']")
         for label in ("IW=10", "IW=3", "Impr.", "% Impr.", "Retrans. %", "Increase"):
             assert label in africa
+    elif path == "/tls":
+        # the seed's flights: 2.4 KB fits IW3 (a tie), 16.4 KB takes IW3 a round more than IW10
+        assert traces(page, "tls-means-graph")[0]["x"] == ["<=3 KB", "<=20 KB"]
+        gains = dict(zip(traces(page, "tls-improvement-graph")[0]["x"], first_trace_y(page, "tls-improvement-graph"),
+                         strict=True))
+        assert gains["<=20 KB"] is not None and gains["<=20 KB"] > 50
+        assert gains["<=3 KB"] is not None and abs(gains["<=3 KB"]) < 10
+        assert "HTTPS handshakes" in message
     elif path == "/cost":
         assert "No cost campaigns recorded yet" in message
         assert "iwscope lab reproduce --only cost" in page.inner_text("#cost-table")

@@ -38,7 +38,8 @@ def test_a_round_is_every_arm_and_size_in_random_order(agent: ProbeAgent) -> Non
     # o1 offers IW 3 and 10, o2 also 16: 5 sizes each.
     assert len(plan) == (2 + 3) * 5
     sizes_by_arm = {}
-    for origin_id, _, iw, port, size, arm in plan:
+    for origin_id, _, iw, port, size, arm, tls in plan:
+        assert tls is False  # plain HTTP targets
         assert port == 8000 + iw and arm == str(iw)
         sizes_by_arm.setdefault((origin_id, iw), Counter())[size] += 1
     # The same drawn sizes for every arm, so arms are compared on equal work.

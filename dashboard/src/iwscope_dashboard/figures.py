@@ -19,7 +19,8 @@ PERCENT_COLOUR = "#d9731a"
 ARM_PALETTE = ("#8c8c8c", "#1f6fb2", "#d9731a", "#2a9d55", "#8e44ad", "#c0392b", "#16a085", "#7f6000")
 
 #: Short names for figure titles (the axis carries the long one).
-DIMENSION_SHORT: dict[str, str] = {"rtt": "RTT", "bandwidth": "bandwidth", "bdp": "BDP", "size": "size", "loss": "loss", "region": "region"}
+DIMENSION_SHORT: dict[str, str] = {"rtt": "RTT", "bandwidth": "bandwidth", "bdp": "BDP", "size": "size", "loss": "loss",
+                                   "region": "region", "tls_flight": "TLS first flight"}
 
 DIMENSION_TITLES: dict[str, str] = {
     "rtt": "Path RTT",
@@ -28,6 +29,7 @@ DIMENSION_TITLES: dict[str, str] = {
     "size": "Response size",
     "loss": "Path loss (retransmitted bytes share)",
     "region": "Region",
+    "tls_flight": "Server's first TLS flight (ServerHello .. Finished; mostly the certificate chain)",
 }
 
 

@@ -32,6 +32,7 @@ from iwscope.analysis import (
     loss_summary,
     percentile_table,
     region_summary,
+    tls_by_flight,
     trials_page,
 )
 
@@ -71,6 +72,10 @@ def latency_cdfs(session: Session, filters: Filters) -> dict[int, list[tuple[flo
 
 def sizes_data(session: Session, filters: Filters) -> list[BucketComparison]:
     return compare_by(session, filters, "size")
+
+
+def tls_data(session: Session, filters: Filters) -> list[BucketComparison]:
+    return tls_by_flight(session, filters)
 
 
 def regions_map(session: Session, filters: Filters) -> list[RegionSummary]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -218,6 +219,50 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
         console.print(table)
     if not all(report["checks"].values()):
         sys.exit(1)
+
+
+@lab.command()
+@click.option("--chain-kb", type=click.FloatRange(1.0, 96.0), required=True,
+              help="DER size of the chain the server sends (leaf + intermediates), in KB of 1000 bytes: "
+                   "3-5 is classical RSA/ECDSA, 10-20 ML-DSA-like, up to 96.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for chain.pem, key.pem (0600) and root.pem (created when missing).")
+@click.option("--intermediates", type=click.IntRange(0, 8), default=None,
+              help="Intermediate CAs in the chain (default: 1 up to 11.2 KB, then one more per 5.6 KB, at most 4).")
+@click.option("--key-type", type=click.Choice(["ec", "rsa"]), default="ec", show_default=True,
+              help="The leaf's key: ec = P-256 (a 72-byte CertificateVerify); rsa adds 256-512 bytes of "
+                   "signature to the first flight (--rsa-bits 2048-4096) and a larger leaf.")
+@click.option("--rsa-bits", type=click.Choice(["2048", "3072", "4096"]), default="2048", show_default=True)
+@click.option("--name", default="origin.iwscope.test", show_default=True, help="The leaf's DNS subjectAltName.")
+@click.option("--ip", "ips", multiple=True, help="An IP subjectAltName (repeatable; IPv4 or IPv6).")
+@click.option("--days", type=click.IntRange(1, 3650), default=90, show_default=True,
+              help="Validity from now (certificates start one day back).")
+def certs(chain_kb: float, out_dir: Path, intermediates: int | None, key_type: str, rsa_bits: str, name: str,
+          ips: tuple[str, ...], days: int) -> None:
+    """Write a TLS test chain of a chosen size (issue 17: TLS first flights) and print a JSON summary.
+
+    chain.pem holds the leaf and the intermediates (the server's Certificate message); the
+    bulk beyond real keys and signatures is a non-critical private extension of random bytes
+    standing in for post-quantum (ML-DSA) keys and signatures. Clients trust root.pem.
+    """
+    from .certs import write_chain
+    from .model import OPENSSL_FIRST_WRITE_BYTES, tls_first_flight_bytes, tls_handshake_rounds
+
+    try:
+        info = write_chain(out_dir, chain_kb, intermediates=intermediates, key_type=key_type,
+                           rsa_bits=int(rsa_bits), name=name, ips=ips, days=days)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = info.to_json()
+    for version in ("1.3", "1.2"):
+        flight = tls_first_flight_bytes(info.chain_der_bytes, key_type, version, certificates=len(info.certificates),
+                                        rsa_bits=info.key_bits)
+        summary[f"tls{version}_first_flight_bytes_estimate"] = flight
+        summary[f"tls{version}_handshake_rounds"] = {f"iw{iw}": tls_handshake_rounds(flight, iw) for iw in (3, 10, 16)}
+        # OpenSSL servers send their first 4 KB of the flight as a piece of its own.
+        summary[f"tls{version}_handshake_rounds_openssl"] = {
+            f"iw{iw}": tls_handshake_rounds(flight, iw, first_write_bytes=OPENSSL_FIRST_WRITE_BYTES) for iw in (3, 10, 16)}
+    click.echo(json.dumps(summary, indent=2))
 
 
 def _add_campaign_commands() -> None:

@@ -156,6 +156,11 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         from iwscope_lab.cost_report import cost_html
 
         fairness_section += cost_html(summary["cost"], "inline" if first else False)
+        first = False
+    if summary.get("tls"):
+        from iwscope_lab.tls_report import tls_html
+
+        fairness_section += tls_html(summary["tls"], "inline" if first else False)
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
              "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}")
     body = "\n".join(sections)
@@ -237,6 +242,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
         from iwscope_lab.cost_report import cost_markdown
 
         lines += cost_markdown(summary["cost"])
+    if summary.get("tls"):
+        from iwscope_lab.tls_report import tls_markdown
+
+        lines += tls_markdown(summary["tls"])
     return "\n".join(lines) + "\n"
 
 

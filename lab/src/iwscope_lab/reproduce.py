@@ -259,6 +259,11 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     if not only or COST_KEY in only:
         summary[COST_KEY] = reproduce_cost(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    from iwscope_lab.tls import TLS_KEY, reproduce_tls
+
+    if not only or TLS_KEY in only:
+        summary[TLS_KEY] = reproduce_tls(stack, quick=quick, show_progress=show_progress)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)

@@ -50,7 +50,7 @@ from ._measure import Connection, build_observation, wait_acked
 from ._origin_config import OriginConfig
 from ._origin_state import OriginStats, PendingHead, connection_family
 from ._pacing import send_all, send_paced
-from ._routes import RoutePlan
+from ._routes import RoutePlan, missing_rule_families
 from ._spool import Spool, SpoolFull
 from ._tcpinfo import read_tcp_info
 from ._tls import TlsStream, client_hello_state, handshake, server_context
@@ -90,6 +90,8 @@ class Origin:
         #: (socket, arm, port) per arm and address.
         self._listeners: list[tuple[socket.socket, Arm, int]] = []
         self.echoes: list[EchoServer] = []
+        #: Families this origin listens in whose arm rules were missing at start (``_check_rules``).
+        self.missing_rules: list[str] = []
         self._queue: queue.Queue[Optional[Connection]] = queue.Queue(maxsize=config.queue_size)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -107,6 +109,7 @@ class Origin:
         for address in self.addresses:
             for arm in self.arms:
                 self._listeners.append((self._listen(arm, address), arm, arm.port(self.config.base_port)))
+        self.missing_rules = self._check_rules()
         if self.config.echo:
             for address in self.addresses:
                 echo = EchoServer(address, self.config.base_port)
@@ -128,6 +131,23 @@ class Origin:
     def echo(self) -> Optional[EchoServer]:
         """The echo service of the first address (``None`` without one)."""
         return self.echoes[0] if self.echoes else None
+
+    def _check_rules(self) -> list[str]:
+        """The families this origin listens in whose arm rules are missing (every connection
+        of theirs starts with the route's default window: its observations say
+        ``cwnd_mismatch``); logged loudly."""
+        if not self.config.set_marks:
+            return []
+        listened = {"ipv6" if ":" in address else "ipv4" for address in self.addresses}
+        if "::" in self.addresses:
+            listened.add("ipv4")  # "::" serves IPv4-mapped clients too
+        plan = RoutePlan(self.arms, mark_base=self.config.mark_base, table_base=self.config.table_base)
+        missing = [family for family in missing_rule_families(plan) if family in listened]
+        for family in missing:
+            log.warning("!!! %s: the arms' fwmark rules are missing (run `iwprobe origin setup-routes` or "
+                        "--setup-routes): %s connections get the default initial window, whatever their arm !!!",
+                        family, family)
+        return missing
 
     def stop(self) -> None:
         self._stop.set()

@@ -42,8 +42,10 @@ from iwscope.analysis.results import (
     RegionSummary,
 )
 from iwscope.analysis.rollups import RefreshResult, rebuild_rollups, refresh_rollups, reset_rollups
+from iwscope.analysis.tls import tls_by_flight
 
 __all__ = [
+    "tls_by_flight",
     "CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "arm_order", "cost", "used_arms",
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
     "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by", "compare_many",

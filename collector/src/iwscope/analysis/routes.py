@@ -22,7 +22,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from iwscope.analysis import offered_load, queries, raw
+from iwscope.analysis import offered_load, queries, raw, tls
 from iwscope.analysis.cost import CostReport, cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters
 from iwscope.db import get_sessionmaker
@@ -112,6 +112,13 @@ async def get_regions(filters: FiltersDep) -> dict[str, Any]:
 @router.get("/loss")
 async def get_loss(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.loss_summary, filters)
+
+
+@router.get("/tls")
+async def get_tls(filters: FiltersDep) -> dict[str, Any]:
+    """TLS handshake time of the two arms per bucket of the server's first flight (bytes), with
+    the paired improvement (``metric=client``: the probe's handshake; ``server``: the origin's)."""
+    return await _run(tls.tls_by_flight, filters)
 
 
 @router.get("/fairness")
