@@ -17,6 +17,7 @@ command -v make >/dev/null || need+=(make)
 command -v runuser >/dev/null || need+=(util-linux)
 command -v sysctl >/dev/null || need+=(procps)
 command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)            # the TLS tests compare with curl's time_appconnect
 command -v systemd-analyze >/dev/null || need+=(systemd)   # the deploy tests score the units
 command -v git >/dev/null || need+=(git)
 have ca-certificates || need+=(ca-certificates)
