@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
+from iwscope_lab.certs import ChainInfo
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import PlacedHost, Topology
 
@@ -65,12 +66,17 @@ class CampaignPlan:
     duration_s: float | None = None
     #: Adaptive: a probe stops early once its buckets' 95 % intervals are within +- this (ms).
     target_ci_ms: float | None = None
+    #: The IP version to measure over (``ipv4``/``ipv6``; IPv6 needs a dual-stack topology);
+    #: ``None``: the origins' IPv4 addresses.
+    family: str | None = None
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
             raise ValueError("a plan has either fixed sizes or a size distribution")
         if self.target_ci_ms is not None and self.duration_s is None:
             raise ValueError("an adaptive plan (target_ci_ms) needs a time box (duration_s)")
+        if self.family not in (None, "ipv4", "ipv6"):
+            raise ValueError(f"family must be ipv4 or ipv6, not {self.family!r}")
 
     def trials_per_round(self, n_origins: int) -> int:
         sizes_per_round = len(self.sizes) if self.sizes is not None else self.sizes_per_round
@@ -117,6 +123,8 @@ class LabCampaign:
         #: default, which hides any IW above 10; 64 is like the replication's Windows clients
         #: (64 KB).  ``None`` keeps the kernel default (then rwnd-limited trials show it).
         self.client_initrwnd = client_initrwnd
+        #: HTTPS: the test chain of every origin host labelled ``chain_kb`` (written at start).
+        self.chains: dict[str, ChainInfo] = {}
         self._origins: dict[str, subprocess.Popen[bytes]] = {}
         self._probes: dict[str, subprocess.Popen[bytes]] = {}
         self._tokens: dict[str, str] = {}
@@ -152,6 +160,9 @@ class LabCampaign:
         if self.client_initrwnd is not None:
             for host in probes:
                 self.topology.set_route(host.name, initrwnd=self.client_initrwnd)
+        if self.plan.family == "ipv6" and not all(host.address6 for host in origins + probes):
+            raise CampaignError("an IPv6 campaign needs a dual-stack topology (Topology(dual_stack=True))")
+        self._write_chains(origins)
         self._create_tokens()
         self.origin_ids = {host.name: self._start_origin(host) for host in origins}
         self.probe_ids = {host.name: self._enroll_probe(host) for host in probes}
@@ -250,13 +261,30 @@ class LabCampaign:
         self._check(host, self._iwprobe(
             "origin", "enroll", *common, "--collector", self._collector_url(), "--token", self._tokens["origin"],
             "--name", self._agent_name(host), "--region", host.region or "lab", "--host", host.address,
+            *(["--host6", host.address6] if host.address6 else []),
         ), "origin enrollment")
         self._serve_origin(host)
         return self._agent_id(state_dir, "origin")
 
     def _origin_args(self, host: PlacedHost) -> list[str]:
+        chain = self.chains.get(host.name)
+        tls = ["--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path)] if chain else []
         return ["--arms", ",".join(self._origin_arms()), "--base-port", str(BASE_PORT), *self._origin_options(),
-                "--state-dir", str(self._host_state_dir(host))]
+                *tls, "--state-dir", str(self._host_state_dir(host))]
+
+    def _write_chains(self, origins: list[PlacedHost]) -> None:
+        """HTTPS origins (a ``chain_kb`` label: a scenario or sweep names the chain size): a test
+        chain each (``iwscope_lab.certs``), and one bundle of their roots the probes trust."""
+        from iwscope_lab.certs import write_chain
+
+        certs = self.state_root / "certs"
+        self.chains = {host.name: write_chain(certs / host.name, float(host.labels["chain_kb"]),
+                                              ips=[host.address, *([host.address6] if host.address6 else [])])
+                       for host in origins if host.labels.get("chain_kb")}
+        if self.chains:
+            roots = certs / "roots.pem"
+            roots.write_bytes(b"".join(chain.root_path.read_bytes() for chain in self.chains.values()))
+            self.probe_args = (*self.probe_args, "--tls-ca-file", str(roots))
 
     def _origin_arms(self) -> list[str]:
         """The arms (labels) the origins serve."""
@@ -270,6 +298,7 @@ class LabCampaign:
         log = open(self._host_state_dir(host) / "origin.log", "ab")  # handed to the child
         self._origins[host.name] = self.topology.popen(
             host.name, self._iwprobe("origin", "serve", *self._origin_args(host), "--bind", host.address,
+                                     *(["--bind", host.address6] if host.address6 else []),
                                      "--collector", self._collector_url()),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
@@ -322,6 +351,8 @@ class LabCampaign:
             "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
             "calibrate": self.plan.calibrate,
         }
+        if self.plan.family is not None:
+            body["family"] = self.plan.family
         if self.plan.duration_s is not None:
             body["duration_s"] = self.plan.duration_s + 5  # from starts_at, 5 s in the past
             self._box_end = now + dt.timedelta(seconds=self.plan.duration_s)

@@ -63,18 +63,24 @@ def _stack(detached: bool = False, listen: tuple[str, ...] = DEFAULT_LISTEN) -> 
 @click.option("--sizes-per-round", default=1, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--interval", "interval_s", default=0.0, show_default=True, type=float, help="Seconds between rounds.")
 @click.option("--name", default=None, help="Campaign name (default: scenario and run id).")
+@click.option("--family", type=click.Choice(["ipv4", "ipv6"]), default=None,
+              help="Measure over this IP version (ipv6 needs a dual_stack scenario; default: IPv4 addresses).")
 @click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def run_command(scenario: str, repetitions: int, arms: str, sizes: str | None, size_dist: str | None,
-                sizes_per_round: int, interval_s: float, name: str | None, timeout_s: float, as_json: bool) -> None:
-    """Run a measurement campaign on SCENARIO's topology, through the API and the worker."""
+                sizes_per_round: int, interval_s: float, name: str | None, family: str | None, timeout_s: float,
+                as_json: bool) -> None:
+    """Run a measurement campaign on SCENARIO's topology, through the API and the worker.
+
+    Origins whose scenario entry has a ``chain_kb`` label serve HTTPS with a test chain of
+    that size (``iwscope lab certs``); the probes trust it."""
     if sizes is not None and size_dist is not None:
         raise click.UsageError("give --sizes or --size-dist, not both")
     fixed = _int_list(sizes) if sizes else (None if size_dist else (9_000,))
     topology = Topology.from_scenario(scenario)
     plan = CampaignPlan(name=name or f"{scenario} {topology.run_id}", arms=_int_list(arms) or (3, 10), sizes=fixed,
                         size_dist=size_dist, sizes_per_round=sizes_per_round, repetitions=repetitions,
-                        interval_s=interval_s)
+                        interval_s=interval_s, family=family)
     try:
         with _stack() as stack, topology:
             result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=timeout_s)

@@ -26,11 +26,11 @@ from sqlalchemy import text
 
 from iwscope.analysis.stats import mean_interval
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
-from iwscope_lab.certs import ChainInfo, write_chain
+from iwscope_lab.certs import ChainInfo
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import predict_appconnect, tls_first_flight_bytes, tls_handshake_rounds
 from iwscope_lab.stack import Stack
-from iwscope_lab.topology import Host, PlacedHost, Topology
+from iwscope_lab.topology import Host, Topology
 
 TLS_KEY = "tls"
 CHAIN_KBS = (2, 5, 10, 16, 32)
@@ -43,8 +43,6 @@ OBJECT_BYTES = 1_000
 FLAG_THRESHOLD = 0.10
 #: Fewer trials per point than this: no mean is claimed ("n too small").
 MIN_TRIALS = 3
-#: The DNS name in every test chain (the probes fetch by address: the chains also carry it).
-CHAIN_NAME = "origin.iwscope.test"
 
 
 def topology(run_id: str | None = None) -> Topology:
@@ -57,26 +55,13 @@ def topology(run_id: str | None = None) -> Topology:
 
 
 class TlsCampaign(LabCampaign):
-    """A lab campaign whose origins serve HTTPS with a test chain of their ``chain_kb`` label,
-    and whose probes trust every chain's root."""
-
-    def __init__(self, topology: Topology, stack: Stack, plan: CampaignPlan, **kwargs: Any) -> None:
-        super().__init__(topology, stack, plan, **kwargs)
-        certs = self.state_root / "certs"
-        self.chains = {host.name: write_chain(certs / host.name, float(host.labels["chain_kb"]), name=CHAIN_NAME,
-                                              ips=[host.address]) for host in topology.hosts_by_role("origin")}
-        roots = certs / "roots.pem"
-        roots.write_bytes(b"".join(chain.root_path.read_bytes() for chain in self.chains.values()))
-        self.probe_args = (*self.probe_args, "--tls-ca-file", str(roots))
+    """The lab campaign of this experiment: its origins (labelled ``chain_kb``) serve HTTPS
+    (:meth:`LabCampaign._write_chains`) with CUBIC."""
 
     def _origin_options(self) -> list[str]:
         # The model is slow start's: CUBIC, not BBR (a host default here), whose startup paces
-        # the rounds after the first (a 32 KB flight from IW10 took 0.4 RTT longer under BBR).
+        # the rounds after the first (a 32 KB flight from IW10 took 0.13-0.15 x longer under BBR).
         return [*super()._origin_options(), "--congestion-control", "cubic"]
-
-    def _origin_args(self, host: PlacedHost) -> list[str]:
-        chain = self.chains[host.name]
-        return [*super()._origin_args(host), "--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path)]
 
 
 @dataclass
