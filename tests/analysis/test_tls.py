@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import Filters, tls_by_flight
+from iwscope.analysis.filters import resolve_family
 from iwscope.analysis.tls import flight_bucket
 
 from .datasets import DAY, add_campaign, add_probe, add_trial, new_campaign_id
@@ -79,3 +80,18 @@ def test_handshakes_are_compared_per_first_flight_bucket_on_the_paired_design(db
 def test_flight_buckets_put_iw10s_first_window_on_an_edge() -> None:
     assert flight_bucket(14_480) == flight_bucket(10_001) and flight_bucket(14_481) == flight_bucket(20_000)
     assert flight_bucket(2_999) == 0 and flight_bucket(10**6) == 8
+
+
+def test_the_family_filter_keeps_the_campaigns_measured_over_it(db_session: Session) -> None:
+    ipv6, ipv4, either = new_campaign_id(), new_campaign_id(), new_campaign_id()
+    for campaign_id, family in ((ipv6, "ipv6"), (ipv4, "ipv4"), (either, None)):
+        add_campaign(db_session, campaign_id, f"family-{family}")
+        db_session.flush()
+        db_session.execute(text("UPDATE campaigns SET family = :f WHERE id = :c"), {"f": family, "c": campaign_id})
+    assert resolve_family(db_session, Filters()) == Filters()
+    over_ipv6 = resolve_family(db_session, Filters(family="ipv6"))
+    assert ipv6 in over_ipv6.campaign_ids and not {ipv4, either} & set(over_ipv6.campaign_ids)
+    # with campaigns chosen as well: their intersection; none left: no campaign at all, not every one
+    assert resolve_family(db_session, Filters(campaign_ids=(ipv6, ipv4), family="ipv4")).campaign_ids == (ipv4,)
+    assert resolve_family(db_session, Filters(campaign_ids=(either,), family="ipv6")).campaign_ids == (0,)
+    assert Filters.from_query({"family": "ipv6"}).family == "ipv6" and Filters.from_query({"family": "x"}).family == ""

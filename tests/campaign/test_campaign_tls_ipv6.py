@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from campaign_kit import query_rows, session_stack
 
@@ -63,3 +64,16 @@ def test_an_ipv6_campaign_needs_a_dual_stack_topology(tmp_path: Path) -> None:
     lab = LabCampaign(topology, SimpleNamespace(run_dir=tmp_path), PLAN, client_initrwnd=None)  # type: ignore[arg-type]
     with pytest.raises(CampaignError, match="dual-stack"):
         lab.start()
+
+
+def test_the_api_shows_the_handshakes_by_first_flight_for_the_ipv6_campaigns(campaign: dict[str, object]) -> None:
+    result, stack = campaign["result"], campaign["stack"]
+    base = f"{stack.local_api_url}/api/v1/analysis/tls?campaign={result.campaign_id}&metric=client"
+    over_ipv6 = httpx.get(base + "&family=ipv6", timeout=30).json()["data"]
+    # 3 KB flights in one bucket, 16 KB in another; 3 rounds x 2 arms x 1 path: "n too small" for a claim
+    assert [row["bucket"] for row in over_ipv6] == ["<=6 KB", "<=20 KB"]
+    for row in over_ipv6:
+        assert row["baseline"]["n"] == row["treatment"]["n"] == PLAN.repetitions and row["too_small"]
+    slow, fast = over_ipv6[1]["baseline"]["mean_ms"], over_ipv6[1]["treatment"]["mean_ms"]
+    assert slow - fast >= 0.95 * RTT_MS  # the probe's handshake: one round trip more from IW3
+    assert httpx.get(base + "&family=ipv4", timeout=30).json()["data"] == []  # this campaign chose IPv6

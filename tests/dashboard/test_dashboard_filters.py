@@ -43,3 +43,12 @@ def test_arm_choice_problems_are_explained() -> None:
     assert "both IW10" in (arms_problem(Filters(baseline_iw=10, treatment_iw=10), None) or "")
     assert "IW16" in (arms_problem(Filters(treatment_iw=16), [3, 10]) or "")
     assert arms_problem(Filters(), [3, 10]) is None
+
+
+def test_the_ip_version_goes_through_the_bar_and_the_url() -> None:
+    chosen = filters_from_values(None, None, None, None, None, None, 3, 10, "server", "ipv6")
+    assert chosen == Filters(family="ipv6")
+    assert filters_from_values(None, None, None, None, None, None, 3, 10, "server", "ipv7") == Filters()
+    search = query_string(chosen)
+    assert "family=ipv6" in search
+    assert filters_from_page_query(dict(parse_qsl(search[1:]))) == chosen

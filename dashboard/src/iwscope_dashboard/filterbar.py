@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from dash import ClientsideFunction, Input, Output, clientside_callback, dcc, html
 
 from iwscope.analysis import FilterOptions, Filters
+from iwscope.analysis.filters import FAMILIES
 
 DEFAULT_ARMS: tuple[int, ...] = (3, 10)
 LAST_SECOND = time(23, 59, 59)
@@ -34,6 +35,7 @@ def filter_ids(prefix: str) -> dict[str, str]:
         "baseline": f"{prefix}-filter-baseline",
         "treatment": f"{prefix}-filter-treatment",
         "metric": f"{prefix}-filter-metric",
+        "family": f"{prefix}-filter-family",
     }
 
 
@@ -50,6 +52,7 @@ def filter_inputs(prefix: str) -> list[Input]:
         Input(ids["baseline"], "value"),
         Input(ids["treatment"], "value"),
         Input(ids["metric"], "value"),
+        Input(ids["family"], "value"),
     ]
 
 
@@ -90,6 +93,7 @@ def filters_from_values(
     baseline: Any,
     treatment: Any,
     metric: Any,
+    family: Any = "",
 ) -> Filters:
     """Filters from the bar's raw control values; anything unreadable falls back to the default.
 
@@ -113,6 +117,7 @@ def filters_from_values(
         baseline_iw=base if base else defaults.baseline_iw,
         treatment_iw=treat if treat else defaults.treatment_iw,
         metric=metric if metric in ("server", "client") else defaults.metric,
+        family=family if family in FAMILIES else "",
     )
 
 
@@ -214,6 +219,20 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
                         {"label": "client (probe total)", "value": "client"},
                     ],
                     value=filters.metric,
+                    inline=True,
+                ),
+                "iw-filter iw-filter-wide",
+            ),
+            _labelled(
+                "IP version",
+                dcc.RadioItems(
+                    id=ids["family"],
+                    options=[
+                        {"label": "all", "value": ""},
+                        {"label": "IPv4 campaigns", "value": "ipv4"},
+                        {"label": "IPv6 campaigns", "value": "ipv6"},
+                    ],
+                    value=filters.family,
                     inline=True,
                 ),
                 "iw-filter iw-filter-wide",

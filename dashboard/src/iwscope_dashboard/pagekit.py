@@ -14,6 +14,7 @@ from dash import dcc, get_asset_url, html
 from sqlalchemy.exc import SQLAlchemyError
 
 from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
+from iwscope.analysis.filters import resolve_family
 from iwscope.db import session_scope
 from iwscope_dashboard import db
 from iwscope_dashboard.filterbar import arms_problem, filter_bar, filters_from_values, query_string
@@ -67,7 +68,8 @@ def query(function: Callable[..., T], *args: Any, cache: bool = False) -> T:
 def _run(function: Callable[..., T], *args: Any) -> T:
     try:
         with session_scope(db.session_factory()) as session:
-            return function(session, *args)
+            return function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg
+                                       for arg in args))
     except (SQLAlchemyError, db.DatabaseNotConfigured) as error:
         log.exception("dashboard query %s failed", getattr(function, "__name__", function))
         raise DataUnavailable(f"The database did not answer ({type(error).__name__}): {str(error).splitlines()[0][:200]}") from error

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from iwscope.wiretypes import BIGINT_MAX
 
@@ -15,7 +18,9 @@ METRICS: tuple[Metric, ...] = ("server", "client")
 #: Query-string keys (short, stable: they end up in shared URLs).
 _KEYS = {"campaign_ids": "campaign", "since": "since", "until": "until", "regions": "region",
          "size_min": "smin", "size_max": "smax", "baseline_iw": "base", "treatment_iw": "treat",
-         "metric": "metric"}
+         "metric": "metric", "family": "family"}
+#: The IP versions a campaign may choose (``family``).
+FAMILIES = ("ipv4", "ipv6")
 
 
 #: The window rule of :class:`Filters` in the words of the API's parameter descriptions.
@@ -45,6 +50,10 @@ class Filters:
     baseline_iw: int = 3
     treatment_iw: int = 10
     metric: Metric = "server"
+    #: Only campaigns measured over this IP version (``ipv4``/``ipv6``: the campaign's own
+    #: ``family``; campaigns that did not choose one are in neither); empty: every campaign.
+    #: Resolved to campaign ids by :func:`resolve_family` where a query runs.
+    family: str = ""
 
     def to_query(self) -> dict[str, str]:
         """URL query parameters; defaults and empty values are left out."""
@@ -104,6 +113,7 @@ class Filters:
         baseline = integer("baseline_iw", 1)
         treatment = integer("treatment_iw", 1)
         metric = text("metric")
+        family = text("family")
         return cls(
             campaign_ids=tuple(campaign_ids),
             since=timestamp("since"),
@@ -114,6 +124,7 @@ class Filters:
             baseline_iw=baseline if baseline is not None else default.baseline_iw,
             treatment_iw=treatment if treatment is not None else default.treatment_iw,
             metric=metric if metric in METRICS else default.metric,
+            family=family if family in FAMILIES else "",
         )
 
 
@@ -128,3 +139,15 @@ def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
                   ("size_max", "t.object_size <= :size_max", filters.size_max))
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}
+
+
+def resolve_family(session: Session, filters: Filters) -> Filters:
+    """``filters`` with ``campaign_ids`` narrowed to the campaigns measured over its ``family``
+    (every reader then needs only the campaign ids; ``(0,)``, no campaign, when none was)."""
+    if not filters.family:
+        return filters
+    chosen = [int(row[0]) for row in session.execute(
+        text("SELECT id FROM campaigns WHERE family = :family ORDER BY id"), {"family": filters.family})]
+    if filters.campaign_ids:
+        chosen = [campaign for campaign in chosen if campaign in set(filters.campaign_ids)]
+    return replace(filters, campaign_ids=tuple(chosen) or (0,))

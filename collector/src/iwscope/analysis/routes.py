@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from iwscope.analysis import offered_load, queries, raw, tls
 from iwscope.analysis.cost import CostReport, cost
-from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters
+from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
 from iwscope.dbslots import run_db
 from iwscope.streaming import stream_read
@@ -62,7 +62,8 @@ def _json(value: Any) -> Any:
 def _query(function: Callable[..., Any], *args: Any) -> Any:
     """``function(session, *args)`` on a read session closed before the thread ends, as JSON."""
     with get_sessionmaker()() as session:
-        return _json(function(session, *args))
+        return _json(function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg
+                                         for arg in args)))
 
 
 async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
@@ -162,5 +163,5 @@ async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1
                        503: {"description": "database busy: retry after Retry-After seconds"}})
 async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
     """The trials page's columns as CSV (:mod:`iwscope.analysis.raw`, like ``/api/v1/trials.csv``)."""
-    return await stream_read(lambda session: raw.iter_trials_csv(session, filters), "text/csv",
+    return await stream_read(lambda session: raw.iter_trials_csv(session, resolve_family(session, filters)), "text/csv",
                              {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})

@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
-from iwscope.analysis.filters import Filters
+from iwscope.analysis.filters import Filters, trial_where
 from iwscope.analysis.paired import Cells, cell_estimate
 from iwscope.analysis.results import ArmStats, BucketComparison
 from iwscope.analysis.stats import histogram_quantiles, mean_std_ms
@@ -42,23 +42,13 @@ def flight_bucket(first_flight_bytes: int) -> int:
 
 
 def _where(filters: Filters) -> tuple[str, dict[str, Any]]:
-    conditions = ["t.tls_version IS NOT NULL", "t.error_kind IS NULL", "t.role = 'short'",
+    """The filters (``trial_where``: campaigns, window, regions, sizes) and what makes a trial
+    an HTTPS short flow of the two arms with its origin's flight joined."""
+    where, params = trial_where(filters)
+    conditions = [where, "t.tls_version IS NOT NULL", "t.error_kind IS NULL", "t.role = 'short'",
                   "t.server_tls_first_flight_bytes IS NOT NULL", "t.arm_iw IN (:base, :treat)",
-                  "(t.arm IS NULL)"]  # plain arms only, as the other figures
-    params: dict[str, Any] = {"base": filters.baseline_iw, "treat": filters.treatment_iw}
-    if filters.campaign_ids:
-        conditions.append("t.campaign_id = ANY(:campaigns)")
-        params["campaigns"] = list(filters.campaign_ids)
-    if filters.since is not None:
-        conditions.append("t.started_at >= :since")
-        params["since"] = filters.since
-    if filters.until is not None:
-        conditions.append("t.started_at <= :until")
-        params["until"] = filters.until
-    if filters.regions:
-        conditions.append("p.region = ANY(:regions)")
-        params["regions"] = list(filters.regions)
-    return " AND ".join(conditions), params
+                  "t.arm IS NULL"]  # plain arms only, as the other figures
+    return " AND ".join(conditions), {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw}
 
 
 def tls_by_flight(session: Session, filters: Filters) -> list[BucketComparison]:
