@@ -30,7 +30,7 @@ def campaign(database_url: str, redis_url: str, celery_worker: object, _api_serv
         result = lab.run(timeout_s=150, show_progress=False)
         addresses6 = {host.name: host.address6 for host in topology.hosts_by_role("origin")}
         chains = {name: chain.chain_der_bytes for name, chain in lab.chains.items()}
-    yield {"result": result, "stack": stack, "addresses6": addresses6, "chains": chains}
+    yield {"result": result, "stack": stack, "addresses6": addresses6, "chains": chains, "chain_infos": lab.chains}
     stack.close_sessions()
 
 
@@ -77,3 +77,20 @@ def test_the_api_shows_the_handshakes_by_first_flight_for_the_ipv6_campaigns(cam
     slow, fast = over_ipv6[1]["baseline"]["mean_ms"], over_ipv6[1]["treatment"]["mean_ms"]
     assert slow - fast >= 0.95 * RTT_MS  # the probe's handshake: one round trip more from IW3
     assert httpx.get(base + "&family=ipv4", timeout=30).json()["data"] == []  # this campaign chose IPv6
+
+
+def test_the_reproductions_reader_puts_the_campaign_beside_the_model(campaign: dict[str, object]) -> None:
+    """``iwscope_lab.tls.measure`` (what ``lab reproduce --only tls`` reports) on this campaign:
+    every (chain, arm) point within 10 % of the slow-start model, with its rounds."""
+    from iwscope_lab.tls import measure
+
+    result, stack = campaign["result"], campaign["stack"]
+    with stack.session() as session:
+        points = {(name, point.iw): point for name, chain in campaign["chain_infos"].items()
+                  for point in measure(session, result.campaign_id, result.probe_ids["probe1"],
+                                       result.origin_ids[name], RTT_MS, chain) if point.iw in PLAN.arms}
+    assert {(name, iw) for name, iw in points} == {(name, iw) for name in ("classic", "pq") for iw in PLAN.arms}
+    for point in points.values():
+        assert point.n == PLAN.repetitions and point.gap is not None and abs(point.gap) <= 0.10, point
+    assert [points[("pq", iw)].model_rounds for iw in PLAN.arms] == [3, 2]
+    assert [points[("classic", iw)].model_rounds for iw in PLAN.arms] == [1, 1]

@@ -5,6 +5,7 @@ Names carry the prefix ``iwt`` and a random suffix and are always removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -12,10 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
+from testkit import stop_process
 
 from iwscope_lab.service_address import SERVICE_ADDRESS
 
@@ -153,3 +155,24 @@ def fetch_json(pair: NetnsPair, url: str, *extra: str) -> dict:
     outcome = pair.run(pair.probe_ns, [PYTHON, "-m", "iwprobe", "fetch", url, "--json", *extra])
     assert outcome.stdout, outcome.stderr
     return json.loads(outcome.stdout)
+
+
+@contextlib.contextmanager
+def origin_process(pair: NetnsPair, arms: Sequence[int], base_port: int, *options: str) -> Iterator[subprocess.Popen]:
+    """A collector-less ``iwprobe origin`` in the pair's origin namespace (routes installed
+    first) bound to its address, observations on stdout; stopped afterwards."""
+    labels = ",".join(str(iw) for iw in arms)
+    setup = pair.run(pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--arms", labels])
+    assert setup.returncode == 0, setup.stderr
+    process = pair.popen(pair.origin_ns, [
+        PYTHON, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload", "--arms", labels,
+        "--base-port", str(base_port), "--bind", pair.origin_address, *options],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(pair, pair.probe_ns, pair.origin_address, base_port + max(arms))
+        yield process
+    finally:
+        stop_process(process, timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()

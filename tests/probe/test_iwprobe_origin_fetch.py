@@ -13,8 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from iwprobe_testkit import PYTHON, NetnsPair, fetch_json, read_observations, wait_for_port
-from testkit import stop_process
+from iwprobe_testkit import PYTHON, NetnsPair, fetch_json, origin_process, read_observations
 
 from iwprobe import wire
 from iwprobe._fetch import fetch
@@ -26,21 +25,9 @@ BASE_PORT = 8100
 
 @pytest.fixture()
 def origin(netns_pair: NetnsPair) -> Iterator[subprocess.Popen]:
-    arms = ",".join(str(iw) for iw in ARMS)
-    setup = netns_pair.run(netns_pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--arms", arms])
-    assert setup.returncode == 0, setup.stderr
-    process = netns_pair.popen(netns_pair.origin_ns, [
-        PYTHON, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload", "--arms", arms,
-        "--base-port", str(BASE_PORT), "--bind", netns_pair.origin_address, "--max-object-bytes", "1000000",
-        "--request-timeout", "1.5", "--workers", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_port(netns_pair, netns_pair.probe_ns, netns_pair.origin_address, BASE_PORT + ARMS[-1])
+    with origin_process(netns_pair, ARMS, BASE_PORT, "--max-object-bytes", "1000000", "--request-timeout", "1.5",
+                        "--workers", "4") as process:
         yield process
-    finally:
-        stop_process(process, timeout=10)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_each_arm_starts_with_its_initial_window(netns_pair: NetnsPair, origin: subprocess.Popen) -> None:

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from iwprobe_testkit import PYTHON, NetnsPair, fetch_json, read_observations, wait_for_port
-from testkit import stop_process
+from iwprobe_testkit import PYTHON, NetnsPair, fetch_json, origin_process, read_observations
 
 from iwscope_lab.certs import ChainInfo, write_chain
 
@@ -31,22 +30,9 @@ def chain(tmp_path: Path, netns_pair: NetnsPair) -> ChainInfo:
 
 @pytest.fixture()
 def https_origin(netns_pair: NetnsPair, chain: ChainInfo) -> Iterator[subprocess.Popen]:
-    arms = ",".join(str(iw) for iw in ARMS)
-    setup = netns_pair.run(netns_pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--arms", arms])
-    assert setup.returncode == 0, setup.stderr
-    process = netns_pair.popen(netns_pair.origin_ns, [
-        PYTHON, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload", "--arms", arms,
-        "--base-port", str(BASE_PORT), "--bind", netns_pair.origin_address, "--bind", "127.0.0.1",
-        "--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path), "--request-timeout", "2",
-        "--workers", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_port(netns_pair, netns_pair.probe_ns, netns_pair.origin_address, BASE_PORT + ARMS[-1])
+    with origin_process(netns_pair, ARMS, BASE_PORT, "--bind", "127.0.0.1", "--tls-cert", str(chain.chain_path),
+                        "--tls-key", str(chain.key_path), "--request-timeout", "2", "--workers", "4") as process:
         yield process
-    finally:
-        stop_process(process, timeout=10)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def test_https_measures_the_handshake_on_both_sides_and_counts_the_first_flight(

@@ -17,6 +17,7 @@ from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters,
 from iwscope.analysis.filters import resolve_family
 from iwscope.db import session_scope
 from iwscope_dashboard import db
+from iwscope_dashboard.figures import DIMENSION_SHORT, arm_means_figure, empty_figure, improvement_figure
 from iwscope_dashboard.filterbar import arms_problem, filter_bar, filters_from_values, query_string
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,21 @@ def missing_arm(comparisons: Iterable[BucketComparison], filters: Filters) -> st
         return None
     names = " and ".join(f"IW{iw}" for iw in absent)
     return f"No {names} trial matches these filters, so there is nothing to compare: pick an arm the selected campaigns ran."
+
+
+def comparison_outputs(comparisons: list[BucketComparison] | Nothing, filters: Filters, dimension: str,
+                       counted: str) -> tuple[Any, Any, Any]:
+    """The outputs of a page of bucket comparisons (sizes, TLS): the paired-improvement figure,
+    the arms' medians and the status line (``counted`` names what the trials are)."""
+    if isinstance(comparisons, Nothing):
+        return empty_figure(comparisons.message), empty_figure(comparisons.message), comparisons.status_line()
+    absent = missing_arm(comparisons, filters)
+    if absent:
+        return empty_figure(absent), arm_means_figure(comparisons, dimension), status(absent, "empty")
+    n = sum(c.baseline.n + c.treatment.n for c in comparisons)
+    return (improvement_figure(comparisons, dimension), arm_means_figure(comparisons, dimension),
+            status(f"{n:,} {counted} of the two arms in {len(comparisons)} {DIMENSION_SHORT.get(dimension, dimension)} "
+                   "buckets."))
 
 
 def missing_arm_in_stats(stats: Iterable[ArmStats], filters: Filters) -> str | None:

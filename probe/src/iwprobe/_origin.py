@@ -273,7 +273,7 @@ class Origin:
             pending = PendingHead(Connection(conn, client, arm, port, accept_info.get("snd_cwnd", 0), intended,
                                           accept_info.get("rtt", 0), accept_info.get("snd_mss", 0), accepted_ns,
                                           family=connection_family(listener, client), rate_limited=rate_limited),
-                               time.monotonic() + self.config.request_timeout_s, rate_limited)
+                               time.monotonic() + self.config.request_timeout_s)
             self._pending[conn.fileno()] = pending
             selector.register(conn, selectors.EVENT_READ, pending)
 
@@ -326,20 +326,7 @@ class Origin:
                 return  # wait for more (until the deadline)
         self._pending.pop(conn.sock.fileno(), None)
         selector.unregister(conn.sock)
-        conn.request_ns = time.monotonic_ns()
-        conn.request_at = wire.utc_timestamp()
-        if verdict is not None:
-            conn.status, conn.reason = verdict
-        else:
-            conn.status, conn.size, conn.trial_id, conn.reason = route_request(bytes(pending.buffer[:head_end]),
-                                                                                self.config.max_object_bytes)
-            if pending.rate_limited:
-                conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
-            elif conn.status == 200 and not self._budgets.take_bytes(conn.client_addr, conn.size):
-                conn.status, conn.size, conn.reason = 429, 0, "byte rate limit of this address reached\n"
-        if conn.status == 429:
-            with self._stats_lock:
-                self.stats.rate_limited += 1
+        self._route(conn, bytes(pending.buffer[:head_end]), verdict)
         try:
             self._queue.put_nowait(conn)
         except queue.Full:
@@ -441,28 +428,36 @@ class Origin:
             self._count(f"tls_{conn.tls.error}")
             return None
         deadline_ns = conn.hello_ns + int(self.config.request_timeout_s * 1e9)
+        verdict: Optional[tuple[int, str]] = None
         try:
             head = stream.read_head(MAX_HEAD_BYTES, deadline_ns)
         except ValueError:
-            conn.status, conn.reason, head = 431, f"request head larger than {MAX_HEAD_BYTES} bytes\n", b""
+            verdict, head = (431, f"request head larger than {MAX_HEAD_BYTES} bytes\n"), b""
         except (OSError, ssl.SSLError) as error:
             self._count(f"tls_{type(error).__name__}")
             return None
         if head is None:
             self._count("closed_before_request")
             return None
+        self._route(conn, head, verdict)
+        return stream
+
+    def _route(self, conn: Connection, head: bytes, verdict: Optional[tuple[int, str]]) -> None:
+        """The request is read (now): route its head, or answer ``verdict`` (a bad head); then
+        the client's budgets (a 429 when its rate or byte budget is spent)."""
         conn.request_ns = time.monotonic_ns()
         conn.request_at = wire.utc_timestamp()
-        if conn.status == 0:
+        if verdict is not None:
+            conn.status, conn.reason = verdict
+        else:
             conn.status, conn.size, conn.trial_id, conn.reason = route_request(head, self.config.max_object_bytes)
-        if conn.rate_limited:
-            conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
-        elif conn.status == 200 and not self._budgets.take_bytes(conn.client_addr, conn.size):
-            conn.status, conn.size, conn.reason = 429, 0, "byte rate limit of this address reached\n"
+            if conn.rate_limited:
+                conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
+            elif conn.status == 200 and not self._budgets.take_bytes(conn.client_addr, conn.size):
+                conn.status, conn.size, conn.reason = 429, 0, "byte rate limit of this address reached\n"
         if conn.status == 429:
             with self._stats_lock:
                 self.stats.rate_limited += 1
-        return stream
 
     def _record(self, observation: wire.OriginObservation) -> None:
         with self._stats_lock:

@@ -15,7 +15,6 @@ class PendingHead:
 
     conn: Connection
     deadline: float
-    rate_limited: bool
     buffer: bytearray = field(default_factory=bytearray)
 
 

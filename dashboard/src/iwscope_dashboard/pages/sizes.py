@@ -7,10 +7,9 @@ from typing import Any
 import dash
 from dash import Output, callback, html
 
-from iwscope_dashboard.figures import arm_means_figure, empty_figure, improvement_figure
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import sizes_data
-from iwscope_dashboard.pagekit import Nothing, graph, missing_arm, no_rows, page_filters, page_frame, read, status
+from iwscope_dashboard.pagekit import comparison_outputs, graph, no_rows, page_filters, page_frame, read
 
 dash.register_page(__name__, path="/sizes", name="Sizes", title="iwscope: response size", order=2)
 
@@ -38,18 +37,7 @@ def layout(**url_query: Any) -> html.Div:
 def update(*values: Any) -> tuple[Any, ...]:
     filters, search = page_filters(*values)
     comparisons = read(sizes_data, filters, cache=True, compare=True, empty=no_rows)
-    if isinstance(comparisons, Nothing):
-        return empty_figure(comparisons.message), empty_figure(comparisons.message), comparisons.status_line(), search
-    absent = missing_arm(comparisons, filters)
-    if absent:
-        return empty_figure(absent), arm_means_figure(comparisons, "size"), status(absent, "empty"), search
-    n = sum(c.baseline.n + c.treatment.n for c in comparisons)
-    return (
-        improvement_figure(comparisons, "size"),
-        arm_means_figure(comparisons, "size"),
-        status(f"{n:,} trials of the two arms in {len(comparisons)} size buckets."),
-        search,
-    )
+    return (*comparison_outputs(comparisons, filters, "size", "trials"), search)
 
 
 register_url_sync(PREFIX)

@@ -7,10 +7,9 @@ from typing import Any
 import dash
 from dash import Output, callback, html
 
-from iwscope_dashboard.figures import arm_means_figure, empty_figure, improvement_figure
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import tls_data
-from iwscope_dashboard.pagekit import Nothing, graph, missing_arm, no_rows, page_filters, page_frame, read, status
+from iwscope_dashboard.pagekit import comparison_outputs, graph, no_rows, page_filters, page_frame, read
 
 dash.register_page(__name__, path="/tls", name="TLS", title="iwscope: TLS handshakes", order=4.5)
 
@@ -43,18 +42,7 @@ def layout(**url_query: Any) -> html.Div:
 def update(*values: Any) -> tuple[Any, ...]:
     filters, search = page_filters(*values)
     comparisons = read(tls_data, filters, compare=True, empty=no_rows, empty_message=NO_TLS)
-    if isinstance(comparisons, Nothing):
-        return empty_figure(comparisons.message), empty_figure(comparisons.message), comparisons.status_line(), search
-    absent = missing_arm(comparisons, filters)
-    if absent:
-        return empty_figure(absent), arm_means_figure(comparisons, "tls_flight"), status(absent, "empty"), search
-    n = sum(c.baseline.n + c.treatment.n for c in comparisons)
-    return (
-        improvement_figure(comparisons, "tls_flight"),
-        arm_means_figure(comparisons, "tls_flight"),
-        status(f"{n:,} HTTPS handshakes of the two arms in {len(comparisons)} first-flight buckets."),
-        search,
-    )
+    return (*comparison_outputs(comparisons, filters, "tls_flight", "HTTPS handshakes"), search)
 
 
 register_url_sync(PREFIX)
