@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from cachetools import TTLCache
-from dash import dcc, get_asset_url, html
+from dash import Output, callback, dcc, get_asset_url, html
 from sqlalchemy.exc import SQLAlchemyError
 
 from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
@@ -18,7 +18,15 @@ from iwscope.analysis.filters import resolve_family
 from iwscope.db import session_scope
 from iwscope_dashboard import db
 from iwscope_dashboard.figures import DIMENSION_SHORT, arm_means_figure, empty_figure, improvement_figure
-from iwscope_dashboard.filterbar import arms_problem, filter_bar, filters_from_values, query_string
+from iwscope_dashboard.filterbar import (
+    arms_problem,
+    filter_bar,
+    filter_inputs,
+    filters_from_page_query,
+    filters_from_values,
+    query_string,
+    register_url_sync,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +178,30 @@ def missing_arm(comparisons: Iterable[BucketComparison], filters: Filters) -> st
         return None
     names = " and ".join(f"IW{iw}" for iw in absent)
     return f"No {names} trial matches these filters, so there is nothing to compare: pick an arm the selected campaigns ran."
+
+
+def comparison_page(*, prefix: str, heading: str, intro: str, data: Callable[[Any, Filters], list[BucketComparison]],
+                    dimension: str, counted: str, cache: bool = True,
+                    empty_message: str = NO_MATCH) -> Callable[..., html.Div]:
+    """A page of bucket comparisons: the filter bar, the paired improvement and the arms'
+    medians by ``dimension``; registers its data callback and URL sync and returns its
+    ``layout`` (the page module registers itself: Dash pages imports only modules that call
+    ``dash.register_page``)."""
+
+    def layout(**url_query: Any) -> html.Div:
+        return page_frame(prefix, heading, intro, filters_from_page_query(url_query),
+                          [html.Div([graph(f"{prefix}-improvement-graph"), graph(f"{prefix}-means-graph")],
+                                    className="iw-grid-2")])
+
+    @callback(Output(f"{prefix}-improvement-graph", "figure"), Output(f"{prefix}-means-graph", "figure"),
+              Output(f"{prefix}-status", "children"), Output(f"{prefix}-query", "data"), *filter_inputs(prefix))
+    def update(*values: Any) -> tuple[Any, ...]:
+        filters, search = page_filters(*values)
+        comparisons = read(data, filters, cache=cache, compare=True, empty=no_rows, empty_message=empty_message)
+        return (*comparison_outputs(comparisons, filters, dimension, counted), search)
+
+    register_url_sync(prefix)
+    return layout
 
 
 def comparison_outputs(comparisons: list[BucketComparison] | Nothing, filters: Filters, dimension: str,
