@@ -71,6 +71,11 @@ WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
 #: The IP version a record says (``wire.FAMILIES``); empty = not said (before wire v4).
 Family: TypeAlias = Literal[wire.FAMILIES]  # type: ignore[valid-type]
+#: The IP versions a record or a campaign may name (``wire.FAMILIES`` without "not said"), as
+#: a type, and the ``family`` column's check (trials, observations, campaigns).
+NAMED_FAMILIES: tuple[str, ...] = tuple(family for family in wire.FAMILIES if family)
+NamedFamily: TypeAlias = Literal[NAMED_FAMILIES]  # type: ignore[valid-type]
+FAMILY_KNOWN_SQL = f"family IN ({', '.join(repr(family) for family in NAMED_FAMILIES)})"
 #: The TLS version a record says (``"TLSv1.3"``); empty = plain HTTP.
 TlsVersion = Annotated[str, StringConstraints(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
-from iwscope_lab.certs import ChainInfo
+from iwscope_lab.certs import ChainInfo, write_chain
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import PlacedHost, Topology
 
@@ -275,8 +275,6 @@ class LabCampaign:
     def _write_chains(self, origins: list[PlacedHost]) -> None:
         """HTTPS origins (a ``chain_kb`` label: a scenario or sweep names the chain size): a test
         chain each (``iwscope_lab.certs``), and one bundle of their roots the probes trust."""
-        from iwscope_lab.certs import write_chain
-
         certs = self.state_root / "certs"
         self.chains = {host.name: write_chain(certs / host.name, float(host.labels["chain_kb"]),
                                               ips=[host.address, *([host.address6] if host.address6 else [])])

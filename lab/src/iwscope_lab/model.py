@@ -358,7 +358,7 @@ def predict_appconnect(rtt_s: float, rate_bps: float | None, first_flight_bytes:
     server's ChangeCipherSpec/Finished. Loss, the 1 s SYN RTO at very long RTTs (see
     :attr:`Prediction.syn_rto_expected`) and session resumption are outside the model.
 
-    Slow start here is Reno's and CUBIC's. BBR's startup paces rounds after the second (the
+    Slow start here is Reno's and CUBIC's. BBR's startup paces the rounds after the first (the
     lab's default congestion control on this machine is BBR: a 16 KB flight at IW3 over 200 ms
     took 829 ms with BBR, 805 ms with CUBIC; the model says 801). ``first_write_bytes``: see
     :data:`OPENSSL_FIRST_WRITE_BYTES` (the partial segment is counted as a full one at the

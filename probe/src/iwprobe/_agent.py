@@ -339,7 +339,7 @@ class ProbeAgent:
                timeout_s: float, arm: str = "", role: str = "", page_id: Optional[str] = None) -> wire.TrialRecord:
         trial_id = wire.new_id()
         result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s,
-                       tls_context=self.tls_context if url.startswith("https:") else None, family=campaign.family)
+                       tls_context=self.tls_context, family=campaign.family)
         record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
         record.arm, record.role, record.page_id = arm or str(iw), role, page_id
         return record

@@ -327,12 +327,7 @@ class Origin:
         self._pending.pop(conn.sock.fileno(), None)
         selector.unregister(conn.sock)
         self._route(conn, bytes(pending.buffer[:head_end]), verdict)
-        try:
-            self._queue.put_nowait(conn)
-        except queue.Full:
-            with self._stats_lock:
-                self.stats.shed += 1
-            self._close(conn)
+        self._enqueue(conn)
 
     def _hello_read(self, selector: selectors.BaseSelector, pending: PendingHead) -> None:
         """HTTPS: queue the connection once its whole ClientHello is in (the worker shakes hands)."""
@@ -347,6 +342,10 @@ class Origin:
         selector.unregister(conn.sock)
         conn.hello_ns = time.monotonic_ns()
         conn.client_hello = bytes(pending.buffer)
+        self._enqueue(conn)
+
+    def _enqueue(self, conn: Connection) -> None:
+        """Hand a connection to the workers; shed it when they are all busy and the queue is full."""
         try:
             self._queue.put_nowait(conn)
         except queue.Full:
@@ -425,7 +424,7 @@ class Origin:
         conn.tls = handshake(stream, conn.client_hello, conn.hello_ns, self.config.request_timeout_s,
                              self.config.poll_interval_s, self._stop)
         if conn.tls.error:
-            self._count(f"tls_{conn.tls.error}")
+            self._count(f"tls_handshake_{conn.tls.error}")
             return None
         deadline_ns = conn.hello_ns + int(self.config.request_timeout_s * 1e9)
         verdict: Optional[tuple[int, str]] = None

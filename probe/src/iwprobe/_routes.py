@@ -82,12 +82,11 @@ def run_ip(command: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def _flag(family: str) -> str:
-    """``"ipv4"``/``"ipv6"`` (or ``"-4"``/``"-6"``) as the ``ip`` option."""
-    if family in FAMILIES:
+    """``"ipv4"``/``"ipv6"`` as the ``ip`` option."""
+    try:
         return FAMILIES[family]
-    if family in FAMILIES.values():
-        return family
-    raise ValueError(f"address family {family!r}: expected one of {', '.join(FAMILIES)}")
+    except KeyError:
+        raise ValueError(f"address family {family!r}: expected one of {', '.join(FAMILIES)}") from None
 
 
 def ipv6_status() -> tuple[bool, str]:
@@ -135,7 +134,7 @@ def parse_routes(text: str) -> list[str]:
     return routes
 
 
-def main_routes(family: str = "-4") -> list[str]:
+def main_routes(family: str = "ipv4") -> list[str]:
     """The main table's unicast routes as ``ip route`` prints them, flags removed."""
     output = run_ip(["ip", _flag(family), "route", "show", "table", "main"])
     if output.returncode != 0:
@@ -148,7 +147,7 @@ def route_commands(plan: RoutePlan, routes: Optional[list[str]] = None, family: 
 
     One family per call (``"ipv4"`` or ``"ipv6"``); ``routes`` defaults to that family's main table."""
     flag = _flag(family)
-    routes = main_routes(flag) if routes is None else routes
+    routes = main_routes(family) if routes is None else routes
     commands: list[list[str]] = []
     for arm in plan.slots():
         table = str(plan.table(arm))

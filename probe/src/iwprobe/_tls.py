@@ -79,13 +79,16 @@ class Handshake:
     """What the origin measured of one TLS handshake (times from the ClientHello read, µs)."""
 
     version: str = ""
-    #: Bytes of the server's first flight (TLS records, ServerHello to Finished in 1.3).
+    #: Bytes of the server's first flight (TLS records, ServerHello to Finished in 1.3).  After
+    #: a HelloRetryRequest (a client whose key shares the server does not take) these are the
+    #: retry request's bytes: the probes and curl offer X25519, which needs no retry.
     first_flight_bytes: int = 0
     #: ClientHello read -> every first-flight byte acknowledged (``tcpi_bytes_acked``).
     flight_acked_us: Optional[int] = None
     #: ClientHello read -> handshake complete (the client's Finished processed).
     handshake_us: Optional[int] = None
-    #: Why it failed (``timeout``, ``tls``, ``closed``, an ``OSError`` name); empty: it did not.
+    #: Why it failed (``timeout``, ``closed``, ``tls_<OpenSSL reason>``, an ``OSError`` name);
+    #: empty: it did not.  A failed handshake is counted in the origin's errors, not reported.
     error: str = ""
 
 
@@ -100,9 +103,6 @@ class TlsStream:
 
     def feed(self, data: bytes) -> None:
         self._incoming.write(data)
-
-    def pending_output(self) -> bytes:
-        return self._outgoing.read()
 
     def flush(self) -> int:
         """Send what the SSL object produced; the byte count."""
@@ -176,8 +176,7 @@ def handshake(stream: TlsStream, client_hello: bytes, hello_ns: int, timeout_s: 
     except socket.timeout:
         result.error = "timeout"
     except ssl.SSLError as error:
-        result.error = "tls"
-        result.version = f"error: {error.reason or error}"[:60]
+        result.error = f"tls_{error.reason or 'error'}".lower()[:60]
     except OSError as error:
         result.error = type(error).__name__
     return result

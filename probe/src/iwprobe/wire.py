@@ -55,7 +55,7 @@ WIRE_VERSION = 4
 ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4)
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
-#: Longest ``tls_version`` text (``"TLSv1.3"``, or ``"error: <reason>"`` cut to this).
+#: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
 MAX_TLS_VERSION_CHARS = 64
 
 # --------------------------------------------------------------------------------------

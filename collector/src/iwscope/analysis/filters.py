@@ -10,7 +10,7 @@ from typing import Any, Literal
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.wiretypes import BIGINT_MAX
+from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES
 
 Metric = Literal["server", "client"]
 METRICS: tuple[Metric, ...] = ("server", "client")
@@ -20,7 +20,7 @@ _KEYS = {"campaign_ids": "campaign", "since": "since", "until": "until", "region
          "size_min": "smin", "size_max": "smax", "baseline_iw": "base", "treatment_iw": "treat",
          "metric": "metric", "family": "family"}
 #: The IP versions a campaign may choose (``family``).
-FAMILIES = ("ipv4", "ipv6")
+FAMILIES = NAMED_FAMILIES
 
 
 #: The window rule of :class:`Filters` in the words of the API's parameter descriptions.
@@ -149,5 +149,6 @@ def resolve_family(session: Session, filters: Filters) -> Filters:
     chosen = [int(row[0]) for row in session.execute(
         text("SELECT id FROM campaigns WHERE family = :family ORDER BY id"), {"family": filters.family})]
     if filters.campaign_ids:
-        chosen = [campaign for campaign in chosen if campaign in set(filters.campaign_ids)]
+        given = set(filters.campaign_ids)
+        chosen = [campaign for campaign in chosen if campaign in given]
     return replace(filters, campaign_ids=tuple(chosen) or (0,))

@@ -17,12 +17,11 @@ import datetime as dt
 import math
 import pathlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import numpy as np
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
@@ -76,7 +75,7 @@ def _histograms(frame: Frame, groups: IntArray, n_groups: int) -> IntArray:
     return merge_pieces(groups[frame.piece_row], frame.piece_lo, frame.piece_len, frame.blob, n_groups)
 
 
-def _arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
+def arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
     count = int(n)
     mean, std = mean_std_ms(count, sum_us, sumsq)
     p25, median, p75 = (histogram_quantiles(hist, [0.25, 0.5, 0.75]) if hist is not None and count > 0
@@ -131,31 +130,14 @@ class _Data:
         return detail
 
 
-#: Reads the bucket roll-ups on a connection of their own while the calling thread reads the
-#: per-path sums (DuckDB and PostgreSQL both work outside the GIL), see ``_read``.
-_BUCKET_READERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="iwscope-buckets")
-
-
-def _load_buckets_apart(session: Session, filters: Filters, arms: Sequence[int] | None) -> Frame:
-    with Session(session.get_bind()) as own:
-        return load_buckets(own, filters, arms)
-
-
 def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: bool = False) -> _Data:
     """The per-path sums (from the analysis copy when configured and usable, see ``pathcopy``)
-    and the bucket rows of ``filters``.
-
-    Both are read at READ COMMITTED, a statement each, so a refresh that commits between them
-    can be in one and not the other whether they run one after the other or, as here, side by
-    side (the bucket rows on a pooled connection of their own when the copy answers: the two
-    reads overlap, ~60-95 ms less per call at fleet scale).  A session bound to a connection
-    (its caller's transaction, which another connection could not see) reads both on it."""
+    and the bucket rows of ``filters``, on the session's one connection (an API request holds
+    one database slot: one connection)."""
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    apart = get_settings().analysis_copy_dir is not None and isinstance(session.get_bind(), Engine)
-    pending = _BUCKET_READERS.submit(_load_buckets_apart, session, filters, arms) if apart else None
     paths = _copy_or_postgresql(lambda directory: pathcopy.load_path_stats(session, directory, filters, all_arms, by_size),
                                 lambda: load_path_stats(session, filters, all_arms, by_size))
-    return _Data(session, filters, paths, load_buckets(session, filters, arms) if pending is None else pending.result())
+    return _Data(session, filters, paths, load_buckets(session, filters, arms))
 
 
 def _within_path_interval(data: _Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:
@@ -221,15 +203,17 @@ def _comparisons(data: _Data, groups: tuple[IntArray, IntArray], labels: list[bk
         b, t = 2 * group, 2 * group + 1
         if n[b] == 0 and n[t] == 0:
             continue
-        baseline = _arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
-        treatment = _arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
+        baseline = arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
+        treatment = arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
         estimate = _paired(data, np.flatnonzero(path_valid & (path_groups == group)))
-        results.append(_bucket_comparison(dimension, label, baseline, treatment, estimate))
+        results.append(bucket_comparison(dimension, label, baseline, treatment, estimate))
     return results
 
 
-def _bucket_comparison(dimension: str, label: bk.Bucket, baseline: ArmStats, treatment: ArmStats,
-                       estimate: PairedEstimate) -> BucketComparison:
+def bucket_comparison(dimension: str, label: bk.Bucket, baseline: ArmStats, treatment: ArmStats,
+                      estimate: PairedEstimate) -> BucketComparison:
+    """One bucket's comparison: both arms as they are, the paired improvement only when there
+    are enough pairs (else "n too small": ``too_small`` and no numbers)."""
     shown = not estimate.too_small
     interval = estimate.interval if shown else None
     return BucketComparison(
@@ -446,7 +430,7 @@ def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
     sums = _group_sum(frame.sum_us, groups, len(arms))
     sumsq = _group_sum(frame.sumsq, groups, len(arms))
     hists = _histograms(frame, groups, len(arms))
-    return [_arm_stats(iw, n[i], sums[i], sumsq[i], hists[i]) for i, iw in enumerate(arms) if n[i] > 0]
+    return [arm_stats(iw, n[i], sums[i], sumsq[i], hists[i]) for i, iw in enumerate(arms) if n[i] > 0]
 
 
 def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.filters import Filters, trial_where
 from iwscope.analysis.paired import Cells, cell_estimate
-from iwscope.analysis.results import ArmStats, BucketComparison
-from iwscope.analysis.stats import histogram_quantiles, mean_std_ms
+from iwscope.analysis.queries import arm_stats, bucket_comparison
+from iwscope.analysis.results import BucketComparison
 
 DIMENSION = "tls_flight"
 #: Upper edges of the first-flight buckets (bytes): classical chains (2-6 KB), IW10's 14.5 KB,
@@ -37,7 +37,8 @@ FLIGHT_BUCKETS = bk.edge_buckets(tuple(edge / 1000 for edge in FLIGHT_EDGES_BYTE
 
 
 def flight_bucket(first_flight_bytes: int) -> int:
-    """The bucket (order) of a first flight of this many bytes."""
+    """The bucket (order) of a first flight of this many bytes (what :func:`tls_by_flight`
+    computes for all its rows at once)."""
     return int(np.searchsorted(np.asarray(FLIGHT_EDGES_BYTES), first_flight_bytes, side="left"))
 
 
@@ -57,16 +58,16 @@ def tls_by_flight(session: Session, filters: Filters) -> list[BucketComparison]:
     where, params = _where(filters)
     rows = session.execute(text(f"""
         SELECT t.probe_id::text || '/' || coalesce(t.origin_id::text, ''), t.arm_iw,
-               t.server_tls_first_flight_bytes, {column}
+               t.server_tls_first_flight_bytes, {column}, {bk.hist_bin_sql(column)}
           FROM trials t JOIN probes p ON p.id = t.probe_id
          WHERE {where} AND {column} IS NOT NULL"""), params).all()
     if not rows:
         return []
     paths, path_code = np.unique(np.array([row[0] for row in rows]), return_inverse=True)
     arm = np.array([row[1] for row in rows])
-    bucket = np.array([flight_bucket(int(row[2])) for row in rows])
+    bucket = np.searchsorted(np.asarray(FLIGHT_EDGES_BYTES), np.array([row[2] for row in rows]), side="left")
     latency_us = np.array([float(row[3]) for row in rows])
-    bins = np.array([bk.hist_bin(value) for value in latency_us.tolist()])
+    bins = np.array([row[4] for row in rows], dtype=np.int64)
     results = []
     for label in FLIGHT_BUCKETS:
         in_bucket = bucket == label.order
@@ -74,24 +75,13 @@ def tls_by_flight(session: Session, filters: Filters) -> list[BucketComparison]:
             continue
         arms = []
         for iw in (filters.baseline_iw, filters.treatment_iw):
-            chosen = latency_us[in_bucket & (arm == iw)]
-            hist = np.bincount(bins[in_bucket & (arm == iw)], minlength=bk.HIST_BINS)
-            mean, std = mean_std_ms(int(chosen.size), float(chosen.sum()), float((chosen ** 2).sum()))
-            p25, median, p75 = histogram_quantiles(hist, [0.25, 0.5, 0.75]) if chosen.size else (None, None, None)
-            arms.append(ArmStats(iw=iw, n=int(chosen.size), mean_ms=mean, median_ms=median, std_ms=std,
-                                 p25_ms=p25, p75_ms=p75))
+            chosen = in_bucket & (arm == iw)
+            values = latency_us[chosen]
+            arms.append(arm_stats(iw, float(values.size), float(values.sum()), float((values ** 2).sum()),
+                                  np.bincount(bins[chosen], minlength=bk.HIST_BINS)))
         estimate = cell_estimate(_cells(path_code[in_bucket], arm[in_bucket], latency_us[in_bucket],
                                         bins[in_bucket], filters, len(paths)))
-        shown = not estimate.too_small
-        interval = estimate.interval if shown else None
-        results.append(BucketComparison(
-            dimension=DIMENSION, bucket=label.label, order=label.order, lower=label.lower, upper=label.upper,
-            baseline=arms[0], treatment=arms[1], abs_ms=estimate.estimate_ms if shown else None,
-            abs_ci_low=interval.abs_low if interval else None, abs_ci_high=interval.abs_high if interval else None,
-            pct=estimate.pct if shown else None, pct_ci_low=interval.pct_low if interval else None,
-            pct_ci_high=interval.pct_high if interval else None, n_pairs=estimate.n_pairs, n_paths=estimate.n_paths,
-            method=estimate.method if estimate.n_pairs else None, too_small=estimate.too_small,
-            note=estimate.reason))
+        results.append(bucket_comparison(DIMENSION, label, arms[0], arms[1], estimate))
     return results
 
 

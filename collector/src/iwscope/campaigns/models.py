@@ -11,6 +11,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from iwscope.db import Base
 from iwscope.types import CreatedAt, Int, Str
+from iwscope.wiretypes import FAMILY_KNOWN_SQL
 
 
 class Campaign(Base):
@@ -19,7 +20,7 @@ class Campaign(Base):
         CheckConstraint("(sizes IS NULL) <> (size_dist IS NULL)", name="sizes_xor_size_dist"),
         CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
         CheckConstraint("arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0", name="arrival_rate_positive"),
-        CheckConstraint("family IN ('ipv4', 'ipv6')", name="family_known"),
+        CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
         CheckConstraint("background_iw IS NULL OR background_bytes IS NOT NULL", name="background_iw_needs_bytes"),
         CheckConstraint("target_ci_ms IS NULL OR target_ci_ms > 0", name="target_ci_positive"),
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iwprobe import wire
-from iwscope.wiretypes import NO_NUL
+from iwscope.wiretypes import NO_NUL, NamedFamily
 
 #: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
 ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
@@ -64,7 +64,7 @@ class CampaignIn(BaseModel):
     #: The IP version to measure over: ``ipv6`` fetches from the origins' ``host6`` (or resolves
     #: their host to IPv6 only), ``ipv4`` resolves to IPv4 only; ``None``: whatever the host is.
     #: Probes before wire v4 are not given such a campaign.
-    family: Literal["ipv4", "ipv6"] | None = None
+    family: NamedFamily | None = None
 
     @property
     def arm_labels(self) -> list[str]:
@@ -157,4 +157,4 @@ class CampaignOut(BaseModel):
     interactive_interval_us: int | None = None
     interactive_packet_bytes: int | None = None
     page_connections: int | None = None
-    family: Literal["ipv4", "ipv6"] | None = None
+    family: NamedFamily | None = None

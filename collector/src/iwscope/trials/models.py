@@ -18,6 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from iwprobe import wire
 from iwscope.db import Base
 from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
+from iwscope.wiretypes import FAMILY_KNOWN_SQL
 
 #: Client ``TCP_INFO`` fields stored as typed ``trials.tcpi_<name>`` columns.
 TRIAL_TCPI_COLUMNS = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in",
@@ -43,10 +44,6 @@ class TrialId(Base):
     started_at: Mapped[dt.datetime]
 
 
-#: A record's IP version, when it says one (wire v4).
-_FAMILY_KNOWN = "family IN ('ipv4', 'ipv6')"
-
-
 class Trial(Base):
     __tablename__ = "trials"
     __table_args__ = (
@@ -56,7 +53,7 @@ class Trial(Base):
         Index("ix_trials_origin_id", "origin_id"),
         Index("ix_trials_page_id", "page_id", postgresql_where=text("page_id IS NOT NULL")),
         CheckConstraint(f"role IN ({', '.join(repr(role) for role in wire.FLOW_ROLES)})", name="role_known"),
-        CheckConstraint(_FAMILY_KNOWN, name="family_known"),
+        CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
         {"postgresql_partition_by": "RANGE (started_at)"},
     )
 
@@ -124,7 +121,7 @@ class OriginObservation(Base):
         Index("ix_origin_observations_unjoined", "trial_id",
               postgresql_where=text("joined_at IS NULL")),
         Index("ix_origin_observations_origin_id_request_at", "origin_id", "request_at"),
-        CheckConstraint(_FAMILY_KNOWN, name="family_known"),
+        CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
     )
 
     trial_id: Mapped[UuidPk]
