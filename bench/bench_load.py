@@ -62,8 +62,9 @@ import psycopg
 import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import testenv
-from bench_ingest import TCPI, free_port  # also puts tests/ on the path
+from bench_ingest import TCPI, free_port
 
 from iwprobe import wire
 from iwscope import worker_client
@@ -535,8 +536,12 @@ def main() -> None:
                         help="leave the run's database in place (its name is printed) to inspect plans afterwards")
     parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)")
+    parser.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment of the worker, e.g. IWSCOPE_LOG_LEVEL=INFO to log each task's "
+                             "duration (repeatable)")
     args = parser.parse_args()
     api_env = dict(item.split("=", 1) for item in args.api_env)
+    worker_env = dict(item.split("=", 1) for item in args.worker_env)
     stages = [int(value) for value in args.stages.split(",")]
     if max(stages) > args.probes:
         parser.error("a stage cannot have more active probes than --probes")
@@ -567,7 +572,8 @@ def main() -> None:
                                start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
         api_log_file.close()
         worker_log_file = open(worker_log, "wb")  # handed to the child
-        worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env=env, start_new_session=True,
+        worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env={**env, **worker_env},
+                                  start_new_session=True,
                                   stdout=worker_log_file, stderr=subprocess.STDOUT)
         children += [api, worker]
         base_url = f"http://127.0.0.1:{port}"
@@ -638,7 +644,7 @@ def main() -> None:
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
         "trials_stored_total": stored, "trials_joined_total": joined,
         "api_log": str(api_log), "worker_log": str(worker_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
-        "api_env": api_env, "answers_503": busy_503,
+        "api_env": api_env, "worker_env": worker_env, "answers_503": busy_503,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
