@@ -14,9 +14,12 @@ reported so the driver's own share of the latency is visible):
 2. runs stages with more and more active probes (``--stages``, e.g. 250,1000 or 10000), each
    ``--stage-s`` seconds.  Every active probe loops as ``iwprobe run`` does: pull its schedule
    with ``If-None-Match`` (304 while unchanged), upload a batch of ``--batch-min``..``--batch-max``
-   trials (carrying its heartbeat once a minute) (``POST /api/v1/trials/batch``), then the origin uploads the
-   matching observations (so the worker joins real rows), then waits ``--think-s``
-   (randomised +-50 %).  A refused (503) upload of either kind is sent again after its
+   trials (carrying its heartbeat once a minute) (``POST /api/v1/trials/batch``), hands the
+   matching observations to its origin (so the worker joins real rows), then waits
+   ``--think-s`` (randomised +-50 %).  ``--origins`` simulated origins (probes assigned round
+   robin) upload what they were handed as ``iwprobe origin``'s uploader does: everything
+   pending, in batches of at most ``wire.MAX_BATCH_RECORDS``, then a pause of 2 s
+   (``Uploader.run_forever``).  A refused (503) upload of either kind is sent again after its
    ``Retry-After``, as the probe's and the origin's spools do; the latency counted is the
    accepted request's;
 3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
@@ -171,11 +174,23 @@ class Stats:
         self.errors[what] = self.errors.get(what, 0) + 1
 
 
+#: The pause of ``iwprobe origin``'s uploader between drains (``Uploader.run_forever`` idle_s).
+ORIGIN_IDLE_S = 2.0
+
+
+@dataclass
+class SimulatedOrigin:
+    """One enrolled origin and the observations its spool holds, not yet uploaded."""
+
+    enrolled: dict[str, str]
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+
 @dataclass
 class Fleet:
     base_url: str
     probes: list[dict[str, str]]
-    origin: dict[str, str]
+    origins: list[SimulatedOrigin]
     campaign_id: int
     think_s: float
     batch_min: int
@@ -302,6 +317,7 @@ async def simulated_probe(fleet: Fleet, index: int, stop: asyncio.Event) -> None
 
 async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop: asyncio.Event) -> None:
     probe = fleet.probes[index]
+    origin = fleet.origins[index % len(fleet.origins)]
     rng = random.Random(index)
     etag: str | None = None
     beat_at = -HEARTBEAT_S  # when this probe's last heartbeat went out
@@ -313,7 +329,7 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
                                 {"If-None-Match": etag} if etag else None)
         if answer is not None:
             etag = answer.headers.get("etag", etag)
-        trials = make_trials(probe["id"], fleet.origin["id"], fleet.campaign_id,
+        trials = make_trials(probe["id"], origin.enrolled["id"], fleet.campaign_id,
                              rng.randint(fleet.batch_min, fleet.batch_max), rng)
         batch: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
                                  "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []}
@@ -328,16 +344,38 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
-        observations = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
-                                     "origin_id": fleet.origin["id"], "sent_at": wire.utc_timestamp(),
-                                     "observations": make_observations(trials, fleet.origin["id"], rng)})
-        # The origin's spool sends a refused batch again too (its observations would be missing otherwise).
-        await _send_until_accepted(client, stats, wire.OBSERVATIONS_BATCH_PATH, fleet.origin["credential"],
-                                   observations, "observations", stop, rng)
+        origin.pending.extend(make_observations(trials, origin.enrolled["id"], rng))
         try:
             await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
         except TimeoutError:
             pass
+
+
+async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.Event) -> None:
+    """``iwprobe origin``'s uploader: drain the spool in batches of at most
+    ``wire.MAX_BATCH_RECORDS`` (a refused batch is sent again after ``Retry-After``), pause
+    :data:`ORIGIN_IDLE_S`, again."""
+    url = urlsplit(fleet.base_url)
+    client = ProbeConnection(url.hostname or "127.0.0.1", url.port or 80)
+    rng = random.Random(origin.enrolled["id"])
+    try:
+        while not stop.is_set():
+            while origin.pending and not stop.is_set():
+                records = origin.pending[:wire.MAX_BATCH_RECORDS]
+                body = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
+                                     "origin_id": origin.enrolled["id"], "sent_at": wire.utc_timestamp(),
+                                     "observations": records})
+                answer, _ = await _send_until_accepted(client, fleet.stats, wire.OBSERVATIONS_BATCH_PATH,
+                                                       origin.enrolled["credential"], body, "observations", stop, rng)
+                if answer is None:
+                    break   # not refused but failed (or stopping): the spool keeps it for the next drain
+                del origin.pending[:len(records)]
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=ORIGIN_IDLE_S)
+            except TimeoutError:
+                pass
+    finally:
+        await client.close()
 
 
 async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str, credential: str, body: bytes,
@@ -358,7 +396,9 @@ async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str,
 
 async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: int = 32) -> list[dict[str, str]]:
     """Enroll ``count`` probes through the API, ``in_flight`` at a time over kept-alive
-    connections (a 503 is retried after its Retry-After, as probes do)."""
+    connections (a 503 is retried after its Retry-After, as probes do; a request on a kept-alive
+    connection the server closed at that moment is sent again: at worst a probe is enrolled
+    twice, one unused row)."""
     limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
     probes: list[dict[str, str] | None] = [None] * count
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -368,9 +408,15 @@ async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: 
     async def enroller(client: httpx.AsyncClient) -> None:
         while not queue.empty():
             index = queue.get_nowait()
-            while True:
-                answer = await client.post(wire.PROBE_ENROLL_PATH, json={"name": f"load-{index}", "region": "load"},
-                                           headers={"Authorization": f"Bearer {enroll_token}"})
+            for attempt in range(100):
+                try:
+                    answer = await client.post(wire.PROBE_ENROLL_PATH,
+                                               json={"name": f"load-{index}", "region": "load"},
+                                               headers={"Authorization": f"Bearer {enroll_token}"})
+                except httpx.TransportError:
+                    if attempt >= 3:
+                        raise
+                    continue
                 if answer.status_code != 503:
                     break
                 await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
@@ -391,20 +437,34 @@ def raise_open_files_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-async def _server_upload_buckets(base_url: str) -> dict[float, float]:
-    """Cumulative counts per bucket bound of the API's upload latency histogram (empty if unreachable)."""
+@dataclass
+class ServerCounts:
+    """What the API's ``/metrics`` says (summed over its processes) at one moment."""
+
+    #: Cumulative counts per bucket bound of the upload latency histogram.
+    upload_buckets: dict[float, float] = field(default_factory=dict)
+    #: Requests refused at the front door, by ``kind:reason`` (``probe:in_progress``, ``probe:loop_lag``, ...).
+    refused: dict[str, float] = field(default_factory=dict)
+
+
+async def _server_counts(base_url: str) -> ServerCounts:
+    """The API's counters now (empty if unreachable)."""
     try:
         async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as metrics_client:
             text = (await metrics_client.get("/metrics")).text
     except httpx.HTTPError:
-        return {}
-    buckets: dict[float, float] = {}
+        return ServerCounts()
+    counts = ServerCounts()
     for line in text.splitlines():
         if line.startswith("iwscope_http_request_duration_seconds_bucket{") and \
                 'route="/api/v1/trials/batch"' in line and 'method="POST"' in line:
             bound = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
-    return buckets
+            counts.upload_buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("iwscope_admission_rejected_total{"):
+            kind = line.split('kind="', 1)[1].split('"', 1)[0]
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            counts.refused[f"{kind}:{reason}"] = float(line.rsplit(" ", 1)[1])
+    return counts
 
 
 def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
@@ -436,12 +496,15 @@ async def _watch_driver_lag(fleet: Fleet, stop: asyncio.Event) -> None:
 async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: Any) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = [asyncio.create_task(_watch_driver_lag(fleet, stop))]
+    helpers: list[asyncio.Task[None]] = [asyncio.create_task(_watch_driver_lag(fleet, stop)),
+                                         *(asyncio.create_task(simulated_origin(fleet, origin, stop))
+                                           for origin in fleet.origins)]
+    tasks: list[asyncio.Task[None]] = []
     for active in stages:
-        while len(tasks) - 1 < active:
-            tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks) - 1, stop)))
+        while len(tasks) < active:
+            tasks.append(asyncio.create_task(simulated_probe(fleet, len(tasks), stop)))
         fleet.stats = Stats()
-        buckets_before = await _server_upload_buckets(fleet.base_url)
+        server_before = await _server_counts(fleet.base_url)
         cpu_before = sampler.cpu()
         started = time.monotonic()
         samples: list[dict[str, Any]] = []
@@ -449,10 +512,11 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             await asyncio.sleep(1.0)
             sampler.cpu()
             samples.append({"t": round(time.monotonic() - started, 1), "backlog": sampler.backlog(),
+                            "origin_spools": sum(len(origin.pending) for origin in fleet.origins),
                             "trials_stored": fleet.stats.trials_stored})
         elapsed = time.monotonic() - started
         cpu_after = sampler.cpu()
-        buckets_after = await _server_upload_buckets(fleet.base_url)
+        server_after = await _server_counts(fleet.base_url)
         stats = fleet.stats
         cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
                      for role in cpu_after}
@@ -466,11 +530,17 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "errors": stats.errors, "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
             "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
             "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
+            # Observations the simulated origins hold, not yet accepted (their spools' backlog).
+            "origin_spool_max": max(s["origin_spools"] for s in samples),
+            "origin_spool_end": samples[-1]["origin_spools"],
             # In the API, from request received to answer (bucket bounds of its histogram;
             # +Inf = over 10 s): the rest of the client's latency is queueing before the API
             # (its event loop, the kernel's accept queue) or in the driver itself.
-            "server_upload_p50_s": _bucket_quantile(buckets_before, buckets_after, 0.5),
-            "server_upload_p99_s": _bucket_quantile(buckets_before, buckets_after, 0.99),
+            "server_upload_p50_s": _bucket_quantile(server_before.upload_buckets, server_after.upload_buckets, 0.5),
+            "server_upload_p99_s": _bucket_quantile(server_before.upload_buckets, server_after.upload_buckets, 0.99),
+            # Why the front door refused (the rest of the 503s: no database connection in time).
+            "refused_by_admission": {key: int(value - server_before.refused.get(key, 0.0))
+                                     for key, value in sorted(server_after.refused.items())},
             # The driver's own event-loop lag: a share of the client latency that is the driver's.
             "driver_lag_p50_ms": _ms(_percentile(stats.driver_lags, 0.5)),
             "driver_lag_p99_ms": _ms(_percentile(stats.driver_lags, 0.99)),
@@ -478,13 +548,15 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         results.append(row)
         print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
               f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
-              f"{row['backlog_max']} end {row['backlog_end']}  cpu {cpu_share}  server-side upload "
+              f"{row['backlog_max']} end {row['backlog_end']}  origin spools max {row['origin_spool_max']} end "
+              f"{row['origin_spool_end']}  cpu {cpu_share}  server-side upload "
               f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
-              f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms", flush=True)
+              f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms  refused at the door "
+              f"{row['refused_by_admission']}", flush=True)
     stop.set()
-    for task in tasks:  # requests still waiting on a saturated API are abandoned, not awaited
+    for task in [*tasks, *helpers]:  # requests still waiting on a saturated API are abandoned, not awaited
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*tasks, *helpers, return_exceptions=True)
     return results
 
 
@@ -529,6 +601,8 @@ def main() -> None:
     parser.add_argument("--think-s", type=float, default=10.0, help="mean pause of a probe between uploads")
     parser.add_argument("--batch-min", type=int, default=50)
     parser.add_argument("--batch-max", type=int, default=200)
+    parser.add_argument("--origins", type=int, default=10,
+                        help="simulated origins the probes' observations come from (round robin)")
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (iwscope api --workers N)")
@@ -588,16 +662,17 @@ def main() -> None:
         probes = asyncio.run(enroll_fleet(base_url, tokens["enroll"], args.probes))
         enroll_s = time.monotonic() - started
         with httpx.Client(base_url=base_url, timeout=60) as client:
-            origin = client.post(wire.ORIGIN_ENROLL_PATH, json={
-                "name": "load", "region": "load", "host": "10.0.0.1",
+            origins = [client.post(wire.ORIGIN_ENROLL_PATH, json={
+                "name": f"load-{number}", "region": "load", "host": f"10.0.{number // 250}.{1 + number % 250}",
                 "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}]},
-                headers={"Authorization": f"Bearer {tokens['origin']}"}).json()
+                headers={"Authorization": f"Bearer {tokens['origin']}"}).json() for number in range(args.origins)]
             campaign = client.post("/api/v1/campaigns", json={
-                "name": "load", "origin_ids": [origin["id"]], "arms": [3, 10], "sizes": [1000, 10000, 100000],
+                "name": "load", "origin_ids": [origin["id"] for origin in origins], "arms": [3, 10],
+                "sizes": [1000, 10000, 100000],
                 "starts_at": wire.utc_timestamp()}, headers={"Authorization": f"Bearer {tokens['admin']}"}).json()
         print(f"enrolled {len(probes)} probes in {enroll_s:.1f} s ({len(probes) / enroll_s:.0f}/s)", flush=True)
         sampler = Sampler(api.pid, worker.pid, libpq_url, name, redis_url, queue)
-        fleet = Fleet(base_url, probes, origin, int(campaign["id"]), args.think_s, args.batch_min, args.batch_max)
+        fleet = Fleet(base_url, probes, [SimulatedOrigin(origin) for origin in origins], int(campaign["id"]), args.think_s, args.batch_min, args.batch_max)
         stage_rows = asyncio.run(run_stages(fleet, stages, args.stage_s, sampler))
         # After the load: how long the single worker needs to empty its backlog.
         drain_started = time.monotonic()
@@ -606,9 +681,18 @@ def main() -> None:
             drain_series.append(sampler.backlog())
             time.sleep(1.0)
         drain_s = time.monotonic() - drain_started
-        with psycopg.connect(libpq_url) as connection:
-            stored, joined = connection.execute(
-                "SELECT count(*), count(joined_at) FROM trials").fetchone()  # type: ignore[misc]
+        # An empty queue is not a finished worker: the last drain may still be joining.  The
+        # counts are final once they stop changing (3 s) with nothing queued.
+        counts: tuple[int, int] | None = None
+        with psycopg.connect(libpq_url, autocommit=True) as connection:
+            for _ in range(120):
+                now_counts = connection.execute(
+                    "SELECT count(*), count(joined_at) FROM trials").fetchone()  # type: ignore[misc]
+                if now_counts == counts and sampler.backlog() == 0:
+                    break
+                counts = now_counts
+                time.sleep(3.0)
+        stored, joined = counts or (0, 0)
     finally:
         if sampler is not None:
             sampler.close()
@@ -638,7 +722,7 @@ def main() -> None:
         "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
         "load_average_at_end": os.getloadavg(), "probes_enrolled": args.probes,
         "enroll_per_s": round(args.probes / enroll_s, 1), "stage_s": args.stage_s, "think_s": args.think_s,
-        "batch_trials": [args.batch_min, args.batch_max], "api_processes": args.api_workers, "worker_concurrency": 1,
+        "batch_trials": [args.batch_min, args.batch_max], "origins": args.origins, "api_processes": args.api_workers, "worker_concurrency": 1,
         "open_files_limit": open_files,
         "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
         "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,

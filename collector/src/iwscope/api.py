@@ -14,9 +14,9 @@ from types import FrameType
 import anyio.to_thread
 import sqlalchemy.exc
 import uvicorn
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.middleware.base import RequestResponseEndpoint
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 from iwscope import __version__
@@ -37,9 +37,36 @@ from iwscope.trials.routes import router as trials_router
 log = logging.getLogger(__name__)
 
 
-def _route_template(request: Request) -> str:
-    """The matched route's path template (bounded label cardinality), or ``unmatched``."""
-    return str(getattr(request.scope.get("route"), "path", "unmatched"))
+class RequestMetrics:
+    """ASGI middleware counting every request and its latency by method, route template
+    (bounded label cardinality; ``unmatched`` when no route matched) and status.
+
+    Plain ASGI, not Starlette's ``BaseHTTPMiddleware``: that one runs the app in a task group
+    and streams the body through a memory channel, a cost every request paid twice over."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status_code = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status_code
+            if message["type"] == "http.response.start":
+                status_code = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            # The router put the matched route into this same scope.
+            route = str(getattr(scope.get("route"), "path", "unmatched"))
+            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
+            REQUESTS.labels(scope["method"], route, str(status_code)).inc()
 
 
 @asynccontextmanager
@@ -92,19 +119,7 @@ def create_app() -> FastAPI:
         log.warning("answered 503: %s", error)
         return database_busy_response(get_settings().retry_after_s)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: RequestResponseEndpoint) -> Response:
-        started = time.perf_counter()
-        status_code = 500
-        try:
-            response: Response = await call_next(request)
-            status_code = response.status_code
-            return response
-        finally:
-            route = _route_template(request)
-            LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
-            REQUESTS.labels(request.method, route, str(status_code)).inc()
-
+    app.add_middleware(RequestMetrics)
     # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
     settings = get_settings()
     app.add_middleware(Admission, limit=settings.max_in_progress, other_limit=settings.max_other_in_progress,
