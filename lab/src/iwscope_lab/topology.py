@@ -243,16 +243,18 @@ class Topology:
         target.link = spec
         self._write_state()
 
-    def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None) -> None:
-        """Set ``initcwnd`` / ``initrwnd`` (segments) on the host's default route (both default
-        routes in a dual-stack run).
+    def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None,
+                  mtu: int | None = None) -> None:
+        """Set ``initcwnd`` / ``initrwnd`` (segments) and a locked path ``mtu`` (bytes: the
+        host sends segments of ``mtu - 40`` bytes, less TCP options) on the host's default
+        route (both default routes in a dual-stack run).
 
         None keeps the value set before (the metrics are merged), 0 removes it (kernel default).
         """
         self._require_up()
         target = self.host(host)
         metrics = self._route_metrics.setdefault(host, {})
-        for name, value in (("initcwnd", initcwnd), ("initrwnd", initrwnd)):
+        for name, value in (("initcwnd", initcwnd), ("initrwnd", initrwnd), ("mtu", mtu)):
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -261,7 +263,8 @@ class Topology:
                 metrics.pop(name, None)
             else:
                 metrics[name] = value
-        extra = [word for name, value in sorted(metrics.items()) for word in (name, str(value))]
+        extra = [word for name, value in sorted(metrics.items())
+                 for word in ((name, "lock", str(value)) if name == "mtu" else (name, str(value)))]
         ip(["route", "replace", "default", "via", target.core_address, "dev", target.device, *extra],
            namespace=target.netns)
         if self.dual_stack:

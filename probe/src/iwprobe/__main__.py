@@ -61,6 +61,20 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
     fetch.add_argument("--family", choices=("ipv4", "ipv6"), default="", help="resolve the host in this family only")
 
+    census = commands.add_parser("census", help="infer the initial window of any HTTP(S) server (root)")
+    census.add_argument("url", help="http(s)://host[:port]/path of an object large enough to outlast the window")
+    census.add_argument("--json", action="store_true", help="print one JSON object")
+    census.add_argument("--connections", type=int, default=3, help="fresh connections to agree on (default 3)")
+    census.add_argument("--range-bytes", type=int, default=256 * 1024,
+                        help="ask for the first N bytes only (Range); 0 fetches the whole object")
+    census.add_argument("--announce-mss", type=int,
+                        help="MSS the probe's SYN announces (88..1460): a small one makes a small object "
+                             "fill a large window")
+    census.add_argument("--timeout", type=float, default=30.0)
+    census.add_argument("--ca-file", help="https: trust this CA bundle")
+    census.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
+    census.add_argument("--family", choices=("ipv4", "ipv6"), default="", help="resolve the host in this family only")
+
     enroll = commands.add_parser("enroll", help="enroll this probe with a collector")
     enroll.add_argument("--collector", required=True)
     enroll.add_argument("--token", required=True)
@@ -146,6 +160,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.command == "fetch":
         return _fetch(args)
+    if args.command == "census":
+        return _census(args)
     if args.command == "enroll":
         return _enroll(args)
     try:
@@ -190,6 +206,30 @@ def _fetch(args: argparse.Namespace) -> int:
     else:
         print(format_curl_style(result))
     return 0 if result.error_kind is None else 1
+
+
+def _census(args: argparse.Namespace) -> int:
+    """0: the IW determined; 1: a lower bound or undetermined; 2: no capture (not root) or no answer."""
+    import urllib.parse
+
+    from ._census import census, format_census
+    from ._fetch import client_context
+
+    if urllib.parse.urlsplit(args.url).scheme not in ("http", "https"):
+        raise SystemExit("census wants an http:// or https:// URL")
+    if args.announce_mss is not None and not 88 <= args.announce_mss <= 65535:
+        raise SystemExit("--announce-mss must be between 88 (Linux's minimum) and 65535")
+    context = client_context(args.ca_file, verify=not args.insecure) if args.url.startswith("https") else None
+    result = census(args.url, connections=args.connections, range_bytes=args.range_bytes or None,
+                    announce_mss=args.announce_mss, family=args.family, tls_context=context, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(format_census(result))
+    if result.reason == "no_capture":
+        print(f"iwprobe: {result.error}", file=sys.stderr)
+        return 2
+    return 0 if result.status == "ok" else 1
 
 
 def _enroll(args: argparse.Namespace) -> int:

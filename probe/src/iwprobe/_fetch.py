@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import wire
+from ._capture import CaptureUnavailable, ConnectionCapture
+from ._iwinfer import Inference, infer
 from ._tcpinfo import read_tcp_info
 
 _MAX_HEADER_BYTES = 64 * 1024
@@ -56,6 +58,10 @@ class FetchResult:
     #: The segment count follows arrivals; the bytes read jump when a retransmission fills a
     #: hole and releases the out-of-order queue, or when the reader falls behind.
     progress: list[tuple[int, int, int]] = field(default_factory=list)
+    #: The server's initial window inferred from the probe's capture (``infer_iw=True``);
+    #: None when not asked for or when the capture could not be opened (``iw_unavailable``).
+    iw: Optional[Inference] = None
+    iw_unavailable: str = ""
 
     def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
                  round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
@@ -102,14 +108,21 @@ def client_context(ca_file: Optional[str] = None, verify: bool = True) -> ssl.SS
 def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = None,
           connect_timeout_s: float = 10.0, timeout_s: float = 60.0,
           record_progress: bool = False, tls_context: Optional[ssl.SSLContext] = None,
-          family: str = "") -> FetchResult:
+          family: str = "", infer_iw: bool = False, announce_mss: Optional[int] = None,
+          range_bytes: Optional[int] = None) -> FetchResult:
     """Fetch ``url`` once over a new connection and measure it; never raises for network errors.
 
     ``https://`` URLs shake hands with ``tls_context`` (default: :func:`client_context`) and
-    record the handshake's time; ``family`` (``"ipv4"``/``"ipv6"``) restricts name resolution."""
+    record the handshake's time; ``family`` (``"ipv4"``/``"ipv6"``) restricts name resolution.
+    ``infer_iw`` captures the connection's packets (``AF_PACKET``, root) and infers the
+    server's initial window (:mod:`iwprobe._iwinfer`) into ``result.iw``; ``announce_mss``
+    sets the MSS the probe's SYN announces (``TCP_MAXSEG``: a small one makes a small object
+    fill a large window); ``range_bytes`` asks for the object's first bytes only (``Range``)
+    and stops reading after them (a 206 answer counts as success)."""
     result = FetchResult(url=url, started_at=wire.utc_timestamp())
     start_ns = time.monotonic_ns()
     sock: Optional[socket.socket] = None
+    capture: Optional[ConnectionCapture] = None
     try:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -135,6 +148,14 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
         # -- connect
         sock = socket.socket(address_family, socktype, proto)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if announce_mss is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, announce_mss)
+        if infer_iw:
+            sock.bind(("::", 0) if address_family == socket.AF_INET6 else ("0.0.0.0", 0))
+            try:
+                capture = ConnectionCapture(sock.getsockname()[1])
+            except CaptureUnavailable as error:
+                result.iw_unavailable = str(error)
         sock.settimeout(connect_timeout_s)
         connect_start_ns = time.monotonic_ns()
         try:
@@ -158,12 +179,14 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
             headers.append(f"{wire.TRIAL_HEADER}: {trial_id}")
         if probe_id:
             headers.append(f"{wire.PROBE_HEADER}: {probe_id}")
+        if range_bytes is not None:
+            headers.append(f"Range: bytes=0-{range_bytes - 1}")
         request = ("\r\n".join(headers) + "\r\n\r\n").encode("ascii")
         deadline_ns = start_ns + int(timeout_s * 1e9)
         _settimeout(sock, deadline_ns)
         try:
             sock.sendall(request)
-            _read_response(sock, result, connected_ns, start_ns, deadline_ns, record_progress)
+            _read_response(sock, result, connected_ns, start_ns, deadline_ns, record_progress, range_bytes)
         except socket.timeout:
             raise _TrialError("timeout", f"no complete response within {timeout_s} s "
                                          f"({result.bytes_received} bytes received)") from None
@@ -184,6 +207,12 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
             except OSError:
                 pass
             sock.close()
+        if capture is not None:
+            try:
+                result.iw = infer(capture.read(), rcv_mss=result.tcp_info.get("rcv_mss"), dropped=capture.dropped(),
+                                  min_rtt_us=result.tcp_info.get("min_rtt"))
+            finally:
+                capture.close()
     return result
 
 
@@ -216,7 +245,7 @@ def _settimeout(sock: socket.socket, deadline_ns: int) -> None:
 
 
 def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, start_ns: int,
-                   deadline_ns: int, record_progress: bool) -> None:
+                   deadline_ns: int, record_progress: bool, range_bytes: Optional[int] = None) -> None:
     buffer = bytearray()
     header_end = -1
     content_length: Optional[int] = None
@@ -245,7 +274,8 @@ def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, 
             buffer = bytearray()
         else:
             body_received += len(chunk)
-        if content_length is not None and body_received >= content_length:
+        if (content_length is not None and body_received >= content_length) or \
+                (range_bytes is not None and header_end >= 0 and body_received >= range_bytes):
             result.total_us = (now_ns - start_ns) // 1000
             break
     result.body_bytes = body_received
@@ -254,9 +284,9 @@ def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, 
                           f"connection closed after {result.bytes_received} bytes, before the response header ended")
     if content_length is None:
         result.total_us = (time.monotonic_ns() - start_ns) // 1000
-    elif body_received < content_length:
+    elif body_received < content_length and not (range_bytes is not None and body_received >= range_bytes):
         raise _TrialError("short_body", f"connection closed after {body_received} of {content_length} body bytes")
-    if result.http_status != 200:
+    if result.http_status != 200 and not (range_bytes is not None and result.http_status == 206):
         raise _TrialError("http_status", f"HTTP status {result.http_status}")
 
 
