@@ -22,10 +22,49 @@ command -v systemd-analyze >/dev/null || need+=(systemd)   # the deploy tests sc
 command -v git >/dev/null || need+=(git)
 have ca-certificates || need+=(ca-certificates)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
-if ((${#need[@]})); then
-  echo "setup: installing ${need[*]}"
+command -v ethtool >/dev/null || need+=(ethtool)      # the IW grid toggles the lab devices' GSO
+# Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py), which
+# starts them itself with its own configuration on the lab's address: installed but never left
+# running or enabled (Debian starts and enables lighttpd on :80 when it is installed).
+servers=()
+have lighttpd || servers+=(lighttpd)
+packages=("${need[@]}" "${servers[@]}")
+if ((${#packages[@]})); then
+  echo "setup: installing ${packages[*]}"
   apt-get update -qq
+fi
+if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ((${#servers[@]})); then
+  # A policy-rc.d that refuses every start (exit 101) for the install only; one already there
+  # (a container's) is put back afterwards, also when the install fails.
+  policy=/usr/sbin/policy-rc.d
+  saved_policy=""
+  if [ -e "$policy" ]; then
+    saved_policy="$(mktemp /usr/sbin/.policy-rc.d.iwscope.XXXXXX)"
+    cp -p "$policy" "$saved_policy"
+  fi
+  restore_policy() {
+    if [ -n "$saved_policy" ]; then mv -f "$saved_policy" "$policy"; else rm -f "$policy"; fi
+  }
+  trap restore_policy EXIT
+  printf '#!/bin/sh\n# iwscope setup: no service starts while its packages install\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${servers[@]}" >/dev/null
+  restore_policy
+  trap - EXIT
+  for server in "${servers[@]}"; do
+    if command -v systemctl >/dev/null; then
+      systemctl disable --quiet "$server" 2>/dev/null || true   # offline too: removes the links
+      if systemctl is-active --quiet "$server" 2>/dev/null; then systemctl stop "$server"; fi
+    elif command -v update-rc.d >/dev/null; then
+      update-rc.d "$server" disable >/dev/null 2>&1 || true
+    fi
+    # Started by its init script despite the policy: stop it by its pid file (if it is that server).
+    pid="$(cat "/run/$server.pid" 2>/dev/null || true)"
+    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$server" ]; then kill "$pid"; fi
+  done
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -407,16 +407,16 @@ def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) 
 
 def _count_detail_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record how many paths each per-path histogram read asks for."""
-    from iwscope.analysis import queries
+    from iwscope.analysis import reads
 
     read: list[int] = []
-    original = queries._Data.path_histograms
+    original = reads.Data.path_histograms
 
-    def spy(self: queries._Data, path_codes: np.ndarray) -> object:
+    def spy(self: reads.Data, path_codes: np.ndarray) -> object:
         read.append(len(path_codes))
         return original(self, path_codes)
 
-    monkeypatch.setattr(queries._Data, "path_histograms", spy)
+    monkeypatch.setattr(reads.Data, "path_histograms", spy)
     return read
 
 

@@ -60,7 +60,16 @@ TRIAL_FIELDS = ["trial_id", "probe_id", "campaign_id", "origin_id", "round", "ar
                 "error_kind", "error_detail", "syn_retrans", "tcp_info"]
 SAMPLE_FIELDS = ["sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
                  "transfer_bytes", "method"]
-ENVELOPE_FIELDS = ["wire_version", "batch_id", "probe_id", "sent_at", "trials", "path_samples"]
+ENVELOPE_FIELDS = ["wire_version", "batch_id", "probe_id", "sent_at", "trials", "path_samples", "census"]
+#: Wire v5: a census record's fields, and a trial's ``client_iw``.
+CENSUS_FIELDS = ["census_id", "probe_id", "campaign_id", "round", "url", "measured_at", "status", "iw_segments",
+                 "iw_bytes", "mss", "reason", "connections", "connections_ok", "announced_mss", "rtt_us", "family",
+                 "tls_version", "http_status", "error_detail"]
+CLIENT_IW_FIELDS = ["status", "segments", "bytes", "mss", "reason"]
+STATUS_VALUES = [*wire.IW_STATUSES, "OK", "ok ", "lower-bound", ""]
+REASON_VALUES = ["", "object_ended", "bottleneck", "Object_ended", "x" * 32, "x" * 33, "two words", "a\n"]
+CENSUS_URL_VALUES = ["https://example.org/big", "http://[fd00::1]:8080/x", "ftp://example.org/x", "example.org",
+                     "https://" + "e" * 2040, "https://" + "e" * 2041, "https://ex\u0000ample.org/"]
 
 
 def field_values(name: str) -> list[Any]:
@@ -73,7 +82,15 @@ def field_values(name: str) -> list[Any]:
     if name == "error_kind":
         return ERROR_KINDS + GENERIC_VALUES
     if name == "wire_version":
-        return [1, 2, 3, 0, "1", 1.0, 2.0, True, None]
+        return [1, 2, 3, 4, 5, 6, 0, "1", 1.0, 2.0, True, None]
+    if name == "status":
+        return STATUS_VALUES + GENERIC_VALUES
+    if name == "reason":
+        return REASON_VALUES + GENERIC_VALUES
+    if name == "family":
+        return ["", "ipv4", "ipv6", "IPv4", "ipv5"] + GENERIC_VALUES
+    if name == "tls_version":
+        return ["", "TLSv1.3", "x" * 64, "x" * 65, "a\u0000b"] + GENERIC_VALUES
     return INT_BOUNDARIES + GENERIC_VALUES
 
 
@@ -115,24 +132,55 @@ def make_sample(rng: random.Random, probe_id: str) -> dict[str, Any]:
             "method": rng.choice(["packet_pair", "bulk"])}
 
 
+def make_client_iw(rng: random.Random) -> dict[str, Any]:
+    status = rng.choice(wire.IW_STATUSES)
+    return {"status": status, "segments": None if status == "undetermined" else rng.choice([1, 10, 64, 1000]),
+            "bytes": rng.choice([None, 14_480]), "mss": rng.choice([None, 1, 1448, 65535]),
+            "reason": "" if status == "ok" else rng.choice(["object_ended", "bottleneck"])}
+
+
+def make_census(rng: random.Random, probe_id: str) -> dict[str, Any]:
+    status = rng.choice(wire.IW_STATUSES)
+    return {"census_id": str(uuid.uuid4()), "probe_id": probe_id, "campaign_id": rng.choice([None, 1]),
+            "round": rng.randrange(3), "url": rng.choice(["https://example.org/big", "http://192.0.2.7:8080/x"]),
+            "measured_at": wire.utc_timestamp(), "status": status,
+            "iw_segments": None if status == "undetermined" else rng.choice([4, 10, 32]),
+            "iw_bytes": rng.choice([None, 46_336]), "mss": rng.choice([None, 1448]),
+            "reason": "" if status == "ok" else "client_data", "connections": 3, "connections_ok": rng.randrange(4),
+            "announced_mss": rng.choice([None, 536]), "rtt_us": rng.choice([None, 60_000]),
+            "family": rng.choice(["ipv4", "ipv6"]), "tls_version": rng.choice(["", "TLSv1.3"]),
+            "http_status": rng.choice([None, 206]), "error_detail": rng.choice([None, "x"])}
+
+
 def make_document(rng: random.Random) -> Any:
     probe_id = str(uuid.uuid4())
     trials = [make_trial(probe_id, rng.choice([None, str(uuid.uuid4())]), rng.choice([None, 1, 7]),
                          arm_iw=rng.choice([1, 3, 10, 1000]))
               for _ in range(rng.randrange(4))]
+    for trial in trials:
+        if rng.random() < 0.3:
+            trial["client_iw"] = rng.choice([None, make_client_iw(rng)])
     samples = [make_sample(rng, probe_id) for _ in range(rng.randrange(3))]
     document: dict[str, Any] = make_batch(probe_id, trials, samples)
-    kind = rng.randrange(10)
+    if rng.random() < 0.3:
+        document["wire_version"] = 5
+        document["census"] = [make_census(rng, probe_id) for _ in range(rng.randrange(1, 3))]
+    kind = rng.randrange(12)
     if kind == 0:
         return document  # valid
+    with_iw = [trial for trial in trials if isinstance(trial.get("client_iw"), dict)]
     if kind <= 5 and trials:
-        mutate_record(rng, rng.choice(trials), TRIAL_FIELDS)
+        mutate_record(rng, rng.choice(trials), TRIAL_FIELDS + ["client_iw"])
     elif kind <= 7 and samples:
         mutate_record(rng, rng.choice(samples), SAMPLE_FIELDS)
     elif kind == 8:
         mutate_record(rng, document, ENVELOPE_FIELDS)
+    elif kind == 9 and document.get("census"):
+        mutate_record(rng, rng.choice(document["census"]), CENSUS_FIELDS)
+    elif kind == 10 and with_iw:
+        mutate_record(rng, rng.choice(with_iw)["client_iw"], CLIENT_IW_FIELDS)
     else:
-        document[rng.choice(["trials", "path_samples"])] = rng.choice([None, {}, [1], [None], "x", [[]]])
+        document[rng.choice(["trials", "path_samples", "census"])] = rng.choice([None, {}, [1], [None], "x", [[]]])
     return document
 
 
@@ -201,6 +249,19 @@ def assert_same_reading(reference: TrialBatchIn, fast: fastwire.FastTrialBatch) 
             if name != "measured_at":
                 assert getattr(sample, name) == getattr(expected_sample, name), name
         assert measured_at == expected_sample.measured_at
+    for trial, expected in zip(fast.trials, reference.trials, strict=True):
+        if expected.client_iw is None:
+            assert trial.client_iw is None
+        else:
+            assert trial.client_iw is not None
+            for name in CLIENT_IW_FIELDS:
+                assert getattr(trial.client_iw, name) == getattr(expected.client_iw, name), name
+    assert len(fast.census) == len(reference.census)
+    for record, measured_at, expected_record in zip(fast.census, fast.census_measured_at, reference.census, strict=True):
+        for name in CENSUS_FIELDS:
+            if name != "measured_at":
+                assert getattr(record, name) == getattr(expected_record, name), name
+        assert measured_at == expected_record.measured_at
 
 
 def check(body: bytes, duplicate_keys: bool = False) -> bool:

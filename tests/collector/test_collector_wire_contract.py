@@ -15,14 +15,22 @@ from testkit import make_batch, make_observation, make_observation_batch, make_p
 from iwprobe import wire
 from iwscope.origins.schemas import OriginEnrollRequestIn
 from iwscope.probes.schemas import ArmPortModel, EnrollRequestIn, HeartbeatIn, ScheduleOut
-from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, PathSampleIn, TrialBatchIn, TrialRecordIn
+from iwscope.trials.schemas import (
+    CensusRecordIn,
+    ClientIwIn,
+    ObservationBatchIn,
+    OriginObservationIn,
+    PathSampleIn,
+    TrialBatchIn,
+    TrialRecordIn,
+)
 
 SCHEMA = wire.load_schema()
 MODELS: dict[str, type[BaseModel]] = {
     "TrialRecord": TrialRecordIn, "PathSample": PathSampleIn, "TrialBatch": TrialBatchIn,
     "OriginObservation": OriginObservationIn, "ObservationBatch": ObservationBatchIn,
     "EnrollRequest": EnrollRequestIn, "OriginEnrollRequest": OriginEnrollRequestIn, "Heartbeat": HeartbeatIn,
-    "ArmPort": ArmPortModel,
+    "ArmPort": ArmPortModel, "ClientIw": ClientIwIn, "CensusRecord": CensusRecordIn,
 }
 PROBE = "0b0e4a36-8d0e-4c3d-9a55-3a1c3b7f0c11"
 ORIGIN = "5f1d2c3b-4a59-4e6f-8071-92a3b4c5d6e7"

@@ -81,8 +81,8 @@ def _origin(topo: Any, tmp_path: Path, labels: str) -> Iterator[tuple[str, Path]
         origin.wait(timeout=10)
 
 
-def _capture(topo: Any, address: str, urls: list[str]) -> list[dict[str, Any]]:
-    outcome = topo.run("probe", [sys.executable, "-m", "iwscope_lab.capture", "--source", address, *urls],
+def _capture(topo: Any, urls: list[str]) -> list[dict[str, Any]]:
+    outcome = topo.run("probe", [sys.executable, "-m", "iwscope_lab.capture", *urls],
                        capture_output=True, text=True, timeout=300)
     assert outcome.returncode == 0, outcome.stderr
     return [json.loads(line) for line in outcome.stdout.splitlines()]
@@ -99,7 +99,7 @@ def test_paced_arm_spreads_the_first_ten_segments_over_the_rtt(tmp_path: Path) -
     with topo, _origin(topo, tmp_path, "10,10p") as (address, observations):
         ports = _arms("10,10p")
         urls = [f"http://{address}:{ports[label]}/obj/100000" for label in ("10", "10p", "10", "10p")]
-        fetched = _capture(topo, address, urls)
+        fetched = _capture(topo, urls)
     spreads = [first_segments_spread_ms(entry["segments"]) for entry in fetched]
     print("first-10 spread ms (10, 10p, 10, 10p):", spreads)
     assert all(entry["error_kind"] is None for entry in fetched), fetched
@@ -118,7 +118,7 @@ def test_learned_arm_starts_later_connections_at_the_window_earlier_ones_ended_w
         topo.set_route("probe", initrwnd=128)  # the client's receive window must not cap a 64-segment start
         with _origin(topo, tmp_path, "learned") as (address, observations):
             url = f"http://{address}:{_arms('learned')['learned']}/obj/200000"
-            fetched = _capture(topo, address, [url] * 3)
+            fetched = _capture(topo, [url] * 3)
             time.sleep(0.5)
         # the origin removed its per-prefix routes on exit
         table = topo.run("origin", ["ip", "-4", "route", "show", "table", str(21000 + 1001)],
@@ -146,11 +146,11 @@ def test_unpaced_iw32_overflows_a_ten_packet_buffer_where_paced_iw32_does_not(tm
         with _origin(topo, tmp_path, "32,32p,64") as (address, observations):
             ports = _arms("32,32p,64")
             before = topo.link_stats("probe")["down"]["queue_drop_packets"]
-            _capture(topo, address, [f"http://{address}:{ports['32']}/obj/45000"] * 2)
+            _capture(topo, [f"http://{address}:{ports['32']}/obj/45000"] * 2)
             after_burst = topo.link_stats("probe")["down"]["queue_drop_packets"]
-            _capture(topo, address, [f"http://{address}:{ports['32p']}/obj/45000"] * 2)
+            _capture(topo, [f"http://{address}:{ports['32p']}/obj/45000"] * 2)
             after_paced = topo.link_stats("probe")["down"]["queue_drop_packets"]
-            _capture(topo, address, [f"http://{address}:{ports['64']}/obj/90000"])
+            _capture(topo, [f"http://{address}:{ports['64']}/obj/90000"])
     seen = {o["arm"]: o for o in _observations(observations)}
     retrans = {arm: [o["tcp_info"]["total_retrans"] for o in _observations(observations) if o["arm"] == arm]
                for arm in ("32", "32p")}

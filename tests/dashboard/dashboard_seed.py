@@ -18,10 +18,16 @@ import numpy as np
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from iwscope.models import Campaign, Origin, PathEstimate, Probe, Trial, TrialId
+from iwscope.models import Campaign, CensusRecord, Origin, PathEstimate, Probe, Trial, TrialId
 
 MSS = 1448
 SIZES = (2_000, 8_000, 15_000, 30_000, 60_000, 120_000)
+#: The probe behind a "split-TCP proxy": its client-side inference sees IW 10 whatever the arm.
+PROXIED_PROBE = "mumbai-1"
+#: Census targets (ad hoc records, no campaign) and the IW each region's probes find; the last
+#: target has only two determined records ("n too small") beside a lower bound.
+CENSUS_TARGETS = {"https://cdn-a.example/big.bin": 10, "https://cdn-b.example/big.bin": 32,
+                  "https://small.example/": None}
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
                         trials.append(_trial(rng, campaign.id, origin.id, probe.id, path, iw, size, round_number, started, stamped))
     session.execute(insert(TrialId), [{"trial_id": t["trial_id"], "started_at": t["started_at"]} for t in trials])
     session.execute(insert(Trial), trials)
+    session.execute(insert(CensusRecord), _census(probes, day0, stamped))
     return SeedSummary(
         campaign_ids={"pilot": pilot.id, "higher-iw": higher.id},
         probe_ids={name: probe.id for name, probe in probes.items()},
@@ -120,6 +127,41 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
         first_day=day0.date(),
         last_day=(day0 + dt.timedelta(days=2)).date(),
     )
+
+
+def _census(probes: dict[str, Probe], day0: dt.datetime, stamped: dt.datetime) -> list[dict[str, object]]:
+    """Every probe measured each census target once a day (records of no campaign)."""
+    records: list[dict[str, object]] = []
+    for url, iw in CENSUS_TARGETS.items():
+        host = url.split("/")[2]
+        for index, probe in enumerate(probes.values()):
+            for day in range(3):
+                if iw is None and (day > 0 or index > 2):
+                    continue  # small.example: three records only
+                determined = iw is not None or index < 2
+                status = "ok" if determined else "lower_bound"
+                segments = iw if iw is not None else (4 if determined else 7)
+                records.append({
+                    "census_id": uuid.uuid4(), "probe_id": probe.id, "campaign_id": None, "round": day, "url": url,
+                    "host": host, "measured_at": day0 + dt.timedelta(days=day, hours=index), "status": status,
+                    "iw_segments": segments, "iw_bytes": segments * MSS, "mss": MSS,
+                    "reason": "" if determined else "object_ended", "connections": 3,
+                    "connections_ok": 3 if determined else 0, "announced_mss": None, "rtt_us": 50_000,
+                    "family": "ipv4", "tls_version": "TLSv1.3", "http_status": 206, "error_detail": None,
+                    "received_at": stamped})
+    return records
+
+
+def _client_iw(probe_name: str, iw: int, size: int) -> dict[str, object]:
+    """What the probe's capture inferred: the arm's window (a lower bound when the object ended
+    inside it), or 10 behind the proxy of :data:`PROXIED_PROBE`."""
+    window = 10 if probe_name == PROXIED_PROBE else iw
+    segments = math.ceil(size / MSS) + 1  # the head's own segment
+    if segments <= window:
+        return {"client_iw_status": "lower_bound", "client_iw_segments": segments, "client_iw_bytes": size,
+                "client_iw_mss": MSS, "client_iw_reason": "object_ended"}
+    return {"client_iw_status": "ok", "client_iw_segments": window, "client_iw_bytes": window * MSS,
+            "client_iw_mss": MSS, "client_iw_reason": None}
 
 
 def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, probe_id: uuid.UUID, path: PathSpec,
@@ -153,6 +195,7 @@ def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, pro
            "server_tls_flight_acked_us": int(handshake_us - 0.5 * rtt_us)}
     return base | tls | {
         "connect_us": int(connect_us), "ttfb_us": int(connect_us + rtt_us), "total_us": int(total_us),
+        **_client_iw(path.name, iw, size),
         "bytes_received": size, "http_status": 200, "error_kind": None, "error_detail": None,
         "tcpi_rtt_us": int(rtt_us), "tcpi_min_rtt_us": int(rtt_us), "tcpi_total_retrans": 0,
         "server_latency_us": int(latency_us), "server_first_byte_us": int(0.2 * rtt_us),

@@ -32,7 +32,8 @@ TRACES_JS = """
     const values = (a) => a ? Array.from(a, (v) => (v === null || v === undefined) ? null : (typeof v === 'number' ? v : String(v))) : [];
     const bars = (e) => e ? {symmetric: e.symmetric, array: values(e.array), arrayminus: values(e.arrayminus)} : null;
     return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
-                                   x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y)}));
+                                   x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y),
+                                   text: Array.isArray(t.text) ? values(t.text) : []}));
 }
 """
 
@@ -52,6 +53,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "/loss": ("loss-improvement-graph", "loss-retrans-graph"),
     "/tls": ("tls-improvement-graph", "tls-means-graph"),
     "/cost": (),
+    "/wild": ("wild-census-graph", "wild-series-graph"),
     "/probes": ("probes-graph",),
     "/trials": (),
 }
@@ -118,6 +120,24 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
     elif path == "/cost":
         assert "No cost campaigns recorded yet" in message
         assert "iwscope lab reproduce --only cost" in page.inner_text("#cost-table")
+    elif path == "/wild":
+        # cdf-a: IW 10 from every region; small.example: n too small beside a lower bound
+        grid = {t["name"]: t for t in traces(page, "wild-census-graph")}
+        named = grid["IW named"]
+        cells = {(x, y): text for x, y, text in zip(named["x"], named["y"], named["text"], strict=True)}
+        assert {text for (_, y), text in cells.items() if y == "https://cdn-a.example/big.bin"} == {"10"}
+        assert {text for (_, y), text in cells.items() if y == "https://cdn-b.example/big.bin"} == {"32"}
+        assert len([cell for cell in cells if cell[1] == "https://cdn-a.example/big.bin"]) == 6  # 5 regions + all
+        small = grid["n too small (largest window proved)"]
+        assert set(small["y"]) == {"https://small.example/"} and ">=7" in small["text"]
+        page.wait_for_selector("#wild-census td", timeout=TIMEOUT_MS)
+        census_table = page.inner_text("#wild-census")
+        assert "n too small" in census_table and "100 %" in census_table
+        page.wait_for_selector("#wild-check td", timeout=TIMEOUT_MS)
+        check_table = page.inner_text("#wild-check")
+        assert "mumbai-1" in check_table and "proxy or cache suspected" in check_table
+        assert check_table.count("windows as configured") == 7
+        assert "3 census targets" in message and "1 with a proxy or cache suspected" in message
     elif path == "/probes":
         assert len(traces(page, "probes-graph")[0]["x"]) == 8
         page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)

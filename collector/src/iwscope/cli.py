@@ -381,8 +381,11 @@ def _int_list(text: str | None) -> list[int] | None:
 
 @campaigns.command("create")
 @click.option("--name", required=True)
-@click.option("--origin", "origin_ids", multiple=True, required=True, help="origin id (repeatable)")
-@click.option("--arms", required=True, help="IW arms, e.g. 3,10")
+@click.option("--origin", "origin_ids", multiple=True, help="origin id (repeatable; an ordinary campaign needs one)")
+@click.option("--arms", default=None, help="IW arms, e.g. 3,10 (an ordinary campaign needs them)")
+@click.option("--census-url", "census_urls", multiple=True,
+              help="a census campaign instead: infer the IW of this http(s) server (repeatable; a URL of an "
+                   "object of >= 100 KB or a server that answers Range; probes must run as root)")
 @click.option("--sizes", default=None, help="object sizes in bytes, e.g. 10000,100000")
 @click.option("--size-dist", default=None, help="named size distribution instead of --sizes")
 @click.option("--sizes-per-round", default=1, show_default=True, type=int)
@@ -398,7 +401,8 @@ def _int_list(text: str | None) -> list[int] | None:
                    "interval of at most +- this many ms (needs --duration or --ends-at; --repetitions "
                    "is then a maximum)")
 @click.option("--no-calibrate", is_flag=True, help="skip the path calibration before the first round")
-def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: str | None, size_dist: str | None,
+def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str | None, census_urls: tuple[str, ...],
+                     sizes: str | None, size_dist: str | None,
                      sizes_per_round: int, repetitions: int, interval_s: float, regions: tuple[str, ...],
                      starts_at: str | None, ends_at: str | None, duration_s: float | None,
                      target_ci_ms: float | None, no_calibrate: bool) -> None:
@@ -417,7 +421,7 @@ def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str, sizes: s
             "size_dist": size_dist, "sizes_per_round": sizes_per_round, "repetitions": repetitions,
             "interval_s": interval_s, "probe_regions": list(regions) or None,
             "starts_at": starts_at or wire.utc_timestamp(), "ends_at": ends_at, "calibrate": not no_calibrate,
-            "duration_s": duration_s, "target_ci_ms": target_ci_ms})
+            "duration_s": duration_s, "target_ci_ms": target_ci_ms, "census_urls": list(census_urls) or None})
         with session_scope() as session:
             created = create_campaign(session, campaign)
             campaign_id = created.id

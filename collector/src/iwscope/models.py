@@ -6,7 +6,7 @@ from iwscope.db import Base
 from iwscope.origins.models import Origin
 from iwscope.paths.models import PathEstimate
 from iwscope.probes.models import Probe
-from iwscope.trials.models import OriginObservation, PathSample, Trial, TrialId
+from iwscope.trials.models import CensusRecord, OriginObservation, PathSample, Trial, TrialId
 
-__all__ = ["ApiToken", "Base", "Campaign", "CampaignProbeDone", "Origin", "OriginObservation", "PathEstimate",
+__all__ = ["ApiToken", "Base", "Campaign", "CampaignProbeDone", "CensusRecord", "Origin", "OriginObservation", "PathEstimate",
            "PathSample", "Probe", "Trial", "TrialId"]

@@ -80,3 +80,15 @@ FAMILY_KNOWN_SQL = f"family IN ({', '.join(repr(family) for family in NAMED_FAMI
 TlsVersion = Annotated[str, StringConstraints(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).
 FlowRole: TypeAlias = Literal[("",) + wire.FLOW_ROLES]  # type: ignore[valid-type]
+#: What an IW inference says (``wire.IW_STATUSES``, spelled out for the type checker; a test
+#: checks they agree) and why it is not ``ok`` (a lowercase word).
+IwStatus = Literal["ok", "lower_bound", "undetermined"]
+IW_REASON_PATTERN = r"^[a-z_]*$"
+IwReason = Annotated[str, StringConstraints(max_length=wire.MAX_IW_REASON_CHARS, pattern=IW_REASON_PATTERN)]
+IwSegments = Annotated[int, Field(ge=0, le=wire.MAX_IW_SEGMENTS)]
+IwBytes = Annotated[int, Field(ge=0, le=16_777_216)]
+SegmentSize = Annotated[int, Field(ge=1, le=65535)]
+#: A census target: an absolute http(s) URL (the schema's pattern; the campaign API parses it further).
+CENSUS_URL_PATTERN = r"^https?://[^\x00]*$"
+CensusUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS,
+                                             pattern=CENSUS_URL_PATTERN)]

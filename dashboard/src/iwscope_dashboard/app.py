@@ -25,7 +25,9 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/sizes", "Sizes", True),
     ("/regions", "Regions", True),
     ("/loss", "Loss", True),
+    ("/tls", "TLS", True),
     ("/cost", "Cost", True),
+    ("/wild", "IW in the wild", True),
     ("/probes", "Probes", True),
     ("/trials", "Trials", True),
 )

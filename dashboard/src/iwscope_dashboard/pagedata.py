@@ -16,17 +16,23 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import (
     ArmStats,
     BucketComparison,
+    CensusDay,
+    CensusTarget,
     CostReport,
     Filters,
     Headline,
     LossBucket,
+    PathIwCheck,
     PercentileTable,
     ProbeRow,
     RegionSummary,
+    census_series,
+    census_targets,
     compare_by,
     cost,
     fleet,
     headline,
+    iw_check,
     latency_cdf,
     latency_vs_iw,
     loss_summary,
@@ -95,6 +101,19 @@ def cost_data(session: Session, filters: Filters) -> CostReport:
     return cost(session, filters)
 
 
+@dataclass(frozen=True)
+class WildData:
+    """The "IW in the wild" page: the census per target, per day, and the client-side check."""
+
+    targets: list[CensusTarget]
+    days: list[CensusDay]
+    checks: list[PathIwCheck]
+
+
+def wild_data(session: Session, filters: Filters) -> WildData:
+    return WildData(census_targets(session, filters), census_series(session, filters), iw_check(session, filters))
+
+
 def probes_data(session: Session, filters: Filters | None = None) -> list[ProbeRow]:
     """The fleet ignores the analysis filters (every probe is listed)."""
     return fleet(session)
@@ -115,6 +134,7 @@ PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "regions-tables": regions_tables,
     "loss": loss_data,
     "cost": cost_data,
+    "wild": wild_data,
     "probes": probes_data,
     "trials": trials_data,
 }

@@ -8,8 +8,13 @@
 * **Cost**: at the same time, on a topology of its own, the competing-flow experiment of the
   IETF 78 testbed (a long-lived flow and Poisson arrivals of short IW3 / IW10 flows on one
   4 Mbit/s, 100 ms bottleneck), short settings, so the Fairness page has data.
-* A text summary: the headline with its interval, the buckets where the gain is clear, and
-  what the short flows of each IW went through on the shared bottleneck (n, 95 % intervals).
+* **Proof and the wild**: the probes capture their trials' packets and infer the IW the
+  origin used (the summary says how many agreed with their arm); alongside, a census campaign
+  of four lab web servers nobody here wrote (Python's ``http.server`` and lighttpd at initcwnd
+  4, 10, 16 and 32) through the API, so the "IW in the wild" page has data.
+* A text summary: the headline with its interval, the buckets where the gain is clear, what
+  the short flows of each IW went through on the shared bottleneck (n, 95 % intervals), the
+  client-side check and the census.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
+from iwscope_lab.census import CensusResult, LabCensus, census_plan
 from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
+from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack
-from iwscope_lab.topology import Topology
+from iwscope_lab.topology import Host, Topology
 
 #: Scenario of the benefit campaign.
 SCENARIO = "demo"
@@ -37,6 +44,19 @@ COST_BOTTLENECK = Bottleneck(4e6, 100.0)
 COST_LOAD = 0.7
 COST_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,))
 COST_FLOWS = 24
+#: The census's lab web servers: host -> (server, initcwnd), and its rounds.
+CENSUS_WEBS: dict[str, tuple[str, int]] = {"web4": ("http.server", 4), "web10": ("lighttpd", 10),
+                                           "web16": ("http.server", 16), "web32": ("lighttpd", 32)}
+CENSUS_ROUNDS = 3
+
+
+def census_hosts() -> list[Host]:
+    """The census topology: the web servers and two probes on different paths."""
+    webs = [Host(name, role="web", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+                 labels={"server": server, "iw": str(iw)}) for name, (server, iw) in CENSUS_WEBS.items()]
+    return webs + [Host("census-eu", role="probe", region="census-eu", link=LinkSpec.symmetric(rate_bps=50e6, rtt_ms=40)),
+                   Host("census-as", role="probe", region="census-as",
+                        link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=180))]
 
 
 def demo_plan(scenario: str = SCENARIO, duration_s: float = DURATION_S,
@@ -50,6 +70,8 @@ class DemoResult:
     benefit: CampaignResult
     cost: list[PhaseResult] = field(default_factory=list)
     cost_error: str | None = None
+    census: CensusResult | None = None
+    census_error: str | None = None
 
 
 def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_s: float = DURATION_S,
@@ -65,16 +87,29 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
         except Exception as error:  # reported with the result, the benefit half still stands
             errors.append(f"{type(error).__name__}: {error}")
 
-    worker = threading.Thread(target=cost_phases, name="iwscope-demo-cost", daemon=True)
-    if with_cost:
+    census: list[CensusResult] = []
+    census_errors: list[str] = []
+
+    def census_phase() -> None:
+        try:
+            with Topology(hosts=census_hosts()) as topology:
+                census.append(LabCensus(topology, stack, census_plan("demo census", rounds=CENSUS_ROUNDS),
+                                        console=console).run(timeout_s=duration_s + 120, show_progress=False))
+        except Exception as error:  # reported with the result, like the cost phases
+            census_errors.append(f"{type(error).__name__}: {error}")
+
+    workers = [threading.Thread(target=cost_phases, name="iwscope-demo-cost", daemon=True)] if with_cost else []
+    workers.append(threading.Thread(target=census_phase, name="iwscope-demo-census", daemon=True))
+    for worker in workers:
         worker.start()
     with Topology.from_scenario(scenario) as topology:
         benefit = LabCampaign(topology, stack, demo_plan(scenario, duration_s), console=console).run(
             timeout_s=duration_s + 300)
-    if with_cost:
-        console.print("waiting for the competing-flow phases ...")
+    console.print("waiting for the competing-flow phases and the census ...")
+    for worker in workers:
         worker.join()
-    return DemoResult(benefit, cost, errors[0] if errors else None)
+    return DemoResult(benefit, cost, errors[0] if errors else None, census[0] if census else None,
+                      census_errors[0] if census_errors else None)
 
 
 def _ms(value: float | None) -> str:
@@ -117,7 +152,37 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
         lines.extend(cost_lines(result.cost))
     elif result.cost_error:
         lines.append(f"competing-flow phases failed: {result.cost_error}")
+    lines.extend(proof_lines(stack, result))
     return tables, lines
+
+
+def proof_lines(stack: Stack, result: DemoResult) -> list[str]:
+    """The client-side check of the benefit campaign and the census, read back through the
+    analysis functions (what the "IW in the wild" page shows)."""
+    from iwscope.analysis import Filters, census_targets, iw_check
+
+    with stack.session() as session:
+        checks = iw_check(session, Filters(campaign_ids=(result.benefit.campaign_id,)))
+        targets = (census_targets(session, Filters(campaign_ids=(result.census.campaign_id,)))
+                   if result.census is not None else [])
+    agree, disagree = sum(c.agree for c in checks), sum(c.disagree for c in checks)
+    inferred = sum(c.inferred for c in checks)
+    suspects = [c.probe_name for c in checks if c.suspect]
+    lines = [f"client-side IW check: {inferred:,} trials inferred on {len(checks)} paths; of those decided, "
+             f"{agree:,} agree with their arm and {disagree:,} do not"
+             + (f"; proxy or cache suspected on {', '.join(suspects)}" if suspects else "; no proxy or cache suspected")]
+    if result.census is None:
+        lines.append(f"census failed: {result.census_error}")
+        return lines
+    configured = {url: (host, iw) for host, (url, iw) in result.census.targets.items()}
+    for target in sorted(targets, key=lambda t: configured.get(t.url, ("", 0))[1]):
+        host, iw = configured.get(target.url, ("?", 0))
+        answer = target.overall
+        found = (f"IW {answer.iw_segments} in {answer.share:.0%} of {answer.ok} determined records "
+                 f"{_bounds(None if answer.share_ci_low is None else (answer.share_ci_low, answer.share_ci_high), 100)} %"
+                 if answer.iw_segments is not None and answer.share is not None else "n too small")
+        lines.append(f"census {host} ({CENSUS_WEBS.get(host, ('?', 0))[0]}, initcwnd {iw}): {found}")
+    return lines
 
 
 def _bounds(interval: Any, scale: float = 1.0, digits: int = 0) -> str:

@@ -12,7 +12,8 @@ MTU (the MSS it sends), its TUN device TSO/GSO on or off (``ethtool -K``), and t
 * ``nginx`` / ``lighttpd`` when installed (``--servers``).
 
 A cell is correct when ``ok`` says exactly the configured IW, ``lower_bound`` says at most it,
-and ``undetermined`` is counted with its reason.  ``python -m iwscope_lab.iwgrid --json`` runs
+and ``undetermined`` is counted with its reason -- the census's answer and each connection's
+own inference in it (``attempts_wrong`` counts those that are not).  ``python -m iwscope_lab.iwgrid --json`` runs
 it and prints every cell; ``tests/lab/test_lab_iwgrid.py`` asserts the correctness.
 """
 
@@ -62,6 +63,12 @@ class Cell:
     announced_mss: int | None
     reason: str
     correct: bool
+    #: Connections of the census's answer (its MSS rung), the determined ones, and those whose
+    #: own inference was wrong (``judge`` on each).
+    connections: int = 0
+    connections_ok: int = 0
+    attempts_wrong: int = 0
+    seconds: float = 0.0
 
 
 def judge(iw: int, answer: dict[str, Any]) -> bool:
@@ -184,13 +191,24 @@ def available_servers() -> list[str]:
     return ["http", "https", *extra]
 
 
+def _cell(server: str, iw: int, path_mss: int, tso: bool, answer: dict[str, Any], seconds: float) -> Cell:
+    """One cell from the census's ``--json`` answer."""
+    attempts = [attempt for attempt in answer.get("attempts") or [] if "status" in attempt]
+    wrong = sum(not judge(iw, attempt) for attempt in attempts)
+    return Cell(server=server, iw=iw, path_mss=path_mss, tso=tso, status=str(answer.get("status")),
+                iw_segments=answer.get("iw_segments"), mss=answer.get("mss"), announced_mss=answer.get("announced_mss"),
+                reason=str(answer.get("reason") or ""), correct=judge(iw, answer) and wrong == 0,
+                connections=int(answer.get("connections") or 0), connections_ok=int(answer.get("connections_ok") or 0),
+                attempts_wrong=wrong, seconds=round(seconds, 2))
+
+
 def run_grid(iws: Sequence[int] = IWS, mss_values: Sequence[int] = MSS_VALUES, tso: Sequence[bool] = TSO,
-             servers: Sequence[str] = PROTOCOLS, connections: int = 3) -> list[Cell]:
-    """Every cell of the grid (one topology for all)."""
+             servers: Sequence[str] = PROTOCOLS, connections: int = 3, name: str | None = None) -> list[Cell]:
+    """Every cell of the grid (one topology for all; ``name``: its run id)."""
     hosts = [Host("server", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=0.0)),
              Host("probe", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS))]
     cells: list[Cell] = []
-    with tempfile.TemporaryDirectory(prefix="iwgrid-") as scratch, Topology(hosts=hosts) as topo:
+    with tempfile.TemporaryDirectory(prefix="iwgrid-") as scratch, Topology(name, hosts) as topo:
         with _servers(topo, Path(scratch), servers) as urls:
             for tso_on in tso:
                 _set_tso(topo, "server", tso_on)
@@ -200,21 +218,27 @@ def run_grid(iws: Sequence[int] = IWS, mss_values: Sequence[int] = MSS_VALUES, t
                         for server, url in urls.items():
                             command = [sys.executable, "-m", "iwprobe", "census", "--json", "--insecure",
                                        "--connections", str(connections), url]
+                            started = time.monotonic()
                             outcome = topo.run("probe", command, capture_output=True, text=True)
                             answer = json.loads(outcome.stdout) if outcome.stdout.strip() else \
                                 {"status": "undetermined", "reason": f"census failed: {outcome.stderr[-300:]}"}
-                            cells.append(Cell(server=server, iw=iw, path_mss=path_mss, tso=tso_on,
-                                              status=str(answer.get("status")), iw_segments=answer.get("iw_segments"),
-                                              mss=answer.get("mss"), announced_mss=answer.get("announced_mss"),
-                                              reason=str(answer.get("reason") or ""), correct=judge(iw, answer)))
+                            cells.append(_cell(server, iw, path_mss, tso_on, answer, time.monotonic() - started))
     return cells
 
 
 def summary(cells: Sequence[Cell]) -> dict[str, Any]:
-    """Counts: cells, correct, per status, and the reasons of those not ``ok``."""
+    """Counts: cells, correct, per status, the reasons of those not ``ok`` (``server:reason``),
+    the ``undetermined`` cells and their reasons, and the connections judged one by one."""
+    undetermined = [cell for cell in cells if cell.status == "undetermined"]
     return {"cells": len(cells), "correct": sum(cell.correct for cell in cells),
             "status": dict(Counter(cell.status for cell in cells)),
-            "reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in cells if cell.status != "ok"))}
+            "reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in cells if cell.status != "ok")),
+            "undetermined": len(undetermined),
+            "undetermined_reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in undetermined)),
+            "connections": sum(cell.connections for cell in cells),
+            "connections_ok": sum(cell.connections_ok for cell in cells),
+            "connections_wrong": sum(cell.attempts_wrong for cell in cells),
+            "seconds": round(sum(cell.seconds for cell in cells), 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cell in cells:
             print(f"{cell.server:8} IW {cell.iw:3} MSS {cell.path_mss:4} TSO {'on ' if cell.tso else 'off'} -> "
                   f"{cell.status:12} {cell.iw_segments!s:>4} (mss {cell.mss}, announced {cell.announced_mss}) "
-                  f"{cell.reason} {'' if cell.correct else 'WRONG'}")
+                  f"{cell.connections_ok}/{cell.connections} {cell.reason} {'' if cell.correct else 'WRONG'}")
         print(json.dumps(summary(cells)))
     return 0 if all(cell.correct for cell in cells) else 1
 

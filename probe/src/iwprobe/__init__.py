@@ -5,6 +5,9 @@ Public surface (everything else, in ``_``-prefixed modules, is private):
 * :mod:`iwprobe.wire` -- the wire format v1 shared with the collector;
 * :mod:`iwprobe.sizes` -- response-size models (``websearch``);
 * :func:`fetch`, :class:`FetchResult` -- one measured fetch over a fresh connection;
+* :class:`ConnectionCapture`, :class:`Packet`, :func:`capture_status` -- one connection's
+  packets (``AF_PACKET``, root); :func:`infer`, :class:`Inference` -- the server's initial
+  window from them; :func:`census`, :class:`CensusResult` -- the IW of any HTTP(S) server;
 * :func:`read_tcp_info`, :func:`parse_tcp_info` -- ``TCP_INFO`` by the kernel's length;
 * :class:`Origin`, :class:`OriginConfig`, :class:`RoutePlan`, :func:`setup_routes` -- the origin;
 * :class:`Spool`, :class:`SpoolFull`, :class:`Uploader` -- the durable journal and its upload;
@@ -24,6 +27,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "fetch": "_fetch", "FetchResult": "_fetch",
+    "ConnectionCapture": "_capture", "Packet": "_capture", "capture_status": "_capture",
+    "infer": "_iwinfer", "Inference": "_iwinfer", "census": "_census", "CensusResult": "_census",
     "read_tcp_info": "_tcpinfo", "parse_tcp_info": "_tcpinfo",
     "Origin": "_origin", "OriginConfig": "_origin_config", "RoutePlan": "_routes", "setup_routes": "_routes",
     "Arm": "_arms", "parse_arms": "_arms",

@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
     run.add_argument("--tls-ca-file", help="verify HTTPS origins against this CA bundle (default: the system's)")
+    run.add_argument("--no-iw-inference", dest="infer_iw", action="store_false",
+                     help="do not capture each trial's packets to infer the server's IW (on by default when "
+                          "root; census campaigns need it)")
 
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
@@ -258,7 +261,8 @@ def _run(args: argparse.Namespace) -> int:
     agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
                        spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
                        calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout, trial_gap_s=args.trial_gap,
-                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns, tls_ca_file=args.tls_ca_file)
+                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns, tls_ca_file=args.tls_ca_file,
+                       infer_iw=args.infer_iw)
     return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
 
 

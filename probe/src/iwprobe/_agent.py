@@ -31,6 +31,8 @@ from typing import Any, Optional
 
 from . import __version__, sizes, wire
 from ._calibrate import DEFAULT_CALIBRATION_BYTES, calibrate
+from ._capture import capture_status
+from ._census import census, to_record
 from ._collector import CollectorClient, CollectorError, from_dict
 from ._echo import EchoFlow
 from ._fetch import client_context, fetch, object_url
@@ -149,7 +151,7 @@ class ProbeAgent:
                  heartbeat_s: float = 60.0, calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
                  trial_timeout_s: float = 60.0, trial_gap_s: float = 0.05, backoff_cap_s: float = 60.0,
                  rng: Optional[random.Random] = None, campaign_ids: Optional[Sequence[int]] = None,
-                 tls_ca_file: Optional[str] = None) -> None:
+                 tls_ca_file: Optional[str] = None, infer_iw: bool = True) -> None:
         self.directory = directory
         self.credentials = credentials
         self.client = credentials.client()
@@ -166,6 +168,12 @@ class ProbeAgent:
         self.rng = rng or random.Random()
         #: HTTPS targets are verified against the system's CAs or ``tls_ca_file`` (a lab root).
         self.tls_context = client_context(tls_ca_file)
+        #: Whether trials infer the server's IW from a capture (wire v5 ``client_iw``): asked
+        #: for and possible here (root); the heartbeat says which and why.
+        self.iw_capture = capture_status() if infer_iw else "off: --no-iw-inference"
+        self.infer_iw = self.iw_capture == "on"
+        if infer_iw and not self.infer_iw:
+            log.warning("no client-side IW inference: %s", self.iw_capture)
         self.started = time.monotonic()
         self.trials_measured = 0
         self._last_heartbeat = 0.0
@@ -175,7 +183,7 @@ class ProbeAgent:
     def _heartbeat_record(self) -> wire.Heartbeat:
         return wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
                               spool_bytes=self.spool.disk_bytes(), uptime_s=round(time.monotonic() - self.started, 3),
-                              trials_measured=self.trials_measured)
+                              trials_measured=self.trials_measured, iw_capture=self.iw_capture)
 
     def _due_heartbeat(self) -> Optional[wire.Heartbeat]:
         """The heartbeat an upload carries: one per ``heartbeat_s``, like the posted ones."""
@@ -228,6 +236,10 @@ class ProbeAgent:
 
     # -- rounds
     def _plan(self, campaign: wire.CampaignSchedule) -> list[list[Any]]:
+        if campaign.census_urls:
+            order = list(campaign.census_urls)
+            self.rng.shuffle(order)
+            return [[url] for url in order]
         if campaign.sizes:
             round_sizes = list(campaign.sizes)
         elif campaign.size_dist:
@@ -260,11 +272,14 @@ class ProbeAgent:
     def run_round(self, campaign: wire.CampaignSchedule, number: int, stop: threading.Event) -> None:
         state = self.spool.round_state(campaign.campaign_id)
         if number not in state:
-            if campaign.calibrate:
+            if campaign.calibrate and not campaign.census_urls:
                 self._calibrate(campaign)
             self.spool.start_round(campaign.campaign_id, number, self._plan(campaign))
             state = self.spool.round_state(campaign.campaign_id)
         plan, next_index, _, _ = state[number]
+        if campaign.census_urls:
+            self._run_census_round(campaign, number, plan, next_index, stop)
+            return
         if campaign.arrival_rate_per_s:
             self._run_offered_round(campaign, number, plan, stop)
             return
@@ -285,6 +300,26 @@ class ProbeAgent:
             return
         self.spool.finish_round(campaign.campaign_id, number)
         log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
+
+    def _run_census_round(self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]],
+                          next_index: int, stop: threading.Event) -> None:
+        """One census of every target of a census campaign (``iwprobe census`` each), in the
+        round's shuffled order; each record advances the round's progress as a trial does."""
+        if not self.infer_iw:
+            log.warning("campaign %d is a census and this probe cannot capture (%s): skipped",
+                        campaign.campaign_id, self.iw_capture)
+            self.spool.finish_round(campaign.campaign_id, number)
+            return
+        for index in range(next_index, len(plan)):
+            if stop.is_set():
+                return
+            answer = census(str(plan[index][0]), tls_context=self.tls_context, family=campaign.family,
+                            timeout_s=self.trial_timeout_s)
+            record = to_record(answer, self.credentials.id, campaign.campaign_id, number)
+            self._spool("census", record.census_id, wire.to_dict(record), (campaign.campaign_id, number, index + 1), stop)
+            log.info("census %s: %s %s", record.url, record.status, record.iw_segments)
+        self.spool.finish_round(campaign.campaign_id, number)
+        log.info("campaign %d census round %d done (%d targets)", campaign.campaign_id, number, len(plan))
 
     # -- interactive flow
     def _start_interactive(self, campaign: wire.CampaignSchedule) -> Optional[tuple[EchoFlow, wire.ScheduleTarget]]:
@@ -339,7 +374,7 @@ class ProbeAgent:
                timeout_s: float, arm: str = "", role: str = "", page_id: Optional[str] = None) -> wire.TrialRecord:
         trial_id = wire.new_id()
         result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s,
-                       tls_context=self.tls_context, family=campaign.family)
+                       tls_context=self.tls_context, family=campaign.family, infer_iw=self.infer_iw)
         record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
         record.arm, record.role, record.page_id = arm or str(iw), role, page_id
         return record
@@ -444,17 +479,22 @@ class ProbeAgent:
             self.trials_measured += 1
 
     def _store(self, record: wire.TrialRecord, round_key: Optional[tuple[int, int, int]], stop: threading.Event) -> None:
-        """Spool a trial; while the spool is full, upload and wait instead of dropping it."""
+        """Spool a trial (see :meth:`_spool`)."""
+        self._spool("trial", record.trial_id, wire.to_dict(record), round_key, stop)
+
+    def _spool(self, kind: str, record_id: str, body: dict[str, Any], round_key: Optional[tuple[int, int, int]],
+               stop: threading.Event) -> None:
+        """Spool a record; while the spool is full, upload and wait instead of dropping it."""
         attempt = 0
         while True:
             try:
-                self.spool.add("trial", record.trial_id, wire.to_dict(record), round_key)
+                self.spool.add(kind, record_id, body, round_key)
                 return
             except SpoolFull:
                 self.uploader.drain(deadline=time.monotonic() + 60, stop=stop)
                 if stop.wait(backoff_delay(attempt, 1.0, self.backoff_cap_s)):
                     # Shutting down with a full spool: the trial is lost, say so.
-                    log.error("shutting down with a full spool: trial %s not stored", record.trial_id)
+                    log.error("shutting down with a full spool: %s %s not stored", kind, record_id)
                     return
                 attempt += 1
 

@@ -146,6 +146,20 @@ def census(url: str, connections: int = DEFAULT_CONNECTIONS, range_bytes: Option
     return answer
 
 
+def to_record(result: CensusResult, probe_id: str, campaign_id: Optional[int], round_number: int) -> wire.CensusRecord:
+    """The census answer as the record a probe uploads (wire v5)."""
+    return wire.CensusRecord(
+        census_id=wire.new_id(), probe_id=probe_id, campaign_id=campaign_id, round=round_number, url=result.url,
+        measured_at=result.measured_at, status=result.status,
+        iw_segments=result.iw_segments if result.status != "undetermined" else None,
+        iw_bytes=result.iw_bytes if result.status != "undetermined" else None, mss=result.mss,
+        reason=result.reason[:wire.MAX_IW_REASON_CHARS], connections=result.connections,
+        connections_ok=result.connections_ok, announced_mss=result.announced_mss,
+        rtt_us=None if result.rtt_ms is None else int(result.rtt_ms * 1000), family=result.family,
+        tls_version=result.tls_version[:wire.MAX_TLS_VERSION_CHARS], http_status=result.http_status,
+        error_detail=result.error[:500] or None)
+
+
 def _better(candidate: CensusResult, kept: CensusResult) -> bool:
     """Whether a rung of the MSS ladder says more than the answer kept so far: ``ok`` over
     anything else, then the larger lower bound."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import wire
-from ._capture import CaptureUnavailable, ConnectionCapture
+from ._capture import CaptureUnavailable, ConnectionCapture, Packet
 from ._iwinfer import Inference, infer
 from ._tcpinfo import read_tcp_info
 
@@ -62,6 +62,8 @@ class FetchResult:
     #: None when not asked for or when the capture could not be opened (``iw_unavailable``).
     iw: Optional[Inference] = None
     iw_unavailable: str = ""
+    #: The connection's captured packets, both directions, in capture order (``infer_iw``).
+    packets: list[Packet] = field(default_factory=list)
 
     def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
                  round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
@@ -73,7 +75,8 @@ class FetchResult:
             http_status=self.http_status, error_kind=self.error_kind,
             error_detail=self.error_detail[:500] if self.error_detail else None,
             syn_retrans=self.syn_retrans, tcp_info=dict(self.tcp_info), tls_version=self.tls_version,
-            tls_handshake_us=self.tls_handshake_us, family=self.family)
+            tls_handshake_us=self.tls_handshake_us, family=self.family,
+            client_iw=None if self.iw is None else self.iw.to_wire())
 
 
 class _TrialError(Exception):
@@ -209,7 +212,8 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
             sock.close()
         if capture is not None:
             try:
-                result.iw = infer(capture.read(), rcv_mss=result.tcp_info.get("rcv_mss"), dropped=capture.dropped(),
+                result.packets = capture.read()
+                result.iw = infer(result.packets, rcv_mss=result.tcp_info.get("rcv_mss"), dropped=capture.dropped(),
                                   min_rtt_us=result.tcp_info.get("min_rtt"))
             finally:
                 capture.close()

@@ -19,18 +19,28 @@ server stopped because its window was used up, which the probe sees as:
   ``object_ended``: a lone short tail that Nagle held behind a short first segment, e.g. a
   TLS ServerHello written alone, would look like the window's edge);
 * the window was smaller than the probe's receive window (else ``receive_window``: a Linux
-  probe offers at most 64 KB in its first window, 45 segments of 1,448 bytes);
+  probe offers 64,256 bytes in its first window: 44 segments of 1,448 bytes);
 * the window had finished arriving well before the cutoff: a silent gap of at least
   ``GAP_RTT_FRACTION`` x RTT and ``GAP_SPACING_FACTOR`` x the window's largest segment
   spacing before the next data (else ``lower_bound``: serialising the window at the
   bottleneck took about a round trip or more, so released data may queue right behind it);
-* the data after the gap comes when an ACK could have released it, not much later (else
-  ``lower_bound``: the server paused, application-limited);
-* no loss, retransmission or reordering among the window's segments, and the handshake seen
-  (else ``undetermined``).
+* the data after the gap comes when an ACK could have released it, not much later, and no
+  more of it arrives within the next ``CUTOFF_RTT_FRACTION`` x RTT than the window's ACKs can
+  release: twice the window, slow start's most, or the window + 3 (BBR raises its window to 4
+  segments at the first ACK) (else ``lower_bound`` ``paused``: the server stopped writing, e.g.
+  a head written alone and the body most of an RTT later, and what followed was not
+  ACK-clocked);
+* no loss, retransmission or reordering among the window's segments, and the data after the
+  window starts where the window ended (else ``undetermined``: a window whose last segments
+  were lost looks complete and smaller), and the handshake seen (else ``undetermined``).
 
 Segments are counted as the sender sent them: a packet the probe's GRO merged is split by the
-sender's MSS (the largest single-segment payload, or ``TCP_INFO`` ``rcv_mss``).  Linux counts
+sender's MSS, ``TCP_INFO`` ``rcv_mss`` (the kernel's measure of it, GRO included).  Without it
+the largest payload is taken, unless a payload exceeds the MSS the probe's SYN announced (the
+sender may not: GRO merged it; then ``undetermined`` ``no_mss``); merged packets that still fit
+under the announced MSS cannot be told from segments, so callers on a GRO interface pass
+``rcv_mss`` (:func:`iwprobe._fetch.fetch` does).  The RTT is not sampled from a handshake whose
+SYN was retransmitted (Karn: the SYN-ACK may answer either SYN).  Linux counts
 its IW in packets (``initcwnd``), so a short first segment (an HTTP head written alone) counts
 as one.
 """
@@ -41,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from . import wire
 from ._capture import Packet
 
 #: Data released by the first ACK cannot arrive before this share of an RTT after it.
@@ -53,6 +64,9 @@ GAP_SPACING_FACTOR = 4.0
 #: released by ACKs: the server paused.
 PAUSE_RTT_FACTOR = 2.0
 PAUSE_SLACK_NS = 5_000_000
+#: Linux BBR's smallest congestion window (``bbr_cwnd_min_target``), set from the first ACK on:
+#: after an IW of 1 or 2 the next round can be 4 or 5 segments, more than slow start's double.
+BBR_MIN_CWND = 4
 
 STATUSES = ("ok", "lower_bound", "undetermined")
 
@@ -68,7 +82,8 @@ class Inference:
     #: The sender's segment payload size (bytes), as observed.
     mss: Optional[int] = None
     #: Why the status is not ``ok`` (a word: ``object_ended``, ``bottleneck``, ``paused``,
-    #: ``loss``, ``no_handshake``, ``no_data``, ``capture_dropped``, ``client_data``).
+    #: ``receive_window``, ``client_data``, ``loss``, ``no_handshake``, ``no_data``, ``no_rtt``,
+    #: ``no_mss``, ``capture_dropped``).
     reason: str = ""
     #: The RTT used (µs), the silence after the window and the window's arrival span (µs).
     rtt_us: Optional[int] = None
@@ -81,6 +96,13 @@ class Inference:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_wire(self) -> wire.ClientIw:
+        """The trial's ``client_iw`` (wire v5): no segment count when undetermined."""
+        counted = self.status != "undetermined"
+        return wire.ClientIw(status=self.status, segments=self.iw_segments if counted else None,
+                             bytes=self.iw_bytes if counted else None, mss=self.mss,
+                             reason=self.reason[:wire.MAX_IW_REASON_CHARS])
 
 
 def _segments(payload: int, mss: int) -> int:
@@ -105,13 +127,22 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
     if not data:
         result.reason = "no_data"
         return result
-    single = [p.payload for p in data if rcv_mss is None or p.payload <= rcv_mss]
-    mss = max([*single, *([rcv_mss] if rcv_mss else [])])
+    if rcv_mss:
+        mss = rcv_mss
+    elif syn.mss_option is not None and any(p.payload > syn.mss_option for p in data):
+        # Larger than the MSS the probe announced: GRO merged it, and no payload is known to be
+        # a single segment.
+        result.reason = "no_mss"
+        result.notes.append("GRO merged packets and TCP_INFO's rcv_mss is missing: the sender's MSS is unknown")
+        return result
+    else:
+        mss = max(p.payload for p in data)
     result.mss = mss
     first = data[0]
     # Round trip: the probe's own samples (outgoing stamps are not trusted, see _capture).
     samples = [value * 1000 for value in (min_rtt_us,) if value]
-    if syn.time_ns < syn_ack.time_ns:
+    syns = [p for p in packets if p.outgoing and p.syn and not p.has_ack]
+    if len(syns) == 1 and syn.time_ns < syn_ack.time_ns:
         samples.append(syn_ack.time_ns - syn.time_ns)
     if not samples:
         result.reason = "no_rtt"
@@ -150,6 +181,14 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
         return result
     following = later[0]
     result.gap_us = (following.time_ns - last.time_ns) // 1000
+    following_offset = (following.seq - server_isn - 1) % 2**32
+    if following_offset != expected:
+        # The window's tail was lost (the data its ACKs released came first) or it was
+        # retransmitted: the window's end is not known.
+        result.status, result.reason = "undetermined", "loss"
+        result.notes.append(f"the data after the window starts at offset {following_offset}, "
+                            f"the window ended at {expected}")
+        return result
     if 0 < (following.ack - last.ack) % 2**32 < 2**31:
         # The server had new data from the probe before it sent more: e.g. a TLS flight was
         # complete and the server waited for the client's Finished.
@@ -176,6 +215,18 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
     if following.time_ns > first.time_ns + PAUSE_RTT_FACTOR * rtt + PAUSE_SLACK_NS:
         result.reason = "paused"
         result.notes.append("the data after the window came later than ACKs could have released it")
+        return result
+    # Slow start (Reno, CUBIC, BBR alike) grows the window by one segment per segment ACKed, so
+    # the window's ACKs release at most twice it -- or, from BBR, whose window is at least
+    # BBR_MIN_CWND segments from the first ACK on, max(w + 1, 4) + (w - 1); the next round's
+    # ACKs' data cannot arrive before ``following`` + an RTT.  More in between: the window was
+    # not the congestion window's (the server had paused), only a lower bound.
+    next_round = sum(_segments(p.payload, mss) for p in later
+                     if p.time_ns < following.time_ns + int(CUTOFF_RTT_FRACTION * rtt))
+    if next_round > max(2 * result.iw_segments, result.iw_segments + BBR_MIN_CWND - 1):
+        result.reason = "paused"
+        result.notes.append(f"{next_round} segments followed the window of {result.iw_segments} within an RTT: "
+                            "more than its ACKs could release")
         return result
     result.status = "ok"
     return result

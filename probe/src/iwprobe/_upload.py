@@ -85,7 +85,7 @@ class Uploader:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return ("trial", "path_sample") if self.role == "probe" else ("observation",)
+        return ("trial", "path_sample", "census") if self.role == "probe" else ("observation",)
 
     def backlog(self) -> int:
         return self.spool.backlog(self.kinds)
@@ -141,6 +141,9 @@ class Uploader:
             envelope["probe_id"] = self.owner_id
             envelope["trials"] = [record for _, kind, record in rows if kind == "trial"]
             envelope["path_samples"] = [record for _, kind, record in rows if kind == "path_sample"]
+            census = [record for _, kind, record in rows if kind == "census"]
+            if census:  # wire v5; absent otherwise, so a collector of v4 still takes the batch
+                envelope["census"] = census
             if heartbeat is not None:
                 envelope["heartbeat"] = wire.to_dict(heartbeat)
         else:

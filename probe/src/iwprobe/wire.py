@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 4: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 5: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -50,13 +50,29 @@ from typing import Any, Optional
 #: ``tls_handshake_us`` and ``family``; an observation's ``tls_version``, ``tls_handshake_us``,
 #: ``tls_first_flight_bytes``, ``tls_flight_acked_us`` and ``family``.  All optional; absent,
 #: a record is plain HTTP over the family its address says.
-WIRE_VERSION = 4
+#: Version 5 (2026-11) adds the client-side IW inference and the census: a trial's
+#: ``client_iw`` (:class:`ClientIw`, the initial window the server used, inferred from the
+#: probe's own capture); a trial batch's ``census`` records (:class:`CensusRecord`, the IW of a
+#: server iwscope does not run); a campaign's ``census_urls`` (a census campaign); a
+#: heartbeat's ``iw_capture``.  All optional; absent, a record means what it meant in version 4.
+WIRE_VERSION = 5
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5)
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
 #: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
 MAX_TLS_VERSION_CHARS = 64
+#: Wire v5: what an IW inference says (:class:`ClientIw`, :class:`CensusRecord`): ``ok`` (the
+#: IW is ``segments``), ``lower_bound`` (it is at least that), ``undetermined``.
+IW_STATUSES = ("ok", "lower_bound", "undetermined")
+#: Longest ``reason`` word of an inference (``object_ended``, ``bottleneck``, ...).
+MAX_IW_REASON_CHARS = 32
+#: Largest IW (segments) an inference reports: a probe's first receive window holds at most
+#: 65,535 bytes, i.e. 744 segments of Linux's smallest MSS (88).
+MAX_IW_SEGMENTS = 1000
+#: Longest URL of a census target, and most targets one census campaign names.
+MAX_CENSUS_URL_CHARS = 2048
+MAX_CENSUS_URLS = 200
 
 # --------------------------------------------------------------------------------------
 # HTTP surface of the collector (all under API_PREFIX)
@@ -183,6 +199,25 @@ class EchoStats:
 
 
 @dataclass
+class ClientIw:
+    """Wire v5: the initial window the server used on a trial's connection, inferred on the
+    probe from the packets it captured (``iwprobe._iwinfer``): independent of the origin's own
+    ``TCP_INFO``, so a split-TCP proxy or a cache on the path shows up as a mismatch."""
+
+    #: One of :data:`IW_STATUSES`.
+    status: str
+    #: Segments the server sent before the first ACK could release more (``ok``: the IW;
+    #: ``lower_bound``: at least this); ``None``: undetermined.
+    segments: Optional[int]
+    #: Their payload bytes.
+    bytes: Optional[int]
+    #: The sender's segment size as observed (bytes).
+    mss: Optional[int]
+    #: Why the status is not ``ok`` (a word, :data:`MAX_IW_REASON_CHARS`); empty when ``ok``.
+    reason: str = ""
+
+
+@dataclass
 class TrialRecord:
     """One HTTP fetch of a sized object by a probe over a fresh TCP connection."""
 
@@ -240,6 +275,9 @@ class TrialRecord:
     tls_handshake_us: Optional[int] = None
     #: Wire v4: ``"ipv4"`` or ``"ipv6"``, the connection's IP version (:data:`FAMILIES`).
     family: str = ""
+    #: Wire v5: the server's IW as the probe's capture shows it; ``None``: not inferred (no
+    #: capture: the probe is not root, or the trial has no TCP connection).
+    client_iw: Optional[ClientIw] = None
 
 
 @dataclass
@@ -317,6 +355,49 @@ class PathSample:
     method: str
 
 
+@dataclass
+class CensusRecord:
+    """Wire v5: the initial window of one server iwscope does not run, as one probe measured
+    it (``iwprobe census``: a few fresh connections, each captured and inferred; the answer is
+    what they agree on)."""
+
+    #: Record UUID (idempotency key).
+    census_id: str
+    probe_id: str
+    #: The census campaign it belongs to; ``None``: measured ad hoc.
+    campaign_id: Optional[int]
+    #: Round number within the campaign (0-based).
+    round: int
+    #: The target, ``http(s)://host[:port]/path`` (:data:`MAX_CENSUS_URL_CHARS`).
+    url: str
+    #: Wall-clock UTC instant the census of this target started.
+    measured_at: str
+    #: One of :data:`IW_STATUSES`.
+    status: str
+    #: ``ok``: the IW in segments; ``lower_bound``: at least this; else ``None``.
+    iw_segments: Optional[int]
+    iw_bytes: Optional[int]
+    #: The server's segment size as observed (bytes).
+    mss: Optional[int]
+    #: Why not ``ok`` (a word); empty when ``ok``.
+    reason: str
+    #: Connections made, and how many of them determined the IW.
+    connections: int
+    connections_ok: int
+    #: The MSS the probe announced in its SYN for the answer kept (``None``: its interface's).
+    announced_mss: Optional[int]
+    #: The smallest handshake RTT seen, microseconds.
+    rtt_us: Optional[int]
+    #: ``"ipv4"`` / ``"ipv6"`` (:data:`FAMILIES`).
+    family: str
+    #: HTTPS: the TLS version negotiated; empty: plain HTTP.
+    tls_version: str
+    #: The last connection's HTTP status (206 for a range); ``None``: none arrived.
+    http_status: Optional[int]
+    #: What went wrong, if something did (at most 500 characters).
+    error_detail: Optional[str] = None
+
+
 # --------------------------------------------------------------------------------------
 # Envelopes and control messages
 # --------------------------------------------------------------------------------------
@@ -333,6 +414,9 @@ class Heartbeat:
     spool_bytes: int
     uptime_s: float
     trials_measured: int
+    #: Wire v5: whether the probe can capture packets for the IW inference: ``"on"``, or why
+    #: not (e.g. ``"off: not root"``); empty: not said.
+    iw_capture: str = ""
 
 
 @dataclass
@@ -349,6 +433,8 @@ class TrialBatch:
     #: Wire v3: the probe's heartbeat, folded into an upload it sends anyway (the collector
     #: records it as if posted to :data:`PROBE_HEARTBEAT_PATH`); ``None``: none.
     heartbeat: Optional[Heartbeat] = None
+    #: Wire v5: census records (the trials' and path samples' count limit covers them too).
+    census: list[CensusRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -486,6 +572,10 @@ class CampaignSchedule:
     #: target's ``host6`` (else resolves ``host`` to IPv6 only), ``ipv4`` resolves ``host`` to
     #: IPv4 only; empty: whatever ``host`` is.
     family: str = ""
+    #: Wire v5: a census campaign: every round runs the census of each of these URLs (servers
+    #: iwscope does not run) and uploads :class:`CensusRecord` s; ``targets``, ``arms`` and
+    #: ``sizes`` are then empty.  Empty: an ordinary campaign.
+    census_urls: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -587,7 +677,8 @@ __all__ = [
     "ARM_LABEL_PATTERN", "LEARNED_BASE_IW", "arm_label_iw", "is_plain_arm", "ERROR_KINDS", "TCP_INFO_FIELDS", "SIZE_DISTRIBUTIONS", "FLOW_ROLES", "FLOW_FRAGMENT_PREFIX",
     "FLOW_FRAGMENT_BACKGROUND", "FLOW_FRAGMENT_BACKGROUND_ALONE", "flow_role",
     "MAX_ECHO_SAMPLES", "MAX_ECHO_PACKET_BYTES", "MIN_ECHO_PACKET_BYTES", "ECHO_MAGIC",
-    "EchoStats", "TrialRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
+    "IW_STATUSES", "MAX_IW_REASON_CHARS", "MAX_IW_SEGMENTS", "MAX_CENSUS_URL_CHARS", "MAX_CENSUS_URLS",
+    "EchoStats", "ClientIw", "TrialRecord", "CensusRecord", "OriginObservation", "PathSample", "TrialBatch", "ObservationBatch",
     "UploadResult", "ArmPort", "ScheduleTarget", "CampaignSchedule", "Schedule",
     "EnrollRequest", "OriginEnrollRequest", "EnrollResponse", "Heartbeat",
     "SCHEMA_FILE", "load_schema", "utc_timestamp", "parse_timestamp", "new_id",

@@ -15,6 +15,7 @@ from iwscope.analysis.cost import (
     used_arms,
 )
 from iwscope.analysis.filters import Filters, Metric
+from iwscope.analysis.iwcheck import CensusDay, CensusTarget, IwAnswer, PathIwCheck, census_series, census_targets, iw_check
 from iwscope.analysis.offered_load import fairness
 from iwscope.analysis.queries import (
     compare_by,
@@ -46,6 +47,7 @@ from iwscope.analysis.tls import tls_by_flight
 
 __all__ = [
     "tls_by_flight",
+    "CensusDay", "CensusTarget", "IwAnswer", "PathIwCheck", "census_series", "census_targets", "iw_check",
     "CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "arm_order", "cost", "used_arms",
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",
     "LossBucket", "Metric", "PercentileTable", "ProbeRow", "RefreshResult", "RegionSummary", "compare_by", "compare_many",

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import pathlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from sqlalchemy import text
@@ -26,18 +24,16 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis import pathcopy
-from iwscope.analysis._types import FloatArray, IntArray
+from iwscope.analysis._types import IntArray
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.frames import (
     WEEK_DAYS,
     Frame,
-    PathFrame,
     load_buckets,
-    load_path_detail,
-    load_path_stats,
     load_probe_totals,
 )
-from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
+from iwscope.analysis.paired import PairedEstimate
+from iwscope.analysis.reads import Data, copy_or_postgresql, group_sum, histograms, paired_estimate, read
 from iwscope.analysis.results import (
     ArmPercentiles,
     ArmStats,
@@ -54,25 +50,9 @@ from iwscope.analysis.stats import (
     histogram_cdf,
     histogram_quantiles,
     mean_std_ms,
-    merge_pieces,
     quantile_difference_intervals,
     share,
-    sum_by,
 )
-from iwscope.config import get_settings
-from iwscope.metrics import ANALYSIS_PATH_READS
-
-# ---- grouping helpers ------------------------------------------------------------------------
-
-def _group_sum(values: FloatArray, groups: IntArray, n_groups: int) -> FloatArray:
-    if n_groups == 0:
-        return np.zeros(0)
-    return sum_by(groups, values, n_groups)[:n_groups]
-
-
-def _histograms(frame: Frame, groups: IntArray, n_groups: int) -> IntArray:
-    """Merged histograms per group (``groups`` has one entry per frame row; negative = ignored)."""
-    return merge_pieces(groups[frame.piece_row], frame.piece_lo, frame.piece_len, frame.blob, n_groups)
 
 
 def arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
@@ -83,8 +63,6 @@ def arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | N
     return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std, p25_ms=p25, p75_ms=p75)
 
 
-#: Size-octave slots per path in a cell key (octaves -1 .. 34 fit).
-_SIZE_SLOTS = 64
 #: Most paths whose own histograms a percentile interval reads; above it, a fixed pseudo-random
 #: subset of this many paths stands in (``_percentile_intervals``).
 PERCENTILE_DETAIL_PATHS = 200
@@ -95,92 +73,7 @@ PERCENTILE_DETAIL_BUDGET = 600
 PERCENTILE_MIN_DETAIL_PATHS = 100
 
 
-_T = TypeVar("_T")
-
-
-def _copy_or_postgresql(from_copy: Callable[[pathlib.Path], _T | None], from_postgresql: Callable[[], _T]) -> _T:
-    """A per-path read from the analysis copy when one is configured and usable (``pathcopy``),
-    else from PostgreSQL; ``iwscope_analysis_path_reads_total`` counts which answered."""
-    directory = get_settings().analysis_copy_dir
-    found = None if directory is None else from_copy(directory)
-    ANALYSIS_PATH_READS.labels("postgresql" if found is None else "copy").inc()
-    return from_postgresql() if found is None else found
-
-
-@dataclass
-class _Data:
-    """What one analysis call read: per-path paired sums (``paths``) and bucket rows (arm
-    statistics, histograms), and how to read per-path histograms of a few paths."""
-
-    session: Session
-    filters: Filters
-    paths: PathFrame
-    buckets: Frame
-
-    def path_histograms(self, path_codes: IntArray) -> Frame:
-        """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
-        ids = [self.paths.path_ids[int(code)] for code in path_codes]
-        arms = (self.filters.baseline_iw, self.filters.treatment_iw)
-        detail = _copy_or_postgresql(
-            lambda directory: pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids),
-            lambda: load_path_detail(self.session, self.filters, arms, ids))
-        code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
-        detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
-                                  dtype=np.int64, count=detail.size)
-        return detail
-
-
-def _read(session: Session, filters: Filters, all_arms: bool = False, by_size: bool = False) -> _Data:
-    """The per-path sums (from the analysis copy when configured and usable, see ``pathcopy``)
-    and the bucket rows of ``filters``, on the session's one connection (an API request holds
-    one database slot: one connection)."""
-    arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
-    paths = _copy_or_postgresql(lambda directory: pathcopy.load_path_stats(session, directory, filters, all_arms, by_size),
-                                lambda: load_path_stats(session, filters, all_arms, by_size))
-    return _Data(session, filters, paths, load_buckets(session, filters, arms))
-
-
-def _within_path_interval(data: _Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:
-    """The within-path interval of ``paths`` (fewer than MIN_CLUSTERS), from their cells'
-    histograms (only size octaves ``sizes`` when given)."""
-    detail = data.path_histograms(paths)
-    filters = data.filters
-    rows = (detail.arm == filters.baseline_iw) | (detail.arm == filters.treatment_iw)
-    if sizes is not None:
-        rows &= np.isin(detail.size_bucket, sizes)
-    is_treat = detail.arm == filters.treatment_iw
-    key = detail.path * _SIZE_SLOTS + (detail.size_bucket + 1)
-    cell_keys, cell = np.unique(key[rows], return_inverse=True)
-    k = cell_keys.size
-    n, sums_ms, treat = detail.n[rows], detail.sum_us[rows] / 1000.0, is_treat[rows]
-    slot = np.full(detail.size, -1, dtype=np.int64)
-    slot[rows] = cell * 2 + treat
-    hists = _histograms(detail, slot, 2 * k).reshape(k, 2, -1)
-    cells = Cells(path=cell_keys // _SIZE_SLOTS,
-                  n_base=sum_by(cell, n * ~treat, k),
-                  sum_base_ms=sum_by(cell, sums_ms * ~treat, k),
-                  n_treat=sum_by(cell, n * treat, k),
-                  sum_treat_ms=sum_by(cell, sums_ms * treat, k),
-                  hist_base=hists[:, 0], hist_treat=hists[:, 1])
-    return within_path_interval(cells)
-
-
-def _paired(data: _Data, rows: IntArray) -> PairedEstimate:
-    """The paired estimate of ``data.paths`` entries ``rows`` (summed per path)."""
-    frame = data.paths
-    codes, index = np.unique(frame.path[rows], return_inverse=True)
-    k = codes.size
-    n = sum_by(index, frame.n_pairs[rows], k)
-    keep = n > 0
-    stats = PathStats(path=codes[keep], n_pairs=n[keep],
-                      sum_diff_ms=sum_by(index, frame.sum_diff_ms[rows], k)[keep],
-                      sum_base_ms=sum_by(index, frame.sum_base_ms[rows], k)[keep])
-    sizes = frame.size_bucket[rows]
-    wanted_sizes = None if (sizes.size == 0 or (sizes == -2).all()) else np.unique(sizes)
-    return path_estimate(stats, lambda: _within_path_interval(data, stats.path, wanted_sizes))
-
-
-def _comparisons(data: _Data, groups: tuple[IntArray, IntArray], labels: list[bk.Bucket],
+def _comparisons(data: Data, groups: tuple[IntArray, IntArray], labels: list[bk.Bucket],
                  dimension: str) -> list[BucketComparison]:
     """One comparison per group that holds data in either arm (groups < 0 are dropped).
     ``groups`` = (group of each path-frame row, group of each bucket-frame row)."""
@@ -193,10 +86,10 @@ def _comparisons(data: _Data, groups: tuple[IntArray, IntArray], labels: list[bk
     cell = np.where(valid, bucket_groups * 2 + arm_slot, -1)
     cells = 2 * n_groups
     keep = cell >= 0
-    n = _group_sum(frame.n[keep], cell[keep], cells)
-    sums = _group_sum(frame.sum_us[keep], cell[keep], cells)
-    sumsq = _group_sum(frame.sumsq[keep], cell[keep], cells)
-    hists = _histograms(frame, cell, cells)
+    n = group_sum(frame.n[keep], cell[keep], cells)
+    sums = group_sum(frame.sum_us[keep], cell[keep], cells)
+    sumsq = group_sum(frame.sumsq[keep], cell[keep], cells)
+    hists = histograms(frame, cell, cells)
     path_valid = path_groups >= 0
     results: list[BucketComparison] = []
     for group, label in enumerate(labels):
@@ -205,7 +98,7 @@ def _comparisons(data: _Data, groups: tuple[IntArray, IntArray], labels: list[bk
             continue
         baseline = arm_stats(base_iw, n[b], sums[b], sumsq[b], hists[b])
         treatment = arm_stats(treat_iw, n[t], sums[t], sumsq[t], hists[t])
-        estimate = _paired(data, np.flatnonzero(path_valid & (path_groups == group)))
+        estimate = paired_estimate(data, np.flatnonzero(path_valid & (path_groups == group)))
         results.append(bucket_comparison(dimension, label, baseline, treatment, estimate))
     return results
 
@@ -231,7 +124,7 @@ _BUCKET_COLUMNS = {"rtt": ("rtt_bucket", bk.RTT_BUCKETS), "bandwidth": ("bandwid
                    "bdp": ("bdp_bucket", bk.BDP_BUCKETS), "loss": ("loss_bucket", bk.LOSS_BUCKETS)}
 
 
-def _dimension_groups(data: _Data, dimension: str) -> tuple[tuple[IntArray, IntArray], list[bk.Bucket]]:
+def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntArray], list[bk.Bucket]]:
     """Group index of every row of both frames and the bucket descriptions for ``dimension``."""
     frames = (data.paths, data.buckets)
     if dimension in _BUCKET_COLUMNS:
@@ -276,7 +169,7 @@ def compare_many(session: Session, filters: Filters, dimensions: Sequence[str]) 
     unknown = [dimension for dimension in dimensions if dimension not in bk.DIMENSIONS]
     if unknown:
         raise ValueError(f"unknown dimension {unknown[0]!r}; expected one of {', '.join(bk.DIMENSIONS)}")
-    data = _read(session, filters, by_size="size" in dimensions)
+    data = read(session, filters, by_size="size" in dimensions)
     return {dimension: _comparisons(data, *_dimension_groups(data, dimension), dimension)
             for dimension in dimensions}
 
@@ -302,7 +195,7 @@ def percentile_table(session: Session, filters: Filters,
     (+-1 %).  ``group_by="region"`` gives one table per region, else one table ``"all"``.
     """
     base_iw, treat_iw = filters.baseline_iw, filters.treatment_iw
-    data = _read(session, filters)
+    data = read(session, filters)
     frame = data.buckets
     if group_by == "region":
         (path_groups, groups), labels = _dimension_groups(data, "region")
@@ -313,11 +206,11 @@ def percentile_table(session: Session, filters: Filters,
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
     cells = 2 * len(names)
-    sums = {name: _group_sum(getattr(frame, name), cell, cells)
+    sums = {name: group_sum(getattr(frame, name), cell, cells)
             for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")}
-    hists = _histograms(frame, cell, cells)
+    hists = histograms(frame, cell, cells)
     group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
-    estimates = [_paired(data, rows) for rows in group_rows]
+    estimates = [paired_estimate(data, rows) for rows in group_rows]
     needing = sum(not estimate.too_small for estimate in estimates)
     limit = min(PERCENTILE_DETAIL_PATHS, max(PERCENTILE_MIN_DETAIL_PATHS, PERCENTILE_DETAIL_BUDGET // max(needing, 1)))
     detail_paths = [_detail_paths(data, rows, limit) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
@@ -367,7 +260,7 @@ def percentile_table(session: Session, filters: Filters,
     return tables
 
 
-def _detail_paths(data: _Data, rows: IntArray, limit: int) -> tuple[IntArray, int]:
+def _detail_paths(data: Data, rows: IntArray, limit: int) -> tuple[IntArray, int]:
     """The paths whose histograms a percentile interval of ``data.paths`` entries ``rows`` reads,
     and how many paths there are: all of them up to ``limit``, else a fixed pseudo-random subset
     of that many (``PathIds.order_keys``: the same paths every call)."""
@@ -378,7 +271,7 @@ def _detail_paths(data: _Data, rows: IntArray, limit: int) -> tuple[IntArray, in
     return np.sort(chosen), int(paths.size)
 
 
-def _percentile_intervals(data: _Data, detail: Frame, paths: IntArray, n_paths: int,
+def _percentile_intervals(data: Data, detail: Frame, paths: IntArray, n_paths: int,
                           full: dict[str, tuple[float | None, float | None]]) -> list[Interval | None]:
     """Intervals of the percentile improvements from the per-path histograms of ``paths``
     (``detail`` holds at least their rows).
@@ -394,7 +287,7 @@ def _percentile_intervals(data: _Data, detail: Frame, paths: IntArray, n_paths: 
     index = np.minimum(np.searchsorted(paths, detail.path), paths.size - 1)
     wanted = (paths[index] == detail.path) & ((detail.arm == treat_iw) | (detail.arm == data.filters.baseline_iw))
     slot = np.where(wanted, index * 2 + (detail.arm == treat_iw), -1)
-    hists = _histograms(detail, slot, 2 * paths.size).reshape(paths.size, 2, -1)
+    hists = histograms(detail, slot, 2 * paths.size).reshape(paths.size, 2, -1)
     intervals = quantile_difference_intervals(hists[:, 0], hists[:, 1], [q for _, q in _PERCENTILES])
     if scale == 1.0:
         return intervals
@@ -426,10 +319,10 @@ def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
     """Mean, median and standard deviation per IW present (Figure 2); arms filter ignored."""
     frame = load_buckets(session, filters, None)
     arms, groups = _per_arm(frame)
-    n = _group_sum(frame.n, groups, len(arms))
-    sums = _group_sum(frame.sum_us, groups, len(arms))
-    sumsq = _group_sum(frame.sumsq, groups, len(arms))
-    hists = _histograms(frame, groups, len(arms))
+    n = group_sum(frame.n, groups, len(arms))
+    sums = group_sum(frame.sum_us, groups, len(arms))
+    sumsq = group_sum(frame.sumsq, groups, len(arms))
+    hists = histograms(frame, groups, len(arms))
     return [arm_stats(iw, n[i], sums[i], sumsq[i], hists[i]) for i, iw in enumerate(arms) if n[i] > 0]
 
 
@@ -437,13 +330,13 @@ def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[floa
     """Per IW: ``(latency_ms, cumulative fraction)`` at each occupied histogram bin's upper edge."""
     frame = load_buckets(session, filters, None)
     arms, groups = _per_arm(frame)
-    hists = _histograms(frame, groups, len(arms))
+    hists = histograms(frame, groups, len(arms))
     return {iw: histogram_cdf(hists[i]) for i, iw in enumerate(arms) if hists[i].sum() > 0}
 
 
 def headline(session: Session, filters: Filters) -> Headline:
     """Totals over every arm matching the filters, and the overall treatment-vs-baseline result."""
-    data = _read(session, filters, all_arms=True)
+    data = read(session, filters, all_arms=True)
     frame = data.buckets
     bucket_groups = np.where((frame.arm == filters.baseline_iw) | (frame.arm == filters.treatment_iw), 0, -1)
     path_groups = np.zeros(data.paths.size, dtype=np.int64)
@@ -484,7 +377,7 @@ def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
 
 def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
     """Per path-loss bucket: the comparison and the retransmission rate of each arm."""
-    data = _read(session, filters)
+    data = read(session, filters)
     (path_groups, groups), labels = _dimension_groups(data, "loss")
     comparisons = _comparisons(data, (path_groups, groups), labels, "loss")
     frame = data.buckets
@@ -506,7 +399,7 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share
     (the totals from the analysis copy when configured and usable, see ``pathcopy``)."""
     today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
-    totals = _copy_or_postgresql(lambda directory: pathcopy.probe_totals(session, directory, today),
+    totals = copy_or_postgresql(lambda directory: pathcopy.probe_totals(session, directory, today),
                                  lambda: load_probe_totals(session, today))
     rows = session.execute(text("""
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,

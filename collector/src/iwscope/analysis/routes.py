@@ -22,7 +22,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from iwscope.analysis import offered_load, queries, raw, tls
+from iwscope.analysis import iwcheck, offered_load, queries, raw, tls
 from iwscope.analysis.cost import CostReport, cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
@@ -138,6 +138,46 @@ async def get_cost(filters: FiltersDep) -> dict[str, Any]:
     """Cost campaigns (phases) matching the filters: flows per role and arm, the interactive
     flow's delay and loss, and the A/B-vs-total interference estimates."""
     return await _run(cost, filters)
+
+
+class CensusTargetsOut(BaseModel):
+    """``GET /analysis/census``: per census target, the IW over all records and per region."""
+
+    data: list[iwcheck.CensusTarget]
+
+
+class CensusSeriesOut(BaseModel):
+    """``GET /analysis/census/series``: per census target and UTC day."""
+
+    data: list[iwcheck.CensusDay]
+
+
+class IwCheckOut(BaseModel):
+    """``GET /analysis/iw-check``: per probe and origin, the client-side inferences against the arms."""
+
+    data: list[iwcheck.PathIwCheck]
+
+
+@router.get("/census", response_model=CensusTargetsOut)
+async def get_census(filters: FiltersDep) -> dict[str, Any]:
+    """The IW of servers iwscope does not run, from census campaigns (``campaign``, ``since``,
+    ``until`` on the measurement time, ``region`` of the probes): the modal determined IW per
+    target with its share and 95 % interval, every value seen, "n too small" below 3 records."""
+    return await _run(iwcheck.census_targets, filters)
+
+
+@router.get("/census/series", response_model=CensusSeriesOut)
+async def get_census_series(filters: FiltersDep) -> dict[str, Any]:
+    """The census per target and UTC day (the "over time" view)."""
+    return await _run(iwcheck.census_series, filters)
+
+
+@router.get("/iw-check", response_model=IwCheckOut)
+async def get_iw_check(filters: FiltersDep) -> dict[str, Any]:
+    """Per probe and origin: the server IW each trial's probe inferred from its own capture
+    against the arm it asked for and the origin's own window (a split-TCP proxy or a cache on
+    the path disagrees while the origin had the arm)."""
+    return await _run(iwcheck.iw_check, filters)
 
 
 @router.get("/fleet")

@@ -17,7 +17,10 @@ from iwscope.wiretypes import FAMILY_KNOWN_SQL
 class Campaign(Base):
     __tablename__ = "campaigns"
     __table_args__ = (
-        CheckConstraint("(sizes IS NULL) <> (size_dist IS NULL)", name="sizes_xor_size_dist"),
+        # An ordinary campaign has exactly one of sizes and size_dist, a census campaign neither.
+        CheckConstraint("(census_urls IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
+                        "OR (census_urls IS NOT NULL AND sizes IS NULL AND size_dist IS NULL)",
+                        name="sizes_xor_size_dist"),
         CheckConstraint("ends_at IS NULL OR ends_at > starts_at", name="window"),
         CheckConstraint("arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0", name="arrival_rate_positive"),
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
@@ -64,6 +67,10 @@ class Campaign(Base):
     page_connections: Mapped[int | None] = mapped_column(Integer)
     #: The IP version to measure over (``ipv4``/``ipv6``, wire v4); NULL: whatever the origin's host is.
     family: Mapped[str | None] = mapped_column(Text)
+    #: A census campaign (``0012_client_iw_and_census``, wire v5): the URLs of servers iwscope
+    #: does not run whose IW each round measures; ``origin_ids`` and ``arms`` are then empty.
+    #: NULL: an ordinary campaign.
+    census_urls: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
 
 
 class CampaignProbeDone(Base):

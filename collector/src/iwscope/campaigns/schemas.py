@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iwprobe import wire
-from iwscope.wiretypes import NO_NUL, NamedFamily
+from iwscope.trials.census import target_host
+from iwscope.wiretypes import NO_NUL, CensusUrl, NamedFamily
 
 #: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
 ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
@@ -20,17 +21,26 @@ SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
 #: Longest time box of a campaign (30 days).
 MAX_DURATION_S = 30 * 86_400
 Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64), NO_NUL]], Field(min_length=1)]
+CensusUrls = Annotated[list[CensusUrl], Field(min_length=1, max_length=wire.MAX_CENSUS_URLS)]
+#: What an ordinary campaign needs and a census campaign must not have, and what only the
+#: measurement of iwscope's own origins uses (neither can a census campaign have).
+_MEASUREMENT_ONLY = ("sizes", "size_dist", "arrival_rate_per_s", "background_bytes", "background_iw",
+                     "target_ci_ms", "arm_shares", "interactive_interval_us", "interactive_packet_bytes",
+                     "page_connections")
 
 
 class CampaignIn(BaseModel):
-    """A new campaign: exactly one of ``sizes`` (fixed) and ``size_dist`` (named distribution)."""
+    """A new campaign.  Either an ordinary one -- ``origin_ids``, ``arms`` and exactly one of
+    ``sizes`` (fixed) and ``size_dist`` (named distribution) -- or a census campaign:
+    ``census_urls`` alone (servers iwscope does not run, whose IW every round infers), with
+    neither origins, arms, sizes nor the measurement options."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(min_length=1, max_length=200), NO_NUL]
-    origin_ids: Annotated[list[uuid.UUID], Field(min_length=1)]
+    origin_ids: list[uuid.UUID] = []
     probe_regions: Regions | None = None
-    arms: Arms
+    arms: Arms | None = None
     sizes: Sizes | None = None
     size_dist: SizeDist | None = None
     sizes_per_round: Annotated[int, Field(ge=1, le=1000)] = 1
@@ -65,11 +75,15 @@ class CampaignIn(BaseModel):
     #: their host to IPv6 only), ``ipv4`` resolves to IPv4 only; ``None``: whatever the host is.
     #: Probes before wire v4 are not given such a campaign.
     family: NamedFamily | None = None
+    #: A census campaign: every round infers the IW of each of these servers (absolute
+    #: ``http``/``https`` URLs of objects large enough to outlast a window, or servers that
+    #: answer ``Range``).  Only probes of wire v5 are given it.
+    census_urls: CensusUrls | None = None
 
     @property
     def arm_labels(self) -> list[str]:
-        """``arms`` as labels (``10``, ``10p``, ``learned``)."""
-        return [str(arm) for arm in self.arms]
+        """``arms`` as labels (``10``, ``10p``, ``learned``); empty for a census campaign."""
+        return [str(arm) for arm in self.arms or []]
 
     @property
     def arm_iws(self) -> list[int]:
@@ -82,6 +96,12 @@ class CampaignIn(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignIn:
+        if self.census_urls is not None:
+            return self._census_consistent()
+        if not self.origin_ids:
+            raise ValueError("origin_ids: an ordinary campaign needs at least one origin (or give census_urls)")
+        if not self.arms:
+            raise ValueError("arms: an ordinary campaign needs its arms (or give census_urls)")
         labels = self.arm_labels
         if len(set(labels)) != len(labels):
             raise ValueError("arms must not repeat")
@@ -96,6 +116,16 @@ class CampaignIn(BaseModel):
             raise ValueError("interactive_packet_bytes needs interactive_interval_us")
         if (self.sizes is None) == (self.size_dist is None):
             raise ValueError("give exactly one of sizes and size_dist")
+        self._check_window()
+        if self.target_ci_ms is not None and self.ends_at is None:
+            raise ValueError("target_ci_ms needs a time box: duration_s or ends_at")
+        if self.background_iw is not None and self.background_bytes is None:
+            raise ValueError("background_iw needs background_bytes")
+        if self.background_bytes is not None and self.background_iw is None and not self.plain_arms_only:
+            raise ValueError("a background flow next to paced or learned arms needs background_iw")
+        return self
+
+    def _check_window(self) -> None:
         if self.duration_s is not None and self.ends_at is not None:
             raise ValueError("give ends_at or duration_s, not both")
         if self.duration_s is not None:
@@ -103,14 +133,25 @@ class CampaignIn(BaseModel):
                 self.ends_at = self.starts_at + dt.timedelta(seconds=self.duration_s)
             except OverflowError:
                 raise ValueError("starts_at + duration_s is past the year 9999") from None
-        if self.target_ci_ms is not None and self.ends_at is None:
-            raise ValueError("target_ci_ms needs a time box: duration_s or ends_at")
         if self.ends_at is not None and self.ends_at <= self.starts_at:
             raise ValueError("ends_at must be after starts_at")
-        if self.background_iw is not None and self.background_bytes is None:
-            raise ValueError("background_iw needs background_bytes")
-        if self.background_bytes is not None and self.background_iw is None and not self.plain_arms_only:
-            raise ValueError("a background flow next to paced or learned arms needs background_iw")
+
+    def _census_consistent(self) -> CampaignIn:
+        """A census campaign names its targets and nothing of the origins' measurement."""
+        if self.origin_ids or self.arms:
+            raise ValueError("a census campaign (census_urls) has no origin_ids or arms")
+        given = [name for name in _MEASUREMENT_ONLY if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"a census campaign (census_urls) does not take {', '.join(given)}")
+        assert self.census_urls is not None
+        for url in self.census_urls:
+            if target_host(url) is None:
+                raise ValueError(f"census_urls: {url!r} is not an http(s) URL with a host")
+            if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+                raise ValueError(f"census_urls: {url!r} carries credentials; census targets are public servers")
+        if len(set(self.census_urls)) != len(self.census_urls):
+            raise ValueError("census_urls must not repeat")
+        self._check_window()
         return self
 
 
@@ -158,3 +199,4 @@ class CampaignOut(BaseModel):
     interactive_packet_bytes: int | None = None
     page_connections: int | None = None
     family: NamedFamily | None = None
+    census_urls: list[str] | None = None

@@ -41,6 +41,7 @@ class HeartbeatIn(BaseModel):
     spool_bytes: Annotated[int, Field(ge=0)]
     uptime_s: Annotated[float, Field(ge=0, strict=False)]
     trials_measured: Annotated[int, Field(ge=0)]
+    iw_capture: Annotated[str, Field(max_length=200), NO_NUL] = ""
 
 
 class ArmPortModel(BaseModel):
@@ -85,6 +86,7 @@ class CampaignScheduleOut(BaseModel):
     interactive_packet_bytes: int = 160
     page_connections: int | None = None
     family: Family = ""
+    census_urls: list[str] = []
 
 
 class ScheduleOut(BaseModel):

@@ -75,9 +75,26 @@ def needs_wire_v4(campaign: Campaign) -> bool:
     return bool(campaign.family)
 
 
+def needs_wire_v5(campaign: Campaign) -> bool:
+    """Whether a campaign is a census campaign (wire v5): earlier probes cannot run it."""
+    return campaign.census_urls is not None
+
+
 def _level(wire_version: int) -> int:
-    """Which prepared entry a probe of ``wire_version`` gets: 4 (current), 3, or 2 (before v3)."""
-    return 4 if wire_version >= 4 else 3 if wire_version == 3 else 2
+    """Which prepared entry a probe of ``wire_version`` gets: 5 (current), 4, 3, or 2 (before v3)."""
+    return min(5, wire_version) if wire_version >= 3 else 2
+
+
+def _entries(campaign: Campaign, origins: dict[uuid.UUID, Origin]) -> dict[int, CampaignScheduleOut | None]:
+    """The campaign's schedule entry per wire level (:func:`_level`), ``None`` where probes of
+    that level cannot run it; the entries below 5 never show ``census_urls``."""
+    entries: dict[int, CampaignScheduleOut | None] = {5: _entry(campaign, _targets(campaign, origins, 5))}
+    entries[4] = None if needs_wire_v5(campaign) else _entry(campaign, _targets(campaign, origins, 4))
+    entries[3] = None if entries[4] is None or needs_wire_v4(campaign) else _entry(
+        campaign, _targets(campaign, origins, 3))
+    entries[2] = None if entries[3] is None or needs_wire_v3(campaign) else _entry(
+        campaign, _targets(campaign, origins, 2))
+    return entries
 
 
 def needs_wire_v3(campaign: Campaign) -> bool:
@@ -95,9 +112,9 @@ class _ScheduledCampaign:
     starts_at: dt.datetime
     ends_at: dt.datetime | None
     probe_regions: frozenset[str] | None
-    #: The entry per wire level (:func:`_level`): 4 (current), 3 (no HTTPS origins, no chosen IP
-    #: version), 2 (also no echo port, no paced or learned listeners); ``None``: the campaign
-    #: is not shown to probes of that level.
+    #: The entry per wire level (:func:`_level`): 5 (current), 4 (no census campaigns), 3 (also
+    #: no HTTPS origins, no chosen IP version), 2 (also no echo port, no paced or learned
+    #: listeners); ``None``: the campaign is not shown to probes of that level.
     entries: dict[int, CampaignScheduleOut | None]
     #: Hash of each entry (the schedule's ETag combines them).
     digests: dict[int, bytes]
@@ -149,7 +166,8 @@ def _entry(campaign: Campaign, targets: list[ScheduleTargetOut]) -> CampaignSche
         arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
         interactive_interval_us=campaign.interactive_interval_us,
         interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
-        page_connections=campaign.page_connections, family=campaign.family or "")
+        page_connections=campaign.page_connections, family=campaign.family or "",
+        census_urls=list(campaign.census_urls or []))
 
 
 def _digest(entry: CampaignScheduleOut | None) -> bytes:
@@ -172,10 +190,7 @@ def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float)
         if campaigns else frozenset()
     prepared = []
     for campaign in campaigns:
-        entries: dict[int, CampaignScheduleOut | None] = {4: _entry(campaign, _targets(campaign, origins, 4))}
-        entries[3] = None if needs_wire_v4(campaign) else _entry(campaign, _targets(campaign, origins, 3))
-        entries[2] = None if needs_wire_v4(campaign) or needs_wire_v3(campaign) else _entry(
-            campaign, _targets(campaign, origins, 2))
+        entries = _entries(campaign, origins)
         prepared.append(_ScheduledCampaign(
             campaign_id=campaign.id, starts_at=campaign.starts_at, ends_at=campaign.ends_at,
             probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
@@ -197,7 +212,8 @@ def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_
     Probes that speak a wire version below 3 get neither campaigns needing it
     (:func:`needs_wire_v3`) nor the labels of paced and learned listeners (they pick a listener
     by IW, so a ``10p`` listener would pass for ``10``); below 4, neither HTTPS origins nor
-    campaigns over a chosen IP version (:func:`needs_wire_v4`).
+    campaigns over a chosen IP version (:func:`needs_wire_v4`); below 5, no census campaigns
+    (:func:`needs_wire_v5`).
     """
     horizon = now + dt.timedelta(seconds=poll_after_s)
     entries: list[CampaignScheduleOut] = []

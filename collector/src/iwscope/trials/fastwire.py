@@ -35,12 +35,15 @@ from iwprobe import wire
 from iwscope.trials.schemas import TrialBatchIn
 from iwscope.wiretypes import (
     BIGINT_MAX,
+    CENSUS_URL_PATTERN,
+    IW_REASON_PATTERN,
     NO_NUL_PATTERN,
     SIZE_MAX,
     US_MAX,
     UUID_PATTERN,
     ErrorKind,
     Family,
+    IwStatus,
     parse_rfc3339,
 )
 
@@ -69,6 +72,22 @@ class FastEcho(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     sent: Annotated[int, Meta(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     received: Annotated[int, Meta(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     rtt_us: Annotated[list[FastMicros | None], Meta(max_length=wire.MAX_ECHO_SAMPLES)]
+
+
+FastIwSegments = Annotated[int, Meta(ge=0, le=wire.MAX_IW_SEGMENTS)]
+FastIwBytes = Annotated[int, Meta(ge=0, le=16_777_216)]
+FastSegmentSize = Annotated[int, Meta(ge=1, le=65535)]
+FastIwReason = Annotated[str, Meta(max_length=wire.MAX_IW_REASON_CHARS, pattern=IW_REASON_PATTERN.removesuffix("$") + r"\Z")]
+
+
+class FastClientIw(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Mirror of :class:`iwscope.trials.schemas.ClientIwIn`."""
+
+    status: IwStatus
+    segments: FastIwSegments | None
+    bytes: FastIwBytes | None
+    mss: FastSegmentSize | None
+    reason: FastIwReason = ""
 
 
 class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -100,6 +119,7 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tls_version: Annotated[str, Meta(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)] = ""
     tls_handshake_us: FastMicros | None = None
     family: Family = ""
+    client_iw: FastClientIw | None = None
 
 
 class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -115,6 +135,31 @@ class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     method: Annotated[str, Meta(min_length=1, max_length=64, pattern=NO_NUL_PATTERN)]
 
 
+class FastCensus(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """Mirror of :class:`iwscope.trials.schemas.CensusRecordIn` (``measured_at`` still a string)."""
+
+    census_id: FastUUID
+    probe_id: FastUUID
+    campaign_id: Annotated[int, Meta(ge=1, le=BIGINT_MAX)] | None
+    round: Annotated[int, Meta(ge=0, le=1_000_000_000)]
+    url: Annotated[str, Meta(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS,
+                             pattern=CENSUS_URL_PATTERN.removesuffix("$") + r"\Z")]
+    measured_at: str
+    status: IwStatus
+    iw_segments: FastIwSegments | None
+    iw_bytes: FastIwBytes | None
+    mss: FastSegmentSize | None
+    reason: FastIwReason
+    connections: Annotated[int, Meta(ge=0, le=100)]
+    connections_ok: Annotated[int, Meta(ge=0, le=100)]
+    announced_mss: FastSegmentSize | None
+    rtt_us: FastMicros | None
+    family: Family
+    tls_version: Annotated[str, Meta(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
+    http_status: Annotated[int, Meta(ge=100, le=599)] | None
+    error_detail: Annotated[str, Meta(max_length=500, pattern=NO_NUL_PATTERN)] | None = None
+
+
 class FastHeartbeat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """Mirror of :class:`iwscope.probes.schemas.HeartbeatIn`."""
 
@@ -123,6 +168,7 @@ class FastHeartbeat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     spool_bytes: Annotated[int, Meta(ge=0)]
     uptime_s: Annotated[float, Meta(ge=0)]
     trials_measured: Annotated[int, Meta(ge=0)]
+    iw_capture: Annotated[str, Meta(max_length=200, pattern=NO_NUL_PATTERN)] = ""
 
 
 class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -137,6 +183,7 @@ class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     trials: Annotated[list[FastTrial], Meta(max_length=wire.MAX_BATCH_RECORDS)]
     path_samples: Annotated[list[FastPathSample], Meta(max_length=wire.MAX_BATCH_RECORDS)]
     heartbeat: FastHeartbeat | None = None
+    census: Annotated[list[FastCensus], Meta(max_length=wire.MAX_BATCH_RECORDS)] = []
 
 
 @dataclass(slots=True)
@@ -149,6 +196,8 @@ class FastTrialBatch:
     started_at: list[dt.datetime]
     #: ``measured_at`` of ``envelope.path_samples[i]``.
     measured_at: list[dt.datetime]
+    #: ``measured_at`` of ``envelope.census[i]``.
+    census_measured_at: list[dt.datetime]
 
     @property
     def batch_id(self) -> str:
@@ -166,6 +215,20 @@ class FastTrialBatch:
     def path_samples(self) -> list[FastPathSample]:
         return self.envelope.path_samples
 
+    @property
+    def census(self) -> list[FastCensus]:
+        return self.envelope.census
+
+
+def _parsed(envelope: FastTrialBatchEnvelope) -> FastTrialBatch:
+    """The batch with its timestamps parsed (raises ``ValueError`` for a bad one)."""
+    if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
+        raise ValueError("unknown wire_version")
+    return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
+                          started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
+                          measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples],
+                          census_measured_at=[parse_rfc3339(record.measured_at) for record in envelope.census])
+
 
 class FastDecodeRefused(ValueError):
     """The fast decoder refused the body; pydantic decides and names the errors."""
@@ -177,12 +240,7 @@ _DECODER = msgspec.json.Decoder(FastTrialBatchEnvelope)
 def decode_trial_batch(body: bytes | str) -> FastTrialBatch:
     """Decode and schema-check a ``TrialBatch`` body, or raise :class:`FastDecodeRefused`."""
     try:
-        envelope = _DECODER.decode(body)
-        if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
-            raise ValueError("unknown wire_version")
-        return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
-                              started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
-                              measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples])
+        return _parsed(_DECODER.decode(body))
     except (msgspec.DecodeError, ValueError) as refused:  # msgspec.ValidationError is a DecodeError
         raise FastDecodeRefused(str(refused)) from None
 
@@ -211,9 +269,6 @@ def from_reference(reference: TrialBatchIn) -> FastTrialBatch:
         record["started_at"] = trial.started_at.isoformat()
     for record, sample in zip(document["path_samples"], reference.path_samples, strict=True):
         record["measured_at"] = sample.measured_at.isoformat()
-    envelope = msgspec.convert(document, FastTrialBatchEnvelope, strict=True)
-    if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
-        raise ValueError("unknown wire_version")
-    return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
-                          started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
-                          measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples])
+    for record, census in zip(document["census"], reference.census, strict=True):
+        record["measured_at"] = census.measured_at.isoformat()
+    return _parsed(msgspec.convert(document, FastTrialBatchEnvelope, strict=True))

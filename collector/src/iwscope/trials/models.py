@@ -20,6 +20,9 @@ from iwscope.db import Base
 from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
 from iwscope.wiretypes import FAMILY_KNOWN_SQL
 
+#: The ``status`` check of client-side IW inferences (trials' ``client_iw_status``, census records).
+IW_STATUS_KNOWN_SQL = "IN (" + ", ".join(repr(status) for status in wire.IW_STATUSES) + ")"
+
 #: Client ``TCP_INFO`` fields stored as typed ``trials.tcpi_<name>`` columns.
 TRIAL_TCPI_COLUMNS = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in",
                       "rcv_space", "rcv_mss", "bytes_received")
@@ -98,6 +101,14 @@ class Trial(Base):
     tls_handshake_us: Mapped[BigInt | None]
     #: ``ipv4`` or ``ipv6`` (wire v4); NULL: not said.
     family: Mapped[Str | None]
+    #: Wire v5: the server's IW as the probe's own capture showed it (``wire.ClientIw``):
+    #: status (``ok`` / ``lower_bound`` / ``undetermined``), segments, bytes, the sender's
+    #: segment size, and why not ``ok``; all NULL: not inferred.
+    client_iw_status: Mapped[Str | None]
+    client_iw_segments: Mapped[int | None] = mapped_column(SmallInteger)
+    client_iw_bytes: Mapped[Int | None]
+    client_iw_mss: Mapped[Int | None]
+    client_iw_reason: Mapped[Str | None]
     received_at: Mapped[CreatedAt]
     # Filled by the join task from origin_observations:
     server_latency_us: Mapped[BigInt | None]
@@ -178,4 +189,41 @@ class PathSample(Base):
     bottleneck_bps: Mapped[BigInt | None]
     transfer_bytes: Mapped[BigInt]
     method: Mapped[Str]
+    received_at: Mapped[CreatedAt]
+
+
+class CensusRecord(Base):
+    """Wire v5: the IW of a server iwscope does not run, as one probe measured it in one round
+    of a census campaign (``wire.CensusRecord``); idempotent by ``census_id``."""
+
+    __tablename__ = "census_records"
+    __table_args__ = (
+        Index("ix_census_records_campaign_id_url", "campaign_id", "url"),
+        Index("ix_census_records_measured_at_brin", "measured_at", postgresql_using="brin"),
+        CheckConstraint(f"status {IW_STATUS_KNOWN_SQL}", name="status_known"),
+        CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
+    )
+
+    census_id: Mapped[UuidPk]
+    probe_id: Mapped[UuidCol]
+    campaign_id: Mapped[BigInt | None]
+    round: Mapped[Int]
+    #: The target URL as the campaign named it, and its host (lower case, no port).
+    url: Mapped[Str]
+    host: Mapped[Str]
+    measured_at: Mapped[dt.datetime]
+    status: Mapped[Str]
+    iw_segments: Mapped[int | None] = mapped_column(SmallInteger)
+    iw_bytes: Mapped[Int | None]
+    mss: Mapped[Int | None]
+    reason: Mapped[Str]
+    connections: Mapped[int] = mapped_column(SmallInteger)
+    connections_ok: Mapped[int] = mapped_column(SmallInteger)
+    announced_mss: Mapped[Int | None]
+    rtt_us: Mapped[BigInt | None]
+    #: ``ipv4`` / ``ipv6``; NULL: not said.
+    family: Mapped[Str | None]
+    tls_version: Mapped[Str | None]
+    http_status: Mapped[int | None] = mapped_column(SmallInteger)
+    error_detail: Mapped[Str | None]
     received_at: Mapped[CreatedAt]

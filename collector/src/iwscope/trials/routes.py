@@ -20,7 +20,7 @@ from iwscope.dbslots import run_db
 from iwscope.http import read_body_limited
 from iwscope.openapi import wire_component_ref
 from iwscope.streaming import stream_read
-from iwscope.trials import services
+from iwscope.trials import services, validation
 from iwscope.trials.schemas import UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
 from iwscope.worker_client import queue_join
@@ -36,7 +36,7 @@ _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _rejected(error: services.BatchRejected, kind: str, body_records: int) -> JSONResponse:
+def _rejected(error: validation.BatchRejected, kind: str, body_records: int) -> JSONResponse:
     services.count_rejected(kind, body_records)
     return JSONResponse(status_code=error.status_code, content={"detail": error.detail()})
 
@@ -52,9 +52,9 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
     body = await read_body_limited(request)
     probe_id = probe.id
     try:
-        batch = await run_in_threadpool(services.validate_trial_batch, body, probe_id)
+        batch = await run_in_threadpool(validation.validate_trial_batch, body, probe_id)
         result = await run_db(services.store_trial_batch, get_engine(), batch, probe_id)
-    except services.BatchRejected as error:
+    except validation.BatchRejected as error:
         return _rejected(error, "trial", max(1, len(error.errors)))
     # Only after the commit, and after the answer went out (the probe does not wait on the
     # broker): the worker gets IDs, never objects.
@@ -74,9 +74,9 @@ async def upload_observations(request: Request, origin: OriginDep) -> Any:
     body = await read_body_limited(request)
     origin_id = origin.id
     try:
-        batch = await run_in_threadpool(services.validate_observation_batch, body, origin_id)
+        batch = await run_in_threadpool(validation.validate_observation_batch, body, origin_id)
         result = await run_db(services.store_observation_batch, get_engine(), batch, origin_id)
-    except services.BatchRejected as error:
+    except validation.BatchRejected as error:
         return _rejected(error, "observation", max(1, len(error.errors)))
     if result.new_trial_ids:
         await run_in_threadpool(queue_join, result.new_trial_ids)

@@ -14,12 +14,18 @@ from iwscope.wiretypes import (
     ArmLabel,
     Bytes,
     CampaignId,
+    CensusUrl,
     ErrorKind,
     Family,
     FlowRole,
     Iw,
+    IwBytes,
+    IwReason,
+    IwSegments,
+    IwStatus,
     Micros,
     Port,
+    SegmentSize,
     TcpInfo,
     TlsVersion,
     WireTimestamp,
@@ -39,6 +45,18 @@ class EchoStatsIn(BaseModel):
     sent: Annotated[int, Field(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     received: Annotated[int, Field(ge=0, le=wire.MAX_ECHO_SAMPLES)]
     rtt_us: Annotated[list[Micros | None], Field(max_length=wire.MAX_ECHO_SAMPLES)]
+
+
+class ClientIwIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.ClientIw`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    status: IwStatus
+    segments: IwSegments | None
+    bytes: IwBytes | None
+    mss: SegmentSize | None
+    reason: IwReason = ""
 
 
 class TrialRecordIn(BaseModel):
@@ -72,6 +90,7 @@ class TrialRecordIn(BaseModel):
     tls_version: TlsVersion = ""
     tls_handshake_us: Micros | None = None
     family: Family = ""
+    client_iw: ClientIwIn | None = None
 
 
 class PathSampleIn(BaseModel):
@@ -89,6 +108,32 @@ class PathSampleIn(BaseModel):
     method: Annotated[str, Field(min_length=1, max_length=64), NO_NUL]
 
 
+class CensusRecordIn(BaseModel):
+    """Mirror of :class:`iwprobe.wire.CensusRecord`."""
+
+    model_config = WIRE_MODEL_CONFIG
+
+    census_id: WireUUID
+    probe_id: WireUUID
+    campaign_id: CampaignId | None
+    round: Annotated[int, Field(ge=0, le=1_000_000_000)]
+    url: CensusUrl
+    measured_at: WireTimestamp
+    status: IwStatus
+    iw_segments: IwSegments | None
+    iw_bytes: IwBytes | None
+    mss: SegmentSize | None
+    reason: IwReason
+    connections: Annotated[int, Field(ge=0, le=100)]
+    connections_ok: Annotated[int, Field(ge=0, le=100)]
+    announced_mss: SegmentSize | None
+    rtt_us: Micros | None
+    family: Family
+    tls_version: TlsVersion
+    http_status: Annotated[int, Field(ge=100, le=599)] | None
+    error_detail: Annotated[str, Field(max_length=500), NO_NUL] | None = None
+
+
 class TrialBatchIn(BaseModel):
     """Mirror of :class:`iwprobe.wire.TrialBatch`."""
 
@@ -101,6 +146,7 @@ class TrialBatchIn(BaseModel):
     trials: Annotated[list[TrialRecordIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
     path_samples: Annotated[list[PathSampleIn], Field(max_length=wire.MAX_BATCH_RECORDS)]
     heartbeat: HeartbeatIn | None = None
+    census: Annotated[list[CensusRecordIn], Field(max_length=wire.MAX_BATCH_RECORDS)] = []
 
 
 class OriginObservationIn(BaseModel):
@@ -155,7 +201,7 @@ class UploadResultOut(BaseModel):
 class RecordError(BaseModel):
     """One problem of one record of a refused batch."""
 
-    #: ``trials``, ``path_samples``, ``observations`` or ``batch`` (the envelope).
+    #: ``trials``, ``path_samples``, ``census``, ``observations`` or ``batch`` (the envelope).
     section: str
     #: Index of the record within its section (``None`` for the envelope).
     index: int | None

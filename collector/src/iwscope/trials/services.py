@@ -1,14 +1,16 @@
 """Batch ingest of trials, path samples and origin observations; the observation join.
 
 The fast path for a batch of trials: pydantic-core parses and validates the JSON body in one
-call (``model_validate_json``), semantic checks run over the typed records, then one
+call (``model_validate_json``), semantic checks run over the typed records
+(:mod:`iwscope.trials.validation`), then one
 set-based ``INSERT INTO trial_ids SELECT * FROM unnest(...) ON CONFLICT DO NOTHING
 RETURNING`` admits the UUIDs never seen before, and exactly those records go into ``trials``
 with psycopg 3 ``COPY``.  A replay (even with changed values) is counted as a duplicate and
 never overwrites.  Path samples and observations (keyed by their own UUID in unpartitioned
 tables) go through a per-connection temporary staging table and ``INSERT ... SELECT ... ON
-CONFLICT DO NOTHING``.  All of it is one transaction: a batch is stored completely or not at
-all.
+CONFLICT DO NOTHING``; census records (wire v5) go in with one ``INSERT ... SELECT FROM
+unnest(...)`` (:mod:`iwscope.trials.census`).  All of it is one transaction: a batch is stored
+completely or not at all.
 """
 
 from __future__ import annotations
@@ -26,36 +28,18 @@ import msgspec
 import orjson
 import psycopg
 from psycopg.types.json import Jsonb
-from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from iwprobe import wire
 from iwscope.metrics import RECORDS
 from iwscope.probes.services import heartbeat_values
-from iwscope.trials import fastwire
+from iwscope.trials import census, fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
 from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError
+from iwscope.trials.validation import BatchRejected
 from iwscope.types import utcnow
 
 log = logging.getLogger(__name__)
-
-#: Oldest instant a record may carry.
-EARLIEST_TIMESTAMP = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-#: How far in the future a record's timestamp may lie (clock skew allowance).
-MAX_FUTURE = dt.timedelta(days=1)
-
-
-class BatchRejected(Exception):
-    """A batch refused as a whole; ``status_code`` is 403, 413 or 422, nothing was stored."""
-
-    def __init__(self, status_code: int, message: str, errors: Sequence[RecordError] = ()) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.errors = list(errors)
-
-    def detail(self) -> dict[str, Any]:
-        return {"message": self.message, "errors": [error.model_dump() for error in self.errors]}
 
 
 @dataclass
@@ -68,163 +52,6 @@ class IngestResult:
 
 
 # --------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------
-
-_ID_FIELDS = {"trials": "trial_id", "path_samples": "sample_id", "observations": "trial_id"}
-
-
-def _record_ids(body: bytes) -> dict[str, list[Any]]:
-    """Best-effort UUIDs of the records of a body that failed validation (for error messages)."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return {}
-    if not isinstance(document, dict):
-        return {}
-    ids: dict[str, list[Any]] = {}
-    for section, id_field in _ID_FIELDS.items():
-        records = document.get(section)
-        if isinstance(records, list):
-            ids[section] = [record.get(id_field) if isinstance(record, dict) else None for record in records]
-    return ids
-
-
-def _errors_from_validation(error: ValidationError, body: bytes) -> BatchRejected:
-    ids = _record_ids(body)
-    record_errors: list[RecordError] = []
-    too_long = False
-    for item in error.errors(include_url=False, include_input=False):
-        loc = item["loc"]
-        if len(loc) >= 2 and loc[0] in _ID_FIELDS and isinstance(loc[1], int):
-            section, index = str(loc[0]), loc[1]
-            section_ids = ids.get(section, [])
-            record_id = section_ids[index] if index < len(section_ids) else None
-            record_errors.append(RecordError(
-                section=section, index=index,
-                record_id=record_id if isinstance(record_id, str) else None,
-                field=".".join(str(part) for part in loc[2:]) or "(record)", message=item["msg"]))
-        else:
-            if item["type"] == "too_long" and loc and loc[0] in _ID_FIELDS:
-                too_long = True
-            record_errors.append(RecordError(section="batch", index=None, record_id=None,
-                                             field=".".join(str(part) for part in loc) or "(body)",
-                                             message=item["msg"]))
-    if too_long:
-        return BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records", record_errors)
-    return BatchRejected(422, "invalid batch: nothing was stored", record_errors)
-
-
-def _check_instant(errors: list[RecordError], section: str, index: int, record_id: str, name: str,
-                   value: dt.datetime, latest: dt.datetime) -> None:
-    if value < EARLIEST_TIMESTAMP:
-        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
-                                  message="timestamp is before 2000-01-01"))
-    elif value > latest:
-        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
-                                  message="timestamp is more than a day in the future"))
-
-
-def _arm_matches_iw(label: str, iw: int) -> bool:
-    """An arm label names the IW it starts from (``10`` and ``10p``: 10; ``learned``: any)."""
-    return label in ("", "learned") or wire.arm_label_iw(label) == iw
-
-
-def _flow_field_errors(trials: Sequence[fastwire.FastTrial]) -> list[RecordError]:
-    """The wire-v3 fields of each trial agree with each other (checks the schema cannot state)."""
-    errors: list[RecordError] = []
-
-    def error(index: int, trial: fastwire.FastTrial, name: str, message: str) -> None:
-        errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field=name, message=message))
-
-    for index, trial in enumerate(trials):
-        if not (trial.arm or trial.role or trial.page_id or trial.echo):
-            continue  # a wire v1/v2 record (or a plain short flow): nothing to relate
-        if not _arm_matches_iw(trial.arm, trial.arm_iw):
-            error(index, trial, "arm", f"arm {trial.arm!r} does not start from arm_iw {trial.arm_iw}")
-        if (trial.role == "interactive") != (trial.echo is not None):
-            error(index, trial, "echo", "the interactive role and echo statistics go together")
-        if (trial.role == "page-load") != (trial.page_id is not None):
-            error(index, trial, "page_id", "the page-load role and a page_id go together")
-        if trial.echo is not None:
-            if len(trial.echo.rtt_us) != trial.echo.sent:
-                error(index, trial, "echo.rtt_us", "one entry per packet sent")
-            elif sum(rtt is not None for rtt in trial.echo.rtt_us) != trial.echo.received:
-                error(index, trial, "echo.received", "not the number of echoed packets in rtt_us")
-    return errors
-
-
-def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrialBatch:
-    """Parse and check a ``TrialBatch`` uploaded by ``probe_id``, or raise :class:`BatchRejected`.
-
-    The msgspec decoder (:mod:`iwscope.trials.fastwire`) accepts exactly what the pydantic
-    model accepts; when it refuses, pydantic runs on the body and names every bad record and
-    field.  A record whose ``probe_id`` is not the authenticated probe makes the whole batch
-    403 (the body names every such record): a credential may only act for its own probe.
-    """
-    try:
-        batch = fastwire.decode_or_refuse(body)
-    except ValidationError as error:
-        raise _errors_from_validation(error, body) from None
-    trials, samples = batch.trials, batch.path_samples
-    if len(trials) + len(samples) > wire.MAX_BATCH_RECORDS:
-        raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")
-    own = str(probe_id)
-    if batch.probe_id != own or any(trial.probe_id != own for trial in trials) or any(
-            sample.probe_id != own for sample in samples):
-        foreign: list[RecordError] = []
-        if batch.probe_id != own:
-            foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
-                                       message="not the probe of this credential"))
-        for index, trial in enumerate(trials):
-            if trial.probe_id != own:
-                foreign.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
-                                           field="probe_id", message="not the probe of this credential"))
-        for index, sample in enumerate(samples):
-            if sample.probe_id != own:
-                foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
-                                           field="probe_id", message="not the probe of this credential"))
-        raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
-    flow_errors = _flow_field_errors(trials)
-    if flow_errors:
-        raise BatchRejected(422, "invalid batch: nothing was stored", flow_errors)
-    latest = utcnow() + MAX_FUTURE
-    instants = batch.started_at + batch.measured_at
-    if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
-        errors: list[RecordError] = []
-        for index, (trial, started_at) in enumerate(zip(trials, batch.started_at, strict=True)):
-            _check_instant(errors, "trials", index, trial.trial_id, "started_at", started_at, latest)
-        for index, (sample, measured_at) in enumerate(zip(samples, batch.measured_at, strict=True)):
-            _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", measured_at, latest)
-        raise BatchRejected(422, "invalid batch: nothing was stored", errors)
-    return batch
-
-
-def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> ObservationBatchIn:
-    try:
-        batch = ObservationBatchIn.model_validate_json(body)
-    except ValidationError as error:
-        raise _errors_from_validation(error, body) from None
-    own = str(origin_id)
-    foreign = [RecordError(section="observations", index=index, record_id=record.trial_id, field="origin_id",
-                           message="not the origin of this credential")
-               for index, record in enumerate(batch.observations) if record.origin_id != own]
-    if batch.origin_id != own:
-        foreign.insert(0, RecordError(section="batch", index=None, record_id=batch.batch_id, field="origin_id",
-                                      message="not the origin of this credential"))
-    if foreign:
-        raise BatchRejected(403, "records of another origin: nothing was stored", foreign)
-    errors: list[RecordError] = []
-    latest = utcnow() + MAX_FUTURE
-    for index, observation in enumerate(batch.observations):
-        _check_instant(errors, "observations", index, observation.trial_id, "request_at",
-                       observation.request_at, latest)
-    if errors:
-        raise BatchRejected(422, "invalid batch: nothing was stored", errors)
-    return batch
-
-
-# --------------------------------------------------------------------------------------
 # Storage
 # --------------------------------------------------------------------------------------
 
@@ -232,7 +59,9 @@ TRIAL_WIRE_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "orig
                       "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received",
                       "http_status", "error_kind", "error_detail", "syn_retrans")
 TRIAL_STAGE_COLUMNS = (TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
-                       + ("tcp_info", "arm", "role", "page_id", "echo", "tls_version", "tls_handshake_us", "family"))
+                       + ("tcp_info", "arm", "role", "page_id", "echo", "tls_version", "tls_handshake_us", "family",
+                          "client_iw_status", "client_iw_segments", "client_iw_bytes", "client_iw_mss",
+                          "client_iw_reason"))
 SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
                   "transfer_bytes", "method")
 OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
@@ -284,6 +113,10 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
     tcp = trial.tcp_info
     get = tcp.get
     n = _NULL
+    iw = trial.client_iw
+    client_iw = (f"{n}\t{n}\t{n}\t{n}\t{n}" if iw is None else
+                 f"{iw.status}\t{n if iw.segments is None else iw.segments}\t{n if iw.bytes is None else iw.bytes}\t"
+                 f"{n if iw.mss is None else iw.mss}\t{iw.reason or n}")
     return (f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
             f"{n if trial.campaign_id is None else trial.campaign_id}\t"
             f"{n if trial.origin_id is None else trial.origin_id}\t{trial.round}\t{trial.arm_iw}\t"
@@ -299,7 +132,7 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
             f"{n if trial.page_id is None else trial.page_id}\t"
             f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}\t"
             f"{_copy_text(trial.tls_version or None)}\t{n if trial.tls_handshake_us is None else trial.tls_handshake_us}\t"
-            f"{trial.family or n}")
+            f"{trial.family or n}\t{client_iw}")
 
 
 #: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.
@@ -348,7 +181,8 @@ _KNOWN_ORIGINS: set[str] = set()
 
 def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) -> list[RecordError]:
     """Records that name a campaign or an origin the collector does not know."""
-    campaign_ids = {trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
+    campaign_ids = ({trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
+                    | {record.campaign_id for record in batch.census if record.campaign_id is not None})
     origin_ids = ({trial.origin_id for trial in batch.trials if trial.origin_id is not None}
                   | {sample.origin_id for sample in batch.path_samples})
     if campaign_ids - _KNOWN_CAMPAIGNS:
@@ -372,6 +206,10 @@ def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) 
         if sample.origin_id not in known_origins:
             errors.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
                                       field="origin_id", message="unknown origin"))
+    for index, record in enumerate(batch.census):
+        if record.campaign_id is not None and record.campaign_id not in known_campaigns:
+            errors.append(RecordError(section="census", index=index, record_id=record.census_id,
+                                      field="campaign_id", message="unknown campaign"))
     return errors
 
 
@@ -479,6 +317,7 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                       map(_sample_row, batch.path_samples, batch.measured_at))
                 cursor.execute(_INSERT_SAMPLES)
                 new_samples = cursor.rowcount  # rows inserted (conflicts are not counted)
+            new_census = census.store(cursor, batch.census, batch.census_measured_at)
         connection.commit()
         if batch.envelope.heartbeat is not None:
             _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))
@@ -489,13 +328,15 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
         raise
     finally:
         pooled.close()
-    total = len(batch.trials) + len(batch.path_samples)
-    result.accepted = len(result.new_trial_ids) + new_samples
+    total = len(batch.trials) + len(batch.path_samples) + len(batch.census)
+    result.accepted = len(result.new_trial_ids) + new_samples + new_census
     result.duplicates = total - result.accepted
     RECORDS.labels("trial", "accepted").inc(len(result.new_trial_ids))
     RECORDS.labels("trial", "duplicate").inc(len(batch.trials) - len(result.new_trial_ids))
     RECORDS.labels("path_sample", "accepted").inc(new_samples)
     RECORDS.labels("path_sample", "duplicate").inc(len(batch.path_samples) - new_samples)
+    RECORDS.labels("census", "accepted").inc(new_census)
+    RECORDS.labels("census", "duplicate").inc(len(batch.census) - new_census)
     return result
 
 

@@ -48,7 +48,13 @@ from iwscope.analysis.pathcopy._files import (
     database_identity,
     read_manifest,
 )
-from iwscope.analysis.pathcopy._read import load_path_detail, load_path_stats, probe_totals
+from iwscope.analysis.pathcopy._read import (
+    PreparedPathStats,
+    load_path_detail,
+    load_path_stats,
+    prepare_path_stats,
+    probe_totals,
+)
 from iwscope.analysis.pathcopy._write import UpdateResult, compact, update
 
 __all__ = [
@@ -61,11 +67,13 @@ __all__ = [
     "MEASURES",
     "REBASE_SHARE",
     "Manifest",
+    "PreparedPathStats",
     "UpdateResult",
     "compact",
     "database_identity",
     "load_path_detail",
     "load_path_stats",
+    "prepare_path_stats",
     "probe_totals",
     "read_manifest",
     "update",

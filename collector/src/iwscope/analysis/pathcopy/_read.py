@@ -232,9 +232,47 @@ def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> tup
     return name, region_names
 
 
+@dataclass
+class PreparedPathStats:
+    """A per-path read of the copy whose PostgreSQL part is done (the copy opened against the
+    roll-ups' watermarks, the lag rows read, the signatures' table current): :meth:`run` is
+    DuckDB alone, so it may run in another thread while the session's one connection reads
+    the bucket roll-ups; :meth:`frame` (on the session's thread) builds the result."""
+
+    opened: _Open
+    sql: str
+    lag: dict[str, Any] | None
+    region_names: list[str]
+
+    def run(self) -> dict[str, Any] | None:
+        """The query's columns, or ``None`` when a file cannot be read (read PostgreSQL)."""
+        cursor = _reader()
+        try:
+            if self.lag is not None:
+                cursor.register("lag", self.lag)
+            columns: dict[str, Any] = cursor.execute(self.sql).fetchnumpy()
+            return columns
+        except duckdb.Error as error:
+            log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", self.opened.directory, error)
+            return None
+        finally:
+            cursor.close()
+
+    def frame(self, session: Session, columns: dict[str, Any]) -> PathFrame:
+        return _path_frame(session, columns, self.region_names)
+
+
 def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
                     by_size: bool) -> PathFrame | None:
     """``frames.load_path_stats`` from the copy (``None``: read PostgreSQL, see the module)."""
+    prepared = prepare_path_stats(session, directory, filters, all_arms, by_size)
+    columns = None if prepared is None else prepared.run()
+    return None if prepared is None or columns is None else prepared.frame(session, columns)
+
+
+def prepare_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
+                       by_size: bool) -> PreparedPathStats | None:
+    """The PostgreSQL half of :func:`load_path_stats` (``None``: the copy cannot be used now)."""
     opened = _open(session, directory)
     if opened is None:
         return None
@@ -283,10 +321,12 @@ def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters,
             FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
             ORDER BY 1, 3"""
 
-    columns = _run(session, opened, query)
-    if columns is None:
-        return None
-    return _path_frame(session, columns, region_names)
+    cursor = _reader()
+    try:
+        sql = query(cursor)
+    finally:
+        cursor.close()
+    return PreparedPathStats(opened, sql, _lag_sums(session, opened) if opened.behind else None, region_names)
 
 
 def _path_frame(session: Session, columns: dict[str, Any], region_names: list[str]) -> PathFrame:
