@@ -7,7 +7,8 @@ Reads the running demo stack (``.run/stack.json``): for the newest ``demo`` camp
 bucket's pairs, paths and 95 % interval, and whether the lower bound is above zero. Then opens
 the Overview, Latency, Sizes and Fairness pages in headless Chromium and records how many
 data points each figure draws and the lowest latency any latency figure draws (whisker
-included). Prints a JSON report and writes it to ``--out``.
+included); compares the campaign's trials as Parquet with its CSV, cell by cell. Prints a JSON
+report and writes it to ``--out``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,21 @@ def pages(dashboard: str, campaign: int) -> dict[str, Any]:
     return report
 
 
+def parquet_vs_csv(api: str, campaign: int) -> dict[str, Any]:
+    """The campaign's trials as Parquet and as CSV from the API: rows and mismatching cells."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from iwscope.exports.columnar import csv_mismatches
+
+    with httpx.Client(base_url=api, timeout=600) as client:
+        table = pq.read_table(io.BytesIO(client.get(f"/api/v1/trials.parquet?campaign_id={campaign}").content))
+        mismatches = csv_mismatches(table, client.get(f"/api/v1/trials.csv?campaign_id={campaign}").text)
+    return {"rows": table.num_rows, "columns": table.num_columns, "mismatches": len(mismatches),
+            "first_mismatches": mismatches[:5]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--campaign", type=int, default=None)
@@ -110,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"campaign": campaign, "loadavg": os.getloadavg(),
               "rtt": compare(stack.local_api_url, campaign, "rtt"),
               "bandwidth": compare(stack.local_api_url, campaign, "bandwidth"),
-              "pages": pages(stack.dashboard_url, campaign)}
+              "pages": pages(stack.dashboard_url, campaign),
+              "parquet_vs_csv": parquet_vs_csv(stack.local_api_url, campaign)}
     rtt_from_50 = [row for row in report["rtt"] if (row["lower"] or 0) >= 50]
     bw_above_512k = [row for row in report["bandwidth"] if (row["lower"] or 0) >= 512e3]
     report["verdict"] = {

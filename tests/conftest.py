@@ -18,6 +18,7 @@ processes and ports) and ``testenv`` (where the services are, databases).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import pathlib
 import random
@@ -34,7 +35,8 @@ import pytest
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from testenv import server_redis_url, temporary_database
+from study_seed import SeededDatabase, seed_study
+from testenv import create_database, drop_database, server_redis_url, temporary_database
 from testkit import Enrolled, close_celery_client, enroll_origin, enroll_probe, free_port, stop_process
 
 from iwscope_lab.service_address import ensure as ensure_service_address
@@ -78,6 +80,30 @@ def db_session(db_engine: Engine) -> Iterator[Session]:
         if transaction.is_active:
             transaction.rollback()
         connection.close()
+
+
+@pytest.fixture(scope="session")
+def study_db(test_id: str) -> Iterator[SeededDatabase]:
+    """A database of its own holding the seeded study (``study_seed``), roll-ups refreshed as the
+    worker refreshes them: what the dashboard and the exports are checked on."""
+    from iwscope.analysis import refresh_rollups
+
+    name = f"iwscope_test_study_{test_id}"
+    url = create_database(name, migrated=True)
+    try:
+        engine = create_engine(url, poolclass=pool.NullPool)
+        try:
+            with Session(engine) as session:
+                summary = seed_study(session, dt.datetime.now(dt.UTC))
+                session.commit()
+            with Session(engine) as session:
+                refresh_rollups(session)
+                session.commit()
+        finally:
+            engine.dispose()
+        yield SeededDatabase(url, summary)
+    finally:
+        drop_database(name)
 
 
 @pytest.fixture(scope="session")

@@ -5,18 +5,23 @@ client-side inference of an ordinary campaign checked against the configured win
 
 from __future__ import annotations
 
+import datetime as dt
+import pathlib
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 from campaign_kit import path_hosts, query_rows, session_stack
 
+from iwscope.exports.bundle import verify
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.census import LabCensus, census_plan
 from iwscope_lab.demo import DemoResult, proof_lines
 from iwscope_lab.links import LinkSpec
+from iwscope_lab.reproduce import write_run_bundle
 from iwscope_lab.topology import Host, Topology
 
 #: Web host -> (server, initcwnd).
@@ -30,13 +35,14 @@ ROUNDS = 2
 def census(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     stack = session_stack(database_url, redis_url, _api_server_process, tmp_path_factory.mktemp("census"))
+    started = dt.datetime.now(dt.UTC)
     hosts = [Host(name, role="web", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
                   labels={"server": server, "iw": str(iw)}) for name, (server, iw) in WEBS.items()]
     hosts += [host for host in path_hosts(PROBES) if host.role == "probe"]
     with Topology(f"iwt{secrets.token_hex(3)}", hosts) as topology:
         result = LabCensus(topology, stack, census_plan("census-lab", rounds=ROUNDS)).run(timeout_s=240,
                                                                                            show_progress=False)
-    yield {"result": result, "stack": stack}
+    yield {"result": result, "stack": stack, "started": started}
     stack.close_sessions()
 
 
@@ -109,3 +115,18 @@ def test_the_demo_summary_reports_the_check_and_the_census(census: dict[str, Any
     assert set(by_host) == set(WEBS)
     for host, (server, iw) in WEBS.items():
         assert f"({server}, initcwnd {iw}): IW {iw} in 100% of 4 determined records" in by_host[host], by_host[host]
+
+
+def test_a_lab_run_leaves_a_bundle_of_its_campaigns(census: dict[str, Any], checked: dict[str, Any],
+                                                   tmp_path: pathlib.Path) -> None:
+    """What ``iwscope lab reproduce`` writes beside its report: every campaign made since the
+    run started, as Parquet, with the files the run wrote listed and hashed."""
+    (tmp_path / "summary.json").write_text("{}")
+    manifest = write_run_bundle(census["stack"], tmp_path, census["started"])
+    assert manifest is not None
+    assert manifest["campaign_ids"] == sorted([census["result"].campaign_id, checked["result"].campaign_id])
+    assert manifest["rows"]["census"] == len(PROBES) * ROUNDS * len(WEBS)
+    assert manifest["rows"]["trials"] == len(CHECK_PLAN.arms) * CHECK_PLAN.repetitions
+    assert "summary.json" in manifest["files"] and verify(tmp_path) == []
+    census_rows = pq.read_table(tmp_path / "data" / "census.parquet").to_pylist()
+    assert {(row["url"], row["iw_segments"]) for row in census_rows} == set(census["result"].targets.values())

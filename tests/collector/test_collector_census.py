@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from sqlalchemy import Engine, text
 from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_observation, make_trial, wait_for
@@ -155,6 +156,7 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
             + [census_record(asia.id, "https://b.example/big", campaign_id, iw_segments=32)])
     answer = client.get(f"/api/v1/analysis/census?campaign={campaign_id}")
     assert answer.status_code == 200, answer.text
+    validate_against_openapi(client, "/api/v1/analysis/census", answer.json())
     targets = {target["url"]: target for target in answer.json()["data"]}
     a, b = targets["https://a.example/big"]["overall"], targets["https://b.example/big"]["overall"]
     assert (a["iw_segments"], a["ok"], a["records"], a["values"]) == (10, 7, 7, {"10": 6, "16": 1})
@@ -196,6 +198,7 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
         return found if len(found) == 2 and joined else None
 
     found = wait_for(checks, what="both paths checked with the origin's windows joined")
+    validate_against_openapi(client, "/api/v1/analysis/iw-check", {"data": list(found.values())})
     suspect, fine = found[europe.id], found[asia.id]
     assert (suspect["agree"], suspect["disagree"], suspect["seen_instead"], suspect["suspect"]) == (4, 4, 10, True)
     assert suspect["by_arm"] == {"3": [4, 4], "10": [4, 0]}
@@ -203,12 +206,28 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
     assert fine["disagree_share"] == 0 and fine["disagree_ci_high"] > 0
 
 
-def test_analysis_routes_have_typed_openapi_schemas(client: httpx.Client) -> None:
+def test_every_json_read_route_has_a_typed_schema(client: httpx.Client) -> None:
+    """Every GET answering JSON under /api/v1 publishes a ``$ref`` schema (or an array of one):
+    OpenAPI clients and the docs show real fields (issue 19)."""
     document = client.get("/openapi.json").json()
-    for path, model in (("/api/v1/analysis/census", "CensusTargetsOut"),
-                        ("/api/v1/analysis/census/series", "CensusSeriesOut"),
-                        ("/api/v1/analysis/iw-check", "IwCheckOut")):
-        schema = document["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
-        assert schema == {"$ref": f"#/components/schemas/{model}"}
+    untyped = []
+    for path, operations in document["paths"].items():
+        answer = operations.get("get", {}).get("responses", {}).get("200", {}).get("content", {})
+        if not path.startswith("/api/v1/") or "application/json" not in answer:
+            continue
+        schema = answer["application/json"]["schema"]
+        if not ("$ref" in schema or "$ref" in schema.get("items", {})):
+            untyped.append(path)
+    assert untyped == []
+    analysis = [path for path in document["paths"] if path.startswith("/api/v1/analysis/") and
+                not path.endswith(".csv")]
+    assert len(analysis) >= 17
     fields = document["components"]["schemas"]["PathIwCheck"]["properties"]
     assert {"disagree_share", "disagree_ci_low", "suspect", "seen_instead"} <= set(fields)
+
+
+def validate_against_openapi(client: httpx.Client, path: str, answer: Any) -> None:
+    """``answer`` validates against the 200 schema ``path`` publishes (OpenAPI 3.1 = JSON Schema)."""
+    document = client.get("/openapi.json").json()
+    schema = document["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    jsonschema.Draft202012Validator({**schema, "components": document["components"]}).validate(answer)

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import pathlib
 import socket
@@ -23,10 +22,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from dashboard_seed import SeedSummary, seed_study
 from sqlalchemy import create_engine, pool
 from sqlalchemy.orm import Session
-from testenv import create_database, drop_database
+from study_seed import SeededDatabase
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -42,37 +40,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@dataclass(frozen=True)
-class SeededDatabase:
-    url: str
-    summary: SeedSummary
-
-
-def refresh_rollups_for_tests(session: Session) -> None:
-    """The analysis module's roll-up refresh, as the worker runs it."""
-    from iwscope.analysis import refresh_rollups
-
-    refresh_rollups(session)
-
-
 @pytest.fixture(scope="session")
-def dashboard_db(test_id: str) -> Iterator[SeededDatabase]:
-    name = f"iwscope_test_dash_{test_id}"
-    url = create_database(name, migrated=True)
-    try:
-        engine = create_engine(url, poolclass=pool.NullPool)
-        try:
-            with Session(engine) as session:
-                summary = seed_study(session, dt.datetime.now(dt.UTC))
-                session.commit()
-            with Session(engine) as session:
-                refresh_rollups_for_tests(session)
-                session.commit()
-        finally:
-            engine.dispose()
-        yield SeededDatabase(url, summary)
-    finally:
-        drop_database(name)
+def dashboard_db(study_db: SeededDatabase) -> SeededDatabase:
+    """The seeded study (tests/conftest.py ``study_db``) the dashboard's figures are checked on."""
+    return study_db
 
 
 @pytest.fixture(scope="session")

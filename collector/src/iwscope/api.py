@@ -26,6 +26,7 @@ from iwscope.auth.dependencies import start_credential_listener, stop_credential
 from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
+from iwscope.exports.routes import router as exports_router
 from iwscope.health import DRAINING
 from iwscope.health import router as health_router
 from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
@@ -102,7 +103,8 @@ def database_busy_response(retry_after_s: int) -> JSONResponse:
 def create_app() -> FastAPI:
     app = FastAPI(title="iwscope collector", version=__version__, lifespan=_lifespan,
                   description="Ingest and read API of iwscope (wire format v1, see iwprobe.wire).")
-    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router, analysis_router):
+    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router, exports_router,
+                   analysis_router):
         app.include_router(router)
     install_openapi(app)
 

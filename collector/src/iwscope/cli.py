@@ -7,13 +7,16 @@ Every command reads ``DATABASE_URL`` and ``REDIS_URL`` from the environment.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from importlib.metadata import entry_points
+from typing import Any
 
 import click
 
@@ -430,6 +433,83 @@ def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str | None, c
     except HTTPException as error:
         raise click.ClickException(str(error.detail)) from None
     click.echo(campaign_id)
+
+
+@campaigns.command("bundle")
+@click.argument("campaign_ids", nargs=-1, required=True, type=click.IntRange(min=1))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory of the bundle (data/*.parquet, campaigns.json, versions.json, manifest.json)")
+def campaigns_bundle(campaign_ids: tuple[int, ...], out_dir: str) -> None:
+    """Write a reproducibility bundle of these campaigns: their data as Parquet, their
+    configuration, the software versions (iwscope.exports.bundle)."""
+    import pathlib
+
+    from iwscope.db import session_scope
+    from iwscope.exports.bundle import BundleError, write_bundle
+
+    try:
+        with session_scope() as session:
+            manifest = write_bundle(session, list(campaign_ids), pathlib.Path(out_dir))
+    except BundleError as error:
+        raise click.BadParameter(str(error)) from None
+    for table, count in manifest["rows"].items():
+        click.echo(f"{table}\t{count}")
+    click.echo(f"bundle: {out_dir}")
+
+
+@main.command("export")
+@click.option("--format", "file_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="directory for the files")
+@click.option("--tables", default=None,
+              help="comma-separated (trials, observations, path_estimates, campaigns, census); default: every "
+                   "table the filters apply to")
+@click.option("--campaign", "campaign_id", type=click.IntRange(min=1), default=None)
+@click.option("--probe", "probe_id", type=click.UUID, default=None)
+@click.option("--origin", "origin_id", type=click.UUID, default=None)
+@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+              default=None, help="inclusive, UTC unless an offset is given")
+@click.option("--until", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+              default=None, help="inclusive, UTC unless an offset is given")
+def export(file_format: str, out_dir: str, tables: str | None, campaign_id: int | None, probe_id: uuid.UUID | None,
+           origin_id: uuid.UUID | None, since: dt.datetime | None, until: dt.datetime | None) -> None:
+    """Write tables of the database to DIR as <table>.parquet or <table>.csv (DATABASE_URL);
+    prints one line per file: rows (Parquet), bytes, path."""
+    from iwscope.db import session_scope
+    from iwscope.exports import columnar
+
+    filters = columnar.ExportFilters(campaign_id=campaign_id, probe_id=probe_id, origin_id=origin_id,
+                                     since=_utc(since), until=_utc(until))
+    names = [name.strip() for name in tables.split(",") if name.strip()] if tables else [
+        spec.name for spec in columnar.TABLES.values() if _applies(columnar, spec, filters)]
+    try:
+        specs = columnar.export_names(names)
+        for spec in specs:
+            columnar.select_sql(spec, filters)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    os.makedirs(out_dir, exist_ok=True)
+    for spec in specs:
+        path = os.path.join(out_dir, f"{spec.name}.{file_format}")
+        with session_scope() as session:
+            if file_format == "parquet":
+                rows: int | None = columnar.write_parquet(session, spec, filters, path)
+            else:
+                with open(path, "wb") as sink:
+                    columnar.write_csv(session, spec, filters, sink)
+                rows = None
+        click.echo(f"{spec.name}\t{'' if rows is None else rows}\t{os.path.getsize(path)}\t{path}")
+
+
+def _utc(moment: dt.datetime | None) -> dt.datetime | None:
+    return None if moment is None else moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _applies(columnar: Any, spec: Any, filters: Any) -> bool:
+    try:
+        columnar.select_sql(spec, filters)
+    except ValueError:
+        return False
+    return True
 
 
 def _load_plugins() -> None:

@@ -143,14 +143,17 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
             figure = lossy_figure(experiment)
         else:
             continue
-        sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False))
+        # a fixed div id (plotly's default is random): the same summary renders the same bytes
+        sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False,
+                                       div_id=f"iwscope-{key}"))
         first = False
     fairness_section = ""
     if summary.get("fairness"):
         from iwscope_lab.fairness_report import fairness_figure, fairness_table
 
         fairness_section = (fairness_figure(summary["fairness"]).to_html(
-            full_html=False, include_plotlyjs="inline" if first else False) + fairness_table(summary["fairness"]))
+            full_html=False, include_plotlyjs="inline" if first else False, div_id="iwscope-fairness")
+                            + fairness_table(summary["fairness"]))
         first = False
     if summary.get("cost"):
         from iwscope_lab.cost_report import cost_html

@@ -7,7 +7,12 @@ worker stored) and set beside the slow-start model (:mod:`iwscope_lab.model`); p
 differ from the model by more than 10 % are flagged, with a reason where one is known.
 
 Outputs: ``DIR/summary.json`` (machine-readable), ``DIR/report.html`` (self-contained,
-plotly figures) and ``DIR/report.md`` (the same numbers as Markdown tables).
+plotly figures) and ``DIR/report.md`` (the same numbers as Markdown tables), in a
+reproducibility bundle (``iwscope.exports.bundle``): ``DIR/data/*.parquet`` (every campaign the
+run made), ``campaigns.json``, ``versions.json``, ``experiments.json`` (the sweeps: each point's
+link and the plans), ``selftest.json`` (the emulator's self-test at the average data centre's
+path, run first) and ``manifest.json`` (bytes and SHA-256 of every file).
+``iwscope lab report DIR`` renders the same report from ``summary.json`` again, byte for byte.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sqlalchemy import text
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import explain_gap, predict
+from iwscope_lab.selftest import SelftestConfig, run_selftest
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
 
@@ -236,6 +242,11 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     """Run every experiment, then write ``summary.json``, ``report.html`` and ``report.md`` into ``out_dir``."""
     console = console or Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC)
+    console.print("emulator self-test (70 ms, 1.2 Mbit/s) ...")
+    (out_dir / "selftest.json").write_text(json.dumps(
+        run_selftest(SelftestConfig(duration_s=3.0 if quick else 5.0, handshakes=20 if quick else 50)),
+        indent=2, default=_json_default) + "\n")
     summary: dict[str, Any] = {"generated_at": dt.datetime.now(dt.UTC).isoformat(), "quick": quick,
                                "flag_threshold": FLAG_THRESHOLD, "client_initrwnd": CLIENT_INITRWND,
                                "metric": "server-side response latency (request read to last byte acknowledged)",
@@ -267,7 +278,27 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)
+    (out_dir / "experiments.json").write_text(json.dumps(
+        {experiment.key: {"title": experiment.title, "x": experiment.x_name,
+                          "points": [asdict(point) for point in experiment.points], "plan": asdict(experiment.plan)}
+         for experiment in experiments(quick) if not only or experiment.key in only}, indent=2) + "\n")
+    write_run_bundle(stack, out_dir, started)
     return summary
+
+
+def write_run_bundle(stack: Stack, out_dir: pathlib.Path, started: dt.datetime) -> dict[str, Any] | None:
+    """The bundle of every campaign created since ``started`` on ``stack`` (with the report,
+    summary, sweeps and self-test already in ``out_dir``); None when there is none."""
+    from iwscope.exports.bundle import write_bundle
+
+    with stack.session() as session:
+        campaign_ids = [int(row[0]) for row in session.execute(
+            text("SELECT id FROM campaigns WHERE created_at >= :started ORDER BY id"), {"started": started})]
+        if not campaign_ids:
+            return None
+        extra = [name for name in ("summary.json", "report.html", "report.md", "experiments.json", "selftest.json")
+                 if (out_dir / name).exists()]
+        return write_bundle(session, campaign_ids, out_dir, extra_files=extra)
 
 
 def _json_default(value: Any) -> Any:

@@ -20,10 +20,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
 
-from iwscope.analysis import iwcheck, offered_load, queries, raw, tls
-from iwscope.analysis.cost import CostReport, cost
+from iwscope.analysis import iwcheck, offered_load, queries, raw, schemas, tls
+from iwscope.analysis.cost import cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
 from iwscope.dbslots import run_db
@@ -70,95 +69,71 @@ async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
     return {"data": await run_db(_query, function, *args, read=True)}
 
 
-@router.get("/filters")
+@router.get("/filters", response_model=schemas.FiltersOut)
 def get_filters(filters: FiltersDep) -> dict[str, Any]:
     """The parsed filter state (what the other endpoints will use) and its canonical query."""
     return {"filters": jsonable_encoder(dataclasses.asdict(filters)), "query": filters.to_query()}
 
 
-@router.get("/compare")
+@router.get("/compare", response_model=schemas.ComparisonsOut)
 async def get_compare(filters: FiltersDep,
                 dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"] = "rtt") -> dict[str, Any]:
     """Treatment vs baseline per bucket of ``dimension`` (Figure 5 buckets for rtt/bandwidth/bdp)."""
     return await _run(queries.compare_by, filters, dimension)
 
 
-@router.get("/percentiles")
+@router.get("/percentiles", response_model=schemas.PercentilesOut)
 async def get_percentiles(filters: FiltersDep,
                     group_by: Literal["region", "none"] = "none") -> dict[str, Any]:
     """Percentile tables (avg, p50, p75, p90, p99) with retransmission rates, per region or overall."""
     return await _run(queries.percentile_table, filters, "region" if group_by == "region" else None)
 
 
-@router.get("/latency-vs-iw")
+@router.get("/latency-vs-iw", response_model=schemas.ArmStatsOut)
 async def get_latency_vs_iw(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.latency_vs_iw, filters)
 
 
-@router.get("/cdf")
+@router.get("/cdf", response_model=schemas.CdfOut)
 async def get_cdf(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.latency_cdf, filters)
 
 
-@router.get("/headline")
+@router.get("/headline", response_model=schemas.HeadlineOut)
 async def get_headline(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.headline, filters)
 
 
-@router.get("/regions")
+@router.get("/regions", response_model=schemas.RegionsOut)
 async def get_regions(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.region_summary, filters)
 
 
-@router.get("/loss")
+@router.get("/loss", response_model=schemas.LossOut)
 async def get_loss(filters: FiltersDep) -> dict[str, Any]:
     return await _run(queries.loss_summary, filters)
 
 
-@router.get("/tls")
+@router.get("/tls", response_model=schemas.ComparisonsOut)
 async def get_tls(filters: FiltersDep) -> dict[str, Any]:
     """TLS handshake time of the two arms per bucket of the server's first flight (bytes), with
     the paired improvement (``metric=client``: the probe's handshake; ``server``: the origin's)."""
     return await _run(tls.tls_by_flight, filters)
 
 
-@router.get("/fairness")
+@router.get("/fairness", response_model=schemas.FairnessOut)
 async def get_fairness(filters: FiltersDep) -> dict[str, Any]:
     return await _run(offered_load.fairness, filters)
 
 
-class CostOut(BaseModel):
-    """``GET /analysis/cost``: the cost report (see :mod:`iwscope.analysis.cost`)."""
-
-    data: CostReport
-
-
-@router.get("/cost", response_model=CostOut)
+@router.get("/cost", response_model=schemas.CostOut)
 async def get_cost(filters: FiltersDep) -> dict[str, Any]:
     """Cost campaigns (phases) matching the filters: flows per role and arm, the interactive
     flow's delay and loss, and the A/B-vs-total interference estimates."""
     return await _run(cost, filters)
 
 
-class CensusTargetsOut(BaseModel):
-    """``GET /analysis/census``: per census target, the IW over all records and per region."""
-
-    data: list[iwcheck.CensusTarget]
-
-
-class CensusSeriesOut(BaseModel):
-    """``GET /analysis/census/series``: per census target and UTC day."""
-
-    data: list[iwcheck.CensusDay]
-
-
-class IwCheckOut(BaseModel):
-    """``GET /analysis/iw-check``: per probe and origin, the client-side inferences against the arms."""
-
-    data: list[iwcheck.PathIwCheck]
-
-
-@router.get("/census", response_model=CensusTargetsOut)
+@router.get("/census", response_model=schemas.CensusTargetsOut)
 async def get_census(filters: FiltersDep) -> dict[str, Any]:
     """The IW of servers iwscope does not run, from census campaigns (``campaign``, ``since``,
     ``until`` on the measurement time, ``region`` of the probes): the modal determined IW per
@@ -166,13 +141,13 @@ async def get_census(filters: FiltersDep) -> dict[str, Any]:
     return await _run(iwcheck.census_targets, filters)
 
 
-@router.get("/census/series", response_model=CensusSeriesOut)
+@router.get("/census/series", response_model=schemas.CensusSeriesOut)
 async def get_census_series(filters: FiltersDep) -> dict[str, Any]:
     """The census per target and UTC day (the "over time" view)."""
     return await _run(iwcheck.census_series, filters)
 
 
-@router.get("/iw-check", response_model=IwCheckOut)
+@router.get("/iw-check", response_model=schemas.IwCheckOut)
 async def get_iw_check(filters: FiltersDep) -> dict[str, Any]:
     """Per probe and origin: the server IW each trial's probe inferred from its own capture
     against the arm it asked for and the origin's own window (a split-TCP proxy or a cache on
@@ -180,17 +155,17 @@ async def get_iw_check(filters: FiltersDep) -> dict[str, Any]:
     return await _run(iwcheck.iw_check, filters)
 
 
-@router.get("/fleet")
+@router.get("/fleet", response_model=schemas.FleetOut)
 async def get_fleet() -> dict[str, Any]:
     return await _run(queries.fleet)
 
 
-@router.get("/options")
+@router.get("/options", response_model=schemas.OptionsOut)
 async def get_options() -> dict[str, Any]:
     return await _run(queries.filter_options)
 
 
-@router.get("/trials", openapi_extra=_WINDOW_PARAMETERS)
+@router.get("/trials", response_model=schemas.TrialsPageOut, openapi_extra=_WINDOW_PARAMETERS)
 async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                      offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""

@@ -1,4 +1,5 @@
-"""A small, deterministic study for the dashboard tests, written through the collector's models.
+"""A small, deterministic study for the dashboard and export tests, written through the collector's
+models (``study_db`` in tests/conftest.py holds it in a database of its own).
 
 Eight probes in five regions measure one origin with arms IW3, IW10 and IW16 over three days,
 in two campaigns. Latency follows slow start: ``rounds(size, iw) * rtt + size / bandwidth``,
@@ -50,6 +51,14 @@ PATHS: tuple[PathSpec, ...] = (
     PathSpec("chicago-1", "north-america", "US", 70.0, 10.0, 0.005),
     PathSpec("mumbai-1", "asia", "IN", 110.0, 8.0, 0.008),
 )
+
+
+@dataclass(frozen=True)
+class SeededDatabase:
+    """The study's database (migrated, seeded, roll-ups refreshed) and what was seeded."""
+
+    url: str
+    summary: SeedSummary
 
 
 @dataclass(frozen=True)
