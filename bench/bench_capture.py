@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(*args.worker)
         return 0
 
-    from iwscope_lab.iwgrid import _wait_listening
-    from iwscope_lab.topology import Host, LinkSpec, Topology
+    from iwscope_lab.topology import Host, LinkSpec, Topology, stop_processes
 
     hosts = [Host("server", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=0.0)),
              Host("probe", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=args.rtt_ms))]
@@ -191,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "--directory", str(www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         workers: dict[str, subprocess.Popen[str]] = {}
         try:
-            _wait_listening(topo, address, [8080])
+            topo.wait_listening("server", address, [8080])
             url = f"http://{address}:8080/object"
             for mode in MODES:
                 workers[mode] = topo.popen("probe", [sys.executable, __file__, "--worker", mode, url],
@@ -211,13 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in MODES:
                 finals[mode] = _command(workers[mode], "quit")
         finally:
-            for process in [*workers.values(), server]:
-                if process.poll() is None:
-                    process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_processes([*workers.values(), server])
     load_after = os.getloadavg()
 
     per_mode: dict[str, dict[str, Any]] = {}

@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 
 from .campaign import CampaignError, CampaignPlan, LabCampaign, _utc_now
 from .hostspec import PlacedHost
+from .topology import stop_processes
 
 #: The census object each web host serves (bytes): it outlasts any window the census asks about.
 OBJECT_BYTES = 1_000_000
@@ -126,15 +127,12 @@ class LabCensus(LabCampaign):
         return f"http://{host.address}:{WEB_PORT}{OBJECT_PATH}"
 
     def _wait_serving(self, webs: list[PlacedHost], timeout_s: float = 60.0) -> None:
-        check = "import socket, sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()"
-        deadline = time.monotonic() + timeout_s
         for host in webs:
-            while self.topology.run(host.name, [sys.executable, "-c", check, host.address, str(WEB_PORT)],
-                                    capture_output=True).returncode != 0:
-                if self._webs[host.name].poll() is not None or time.monotonic() > deadline:
-                    raise CampaignError(f"the web server on {host.name} did not start; see "
-                                        f"{self._host_state_dir(host)}/web.log")
-                time.sleep(0.2)
+            try:
+                self.topology.wait_listening(host.name, host.address, [WEB_PORT], timeout_s, self._webs[host.name])
+            except TimeoutError:
+                raise CampaignError(f"the web server on {host.name} did not start; see "
+                                    f"{self._host_state_dir(host)}/web.log") from None
 
     def _records_per_probe(self) -> dict[str, int]:
         from iwscope.trials.models import CensusRecord
@@ -147,14 +145,7 @@ class LabCensus(LabCampaign):
 
     def close(self) -> None:
         super().close()
-        for process in self._webs.values():
-            if process.poll() is None:
-                process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self._webs.values())
 
 
 def census_plan(name: str = "census", rounds: int = 2, interval_s: float = 0.0) -> CampaignPlan:

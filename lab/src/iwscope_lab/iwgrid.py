@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .topology import Host, LinkSpec, Topology
+from .topology import Host, LinkSpec, Topology, stop_processes
 
 IWS = (1, 2, 3, 4, 10, 16, 32, 64)
 #: Path MSS (bytes) -> the locked route MTU that gives it.
@@ -137,32 +137,11 @@ def _servers(topo: Topology, work: Path, servers: Sequence[str]) -> Iterator[dic
             processes.append(topo.popen("server", command, stdout=logs, stderr=logs))
             scheme = "https" if server == "https" else "http"
             urls[server] = f"{scheme}://{address}:{port}/big"
-        _wait_listening(topo, address, [PORTS[server] for server in servers])
+        topo.wait_listening("server", address, [PORTS[server] for server in servers])
         yield urls
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes)
         logs.close()
-
-
-def _wait_listening(topo: Topology, address: str, ports: Sequence[int], timeout_s: float = 60.0) -> None:
-    """Until every port accepts a connection in the server's namespace (a TLS server imports
-    and loads its chain first: seconds on a loaded box)."""
-    probe = ("import socket, sys\nfor port in sys.argv[2:]:\n"
-             "    socket.create_connection((sys.argv[1], int(port)), 1).close()")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if topo.run("server", [sys.executable, "-c", probe, address, *map(str, ports)],
-                    capture_output=True).returncode == 0:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the grid's servers did not listen on {address} {list(ports)} within {timeout_s} s")
-        time.sleep(0.2)
 
 
 def _nginx_command(work: Path, address: str, port: int, www: Path) -> list[str]:

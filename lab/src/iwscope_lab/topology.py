@@ -40,6 +40,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -93,6 +94,21 @@ EMULATOR_READY_TIMEOUT_S = 5.0
 #: SCHED_FIFO priority of the emulators (0 = normal scheduling).  On a shared machine a
 #: normally scheduled emulator is descheduled for tens of milliseconds at a time.
 DEFAULT_EMULATOR_RT_PRIORITY = int(os.environ.get("IWSCOPE_LAB_RT_PRIORITY", "20"))
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[Any]], timeout_s: float = 10.0) -> None:
+    """SIGTERM every process (e.g. started with :meth:`Topology.popen`), wait up to
+    ``timeout_s`` for each, SIGKILL and reap what is left."""
+    processes = list(processes)
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class Topology:
@@ -232,6 +248,20 @@ class Topology:
         process = subprocess.Popen(self._exec_prefix(host) + list(cmd), **kwargs)
         self._children.append(process)
         return process
+
+    def wait_listening(self, host: str, address: str, ports: Sequence[int], timeout_s: float = 60.0,
+                       server: subprocess.Popen[Any] | None = None) -> None:
+        """Until every port of ``address`` accepts a connection from ``host``'s namespace (a
+        server imports, loads its keys: seconds on a loaded box); ``TimeoutError`` after
+        ``timeout_s``, or at once when ``server`` (its process) has exited."""
+        connect = ("import socket, sys\nfor port in sys.argv[2:]:\n"
+                   "    socket.create_connection((sys.argv[1], int(port)), 1).close()")
+        deadline = time.monotonic() + timeout_s
+        while self.run(host, [sys.executable, "-c", connect, address, *map(str, ports)],
+                       capture_output=True).returncode != 0:
+            if (server is not None and server.poll() is not None) or time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on {address} {list(ports)} (from {host})")
+            time.sleep(0.2)
 
     def set_link(self, host: str, spec: LinkSpec) -> None:
         """Change a host's link parameters live (queued packets keep their schedule)."""
