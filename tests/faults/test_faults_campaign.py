@@ -363,6 +363,13 @@ def test_fault_loses_and_duplicates_nothing(fault: Fault, services: Services,
             details["worker_unrecoverable_error"] = _unrecoverable_worker_error(services.stack, worker_log_at)
             # Joins were already awaited above; a killed origin can leave a trial that never gets one.
             result = campaign.finish(timeout_s=timeout_s, show_progress=False, join_timeout_s=5)
+            # ... for what was recorded before the repair: the rest of the campaign's observations
+            # must be joined too (a drain lost with the worker or Redis delays them: the mark
+            # expires in 10 s, the beat sweep joins every minute).
+            _, recorded_now = _measured(campaign)
+            deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+            while not _recovered(services.stack, campaign, set(), set(recorded_now)) and time.monotonic() < deadline:
+                time.sleep(0.5)
         finally:
             campaign.close()
             # A case must not leave a broken stack to the next one (the failure is reported below).

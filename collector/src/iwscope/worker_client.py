@@ -40,6 +40,11 @@ ANALYSIS_COPY_TASK = "iwscope.analysis.tasks.update_analysis_copy"
 ANALYSIS_COPY_QUEUED = "analysis-copy-queued"
 #: Lifetime of a "queued" mark: a task lost between queue and start blocks others at most this long.
 QUEUED_TTL_S = 60
+#: The same for the join drain: a drain lost with a killed worker or Redis would otherwise hold
+#: every join back until the mark expired (up to a minute, beside the beat sweep's minute); a
+#: short mark costs at most one spare drain message per 10 s while the worker is backlogged
+#: (drains are idempotent).
+JOIN_QUEUED_TTL_S = 10
 
 
 def queue_join(trial_ids: Sequence[str]) -> None:
@@ -63,7 +68,7 @@ def _request_join(trial_ids: Sequence[str]) -> None:
         # one round trip: append, and mark a drain as queued unless one is
         pipeline = _redis().pipeline(transaction=False)
         pipeline.rpush(key(JOIN_PENDING), entry)
-        pipeline.set(key(JOIN_DRAIN_QUEUED), "1", nx=True, ex=QUEUED_TTL_S)
+        pipeline.set(key(JOIN_DRAIN_QUEUED), "1", nx=True, ex=JOIN_QUEUED_TTL_S)
         _, newly_marked = pipeline.execute()
     except redis.RedisError:
         TASKS_NOT_SENT.labels(JOIN_DRAIN_TASK).inc()
@@ -75,7 +80,7 @@ def _request_join(trial_ids: Sequence[str]) -> None:
 
 def queue_join_drain() -> bool:
     """Queue one join drain unless one is queued and not yet started; True if this call did."""
-    return _queue_once(JOIN_DRAIN_TASK, key(JOIN_DRAIN_QUEUED), 0.0)
+    return _queue_once(JOIN_DRAIN_TASK, key(JOIN_DRAIN_QUEUED), 0.0, JOIN_QUEUED_TTL_S)
 
 
 def join_drain_started(max_batches: int) -> list[dict[str, list[object]]]:
@@ -122,10 +127,10 @@ def queue_rollup_refresh(countdown_s: float = ROLLUP_DELAY_S) -> bool:
     return _queue_once(ROLLUP_TASK, key(ROLLUP_QUEUED), countdown_s)
 
 
-def _queue_once(task: str, queued_key: str, countdown_s: float) -> bool:
+def _queue_once(task: str, queued_key: str, countdown_s: float, ttl_s: int = QUEUED_TTL_S) -> bool:
     """Send ``task`` unless ``queued_key`` says one is queued and not started; True if sent."""
     try:
-        if not _redis().set(queued_key, "1", nx=True, ex=QUEUED_TTL_S + int(countdown_s)):
+        if not _redis().set(queued_key, "1", nx=True, ex=ttl_s + int(countdown_s)):
             return False
     except redis.RedisError:
         TASKS_NOT_SENT.labels(task).inc()
