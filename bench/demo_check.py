@@ -5,7 +5,7 @@
 Reads the running demo stack (``.run/stack.json``): for the newest ``demo`` campaign (or
 ``--campaign``), ``GET /api/v1/analysis/compare`` by RTT and bandwidth (IW10 vs IW3): every
 bucket's pairs, paths and 95 % interval, and whether the lower bound is above zero. Then opens
-the Overview, Latency, Sizes and Fairness pages in headless Chromium and records how many
+the Overview, Latency, Sizes, Cost and IW-in-the-wild pages in headless Chromium and records how many
 data points each figure draws and the lowest latency any latency figure draws (whisker
 included); compares the campaign's trials as Parquet with its CSV, cell by cell. Prints a JSON
 report and writes it to ``--out``.
@@ -33,7 +33,8 @@ PAGES: dict[str, tuple[str, ...]] = {
     "/": ("overview-rtt-graph", "overview-bandwidth-graph", "overview-bdp-graph"),
     "/latency": ("*latency-iw-graph", "latency-cdf-graph"),
     "/sizes": ("sizes-improvement-graph", "*sizes-means-graph"),
-    "/fairness": ("fairness-graph",),
+    "/cost": ("cost-bulk-graph",),
+    "/wild": ("wild-census-graph",),
 }
 TRACES_JS = """
 (id) => {
@@ -69,7 +70,7 @@ def pages(dashboard: str, campaign: int) -> dict[str, Any]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         for path, graphs in PAGES.items():
-            query = "" if path == "/fairness" else f"?campaign={campaign}"
+            query = "" if path in ("/cost", "/wild") else f"?campaign={campaign}"  # their own campaigns
             page.goto(dashboard.rstrip("/") + path + query)
             for graph in graphs:
                 latency, graph_id = graph.startswith("*"), graph.lstrip("*")
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "rtt_buckets_from_50ms_with_clear_gain": sum(row["clear_gain"] for row in rtt_from_50),
         "bandwidth_buckets_above_512k": len(bw_above_512k),
         "bandwidth_buckets_above_512k_with_clear_gain": sum(row["clear_gain"] for row in bw_above_512k),
-        "fairness_points": report["pages"].get("/fairness fairness-graph", {}).get("points", 0),
+        "cost_bulk_points": report["pages"].get("/cost cost-bulk-graph", {}).get("points", 0),
+        "census_points": report["pages"].get("/wild wild-census-graph", {}).get("points", 0),
         "lowest_drawn_latency_ms": min((entry["lowest_drawn_ms"] for entry in report["pages"].values()
                                         if entry.get("lowest_drawn_ms") is not None), default=None),
     }

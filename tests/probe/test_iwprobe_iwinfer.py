@@ -165,6 +165,20 @@ def test_a_bottleneck_that_serialises_the_window_over_an_rtt_gives_a_lower_bound
     assert result.span_us == 7 * 6_000
 
 
+def test_a_modem_serialising_the_next_packet_is_not_a_windows_edge() -> None:
+    """56 kbit/s (207 ms per 1,448-byte packet), RTT 150 ms from the small SYN packets: the
+    origin's HTTP head arrives alone, the first body segment a serialisation later. The silence
+    is the bottleneck's, not the end of a window of 1 (seen in the demo: 'ok 1' on the modem
+    paths, a false proxy verdict)."""
+    rtt_ns, per_packet = 150_000_000, 207_000_000
+    connection = Connection()
+    first = connection.handshake(rtt_ns=rtt_ns) + rtt_ns
+    connection.segment(first, 200)   # the head, written alone
+    connection.flight(first + per_packet, 9, spacing_ns=per_packet)
+    result = infer(connection.packets, rcv_mss=MSS, min_rtt_us=rtt_ns // 1000)
+    assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 1, "bottleneck")
+
+
 def test_a_window_paced_over_a_third_of_an_rtt_is_still_exact() -> None:
     """A BBR server paces its first flight at 2.89 x IW / RTT (~0.35 RTT): still ok."""
     connection = Connection()

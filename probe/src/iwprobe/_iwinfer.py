@@ -60,6 +60,10 @@ CUTOFF_RTT_FRACTION = 0.75
 GAP_RTT_FRACTION = 0.2
 #: ... and as a multiple of the largest spacing between the window's own packets.
 GAP_SPACING_FACTOR = 4.0
+#: ... and as a multiple of the time the bottleneck takes to serialise the packet after it
+#: (its bytes at the rate the data after the window arrives): on a modem a short head written
+#: alone is followed by ~200 ms of one full packet's serialisation, which is no window's edge.
+GAP_SERIALISATION_FACTOR = 2.0
 #: Data after the gap later than this many RTTs after the first ACK (plus the slack) was not
 #: released by ACKs: the server paused.
 PAUSE_RTT_FACTOR = 2.0
@@ -207,7 +211,9 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
                             "a smaller announced MSS fits more segments in it")
         return result
     spacing = max((b.time_ns - a.time_ns for a, b in zip(window, window[1:])), default=0)
-    if following.time_ns - last.time_ns < max(GAP_RTT_FRACTION * rtt, GAP_SPACING_FACTOR * spacing):
+    serialising = _serialisation_ns(later, following, mss)
+    if following.time_ns - last.time_ns < max(GAP_RTT_FRACTION * rtt, GAP_SPACING_FACTOR * spacing,
+                                              GAP_SERIALISATION_FACTOR * serialising):
         result.reason = "bottleneck"
         result.notes.append("the window was still arriving when released data could; a slower bottleneck "
                             "than window / RTT")
@@ -230,6 +236,17 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
         return result
     result.status = "ok"
     return result
+
+
+def _serialisation_ns(later: Sequence[Packet], following: Packet, mss: int) -> float:
+    """How long the path's bottleneck takes to deliver ``following``: its segments times the
+    median arrival spacing per segment of the data after the window (back to back behind the
+    bottleneck, that spacing is its per-segment serialisation); 0 when there are too few."""
+    per_segment = sorted((b.time_ns - a.time_ns) / _segments(b.payload, mss)
+                         for a, b in zip(later, later[1:]) if b.time_ns > a.time_ns)
+    if len(per_segment) < 2:
+        return 0.0
+    return per_segment[len(per_segment) // 2] * _segments(following.payload, mss)
 
 
 def _receive_window(packets: Sequence[Packet], syn: Packet, first: Packet) -> Optional[int]:
