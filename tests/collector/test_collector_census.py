@@ -183,12 +183,15 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
             "reason": "" if status == "ok" else "object_ended"})
 
     proxied = [trial(europe, 3, 10) for _ in range(4)] + [trial(europe, 10, 10) for _ in range(4)]
-    clean = [trial(asia, 3, 3) for _ in range(3)] + [trial(asia, 10, 10), trial(asia, 10, 6, "lower_bound")]
+    # ... the last: the origin's SYN-ACK was retransmitted, so it started from 1 (and the probe saw 1)
+    clean = [trial(asia, 3, 3) for _ in range(3)] + [trial(asia, 10, 10), trial(asia, 10, 6, "lower_bound"),
+                                                     trial(asia, 16, 1)]
     _upload(client, europe, proxied, [])
     _upload(client, asia, clean, [])
     observations = {"wire_version": 5, "batch_id": wire.new_id(), "origin_id": origin.id,
                     "sent_at": wire.utc_timestamp(),
-                    "observations": [make_observation(t, origin.id) for t in proxied + clean]}
+                    "observations": [make_observation(t, origin.id) for t in proxied + clean[:-1]]
+                    + [make_observation(clean[-1], origin.id, snd_cwnd_at_accept=1)]}
     assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=observations, headers=origin.headers).status_code == 200
 
     def checks() -> dict[str, dict[str, Any]] | None:
@@ -202,7 +205,8 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
     suspect, fine = found[europe.id], found[asia.id]
     assert (suspect["agree"], suspect["disagree"], suspect["seen_instead"], suspect["suspect"]) == (4, 4, 10, True)
     assert suspect["by_arm"] == {"3": [4, 4], "10": [4, 0]}
-    assert (fine["agree"], fine["disagree"], fine["lower_bound"], fine["suspect"]) == (5, 0, 1, False)
+    assert (fine["agree"], fine["disagree"], fine["lower_bound"], fine["suspect"]) == (6, 0, 1, False)
+    assert (fine["origin_not_arm"], suspect["origin_not_arm"]) == (1, 0)
     assert fine["disagree_share"] == 0 and fine["disagree_ci_high"] > 0
 
 

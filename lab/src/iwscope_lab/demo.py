@@ -168,8 +168,10 @@ def proof_lines(stack: Stack, result: DemoResult) -> list[str]:
     agree, disagree = sum(c.agree for c in checks), sum(c.disagree for c in checks)
     inferred = sum(c.inferred for c in checks)
     suspects = [c.probe_name for c in checks if c.suspect]
+    not_arm = sum(c.origin_not_arm for c in checks)
     lines = [f"client-side IW check: {inferred:,} trials inferred on {len(checks)} paths; of those decided, "
-             f"{agree:,} agree with their arm and {disagree:,} do not"
+             f"{agree:,} agree with the window the origin had and {disagree:,} do not"
+             + (f" ({not_arm:,} origin windows were not the arm: 1 after a retransmitted SYN-ACK)" if not_arm else "")
              + (f"; proxy or cache suspected on {', '.join(suspects)}" if suspects else "; no proxy or cache suspected")]
     if result.census is None:
         lines.append(f"census failed: {result.census_error}")

@@ -12,10 +12,13 @@ bound.
 Per region and per UTC day likewise.
 
 **IW check** (:func:`iw_check`): per probe and origin, the trials of plain arms whose server IW
-the probe inferred from its own capture (``client_iw``, wire v5), compared with the arm the
-probe asked for and with the origin's own ``snd_cwnd`` at accept.  A trial *agrees* when the
-inference is ``ok`` and equals the arm, or is a ``lower_bound`` not above it (the object ended
-inside the window); it *disagrees* when an ``ok`` differs or a lower bound exceeds the arm.
+the probe inferred from its own capture (``client_iw``, wire v5), compared with the window the
+origin's own ``TCP_INFO`` had at accept (``server_snd_cwnd_at_accept``; the arm when the
+observation is not joined).  Those two differ from the arm on purpose now and then: a server
+whose SYN-ACK was retransmitted starts from a window of 1 (RFC 6298's loss window; seen on the
+demo's lossy paths, ``origin_not_arm``).  A trial *agrees* when the inference is ``ok`` and
+equals the origin's window, or is a ``lower_bound`` not above it (the object ended inside the
+window); it *disagrees* when an ``ok`` differs or a lower bound exceeds it.
 A path on which most trials of some arm disagree (at least :data:`MIN_RECORDS` of them) has
 something between probe and origin that terminates TCP -- a split-TCP proxy, a cache, a VPN
 endpoint (``suspect``), the more so when the origin's own window at accept was the arm.  The
@@ -112,6 +115,9 @@ class PathIwCheck:
     disagree: int
     #: Of the disagreeing ones, how many times the origin's own window at accept was the arm.
     disagree_origin_had_arm: int
+    #: Trials whose origin window at accept was not the arm (e.g. 1 after a retransmitted
+    #: SYN-ACK): compared with that window, not with the arm.
+    origin_not_arm: int
     #: Share of the decided trials (agree + disagree) that disagree, with its 95 % interval.
     disagree_share: float | None
     disagree_ci_low: float | None
@@ -215,14 +221,16 @@ def iw_check(session: Session, filters: Filters) -> list[PathIwCheck]:
 
 def _check_path(trials: list[Any]) -> PathIwCheck:
     statuses: Counter[str] = Counter()
-    agree = disagree = origin_had_arm = 0
+    agree = disagree = origin_had_arm = origin_not_arm = 0
     instead: Counter[int] = Counter()
     by_arm: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for _, _, _, _, arm_iw, status, segments, server_cwnd in trials:
         statuses[status] += 1
+        origin_not_arm += int(server_cwnd is not None and server_cwnd != arm_iw)
         if status == "undetermined" or segments is None:
             continue
-        wrong = segments != arm_iw if status == "ok" else segments > arm_iw
+        window = arm_iw if server_cwnd is None else server_cwnd
+        wrong = segments != window if status == "ok" else segments > window
         cell = by_arm[str(arm_iw)]
         cell[0] += 1
         if wrong:
@@ -240,7 +248,8 @@ def _check_path(trials: list[Any]) -> PathIwCheck:
     return PathIwCheck(
         probe_id=first[0], probe_name=first[1], region=first[2], origin_id=first[3], inferred=len(trials),
         ok=statuses["ok"], lower_bound=statuses["lower_bound"], undetermined=statuses["undetermined"],
-        agree=agree, disagree=disagree, disagree_origin_had_arm=origin_had_arm, disagree_share=share,
+        agree=agree, disagree=disagree, disagree_origin_had_arm=origin_had_arm, origin_not_arm=origin_not_arm,
+        disagree_share=share,
         disagree_ci_low=low, disagree_ci_high=high,
         seen_instead=instead.most_common(1)[0][0] if instead else None,
         by_arm={arm: counts for arm, counts in sorted(by_arm.items(), key=lambda item: int(item[0]))},

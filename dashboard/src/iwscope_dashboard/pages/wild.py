@@ -38,7 +38,8 @@ def layout(**url_query: Any) -> html.Div:
         "server sent before an ACK could have released more (announcing a smaller MSS when the object or "
         "the TLS handshake ends inside the window). A target's IW is the value most of its determined "
         "records agree on, with that share's 95 % interval; under 3 determined records it is 'n too "
-        "small'. Below: the same inference on iwscope's own origins, against the arm each trial asked for.",
+        "small'. Below: the same inference on iwscope's own origins, against the window the origin's "
+        "TCP_INFO had at accept (the arm, or 1 after a retransmitted SYN-ACK).",
         filters_from_page_query(url_query),
         [
             graph(f"{PREFIX}-census-graph"),
@@ -90,7 +91,7 @@ def check_rows(checks: list[PathIwCheck]) -> list[dict[str, Any]]:
         "inferred": check.inferred, "agree": check.agree, "disagree": check.disagree,
         "share": _share_text(check.disagree_share, check.disagree_ci_low, check.disagree_ci_high),
         "instead": "-" if check.seen_instead is None else check.seen_instead,
-        "origin_had_arm": check.disagree_origin_had_arm,
+        "origin_had_arm": check.disagree_origin_had_arm, "origin_not_arm": check.origin_not_arm,
         "verdict": ("n too small" if check.suspect is None else
                     "proxy or cache suspected" if check.suspect else "windows as configured"),
         "arms": ", ".join(f"IW{arm}: {decided - wrong}/{decided}" for arm, (decided, wrong) in check.by_arm.items()),
@@ -100,6 +101,7 @@ def check_rows(checks: list[PathIwCheck]) -> list[dict[str, Any]]:
 CHECK_COLUMNS = [("probe", "probe"), ("region", "region"), ("origin", "origin"), ("inferred", "trials inferred"),
                  ("agree", "agree"), ("disagree", "disagree"), ("share", "disagree % [95 % CI]"),
                  ("instead", "IW seen instead"), ("origin_had_arm", "...while the origin had the arm"),
+                 ("origin_not_arm", "origin's own window not the arm"),
                  ("arms", "agree per arm"), ("verdict", "verdict")]
 
 
