@@ -7,7 +7,7 @@
   +- :data:`TARGET_CI_MS` or better, which leaves the slow paths the machine to themselves.
 * **Cost**: at the same time, on a topology of its own, the competing-flow experiment of the
   IETF 78 testbed (a long-lived flow and Poisson arrivals of short IW3 / IW10 flows on one
-  4 Mbit/s, 100 ms bottleneck), short settings, so the Fairness page has data.
+  4 Mbit/s, 100 ms bottleneck), short settings, so the Cost page's "Bulk flows" section has data.
 * **Proof and the wild**: the probes capture their trials' packets and infer the IW the
   origin used (the summary says how many agreed with their arm); alongside, a census campaign
   of four lab web servers nobody here wrote (Python's ``http.server`` and lighttpd at initcwnd
@@ -212,5 +212,5 @@ def cost_lines(phases: list[PhaseResult]) -> list[str]:
             f"{short.get('joined_flows', 0)} retransmitted {_bounds(short.get('retrans_flow_share_ci'), 100)} %")
     if phases:
         lines.append("cost to the competing bulk flow: n too small (one flow per phase); "
-                     "the Fairness page shows its throughput")
+                     "the Cost page (section Bulk flows) shows its throughput")
     return lines

@@ -1,5 +1,5 @@
 """Offered-load / fairness campaigns read from the raw trials: what the short flows of each IW
-gained and what the competing long-lived flow paid (the dashboard's Fairness page)."""
+gained and what the competing long-lived flow paid (the dashboard's Cost page, section "Bulk flows")."""
 
 from __future__ import annotations
 
