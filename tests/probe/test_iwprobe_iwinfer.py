@@ -179,6 +179,21 @@ def test_a_modem_serialising_the_next_packet_is_not_a_windows_edge() -> None:
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 1, "bottleneck")
 
 
+def test_a_modem_with_one_spacing_after_the_first_packet_is_not_a_windows_edge() -> None:
+    """The demo's na-dialup path (56 kbit/s: 214 ms per 1,500-byte packet, RTT 223 ms from the
+    small packets): a 4,227-byte object and its head fill exactly three full segments, sent at
+    once by an IW of 3, 10 or 16.  The first arrives alone before the cutoff and only two follow,
+    one spacing between them: that spacing is still the bottleneck's serialisation, and the
+    silence after the first packet is no window's edge (the demo read it as 'ok 1' on IW 3, 10
+    and 16 alike)."""
+    rtt_ns, per_packet = 223_000_000, 214_000_000
+    connection = Connection()
+    first = connection.handshake(rtt_ns=rtt_ns) + rtt_ns
+    connection.flight(first, 3, spacing_ns=per_packet)
+    result = infer(connection.packets, rcv_mss=MSS, min_rtt_us=rtt_ns // 1000)
+    assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 1, "bottleneck")
+
+
 def test_a_window_paced_over_a_third_of_an_rtt_is_still_exact() -> None:
     """A BBR server paces its first flight at 2.89 x IW / RTT (~0.35 RTT): still ok."""
     connection = Connection()

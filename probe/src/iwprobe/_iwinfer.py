@@ -241,10 +241,13 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
 def _serialisation_ns(later: Sequence[Packet], following: Packet, mss: int) -> float:
     """How long the path's bottleneck takes to deliver ``following``: its segments times the
     median arrival spacing per segment of the data after the window (back to back behind the
-    bottleneck, that spacing is its per-segment serialisation); 0 when there are too few."""
+    bottleneck, that spacing is its per-segment serialisation); 0 when no two packets follow.
+    One spacing is enough: a spacing that is not the bottleneck's (an ACK clock's round) is
+    longer, which only turns an ``ok`` into a ``lower_bound`` -- requiring two let the demo's
+    modem path, whose object ended two packets after the first, read as ``ok 1``."""
     per_segment = sorted((b.time_ns - a.time_ns) / _segments(b.payload, mss)
                          for a, b in zip(later, later[1:]) if b.time_ns > a.time_ns)
-    if len(per_segment) < 2:
+    if not per_segment:
         return 0.0
     return per_segment[len(per_segment) // 2] * _segments(following.payload, mss)
 
