@@ -171,7 +171,13 @@ def test_a_bundle_holds_the_study_and_the_notebook_redraws_figure_5(
     for drawn, by_api in zip(figure_from_bundle, figure_from_api, strict=True):
         reference = expected[drawn["bucket"]]
         assert (drawn["n_pairs"], drawn["n_paths"]) == (reference.n_pairs, reference.n_paths), drawn
-        assert drawn == by_api  # the same numbers whether read from the bundle or the API
+        # The same numbers whether read from the bundle or the API: equal but for the last bits
+        # of a float (DuckDB's parallel sums add in no fixed order).
+        assert drawn.keys() == by_api.keys(), by_api
+        for key, value in drawn.items():
+            same = (value == pytest.approx(by_api[key], rel=1e-12, abs=1e-12) if isinstance(value, float)
+                    else value == by_api[key])
+            assert same, (key, value, by_api[key])
         if reference.too_small:
             assert drawn["abs_ms"] is None and drawn["note"] == "n too small"
             continue
