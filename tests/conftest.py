@@ -107,6 +107,15 @@ def study_db(test_id: str) -> Iterator[SeededDatabase]:
 
 
 @pytest.fixture(scope="session")
+def study_session(study_db: SeededDatabase) -> Iterator[Session]:
+    """A session on the seeded study, to compute what a figure, an export or the notebook must show."""
+    engine = create_engine(study_db.url, poolclass=pool.NullPool)
+    with Session(engine) as session:
+        yield session
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
 def redis_url() -> str:
     """The test Redis with a database index other than 0 (0 belongs to the running stack)."""
     base = server_redis_url()

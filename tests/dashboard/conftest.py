@@ -22,8 +22,6 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, pool
-from sqlalchemy.orm import Session
 from study_seed import SeededDatabase
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -44,15 +42,6 @@ def _free_port() -> int:
 def dashboard_db(study_db: SeededDatabase) -> SeededDatabase:
     """The seeded study (tests/conftest.py ``study_db``) the dashboard's figures are checked on."""
     return study_db
-
-
-@pytest.fixture(scope="session")
-def dashboard_session(dashboard_db: SeededDatabase) -> Iterator[Session]:
-    """A read-only session on the seeded database, to compute what the figures must show."""
-    engine = create_engine(dashboard_db.url, poolclass=pool.NullPool)
-    with Session(engine) as session:
-        yield session
-    engine.dispose()
 
 
 @dataclass

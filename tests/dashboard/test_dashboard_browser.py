@@ -151,10 +151,10 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
     assert page.problems == []
 
 
-def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
+def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboard_server: Any, study_session: Any) -> None:
     page.goto(dashboard_server.url + "/latency")
     server_medians = first_trace_y(page, "latency-iw-graph")
-    expected_server = [s.median_ms for s in sorted(latency_vs_iw(dashboard_session, Filters()), key=lambda s: s.iw) if s.n]
+    expected_server = [s.median_ms for s in sorted(latency_vs_iw(study_session, Filters()), key=lambda s: s.iw) if s.n]
     assert_close(server_medians, expected_server)
 
     page.get_by_label("client (probe total)").check()
@@ -165,7 +165,7 @@ def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboa
         timeout=TIMEOUT_MS,
     )
     client_medians = first_trace_y(page, "latency-iw-graph")
-    expected_client = [s.median_ms for s in sorted(latency_vs_iw(dashboard_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
+    expected_client = [s.median_ms for s in sorted(latency_vs_iw(study_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
     assert_close(client_medians, expected_client)
     assert all(c > s for c, s in zip(client_medians, server_medians, strict=False))  # the probe also waits for connect + request
     page.wait_for_url("**metric=client**", timeout=TIMEOUT_MS)
@@ -193,14 +193,14 @@ def test_no_latency_is_drawn_below_zero(page: Any, dashboard_server: Any, path: 
     assert all(value is None or value >= 0 for value in drawn), drawn
 
 
-def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard_db: Any, dashboard_session: Any) -> None:
+def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard_db: Any, study_session: Any) -> None:
     campaign = dashboard_db.summary.campaign_ids["higher-iw"]
     shared = Filters(campaign_ids=(campaign,), regions=("africa", "south-america"), baseline_iw=3, treatment_iw=16,
                      metric="client", size_min=5000)
     query = "&".join(f"{key}={value}" for key, value in shared.to_query().items())
     page.goto(f"{dashboard_server.url}/?{query}")
 
-    expected = sorted(compare_by(dashboard_session, shared, "rtt"), key=lambda c: c.order)
+    expected = sorted(compare_by(study_session, shared, "rtt"), key=lambda c: c.order)
     assert expected, "the seeded data must cover the shared view"
     assert_close(first_trace_y(page, "overview-rtt-graph"), [c.abs_ms for c in expected])
     # The controls show the shared state.
@@ -220,7 +220,7 @@ def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard
     page.wait_for_url("**/sizes?**", timeout=TIMEOUT_MS)
     traces(page, "sizes-improvement-graph")
     assert "IW16" in page.inner_text("#sizes-filter-treatment")
-    expected_sizes = sorted(compare_by(dashboard_session, shared, "size"), key=lambda c: c.order)
+    expected_sizes = sorted(compare_by(study_session, shared, "size"), key=lambda c: c.order)
     assert_close(first_trace_y(page, "sizes-improvement-graph"), [c.abs_ms for c in expected_sizes])
 
 
@@ -241,7 +241,7 @@ def test_an_arm_the_campaign_did_not_run_is_named(page: Any, dashboard_server: A
     assert "IW16 vs IW3" in (page.text_content("#overview-headline") or "")
 
 
-def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: Any, dashboard_session: Any) -> None:
+def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: Any, study_session: Any) -> None:
     page.goto(dashboard_server.url + "/trials?region=africa")
     page.wait_for_selector("#trials-table td", timeout=TIMEOUT_MS)
     href = page.get_attribute("#trials-download", "href")
@@ -250,8 +250,8 @@ def test_csv_download_streams_the_filtered_trials(page: Any, dashboard_server: A
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/csv")
     lines = [line for line in response.text.splitlines() if line]
-    _, africa_total = trials_page(dashboard_session, Filters(regions=("africa",)), 1, 0)
-    _, everything = trials_page(dashboard_session, Filters(), 1, 0)
+    _, africa_total = trials_page(study_session, Filters(regions=("africa",)), 1, 0)
+    _, everything = trials_page(study_session, Filters(), 1, 0)
     assert 0 < africa_total < everything
     assert len(lines) - 1 == africa_total
 

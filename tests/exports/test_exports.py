@@ -11,14 +11,13 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import nbformat
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 from study_seed import SeededDatabase
 
@@ -35,14 +34,6 @@ NOTEBOOK = REPO / "examples" / "figure5.ipynb"
 def study_api(api_server_factory: Any, study_db: SeededDatabase) -> Any:
     """An API process on the seeded study's database."""
     return api_server_factory(DATABASE_URL=study_db.url)
-
-
-@pytest.fixture(scope="module")
-def study_session(study_db: SeededDatabase) -> Iterator[Session]:
-    engine = create_engine(study_db.url, poolclass=pool.NullPool)
-    with Session(engine) as session:
-        yield session
-    engine.dispose()
 
 
 def test_trials_parquet_rows_equal_the_csv_rows(study_api: Any, study_db: SeededDatabase) -> None:
