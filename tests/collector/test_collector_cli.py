@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -46,3 +47,31 @@ def test_campaigns_create(service_env: dict[str, str], client: httpx.Client, ori
         ([3, 10], [1000, 20000], 4, ["eu-west"])
     refused = run(service_env, "campaigns", "create", "--name", "x", "--origin", origin.id, "--arms", "3")
     assert refused.returncode != 0 and "exactly one of sizes and size_dist" in refused.stderr
+
+
+def test_services_start_on_a_taken_port_says_so_in_one_line_and_exits_non_zero() -> None:
+    """Another PostgreSQL (here: any listener) on the stack's port: ``services start`` prints
+    nothing on stdout (``scripts/test.sh`` exports what it prints) and one sentence naming the port
+    and what to do on stderr -- no traceback -- and exits 1, so the suite does not run against a
+    server that is not its own."""
+    import os
+    import shutil
+    import socket
+    import uuid
+
+    data_dir = pathlib.Path("/var/lib/iwscope") / f"cli-test-{uuid.uuid4().hex[:8]}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "IWSCOPE_SERVICES_DIR": str(data_dir), "IWSCOPE_RUN_DIR": str(data_dir / "run"),
+               "IWSCOPE_LOCAL_PG_PORT": str(port), "IWSCOPE_LOCAL_REDIS_PORT": str(port)}
+        try:
+            completed = subprocess.run([*IWSCOPE, "services", "start"], env=env, capture_output=True, text=True,
+                                       timeout=120)
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    assert completed.returncode == 1, completed
+    assert completed.stdout == ""
+    assert f"port {port} is taken" in completed.stderr and "IWSCOPE_LOCAL_PG_PORT" in completed.stderr
+    assert "Traceback" not in completed.stderr

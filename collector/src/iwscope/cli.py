@@ -42,10 +42,13 @@ def services() -> None:
 @services.command("start")
 def services_start() -> None:
     """Start PostgreSQL and Redis unless already running."""
-    from iwscope.localstack import default_stack
+    from iwscope.localstack import ServiceError, default_stack
 
     stack = default_stack()
-    stack.start()
+    try:
+        stack.start()
+    except ServiceError as error:   # a sentence that says what to do, not a traceback
+        raise click.ClickException(str(error)) from None
     click.echo(f"DATABASE_URL={stack.database_url}")
     click.echo(f"REDIS_URL={stack.redis_url}")
 
