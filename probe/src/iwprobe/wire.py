@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 5: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 6: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -36,6 +36,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from . import _wire_passive
+from ._wire_passive import *  # noqa: F403 -- wire v6's passive records are part of this module
+
 #: Version of this wire format.  Every envelope carries it as ``wire_version``.
 #: Version 2 (2026-11) adds the arm label of origin observations and origin arms
 #: (:class:`ArmPort` ``arm``/``paced``); the collector still accepts version 1 (the new
@@ -55,9 +58,13 @@ from typing import Any, Optional
 #: probe's own capture); a trial batch's ``census`` records (:class:`CensusRecord`, the IW of a
 #: server iwscope does not run); a campaign's ``census_urls`` (a census campaign); a
 #: heartbeat's ``iw_capture``.  All optional; absent, a record means what it meant in version 4.
-WIRE_VERSION = 5
+#: Version 6 (2026-11) adds passive measurement on operators' own servers (``iwprobe tap``):
+#: servers enroll and poll a :class:`ServerConfig`, upload :class:`PassiveBatch` es of
+#: aggregates and sampled connection records (:mod:`iwprobe._wire_passive`, re-exported here).
+#: Nothing of versions 1-5 changed.
+WIRE_VERSION = 6
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
 #: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
@@ -683,4 +690,5 @@ __all__ = [
     "EnrollRequest", "OriginEnrollRequest", "EnrollResponse", "Heartbeat",
     "SCHEMA_FILE", "load_schema", "utc_timestamp", "parse_timestamp", "new_id",
     "to_dict", "dumps",
+    *_wire_passive.__all__,
 ]
