@@ -1,4 +1,4 @@
-"""Command line of the agent: ``iwprobe fetch|enroll|run|origin|version``."""
+"""Command line of the agent: ``iwprobe fetch|census|enroll|run|origin|tap|version``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from typing import Optional
 
 from . import __version__, wire
 from ._arms import Arm, parse_arms
+from ._signals import stop_event as _stop_event
 
 
 def _labels(values: Sequence[str]) -> dict[str, str]:
@@ -34,19 +34,8 @@ def _arms(text: str) -> list[Arm]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _stop_event() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="iwprobe", description="iwscope measurement agent (probe and origin)")
+    parser = argparse.ArgumentParser(prog="iwprobe", description="iwscope measurement agent (probe, origin, tap)")
     parser.add_argument("--log-level", default=os.environ.get("IWPROBE_LOG_LEVEL", "INFO"))
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -150,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument("--host6", help="its IPv6 address or name, for campaigns over IPv6")
     origin.add_argument("--ca-file")
 
+    from . import _tap_cli
+
+    _tap_cli.add_parser(commands)
     commands.add_parser("version", help="print the version")
     return parser
 
@@ -170,6 +162,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "tap":
+            from . import _tap_cli
+
+            return _tap_cli.main(args)
         return _origin(args)
     except (RuntimeError, PermissionError, OSError) as error:
         print(f"iwprobe: {error}", file=sys.stderr)

@@ -102,10 +102,12 @@ def ipv6_status() -> tuple[bool, str]:
     return True, ""
 
 
-def parse_routes(text: str) -> list[str]:
+def parse_routes(text: str, keep_initrwnd: bool = False) -> list[str]:
     """The unicast routes of ``ip route show`` output, flags and per-route metrics removed.
 
-    A multipath route's ``nexthop`` lines (indented continuation lines) are joined to it."""
+    A multipath route's ``nexthop`` lines (indented continuation lines) are joined to it.
+    ``keep_initrwnd`` keeps a route's own ``initrwnd`` (``iwprobe tap`` changes the initial
+    congestion window of a real server's connections and nothing else)."""
     joined: list[str] = []
     for line in text.splitlines():
         if line[:1].isspace() and joined:
@@ -117,7 +119,7 @@ def parse_routes(text: str) -> list[str]:
         words = [w for w in line.split() if w not in _ROUTE_FLAGS]
         if not words or words[0] in _SKIPPED_TYPES:
             continue
-        dropped = set(_DROPPED_WITH_VALUE)
+        dropped = set(_DROPPED_WITH_VALUE) - ({"initrwnd"} if keep_initrwnd else set())
         if {"via", "dev", "nexthop"} & set(words):
             dropped.add("nhid")   # a nexthop object shown resolved: ``replace`` takes one or the other
         cleaned: list[str] = []
@@ -134,12 +136,12 @@ def parse_routes(text: str) -> list[str]:
     return routes
 
 
-def main_routes(family: str = "ipv4") -> list[str]:
+def main_routes(family: str = "ipv4", keep_initrwnd: bool = False) -> list[str]:
     """The main table's unicast routes as ``ip route`` prints them, flags removed."""
     output = run_ip(["ip", _flag(family), "route", "show", "table", "main"])
     if output.returncode != 0:
         raise RuntimeError(f"ip {_flag(family)} route show failed: {output.stderr.strip()}")
-    return parse_routes(output.stdout)
+    return parse_routes(output.stdout, keep_initrwnd)
 
 
 def route_commands(plan: RoutePlan, routes: Optional[list[str]] = None, family: str = "ipv4") -> list[list[str]]:

@@ -70,12 +70,28 @@ _U64_UNSET = 2 ** 64 - 1
 #: Likewise ~0U for u32 fields: ``min_rtt`` before the first RTT sample (a failed connect).
 _U32_UNSET = 2 ** 32 - 1
 _U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
+#: The whole known struct in one unpack (what a current kernel returns): the passive agent
+#: parses one per closed connection, and field-by-field unpacking was ~10x slower.
+_WHOLE = struct.Struct("=6BBB" + "".join(code for _, _, code in _LAYOUT))
+_WHOLE_NAMES = tuple(name for name, _, _ in _LAYOUT)
+_WHOLE_UNSET = tuple(_U64_UNSET if code == "Q" else _U32_UNSET if code == "I" else -1 for _, _, code in _LAYOUT)
 
 
 def parse_tcp_info(raw: bytes) -> dict[str, int]:
     """Parse the bytes ``getsockopt(TCP_INFO)`` returned; only fields fully present."""
-    info: dict[str, int] = {}
     length = len(raw)
+    if length >= KNOWN_SIZE:
+        values = _WHOLE.unpack_from(raw)
+        info = dict(zip(_U8_FIELDS, values[:6]))
+        info["snd_wscale"] = values[6] & 0x0F
+        info["rcv_wscale"] = (values[6] >> 4) & 0x0F
+        info["delivery_rate_app_limited"] = values[7] & 0x01
+        info["fastopen_client_fail"] = (values[7] >> 1) & 0x03
+        for name, value, unset in zip(_WHOLE_NAMES, values[8:], _WHOLE_UNSET):
+            if value != unset:
+                info[name] = value
+        return info
+    info = {}
     for index, name in enumerate(_U8_FIELDS):
         if index < length:
             info[name] = raw[index]

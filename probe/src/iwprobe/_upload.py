@@ -7,7 +7,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from . import wire
 from ._collector import CollectorClient, CollectorError
@@ -15,6 +15,11 @@ from ._spool import Spool
 
 log = logging.getLogger("iwprobe.upload")
 
+#: What rides along with an upload: a probe's or a server's heartbeat.
+AnyHeartbeat = Union[wire.Heartbeat, wire.ServerHeartbeat]
+#: The spooled record kinds each role uploads.
+_KINDS: dict[str, tuple[str, ...]] = {"probe": ("trial", "path_sample", "census"), "origin": ("observation",),
+                                      "server": ("aggregate", "passive_connection")}
 #: Batches stay well below the collector's body limit.
 MAX_UPLOAD_BODY_BYTES = 8 * 1024 * 1024
 
@@ -55,9 +60,10 @@ def _check_acknowledgement(answer: Any, batch_id: str, records: int) -> None:
 class Uploader:
     """Moves records from a :class:`Spool` to the collector.
 
-    ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`) or
-    ``"origin"`` (observations -> :class:`wire.ObservationBatch`).  A probe's ``heartbeat``
-    (a function giving its :class:`wire.Heartbeat` when one is due, else ``None``) rides along
+    ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`),
+    ``"origin"`` (observations -> :class:`wire.ObservationBatch`) or ``"server"`` (a passive
+    study's aggregates and connection records -> :class:`wire.PassiveBatch`).  A probe's or
+    server's ``heartbeat`` (a function giving its heartbeat when one is due, else ``None``) rides along
     with the next batch it sends (not with the halves of a refused one, so a record is judged
     on its own): one heartbeat per heartbeat interval, whether posted alone or folded into an
     upload (``heartbeat_sent_at``), so folding adds no write to the collector's upload path.
@@ -65,9 +71,9 @@ class Uploader:
 
     def __init__(self, spool: Spool, client: CollectorClient, role: str, owner_id: str,
                  max_records: int = wire.MAX_BATCH_RECORDS, backoff_base_s: float = 1.0,
-                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], Optional[wire.Heartbeat]]] = None) -> None:
-        if role not in ("probe", "origin"):
-            raise ValueError(f"role must be probe or origin, got {role!r}")
+                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], Optional[AnyHeartbeat]]] = None) -> None:
+        if role not in _KINDS:
+            raise ValueError(f"role must be one of {', '.join(_KINDS)}, got {role!r}")
         self.spool = spool
         self.client = client
         self.role = role
@@ -79,13 +85,13 @@ class Uploader:
         self.uploaded = 0
         #: ``time.monotonic()`` before which the collector asked not to be sent anything (Retry-After).
         self.not_before = 0.0
-        self.heartbeat = heartbeat if role == "probe" else None
+        self.heartbeat = heartbeat if role != "origin" else None
         #: ``time.monotonic()`` of the last batch that carried a heartbeat and was stored (0: none).
         self.heartbeat_sent_at = 0.0
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return ("trial", "path_sample", "census") if self.role == "probe" else ("observation",)
+        return _KINDS[self.role]
 
     def backlog(self) -> int:
         return self.spool.backlog(self.kinds)
@@ -100,7 +106,7 @@ class Uploader:
             return 0
         return self._send(rows, self.heartbeat() if self.heartbeat is not None else None)
 
-    def _send(self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[wire.Heartbeat] = None) -> int:
+    def _send(self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[AnyHeartbeat] = None) -> int:
         batch_id, envelope = self._envelope(rows, heartbeat)
         try:
             _, answer = self.client.post_json(self._path(), envelope)
@@ -129,10 +135,11 @@ class Uploader:
         return self._send(rows[:half]) + self._send(rows[half:])
 
     def _path(self) -> str:
-        return wire.TRIALS_BATCH_PATH if self.role == "probe" else wire.OBSERVATIONS_BATCH_PATH
+        return {"probe": wire.TRIALS_BATCH_PATH, "origin": wire.OBSERVATIONS_BATCH_PATH,
+                "server": wire.PASSIVE_BATCH_PATH}[self.role]
 
     def _envelope(self, rows: list[tuple[int, str, dict[str, Any]]],
-                  heartbeat: Optional[wire.Heartbeat] = None) -> tuple[str, bytes]:
+                  heartbeat: Optional[AnyHeartbeat] = None) -> tuple[str, bytes]:
         """The batch's id and its JSON body."""
         batch_id = wire.new_id()
         envelope: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
@@ -144,6 +151,12 @@ class Uploader:
             census = [record for _, kind, record in rows if kind == "census"]
             if census:  # wire v5; absent otherwise, so a collector of v4 still takes the batch
                 envelope["census"] = census
+            if heartbeat is not None:
+                envelope["heartbeat"] = wire.to_dict(heartbeat)
+        elif self.role == "server":
+            envelope["server_id"] = self.owner_id
+            envelope["aggregates"] = [record for _, kind, record in rows if kind == "aggregate"]
+            envelope["connections"] = [record for _, kind, record in rows if kind == "passive_connection"]
             if heartbeat is not None:
                 envelope["heartbeat"] = wire.to_dict(heartbeat)
         else:
