@@ -44,6 +44,7 @@ UNIT_TESTS=(
   tests/probe/test_iwprobe_agent.py
   tests/probe/test_iwprobe_tcpinfo.py
   tests/probe/test_iwprobe_iwinfer.py
+  tests/probe/test_iwprobe_tap.py
   tests/probe/test_iwprobe_tls.py
   tests/probe/test_iwprobe_upload_retry_after.py
   tests/probe/test_iwprobe_standalone.py::test_sources_are_python_3_9_syntax
