@@ -23,11 +23,16 @@ command -v git >/dev/null || need+=(git)
 have ca-certificates || need+=(ca-certificates)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v ethtool >/dev/null || need+=(ethtool)      # the IW grid toggles the lab devices' GSO
-# Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py), which
-# starts them itself with its own configuration on the lab's address: installed but never left
-# running or enabled (Debian starts and enables lighttpd on :80 when it is installed).
+command -v nft >/dev/null || need+=(nftables)         # iwprobe tap's arms (an nftables rule marks SYNs)
+command -v wrk >/dev/null || need+=(wrk)              # load from clients nobody here wrote (the tap's cost,
+command -v h2load >/dev/null || need+=(nghttp2-client)  #   zero failed requests while arms change)
+# Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py) and the
+# real-users lab (nginx behind iwprobe tap), which start them themselves with their own
+# configuration on the lab's addresses: installed but never left running or enabled (Debian
+# starts and enables lighttpd and nginx on :80 when they are installed).
 servers=()
 have lighttpd || servers+=(lighttpd)
+have nginx || servers+=(nginx)
 packages=("${need[@]}" "${servers[@]}")
 if ((${#packages[@]})); then
   echo "setup: installing ${packages[*]}"

@@ -59,7 +59,7 @@ def test_inventory_groups_probes_by_region(tmp_path: Path) -> None:
 
 def test_systemd_units_verify() -> None:
     tool = _tool("systemd-analyze")
-    for unit in ("iwprobe.service", "iwprobe-origin.service"):
+    for unit in ("iwprobe.service", "iwprobe-origin.service", "iwprobe-tap.service"):
         outcome = subprocess.run([tool, "verify", str(DEPLOY / "systemd" / unit)], capture_output=True, text=True, timeout=60)
         assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     origin = (DEPLOY / "systemd" / "iwprobe-origin.service").read_text()
@@ -68,11 +68,16 @@ def test_systemd_units_verify() -> None:
         text = (DEPLOY / "systemd" / unit).read_text()
         assert "ProtectSystem=strict" in text and "NoNewPrivileges=yes" in text and "StateDirectory=iwprobe" in text
         assert "User=iwprobe" in text
+    tap = (DEPLOY / "systemd" / "iwprobe-tap.service").read_text()
+    assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW\n" in tap and "NoNewPrivileges=yes" in tap
+    # A dead agent's inert rules go with the unit (its kill -9 is covered by the kernel's lease).
+    assert re.search(r"^ExecStopPost=.* tap cleanup ", tap, re.M)
 
 
 #: Highest acceptable ``systemd-analyze security`` exposure (0 = locked down, 10 = none).  The
-#: probe needs the network and nothing else; the origin also keeps CAP_NET_ADMIN (SO_MARK).
-EXPOSURE_LIMITS = {"iwprobe.service": 3.0, "iwprobe-origin.service": 3.5}
+#: probe needs the network and nothing else; the origin also keeps CAP_NET_ADMIN (SO_MARK); the
+#: tap CAP_NET_ADMIN and CAP_NET_RAW as root, and writes one sysctl.
+EXPOSURE_LIMITS = {"iwprobe.service": 3.0, "iwprobe-origin.service": 3.5, "iwprobe-tap.service": 4.0}
 
 
 @pytest.mark.parametrize("unit", sorted(EXPOSURE_LIMITS))

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__, wire
 
-ACTIONS = ("run", "enroll", "disable", "enable", "status")
+ACTIONS = ("run", "enroll", "disable", "enable", "cleanup", "status")
 
 
 def add_parser(commands: Any) -> None:
@@ -18,7 +18,8 @@ def add_parser(commands: Any) -> None:
         "tap", help="per-client IW arms and passive measurement on this (unmodified) web server",
         description="Runs beside an unmodified web server: assigns client prefixes to IW arms (nftables + policy "
                     "routes) while a passive study is in force, measures every connection passively and uploads "
-                    "aggregates. 'disable' removes the arms at once and keeps them off until 'enable'.")
+                    "aggregates. 'disable' removes the arms at once and keeps them off until 'enable'; 'cleanup' "
+                    "removes what a dead agent left (the unit's ExecStopPost) without disabling.")
     tap.add_argument("action", choices=ACTIONS)
     tap.add_argument("--state-dir", help="credentials, spool, prefix key, installed-rules record (default "
                                          "$IWPROBE_STATE_DIR or /var/lib/iwprobe)")
@@ -53,6 +54,12 @@ def main(args: argparse.Namespace) -> int:
         return _enroll(args, directory)
     if args.action == "disable":
         return _disable(directory)
+    if args.action == "cleanup":
+        from ._tap_rules import STATE_FILE, remove
+
+        removed = remove(os.path.join(directory, STATE_FILE))
+        print("removed: " + ("; ".join(removed) if removed else "nothing was installed"))
+        return 0
     if args.action == "enable":
         try:
             os.unlink(os.path.join(directory, _tap().DISABLED_FILE))
