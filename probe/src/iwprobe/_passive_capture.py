@@ -47,6 +47,8 @@ from ._capture import (
     _syn_options,
 )
 
+#: Packets per second the agent reads at most by default: above it, it follows fewer connections.
+DEFAULT_CAPTURE_PPS = 2000
 #: IPv4 with options (60) or IPv6 (40), a TCP header with options (60), 2 payload bytes.
 SNAPLEN = 128
 RECEIVE_BUFFER_BYTES = 32 * 1024 * 1024
@@ -144,7 +146,7 @@ class Flow:
     __slots__ = ("syns", "synacks", "syn_ns", "client_isn", "server_isn", "client_mss", "client_wscale",
                  "handshake_done", "client_next", "server_next", "acked", "first_flight_open", "ff_bytes",
                  "ff_segments", "ex_index", "ex_start_ns", "ex_server_start", "ex_full_ack_ns", "ex_kind",
-                 "last_full_ack_ns", "last_packet_ns", "result", "closed")
+                 "last_full_ack_ns", "last_packet_ns", "last_payload_ns", "result", "closed", "settled")
 
     def __init__(self, now_ns: int) -> None:
         self.syns = 0
@@ -168,8 +170,11 @@ class Flow:
         self.ex_kind = ""             # "handshake", "response" or "later"
         self.last_full_ack_ns = 0
         self.last_packet_ns = now_ns
+        self.last_payload_ns = 0
         self.result = FirstResponse()
         self.closed = False
+        #: The first response is measured: later packets only count exchanges (cheaply).
+        self.settled = False
 
     # ----------------------------------------------------------------- client side
     def client_packet(self, now_ns: int, seq: int, ack: int, flags: int, window: int, payload: int,
@@ -204,6 +209,7 @@ class Flow:
             if end <= self.client_next:
                 return  # a retransmission of client data
             self.client_next = end
+            self.last_payload_ns = now_ns
             if not self.ex_start_ns:
                 self._open(now_ns, first_bytes)
             elif self.server_next > self.ex_server_start and self.acked >= self.server_next:
@@ -240,6 +246,7 @@ class Flow:
             elif self.ex_kind == "response":
                 result.response_latency_us = latency_us
                 result.response_bytes = self.server_next - self.ex_server_start
+                self.settled = True
             self.last_full_ack_ns = self.ex_full_ack_ns
         self.ex_start_ns = 0
 
@@ -263,6 +270,17 @@ class Flow:
                     self.ff_segments += -(-new // max(1, self.client_mss))
         if flags & (FIN | RST):
             self.finish()
+
+    def settled_packet(self, now_ns: int, from_client: bool, payload: int) -> None:
+        """After the first response: new client data more than 1 ms after the last counts as
+        an exchange (a request; the approximation is documented), after an idle gap as reuse."""
+        if from_client and payload:
+            if now_ns - self.last_payload_ns > 1_000_000:
+                self.ex_index += 1
+                if now_ns - self.last_packet_ns > IDLE_RESTART_NS:
+                    self.result.reused_after_idle = True
+            self.last_payload_ns = now_ns
+        self.last_packet_ns = now_ns
 
     def finish(self) -> FirstResponse:
         """Close what is open and return the result (idempotent)."""
@@ -314,12 +332,18 @@ class FlowTable:
                 return  # a loopback copy
             flow = self.flows.get((destination, dport, sport))
             if flow is not None:
-                flow.server_packet(stamp, seq, flags, payload)
+                if flow.settled:
+                    flow.last_packet_ns = stamp
+                else:
+                    flow.server_packet(stamp, seq, flags, payload)
             return
         if packet_type == socket.PACKET_OUTGOING or dport not in self.port_set:
             return
         key = (source, sport, dport)
         flow = self.flows.get(key)
+        if flow is not None and flow.settled:
+            flow.settled_packet(stamp, True, payload)
+            return
         if flow is None:
             if not flags & SYN or flags & ACK:
                 return  # joined mid-connection (before the agent started, or the sampling changed)

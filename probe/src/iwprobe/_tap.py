@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import select
 import threading
@@ -35,7 +36,7 @@ from typing import Any, Optional
 
 from . import __version__, wire
 from ._collector import CollectorClient, CollectorError, from_dict
-from ._passive_capture import PassiveCapture
+from ._passive_capture import DEFAULT_CAPTURE_PPS, PassiveCapture
 from ._routes import run_ip
 from ._sockdiag import ClosedConnection, DestroyListener
 from ._spool import Spool, SpoolFull
@@ -55,8 +56,10 @@ SPOOL_FILE = "tap-spool.sqlite"
 AMBIGUOUS_AFTER_CHANGE_S = 300.0
 #: A destroy notification waits this long for the capture to have read its last packets.
 JOIN_GRACE_NS = 300_000_000
-#: Default packet budget of the capture (packets/s): above it the followed share halves.
-DEFAULT_CAPTURE_PPS = 5000
+#: Client prefixes whose key and region are remembered (then the memory starts over).
+MAX_CACHED_PREFIXES = 1_000_000
+#: A followed connection without a packet for this long is forgotten (its close was not seen).
+FLOW_EXPIRY_NS = 600 * 1_000_000_000
 
 
 def default_iw() -> Optional[int]:
@@ -101,6 +104,8 @@ class Measurer:
         #: (assignment, changed at: ``time.time_ns()``) of the previous phase, for the ambiguity check.
         self.previous: Optional[tuple[Assignment, int]] = None
         self._pending: deque[tuple[int, ClosedConnection]] = deque()
+        #: Per client prefix: (keyed hash, cluster, region, country) -- computed once per user.
+        self._clients: dict[bytes, tuple[str, int, str, str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tap-measure", daemon=True)
 
@@ -113,6 +118,11 @@ class Measurer:
         self.listener.close()
         if self.capture is not None:
             self.capture.close()
+
+    def set_keyer(self, keyer: PrefixKeyer) -> None:
+        if (keyer.prefix_v4, keyer.prefix_v6) != (self.keyer.prefix_v4, self.keyer.prefix_v6):
+            self._clients = {}
+        self.keyer = keyer
 
     def set_assignment(self, assignment: Optional[Assignment]) -> None:
         if self.assignment is not None and assignment is not None and (
@@ -130,7 +140,7 @@ class Measurer:
         poller.register(self.listener.fileno(), select.POLLIN)
         if self.capture is not None:
             poller.register(self.capture.fileno(), select.POLLIN)
-        window_start = time.monotonic()
+        window_start = next_expiry = time.monotonic()
         window_packets = 0
         while not self._stop.is_set():
             poller.poll(100)
@@ -141,26 +151,29 @@ class Measurer:
                 self._pending.append((now_ns + JOIN_GRACE_NS, closed))
             while self._pending and self._pending[0][0] <= now_ns:
                 self._finish(self._pending.popleft()[1])
-            elapsed = time.monotonic() - window_start
-            if elapsed >= 5.0:
-                self._adapt(window_packets / elapsed)
-                window_start, window_packets = time.monotonic(), 0
+            now = time.monotonic()
+            if now - window_start >= 1.0:
+                self._adapt(window_packets / (now - window_start))
+                window_start, window_packets = now, 0
+            if now >= next_expiry and self.capture is not None:
+                self.capture.expire(now_ns - FLOW_EXPIRY_NS)
+                next_expiry = now + 30.0
         while self._pending:
             self._finish(self._pending.popleft()[1])
 
     def _adapt(self, packets_per_s: float) -> None:
-        """Keep the capture within its packet budget (halve the followed share while above it,
-        double it back while well below); count what the kernel dropped."""
+        """Keep the capture within its packet budget: above it, follow ``2**-k`` as many
+        connections at once (``k`` the bits the rate exceeds it by), below a quarter of it twice as
+        many; count what the kernel dropped."""
         self.counters.lost = self.listener.overruns
         if self.capture is None:
             return
         self.counters.packets_dropped += self.capture.kernel_drops()
         bits = self.capture.sampling_bits
         if packets_per_s > self.capture_pps:
-            self.capture.set_sampling(bits + 1)
+            self.capture.set_sampling(bits + max(1, math.ceil(math.log2(packets_per_s / self.capture_pps))))
         elif packets_per_s < self.capture_pps / 4 and bits > 0:
             self.capture.set_sampling(bits - 1)
-        self.capture.expire(time.time_ns() - int(AMBIGUOUS_AFTER_CHANGE_S * 2e9))
 
     def _finish(self, closed: ClosedConnection) -> None:
         assignment = self.assignment
@@ -189,8 +202,12 @@ class Measurer:
         if (first is not None and arm_iw is not None and first.first_flight_segments is not None
                 and first.first_flight_segments > arm_iw and not first.syn_retrans):
             self.counters.arm_exceeded += 1
-        client_prefix, cluster = self.keyer.hash(prefix)
-        region, country = self.regions.lookup(prefix, packed)
+        client = self._clients.get(prefix)
+        if client is None:
+            if len(self._clients) >= MAX_CACHED_PREFIXES:
+                self._clients.clear()
+            client = self._clients[prefix] = (*self.keyer.hash(prefix), *self.regions.lookup(prefix, packed))
+        client_prefix, cluster, region, country = client
         measured = Measured(closed, first, arm, arm_iw, region, country, client_prefix, cluster,
                             "ipv4" if len(packed) == 4 else "ipv6")
         self.aggregator.add(measured, assignment.study, assignment.treated_share_bp)
@@ -307,7 +324,7 @@ class TapAgent:
                                      self.aggregator, self.counters, self.capture_pps, self.capture_enabled)
             self.measurer.start()
         else:
-            self.measurer.keyer = PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6)
+            self.measurer.set_keyer(PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6))
         self.measurer.set_assignment(assignment)
 
     def _stop_measuring(self) -> None:

@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 from . import __version__, wire
+from ._passive_capture import DEFAULT_CAPTURE_PPS
+from ._tap_rules import DEFAULT_LEASE_S
 
 ACTIONS = ("run", "enroll", "disable", "enable", "cleanup", "status")
 
@@ -34,9 +36,9 @@ def add_parser(commands: Any) -> None:
     tap.add_argument("--region-map", help="CSV of prefix,region[,country]: the clients' regions (longest match)")
     tap.add_argument("--study", help="run standalone: a PassiveStudy JSON file instead of the collector's")
     tap.add_argument("--output", help="run standalone: append aggregates and connection records to this JSONL file")
-    tap.add_argument("--lease", type=float, default=10.0,
+    tap.add_argument("--lease", type=float, default=DEFAULT_LEASE_S,
                      help="seconds the arms stay in force without the agent (kernel-enforced; default 10)")
-    tap.add_argument("--capture-pps", type=int, default=5000,
+    tap.add_argument("--capture-pps", type=int, default=DEFAULT_CAPTURE_PPS,
                      help="packet budget of the first-response capture; above it fewer connections are followed")
     tap.add_argument("--no-capture", dest="capture", action="store_false",
                      help="no packet capture: final TCP_INFO only (no response latencies)")

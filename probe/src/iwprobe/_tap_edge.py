@@ -26,7 +26,7 @@ import random
 import secrets
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from . import wire
@@ -149,10 +149,19 @@ class Assignment:
     def treated_share_bp(self) -> int:
         return sum(arm.share_bp for arm in self.ranges if arm.slot)
 
+    #: Arms already looked up, per prefix (the hash in Python costs microseconds).
+    _arms: dict[bytes, ArmRange] = field(default_factory=dict, repr=False, compare=False)
+
     def arm_of(self, prefix: bytes) -> ArmRange:
+        found = self._arms.get(prefix)
+        if found is not None:
+            return found
         bucket = jhash_bucket(prefix, self.study.assignment_seed, wire.PASSIVE_SHARE_SCALE)
         for arm in self.ranges:
             if arm.low <= bucket <= arm.high:
+                if len(self._arms) >= 1_000_000:
+                    self._arms.clear()
+                self._arms[prefix] = arm
                 return arm
         raise LookupError(f"bucket {bucket} in no arm")  # the ranges cover every bucket
 
@@ -193,6 +202,7 @@ class EdgeAggregator:
         self._samples: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._rng = rng or random.Random()
+        self._hour: tuple[int, str] = (-1, "")
 
     def add(self, measured: Measured, study: wire.PassiveStudy, treated_share_bp: int) -> None:
         info = measured.closed.tcp_info
@@ -203,7 +213,10 @@ class EdgeAggregator:
         rate_bps = info.get("delivery_rate", 0) * 8 or None
         bdp = (min_rtt / 1e6) * (rate_bps / 8) if min_rtt and rate_bps else None
         syn_retrans, rwnd_limited = _bias(measured)
-        hour = wire.utc_timestamp(_hour_of(measured.closed.closed_ns))
+        hour_index = measured.closed.closed_ns // 3_600_000_000_000
+        if hour_index != self._hour[0]:
+            self._hour = (hour_index, wire.utc_timestamp(_hour_of(measured.closed.closed_ns)))
+        hour = self._hour[1]
         key = (study.campaign_id, study.phase, hour, measured.arm.arm, measured.arm_iw, treated_share_bp,
                measured.family, measured.region, measured.cluster,
                wire.bucket_index(min_rtt / 1000 if min_rtt else None, wire.PASSIVE_RTT_EDGES_MS),

@@ -1,0 +1,249 @@
+"""What ``iwprobe tap`` costs the web server it measures (issue 33): requests/s with and without it.
+
+Two namespaces over a veth pair (no link emulator: nginx, not a user-space emulator, must be
+the bottleneck).  Debian's nginx (one worker, ``sendfile``, no access log) serves a ``--size``
+(10 KB) file in the server namespace; ``wrk`` (Debian's, one thread, ``--connections`` 50) loads
+it from the client namespace for blocks of ``--block-s`` seconds.  Blocks alternate between the
+agent off and on (``off, on`` then ``on, off``, ``--pairs`` times), so both see the same machine;
+the agent runs a study that treats *every* client (IW 32: every SYN marked, every connection
+policy-routed) with its capture on (``--no-capture``: destroy notifications only).  Two loads:
+
+* ``keepalive``: wrk's default (HTTP/1.1 keep-alive: 50 connections, millions of requests);
+* ``close``: ``Connection: close``, a new TCP connection per request -- the agent's worst case
+  (a destroy notification, an arm lookup and a followed handshake per request).
+
+Reported per load: requests/s of every block, the ratio of the medians (on / off), wrk's errors
+(connect, read, write, timeout, non-2xx: 0 expected), the agent's CPU (``/proc/<pid>/stat``)
+per 10,000 connections it saw (its own count, ``tap-status.json``), nginx's CPU per block, and
+the load average.  Run as root: ``.venv/bin/python bench/bench_tap.py``; writes
+``bench/results/tap-cost-<date>[-<n>].json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PORT = 8080
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its reaped children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / TICKS
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+class Bench:
+    def __init__(self, work: Path, size: int) -> None:
+        suffix = secrets.token_hex(2)
+        self.server, self.client = f"iwb{suffix}s", f"iwb{suffix}c"
+        self.work = work
+        self.server_address, self.client_address = "10.219.7.1", "10.219.7.2"
+        _ip("netns", "add", self.server)
+        _ip("netns", "add", self.client)
+        _ip("link", "add", f"iwb{suffix}a", "type", "veth", "peer", "name", f"iwb{suffix}b")
+        for namespace, device, address in ((self.server, f"iwb{suffix}a", self.server_address),
+                                           (self.client, f"iwb{suffix}b", self.client_address)):
+            _ip("link", "set", device, "netns", namespace)
+            _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
+            _ip("-n", namespace, "link", "set", device, "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+            _ip("-n", namespace, "route", "add", "default", "via",
+                self.client_address if namespace == self.server else self.server_address)
+        subprocess.run(["ip", "netns", "exec", self.client, "sysctl", "-qw",
+                        "net.ipv4.ip_local_port_range=1024 65535"], check=True)
+        # Connection: close leaves a TIME_WAIT socket per request on the server; tens of
+        # thousands of them slowed later blocks by a quarter whatever the agent did.  A small
+        # table keeps every block on the same footing.
+        subprocess.run(["ip", "netns", "exec", self.server, "sysctl", "-qw", "net.ipv4.tcp_max_tw_buckets=4096"],
+                       check=True)
+        (work / "www").mkdir(parents=True, exist_ok=True)
+        (work / "www" / "object").write_bytes(secrets.token_bytes(size))
+        for path in (work, work / "www", work / "www" / "object"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (work / "nginx.conf").write_text(f"""
+daemon off;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/error.log;
+user www-data;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    sendfile on;
+    keepalive_requests 1000000;
+    client_body_temp_path {work}/tmp;
+    server {{ listen {self.server_address}:{PORT}; root {work}/www; }}
+}}
+""")
+        self.nginx = subprocess.Popen(["ip", "netns", "exec", self.server, shutil.which("nginx") or "/usr/sbin/nginx",
+                                       "-p", f"{work}/", "-c", str(work / "nginx.conf")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        self.tap: subprocess.Popen[bytes] | None = None
+
+    def nginx_cpu_s(self) -> float:
+        return sum(_cpu_s(pid) for pid in [self.nginx.pid, *self._nginx_pids()])
+
+    def _nginx_pids(self) -> list[int]:
+        pids = []
+        for child in _children(self.nginx.pid):          # ip netns exec -> nginx master -> worker
+            pids += [child, *_children(child)]
+        return pids
+
+    def start_tap(self, capture: bool) -> None:
+        study = {"campaign_id": 1, "name": "bench", "arms": [{"arm": "32", "share_bp": 10000}], "ports": [PORT],
+                 "prefix_v4": 24, "prefix_v6": 48, "assignment_seed": 1, "starts_at": "", "ends_at": "",
+                 "sample_share": 0.0, "flush_interval_s": 5}
+        (self.work / "study.json").write_text(json.dumps(study))
+        command = ["ip", "netns", "exec", self.server, sys.executable, "-m", "iwprobe", "--log-level", "WARNING", "tap",
+                   "run", "--state-dir", str(self.work / "state"), "--study", str(self.work / "study.json")]
+        with open(self.work / "tap.log", "ab") as log:
+            self.tap = subprocess.Popen(command + ([] if capture else ["--no-capture"]), stderr=log)
+        deadline = time.monotonic() + 15
+        while subprocess.run(["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"],
+                             capture_output=True).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the tap did not install its arms: " + (self.work / "tap.log").read_text()[-2000:])
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    def tap_pid(self) -> int:
+        assert self.tap is not None
+        children = _children(self.tap.pid)
+        return children[0] if children else self.tap.pid
+
+    def stop_tap(self) -> dict[str, Any]:
+        assert self.tap is not None
+        self.tap.send_signal(signal.SIGTERM)
+        self.tap.wait(timeout=30)
+        self.tap = None
+        return dict(json.loads((self.work / "state" / "tap-status.json").read_text()))
+
+    def wrk(self, seconds: float, connections: int, close: bool) -> dict[str, Any]:
+        command = ["ip", "netns", "exec", self.client, "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s",
+                   *(["-H", "Connection: close"] if close else []), f"http://{self.server_address}:{PORT}/object"]
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+        requests = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
+        errors = {kind: int(count) for kind, count in re.findall(r"(connect|read|write|timeout) (\d+)", output)}
+        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+        errors["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
+        return {"rps": rps, "requests": requests, "errors": errors}
+
+    def close(self) -> None:
+        if self.tap is not None:
+            self.stop_tap()
+        self.nginx.send_signal(signal.SIGQUIT)
+        try:
+            self.nginx.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.nginx.kill()
+        for namespace in (self.server, self.client):
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    for pair in range(args.pairs):
+        for state in (("off", "on") if pair % 2 == 0 else ("on", "off")):
+            if state == "on":
+                bench.start_tap(args.capture)
+                tap_cpu0 = _cpu_s(bench.tap_pid())
+            nginx_cpu0 = bench.nginx_cpu_s()
+            load0 = os.getloadavg()[0]
+            result = bench.wrk(args.block_s, args.connections, close=load == "close")
+            result.update(state=state, nginx_cpu_s=round(bench.nginx_cpu_s() - nginx_cpu0, 2), load=round(load0, 2))
+            if state == "on":
+                result["tap_cpu_s"] = round(_cpu_s(bench.tap_pid()) - tap_cpu0, 2)
+                status = bench.stop_tap()
+                result["tap_connections_seen"] = status["connections_seen"]
+                result["tap_connections_captured"] = status["connections_captured"]
+                result["tap_notifications_lost"] = status["notifications_lost"]
+                result["tap_capture_share"] = status["capture_share"]
+            blocks.append(result)
+            print(f"  {load} {state}: {result['rps']:,.0f} req/s errors {result['errors']} "
+                  + (f"tap {result['tap_cpu_s']} s CPU, {result['tap_connections_seen']} connections"
+                     if state == "on" else ""), flush=True)
+    off = [block["rps"] for block in blocks if block["state"] == "off"]
+    on = [block["rps"] for block in blocks if block["state"] == "on"]
+    on_blocks = [block for block in blocks if block["state"] == "on"]
+    seen = sum(block["tap_connections_seen"] for block in on_blocks)
+    return {"load": load, "blocks": blocks, "rps_off": off, "rps_on": on,
+            "ratio_of_medians": round(statistics.median(on) / statistics.median(off), 4),
+            "errors": sum(sum(block["errors"].values()) for block in blocks),
+            "tap_cpu_s_per_10k_connections": round(10_000 * sum(block["tap_cpu_s"] for block in on_blocks) / seen, 3)
+            if seen else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--block-s", type=float, default=10.0)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--size", type=int, default=10_000)
+    parser.add_argument("--loads", default="keepalive,close")
+    parser.add_argument("--no-capture", dest="capture", action="store_false")
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (namespaces, nftables)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="iwscope-tap-bench-") as temporary:
+        work = Path(temporary)
+        work.chmod(0o755)
+        bench = Bench(work, args.size)
+        try:
+            results = [run(bench, load, args) for load in args.loads.split(",")]
+        finally:
+            bench.close()
+    report = {"bench": "tap-cost", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "cpus": os.cpu_count(), "capture": args.capture, "block_s": args.block_s, "pairs": args.pairs,
+              "connections": args.connections, "size": args.size, "loadavg_end": os.getloadavg(), "results": results}
+    for result in results:
+        print(f"{result['load']}: on/off {result['ratio_of_medians']:.3f} (off {result['rps_off']}, on "
+              f"{result['rps_on']}), errors {result['errors']}, tap CPU {result['tap_cpu_s_per_10k_connections']} s "
+              f"per 10,000 connections")
+    RESULTS.mkdir(exist_ok=True)
+    stem = f"tap-cost{('-' + args.tag) if args.tag else ''}-{time.strftime('%Y%m%d')}"
+    path = RESULTS / f"{stem}.json"
+    index = 2
+    while path.exists():
+        path = RESULTS / f"{stem}-{index}.json"
+        index += 1
+    path.write_text(json.dumps(report, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
