@@ -15,6 +15,19 @@ core side       ``10.N.i.1/32``     ``fd69:7773:N:i::1/128``
 
 Both are point-to-point (``peer``) addresses on the host's TUN link.  The IPv6 prefix is only
 routed inside the run's namespaces (nothing is added to the root namespace for it).
+
+User addresses (``Host.users``: many emulated clients behind one host's access link)
+    A run whose hosts have users gets 1-4 consecutive /16s ``100.U.0.0/16`` of the RFC 6598
+    shared address space 100.64.0.0/10 (``U`` in 64-127, chosen under the same lock among the
+    values no other run's state holds: :func:`allocate_users_octets`), 256 users per /16.  Users
+    are numbered run-wide in host order (``g`` = 0, 1, ...); user ``g`` of host ``i`` is
+    ``100.(U + g // 256).(g % 256).i``: one /24 per user (the last octet names the lab host), so
+    no two users share a /24 and none can collide with the lab's 10.N.0.0/16 runs or the service
+    address 10.63.0.1.  In dual-stack runs user ``g`` also gets the /48
+    ``fd75:7372:XXXX::/48`` (``XXXX`` = ``U * 256 + g`` in hex; ``fd`` + global ID ``75 73 72``,
+    "usr") and the address ``fd75:7372:XXXX::i``.  The addresses sit on the host namespace's
+    ``lo``; the core routes each host's range (:func:`covering_prefixes`) to that host's TUN
+    link.  Nothing is added to the root namespace: user addresses only exist inside the run.
 """
 
 from __future__ import annotations
@@ -27,12 +40,23 @@ from ._netns import LabError, ip
 from .runstate import list_runs
 
 __all__ = ["SUBNET_OCTETS", "ULA_BASE", "allocate_subnet", "host_addresses", "host_addresses6", "prefix6",
-           "ipv6_available"]
+           "ipv6_available", "USERS_SPACE", "USERS_OCTETS", "USERS_PER_OCTET", "MAX_USERS_PER_RUN", "USERS_ULA_BASE",
+           "allocate_users_octets", "user_address", "user_address6", "covering_prefixes"]
 
 #: Second octet range for per-run /16 subnets under 10.0.0.0/8.
 SUBNET_OCTETS = range(64, 250)
 #: The first 32 bits of every run's IPv6 /48 (``fd`` + global ID bytes 0x69 0x77 0x73, "iws").
 ULA_BASE = "fd69:7773"
+#: Where user addresses come from (RFC 6598 shared address space, never a lab 10.N address).
+USERS_SPACE = ipaddress.ip_network("100.64.0.0/10")
+#: Second octets of the user /16s (the whole of 100.64.0.0/10).
+USERS_OCTETS = range(64, 128)
+#: Users per /16: one /24 each.
+USERS_PER_OCTET = 256
+#: At most four /16s per run.
+MAX_USERS_PER_RUN = 4 * USERS_PER_OCTET
+#: The first 32 bits of every user's IPv6 /48 (``fd`` + global ID bytes 0x75 0x73 0x72, "usr").
+USERS_ULA_BASE = "fd75:7372"
 
 
 def host_addresses(subnet: int, index: int) -> tuple[str, str]:
@@ -81,3 +105,44 @@ def allocate_subnet(run_id: str) -> int:
         if octet not in used:
             return octet
     raise LabError("no free 10.N.0.0/16 subnet for a lab run")
+
+
+def allocate_users_octets(run_id: str, users: int) -> list[int]:
+    """Consecutive second octets ``U`` (in :data:`USERS_OCTETS`) for ``users`` user addresses, none
+    held by another run's state (``users_octets``); [] for no users.
+
+    Call it under the lab's allocation lock, like :func:`allocate_subnet`."""
+    if users <= 0:
+        return []
+    if users > MAX_USERS_PER_RUN:
+        raise LabError(f"{users} users: at most {MAX_USERS_PER_RUN} per run")
+    needed = -(-users // USERS_PER_OCTET)
+    used: set[int] = set()
+    for state in list_runs():
+        if state["run_id"] != run_id:
+            used.update(int(octet) for octet in state.get("users_octets") or [])
+    for start in USERS_OCTETS:
+        block = range(start, start + needed)
+        if block[-1] in USERS_OCTETS and not used.intersection(block):
+            return list(block)
+    raise LabError(f"no {needed} free /16s for user addresses in {USERS_SPACE} (other runs hold {sorted(used)})")
+
+
+def user_address(first_octet: int, user: int, host_index: int) -> str:
+    """IPv4 address of run-wide user ``user`` (0-based) of host ``host_index``: one /24 per user."""
+    return f"100.{first_octet + user // USERS_PER_OCTET}.{user % USERS_PER_OCTET}.{host_index}"
+
+
+def user_address6(first_octet: int, user: int, host_index: int) -> str:
+    """IPv6 address of run-wide user ``user`` of host ``host_index``: one /48 per user."""
+    return f"{USERS_ULA_BASE}:{first_octet * USERS_PER_OCTET + user:x}::{host_index:x}"
+
+
+def covering_prefixes(addresses: list[str], prefixlen: int) -> list[str]:
+    """The fewest prefixes covering exactly the consecutive ``/prefixlen`` networks from the first
+    address's to the last address's (a host's users: their core routes)."""
+    if not addresses:
+        return []
+    first = ipaddress.ip_network(f"{addresses[0]}/{prefixlen}", strict=False)
+    last = ipaddress.ip_network(f"{addresses[-1]}/{prefixlen}", strict=False)
+    return [str(net) for net in ipaddress.summarize_address_range(first.network_address, last.broadcast_address)]

@@ -16,10 +16,12 @@ from typing import Any
 
 from .links import LinkSpec
 
-__all__ = ["Host", "PlacedHost", "HOST_NAME_RE"]
+__all__ = ["Host", "PlacedHost", "HOST_NAME_RE", "MAX_USERS"]
 
 #: Host names: short enough that ``<run>-<host>`` is a valid namespace name.
 HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,30}$")
+#: User addresses one host may have (a run has at most as many in total).
+MAX_USERS = 1024
 
 
 @dataclass
@@ -31,10 +33,15 @@ class Host:
     region: str | None = None
     link: LinkSpec = field(default_factory=LinkSpec)
     labels: dict[str, str] = field(default_factory=dict)
+    #: Extra client addresses behind this host's link, one /24 each (emulated users; see
+    #: addressing.py for the plan).  0: none, the host has only its own address.
+    users: int = 0
 
     def __post_init__(self) -> None:
         if not HOST_NAME_RE.match(self.name) or self.name == "core":
             raise ValueError(f"host name {self.name!r}: use 1-31 of [a-z0-9_.-], not 'core'")
+        if isinstance(self.users, bool) or not isinstance(self.users, int) or not 0 <= self.users <= MAX_USERS:
+            raise ValueError(f"host {self.name}: users={self.users!r} must be an integer within 0-{MAX_USERS}")
 
 
 @dataclass
@@ -55,6 +62,10 @@ class PlacedHost:
     #: IPv6 addresses in dual-stack runs ("" otherwise).
     address6: str = ""
     core_address6: str = ""
+    #: The host's user addresses (``spec.users`` of them, one /24 each; /48s in ``user_addresses6``
+    #: in dual-stack runs), on the namespace's ``lo`` and routed to this host's link by the core.
+    user_addresses: list[str] = field(default_factory=list)
+    user_addresses6: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -73,6 +84,15 @@ class PlacedHost:
         return self.spec.labels
 
     @property
+    def users(self) -> int:
+        return self.spec.users
+
+    @property
+    def user_prefixes(self) -> list[str]:
+        """The /24 of each user address (same order)."""
+        return [address.rsplit(".", 1)[0] + ".0/24" for address in self.user_addresses]
+
+    @property
     def link(self) -> LinkSpec:
         return self.spec.link
 
@@ -81,6 +101,10 @@ class PlacedHost:
         self.spec.link = spec
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
-                "netns": self.netns, "address": self.address, "address6": self.address6, "device": self.device,
-                "core_device": self.core_device, "link": self.link.to_dict()}
+        described: dict[str, Any] = {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
+                     "netns": self.netns, "address": self.address, "address6": self.address6, "device": self.device,
+                     "core_device": self.core_device, "link": self.link.to_dict()}
+        if self.users:   # only then: hosts without users describe themselves as before
+            described.update(users=self.users, user_addresses=list(self.user_addresses),
+                             user_addresses6=list(self.user_addresses6))
+        return described

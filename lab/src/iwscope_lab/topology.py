@@ -15,6 +15,15 @@ host ``fd69:7773:N:i::2/128 peer fd69:7773:N:i::1`` and a ``::/0`` route over th
 link, the core the ``::1`` side and IPv6 forwarding (addressing.py).  The collector path
 stays IPv4 only.
 
+Hosts with users (``Host(..., users=40)``, scenario field ``users: 40``) get that many extra
+client addresses, each in a /24 of its own: user ``g`` of the run (numbered in host order) of
+host ``i`` is ``100.(U + g // 256).(g % 256).i`` on the host namespace's ``lo``, where
+``100.U.0.0/16`` (one to four consecutive /16s of 100.64.0.0/10, RFC 6598) is allocated per run
+under the lab's lock; the core routes each host's range via that host's TUN link, so every
+packet to or from a user address crosses the host's emulated link.  Dual-stack runs add one
+IPv6 /48 per user, ``fd75:7372:XXXX::i`` (``XXXX`` = ``U * 256 + g``).  Nothing of it is in the
+root namespace; it all goes with the run's namespaces (addressing.py, docs/lab.md).
+
 Every path between two hosts crosses both hosts' access links and the core, so the probe ->
 origin round trip is the sum of both access links' delays.  TUN links are layer 3: no ARP.
 The emulators create the TUN devices (non-persistent: they vanish with the process).
@@ -59,7 +68,18 @@ from ._netns import (
     sysctl,
     wait_emulator_ready,
 )
-from .addressing import SUBNET_OCTETS, allocate_subnet, host_addresses, host_addresses6, ipv6_available
+from .addressing import (
+    MAX_USERS_PER_RUN,
+    SUBNET_OCTETS,
+    allocate_subnet,
+    allocate_users_octets,
+    covering_prefixes,
+    host_addresses,
+    host_addresses6,
+    ipv6_available,
+    user_address,
+    user_address6,
+)
 from .addressing import prefix6 as run_prefix6
 from .hostspec import Host, PlacedHost
 from .links import DirectionSpec, LinkSpec
@@ -134,6 +154,8 @@ class Topology:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+        if sum(host.users for host in hosts) > MAX_USERS_PER_RUN:
+            raise ValueError(f"at most {MAX_USERS_PER_RUN} users per topology")
         self.run_id = run_id
         self.name = run_id
         self.scenario = scenario
@@ -157,6 +179,8 @@ class Topology:
         self.core_veth = f"{run_id}v"
         self.state_dir = STATE_ROOT / run_id
         self.subnet: int | None = None
+        #: Second octets of the run's user /16s (100.U.0.0/16); [] without users.
+        self.users_octets: list[int] = []
         self._emulators: dict[str, int] = {}
         self._children: list[subprocess.Popen[Any]] = []
         self._route_metrics: dict[str, dict[str, int]] = {}
@@ -190,6 +214,12 @@ class Topology:
 
     def hosts_by_role(self, role: str) -> list[PlacedHost]:
         return [host for host in self.hosts if host.role == role]
+
+    def user_addresses(self, host: str | None = None) -> list[str]:
+        """The user addresses of ``host`` (every host's, in host order, when None)."""
+        self._require_up()
+        hosts = [self.host(host)] if host is not None else self.hosts
+        return [address for placed in hosts for address in placed.user_addresses]
 
     def up(self) -> Topology:
         """Build everything; a no-op when already up (also when another process built this run)."""
@@ -350,7 +380,8 @@ class Topology:
         hosts = []
         for entry in state["hosts"]:
             hosts.append(Host(entry["name"], role=entry["role"], region=entry.get("region"),
-                              link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {}))
+                              link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {},
+                              users=int(entry.get("users", 0))))
         topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
                    detached=state.get("detached", False), scenario=state.get("scenario"),
                    dual_stack=bool(state.get("dual_stack")))
@@ -386,7 +417,7 @@ class Topology:
             "root_routes": [f"10.{self.subnet}.0.0/16"] if self.subnet is not None else [],
             "emulators": emulators, "sysctls": self.sysctls, "seed": self.seed,
             "hosts": [host.describe() for host in self.hosts],
-        }
+        } | ({"users_octets": list(self.users_octets)} if self.users_octets else {})
 
     def _write_state(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -404,7 +435,11 @@ class Topology:
             return False
         if bool(state.get("dual_stack")) != self.dual_stack:
             return False
+        if [int(h.get("users", 0)) for h in state["hosts"]] != [h.users for h in self.hosts]:
+            return False
         self.subnet = int(state["subnet"])
+        self.users_octets = [int(octet) for octet in state.get("users_octets") or []]
+        self._place_users()
         for host, entry in zip(self.hosts, state["hosts"], strict=True):
             host.address = entry["address"]
             host.core_address = host_addresses(self.subnet, host.index)[1]
@@ -422,10 +457,12 @@ class Topology:
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self.subnet = allocate_subnet(self.run_id)
+            self.users_octets = allocate_users_octets(self.run_id, sum(host.users for host in self.hosts))
             for host in self.hosts:
                 host.address, host.core_address = host_addresses(self.subnet, host.index)
                 if self.dual_stack:
                     host.address6, host.core_address6 = host_addresses6(self.subnet, host.index)
+            self._place_users()
             self._write_state()   # before anything exists: a crash from here on is cleanable
         existing = existing_namespaces()
         for netns in [self.core_netns] + [host.netns for host in self.hosts]:
@@ -468,8 +505,24 @@ class Topology:
                 host_lines += [f"addr add {host.address6}/128 peer {host.core_address6}/128 dev {host.device} nodad",
                                f"route add ::/0 via {host.core_address6} dev {host.device} onlink"]
                 core_lines += [f"addr add {host.core_address6}/128 peer {host.address6}/128 dev {host.core_device} nodad"]
+            host_lines += [f"addr add {address}/32 dev lo" for address in host.user_addresses]
+            core_lines += [f"route add {prefix} via {host.address} dev {host.core_device}"
+                           for prefix in covering_prefixes(host.user_addresses, 24)]
+            host_lines += [f"addr add {address}/128 dev lo nodad" for address in host.user_addresses6]
+            core_lines += [f"route add {prefix} via {host.address6} dev {host.core_device} onlink"
+                           for prefix in covering_prefixes(host.user_addresses6, 48)]
             ip_batch(host.netns, host_lines)
             ip_batch(self.core_netns, core_lines)
+
+    def _place_users(self) -> None:
+        """Each host's user addresses from the run's user /16s (addressing.py)."""
+        first = 0
+        for host in self.hosts:
+            users = range(first, first + host.users)
+            host.user_addresses = [user_address(self.users_octets[0], user, host.index) for user in users]
+            host.user_addresses6 = ([user_address6(self.users_octets[0], user, host.index) for user in users]
+                                    if self.dual_stack else [])
+            first += host.users
 
     def _start_emulator(self, binary: str, host: PlacedHost) -> None:
         """Spawn iwemu (its own session: it outlives a detached `lab up`) and wait for "ready"."""

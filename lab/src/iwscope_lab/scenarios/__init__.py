@@ -6,7 +6,9 @@ direction, ``buffer_bytes`` ...) and optional ``down`` / ``up`` overrides for as
 access links (``down`` = towards the host).  Rates are bit/s numbers or strings like
 ``56k``, ``1.2M``, ``1G``.  The probe -> origin round trip is the sum of both hosts'
 ``rtt_ms`` (origins get zero-delay links).  ``dual_stack: true`` gives every host an IPv6
-address too.  See docs/lab.md.
+address too.  A host's ``users: N`` gives it N extra client addresses, one /24 each, behind its
+link (emulated users of a passive study: role ``users``, served by a host of role ``server``,
+e.g. the ``passive`` scenario).  See docs/lab.md.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from ..hostspec import Host
+from ..hostspec import MAX_USERS, Host
 from ..links import DirectionSpec, LinkSpec, format_rate, parse_rate
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_names", "FIGURE5_BUCKETS", "bucket_of"]
@@ -103,10 +105,14 @@ class LinkModel(DirectionModel):
 
 class HostModel(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,30}$")
-    role: Literal["origin", "probe"] = "probe"
+    #: ``origin`` / ``probe``: an iwprobe campaign; ``server`` / ``users``: an unmodified web
+    #: server and hosts of emulated users (webserver.py, users.py).
+    role: Literal["origin", "probe", "server", "users"] = "probe"
     region: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     link: LinkModel = Field(default_factory=LinkModel)
+    #: Extra client addresses behind the host's link, one /24 each (topology.py).
+    users: int = Field(default=0, ge=0, le=MAX_USERS)
 
 
 class SweepModel(_Strict):
@@ -145,8 +151,8 @@ class ScenarioModel(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
-        if not any(host.role == "origin" for host in self.hosts):
-            raise ValueError("a scenario needs at least one host with role: origin")
+        if not any(host.role in ("origin", "server") for host in self.hosts):
+            raise ValueError("a scenario needs at least one host with role: origin (or server)")
         if len(names) < 2:
             raise ValueError("a scenario needs an origin and at least one probe")
         return self
@@ -164,7 +170,7 @@ class Scenario:
 
     def hosts(self) -> list[Host]:
         """The declared hosts (specs: a :class:`~iwscope_lab.topology.Topology` places them)."""
-        hosts = [Host(h.name, role=h.role, region=h.region, link=h.link.to_spec(), labels=dict(h.labels))
+        hosts = [Host(h.name, role=h.role, region=h.region, link=h.link.to_spec(), labels=dict(h.labels), users=h.users)
                  for h in self.model.hosts]
         sweep = self.model.sweep
         if sweep is not None:
@@ -176,12 +182,14 @@ class Scenario:
         return hosts
 
     def path_summary(self) -> list[dict[str, Any]]:
-        """Every probe's path to the first origin: RTT, downlink rate, BDP, loss, Figure-5 buckets."""
+        """Every probe's (and users host's) path to the first origin (or, without one, the first
+        server): RTT, downlink rate, BDP, loss, Figure-5 buckets; ``users`` for hosts with users."""
         hosts = self.hosts()
-        origin = next(host for host in hosts if host.role == "origin")
+        origin = next((host for host in hosts if host.role == "origin"), None)
+        origin = origin or next(host for host in hosts if host.role == "server")
         rows = []
         for host in hosts:
-            if host.role != "probe":
+            if host.role not in ("probe", "users"):
                 continue
             rtt_ms = host.link.rtt_ms + origin.link.rtt_ms
             rates = [r for r in (host.link.down.rate_bps, origin.link.up.rate_bps) if r]
@@ -192,7 +200,8 @@ class Scenario:
                          "loss_down": host.link.down.loss,
                          "buckets": {"rtt_ms": bucket_of(rtt_ms, FIGURE5_BUCKETS["rtt_ms"]),
                                      "rate_kbps": bucket_of(rate / 1000, FIGURE5_BUCKETS["rate_kbps"]),
-                                     "bdp_bytes": bucket_of(bdp, FIGURE5_BUCKETS["bdp_bytes"])}})
+                                     "bdp_bytes": bucket_of(bdp, FIGURE5_BUCKETS["bdp_bytes"])}}
+                        | ({"users": host.users} if host.users else {}))
         return rows
 
 
