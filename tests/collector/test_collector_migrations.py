@@ -19,7 +19,8 @@ from testenv import create_database, drop_database
 from iwscope import migrate
 
 CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
-               "path_samples", "path_estimates"}
+               "path_samples", "path_estimates", "census_records", "servers", "passive_aggregates",
+               "passive_connections"}
 
 
 @pytest.fixture

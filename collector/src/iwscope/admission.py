@@ -10,8 +10,8 @@ lost.
 
 Two classes share the limit (``IWSCOPE_MAX_IN_PROGRESS``):
 
-* **probe traffic** (uploads of trials and observations, heartbeats, schedules, enrollment:
-  :func:`is_probe_traffic`) may use all of it;
+* **probe traffic** (uploads of trials, observations and passive batches, heartbeats,
+  schedules, server configurations, enrollment: :func:`is_probe_traffic`) may use all of it;
 * **everything else** (public reads, the CSV export, admin routes) at most
   ``IWSCOPE_MAX_OTHER_IN_PROGRESS`` of it, so readers never take the last places from probes.
 
@@ -46,12 +46,13 @@ OVERLOADED_DETAIL = "collector overloaded: retry later"
 #: reading and discarding it would cost more than the client's reconnecting.
 CLOSE_ABOVE_BYTES = 64 * 1024
 
-_PROBE_PREFIXES = ("/api/v1/probes/", "/api/v1/origins/")
-_PROBE_EXACT = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH})
+_PROBE_PREFIXES = ("/api/v1/probes/", "/api/v1/origins/", "/api/v1/servers/")
+_PROBE_EXACT = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH, wire.PASSIVE_BATCH_PATH})
 
 
 def is_probe_traffic(method: str, path: str) -> bool:
-    """Uploads, heartbeats, schedules and enrollment of probes and origins (not fleet listings)."""
+    """Uploads, heartbeats, schedules, configurations and enrollment of probes, origins and
+    servers (``iwprobe tap``) -- the agents, whose measurements wait in spools -- not fleet listings."""
     if path in _PROBE_EXACT:
         return method == "POST"
     return path.startswith(_PROBE_PREFIXES)

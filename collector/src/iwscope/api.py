@@ -32,7 +32,9 @@ from iwscope.health import router as health_router
 from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
 from iwscope.openapi import install_openapi
 from iwscope.origins.routes import router as origins_router
+from iwscope.passive.routes import router as passive_router
 from iwscope.probes.routes import router as probes_router
+from iwscope.servers.routes import router as servers_router
 from iwscope.trials.routes import router as trials_router
 
 log = logging.getLogger(__name__)
@@ -102,9 +104,9 @@ def database_busy_response(retry_after_s: int) -> JSONResponse:
 
 def create_app() -> FastAPI:
     app = FastAPI(title="iwscope collector", version=__version__, lifespan=_lifespan,
-                  description="Ingest and read API of iwscope (wire format v1, see iwprobe.wire).")
-    for router in (health_router, probes_router, origins_router, campaigns_router, trials_router, exports_router,
-                   analysis_router):
+                  description="Ingest and read API of iwscope (wire format, see iwprobe.wire).")
+    for router in (health_router, probes_router, origins_router, servers_router, campaigns_router, trials_router,
+                   passive_router, exports_router, analysis_router):
         app.include_router(router)
     install_openapi(app)
 

@@ -20,6 +20,9 @@ from typing import Any
 
 import click
 
+from iwscope.campaigns.cli import campaigns
+from iwscope.servers.cli import servers
+
 if os.environ.get("IWSCOPE_ENV", "development") != "production":
     # Development: settings that leave DATABASE_URL / REDIS_URL unset use this checkout's local
     # stack, which iwscope.localstack provides when imported (iwscope.config.use_development_urls).
@@ -243,17 +246,19 @@ def up(host: str, port: int, with_beat: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Tokens, probes, campaigns
+# Tokens, probes, origins (campaigns: iwscope.campaigns.cli; servers: iwscope.servers.cli)
 # --------------------------------------------------------------------------------------
 
 
 @main.group()
 def token() -> None:
-    """API tokens (enroll, admin, origin)."""
+    """API tokens (enroll, admin, origin, server, read)."""
 
 
 @token.command("create")
-@click.option("--kind", required=True, type=click.Choice(["enroll", "admin", "origin"]))
+@click.option("--kind", required=True, type=click.Choice(["enroll", "admin", "origin", "server", "read"]),
+              help="enroll: probes; admin: campaigns and listings; origin: origins; server: iwprobe tap servers; "
+                   "read: the passive, real-user data")
 @click.option("--label", default=None, help="What the token is for (shown in listings).")
 def token_create(kind: str, label: str | None) -> None:
     """Create a token and print it alone on stdout (only its hash is stored)."""
@@ -376,88 +381,8 @@ def origins_revoke(origin_id: str) -> None:
     click.echo(f"revoked origin {origin_id}", err=True)
 
 
-@main.group()
-def campaigns() -> None:
-    """Measurement campaigns (also: POST /api/v1/campaigns with an admin token)."""
-
-
-def _int_list(text: str | None) -> list[int] | None:
-    return [int(part) for part in text.split(",") if part.strip()] if text else None
-
-
-@campaigns.command("create")
-@click.option("--name", required=True)
-@click.option("--origin", "origin_ids", multiple=True, help="origin id (repeatable; an ordinary campaign needs one)")
-@click.option("--arms", default=None, help="IW arms, e.g. 3,10 (an ordinary campaign needs them)")
-@click.option("--census-url", "census_urls", multiple=True,
-              help="a census campaign instead: infer the IW of this http(s) server (repeatable; a URL of an "
-                   "object of >= 100 KB or a server that answers Range; probes must run as root)")
-@click.option("--sizes", default=None, help="object sizes in bytes, e.g. 10000,100000")
-@click.option("--size-dist", default=None, help="named size distribution instead of --sizes")
-@click.option("--sizes-per-round", default=1, show_default=True, type=int)
-@click.option("--repetitions", default=1, show_default=True, type=int)
-@click.option("--interval", "interval_s", default=0.0, show_default=True, type=float, help="seconds between rounds")
-@click.option("--region", "regions", multiple=True, help="probe region taking part (repeatable; default: all)")
-@click.option("--starts-at", default=None, help="RFC 3339 start (default: now)")
-@click.option("--ends-at", default=None, help="RFC 3339 end (default: open)")
-@click.option("--duration", "duration_s", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="time box in seconds from the start (instead of --ends-at)")
-@click.option("--target-ci-ms", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="adaptive: each probe stops once the RTT and bandwidth buckets it feeds have a 95 %% "
-                   "interval of at most +- this many ms (needs --duration or --ends-at; --repetitions "
-                   "is then a maximum)")
-@click.option("--no-calibrate", is_flag=True, help="skip the path calibration before the first round")
-def campaigns_create(name: str, origin_ids: tuple[str, ...], arms: str | None, census_urls: tuple[str, ...],
-                     sizes: str | None, size_dist: str | None,
-                     sizes_per_round: int, repetitions: int, interval_s: float, regions: tuple[str, ...],
-                     starts_at: str | None, ends_at: str | None, duration_s: float | None,
-                     target_ci_ms: float | None, no_calibrate: bool) -> None:
-    """Create a campaign and print its id alone on stdout."""
-    from fastapi import HTTPException
-    from pydantic import ValidationError
-
-    from iwprobe import wire
-    from iwscope.campaigns.schemas import CampaignIn
-    from iwscope.campaigns.services import create_campaign
-    from iwscope.db import session_scope
-
-    try:
-        campaign = CampaignIn.model_validate({
-            "name": name, "origin_ids": list(origin_ids), "arms": _int_list(arms), "sizes": _int_list(sizes),
-            "size_dist": size_dist, "sizes_per_round": sizes_per_round, "repetitions": repetitions,
-            "interval_s": interval_s, "probe_regions": list(regions) or None,
-            "starts_at": starts_at or wire.utc_timestamp(), "ends_at": ends_at, "calibrate": not no_calibrate,
-            "duration_s": duration_s, "target_ci_ms": target_ci_ms, "census_urls": list(census_urls) or None})
-        with session_scope() as session:
-            created = create_campaign(session, campaign)
-            campaign_id = created.id
-    except (ValidationError, ValueError) as error:
-        raise click.BadParameter(str(error)) from None
-    except HTTPException as error:
-        raise click.ClickException(str(error.detail)) from None
-    click.echo(campaign_id)
-
-
-@campaigns.command("bundle")
-@click.argument("campaign_ids", nargs=-1, required=True, type=click.IntRange(min=1))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="directory of the bundle (data/*.parquet, campaigns.json, versions.json, manifest.json)")
-def campaigns_bundle(campaign_ids: tuple[int, ...], out_dir: str) -> None:
-    """Write a reproducibility bundle of these campaigns: their data as Parquet, their
-    configuration, the software versions (iwscope.exports.bundle)."""
-    import pathlib
-
-    from iwscope.db import session_scope
-    from iwscope.exports.bundle import BundleError, write_bundle
-
-    try:
-        with session_scope() as session:
-            manifest = write_bundle(session, list(campaign_ids), pathlib.Path(out_dir))
-    except BundleError as error:
-        raise click.BadParameter(str(error)) from None
-    for table, count in manifest["rows"].items():
-        click.echo(f"{table}\t{count}")
-    click.echo(f"bundle: {out_dir}")
+main.add_command(campaigns)
+main.add_command(servers)
 
 
 @main.command("export")

@@ -1,4 +1,4 @@
-"""HTTP helpers shared by the routes: bounded body reading."""
+"""HTTP helpers shared by the routes: bounded body reading, conditional requests."""
 
 from __future__ import annotations
 
@@ -30,3 +30,12 @@ async def read_body_limited(request: Request, limit: int = wire.MAX_BODY_BYTES) 
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"request body over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weak or strong) or ``*``: the
+    answer is then 304 without a body (probe schedules, server configurations)."""
+    if not if_none_match:
+        return False
+    candidates = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+    return etag in candidates or "*" in candidates

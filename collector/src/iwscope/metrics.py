@@ -14,7 +14,8 @@ REQUESTS = Counter("iwscope_http_requests_total", "HTTP requests", ["method", "r
 LATENCY = Histogram("iwscope_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 RECORDS = Counter("iwscope_records_total", "Uploaded records by kind and outcome",
-                  ["kind", "outcome"])  # kind: trial|path_sample|census|observation; outcome: accepted|duplicate|rejected
+                  ["kind", "outcome"])  # kind: trial|path_sample|census|observation|passive_aggregate|passive_connection|passive;
+# outcome: accepted|duplicate|rejected
 TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that could not be queued "
                          "(the periodic sweep catches up)", ["task"])
 DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "

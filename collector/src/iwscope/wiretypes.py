@@ -92,3 +92,33 @@ SegmentSize = Annotated[int, Field(ge=1, le=65535)]
 CENSUS_URL_PATTERN = r"^https?://[^\x00]*$"
 CensusUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS,
                                              pattern=CENSUS_URL_PATTERN)]
+
+# ----------------------------------------------------------------------------- wire v6: passive
+#: A passive arm's label: ``default`` or an IW in segments as text (the schema's pattern; the
+#: campaign API also bounds the IW to ``1..wire.MAX_PASSIVE_IW``).
+PassiveArmLabel = Annotated[str, StringConstraints(pattern=wire.PASSIVE_ARM_PATTERN)]
+#: A share of client prefixes in basis points (``wire.PASSIVE_SHARE_SCALE`` = all of them).
+ShareBp = Annotated[int, Field(ge=0, le=wire.PASSIVE_SHARE_SCALE)]
+#: A study's phase (incremented by every change of its shares).
+Phase = Annotated[int, Field(ge=0, le=1_000_000)]
+PrefixV4 = Annotated[int, Field(ge=wire.PASSIVE_PREFIX_V4_RANGE[0], le=wire.PASSIVE_PREFIX_V4_RANGE[1])]
+PrefixV6 = Annotated[int, Field(ge=wire.PASSIVE_PREFIX_V6_RANGE[0], le=wire.PASSIVE_PREFIX_V6_RANGE[1])]
+AssignmentSeed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+SampleShare = Annotated[float, Field(ge=0, le=1)]
+FlushInterval = Annotated[int, Field(ge=1, le=3600)]
+#: The IW an arm gave, as a record reports it (``None``: unknown).
+ArmIw = Annotated[int, Field(ge=1, le=65535)]
+#: The cluster of a client prefix (``wire.PASSIVE_CLUSTER_GROUPS`` of them).
+Cluster = Annotated[int, Field(ge=0, le=wire.PASSIVE_CLUSTER_GROUPS - 1)]
+#: Keyed hash of a client's prefix: exactly 16 lower-case hex digits, so nothing else (an
+#: address, say) fits in the field.
+CLIENT_PREFIX_PATTERN = rf"^[0-9a-f]{{{wire.CLIENT_PREFIX_HEX_CHARS}}}$"
+ClientPrefix = Annotated[str, StringConstraints(pattern=CLIENT_PREFIX_PATTERN)]
+#: An ISO country code, or ``""`` (unknown).
+Country = Annotated[str, StringConstraints(pattern=r"^(?:[A-Z]{2})?$")]
+#: Where a passive connection came in (``wire.PASSIVE_PORT_KINDS``).
+PortKind: TypeAlias = Literal[wire.PASSIVE_PORT_KINDS]  # type: ignore[valid-type]
+#: A count of connections, segments or bytes (a PostgreSQL bigint).
+Count = Annotated[int, Field(ge=0, le=BIGINT_MAX)]
+#: A client region of a passive record (``""``: unknown).
+ClientRegion = Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL_PATTERN)]

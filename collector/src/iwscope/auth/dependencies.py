@@ -1,4 +1,4 @@
-"""FastAPI dependencies: who is calling (probe, origin, admin, enrollment token).
+"""FastAPI dependencies: who is calling (probe, origin, server, admin, reader, enrollment token).
 
 Authentication looks the credential up in its own short database use (:func:`run_db`: a
 slot, a thread, a connection returned before the thread ends) and yields a plain value
@@ -6,11 +6,11 @@ slot, a thread, a connection returned before the thread ends) and yields a plain
 to a session: no connection is held while the route reads its body, waits for a thread or
 sends its answer.
 
-A probe or origin credential that was verified is remembered (:class:`CredentialCache`, per
+A probe, origin or server credential that was verified is remembered (:class:`CredentialCache`, per
 process): for ``IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S`` while the process hears PostgreSQL's
 notifications of credential changes, which empty the cache (:mod:`iwscope.auth.invalidation`),
 else for ``IWSCOPE_CREDENTIAL_CACHE_S``.  Only successes are kept, keyed by a hash of the whole
-credential, so a wrong secret is never answered from memory; a revoked probe or origin is
+credential, so a wrong secret is never answered from memory; a revoked probe, origin or server is
 refused at once (notified) or at most ``IWSCOPE_CREDENTIAL_CACHE_S`` later.
 """
 
@@ -30,12 +30,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 
 from iwscope.auth.invalidation import CredentialListener
-from iwscope.auth.services import api_token_valid, parse_credential, secret_matches
+from iwscope.auth.services import api_token_kind, api_token_valid, parse_credential, secret_matches
 from iwscope.config import Settings, get_settings
 from iwscope.db import get_engine, get_sessionmaker
 from iwscope.dbslots import run_db
 from iwscope.origins.models import Origin
 from iwscope.probes.models import Probe
+from iwscope.servers.models import Server
 from iwscope.types import utcnow
 
 #: The one body of every failed authentication (unknown id, wrong secret, revoked).
@@ -48,14 +49,15 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-IdentityKind = Literal["probe", "origin"]
+IdentityKind = Literal["probe", "origin", "server"]
+IdentityModel = type[Probe] | type[Origin] | type[Server]
 #: The table of each kind of identity (the same columns: id, name, region, secret_hash, revoked_at).
-_MODELS: dict[IdentityKind, type[Probe] | type[Origin]] = {"probe": Probe, "origin": Origin}
+_MODELS: dict[IdentityKind, IdentityModel] = {"probe": Probe, "origin": Origin, "server": Server}
 
 
 @dataclass(frozen=True)
 class Identity:
-    """An authenticated probe or origin (``kind``): plain values, valid after the lookup's
+    """An authenticated probe, origin or server (``kind``): plain values, valid after the lookup's
     connection was returned."""
 
     kind: IdentityKind
@@ -73,8 +75,8 @@ class _Stored:
     secret_hash: str | None
 
 
-def _stored_identity(model: type[Probe] | type[Origin], identity: uuid.UUID) -> _Stored | None:
-    """The row of a probe or origin (runs in a database slot; the connection is returned here)."""
+def _stored_identity(model: IdentityModel, identity: uuid.UUID) -> _Stored | None:
+    """The row of a probe, origin or server (runs in a database slot; the connection is returned here)."""
     with get_engine().connect() as connection:
         row = connection.execute(select(model.id, model.name, model.region, model.secret_hash, model.revoked_at)
                                  .where(model.id == identity)).first()
@@ -143,7 +145,7 @@ _listener: CredentialListener | None = None
 
 
 def _cache(kind: IdentityKind) -> CredentialCache:
-    """This process's cache of ``kind`` (``probe`` / ``origin``), sized by the settings."""
+    """This process's cache of ``kind`` (``probe`` / ``origin`` / ``server``), sized by the settings."""
     cache = _caches.get(kind)
     if cache is None:
         settings = get_settings()
@@ -186,7 +188,7 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
 
 
 async def _authenticated(kind: IdentityKind, bearer: HTTPAuthorizationCredentials | None) -> Identity:
-    """The identity of a valid ``<id>.<secret>`` credential of a probe or origin (``kind``),
+    """The identity of a valid ``<id>.<secret>`` credential of a probe, origin or server (``kind``),
     from this process's cache or the database; one 401 for every failure."""
     cache = _cache(kind)
     text = _bearer_text(bearer)
@@ -210,10 +212,10 @@ IdentityDependency = Callable[[HTTPAuthorizationCredentials | None], Coroutine[A
 
 
 def _identity_dependency(kind: IdentityKind) -> IdentityDependency:
-    """The dependency that authenticates a ``kind`` (probe or origin) credential."""
+    """The dependency that authenticates a ``kind`` (probe, origin or server) credential."""
 
     async def authenticated(bearer: BearerDep) -> Identity:
-        """The probe or origin of a valid ``<id>.<secret>`` credential; one 401 for every failure."""
+        """The probe, origin or server of a valid ``<id>.<secret>`` credential; one 401 for every failure."""
         return await _authenticated(kind, bearer)
 
     authenticated.__name__ = authenticated.__qualname__ = f"authenticated_{kind}"
@@ -222,12 +224,13 @@ def _identity_dependency(kind: IdentityKind) -> IdentityDependency:
 
 authenticated_probe = _identity_dependency("probe")
 authenticated_origin = _identity_dependency("origin")
+authenticated_server = _identity_dependency("server")
 
 TokenDependency = Callable[[Settings, HTTPAuthorizationCredentials | None], Coroutine[Any, Any, str]]
 
 
 def _token_dependency(kind: str) -> TokenDependency:
-    """The dependency that checks an API token of ``kind`` (admin, enroll, origin) and returns the kind."""
+    """The dependency that checks an API token of ``kind`` (admin, enroll, origin, server) and returns the kind."""
 
     def valid(settings: Settings, token: str) -> bool:
         with get_sessionmaker()() as session:  # closed (connection returned) in this thread
@@ -242,19 +245,43 @@ def _token_dependency(kind: str) -> TokenDependency:
     return check
 
 
+#: Token kinds that read the passive, real-user data (``iwscope.passive``): what the servers
+#: of operators measured of their users is not public like the probes' measurements.
+READER_KINDS = ("read", "admin")
+
+
+async def require_reader(settings: SettingsDep, bearer: BearerDep) -> str:
+    """A ``read`` or ``admin`` token (its kind); anything else -- a probe's or server's
+    credential, a token of another kind, revoked or unknown -- the one 401 body."""
+
+    def kind_of(token: str) -> str | None:
+        with get_sessionmaker()() as session:  # closed (connection returned) in this thread
+            return api_token_kind(session, settings, READER_KINDS, token)
+
+    token = _bearer_text(bearer)
+    kind = await run_db(kind_of, token)
+    if kind is None:
+        raise unauthorized()
+    return kind
+
+
 ProbeDep = Annotated[Identity, Depends(authenticated_probe)]
 OriginDep = Annotated[Identity, Depends(authenticated_origin)]
+ServerDep = Annotated[Identity, Depends(authenticated_server)]
 AdminDep = Annotated[str, Depends(_token_dependency("admin"))]
 EnrollTokenDep = Annotated[str, Depends(_token_dependency("enroll"))]
 OriginTokenDep = Annotated[str, Depends(_token_dependency("origin"))]
+ServerTokenDep = Annotated[str, Depends(_token_dependency("server"))]
+ReaderDep = Annotated[str, Depends(require_reader)]
 
 
 def forbid_other_identity(own_id: object, claimed_id: object) -> None:
-    """403 when a valid credential acts on another probe's or origin's id."""
+    """403 when a valid credential acts on another probe's, origin's or server's id."""
     if str(own_id) != str(claimed_id):
         raise HTTPException(status.HTTP_403_FORBIDDEN,
                             detail="credential does not belong to this id")
 
 
 __all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "Identity", "OriginDep", "OriginTokenDep",
-           "ProbeDep", "SettingsDep", "forbid_other_identity", "unauthorized", "utcnow"]
+           "ProbeDep", "READER_KINDS", "ReaderDep", "ServerDep", "ServerTokenDep", "SettingsDep", "forbid_other_identity",
+           "unauthorized", "utcnow"]

@@ -1,9 +1,9 @@
 """Credential-cache invalidation: PostgreSQL tells every API process when a credential changes.
 
-Migration ``0008`` notifies channel :data:`CHANNEL` whenever a probe's or origin's
-``secret_hash``, ``revoked_at``, name or region is updated, or the row deleted -- whoever
-changes it (the API, the CLI, plain SQL).  Each API process listens on one connection of its
-own (:class:`CredentialListener`, a thread) and empties its credential caches on every
+Migration ``0008`` notifies channel :data:`CHANNEL` whenever a probe's or origin's (and, since
+``0013_passive``, a server's) ``secret_hash``, ``revoked_at``, name or region is updated, or the
+row deleted -- whoever changes it (the API, the CLI, plain SQL).  Each API process listens on
+one connection of its own (:class:`CredentialListener`, a thread) and empties its credential caches on every
 notification.  While it listens, verified credentials are remembered for
 ``IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S`` (300 s): a probe's ~60 s cycle costs one lookup in
 five minutes instead of one per request, and a revocation still takes effect at once.  While

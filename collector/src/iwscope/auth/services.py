@@ -1,6 +1,6 @@
 """Secrets, their hashes and the lookups behind every authenticated request.
 
-Tokens and probe/origin secrets are 256-bit random strings, so a fast SHA-256 is the right
+Tokens and probe/origin/server secrets are 256-bit random strings, so a fast SHA-256 is the right
 hash (a slow password KDF buys nothing against brute force of 2^256 and costs every
 request); comparisons are constant-time.  Unknown identities still compare against a
 dummy hash so that "unknown probe" and "wrong secret" take the same path and time.
@@ -86,6 +86,24 @@ def api_token_valid(session: Session, settings: Settings, kind: str, token: str)
     return secret_matches(token, stored)
 
 
+def api_token_kind(session: Session, settings: Settings, kinds: tuple[str, ...], token: str) -> str | None:
+    """The kind of ``token`` if it is an unrevoked token of one of ``kinds`` (or the bootstrap
+    admin token when ``admin`` is one of them), else ``None``: one lookup for a door that
+    several kinds open (the passive data's readers: ``read`` and ``admin``)."""
+    for kind in kinds:
+        bootstrap = {"admin": settings.admin_token, "enroll": settings.enroll_token}.get(kind)
+        if bootstrap and hmac.compare_digest(token.encode("utf-8"), bootstrap.encode("utf-8")):
+            return kind
+    row = session.execute(
+        select(ApiToken.kind, ApiToken.token_hash).where(ApiToken.token_hash == hash_secret(token),
+                                                         ApiToken.kind.in_(kinds), ApiToken.revoked_at.is_(None))
+    ).first()
+    if not secret_matches(token, row.token_hash if row is not None else None) or row is None:
+        return None
+    kind_found: str = row.kind
+    return kind_found
+
+
 # ----------------------------------------------------------------------------- rotation, revocation
 @dataclass(frozen=True)
 class TokenListing:
@@ -130,7 +148,7 @@ def rotate_api_token(session: Session, token_id: int) -> tuple[str, TokenListing
 
 
 def revoke_identity(session: Session, model: type[Any], identity: str) -> bool:
-    """Set ``revoked_at`` on a probe or origin (``model``); False when unknown or already revoked."""
+    """Set ``revoked_at`` on a probe, origin or server (``model``); False when unknown or already revoked."""
     try:
         key = uuid.UUID(identity)
     except ValueError:

@@ -1,4 +1,4 @@
-"""``/api/v1/campaigns`` (admin token).
+"""``/api/v1/campaigns`` (admin token): ordinary, census and passive campaigns.
 
 Each route does its database work in one :func:`iwscope.dbslots.run_db` call (a slot, a
 thread, a session committed and closed in that thread), like the probes' routes.
@@ -6,7 +6,7 @@ thread, a session committed and closed in that thread), like the probes' routes.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, status
 from sqlalchemy import select
@@ -60,8 +60,15 @@ def _update(campaign_id: int, body: CampaignPatch) -> CampaignOut:
         return _out(campaign)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut)
+#: A passive campaign whose window overlaps another's on one of its servers.
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "a server of this passive campaign is in another passive campaign at the same time"}}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut, responses=_CONFLICT)
 async def create(body: CampaignIn, _admin: AdminDep) -> CampaignOut:
+    """An ordinary, census or passive campaign (``CampaignIn``); 409 when a passive campaign's
+    server is in another passive campaign whose window overlaps."""
     created = await run_db(_create, body)
     schedule_cache.invalidate()  # probes asking this process see it at once
     return created
@@ -77,8 +84,10 @@ async def get(campaign_id: CampaignIdPath, _admin: AdminDep) -> CampaignOut:
     return await run_db(_read, campaign_id)
 
 
-@router.patch("/{campaign_id}", response_model=CampaignOut)
+@router.patch("/{campaign_id}", response_model=CampaignOut, responses=_CONFLICT)
 async def update(campaign_id: CampaignIdPath, body: CampaignPatch, _admin: AdminDep) -> CampaignOut:
+    """Change a campaign; a change of a passive campaign's ``passive_arms`` starts its next
+    ``phase``; 409 when its new window or servers overlap another passive campaign's."""
     updated = await run_db(_update, campaign_id, body)
     schedule_cache.invalidate()
     return updated

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iwprobe import wire
+from iwscope.passive.schemas import PassiveArmIn
 from iwscope.trials.census import target_host
-from iwscope.wiretypes import NO_NUL, CensusUrl, NamedFamily
+from iwscope.wiretypes import (
+    NO_NUL,
+    AssignmentSeed,
+    CensusUrl,
+    FlushInterval,
+    NamedFamily,
+    Phase,
+    Port,
+    PrefixV4,
+    PrefixV6,
+    SampleShare,
+)
 
 #: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
 ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
@@ -27,13 +40,54 @@ CensusUrls = Annotated[list[CensusUrl], Field(min_length=1, max_length=wire.MAX_
 _MEASUREMENT_ONLY = ("sizes", "size_dist", "arrival_rate_per_s", "background_bytes", "background_iw",
                      "target_ci_ms", "arm_shares", "interactive_interval_us", "interactive_packet_bytes",
                      "page_connections")
+#: What only a passive campaign takes (besides ``server_ids``, which makes a campaign passive).
+_PASSIVE_ONLY = ("passive_arms", "passive_ports", "prefix_v4", "prefix_v6", "assignment_seed", "sample_share",
+                 "flush_interval_s")
+#: What a passive campaign does not take: it measures real users of its servers, not probes.
+_NOT_PASSIVE = ("origin_ids", "arms", "census_urls", "probe_regions", "family") + _MEASUREMENT_ONLY
+#: How probes run rounds: a passive campaign has no rounds, so these must not be given.
+_ROUNDS_ONLY = frozenset({"sizes_per_round", "repetitions", "interval_s", "calibrate"})
+#: Most servers one passive campaign runs on.
+MAX_PASSIVE_SERVERS = 1000
+#: Defaults of a passive campaign (the wire's prefix lengths, 1 % of connections as raw records,
+#: an upload a minute).
+DEFAULT_SAMPLE_SHARE = 0.01
+DEFAULT_FLUSH_INTERVAL_S = 60
+
+
+def check_passive_arms(arms: list[PassiveArmIn]) -> list[PassiveArmIn]:
+    """A passive study's arms: no arm twice, at most one ``default`` arm, IWs spelled plainly in
+    ``1..wire.MAX_PASSIVE_IW``, shares summing to ``wire.PASSIVE_SHARE_SCALE`` (every client
+    prefix falls into exactly one arm)."""
+    labels = [arm.arm for arm in arms]
+    if len(set(labels)) != len(labels):
+        raise ValueError("passive_arms: an arm must not repeat")
+    for label in labels:
+        if label == wire.DEFAULT_ARM:
+            continue
+        if str(int(label)) != label or not 1 <= int(label) <= wire.MAX_PASSIVE_IW:
+            raise ValueError(f"passive_arms: arm {label!r} must be 'default' or an IW from 1 to {wire.MAX_PASSIVE_IW} "
+                             "without leading zeros")
+    total = sum(arm.share_bp for arm in arms)
+    if total != wire.PASSIVE_SHARE_SCALE:
+        raise ValueError(f"passive_arms: shares must sum to {wire.PASSIVE_SHARE_SCALE} basis points (100 %), not {total}")
+    return arms
+
+
+#: A passive study's arms as the campaign API takes them (``[{"arm": "default", "share_bp": 9000}, ...]``).
+PassiveArms = Annotated[list[PassiveArmIn], Field(min_length=1, max_length=wire.MAX_PASSIVE_ARMS),
+                        AfterValidator(check_passive_arms)]
+ServerIds = Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_PASSIVE_SERVERS)]
+PassivePorts = Annotated[list[Port], Field(min_length=1, max_length=wire.MAX_PASSIVE_PORTS)]
 
 
 class CampaignIn(BaseModel):
     """A new campaign.  Either an ordinary one -- ``origin_ids``, ``arms`` and exactly one of
-    ``sizes`` (fixed) and ``size_dist`` (named distribution) -- or a census campaign:
+    ``sizes`` (fixed) and ``size_dist`` (named distribution) --, a census campaign:
     ``census_urls`` alone (servers iwscope does not run, whose IW every round infers), with
-    neither origins, arms, sizes nor the measurement options."""
+    neither origins, arms, sizes nor the measurement options, or a passive campaign (wire v6):
+    ``server_ids`` and ``passive_arms`` (real users of operators' servers split into IW arms by a
+    keyed hash of their prefix), with a time box and none of the probes' options."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -79,6 +133,26 @@ class CampaignIn(BaseModel):
     #: ``http``/``https`` URLs of objects large enough to outlast a window, or servers that
     #: answer ``Range``).  Only probes of wire v5 are given it.
     census_urls: CensusUrls | None = None
+    #: A passive campaign: the servers (``iwprobe tap``) whose real users are split into arms.
+    server_ids: ServerIds | None = None
+    #: Its arms and their shares of client prefixes (basis points summing to 10,000; at most one
+    #: ``default`` arm, the server's own IW).
+    passive_arms: PassiveArms | None = None
+    #: The ports whose connections are split; ``None``: each server's enrolled ports.
+    passive_ports: PassivePorts | None = None
+    #: Prefix lengths hashed, so one user stays in one arm (default /24 and /48).
+    prefix_v4: PrefixV4 | None = None
+    prefix_v6: PrefixV6 | None = None
+    #: Seed of the assignment hash; ``None``: a random one (``secrets.randbits(32)``).
+    assignment_seed: AssignmentSeed | None = None
+    #: Share of connections uploaded as raw records (default 0.01).
+    sample_share: SampleShare | None = None
+    #: Seconds between the servers' uploads (default 60).
+    flush_interval_s: FlushInterval | None = None
+
+    @property
+    def passive(self) -> bool:
+        return self.server_ids is not None
 
     @property
     def arm_labels(self) -> list[str]:
@@ -96,6 +170,11 @@ class CampaignIn(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignIn:
+        if self.server_ids is not None:
+            return self._passive_consistent()
+        given = [name for name in _PASSIVE_ONLY if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only a passive campaign takes them (give server_ids)")
         if self.census_urls is not None:
             return self._census_consistent()
         if not self.origin_ids:
@@ -154,6 +233,30 @@ class CampaignIn(BaseModel):
         self._check_window()
         return self
 
+    def _passive_consistent(self) -> CampaignIn:
+        """A passive campaign names its servers and arms, has a time box, and nothing of the
+        probes' measurement; the defaults of what it leaves out are filled in here."""
+        given = [name for name in _NOT_PASSIVE if getattr(self, name) not in (None, [])]
+        given += sorted(_ROUNDS_ONLY & self.model_fields_set)
+        if given:
+            raise ValueError(f"a passive campaign (server_ids) does not take {', '.join(given)}")
+        if self.passive_arms is None:
+            raise ValueError("passive_arms: a passive campaign needs its arms and their shares")
+        assert self.server_ids is not None
+        if len(set(self.server_ids)) != len(self.server_ids):
+            raise ValueError("server_ids must not repeat")
+        if self.passive_ports is not None and len(set(self.passive_ports)) != len(self.passive_ports):
+            raise ValueError("passive_ports must not repeat")
+        self._check_window()
+        if self.ends_at is None:
+            raise ValueError("a passive campaign needs a time box: duration_s or ends_at")
+        self.prefix_v4 = wire.DEFAULT_PREFIX_V4 if self.prefix_v4 is None else self.prefix_v4
+        self.prefix_v6 = wire.DEFAULT_PREFIX_V6 if self.prefix_v6 is None else self.prefix_v6
+        self.assignment_seed = secrets.randbits(32) if self.assignment_seed is None else self.assignment_seed
+        self.sample_share = DEFAULT_SAMPLE_SHARE if self.sample_share is None else self.sample_share
+        self.flush_interval_s = DEFAULT_FLUSH_INTERVAL_S if self.flush_interval_s is None else self.flush_interval_s
+        return self
+
 
 class CampaignPatch(BaseModel):
     """Fields of a campaign that may change after creation (e.g. ``ends_at`` to stop it)."""
@@ -170,6 +273,13 @@ class CampaignPatch(BaseModel):
     interval_s: Annotated[float, Field(ge=0, le=86400)] = Field(default=None)  # type: ignore[assignment]
     starts_at: AwareDatetime = Field(default=None)  # type: ignore[assignment]
     ends_at: AwareDatetime | None = None
+    # Passive campaigns only.  A change of ``passive_arms`` (a share sweep: 5 % -> 25 % -> 50 %
+    # treated) starts the next phase; the seed and the prefix lengths never change, so a client
+    # prefix stays where the shares put it.
+    server_ids: ServerIds = Field(default=None)  # type: ignore[arg-type]
+    passive_arms: PassiveArms = Field(default=None)  # type: ignore[arg-type]
+    sample_share: SampleShare = Field(default=None)  # type: ignore[assignment]
+    flush_interval_s: FlushInterval = Field(default=None)  # type: ignore[assignment]
 
 
 class CampaignOut(BaseModel):
@@ -200,3 +310,12 @@ class CampaignOut(BaseModel):
     page_connections: int | None = None
     family: NamedFamily | None = None
     census_urls: list[str] | None = None
+    server_ids: list[uuid.UUID] | None = None
+    passive_arms: list[PassiveArmIn] | None = None
+    passive_ports: list[int] | None = None
+    prefix_v4: PrefixV4 | None = None
+    prefix_v6: PrefixV6 | None = None
+    assignment_seed: AssignmentSeed | None = None
+    sample_share: SampleShare | None = None
+    flush_interval_s: FlushInterval | None = None
+    phase: Phase | None = None

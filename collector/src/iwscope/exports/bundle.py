@@ -91,6 +91,10 @@ def write_bundle(session: Session, campaign_ids: Sequence[int], out_dir: pathlib
     missing = sorted(set(campaign_ids) - {campaign.id for campaign in campaigns})
     if missing:
         raise BundleError(f"unknown campaigns: {', '.join(map(str, missing))}")
+    passive = [str(campaign.id) for campaign in campaigns if campaign.server_ids is not None]
+    if passive:  # real users' data is not public: GET /api/v1/passive/*.parquet with a read token
+        raise BundleError(f"campaigns {', '.join(passive)} are passive campaigns: their data is read with the read "
+                          "credential (GET /api/v1/passive/aggregates.parquet, connections.parquet), not bundled")
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     rows: dict[str, int] = {}

@@ -13,8 +13,12 @@ What each table holds and how it is filtered (:data:`TABLES`):
 * ``observations``: ``origin_observations``, filters campaign (its trials'), origin, and the
   window on ``request_at``;
 * ``path_estimates``: the paths' estimates, filters campaign (paths it measured) and probe;
-* ``campaigns``: campaign rows, filter campaign;
+* ``campaigns``: campaign rows, filter campaign -- never a passive campaign, and without the
+  passive columns (which servers, their assignment seed: passive data, ``iwscope.passive``);
 * ``census``: ``census_records``, filters campaign, probe, and the window on ``measured_at``.
+
+These are public.  The passive, real-user tables are not among them: they are exported by the
+same machinery only behind the read credential (``iwscope.passive.exports``).
 
 Column types: ``bigint`` -> int64, ``integer`` -> int32, ``smallint`` -> int16, ``double
 precision`` -> float64, ``boolean`` -> bool, ``timestamptz`` -> timestamp[us, UTC], ``uuid``
@@ -44,6 +48,7 @@ from sqlalchemy.orm import Session
 
 from iwprobe import wire
 from iwscope import models  # every table registered on the metadata
+from iwscope.campaigns.models import PASSIVE_COLUMNS
 
 #: Bytes of CSV parsed per block (about 1,500 trials); blocks are gathered into row groups.
 #: The reader parses one block at a time (``use_threads=False``: its threaded mode reads blocks
@@ -65,6 +70,8 @@ class ExportFilters:
     campaign_id: int | None = None
     probe_id: uuid.UUID | None = None
     origin_id: uuid.UUID | None = None
+    #: Passive tables only (wire v6): the server that uploaded the rows.
+    server_id: uuid.UUID | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None
 
@@ -74,14 +81,22 @@ class ExportFilters:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One exportable table: its model, the column its window applies to, its order, and how
-    each filter applies (SQL over alias ``x``; ``%(name)s`` parameters)."""
+    """One exportable table: its model, the column its window applies to, its order, how each
+    filter applies (SQL over alias ``x``; ``%(name)s`` parameters), the rows it never holds
+    (``where``) and the columns it leaves out (``omit``)."""
 
     name: str
     table: Table
     order: str
     window_column: str | None = None
     conditions: dict[str, str] = field(default_factory=dict)
+    where: str = "TRUE"
+    omit: frozenset[str] = frozenset()
+
+    @property
+    def columns(self) -> list[Any]:
+        """The exported columns, in table order."""
+        return [column for column in self.table.columns if column.name not in self.omit]
 
 
 _TABLES = models.Base.metadata.tables
@@ -96,7 +111,8 @@ TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
               {"campaign_id": "EXISTS (SELECT 1 FROM trials t WHERE t.probe_id = x.probe_id "
                               "AND t.origin_id = x.origin_id AND t.campaign_id = %(campaign_id)s)",
                "probe_id": "x.probe_id = %(probe_id)s"}),
-    TableSpec("campaigns", _TABLES["campaigns"], "x.id", None, {"campaign_id": "x.id = %(campaign_id)s"}),
+    TableSpec("campaigns", _TABLES["campaigns"], "x.id", None, {"campaign_id": "x.id = %(campaign_id)s"},
+              where="x.server_ids IS NULL", omit=frozenset(PASSIVE_COLUMNS)),
     TableSpec("census", _TABLES["census_records"], "x.measured_at, x.census_id", "measured_at",
               {"campaign_id": "x.campaign_id = %(campaign_id)s", "probe_id": "x.probe_id = %(probe_id)s"}),
 )}
@@ -120,7 +136,7 @@ def _arrow_type(column_type: Any) -> pa.DataType:
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
     """The Parquet schema of a table (see the module for the mapping)."""
-    return pa.schema([pa.field(column.name, _arrow_type(column.type), nullable=True) for column in spec.table.columns])
+    return pa.schema([pa.field(column.name, _arrow_type(column.type), nullable=True) for column in spec.columns])
 
 
 def _select_item(column: Any) -> str:
@@ -135,11 +151,23 @@ def _select_item(column: Any) -> str:
     return name
 
 
+def _utc(moment: dt.datetime) -> dt.datetime:
+    """``moment`` in UTC (naive: taken as UTC).  The export's parameters reach PostgreSQL as
+    literals inside ``COPY (...)``, where an offset beyond +-15:59 (which Python and ISO 8601
+    allow: ``-18:04``) is an error; an instant beyond ``datetime``'s years clamps to its end."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.UTC)
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        return (dt.datetime.min if moment.year < 5000 else dt.datetime.max).replace(tzinfo=dt.UTC)
+
+
 def select_sql(spec: TableSpec, filters: ExportFilters) -> tuple[str, dict[str, Any]]:
     """The export's SELECT (columns in table order) and its parameters."""
-    conditions: list[str] = []
+    conditions: list[str] = [spec.where]
     params: dict[str, Any] = {}
-    for name in ("campaign_id", "probe_id", "origin_id"):
+    for name in ("campaign_id", "probe_id", "origin_id", "server_id"):
         value = getattr(filters, name)
         if value is None:
             continue
@@ -154,9 +182,9 @@ def select_sql(spec: TableSpec, filters: ExportFilters) -> tuple[str, dict[str, 
         if spec.window_column is None:
             raise ValueError(f"the {spec.name} export has no time window")
         conditions.append(f"x.{spec.window_column} {operator} %({bound})s")
-        params[bound] = value
-    items = ", ".join(_select_item(column) for column in spec.table.columns)
-    where = " AND ".join(conditions) or "TRUE"
+        params[bound] = _utc(value)
+    items = ", ".join(_select_item(column) for column in spec.columns)
+    where = " AND ".join(conditions)
     return f"SELECT {items} FROM {spec.table.name} AS x WHERE {where} ORDER BY {spec.order}", params
 
 

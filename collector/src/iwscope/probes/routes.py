@@ -16,6 +16,7 @@ from iwprobe import wire
 from iwscope.auth.dependencies import AdminDep, EnrollTokenDep, ProbeDep, SettingsDep, forbid_other_identity
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
+from iwscope.http import etag_matches
 from iwscope.probes import schedule_cache, services
 from iwscope.probes.schemas import EnrollRequestIn, EnrollResponseOut, HeartbeatIn, ProbeOut, ScheduleOut
 
@@ -50,13 +51,6 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     304: {"description": "the schedule is unchanged since the ETag in If-None-Match (no body)"}}
 
 
-def _etag_matches(if_none_match: str | None, etag: str) -> bool:
-    if not if_none_match:
-        return False
-    candidates = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
-    return etag in candidates or "*" in candidates
-
-
 @router.get("/{probe_id}/schedule", response_model=ScheduleOut, responses=_SCHEDULE_RESPONSES)
 async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep,
                    wire_version: Annotated[int, Query(ge=1, le=wire.WIRE_VERSION,
@@ -69,7 +63,7 @@ async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep,
     snapshot, now = await schedule_cache.current_snapshot(settings)
     body, etag = services.schedule_from(snapshot, probe, settings.schedule_poll_s, now, wire_version)
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if _etag_matches(if_none_match, etag):
+    if etag_matches(if_none_match, etag):
         return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
     return Response(body.model_dump_json().encode(), media_type="application/json", headers=headers)
 

@@ -176,10 +176,12 @@ def _digest(entry: CampaignScheduleOut | None) -> bytes:
 
 def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float) -> ScheduleSnapshot:
     """Read the campaigns whose window overlaps ``[now, now + horizon_s]``, their unrevoked
-    origins and the done marks of those campaigns (three queries)."""
+    origins and the done marks of those campaigns (three queries).  Passive campaigns (wire v6)
+    are not the probes' business: their servers get them (``iwscope.servers``)."""
     horizon = now + dt.timedelta(seconds=horizon_s)
     campaigns = session.scalars(
-        select(Campaign).where(Campaign.starts_at <= horizon, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now))
+        select(Campaign).where(Campaign.starts_at <= horizon, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
+                               Campaign.server_ids.is_(None))
         .order_by(Campaign.id)).all()
     origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}
     origins = {origin.id: origin for origin in session.scalars(

@@ -201,7 +201,8 @@ class UploadResultOut(BaseModel):
 class RecordError(BaseModel):
     """One problem of one record of a refused batch."""
 
-    #: ``trials``, ``path_samples``, ``census``, ``observations`` or ``batch`` (the envelope).
+    #: ``trials``, ``path_samples``, ``census``, ``observations``, ``aggregates``, ``connections``
+    #: (a passive batch's) or ``batch`` (the envelope).
     section: str
     #: Index of the record within its section (``None`` for the envelope).
     index: int | None

@@ -246,7 +246,7 @@ _LAST_SEEN_RESOLUTION_S = 10.0
 
 def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
     """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, in its own
-    short transaction after the batch committed (see :func:`_touch_last_seen`)."""
+    short transaction after the batch committed (see :func:`touch_last_seen`)."""
     values = heartbeat_values(heartbeat, utcnow())
     connection.execute("UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
                        (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id))
@@ -254,7 +254,7 @@ def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartb
     _LAST_TOUCHED[("probes", probe_id)] = time.monotonic()
 
 
-def _touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
+def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
     """Refresh ``last_seen_at`` in its own short transaction after the batch committed.
 
     Updating the row inside the batch's transaction would hold its lock until the commit and
@@ -322,7 +322,7 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
         if batch.envelope.heartbeat is not None:
             _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))
         else:
-            _touch_last_seen(connection, "probes", probe_id)
+            touch_last_seen(connection, "probes", probe_id)
     except BaseException:
         pooled.rollback()
         raise
@@ -353,7 +353,7 @@ def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id
                 cursor.execute(_INSERT_OBSERVATIONS)
                 result.new_trial_ids = [row[0] for row in cursor.fetchall()]
         connection.commit()
-        _touch_last_seen(connection, "origins", origin_id)
+        touch_last_seen(connection, "origins", origin_id)
     except BaseException:
         pooled.rollback()
         raise

@@ -39,7 +39,7 @@ class BatchRejected(Exception):
 _ID_FIELDS = {"trials": "trial_id", "path_samples": "sample_id", "census": "census_id", "observations": "trial_id"}
 
 
-def _record_ids(body: bytes) -> dict[str, list[Any]]:
+def _record_ids(body: bytes, id_fields: dict[str, str]) -> dict[str, list[Any]]:
     """Best-effort UUIDs of the records of a body that failed validation (for error messages)."""
     try:
         document = orjson.loads(body)
@@ -48,20 +48,24 @@ def _record_ids(body: bytes) -> dict[str, list[Any]]:
     if not isinstance(document, dict):
         return {}
     ids: dict[str, list[Any]] = {}
-    for section, id_field in _ID_FIELDS.items():
+    for section, id_field in id_fields.items():
         records = document.get(section)
         if isinstance(records, list):
             ids[section] = [record.get(id_field) if isinstance(record, dict) else None for record in records]
     return ids
 
 
-def _errors_from_validation(error: ValidationError, body: bytes) -> BatchRejected:
-    ids = _record_ids(body)
+def errors_from_validation(error: ValidationError, body: bytes, id_fields: dict[str, str] | None = None) -> BatchRejected:
+    """The 422 (413 when a section is over ``wire.MAX_BATCH_RECORDS``) naming every record and
+    field pydantic refused; ``id_fields``: each section of the batch and its records' id field
+    (default: the trial and observation batches')."""
+    id_fields = _ID_FIELDS if id_fields is None else id_fields
+    ids = _record_ids(body, id_fields)
     record_errors: list[RecordError] = []
     too_long = False
     for item in error.errors(include_url=False, include_input=False):
         loc = item["loc"]
-        if len(loc) >= 2 and loc[0] in _ID_FIELDS and isinstance(loc[1], int):
+        if len(loc) >= 2 and loc[0] in id_fields and isinstance(loc[1], int):
             section, index = str(loc[0]), loc[1]
             section_ids = ids.get(section, [])
             record_id = section_ids[index] if index < len(section_ids) else None
@@ -70,7 +74,7 @@ def _errors_from_validation(error: ValidationError, body: bytes) -> BatchRejecte
                 record_id=record_id if isinstance(record_id, str) else None,
                 field=".".join(str(part) for part in loc[2:]) or "(record)", message=item["msg"]))
         else:
-            if item["type"] == "too_long" and loc and loc[0] in _ID_FIELDS:
+            if item["type"] == "too_long" and loc and loc[0] in id_fields:
                 too_long = True
             record_errors.append(RecordError(section="batch", index=None, record_id=None,
                                              field=".".join(str(part) for part in loc) or "(body)",
@@ -80,8 +84,9 @@ def _errors_from_validation(error: ValidationError, body: bytes) -> BatchRejecte
     return BatchRejected(422, "invalid batch: nothing was stored", record_errors)
 
 
-def _check_instant(errors: list[RecordError], section: str, index: int, record_id: str, name: str,
-                   value: dt.datetime, latest: dt.datetime) -> None:
+def check_instant(errors: list[RecordError], section: str, index: int, record_id: str, name: str,
+                  value: dt.datetime, latest: dt.datetime) -> None:
+    """Name ``value`` in ``errors`` when it is before 2000 or later than ``latest``."""
     if value < EARLIEST_TIMESTAMP:
         errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
                                   message="timestamp is before 2000-01-01"))
@@ -130,7 +135,7 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     try:
         batch = fastwire.decode_or_refuse(body)
     except ValidationError as error:
-        raise _errors_from_validation(error, body) from None
+        raise errors_from_validation(error, body) from None
     trials, samples, records = batch.trials, batch.path_samples, batch.census
     if len(trials) + len(samples) + len(records) > wire.MAX_BATCH_RECORDS:
         raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")
@@ -162,11 +167,11 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
         errors: list[RecordError] = []
         for index, (trial, started_at) in enumerate(zip(trials, batch.started_at, strict=True)):
-            _check_instant(errors, "trials", index, trial.trial_id, "started_at", started_at, latest)
+            check_instant(errors, "trials", index, trial.trial_id, "started_at", started_at, latest)
         for index, (sample, measured_at) in enumerate(zip(samples, batch.measured_at, strict=True)):
-            _check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", measured_at, latest)
+            check_instant(errors, "path_samples", index, sample.sample_id, "measured_at", measured_at, latest)
         for index, (record, measured_at) in enumerate(zip(records, batch.census_measured_at, strict=True)):
-            _check_instant(errors, "census", index, record.census_id, "measured_at", measured_at, latest)
+            check_instant(errors, "census", index, record.census_id, "measured_at", measured_at, latest)
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch
 
@@ -175,7 +180,7 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> Observation
     try:
         batch = ObservationBatchIn.model_validate_json(body)
     except ValidationError as error:
-        raise _errors_from_validation(error, body) from None
+        raise errors_from_validation(error, body) from None
     own = str(origin_id)
     foreign = [RecordError(section="observations", index=index, record_id=record.trial_id, field="origin_id",
                            message="not the origin of this credential")
@@ -188,7 +193,7 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> Observation
     errors: list[RecordError] = []
     latest = utcnow() + MAX_FUTURE
     for index, observation in enumerate(batch.observations):
-        _check_instant(errors, "observations", index, observation.trial_id, "request_at",
+        check_instant(errors, "observations", index, observation.trial_id, "request_at",
                        observation.request_at, latest)
     if errors:
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
