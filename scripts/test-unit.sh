@@ -19,6 +19,7 @@ UNIT_TESTS=(
   tests/analysis/test_stats.py
   tests/analysis/test_cost_stats.py
   tests/analysis/test_paired.py
+  tests/analysis/test_passive_stats.py
   tests/analysis/test_precision.py::test_duration_sets_the_time_box_and_adaptive_needs_one
   tests/campaign/test_model.py
   tests/campaign/test_reproduce_report.py

@@ -2,7 +2,8 @@
 
 Pages live one per module in ``iwscope_dashboard/pages/`` (``dash.register_page``); their
 callbacks are global (``dash.callback``), so one process serves one app. The Flask server
-(``app.server``) also answers ``/download/trials.csv`` (see :mod:`iwscope_dashboard.exports`).
+(``app.server``) also answers ``/download/trials.csv`` (see :mod:`iwscope_dashboard.exports`) and
+guards the Real users page, which needs a read token (:mod:`iwscope_dashboard.access`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dash
 from dash import html
 
 from iwscope_dashboard import db
+from iwscope_dashboard.access import register_access
 from iwscope_dashboard.exports import register_exports
 from iwscope_dashboard.pagekit import DEFAULT_CACHE_SECONDS, configure_cache
 
@@ -28,6 +30,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/tls", "TLS", True),
     ("/cost", "Cost", True),
     ("/wild", "IW in the wild", True),
+    ("/real-users", "Real users", False),
     ("/probes", "Probes", True),
     ("/trials", "Trials", True),
 )
@@ -80,5 +83,6 @@ def create_app(database_url: str | None = None, cache_seconds: float = DEFAULT_C
     )
     app.layout = _shell
     register_exports(app.server)
+    register_access(app.server)
     _created = True
     return app

@@ -17,6 +17,19 @@ from iwscope.analysis.cost import (
 from iwscope.analysis.filters import Filters, Metric
 from iwscope.analysis.iwcheck import CensusDay, CensusTarget, IwAnswer, PathIwCheck, census_series, census_targets, iw_check
 from iwscope.analysis.offered_load import fairness
+from iwscope.analysis.passive import (
+    PASSIVE_DIMENSIONS,
+    PassiveDimension,
+    PassiveFilters,
+    passive_buckets,
+    passive_campaigns,
+    passive_days,
+    passive_filter_options,
+    passive_load,
+    passive_regions,
+    passive_share_sweep,
+    passive_summary,
+)
 from iwscope.analysis.queries import (
     compare_by,
     compare_many,
@@ -47,6 +60,8 @@ from iwscope.analysis.tls import tls_by_flight
 
 __all__ = [
     "tls_by_flight",
+    "PASSIVE_DIMENSIONS", "PassiveDimension", "PassiveFilters", "passive_buckets", "passive_campaigns", "passive_days",
+    "passive_filter_options", "passive_load", "passive_regions", "passive_share_sweep", "passive_summary",
     "CensusDay", "CensusTarget", "IwAnswer", "PathIwCheck", "census_series", "census_targets", "iw_check",
     "CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "arm_order", "cost", "used_arms",
     "ArmPercentiles", "ArmStats", "BucketComparison", "FairnessPoint", "FilterOptions", "Filters", "Headline",

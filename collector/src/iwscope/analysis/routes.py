@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
-from iwscope.analysis import iwcheck, offered_load, queries, raw, schemas, tls
+from iwscope.analysis import iwcheck, offered_load, passive_routes, queries, raw, schemas, tls
 from iwscope.analysis.cost import cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
@@ -180,3 +180,9 @@ async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
     """The trials page's columns as CSV (:mod:`iwscope.analysis.raw`, like ``/api/v1/trials.csv``)."""
     return await stream_read(lambda session: raw.iter_trials_csv(session, resolve_family(session, filters)), "text/csv",
                              {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})
+
+
+# The real-user study (issue 33), behind a read credential: ``/api/v1/analysis/passive/...``
+# (:mod:`iwscope.analysis.passive_routes`).  Included here, after every public route, so the
+# application's router list (``api.py``) stays as it is.
+router.include_router(passive_routes.router)
