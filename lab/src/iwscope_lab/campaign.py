@@ -17,8 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import func, select
 
 from iwscope_lab.certs import ChainInfo, write_chain
-from iwscope_lab.stack import Stack
+from iwscope_lab.stack import Stack, StackError
 from iwscope_lab.topology import PlacedHost, Topology
 
 #: First port of an origin's arm listeners (the arm with IW n listens on BASE_PORT + n).
@@ -444,16 +442,10 @@ class LabCampaign:
         raise CampaignError(f"no {role} credentials found in {state_dir}")
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None, *, token: str | None) -> Any:
-        request = urllib.request.Request(self.stack.local_api_url + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json",
-                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as error:
-            raise CampaignError(f"{method} {path}: HTTP {error.code}: {error.read()[:500]!r}") from error
-        return json.loads(payload) if payload else None
+            return self.stack.api(method, path, body, token=token)
+        except StackError as error:
+            raise CampaignError(str(error)) from error
 
 
 def _utc_now() -> dt.datetime:

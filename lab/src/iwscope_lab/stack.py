@@ -35,6 +35,10 @@ API_PORT = 8700
 DASHBOARD_PORT = 8750
 
 
+class StackError(RuntimeError):
+    """The stack's API answered with an error."""
+
+
 @dataclass
 class Stack:
     """A running collector stack."""
@@ -65,6 +69,19 @@ class Stack:
     def api_url_for(self, address: str = SERVICE_ADDRESS) -> str:
         """The API's URL as a lab host reaches it (the lab's service address, see service_address.py)."""
         return f"http://{address}:{self.api_port}"
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
+        """One JSON request to this stack's API (loopback); :class:`StackError` for an error status."""
+        request = urllib.request.Request(self.local_api_url + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            raise StackError(f"{method} {path}: HTTP {error.code}: {error.read()[:500]!r}") from error
+        return json.loads(payload) if payload else None
 
     @property
     def dashboard_url(self) -> str | None:

@@ -1,0 +1,85 @@
+"""A passive study end to end: Debian's nginx, emulated users, ``iwprobe tap``, the collector.
+
+Two user hosts (60 ms and 300 ms, loss-free) with 20 users each load pages from an unmodified
+nginx for 40 s while the tap splits their /24s 50/50 between IW 3 and IW 10 (a campaign
+created through the API, the configuration polled by the agent).  What must hold: no request
+failed; the collector holds the aggregates of every connection the agent counted; the packets
+show each arm's window (the first flight of a response larger than the window is the arm's IW,
+seen from the server's side, not from its routes); latencies are at least a round trip and IW 10
+is faster than IW 3 on the long path; regions come from the prefix map; no stored text holds a
+user's address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from campaign_kit import query_rows, session_stack
+
+pytest.importorskip("iwscope_lab.passive")
+from iwscope_lab.links import LinkSpec
+from iwscope_lab.passive import LabPassive, PassivePlan
+from iwscope_lab.topology import Host, Topology
+from iwscope_lab.users import PopulationConfig
+
+MSS = 1448
+PATHS = {"near": ("region-near", 60.0), "far": ("region-far", 300.0)}
+
+
+@pytest.fixture()
+def passive_run(database_url: str, redis_url: str, api_server: Any, tmp_path: Path) -> Any:
+    hosts = [Host("server", role="server", region="datacenter", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
+    hosts += [Host(name, role="users", region=region, users=20,
+                   link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=rtt, buffer_bytes=256_000))
+              for name, (region, rtt) in PATHS.items()]
+    stack = session_stack(database_url, redis_url, api_server, tmp_path / "stack")
+    plan = PassivePlan(name="passive e2e", duration_s=40.0, flush_interval_s=5, lease_s=5.0,
+                       population=PopulationConfig(concurrent_users=5, think_time_s=1.0,
+                                                   mix={"h1": 0.5, "h1-tls": 0.25, "h2": 0.25}))
+    try:
+        with Topology(hosts=hosts) as topology:
+            study = LabPassive(topology, stack, plan, state_root=tmp_path / "lab")
+            result = study.run(timeout_s=240)
+            yield stack, topology, result
+    finally:
+        stack.close_sessions()
+
+
+def test_a_passive_study_measures_every_connection_with_its_arm(passive_run: Any) -> None:
+    stack, topology, result = passive_run
+    assert result.population["failures"] == 0, result.population
+    seen = result.agent["connections_seen"] - result.agent["ambiguous"]
+    assert seen > 200 and result.stored_connections == seen, (result.agent, result.stored_connections)
+    records = query_rows(stack, "SELECT arm, arm_iw, region, response_latency_us, response_bytes, "
+                                "first_flight_segments, tcpi_min_rtt_us, syn_retrans, rwnd_limited, tls, "
+                                "client_prefix FROM passive_connections WHERE campaign_id = :c",
+                         c=result.campaign_id)
+    assert len(records) == result.stored_records == seen                 # sample_share 1.0
+    assert {record.arm for record in records} == {"3", "10"}
+    assert {record.region for record in records} <= {region for region, _ in PATHS.values()}
+    checked = {"3": 0, "10": 0}
+    for record in records:
+        if record.first_flight_segments is None or record.syn_retrans or record.rwnd_limited:
+            continue
+        if not record.tls and record.response_bytes and record.response_bytes > (record.arm_iw + 2) * MSS:
+            assert record.first_flight_segments == record.arm_iw, record     # the arm's window, as sent
+            checked[record.arm] += 1
+        if record.response_latency_us is not None:
+            assert record.response_latency_us >= 0.95 * record.tcpi_min_rtt_us, record
+    assert min(checked.values()) >= 5, checked
+    far = {arm: [r.response_latency_us for r in records if r.arm == arm and r.region == "region-far"
+                 and r.response_latency_us is not None and r.response_bytes and r.response_bytes > 20_000]
+           for arm in ("3", "10")}
+    assert statistics.median(far["10"]) < statistics.median(far["3"]), far
+    for record in records:
+        assert len(record.client_prefix) == 16 and int(record.client_prefix, 16) >= 0
+    users = {ipaddress.ip_address(address) for address in topology.user_addresses()}
+    stored = query_rows(stack, "SELECT row_to_json(c)::text AS body FROM passive_connections c WHERE campaign_id = :c",
+                        c=result.campaign_id)
+    text = " ".join(row.body for row in stored) + json.dumps(result.agent)
+    assert not [address for address in users if str(address) in text]
