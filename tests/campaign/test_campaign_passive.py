@@ -8,13 +8,18 @@ show each arm's window (the first flight of a response larger than the window is
 seen from the server's side, not from its routes); latencies are at least a round trip and IW 10
 is faster than IW 3 on the long path; regions come from the prefix map; no stored text holds a
 user's address.
+
+The second test (``make test-faults``) stops the API for two minutes during a study: nothing may
+be lost.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +88,44 @@ def test_a_passive_study_measures_every_connection_with_its_arm(passive_run: Any
                         c=result.campaign_id)
     text = " ".join(row.body for row in stored) + json.dumps(result.agent)
     assert not [address for address in users if str(address) in text]
+
+
+#: The outage (the issue's two minutes), and the study's time before and after it.
+DOWN_S = float(os.environ.get("IWSCOPE_FAULT_COLLECTOR_DOWN_S", "120"))
+BEFORE_S = 20.0
+AFTER_S = 40.0
+
+
+@pytest.mark.faults
+def test_collector_down_for_two_minutes_loses_no_connection(database_url: str, redis_url: str, api_server: Any,
+                                                             tmp_path: Path) -> None:
+    hosts = [Host("server", role="server", region="datacenter", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
+    hosts += [Host(name, role="users", region=name, users=20, link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=60))
+              for name in ("u1", "u2")]
+    stack = session_stack(database_url, redis_url, api_server, tmp_path / "stack")
+    plan = PassivePlan(name="passive outage", duration_s=BEFORE_S + DOWN_S + AFTER_S, flush_interval_s=5,
+                       population=PopulationConfig(concurrent_users=4, think_time_s=1.0, mix={"h1": 1.0}))
+    try:
+        with Topology(hosts=hosts) as topology:
+            study = LabPassive(topology, stack, plan, state_root=tmp_path / "lab")
+            try:
+                study.start()
+                time.sleep(BEFORE_S)
+                stored_before = study.stored()[0]
+                api_server.stop()
+                time.sleep(DOWN_S)
+                api_server.start()
+                result = study.finish(timeout_s=plan.duration_s + 300)
+            finally:
+                study.close()
+            log = (study.state_dir / "tap.log").read_text()
+    finally:
+        stack.close_sessions()
+    assert result.population["failures"] == 0, result.population
+    seen = result.agent["connections_seen"] - result.agent["ambiguous"]
+    assert seen > stored_before > 0
+    assert "upload failed" in log                      # the outage was felt
+    assert result.stored_connections == seen, (result.agent, result.stored_connections)
+    duplicates = query_rows(stack, "SELECT count(*) - count(DISTINCT record_id) AS n FROM passive_connections "
+                                   "WHERE campaign_id = :c", c=result.campaign_id)
+    assert duplicates[0].n == 0 and result.stored_records == seen

@@ -246,7 +246,7 @@ class LabPassive:
         status_path = self.state_dir / "tap-status.json"
         return dict(json.loads(status_path.read_text())) if status_path.exists() else {}
 
-    def _stored(self) -> tuple[int, int, int]:
+    def stored(self) -> tuple[int, int, int]:
         with self.stack.session() as session:
             row = session.execute(text(
                 "SELECT coalesce(sum(connections), 0), count(*) FROM passive_aggregates WHERE campaign_id = :c"),
@@ -258,10 +258,10 @@ class LabPassive:
     def _wait_for_records(self, expected: int, deadline: float) -> tuple[int, int, int]:
         """Until the collector holds every connection the agent counted (its spool drains at
         the agent's next start if it could not upload before exiting)."""
-        stored = self._stored()
+        stored = self.stored()
         while stored[0] < expected and time.monotonic() < deadline:
             time.sleep(1.0)
-            stored = self._stored()
+            stored = self.stored()
         return stored
 
     @staticmethod

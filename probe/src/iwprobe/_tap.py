@@ -56,6 +56,12 @@ SPOOL_FILE = "tap-spool.sqlite"
 AMBIGUOUS_AFTER_CHANGE_S = 300.0
 #: A destroy notification waits this long for the capture to have read its last packets.
 JOIN_GRACE_NS = 300_000_000
+#: The capture follows twice as many connections again only after its packet rate stayed under a
+#: quarter of its budget this long.
+WIDEN_AFTER_S = 30.0
+#: How long a stopping agent keeps uploading (what is left stays spooled for its next start; the
+#: unit's TimeoutStopSec is 30 s).
+SHUTDOWN_UPLOAD_S = 20.0
 #: Client prefixes whose key and region are remembered (then the memory starts over).
 MAX_CACHED_PREFIXES = 1_000_000
 #: A followed connection without a packet for this long is forgotten (its close was not seen).
@@ -104,6 +110,7 @@ class Measurer:
         #: (assignment, changed at: ``time.time_ns()``) of the previous phase, for the ambiguity check.
         self.previous: Optional[tuple[Assignment, int]] = None
         self._pending: deque[tuple[int, ClosedConnection]] = deque()
+        self._quiet_since = time.monotonic()
         #: Per client prefix: (keyed hash, cluster, region, country) -- computed once per user.
         self._clients: dict[bytes, tuple[str, int, str, str]] = {}
         self._stop = threading.Event()
@@ -170,10 +177,18 @@ class Measurer:
             return
         self.counters.packets_dropped += self.capture.kernel_drops()
         bits = self.capture.sampling_bits
+        now = time.monotonic()
         if packets_per_s > self.capture_pps:
             self.capture.set_sampling(bits + max(1, math.ceil(math.log2(packets_per_s / self.capture_pps))))
-        elif packets_per_s < self.capture_pps / 4 and bits > 0:
+            self._quiet_since = now
+        elif packets_per_s >= self.capture_pps / 4:
+            self._quiet_since = now
+        elif bits > 0 and now - self._quiet_since >= WIDEN_AFTER_S:
+            # Widen only after a quiet spell: widening at once brought long keep-alive
+            # connections back into the capture every other second (each one costs its packets
+            # without giving a first response: it was not followed from its SYN).
             self.capture.set_sampling(bits - 1)
+            self._quiet_since = now
 
     def _finish(self, closed: ClosedConnection) -> None:
         assignment = self.assignment
@@ -411,7 +426,7 @@ class TapAgent:
             self.flush()
             self._write_status()
             if self.uploader is not None:
-                self.uploader.drain(deadline=time.monotonic() + 5.0)
+                self.uploader.drain(deadline=time.monotonic() + SHUTDOWN_UPLOAD_S)
                 upload_stop.set()
                 if uploader_thread is not None:
                     uploader_thread.join(timeout=5)
