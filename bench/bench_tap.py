@@ -12,6 +12,9 @@ policy-routed) with its capture on (``--no-capture``: destroy notifications only
 * ``close``: ``Connection: close``, a new TCP connection per request -- the agent's worst case
   (a destroy notification, an arm lookup and a followed handshake per request).
 
+Each "on" block starts the agent ``--warmup-s`` (5) seconds before the load: what is measured is
+the agent's steady state (its capture adapts to its packet budget within seconds).
+
 Reported per load: requests/s of every block, the ratio of the medians (on / off), wrk's errors
 (connect, read, write, timeout, non-2xx: 0 expected), the agent's CPU (``/proc/<pid>/stat``)
 per 10,000 connections it saw (its own count, ``tap-status.json``), nginx's CPU per block, and
@@ -178,6 +181,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
         for state in (("off", "on") if pair % 2 == 0 else ("on", "off")):
             if state == "on":
                 bench.start_tap(args.capture)
+                time.sleep(args.warmup_s)   # the agent's steady state, not its first seconds
                 tap_cpu0 = _cpu_s(bench.tap_pid())
             nginx_cpu0 = bench.nginx_cpu_s()
             load0 = os.getloadavg()[0]
@@ -212,6 +216,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--loads", default="keepalive,close")
+    parser.add_argument("--warmup-s", type=float, default=5.0, help="seconds the agent runs before a block")
     parser.add_argument("--no-capture", dest="capture", action="store_false")
     parser.add_argument("--tag", default="")
     args = parser.parse_args()

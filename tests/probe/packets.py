@@ -82,3 +82,10 @@ def run_bpf(program: list[tuple[int, int, int, int]], packet: bytes) -> int:
         except _OutOfBounds:
             return 0
 
+
+
+def tcp_info_bytes(fields: dict[str, int]) -> bytes:
+    """A ``struct tcp_info`` as the kernel fills it (the newest layout), with ``fields`` set."""
+    from iwprobe import _tcpinfo
+
+    return _tcpinfo._WHOLE.pack(*([0] * 8), *(fields.get(name, 0) for name, _, _ in _tcpinfo._LAYOUT))

@@ -11,7 +11,7 @@ import struct
 
 import jsonschema
 import pytest
-from packets import ipv4, ipv6, run_bpf, tcp_header
+from packets import ipv4, ipv6, run_bpf, tcp_header, tcp_info_bytes
 
 from iwprobe import wire
 from iwprobe._passive_capture import ACK, FIN, SNAPLEN, SYN, FlowTable, filter_program
@@ -362,8 +362,8 @@ def _measured(study: wire.PassiveStudy, address: str, latency_us: int | None, rw
     first = None if latency_us is None else FirstResponse(tls=False, response_latency_us=latency_us,
                                                           response_bytes=20_000, client_rwnd_bytes=rwnd, mss=MSS)
     closed = ClosedConnection(closed_ns, socket.AF_INET, "10.64.1.2", 443, address, 40_000, 7,
-                              {"min_rtt": 120_000, "delivery_rate": 250_000, "bytes_acked": 20_400,
-                               "data_segs_out": 15, "total_retrans": 1, "bytes_retrans": 1460})
+                              tcp_info_bytes({"min_rtt": 120_000, "delivery_rate": 250_000, "bytes_acked": 20_400,
+                                              "data_segs_out": 15, "total_retrans": 1, "bytes_retrans": 1460}))
     hashed, cluster = keyer.hash(prefix)
     return Measured(closed, first, arm, arm.iw or 10, "europe", "DE", hashed, cluster, "ipv4"), assignment
 
@@ -401,3 +401,22 @@ def test_a_receive_window_below_the_arms_first_flight_marks_the_connection_biase
     assert samples == []
     biased = {aggregate["biased"]: aggregate["rwnd_limited"] for aggregate in aggregates}
     assert biased == {True: 1, False: 0}
+
+
+def test_the_field_reader_agrees_with_the_full_parse() -> None:
+    import random
+
+    from iwprobe._tcpinfo import FieldReader, parse_tcp_info
+
+    names = ("min_rtt", "delivery_rate", "bytes_acked", "data_segs_out", "total_retrans", "bytes_retrans", "rtt")
+    reader = FieldReader(names)
+    rng = random.Random(7)
+    for length in (0, 100, 160, 232, 248, 260):
+        for _ in range(50):
+            raw = bytes(rng.randrange(256) for _ in range(length))
+            if rng.random() < 0.2:
+                raw = b"\xff" * length
+            info = parse_tcp_info(raw)
+            assert reader.read(raw) == tuple(info.get(name) for name in names), length
+    with pytest.raises(ValueError, match="snd_wscale"):
+        FieldReader(("snd_wscale",))

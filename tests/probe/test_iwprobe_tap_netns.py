@@ -129,7 +129,7 @@ def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy) -> sub
     with open(tmp_path / "tap.log", "ab") as log:
         process = pair.popen(pair.origin_ns, [*IWPROBE, "run", "--state-dir", str(tmp_path / "state"), "--study",
                                               str(tmp_path / "study.json"), "--output", str(tmp_path / "out.jsonl"),
-                                              "--lease", str(LEASE_S)], stderr=log)
+                                              "--lease", str(LEASE_S), "--capture-start-share", "1"], stderr=log)
     _wait(lambda: _nft_table_exists(pair), 15, "the arms")
     return process
 

@@ -150,11 +150,13 @@ def report_command(out_dir: pathlib.Path) -> None:
 @click.option("--duration", "duration_s", default=demo.DURATION_S, show_default=True,
               type=click.FloatRange(30, 86_400), help="Time box of the benefit campaign, seconds.")
 @click.option("--no-cost", is_flag=True, help="Skip the competing-flow phases.")
+@click.option("--no-passive", is_flag=True, help="Skip the real users (nginx + iwprobe tap) phase.")
 @click.option("--expose", is_flag=True,
               help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
                    "service address only). PostgreSQL and Redis stay on loopback either way.")
-def demo_command(scenario: str, duration_s: float, no_cost: bool, expose: bool) -> None:
-    """The main job: a detached stack, a time-boxed paired campaign and the cost phases, a summary."""
+def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bool, expose: bool) -> None:
+    """The main job: a detached stack, a time-boxed paired campaign, the cost phases, the census and
+    the real users alongside, a summary."""
     started = time.monotonic()
     listen = EXPOSED_LISTEN if expose else DEFAULT_LISTEN
     if expose:
@@ -163,8 +165,11 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, expose: bool) 
                       "(writes still need tokens). Put them behind a firewall or a TLS proxy.")
     try:
         with _stack(detached=True, listen=listen) as stack:
-            result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost)
+            result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost,
+                                   with_passive=not no_passive)
             tables, lines = demo.summary(stack, result)
+            if result.passive is not None:
+                demo.ensure_read_token(stack)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
     _print_result(result.benefit.to_dict(), as_json=False)
@@ -176,7 +181,9 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, expose: bool) 
     url = stack.dashboard_url if stack else None
     console.print(f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}"
                   f"?campaign={result.benefit.campaign_id}\n"
-                  f"API: {stack.local_api_url if stack else '?'}/docs\n"
+                  + (f"Real users: {url}real-users (sign in with the token in {stack.run_dir / 'read-token'})\n"
+                     if url and stack is not None and result.passive is not None else "")
+                  + f"API: {stack.local_api_url if stack else '?'}/docs\n"
                   f"make demo took {time.monotonic() - started:.0f} s. The stack keeps running; "
                   "`iwscope lab stack stop` (or `make clean`) stops it.")
 

@@ -12,13 +12,21 @@
   origin used (the summary says how many agreed with their arm); alongside, a census campaign
   of four lab web servers nobody here wrote (Python's ``http.server`` and lighttpd at initcwnd
   4, 10, 16 and 32) through the API, so the "IW in the wild" page has data.
+* **Real users**: alongside, the IETF 78 design on an unmodified web server (scenario
+  ``passive``): Debian's nginx, 220 emulated users in their own /24s behind six regional links,
+  ``iwprobe tap`` splitting their prefixes between the server's default IW (10) and IW 3 and
+  IW 16, a passive campaign through the API, half-way a share sweep (the treated share from 50 %
+  to 80 %), so the "Real users" page has data (it needs a read token: the demo writes one to
+  ``.run/read-token``).
 * A text summary: the headline with its interval, the buckets where the gain is clear, what
   the short flows of each IW went through on the shared bottleneck (n, 95 % intervals), the
-  client-side check and the census.
+  client-side check, the census and the real users' table.
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +38,10 @@ from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
 from iwscope_lab.census import CensusResult, LabCensus, census_plan
 from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
 from iwscope_lab.links import LinkSpec
+from iwscope_lab.passive import LabPassive, PassivePlan, PassiveResult
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
+from iwscope_lab.users import PopulationConfig
 
 #: Scenario of the benefit campaign.
 SCENARIO = "demo"
@@ -48,6 +58,12 @@ COST_FLOWS = 24
 CENSUS_WEBS: dict[str, tuple[str, int]] = {"web4": ("http.server", 4), "web10": ("lighttpd", 10),
                                            "web16": ("http.server", 16), "web32": ("lighttpd", 32)}
 CENSUS_ROUNDS = 3
+#: The real users' study: the server's default IW and two treated arms, then a share sweep.
+PASSIVE_SCENARIO = "passive"
+PASSIVE_ARMS: tuple[tuple[str, int], ...] = (("default", 5000), ("3", 2500), ("16", 2500))
+PASSIVE_SWEEP: tuple[tuple[tuple[str, int], ...], ...] = ((("default", 2000), ("3", 4000), ("16", 4000)),)
+#: Users active at once per user host (the rest of the demo shares the machine).
+PASSIVE_CONCURRENT_USERS = 4
 
 
 def census_hosts() -> list[Host]:
@@ -65,6 +81,12 @@ def demo_plan(scenario: str = SCENARIO, duration_s: float = DURATION_S,
                         sizes_per_round=4, repetitions=100_000, duration_s=duration_s, target_ci_ms=target_ci_ms)
 
 
+def passive_plan(duration_s: float = DURATION_S) -> PassivePlan:
+    return PassivePlan(name="demo real users", arms=PASSIVE_ARMS, duration_s=duration_s, sample_share=0.1,
+                       flush_interval_s=15, sweep=PASSIVE_SWEEP,
+                       population=PopulationConfig(concurrent_users=PASSIVE_CONCURRENT_USERS))
+
+
 @dataclass
 class DemoResult:
     benefit: CampaignResult
@@ -72,11 +94,14 @@ class DemoResult:
     cost_error: str | None = None
     census: CensusResult | None = None
     census_error: str | None = None
+    passive: PassiveResult | None = None
+    passive_error: str | None = None
 
 
 def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_s: float = DURATION_S,
-             with_cost: bool = True) -> DemoResult:
-    """The benefit campaign with the cost phases alongside (their own topology, no progress bars)."""
+             with_cost: bool = True, with_passive: bool = True) -> DemoResult:
+    """The benefit campaign with the cost phases, the census and the real users alongside (their
+    own topologies, no progress bars)."""
     cost: list[PhaseResult] = []
     errors: list[str] = []
 
@@ -98,8 +123,21 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
         except Exception as error:  # reported with the result, like the cost phases
             census_errors.append(f"{type(error).__name__}: {error}")
 
+    passive: list[PassiveResult] = []
+    passive_errors: list[str] = []
+
+    def passive_phase() -> None:
+        try:
+            with Topology.from_scenario(PASSIVE_SCENARIO) as topology:
+                passive.append(LabPassive(topology, stack, passive_plan(duration_s), console=console)
+                               .run(timeout_s=duration_s + 300))
+        except Exception as error:  # reported with the result, like the cost phases
+            passive_errors.append(f"{type(error).__name__}: {error}")
+
     workers = [threading.Thread(target=cost_phases, name="iwscope-demo-cost", daemon=True)] if with_cost else []
     workers.append(threading.Thread(target=census_phase, name="iwscope-demo-census", daemon=True))
+    if with_passive:
+        workers.append(threading.Thread(target=passive_phase, name="iwscope-demo-passive", daemon=True))
     for worker in workers:
         worker.start()
     with Topology.from_scenario(scenario) as topology:
@@ -109,7 +147,8 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
     for worker in workers:
         worker.join()
     return DemoResult(benefit, cost, errors[0] if errors else None, census[0] if census else None,
-                      census_errors[0] if census_errors else None)
+                      census_errors[0] if census_errors else None, passive[0] if passive else None,
+                      passive_errors[0] if passive_errors else None)
 
 
 def _ms(value: float | None) -> str:
@@ -153,7 +192,62 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     elif result.cost_error:
         lines.append(f"competing-flow phases failed: {result.cost_error}")
     lines.extend(proof_lines(stack, result))
+    if result.passive is not None:
+        lines.extend(passive_lines(stack, result.passive))
+    elif result.passive_error:
+        lines.append(f"real users failed: {result.passive_error}")
     return tables, lines
+
+
+def passive_lines(stack: Stack, result: PassiveResult) -> list[str]:
+    """The real users' table (seed 003's layout, from the Real users analysis) and what arrived."""
+    from iwscope.analysis.passive import passive_summary
+    from iwscope.analysis.passive_frames import PassiveFilters
+
+    with stack.session() as session:
+        summary = passive_summary(session, PassiveFilters(campaign_id=result.campaign_id))
+    failures = result.population.get("failures", 0)
+    lines = [f"real users (nginx + iwprobe tap, campaign {result.campaign_id}): "
+             f"{result.population.get('requests', 0):,} requests from {result.population.get('addresses', 0)} "
+             f"addresses, {failures} failed; the agent saw {result.agent.get('connections_seen', 0):,} connections "
+             f"({result.agent.get('connections_captured', 0):,} with a measured first response), the collector "
+             f"holds {result.stored_connections:,} in {result.stored_aggregates:,} aggregate rows"]
+    table = summary.overall
+    for arm in table.arms:
+        name = f"IW{arm.iw}" if arm.arm != "default" else f"default (IW{arm.iw})"
+        if arm.too_small:
+            lines.append(f"  {name}: n too small ({arm.responses} responses, {arm.clusters} clusters)")
+            continue
+        latency = arm.latency_ms
+        improvement = ("" if arm.baseline or not arm.improvement_ms else
+                       f"; avg {arm.improvement_ms['avg'].value:+,.1f} ms {_bounds(_pair(arm.improvement_ms['avg']))}"
+                       f" faster than {table.baseline_arm}")
+        lines.append(f"  {name}: {arm.responses:,} first responses, avg {_ms(latency['avg'].value)} ms "
+                     f"{_bounds(_pair(latency['avg']))}, p50 {_ms(latency['p50'].value)}, "
+                     f"p90 {_ms(latency['p90'].value)}, p99 {_ms(latency['p99'].value)} ms" + improvement)
+    lines.append("  the Real users page needs a read token: one is in .run/read-token (mode 0600)")
+    return lines
+
+
+def ensure_read_token(stack: Stack) -> pathlib.Path:
+    """``.run/read-token`` (0600): a ``read`` token for the Real users page, made once per stack
+    database and made again when the one there no longer opens the door (revoked)."""
+    from iwscope.auth.services import api_token_valid, create_api_token
+    from iwscope.config import get_settings
+
+    path = stack.run_dir / "read-token"
+    with stack.session() as session:
+        if path.exists() and api_token_valid(session, get_settings(), "read", path.read_text().strip()):
+            return path
+        token = create_api_token(session, "read", "make demo: the Real users page")
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token + "\n")
+    return path
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    return None if value is None or value.low is None else (value.low, value.high)
 
 
 def proof_lines(stack: Stack, result: DemoResult) -> list[str]:

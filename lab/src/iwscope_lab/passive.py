@@ -215,7 +215,9 @@ class LabPassive:
     def _start_tap(self) -> None:
         log = open(self.state_dir / "tap.log", "ab")   # handed to the child
         self.tap = self.topology.popen(self.server.name, self._iwprobe(
-            "run", "--region-map", str(self.region_map()), "--lease", f"{self.plan.lease_s:g}"),
+            "run", "--region-map", str(self.region_map()), "--lease", f"{self.plan.lease_s:g}",
+            # The lab's users open a few hundred connections a second: follow them all from the start.
+            "--capture-start-share", "1"),
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

@@ -57,7 +57,13 @@ class ClosedConnection:
     remote_port: int
     #: TCP state at destroy (7 = CLOSE; a socket freed from another state was aborted).
     state: int
-    tcp_info: dict[str, int]
+    #: The kernel's ``struct tcp_info`` as it came (read with :class:`iwprobe._tcpinfo.FieldReader`).
+    info_raw: bytes
+
+    @property
+    def tcp_info(self) -> dict[str, int]:
+        """Every field of the final ``TCP_INFO`` (parsed on demand: only sampled records need it)."""
+        return parse_tcp_info(self.info_raw)
 
 
 def _port_filter(ports: list[int]) -> list[tuple[int, int, int, int]]:
@@ -84,14 +90,14 @@ def parse_message(data: bytes, offset: int, length: int, now_ns: int) -> Optiona
     width = 4 if family == socket.AF_INET else 16
     local = socket.inet_ntop(family, data[body + 8:body + 8 + width])
     remote = socket.inet_ntop(family, data[body + 24:body + 24 + width])
-    info: dict[str, int] = {}
+    info = b""
     attr = body + _DIAG_MSG_BYTES
     while attr + _ATTR.size <= end:
         attr_len, attr_type = _ATTR.unpack_from(data, attr)
         if attr_len < _ATTR.size:
             break
         if attr_type == INET_DIAG_INFO:
-            info = parse_tcp_info(data[attr + _ATTR.size:attr + attr_len])
+            info = data[attr + _ATTR.size:attr + attr_len]
         attr += (attr_len + 3) & ~3
     return ClosedConnection(now_ns, family, local, sport, remote, dport, state, info)
 

@@ -56,6 +56,10 @@ SPOOL_FILE = "tap-spool.sqlite"
 AMBIGUOUS_AFTER_CHANGE_S = 300.0
 #: A destroy notification waits this long for the capture to have read its last packets.
 JOIN_GRACE_NS = 300_000_000
+#: The capture starts with 1/16 of the connections (``--capture-start-share``) and widens while the
+#: packet rate allows: starting with all of them, the kernel copied every packet of a busy server
+#: into the capture's queue for its first second.
+INITIAL_SAMPLING_BITS = 4
 #: The capture follows twice as many connections again only after its packet rate stayed under a
 #: quarter of its budget this long.
 WIDEN_AFTER_S = 30.0
@@ -97,7 +101,8 @@ class Measurer:
     """The measuring thread of one study (ports): joins closes with captures, aggregates."""
 
     def __init__(self, ports: list[int], keyer: PrefixKeyer, regions: RegionMap, aggregator: EdgeAggregator,
-                 counters: TapCounters, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True) -> None:
+                 counters: TapCounters, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
+                 capture_start_bits: int = INITIAL_SAMPLING_BITS) -> None:
         self.ports = ports
         self.keyer = keyer
         self.regions = regions
@@ -105,7 +110,7 @@ class Measurer:
         self.counters = counters
         self.capture_pps = capture_pps
         self.listener = DestroyListener(ports)
-        self.capture = PassiveCapture(ports) if capture else None
+        self.capture = PassiveCapture(ports, capture_start_bits) if capture else None
         self.assignment: Optional[Assignment] = None
         #: (assignment, changed at: ``time.time_ns()``) of the previous phase, for the ambiguity check.
         self.previous: Optional[tuple[Assignment, int]] = None
@@ -234,6 +239,7 @@ class TapAgent:
     def __init__(self, directory: str, *, credentials: Any = None, study_file: Optional[str] = None,
                  output: Optional[str] = None, regions: Optional[RegionMap] = None,
                  lease_s: float = DEFAULT_LEASE_S, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
+                 capture_start_bits: int = INITIAL_SAMPLING_BITS,
                  plan_options: Optional[dict[str, int]] = None, spool_max_bytes: int = 512 * 1024 * 1024) -> None:
         if credentials is None and study_file is None:
             raise ValueError("either enrolled credentials or a study file")
@@ -245,6 +251,7 @@ class TapAgent:
         self.lease_s = lease_s
         self.capture_pps = capture_pps
         self.capture_enabled = capture
+        self.capture_start_bits = capture_start_bits
         self.plan_options = plan_options or {}
         self.server_id = credentials.id if credentials is not None else "00000000-0000-0000-0000-000000000000"
         self.aggregator = EdgeAggregator(self.server_id)
@@ -336,7 +343,8 @@ class TapAgent:
             self._stop_measuring()
         if self.measurer is None:
             self.measurer = Measurer(plan.ports, PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6), self.regions,
-                                     self.aggregator, self.counters, self.capture_pps, self.capture_enabled)
+                                     self.aggregator, self.counters, self.capture_pps, self.capture_enabled,
+                                     self.capture_start_bits)
             self.measurer.start()
         else:
             self.measurer.set_keyer(PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -40,6 +41,9 @@ def add_parser(commands: Any) -> None:
                      help="seconds the arms stay in force without the agent (kernel-enforced; default 10)")
     tap.add_argument("--capture-pps", type=int, default=DEFAULT_CAPTURE_PPS,
                      help="packet budget of the first-response capture; above it fewer connections are followed")
+    tap.add_argument("--capture-start-share", type=float, default=1 / 16,
+                     help="share of connections the capture follows at start (1, 1/2, 1/4, ...; default 1/16): it "
+                          "widens while the packet rate stays under a quarter of its budget for 30 s")
     tap.add_argument("--no-capture", dest="capture", action="store_false",
                      help="no packet capture: final TCP_INFO only (no response latencies)")
     tap.add_argument("--mark-base", type=lambda text: int(text, 0))
@@ -153,5 +157,13 @@ def _run(args: argparse.Namespace, directory: str) -> int:
     agent = tap.TapAgent(directory, credentials=credentials, study_file=args.study, output=args.output,
                          regions=RegionMap.from_csv(args.region_map) if args.region_map else None,
                          lease_s=args.lease, capture_pps=args.capture_pps, capture=args.capture,
+                         capture_start_bits=_share_bits(args.capture_start_share),
                          plan_options=options)
     return int(agent.run(stop_event()))
+
+
+def _share_bits(share: float) -> int:
+    """``k`` with ``2**-k`` the nearest power of two at or below ``share`` (0 < share <= 1)."""
+    if not 0 < share <= 1:
+        raise SystemExit("--capture-start-share must be in (0, 1]")
+    return min(15, max(0, math.ceil(-math.log2(share) - 1e-9)))

@@ -34,8 +34,11 @@ from ._jhash import jhash_bucket
 from ._passive_capture import FirstResponse
 from ._sockdiag import ClosedConnection
 from ._tap_rules import ArmRange
+from ._tcpinfo import FieldReader
 
 KEY_FILE = "tap-prefix.key"
+#: What every closed connection's aggregate needs of its final TCP_INFO.
+_SUMMARY = FieldReader(("min_rtt", "delivery_rate", "bytes_acked", "data_segs_out", "total_retrans", "bytes_retrans"))
 _MAPPED_V4 = bytes(10) + b"\xff\xff"
 #: TCP_INFO fields a raw connection record keeps (the rest is sampled away).
 RECORD_TCP_INFO = ("state", "ca_state", "rto", "snd_mss", "rcv_mss", "pmtu", "rtt", "rttvar", "min_rtt",
@@ -205,12 +208,12 @@ class EdgeAggregator:
         self._hour: tuple[int, str] = (-1, "")
 
     def add(self, measured: Measured, study: wire.PassiveStudy, treated_share_bp: int) -> None:
-        info = measured.closed.tcp_info
+        min_rtt, delivery_rate, bytes_acked, data_segs_out, retrans, bytes_retrans = _SUMMARY.read(
+            measured.closed.info_raw)
         first = measured.first
         latency = first.response_latency_us if first is not None else None
-        size = first.response_bytes if first is not None and first.response_bytes is not None else info.get("bytes_acked")
-        min_rtt = info.get("min_rtt")
-        rate_bps = info.get("delivery_rate", 0) * 8 or None
+        size = first.response_bytes if first is not None and first.response_bytes is not None else bytes_acked
+        rate_bps = (delivery_rate or 0) * 8 or None
         bdp = (min_rtt / 1e6) * (rate_bps / 8) if min_rtt and rate_bps else None
         syn_retrans, rwnd_limited = _bias(measured)
         hour_index = measured.closed.closed_ns // 3_600_000_000_000
@@ -223,7 +226,7 @@ class EdgeAggregator:
                wire.bucket_index(rate_bps, wire.PASSIVE_BANDWIDTH_EDGES_BPS),
                wire.bucket_index(bdp, wire.PASSIVE_BDP_EDGES_BYTES), wire.size_octave(size),
                syn_retrans or rwnd_limited)
-        retrans = info.get("total_retrans", 0)
+        retrans = retrans or 0
         with self._lock:
             sums = self._sums.get(key)
             if sums is None:
@@ -239,10 +242,10 @@ class EdgeAggregator:
                 bin_index = wire.hist_bin(latency)
                 hist[bin_index] = hist.get(bin_index, 0) + 1
             sums["retrans_connections"] += retrans > 0
-            sums["data_segs_out"] += info.get("data_segs_out", 0)
+            sums["data_segs_out"] += data_segs_out or 0
             sums["total_retrans"] += retrans
-            sums["bytes_acked"] += info.get("bytes_acked", 0)
-            sums["bytes_retrans"] += info.get("bytes_retrans", 0)
+            sums["bytes_acked"] += bytes_acked or 0
+            sums["bytes_retrans"] += bytes_retrans or 0
             sums["syn_retrans"] += syn_retrans
             sums["rwnd_limited"] += rwnd_limited
             sums["reused_after_idle"] += bool(first is not None and first.reused_after_idle)

@@ -25,6 +25,7 @@ intervals resample, so connections of one prefix always fall together).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -277,10 +278,7 @@ def bucket_index(value: Optional[float], edges: tuple[float, ...]) -> int:
     """The bucket of ``value`` for upper ``edges`` (``(lower, upper]``, first from 0); -1: unknown."""
     if value is None or value < 0:
         return -1
-    for index, upper in enumerate(edges):
-        if value <= upper:
-            return index
-    return len(edges)
+    return bisect.bisect_left(edges, value)
 
 
 def size_octave(size: Optional[int]) -> int:
