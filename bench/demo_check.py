@@ -7,8 +7,10 @@ Reads the running demo stack (``.run/stack.json``): for the newest ``demo`` camp
 bucket's pairs, paths and 95 % interval, and whether the lower bound is above zero. Then opens
 the Overview, Latency, Sizes, Cost and IW-in-the-wild pages in headless Chromium and records how many
 data points each figure draws and the lowest latency any latency figure draws (whisker
-included); compares the campaign's trials as Parquet with its CSV, cell by cell. Prints a JSON
-report and writes it to ``--out``.
+included); checks that the Real users page refuses an anonymous read (401) and draws its table
+and figures after signing in with the demo's read token (``.run/read-token``); compares the
+campaign's trials as Parquet with its CSV, cell by cell. Prints a JSON report and writes it to
+``--out``.
 """
 
 from __future__ import annotations
@@ -91,6 +93,40 @@ def pages(dashboard: str, campaign: int) -> dict[str, Any]:
     return report
 
 
+#: The Real users page's figures (a read token needed).
+REAL_USERS_GRAPHS = ("realusers-rtt-graph", "realusers-days-graph", "realusers-sweep-graph")
+
+
+def real_users(dashboard: str, token_path: pathlib.Path) -> dict[str, Any]:
+    """The Real users page: 401 without a token; with the demo's read token (its sign-in form)
+    the percentile table and every figure draw."""
+    from playwright.sync_api import sync_playwright
+
+    base = dashboard.rstrip("/")
+    report: dict[str, Any] = {"anonymous_status": httpx.get(base + "/real-users", timeout=30).status_code}
+    if not token_path.exists():
+        report["error"] = f"no read token in {token_path}"
+        return report
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(base + "/real-users/login")
+        page.fill("#realusers-login-token", token_path.read_text().strip())
+        page.click("#realusers-login-submit")
+        page.goto(base + "/real-users")
+        page.wait_for_selector("#realusers-percentiles table", timeout=60_000)
+        report["percentile_table"] = page.inner_text("#realusers-percentiles")[:2000]
+        for graph_id in REAL_USERS_GRAPHS:
+            page.wait_for_function(
+                "(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
+                " return !!(p && p.data && p.data.some((t) => (t.x || []).length > 0)); }", arg=graph_id, timeout=60_000)
+            traces = page.evaluate(TRACES_JS, graph_id) or []
+            report[graph_id] = {"points": sum(trace["n"] for trace in traces)}
+        page.screenshot(path=str(REPO / "artifacts" / "demo-real-users.png"), full_page=True)
+        browser.close()
+    return report
+
+
 def parquet_vs_csv(api: str, campaign: int) -> dict[str, Any]:
     """The campaign's trials as Parquet and as CSV from the API: rows and mismatching cells."""
     import io
@@ -128,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
               "rtt": compare(stack.local_api_url, campaign, "rtt"),
               "bandwidth": compare(stack.local_api_url, campaign, "bandwidth"),
               "pages": pages(stack.dashboard_url, campaign),
+              "real_users": real_users(stack.dashboard_url, stack.run_dir / "read-token"),
               "parquet_vs_csv": parquet_vs_csv(stack.local_api_url, campaign)}
     rtt_from_50 = [row for row in report["rtt"] if (row["lower"] or 0) >= 50]
     bw_above_512k = [row for row in report["bandwidth"] if (row["lower"] or 0) >= 512e3]
@@ -138,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         "bandwidth_buckets_above_512k_with_clear_gain": sum(row["clear_gain"] for row in bw_above_512k),
         "cost_bulk_points": report["pages"].get("/cost cost-bulk-graph", {}).get("points", 0),
         "census_points": report["pages"].get("/wild wild-census-graph", {}).get("points", 0),
+        "real_users_anonymous_status": report["real_users"].get("anonymous_status"),
+        "real_users_points": {graph: report["real_users"].get(graph, {}).get("points", 0) for graph in REAL_USERS_GRAPHS},
         "lowest_drawn_latency_ms": min((entry["lowest_drawn_ms"] for entry in report["pages"].values()
                                         if entry.get("lowest_drawn_ms") is not None), default=None),
     }

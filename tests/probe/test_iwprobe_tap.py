@@ -64,9 +64,10 @@ def test_the_nft_script_marks_syns_of_both_families_by_prefix_hash_while_the_lea
     script = plan.nft_script()
     assert script.startswith("add table inet iwscope_tap\ndelete table inet iwscope_tap\n")   # atomic replace
     mapping = "map { 9000-9499 : 0x7a102, 9500-9999 : 0x7a101 }"
-    assert (f"meta l4proto @alive meta nfproto ipv4 tcp dport {{ 80, 443 }} tcp flags & (syn|ack) == syn "
+    assert (f"tcp flags & (syn|ack) == syn tcp dport {{ 80, 443 }} meta nfproto ipv4 meta l4proto @alive "
             f"meta mark set jhash @nh,96,24 mod 10000 seed 0xc0ffee {mapping}") in script
-    assert "meta nfproto ipv6 tcp dport { 80, 443 }" in script and "jhash @nh,64,48 mod 10000" in script
+    assert "tcp dport { 80, 443 } meta nfproto ipv6 meta l4proto @alive" in script
+    assert "jhash @nh,64,48 mod 10000" in script
     assert script.rstrip().endswith("add element inet iwscope_tap alive { tcp timeout 7500ms }")
     assert plan.lease_script().count("alive { tcp") == 3   # add (exists or not), delete, add: a fresh timeout
     assert plan.rules() == [("ipv4", 9101, 0x7A101, 22101), ("ipv4", 9102, 0x7A102, 22102),

@@ -148,9 +148,11 @@ class TapPlan:
                                 else f"{arm.low} : {hex(self.mark(arm))}"
                                 for arm in sorted(self.treated, key=lambda arm: arm.low))
             scale = wire.PASSIVE_SHARE_SCALE
+            # Cheapest test first: every packet of the host crosses this chain, and all but the
+            # SYNs leave it at the flags.
             for family, source in (("ipv4", f"@nh,96,{self.prefix_v4}"), ("ipv6", f"@nh,64,{self.prefix_v6}")):
-                lines.append(f"    meta l4proto @alive meta nfproto {family} tcp dport {{ {ports} }} "
-                             f"tcp flags & (syn|ack) == syn meta mark set jhash {source} mod {scale} "
+                lines.append(f"    tcp flags & (syn|ack) == syn tcp dport {{ {ports} }} meta nfproto {family} "
+                             f"meta l4proto @alive meta mark set jhash {source} mod {scale} "
                              f"seed {hex(self.seed)} map {{ {mapping} }}")
         lines += ["  }", "}", self._lease_line()]
         return "\n".join(lines) + "\n"
