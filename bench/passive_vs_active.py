@@ -51,7 +51,7 @@ def _mix(text_value: str) -> dict[str, float]:
 def active_hosts() -> list[Host]:
     """The passive scenario's links as an origin and one probe per user host."""
     hosts = []
-    for host in load_scenario(SCENARIO).hosts:
+    for host in load_scenario(SCENARIO).hosts():
         role = "origin" if host.role == "server" else "probe"
         hosts.append(Host(host.name, role=role, region=host.region, link=host.link, labels=dict(host.labels)))
     return hosts
@@ -74,7 +74,7 @@ def run_active(stack: Stack, duration_s: float) -> dict[str, Any]:
 
 
 def _links() -> dict[str, Any]:
-    return {host.region: host.link for host in load_scenario(SCENARIO).hosts if host.role == "users"}
+    return {host.region: host.link for host in load_scenario(SCENARIO).hosts() if host.role == "users"}
 
 
 def _value(value: Any) -> dict[str, float | None] | None:
@@ -157,6 +157,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--mix", type=_mix, default={"h1": 1.0})
+    parser.add_argument("--passive-campaign", type=int, help="compare this finished passive campaign (no new one)")
+    parser.add_argument("--active-campaign", type=int, help="compare this finished active campaign (no new one)")
     args = parser.parse_args()
     stack = Stack.attach()
     started = None
@@ -165,9 +167,11 @@ def main() -> None:
     try:
         report: dict[str, Any] = {"bench": "passive-vs-active", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
                                   "duration_s": args.duration, "mix": args.mix}
-        report["passive"] = run_passive(stack, args.duration, args.mix)
+        report["passive"] = ({"campaign_id": args.passive_campaign} if args.passive_campaign
+                             else run_passive(stack, args.duration, args.mix))
         print(json.dumps(report["passive"], indent=1, default=str), flush=True)
-        report["active"] = run_active(stack, args.duration)
+        report["active"] = ({"campaign_id": args.active_campaign} if args.active_campaign
+                            else run_active(stack, args.duration))
         report["comparison"] = compare(stack, report["passive"]["campaign_id"], report["active"]["campaign_id"])
         print(json.dumps(report["comparison"], indent=1), flush=True)
     finally:

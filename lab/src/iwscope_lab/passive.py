@@ -59,6 +59,9 @@ class PassivePlan:
     sample_share: float = 1.0
     flush_interval_s: int = 10
     lease_s: float = 10.0
+    #: The capture's packet budget (packets/s): the lab's users stay under it, so every connection
+    #: is followed.
+    capture_pps: int = 50_000
     population: PopulationConfig = field(default_factory=PopulationConfig)
     #: Later arm shares, each for an equal part of the duration after the first (a share sweep).
     sweep: tuple[tuple[tuple[str, int], ...], ...] = ()
@@ -216,8 +219,9 @@ class LabPassive:
         log = open(self.state_dir / "tap.log", "ab")   # handed to the child
         self.tap = self.topology.popen(self.server.name, self._iwprobe(
             "run", "--region-map", str(self.region_map()), "--lease", f"{self.plan.lease_s:g}",
-            # The lab's users open a few hundred connections a second: follow them all from the start.
-            "--capture-start-share", "1"),
+            # The lab's users open a few hundred connections a second: follow them all from the start,
+            # within a budget the lab's rate stays under (the default suits a busy production server).
+            "--capture-start-share", "1", "--capture-pps", str(self.plan.capture_pps)),
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

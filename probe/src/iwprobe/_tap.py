@@ -42,6 +42,7 @@ from ._sockdiag import ClosedConnection, DestroyListener
 from ._spool import Spool, SpoolFull
 from ._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
 from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, TapPlan, install, remove, renew_lease
+from ._tcpinfo import FieldReader
 from ._upload import Uploader
 
 log = logging.getLogger("iwprobe.tap")
@@ -66,6 +67,7 @@ WIDEN_AFTER_S = 30.0
 #: How long a stopping agent keeps uploading (what is left stays spooled for its next start; the
 #: unit's TimeoutStopSec is 30 s).
 SHUTDOWN_UPLOAD_S = 20.0
+_RETRANS = FieldReader(("total_retrans",))
 #: Client prefixes whose key and region are remembered (then the memory starts over).
 MAX_CACHED_PREFIXES = 1_000_000
 #: A followed connection without a packet for this long is forgotten (its close was not seen).
@@ -220,7 +222,9 @@ class Measurer:
             self.counters.captured += 1
         arm_iw = arm.iw if arm.iw is not None else assignment.default_iw
         if (first is not None and arm_iw is not None and first.first_flight_segments is not None
-                and first.first_flight_segments > arm_iw and not first.syn_retrans):
+                and first.first_flight_segments > arm_iw and not first.syn_retrans
+                and not _RETRANS.read(closed.info_raw)[0]):
+            # (With a loss, limited transmit sends new data on duplicate ACKs: not the arm's doing.)
             self.counters.arm_exceeded += 1
         client = self._clients.get(prefix)
         if client is None:
