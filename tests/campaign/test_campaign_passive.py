@@ -123,6 +123,9 @@ def test_collector_down_for_two_minutes_loses_no_connection(database_url: str, r
         stack.close_sessions()
     assert result.population["failures"] == 0, result.population
     seen = result.agent["connections_seen"] - result.agent["ambiguous"]
+    print(f"collector down {DOWN_S:g} s: the agent saw {seen} connections ({stored_before} stored before the "
+          f"outage), the collector holds {result.stored_connections} in {result.stored_aggregates} aggregate rows "
+          f"and {result.stored_records} records")
     assert seen > stored_before > 0
     assert "upload failed" in log                      # the outage was felt
     assert result.stored_connections == seen, (result.agent, result.stored_connections)
