@@ -43,8 +43,8 @@ def passive_run(database_url: str, redis_url: str, api_server: Any, tmp_path: Pa
                    link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=rtt, buffer_bytes=256_000))
               for name, (region, rtt) in PATHS.items()]
     stack = session_stack(database_url, redis_url, api_server, tmp_path / "stack")
-    plan = PassivePlan(name="passive e2e", duration_s=40.0, flush_interval_s=5, lease_s=5.0,
-                       population=PopulationConfig(concurrent_users=5, think_time_s=1.0,
+    plan = PassivePlan(name="passive e2e", duration_s=25.0, flush_interval_s=5, lease_s=5.0,
+                       population=PopulationConfig(concurrent_users=8, think_time_s=1.0,
                                                    mix={"h1": 0.5, "h1-tls": 0.25, "h2": 0.25}))
     try:
         with Topology(hosts=hosts) as topology:
