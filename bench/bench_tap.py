@@ -7,18 +7,24 @@ CPU 1, ``--connections`` 50) loads it from the client namespace (the pinning nar
 spread on this 2-core box; the agent may run on either CPU) for blocks of ``--block-s`` seconds.  Blocks alternate between the
 agent off and on (``off, on`` then ``on, off``, ``--pairs`` times), so both see the same machine;
 the agent runs a study that treats *every* client (IW 32: every SYN marked, every connection
-policy-routed) with its capture on (``--no-capture``: destroy notifications only).  Two loads:
+policy-routed) with its capture on (``--no-capture``: destroy notifications only) and its
+default budgets (2,000 captured packets/s, 1,000 measured closes/s).  Three loads:
 
 * ``keepalive``: wrk's default (HTTP/1.1 keep-alive: 50 connections, millions of requests);
-* ``close``: ``Connection: close``, a new TCP connection per request -- the agent's worst case
-  (a destroy notification, an arm lookup and a followed handshake per request).
+* ``keepalive100``: a new connection every 100 requests (nginx's ``keepalive_requests 100``,
+  its default before 1.19.10): ~500 connections/s;
+* ``close``: ``Connection: close``, a new TCP connection per request (~19,000/s) -- the
+  agent's worst case (a destroy notification, an arm lookup and a followed handshake per
+  request; above its budget the agent listens part of each second, :mod:`iwprobe._tap_budget`).
 
 Each "on" block starts the agent ``--warmup-s`` (5) seconds before the load: what is measured is
 the agent's steady state (its capture adapts to its packet budget within seconds).  The agent runs
 at ``--nice`` 10, as its systemd unit does: under saturation the web server goes first, and what
 the agent then misses is counted (``tap_notifications_lost``: kernel buffer overruns), never traffic.
 
-Reported per load: requests/s of every block, the ratio of the medians (on / off), wrk's errors
+Reported per load: requests/s of every block, the ratio within each pair of adjacent blocks (the
+box drifts by +-10 % over minutes; neighbours share the drift), their geometric mean with a
+bootstrap 95 % interval, the ratio of the medians (on / off), wrk's errors
 (connect, read, write, timeout, non-2xx: 0 expected), the agent's CPU (``/proc/<pid>/stat``)
 per 10,000 connections it saw (its own count, ``tap-status.json``), nginx's CPU per block, and
 the load average.  Run as root: ``.venv/bin/python bench/bench_tap.py``; writes
@@ -29,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import re
 import secrets
 import shutil
@@ -109,7 +117,11 @@ http {{
     sendfile on;
     keepalive_requests 1000000;
     client_body_temp_path {work}/tmp;
-    server {{ listen {self.server_address}:{PORT}; root {work}/www; }}
+    server {{
+        listen {self.server_address}:{PORT}; root {work}/www;
+        # nginx's own default before 1.19.10: a new connection every 100 requests.
+        location /k100/ {{ alias {work}/www/; keepalive_requests 100; }}
+    }}
 }}
 """)
         self.nginx = subprocess.Popen(["ip", "netns", "exec", self.server, shutil.which("nginx") or "/usr/sbin/nginx",
@@ -157,10 +169,12 @@ http {{
         self.tap = None
         return dict(json.loads((self.work / "state" / "tap-status.json").read_text()))
 
-    def wrk(self, seconds: float, connections: int, close: bool) -> dict[str, Any]:
+    def wrk(self, seconds: float, connections: int, load: str) -> dict[str, Any]:
+        path = "/k100/object" if load == "keepalive100" else "/object"
         command = ["ip", "netns", "exec", self.client, "taskset", "-c", "1", "wrk", "-t1", f"-c{connections}",
                    f"-d{seconds:g}s",
-                   *(["-H", "Connection: close"] if close else []), f"http://{self.server_address}:{PORT}/object"]
+                   *(["-H", "Connection: close"] if load == "close" else []),
+                   f"http://{self.server_address}:{PORT}{path}"]
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
         requests = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
@@ -181,6 +195,16 @@ http {{
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(value) for value in values))
+
+
+def _bootstrap_ci(values: list[float], draws: int = 10_000) -> list[float]:
+    rng = random.Random(33)
+    means = sorted(_geomean(rng.choices(values, k=len(values))) for _ in range(draws))
+    return [round(means[int(0.025 * draws)], 4), round(means[int(0.975 * draws) - 1], 4)]
+
+
 def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for pair in range(args.pairs):
@@ -191,7 +215,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
                 tap_cpu0 = _cpu_s(bench.tap_pid())
             nginx_cpu0 = bench.nginx_cpu_s()
             load0 = os.getloadavg()[0]
-            result = bench.wrk(args.block_s, args.connections, close=load == "close")
+            result = bench.wrk(args.block_s, args.connections, load)
             result.update(state=state, nginx_cpu_s=round(bench.nginx_cpu_s() - nginx_cpu0, 2), load=round(load0, 2))
             if state == "on":
                 result["tap_cpu_s"] = round(_cpu_s(bench.tap_pid()) - tap_cpu0, 2)
@@ -202,17 +226,25 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
                 result["tap_connections_captured"] = status["connections_captured"]
                 result["tap_notifications_lost"] = status["notifications_lost"]
                 result["tap_capture_share"] = status["capture_share"]
+                result["tap_closes_share"] = status.get("closes_share", 1.0)
+                result["tap_unmeasured"] = status.get("unmeasured", 0)
             blocks.append(result)
             print(f"  {load} {state}: {result['rps']:,.0f} req/s errors {result['errors']} "
                   + (f"tap {result['tap_cpu_s']} s CPU, {result['tap_connections_seen']} connections"
                      if state == "on" else ""), flush=True)
     off = [block["rps"] for block in blocks if block["state"] == "off"]
     on = [block["rps"] for block in blocks if block["state"] == "on"]
+    # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within
+    # each pair, their geometric mean and a bootstrap 95 % interval over the pairs.
+    pair_ratios = [on[index] / off[index] for index in range(len(on))]
     on_blocks = [block for block in blocks if block["state"] == "on"]
     seen = sum(block["tap_connections_seen"] for block in on_blocks)
     return {"load": load, "blocks": blocks, "rps_off": off, "rps_on": on,
             "notifications_lost": sum(block["tap_notifications_lost"] for block in on_blocks),
             "ratio_of_medians": round(statistics.median(on) / statistics.median(off), 4),
+            "pair_ratios": [round(ratio, 4) for ratio in pair_ratios],
+            "pair_ratio_geomean": round(_geomean(pair_ratios), 4),
+            "pair_ratio_ci95": _bootstrap_ci(pair_ratios),
             "errors": sum(sum(block["errors"].values()) for block in blocks),
             "tap_cpu_s_per_10k_connections": round(10_000 * sum(block["tap_cpu_s"] for block in on_blocks) / seen, 3)
             if seen else None}
@@ -224,7 +256,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--size", type=int, default=10_000)
-    parser.add_argument("--loads", default="keepalive,close")
+    parser.add_argument("--loads", default="keepalive,keepalive100,close")
     parser.add_argument("--warmup-s", type=float, default=5.0, help="seconds the agent runs before a block")
     parser.add_argument("--nice", type=int, default=10, help="the agent's niceness (the systemd unit's Nice=10)")
     parser.add_argument("--no-capture", dest="capture", action="store_false")
@@ -247,7 +279,8 @@ def main() -> None:
               "block_s": args.block_s, "pairs": args.pairs,
               "connections": args.connections, "size": args.size, "loadavg_end": os.getloadavg(), "results": results}
     for result in results:
-        print(f"{result['load']}: on/off {result['ratio_of_medians']:.3f} (off {result['rps_off']}, on "
+        print(f"{result['load']}: on/off pairs {result['pair_ratio_geomean']:.3f} {result['pair_ratio_ci95']}, "
+              f"medians {result['ratio_of_medians']:.3f} (off {result['rps_off']}, on "
               f"{result['rps_on']}), errors {result['errors']}, tap CPU {result['tap_cpu_s_per_10k_connections']} s "
               f"per 10,000 connections")
     RESULTS.mkdir(exist_ok=True)

@@ -11,11 +11,12 @@ import struct
 
 import jsonschema
 import pytest
-from packets import ipv4, ipv6, run_bpf, tcp_header, tcp_info_bytes
+from packets import CLIENT_V4, ipv4, ipv6, run_bpf, tcp_header, tcp_info_bytes
 
 from iwprobe import wire
 from iwprobe._passive_capture import ACK, FIN, SNAPLEN, SYN, FlowTable, filter_program
 from iwprobe._sockdiag import ClosedConnection, _port_filter
+from iwprobe._tap_budget import MIN_SHARE, DutyCycle
 from iwprobe._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
 from iwprobe._tap_rules import TapPlan, arm_ranges
 
@@ -421,3 +422,90 @@ def test_the_field_reader_agrees_with_the_full_parse() -> None:
             assert reader.read(raw) == tuple(info.get(name) for name in names), length
     with pytest.raises(ValueError, match="snd_wscale"):
         FieldReader(("snd_wscale",))
+
+
+# --- the close budget ------------------------------------------------------------------------
+
+
+def _drive(duty: DutyCycle, rate_per_s: float, seconds: float, step_s: float = 0.001) -> tuple[float, int]:
+    """Closes arrive at ``rate_per_s``; those while listening are counted.  Returns (listened s, closes)."""
+    now, listened, closes, owed = 0.0, 0.0, 0, 0.0
+    listening = duty.listening(now)
+    while now < seconds:
+        now = round(now + step_s, 6)
+        owed += rate_per_s * step_s if listening else 0.0
+        arrived, owed = int(owed), owed - int(owed)
+        listened += step_s if listening else 0.0
+        closes += arrived
+        listening = duty.listening(now)
+        duty.account(now, listening, arrived)
+        duty.adapt(now)
+    return listened, closes
+
+
+def test_over_its_budget_the_agent_listens_a_share_of_each_second_and_estimates_the_rest() -> None:
+    duty = DutyCycle(1000, 0.0)
+    listened, closes = _drive(duty, 10_000, 20.0)
+    assert duty.share == pytest.approx(0.1, rel=0.05)
+    # Once adapted, ~1,000 closes measured a second and ~9,000 estimated, not measured.
+    assert 800 < closes / 20 < 2_000
+    assert duty.unmeasured + closes == pytest.approx(200_000, rel=0.05)
+    assert listened < 4.0
+
+
+def test_under_its_budget_or_without_one_the_agent_listens_always() -> None:
+    for budget, rate in ((1000, 500), (0, 50_000)):
+        duty = DutyCycle(budget, 0.0)
+        listened, closes = _drive(duty, rate, 5.0)
+        assert duty.share == 1.0 and listened == pytest.approx(5.0) and duty.unmeasured == 0.0
+        assert closes == pytest.approx(rate * 5, rel=0.01)
+
+
+def test_the_share_comes_back_when_the_rate_falls() -> None:
+    duty = DutyCycle(1000, 0.0)
+    _drive(duty, 1_000_000, 5.0)
+    assert duty.share == MIN_SHARE
+    duty2 = DutyCycle(1000, 0.0)
+    _drive(duty2, 5_000, 5.0)
+    assert duty2.share < 0.5
+    # The same object, fed a quiet period: it listens fully again within a few seconds.
+    start = 5.0
+    for step in range(1, 8001):
+        now = start + step * 0.001
+        listening = duty2.listening(now)
+        duty2.account(now, listening, 0 if not listening or step % 10 else 1)   # 100/s
+        duty2.adapt(now)
+    assert duty2.share == 1.0
+
+
+def test_over_its_traffic_budget_the_capture_opens_in_windows_that_admit_then_follow() -> None:
+    from iwprobe._tap_budget import ADMIT_S, TAIL_S, CaptureWindows
+
+    windows = CaptureWindows(20_000, 0.0)
+    states: dict[str, float] = {"admit": 0.0, "follow": 0.0, "closed": 0.0}
+    step = 0.01
+    for index in range(int(600 / step)):
+        now = index * step
+        if index % 100 == 0:
+            windows.observe(now, 200_000)            # ten times the budget
+        states[windows.state(now)] += step
+    assert windows.share == pytest.approx(0.1)
+    open_s = states["admit"] + states["follow"]
+    assert open_s / 600 == pytest.approx(0.1, abs=0.02)
+    assert states["admit"] / open_s == pytest.approx(ADMIT_S / (ADMIT_S + TAIL_S), abs=0.02)
+    quiet = CaptureWindows(20_000, 0.0)
+    for second in range(30):
+        quiet.observe(float(second), 5_000)
+        assert quiet.state(second + 0.5) == "admit"
+    unlimited = CaptureWindows(0, 0.0)
+    unlimited.observe(0.0, 10**7)
+    assert unlimited.state(1.0) == "admit"
+
+
+def test_a_capture_window_in_its_tail_follows_admitted_connections_and_admits_no_new_one() -> None:
+    table = FlowTable([8080])
+    syn = ipv4(tcp_header(40_000, 8080, 1000, 0, SYN, 65_535))
+    table.packet(syn, 1, socket.PACKET_HOST)
+    table.admitting = False
+    table.packet(ipv4(tcp_header(40_002, 8080, 5000, 0, SYN, 65_535)), 2, socket.PACKET_HOST)
+    assert list(table.flows) == [(socket.inet_aton(CLIENT_V4), 40_000, 8080)]

@@ -220,8 +220,10 @@ class LabPassive:
         self.tap = self.topology.popen(self.server.name, self._iwprobe(
             "run", "--region-map", str(self.region_map()), "--lease", f"{self.plan.lease_s:g}",
             # The lab's users open a few hundred connections a second: follow them all from the start,
-            # within a budget the lab's rate stays under (the default suits a busy production server).
-            "--capture-start-share", "1", "--capture-pps", str(self.plan.capture_pps)),
+            # within budgets the lab's rates stay under (the defaults bound the agent's cost on a
+            # busy production server by sampling; the lab compares every connection with the model).
+            "--capture-start-share", "1", "--capture-pps", str(self.plan.capture_pps),
+            "--capture-traffic-pps", "0", "--closes-per-s", "0"),
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

@@ -309,6 +309,8 @@ class FlowTable:
         self.port_set = frozenset(ports)
         self.max_flows = max_flows
         self.flows: dict[FlowKey, Flow] = {}
+        #: Whether a SYN starts following a connection (off in a capture window's tail).
+        self.admitting = True
 
     def packet(self, data: bytes, stamp: int, packet_type: int) -> None:
         """One captured packet (from its network header on) with its kernel time and type."""
@@ -347,7 +349,7 @@ class FlowTable:
         if flow is None:
             if not flags & SYN or flags & ACK:
                 return  # joined mid-connection (before the agent started, or the sampling changed)
-            if len(self.flows) >= self.max_flows:
+            if len(self.flows) >= self.max_flows or not self.admitting:
                 return
             flow = self.flows[key] = Flow(stamp)
         start = header + tcp_header

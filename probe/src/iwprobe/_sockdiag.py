@@ -32,6 +32,8 @@ SKNLGRP_INET6_TCP_DESTROY = 3
 SOCK_DIAG_BY_FAMILY = 20
 INET_DIAG_INFO = 2
 SO_RCVBUFFORCE = 33
+SOL_NETLINK = 270
+NETLINK_ADD_MEMBERSHIP, NETLINK_DROP_MEMBERSHIP = 1, 2
 #: Kernel buffer for notifications not read yet (a burst of closes at 10,000/s for 1 s is ~5 MB).
 RECEIVE_BUFFER_BYTES = 16 * 1024 * 1024
 _NLMSG = struct.Struct("=IHHII")
@@ -108,6 +110,7 @@ class DestroyListener:
     def __init__(self, ports: list[int], receive_buffer: int = RECEIVE_BUFFER_BYTES) -> None:
         self.ports = sorted(set(ports))
         self.overruns = 0
+        self.listening = True
         groups = (1 << (SKNLGRP_INET_TCP_DESTROY - 1)) | (1 << (SKNLGRP_INET6_TCP_DESTROY - 1))
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
         try:
@@ -124,6 +127,16 @@ class DestroyListener:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    def listen(self, on: bool) -> None:
+        """Join or leave the destroy groups.  While no socket of the network namespace is in them
+        the kernel builds no notification at all (:mod:`iwprobe._tap_budget`); those already
+        queued stay readable."""
+        if on != self.listening:
+            option = NETLINK_ADD_MEMBERSHIP if on else NETLINK_DROP_MEMBERSHIP
+            for group in (SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY):
+                self._sock.setsockopt(SOL_NETLINK, option, group)
+            self.listening = on
 
     def read(self, timeout_s: float) -> list[ClosedConnection]:
         """The notifications that arrived (waiting up to ``timeout_s`` for the first)."""

@@ -40,6 +40,14 @@ from ._passive_capture import DEFAULT_CAPTURE_PPS, PassiveCapture
 from ._routes import run_ip
 from ._sockdiag import ClosedConnection, DestroyListener
 from ._spool import Spool, SpoolFull
+from ._tap_budget import (
+    ADMIT_S,
+    DEFAULT_CAPTURE_TRAFFIC_PPS,
+    DEFAULT_CLOSES_PER_S,
+    TAIL_S,
+    CaptureWindows,
+    DutyCycle,
+)
 from ._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
 from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, TapPlan, install, remove, renew_lease
 from ._tcpinfo import FieldReader
@@ -96,7 +104,22 @@ class TapCounters:
     arm_exceeded: int = 0
     lost: int = 0
     packets_dropped: int = 0
+    #: Closes not measured because the agent was over its budget (:mod:`iwprobe._tap_budget`).
+    unmeasured: int = 0
     started: float = field(default_factory=time.monotonic)
+
+
+def _traffic_packets() -> int:
+    """Packets received and sent on every interface of the agent's network namespace."""
+    total = 0
+    try:
+        with open("/proc/net/dev", encoding="ascii") as handle:
+            for line in handle.readlines()[2:]:
+                fields = line.split(":", 1)[1].split()
+                total += int(fields[1]) + int(fields[9])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return total
 
 
 class Measurer:
@@ -104,7 +127,9 @@ class Measurer:
 
     def __init__(self, ports: list[int], keyer: PrefixKeyer, regions: RegionMap, aggregator: EdgeAggregator,
                  counters: TapCounters, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
-                 capture_start_bits: int = INITIAL_SAMPLING_BITS) -> None:
+                 capture_start_bits: int = INITIAL_SAMPLING_BITS,
+                 closes_per_s: float = DEFAULT_CLOSES_PER_S,
+                 capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS) -> None:
         self.ports = ports
         self.keyer = keyer
         self.regions = regions
@@ -112,12 +137,20 @@ class Measurer:
         self.counters = counters
         self.capture_pps = capture_pps
         self.listener = DestroyListener(ports)
-        self.capture = PassiveCapture(ports, capture_start_bits) if capture else None
+        self.capture_enabled = capture
+        self.capture: Optional[PassiveCapture] = None
+        #: The capture's port-bit sampling, kept while it is closed between windows.
+        self.sampling_bits = capture_start_bits
+        self.windows = CaptureWindows(capture_traffic_pps, time.monotonic())
+        self._traffic = _traffic_packets()
+        self.duty = DutyCycle(closes_per_s, time.monotonic())
+        self._unmeasured_counted = 0
         self.assignment: Optional[Assignment] = None
         #: (assignment, changed at: ``time.time_ns()``) of the previous phase, for the ambiguity check.
         self.previous: Optional[tuple[Assignment, int]] = None
         self._pending: deque[tuple[int, ClosedConnection]] = deque()
         self._quiet_since = time.monotonic()
+        self._window_whole = False
         #: Per client prefix: (keyed hash, cluster, region, country) -- computed once per user.
         self._clients: dict[bytes, tuple[str, int, str, str]] = {}
         self._stop = threading.Event()
@@ -146,29 +179,68 @@ class Measurer:
         self.assignment = assignment
 
     @property
+    def closes_share(self) -> float:
+        """Share of each second the agent listens for closes (1 below its budget)."""
+        return self.duty.share
+
+    @property
     def capture_share(self) -> float:
-        return self.capture.share if self.capture is not None else 0.0
+        """Share of new connections the capture follows (port sampling x share of time open)."""
+        if not self.capture_enabled:
+            return 0.0
+        return self.windows.share * ADMIT_S / (ADMIT_S + TAIL_S) / (1 << self.sampling_bits) \
+            if self.windows.share < 1.0 else 1.0 / (1 << self.sampling_bits)
+
+    def _window(self, now: float, poller: select.poll) -> None:
+        """Open or close the capture as :class:`CaptureWindows` says (closed, it costs nothing)."""
+        if not self.capture_enabled:
+            return
+        state = self.windows.state(now)
+        if state == "closed" and self.capture is not None:
+            poller.unregister(self.capture.fileno())
+            self.counters.packets_dropped += self.capture.kernel_drops()
+            self.capture.close()
+            self.capture = None
+        elif state != "closed" and self.capture is None:
+            self.capture = PassiveCapture(self.ports, self.sampling_bits)
+            poller.register(self.capture.fileno(), select.POLLIN)
+            self._window_whole = False
+        if self.capture is not None:
+            self.capture.table.admitting = state == "admit"
 
     def _run(self) -> None:
         poller = select.poll()
         poller.register(self.listener.fileno(), select.POLLIN)
-        if self.capture is not None:
-            poller.register(self.capture.fileno(), select.POLLIN)
         window_start = next_expiry = time.monotonic()
         window_packets = 0
+        duty = self.duty
+        self._window(window_start, poller)
         while not self._stop.is_set():
-            poller.poll(100)
+            poller.poll(max(1, min(100, int(duty.next_change_s(time.monotonic()) * 1000))))
             if self.capture is not None:
                 window_packets += self.capture.read()
             now_ns = time.time_ns()
-            for closed in self.listener.read(0):
+            closes = self.listener.read(0)
+            for closed in closes:
                 self._pending.append((now_ns + JOIN_GRACE_NS, closed))
             while self._pending and self._pending[0][0] <= now_ns:
                 self._finish(self._pending.popleft()[1])
             now = time.monotonic()
+            listening = duty.listening(now)
+            duty.account(now, listening, len(closes))
+            self.listener.listen(listening)
             if now - window_start >= 1.0:
-                self._adapt(window_packets / (now - window_start))
+                traffic = _traffic_packets()
+                self.windows.observe(now, (traffic - self._traffic) / (now - window_start))
+                self._traffic = traffic
+                if self._window_whole:        # a second with the capture open throughout
+                    self._adapt(window_packets / (now - window_start))
+                self._window_whole = self.capture is not None
+                duty.adapt(now)
+                self.counters.unmeasured += int(duty.unmeasured) - self._unmeasured_counted
+                self._unmeasured_counted = int(duty.unmeasured)
                 window_start, window_packets = now, 0
+            self._window(now, poller)
             if now >= next_expiry and self.capture is not None:
                 self.capture.expire(now_ns - FLOW_EXPIRY_NS)
                 next_expiry = now + 30.0
@@ -187,6 +259,7 @@ class Measurer:
         now = time.monotonic()
         if packets_per_s > self.capture_pps:
             self.capture.set_sampling(bits + max(1, math.ceil(math.log2(packets_per_s / self.capture_pps))))
+            self.sampling_bits = self.capture.sampling_bits
             self._quiet_since = now
         elif packets_per_s >= self.capture_pps / 4:
             self._quiet_since = now
@@ -195,6 +268,7 @@ class Measurer:
             # connections back into the capture every other second (each one costs its packets
             # without giving a first response: it was not followed from its SYN).
             self.capture.set_sampling(bits - 1)
+            self.sampling_bits = self.capture.sampling_bits
             self._quiet_since = now
 
     def _finish(self, closed: ClosedConnection) -> None:
@@ -243,7 +317,8 @@ class TapAgent:
     def __init__(self, directory: str, *, credentials: Any = None, study_file: Optional[str] = None,
                  output: Optional[str] = None, regions: Optional[RegionMap] = None,
                  lease_s: float = DEFAULT_LEASE_S, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
-                 capture_start_bits: int = INITIAL_SAMPLING_BITS,
+                 capture_start_bits: int = INITIAL_SAMPLING_BITS, closes_per_s: float = DEFAULT_CLOSES_PER_S,
+                 capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
                  plan_options: Optional[dict[str, int]] = None, spool_max_bytes: int = 512 * 1024 * 1024) -> None:
         if credentials is None and study_file is None:
             raise ValueError("either enrolled credentials or a study file")
@@ -256,6 +331,8 @@ class TapAgent:
         self.capture_pps = capture_pps
         self.capture_enabled = capture
         self.capture_start_bits = capture_start_bits
+        self.closes_per_s = closes_per_s
+        self.capture_traffic_pps = capture_traffic_pps
         self.plan_options = plan_options or {}
         self.server_id = credentials.id if credentials is not None else "00000000-0000-0000-0000-000000000000"
         self.aggregator = EdgeAggregator(self.server_id)
@@ -348,7 +425,7 @@ class TapAgent:
         if self.measurer is None:
             self.measurer = Measurer(plan.ports, PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6), self.regions,
                                      self.aggregator, self.counters, self.capture_pps, self.capture_enabled,
-                                     self.capture_start_bits)
+                                     self.capture_start_bits, self.closes_per_s, self.capture_traffic_pps)
             self.measurer.start()
         else:
             self.measurer.set_keyer(PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6))
@@ -385,12 +462,14 @@ class TapAgent:
             connections_seen=counters.seen, connections_captured=counters.captured,
             notifications_lost=counters.lost, packets_dropped=counters.packets_dropped,
             capture_share=self.measurer.capture_share if self.measurer is not None else 0.0,
+            closes_share=self.measurer.closes_share if self.measurer is not None else 1.0,
             spool_backlog=self.uploader.backlog() if self.uploader is not None else 0,
             spool_bytes=self.spool.disk_bytes() if self.spool is not None else 0)
 
     def status(self) -> dict[str, Any]:
         heartbeat = wire.to_dict(self._heartbeat())
         heartbeat.update(ambiguous=self.counters.ambiguous, arm_exceeded=self.counters.arm_exceeded,
+                         unmeasured=self.counters.unmeasured,
                          study=self.plan.key[0] if self.plan is not None else None,
                          phase=self.plan.key[1] if self.plan is not None else None, pid=os.getpid(),
                          written_at=wire.utc_timestamp())

@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__, wire
 from ._passive_capture import DEFAULT_CAPTURE_PPS
+from ._tap_budget import DEFAULT_CAPTURE_TRAFFIC_PPS, DEFAULT_CLOSES_PER_S
 from ._tap_rules import DEFAULT_LEASE_S
 
 ACTIONS = ("run", "enroll", "disable", "enable", "cleanup", "status")
@@ -41,6 +42,12 @@ def add_parser(commands: Any) -> None:
                      help="seconds the arms stay in force without the agent (kernel-enforced; default 10)")
     tap.add_argument("--capture-pps", type=int, default=DEFAULT_CAPTURE_PPS,
                      help="packet budget of the first-response capture; above it fewer connections are followed")
+    tap.add_argument("--closes-per-s", type=float, default=DEFAULT_CLOSES_PER_S,
+                     help="closes measured per second at most (default %(default)g; 0: no limit): above it the agent "
+                          "listens part of each second, as the kernel's notifications cost the server")
+    tap.add_argument("--capture-traffic-pps", type=float, default=DEFAULT_CAPTURE_TRAFFIC_PPS,
+                     help="server packets/s (all interfaces) the capture may sit on (default %(default)g; 0: no "
+                          "limit): above it the capture opens in windows, as a packet socket costs every packet sent")
     tap.add_argument("--capture-start-share", type=float, default=1 / 16,
                      help="share of connections the capture follows at start (1, 1/2, 1/4, ...; default 1/16): it "
                           "widens while the packet rate stays under a quarter of its budget for 30 s")
@@ -157,6 +164,7 @@ def _run(args: argparse.Namespace, directory: str) -> int:
     agent = tap.TapAgent(directory, credentials=credentials, study_file=args.study, output=args.output,
                          regions=RegionMap.from_csv(args.region_map) if args.region_map else None,
                          lease_s=args.lease, capture_pps=args.capture_pps, capture=args.capture,
+                         closes_per_s=args.closes_per_s, capture_traffic_pps=args.capture_traffic_pps,
                          capture_start_bits=_share_bits(args.capture_start_share),
                          plan_options=options)
     return int(agent.run(stop_event()))

@@ -259,6 +259,9 @@ class ServerHeartbeat:
     capture_share: float
     spool_backlog: int
     spool_bytes: int
+    #: Share of each second the agent listened for closes: below 1 it was over its budget
+    #: (``--closes-per-s``) and measured a sample in time of the connections.
+    closes_share: float = 1.0
 
 
 @dataclass

@@ -149,6 +149,7 @@ class ServerHeartbeatIn(BaseModel):
     capture_share: Annotated[float, Field(ge=0, le=1)]
     spool_backlog: Count
     spool_bytes: Count
+    closes_share: Annotated[float, Field(ge=0, le=1)] = 1.0
 
 
 class PassiveBatchIn(BaseModel):
