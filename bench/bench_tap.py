@@ -52,6 +52,10 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 PORT = 8080
 TICKS = os.sysconf("SC_CLK_TCK")
+#: Every client treated (IW 32): every SYN marked, every connection policy-routed.
+STUDY = {"campaign_id": 1, "name": "bench", "arms": [{"arm": "32", "share_bp": 10000}], "ports": [PORT],
+         "prefix_v4": 24, "prefix_v6": 48, "assignment_seed": 1, "starts_at": "", "ends_at": "",
+         "sample_share": 0.0, "flush_interval_s": 5}
 
 
 def _ip(*args: str) -> None:
@@ -129,6 +133,8 @@ http {{
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
         self.tap: subprocess.Popen[bytes] | None = None
+        #: Extra ``iwprobe tap run`` options (``--agent-args``), e.g. other budgets.
+        self.agent_args: list[str] = []
 
     def nginx_cpu_s(self) -> float:
         return sum(_cpu_s(pid) for pid in [self.nginx.pid, *self._nginx_pids()])
@@ -140,15 +146,12 @@ http {{
         return pids
 
     def start_tap(self, capture: bool, nice: int = 10) -> None:
-        study = {"campaign_id": 1, "name": "bench", "arms": [{"arm": "32", "share_bp": 10000}], "ports": [PORT],
-                 "prefix_v4": 24, "prefix_v6": 48, "assignment_seed": 1, "starts_at": "", "ends_at": "",
-                 "sample_share": 0.0, "flush_interval_s": 5}
-        (self.work / "study.json").write_text(json.dumps(study))
+        (self.work / "study.json").write_text(json.dumps(STUDY))
         command = ["ip", "netns", "exec", self.server, "nice", "-n", str(nice), sys.executable, "-m", "iwprobe",
                    "--log-level", "WARNING", "tap",
                    "run", "--state-dir", str(self.work / "state"), "--study", str(self.work / "study.json")]
         with open(self.work / "tap.log", "ab") as log:
-            self.tap = subprocess.Popen(command + ([] if capture else ["--no-capture"]), stderr=log)
+            self.tap = subprocess.Popen(command + ([] if capture else ["--no-capture"]) + self.agent_args, stderr=log)
         deadline = time.monotonic() + 15
         while subprocess.run(["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"],
                              capture_output=True).returncode != 0:
@@ -156,6 +159,16 @@ http {{
                 raise RuntimeError("the tap did not install its arms: " + (self.work / "tap.log").read_text()[-2000:])
             time.sleep(0.1)
         time.sleep(0.5)
+
+    def install_arms(self, install: bool) -> None:
+        """The study's arms alone (``--component arms``): installed with a long lease, no agent."""
+        record = self.work / "arms-only" / "tap-installed.json"
+        code = (f"import json\nfrom iwprobe import wire\nfrom iwprobe._collector import from_dict\n"
+                f"from iwprobe._tap_rules import TapPlan, install\n"
+                f"install(TapPlan.from_study(from_dict(wire.PassiveStudy, json.loads({json.dumps(json.dumps(STUDY))})),"
+                f" lease_s=3600), {str(record)!r})" if install else
+                f"from iwprobe._tap_rules import remove\nremove({str(record)!r})")
+        subprocess.run(["ip", "netns", "exec", self.server, sys.executable, "-c", code], check=True)
 
     def tap_pid(self) -> int:
         assert self.tap is not None
@@ -209,7 +222,10 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for pair in range(args.pairs):
         for state in (("off", "on") if pair % 2 == 0 else ("on", "off")):
-            if state == "on":
+            if state == "on" and args.component == "arms":
+                bench.install_arms(True)
+                time.sleep(1.0)
+            elif state == "on":
                 bench.start_tap(args.capture, args.nice)
                 time.sleep(args.warmup_s)   # the agent's steady state, not its first seconds
                 tap_cpu0 = _cpu_s(bench.tap_pid())
@@ -217,7 +233,9 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
             load0 = os.getloadavg()[0]
             result = bench.wrk(args.block_s, args.connections, load)
             result.update(state=state, nginx_cpu_s=round(bench.nginx_cpu_s() - nginx_cpu0, 2), load=round(load0, 2))
-            if state == "on":
+            if state == "on" and args.component == "arms":
+                bench.install_arms(False)
+            elif state == "on":
                 result["tap_cpu_s"] = round(_cpu_s(bench.tap_pid()) - tap_cpu0, 2)
                 status = bench.stop_tap()
                 result["tap_connections_seen"] = status["connections_seen"]
@@ -237,7 +255,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within
     # each pair, their geometric mean and a bootstrap 95 % interval over the pairs.
     pair_ratios = [on[index] / off[index] for index in range(len(on))]
-    on_blocks = [block for block in blocks if block["state"] == "on"]
+    on_blocks = [block for block in blocks if block["state"] == "on" and "tap_cpu_s" in block]
     seen = sum(block["tap_connections_seen"] for block in on_blocks)
     return {"load": load, "blocks": blocks, "rps_off": off, "rps_on": on,
             "notifications_lost": sum(block["tap_notifications_lost"] for block in on_blocks),
@@ -260,6 +278,9 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=5.0, help="seconds the agent runs before a block")
     parser.add_argument("--nice", type=int, default=10, help="the agent's niceness (the systemd unit's Nice=10)")
     parser.add_argument("--no-capture", dest="capture", action="store_false")
+    parser.add_argument("--agent-args", default="", help="extra `iwprobe tap run` options, e.g. '--closes-per-s 250'")
+    parser.add_argument("--component", choices=("agent", "arms"), default="agent",
+                        help="arms: the study's nftables rule, ip rules and sysctl alone, no agent process")
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -270,12 +291,14 @@ def main() -> None:
         work = Path(temporary)
         work.chmod(0o755)
         bench = Bench(work, args.size)
+        bench.agent_args = args.agent_args.split()
         try:
             results = [run(bench, load, args) for load in args.loads.split(",")]
         finally:
             bench.close()
     report = {"bench": "tap-cost", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "cpus": os.cpu_count(), "capture": args.capture, "nice": args.nice, "warmup_s": args.warmup_s,
+              "cpus": os.cpu_count(), "component": args.component, "agent_args": args.agent_args,
+              "capture": args.capture, "nice": args.nice, "warmup_s": args.warmup_s,
               "block_s": args.block_s, "pairs": args.pairs,
               "connections": args.connections, "size": args.size, "loadavg_end": os.getloadavg(), "results": results}
     for result in results:
