@@ -17,8 +17,9 @@ default budgets (2,000 captured packets/s, 1,000 measured closes/s).  Three load
   agent's worst case (a destroy notification, an arm lookup and a followed handshake per
   request; above its budget the agent listens part of each second, :mod:`iwprobe._tap_budget`).
 
-Each "on" block starts the agent ``--warmup-s`` (5) seconds before the load: what is measured is
-the agent's steady state (its capture adapts to its packet budget within seconds).  The agent runs
+Every block follows ``--warmup-s`` (5) seconds of the same load, and an "on" block's agent starts
+before them: what is measured is the agent's steady state on a busy server (its budgets adapt
+within seconds), not its first seconds.  The agent runs
 at ``--nice`` 10, as its systemd unit does: under saturation the web server goes first, and what
 the agent then misses is counted (``tap_notifications_lost``: kernel buffer overruns), never traffic.
 
@@ -227,7 +228,11 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(1.0)
             elif state == "on":
                 bench.start_tap(args.capture, args.nice)
-                time.sleep(args.warmup_s)   # the agent's steady state, not its first seconds
+            # Both states warm up under the same load: the agent starts on a server already busy
+            # (as it would in production) and what is measured is its steady state there, not its
+            # first seconds (the capture's first window, the budgets' first estimates).
+            bench.wrk(args.warmup_s, args.connections, load)
+            if state == "on" and args.component == "agent":
                 tap_cpu0 = _cpu_s(bench.tap_pid())
             nginx_cpu0 = bench.nginx_cpu_s()
             load0 = os.getloadavg()[0]
@@ -249,7 +254,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
             blocks.append(result)
             print(f"  {load} {state}: {result['rps']:,.0f} req/s errors {result['errors']} "
                   + (f"tap {result['tap_cpu_s']} s CPU, {result['tap_connections_seen']} connections"
-                     if state == "on" else ""), flush=True)
+                     if "tap_cpu_s" in result else ""), flush=True)
     off = [block["rps"] for block in blocks if block["state"] == "off"]
     on = [block["rps"] for block in blocks if block["state"] == "on"]
     # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within

@@ -131,7 +131,16 @@ def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy) -> sub
                                               str(tmp_path / "study.json"), "--output", str(tmp_path / "out.jsonl"),
                                               "--lease", str(LEASE_S), "--capture-start-share", "1"], stderr=log)
     _wait(lambda: _nft_table_exists(pair), 15, "the arms")
+    # The capture opens once the agent knows the server's packet rate (its first second).
+    _wait(lambda: _status(tmp_path).get("capture_share") == 1.0, 15, "the capture")
     return process
+
+
+def _status(tmp_path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((tmp_path / "state" / "tap-status.json").read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(

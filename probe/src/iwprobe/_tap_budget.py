@@ -17,6 +17,8 @@ clock), so the comparison between arms keeps its balance; the totals are estimat
 
 from __future__ import annotations
 
+import random
+
 #: Closes per second the agent measures at most by default (every connection below it).
 DEFAULT_CLOSES_PER_S = 1000
 #: The listening window repeats every period; the agent listens ``share`` of it.
@@ -106,6 +108,10 @@ class CaptureWindows:
         self.budget_pps = budget_pps
         self.share = 1.0
         self.rate_pps = 0.0
+        self._rng = random.Random()
+        #: Until the first rate is known the capture stays closed (a busy server would otherwise
+        #: pay a whole window at every start); without a budget it is open at once.
+        self._known = budget_pps <= 0
         self._opened = now
         self._closes_at = float("inf")
         self._reopens_at = now
@@ -121,13 +127,20 @@ class CaptureWindows:
         share = self._open_share()
         if share >= 1.0:
             self._closes_at = float("inf")
-        elif self.share >= 1.0 or self._closes_at == float("inf"):
-            self._opened, self._closes_at = now, now + ADMIT_S + TAIL_S   # a window starts now
-            self._reopens_at = now + (ADMIT_S + TAIL_S) / share
+        elif not self._known or self.share >= 1.0 or self._closes_at == float("inf"):
+            # Over the budget from now on: admit no new connection, follow those admitted (if
+            # the capture was open) for the tail, and open the first window at a random point
+            # of the cycle: any stretch of time is then in a window with the same chance, ``share``.
+            tail = TAIL_S if self._known else 0.0
+            self._opened, self._closes_at = now - ADMIT_S, now + tail
+            self._reopens_at = now + tail + self._rng.uniform(0.0, (ADMIT_S + TAIL_S) / share)
+        self._known = True
         self.share = share
 
     def state(self, now: float) -> str:
         """``admit`` (follow new connections), ``follow`` (only those admitted) or ``closed``."""
+        if not self._known:
+            return "closed"
         if self._closes_at == float("inf"):
             return "admit"
         if now >= self._reopens_at:
