@@ -11,7 +11,8 @@ Two threads:
 * the **measuring** thread reads the destroy notifications (every connection's final
   ``TCP_INFO``, :mod:`iwprobe._sockdiag`) and the capture (the first response of a share of
   connections, :mod:`iwprobe._passive_capture`), joins them, finds each connection's arm and
-  client key (:mod:`iwprobe._tap_edge`) and adds it to the aggregates;
+  client key (:mod:`iwprobe._tap_edge`) and adds it to the aggregates; both stay within budgets
+  of what they cost the server (:mod:`iwprobe._tap_budget`);
 
 and the uploader (:class:`iwprobe._upload.Uploader`, role ``server``) drains the spool.
 
