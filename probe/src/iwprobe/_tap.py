@@ -144,7 +144,7 @@ class Measurer:
         #: The capture's port-bit sampling, kept while it is closed between windows.
         self.sampling_bits = capture_start_bits
         self.windows = CaptureWindows(capture_traffic_pps, time.monotonic())
-        self._traffic = _traffic_packets()
+        self._traffic = _traffic_packets() if capture and self.windows.limited else 0
         self.duty = DutyCycle(closes_per_s, time.monotonic())
         self._unmeasured_counted = 0
         self.assignment: Optional[Assignment] = None
@@ -187,12 +187,18 @@ class Measurer:
 
     @property
     def capture_share(self) -> float:
-        """Share of new connections the capture follows: 0 while it is closed, else its port
-        sampling times the share of time it is open (in windows: :class:`CaptureWindows`)."""
-        if self.capture is None:
+        """Share of new connections the capture follows in the long run: its port sampling times
+        the share of time it admits new ones (:class:`CaptureWindows`); 0 while the server's rate
+        is not known yet."""
+        if not self.capture_enabled or not self.windows.known:
             return 0.0
-        return self.windows.share * ADMIT_S / (ADMIT_S + TAIL_S) / (1 << self.sampling_bits) \
-            if self.windows.share < 1.0 else 1.0 / (1 << self.sampling_bits)
+        admitting = 1.0 if self.windows.share >= 1.0 else self.windows.share * ADMIT_S / (ADMIT_S + TAIL_S)
+        return admitting / (1 << self.sampling_bits)
+
+    def _set_sampling(self, bits: int) -> None:
+        assert self.capture is not None
+        self.capture.set_sampling(bits)
+        self.sampling_bits = self.capture.sampling_bits   # kept for the next window
 
     def _window(self, now: float) -> None:
         """Open or close the capture as :class:`CaptureWindows` says (closed, it costs nothing)."""
@@ -232,9 +238,10 @@ class Measurer:
             duty.account(now, listening, len(closes))
             self.listener.listen(listening)
             if now - window_start >= 1.0:
-                traffic = _traffic_packets()
-                self.windows.observe(now, (traffic - self._traffic) / (now - window_start))
-                self._traffic = traffic
+                if self.capture_enabled and self.windows.limited:
+                    traffic = _traffic_packets()
+                    self.windows.observe(now, (traffic - self._traffic) / (now - window_start))
+                    self._traffic = traffic
                 if self._window_whole:        # a second with the capture open throughout
                     self._adapt(window_packets / (now - window_start))
                 self._window_whole = self.capture is not None
@@ -260,8 +267,7 @@ class Measurer:
         bits = self.capture.sampling_bits
         now = time.monotonic()
         if packets_per_s > self.capture_pps:
-            self.capture.set_sampling(bits + max(1, math.ceil(math.log2(packets_per_s / self.capture_pps))))
-            self.sampling_bits = self.capture.sampling_bits
+            self._set_sampling(bits + max(1, math.ceil(math.log2(packets_per_s / self.capture_pps))))
             self._quiet_since = now
         elif packets_per_s >= self.capture_pps / 4:
             self._quiet_since = now
@@ -269,8 +275,7 @@ class Measurer:
             # Widen only after a quiet spell: widening at once brought long keep-alive
             # connections back into the capture every other second (each one costs its packets
             # without giving a first response: it was not followed from its SYN).
-            self.capture.set_sampling(bits - 1)
-            self.sampling_bits = self.capture.sampling_bits
+            self._set_sampling(bits - 1)
             self._quiet_since = now
 
     def _finish(self, closed: ClosedConnection) -> None:

@@ -116,6 +116,16 @@ class CaptureWindows:
         self._closes_at = float("inf")
         self._reopens_at = now
 
+    @property
+    def known(self) -> bool:
+        """Whether the server's packet rate is known (before, the capture stays closed)."""
+        return self._known
+
+    @property
+    def limited(self) -> bool:
+        """Whether there is a budget at all (without one the rate is not even read)."""
+        return self.budget_pps > 0
+
     def _open_share(self) -> float:
         if self.budget_pps <= 0 or self.rate_pps <= self.budget_pps:
             return 1.0
