@@ -100,7 +100,7 @@ def worker(mode: str, url: str) -> None:
     ConnectionCapture.read = timed_read  # type: ignore[method-assign]
     ConnectionCapture.__init__ = timed_init  # type: ignore[method-assign]
     ConnectionCapture.close = timed_close  # type: ignore[method-assign]
-    _fetch.fetch(url, infer_iw=infer_iw)   # warm-up: imports, first connection
+    _fetch.fetch(url, infer_iw=infer_iw)  # warm-up: imports, first connection
     for kept in (read_ns, infer_ns, packets, open_ns, close_ns):
         kept.clear()
     for line in sys.stdin:
@@ -121,12 +121,32 @@ def worker(mode: str, url: str) -> None:
                 statuses[f"{result.iw.status}:{result.iw.iw_segments}:{result.iw.reason}"] += 1
             elif infer_iw:
                 statuses[f"none:{result.iw_unavailable[:60]}"] += 1
-        print(json.dumps({"cpu_s": _cpu_s() - cpu_before, "wall_s": time.monotonic() - wall_before,
-                          "trials": int(command[1]), "errors": errors, "total_us": totals,
-                          "statuses": dict(statuses)}), flush=True)
-    print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "read_ns": read_ns, "infer_ns": infer_ns, "packets": packets, "open_ns": open_ns,
-                      "close_ns": close_ns}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "cpu_s": _cpu_s() - cpu_before,
+                    "wall_s": time.monotonic() - wall_before,
+                    "trials": int(command[1]),
+                    "errors": errors,
+                    "total_us": totals,
+                    "statuses": dict(statuses),
+                }
+            ),
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {
+                "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "read_ns": read_ns,
+                "infer_ns": infer_ns,
+                "packets": packets,
+                "open_ns": open_ns,
+                "close_ns": close_ns,
+            }
+        ),
+        flush=True,
+    )
 
 
 # --- parent ---------------------------------------------------------------------------------
@@ -155,9 +175,11 @@ def _ms(values: list[int], scale: float) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
-    return {"median": round(statistics.median(ordered) / scale, 3),
-            "p90": round(ordered[int(0.9 * (len(ordered) - 1))] / scale, 3),
-            "max": round(ordered[-1] / scale, 3)}
+    return {
+        "median": round(statistics.median(ordered) / scale, 3),
+        "p90": round(ordered[int(0.9 * (len(ordered) - 1))] / scale, 3),
+        "max": round(ordered[-1] / scale, 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from iwscope_lab.topology import Host, LinkSpec, Topology, stop_processes
 
-    hosts = [Host("server", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=0.0)),
-             Host("probe", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=args.rtt_ms))]
+    hosts = [
+        Host("server", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=0.0)),
+        Host("probe", link=LinkSpec.symmetric(rate_bps=100e6, rtt_ms=args.rtt_ms)),
+    ]
     load_before = os.getloadavg()
     started = time.monotonic()
     blocks: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
@@ -186,15 +210,24 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(www, 0o755)
         address = topo.host("server").address
         topo.set_route("server", initcwnd=IW)
-        server = topo.popen("server", [sys.executable, "-m", "http.server", "--bind", address, "8080",
-                                       "--directory", str(www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = topo.popen(
+            "server",
+            [sys.executable, "-m", "http.server", "--bind", address, "8080", "--directory", str(www)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         workers: dict[str, subprocess.Popen[str]] = {}
         try:
             topo.wait_listening("server", address, [8080])
             url = f"http://{address}:8080/object"
             for mode in MODES:
-                workers[mode] = topo.popen("probe", [sys.executable, __file__, "--worker", mode, url],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                workers[mode] = topo.popen(
+                    "probe",
+                    [sys.executable, __file__, "--worker", mode, url],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
             emulator = topo.emulator_pid("probe")
             done = 0
             while done < args.trials:
@@ -223,25 +256,40 @@ def main(argv: list[str] | None = None) -> int:
         for block in blocks[mode]:
             statuses.update(block["statuses"])
         per_mode[mode] = {
-            "trials": trials, "errors": sum(block["errors"] for block in blocks[mode]),
-            "cpu_s": round(cpu, 3), "cpu_s_per_1000_trials": round(cpu / trials * 1000, 3),
+            "trials": trials,
+            "errors": sum(block["errors"] for block in blocks[mode]),
+            "cpu_s": round(cpu, 3),
+            "cpu_s_per_1000_trials": round(cpu / trials * 1000, 3),
             "emulator_cpu_s_per_1000_trials": round(emulator_cpu / trials * 1000, 3),
             "block_cpu_s_per_1000": [round(block["cpu_s"] / block["trials"] * 1000, 2) for block in blocks[mode]],
             "wall_s": round(sum(block["wall_s"] for block in blocks[mode]), 1),
             "peak_rss_kb": finals[mode]["maxrss_kb"],
-            "total_ms": _ms(totals, 1000), "inference": dict(statuses)}
+            "total_ms": _ms(totals, 1000),
+            "inference": dict(statuses),
+        }
     capture = finals["capture"]
-    per_mode["capture"].update({"read_and_parse_ms": _ms(capture["read_ns"], 1e6),
-                                "infer_ms": _ms(capture["infer_ns"], 1e6),
-                                "open_ms": _ms(capture["open_ns"], 1e6),
-                                "close_ms_wall": _ms(capture["close_ns"], 1e6),
-                                "packets_per_trial": _ms(capture["packets"], 1)})
+    per_mode["capture"].update(
+        {
+            "read_and_parse_ms": _ms(capture["read_ns"], 1e6),
+            "infer_ms": _ms(capture["infer_ns"], 1e6),
+            "open_ms": _ms(capture["open_ns"], 1e6),
+            "close_ms_wall": _ms(capture["close_ns"], 1e6),
+            "packets_per_trial": _ms(capture["packets"], 1),
+        }
+    )
     plain, captured = per_mode["plain"], per_mode["capture"]
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "setup": {"rtt_ms": args.rtt_ms, "rate_bps": 100e6, "server": "python http.server", "initcwnd": IW,
-                  "object_bytes": args.size, "trials_per_mode": args.trials, "block": args.block,
-                  "cpus": os.cpu_count()},
+        "setup": {
+            "rtt_ms": args.rtt_ms,
+            "rate_bps": 100e6,
+            "server": "python http.server",
+            "initcwnd": IW,
+            "object_bytes": args.size,
+            "trials_per_mode": args.trials,
+            "block": args.block,
+            "cpus": os.cpu_count(),
+        },
         "load_avg_before": [round(value, 2) for value in load_before],
         "load_avg_after": [round(value, 2) for value in load_after],
         "wall_s": round(time.monotonic() - started, 1),
@@ -249,30 +297,38 @@ def main(argv: list[str] | None = None) -> int:
         "capture_extra": {
             "cpu_s_per_1000_trials": round(captured["cpu_s_per_1000_trials"] - plain["cpu_s_per_1000_trials"], 3),
             "cpu_ratio": round(captured["cpu_s_per_1000_trials"] / plain["cpu_s_per_1000_trials"], 3),
-            "emulator_cpu_s_per_1000_trials": round(captured["emulator_cpu_s_per_1000_trials"]
-                                                    - plain["emulator_cpu_s_per_1000_trials"], 3),
-            "peak_rss_kb": captured["peak_rss_kb"] - plain["peak_rss_kb"]},
+            "emulator_cpu_s_per_1000_trials": round(
+                captured["emulator_cpu_s_per_1000_trials"] - plain["emulator_cpu_s_per_1000_trials"], 3
+            ),
+            "peak_rss_kb": captured["peak_rss_kb"] - plain["peak_rss_kb"],
+        },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"capture-cost-{time.strftime('%Y%m%d')}.json"
     run = 1
-    while path.exists():   # a day's earlier runs are kept
+    while path.exists():  # a day's earlier runs are kept
         run += 1
         path = RESULTS / f"capture-cost-{time.strftime('%Y%m%d')}-{run}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"capture cost, {args.trials} fetches per mode of {args.size} bytes at {args.rtt_ms:g} ms RTT "
-          f"(load {load_before[0]:.2f} -> {load_after[0]:.2f}, {os.cpu_count()} CPUs):")
+    print(
+        f"capture cost, {args.trials} fetches per mode of {args.size} bytes at {args.rtt_ms:g} ms RTT "
+        f"(load {load_before[0]:.2f} -> {load_after[0]:.2f}, {os.cpu_count()} CPUs):"
+    )
     for mode in MODES:
         row = per_mode[mode]
-        print(f"  {mode:8} CPU {row['cpu_s_per_1000_trials']:.2f} s / 1,000 trials, peak RSS "
-              f"{row['peak_rss_kb'] / 1024:.1f} MB, total median {row['total_ms'].get('median')} ms, "
-              f"errors {row['errors']} (link emulator {row['emulator_cpu_s_per_1000_trials']:.2f} s / 1,000)")
-    print(f"  capture: +{report['capture_extra']['cpu_s_per_1000_trials']:.2f} s CPU / 1,000 trials "
-          f"(x{report['capture_extra']['cpu_ratio']}), +{report['capture_extra']['peak_rss_kb']} kB RSS; "
-          f"read+parse median {captured['read_and_parse_ms'].get('median')} ms, infer median "
-          f"{captured['infer_ms'].get('median')} ms, {captured['packets_per_trial'].get('median')} packets, "
-          f"open {captured['open_ms'].get('median')} ms, close {captured['close_ms_wall'].get('median')} ms (wall); "
-          f"inference {captured['inference']}")
+        print(
+            f"  {mode:8} CPU {row['cpu_s_per_1000_trials']:.2f} s / 1,000 trials, peak RSS "
+            f"{row['peak_rss_kb'] / 1024:.1f} MB, total median {row['total_ms'].get('median')} ms, "
+            f"errors {row['errors']} (link emulator {row['emulator_cpu_s_per_1000_trials']:.2f} s / 1,000)"
+        )
+    print(
+        f"  capture: +{report['capture_extra']['cpu_s_per_1000_trials']:.2f} s CPU / 1,000 trials "
+        f"(x{report['capture_extra']['cpu_ratio']}), +{report['capture_extra']['peak_rss_kb']} kB RSS; "
+        f"read+parse median {captured['read_and_parse_ms'].get('median')} ms, infer median "
+        f"{captured['infer_ms'].get('median')} ms, {captured['packets_per_trial'].get('median')} packets, "
+        f"open {captured['open_ms'].get('median')} ms, close {captured['close_ms_wall'].get('median')} ms (wall); "
+        f"inference {captured['inference']}"
+    )
     print(f"wrote {path}")
     return 0
 

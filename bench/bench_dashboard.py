@@ -72,9 +72,14 @@ import testenv  # the tests' one home for scratch databases
 
 REGIONS = ("africa", "south-america", "europe", "asia", "north-america", "oceania")
 #: Typical path RTT (ms), bottleneck (bit/s) and loss per region of the generated probes.
-REGION_PATHS = {"africa": (350, 1_000_000, 0.03), "south-america": (180, 3_000_000, 0.015),
-                "europe": (40, 20_000_000, 0.002), "asia": (120, 8_000_000, 0.008),
-                "north-america": (60, 30_000_000, 0.003), "oceania": (200, 10_000_000, 0.005)}
+REGION_PATHS = {
+    "africa": (350, 1_000_000, 0.03),
+    "south-america": (180, 3_000_000, 0.015),
+    "europe": (40, 20_000_000, 0.002),
+    "asia": (120, 8_000_000, 0.008),
+    "north-america": (60, 30_000_000, 0.003),
+    "oceania": (200, 10_000_000, 0.005),
+}
 SIZES = (1_500, 4_000, 9_000, 15_000, 30_000, 60_000, 120_000, 400_000)
 ARMS = (3, 10, 16)
 START = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -90,6 +95,7 @@ def log(message: str) -> None:
 
 # ---- data generation -------------------------------------------------------------------------
 
+
 def create_database(server: str, name: str) -> str:
     """A new, migrated database ``name`` on ``server`` (one left by an earlier run is dropped)."""
     testenv.drop_database(name, server_url=f"{server}/postgres")
@@ -99,47 +105,73 @@ def create_database(server: str, name: str) -> str:
 def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, days: int = DAYS) -> None:
     rng = random.Random(seed)
     with engine.begin() as connection:
-        connection.execute(text("""
+        connection.execute(
+            text("""
             INSERT INTO campaigns (id, name, origin_ids, arms, sizes, sizes_per_round, repetitions, interval_s,
                                    starts_at, calibrate)
             VALUES (1, 'bench-a', '{}', '{3,10,16}', :sizes, 8, 1, 60, :start, false),
                    (2, 'bench-b', '{}', '{3,10,16}', :sizes, 8, 1, 60, :start, false)"""),
-                           {"sizes": list(SIZES), "start": START})
+            {"sizes": list(SIZES), "start": START},
+        )
         origins = [("bench-origin-eu", "europe"), ("bench-origin-us", "north-america")]
         origin_ids = []
         for name, region in origins:
-            origin_ids.append(connection.execute(text("""
+            origin_ids.append(
+                connection.execute(
+                    text("""
                 INSERT INTO origins (id, name, region, host, arms, version, secret_hash)
                 VALUES (gen_random_uuid(), :name, :region, :name, '[]', '1.0.0', 'x') RETURNING id"""),
-                {"name": name, "region": region}).scalar_one())
-        connection.execute(text("""
+                    {"name": name, "region": region},
+                ).scalar_one()
+            )
+        connection.execute(
+            text("""
             CREATE TABLE bench_paths (k int PRIMARY KEY, probe_id uuid, origin_id uuid, campaign_id bigint,
-                                      rtt_us bigint, bps bigint, loss float8)"""))
+                                      rtt_us bigint, bps bigint, loss float8)""")
+        )
         k = 0
         for region in REGIONS:
             rtt_ms, bps, loss = REGION_PATHS[region]
             for index in range(probes_per_region):
-                probe_id = connection.execute(text("""
+                probe_id = connection.execute(
+                    text("""
                     INSERT INTO probes (id, name, region, country, labels, version, secret_hash, last_seen_at,
                                         last_heartbeat)
                     VALUES (gen_random_uuid(), :name, :region, NULL, '{}', '1.0.0', 'x', now(),
                             jsonb_build_object('spool_backlog', :backlog)) RETURNING id"""),
-                    {"name": f"bench-{region}-{index}", "region": region, "backlog": rng.randint(0, 50)}
+                    {"name": f"bench-{region}-{index}", "region": region, "backlog": rng.randint(0, 50)},
                 ).scalar_one()
                 for origin_id in origin_ids:
                     path_rtt = rtt_ms * rng.uniform(0.5, 2.0) * 1000
                     path_bps = bps * rng.uniform(0.3, 3.0)
                     path_loss = loss * rng.uniform(0.0, 2.5)
-                    connection.execute(text("""
+                    connection.execute(
+                        text("""
                         INSERT INTO bench_paths VALUES (:k, :probe, :origin, :campaign, :rtt, :bps, :loss)"""),
-                        {"k": k, "probe": probe_id, "origin": origin_id, "campaign": 1 + index % 2,
-                         "rtt": int(path_rtt), "bps": int(path_bps), "loss": path_loss})
-                    connection.execute(text("""
+                        {
+                            "k": k,
+                            "probe": probe_id,
+                            "origin": origin_id,
+                            "campaign": 1 + index % 2,
+                            "rtt": int(path_rtt),
+                            "bps": int(path_bps),
+                            "loss": path_loss,
+                        },
+                    )
+                    connection.execute(
+                        text("""
                         INSERT INTO path_estimates (probe_id, origin_id, min_rtt_us, bottleneck_bps, bdp_bytes,
                                                     loss_rate, sample_count, updated_at)
                         VALUES (:probe, :origin, :rtt, :bps, :bdp, :loss, 100, now())"""),
-                        {"probe": probe_id, "origin": origin_id, "rtt": int(path_rtt), "bps": int(path_bps),
-                         "bdp": int(path_bps / 8 * path_rtt / 1e6), "loss": path_loss})
+                        {
+                            "probe": probe_id,
+                            "origin": origin_id,
+                            "rtt": int(path_rtt),
+                            "bps": int(path_bps),
+                            "bdp": int(path_bps / 8 * path_rtt / 1e6),
+                            "loss": path_loss,
+                        },
+                    )
                     k += 1
     paths = k
     chunk = 500_000
@@ -194,6 +226,7 @@ def generate(engine: Engine, trials: int, probes_per_region: int, seed: int, day
 
 # ---- raw-scan equivalents --------------------------------------------------------------------
 
+
 def raw_where(filters: Filters, arms: tuple[int, ...] | None) -> tuple[str, dict[str, Any]]:
     """The raw scan's condition: the analysis's exact filters (``trial_where``) on the trials the
     roll-ups hold (``paired_trials_sql``), successful ones, of ``arms``."""
@@ -213,7 +246,7 @@ BUCKET_SQL = {
     "bdp": f"width_bucket(pe.bdp_bytes::float8, ARRAY{list(bk.BDP_EDGES_BYTES)}::float8[])",
     "loss": f"width_bucket(pe.loss_rate, ARRAY{list(bk.LOSS_EDGES)}::float8[])",
     "region": "p.region",
-    "size": "width_bucket(t.object_size, ARRAY[" + ",".join(str(2 ** k) for k in range(40)) + "]::bigint[])",
+    "size": "width_bucket(t.object_size, ARRAY[" + ",".join(str(2**k) for k in range(40)) + "]::bigint[])",
 }
 
 
@@ -224,73 +257,95 @@ def metric_sql(filters: Filters) -> str:
 def raw_compare(session: Session, filters: Filters, dimension: str) -> list[Any]:
     where, params = raw_where(filters, (filters.baseline_iw, filters.treatment_iw))
     m = metric_sql(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT {BUCKET_SQL[dimension]} AS bucket, t.arm_iw, count({m}), avg({m}), stddev({m}),
                percentile_cont(0.5) WITHIN GROUP (ORDER BY {m})
-        FROM {RAW_FROM} WHERE {where} AND {m} IS NOT NULL GROUP BY 1, 2"""), params).all()
+        FROM {RAW_FROM} WHERE {where} AND {m} IS NOT NULL GROUP BY 1, 2"""),
+        params,
+    ).all()
 
 
 def raw_percentiles(session: Session, filters: Filters, by_region: bool) -> list[Any]:
     where, params = raw_where(filters, (filters.baseline_iw, filters.treatment_iw))
     m = metric_sql(filters)
     group = "p.region" if by_region else "'all'"
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT {group}, t.arm_iw, count({m}), avg({m}),
                percentile_cont(ARRAY[0.5, 0.75, 0.9, 0.99]) WITHIN GROUP (ORDER BY {m}),
                count(*) FILTER (WHERE t.server_total_retrans > 0)::float8 / NULLIF(count(t.server_total_retrans), 0),
                sum(t.server_bytes_retrans)::float8 / NULLIF(sum(t.server_bytes_sent), 0)
-        FROM {RAW_FROM} WHERE {where} GROUP BY 1, 2"""), params).all()
+        FROM {RAW_FROM} WHERE {where} GROUP BY 1, 2"""),
+        params,
+    ).all()
 
 
 def raw_latency_vs_iw(session: Session, filters: Filters) -> list[Any]:
     where, params = raw_where(filters, None)
     m = metric_sql(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT t.arm_iw, count({m}), avg({m}), stddev({m}), percentile_cont(0.5) WITHIN GROUP (ORDER BY {m})
-        FROM {RAW_FROM} WHERE {where} GROUP BY 1"""), params).all()
+        FROM {RAW_FROM} WHERE {where} GROUP BY 1"""),
+        params,
+    ).all()
 
 
 def raw_cdf(session: Session, filters: Filters) -> list[Any]:
     where, params = raw_where(filters, None)
     m = metric_sql(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT t.arm_iw, {bk.hist_bin_sql(m)} AS bin, count(*) FROM {RAW_FROM}
-        WHERE {where} AND {m} IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2"""), params).all()
+        WHERE {where} AND {m} IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2"""),
+        params,
+    ).all()
 
 
 def raw_headline(session: Session, filters: Filters) -> list[Any]:
     where, params = raw_where(filters, None)
     m = metric_sql(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT count(*), count(DISTINCT t.probe_id), count(DISTINCT p.region),
                avg({m}) FILTER (WHERE t.arm_iw = :base), avg({m}) FILTER (WHERE t.arm_iw = :treat),
                count(*) FILTER (WHERE t.arm_iw = :base AND t.server_total_retrans > 0),
                count(*) FILTER (WHERE t.arm_iw = :treat AND t.server_total_retrans > 0)
-        FROM {RAW_FROM} WHERE {where}"""), {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw}).all()
+        FROM {RAW_FROM} WHERE {where}"""),
+        {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw},
+    ).all()
 
 
 def raw_regions(session: Session, filters: Filters) -> list[Any]:
     where, params = raw_where(filters, (filters.baseline_iw, filters.treatment_iw))
     m = metric_sql(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT p.region, t.arm_iw, count({m}), avg({m}) FROM {RAW_FROM} WHERE {where} GROUP BY 1, 2"""),
-        params).all()
+        params,
+    ).all()
 
 
 def raw_loss(session: Session, filters: Filters) -> list[Any]:
     where, params = raw_where(filters, (filters.baseline_iw, filters.treatment_iw))
     m = metric_sql(filters)
-    return session.execute(text(f"""
-        SELECT {BUCKET_SQL['loss']}, t.arm_iw, count({m}), avg({m}), percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}),
+    return session.execute(
+        text(f"""
+        SELECT {BUCKET_SQL["loss"]}, t.arm_iw, count({m}), avg({m}), percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}),
                count(*) FILTER (WHERE t.server_total_retrans > 0)::float8 / NULLIF(count(t.server_total_retrans), 0)
-        FROM {RAW_FROM} WHERE {where} GROUP BY 1, 2"""), params).all()
+        FROM {RAW_FROM} WHERE {where} GROUP BY 1, 2"""),
+        params,
+    ).all()
 
 
 def raw_fleet(session: Session, filters: Filters) -> list[Any]:
-    return session.execute(text("""
+    return session.execute(
+        text("""
         SELECT p.id, count(t.trial_id), count(t.error_kind),
                count(t.trial_id) FILTER (WHERE t.started_at > now() - interval '7 days')
-        FROM probes AS p LEFT JOIN trials AS t ON t.probe_id = p.id GROUP BY p.id""")).all()
+        FROM probes AS p LEFT JOIN trials AS t ON t.probe_id = p.id GROUP BY p.id""")
+    ).all()
 
 
 def raw_options(session: Session, filters: Filters) -> list[Any]:
@@ -299,19 +354,26 @@ def raw_options(session: Session, filters: Filters) -> list[Any]:
 
 # ---- timing ----------------------------------------------------------------------------------
 
+
 def varied_filters(count: int, seed: int, days: int = DAYS) -> list[Filters]:
     rng = random.Random(seed)
     filters = [Filters()]
     while len(filters) < count:
         since = START + dt.timedelta(days=rng.randint(0, max(0, days - 5))) if rng.random() < 0.4 else None
         size_low = rng.choice(SIZES) if rng.random() < 0.3 else None
-        filters.append(Filters(
-            campaign_ids=(rng.choice([1, 2]),) if rng.random() < 0.4 else (),
-            since=since, until=since + dt.timedelta(days=rng.randint(1, 7)) if since and rng.random() < 0.5 else None,
-            regions=tuple(rng.sample(REGIONS, rng.randint(1, 3))) if rng.random() < 0.5 else (),
-            size_min=size_low, size_max=size_low * 4 if size_low and rng.random() < 0.5 else None,
-            baseline_iw=3, treatment_iw=rng.choice([10, 10, 16]),
-            metric=rng.choice(["server", "server", "client"])))
+        filters.append(
+            Filters(
+                campaign_ids=(rng.choice([1, 2]),) if rng.random() < 0.4 else (),
+                since=since,
+                until=since + dt.timedelta(days=rng.randint(1, 7)) if since and rng.random() < 0.5 else None,
+                regions=tuple(rng.sample(REGIONS, rng.randint(1, 3))) if rng.random() < 0.5 else (),
+                size_min=size_low,
+                size_max=size_low * 4 if size_low and rng.random() < 0.5 else None,
+                baseline_iw=3,
+                treatment_iw=rng.choice([10, 10, 16]),
+                metric=rng.choice(["server", "server", "client"]),
+            )
+        )
     return filters
 
 
@@ -323,12 +385,16 @@ class Case:
 
 
 CASES = [
-    *(Case(f"compare_by({dimension})", (lambda d: lambda s, f: compare_by(s, f, d))(dimension),
-           (lambda d: lambda s, f: raw_compare(s, f, d))(dimension))
-      for dimension in ("rtt", "bandwidth", "bdp", "region", "loss", "size")),
+    *(
+        Case(
+            f"compare_by({dimension})",
+            (lambda d: lambda s, f: compare_by(s, f, d))(dimension),
+            (lambda d: lambda s, f: raw_compare(s, f, d))(dimension),
+        )
+        for dimension in ("rtt", "bandwidth", "bdp", "region", "loss", "size")
+    ),
     Case("percentile_table()", lambda s, f: percentile_table(s, f), lambda s, f: raw_percentiles(s, f, False)),
-    Case("percentile_table(region)", lambda s, f: percentile_table(s, f, "region"),
-         lambda s, f: raw_percentiles(s, f, True)),
+    Case("percentile_table(region)", lambda s, f: percentile_table(s, f, "region"), lambda s, f: raw_percentiles(s, f, True)),
     Case("latency_vs_iw", latency_vs_iw, raw_latency_vs_iw),
     Case("latency_cdf", latency_cdf, raw_cdf),
     Case("headline", headline, raw_headline),
@@ -394,8 +460,7 @@ def build(engine: Engine, report: dict[str, Any]) -> None:
     log(f"vacuumed in {report['vacuum_s']:.1f} s")
 
 
-def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int,
-                             copy_dir: pathlib.Path | None = None) -> None:
+def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int, copy_dir: pathlib.Path | None = None) -> None:
     """Time ``runs`` incremental refreshes of 10^4 new trials stamped now (the ingest path's
     received_at), each in a transaction rolled back afterwards, so the database is unchanged.
 
@@ -409,14 +474,16 @@ def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int,
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.execute(text("VACUUM trials"))
         with Session(engine) as session:
-            session.execute(text("""
+            session.execute(
+                text("""
                 INSERT INTO trials (trial_id, started_at, probe_id, campaign_id, origin_id, round, arm_iw, object_size,
                                     url, total_us, bytes_received, syn_retrans, tcp_info, server_latency_us,
                                     server_total_retrans, server_bytes_retrans, server_bytes_sent, joined_at)
                 SELECT gen_random_uuid(), now() - interval '1 hour', p.probe_id, p.campaign_id, p.origin_id, 0,
                        (ARRAY[3, 10, 16])[1 + g % 3], 9000, '', 300000 + g, 9000, 0, '{}', 250000 + g, 0, 0, 9000, now()
                 FROM generate_series(1, 10000) AS g
-                JOIN bench_paths AS p ON p.k = g % (SELECT count(*) FROM bench_paths)"""))
+                JOIN bench_paths AS p ON p.k = g % (SELECT count(*) FROM bench_paths)""")
+            )
             time.sleep(0.5)  # past the refresh's safety margin, which it is given below
             started = time.perf_counter()
             result = refresh_rollups(session, margin=dt.timedelta(seconds=0.2))
@@ -424,8 +491,10 @@ def time_incremental_refresh(engine: Engine, report: dict[str, Any], runs: int,
             if copy_dir is not None:
                 _time_copy_behind(session, copy_dir, copy_runs)
             session.rollback()
-        log(f"incremental refresh of 10^4 new trials: {seconds[-1]:.2f} s: {result.client_trials} client, "
-            f"{result.server_trials} server sides")
+        log(
+            f"incremental refresh of 10^4 new trials: {seconds[-1]:.2f} s: {result.client_trials} client, "
+            f"{result.server_trials} server sides"
+        )
     report["incremental_refresh_10k_runs_s"] = seconds
     report["incremental_refresh_10k_s"] = statistics.median(seconds) if seconds else None
     if copy_dir is not None:
@@ -440,15 +509,19 @@ def _time_copy_behind(session: Session, copy_dir: pathlib.Path, runs: dict[str, 
     with tempfile.TemporaryDirectory(dir=copy_dir.parent) as scratch:
         shadow = pathlib.Path(scratch) / "copy"
         shutil.copytree(copy_dir, shadow, copy_function=os.link, ignore=shutil.ignore_patterns(".*"))
-        for name, step in (("read_behind_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False)),
-                           ("delta_update_s", lambda: pathcopy.update(session, shadow)),
-                           ("read_current_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False))):
+        for name, step in (
+            ("read_behind_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False)),
+            ("delta_update_s", lambda: pathcopy.update(session, shadow)),
+            ("read_current_s", lambda: pathcopy.load_path_stats(session, shadow, Filters(), False, False)),
+        ):
             started = time.perf_counter()
             outcome = step()
             runs.setdefault(name, []).append(time.perf_counter() - started)
             assert outcome is not None and getattr(outcome, "action", "delta") == "delta", (name, outcome)
-        log("analysis copy 10^4 trials behind: read " + ", then ".join(
-            f"{name} {values[-1]:.3f} s" for name, values in runs.items()))
+        log(
+            "analysis copy 10^4 trials behind: read "
+            + ", then ".join(f"{name} {values[-1]:.3f} s" for name, values in runs.items())
+        )
 
 
 def build_copy(engine: Engine, copy_dir: pathlib.Path, report: dict[str, Any]) -> None:
@@ -466,32 +539,50 @@ def build_copy(engine: Engine, copy_dir: pathlib.Path, report: dict[str, Any]) -
     report["analysis_copy_build_s"] = time.perf_counter() - started
     report["analysis_copy_day_rows"] = result.rows
     report["analysis_copy_bytes"] = sum(path.stat().st_size for path in copy_dir.glob("*.parquet"))
-    log(f"analysis copy built in {report['analysis_copy_build_s']:.1f} s: {result.rows:,} day rows, "
-        f"{report['analysis_copy_bytes'] / 2 ** 20:.1f} MiB of Parquet")
+    log(
+        f"analysis copy built in {report['analysis_copy_build_s']:.1f} s: {result.rows:,} day rows, "
+        f"{report['analysis_copy_bytes'] / 2**20:.1f} MiB of Parquet"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--server", default=os.environ.get("IWSCOPE_BENCH_SERVER")
-                        or default_stack().database_url.rsplit("/", 1)[0],
-                        help="PostgreSQL server URL without database (default: local services)")
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("IWSCOPE_BENCH_SERVER") or default_stack().database_url.rsplit("/", 1)[0],
+        help="PostgreSQL server URL without database (default: local services)",
+    )
     parser.add_argument("--database", default="iwscope_bench")
     parser.add_argument("--trials", type=int, default=10_000_000)
     parser.add_argument("--probes-per-region", type=int, default=8)
-    parser.add_argument("--probes", type=int, default=None,
-                        help="fleet size (overrides --probes-per-region: spread over the 6 regions, 2 origins each)")
+    parser.add_argument(
+        "--probes",
+        type=int,
+        default=None,
+        help="fleet size (overrides --probes-per-region: spread over the 6 regions, 2 origins each)",
+    )
     parser.add_argument("--days", type=int, default=DAYS, help="days the generated trials span")
     parser.add_argument("--calls", type=int, default=20, help="roll-up calls per function (varied filters)")
     parser.add_argument("--raw-calls", type=int, default=3, help="raw-scan calls per function (first filters)")
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep an existing generated database (migrated to head; add --rebuild to rebuild)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep an existing generated database (migrated to head; add --rebuild to rebuild)"
+    )
     parser.add_argument("--rebuild", action="store_true", help="with --reuse: rebuild the roll-ups from the trials")
     parser.add_argument("--generate-only", action="store_true", help="generate the trials, build nothing, time nothing")
-    parser.add_argument("--refresh-runs", type=int, default=3,
-                        help="incremental refreshes of 10^4 new trials to time (each rolled back; median reported)")
-    parser.add_argument("--analysis-copy", metavar="DIR", type=pathlib.Path, default=None,
-                        help="build the analysis copy (pathcopy) in DIR and time the figures reading it "
-                             "(IWSCOPE_ANALYSIS_COPY_DIR); without it they read PostgreSQL alone")
+    parser.add_argument(
+        "--refresh-runs",
+        type=int,
+        default=3,
+        help="incremental refreshes of 10^4 new trials to time (each rolled back; median reported)",
+    )
+    parser.add_argument(
+        "--analysis-copy",
+        metavar="DIR",
+        type=pathlib.Path,
+        default=None,
+        help="build the analysis copy (pathcopy) in DIR and time the figures reading it "
+        "(IWSCOPE_ANALYSIS_COPY_DIR); without it they read PostgreSQL alone",
+    )
     parser.add_argument("--output", default=str(REPO / "artifacts" / "bench_dashboard.json"))
     args = parser.parse_args(argv)
     if args.probes is not None:
@@ -499,9 +590,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.database == "iwscope":
         parser.error("refusing to use the shared database 'iwscope'")
     url = f"{args.server}/{args.database}"
-    report: dict[str, Any] = {"trials": args.trials, "days": args.days, "probes": 6 * args.probes_per_region,
-                              "calls": args.calls, "raw_calls": args.raw_calls,
-                              "loadavg_start": loadavg(), "cpus": os.cpu_count()}
+    report: dict[str, Any] = {
+        "trials": args.trials,
+        "days": args.days,
+        "probes": 6 * args.probes_per_region,
+        "calls": args.calls,
+        "raw_calls": args.raw_calls,
+        "loadavg_start": loadavg(),
+        "cpus": os.cpu_count(),
+    }
     engine = create_engine(url, pool_size=2)
     if not args.reuse:
         log(f"creating {args.database} and generating {args.trials:,} trials")
@@ -525,38 +622,48 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["IWSCOPE_ANALYSIS_COPY_DIR"] = str(args.analysis_copy.resolve())
         get_settings.cache_clear()
     report["analysis_copy_dir"] = get_settings().analysis_copy_dir
-    time_incremental_refresh(engine, report, args.refresh_runs,
-                             None if args.analysis_copy is None else args.analysis_copy.resolve())
+    time_incremental_refresh(
+        engine, report, args.refresh_runs, None if args.analysis_copy is None else args.analysis_copy.resolve()
+    )
     with engine.connect() as connection:
         report["rollup_rows"] = connection.execute(text("SELECT count(*) FROM analysis_rollups")).scalar_one()
         report["trials_in_db"] = connection.execute(text("SELECT count(*) FROM trials")).scalar_one()
-        report["rollup_bytes"] = connection.execute(
-            text("SELECT pg_total_relation_size('analysis_rollups')")).scalar_one()
+        report["rollup_bytes"] = connection.execute(text("SELECT pg_total_relation_size('analysis_rollups')")).scalar_one()
         report["bucket_rollup_rows"] = connection.execute(text("SELECT count(*) FROM analysis_bucket_rollups")).scalar_one()
         report["bucket_rollup_bytes"] = connection.execute(
-            text("SELECT pg_total_relation_size('analysis_bucket_rollups')")).scalar_one()
+            text("SELECT pg_total_relation_size('analysis_bucket_rollups')")
+        ).scalar_one()
         report["signatures"] = connection.execute(text("SELECT count(*) FROM analysis_signatures")).scalar_one()
-    log(f"{report['trials_in_db']:,} trials, {report['rollup_rows']:,} per-path roll-up rows "
-        f"({report['rollup_bytes'] / 2 ** 20:.1f} MiB), {report['bucket_rollup_rows']:,} bucket roll-up rows "
-        f"({report['bucket_rollup_bytes'] / 2 ** 20:.1f} MiB) over {report['signatures']:,} path signatures")
+    log(
+        f"{report['trials_in_db']:,} trials, {report['rollup_rows']:,} per-path roll-up rows "
+        f"({report['rollup_bytes'] / 2**20:.1f} MiB), {report['bucket_rollup_rows']:,} bucket roll-up rows "
+        f"({report['bucket_rollup_bytes'] / 2**20:.1f} MiB) over {report['signatures']:,} path signatures"
+    )
 
     filters = varied_filters(args.calls, seed=2, days=args.days)
     rows = []
     for case in CASES:
         time_calls(engine, case.rollup, filters[:1])  # warm-up (imports, plans)
         rollup_ms = time_calls(engine, case.rollup, filters)
-        raw_ms = time_calls(engine, case.raw, filters[:args.raw_calls]) if args.raw_calls else []
-        row = {"function": case.name, "rollup_p50_ms": statistics.median(rollup_ms), "rollup_p95_ms": p95(rollup_ms),
-               "rollup_max_ms": max(rollup_ms),
-               "raw_p50_ms": statistics.median(raw_ms) if raw_ms else None, "raw_p95_ms": p95(raw_ms) if raw_ms else None,
-               "raw_samples_ms": raw_ms}
+        raw_ms = time_calls(engine, case.raw, filters[: args.raw_calls]) if args.raw_calls else []
+        row = {
+            "function": case.name,
+            "rollup_p50_ms": statistics.median(rollup_ms),
+            "rollup_p95_ms": p95(rollup_ms),
+            "rollup_max_ms": max(rollup_ms),
+            "raw_p50_ms": statistics.median(raw_ms) if raw_ms else None,
+            "raw_p95_ms": p95(raw_ms) if raw_ms else None,
+            "raw_samples_ms": raw_ms,
+        }
         # speed-up on the same filters: raw calls vs the roll-up calls of those filters
         if raw_ms:
-            row["speedup_same_filters"] = statistics.median(raw_ms) / statistics.median(rollup_ms[:len(raw_ms)])
+            row["speedup_same_filters"] = statistics.median(raw_ms) / statistics.median(rollup_ms[: len(raw_ms)])
         rows.append(row)
-        log(f"{case.name:<26} roll-up p50 {row['rollup_p50_ms']:7.1f} ms  p95 {row['rollup_p95_ms']:7.1f} ms"
+        log(
+            f"{case.name:<26} roll-up p50 {row['rollup_p50_ms']:7.1f} ms  p95 {row['rollup_p95_ms']:7.1f} ms"
             + (f" | raw p50 {row['raw_p50_ms']:8.0f} ms -> x{row['speedup_same_filters']:.0f}" if raw_ms else "")
-            + f"  (load {loadavg()})")
+            + f"  (load {loadavg()})"
+        )
     report["functions"] = rows
     report["loadavg_end"] = loadavg()
     report["all_under_300ms_p95"] = all(row["rollup_p95_ms"] < 300 for row in rows)
@@ -564,8 +671,10 @@ def main(argv: list[str] | None = None) -> int:
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, default=str))
-    log(f"written {output}: p95 < 300 ms everywhere: {report['all_under_300ms_p95']}, "
-        f">= 20x everywhere: {report['all_20x_faster']}")
+    log(
+        f"written {output}: p95 < 300 ms everywhere: {report['all_under_300ms_p95']}, "
+        f">= 20x everywhere: {report['all_20x_faster']}"
+    )
     engine.dispose()
     return 0
 

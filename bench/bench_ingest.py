@@ -46,9 +46,26 @@ from iwprobe import wire
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "ingest.json"
 
-TCPI = {"rtt": 20_500, "rttvar": 800, "min_rtt": 20_000, "total_retrans": 0, "segs_in": 75, "data_segs_in": 70,
-        "rcv_space": 65_000, "rcv_mss": 1448, "bytes_received": 100_250, "snd_cwnd": 10, "rcv_rtt": 21_000,
-        "pmtu": 1500, "rto": 204_000, "ato": 40_000, "snd_mss": 1448, "advmss": 1448, "state": 7, "ca_state": 0}
+TCPI = {
+    "rtt": 20_500,
+    "rttvar": 800,
+    "min_rtt": 20_000,
+    "total_retrans": 0,
+    "segs_in": 75,
+    "data_segs_in": 70,
+    "rcv_space": 65_000,
+    "rcv_mss": 1448,
+    "bytes_received": 100_250,
+    "snd_cwnd": 10,
+    "rcv_rtt": 21_000,
+    "pmtu": 1500,
+    "rto": 204_000,
+    "ato": 40_000,
+    "snd_mss": 1448,
+    "advmss": 1448,
+    "state": 7,
+    "ca_state": 0,
+}
 
 
 def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -58,35 +75,100 @@ def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int, rng
         iw = rng.choice((3, 10))
         size = rng.choice((1_000, 10_000, 100_000, 1_000_000))
         started = now - dt.timedelta(seconds=rng.randint(0, 86_400 * 20))
-        trials.append({
-            "trial_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "probe_id": probe_id,
-            "campaign_id": campaign_id, "origin_id": origin_id, "round": index // 8, "arm_iw": iw,
-            "object_size": size, "url": f"http://10.0.0.1:{8000 + iw}/obj/{size}",
-            "started_at": wire.utc_timestamp(started), "dns_us": 0, "connect_us": rng.randint(10_000, 300_000),
-            "ttfb_us": rng.randint(10_000, 300_000), "total_us": rng.randint(20_000, 3_000_000),
-            "bytes_received": size + 250, "http_status": 200, "error_kind": None, "error_detail": None,
-            "syn_retrans": 0, "tcp_info": {**TCPI, "rtt": rng.randint(1_000, 400_000)},
-        })
+        trials.append(
+            {
+                "trial_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                "probe_id": probe_id,
+                "campaign_id": campaign_id,
+                "origin_id": origin_id,
+                "round": index // 8,
+                "arm_iw": iw,
+                "object_size": size,
+                "url": f"http://10.0.0.1:{8000 + iw}/obj/{size}",
+                "started_at": wire.utc_timestamp(started),
+                "dns_us": 0,
+                "connect_us": rng.randint(10_000, 300_000),
+                "ttfb_us": rng.randint(10_000, 300_000),
+                "total_us": rng.randint(20_000, 3_000_000),
+                "bytes_received": size + 250,
+                "http_status": 200,
+                "error_kind": None,
+                "error_detail": None,
+                "syn_retrans": 0,
+                "tcp_info": {**TCPI, "rtt": rng.randint(1_000, 400_000)},
+            }
+        )
     return trials
 
 
-COPY_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "origin_id", "round", "arm_iw", "object_size",
-                "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received", "http_status", "error_kind",
-                "error_detail", "syn_retrans", "tcpi_rtt_us", "tcpi_rttvar_us", "tcpi_min_rtt_us",
-                "tcpi_total_retrans", "tcpi_segs_in", "tcpi_data_segs_in", "tcpi_rcv_space", "tcpi_rcv_mss",
-                "tcpi_bytes_received", "tcp_info")
+COPY_COLUMNS = (
+    "trial_id",
+    "started_at",
+    "probe_id",
+    "campaign_id",
+    "origin_id",
+    "round",
+    "arm_iw",
+    "object_size",
+    "url",
+    "dns_us",
+    "connect_us",
+    "ttfb_us",
+    "total_us",
+    "bytes_received",
+    "http_status",
+    "error_kind",
+    "error_detail",
+    "syn_retrans",
+    "tcpi_rtt_us",
+    "tcpi_rttvar_us",
+    "tcpi_min_rtt_us",
+    "tcpi_total_retrans",
+    "tcpi_segs_in",
+    "tcpi_data_segs_in",
+    "tcpi_rcv_space",
+    "tcpi_rcv_mss",
+    "tcpi_bytes_received",
+    "tcp_info",
+)
 
 
 def copy_rows(trials: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     rows = []
     for t in trials:
         tcp = t["tcp_info"]
-        rows.append((t["trial_id"], t["started_at"], t["probe_id"], t["campaign_id"], t["origin_id"], t["round"],
-                     t["arm_iw"], t["object_size"], t["url"], t["dns_us"], t["connect_us"], t["ttfb_us"],
-                     t["total_us"], t["bytes_received"], t["http_status"], t["error_kind"], t["error_detail"],
-                     t["syn_retrans"], tcp.get("rtt"), tcp.get("rttvar"), tcp.get("min_rtt"), tcp.get("total_retrans"),
-                     tcp.get("segs_in"), tcp.get("data_segs_in"), tcp.get("rcv_space"), tcp.get("rcv_mss"),
-                     tcp.get("bytes_received"), orjson.dumps(tcp).decode()))
+        rows.append(
+            (
+                t["trial_id"],
+                t["started_at"],
+                t["probe_id"],
+                t["campaign_id"],
+                t["origin_id"],
+                t["round"],
+                t["arm_iw"],
+                t["object_size"],
+                t["url"],
+                t["dns_us"],
+                t["connect_us"],
+                t["ttfb_us"],
+                t["total_us"],
+                t["bytes_received"],
+                t["http_status"],
+                t["error_kind"],
+                t["error_detail"],
+                t["syn_retrans"],
+                tcp.get("rtt"),
+                tcp.get("rttvar"),
+                tcp.get("min_rtt"),
+                tcp.get("total_retrans"),
+                tcp.get("segs_in"),
+                tcp.get("data_segs_in"),
+                tcp.get("rcv_space"),
+                tcp.get("rcv_mss"),
+                tcp.get("bytes_received"),
+                orjson.dumps(tcp).decode(),
+            )
+        )
     return rows
 
 
@@ -127,8 +209,7 @@ def run_http(base_url: str, credential: str, bodies: list[bytes], clients: int) 
     return time.perf_counter() - started, latencies
 
 
-def run_http_stdlib(host: str, port: int, credential: str, bodies: list[bytes],
-                    clients: int) -> tuple[float, list[float]]:
+def run_http_stdlib(host: str, port: int, credential: str, bodies: list[bytes], clients: int) -> tuple[float, list[float]]:
     """As :func:`run_http`, with the standard library's ``http.client`` (what ``iwprobe``'s uploader
     uses, through ``urllib``), one keep-alive connection per client thread: a lighter client than
     httpx, so less of the shared 2 cores goes to the client."""
@@ -184,8 +265,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--clients", type=int, default=3, help="concurrent HTTP connections")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    parser.add_argument("--client", choices=("stdlib", "httpx"), default="stdlib",
-                        help="HTTP client of the benchmark: stdlib http.client (as iwprobe) or httpx")
+    parser.add_argument(
+        "--client",
+        choices=("stdlib", "httpx"),
+        default="stdlib",
+        help="HTTP client of the benchmark: stdlib http.client (as iwprobe) or httpx",
+    )
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -195,18 +280,45 @@ def main() -> None:
     database_url = testenv.named_database_url(name, server)
     libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
     queue = f"iwscope-bench-{secrets.token_hex(4)}"
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "IWSCOPE_CELERY_QUEUE": queue,
-           "IWSCOPE_LOG_LEVEL": "WARNING", "IWSCOPE_DRAIN_SECONDS": "0", "IWSCOPE_ENV": "development"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "IWSCOPE_CELERY_QUEUE": queue,
+        "IWSCOPE_LOG_LEVEL": "WARNING",
+        "IWSCOPE_DRAIN_SECONDS": "0",
+        "IWSCOPE_ENV": "development",
+    }
     testenv.create_database(name, server_url=server)
     api: subprocess.Popen[bytes] | None = None
     try:
         subprocess.run([sys.executable, "-m", "iwscope.cli", "db", "upgrade"], env=env, check=True)
-        tokens = {kind: subprocess.run([sys.executable, "-m", "iwscope.cli", "token", "create", "--kind", kind],
-                                       env=env, check=True, capture_output=True, text=True).stdout.strip()
-                  for kind in ("enroll", "origin", "admin")}
+        tokens = {
+            kind: subprocess.run(
+                [sys.executable, "-m", "iwscope.cli", "token", "create", "--kind", kind],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            for kind in ("enroll", "origin", "admin")
+        }
         port = free_port()
-        api = subprocess.Popen([sys.executable, "-m", "iwscope.cli", "api", "--host", "127.0.0.1", "--port",
-                                str(port), "--workers", str(args.workers)], env=env)
+        api = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "iwscope.cli",
+                "api",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+            ],
+            env=env,
+        )
         base_url = f"http://127.0.0.1:{port}"
         for _ in range(300):
             try:
@@ -215,21 +327,49 @@ def main() -> None:
             except httpx.TransportError:
                 time.sleep(0.1)
         with httpx.Client(base_url=base_url) as client:
-            probe = client.post(wire.PROBE_ENROLL_PATH, json={"name": "bench", "region": "bench"},
-                                headers={"Authorization": f"Bearer {tokens['enroll']}"}).json()
-            origin = client.post(wire.ORIGIN_ENROLL_PATH, json={
-                "name": "bench", "region": "bench", "host": "10.0.0.1",
-                "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}]},
-                headers={"Authorization": f"Bearer {tokens['origin']}"}).json()
-            campaign = client.post("/api/v1/campaigns", json={
-                "name": "bench", "origin_ids": [origin["id"]], "arms": [3, 10], "sizes": [1000],
-                "starts_at": wire.utc_timestamp()}, headers={"Authorization": f"Bearer {tokens['admin']}"}).json()
+            probe = client.post(
+                wire.PROBE_ENROLL_PATH,
+                json={"name": "bench", "region": "bench"},
+                headers={"Authorization": f"Bearer {tokens['enroll']}"},
+            ).json()
+            origin = client.post(
+                wire.ORIGIN_ENROLL_PATH,
+                json={
+                    "name": "bench",
+                    "region": "bench",
+                    "host": "10.0.0.1",
+                    "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}],
+                },
+                headers={"Authorization": f"Bearer {tokens['origin']}"},
+            ).json()
+            campaign = client.post(
+                "/api/v1/campaigns",
+                json={
+                    "name": "bench",
+                    "origin_ids": [origin["id"]],
+                    "arms": [3, 10],
+                    "sizes": [1000],
+                    "starts_at": wire.utc_timestamp(),
+                },
+                headers={"Authorization": f"Bearer {tokens['admin']}"},
+            ).json()
         rng = random.Random(1)
-        trial_batches = [make_trials(probe["id"], origin["id"], campaign["id"], args.batch_size, rng)
-                         for _ in range(args.batches)]
-        bodies = [orjson.dumps({"wire_version": 1, "batch_id": wire.new_id(), "probe_id": probe["id"],
-                                "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []})
-                  for trials in trial_batches]
+        trial_batches = [
+            make_trials(probe["id"], origin["id"], campaign["id"], args.batch_size, rng) for _ in range(args.batches)
+        ]
+        bodies = [
+            orjson.dumps(
+                {
+                    "wire_version": 1,
+                    "batch_id": wire.new_id(),
+                    "probe_id": probe["id"],
+                    "sent_at": wire.utc_timestamp(),
+                    "trials": trials,
+                    "path_samples": [],
+                }
+            )
+            for trials in trial_batches
+        ]
         rows = [copy_rows(trials) for trials in trial_batches]
         total = args.batches * args.batch_size
         runs: list[dict[str, Any]] = []
@@ -245,16 +385,25 @@ def main() -> None:
                 else:
                     seconds, latencies = run_http(base_url, probe["credential"], bodies, args.clients)
                 client_cpu, api_cpu = time.process_time() - client_cpu, process_cpu_seconds(api.pid) - api_cpu
-                runs.append({"repetition": repetition, "mode": mode, "seconds": seconds,
-                             "trials_per_s": total / seconds,
-                             "request_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
-                             "client_cpu_ms_per_1000": 1000 * client_cpu / (total / 1000),
-                             "api_cpu_ms_per_1000": 1000 * api_cpu / (total / 1000) if mode == "http" else None,
-                             "load_average_1m": os.getloadavg()[0]})
-                print(f"rep {repetition} {mode:4s}: {total / seconds:10,.0f} trials/s ({seconds:.2f} s); CPU per "
-                      f"1,000 trials: client {1000 * client_cpu / (total / 1000):.1f} ms"
-                      + (f", API {1000 * api_cpu / (total / 1000):.1f} ms" if mode == "http" else "")
-                      + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+                runs.append(
+                    {
+                        "repetition": repetition,
+                        "mode": mode,
+                        "seconds": seconds,
+                        "trials_per_s": total / seconds,
+                        "request_p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+                        "client_cpu_ms_per_1000": 1000 * client_cpu / (total / 1000),
+                        "api_cpu_ms_per_1000": 1000 * api_cpu / (total / 1000) if mode == "http" else None,
+                        "load_average_1m": os.getloadavg()[0],
+                    }
+                )
+                print(
+                    f"rep {repetition} {mode:4s}: {total / seconds:10,.0f} trials/s ({seconds:.2f} s); CPU per "
+                    f"1,000 trials: client {1000 * client_cpu / (total / 1000):.1f} ms"
+                    + (f", API {1000 * api_cpu / (total / 1000):.1f} ms" if mode == "http" else "")
+                    + f"; load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
         with psycopg.connect(libpq_url) as connection:
             stored = connection.execute("SELECT count(*) FROM trials").fetchone()[0]
         assert stored == total, f"expected {total} rows, found {stored}"
@@ -271,24 +420,40 @@ def main() -> None:
 
     def summary(mode: str) -> dict[str, float]:
         rates = [run["trials_per_s"] for run in runs if run["mode"] == mode]
-        return {"median": statistics.median(rates), "min": min(rates), "max": max(rates),
-                "spread_pct": 100 * (max(rates) - min(rates)) / statistics.median(rates)}
+        return {
+            "median": statistics.median(rates),
+            "min": min(rates),
+            "max": max(rates),
+            "spread_pct": 100 * (max(rates) - min(rates)) / statistics.median(rates),
+        }
 
     copy_stats, http_stats = summary("copy"), summary("http")
     ratio = http_stats["median"] / copy_stats["median"]
     print()
     print(f"{'path':<28}{'median/s':>12}{'min/s':>12}{'max/s':>12}{'spread':>9}")
-    for label, stats in (("raw COPY (psycopg)", copy_stats),
-                         (f"HTTP API ({args.workers}w/{args.clients}c/{args.client})", http_stats)):
-        print(f"{label:<28}{stats['median']:>12,.0f}{stats['min']:>12,.0f}{stats['max']:>12,.0f}"
-              f"{stats['spread_pct']:>8.0f}%")
+    for label, stats in (
+        ("raw COPY (psycopg)", copy_stats),
+        (f"HTTP API ({args.workers}w/{args.clients}c/{args.client})", http_stats),
+    ):
+        print(f"{label:<28}{stats['median']:>12,.0f}{stats['min']:>12,.0f}{stats['max']:>12,.0f}{stats['spread_pct']:>8.0f}%")
     print(f"HTTP / COPY = {ratio:.2f} (target >= 0.5); HTTP median {http_stats['median']:,.0f}/s (target >= 20,000)")
     result = {
-        "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
-        "load_average_at_end": os.getloadavg(), "batches": args.batches, "batch_size": args.batch_size,
-        "repeat": args.repeat, "clients": args.clients, "client": args.client, "api_workers": args.workers, "trials_per_run": total,
-        "copy": copy_stats, "http": http_stats, "http_over_copy": ratio,
-        "meets_targets": ratio >= 0.5 and http_stats["median"] >= 20_000, "runs": runs,
+        "generated_at": wire.utc_timestamp(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": os.getloadavg(),
+        "batches": args.batches,
+        "batch_size": args.batch_size,
+        "repeat": args.repeat,
+        "clients": args.clients,
+        "client": args.client,
+        "api_workers": args.workers,
+        "trials_per_run": total,
+        "copy": copy_stats,
+        "http": http_stats,
+        "http_over_copy": ratio,
+        "meets_targets": ratio >= 0.5 and http_stats["median"] >= 20_000,
+        "runs": runs,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -81,6 +81,7 @@ HEARTBEAT_S = 60.0
 
 # ------------------------------------------------------------------------------ /proc
 
+
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of one process, seconds (0 when it is gone)."""
     try:
@@ -126,38 +127,65 @@ class CpuMeter:
 
 # ----------------------------------------------------------------------------- records
 
-def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int,
-                rng: random.Random) -> list[dict[str, Any]]:
+
+def make_trials(probe_id: str, origin_id: str, campaign_id: int, count: int, rng: random.Random) -> list[dict[str, Any]]:
     now = dt.datetime.now(dt.UTC)
     trials = []
     for index in range(count):
         iw = rng.choice((3, 10))
         size = rng.choice((1_000, 10_000, 100_000))
-        trials.append({
-            "trial_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)), "probe_id": probe_id,
-            "campaign_id": campaign_id, "origin_id": origin_id, "round": index // 6, "arm_iw": iw,
-            "object_size": size, "url": f"http://10.0.0.1:{8000 + iw}/obj/{size}",
-            "started_at": wire.utc_timestamp(now - dt.timedelta(seconds=rng.randint(1, 3600))), "dns_us": 0,
-            "connect_us": rng.randint(10_000, 300_000), "ttfb_us": rng.randint(10_000, 300_000),
-            "total_us": rng.randint(20_000, 3_000_000), "bytes_received": size + 250, "http_status": 200,
-            "error_kind": None, "error_detail": None, "syn_retrans": 0,
-            "tcp_info": {**TCPI, "rtt": rng.randint(1_000, 400_000)},
-        })
+        trials.append(
+            {
+                "trial_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                "probe_id": probe_id,
+                "campaign_id": campaign_id,
+                "origin_id": origin_id,
+                "round": index // 6,
+                "arm_iw": iw,
+                "object_size": size,
+                "url": f"http://10.0.0.1:{8000 + iw}/obj/{size}",
+                "started_at": wire.utc_timestamp(now - dt.timedelta(seconds=rng.randint(1, 3600))),
+                "dns_us": 0,
+                "connect_us": rng.randint(10_000, 300_000),
+                "ttfb_us": rng.randint(10_000, 300_000),
+                "total_us": rng.randint(20_000, 3_000_000),
+                "bytes_received": size + 250,
+                "http_status": 200,
+                "error_kind": None,
+                "error_detail": None,
+                "syn_retrans": 0,
+                "tcp_info": {**TCPI, "rtt": rng.randint(1_000, 400_000)},
+            }
+        )
     return trials
 
 
 def make_observations(trials: list[dict[str, Any]], origin_id: str, rng: random.Random) -> list[dict[str, Any]]:
-    return [{
-        "trial_id": t["trial_id"], "origin_id": origin_id, "arm_iw": t["arm_iw"], "port": 8000 + t["arm_iw"],
-        "client_addr": "10.0.0.2", "object_size": t["object_size"], "request_at": t["started_at"],
-        "first_byte_us": 50, "response_latency_us": rng.randint(10_000, 2_000_000),
-        "snd_cwnd_at_accept": t["arm_iw"], "cwnd_mismatch": False, "rwnd_limited": False, "peer_rwnd": 65_535,
-        "http_status": 200, "error_kind": None,
-        "tcp_info": {"total_retrans": 0, "bytes_retrans": 0, "bytes_sent": t["object_size"] + 200, "snd_cwnd": 20},
-    } for t in trials]
+    return [
+        {
+            "trial_id": t["trial_id"],
+            "origin_id": origin_id,
+            "arm_iw": t["arm_iw"],
+            "port": 8000 + t["arm_iw"],
+            "client_addr": "10.0.0.2",
+            "object_size": t["object_size"],
+            "request_at": t["started_at"],
+            "first_byte_us": 50,
+            "response_latency_us": rng.randint(10_000, 2_000_000),
+            "snd_cwnd_at_accept": t["arm_iw"],
+            "cwnd_mismatch": False,
+            "rwnd_limited": False,
+            "peer_rwnd": 65_535,
+            "http_status": 200,
+            "error_kind": None,
+            "tcp_info": {"total_retrans": 0, "bytes_retrans": 0, "bytes_sent": t["object_size"] + 200, "snd_cwnd": 20},
+        }
+        for t in trials
+    ]
 
 
 # ------------------------------------------------------------------------------ driver
+
 
 @dataclass
 class Stats:
@@ -247,11 +275,14 @@ class ProbeConnection:
         if self.writer is not None and time.monotonic() - self.idle_since > KEEPALIVE_S:
             await self.close()
         if self.writer is None:
-            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                              REQUEST_TIMEOUT_S)
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), REQUEST_TIMEOUT_S)
         assert self.reader is not None
-        head = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                f"Content-Length: {len(body or b'')}", *(f"{name}: {value}" for name, value in headers.items())]
+        head = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            f"Content-Length: {len(body or b'')}",
+            *(f"{name}: {value}" for name, value in headers.items()),
+        ]
         try:
             self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
             answer = await asyncio.wait_for(self._read_answer(self.reader), REQUEST_TIMEOUT_S)
@@ -280,10 +311,17 @@ class ProbeConnection:
 REQUEST_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError)
 
 
-async def _request(connection: ProbeConnection, stats: Stats, method: str, path: str, credential: str,
-                   body: bytes | None = None, what: str = "",
-                   extra_headers: dict[str, str] | None = None,
-                   retry_after: list[float] | None = None) -> Answer | None:
+async def _request(
+    connection: ProbeConnection,
+    stats: Stats,
+    method: str,
+    path: str,
+    credential: str,
+    body: bytes | None = None,
+    what: str = "",
+    extra_headers: dict[str, str] | None = None,
+    retry_after: list[float] | None = None,
+) -> Answer | None:
     """One request; ``None`` (and an error counted by kind) unless it was answered 2xx/304.
     A 503's ``Retry-After`` (seconds) is appended to ``retry_after`` when given."""
     headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json", **(extra_headers or {})}
@@ -325,21 +363,35 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
     while not stop.is_set():
         stats = fleet.stats
         schedule_path = wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]) + f"?wire_version={wire.WIRE_VERSION}"
-        answer = await _request(client, stats, "GET", schedule_path, probe["credential"], None, "schedule",
-                                {"If-None-Match": etag} if etag else None)
+        answer = await _request(
+            client, stats, "GET", schedule_path, probe["credential"], None, "schedule", {"If-None-Match": etag} if etag else None
+        )
         if answer is not None:
             etag = answer.headers.get("etag", etag)
-        trials = make_trials(probe["id"], origin.enrolled["id"], fleet.campaign_id,
-                             rng.randint(fleet.batch_min, fleet.batch_max), rng)
-        batch: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "probe_id": probe["id"],
-                                 "sent_at": wire.utc_timestamp(), "trials": trials, "path_samples": []}
+        trials = make_trials(
+            probe["id"], origin.enrolled["id"], fleet.campaign_id, rng.randint(fleet.batch_min, fleet.batch_max), rng
+        )
+        batch: dict[str, Any] = {
+            "wire_version": wire.WIRE_VERSION,
+            "batch_id": wire.new_id(),
+            "probe_id": probe["id"],
+            "sent_at": wire.utc_timestamp(),
+            "trials": trials,
+            "path_samples": [],
+        }
         beat_due = time.monotonic() - beat_at >= HEARTBEAT_S  # one per interval, as iwprobe's uploader does
         if beat_due:
-            batch["heartbeat"] = {"version": "load", "spool_backlog": len(trials), "spool_bytes": 0, "uptime_s": 1.0,
-                                  "trials_measured": len(trials)}
+            batch["heartbeat"] = {
+                "version": "load",
+                "spool_backlog": len(trials),
+                "spool_bytes": 0,
+                "uptime_s": 1.0,
+                "trials_measured": len(trials),
+            }
         body = orjson.dumps(batch)
-        answer, latency_s = await _send_until_accepted(client, stats, wire.TRIALS_BATCH_PATH, probe["credential"],
-                                                       body, "upload", stop, rng)
+        answer, latency_s = await _send_until_accepted(
+            client, stats, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload", stop, rng
+        )
         if answer is not None:
             stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
@@ -361,15 +413,29 @@ async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.
     try:
         while not stop.is_set():
             while origin.pending and not stop.is_set():
-                records = origin.pending[:wire.MAX_BATCH_RECORDS]
-                body = orjson.dumps({"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(),
-                                     "origin_id": origin.enrolled["id"], "sent_at": wire.utc_timestamp(),
-                                     "observations": records})
-                answer, _ = await _send_until_accepted(client, fleet.stats, wire.OBSERVATIONS_BATCH_PATH,
-                                                       origin.enrolled["credential"], body, "observations", stop, rng)
+                records = origin.pending[: wire.MAX_BATCH_RECORDS]
+                body = orjson.dumps(
+                    {
+                        "wire_version": wire.WIRE_VERSION,
+                        "batch_id": wire.new_id(),
+                        "origin_id": origin.enrolled["id"],
+                        "sent_at": wire.utc_timestamp(),
+                        "observations": records,
+                    }
+                )
+                answer, _ = await _send_until_accepted(
+                    client,
+                    fleet.stats,
+                    wire.OBSERVATIONS_BATCH_PATH,
+                    origin.enrolled["credential"],
+                    body,
+                    "observations",
+                    stop,
+                    rng,
+                )
                 if answer is None:
-                    break   # not refused but failed (or stopping): the spool keeps it for the next drain
-                del origin.pending[:len(records)]
+                    break  # not refused but failed (or stopping): the spool keeps it for the next drain
+                del origin.pending[: len(records)]
             try:
                 await asyncio.wait_for(stop.wait(), timeout=ORIGIN_IDLE_S)
             except TimeoutError:
@@ -378,8 +444,16 @@ async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.
         await client.close()
 
 
-async def _send_until_accepted(client: ProbeConnection, stats: Stats, path: str, credential: str, body: bytes,
-                               what: str, stop: asyncio.Event, rng: random.Random) -> tuple[Answer | None, float]:
+async def _send_until_accepted(
+    client: ProbeConnection,
+    stats: Stats,
+    path: str,
+    credential: str,
+    body: bytes,
+    what: str,
+    stop: asyncio.Event,
+    rng: random.Random,
+) -> tuple[Answer | None, float]:
     """POST ``body``, sending it again after each 503's Retry-After (x 1-1.5) as the spools do;
     the last answer and the last attempt's latency (the accepted request's, when accepted)."""
     while True:
@@ -410,9 +484,11 @@ async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: 
             index = queue.get_nowait()
             for attempt in range(100):
                 try:
-                    answer = await client.post(wire.PROBE_ENROLL_PATH,
-                                               json={"name": f"load-{index}", "region": "load"},
-                                               headers={"Authorization": f"Bearer {enroll_token}"})
+                    answer = await client.post(
+                        wire.PROBE_ENROLL_PATH,
+                        json={"name": f"load-{index}", "region": "load"},
+                        headers={"Authorization": f"Bearer {enroll_token}"},
+                    )
                 except httpx.TransportError:
                     if attempt >= 3:
                         raise
@@ -456,8 +532,11 @@ async def _server_counts(base_url: str) -> ServerCounts:
         return ServerCounts()
     counts = ServerCounts()
     for line in text.splitlines():
-        if line.startswith("iwscope_http_request_duration_seconds_bucket{") and \
-                'route="/api/v1/trials/batch"' in line and 'method="POST"' in line:
+        if (
+            line.startswith("iwscope_http_request_duration_seconds_bucket{")
+            and 'route="/api/v1/trials/batch"' in line
+            and 'method="POST"' in line
+        ):
             bound = line.split('le="', 1)[1].split('"', 1)[0]
             counts.upload_buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
         elif line.startswith("iwscope_admission_rejected_total{"):
@@ -496,9 +575,10 @@ async def _watch_driver_lag(fleet: Fleet, stop: asyncio.Event) -> None:
 async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: Any) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     stop = asyncio.Event()
-    helpers: list[asyncio.Task[None]] = [asyncio.create_task(_watch_driver_lag(fleet, stop)),
-                                         *(asyncio.create_task(simulated_origin(fleet, origin, stop))
-                                           for origin in fleet.origins)]
+    helpers: list[asyncio.Task[None]] = [
+        asyncio.create_task(_watch_driver_lag(fleet, stop)),
+        *(asyncio.create_task(simulated_origin(fleet, origin, stop)) for origin in fleet.origins),
+    ]
     tasks: list[asyncio.Task[None]] = []
     for active in stages:
         while len(tasks) < active:
@@ -511,25 +591,34 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         while time.monotonic() - started < stage_s:
             await asyncio.sleep(1.0)
             sampler.cpu()
-            samples.append({"t": round(time.monotonic() - started, 1), "backlog": sampler.backlog(),
-                            "origin_spools": sum(len(origin.pending) for origin in fleet.origins),
-                            "trials_stored": fleet.stats.trials_stored})
+            samples.append(
+                {
+                    "t": round(time.monotonic() - started, 1),
+                    "backlog": sampler.backlog(),
+                    "origin_spools": sum(len(origin.pending) for origin in fleet.origins),
+                    "trials_stored": fleet.stats.trials_stored,
+                }
+            )
         elapsed = time.monotonic() - started
         cpu_after = sampler.cpu()
         server_after = await _server_counts(fleet.base_url)
         stats = fleet.stats
-        cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3)
-                     for role in cpu_after}
+        cpu_share = {role: round((cpu_after.get(role, 0) - cpu_before.get(role, 0)) / elapsed, 3) for role in cpu_after}
         row = {
-            "active_probes": active, "seconds": round(elapsed, 1),
+            "active_probes": active,
+            "seconds": round(elapsed, 1),
             "trials_per_s": round(stats.trials_stored / elapsed, 1),
-            "uploads": len(stats.upload_latencies), "requests": stats.requests,
+            "uploads": len(stats.upload_latencies),
+            "requests": stats.requests,
             "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
             "upload_p99_ms": _ms(_percentile(stats.upload_latencies, 0.99)),
             "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
-            "errors": stats.errors, "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
-            "backlog_max": max(s["backlog"] for s in samples), "backlog_end": samples[-1]["backlog"],
-            "cpu_cores": cpu_share, "backlog_series": [s["backlog"] for s in samples],
+            "errors": stats.errors,
+            "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
+            "backlog_max": max(s["backlog"] for s in samples),
+            "backlog_end": samples[-1]["backlog"],
+            "cpu_cores": cpu_share,
+            "backlog_series": [s["backlog"] for s in samples],
             # Observations the simulated origins hold, not yet accepted (their spools' backlog).
             "origin_spool_max": max(s["origin_spools"] for s in samples),
             "origin_spool_end": samples[-1]["origin_spools"],
@@ -539,20 +628,24 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "server_upload_p50_s": _bucket_quantile(server_before.upload_buckets, server_after.upload_buckets, 0.5),
             "server_upload_p99_s": _bucket_quantile(server_before.upload_buckets, server_after.upload_buckets, 0.99),
             # Why the front door refused (the rest of the 503s: no database connection in time).
-            "refused_by_admission": {key: int(value - server_before.refused.get(key, 0.0))
-                                     for key, value in sorted(server_after.refused.items())},
+            "refused_by_admission": {
+                key: int(value - server_before.refused.get(key, 0.0)) for key, value in sorted(server_after.refused.items())
+            },
             # The driver's own event-loop lag: a share of the client latency that is the driver's.
             "driver_lag_p50_ms": _ms(_percentile(stats.driver_lags, 0.5)),
             "driver_lag_p99_ms": _ms(_percentile(stats.driver_lags, 0.99)),
         }
         results.append(row)
-        print(f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
-              f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
-              f"{row['backlog_max']} end {row['backlog_end']}  origin spools max {row['origin_spool_max']} end "
-              f"{row['origin_spool_end']}  cpu {cpu_share}  server-side upload "
-              f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
-              f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms  refused at the door "
-              f"{row['refused_by_admission']}", flush=True)
+        print(
+            f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
+            f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
+            f"{row['backlog_max']} end {row['backlog_end']}  origin spools max {row['origin_spool_max']} end "
+            f"{row['origin_spool_end']}  cpu {cpu_share}  server-side upload "
+            f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
+            f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms  refused at the door "
+            f"{row['refused_by_admission']}",
+            flush=True,
+        )
     stop.set()
     for task in [*tasks, *helpers]:  # requests still waiting on a saturated API are abandoned, not awaited
         task.cancel()
@@ -565,8 +658,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 class Sampler:
-    def __init__(self, api_pid: int, worker_pgid: int, libpq_url: str, database: str, redis_url: str,
-                 queue: str) -> None:
+    def __init__(self, api_pid: int, worker_pgid: int, libpq_url: str, database: str, redis_url: str, queue: str) -> None:
         self.api_pid = api_pid
         self.worker_pgid = worker_pgid
         self.meter = CpuMeter()
@@ -576,11 +668,21 @@ class Sampler:
         self.queue = queue
 
     def cpu(self) -> dict[str, float]:
-        backends = [row[0] for row in self.pg.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.database,))]
+        backends = [
+            row[0]
+            for row in self.pg.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.database,)
+            )
+        ]
         # The API's process group: its uvicorn supervisor and every worker process.
-        return self.meter.sample({"api": _group_pids(self.api_pid), "worker": _group_pids(self.worker_pgid),
-                                  "postgres": backends, "driver": [os.getpid()]})
+        return self.meter.sample(
+            {
+                "api": _group_pids(self.api_pid),
+                "worker": _group_pids(self.worker_pgid),
+                "postgres": backends,
+                "driver": [os.getpid()],
+            }
+        )
 
     def backlog(self) -> int:
         """Tasks in the Celery queue plus upload batches waiting for a join drain (one drain
@@ -601,18 +703,31 @@ def main() -> None:
     parser.add_argument("--think-s", type=float, default=10.0, help="mean pause of a probe between uploads")
     parser.add_argument("--batch-min", type=int, default=50)
     parser.add_argument("--batch-max", type=int, default=200)
-    parser.add_argument("--origins", type=int, default=10,
-                        help="simulated origins the probes' observations come from (round robin)")
+    parser.add_argument(
+        "--origins", type=int, default=10, help="simulated origins the probes' observations come from (round robin)"
+    )
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (iwscope api --workers N)")
-    parser.add_argument("--keep-database", action="store_true",
-                        help="leave the run's database in place (its name is printed) to inspect plans afterwards")
-    parser.add_argument("--api-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)")
-    parser.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="extra environment of the worker, e.g. IWSCOPE_LOG_LEVEL=INFO to log each task's "
-                             "duration (repeatable)")
+    parser.add_argument(
+        "--keep-database",
+        action="store_true",
+        help="leave the run's database in place (its name is printed) to inspect plans afterwards",
+    )
+    parser.add_argument(
+        "--api-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment of the API process, e.g. IWSCOPE_DB_POOL_SIZE=20 (repeatable)",
+    )
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment of the worker, e.g. IWSCOPE_LOG_LEVEL=INFO to log each task's duration (repeatable)",
+    )
     args = parser.parse_args()
     api_env = dict(item.split("=", 1) for item in args.api_env)
     worker_env = dict(item.split("=", 1) for item in args.worker_env)
@@ -625,8 +740,15 @@ def main() -> None:
     database_url = testenv.named_database_url(name, server)
     libpq_url = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
     queue = f"iwscope-load-{secrets.token_hex(4)}"
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "IWSCOPE_CELERY_QUEUE": queue,
-           "IWSCOPE_LOG_LEVEL": "WARNING", "IWSCOPE_DRAIN_SECONDS": "0", "IWSCOPE_ENV": "development"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "IWSCOPE_CELERY_QUEUE": queue,
+        "IWSCOPE_LOG_LEVEL": "WARNING",
+        "IWSCOPE_DRAIN_SECONDS": "0",
+        "IWSCOPE_ENV": "development",
+    }
     testenv.create_database(name, server_url=server)
     children: list[subprocess.Popen[bytes]] = []
     sampler: Sampler | None = None
@@ -635,20 +757,31 @@ def main() -> None:
     try:
         iwscope = [sys.executable, "-m", "iwscope.cli"]
         subprocess.run([*iwscope, "db", "upgrade"], env=env, check=True, capture_output=True)
-        tokens = {kind: subprocess.run([*iwscope, "token", "create", "--kind", kind], env=env, check=True,
-                                       capture_output=True, text=True).stdout.strip()
-                  for kind in ("enroll", "origin", "admin")}
+        tokens = {
+            kind: subprocess.run(
+                [*iwscope, "token", "create", "--kind", kind], env=env, check=True, capture_output=True, text=True
+            ).stdout.strip()
+            for kind in ("enroll", "origin", "admin")
+        }
         port = free_port()
         api_log_file = open(api_log, "wb")  # handed to the child
         open_files = raise_open_files_limit()
-        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port),
-                                "--workers", str(args.api_workers)], env={**env, **api_env},
-                               start_new_session=True, stdout=api_log_file, stderr=subprocess.STDOUT)
+        api = subprocess.Popen(
+            [*iwscope, "api", "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.api_workers)],
+            env={**env, **api_env},
+            start_new_session=True,
+            stdout=api_log_file,
+            stderr=subprocess.STDOUT,
+        )
         api_log_file.close()
         worker_log_file = open(worker_log, "wb")  # handed to the child
-        worker = subprocess.Popen([*iwscope, "worker", "--concurrency", "1"], env={**env, **worker_env},
-                                  start_new_session=True,
-                                  stdout=worker_log_file, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            [*iwscope, "worker", "--concurrency", "1"],
+            env={**env, **worker_env},
+            start_new_session=True,
+            stdout=worker_log_file,
+            stderr=subprocess.STDOUT,
+        )
         children += [api, worker]
         base_url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -662,17 +795,41 @@ def main() -> None:
         probes = asyncio.run(enroll_fleet(base_url, tokens["enroll"], args.probes))
         enroll_s = time.monotonic() - started
         with httpx.Client(base_url=base_url, timeout=60) as client:
-            origins = [client.post(wire.ORIGIN_ENROLL_PATH, json={
-                "name": f"load-{number}", "region": "load", "host": f"10.0.{number // 250}.{1 + number % 250}",
-                "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}]},
-                headers={"Authorization": f"Bearer {tokens['origin']}"}).json() for number in range(args.origins)]
-            campaign = client.post("/api/v1/campaigns", json={
-                "name": "load", "origin_ids": [origin["id"] for origin in origins], "arms": [3, 10],
-                "sizes": [1000, 10000, 100000],
-                "starts_at": wire.utc_timestamp()}, headers={"Authorization": f"Bearer {tokens['admin']}"}).json()
+            origins = [
+                client.post(
+                    wire.ORIGIN_ENROLL_PATH,
+                    json={
+                        "name": f"load-{number}",
+                        "region": "load",
+                        "host": f"10.0.{number // 250}.{1 + number % 250}",
+                        "arms": [{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}],
+                    },
+                    headers={"Authorization": f"Bearer {tokens['origin']}"},
+                ).json()
+                for number in range(args.origins)
+            ]
+            campaign = client.post(
+                "/api/v1/campaigns",
+                json={
+                    "name": "load",
+                    "origin_ids": [origin["id"] for origin in origins],
+                    "arms": [3, 10],
+                    "sizes": [1000, 10000, 100000],
+                    "starts_at": wire.utc_timestamp(),
+                },
+                headers={"Authorization": f"Bearer {tokens['admin']}"},
+            ).json()
         print(f"enrolled {len(probes)} probes in {enroll_s:.1f} s ({len(probes) / enroll_s:.0f}/s)", flush=True)
         sampler = Sampler(api.pid, worker.pid, libpq_url, name, redis_url, queue)
-        fleet = Fleet(base_url, probes, [SimulatedOrigin(origin) for origin in origins], int(campaign["id"]), args.think_s, args.batch_min, args.batch_max)
+        fleet = Fleet(
+            base_url,
+            probes,
+            [SimulatedOrigin(origin) for origin in origins],
+            int(campaign["id"]),
+            args.think_s,
+            args.batch_min,
+            args.batch_max,
+        )
         stage_rows = asyncio.run(run_stages(fleet, stages, args.stage_s, sampler))
         # After the load: how long the single worker needs to empty its backlog.
         drain_started = time.monotonic()
@@ -686,8 +843,7 @@ def main() -> None:
         counts: tuple[int, int] | None = None
         with psycopg.connect(libpq_url, autocommit=True) as connection:
             for _ in range(120):
-                now_counts = connection.execute(
-                    "SELECT count(*), count(joined_at) FROM trials").fetchone()  # type: ignore[misc]
+                now_counts = connection.execute("SELECT count(*), count(joined_at) FROM trials").fetchone()  # type: ignore[misc]
                 if now_counts == counts and sampler.backlog() == 0:
                     break
                 counts = now_counts
@@ -719,16 +875,33 @@ def main() -> None:
     api_errors = api_text.count("Exception in ASGI application")
     peak = max(stage_rows, key=lambda row: row["trials_per_s"])
     result = {
-        "generated_at": wire.utc_timestamp(), "host": platform.node(), "cpus": os.cpu_count(),
-        "load_average_at_end": os.getloadavg(), "probes_enrolled": args.probes,
-        "enroll_per_s": round(args.probes / enroll_s, 1), "stage_s": args.stage_s, "think_s": args.think_s,
-        "batch_trials": [args.batch_min, args.batch_max], "origins": args.origins, "api_processes": args.api_workers, "worker_concurrency": 1,
+        "generated_at": wire.utc_timestamp(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": os.getloadavg(),
+        "probes_enrolled": args.probes,
+        "enroll_per_s": round(args.probes / enroll_s, 1),
+        "stage_s": args.stage_s,
+        "think_s": args.think_s,
+        "batch_trials": [args.batch_min, args.batch_max],
+        "origins": args.origins,
+        "api_processes": args.api_workers,
+        "worker_concurrency": 1,
         "open_files_limit": open_files,
-        "stages": stage_rows, "peak_trials_per_s": peak["trials_per_s"], "peak_at_probes": peak["active_probes"],
-        "backlog_drain_s": round(drain_s, 1), "backlog_drain_series": drain_series,
-        "trials_stored_total": stored, "trials_joined_total": joined,
-        "api_log": str(api_log), "worker_log": str(worker_log), "api_pool_timeouts": api_pool_timeouts, "api_5xx_logged": api_errors,
-        "api_env": api_env, "worker_env": worker_env, "answers_503": busy_503,
+        "stages": stage_rows,
+        "peak_trials_per_s": peak["trials_per_s"],
+        "peak_at_probes": peak["active_probes"],
+        "backlog_drain_s": round(drain_s, 1),
+        "backlog_drain_series": drain_series,
+        "trials_stored_total": stored,
+        "trials_joined_total": joined,
+        "api_log": str(api_log),
+        "worker_log": str(worker_log),
+        "api_pool_timeouts": api_pool_timeouts,
+        "api_5xx_logged": api_errors,
+        "api_env": api_env,
+        "worker_env": worker_env,
+        "answers_503": busy_503,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -54,9 +54,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PORT = 8080
 TICKS = os.sysconf("SC_CLK_TCK")
 #: Every client treated (IW 32): every SYN marked, every connection policy-routed.
-STUDY = {"campaign_id": 1, "name": "bench", "arms": [{"arm": "32", "share_bp": 10000}], "ports": [PORT],
-         "prefix_v4": 24, "prefix_v6": 48, "assignment_seed": 1, "starts_at": "", "ends_at": "",
-         "sample_share": 0.0, "flush_interval_s": 5}
+STUDY = {
+    "campaign_id": 1,
+    "name": "bench",
+    "arms": [{"arm": "32", "share_bp": 10000}],
+    "ports": [PORT],
+    "prefix_v4": 24,
+    "prefix_v6": 48,
+    "assignment_seed": 1,
+    "starts_at": "",
+    "ends_at": "",
+    "sample_share": 0.0,
+    "flush_interval_s": 5,
+}
 
 
 def _ip(*args: str) -> None:
@@ -90,21 +100,30 @@ class Bench:
         _ip("netns", "add", self.server)
         _ip("netns", "add", self.client)
         _ip("link", "add", f"iwb{suffix}a", "type", "veth", "peer", "name", f"iwb{suffix}b")
-        for namespace, device, address in ((self.server, f"iwb{suffix}a", self.server_address),
-                                           (self.client, f"iwb{suffix}b", self.client_address)):
+        for namespace, device, address in (
+            (self.server, f"iwb{suffix}a", self.server_address),
+            (self.client, f"iwb{suffix}b", self.client_address),
+        ):
             _ip("link", "set", device, "netns", namespace)
             _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
             _ip("-n", namespace, "link", "set", device, "up")
             _ip("-n", namespace, "link", "set", "lo", "up")
-            _ip("-n", namespace, "route", "add", "default", "via",
-                self.client_address if namespace == self.server else self.server_address)
-        subprocess.run(["ip", "netns", "exec", self.client, "sysctl", "-qw",
-                        "net.ipv4.ip_local_port_range=1024 65535"], check=True)
+            _ip(
+                "-n",
+                namespace,
+                "route",
+                "add",
+                "default",
+                "via",
+                self.client_address if namespace == self.server else self.server_address,
+            )
+        subprocess.run(
+            ["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535"], check=True
+        )
         # Connection: close leaves a TIME_WAIT socket per request on the server; tens of
         # thousands of them slowed later blocks by a quarter whatever the agent did.  A small
         # table keeps every block on the same footing.
-        subprocess.run(["ip", "netns", "exec", self.server, "sysctl", "-qw", "net.ipv4.tcp_max_tw_buckets=4096"],
-                       check=True)
+        subprocess.run(["ip", "netns", "exec", self.server, "sysctl", "-qw", "net.ipv4.tcp_max_tw_buckets=4096"], check=True)
         (work / "www").mkdir(parents=True, exist_ok=True)
         (work / "www" / "object").write_bytes(secrets.token_bytes(size))
         for path in (work, work / "www", work / "www" / "object"):
@@ -129,9 +148,21 @@ http {{
     }}
 }}
 """)
-        self.nginx = subprocess.Popen(["ip", "netns", "exec", self.server, shutil.which("nginx") or "/usr/sbin/nginx",
-                                       "-p", f"{work}/", "-c", str(work / "nginx.conf")],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.nginx = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.server,
+                shutil.which("nginx") or "/usr/sbin/nginx",
+                "-p",
+                f"{work}/",
+                "-c",
+                str(work / "nginx.conf"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(1.0)
         self.tap: subprocess.Popen[bytes] | None = None
         #: Extra ``iwprobe tap run`` options (``--agent-args``), e.g. other budgets.
@@ -142,20 +173,41 @@ http {{
 
     def _nginx_pids(self) -> list[int]:
         pids = []
-        for child in _children(self.nginx.pid):          # ip netns exec -> nginx master -> worker
+        for child in _children(self.nginx.pid):  # ip netns exec -> nginx master -> worker
             pids += [child, *_children(child)]
         return pids
 
     def start_tap(self, capture: bool, nice: int = 10) -> None:
         (self.work / "study.json").write_text(json.dumps(STUDY))
-        command = ["ip", "netns", "exec", self.server, "nice", "-n", str(nice), sys.executable, "-m", "iwprobe",
-                   "--log-level", "WARNING", "tap",
-                   "run", "--state-dir", str(self.work / "state"), "--study", str(self.work / "study.json")]
+        command = [
+            "ip",
+            "netns",
+            "exec",
+            self.server,
+            "nice",
+            "-n",
+            str(nice),
+            sys.executable,
+            "-m",
+            "iwprobe",
+            "--log-level",
+            "WARNING",
+            "tap",
+            "run",
+            "--state-dir",
+            str(self.work / "state"),
+            "--study",
+            str(self.work / "study.json"),
+        ]
         with open(self.work / "tap.log", "ab") as log:
             self.tap = subprocess.Popen(command + ([] if capture else ["--no-capture"]) + self.agent_args, stderr=log)
         deadline = time.monotonic() + 15
-        while subprocess.run(["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"],
-                             capture_output=True).returncode != 0:
+        while (
+            subprocess.run(
+                ["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"], capture_output=True
+            ).returncode
+            != 0
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError("the tap did not install its arms: " + (self.work / "tap.log").read_text()[-2000:])
             time.sleep(0.1)
@@ -164,11 +216,14 @@ http {{
     def install_arms(self, install: bool) -> None:
         """The study's arms alone (``--component arms``): installed with a long lease, no agent."""
         record = self.work / "arms-only" / "tap-installed.json"
-        code = (f"import json\nfrom iwprobe import wire\nfrom iwprobe._collector import from_dict\n"
-                f"from iwprobe._tap_rules import TapPlan, install\n"
-                f"install(TapPlan.from_study(from_dict(wire.PassiveStudy, json.loads({json.dumps(json.dumps(STUDY))})),"
-                f" lease_s=3600), {str(record)!r})" if install else
-                f"from iwprobe._tap_rules import remove\nremove({str(record)!r})")
+        code = (
+            f"import json\nfrom iwprobe import wire\nfrom iwprobe._collector import from_dict\n"
+            f"from iwprobe._tap_rules import TapPlan, install\n"
+            f"install(TapPlan.from_study(from_dict(wire.PassiveStudy, json.loads({json.dumps(json.dumps(STUDY))})),"
+            f" lease_s=3600), {str(record)!r})"
+            if install
+            else f"from iwprobe._tap_rules import remove\nremove({str(record)!r})"
+        )
         subprocess.run(["ip", "netns", "exec", self.server, sys.executable, "-c", code], check=True)
 
     def tap_pid(self) -> int:
@@ -185,10 +240,21 @@ http {{
 
     def wrk(self, seconds: float, connections: int, load: str) -> dict[str, Any]:
         path = "/k100/object" if load == "keepalive100" else "/object"
-        command = ["ip", "netns", "exec", self.client, "taskset", "-c", "1", "wrk", "-t1", f"-c{connections}",
-                   f"-d{seconds:g}s",
-                   *(["-H", "Connection: close"] if load == "close" else []),
-                   f"http://{self.server_address}:{PORT}{path}"]
+        command = [
+            "ip",
+            "netns",
+            "exec",
+            self.client,
+            "taskset",
+            "-c",
+            "1",
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{seconds:g}s",
+            *(["-H", "Connection: close"] if load == "close" else []),
+            f"http://{self.server_address}:{PORT}{path}",
+        ]
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
         requests = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
@@ -222,7 +288,7 @@ def _bootstrap_ci(values: list[float], draws: int = 10_000) -> list[float]:
 def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for pair in range(args.pairs):
-        for state in (("off", "on") if pair % 2 == 0 else ("on", "off")):
+        for state in ("off", "on") if pair % 2 == 0 else ("on", "off"):
             if state == "on" and args.component == "arms":
                 bench.install_arms(True)
                 time.sleep(1.0)
@@ -244,7 +310,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
                 result["tap_cpu_s"] = round(_cpu_s(bench.tap_pid()) - tap_cpu0, 2)
                 status = bench.stop_tap()
                 result["tap_connections_seen"] = status["connections_seen"]
-                if load == "close":   # a request = a connection: what the agent missed (blocks' edges aside)
+                if load == "close":  # a request = a connection: what the agent missed (blocks' edges aside)
                     result["tap_connections_missed"] = max(0, result["requests"] - status["connections_seen"])
                 result["tap_connections_captured"] = status["connections_captured"]
                 result["tap_notifications_lost"] = status["notifications_lost"]
@@ -252,9 +318,15 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
                 result["tap_closes_share"] = status.get("closes_share", 1.0)
                 result["tap_unmeasured"] = status.get("unmeasured", 0)
             blocks.append(result)
-            print(f"  {load} {state}: {result['rps']:,.0f} req/s errors {result['errors']} "
-                  + (f"tap {result['tap_cpu_s']} s CPU, {result['tap_connections_seen']} connections"
-                     if "tap_cpu_s" in result else ""), flush=True)
+            print(
+                f"  {load} {state}: {result['rps']:,.0f} req/s errors {result['errors']} "
+                + (
+                    f"tap {result['tap_cpu_s']} s CPU, {result['tap_connections_seen']} connections"
+                    if "tap_cpu_s" in result
+                    else ""
+                ),
+                flush=True,
+            )
     off = [block["rps"] for block in blocks if block["state"] == "off"]
     on = [block["rps"] for block in blocks if block["state"] == "on"]
     # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within
@@ -262,15 +334,21 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     pair_ratios = [on[index] / off[index] for index in range(len(on))]
     on_blocks = [block for block in blocks if block["state"] == "on" and "tap_cpu_s" in block]
     seen = sum(block["tap_connections_seen"] for block in on_blocks)
-    return {"load": load, "blocks": blocks, "rps_off": off, "rps_on": on,
-            "notifications_lost": sum(block["tap_notifications_lost"] for block in on_blocks),
-            "ratio_of_medians": round(statistics.median(on) / statistics.median(off), 4),
-            "pair_ratios": [round(ratio, 4) for ratio in pair_ratios],
-            "pair_ratio_geomean": round(_geomean(pair_ratios), 4),
-            "pair_ratio_ci95": _bootstrap_ci(pair_ratios),
-            "errors": sum(sum(block["errors"].values()) for block in blocks),
-            "tap_cpu_s_per_10k_connections": round(10_000 * sum(block["tap_cpu_s"] for block in on_blocks) / seen, 3)
-            if seen else None}
+    return {
+        "load": load,
+        "blocks": blocks,
+        "rps_off": off,
+        "rps_on": on,
+        "notifications_lost": sum(block["tap_notifications_lost"] for block in on_blocks),
+        "ratio_of_medians": round(statistics.median(on) / statistics.median(off), 4),
+        "pair_ratios": [round(ratio, 4) for ratio in pair_ratios],
+        "pair_ratio_geomean": round(_geomean(pair_ratios), 4),
+        "pair_ratio_ci95": _bootstrap_ci(pair_ratios),
+        "errors": sum(sum(block["errors"].values()) for block in blocks),
+        "tap_cpu_s_per_10k_connections": round(10_000 * sum(block["tap_cpu_s"] for block in on_blocks) / seen, 3)
+        if seen
+        else None,
+    }
 
 
 def main() -> None:
@@ -284,8 +362,12 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=10, help="the agent's niceness (the systemd unit's Nice=10)")
     parser.add_argument("--no-capture", dest="capture", action="store_false")
     parser.add_argument("--agent-args", default="", help="extra `iwprobe tap run` options, e.g. '--closes-per-s 250'")
-    parser.add_argument("--component", choices=("agent", "arms"), default="agent",
-                        help="arms: the study's nftables rule, ip rules and sysctl alone, no agent process")
+    parser.add_argument(
+        "--component",
+        choices=("agent", "arms"),
+        default="agent",
+        help="arms: the study's nftables rule, ip rules and sysctl alone, no agent process",
+    )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -301,16 +383,29 @@ def main() -> None:
             results = [run(bench, load, args) for load in args.loads.split(",")]
         finally:
             bench.close()
-    report = {"bench": "tap-cost", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "cpus": os.cpu_count(), "component": args.component, "agent_args": args.agent_args,
-              "capture": args.capture, "nice": args.nice, "warmup_s": args.warmup_s,
-              "block_s": args.block_s, "pairs": args.pairs,
-              "connections": args.connections, "size": args.size, "loadavg_end": os.getloadavg(), "results": results}
+    report = {
+        "bench": "tap-cost",
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "component": args.component,
+        "agent_args": args.agent_args,
+        "capture": args.capture,
+        "nice": args.nice,
+        "warmup_s": args.warmup_s,
+        "block_s": args.block_s,
+        "pairs": args.pairs,
+        "connections": args.connections,
+        "size": args.size,
+        "loadavg_end": os.getloadavg(),
+        "results": results,
+    }
     for result in results:
-        print(f"{result['load']}: on/off pairs {result['pair_ratio_geomean']:.3f} {result['pair_ratio_ci95']}, "
-              f"medians {result['ratio_of_medians']:.3f} (off {result['rps_off']}, on "
-              f"{result['rps_on']}), errors {result['errors']}, tap CPU {result['tap_cpu_s_per_10k_connections']} s "
-              f"per 10,000 connections")
+        print(
+            f"{result['load']}: on/off pairs {result['pair_ratio_geomean']:.3f} {result['pair_ratio_ci95']}, "
+            f"medians {result['ratio_of_medians']:.3f} (off {result['rps_off']}, on "
+            f"{result['rps_on']}), errors {result['errors']}, tap CPU {result['tap_cpu_s_per_10k_connections']} s "
+            f"per 10,000 connections"
+        )
     RESULTS.mkdir(exist_ok=True)
     stem = f"tap-cost{('-' + args.tag) if args.tag else ''}-{time.strftime('%Y%m%d')}"
     path = RESULTS / f"{stem}.json"

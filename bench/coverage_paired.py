@@ -72,19 +72,24 @@ def main(argv: list[str] | None = None) -> int:
             bounds["edgeworth"].append((interval.abs_low, interval.abs_high, interval.pct_low, interval.pct_high))
             ms, pct = t_bounds(d, n), t_bounds(d, b)
             bounds["t"].append((ms[0], ms[1], 100 * pct[0], 100 * pct[1]))
-        row: dict[str, object] = {"paths": n_paths, "replications": args.replications,
-                                  "seconds": round(time.perf_counter() - started, 1)}
+        row: dict[str, object] = {
+            "paths": n_paths,
+            "replications": args.replications,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
         for method, values in bounds.items():
             if not values:
                 continue
             array = np.array(values)
             cover_ms = (array[:, 0] <= effect_ms) & (effect_ms <= array[:, 1])
             cover_pct = (array[:, 2] <= effect_pct) & (effect_pct <= array[:, 3])
-            row[method] = {"cover_ms": round(100 * float(cover_ms.mean()), 1),
-                           "cover_pct": round(100 * float(cover_pct.mean()), 1),
-                           "truth_above_ms": round(100 * float((effect_ms > array[:, 1]).mean()), 1),
-                           "width_ms": round(float(np.median(array[:, 1] - array[:, 0])), 2),
-                           "width_pct": round(float(np.median(array[:, 3] - array[:, 2])), 3)}
+            row[method] = {
+                "cover_ms": round(100 * float(cover_ms.mean()), 1),
+                "cover_pct": round(100 * float(cover_pct.mean()), 1),
+                "truth_above_ms": round(100 * float((effect_ms > array[:, 1]).mean()), 1),
+                "width_ms": round(float(np.median(array[:, 1] - array[:, 0])), 2),
+                "width_pct": round(float(np.median(array[:, 3] - array[:, 2])), 3),
+            }
         rows.append(row)
         print(json.dumps(row), flush=True)
     output = pathlib.Path(args.output)

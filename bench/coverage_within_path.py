@@ -32,8 +32,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 RTO_MS = 1000.0
 
 
-def draw_cells(rng: np.random.Generator, paths: int, trials: int, sigma: float, rto_share: float,
-               gain: float) -> tuple[paired.Cells, float]:
+def draw_cells(
+    rng: np.random.Generator, paths: int, trials: int, sigma: float, rto_share: float, gain: float
+) -> tuple[paired.Cells, float]:
     """One campaign's cells and the true stratified difference (baseline - treatment, ms)."""
     keys, n, sums, hists, truths = [], [], [], [], []
     for path in range(paths):
@@ -52,9 +53,15 @@ def draw_cells(rng: np.random.Generator, paths: int, trials: int, sigma: float, 
             hists.append((cell[0][1], cell[1][1]))
             truths.append(cell[0][2] - cell[1][2])
     counts = np.array(n, dtype=np.float64)
-    cells = paired.Cells(path=np.array(keys), n_base=counts, sum_base_ms=np.array([s[0] for s in sums]),
-                         n_treat=counts.copy(), sum_treat_ms=np.array([s[1] for s in sums]),
-                         hist_base=np.array([h[0] for h in hists]), hist_treat=np.array([h[1] for h in hists]))
+    cells = paired.Cells(
+        path=np.array(keys),
+        n_base=counts,
+        sum_base_ms=np.array([s[0] for s in sums]),
+        n_treat=counts.copy(),
+        sum_treat_ms=np.array([s[1] for s in sums]),
+        hist_base=np.array([h[0] for h in hists]),
+        hist_treat=np.array([h[1] for h in hists]),
+    )
     # equal trials per arm: the stratified estimate weighs the cells by their trials
     return cells, float(np.average(truths, weights=counts))
 
@@ -79,9 +86,12 @@ def run(args: argparse.Namespace, normal: bool) -> dict[str, float]:
             widths.append(interval.abs_high - interval.abs_low)
     finally:
         stats.POISSON_NORMAL_MIN_TRIALS = saved
-    return {"coverage": covered / args.replications, "median_width_ms": statistics.median(widths),
-            "median_ms_per_interval": 1000.0 * statistics.median(seconds),
-            "share_of_cell_arms_drawn_as_normal": normal_cells / all_cells}
+    return {
+        "coverage": covered / args.replications,
+        "median_width_ms": statistics.median(widths),
+        "median_ms_per_interval": 1000.0 * statistics.median(seconds),
+        "share_of_cell_arms_drawn_as_normal": normal_cells / all_cells,
+    }
 
 
 def main() -> None:
@@ -95,13 +105,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", type=pathlib.Path, default=REPO / "artifacts" / "coverage_within_path.json")
     args = parser.parse_args()
-    report = {"args": {key: value for key, value in vars(args).items() if key != "output"},
-              "normal_where_allowed": run(args, normal=True), "bin_by_bin": run(args, normal=False)}
+    report = {
+        "args": {key: value for key, value in vars(args).items() if key != "output"},
+        "normal_where_allowed": run(args, normal=True),
+        "bin_by_bin": run(args, normal=False),
+    }
     for name in ("normal_where_allowed", "bin_by_bin"):
         row = report[name]
-        print(f"{name:<22} coverage {row['coverage']:.3f}  median width {row['median_width_ms']:.2f} ms  "
-              f"{row['median_ms_per_interval']:.1f} ms per interval, "
-              f"{100 * row['share_of_cell_arms_drawn_as_normal']:.0f} % of cell arms drawn as a normal")
+        print(
+            f"{name:<22} coverage {row['coverage']:.3f}  median width {row['median_width_ms']:.2f} ms  "
+            f"{row['median_ms_per_interval']:.1f} ms per interval, "
+            f"{100 * row['share_of_cell_arms_drawn_as_normal']:.0f} % of cell arms drawn as a normal"
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1))
 

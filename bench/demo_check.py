@@ -28,8 +28,14 @@ from iwscope_lab.stack import Stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 #: page -> graphs; graphs of latencies (ms) whose drawn minimum must not be below zero are starred.
 PAGES: dict[str, tuple[str, ...]] = {
     "/": ("overview-rtt-graph", "overview-bandwidth-graph", "overview-bdp-graph"),
@@ -51,16 +57,29 @@ TRACES_JS = """
 
 
 def compare(api: str, campaign: int, dimension: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{api}/api/v1/analysis/compare",
-                       params={"campaign": campaign, "dimension": dimension, "base": 3, "treat": 10}, timeout=60)
+    answer = httpx.get(
+        f"{api}/api/v1/analysis/compare",
+        params={"campaign": campaign, "dimension": dimension, "base": 3, "treat": 10},
+        timeout=60,
+    )
     answer.raise_for_status()
     rows = []
     for row in answer.json()["data"]:
-        rows.append({"bucket": row["bucket"], "lower": row["lower"], "pairs": row["n_pairs"], "paths": row["n_paths"],
-                     "too_small": row["too_small"], "abs_ms": row["abs_ms"],
-                     "ci": [row["abs_ci_low"], row["abs_ci_high"]], "pct": row["pct"],
-                     "pct_ci": [row["pct_ci_low"], row["pct_ci_high"]], "method": row["method"],
-                     "clear_gain": bool(row["abs_ci_low"] is not None and row["abs_ci_low"] > 0)})
+        rows.append(
+            {
+                "bucket": row["bucket"],
+                "lower": row["lower"],
+                "pairs": row["n_pairs"],
+                "paths": row["n_paths"],
+                "too_small": row["too_small"],
+                "abs_ms": row["abs_ms"],
+                "ci": [row["abs_ci_low"], row["abs_ci_high"]],
+                "pct": row["pct"],
+                "pct_ci": [row["pct_ci_low"], row["pct_ci_high"]],
+                "method": row["method"],
+                "clear_gain": bool(row["abs_ci_low"] is not None and row["abs_ci_low"] > 0),
+            }
+        )
     return rows
 
 
@@ -79,16 +98,21 @@ def pages(dashboard: str, campaign: int) -> dict[str, Any]:
                 page.wait_for_function(
                     "(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
                     " return !!(p && p.data && p.data.some((t) => (t.x || t.lon || []).length > 0)); }",
-                    arg=graph_id, timeout=60_000)
+                    arg=graph_id,
+                    timeout=60_000,
+                )
                 traces = page.evaluate(TRACES_JS, graph_id) or []
                 entry: dict[str, Any] = {"points": sum(trace["n"] for trace in traces)}
                 if latency:
-                    drawn = [y - (trace["minus"][i] if i < len(trace["minus"]) and trace["minus"][i] else 0.0)
-                             for trace in traces for i, y in enumerate(trace["y"]) if y is not None]
+                    drawn = [
+                        y - (trace["minus"][i] if i < len(trace["minus"]) and trace["minus"][i] else 0.0)
+                        for trace in traces
+                        for i, y in enumerate(trace["y"])
+                        if y is not None
+                    ]
                     entry["lowest_drawn_ms"] = min(drawn) if drawn else None
                 report[f"{path} {graph_id}"] = entry
-            page.screenshot(path=str(REPO / "artifacts" / f"demo{path.replace('/', '-') or '-overview'}.png"),
-                            full_page=True)
+            page.screenshot(path=str(REPO / "artifacts" / f"demo{path.replace('/', '-') or '-overview'}.png"), full_page=True)
         browser.close()
     return report
 
@@ -119,7 +143,10 @@ def real_users(dashboard: str, token_path: pathlib.Path) -> dict[str, Any]:
         for graph_id in REAL_USERS_GRAPHS:
             page.wait_for_function(
                 "(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
-                " return !!(p && p.data && p.data.some((t) => (t.x || []).length > 0)); }", arg=graph_id, timeout=60_000)
+                " return !!(p && p.data && p.data.some((t) => (t.x || []).length > 0)); }",
+                arg=graph_id,
+                timeout=60_000,
+            )
             traces = page.evaluate(TRACES_JS, graph_id) or []
             report[graph_id] = {"points": sum(trace["n"] for trace in traces)}
         page.screenshot(path=str(REPO / "artifacts" / "demo-real-users.png"), full_page=True)
@@ -138,8 +165,12 @@ def parquet_vs_csv(api: str, campaign: int) -> dict[str, Any]:
     with httpx.Client(base_url=api, timeout=600) as client:
         table = pq.read_table(io.BytesIO(client.get(f"/api/v1/trials.parquet?campaign_id={campaign}").content))
         mismatches = csv_mismatches(table, client.get(f"/api/v1/trials.csv?campaign_id={campaign}").text)
-    return {"rows": table.num_rows, "columns": table.num_columns, "mismatches": len(mismatches),
-            "first_mismatches": mismatches[:5]}
+    return {
+        "rows": table.num_rows,
+        "columns": table.num_columns,
+        "mismatches": len(mismatches),
+        "first_mismatches": mismatches[:5],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,12 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         campaign = max(demo)
     (REPO / "artifacts").mkdir(exist_ok=True)
-    report = {"campaign": campaign, "loadavg": os.getloadavg(),
-              "rtt": compare(stack.local_api_url, campaign, "rtt"),
-              "bandwidth": compare(stack.local_api_url, campaign, "bandwidth"),
-              "pages": pages(stack.dashboard_url, campaign),
-              "real_users": real_users(stack.dashboard_url, stack.run_dir / "read-token"),
-              "parquet_vs_csv": parquet_vs_csv(stack.local_api_url, campaign)}
+    report = {
+        "campaign": campaign,
+        "loadavg": os.getloadavg(),
+        "rtt": compare(stack.local_api_url, campaign, "rtt"),
+        "bandwidth": compare(stack.local_api_url, campaign, "bandwidth"),
+        "pages": pages(stack.dashboard_url, campaign),
+        "real_users": real_users(stack.dashboard_url, stack.run_dir / "read-token"),
+        "parquet_vs_csv": parquet_vs_csv(stack.local_api_url, campaign),
+    }
     rtt_from_50 = [row for row in report["rtt"] if (row["lower"] or 0) >= 50]
     bw_above_512k = [row for row in report["bandwidth"] if (row["lower"] or 0) >= 512e3]
     report["verdict"] = {
@@ -177,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         "census_points": report["pages"].get("/wild wild-census-graph", {}).get("points", 0),
         "real_users_anonymous_status": report["real_users"].get("anonymous_status"),
         "real_users_points": {graph: report["real_users"].get(graph, {}).get("points", 0) for graph in REAL_USERS_GRAPHS},
-        "lowest_drawn_latency_ms": min((entry["lowest_drawn_ms"] for entry in report["pages"].values()
-                                        if entry.get("lowest_drawn_ms") is not None), default=None),
+        "lowest_drawn_latency_ms": min(
+            (entry["lowest_drawn_ms"] for entry in report["pages"].values() if entry.get("lowest_drawn_ms") is not None),
+            default=None,
+        ),
     }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,12 +69,14 @@ def _time(con: duckdb.DuckDBPyConnection, label: str, name: str, query: str) -> 
         started = time.perf_counter()
         rows = con.execute(query).fetchall()
         times.append(time.perf_counter() - started)
-    print(f"{label:7} {name:22} median {1000 * statistics.median(times):6.0f} ms "
-          f"max {1000 * max(times):6.0f} ms  rows {len(rows)}")
+    print(
+        f"{label:7} {name:22} median {1000 * statistics.median(times):6.0f} ms max {1000 * max(times):6.0f} ms  rows {len(rows)}"
+    )
 
 
-def _load(url: str, scratch: str, export: str, span: str, read_csv: str, order: str, view: str
-          ) -> tuple[duckdb.DuckDBPyConnection, Any, Any]:
+def _load(
+    url: str, scratch: str, export: str, span: str, read_csv: str, order: str, view: str
+) -> tuple[duckdb.DuckDBPyConnection, Any, Any]:
     """``export`` (a COPY ... TO STDOUT) as Parquet sorted by ``order``, behind the DuckDB view
     ``view``; and ``span``'s (min, max), read from PostgreSQL in the same connection."""
     csv_path, parquet_path = pathlib.Path(scratch) / f"{view}.csv", pathlib.Path(scratch) / f"{view}.parquet"
@@ -84,20 +86,24 @@ def _load(url: str, scratch: str, export: str, span: str, read_csv: str, order: 
                 out.write(chunk)
         first, last = cursor.execute(span).fetchone()
     con = duckdb.connect()
-    con.execute(f"COPY (SELECT * FROM {read_csv.format(path=csv_path)} ORDER BY {order}) TO '{parquet_path}' "
-                "(FORMAT parquet)")
+    con.execute(f"COPY (SELECT * FROM {read_csv.format(path=csv_path)} ORDER BY {order}) TO '{parquet_path}' (FORMAT parquet)")
     con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{parquet_path}')")
     return con, first, last
 
 
 def rollups(url: str) -> int:
     with tempfile.TemporaryDirectory() as scratch:
-        con, first, last = _load(url, scratch, ROLLUP_EXPORT, "SELECT min(day), max(day) FROM analysis_rollups",
-                                 "read_csv('{path}', header = true, types = {{'probe_id': 'UUID', 'origin_id': 'UUID'}})",
-                                 "grain, day", "r")
+        con, first, last = _load(
+            url,
+            scratch,
+            ROLLUP_EXPORT,
+            "SELECT min(day), max(day) FROM analysis_rollups",
+            "read_csv('{path}', header = true, types = {{'probe_id': 'UUID', 'origin_id': 'UUID'}})",
+            "grain, day",
+            "r",
+        )
         middle = first + (last - first) / 2
-        week = (f"grain = 0 AND day >= DATE '{middle.isoformat()}' "
-                f"AND day < DATE '{(middle + dt.timedelta(days=7)).isoformat()}'")
+        week = f"grain = 0 AND day >= DATE '{middle.isoformat()}' AND day < DATE '{(middle + dt.timedelta(days=7)).isoformat()}'"
         for label, where in (("all", "grain = 1"), ("7 days", week)):
             _time(con, label, "paired sums per path", ROLLUP_PAIRED.format(where=where))
     return 0
@@ -105,11 +111,20 @@ def rollups(url: str) -> int:
 
 def main(url: str) -> int:
     with tempfile.TemporaryDirectory() as scratch:
-        con, first, last = _load(url, scratch, EXPORT, "SELECT min(started_at), max(started_at) FROM trials",
-                                 "read_csv_auto('{path}')", "started_at", "t")
+        con, first, last = _load(
+            url,
+            scratch,
+            EXPORT,
+            "SELECT min(started_at), max(started_at) FROM trials",
+            "read_csv_auto('{path}')",
+            "started_at",
+            "t",
+        )
         middle = first + (last - first) / 2
-        week = (f"AND started_at >= TIMESTAMPTZ '{middle.isoformat()}' "
-                f"AND started_at < TIMESTAMPTZ '{(middle + dt.timedelta(days=7)).isoformat()}'")
+        week = (
+            f"AND started_at >= TIMESTAMPTZ '{middle.isoformat()}' "
+            f"AND started_at < TIMESTAMPTZ '{(middle + dt.timedelta(days=7)).isoformat()}'"
+        )
         for label, where in (("all", ""), ("7 days", week)):
             for name, query in (("paired sums per path", PAIRED), ("histograms rtt x arm", HISTOGRAMS)):
                 _time(con, label, name, query.format(where=where))

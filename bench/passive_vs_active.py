@@ -58,16 +58,24 @@ def active_hosts() -> list[Host]:
 
 
 def run_passive(stack: Stack, duration_s: float, mix: dict[str, float]) -> dict[str, Any]:
-    plan = PassivePlan(name="passive vs active: passive", arms=AB_ARMS, duration_s=duration_s,
-                       population=PopulationConfig(mix=mix))
+    plan = PassivePlan(
+        name="passive vs active: passive", arms=AB_ARMS, duration_s=duration_s, population=PopulationConfig(mix=mix)
+    )
     with Topology.from_scenario(SCENARIO) as topology:
         result = LabPassive(topology, stack, plan).run(timeout_s=duration_s + 600)
     return result.to_dict()
 
 
 def run_active(stack: Stack, duration_s: float) -> dict[str, Any]:
-    plan = CampaignPlan(name="passive vs active: active", arms=(3, 10), sizes=None, size_dist="websearch",
-                        sizes_per_round=4, repetitions=100_000, duration_s=duration_s)
+    plan = CampaignPlan(
+        name="passive vs active: active",
+        arms=(3, 10),
+        sizes=None,
+        size_dist="websearch",
+        sizes_per_round=4,
+        repetitions=100_000,
+        duration_s=duration_s,
+    )
     with Topology(hosts=active_hosts()) as topology:
         result = LabCampaign(topology, stack, plan).run(timeout_s=duration_s + 600, show_progress=False)
     return result.to_dict()
@@ -89,13 +97,20 @@ def compare(stack: Stack, passive_id: int, active_id: int) -> dict[str, Any]:
     with stack.session() as session:
         passive = passive_buckets(session, PassiveFilters(campaign_id=passive_id, baseline="3"), "rtt")
         active = compare_by(session, Filters(campaign_ids=(active_id,), baseline_iw=3, treatment_iw=10), "rtt")
-        records = session.execute(text(
-            "SELECT region, arm_iw, response_bytes, response_latency_us FROM passive_connections "
-            "WHERE campaign_id = :c AND response_latency_us IS NOT NULL AND NOT syn_retrans AND NOT tls"),
-            {"c": passive_id}).all()
-        trials = session.execute(text(
-            "SELECT p.region, t.arm_iw, t.object_size, t.total_us FROM trials t JOIN probes p ON p.id = t.probe_id "
-            "WHERE t.campaign_id = :c AND t.error_kind IS NULL AND t.syn_retrans = 0"), {"c": active_id}).all()
+        records = session.execute(
+            text(
+                "SELECT region, arm_iw, response_bytes, response_latency_us FROM passive_connections "
+                "WHERE campaign_id = :c AND response_latency_us IS NOT NULL AND NOT syn_retrans AND NOT tls"
+            ),
+            {"c": passive_id},
+        ).all()
+        trials = session.execute(
+            text(
+                "SELECT p.region, t.arm_iw, t.object_size, t.total_us FROM trials t JOIN probes p ON p.id = t.probe_id "
+                "WHERE t.campaign_id = :c AND t.error_kind IS NULL AND t.syn_retrans = 0"
+            ),
+            {"c": active_id},
+        ).all()
     rows = []
     active_by_bucket = {row.bucket: row for row in active}
     for row in passive.rows:
@@ -104,25 +119,38 @@ def compare(stack: Stack, passive_id: int, active_id: int) -> dict[str, Any]:
         ten = next((arm for arm in row.arms if arm.arm == "10"), None)
         other = active_by_bucket.get(row.group)
         improvement = ten.mean_improvement_ms if ten is not None else None
-        entry: dict[str, Any] = {"bucket": row.group, "passive_ms": _value(improvement),
-                                 "passive_responses": {arm.arm: arm.responses for arm in row.arms},
-                                 "active_ms": None, "active_pairs": None, "overlap": None}
+        entry: dict[str, Any] = {
+            "bucket": row.group,
+            "passive_ms": _value(improvement),
+            "passive_responses": {arm.arm: arm.responses for arm in row.arms},
+            "active_ms": None,
+            "active_pairs": None,
+            "overlap": None,
+        }
         if other is not None and not other.too_small:
             entry["active_ms"] = {"value": other.abs_ms, "low": other.abs_ci_low, "high": other.abs_ci_high}
             entry["active_pairs"] = other.n_pairs
-        if improvement is not None and improvement.low is not None and entry["active_ms"] and \
-                entry["active_ms"]["low"] is not None:
+        if (
+            improvement is not None
+            and improvement.low is not None
+            and entry["active_ms"]
+            and entry["active_ms"]["low"] is not None
+        ):
             entry["overlap"] = improvement.low <= entry["active_ms"]["high"] and entry["active_ms"]["low"] <= improvement.high
         rows.append(entry)
-    return {"buckets": rows, "overlapping_buckets": sum(1 for row in rows if row["overlap"]),
-            "model": model_check(records, trials)}
+    return {
+        "buckets": rows,
+        "overlapping_buckets": sum(1 for row in rows if row["overlap"]),
+        "model": model_check(records, trials),
+    }
 
 
 def _modelled(link: Any, rtt_s: float, iw: int, size: int, server_side: bool) -> float:
     """The model's latency (ms): server-side for a passive response (its size includes the
     header), client-side for a trial (the body, plus the origin's header)."""
-    prediction = predict(size, iw, rtt_s, link.down.rate_bps, up_rate_bps=link.up.rate_bps,
-                         header_bytes=0 if server_side else 150)
+    prediction = predict(
+        size, iw, rtt_s, link.down.rate_bps, up_rate_bps=link.up.rate_bps, header_bytes=0 if server_side else 150
+    )
     return 1000 * (prediction.server_latency_s if server_side else prediction.client_total_s)
 
 
@@ -143,12 +171,16 @@ def model_check(records: list[Any], trials: list[Any]) -> list[dict[str, Any]]:
             if min(len(values) for values in by_arm.values()) < 30:
                 entry[name] = "n too small"
                 continue
-            measured = (statistics.fmean(v for _, v in by_arm[3]) - statistics.fmean(v for _, v in by_arm[10]))
-            model = (statistics.fmean(_modelled(link, rtt_s, 3, size, server_side) for size, _ in by_arm[3])
-                     - statistics.fmean(_modelled(link, rtt_s, 10, size, server_side) for size, _ in by_arm[10]))
-            entry[name] = {"n": {arm: len(values) for arm, values in by_arm.items()}, "measured_ms": round(measured, 1),
-                           "model_ms": round(model, 1),
-                           "off_pct": round(100 * (measured - model) / model, 1) if model else None}
+            measured = statistics.fmean(v for _, v in by_arm[3]) - statistics.fmean(v for _, v in by_arm[10])
+            model = statistics.fmean(_modelled(link, rtt_s, 3, size, server_side) for size, _ in by_arm[3]) - statistics.fmean(
+                _modelled(link, rtt_s, 10, size, server_side) for size, _ in by_arm[10]
+            )
+            entry[name] = {
+                "n": {arm: len(values) for arm, values in by_arm.items()},
+                "measured_ms": round(measured, 1),
+                "model_ms": round(model, 1),
+                "off_pct": round(100 * (measured - model) / model, 1) if model else None,
+            }
         checks.append(entry)
     return checks
 
@@ -165,13 +197,17 @@ def main() -> None:
     if stack is None:
         stack = started = local_stack(api_port=8702, dashboard_port=None).start()
     try:
-        report: dict[str, Any] = {"bench": "passive-vs-active", "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                  "duration_s": args.duration, "mix": args.mix}
-        report["passive"] = ({"campaign_id": args.passive_campaign} if args.passive_campaign
-                             else run_passive(stack, args.duration, args.mix))
+        report: dict[str, Any] = {
+            "bench": "passive-vs-active",
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "duration_s": args.duration,
+            "mix": args.mix,
+        }
+        report["passive"] = (
+            {"campaign_id": args.passive_campaign} if args.passive_campaign else run_passive(stack, args.duration, args.mix)
+        )
         print(json.dumps(report["passive"], indent=1, default=str), flush=True)
-        report["active"] = ({"campaign_id": args.active_campaign} if args.active_campaign
-                            else run_active(stack, args.duration))
+        report["active"] = {"campaign_id": args.active_campaign} if args.active_campaign else run_active(stack, args.duration)
         report["comparison"] = compare(stack, report["passive"]["campaign_id"], report["active"]["campaign_id"])
         print(json.dumps(report["comparison"], indent=1), flush=True)
     finally:

@@ -78,9 +78,19 @@ print(s.getsockname()[1], flush=True); time.sleep(2)
 
 
 def _study(arms: list[tuple[str, int]], ports: list[int], seed: int) -> wire.PassiveStudy:
-    return wire.PassiveStudy(campaign_id=1, name="arms check", arms=[wire.PassiveArm(a, s) for a, s in arms],
-                             ports=ports, prefix_v4=24, prefix_v6=48, assignment_seed=seed, starts_at="", ends_at="",
-                             sample_share=0.0, flush_interval_s=30)
+    return wire.PassiveStudy(
+        campaign_id=1,
+        name="arms check",
+        arms=[wire.PassiveArm(a, s) for a, s in arms],
+        ports=ports,
+        prefix_v4=24,
+        prefix_v6=48,
+        assignment_seed=seed,
+        starts_at="",
+        ends_at="",
+        sample_share=0.0,
+        flush_interval_s=30,
+    )
 
 
 class Check:
@@ -93,19 +103,20 @@ class Check:
         self.tap: subprocess.Popen[bytes] | None = None
 
     def tap_command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "iwprobe", "--log-level", "WARNING", "tap", *args, "--state-dir",
-                str(self.work / "state")]
+        return [sys.executable, "-m", "iwprobe", "--log-level", "WARNING", "tap", *args, "--state-dir", str(self.work / "state")]
 
     def start_tap(self, study: wire.PassiveStudy) -> None:
         (self.work / "study.json").write_text(json.dumps(wire.to_dict(study)))
         with open(self.work / "tap.log", "ab") as log:
-            self.tap = self.topology.popen("server", self.tap_command("run", "--study", str(self.work / "study.json"),
-                                                                      "--lease", f"{self.lease_s:g}"), stderr=log)
+            self.tap = self.topology.popen(
+                "server",
+                self.tap_command("run", "--study", str(self.work / "study.json"), "--lease", f"{self.lease_s:g}"),
+                stderr=log,
+            )
         self.wait(lambda: self.installed(), 20, "arms")
 
     def installed(self) -> bool:
-        return self.topology.run("server", ["nft", "list", "table", "inet", "iwscope_tap"],
-                                 capture_output=True).returncode == 0
+        return self.topology.run("server", ["nft", "list", "table", "inet", "iwscope_tap"], capture_output=True).returncode == 0
 
     @staticmethod
     def wait(condition: Any, timeout_s: float, what: str) -> float:
@@ -118,8 +129,9 @@ class Check:
 
     def sockets(self) -> list[dict[str, Any]]:
         ports = " or ".join(f"sport = :{port}" for port in self.ports)
-        shown = self.topology.run("server", ["ss", "-tieHn", "state", "established", f"( {ports} )"],
-                                  capture_output=True, text=True).stdout
+        shown = self.topology.run(
+            "server", ["ss", "-tieHn", "state", "established", f"( {ports} )"], capture_output=True, text=True
+        ).stdout
         found = []
         for entry in re.split(r"\n(?=\S)", shown.strip()):
             # Recv-Q, Send-Q, the local address:port, the peer's.
@@ -129,14 +141,21 @@ class Check:
                 continue
             mark = re.search(r"fwmark:(0x[0-9a-f]+)", entry)
             retrans = re.search(r"\bretrans:\d+/(\d+)", entry)
-            found.append({"address": peer.group(1), "port": int(peer.group(2)), "cwnd": int(cwnd.group(1)),
-                          "mark": int(mark.group(1), 16) if mark else 0,
-                          "retrans": int(retrans.group(1)) if retrans else 0})
+            found.append(
+                {
+                    "address": peer.group(1),
+                    "port": int(peer.group(2)),
+                    "cwnd": int(cwnd.group(1)),
+                    "mark": int(mark.group(1), 16) if mark else 0,
+                    "retrans": int(retrans.group(1)) if retrans else 0,
+                }
+            )
         return found
 
     def fresh_cwnd(self, host: str, address: str) -> int:
-        process = self.topology.popen(host, [sys.executable, "-c", ONE, address, self.web.address, str(self.ports[0])],
-                                      stdout=subprocess.PIPE, text=True)
+        process = self.topology.popen(
+            host, [sys.executable, "-c", ONE, address, self.web.address, str(self.ports[0])], stdout=subprocess.PIPE, text=True
+        )
         try:
             assert process.stdout is not None
             port = int(process.stdout.readline())
@@ -167,12 +186,29 @@ def arms_at_accept(check: Check, per_address: int, seed: int) -> dict[str, Any]:
     check.start_tap(study)
     holders = []
     users = {host.name: host.user_addresses for host in check.topology.hosts_by_role("users")}
-    expected = {address: assignment.arm_of(keyer.prefix(socket.inet_aton(address)))
-                for addresses in users.values() for address in addresses}
+    expected = {
+        address: assignment.arm_of(keyer.prefix(socket.inet_aton(address)))
+        for addresses in users.values()
+        for address in addresses
+    }
     for host, addresses in users.items():
-        holders.append(check.topology.popen(host, [sys.executable, "-c", HOLD, ",".join(addresses), check.web.address,
-                                                   ",".join(map(str, check.ports)), str(per_address)],
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        holders.append(
+            check.topology.popen(
+                host,
+                [
+                    sys.executable,
+                    "-c",
+                    HOLD,
+                    ",".join(addresses),
+                    check.web.address,
+                    ",".join(map(str, check.ports)),
+                    str(per_address),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
     failed_connects = 0
     for holder in holders:
         assert holder.stdout is not None
@@ -182,9 +218,15 @@ def arms_at_accept(check: Check, per_address: int, seed: int) -> dict[str, Any]:
             failed_connects += 1
     time.sleep(1.0)
     seen = [entry for entry in check.sockets() if entry["address"] in expected]
-    outcome: dict[str, Any] = {"connections": len(seen), "addresses": len({e["address"] for e in seen}),
-                               "failed_connects": failed_connects, "equal": 0, "syn_retransmitted": 0,
-                               "different": [], "per_arm": {}}
+    outcome: dict[str, Any] = {
+        "connections": len(seen),
+        "addresses": len({e["address"] for e in seen}),
+        "failed_connects": failed_connects,
+        "equal": 0,
+        "syn_retransmitted": 0,
+        "different": [],
+        "per_arm": {},
+    }
     for entry in seen:
         arm = expected[entry["address"]]
         want = arm.iw or DEFAULT_IW
@@ -204,8 +246,12 @@ def arms_at_accept(check: Check, per_address: int, seed: int) -> dict[str, Any]:
         share = arm.share_bp / wire.PASSIVE_SHARE_SCALE
         count = len(per.pop("prefixes"))
         sigma = (prefixes * share * (1 - share)) ** 0.5
-        per.update(prefixes=count, expected=round(prefixes * share, 1), sigma=round(sigma, 2),
-                   z=round((count - prefixes * share) / sigma, 2) if sigma else 0.0)
+        per.update(
+            prefixes=count,
+            expected=round(prefixes * share, 1),
+            sigma=round(sigma, 2),
+            z=round((count - prefixes * share) / sigma, 2) if sigma else 0.0,
+        )
     for holder in holders:
         holder.kill()
         holder.wait()
@@ -234,9 +280,14 @@ def restore_times(check: Check, host: str, address: str) -> dict[str, Any]:
     after_disable = time.monotonic() - started
     check.topology.run("server", check.tap_command("enable"), capture_output=True)
     check.stop_tap()
-    return {"lease_s": check.lease_s, "default_after_kill_9_s": round(after_kill, 2),
-            "cleanup": cleanup.stdout.strip(), "disable": disabled.stdout.strip(),
-            "default_after_disable_s": round(after_disable, 2), "cwnd_after_disable": cwnd}
+    return {
+        "lease_s": check.lease_s,
+        "default_after_kill_9_s": round(after_kill, 2),
+        "cleanup": cleanup.stdout.strip(),
+        "disable": disabled.stdout.strip(),
+        "default_after_disable_s": round(after_disable, 2),
+        "cwnd_after_disable": cwnd,
+    }
 
 
 def churn(check: Check, seconds: float, churn_s: float, seed: int) -> dict[str, Any]:
@@ -257,21 +308,51 @@ def churn(check: Check, seconds: float, churn_s: float, seed: int) -> dict[str, 
     thread.start()
     loads: dict[str, Any] = {}
     try:
-        wrk = check.topology.run(host, ["wrk", "-t1", "-c20", f"-d{seconds:g}s", "-H", "Connection: close",
-                                        check.web.url("h1", "/" + next(iter(check.web.site.objects)).lstrip("/"))],
-                                 capture_output=True, text=True)
-        loads["wrk"] = {"output": wrk.stdout.strip().splitlines()[-6:],
-                        "requests": int(re.search(r"(\d+) requests in", wrk.stdout).group(1)),  # type: ignore[union-attr]
-                        "errors": sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", wrk.stdout))
-                        + int((re.search(r"Non-2xx or 3xx responses: (\d+)", wrk.stdout) or [0, 0])[1])}
-        h2 = check.topology.run(host, ["h2load", "-D", f"{seconds:g}", "-c", "20", "-m", "4",
-                                       check.web.url("h2", "/" + next(iter(check.web.site.objects)).lstrip("/"))],
-                                capture_output=True, text=True)
-        requests = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
-                             r"(\d+) errored, (\d+) timeout", h2.stdout)
-        loads["h2load"] = {"line": requests.group(0) if requests else h2.stdout[-500:],
-                           "succeeded": int(requests.group(4)) if requests else 0,
-                           "errors": sum(int(requests.group(i)) for i in (5, 6, 7)) if requests else -1}
+        wrk = check.topology.run(
+            host,
+            [
+                "wrk",
+                "-t1",
+                "-c20",
+                f"-d{seconds:g}s",
+                "-H",
+                "Connection: close",
+                check.web.url("h1", "/" + next(iter(check.web.site.objects)).lstrip("/")),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        loads["wrk"] = {
+            "output": wrk.stdout.strip().splitlines()[-6:],
+            "requests": int(re.search(r"(\d+) requests in", wrk.stdout).group(1)),  # type: ignore[union-attr]
+            "errors": sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", wrk.stdout))
+            + int((re.search(r"Non-2xx or 3xx responses: (\d+)", wrk.stdout) or [0, 0])[1]),
+        }
+        h2 = check.topology.run(
+            host,
+            [
+                "h2load",
+                "-D",
+                f"{seconds:g}",
+                "-c",
+                "20",
+                "-m",
+                "4",
+                check.web.url("h2", "/" + next(iter(check.web.site.objects)).lstrip("/")),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        requests = re.search(
+            r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+            r"(\d+) errored, (\d+) timeout",
+            h2.stdout,
+        )
+        loads["h2load"] = {
+            "line": requests.group(0) if requests else h2.stdout[-500:],
+            "succeeded": int(requests.group(4)) if requests else 0,
+            "errors": sum(int(requests.group(i)) for i in (5, 6, 7)) if requests else -1,
+        }
     finally:
         stop.set()
         thread.join()

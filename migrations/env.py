@@ -16,8 +16,7 @@ def _url() -> str:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
-                      include_object=include_object)
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True, include_object=include_object)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -25,8 +24,9 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          include_object=include_object, compare_type=True)
+        context.configure(
+            connection=connection, target_metadata=target_metadata, include_object=include_object, compare_type=True
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

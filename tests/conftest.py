@@ -129,22 +129,26 @@ def celery_queue(test_id: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def service_env(database_url: str, redis_url: str, celery_queue: str,
-                tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def service_env(database_url: str, redis_url: str, celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Environment of the subprocesses (API, worker, CLI) pointing at this session's services;
     the worker keeps an analysis copy (``pathcopy``) that the API and the dashboard read."""
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("IWSCOPE_ADMIN_TOKEN", "IWSCOPE_ENROLL_TOKEN", "IWSCOPE_ENV")}
-    environment.update({
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "IWSCOPE_CELERY_QUEUE": celery_queue,
-        "IWSCOPE_DRAIN_SECONDS": "0.5",
-        "IWSCOPE_LOG_LEVEL": "WARNING",
-        "IWSCOPE_ENV": "development",
-        "PYTHONUNBUFFERED": "1",
-        "IWSCOPE_ANALYSIS_COPY_DIR": str(tmp_path_factory.mktemp("analysis-copy")),
-    })
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("IWSCOPE_ADMIN_TOKEN", "IWSCOPE_ENROLL_TOKEN", "IWSCOPE_ENV")
+    }
+    environment.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "IWSCOPE_CELERY_QUEUE": celery_queue,
+            "IWSCOPE_DRAIN_SECONDS": "0.5",
+            "IWSCOPE_LOG_LEVEL": "WARNING",
+            "IWSCOPE_ENV": "development",
+            "PYTHONUNBUFFERED": "1",
+            "IWSCOPE_ANALYSIS_COPY_DIR": str(tmp_path_factory.mktemp("analysis-copy")),
+        }
+    )
     return environment
 
 
@@ -182,8 +186,9 @@ class CeleryWorker:
                 if meta["status"] in ("FAILURE", "REVOKED"):
                     raise RuntimeError(f"task {name} {meta['status']}: {meta.get('traceback') or meta['result']}")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"task {name} still {meta['status']} after {timeout} s; worker log tail:\n"
-                                       f"{self.log()[-3000:]}")
+                    raise TimeoutError(
+                        f"task {name} still {meta['status']} after {timeout} s; worker log tail:\n{self.log()[-3000:]}"
+                    )
                 time.sleep(0.1)
         finally:
             close_celery_client(app)
@@ -193,15 +198,20 @@ class CeleryWorker:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(service_env: dict[str, str], celery_queue: str, redis_url: str, test_id: str,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryWorker]:
+def celery_worker(
+    service_env: dict[str, str], celery_queue: str, redis_url: str, test_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryWorker]:
     """A real Celery worker (concurrency 1) on this session's queue; waits until it answers ping."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with open(log_path, "wb") as log:
         # INFO: a task that times out shows the worker's last received/succeeded lines in the message.
-        process = subprocess.Popen([*IWSCOPE, "worker", "--concurrency", "1"],
-                                   env={**service_env, "IWSCOPE_LOG_LEVEL": "INFO"},
-                                   stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(
+            [*IWSCOPE, "worker", "--concurrency", "1"],
+            env={**service_env, "IWSCOPE_LOG_LEVEL": "INFO"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     worker = CeleryWorker(process, celery_queue, redis_url, log_path)
     app = worker.client()
     try:
@@ -245,9 +255,13 @@ class ApiServer:
             return
         with open(self.log_path, "ab") as log:
             listen = [argument for host in ("127.0.0.1", ensure_service_address()) for argument in ("--host", host)]
-            self.process = subprocess.Popen([*IWSCOPE, "api", *listen, "--port", str(self.port),
-                                             "--workers", str(self.workers)],
-                                            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            self.process = subprocess.Popen(
+                [*IWSCOPE, "api", *listen, "--port", str(self.port), "--workers", str(self.workers)],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         self.starts += 1
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -270,8 +284,7 @@ class ApiServer:
 
 
 @pytest.fixture(scope="session")
-def _api_server_process(service_env: dict[str, str],
-                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def _api_server_process(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     server = ApiServer(service_env, free_port(), tmp_path_factory.mktemp("api") / "api.log")
     try:
         server.start()
@@ -288,15 +301,17 @@ def api_server(_api_server_process: ApiServer) -> ApiServer:
 
 
 @pytest.fixture
-def api_server_factory(service_env: dict[str, str],
-                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ApiServer]]:
+def api_server_factory(
+    service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., ApiServer]]:
     """Start extra API processes with environment overrides (``factory(IWSCOPE_DRAIN_SECONDS="3")``),
     ``workers`` processes behind the port (``factory(workers=2)``)."""
     servers: list[ApiServer] = []
 
     def start(workers: int = 1, **overrides: str) -> ApiServer:
-        server = ApiServer({**service_env, **overrides}, free_port(),
-                           tmp_path_factory.mktemp("api-extra") / "api.log", workers=workers)
+        server = ApiServer(
+            {**service_env, **overrides}, free_port(), tmp_path_factory.mktemp("api-extra") / "api.log", workers=workers
+        )
         servers.append(server)
         server.start()
         return server
@@ -315,8 +330,14 @@ def unused_tcp_port() -> int:
 
 
 def _create_token(service_env: dict[str, str], kind: str) -> str:
-    completed = subprocess.run([*IWSCOPE, "token", "create", "--kind", kind, "--label", "pytest"],
-                               env=service_env, capture_output=True, text=True, cwd=REPO, timeout=60)
+    completed = subprocess.run(
+        [*IWSCOPE, "token", "create", "--kind", kind, "--label", "pytest"],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     if completed.returncode != 0:
         raise RuntimeError(f"iwscope token create failed: {completed.stderr}")
     return completed.stdout.strip()

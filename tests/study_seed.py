@@ -27,8 +27,7 @@ SIZES = (2_000, 8_000, 15_000, 30_000, 60_000, 120_000)
 PROXIED_PROBE = "mumbai-1"
 #: Census targets (ad hoc records, no campaign) and the IW each region's probes find; the last
 #: target has only two determined records ("n too small") beside a lower bound.
-CENSUS_TARGETS = {"https://cdn-a.example/big.bin": 10, "https://cdn-b.example/big.bin": 32,
-                  "https://small.example/": None}
+CENSUS_TARGETS = {"https://cdn-a.example/big.bin": 10, "https://cdn-b.example/big.bin": 32, "https://small.example/": None}
 
 
 @dataclass(frozen=True)
@@ -81,38 +80,84 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
     rng = np.random.default_rng(seed)
     stamped = now - dt.timedelta(minutes=5)  # received/joined well before the roll-up bound
     origin = Origin(
-        id=uuid.uuid4(), name="origin-eu", region="europe", host="origin.example", version="1.0",
+        id=uuid.uuid4(),
+        name="origin-eu",
+        region="europe",
+        host="origin.example",
+        version="1.0",
         arms=[{"iw": 3, "port": 8003}, {"iw": 10, "port": 8010}, {"iw": 16, "port": 8016}],
-        secret_hash="x", last_seen_at=now,
+        secret_hash="x",
+        last_seen_at=now,
     )
     session.add(origin)
     probes: dict[str, Probe] = {}
     for index, path in enumerate(PATHS):
         probe = Probe(
-            id=uuid.uuid4(), name=path.name, region=path.region, country=path.country, asn=64500 + index,
-            labels={}, version="1.0.0", secret_hash="x",
+            id=uuid.uuid4(),
+            name=path.name,
+            region=path.region,
+            country=path.country,
+            asn=64500 + index,
+            labels={},
+            version="1.0.0",
+            secret_hash="x",
             last_seen_at=now - dt.timedelta(minutes=3 + 17 * index),
-            last_heartbeat={"version": "1.0.0", "spool_backlog": index * 3, "spool_bytes": index * 900,
-                            "uptime_s": 86400.0, "trials_measured": 500},
+            last_heartbeat={
+                "version": "1.0.0",
+                "spool_backlog": index * 3,
+                "spool_bytes": index * 900,
+                "uptime_s": 86400.0,
+                "trials_measured": 500,
+            },
         )
         probes[path.name] = probe
         session.add(probe)
     day0 = (now - dt.timedelta(days=3)).replace(hour=0, minute=0, second=0, microsecond=0)
-    pilot = Campaign(name="pilot", origin_ids=[origin.id], probe_regions=None, arms=[3, 10], sizes=list(SIZES),
-                     size_dist=None, sizes_per_round=len(SIZES), repetitions=repetitions, interval_s=60.0,
-                     starts_at=day0, ends_at=None, calibrate=False)
-    higher = Campaign(name="higher-iw", origin_ids=[origin.id], probe_regions=None, arms=[3, 10, 16], sizes=list(SIZES),
-                      size_dist=None, sizes_per_round=len(SIZES), repetitions=repetitions, interval_s=60.0,
-                      starts_at=day0, ends_at=None, calibrate=False)
+    pilot = Campaign(
+        name="pilot",
+        origin_ids=[origin.id],
+        probe_regions=None,
+        arms=[3, 10],
+        sizes=list(SIZES),
+        size_dist=None,
+        sizes_per_round=len(SIZES),
+        repetitions=repetitions,
+        interval_s=60.0,
+        starts_at=day0,
+        ends_at=None,
+        calibrate=False,
+    )
+    higher = Campaign(
+        name="higher-iw",
+        origin_ids=[origin.id],
+        probe_regions=None,
+        arms=[3, 10, 16],
+        sizes=list(SIZES),
+        size_dist=None,
+        sizes_per_round=len(SIZES),
+        repetitions=repetitions,
+        interval_s=60.0,
+        starts_at=day0,
+        ends_at=None,
+        calibrate=False,
+    )
     session.add_all([pilot, higher])
     session.flush()
     for path in PATHS:
         rtt_us = int(path.rtt_ms * 1000)
         bps = int(path.bandwidth_mbps * 1e6)
-        session.add(PathEstimate(
-            probe_id=probes[path.name].id, origin_id=origin.id, min_rtt_us=rtt_us, bottleneck_bps=bps,
-            bdp_bytes=int(bps / 8 * rtt_us / 1e6), loss_rate=path.loss_rate, sample_count=50, updated_at=stamped,
-        ))
+        session.add(
+            PathEstimate(
+                probe_id=probes[path.name].id,
+                origin_id=origin.id,
+                min_rtt_us=rtt_us,
+                bottleneck_bps=bps,
+                bdp_bytes=int(bps / 8 * rtt_us / 1e6),
+                loss_rate=path.loss_rate,
+                sample_count=50,
+                updated_at=stamped,
+            )
+        )
 
     trials: list[dict[str, object]] = []
     for campaign in (pilot, higher):
@@ -122,9 +167,15 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
                 day = round_number % 3
                 for iw in campaign.arms:
                     for size in SIZES:
-                        started = day0 + dt.timedelta(days=day, hours=int(rng.integers(0, 24)), minutes=int(rng.integers(0, 60)),
-                                                      seconds=float(rng.uniform(0, 60)))
-                        trials.append(_trial(rng, campaign.id, origin.id, probe.id, path, iw, size, round_number, started, stamped))
+                        started = day0 + dt.timedelta(
+                            days=day,
+                            hours=int(rng.integers(0, 24)),
+                            minutes=int(rng.integers(0, 60)),
+                            seconds=float(rng.uniform(0, 60)),
+                        )
+                        trials.append(
+                            _trial(rng, campaign.id, origin.id, probe.id, path, iw, size, round_number, started, stamped)
+                        )
     session.execute(insert(TrialId), [{"trial_id": t["trial_id"], "started_at": t["started_at"]} for t in trials])
     session.execute(insert(Trial), trials)
     session.execute(insert(CensusRecord), _census(probes, day0, stamped))
@@ -150,14 +201,31 @@ def _census(probes: dict[str, Probe], day0: dt.datetime, stamped: dt.datetime) -
                 determined = iw is not None or index < 2
                 status = "ok" if determined else "lower_bound"
                 segments = iw if iw is not None else (4 if determined else 7)
-                records.append({
-                    "census_id": uuid.uuid4(), "probe_id": probe.id, "campaign_id": None, "round": day, "url": url,
-                    "host": host, "measured_at": day0 + dt.timedelta(days=day, hours=index), "status": status,
-                    "iw_segments": segments, "iw_bytes": segments * MSS, "mss": MSS,
-                    "reason": "" if determined else "object_ended", "connections": 3,
-                    "connections_ok": 3 if determined else 0, "announced_mss": None, "rtt_us": 50_000,
-                    "family": "ipv4", "tls_version": "TLSv1.3", "http_status": 206, "error_detail": None,
-                    "received_at": stamped})
+                records.append(
+                    {
+                        "census_id": uuid.uuid4(),
+                        "probe_id": probe.id,
+                        "campaign_id": None,
+                        "round": day,
+                        "url": url,
+                        "host": host,
+                        "measured_at": day0 + dt.timedelta(days=day, hours=index),
+                        "status": status,
+                        "iw_segments": segments,
+                        "iw_bytes": segments * MSS,
+                        "mss": MSS,
+                        "reason": "" if determined else "object_ended",
+                        "connections": 3,
+                        "connections_ok": 3 if determined else 0,
+                        "announced_mss": None,
+                        "rtt_us": 50_000,
+                        "family": "ipv4",
+                        "tls_version": "TLSv1.3",
+                        "http_status": 206,
+                        "error_detail": None,
+                        "received_at": stamped,
+                    }
+                )
     return records
 
 
@@ -167,14 +235,34 @@ def _client_iw(probe_name: str, iw: int, size: int) -> dict[str, object]:
     window = 10 if probe_name == PROXIED_PROBE else iw
     segments = math.ceil(size / MSS) + 1  # the head's own segment
     if segments <= window:
-        return {"client_iw_status": "lower_bound", "client_iw_segments": segments, "client_iw_bytes": size,
-                "client_iw_mss": MSS, "client_iw_reason": "object_ended"}
-    return {"client_iw_status": "ok", "client_iw_segments": window, "client_iw_bytes": window * MSS,
-            "client_iw_mss": MSS, "client_iw_reason": None}
+        return {
+            "client_iw_status": "lower_bound",
+            "client_iw_segments": segments,
+            "client_iw_bytes": size,
+            "client_iw_mss": MSS,
+            "client_iw_reason": "object_ended",
+        }
+    return {
+        "client_iw_status": "ok",
+        "client_iw_segments": window,
+        "client_iw_bytes": window * MSS,
+        "client_iw_mss": MSS,
+        "client_iw_reason": None,
+    }
 
 
-def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, probe_id: uuid.UUID, path: PathSpec,
-           iw: int, size: int, round_number: int, started: dt.datetime, stamped: dt.datetime) -> dict[str, object]:
+def _trial(
+    rng: np.random.Generator,
+    campaign_id: int,
+    origin_id: uuid.UUID,
+    probe_id: uuid.UUID,
+    path: PathSpec,
+    iw: int,
+    size: int,
+    round_number: int,
+    started: dt.datetime,
+    stamped: dt.datetime,
+) -> dict[str, object]:
     rtt_us = path.rtt_ms * 1000
     segments = math.ceil(size / MSS)
     transfer_us = size * 8 / (path.bandwidth_mbps * 1e6) * 1e6
@@ -186,29 +274,66 @@ def _trial(rng: np.random.Generator, campaign_id: int, origin_id: uuid.UUID, pro
     failed = bool(rng.random() < 0.02)
     connect_us = rtt_us * float(rng.uniform(1.0, 1.1))
     base: dict[str, object] = {
-        "trial_id": uuid.uuid4(), "started_at": started, "probe_id": probe_id, "campaign_id": campaign_id,
-        "origin_id": origin_id, "round": round_number, "arm_iw": iw, "object_size": size,
-        "url": f"http://origin.example:{8000 + iw}/bytes/{size}", "dns_us": 0, "syn_retrans": 0,
-        "tcp_info": {}, "received_at": stamped,
+        "trial_id": uuid.uuid4(),
+        "started_at": started,
+        "probe_id": probe_id,
+        "campaign_id": campaign_id,
+        "origin_id": origin_id,
+        "round": round_number,
+        "arm_iw": iw,
+        "object_size": size,
+        "url": f"http://origin.example:{8000 + iw}/bytes/{size}",
+        "dns_us": 0,
+        "syn_retrans": 0,
+        "tcp_info": {},
+        "received_at": stamped,
     }
     if failed:
-        return base | {"connect_us": None, "ttfb_us": None, "total_us": None, "bytes_received": 0, "http_status": None,
-                       "error_kind": "timeout", "error_detail": "read timed out"}
+        return base | {
+            "connect_us": None,
+            "ttfb_us": None,
+            "total_us": None,
+            "bytes_received": 0,
+            "http_status": None,
+            "error_kind": "timeout",
+            "error_detail": "read timed out",
+        }
     total_us = connect_us + 0.5 * rtt_us + latency_us
     # HTTPS on every other path: a 16 KB first flight (three rounds from IW3, two from IW10, one
     # from IW16) or a 2.4 KB one (one round from any IW)
     flight = 16_400 if path.rtt_ms >= 100 else 2_400
     handshake_us = slow_start_rounds(flight, iw) * rtt_us * float(rng.lognormal(0.0, 0.03))
-    tls = {"tls_version": "TLSv1.3", "tls_handshake_us": int(handshake_us), "family": "ipv4",
-           "server_tls_handshake_us": int(handshake_us - 0.5 * rtt_us), "server_tls_first_flight_bytes": flight,
-           "server_tls_flight_acked_us": int(handshake_us - 0.5 * rtt_us)}
-    return base | tls | {
-        "connect_us": int(connect_us), "ttfb_us": int(connect_us + rtt_us), "total_us": int(total_us),
-        **_client_iw(path.name, iw, size),
-        "bytes_received": size, "http_status": 200, "error_kind": None, "error_detail": None,
-        "tcpi_rtt_us": int(rtt_us), "tcpi_min_rtt_us": int(rtt_us), "tcpi_total_retrans": 0,
-        "server_latency_us": int(latency_us), "server_first_byte_us": int(0.2 * rtt_us),
-        "server_total_retrans": 1 if retransmitted else 0, "server_bytes_retrans": MSS if retransmitted else 0,
-        "server_bytes_sent": size + (MSS if retransmitted else 0), "server_snd_cwnd_at_accept": iw,
-        "cwnd_mismatch": False, "rwnd_limited": False, "joined_at": stamped,
+    tls = {
+        "tls_version": "TLSv1.3",
+        "tls_handshake_us": int(handshake_us),
+        "family": "ipv4",
+        "server_tls_handshake_us": int(handshake_us - 0.5 * rtt_us),
+        "server_tls_first_flight_bytes": flight,
+        "server_tls_flight_acked_us": int(handshake_us - 0.5 * rtt_us),
     }
+    return (
+        base
+        | tls
+        | {
+            "connect_us": int(connect_us),
+            "ttfb_us": int(connect_us + rtt_us),
+            "total_us": int(total_us),
+            **_client_iw(path.name, iw, size),
+            "bytes_received": size,
+            "http_status": 200,
+            "error_kind": None,
+            "error_detail": None,
+            "tcpi_rtt_us": int(rtt_us),
+            "tcpi_min_rtt_us": int(rtt_us),
+            "tcpi_total_retrans": 0,
+            "server_latency_us": int(latency_us),
+            "server_first_byte_us": int(0.2 * rtt_us),
+            "server_total_retrans": 1 if retransmitted else 0,
+            "server_bytes_retrans": MSS if retransmitted else 0,
+            "server_bytes_sent": size + (MSS if retransmitted else 0),
+            "server_snd_cwnd_at_accept": iw,
+            "cwnd_mismatch": False,
+            "rwnd_limited": False,
+            "joined_at": stamped,
+        }
+    )

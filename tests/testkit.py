@@ -51,18 +51,35 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def enroll_probe(client: httpx.Client, enroll_token: str, region: str = "eu-west", name: str | None = None) -> Enrolled:
-    response = client.post(wire.PROBE_ENROLL_PATH, headers=bearer(enroll_token), json={
-        "name": name or f"probe-{uuid.uuid4().hex[:6]}", "region": region, "country": "DE", "asn": 3320,
-        "labels": {"access": "dsl"}, "version": "0.1.0"})
+    response = client.post(
+        wire.PROBE_ENROLL_PATH,
+        headers=bearer(enroll_token),
+        json={
+            "name": name or f"probe-{uuid.uuid4().hex[:6]}",
+            "region": region,
+            "country": "DE",
+            "asn": 3320,
+            "labels": {"access": "dsl"},
+            "version": "0.1.0",
+        },
+    )
     assert response.status_code == 201, response.text
     body = response.json()
     return Enrolled(body["id"], body["credential"])
 
 
 def enroll_origin(client: httpx.Client, origin_token: str, arms: tuple[int, ...] = (3, 10)) -> Enrolled:
-    response = client.post(wire.ORIGIN_ENROLL_PATH, headers=bearer(origin_token), json={
-        "name": f"origin-{uuid.uuid4().hex[:6]}", "region": "eu-central", "host": "10.0.0.1",
-        "arms": [{"iw": iw, "port": 8000 + iw} for iw in arms], "version": "0.1.0"})
+    response = client.post(
+        wire.ORIGIN_ENROLL_PATH,
+        headers=bearer(origin_token),
+        json={
+            "name": f"origin-{uuid.uuid4().hex[:6]}",
+            "region": "eu-central",
+            "host": "10.0.0.1",
+            "arms": [{"iw": iw, "port": 8000 + iw} for iw in arms],
+            "version": "0.1.0",
+        },
+    )
     assert response.status_code == 201, response.text
     body = response.json()
     return Enrolled(body["id"], body["credential"])
@@ -75,12 +92,14 @@ class SlowUpload:
     def __init__(self, port: int, path: str, credential: str, body: bytes) -> None:
         self.body = body
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {credential}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         self.sock.sendall(head + body[: len(body) // 2])
 
     def finish(self) -> tuple[int, Any]:
-        self.sock.sendall(self.body[len(self.body) // 2:])
+        self.sock.sendall(self.body[len(self.body) // 2 :])
         response = http.client.HTTPResponse(self.sock, method="POST")
         response.begin()
         answer = orjson.loads(response.read())
@@ -100,28 +119,54 @@ def revoke_unnoticed(database_url: str, probe_id: str) -> None:
 
 
 # ----------------------------------------------------------------------------- wire records
-def make_trial(probe_id: str, origin_id: str | None = None, campaign_id: int | None = None,
-               **overrides: Any) -> dict[str, Any]:
+def make_trial(probe_id: str, origin_id: str | None = None, campaign_id: int | None = None, **overrides: Any) -> dict[str, Any]:
     """A valid wire ``TrialRecord`` as a dict (arm 3 or 10 at random unless ``arm_iw`` is given)."""
     arm_iw = overrides.pop("arm_iw", random.choice((3, 10)))
     total_us = random.randint(20_000, 400_000)
     record = {
-        "trial_id": wire.new_id(), "probe_id": probe_id, "campaign_id": campaign_id, "origin_id": origin_id,
-        "round": 0, "arm_iw": arm_iw, "object_size": 100_000, "url": f"http://10.0.0.1:{8000 + arm_iw}/obj/100000",
-        "started_at": wire.utc_timestamp(), "dns_us": 0, "connect_us": 20_000, "ttfb_us": 21_000,
-        "total_us": total_us, "bytes_received": 100_250, "http_status": 200, "error_kind": None,
-        "error_detail": None, "syn_retrans": 0,
-        "tcp_info": {"rtt": 20_500, "rttvar": 800, "min_rtt": 20_000, "total_retrans": 0, "segs_in": 75,
-                     "data_segs_in": 70, "rcv_space": 65_000, "rcv_mss": 1448, "bytes_received": 100_250},
+        "trial_id": wire.new_id(),
+        "probe_id": probe_id,
+        "campaign_id": campaign_id,
+        "origin_id": origin_id,
+        "round": 0,
+        "arm_iw": arm_iw,
+        "object_size": 100_000,
+        "url": f"http://10.0.0.1:{8000 + arm_iw}/obj/100000",
+        "started_at": wire.utc_timestamp(),
+        "dns_us": 0,
+        "connect_us": 20_000,
+        "ttfb_us": 21_000,
+        "total_us": total_us,
+        "bytes_received": 100_250,
+        "http_status": 200,
+        "error_kind": None,
+        "error_detail": None,
+        "syn_retrans": 0,
+        "tcp_info": {
+            "rtt": 20_500,
+            "rttvar": 800,
+            "min_rtt": 20_000,
+            "total_retrans": 0,
+            "segs_in": 75,
+            "data_segs_in": 70,
+            "rcv_space": 65_000,
+            "rcv_mss": 1448,
+            "bytes_received": 100_250,
+        },
     }
     record.update(overrides)
     return record
 
 
-def make_batch(probe_id: str, trials: list[dict[str, Any]],
-               path_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"wire_version": 1, "batch_id": wire.new_id(), "probe_id": probe_id, "sent_at": wire.utc_timestamp(),
-            "trials": trials, "path_samples": path_samples or []}
+def make_batch(probe_id: str, trials: list[dict[str, Any]], path_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "wire_version": 1,
+        "batch_id": wire.new_id(),
+        "probe_id": probe_id,
+        "sent_at": wire.utc_timestamp(),
+        "trials": trials,
+        "path_samples": path_samples or [],
+    }
 
 
 def make_observation(trial: dict[str, Any] | str, origin_id: str, **overrides: Any) -> dict[str, Any]:
@@ -130,35 +175,73 @@ def make_observation(trial: dict[str, Any] | str, origin_id: str, **overrides: A
     if isinstance(trial, str):
         trial = {"trial_id": trial, "arm_iw": 10, "object_size": 100_000, "started_at": wire.utc_timestamp()}
     record = {
-        "trial_id": trial["trial_id"], "origin_id": origin_id, "arm_iw": trial["arm_iw"],
-        "port": 8000 + trial["arm_iw"], "client_addr": "10.0.1.2", "object_size": trial["object_size"],
-        "request_at": trial["started_at"], "first_byte_us": 150, "response_latency_us": 90_000,
-        "snd_cwnd_at_accept": trial["arm_iw"], "cwnd_mismatch": False, "rwnd_limited": False,
-        "peer_rwnd": 65_535, "http_status": 200, "error_kind": None,
-        "tcp_info": {"total_retrans": 1, "bytes_retrans": 1448, "rtt": 21_000, "min_rtt": 19_000,
-                     "delivery_rate": 1_250_000, "segs_out": 72, "bytes_sent": 100_250, "snd_cwnd": 20,
-                     "snd_ssthresh": 2_147_483_647, "busy_time": 80_000, "rwnd_limited": 0, "sndbuf_limited": 0},
+        "trial_id": trial["trial_id"],
+        "origin_id": origin_id,
+        "arm_iw": trial["arm_iw"],
+        "port": 8000 + trial["arm_iw"],
+        "client_addr": "10.0.1.2",
+        "object_size": trial["object_size"],
+        "request_at": trial["started_at"],
+        "first_byte_us": 150,
+        "response_latency_us": 90_000,
+        "snd_cwnd_at_accept": trial["arm_iw"],
+        "cwnd_mismatch": False,
+        "rwnd_limited": False,
+        "peer_rwnd": 65_535,
+        "http_status": 200,
+        "error_kind": None,
+        "tcp_info": {
+            "total_retrans": 1,
+            "bytes_retrans": 1448,
+            "rtt": 21_000,
+            "min_rtt": 19_000,
+            "delivery_rate": 1_250_000,
+            "segs_out": 72,
+            "bytes_sent": 100_250,
+            "snd_cwnd": 20,
+            "snd_ssthresh": 2_147_483_647,
+            "busy_time": 80_000,
+            "rwnd_limited": 0,
+            "sndbuf_limited": 0,
+        },
     }
     record.update(overrides)
     return record
 
 
 def make_observation_batch(origin_id: str, observations: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"wire_version": 1, "batch_id": wire.new_id(), "origin_id": origin_id, "sent_at": wire.utc_timestamp(),
-            "observations": observations}
+    return {
+        "wire_version": 1,
+        "batch_id": wire.new_id(),
+        "origin_id": origin_id,
+        "sent_at": wire.utc_timestamp(),
+        "observations": observations,
+    }
 
 
 def make_path_sample(probe_id: str, origin_id: str, **overrides: Any) -> dict[str, Any]:
-    record = {"sample_id": wire.new_id(), "probe_id": probe_id, "origin_id": origin_id,
-              "measured_at": wire.utc_timestamp(), "min_rtt_us": 19_500, "bottleneck_bps": 10_000_000,
-              "transfer_bytes": 2_000_000, "method": "delivery_rate_max"}
+    record = {
+        "sample_id": wire.new_id(),
+        "probe_id": probe_id,
+        "origin_id": origin_id,
+        "measured_at": wire.utc_timestamp(),
+        "min_rtt_us": 19_500,
+        "bottleneck_bps": 10_000_000,
+        "transfer_bytes": 2_000_000,
+        "method": "delivery_rate_max",
+    }
     record.update(overrides)
     return record
 
 
 # ----------------------------------------------------------------------------- waiting
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "condition",
-             detail: Callable[[], str] | None = None) -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 60.0,
+    interval: float = 0.2,
+    what: str = "condition",
+    detail: Callable[[], str] | None = None,
+) -> Any:
     """``predicate()``'s first truthy value, polled every ``interval`` s for at most ``timeout`` s;
     the AssertionError names ``what`` and carries ``detail()`` (a log tail, say)."""
     deadline = time.monotonic() + timeout

@@ -3,6 +3,7 @@
 Revision ID: 0002_rollups
 Revises: 0001_core
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -47,12 +48,12 @@ def upgrade() -> None:
         sa.Column("bytes_retrans", sa.BigInteger(), nullable=False),
         sa.Column("bytes_sent", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.PrimaryKeyConstraint("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain",
-                                name=op.f("pk_analysis_rollups")),
+        sa.PrimaryKeyConstraint(
+            "campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain", name=op.f("pk_analysis_rollups")
+        ),
     )
     op.create_index("ix_analysis_rollups_day", "analysis_rollups", ["day"], unique=False)
-    op.create_index("ix_analysis_rollups_probe_id_origin_id", "analysis_rollups", ["probe_id", "origin_id"],
-                    unique=False)
+    op.create_index("ix_analysis_rollups_probe_id_origin_id", "analysis_rollups", ["probe_id", "origin_id"], unique=False)
     op.create_table(
         "analysis_watermarks",
         sa.Column("name", sa.Text(), nullable=False),

@@ -3,6 +3,7 @@
 Revision ID: 0003_offered_load
 Revises: 0002_rollups
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,10 +21,12 @@ def upgrade() -> None:
     op.add_column("campaigns", sa.Column("arrival_rate_per_s", sa.Double(), nullable=True))
     op.add_column("campaigns", sa.Column("background_bytes", sa.BigInteger(), nullable=True))
     op.add_column("campaigns", sa.Column("background_iw", sa.Integer(), nullable=True))
-    op.create_check_constraint(op.f("ck_campaigns_arrival_rate_positive"), "campaigns",
-                               "arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0")
-    op.create_check_constraint(op.f("ck_campaigns_background_iw_needs_bytes"), "campaigns",
-                               "background_iw IS NULL OR background_bytes IS NOT NULL")
+    op.create_check_constraint(
+        op.f("ck_campaigns_arrival_rate_positive"), "campaigns", "arrival_rate_per_s IS NULL OR arrival_rate_per_s > 0"
+    )
+    op.create_check_constraint(
+        op.f("ck_campaigns_background_iw_needs_bytes"), "campaigns", "background_iw IS NULL OR background_bytes IS NOT NULL"
+    )
 
 
 def downgrade() -> None:

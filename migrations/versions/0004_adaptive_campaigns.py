@@ -3,6 +3,7 @@
 Revision ID: 0004_adaptive_campaigns
 Revises: 0003_offered_load
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,8 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("campaigns", sa.Column("target_ci_ms", sa.Double(), nullable=True))
-    op.create_check_constraint(op.f("ck_campaigns_target_ci_positive"), "campaigns",
-                               "target_ci_ms IS NULL OR target_ci_ms > 0")
+    op.create_check_constraint(op.f("ck_campaigns_target_ci_positive"), "campaigns", "target_ci_ms IS NULL OR target_ci_ms > 0")
     op.create_table(
         "campaign_probe_done",
         sa.Column("campaign_id", sa.BigInteger(), nullable=False),

@@ -3,6 +3,7 @@
 Revision ID: 0005_arm_policies
 Revises: 0004_adaptive_campaigns
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

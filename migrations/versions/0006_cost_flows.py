@@ -4,6 +4,7 @@ ports; campaign arm labels, shares, interactive flow and page loads (wire v3)
 Revision ID: 0006_cost_flows
 Revises: 0005_arm_policies
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,8 +41,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for column in ("page_connections", "interactive_packet_bytes", "interactive_interval_us", "arm_shares",
-                   "arm_labels"):
+    for column in ("page_connections", "interactive_packet_bytes", "interactive_interval_us", "arm_shares", "arm_labels"):
         op.drop_column("campaigns", column)
     op.drop_column("origins", "echo_port")
     op.drop_index("ix_trials_page_id", table_name="trials")

@@ -4,6 +4,7 @@ path samples indexed by received_at (BRIN) for the refresh's window
 Revision ID: 0007_incremental_path_estimates
 Revises: 0006_cost_flows
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,8 +26,7 @@ def upgrade() -> None:
     for column in _COUNTERS:
         op.add_column("path_estimates", sa.Column(column, sa.BigInteger(), nullable=False, server_default="0"))
     for column in _RATES:
-        op.add_column("path_estimates", sa.Column(column, postgresql.ARRAY(sa.BigInteger()), nullable=False,
-                                                  server_default="{}"))
+        op.add_column("path_estimates", sa.Column(column, postgresql.ARRAY(sa.BigInteger()), nullable=False, server_default="{}"))
     # Estimates written before have no parts (their counts are 0 while sample_count is not): the
     # next analysis refresh rebuilds such rows up to its watermarks before it folds its window.
     op.create_index("ix_path_samples_received_at_brin", "path_samples", ["received_at"], postgresql_using="brin")

@@ -5,6 +5,7 @@ credential caches at once (``iwscope.auth.invalidation``)
 Revision ID: 0008_credential_notifications
 Revises: 0007_incremental_path_estimates
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

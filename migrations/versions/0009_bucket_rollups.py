@@ -14,6 +14,7 @@ roll-ups serves the paired estimates' scan without reading the histograms.
 Revision ID: 0009_bucket_rollups
 Revises: 0008_credential_notifications
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -38,8 +39,18 @@ def _metric_columns(prefix: str) -> list[sa.Column]:
 
 
 #: What ``frames.load_path_stats`` and ``queries.fleet`` read from ``analysis_rollups`` (index-only scans).
-_CELL_COLUMNS = ("campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "n_errors", "client_n",
-                 "client_sum_us", "server_n", "server_sum_us")
+_CELL_COLUMNS = (
+    "campaign_id",
+    "probe_id",
+    "origin_id",
+    "size_bucket",
+    "n_trials",
+    "n_errors",
+    "client_n",
+    "client_sum_us",
+    "server_n",
+    "server_sum_us",
+)
 
 
 def upgrade() -> None:
@@ -52,8 +63,9 @@ def upgrade() -> None:
         sa.Column("bdp_bucket", sa.SmallInteger(), nullable=False),
         sa.Column("loss_bucket", sa.SmallInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_analysis_signatures")),
-        sa.UniqueConstraint("region", "rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket",
-                            name=op.f("uq_analysis_signatures_region")),
+        sa.UniqueConstraint(
+            "region", "rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket", name=op.f("uq_analysis_signatures_region")
+        ),
     )
     op.create_table(
         "analysis_path_signatures",
@@ -83,13 +95,15 @@ def upgrade() -> None:
         sa.Column("bytes_retrans", sa.BigInteger(), nullable=False),
         sa.Column("bytes_sent", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-        sa.PrimaryKeyConstraint("campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain",
-                                name=op.f("pk_analysis_bucket_rollups")),
+        sa.PrimaryKeyConstraint(
+            "campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain", name=op.f("pk_analysis_bucket_rollups")
+        ),
     )
     op.create_index("ix_analysis_bucket_rollups_grain_day", "analysis_bucket_rollups", ["grain", "day"])
     # the paired estimates' scan: month rows (or the edge days) of two arms, without the histograms
-    op.create_index("ix_analysis_rollups_cells", "analysis_rollups", ["grain", "day", "arm_iw"],
-                    postgresql_include=list(_CELL_COLUMNS))
+    op.create_index(
+        "ix_analysis_rollups_cells", "analysis_rollups", ["grain", "day", "arm_iw"], postgresql_include=list(_CELL_COLUMNS)
+    )
     op.execute("DELETE FROM analysis_rollups")
     op.execute("DELETE FROM analysis_watermarks WHERE name = 'trials'")
 

@@ -17,6 +17,7 @@ cannot be restored from the sums; the next refresh folds every trial again).
 Revision ID: 0010_path_rollup_sums
 Revises: 0009_bucket_rollups
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -43,10 +44,10 @@ def downgrade() -> None:
     op.create_index("ix_analysis_rollups_day", "analysis_rollups", ["day"])
     op.create_index("ix_analysis_rollups_probe_id_origin_id", "analysis_rollups", ["probe_id", "origin_id"])
     for prefix in ("client", "server"):
-        op.add_column("analysis_rollups", sa.Column(f"{prefix}_hist_lo", sa.Integer(), nullable=False,
-                                                    server_default="0"))
-        op.add_column("analysis_rollups", sa.Column(f"{prefix}_hist", sa.LargeBinary(), nullable=False,
-                                                    server_default=sa.text("''::bytea")))
+        op.add_column("analysis_rollups", sa.Column(f"{prefix}_hist_lo", sa.Integer(), nullable=False, server_default="0"))
+        op.add_column(
+            "analysis_rollups", sa.Column(f"{prefix}_hist", sa.LargeBinary(), nullable=False, server_default=sa.text("''::bytea"))
+        )
     op.execute("DELETE FROM analysis_rollups")
     op.execute("DELETE FROM analysis_bucket_rollups")
     op.execute("DELETE FROM analysis_path_signatures")

@@ -12,6 +12,7 @@ choose the IP version it measures over (``family``).
 Revision ID: 0011_tls_and_family
 Revises: 0010_path_rollup_sums
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -24,12 +25,21 @@ down_revision: str | None = "0010_path_rollup_sums"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_TRIAL_COLUMNS = (("tls_version", sa.Text()), ("tls_handshake_us", sa.BigInteger()), ("family", sa.Text()),
-                  ("server_tls_handshake_us", sa.BigInteger()), ("server_tls_first_flight_bytes", sa.BigInteger()),
-                  ("server_tls_flight_acked_us", sa.BigInteger()))
-_OBSERVATION_COLUMNS = (("tls_version", sa.Text()), ("tls_handshake_us", sa.BigInteger()),
-                        ("tls_first_flight_bytes", sa.BigInteger()), ("tls_flight_acked_us", sa.BigInteger()),
-                        ("family", sa.Text()))
+_TRIAL_COLUMNS = (
+    ("tls_version", sa.Text()),
+    ("tls_handshake_us", sa.BigInteger()),
+    ("family", sa.Text()),
+    ("server_tls_handshake_us", sa.BigInteger()),
+    ("server_tls_first_flight_bytes", sa.BigInteger()),
+    ("server_tls_flight_acked_us", sa.BigInteger()),
+)
+_OBSERVATION_COLUMNS = (
+    ("tls_version", sa.Text()),
+    ("tls_handshake_us", sa.BigInteger()),
+    ("tls_first_flight_bytes", sa.BigInteger()),
+    ("tls_flight_acked_us", sa.BigInteger()),
+    ("family", sa.Text()),
+)
 
 
 def upgrade() -> None:

@@ -9,6 +9,7 @@ campaign (idempotent by ``census_id``).  A campaign may be a census campaign: it
 Revision ID: 0012_client_iw_and_census
 Revises: 0011_tls_and_family
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -23,12 +24,18 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _STATUSES = "IN ('ok', 'lower_bound', 'undetermined')"
-_TRIAL_COLUMNS = (("client_iw_status", sa.Text()), ("client_iw_segments", sa.SmallInteger()),
-                  ("client_iw_bytes", sa.Integer()), ("client_iw_mss", sa.Integer()),
-                  ("client_iw_reason", sa.Text()))
+_TRIAL_COLUMNS = (
+    ("client_iw_status", sa.Text()),
+    ("client_iw_segments", sa.SmallInteger()),
+    ("client_iw_bytes", sa.Integer()),
+    ("client_iw_mss", sa.Integer()),
+    ("client_iw_reason", sa.Text()),
+)
 #: An ordinary campaign has exactly one of sizes and size_dist; a census campaign neither.
-_SIZES_CHECK = ("(census_urls IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
-                "OR (census_urls IS NOT NULL AND sizes IS NULL AND size_dist IS NULL)")
+_SIZES_CHECK = (
+    "(census_urls IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
+    "OR (census_urls IS NOT NULL AND sizes IS NULL AND size_dist IS NULL)"
+)
 
 
 def upgrade() -> None:
@@ -65,8 +72,7 @@ def upgrade() -> None:
         sa.CheckConstraint("family IN ('ipv4', 'ipv6')", name=op.f("ck_census_records_family_known")),
     )
     op.create_index("ix_census_records_campaign_id_url", "census_records", ["campaign_id", "url"])
-    op.create_index("ix_census_records_measured_at_brin", "census_records", ["measured_at"],
-                    postgresql_using="brin")
+    op.create_index("ix_census_records_measured_at_brin", "census_records", ["measured_at"], postgresql_using="brin")
 
 
 def downgrade() -> None:

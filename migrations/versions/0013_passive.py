@@ -12,6 +12,7 @@ analysis merges with ``unnest``) and ``passive_connections`` (sampled connection
 Revision ID: 0013_passive
 Revises: 0012_client_iw_and_census
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,11 +28,15 @@ depends_on: str | Sequence[str] | None = None
 
 _OLD_KINDS = "kind IN ('enroll', 'admin', 'origin')"
 _KINDS = "kind IN ('enroll', 'admin', 'origin', 'server', 'read')"
-_OLD_SIZES_CHECK = ("(census_urls IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
-                    "OR (census_urls IS NOT NULL AND sizes IS NULL AND size_dist IS NULL)")
+_OLD_SIZES_CHECK = (
+    "(census_urls IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
+    "OR (census_urls IS NOT NULL AND sizes IS NULL AND size_dist IS NULL)"
+)
 #: An ordinary campaign has exactly one of sizes and size_dist; census and passive campaigns neither.
-_SIZES_CHECK = ("(census_urls IS NULL AND server_ids IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
-                "OR ((census_urls IS NOT NULL OR server_ids IS NOT NULL) AND sizes IS NULL AND size_dist IS NULL)")
+_SIZES_CHECK = (
+    "(census_urls IS NULL AND server_ids IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
+    "OR ((census_urls IS NOT NULL OR server_ids IS NOT NULL) AND sizes IS NULL AND size_dist IS NULL)"
+)
 #: No passive column set, or a complete, time-boxed passive campaign in range.
 _PASSIVE_CHECK = (
     "(server_ids IS NULL AND passive_arms IS NULL AND passive_ports IS NULL AND prefix_v4 IS NULL "
@@ -41,11 +46,19 @@ _PASSIVE_CHECK = (
     "AND prefix_v4 IS NOT NULL AND prefix_v4 BETWEEN 16 AND 24 AND prefix_v6 IS NOT NULL AND prefix_v6 BETWEEN 32 AND 64 "
     "AND assignment_seed IS NOT NULL AND assignment_seed BETWEEN 0 AND 4294967295 "
     "AND sample_share IS NOT NULL AND sample_share BETWEEN 0 AND 1 "
-    "AND flush_interval_s IS NOT NULL AND flush_interval_s BETWEEN 1 AND 3600 AND phase IS NOT NULL AND phase >= 0)")
-_CAMPAIGN_COLUMNS = (("server_ids", postgresql.ARRAY(sa.UUID())), ("passive_arms", postgresql.JSONB()),
-                     ("passive_ports", postgresql.ARRAY(sa.Integer())), ("prefix_v4", sa.Integer()),
-                     ("prefix_v6", sa.Integer()), ("assignment_seed", sa.BigInteger()),
-                     ("sample_share", sa.Double()), ("flush_interval_s", sa.Integer()), ("phase", sa.Integer()))
+    "AND flush_interval_s IS NOT NULL AND flush_interval_s BETWEEN 1 AND 3600 AND phase IS NOT NULL AND phase >= 0)"
+)
+_CAMPAIGN_COLUMNS = (
+    ("server_ids", postgresql.ARRAY(sa.UUID())),
+    ("passive_arms", postgresql.JSONB()),
+    ("passive_ports", postgresql.ARRAY(sa.Integer())),
+    ("prefix_v4", sa.Integer()),
+    ("prefix_v6", sa.Integer()),
+    ("assignment_seed", sa.BigInteger()),
+    ("sample_share", sa.Double()),
+    ("flush_interval_s", sa.Integer()),
+    ("phase", sa.Integer()),
+)
 _FAMILY = "family IN ('ipv4', 'ipv6')"
 _PORT_KIND = "port_kind IN ('user')"
 
@@ -121,14 +134,26 @@ def upgrade() -> None:
         sa.Column("latency_sum_us", sa.BigInteger(), nullable=False),
         sa.Column("latency_bins", postgresql.ARRAY(sa.Integer()), nullable=False),
         sa.Column("latency_counts", postgresql.ARRAY(sa.BigInteger()), nullable=False),
-        *[sa.Column(name, sa.BigInteger(), nullable=False) for name in (
-            "retrans_connections", "data_segs_out", "total_retrans", "bytes_acked", "bytes_retrans", "syn_retrans",
-            "rwnd_limited", "reused_after_idle", "tls")],
+        *[
+            sa.Column(name, sa.BigInteger(), nullable=False)
+            for name in (
+                "retrans_connections",
+                "data_segs_out",
+                "total_retrans",
+                "bytes_acked",
+                "bytes_retrans",
+                "syn_retrans",
+                "rwnd_limited",
+                "reused_after_idle",
+                "tls",
+            )
+        ],
         _received_at(),
         sa.CheckConstraint(_FAMILY, name=op.f("ck_passive_aggregates_family_known")),
         sa.CheckConstraint(_PORT_KIND, name=op.f("ck_passive_aggregates_port_kind_known")),
-        sa.CheckConstraint("cardinality(latency_bins) = cardinality(latency_counts)",
-                           name=op.f("ck_passive_aggregates_hist_pairs")),
+        sa.CheckConstraint(
+            "cardinality(latency_bins) = cardinality(latency_counts)", name=op.f("ck_passive_aggregates_hist_pairs")
+        ),
     )
     op.create_index("ix_passive_aggregates_hour_brin", "passive_aggregates", ["hour"], postgresql_using="brin")
     op.create_index("ix_passive_aggregates_campaign_id_hour", "passive_aggregates", ["campaign_id", "hour"])
@@ -144,9 +169,19 @@ def upgrade() -> None:
         sa.Column("country", sa.Text(), nullable=False),
         sa.Column("client_prefix", sa.Text(), nullable=False),
         sa.Column("cluster", sa.SmallInteger(), nullable=False),
-        *[sa.Column(name, sa.BigInteger(), nullable=True) for name in (
-            "tcpi_min_rtt_us", "tcpi_rtt_us", "tcpi_delivery_rate", "tcpi_bytes_acked", "tcpi_data_segs_out",
-            "tcpi_total_retrans", "tcpi_bytes_retrans", "tcpi_snd_cwnd")],
+        *[
+            sa.Column(name, sa.BigInteger(), nullable=True)
+            for name in (
+                "tcpi_min_rtt_us",
+                "tcpi_rtt_us",
+                "tcpi_delivery_rate",
+                "tcpi_bytes_acked",
+                "tcpi_data_segs_out",
+                "tcpi_total_retrans",
+                "tcpi_bytes_retrans",
+                "tcpi_snd_cwnd",
+            )
+        ],
         sa.Column("tcp_info", postgresql.JSONB(), nullable=False),
         sa.Column("captured", sa.Boolean(), nullable=False),
         sa.Column("tls", sa.Boolean(), nullable=True),
@@ -166,10 +201,8 @@ def upgrade() -> None:
         sa.CheckConstraint(_PORT_KIND, name=op.f("ck_passive_connections_port_kind_known")),
         sa.CheckConstraint("client_prefix ~ '^[0-9a-f]{16}$'", name=op.f("ck_passive_connections_client_prefix_hash")),
     )
-    op.create_index("ix_passive_connections_closed_at_brin", "passive_connections", ["closed_at"],
-                    postgresql_using="brin")
-    op.create_index("ix_passive_connections_campaign_id_closed_at", "passive_connections",
-                    ["campaign_id", "closed_at"])
+    op.create_index("ix_passive_connections_closed_at_brin", "passive_connections", ["closed_at"], postgresql_using="brin")
+    op.create_index("ix_passive_connections_campaign_id_closed_at", "passive_connections", ["campaign_id", "closed_at"])
 
 
 def downgrade() -> None:

@@ -27,60 +27,139 @@ RANDOM_START = dt.datetime(2026, 2, 1, tzinfo=UTC)
 
 
 def new_campaign_id() -> int:
-    return random.randint(10 ** 9, 2 * 10 ** 9)
+    return random.randint(10**9, 2 * 10**9)
 
 
 def add_campaign(session: Session, campaign_id: int, name: str) -> None:
-    session.add(Campaign(id=campaign_id, name=name, origin_ids=[], probe_regions=None, arms=[3, 10],
-                         sizes=[9000], size_dist=None, sizes_per_round=1, repetitions=1, interval_s=60.0,
-                         starts_at=DAY, ends_at=None, calibrate=False))
+    session.add(
+        Campaign(
+            id=campaign_id,
+            name=name,
+            origin_ids=[],
+            probe_regions=None,
+            arms=[3, 10],
+            sizes=[9000],
+            size_dist=None,
+            sizes_per_round=1,
+            repetitions=1,
+            interval_s=60.0,
+            starts_at=DAY,
+            ends_at=None,
+            calibrate=False,
+        )
+    )
 
 
-def add_probe(session: Session, region: str, name: str | None = None, country: str | None = None,
-              backlog: int | None = None, probe_id: uuid.UUID | None = None) -> uuid.UUID:
+def add_probe(
+    session: Session,
+    region: str,
+    name: str | None = None,
+    country: str | None = None,
+    backlog: int | None = None,
+    probe_id: uuid.UUID | None = None,
+) -> uuid.UUID:
     probe_id = probe_id or uuid.uuid4()
-    session.add(Probe(id=probe_id, name=name or f"probe-{region}-{probe_id.hex[:6]}", region=region,
-                      country=country, asn=None, labels={}, version="1.0.0", secret_hash="x",
-                      last_seen_at=RECEIVED,
-                      last_heartbeat=None if backlog is None else {"spool_backlog": backlog}))
+    session.add(
+        Probe(
+            id=probe_id,
+            name=name or f"probe-{region}-{probe_id.hex[:6]}",
+            region=region,
+            country=country,
+            asn=None,
+            labels={},
+            version="1.0.0",
+            secret_hash="x",
+            last_seen_at=RECEIVED,
+            last_heartbeat=None if backlog is None else {"spool_backlog": backlog},
+        )
+    )
     return probe_id
 
 
-def add_path(session: Session, probe_id: uuid.UUID, origin_id: uuid.UUID, rtt_ms: float, bps: int,
-             loss: float) -> None:
-    session.add(PathEstimate(probe_id=probe_id, origin_id=origin_id, min_rtt_us=int(rtt_ms * MS),
-                             bottleneck_bps=bps, bdp_bytes=int(bps / 8 * rtt_ms / 1000), loss_rate=loss,
-                             sample_count=10, updated_at=RECEIVED))
+def add_path(session: Session, probe_id: uuid.UUID, origin_id: uuid.UUID, rtt_ms: float, bps: int, loss: float) -> None:
+    session.add(
+        PathEstimate(
+            probe_id=probe_id,
+            origin_id=origin_id,
+            min_rtt_us=int(rtt_ms * MS),
+            bottleneck_bps=bps,
+            bdp_bytes=int(bps / 8 * rtt_ms / 1000),
+            loss_rate=loss,
+            sample_count=10,
+            updated_at=RECEIVED,
+        )
+    )
 
 
-def add_trial(session: Session, *, campaign_id: int | None, probe_id: uuid.UUID, origin_id: uuid.UUID | None,
-              iw: int, server_ms: float | None, size: int = 9000, client_extra_ms: float = 10.0,
-              retrans: int | None = 0, bytes_retrans: int = 0, bytes_sent: int = 10000,
-              error: str | None = None, started_at: dt.datetime = DAY, received_at: dt.datetime = RECEIVED,
-              joined_at: dt.datetime | None = JOINED) -> uuid.UUID:
+def add_trial(
+    session: Session,
+    *,
+    campaign_id: int | None,
+    probe_id: uuid.UUID,
+    origin_id: uuid.UUID | None,
+    iw: int,
+    server_ms: float | None,
+    size: int = 9000,
+    client_extra_ms: float = 10.0,
+    retrans: int | None = 0,
+    bytes_retrans: int = 0,
+    bytes_sent: int = 10000,
+    error: str | None = None,
+    started_at: dt.datetime = DAY,
+    received_at: dt.datetime = RECEIVED,
+    joined_at: dt.datetime | None = JOINED,
+) -> uuid.UUID:
     """One trial; ``server_ms`` None with ``error`` = a failed fetch; ``joined_at`` None = not joined yet."""
     trial_id = uuid.uuid4()
     joined = joined_at is not None
     total_us = None if error or server_ms is None else int(round((server_ms + client_extra_ms) * MS))
     session.add(TrialId(trial_id=trial_id, started_at=started_at))
-    session.add(Trial(
-        trial_id=trial_id, started_at=started_at, probe_id=probe_id, campaign_id=campaign_id, origin_id=origin_id,
-        round=0, arm_iw=iw, object_size=size, url=f"http://origin/{size}", dns_us=None, connect_us=None,
-        ttfb_us=None, total_us=total_us, bytes_received=0 if error else size,
-        http_status=None if error else 200, error_kind=error, error_detail=None, syn_retrans=0,
-        tcp_info={}, received_at=received_at,
-        server_latency_us=int(round(server_ms * MS)) if joined and server_ms is not None and not error else None,
-        server_total_retrans=retrans if joined else None,
-        server_bytes_retrans=bytes_retrans if joined and retrans is not None else None,
-        server_bytes_sent=bytes_sent if joined and retrans is not None else None,
-        joined_at=joined_at))
+    session.add(
+        Trial(
+            trial_id=trial_id,
+            started_at=started_at,
+            probe_id=probe_id,
+            campaign_id=campaign_id,
+            origin_id=origin_id,
+            round=0,
+            arm_iw=iw,
+            object_size=size,
+            url=f"http://origin/{size}",
+            dns_us=None,
+            connect_us=None,
+            ttfb_us=None,
+            total_us=total_us,
+            bytes_received=0 if error else size,
+            http_status=None if error else 200,
+            error_kind=error,
+            error_detail=None,
+            syn_retrans=0,
+            tcp_info={},
+            received_at=received_at,
+            server_latency_us=int(round(server_ms * MS)) if joined and server_ms is not None and not error else None,
+            server_total_retrans=retrans if joined else None,
+            server_bytes_retrans=bytes_retrans if joined and retrans is not None else None,
+            server_bytes_sent=bytes_sent if joined and retrans is not None else None,
+            joined_at=joined_at,
+        )
+    )
     return trial_id
 
 
-def add_random_trials(session: Session, rng: random.Random, campaign_id: int, probes: list[uuid.UUID],
-                      origin: uuid.UUID, count: int, received_at: dt.datetime, joined: bool,
-                      without_campaign: float = 0.1, join_delay: dt.timedelta = dt.timedelta(seconds=30),
-                      start: dt.datetime = RANDOM_START, span_hours: float = 72.0) -> list[uuid.UUID]:
+def add_random_trials(
+    session: Session,
+    rng: random.Random,
+    campaign_id: int,
+    probes: list[uuid.UUID],
+    origin: uuid.UUID,
+    count: int,
+    received_at: dt.datetime,
+    joined: bool,
+    without_campaign: float = 0.1,
+    join_delay: dt.timedelta = dt.timedelta(seconds=30),
+    start: dt.datetime = RANDOM_START,
+    span_hours: float = 72.0,
+) -> list[uuid.UUID]:
     """``count`` random trials (arms 3, 10, 16; five sizes; 5 % failed; some without a
     campaign or an origin) started in ``span_hours`` from ``start``, received at ``received_at``
     and joined ``join_delay`` later when ``joined``."""
@@ -88,14 +167,24 @@ def add_random_trials(session: Session, rng: random.Random, campaign_id: int, pr
     for _ in range(count):
         error = "reset" if rng.random() < 0.05 else None
         retrans = rng.choice([0, 0, 0, 1, 3])
-        ids.append(add_trial(
-            session, campaign_id=None if rng.random() < without_campaign else campaign_id,
-            probe_id=rng.choice(probes), origin_id=origin if rng.random() < 0.95 else None,
-            iw=rng.choice([3, 10, 16]), server_ms=None if error else rng.lognormvariate(5.5, 0.6),
-            size=rng.choice([1_000, 9_000, 15_000, 60_000, 300_000]), error=error, retrans=retrans,
-            bytes_retrans=1448 * retrans, bytes_sent=rng.randint(1_000, 400_000),
-            started_at=start + dt.timedelta(hours=rng.uniform(0, span_hours)), received_at=received_at,
-            joined_at=received_at + join_delay if joined else None))
+        ids.append(
+            add_trial(
+                session,
+                campaign_id=None if rng.random() < without_campaign else campaign_id,
+                probe_id=rng.choice(probes),
+                origin_id=origin if rng.random() < 0.95 else None,
+                iw=rng.choice([3, 10, 16]),
+                server_ms=None if error else rng.lognormvariate(5.5, 0.6),
+                size=rng.choice([1_000, 9_000, 15_000, 60_000, 300_000]),
+                error=error,
+                retrans=retrans,
+                bytes_retrans=1448 * retrans,
+                bytes_sent=rng.randint(1_000, 400_000),
+                started_at=start + dt.timedelta(hours=rng.uniform(0, span_hours)),
+                received_at=received_at,
+                joined_at=received_at + join_delay if joined else None,
+            )
+        )
     session.flush()
     return ids
 
@@ -103,8 +192,10 @@ def add_random_trials(session: Session, rng: random.Random, campaign_id: int, pr
 def delete_committed(engine: Engine, campaign_id: int, probes: list[uuid.UUID]) -> None:
     """Removes what a test committed: the campaign's trials and roll-ups, and ``probes``."""
     with Session(engine) as session, session.begin():
-        session.execute(text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"),
-                        {"c": campaign_id})
+        session.execute(
+            text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"),
+            {"c": campaign_id},
+        )
         session.execute(text("DELETE FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
         session.execute(text("DELETE FROM analysis_rollups WHERE campaign_id = :c"), {"c": campaign_id})
         session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": campaign_id})
@@ -137,14 +228,20 @@ def insert_fixed(session: Session) -> Fixed:
     campaign_id = new_campaign_id()
     add_campaign(session, campaign_id, f"fixed-{campaign_id}")
     origin_id = uuid.uuid4()
-    fixed = Fixed(campaign_id, origin_id, add_probe(session, "africa", country="UG", backlog=3),
-                  add_probe(session, "europe"), add_probe(session, "south-america"))
+    fixed = Fixed(
+        campaign_id,
+        origin_id,
+        add_probe(session, "africa", country="UG", backlog=3),
+        add_probe(session, "europe"),
+        add_probe(session, "south-america"),
+    )
     add_path(session, fixed.africa, origin_id, 300, 1_000_000, 0.02)
     add_path(session, fixed.europe, origin_id, 30, 10_000_000, 0.0)
 
     def trial(probe: uuid.UUID, iw: int, server_ms: float | None, **extra: object) -> None:
-        fixed.trial_ids.append(add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=origin_id,
-                                         iw=iw, server_ms=server_ms, **extra))  # type: ignore[arg-type]
+        fixed.trial_ids.append(
+            add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=origin_id, iw=iw, server_ms=server_ms, **extra)
+        )  # type: ignore[arg-type]
 
     trial(fixed.africa, 3, 900, retrans=2, bytes_retrans=2896)
     trial(fixed.africa, 3, 1000)

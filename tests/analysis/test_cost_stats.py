@@ -16,7 +16,7 @@ cost_module = importlib.import_module("iwscope.analysis.cost")
 
 def test_p99_needs_enough_packets_to_bracket_it() -> None:
     # The smallest n whose maximum exceeds the 99th percentile with >= 97.5 % probability.
-    assert 1 - 0.99 ** MIN_P99_SAMPLES >= 0.975 > 1 - 0.99 ** (MIN_P99_SAMPLES - 1)
+    assert 1 - 0.99**MIN_P99_SAMPLES >= 0.975 > 1 - 0.99 ** (MIN_P99_SAMPLES - 1)
     rng = np.random.default_rng(1)
     few = [rng.exponential(5.0, MIN_P99_SAMPLES - 1)]
     p50, p50_ci, p99, p99_ci = cost_module._delay_quantiles(few, 30, rng)  # 12 blocks: a p50, no p99
@@ -28,6 +28,7 @@ def test_p99_needs_enough_packets_to_bracket_it() -> None:
     assert cost_module._delay_quantiles([rng.exponential(5.0, 390)], 40, rng) == (None, None, None, None)
     assert cost_module._delay_quantiles([rng.exponential(5.0, 400)], 40, rng)[3] is not None
     assert cost_module._delay_quantiles([rng.exponential(5.0, MIN_DELAY_SAMPLES - 1)], 1, rng)[0] is None
+
 
 def test_loss_interval_does_not_collapse_and_widens_for_bursts() -> None:
     none_lost = cost_module._loss_interval([np.zeros(500)], 40)

@@ -67,6 +67,7 @@ FloatArray = npt.NDArray[np.float64]
 
 # ---- the unpaired comparator (today's estimator, on raw trials) ---------------------------------
 
+
 @dataclass(frozen=True)
 class UnpairedEstimate:
     """Difference of the arms' pooled means, as the roll-ups compute it today."""
@@ -87,9 +88,15 @@ def _hist(latency_ms: FloatArray) -> IntArray:
     return np.bincount(np.clip(bins, 0, HIST_BINS - 1), minlength=HIST_BINS)
 
 
-def unpaired_estimate(path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike,
-                      arm_is_treatment: npt.ArrayLike, latency_ms: npt.ArrayLike,
-                      replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> UnpairedEstimate:
+def unpaired_estimate(
+    path: npt.ArrayLike,
+    round_: npt.ArrayLike,
+    size: npt.ArrayLike,
+    arm_is_treatment: npt.ArrayLike,
+    latency_ms: npt.ArrayLike,
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> UnpairedEstimate:
     """Baseline mean - treatment mean over all trials, with the interval of :mod:`stats`.
 
     The comparator of the width test, not product code. Same inputs as :func:`make_pairs` (``round_`` and ``size`` are only checked, not used: no
@@ -116,13 +123,19 @@ def unpaired_estimate(path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.Arra
         st = np.bincount(index, weights=np.where(treat, lat, 0.0), minlength=k)
         interval = cluster_bootstrap(nb, sb, nt, st, replicates=replicates, seed=seed)
     else:
-        interval = histogram_bootstrap(_hist(lat[base]), _hist(lat[treat]), mean_base, mean_treat,
-                                       replicates=replicates, seed=seed)
+        interval = histogram_bootstrap(
+            _hist(lat[base]), _hist(lat[treat]), mean_base, mean_treat, replicates=replicates, seed=seed
+        )
     return UnpairedEstimate(n_base, n_treat, k, diff, pct, interval, method)
 
 
-def unpaired_bootstrap_t_ms(path: npt.ArrayLike, arm_is_treatment: npt.ArrayLike, latency_ms: npt.ArrayLike,
-                            replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def unpaired_bootstrap_t_ms(
+    path: npt.ArrayLike,
+    arm_is_treatment: npt.ArrayLike,
+    latency_ms: npt.ArrayLike,
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
     """95 % interval (ms) of baseline mean - treatment mean with the shipped interval's method.
 
     The like-for-like comparator of the width test: paths resampled whole with the same
@@ -137,16 +150,19 @@ def unpaired_bootstrap_t_ms(path: npt.ArrayLike, arm_is_treatment: npt.ArrayLike
 
     def sums(arm: npt.NDArray[np.bool_]) -> tuple[FloatArray, FloatArray]:
         chosen = arm & finite
-        return (np.bincount(index[chosen], weights=lat[chosen], minlength=k),
-                np.bincount(index[chosen], minlength=k).astype(np.float64))
+        return (
+            np.bincount(index[chosen], weights=lat[chosen], minlength=k),
+            np.bincount(index[chosen], minlength=k).astype(np.float64),
+        )
 
     (sum_b, n_b), (sum_t, n_t) = sums(~treat), sums(treat)
 
     def estimate(weights: FloatArray) -> tuple[FloatArray, FloatArray]:
         total_b, total_t = weights @ n_b, weights @ n_t
         mean_b, mean_t = (weights @ sum_b) / total_b, (weights @ sum_t) / total_t
-        resid = ((sum_b[None, :] - mean_b[:, None] * n_b[None, :]) / total_b[:, None]
-                 - (sum_t[None, :] - mean_t[:, None] * n_t[None, :]) / total_t[:, None])
+        resid = (sum_b[None, :] - mean_b[:, None] * n_b[None, :]) / total_b[:, None] - (
+            sum_t[None, :] - mean_t[:, None] * n_t[None, :]
+        ) / total_t[:, None]
         return mean_b - mean_t, np.sqrt(k / (k - 1) * (weights * resid * resid).sum(axis=1))
 
     (theta,), (se,) = estimate(np.ones((1, k)))
@@ -164,8 +180,8 @@ MSS = 1460
 SIZES = np.array([1_000, 4_000, 10_000, 20_000, 50_000, 100_000], dtype=np.int64)
 RTT_MEDIAN_MS, RTT_SIGMA, RTT_LOW_MS, RTT_HIGH_MS = 80.0, 1.0, 10.0, 1000.0
 BANDWIDTH_MBPS = np.array([1.0, 5.0, 20.0, 100.0])
-SHARED_SHAPE, SHARED_SCALE = 0.5, 1.0      # per-(path, round) delay: RTT x Gamma(shape, scale)
-TRIAL_SCALE, TRIAL_ALPHA = 0.3, 3.0        # per-trial delay: RTT x scale x Lomax(alpha)
+SHARED_SHAPE, SHARED_SCALE = 0.5, 1.0  # per-(path, round) delay: RTT x Gamma(shape, scale)
+TRIAL_SCALE, TRIAL_ALPHA = 0.3, 3.0  # per-trial delay: RTT x scale x Lomax(alpha)
 RTO_P, RTO_MS = 0.01, 1000.0
 P_MISSING, P_DUPLICATE = 0.08, 0.05
 ROUNDS = (4, 12)
@@ -198,8 +214,13 @@ def true_effect() -> tuple[float, float]:
     rtt = rtt_mean_ms()
     effect = rtt * float(SAVED_ROUNDS.mean())
     transmit = float((SIZES * 8 / 1000.0).mean()) * float((1.0 / BANDWIDTH_MBPS).mean())
-    baseline = (rtt * float((1 + slow_start_rounds(3, SIZES)).mean()) + transmit + rtt * SHARED_SHAPE * SHARED_SCALE
-                + rtt * TRIAL_SCALE / (TRIAL_ALPHA - 1) + RTO_P * RTO_MS)
+    baseline = (
+        rtt * float((1 + slow_start_rounds(3, SIZES)).mean())
+        + transmit
+        + rtt * SHARED_SHAPE * SHARED_SCALE
+        + rtt * TRIAL_SCALE / (TRIAL_ALPHA - 1)
+        + RTO_P * RTO_MS
+    )
     return effect, 100.0 * effect / baseline
 
 
@@ -221,8 +242,11 @@ class Campaign:
     latency_ms: npt.NDArray[np.float64]
     noise_free_diff_ms: npt.NDArray[np.float64]  # per trial: RTT x rounds saved at its size
 
-    def columns(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
-                               npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    def columns(
+        self,
+    ) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.float64]
+    ]:
         return self.path, self.round_, self.size, self.treatment, self.latency_ms
 
 
@@ -247,15 +271,20 @@ def simulate(rng: np.random.Generator, n_paths: int, rounds: tuple[int, int] = R
     p = round_path[r]
     size = SIZES[s]
     clean = rtt[p] * (1 + slow_start_rounds(np.where(arm, 10, 3), size)) + size * 8 / 1000.0 / bandwidth[p]
-    noise = (shared[r] + rtt[p] * TRIAL_SCALE * rng.pareto(TRIAL_ALPHA, p.size)
-             + RTO_MS * (rng.random(p.size) < RTO_P))
+    noise = shared[r] + rtt[p] * TRIAL_SCALE * rng.pareto(TRIAL_ALPHA, p.size) + RTO_MS * (rng.random(p.size) < RTO_P)
     order = rng.permutation(p.size)  # trials arrive in no particular order
-    return Campaign(path=p[order] + PATH_ID_OFFSET, round_=round_number[r][order], size=size[order],
-                    treatment=arm[order], latency_ms=(clean + noise)[order],
-                    noise_free_diff_ms=(rtt[p] * SAVED_ROUNDS[s])[order])
+    return Campaign(
+        path=p[order] + PATH_ID_OFFSET,
+        round_=round_number[r][order],
+        size=size[order],
+        treatment=arm[order],
+        latency_ms=(clean + noise)[order],
+        noise_free_diff_ms=(rtt[p] * SAVED_ROUNDS[s])[order],
+    )
 
 
 # ---- the synthetic campaign: truth, coverage, width ------------------------------------------
+
 
 def test_slow_start_rounds() -> None:
     # 1 kB..100 kB = 1, 3, 7, 14, 35, 69 segments; IW3 delivers 3, 9, 21, 45, 93 after 1..5 rounds,
@@ -275,8 +304,13 @@ def test_true_effect_is_the_generators_estimand() -> None:
     campaign = simulate(rng, 4000)
     effect_ms, pct = true_effect()
     pairs = make_pairs(*campaign.columns())
-    clean = make_pairs(campaign.path, campaign.round_, campaign.size, campaign.treatment,
-                       np.where(campaign.treatment, 0.0, campaign.noise_free_diff_ms))
+    clean = make_pairs(
+        campaign.path,
+        campaign.round_,
+        campaign.size,
+        campaign.treatment,
+        np.where(campaign.treatment, 0.0, campaign.noise_free_diff_ms),
+    )
     per_path = path_stats(clean)
     per_path_effect = per_path.sum_diff_ms / per_path.n_pairs
     standard_error = per_path_effect.std() / math.sqrt(per_path_effect.size)
@@ -294,9 +328,9 @@ class Replications:
     paired: list[PairedEstimate]
     paired_percentile: list[Interval | None]  # stats.cluster_bootstrap of the same pairs (like for like)
     unpaired: list[UnpairedEstimate]
-    cells: list[PairedEstimate]        # the product's estimator: roll-up cells (path x size), no rounds
+    cells: list[PairedEstimate]  # the product's estimator: roll-up cells (path x size), no rounds
     independent: list[Interval | None]  # the arms as two independent samples (no pairing at all)
-    cells_percentile: list[Interval]    # the cells' pairs with today's percentile cluster bootstrap
+    cells_percentile: list[Interval]  # the cells' pairs with today's percentile cluster bootstrap
     unpaired_t_ms: list[tuple[float, float]]  # unpaired, with the shipped interval's method (ms)
     seconds: float
 
@@ -318,28 +352,40 @@ def replications() -> Replications:
         per_path = path_stats(pairs)
         paired.append(paired_estimate(pairs, seed=1000 + i))
         # the percentile cluster bootstrap of the pairs: each path's pairs as n "trials" per arm
-        percentile.append(cluster_bootstrap(per_path.n_pairs, per_path.sum_base_ms, per_path.n_pairs,
-                                            per_path.sum_base_ms - per_path.sum_diff_ms, seed=1000 + i))
+        percentile.append(
+            cluster_bootstrap(
+                per_path.n_pairs,
+                per_path.sum_base_ms,
+                per_path.n_pairs,
+                per_path.sum_base_ms - per_path.sum_diff_ms,
+                seed=1000 + i,
+            )
+        )
         unpaired.append(unpaired_estimate(*campaign.columns(), seed=1000 + i))
-        unpaired_t_ms.append(unpaired_bootstrap_t_ms(campaign.path, campaign.treatment, campaign.latency_ms,
-                                                     seed=1000 + i))
+        unpaired_t_ms.append(unpaired_bootstrap_t_ms(campaign.path, campaign.treatment, campaign.latency_ms, seed=1000 + i))
         campaign_cells = cells_of(campaign.path, campaign.size, campaign.treatment, campaign.latency_ms)
         cells.append(cell_estimate(campaign_cells, seed=1000 + i))
         cell_stats = paired_module.cell_path_stats(campaign_cells)
-        like = cluster_bootstrap(cell_stats.n_pairs, cell_stats.sum_base_ms, cell_stats.n_pairs,
-                                 cell_stats.sum_base_ms - cell_stats.sum_diff_ms, seed=1000 + i)
+        like = cluster_bootstrap(
+            cell_stats.n_pairs,
+            cell_stats.sum_base_ms,
+            cell_stats.n_pairs,
+            cell_stats.sum_base_ms - cell_stats.sum_diff_ms,
+            seed=1000 + i,
+        )
         assert like is not None
         cells_percentile.append(like)
         finite = np.isfinite(campaign.latency_ms)
         base, treat = campaign.latency_ms[finite & ~campaign.treatment], campaign.latency_ms[finite & campaign.treatment]
-        independent.append(histogram_bootstrap(_hist(base), _hist(treat), float(base.mean()), float(treat.mean()),
-                                               seed=1000 + i))
-    return Replications(n_paths, paired, percentile, unpaired, cells, independent, cells_percentile,
-                        unpaired_t_ms, time.perf_counter() - start)
+        independent.append(histogram_bootstrap(_hist(base), _hist(treat), float(base.mean()), float(treat.mean()), seed=1000 + i))
+    return Replications(
+        n_paths, paired, percentile, unpaired, cells, independent, cells_percentile, unpaired_t_ms, time.perf_counter() - start
+    )
 
 
-def _intervals(results: list[PairedEstimate] | list[UnpairedEstimate] | list[Interval | None],
-               ) -> npt.NDArray[np.float64]:
+def _intervals(
+    results: list[PairedEstimate] | list[UnpairedEstimate] | list[Interval | None],
+) -> npt.NDArray[np.float64]:
     """(replications, 4) array of abs_low, abs_high, pct_low, pct_high."""
     intervals = [r if isinstance(r, Interval) or r is None else r.interval for r in results]
     assert all(interval is not None for interval in intervals)
@@ -348,8 +394,11 @@ def _intervals(results: list[PairedEstimate] | list[UnpairedEstimate] | list[Int
 
 def _covered(bounds: npt.NDArray[np.float64], effect_ms: float, pct: float) -> tuple[npt.NDArray[np.bool_], ...]:
     """(covered ms, covered %, truth above the ms interval) per replication."""
-    return ((bounds[:, 0] <= effect_ms) & (effect_ms <= bounds[:, 1]),
-            (bounds[:, 2] <= pct) & (pct <= bounds[:, 3]), effect_ms > bounds[:, 1])
+    return (
+        (bounds[:, 0] <= effect_ms) & (effect_ms <= bounds[:, 1]),
+        (bounds[:, 2] <= pct) & (pct <= bounds[:, 3]),
+        effect_ms > bounds[:, 1],
+    )
 
 
 def test_paired_interval_covers_the_true_effect(replications: Replications) -> None:
@@ -359,14 +408,16 @@ def test_paired_interval_covers_the_true_effect(replications: Replications) -> N
     u_cover_ms, u_cover_pct, _ = _covered(_intervals(replications.unpaired), effect_ms, pct)
     p_cover_ms, p_cover_pct, _ = _covered(_intervals(replications.paired_percentile), effect_ms, pct)
     estimates = np.array([r.estimate_ms for r in replications.paired], dtype=np.float64)
-    message = (f"{REPLICATIONS} campaigns of {MIN_PATHS}-60 paths, true effect {effect_ms:.2f} ms / {pct:.2f} %: "
-               f"paired coverage {100 * cover_ms.mean():.1f} % (ms) / {100 * cover_pct.mean():.1f} % (pct) "
-               f"[first 200: {100 * cover_ms[:200].mean():.1f} % / {100 * cover_pct[:200].mean():.1f} %], "
-               f"truth above the interval in {100 * above.sum() / max(1, (~cover_ms).sum()):.0f} % of the ms misses; "
-               f"paired percentile bootstrap {100 * p_cover_ms.mean():.1f} % / {100 * p_cover_pct.mean():.1f} %; "
-               f"unpaired (stats.cluster_bootstrap) {100 * u_cover_ms.mean():.1f} % / "
-               f"{100 * u_cover_pct.mean():.1f} %; "
-               f"mean paired estimate {estimates.mean():.2f} ms; {replications.seconds:.1f} s")
+    message = (
+        f"{REPLICATIONS} campaigns of {MIN_PATHS}-60 paths, true effect {effect_ms:.2f} ms / {pct:.2f} %: "
+        f"paired coverage {100 * cover_ms.mean():.1f} % (ms) / {100 * cover_pct.mean():.1f} % (pct) "
+        f"[first 200: {100 * cover_ms[:200].mean():.1f} % / {100 * cover_pct[:200].mean():.1f} %], "
+        f"truth above the interval in {100 * above.sum() / max(1, (~cover_ms).sum()):.0f} % of the ms misses; "
+        f"paired percentile bootstrap {100 * p_cover_ms.mean():.1f} % / {100 * p_cover_pct.mean():.1f} %; "
+        f"unpaired (stats.cluster_bootstrap) {100 * u_cover_ms.mean():.1f} % / "
+        f"{100 * u_cover_pct.mean():.1f} %; "
+        f"mean paired estimate {estimates.mean():.2f} ms; {replications.seconds:.1f} s"
+    )
     print("\n" + message)
     # the estimator is unbiased for the estimand the truth defines (else coverage would mean nothing)
     assert abs(estimates.mean() - effect_ms) < 3 * estimates.std() / math.sqrt(estimates.size), message
@@ -387,15 +438,17 @@ def test_paired_interval_is_narrower_than_unpaired(replications: Replications) -
     t_ms = unpaired_t[:, 1] - unpaired_t[:, 0]
     effect_ms, _ = true_effect()
     t_cover = float(((unpaired_t[:, 0] <= effect_ms) & (effect_ms <= unpaired_t[:, 1])).mean())
-    message = (f"median 95 % interval width over {REPLICATIONS} campaigns: "
-               f"paired {np.median(w_ms):.1f} ms / {np.median(w_pct):.2f} pp; "
-               f"unpaired with the same studentised interval {np.median(t_ms):.1f} ms (coverage {100 * t_cover:.1f} %), "
-               f"median width ratio paired / unpaired {np.median(w_ms / t_ms):.3f}, paired narrower in "
-               f"{100 * np.mean(w_ms < t_ms):.0f} % of campaigns; "
-               f"paired, percentile like today's {np.median(p_ms):.1f} ms / {np.median(p_pct):.2f} pp; "
-               f"unpaired (today) {np.median(u_ms):.1f} ms / {np.median(u_pct):.2f} pp; "
-               f"median width ratio percentile-paired / unpaired {np.median(p_ms / u_ms):.3f} (ms), "
-               f"{np.median(p_pct / u_pct):.3f} (pct)")
+    message = (
+        f"median 95 % interval width over {REPLICATIONS} campaigns: "
+        f"paired {np.median(w_ms):.1f} ms / {np.median(w_pct):.2f} pp; "
+        f"unpaired with the same studentised interval {np.median(t_ms):.1f} ms (coverage {100 * t_cover:.1f} %), "
+        f"median width ratio paired / unpaired {np.median(w_ms / t_ms):.3f}, paired narrower in "
+        f"{100 * np.mean(w_ms < t_ms):.0f} % of campaigns; "
+        f"paired, percentile like today's {np.median(p_ms):.1f} ms / {np.median(p_pct):.2f} pp; "
+        f"unpaired (today) {np.median(u_ms):.1f} ms / {np.median(u_pct):.2f} pp; "
+        f"median width ratio percentile-paired / unpaired {np.median(p_ms / u_ms):.3f} (ms), "
+        f"{np.median(p_pct / u_pct):.3f} (pct)"
+    )
     print("\n" + message)
     # like for like, pairing narrows the intervals: with the shipped studentised interval (both
     # covering ~95 %) and with today's percentile cluster bootstrap (both a little under)
@@ -419,11 +472,13 @@ def test_cell_estimator_covers_and_beats_independent_samples(replications: Repli
     i_cover_ms, i_cover_pct, _ = _covered(independent, effect_ms, pct)
     width = np.median(cells[:, 1] - cells[:, 0]), np.median(cells[:, 3] - cells[:, 2])
     i_width = np.median(independent[:, 1] - independent[:, 0]), np.median(independent[:, 3] - independent[:, 2])
-    message = (f"roll-up cells (path x size): coverage {100 * cover_ms.mean():.1f} % (ms) / "
-               f"{100 * cover_pct.mean():.1f} % (pct) [first 200: {100 * cover_ms[:200].mean():.1f} % / "
-               f"{100 * cover_pct[:200].mean():.1f} %], median width {width[0]:.1f} ms / {width[1]:.2f} pp; "
-               f"arms as independent samples: coverage {100 * i_cover_ms.mean():.1f} % / "
-               f"{100 * i_cover_pct.mean():.1f} %, median width {i_width[0]:.1f} ms / {i_width[1]:.2f} pp")
+    message = (
+        f"roll-up cells (path x size): coverage {100 * cover_ms.mean():.1f} % (ms) / "
+        f"{100 * cover_pct.mean():.1f} % (pct) [first 200: {100 * cover_ms[:200].mean():.1f} % / "
+        f"{100 * cover_pct[:200].mean():.1f} %], median width {width[0]:.1f} ms / {width[1]:.2f} pp; "
+        f"arms as independent samples: coverage {100 * i_cover_ms.mean():.1f} % / "
+        f"{100 * i_cover_pct.mean():.1f} %, median width {i_width[0]:.1f} ms / {i_width[1]:.2f} pp"
+    )
     print("\n" + message)
     assert cover_ms.mean() >= 0.93 and cover_pct.mean() >= 0.93, message
     assert cover_ms[:200].mean() >= 0.93 and cover_pct[:200].mean() >= 0.93, message
@@ -434,8 +489,10 @@ def test_cell_estimator_covers_and_beats_independent_samples(replications: Repli
     today = _intervals(replications.unpaired)
     ratio_ms = np.median((like[:, 1] - like[:, 0]) / (today[:, 1] - today[:, 0]))
     ratio_pct = np.median((like[:, 3] - like[:, 2]) / (today[:, 3] - today[:, 2]))
-    message += (f"; percentile-bootstrap widths, paired cells / today's unpaired: {ratio_ms:.3f} (ms), "
-                f"{ratio_pct:.3f} (pct); today's unpaired median width {np.median(today[:, 1] - today[:, 0]):.1f} ms")
+    message += (
+        f"; percentile-bootstrap widths, paired cells / today's unpaired: {ratio_ms:.3f} (ms), "
+        f"{ratio_pct:.3f} (pct); today's unpaired median width {np.median(today[:, 1] - today[:, 0]):.1f} ms"
+    )
     print(message)
     assert ratio_ms < 1.0 and ratio_pct < 1.0, message
     assert width[1] < i_width[1], message
@@ -458,14 +515,17 @@ def test_within_path_paired_interval_on_few_paths() -> None:
         widths.append(result.interval.abs_high - result.interval.abs_low)
         base = campaign.latency_ms[~campaign.treatment]
         treat = campaign.latency_ms[campaign.treatment]
-        independent = histogram_bootstrap(_hist(base), _hist(treat), float(base.mean()), float(treat.mean()),
-                                          replicates=999, seed=replication)
+        independent = histogram_bootstrap(
+            _hist(base), _hist(treat), float(base.mean()), float(treat.mean()), replicates=999, seed=replication
+        )
         assert independent is not None
         independent_covered += independent.abs_low <= truth <= independent.abs_high
         independent_widths.append(independent.abs_high - independent.abs_low)
-    message = (f"{runs} campaigns of 3 paths x 20-30 rounds: paired within-path coverage {100 * covered / runs:.1f} %, "
-               f"median width {np.median(widths):.1f} ms; arms as independent samples: coverage "
-               f"{100 * independent_covered / runs:.1f} %, median width {np.median(independent_widths):.1f} ms")
+    message = (
+        f"{runs} campaigns of 3 paths x 20-30 rounds: paired within-path coverage {100 * covered / runs:.1f} %, "
+        f"median width {np.median(widths):.1f} ms; arms as independent samples: coverage "
+        f"{100 * independent_covered / runs:.1f} %, median width {np.median(independent_widths):.1f} ms"
+    )
     print("\n" + message)
     assert covered / runs >= 0.93, message
     assert np.median(widths) < np.median(independent_widths), message
@@ -473,18 +533,26 @@ def test_within_path_paired_interval_on_few_paths() -> None:
 
 # ---- hand-computed cases -----------------------------------------------------------------------
 
+
 def _toy() -> tuple[list[int], list[int], list[int], list[bool], list[float]]:
     """Three paths (ids 10, 20, 30).  Columns: path, round, size, treatment?, latency ms."""
     rows = [
         # path 10, round 1: size 1000 paired; size 5000 has two baseline trials (mean 110)
-        (10, 1, 1000, False, 100.0), (10, 1, 1000, True, 90.0),
-        (10, 1, 5000, False, 100.0), (10, 1, 5000, False, 120.0), (10, 1, 5000, True, 80.0),
+        (10, 1, 1000, False, 100.0),
+        (10, 1, 1000, True, 90.0),
+        (10, 1, 5000, False, 100.0),
+        (10, 1, 5000, False, 120.0),
+        (10, 1, 5000, True, 80.0),
         # path 10, round 2: size 1000 baseline only (dropped); size 5000 treatment only (dropped)
-        (10, 2, 1000, False, 500.0), (10, 2, 5000, True, 1.0),
+        (10, 2, 1000, False, 500.0),
+        (10, 2, 5000, True, 1.0),
         # path 20, round 1: size 1000 paired, with a failed (NaN) treatment trial that is ignored
-        (20, 1, 1000, False, 300.0), (20, 1, 1000, True, 250.0), (20, 1, 1000, True, float("nan")),
+        (20, 1, 1000, False, 300.0),
+        (20, 1, 1000, True, 250.0),
+        (20, 1, 1000, True, float("nan")),
         # path 30, round 7: size 1000 paired; the same round/size on path 20 does not mix in
-        (30, 7, 1000, True, 35.0), (30, 7, 1000, False, 50.0),
+        (30, 7, 1000, True, 35.0),
+        (30, 7, 1000, False, 50.0),
         (20, 7, 1000, True, 999.0),
     ]
     order = [11, 4, 0, 7, 2, 12, 9, 5, 1, 3, 10, 6, 8]  # shuffled
@@ -524,10 +592,8 @@ def test_toy_pairs_estimate_and_percent() -> None:
 
 def test_unpaired_cells_and_empty_input() -> None:
     # only unpaired cells: no pairs at all
-    result = paired_estimate(make_pairs([1, 1, 2], [1, 2, 1], [1000, 1000, 1000], [False, True, True],
-                                        [10.0, 9.0, 8.0]))
-    assert (result.n_pairs, result.n_paths, result.estimate_ms, result.pct, result.interval) == (0, 0, None, None,
-                                                                                                  None)
+    result = paired_estimate(make_pairs([1, 1, 2], [1, 2, 1], [1000, 1000, 1000], [False, True, True], [10.0, 9.0, 8.0]))
+    assert (result.n_pairs, result.n_paths, result.estimate_ms, result.pct, result.interval) == (0, 0, None, None, None)
     assert result.too_small and result.reason is not None and "no pairs" in result.reason
     assert len(make_pairs([], [], [], [], [])) == 0
     with pytest.raises(ValueError):
@@ -569,11 +635,16 @@ def test_method_and_minimums() -> None:
 
 # ---- aggregated cells (the roll-ups' path) -----------------------------------------------------
 
-def cells_of(campaign_path: npt.ArrayLike, size: npt.ArrayLike, treatment: npt.ArrayLike, latency_ms: npt.ArrayLike,
-             with_hist: bool = False) -> Cells:
+
+def cells_of(
+    campaign_path: npt.ArrayLike,
+    size: npt.ArrayLike,
+    treatment: npt.ArrayLike,
+    latency_ms: npt.ArrayLike,
+    with_hist: bool = False,
+) -> Cells:
     """Aggregate trials into (path, size) cells as the roll-ups hold them: count and sum per arm."""
-    p, _, s, t, lat = paired_module._trial_arrays(campaign_path, np.zeros(np.size(campaign_path)), size, treatment,
-                                            latency_ms)
+    p, _, s, t, lat = paired_module._trial_arrays(campaign_path, np.zeros(np.size(campaign_path)), size, treatment, latency_ms)
     keys, cell = np.unique(np.stack([p, s], axis=1), axis=0, return_inverse=True)
     cell = cell.ravel()
     k = keys.shape[0]
@@ -582,18 +653,27 @@ def cells_of(campaign_path: npt.ArrayLike, size: npt.ArrayLike, treatment: npt.A
     if with_hist:
         hist_base = np.stack([_hist(lat[(cell == c) & base]) for c in range(k)])
         hist_treat = np.stack([_hist(lat[(cell == c) & t]) for c in range(k)])
-    return Cells(path=keys[:, 0], n_base=np.bincount(cell, weights=base * 1.0, minlength=k),
-                 sum_base_ms=np.bincount(cell, weights=lat * base, minlength=k),
-                 n_treat=np.bincount(cell, weights=t * 1.0, minlength=k),
-                 sum_treat_ms=np.bincount(cell, weights=lat * t, minlength=k),
-                 hist_base=hist_base, hist_treat=hist_treat)
+    return Cells(
+        path=keys[:, 0],
+        n_base=np.bincount(cell, weights=base * 1.0, minlength=k),
+        sum_base_ms=np.bincount(cell, weights=lat * base, minlength=k),
+        n_treat=np.bincount(cell, weights=t * 1.0, minlength=k),
+        sum_treat_ms=np.bincount(cell, weights=lat * t, minlength=k),
+        hist_base=hist_base,
+        hist_treat=hist_treat,
+    )
 
 
 def test_cells_hand_computed() -> None:
     # path 1: size A 2 base (100, 120) vs 3 treat (80, 80, 80) -> w 2, diff 30; size B only base (dropped)
     # path 2: size A 1 base 300 vs 1 treat 250 -> w 1, diff 50
-    cells = Cells(path=np.array([1, 1, 2]), n_base=np.array([2.0, 4.0, 1.0]), sum_base_ms=np.array([220.0, 400.0, 300.0]),
-                  n_treat=np.array([3.0, 0.0, 1.0]), sum_treat_ms=np.array([240.0, 0.0, 250.0]))
+    cells = Cells(
+        path=np.array([1, 1, 2]),
+        n_base=np.array([2.0, 4.0, 1.0]),
+        sum_base_ms=np.array([220.0, 400.0, 300.0]),
+        n_treat=np.array([3.0, 0.0, 1.0]),
+        sum_treat_ms=np.array([240.0, 0.0, 250.0]),
+    )
     stats = paired_module.cell_path_stats(cells)
     assert stats.path.tolist() == [1, 2]
     assert stats.n_pairs.tolist() == [2.0, 1.0]
@@ -626,8 +706,13 @@ def test_interval_uses_only_per_path_sums() -> None:
     result = paired_estimate(pairs, seed=3)
     assert result.interval == paired_interval(per_path.n_pairs, per_path.sum_diff_ms, per_path.sum_base_ms, seed=3)
     # sanity: changing the data does change the interval
-    slower = make_pairs(campaign.path, campaign.round_, campaign.size, campaign.treatment,
-                        campaign.latency_ms + np.where(campaign.size == SIZES[0], 5.0, 0.0))
+    slower = make_pairs(
+        campaign.path,
+        campaign.round_,
+        campaign.size,
+        campaign.treatment,
+        campaign.latency_ms + np.where(campaign.size == SIZES[0], 5.0, 0.0),
+    )
     assert paired_estimate(slower, seed=3).interval != result.interval
     # moving milliseconds between the pairs of a path (same per-path sums) changes nothing
     first = np.flatnonzero(np.r_[True, pairs.path[1:] != pairs.path[:-1]])
@@ -639,8 +724,12 @@ def test_interval_uses_only_per_path_sums() -> None:
     moved_treat[first + 1] -= 3.0
     moved = paired_estimate(Pairs(pairs.path, pairs.round_, pairs.size, moved_base, moved_treat), seed=3)
     assert moved.interval is not None and result.interval is not None
-    assert (moved.n_pairs, moved.n_paths, moved.method, moved.too_small) == (result.n_pairs, result.n_paths,
-                                                                             result.method, result.too_small)
+    assert (moved.n_pairs, moved.n_paths, moved.method, moved.too_small) == (
+        result.n_pairs,
+        result.n_paths,
+        result.method,
+        result.too_small,
+    )
     assert moved.estimate_ms == pytest.approx(result.estimate_ms, rel=1e-12)
     assert moved.pct == pytest.approx(result.pct, rel=1e-12)
     assert dataclasses.astuple(moved.interval) == pytest.approx(dataclasses.astuple(result.interval), rel=1e-9)
@@ -663,9 +752,22 @@ def test_unpaired_matches_stats_cluster_bootstrap() -> None:
 # ---- t quantile ------------------------------------------------------------------------------
 
 #: t(0.975, df) from standard tables (10 significant digits).
-T975 = {1: 12.70620474, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.570581836, 9: 2.262157163,
-        10: 2.228138852, 19: 2.093024054, 20: 2.085963447, 24: 2.063898562, 30: 2.042272456, 59: 2.000995378,
-        60: 2.000297822, 120: 1.979930405}
+T975 = {
+    1: 12.70620474,
+    2: 4.302652730,
+    3: 3.182446305,
+    4: 2.776445105,
+    5: 2.570581836,
+    9: 2.262157163,
+    10: 2.228138852,
+    19: 2.093024054,
+    20: 2.085963447,
+    24: 2.063898562,
+    30: 2.042272456,
+    59: 2.000995378,
+    60: 2.000297822,
+    120: 1.979930405,
+}
 
 
 def test_t_quantile_against_tables_and_integration() -> None:
@@ -677,7 +779,7 @@ def test_t_quantile_against_tables_and_integration() -> None:
     # Cornish-Fisher branch above 2000 df joins the exact one and tends to the normal quantile
     assert t_quantile(0.975, 2001) == pytest.approx(t_quantile(0.975, 2000), abs=2e-6)
     assert t_quantile(0.975, 2000) > t_quantile(0.975, 2001) > 1.959963985
-    assert t_quantile(0.975, 10 ** 9) == pytest.approx(1.959963985, abs=1e-8)
+    assert t_quantile(0.975, 10**9) == pytest.approx(1.959963985, abs=1e-8)
     # independent check: integrate the density up to the quantile
     for df in (1, 2, 3, 6, 13, 24, 59, 400):
         q = t_quantile(0.975, df)
@@ -689,6 +791,7 @@ def test_t_quantile_against_tables_and_integration() -> None:
 
 
 # ---- scale ---------------------------------------------------------------------------------------
+
 
 def test_pairing_a_million_trials() -> None:
     rng = np.random.default_rng(11)

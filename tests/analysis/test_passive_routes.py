@@ -31,8 +31,13 @@ BASE = "/api/v1/analysis/passive"
 
 
 def create_token(service_env: dict[str, str], kind: str) -> str:
-    completed = subprocess.run([*IWSCOPE, "token", "create", "--kind", kind, "--label", "pytest passive analysis"],
-                               env=service_env, capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        [*IWSCOPE, "token", "create", "--kind", kind, "--label", "pytest passive analysis"],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert completed.returncode == 0, completed.stderr
     return completed.stdout.strip()
 
@@ -52,44 +57,70 @@ class Seeded:
 
 
 def enroll_server(client: httpx.Client, server_token: str) -> tuple[str, str]:
-    response = client.post(wire.SERVER_ENROLL_PATH, headers=bearer(server_token), json={
-        "name": f"web-{uuid.uuid4().hex[:6]}", "region": "eu-central", "ports": [80, 443], "version": "0.6.0",
-        "kernel": "6.1.0-13-amd64"})
+    response = client.post(
+        wire.SERVER_ENROLL_PATH,
+        headers=bearer(server_token),
+        json={
+            "name": f"web-{uuid.uuid4().hex[:6]}",
+            "region": "eu-central",
+            "ports": [80, 443],
+            "version": "0.6.0",
+            "kernel": "6.1.0-13-amd64",
+        },
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"], response.json()["credential"]
 
 
-def upload(client: httpx.Client, server_id: str, credential: str, aggregates: list[dict[str, Any]],
-           raw: list[dict[str, Any]] | None = None) -> None:
-    batch = {"wire_version": wire.WIRE_VERSION, "batch_id": wire.new_id(), "server_id": server_id,
-             "sent_at": wire.utc_timestamp(), "aggregates": aggregates, "connections": raw or []}
+def upload(
+    client: httpx.Client,
+    server_id: str,
+    credential: str,
+    aggregates: list[dict[str, Any]],
+    raw: list[dict[str, Any]] | None = None,
+) -> None:
+    batch = {
+        "wire_version": wire.WIRE_VERSION,
+        "batch_id": wire.new_id(),
+        "server_id": server_id,
+        "sent_at": wire.utc_timestamp(),
+        "aggregates": aggregates,
+        "connections": raw or [],
+    }
     response = client.post(wire.PASSIVE_BATCH_PATH, json=batch, headers=bearer(credential))
     assert response.status_code == 200, response.text
     assert response.json()["accepted"] == len(aggregates) + len(raw or [])
 
 
 @pytest.fixture(scope="module")
-def seeded(_api_server_process: Any, admin_token: str, service_env: dict[str, str],
-           db_engine: Engine) -> Iterator[Seeded]:
+def seeded(_api_server_process: Any, admin_token: str, service_env: dict[str, str], db_engine: Engine) -> Iterator[Seeded]:
     api = _api_server_process
     api.start()
     server_token, read_token = create_token(service_env, "server"), create_token(service_env, "read")
     when = days()
     with httpx.Client(base_url=api.url, timeout=60) as client:
         server_id, credential = enroll_server(client, server_token)
-        created = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-            "name": "real users (analysis test)", "server_ids": [server_id],
-            "passive_arms": [{"arm": "default", "share_bp": 9000}, {"arm": "16", "share_bp": 500},
-                             {"arm": "32", "share_bp": 500}],
-            "starts_at": (when.day1 - dt.timedelta(hours=2)).isoformat(),
-            "ends_at": (dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)).isoformat()})
+        created = client.post(
+            "/api/v1/campaigns",
+            headers=bearer(admin_token),
+            json={
+                "name": "real users (analysis test)",
+                "server_ids": [server_id],
+                "passive_arms": [
+                    {"arm": "default", "share_bp": 9000},
+                    {"arm": "16", "share_bp": 500},
+                    {"arm": "32", "share_bp": 500},
+                ],
+                "starts_at": (when.day1 - dt.timedelta(hours=2)).isoformat(),
+                "ends_at": (dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)).isoformat(),
+            },
+        )
         assert created.status_code == 201, created.text
         campaign_id = int(created.json()["id"])
         phase0, phase1 = study(server_id, campaign_id, when)
         raw = connections(server_id, campaign_id, when)
         upload(client, server_id, credential, phase0, raw)
-        swept = client.patch(f"/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token),
-                             json={"passive_arms": ARMS_PHASE1})
+        swept = client.patch(f"/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token), json={"passive_arms": ARMS_PHASE1})
         assert swept.status_code == 200 and swept.json()["phase"] == 1, swept.text
         upload(client, server_id, credential, phase1)
     yield Seeded(api.url, campaign_id, server_id, credential, read_token, admin_token, when, phase0, phase1, len(raw))
@@ -97,8 +128,9 @@ def seeded(_api_server_process: Any, admin_token: str, service_env: dict[str, st
 
 def get(seeded: Seeded, route: str, token: str | None = None, **params: Any) -> httpx.Response:
     headers = bearer(token) if token else {}
-    return httpx.get(f"{seeded.url}{BASE}/{route}", params={"campaign_id": seeded.campaign_id, **params},
-                     headers=headers, timeout=60)
+    return httpx.get(
+        f"{seeded.url}{BASE}/{route}", params={"campaign_id": seeded.campaign_id, **params}, headers=headers, timeout=60
+    )
 
 
 def valid(seeded: Seeded, route: str, answer: Any) -> None:
@@ -109,6 +141,7 @@ def valid(seeded: Seeded, route: str, answer: Any) -> None:
 
 
 # ---- access ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_route_needs_a_read_or_admin_token(seeded: Seeded, route: str) -> None:
@@ -134,13 +167,19 @@ def test_the_routes_are_typed_and_secured_in_the_openapi(seeded: Seeded) -> None
 def test_a_revoked_read_token_is_refused(seeded: Seeded, service_env: dict[str, str]) -> None:
     token = create_token(service_env, "read")
     assert get(seeded, "summary", token).status_code == 200
-    revoked = subprocess.run([*IWSCOPE, "token", "revoke"], env={**service_env, "IWSCOPE_REVOKE_TOKEN": token},
-                             capture_output=True, text=True, timeout=60)
+    revoked = subprocess.run(
+        [*IWSCOPE, "token", "revoke"],
+        env={**service_env, "IWSCOPE_REVOKE_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert revoked.returncode == 0, revoked.stderr
     assert get(seeded, "summary", token).json() == {"detail": "invalid credentials"}
 
 
 # ---- numbers -----------------------------------------------------------------------------------------
+
 
 def close(value: float | None, expected: float | None, tolerance: float = 1e-9) -> bool:
     return (value is None) == (expected is None) and (value is None or abs(value - expected) <= tolerance * max(1, abs(expected)))  # type: ignore[operator]
@@ -212,12 +251,16 @@ def test_biased_connections_can_be_left_out(seeded: Seeded) -> None:
     assert {row["arm"]: row for row in unbiased["biased"]}["16"]["biased_connections"] == 5
 
 
-def test_filters_region_day_and_the_default_campaign(seeded: Seeded, db_engine: Engine, admin_token: str,
-                                                     service_env: dict[str, str]) -> None:
+def test_filters_region_day_and_the_default_campaign(
+    seeded: Seeded, db_engine: Engine, admin_token: str, service_env: dict[str, str]
+) -> None:
     region = get(seeded, "summary", seeded.read_token, phase=0, region="BR").json()["data"]
     truth = hand(seeded.phase0, lambda record: record["region"] == "BR")
     assert {row["arm"]: row["responses"] for row in region["overall"]["arms"]} == {
-        "default": truth["default"].responses, "16": truth["16"].responses, "32": 0}
+        "default": truth["default"].responses,
+        "16": truth["16"].responses,
+        "32": 0,
+    }
     day2 = get(seeded, "summary", seeded.read_token, phase=0, since=seeded.when.day2.isoformat()).json()["data"]
     assert {row["arm"]: row["responses"] for row in day2["overall"]["arms"]}["default"] == 12 * 20
     # both phases together: the baseline's n counts phase 1 too
@@ -226,9 +269,17 @@ def test_filters_region_day_and_the_default_campaign(seeded: Seeded, db_engine: 
     # without campaign_id: the passive campaign that started last (one made to start last here)
     with httpx.Client(base_url=seeded.url, timeout=60) as client:
         other_server, _ = enroll_server(client, create_token(service_env, "server"))
-        later = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-            "name": "real users later", "server_ids": [other_server], "passive_arms": ARMS_PHASE1,
-            "starts_at": "2090-01-01T00:00:00+00:00", "ends_at": "2090-01-02T00:00:00+00:00"})
+        later = client.post(
+            "/api/v1/campaigns",
+            headers=bearer(admin_token),
+            json={
+                "name": "real users later",
+                "server_ids": [other_server],
+                "passive_arms": ARMS_PHASE1,
+                "starts_at": "2090-01-01T00:00:00+00:00",
+                "ends_at": "2090-01-02T00:00:00+00:00",
+            },
+        )
         assert later.status_code == 201, later.text
     try:
         latest = httpx.get(f"{seeded.url}{BASE}/summary", headers=bearer(seeded.read_token), timeout=60).json()["data"]
@@ -243,18 +294,30 @@ def test_filters_region_day_and_the_default_campaign(seeded: Seeded, db_engine: 
         with db_engine.begin() as connection:
             connection.execute(text("DELETE FROM campaigns WHERE id = :c"), {"c": later.json()["id"]})
     # a campaign that is not passive: nothing, not an error
-    nothing = httpx.get(f"{seeded.url}{BASE}/summary", params={"campaign_id": 999_999_999},
-                        headers=bearer(seeded.read_token), timeout=60).json()["data"]
+    nothing = httpx.get(
+        f"{seeded.url}{BASE}/summary", params={"campaign_id": 999_999_999}, headers=bearer(seeded.read_token), timeout=60
+    ).json()["data"]
     assert nothing["campaign_name"] is None and nothing["overall"]["arms"] == []
 
 
 def test_bad_parameters_are_422_not_500(seeded: Seeded) -> None:
-    for params in ({"campaign_id": "0"}, {"campaign_id": str(2**63)}, {"region": "a\x00b"}, {"family": "ipx"},
-                   {"baseline": "IW10"}, {"treated_share_bp": "10001"}, {"since": "yesterday"}):
+    for params in (
+        {"campaign_id": "0"},
+        {"campaign_id": str(2**63)},
+        {"region": "a\x00b"},
+        {"family": "ipx"},
+        {"baseline": "IW10"},
+        {"treated_share_bp": "10001"},
+        {"since": "yesterday"},
+    ):
         answer = httpx.get(f"{seeded.url}{BASE}/summary", params=params, headers=bearer(seeded.read_token), timeout=60)
         assert answer.status_code == 422, (params, answer.text)
-    odd = httpx.get(f"{seeded.url}{BASE}/summary", params={"since": "0001-01-01T00:00:00+05:00"},
-                    headers=bearer(seeded.read_token), timeout=60)
+    odd = httpx.get(
+        f"{seeded.url}{BASE}/summary",
+        params={"since": "0001-01-01T00:00:00+05:00"},
+        headers=bearer(seeded.read_token),
+        timeout=60,
+    )
     assert odd.status_code == 200, odd.text
 
 
@@ -286,8 +349,10 @@ def test_buckets_regions_and_days(seeded: Seeded) -> None:
     first = {arm["arm"]: arm for arm in series[0]["arms"]}
     day1 = hand(seeded.phase0, lambda record: record["hour"].startswith(seeded.when.day1.date().isoformat()))
     assert close(first["default"]["mean_ms"]["value"], day1["default"].avg_ms)
-    assert close(first["16"]["median_improvement_ms"]["value"],
-                 (day1["default"].percentiles_ms["p50"] or 0) - (day1["16"].percentiles_ms["p50"] or 0))
+    assert close(
+        first["16"]["median_improvement_ms"]["value"],
+        (day1["default"].percentiles_ms["p50"] or 0) - (day1["16"].percentiles_ms["p50"] or 0),
+    )
 
 
 def test_share_sweep_shows_the_default_arm_per_treated_share(seeded: Seeded) -> None:
@@ -317,8 +382,7 @@ def test_collector_load_per_server_and_day(seeded: Seeded) -> None:
     assert by_day[day1]["aggregate_rows"] == sum(record["hour"].startswith(day1) for record in records)
     assert by_day[day2]["aggregate_rows"] == sum(record["hour"].startswith(day2) for record in records)
     assert by_day[day1]["raw_rows"] == seeded.raw_records and by_day[day2]["raw_rows"] == 0
-    assert by_day[day1]["connections"] == sum(record["connections"] for record in records
-                                              if record["hour"].startswith(day1))
+    assert by_day[day1]["connections"] == sum(record["connections"] for record in records if record["hour"].startswith(day1))
     assert by_day[day1]["aggregate_bytes"] > 100 * by_day[day1]["aggregate_rows"] > 0
     assert by_day[day1]["raw_bytes"] > 0 and by_day[day1]["raw_bytes_per_record"] > 100
     assert by_day[day1]["raw_share"] == pytest.approx(seeded.raw_records / by_day[day1]["connections"])
@@ -326,8 +390,7 @@ def test_collector_load_per_server_and_day(seeded: Seeded) -> None:
 
 def test_histogram_reading_is_the_bin_centre(seeded: Seeded) -> None:
     """One bin, read at its centre: within +-1 % of the latency uploaded."""
-    region = get(seeded, "summary", seeded.read_token, phase=0, region="DE",
-                 until=seeded.when.day1.isoformat()).json()["data"]
+    region = get(seeded, "summary", seeded.read_token, phase=0, region="DE", until=seeded.when.day1.isoformat()).json()["data"]
     arm = {row["arm"]: row for row in region["overall"]["arms"]}["default"]
     expected = HIST_CENTER_US[hist_bin(100_000 + 5_000 * 2)] / 1000.0  # clusters 0..5 at 100..125 ms: median 110
     assert arm["latency_ms"]["p50"]["value"] == pytest.approx(expected)

@@ -43,8 +43,15 @@ def bins_of(latency_us: np.ndarray) -> np.ndarray:
     return np.clip(index, 0, len(HIST_CENTER_US) - 1).astype(np.int64)
 
 
-def arm(rng: np.random.Generator, median_us: float, clusters: int = 32, per_cluster: float = 60.0,
-        shift_us: float = 0.0, effects: np.ndarray | None = None, retrans_rate: float = 0.02) -> ClusterSums:
+def arm(
+    rng: np.random.Generator,
+    median_us: float,
+    clusters: int = 32,
+    per_cluster: float = 60.0,
+    shift_us: float = 0.0,
+    effects: np.ndarray | None = None,
+    retrans_rate: float = 0.02,
+) -> ClusterSums:
     """One arm's clusters: sizes Poisson, log latency = log(median) + cluster effect + noise."""
     sizes = rng.poisson(per_cluster, clusters) + 1
     effect = rng.normal(0.0, SIGMA_CLUSTER, clusters) if effects is None else effects
@@ -58,10 +65,18 @@ def arm(rng: np.random.Generator, median_us: float, clusters: int = 32, per_clus
         sent = rng.integers(10, 60, size).sum()
         segments.append(float(sent))
         retrans.append(float(rng.binomial(sent, retrans_rate)))
-    return cluster_sums(list(range(clusters)), {
-        "connections": connections, "responses": connections, "latency_sum_us": sums,
-        "data_segs_out": segments, "total_retrans": retrans,
-        "retrans_connections": [min(c, r) for c, r in zip(connections, retrans, strict=True)]}, histograms)
+    return cluster_sums(
+        list(range(clusters)),
+        {
+            "connections": connections,
+            "responses": connections,
+            "latency_sum_us": sums,
+            "data_segs_out": segments,
+            "total_retrans": retrans,
+            "retrans_connections": [min(c, r) for c, r in zip(connections, retrans, strict=True)],
+        },
+        histograms,
+    )
 
 
 def true_quantile_ms(median_us: float, q: float) -> float:
@@ -70,17 +85,21 @@ def true_quantile_ms(median_us: float, q: float) -> float:
 
 
 def true_mean_ms(median_us: float) -> float:
-    return median_us * math.exp((SIGMA_CLUSTER ** 2 + SIGMA_CONNECTION ** 2) / 2) / 1000.0
+    return median_us * math.exp((SIGMA_CLUSTER**2 + SIGMA_CONNECTION**2) / 2) / 1000.0
 
 
 # ---- histogram resolution and point estimates -------------------------------------------------------
+
 
 def test_percentiles_from_the_merged_histogram_are_within_the_stated_resolution() -> None:
     rng = np.random.default_rng(1)
     values = np.exp(rng.normal(math.log(150_000), 1.1, 5000))
     found, counts = np.unique(bins_of(values), return_counts=True)
-    data = cluster_sums([0], {"connections": [5000.0], "responses": [5000.0], "latency_sum_us": [float(values.sum())]},
-                        [dict(zip(found.tolist(), counts.astype(float).tolist(), strict=True))])
+    data = cluster_sums(
+        [0],
+        {"connections": [5000.0], "responses": [5000.0], "latency_sum_us": [float(values.sum())]},
+        [dict(zip(found.tolist(), counts.astype(float).tolist(), strict=True))],
+    )
     estimate = latency_estimate(data, stable_key("resolution"))
     ordered = np.sort(values)
     assert HIST_RESOLUTION_PCT == pytest.approx(0.995, abs=0.001)
@@ -92,24 +111,33 @@ def test_percentiles_from_the_merged_histogram_are_within_the_stated_resolution(
     assert estimate.point["avg"] == pytest.approx(values.mean() / 1000.0, rel=1e-12)
     # one bin's single value: its centre, never below zero
     assert row_quantiles(np.array([[0.0, 3.0]]), [0.5], first_bin=hist_bin(80_000) - 1)[0, 0] == pytest.approx(
-        HIST_CENTER_US[hist_bin(80_000)] / 1000.0)
+        HIST_CENTER_US[hist_bin(80_000)] / 1000.0
+    )
 
 
 # ---- n too small ------------------------------------------------------------------------------------
 
+
 def spread(total: int, clusters: int, latency_us: float = 100_000.0) -> ClusterSums:
     """``total`` responses over ``clusters`` clusters, all at one latency."""
     per = [total // clusters + (1 if index < total % clusters else 0) for index in range(clusters)]
-    return cluster_sums(list(range(clusters)), {"connections": per, "responses": per,
-                                                "latency_sum_us": [n * latency_us for n in per],
-                                                "data_segs_out": [10.0 * n for n in per],
-                                                "total_retrans": [1.0 for _ in per]},
-                        [{hist_bin(latency_us): float(n)} for n in per])
+    return cluster_sums(
+        list(range(clusters)),
+        {
+            "connections": per,
+            "responses": per,
+            "latency_sum_us": [n * latency_us for n in per],
+            "data_segs_out": [10.0 * n for n in per],
+            "total_retrans": [1.0 for _ in per],
+        },
+        [{hist_bin(latency_us): float(n)} for n in per],
+    )
 
 
-@pytest.mark.parametrize(("responses", "clusters", "too_small"), [
-    (MIN_RESPONSES - 1, 10, True), (MIN_RESPONSES, 10, False),
-    (400, MIN_CLUSTERS - 1, True), (400, MIN_CLUSTERS, False)])
+@pytest.mark.parametrize(
+    ("responses", "clusters", "too_small"),
+    [(MIN_RESPONSES - 1, 10, True), (MIN_RESPONSES, 10, False), (400, MIN_CLUSTERS - 1, True), (400, MIN_CLUSTERS, False)],
+)
 def test_n_too_small_below_the_named_thresholds(responses: int, clusters: int, too_small: bool) -> None:
     estimate = latency_estimate(spread(responses, clusters), stable_key("small"))
     assert estimate.too_small is too_small
@@ -129,13 +157,16 @@ def test_thresholds_are_the_briefs() -> None:
 
 # ---- the cluster bootstrap ---------------------------------------------------------------------------
 
+
 def test_deterministic_case_brackets_the_true_difference() -> None:
     rng = np.random.default_rng(33)
     base, treat = arm(rng, BASE_MEDIAN_US, per_cluster=400), arm(rng, TREAT_MEDIAN_US, per_cluster=400)
     b, t = latency_estimate(base, stable_key("b")), latency_estimate(treat, stable_key("t"))
-    for key, truth in (("avg", true_mean_ms(BASE_MEDIAN_US) - true_mean_ms(TREAT_MEDIAN_US)),
-                       ("p50", (BASE_MEDIAN_US - TREAT_MEDIAN_US) / 1000.0),
-                       ("p90", true_quantile_ms(BASE_MEDIAN_US, 0.9) - true_quantile_ms(TREAT_MEDIAN_US, 0.9))):
+    for key, truth in (
+        ("avg", true_mean_ms(BASE_MEDIAN_US) - true_mean_ms(TREAT_MEDIAN_US)),
+        ("p50", (BASE_MEDIAN_US - TREAT_MEDIAN_US) / 1000.0),
+        ("p90", true_quantile_ms(BASE_MEDIAN_US, 0.9) - true_quantile_ms(TREAT_MEDIAN_US, 0.9)),
+    ):
         absolute, percent = improvement(b, t, key)
         assert absolute.low is not None and absolute.high is not None and absolute.value is not None
         assert absolute.low < truth < absolute.high, (key, absolute, truth)
@@ -148,8 +179,10 @@ def test_deterministic_case_brackets_the_true_difference() -> None:
 
 def coverage(repetitions: int, per_cluster: float) -> dict[str, float]:
     rng = np.random.default_rng(20100730)
-    truths = {"avg": true_mean_ms(BASE_MEDIAN_US) - true_mean_ms(TREAT_MEDIAN_US),
-              "p50": (BASE_MEDIAN_US - TREAT_MEDIAN_US) / 1000.0}
+    truths = {
+        "avg": true_mean_ms(BASE_MEDIAN_US) - true_mean_ms(TREAT_MEDIAN_US),
+        "p50": (BASE_MEDIAN_US - TREAT_MEDIAN_US) / 1000.0,
+    }
     covered = dict.fromkeys(truths, 0)
     for repetition in range(repetitions):
         b = latency_estimate(arm(rng, BASE_MEDIAN_US, per_cluster=per_cluster), stable_key("cov-b", repetition), ("p50",))
@@ -196,8 +229,9 @@ def split_into_connections(data: ClusterSums) -> ClusterSums:
             histograms += [{data.hist_lo + int(column): 1.0}] * int(row[column])
     ones = [1.0] * len(histograms)
     centres = [float(HIST_CENTER_US[next(iter(h))]) for h in histograms]
-    return cluster_sums(list(range(len(histograms))), {"connections": ones, "responses": ones,
-                                                       "latency_sum_us": centres}, histograms)
+    return cluster_sums(
+        list(range(len(histograms))), {"connections": ones, "responses": ones, "latency_sum_us": centres}, histograms
+    )
 
 
 def test_clusters_are_resampled_independently_per_arm_and_seeded() -> None:
@@ -214,6 +248,7 @@ def test_clusters_are_resampled_independently_per_arm_and_seeded() -> None:
 
 # ---- retransmissions ---------------------------------------------------------------------------------
 
+
 def test_retransmission_rate_and_increase_cover_the_truth() -> None:
     """100 seeded pairs of arms (2 % and 3 % of segments retransmitted): the rate's interval
     covers 2 % and the increase's covers 1 percentage point in 88-100 % of them."""
@@ -221,10 +256,12 @@ def test_retransmission_rate_and_increase_cover_the_truth() -> None:
     rate_covered = increase_covered = 0
     repetitions = 100
     for repetition in range(repetitions):
-        base = rate_estimate(arm(rng, BASE_MEDIAN_US, retrans_rate=0.02), "total_retrans", "data_segs_out",
-                             stable_key("rb", repetition))
-        treat = rate_estimate(arm(rng, TREAT_MEDIAN_US, retrans_rate=0.03), "total_retrans", "data_segs_out",
-                              stable_key("rt", repetition))
+        base = rate_estimate(
+            arm(rng, BASE_MEDIAN_US, retrans_rate=0.02), "total_retrans", "data_segs_out", stable_key("rb", repetition)
+        )
+        treat = rate_estimate(
+            arm(rng, TREAT_MEDIAN_US, retrans_rate=0.03), "total_retrans", "data_segs_out", stable_key("rt", repetition)
+        )
         value, increase = base.value(), rate_difference(base, treat)
         assert None not in (value.low, value.high, increase.low, increase.high)
         rate_covered += int(value.low <= 0.02 <= value.high)  # type: ignore[operator]
@@ -246,6 +283,7 @@ def test_a_rate_with_no_event_still_has_an_honest_interval() -> None:
 
 
 # ---- the share sweep -------------------------------------------------------------------------------
+
 
 def test_share_sweep_pairs_the_levels_and_finds_the_interference() -> None:
     """The default arm at two treated shares: the same clusters (their effects shared) and 8 ms

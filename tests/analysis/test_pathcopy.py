@@ -36,9 +36,17 @@ def _rows(frame: PathFrame) -> dict[tuple[uuid.UUID, uuid.UUID, int], tuple[floa
         probe_id, origin_id = frame.path_ids[int(frame.path[i])]
         key = (probe_id, origin_id, int(frame.size_bucket[i]))
         assert key not in out
-        out[key] = (regions[i], int(frame.rtt_bucket[i]), int(frame.bandwidth_bucket[i]), int(frame.bdp_bucket[i]),
-                    int(frame.loss_bucket[i]), float(frame.n_trials[i]), float(frame.n_pairs[i]),
-                    float(frame.sum_diff_ms[i]), float(frame.sum_base_ms[i]))
+        out[key] = (
+            regions[i],
+            int(frame.rtt_bucket[i]),
+            int(frame.bandwidth_bucket[i]),
+            int(frame.bdp_bucket[i]),
+            int(frame.loss_bucket[i]),
+            float(frame.n_trials[i]),
+            float(frame.n_pairs[i]),
+            float(frame.sum_diff_ms[i]),
+            float(frame.sum_base_ms[i]),
+        )
     return out
 
 
@@ -52,11 +60,14 @@ def _assert_same(copy: PathFrame | None, expected: PathFrame) -> None:
     # the probe codes group the same paths (the cluster bootstrap's second level)
     probes_of = {tuple(copy.path_ids[int(p)]): int(c) for p, c in zip(copy.path, copy.probe, strict=True)}
     assert len(set(probes_of.values())) == len({probe for probe, _ in probes_of})
+
     # the percentile intervals' subset order: the copy's keys (from DuckDB) are PostgreSQL's (from the ids)
     def order(frame: PathFrame) -> dict[tuple[object, ...], int]:
         codes = np.unique(frame.path)
-        return {tuple(frame.path_ids[int(code)]): int(key)
-                for code, key in zip(codes, frame.path_ids.order_keys(codes), strict=True)}
+        return {
+            tuple(frame.path_ids[int(code)]): int(key) for code, key in zip(codes, frame.path_ids.order_keys(codes), strict=True)
+        }
+
     assert order(copy) == order(expected)
     assert len(set(order(copy).values())) == len(order(copy))
 
@@ -75,9 +86,16 @@ def _detail(frame: Frame) -> dict[tuple[object, ...], tuple[object, ...]]:
     out: dict[tuple[object, ...], tuple[object, ...]] = {}
     for i in range(frame.size):
         key = (*frame.path_ids[int(frame.path[i])], int(frame.arm[i]), int(frame.size_bucket[i]))
-        out[key] = (frame.region_names[int(frame.region[i])], int(frame.rtt_bucket[i]), int(frame.loss_bucket[i]),
-                    float(frame.n_trials[i]), float(frame.n[i]), float(frame.sum_us[i]), float(frame.sumsq[i]),
-                    histograms.get(i, {}))
+        out[key] = (
+            frame.region_names[int(frame.region[i])],
+            int(frame.rtt_bucket[i]),
+            int(frame.loss_bucket[i]),
+            float(frame.n_trials[i]),
+            float(frame.n[i]),
+            float(frame.sum_us[i]),
+            float(frame.sumsq[i]),
+            histograms.get(i, {}),
+        )
     return out
 
 
@@ -88,8 +106,7 @@ def _filters(campaign_id: int) -> list[Filters]:
     return [
         one,
         Filters(),
-        dataclasses.replace(one, since=dt.datetime(2026, 1, 25, 13, tzinfo=UTC),
-                            until=dt.datetime(2026, 3, 3, 2, tzinfo=UTC)),
+        dataclasses.replace(one, since=dt.datetime(2026, 1, 25, 13, tzinfo=UTC), until=dt.datetime(2026, 3, 3, 2, tzinfo=UTC)),
         dataclasses.replace(one, since=dt.datetime(2026, 2, 3, tzinfo=UTC), until=dt.datetime(2026, 2, 9, tzinfo=UTC)),
         dataclasses.replace(one, since=dt.datetime(2026, 2, 1, tzinfo=UTC)),
         dataclasses.replace(one, size_min=5_000, size_max=70_000),
@@ -108,9 +125,16 @@ def _check_all(session: Session, directory: pathlib.Path, campaign_id: int) -> i
             expected = load_path_stats(session, filters, all_arms, by_size)
             _assert_same(pathcopy.load_path_stats(session, directory, filters, all_arms, by_size), expected)
             compared += expected.size
-    paths = [(row[0], row[1]) for row in session.execute(text(
-        "SELECT DISTINCT probe_id, COALESCE(origin_id, '00000000-0000-0000-0000-000000000000'::uuid) FROM trials "
-        "WHERE campaign_id = :c ORDER BY 1, 2"), {"c": campaign_id})]
+    paths = [
+        (row[0], row[1])
+        for row in session.execute(
+            text(
+                "SELECT DISTINCT probe_id, COALESCE(origin_id, '00000000-0000-0000-0000-000000000000'::uuid) FROM trials "
+                "WHERE campaign_id = :c ORDER BY 1, 2"
+            ),
+            {"c": campaign_id},
+        )
+    ]
     for filters in _filters(campaign_id):
         for chosen in (paths, paths[1:3]):
             arms = (filters.baseline_iw, filters.treatment_iw)
@@ -122,11 +146,20 @@ def _check_all(session: Session, directory: pathlib.Path, campaign_id: int) -> i
             for key, values in want.items():  # exact but for the sum of squares (float sums)
                 assert got[key][:6] == values[:6] and got[key][7] == values[7], key
                 assert got[key][6] == pytest.approx(values[6], rel=1e-9), key
-    probes = {str(row[0]) for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"),
-                                                {"c": campaign_id})}
-    in_days = {day: int(count) for day, count in session.execute(text(
-        "SELECT (started_at AT TIME ZONE 'UTC')::date, count(*) FROM trials "
-        "WHERE probe_id IN (SELECT probe_id FROM trials WHERE campaign_id = :c) GROUP BY 1"), {"c": campaign_id})}
+    probes = {
+        str(row[0])
+        for row in session.execute(text("SELECT DISTINCT probe_id FROM trials WHERE campaign_id = :c"), {"c": campaign_id})
+    }
+    in_days = {
+        day: int(count)
+        for day, count in session.execute(
+            text(
+                "SELECT (started_at AT TIME ZONE 'UTC')::date, count(*) FROM trials "
+                "WHERE probe_id IN (SELECT probe_id FROM trials WHERE campaign_id = :c) GROUP BY 1"
+            ),
+            {"c": campaign_id},
+        )
+    }
     for today in (dt.date(2026, 2, 27), dt.date(2026, 3, 12), dt.date(2030, 1, 8)):
         totals = pathcopy.probe_totals(session, directory, today)
         assert totals is not None
@@ -157,16 +190,17 @@ def fleet(db_session: Session) -> tuple[int, uuid.UUID, list[uuid.UUID], random.
 
 
 def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
-        db_session: Session, fleet: tuple[int, uuid.UUID, list[uuid.UUID], random.Random], tmp_path: pathlib.Path) -> None:
+    db_session: Session, fleet: tuple[int, uuid.UUID, list[uuid.UUID], random.Random], tmp_path: pathlib.Path
+) -> None:
     campaign_id, origin, probes, rng = fleet
     directory = tmp_path / "copy"
     t1 = START + dt.timedelta(days=60)
 
     def arrive(at: dt.datetime, count: int) -> list[uuid.UUID]:
-        add_random_trials(db_session, rng, campaign_id, probes, origin, count, at, joined=True, start=START,
-                          span_hours=SPAN_H)
-        waiting = add_random_trials(db_session, rng, campaign_id, probes, origin, count // 3, at, joined=False,
-                                    start=START, span_hours=SPAN_H)
+        add_random_trials(db_session, rng, campaign_id, probes, origin, count, at, joined=True, start=START, span_hours=SPAN_H)
+        waiting = add_random_trials(
+            db_session, rng, campaign_id, probes, origin, count // 3, at, joined=False, start=START, span_hours=SPAN_H
+        )
         refresh_rollups(db_session, upto=at + dt.timedelta(minutes=1))
         return waiting
 
@@ -178,9 +212,12 @@ def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
 
     # a delta: new trials, and the server sides of trials received before the copy was made
     t2 = t1 + dt.timedelta(minutes=3)
-    db_session.execute(text("""UPDATE trials SET server_latency_us = total_us - 5000, server_total_retrans = 0,
+    db_session.execute(
+        text("""UPDATE trials SET server_latency_us = total_us - 5000, server_total_retrans = 0,
                                                  server_bytes_retrans = 0, server_bytes_sent = 20000, joined_at = :at
-                               WHERE trial_id = ANY(:ids)"""), {"ids": waiting, "at": t2})
+                               WHERE trial_id = ANY(:ids)"""),
+        {"ids": waiting, "at": t2},
+    )
     arrive(t2, 200)
     second = pathcopy.update(db_session, directory)
     assert second.action == "delta" and second.manifest is not None
@@ -213,13 +250,13 @@ def test_copy_equals_the_rollups_through_base_deltas_lag_and_compaction(
 
     # the roll-ups' watermarks move over an empty window: nothing to add, still the same sums
     refresh_rollups(db_session, upto=t2 + dt.timedelta(minutes=15))
-    assert pathcopy.read_manifest(directory) == third and _marks(db_session) != (
-        third.received_upto, third.joined_upto)
+    assert pathcopy.read_manifest(directory) == third and _marks(db_session) != (third.received_upto, third.joined_upto)
     _check_all(db_session, directory, campaign_id)
 
 
 def test_copy_steps_aside_when_it_cannot_be_trusted(
-        db_session: Session, fleet: tuple[int, uuid.UUID, list[uuid.UUID], random.Random], tmp_path: pathlib.Path) -> None:
+    db_session: Session, fleet: tuple[int, uuid.UUID, list[uuid.UUID], random.Random], tmp_path: pathlib.Path
+) -> None:
     campaign_id, origin, probes, rng = fleet
     directory = tmp_path / "copy"
     filters = Filters(campaign_ids=(campaign_id,))
@@ -232,8 +269,7 @@ def test_copy_steps_aside_when_it_cannot_be_trusted(
 
     # far behind the roll-ups: PostgreSQL answers
     later = at + pathcopy.MAX_LAG + dt.timedelta(minutes=5)
-    add_random_trials(db_session, rng, campaign_id, probes, origin, 20, later, joined=True, start=START,
-                      span_hours=SPAN_H)
+    add_random_trials(db_session, rng, campaign_id, probes, origin, 20, later, joined=True, start=START, span_hours=SPAN_H)
     refresh_rollups(db_session, upto=later + dt.timedelta(minutes=1))
     assert pathcopy.load_path_stats(db_session, directory, filters, False, False) is None
     assert pathcopy.update(db_session, directory).action == "delta"
@@ -278,8 +314,9 @@ def _path_reads(url: str) -> dict[str, float]:
     return counts
 
 
-def test_the_worker_keeps_the_copy_and_the_api_reads_it(database_url: str, celery_worker, api_server,
-                                                        service_env: dict[str, str]) -> None:
+def test_the_worker_keeps_the_copy_and_the_api_reads_it(
+    database_url: str, celery_worker, api_server, service_env: dict[str, str]
+) -> None:
     """End to end: committed trials, the worker's refresh task (which updates the copy after its
     commit), the API's paired figure read from the copy -- the same numbers as PostgreSQL's."""
     directory = pathlib.Path(service_env["IWSCOPE_ANALYSIS_COPY_DIR"])
@@ -290,10 +327,28 @@ def test_the_worker_keeps_the_copy_and_the_api_reads_it(database_url: str, celer
         probes = [add_probe(session, region) for region in ("africa", "europe")]
         for probe, shift in zip(probes, (0.0, 50.0), strict=True):
             for latency in (900.0, 1000.0, 1100.0):
-                add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3,
-                          server_ms=latency + shift, started_at=now, received_at=now, joined_at=now)
-            add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=10, server_ms=700.0 + shift,
-                      started_at=now, received_at=now, joined_at=now)
+                add_trial(
+                    session,
+                    campaign_id=campaign_id,
+                    probe_id=probe,
+                    origin_id=None,
+                    iw=3,
+                    server_ms=latency + shift,
+                    started_at=now,
+                    received_at=now,
+                    joined_at=now,
+                )
+            add_trial(
+                session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=None,
+                iw=10,
+                server_ms=700.0 + shift,
+                started_at=now,
+                received_at=now,
+                joined_at=now,
+            )
     filters = Filters(campaign_ids=(campaign_id,))
     try:
         deadline = time.monotonic() + 90
@@ -314,8 +369,9 @@ def test_the_worker_keeps_the_copy_and_the_api_reads_it(database_url: str, celer
             _assert_same(from_copy, load_path_stats(session, filters, False, False))
             assert from_copy is not None and sorted(from_copy.n_pairs.tolist()) == [1.0, 1.0]
         before = _path_reads(api_server.url)
-        answer = httpx.get(f"{api_server.url}/api/v1/analysis/compare",
-                           params={"campaign": str(campaign_id), "dimension": "region"}, timeout=30)
+        answer = httpx.get(
+            f"{api_server.url}/api/v1/analysis/compare", params={"campaign": str(campaign_id), "dimension": "region"}, timeout=30
+        )
         assert answer.status_code == 200, answer.text
         by_region = {row["bucket"]: row for row in answer.json()["data"]}
         assert by_region["africa"]["n_pairs"] == by_region["europe"]["n_pairs"] == 1

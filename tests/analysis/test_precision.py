@@ -21,16 +21,14 @@ NOW = DAY + dt.timedelta(minutes=1)
 
 
 def test_duration_sets_the_time_box_and_adaptive_needs_one() -> None:
-    base = {"name": "c", "origin_ids": [str(uuid.uuid4())], "arms": [3, 10], "sizes": [9000],
-            "starts_at": "2026-11-24T00:00:00Z"}
+    base = {"name": "c", "origin_ids": [str(uuid.uuid4())], "arms": [3, 10], "sizes": [9000], "starts_at": "2026-11-24T00:00:00Z"}
     boxed = CampaignIn.model_validate({**base, "duration_s": 240, "target_ci_ms": 15})
     assert boxed.ends_at == boxed.starts_at + dt.timedelta(seconds=240) and boxed.target_ci_ms == 15
     with pytest.raises(ValidationError, match="not both"):
         CampaignIn.model_validate({**base, "duration_s": 240, "ends_at": "2026-11-25T00:00:00Z"})
     with pytest.raises(ValidationError, match="time box"):
         CampaignIn.model_validate({**base, "target_ci_ms": 15})
-    for bad in ({"duration_s": 0}, {"duration_s": -5}, {"duration_s": 31 * 86_400}, {"target_ci_ms": 0,
-                                                                                        "duration_s": 60}):
+    for bad in ({"duration_s": 0}, {"duration_s": -5}, {"duration_s": 31 * 86_400}, {"target_ci_ms": 0, "duration_s": 60}):
         with pytest.raises(ValidationError):
             CampaignIn.model_validate({**base, **bad})
 
@@ -40,9 +38,24 @@ def test_a_probe_stops_once_its_buckets_are_precise(db_session: Session) -> None
     600 ms path -> "n too small", keeps measuring.  A fresh probe C of the campaign's region gets it too."""
     campaign_id = new_campaign_id()
     origin = uuid.uuid4()
-    db_session.add(Campaign(id=campaign_id, name="adaptive", origin_ids=[origin], probe_regions=None, arms=[3, 10],
-                            sizes=[9000], size_dist=None, sizes_per_round=1, repetitions=1000, interval_s=0.0,
-                            starts_at=DAY, ends_at=DAY + dt.timedelta(hours=1), calibrate=False, target_ci_ms=15.0))
+    db_session.add(
+        Campaign(
+            id=campaign_id,
+            name="adaptive",
+            origin_ids=[origin],
+            probe_regions=None,
+            arms=[3, 10],
+            sizes=[9000],
+            size_dist=None,
+            sizes_per_round=1,
+            repetitions=1000,
+            interval_s=0.0,
+            starts_at=DAY,
+            ends_at=DAY + dt.timedelta(hours=1),
+            calibrate=False,
+            target_ci_ms=15.0,
+        )
+    )
     precise, noisy = add_probe(db_session, "europe"), add_probe(db_session, "africa")
     add_path(db_session, precise, origin, 150, 2_000_000, 0.0)
     add_path(db_session, noisy, origin, 600, 500_000, 0.0)
@@ -74,6 +87,8 @@ def test_a_probe_stops_once_its_buckets_are_precise(db_session: Session) -> None
     assert campaign_id in scheduled(noisy, "africa")
     # after the time box nobody gets it, and nothing more is marked
     late = DAY + dt.timedelta(hours=2)
-    assert campaign_id not in [entry.campaign_id for entry in schedule_for(
-        db_session, type("P", (), {"id": noisy, "region": "africa"})(), 60.0, now=late).campaigns]
+    assert campaign_id not in [
+        entry.campaign_id
+        for entry in schedule_for(db_session, type("P", (), {"id": noisy, "region": "africa"})(), 60.0, now=late).campaigns
+    ]
     assert update_done(db_session, now=late) == {}

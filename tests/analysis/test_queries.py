@@ -119,11 +119,9 @@ def test_compare_by_size_and_metric(db_session: Session, fixed: Fixed) -> None:
     client = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), metric="client"), "size")
     assert client[0].baseline.mean_ms == pytest.approx(base_mean + 10)
     # the size filter is octave-granular on roll-ups: 20-30 KiB excludes the 8-16 KiB octave
-    assert compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), size_min=20_000, size_max=30_000),
-                      "size") == []
+    assert compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), size_min=20_000, size_max=30_000), "size") == []
     # other arms can be compared: IW16 vs IW10 (africa only has IW16)
-    pair = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), baseline_iw=10, treatment_iw=16),
-                      "region")
+    pair = compare_by(db_session, Filters(campaign_ids=(fixed.campaign_id,), baseline_iw=10, treatment_iw=16), "region")
     assert by_bucket(pair)["africa"].baseline.mean_ms == pytest.approx(700.0)
     assert by_bucket(pair)["africa"].treatment.mean_ms == pytest.approx(550.0)
     assert by_bucket(pair)["africa"].n_pairs == 1
@@ -170,8 +168,7 @@ def test_percentile_table_ietf_layout(db_session: Session, fixed: Fixed) -> None
     assert treatment.retrans_bytes_share == pytest.approx(2896 / 50000)
     assert table.retrans_increase_pp == pytest.approx(20.0)
 
-    per_region = {t.group: t for t in percentile_table(db_session, Filters(campaign_ids=(fixed.campaign_id,)),
-                                                        group_by="region")}
+    per_region = {t.group: t for t in percentile_table(db_session, Filters(campaign_ids=(fixed.campaign_id,)), group_by="region")}
     assert list(per_region) == ["africa", "europe", "south-america"]
     assert per_region["africa"].arms[1].avg == pytest.approx(1000.0)
     assert per_region["africa"].arms[1].retrans_share == pytest.approx(1 / 3)
@@ -265,8 +262,9 @@ def test_csv_window_is_inclusive_in_both_layouts(db_session: Session, fixed: Fix
 def test_full_csv_layout(db_session: Session, fixed: Fixed) -> None:
     """``/api/v1/trials.csv``'s layout: every column of ``trials``, wire timestamps, JSON as text;
     ``probe_id`` narrows it to one probe."""
-    text_csv = "".join(iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id,)), layout=FULL_CSV,
-                                       probe_id=fixed.europe))
+    text_csv = "".join(
+        iter_trials_csv(db_session, Filters(campaign_ids=(fixed.campaign_id,)), layout=FULL_CSV, probe_id=fixed.europe)
+    )
     rows = list(csv.DictReader(io.StringIO(text_csv)))
     assert tuple(rows[0]) == tuple(column.name for column in Trial.__table__.columns)
     assert len(rows) == 3 and {row["probe_id"] for row in rows} == {str(fixed.europe)}
@@ -285,10 +283,10 @@ def test_cluster_bootstrap_used_with_many_paths(db_session: Session) -> None:
         probe = add_probe(db_session, "europe")
         add_path(db_session, probe, origin, 150, 2_000_000, 0.0)
         for jitter in (-10.0, 10.0, -5.0, 5.0):
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                      server_ms=base_ms + jitter)
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                      server_ms=base_ms - 100 + jitter)
+            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3, server_ms=base_ms + jitter)
+            add_trial(
+                db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10, server_ms=base_ms - 100 + jitter
+            )
         per_path.append((probe, 4 * 100.0, 4 * base_ms))
     db_session.flush()
     rebuild_rollups(db_session)
@@ -319,11 +317,19 @@ def test_paired_improvement_is_within_path_and_size(db_session: Session) -> None
     for size, base_ms, treat_ms, n_treat in ((9_000, 300.0, 200.0, 30), (30_000, 600.0, 400.0, 20)):
         for i in range(30):
             jitter = 10.0 if i % 2 else -10.0
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                      server_ms=base_ms + jitter, size=size)
+            add_trial(
+                db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3, server_ms=base_ms + jitter, size=size
+            )
             if i < n_treat:
-                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                          server_ms=treat_ms + jitter, size=size)
+                add_trial(
+                    db_session,
+                    campaign_id=campaign_id,
+                    probe_id=probe,
+                    origin_id=origin,
+                    iw=10,
+                    server_ms=treat_ms + jitter,
+                    size=size,
+                )
     db_session.flush()
     rebuild_rollups(db_session)
     (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "rtt")
@@ -349,17 +355,29 @@ def test_paired_improvement_is_within_path_and_size(db_session: Session) -> None
 
 
 def test_sql_and_python_bins_agree(db_session: Session) -> None:
-    values = [1, 10, 11, 137, 9000, 70_000, 1_234_567, 10 ** 12]
-    sql_bins = db_session.execute(text(f"SELECT {bk.hist_bin_sql('v')} FROM unnest(CAST(:v AS bigint[])) AS v"),
-                                  {"v": values}).scalars().all()
+    values = [1, 10, 11, 137, 9000, 70_000, 1_234_567, 10**12]
+    sql_bins = (
+        db_session.execute(text(f"SELECT {bk.hist_bin_sql('v')} FROM unnest(CAST(:v AS bigint[])) AS v"), {"v": values})
+        .scalars()
+        .all()
+    )
     assert sql_bins == [bk.hist_bin(v) for v in values]
     assert not math.isnan(float(np.sum(sql_bins)))
 
 
-@pytest.mark.parametrize(("since", "until"), [
-    (None, None), ("2026-01-31", None), (None, "2026-02-01"), ("2026-01-31", "2026-02-28"),
-    ("2026-02-01", "2026-02-28"), ("2026-02-02", "2026-02-02"), ("2026-01-01", "2026-03-01"),
-    ("2026-03-02", None)])
+@pytest.mark.parametrize(
+    ("since", "until"),
+    [
+        (None, None),
+        ("2026-01-31", None),
+        (None, "2026-02-01"),
+        ("2026-01-31", "2026-02-28"),
+        ("2026-02-01", "2026-02-28"),
+        ("2026-02-02", "2026-02-02"),
+        ("2026-01-01", "2026-03-01"),
+        ("2026-03-02", None),
+    ],
+)
 def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str | None, until: str | None) -> None:
     """Whole months come from month rows, edges from day rows: counts equal the raw trials' per UTC day."""
     campaign_id = new_campaign_id()
@@ -368,15 +386,16 @@ def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str 
     for index, day in enumerate(days):
         started = dt.datetime.fromisoformat(day).replace(hour=23, minute=30, tzinfo=dt.UTC)
         for _ in range(index + 1):  # 1, 2, 3, ... trials: every day contributes a distinct count
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100,
-                      started_at=started)
+            add_trial(
+                db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100, started_at=started
+            )
     db_session.flush()
     rebuild_rollups(db_session)
-    as_time = (lambda value: None if value is None
-               else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.UTC))
+    as_time = lambda value: None if value is None else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.UTC)
     filters = Filters(campaign_ids=(campaign_id,), since=as_time(since), until=as_time(until))
-    expected = sum(index + 1 for index, day in enumerate(days)
-                   if (since is None or day >= since) and (until is None or day <= until))
+    expected = sum(
+        index + 1 for index, day in enumerate(days) if (since is None or day >= since) and (until is None or day <= until)
+    )
     assert headline(db_session, filters).n_trials == expected
 
 
@@ -391,10 +410,18 @@ def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) 
     for probe, size, count, base_ms, treat_ms in ((probes[0], 9000, 20, 200.0, 100.0), (probes[1], 0, 30, 100.0, 100.0)):
         for i in range(count):
             jitter = 1.0 if i % 2 else -1.0
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                      server_ms=base_ms + jitter, size=size)
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                      server_ms=treat_ms + jitter, size=size)
+            add_trial(
+                db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3, server_ms=base_ms + jitter, size=size
+            )
+            add_trial(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=origin,
+                iw=10,
+                server_ms=treat_ms + jitter,
+                size=size,
+            )
     db_session.flush()
     rebuild_rollups(db_session)
     (result,) = compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "region")
@@ -402,7 +429,9 @@ def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) 
     assert result.abs_ms == pytest.approx(20 * 100.0 / 50)
     by_size = {row.bucket: row for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,)), "size")}
     assert {bucket: (row.n_paths, row.n_pairs) for bucket, row in by_size.items()} == {
-        "0 B-1 B": (1, 30), "8 KiB-16 KiB": (1, 20)}
+        "0 B-1 B": (1, 30),
+        "8 KiB-16 KiB": (1, 20),
+    }
 
 
 def _count_detail_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -420,8 +449,7 @@ def _count_detail_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return read
 
 
-def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: Session,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past PERCENTILE_DETAIL_PATHS paths, the percentile intervals read the histograms of a fixed
     subset of that many paths only, and are put around the all-paths difference, narrowed by
     sqrt(subset / paths)."""
@@ -437,10 +465,22 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
         rtt = rng.uniform(40, 400)
         add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
         for _ in range(12):
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                      server_ms=3 * rtt * rng.uniform(0.9, 1.3))
-            add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                      server_ms=2 * rtt * rng.uniform(0.9, 1.3))
+            add_trial(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=origin,
+                iw=3,
+                server_ms=3 * rtt * rng.uniform(0.9, 1.3),
+            )
+            add_trial(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=origin,
+                iw=10,
+                server_ms=2 * rtt * rng.uniform(0.9, 1.3),
+            )
     db_session.flush()
     rebuild_rollups(db_session)
     filters = Filters(campaign_ids=(campaign_id,))
@@ -460,8 +500,7 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
         assert 0.25 < (high - low) / (full_high - full_low) < 4.0, key
 
 
-def test_percentile_detail_reads_share_one_budget_over_the_groups(db_session: Session,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_percentile_detail_reads_share_one_budget_over_the_groups(db_session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     """Per-path histograms come from the paths' raw trials, so one call reads at most
     PERCENTILE_DETAIL_BUDGET paths over all its groups (never fewer than
     PERCENTILE_MIN_DETAIL_PATHS a group), in one read; every group keeps an interval."""
@@ -477,10 +516,22 @@ def test_percentile_detail_reads_share_one_budget_over_the_groups(db_session: Se
             rtt = rng.uniform(40, 400)
             add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
             for _ in range(8):
-                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                          server_ms=3 * rtt * rng.uniform(0.9, 1.3))
-                add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                          server_ms=2 * rtt * rng.uniform(0.9, 1.3))
+                add_trial(
+                    db_session,
+                    campaign_id=campaign_id,
+                    probe_id=probe,
+                    origin_id=origin,
+                    iw=3,
+                    server_ms=3 * rtt * rng.uniform(0.9, 1.3),
+                )
+                add_trial(
+                    db_session,
+                    campaign_id=campaign_id,
+                    probe_id=probe,
+                    origin_id=origin,
+                    iw=10,
+                    server_ms=2 * rtt * rng.uniform(0.9, 1.3),
+                )
     db_session.flush()
     rebuild_rollups(db_session)
     read = _count_detail_reads(monkeypatch)

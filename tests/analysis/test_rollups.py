@@ -24,10 +24,13 @@ T0 = dt.datetime(2026, 2, 1, tzinfo=UTC)
 
 def _join_later(session: Session, trial_ids: list[uuid.UUID], joined_at: dt.datetime) -> None:
     """What the join task does: fill the server columns of trials received earlier."""
-    session.execute(text("""
+    session.execute(
+        text("""
         UPDATE trials SET server_latency_us = total_us - 5000, server_total_retrans = 1, server_bytes_retrans = 1448,
                           server_bytes_sent = 20000, joined_at = :joined_at
-        WHERE trial_id = ANY(:ids) AND joined_at IS NULL"""), {"ids": trial_ids, "joined_at": joined_at})
+        WHERE trial_id = ANY(:ids) AND joined_at IS NULL"""),
+        {"ids": trial_ids, "joined_at": joined_at},
+    )
 
 
 def _snapshot(session: Session, campaign_ids: set[int | None]) -> dict:
@@ -78,16 +81,25 @@ def test_rows_inside_the_safety_margin_wait_for_the_next_refresh(db_session: Ses
     probe = add_probe(db_session, "europe")
     reset_rollups(db_session)
     now = db_session.execute(text("SELECT clock_timestamp()")).scalar_one()
-    add_trial(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=100,
-              received_at=now + dt.timedelta(seconds=30), joined_at=now + dt.timedelta(seconds=30))
+    add_trial(
+        db_session,
+        campaign_id=campaign_id,
+        probe_id=probe,
+        origin_id=None,
+        iw=3,
+        server_ms=100,
+        received_at=now + dt.timedelta(seconds=30),
+        joined_at=now + dt.timedelta(seconds=30),
+    )
     db_session.flush()
     refresh_rollups(db_session)
     assert _snapshot(db_session, {campaign_id}) == {}
     refresh_rollups(db_session, margin=dt.timedelta(seconds=-60))  # as if a minute had passed
     day_row, month_row = sorted(_snapshot(db_session, {campaign_id}).values(), key=lambda row: row["grain"])
     assert (day_row["n_trials"], day_row["server_n"], day_row["client_n"]) == (1, 1, 1)
-    assert {key: value for key, value in month_row.items() if key not in ("day", "grain")} == \
-        {key: value for key, value in day_row.items() if key not in ("day", "grain")}
+    assert {key: value for key, value in month_row.items() if key not in ("day", "grain")} == {
+        key: value for key, value in day_row.items() if key not in ("day", "grain")
+    }
 
 
 @pytest.fixture
@@ -103,8 +115,18 @@ def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> 
     with Session(committed_engine) as session, session.begin():
         recent = session.execute(text("SELECT now()")).scalar_one()  # as the ingest path stamps them
         probes = [add_probe(session, "africa"), add_probe(session, "europe")]
-        add_random_trials(session, rng, campaign_id, probes, uuid.uuid4(), 300, recent, joined=True,
-                       without_campaign=0.0, join_delay=dt.timedelta(0))
+        add_random_trials(
+            session,
+            rng,
+            campaign_id,
+            probes,
+            uuid.uuid4(),
+            300,
+            recent,
+            joined=True,
+            without_campaign=0.0,
+            join_delay=dt.timedelta(0),
+        )
     try:
         time.sleep(1.2)  # past the refresh's safety margin
         errors: list[BaseException] = []
@@ -123,11 +145,17 @@ def test_concurrent_refreshes_fold_each_trial_once(committed_engine: Engine) -> 
             thread.join(timeout=120)
         assert not errors
         with Session(committed_engine) as session:
-            totals = session.execute(text("""
+            totals = session.execute(
+                text("""
                 SELECT sum(n_trials), sum(server_n) + sum(n_errors) FROM analysis_rollups
-                WHERE campaign_id = :c AND grain = 0"""), {"c": campaign_id}).one()
-            raw = session.execute(text("""
-                SELECT count(*), count(*) FROM trials WHERE campaign_id = :c"""), {"c": campaign_id}).one()
+                WHERE campaign_id = :c AND grain = 0"""),
+                {"c": campaign_id},
+            ).one()
+            raw = session.execute(
+                text("""
+                SELECT count(*), count(*) FROM trials WHERE campaign_id = :c"""),
+                {"c": campaign_id},
+            ).one()
         assert tuple(totals) == tuple(raw) == (300, 300)
     finally:
         delete_committed(committed_engine, campaign_id, probes)
@@ -140,16 +168,40 @@ def test_refresh_task_on_a_real_celery_worker(committed_engine: Engine, celery_w
         now = session.execute(text("SELECT now()")).scalar_one()  # as the ingest path and the join stamp them
         probe = add_probe(session, "africa")
         for latency in (900.0, 1000.0, 1100.0):
-            add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=3, server_ms=latency,
-                      started_at=now, received_at=now, joined_at=now)
-        add_trial(session, campaign_id=campaign_id, probe_id=probe, origin_id=None, iw=10, server_ms=700.0,
-                  started_at=now, received_at=now, joined_at=now)
+            add_trial(
+                session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=None,
+                iw=3,
+                server_ms=latency,
+                started_at=now,
+                received_at=now,
+                joined_at=now,
+            )
+        add_trial(
+            session,
+            campaign_id=campaign_id,
+            probe_id=probe,
+            origin_id=None,
+            iw=10,
+            server_ms=700.0,
+            started_at=now,
+            received_at=now,
+            joined_at=now,
+        )
 
     def rows() -> list[tuple[int, int, int, int]]:
         with Session(committed_engine) as session:
-            return [tuple(row) for row in session.execute(text("""
+            return [
+                tuple(row)
+                for row in session.execute(
+                    text("""
                 SELECT arm_iw, n_trials, server_n, server_sum_us FROM analysis_rollups WHERE campaign_id = :c
-                AND grain = 0 ORDER BY arm_iw"""), {"c": campaign_id})]
+                AND grain = 0 ORDER BY arm_iw"""),
+                    {"c": campaign_id},
+                )
+            ]
 
     try:
         outcome = celery_worker.send("iwscope.analysis.tasks.refresh_rollups", timeout=120)
@@ -174,8 +226,10 @@ def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
     with their histograms, ``stored_sums`` without them (the per-path rows keep no histograms)."""
     from iwscope.analysis.rollups import BUCKET_TABLE
 
-    signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
-                    for row in session.execute(text("SELECT * FROM analysis_path_signatures"))}
+    signature_of = {
+        (row.probe_id, row.origin_id): int(row.signature_id)
+        for row in session.execute(text("SELECT * FROM analysis_path_signatures"))
+    }
     expected: dict = {}
     for key, row in rollup_snapshot(session).items():
         if key[0] not in campaign_ids:
@@ -183,17 +237,23 @@ def _by_signature(session: Session, campaign_ids: set[int]) -> dict:
         bucket_key = (key[0], signature_of[(key[1], key[2])], *key[3:])
         into = expected.setdefault(bucket_key, {})
         for name, value in row.items():
-            if name in {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain",
-                        "size_min", "size_max"}:
+            if name in {"campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day", "grain", "size_min", "size_max"}:
                 continue
-            into[name] = [a + b for a, b in zip(into[name], value, strict=True)] if isinstance(value, list) and name in into \
+            into[name] = (
+                [a + b for a, b in zip(into[name], value, strict=True)]
+                if isinstance(value, list) and name in into
                 else (into.get(name, 0) + value if not isinstance(value, list) else list(value))
-    stored = {key: {name: value for name, value in row.items()
-                    if name not in {"campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain", "size_min",
-                                    "size_max"}}
-              for key, row in rollup_snapshot(session, BUCKET_TABLE).items() if key[0] in campaign_ids}
-    sums_only = {key: {name: value for name, value in row.items() if not name.endswith("_hist")}
-                 for key, row in stored.items()}
+            )
+    stored = {
+        key: {
+            name: value
+            for name, value in row.items()
+            if name not in {"campaign_id", "signature_id", "arm_iw", "size_bucket", "day", "grain", "size_min", "size_max"}
+        }
+        for key, row in rollup_snapshot(session, BUCKET_TABLE).items()
+        if key[0] in campaign_ids
+    }
+    sums_only = {key: {name: value for name, value in row.items() if not name.endswith("_hist")} for key, row in stored.items()}
     return {"expected": expected, "stored": stored, "stored_sums": sums_only}
 
 
@@ -207,26 +267,31 @@ def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -
     campaign_id = new_campaign_id()
     origin = uuid.uuid4()
     probes = [add_probe(db_session, region) for region in ("africa", "europe")]
-    add_path(db_session, probes[0], origin, 30.0, 5_000_000, 0.0)   # RTT bucket (20, 50]
+    add_path(db_session, probes[0], origin, 30.0, 5_000_000, 0.0)  # RTT bucket (20, 50]
     add_path(db_session, probes[1], origin, 150.0, 5_000_000, 0.0)  # RTT bucket (100, 200]
     reset_rollups(db_session)
     upto = T0 + dt.timedelta(days=4, minutes=5)
-    add_random_trials(db_session, rng, campaign_id, probes, origin, 300, T0 + dt.timedelta(days=4), joined=True,
-                   without_campaign=0.0)
+    add_random_trials(
+        db_session, rng, campaign_id, probes, origin, 300, T0 + dt.timedelta(days=4), joined=True, without_campaign=0.0
+    )
     refresh_rollups(db_session, upto=upto)
     sums = _by_signature(db_session, {campaign_id})
     assert sums["stored_sums"] == sums["expected"] and sums["stored"]
 
     def rtt_counts() -> dict[str, int]:
-        return {row.bucket: row.baseline.n + row.treatment.n
-                for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,), metric="server"), "rtt")}
+        return {
+            row.bucket: row.baseline.n + row.treatment.n
+            for row in compare_by(db_session, Filters(campaign_ids=(campaign_id,), metric="server"), "rtt")
+        }
 
     before = rtt_counts()
     assert set(before) == {"<=50 ms", "<=200 ms"}
     moved_trials = before["<=50 ms"]
     # the first path's estimate moves to 600 ms: its trials leave (20, 50] for (500, 1000]
-    db_session.execute(text("UPDATE path_estimates SET min_rtt_us = 600000 WHERE probe_id = :p AND origin_id = :o"),
-                       {"p": probes[0], "o": origin})
+    db_session.execute(
+        text("UPDATE path_estimates SET min_rtt_us = 600000 WHERE probe_id = :p AND origin_id = :o"),
+        {"p": probes[0], "o": origin},
+    )
     assert rebucket(db_session, [(probes[0], origin), (probes[1], origin)]) == 1
     assert rebucket(db_session, [(probes[0], origin), (probes[1], origin)]) == 0  # nothing moves twice
     after = rtt_counts()
@@ -237,8 +302,7 @@ def test_bucket_rollups_follow_a_path_that_changes_bucket(db_session: Session) -
     rebuild_rollups(db_session, upto=upto)
     assert _by_signature(db_session, {campaign_id})["stored"] == incremental
     assert rtt_counts() == after
-    assert all(row["n_trials"] > 0 for key, row in rollup_snapshot(db_session, BUCKET_TABLE).items()
-               if key[0] == campaign_id)
+    assert all(row["n_trials"] > 0 for key, row in rollup_snapshot(db_session, BUCKET_TABLE).items() if key[0] == campaign_id)
 
 
 def test_path_detail_from_raw_trials_equals_the_rollups(db_session: Session) -> None:
@@ -264,38 +328,60 @@ def test_path_detail_from_raw_trials_equals_the_rollups(db_session: Session) -> 
     add_random_trials(db_session, rng, campaign_id, probes, origin, 400, received, joined=True, without_campaign=0.0)
     refresh_rollups(db_session, upto=received + dt.timedelta(minutes=5))
     # received after the watermark: the roll-ups do not hold them yet, so neither may the detail
-    add_random_trials(db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True,
-                   without_campaign=0.0)
+    add_random_trials(
+        db_session, rng, campaign_id, probes, origin, 50, received + dt.timedelta(hours=1), joined=True, without_campaign=0.0
+    )
     # trials without an origin (5 %) are counted under the nil UUID: their paths are read too
     pairs = [(probe, origin) for probe in probes] + [(probe, uuid.UUID(int=0)) for probe in probes]
-    signature_of = {(row.probe_id, row.origin_id): int(row.signature_id)
-                    for row in db_session.execute(text("SELECT * FROM analysis_path_signatures"))}
+    signature_of = {
+        (row.probe_id, row.origin_id): int(row.signature_id)
+        for row in db_session.execute(text("SELECT * FROM analysis_path_signatures"))
+    }
     paths = rollup_snapshot(db_session)
     buckets = rollup_snapshot(db_session, BUCKET_TABLE)
     one_day = dt.date(2026, 2, 2)
     for metric in ("client", "server"):
-        for grain, day_filter in ((1, {}), (0, {"since": dt.datetime(2026, 2, 2, 6, tzinfo=UTC),
-                                                 "until": dt.datetime(2026, 2, 2, 18, tzinfo=UTC)})):
+        for grain, day_filter in (
+            (1, {}),
+            (0, {"since": dt.datetime(2026, 2, 2, 6, tzinfo=UTC), "until": dt.datetime(2026, 2, 2, 18, tzinfo=UTC)}),
+        ):
             filters = Filters(campaign_ids=(campaign_id,), metric=metric, **day_filter)
             detail = load_path_detail(db_session, filters, (3, 10, 16), pairs)
             assert detail.size > 0
-            hists = merge_pieces(np.arange(detail.size)[detail.piece_row], detail.piece_lo, detail.piece_len,
-                                 detail.blob, detail.size)
+            hists = merge_pieces(
+                np.arange(detail.size)[detail.piece_row], detail.piece_lo, detail.piece_len, detail.blob, detail.size
+            )
             seen_keys = set()
             for entry in range(detail.size):
                 pair = detail.path_ids[int(detail.path[entry])]
                 arm, size = int(detail.arm[entry]), int(detail.size_bucket[entry])
-                rows = [row for key, row in paths.items() if key[:3] == (campaign_id, *pair) and key[3:5] == (arm, size)
-                        and key[6] == grain and (grain == 1 or key[5] == one_day)]
+                rows = [
+                    row
+                    for key, row in paths.items()
+                    if key[:3] == (campaign_id, *pair)
+                    and key[3:5] == (arm, size)
+                    and key[6] == grain
+                    and (grain == 1 or key[5] == one_day)
+                ]
                 assert detail.n[entry] == sum(row[f"{metric}_n"] for row in rows), (metric, grain, pair, arm, size)
                 assert detail.sum_us[entry] == sum(row[f"{metric}_sum_us"] for row in rows)
-                bucket_rows = [row for key, row in buckets.items()
-                               if key[:5] == (campaign_id, signature_of[pair], arm, size, key[4]) and key[5] == grain
-                               and (grain == 1 or key[4] == one_day)]
+                bucket_rows = [
+                    row
+                    for key, row in buckets.items()
+                    if key[:5] == (campaign_id, signature_of[pair], arm, size, key[4])
+                    and key[5] == grain
+                    and (grain == 1 or key[4] == one_day)
+                ]
                 expected = np.sum([row[f"{metric}_hist"] for row in bucket_rows], axis=0) if bucket_rows else 0
                 assert np.array_equal(hists[entry], expected) and hists[entry].sum() == detail.n[entry]
                 seen_keys.add((pair, arm, size))
-            expected_keys = {((key[1], key[2]), key[3], key[4]) for key, row in paths.items()
-                             if key[0] == campaign_id and key[6] == grain and (grain == 1 or key[5] == one_day)
-                             and row["n_trials"] > 0 and (key[1], key[2]) in pairs}
+            expected_keys = {
+                ((key[1], key[2]), key[3], key[4])
+                for key, row in paths.items()
+                if key[0] == campaign_id
+                and key[6] == grain
+                and (grain == 1 or key[5] == one_day)
+                and row["n_trials"] > 0
+                and (key[1], key[2]) in pairs
+            }
             assert seen_keys == expected_keys

@@ -25,8 +25,9 @@ def committed_fixed(database_url: str) -> Iterator[Fixed]:
     with Session(engine) as session, session.begin():
         fixed = insert_fixed(session)
         # stamp them as the ingest path would (received now) so the watermark cannot have passed them
-        session.execute(text("UPDATE trials SET received_at = now(), joined_at = now() WHERE campaign_id = :c"),
-                        {"c": fixed.campaign_id})
+        session.execute(
+            text("UPDATE trials SET received_at = now(), joined_at = now() WHERE campaign_id = :c"), {"c": fixed.campaign_id}
+        )
     time.sleep(1.1)  # past the refresh's safety margin
     with Session(engine) as session, session.begin():
         refresh_rollups(session)
@@ -40,8 +41,9 @@ def committed_fixed(database_url: str) -> Iterator[Fixed]:
             session.execute(text("DELETE FROM analysis_bucket_rollups WHERE campaign_id = :c"), {"c": fixed.campaign_id})
             session.execute(text("DELETE FROM path_estimates WHERE origin_id = :o"), {"o": fixed.origin_id})
             session.execute(text("DELETE FROM campaigns WHERE id = :c"), {"c": fixed.campaign_id})
-            session.execute(text("DELETE FROM probes WHERE id = ANY(:p)"),
-                            {"p": [fixed.africa, fixed.europe, fixed.south_america]})
+            session.execute(
+                text("DELETE FROM probes WHERE id = ANY(:p)"), {"p": [fixed.africa, fixed.europe, fixed.south_america]}
+            )
         engine.dispose()
 
 
@@ -54,7 +56,10 @@ def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:
         buckets = {row["bucket"]: row for row in compare.json()["data"]}
         assert buckets["<=500 ms"]["baseline"]["mean_ms"] == pytest.approx(1000.0)
         assert (buckets["<=500 ms"]["n_pairs"], buckets["<=500 ms"]["too_small"], buckets["<=500 ms"]["abs_ms"]) == (
-            3, True, None)
+            3,
+            True,
+            None,
+        )
         assert buckets["<=50 ms"]["treatment"]["n"] == 1
         table = client.get(f"{base}/percentiles", params={"campaign": campaign}).json()["data"][0]
         assert table["retrans_increase_pp"] == pytest.approx(20.0)
@@ -87,8 +92,10 @@ def test_both_csv_exports_include_a_trial_started_at_until(api_server: Served, c
     alike (every trial of the fixed set started at ``DAY``)."""
     campaign = str(committed_fixed.campaign_id)
     just_before = (DAY - dt.timedelta(microseconds=1)).isoformat()
-    exports = ((f"{api_server.url}/api/v1/trials.csv", {"campaign_id": campaign}),
-               (f"{api_server.url}/api/v1/analysis/trials.csv", {"campaign": campaign}))
+    exports = (
+        (f"{api_server.url}/api/v1/trials.csv", {"campaign_id": campaign}),
+        (f"{api_server.url}/api/v1/analysis/trials.csv", {"campaign": campaign}),
+    )
     with httpx.Client(timeout=30) as client:
         for url, query in exports:
             answer = client.get(url, params={**query, "since": DAY.isoformat(), "until": DAY.isoformat()})

@@ -35,8 +35,16 @@ def hist_of(latencies_ms: list[float]) -> np.ndarray:
 def test_figure5_bucket_edges_are_right_closed() -> None:
     rtt_us = np.array([0, 20_000, 20_001, 50_000, 3_000_000, 3_000_001, np.nan])
     assert bk.rtt_index(rtt_us).tolist() == [0, 0, 1, 1, 6, 7, -1]
-    assert [b.label for b in bk.RTT_BUCKETS] == ["<=20 ms", "<=50 ms", "<=100 ms", "<=200 ms", "<=500 ms",
-                                                 "<=1000 ms", "<=3000 ms", ">3000 ms"]
+    assert [b.label for b in bk.RTT_BUCKETS] == [
+        "<=20 ms",
+        "<=50 ms",
+        "<=100 ms",
+        "<=200 ms",
+        "<=500 ms",
+        "<=1000 ms",
+        "<=3000 ms",
+        ">3000 ms",
+    ]
     assert bk.bandwidth_index(np.array([56e3, 56e3 + 1, 1.2e6, 60e6])).tolist() == [0, 1, 4, 9]
     assert [b.label for b in bk.BANDWIDTH_BUCKETS][:4] == ["<=56kbit/s", "<=256kbit/s", "<=512kbit/s", "<=1Mbit/s"]
     assert bk.bdp_index(np.array([1000.0, 1001.0, 100_000.0, 100_001.0])).tolist() == [0, 1, 4, 5]
@@ -139,9 +147,17 @@ def test_histogram_bootstrap_bounds_and_single_trial() -> None:
 
 
 def test_filters_url_round_trip() -> None:
-    filters = Filters(campaign_ids=(1, 2), since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-                      until=dt.datetime(2026, 2, 1, 12, 30, tzinfo=dt.UTC), regions=("africa", "europe"),
-                      size_min=1000, size_max=20000, baseline_iw=10, treatment_iw=16, metric="client")
+    filters = Filters(
+        campaign_ids=(1, 2),
+        since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        until=dt.datetime(2026, 2, 1, 12, 30, tzinfo=dt.UTC),
+        regions=("africa", "europe"),
+        size_min=1000,
+        size_max=20000,
+        baseline_iw=10,
+        treatment_iw=16,
+        metric="client",
+    )
     query = filters.to_query()
     assert query["campaign"] == "1,2"
     assert query["region"] == "africa,europe"
@@ -152,8 +168,17 @@ def test_filters_url_round_trip() -> None:
 
 
 def test_filters_from_bad_query_falls_back_to_defaults() -> None:
-    bad = {"campaign": "1,x,-4,1", "since": "yesterday", "until": "2026-13-40", "region": " , ",
-           "smin": "-5", "smax": "big", "base": "0", "treat": "ten", "metric": "fastest"}
+    bad = {
+        "campaign": "1,x,-4,1",
+        "since": "yesterday",
+        "until": "2026-13-40",
+        "region": " , ",
+        "smin": "-5",
+        "smax": "big",
+        "base": "0",
+        "treat": "ten",
+        "metric": "fastest",
+    }
     assert Filters.from_query(bad) == Filters(campaign_ids=(1,))
     assert Filters.from_query({}) == Filters()
     # a '+' of a UTC offset decoded to a space by a URL parser is still understood
@@ -197,7 +222,7 @@ def test_add_to_packed_equals_the_full_length_merge() -> None:
         old = np.zeros(bk.HIST_BINS, dtype=np.int64)
         if rng.random() < 0.8:
             start = int(rng.integers(0, bk.HIST_BINS - 40))
-            old[start:start + 40] = rng.integers(0, 5, 40)
+            old[start : start + 40] = rng.integers(0, 5, 40)
         lo, packed = pack_histogram(old)
         bins: dict[int, int] = {}
         for index in rng.integers(0, bk.HIST_BINS, int(rng.integers(0, 6))).tolist():
@@ -211,7 +236,6 @@ def test_add_to_packed_equals_the_full_length_merge() -> None:
         assert add_to_packed(lo, packed, bins) == pack_histogram(expected)
     assert add_to_packed(5, np.array([2], dtype="<i4").tobytes(), {5: -2}) == (0, b"")
     assert add_to_packed(0, b"", {}) == (0, b"")
-
 
 
 def _replicate_interval(hist: np.ndarray, normal: bool, seed: int, replicates: int = 40_000) -> tuple[float, float]:
@@ -233,13 +257,17 @@ def test_poisson_bootstrap_draws_a_large_symmetric_cell_as_its_normal_and_a_skew
     # the endpoints agree to within the bin-by-bin draw's own replicate noise
     assert abs(drawn_normal[0] - bin_by_bin[0]) < 0.02 * width and abs(drawn_normal[1] - bin_by_bin[1]) < 0.02 * width
     # the normal draw is really taken: another seed's replicates differ from the Poisson draw's
-    assert not np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), body, 100)[0],
-                              poisson_bootstrap_means(np.random.default_rng(3), body, 100, normal=False)[0])
+    assert not np.array_equal(
+        poisson_bootstrap_means(np.random.default_rng(3), body, 100)[0],
+        poisson_bootstrap_means(np.random.default_rng(3), body, 100, normal=False)[0],
+    )
 
     # 10 of 1,200 trials in a long timeout tail: skewness 0.4, so drawn bin by bin, replicate for replicate ...
     tail = _cell(np.concatenate([rng.lognormal(np.log(250.0), 0.15, 1190), 1200.0 + rng.exponential(20_000.0, 10)]))
-    assert np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), tail, 500)[0],
-                          poisson_bootstrap_means(np.random.default_rng(3), tail, 500, normal=False)[0])
+    assert np.array_equal(
+        poisson_bootstrap_means(np.random.default_rng(3), tail, 500)[0],
+        poisson_bootstrap_means(np.random.default_rng(3), tail, 500, normal=False)[0],
+    )
     # ... because its normal would misplace the interval (by 5 % of its width here)
     exact = _replicate_interval(tail, normal=False, seed=1)
     centres = bk.HIST_CENTER_US / 1000.0
@@ -251,5 +279,7 @@ def test_poisson_bootstrap_draws_a_large_symmetric_cell_as_its_normal_and_a_skew
     assert max(abs(normal_interval[0] - exact[0]), abs(normal_interval[1] - exact[1])) > 0.04 * tail_width
     # a small cell is never drawn as a normal
     small = hist_of([200.0, 210.0, 260.0, 300.0, 900.0] * 10)
-    assert np.array_equal(poisson_bootstrap_means(np.random.default_rng(3), small, 500)[0],
-                          poisson_bootstrap_means(np.random.default_rng(3), small, 500, normal=False)[0])
+    assert np.array_equal(
+        poisson_bootstrap_means(np.random.default_rng(3), small, 500)[0],
+        poisson_bootstrap_means(np.random.default_rng(3), small, 500, normal=False)[0],
+    )

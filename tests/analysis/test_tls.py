@@ -16,17 +16,43 @@ from iwscope.analysis.tls import flight_bucket
 from .datasets import DAY, add_campaign, add_probe, add_trial, new_campaign_id
 
 
-def _https(session: Session, *, campaign_id: int, probe_id: uuid.UUID, origin_id: uuid.UUID, iw: int,
-           handshake_ms: float, flight: int | None, arm: str | None = None, error: str | None = None,
-           tls: bool = True) -> None:
-    trial_id = add_trial(session, campaign_id=campaign_id, probe_id=probe_id, origin_id=origin_id, iw=iw,
-                         server_ms=None if error else 50.0, error=error)
+def _https(
+    session: Session,
+    *,
+    campaign_id: int,
+    probe_id: uuid.UUID,
+    origin_id: uuid.UUID,
+    iw: int,
+    handshake_ms: float,
+    flight: int | None,
+    arm: str | None = None,
+    error: str | None = None,
+    tls: bool = True,
+) -> None:
+    trial_id = add_trial(
+        session,
+        campaign_id=campaign_id,
+        probe_id=probe_id,
+        origin_id=origin_id,
+        iw=iw,
+        server_ms=None if error else 50.0,
+        error=error,
+    )
     session.flush()
-    session.execute(text(
-        "UPDATE trials SET tls_version = :version, tls_handshake_us = :client, server_tls_handshake_us = :server, "
-        "server_tls_first_flight_bytes = :flight, family = 'ipv6', arm = :arm WHERE trial_id = :id"),
-        {"version": "TLSv1.3" if tls else None, "client": int(handshake_ms * 1000) if tls else None,
-         "server": int((handshake_ms - 2) * 1000) if tls else None, "flight": flight, "arm": arm, "id": trial_id})
+    session.execute(
+        text(
+            "UPDATE trials SET tls_version = :version, tls_handshake_us = :client, server_tls_handshake_us = :server, "
+            "server_tls_first_flight_bytes = :flight, family = 'ipv6', arm = :arm WHERE trial_id = :id"
+        ),
+        {
+            "version": "TLSv1.3" if tls else None,
+            "client": int(handshake_ms * 1000) if tls else None,
+            "server": int((handshake_ms - 2) * 1000) if tls else None,
+            "flight": flight,
+            "arm": arm,
+            "id": trial_id,
+        },
+    )
 
 
 def test_handshakes_are_compared_per_first_flight_bucket_on_the_paired_design(db_session: Session) -> None:
@@ -37,26 +63,62 @@ def test_handshakes_are_compared_per_first_flight_bucket_on_the_paired_design(db
     db_session.flush()
     for offset, probe in zip((0, 20), paths, strict=True):
         for i in range(12):  # a 16 KB flight: three rounds from IW3, two from IW10 (one RTT of 200 ms)
-            _https(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=3,
-                   handshake_ms=600 + offset + i, flight=16_400)
-            _https(db_session, campaign_id=campaign_id, probe_id=probe, origin_id=origin, iw=10,
-                   handshake_ms=400 + offset + i, flight=16_400)
+            _https(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=origin,
+                iw=3,
+                handshake_ms=600 + offset + i,
+                flight=16_400,
+            )
+            _https(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=probe,
+                origin_id=origin,
+                iw=10,
+                handshake_ms=400 + offset + i,
+                flight=16_400,
+            )
     for i in range(12):  # a 2.4 KB flight fits both: a tie
         for iw in (3, 10):
-            _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=iw,
-                   handshake_ms=200 + 0.1 * i, flight=2_400)
+            _https(
+                db_session,
+                campaign_id=campaign_id,
+                probe_id=paths[0],
+                origin_id=origin,
+                iw=iw,
+                handshake_ms=200 + 0.1 * i,
+                flight=2_400,
+            )
     # none of these count: a failed fetch, a paced arm, plain HTTP, no joined observation
-    _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=3, handshake_ms=9e3,
-           flight=16_400, error="reset")
-    _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=10, handshake_ms=9e3,
-           flight=16_400, arm="10p")
-    _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=3, handshake_ms=9e3,
-           flight=16_400, tls=False)
-    _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=3, handshake_ms=9e3,
-           flight=None)
+    _https(
+        db_session,
+        campaign_id=campaign_id,
+        probe_id=paths[0],
+        origin_id=origin,
+        iw=3,
+        handshake_ms=9e3,
+        flight=16_400,
+        error="reset",
+    )
+    _https(
+        db_session,
+        campaign_id=campaign_id,
+        probe_id=paths[0],
+        origin_id=origin,
+        iw=10,
+        handshake_ms=9e3,
+        flight=16_400,
+        arm="10p",
+    )
+    _https(
+        db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=3, handshake_ms=9e3, flight=16_400, tls=False
+    )
+    _https(db_session, campaign_id=campaign_id, probe_id=paths[0], origin_id=origin, iw=3, handshake_ms=9e3, flight=None)
 
-    result = {row.bucket: row for row in tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,),
-                                                                           metric="client"))}
+    result = {row.bucket: row for row in tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,), metric="client"))}
     assert set(result) == {"<=3 KB", "<=20 KB"}
     large = result["<=20 KB"]
     assert (large.baseline.n, large.treatment.n, large.n_pairs, large.n_paths) == (24, 24, 24, 2)
@@ -73,7 +135,7 @@ def test_handshakes_are_compared_per_first_flight_bucket_on_the_paired_design(db
     assert server["<=20 KB"].baseline.mean_ms == pytest.approx(613.5) and server["<=20 KB"].abs_ms == pytest.approx(200.0)
     # filters apply: another region, another arm pair, a window after the trials
     assert tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,), regions=("elsewhere",))) == []
-    assert tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,), treatment_iw=32)) [0].treatment.n == 0
+    assert tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,), treatment_iw=32))[0].treatment.n == 0
     assert tls_by_flight(db_session, Filters(campaign_ids=(campaign_id,), since=DAY + dt.timedelta(days=1))) == []
 
 

@@ -15,8 +15,7 @@ from iwscope_lab.topology import Host
 
 def session_stack(database_url: str, redis_url: str, api: Any, run_dir: pathlib.Path) -> Stack:
     """A :class:`Stack` over the test session's database, Redis and API process (no dashboard)."""
-    return Stack(database_url=database_url, redis_url=redis_url, api_port=api.port, dashboard_port=None,
-                 run_dir=run_dir)
+    return Stack(database_url=database_url, redis_url=redis_url, api_port=api.port, dashboard_port=None, run_dir=run_dir)
 
 
 def origin_host() -> Host:
@@ -27,7 +26,8 @@ def path_hosts(paths: Mapping[str, tuple[str, float, float, float]]) -> list[Hos
     """The origin and one probe per ``name -> (region, RTT ms, rate bit/s, loss)``, symmetric links."""
     return [origin_host()] + [
         Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt, loss=loss))
-        for name, (region, rtt, rate, loss) in paths.items()]
+        for name, (region, rtt, rate, loss) in paths.items()
+    ]
 
 
 def query_rows(stack: Stack, sql: str, **params: object) -> list[Any]:

@@ -25,23 +25,34 @@ from iwscope_lab.reproduce import write_run_bundle
 from iwscope_lab.topology import Host, Topology
 
 #: Web host -> (server, initcwnd).
-WEBS = {"web4": ("http.server", 4), "web10": ("lighttpd", 10), "web16": ("http.server", 16),
-        "web32": ("lighttpd", 32)}
+WEBS = {"web4": ("http.server", 4), "web10": ("lighttpd", 10), "web16": ("http.server", 16), "web32": ("lighttpd", 32)}
 PROBES = {"probe-eu": ("lab-eu", 40.0, 50e6, 0.0), "probe-as": ("lab-as", 120.0, 20e6, 0.0)}
 ROUNDS = 2
 
 
 @pytest.fixture(scope="module")
-def census(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def census(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
     stack = session_stack(database_url, redis_url, _api_server_process, tmp_path_factory.mktemp("census"))
     started = dt.datetime.now(dt.UTC)
-    hosts = [Host(name, role="web", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
-                  labels={"server": server, "iw": str(iw)}) for name, (server, iw) in WEBS.items()]
+    hosts = [
+        Host(
+            name,
+            role="web",
+            region="lab",
+            link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+            labels={"server": server, "iw": str(iw)},
+        )
+        for name, (server, iw) in WEBS.items()
+    ]
     hosts += [host for host in path_hosts(PROBES) if host.role == "probe"]
     with Topology(f"iwt{secrets.token_hex(3)}", hosts) as topology:
-        result = LabCensus(topology, stack, census_plan("census-lab", rounds=ROUNDS)).run(timeout_s=240,
-                                                                                           show_progress=False)
+        result = LabCensus(topology, stack, census_plan("census-lab", rounds=ROUNDS)).run(timeout_s=240, show_progress=False)
     yield {"result": result, "stack": stack, "started": started}
     stack.close_sessions()
 
@@ -51,8 +62,12 @@ def test_every_record_names_the_configured_window(census: dict[str, Any]) -> Non
     assert result.records_per_probe == {name: ROUNDS * len(WEBS) for name in PROBES}
     assert all(code == 0 for code in result.probe_exit_codes.values()), result.probe_exit_codes
     configured = {url: iw for url, iw in result.targets.values()}
-    rows = query_rows(stack, "SELECT url, status, iw_segments, mss, reason, connections_ok, family, http_status "
-                             "FROM census_records WHERE campaign_id = :c", c=result.campaign_id)
+    rows = query_rows(
+        stack,
+        "SELECT url, status, iw_segments, mss, reason, connections_ok, family, http_status "
+        "FROM census_records WHERE campaign_id = :c",
+        c=result.campaign_id,
+    )
     assert len(rows) == len(PROBES) * ROUNDS * len(WEBS)
     for row in rows:
         assert (row.status, row.iw_segments) == ("ok", configured[row.url]), row
@@ -76,13 +91,17 @@ def test_the_census_analysis_names_each_servers_window_per_region(census: dict[s
 
 
 @pytest.fixture(scope="module")
-def checked(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def checked(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
     """An ordinary campaign of arms 3, 10 and 32 on one 60 ms path (100 KB objects)."""
     stack = session_stack(database_url, redis_url, _api_server_process, tmp_path_factory.mktemp("check"))
     try:
-        with Topology(f"iwt{secrets.token_hex(3)}", path_hosts({"probe1": ("lab-eu", 60.0, 50e6, 0.0)})) \
-                as topology:
+        with Topology(f"iwt{secrets.token_hex(3)}", path_hosts({"probe1": ("lab-eu", 60.0, 50e6, 0.0)})) as topology:
             result = LabCampaign(topology, stack, CHECK_PLAN).run(timeout_s=180, show_progress=False)
         yield {"result": result, "stack": stack}
     finally:
@@ -96,14 +115,17 @@ def test_trials_carry_the_windows_their_probe_saw(checked: dict[str, Any]) -> No
     """Every trial's client-side inference is its arm (the objects outlast the windows),
     independent of the origin's own TCP_INFO; the check finds no proxy."""
     result, stack = checked["result"], checked["stack"]
-    rows = query_rows(stack, "SELECT arm_iw, client_iw_status, client_iw_segments, client_iw_mss, "
-                             "server_snd_cwnd_at_accept FROM trials WHERE campaign_id = :c", c=result.campaign_id)
+    rows = query_rows(
+        stack,
+        "SELECT arm_iw, client_iw_status, client_iw_segments, client_iw_mss, "
+        "server_snd_cwnd_at_accept FROM trials WHERE campaign_id = :c",
+        c=result.campaign_id,
+    )
     assert len(rows) == len(CHECK_PLAN.arms) * CHECK_PLAN.repetitions
     for row in rows:
         assert (row.client_iw_status, row.client_iw_segments) == ("ok", row.arm_iw), row
         assert row.server_snd_cwnd_at_accept == row.arm_iw and row.client_iw_mss == 1448
-    checks = httpx.get(f"{stack.local_api_url}/api/v1/analysis/iw-check?campaign={result.campaign_id}",
-                       timeout=30).json()["data"]
+    checks = httpx.get(f"{stack.local_api_url}/api/v1/analysis/iw-check?campaign={result.campaign_id}", timeout=30).json()["data"]
     assert [(check["agree"], check["disagree"], check["suspect"]) for check in checks] == [(6, 0, False)]
 
 
@@ -117,8 +139,9 @@ def test_the_demo_summary_reports_the_check_and_the_census(census: dict[str, Any
         assert f"({server}, initcwnd {iw}): IW {iw} in 100% of 4 determined records" in by_host[host], by_host[host]
 
 
-def test_a_lab_run_leaves_a_bundle_of_its_campaigns(census: dict[str, Any], checked: dict[str, Any],
-                                                   tmp_path: pathlib.Path) -> None:
+def test_a_lab_run_leaves_a_bundle_of_its_campaigns(
+    census: dict[str, Any], checked: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
     """What ``iwscope lab reproduce`` writes beside its report: every campaign made since the
     run started, as Parquet, with the files the run wrote listed and hashed."""
     (tmp_path / "summary.json").write_text("{}")

@@ -20,8 +20,13 @@ PLAN = CampaignPlan(name="e2e", arms=(3, 10), sizes=(3_000, 9_000), repetitions=
 
 
 @pytest.fixture(scope="module")
-def campaign(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+def campaign(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, object]]:
     api = _api_server_process
     stack = session_stack(database_url, redis_url, api, tmp_path_factory.mktemp("lab"))
     hosts = path_hosts({name: (region, rtt, rate, 0.0) for name, (region, rtt, rate) in PATHS.items()})
@@ -35,8 +40,12 @@ def test_every_probe_and_arm_delivered_every_trial(campaign: dict[str, object]) 
     result = campaign["result"]
     expected = PLAN.trials_per_probe(1)
     assert result.stored_per_probe == {name: expected for name in PATHS}
-    rows = query_rows(campaign["stack"], "SELECT probe_id, arm_iw, object_size, count(*) AS n, count(error_kind) AS errors "
-                 "FROM trials WHERE campaign_id = :c GROUP BY 1, 2, 3", c=result.campaign_id)
+    rows = query_rows(
+        campaign["stack"],
+        "SELECT probe_id, arm_iw, object_size, count(*) AS n, count(error_kind) AS errors "
+        "FROM trials WHERE campaign_id = :c GROUP BY 1, 2, 3",
+        c=result.campaign_id,
+    )
     assert len(rows) == len(PATHS) * len(PLAN.arms) * len(PLAN.sizes)
     assert all(row.n == PLAN.repetitions and row.errors == 0 for row in rows)
 
@@ -44,8 +53,11 @@ def test_every_probe_and_arm_delivered_every_trial(campaign: dict[str, object]) 
 def test_origin_observations_joined_with_the_arms_window(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     assert result.unjoined == 0
-    rows = query_rows(campaign["stack"], "SELECT arm_iw, server_snd_cwnd_at_accept, server_latency_us, cwnd_mismatch "
-                 "FROM trials WHERE campaign_id = :c", c=result.campaign_id)
+    rows = query_rows(
+        campaign["stack"],
+        "SELECT arm_iw, server_snd_cwnd_at_accept, server_latency_us, cwnd_mismatch FROM trials WHERE campaign_id = :c",
+        c=result.campaign_id,
+    )
     assert rows and all(row.server_latency_us is not None for row in rows)
     assert all(row.server_snd_cwnd_at_accept == row.arm_iw and row.cwnd_mismatch is False for row in rows)
 
@@ -53,8 +65,11 @@ def test_origin_observations_joined_with_the_arms_window(campaign: dict[str, obj
 def test_path_estimates_match_the_configured_paths(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     for name, (_region, rtt_ms, rate_bps) in PATHS.items():
-        (estimate,) = query_rows(campaign["stack"], "SELECT min_rtt_us, bottleneck_bps, bdp_bytes FROM path_estimates "
-                            "WHERE probe_id = :p", p=result.probe_ids[name])
+        (estimate,) = query_rows(
+            campaign["stack"],
+            "SELECT min_rtt_us, bottleneck_bps, bdp_bytes FROM path_estimates WHERE probe_id = :p",
+            p=result.probe_ids[name],
+        )
         assert estimate.min_rtt_us / 1000 == pytest.approx(rtt_ms, rel=0.05), name
         assert estimate.bottleneck_bps == pytest.approx(rate_bps, rel=0.05), name
         assert estimate.bdp_bytes == pytest.approx(rate_bps / 8 * rtt_ms / 1000, rel=0.10), name
@@ -64,14 +79,22 @@ def test_path_estimates_match_the_configured_paths(campaign: dict[str, object]) 
 def test_iw10_gains_one_rtt_where_the_model_says_so(campaign: dict[str, object], name: str) -> None:
     result = campaign["result"]
     _region, rtt_ms, rate_bps = PATHS[name]
-    rows = query_rows(campaign["stack"], "SELECT arm_iw, object_size, server_latency_us, total_us FROM trials "
-                 "WHERE campaign_id = :c AND probe_id = :p", c=result.campaign_id, p=result.probe_ids[name])
+    rows = query_rows(
+        campaign["stack"],
+        "SELECT arm_iw, object_size, server_latency_us, total_us FROM trials WHERE campaign_id = :c AND probe_id = :p",
+        c=result.campaign_id,
+        p=result.probe_ids[name],
+    )
     for size in PLAN.sizes:
-        model_gain_ms = 1000 * (predict(size, 3, rtt_ms / 1000, rate_bps).server_latency_s
-                                - predict(size, 10, rtt_ms / 1000, rate_bps).server_latency_s)
+        model_gain_ms = 1000 * (
+            predict(size, 3, rtt_ms / 1000, rate_bps).server_latency_s
+            - predict(size, 10, rtt_ms / 1000, rate_bps).server_latency_s
+        )
         for column in ("server_latency_us", "total_us"):  # the origin's view and the probe's
-            by_arm = {iw: statistics.median(getattr(r, column) / 1000 for r in rows
-                                            if r.arm_iw == iw and r.object_size == size) for iw in PLAN.arms}
+            by_arm = {
+                iw: statistics.median(getattr(r, column) / 1000 for r in rows if r.arm_iw == iw and r.object_size == size)
+                for iw in PLAN.arms
+            }
             gain_ms = by_arm[3] - by_arm[10]
             if model_gain_ms > rtt_ms / 2:  # 9 KB: two rounds at IW3, one at IW10
                 assert gain_ms == pytest.approx(rtt_ms, rel=0.10), (size, column, by_arm)

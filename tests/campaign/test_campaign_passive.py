@@ -39,13 +39,20 @@ PATHS = {"near": ("region-near", 60.0), "far": ("region-far", 300.0)}
 @pytest.fixture()
 def passive_run(database_url: str, redis_url: str, api_server: Any, tmp_path: Path) -> Any:
     hosts = [Host("server", role="server", region="datacenter", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
-    hosts += [Host(name, role="users", region=region, users=20,
-                   link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=rtt, buffer_bytes=256_000))
-              for name, (region, rtt) in PATHS.items()]
+    hosts += [
+        Host(
+            name, role="users", region=region, users=20, link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=rtt, buffer_bytes=256_000)
+        )
+        for name, (region, rtt) in PATHS.items()
+    ]
     stack = session_stack(database_url, redis_url, api_server, tmp_path / "stack")
-    plan = PassivePlan(name="passive e2e", duration_s=25.0, flush_interval_s=5, lease_s=5.0,
-                       population=PopulationConfig(concurrent_users=8, think_time_s=1.0,
-                                                   mix={"h1": 0.5, "h1-tls": 0.25, "h2": 0.25}))
+    plan = PassivePlan(
+        name="passive e2e",
+        duration_s=25.0,
+        flush_interval_s=5,
+        lease_s=5.0,
+        population=PopulationConfig(concurrent_users=8, think_time_s=1.0, mix={"h1": 0.5, "h1-tls": 0.25, "h2": 0.25}),
+    )
     try:
         with Topology(hosts=hosts) as topology:
             study = LabPassive(topology, stack, plan, state_root=tmp_path / "lab")
@@ -60,11 +67,14 @@ def test_a_passive_study_measures_every_connection_with_its_arm(passive_run: Any
     assert result.population["failures"] == 0, result.population
     seen = result.agent["connections_seen"] - result.agent["ambiguous"]
     assert seen > 200 and result.stored_connections == seen, (result.agent, result.stored_connections)
-    records = query_rows(stack, "SELECT arm, arm_iw, region, response_latency_us, response_bytes, "
-                                "first_flight_segments, tcpi_min_rtt_us, syn_retrans, rwnd_limited, tls, "
-                                "client_prefix FROM passive_connections WHERE campaign_id = :c",
-                         c=result.campaign_id)
-    assert len(records) == result.stored_records == seen                 # sample_share 1.0
+    records = query_rows(
+        stack,
+        "SELECT arm, arm_iw, region, response_latency_us, response_bytes, "
+        "first_flight_segments, tcpi_min_rtt_us, syn_retrans, rwnd_limited, tls, "
+        "client_prefix FROM passive_connections WHERE campaign_id = :c",
+        c=result.campaign_id,
+    )
+    assert len(records) == result.stored_records == seen  # sample_share 1.0
     assert {record.arm for record in records} == {"3", "10"}
     assert {record.region for record in records} <= {region for region, _ in PATHS.values()}
     checked = {"3": 0, "10": 0}
@@ -72,20 +82,30 @@ def test_a_passive_study_measures_every_connection_with_its_arm(passive_run: Any
         if record.first_flight_segments is None or record.syn_retrans or record.rwnd_limited:
             continue
         if not record.tls and record.response_bytes and record.response_bytes > (record.arm_iw + 2) * MSS:
-            assert record.first_flight_segments == record.arm_iw, record     # the arm's window, as sent
+            assert record.first_flight_segments == record.arm_iw, record  # the arm's window, as sent
             checked[record.arm] += 1
         if record.response_latency_us is not None:
             assert record.response_latency_us >= 0.95 * record.tcpi_min_rtt_us, record
     assert min(checked.values()) >= 5, checked
-    far = {arm: [r.response_latency_us for r in records if r.arm == arm and r.region == "region-far"
-                 and r.response_latency_us is not None and r.response_bytes and r.response_bytes > 20_000]
-           for arm in ("3", "10")}
+    far = {
+        arm: [
+            r.response_latency_us
+            for r in records
+            if r.arm == arm
+            and r.region == "region-far"
+            and r.response_latency_us is not None
+            and r.response_bytes
+            and r.response_bytes > 20_000
+        ]
+        for arm in ("3", "10")
+    }
     assert statistics.median(far["10"]) < statistics.median(far["3"]), far
     for record in records:
         assert len(record.client_prefix) == 16 and int(record.client_prefix, 16) >= 0
     users = {ipaddress.ip_address(address) for address in topology.user_addresses()}
-    stored = query_rows(stack, "SELECT row_to_json(c)::text AS body FROM passive_connections c WHERE campaign_id = :c",
-                        c=result.campaign_id)
+    stored = query_rows(
+        stack, "SELECT row_to_json(c)::text AS body FROM passive_connections c WHERE campaign_id = :c", c=result.campaign_id
+    )
     text = " ".join(row.body for row in stored) + json.dumps(result.agent)
     assert not [address for address in users if str(address) in text]
 
@@ -97,14 +117,21 @@ AFTER_S = 40.0
 
 
 @pytest.mark.faults
-def test_collector_down_for_two_minutes_loses_no_connection(database_url: str, redis_url: str, api_server: Any,
-                                                             tmp_path: Path) -> None:
+def test_collector_down_for_two_minutes_loses_no_connection(
+    database_url: str, redis_url: str, api_server: Any, tmp_path: Path
+) -> None:
     hosts = [Host("server", role="server", region="datacenter", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
-    hosts += [Host(name, role="users", region=name, users=20, link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=60))
-              for name in ("u1", "u2")]
+    hosts += [
+        Host(name, role="users", region=name, users=20, link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=60))
+        for name in ("u1", "u2")
+    ]
     stack = session_stack(database_url, redis_url, api_server, tmp_path / "stack")
-    plan = PassivePlan(name="passive outage", duration_s=BEFORE_S + DOWN_S + AFTER_S, flush_interval_s=5,
-                       population=PopulationConfig(concurrent_users=4, think_time_s=1.0, mix={"h1": 1.0}))
+    plan = PassivePlan(
+        name="passive outage",
+        duration_s=BEFORE_S + DOWN_S + AFTER_S,
+        flush_interval_s=5,
+        population=PopulationConfig(concurrent_users=4, think_time_s=1.0, mix={"h1": 1.0}),
+    )
     try:
         with Topology(hosts=hosts) as topology:
             study = LabPassive(topology, stack, plan, state_root=tmp_path / "lab")
@@ -123,12 +150,17 @@ def test_collector_down_for_two_minutes_loses_no_connection(database_url: str, r
         stack.close_sessions()
     assert result.population["failures"] == 0, result.population
     seen = result.agent["connections_seen"] - result.agent["ambiguous"]
-    print(f"collector down {DOWN_S:g} s: the agent saw {seen} connections ({stored_before} stored before the "
-          f"outage), the collector holds {result.stored_connections} in {result.stored_aggregates} aggregate rows "
-          f"and {result.stored_records} records")
+    print(
+        f"collector down {DOWN_S:g} s: the agent saw {seen} connections ({stored_before} stored before the "
+        f"outage), the collector holds {result.stored_connections} in {result.stored_aggregates} aggregate rows "
+        f"and {result.stored_records} records"
+    )
     assert seen > stored_before > 0
-    assert "upload failed" in log                      # the outage was felt
+    assert "upload failed" in log  # the outage was felt
     assert result.stored_connections == seen, (result.agent, result.stored_connections)
-    duplicates = query_rows(stack, "SELECT count(*) - count(DISTINCT record_id) AS n FROM passive_connections "
-                                   "WHERE campaign_id = :c", c=result.campaign_id)
+    duplicates = query_rows(
+        stack,
+        "SELECT count(*) - count(DISTINCT record_id) AS n FROM passive_connections WHERE campaign_id = :c",
+        c=result.campaign_id,
+    )
     assert duplicates[0].n == 0 and result.stored_records == seen

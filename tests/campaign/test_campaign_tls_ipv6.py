@@ -22,8 +22,13 @@ RTT_MS = 200.0
 
 
 @pytest.fixture(scope="module")
-def campaign(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+def campaign(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, object]]:
     stack = session_stack(database_url, redis_url, _api_server_process, tmp_path_factory.mktemp("lab"))
     with Topology.from_scenario("tls-pq", run_id=f"iwt{secrets.token_hex(3)}") as topology:
         lab = LabCampaign(topology, stack, PLAN)
@@ -37,10 +42,14 @@ def campaign(database_url: str, redis_url: str, celery_worker: object, _api_serv
 def test_https_over_ipv6_measures_the_chains_first_flight(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     assert result.stored_per_probe == {"probe1": PLAN.trials_per_probe(2)} and result.unjoined == 0
-    rows = query_rows(campaign["stack"], """
+    rows = query_rows(
+        campaign["stack"],
+        """
         SELECT o.name, t.arm_iw, t.url, t.family, t.tls_version, t.error_kind, t.connect_us + t.tls_handshake_us AS app,
                t.server_tls_first_flight_bytes AS flight, t.server_snd_cwnd_at_accept AS cwnd
-          FROM trials t JOIN origins o ON o.id = t.origin_id WHERE t.campaign_id = :c""", c=result.campaign_id)
+          FROM trials t JOIN origins o ON o.id = t.origin_id WHERE t.campaign_id = :c""",
+        c=result.campaign_id,
+    )
     assert len(rows) == 2 * len(PLAN.arms) * PLAN.repetitions
     by_cell: dict[tuple[str, int], list[float]] = {}
     for row in rows:
@@ -86,9 +95,12 @@ def test_the_reproductions_reader_puts_the_campaign_beside_the_model(campaign: d
 
     result, stack = campaign["result"], campaign["stack"]
     with stack.session() as session:
-        points = {(name, point.iw): point for name, chain in campaign["chain_infos"].items()
-                  for point in measure(session, result.campaign_id, result.probe_ids["probe1"],
-                                       result.origin_ids[name], RTT_MS, chain) if point.iw in PLAN.arms}
+        points = {
+            (name, point.iw): point
+            for name, chain in campaign["chain_infos"].items()
+            for point in measure(session, result.campaign_id, result.probe_ids["probe1"], result.origin_ids[name], RTT_MS, chain)
+            if point.iw in PLAN.arms
+        }
     assert {(name, iw) for name, iw in points} == {(name, iw) for name in ("classic", "pq") for iw in PLAN.arms}
     for point in points.values():
         assert point.n == PLAN.repetitions and point.gap is not None and abs(point.gap) <= 0.10, point

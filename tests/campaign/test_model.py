@@ -8,10 +8,10 @@ from iwscope_lab.model import explain_gap, predict, rto_after_handshake_s, slow_
 @pytest.mark.parametrize(
     ("size", "iw", "rounds"),
     [
-        (1448, 3, 1),        # one segment
-        (3 * 1448, 3, 1),    # exactly the initial window
+        (1448, 3, 1),  # one segment
+        (3 * 1448, 3, 1),  # exactly the initial window
         (3 * 1448 + 1, 3, 2),
-        (9 * 1448, 3, 2),    # 3 + 6 = 9 segments in two rounds
+        (9 * 1448, 3, 2),  # 3 + 6 = 9 segments in two rounds
         (10 * 1448, 3, 3),
         (10 * 1448, 10, 1),
         (30 * 1448, 10, 2),  # 10 + 20
@@ -34,9 +34,7 @@ def test_fast_path_latency_is_rounds_times_rtt() -> None:
 
 
 def test_small_object_gains_nothing() -> None:
-    assert predict(3000, 3, 0.2, 100e6).server_latency_s == pytest.approx(
-        predict(3000, 10, 0.2, 100e6).server_latency_s
-    )
+    assert predict(3000, 3, 0.2, 100e6).server_latency_s == pytest.approx(predict(3000, 10, 0.2, 100e6).server_latency_s)
 
 
 def test_bandwidth_bound_path_gains_nothing_from_iw() -> None:

@@ -11,34 +11,102 @@ from iwscope_lab.cli import lab
 from iwscope_lab.report import markdown_report
 
 
-def _arm(iw: int, mean_ms: float | None, model_ms: float | None, n: int = 4, flag: str | None = None,
-         retrans_share: float = 0.0) -> dict[str, object]:
+def _arm(
+    iw: int, mean_ms: float | None, model_ms: float | None, n: int = 4, flag: str | None = None, retrans_share: float = 0.0
+) -> dict[str, object]:
     gap = None if mean_ms is None or not model_ms else (mean_ms - model_ms) / model_ms
-    return {"iw": iw, "n": n, "errors": 0, "mean_ms": mean_ms, "std_ms": None if mean_ms is None else 1.5,
-            "median_ms": mean_ms, "client_mean_ms": mean_ms, "model_ms": model_ms, "model_client_ms": model_ms,
-            "syn_retrans_share": 0.0, "retrans_share": retrans_share, "gap": gap, "flag": flag,
-            "by_size": {}, "by_size_model": {}}
+    return {
+        "iw": iw,
+        "n": n,
+        "errors": 0,
+        "mean_ms": mean_ms,
+        "std_ms": None if mean_ms is None else 1.5,
+        "median_ms": mean_ms,
+        "client_mean_ms": mean_ms,
+        "model_ms": model_ms,
+        "model_client_ms": model_ms,
+        "syn_retrans_share": 0.0,
+        "retrans_share": retrans_share,
+        "gap": gap,
+        "flag": flag,
+        "by_size": {},
+        "by_size_model": {},
+    }
 
 
 def _summary() -> dict[str, object]:
-    fig5 = {"title": "Figure 5: improvement vs RTT (1.2 Mbit/s, 9 KB)", "x": "rtt_ms", "plan": {}, "points": [
-        {"experiment": "fig5_rtt_9k", "label": "rtt200", "x": 200.0, "rtt_ms": 200.0, "rate_bps": 1.2e6, "loss": 0.0,
-         "arms": [_arm(3, 683.0, 680.0), _arm(10, 483.0, 480.0)], "abs_improvement_ms": 200.0,
-         "pct_improvement": 29.28, "model_abs_improvement_ms": 200.0},
-        {"experiment": "fig5_rtt_9k", "label": "rtt1000", "x": 1000.0, "rtt_ms": 1000.0, "rate_bps": 1.2e6,
-         "loss": 0.0, "arms": [_arm(3, 4300.0, 3080.0, flag="SYN retransmitted in 100% of trials"),
-                               _arm(10, 3300.0, 2080.0, flag="SYN retransmitted in 100% of trials")],
-         "abs_improvement_ms": 1000.0, "pct_improvement": 23.26, "model_abs_improvement_ms": 1000.0},
-        {"experiment": "fig5_rtt_9k", "label": "rtt20", "x": 20.0, "rtt_ms": 20.0, "rate_bps": 1.2e6, "loss": 0.0,
-         "arms": [_arm(3, None, 100.0, n=0)], "abs_improvement_ms": None, "pct_improvement": None,
-         "model_abs_improvement_ms": None},
-    ]}
-    fig2 = {"title": "Figure 2: latency vs IW", "x": "iw", "plan": {}, "points": [
-        {"experiment": "fig2_iw", "label": "avgdc", "x": 70.0, "rtt_ms": 70.0, "rate_bps": 1.2e6, "loss": 0.0,
-         "arms": [_arm(3, 173.0, 172.0), _arm(42, 150.0, 132.0, flag="burst | queue", retrans_share=0.25)],
-         "abs_improvement_ms": None, "pct_improvement": None, "model_abs_improvement_ms": None}]}
-    return {"generated_at": "2026-11-23T10:00:00+00:00", "quick": True, "flag_threshold": 0.1, "metric": "server",
-            "experiments": {"fig5_rtt_9k": fig5, "fig2_iw": fig2}}
+    fig5 = {
+        "title": "Figure 5: improvement vs RTT (1.2 Mbit/s, 9 KB)",
+        "x": "rtt_ms",
+        "plan": {},
+        "points": [
+            {
+                "experiment": "fig5_rtt_9k",
+                "label": "rtt200",
+                "x": 200.0,
+                "rtt_ms": 200.0,
+                "rate_bps": 1.2e6,
+                "loss": 0.0,
+                "arms": [_arm(3, 683.0, 680.0), _arm(10, 483.0, 480.0)],
+                "abs_improvement_ms": 200.0,
+                "pct_improvement": 29.28,
+                "model_abs_improvement_ms": 200.0,
+            },
+            {
+                "experiment": "fig5_rtt_9k",
+                "label": "rtt1000",
+                "x": 1000.0,
+                "rtt_ms": 1000.0,
+                "rate_bps": 1.2e6,
+                "loss": 0.0,
+                "arms": [
+                    _arm(3, 4300.0, 3080.0, flag="SYN retransmitted in 100% of trials"),
+                    _arm(10, 3300.0, 2080.0, flag="SYN retransmitted in 100% of trials"),
+                ],
+                "abs_improvement_ms": 1000.0,
+                "pct_improvement": 23.26,
+                "model_abs_improvement_ms": 1000.0,
+            },
+            {
+                "experiment": "fig5_rtt_9k",
+                "label": "rtt20",
+                "x": 20.0,
+                "rtt_ms": 20.0,
+                "rate_bps": 1.2e6,
+                "loss": 0.0,
+                "arms": [_arm(3, None, 100.0, n=0)],
+                "abs_improvement_ms": None,
+                "pct_improvement": None,
+                "model_abs_improvement_ms": None,
+            },
+        ],
+    }
+    fig2 = {
+        "title": "Figure 2: latency vs IW",
+        "x": "iw",
+        "plan": {},
+        "points": [
+            {
+                "experiment": "fig2_iw",
+                "label": "avgdc",
+                "x": 70.0,
+                "rtt_ms": 70.0,
+                "rate_bps": 1.2e6,
+                "loss": 0.0,
+                "arms": [_arm(3, 173.0, 172.0), _arm(42, 150.0, 132.0, flag="burst | queue", retrans_share=0.25)],
+                "abs_improvement_ms": None,
+                "pct_improvement": None,
+                "model_abs_improvement_ms": None,
+            }
+        ],
+    }
+    return {
+        "generated_at": "2026-11-23T10:00:00+00:00",
+        "quick": True,
+        "flag_threshold": 0.1,
+        "metric": "server",
+        "experiments": {"fig5_rtt_9k": fig5, "fig2_iw": fig2},
+    }
 
 
 def test_figure5_rows_set_measured_beside_model_and_flags() -> None:
@@ -46,8 +114,10 @@ def test_figure5_rows_set_measured_beside_model_and_flags() -> None:
     assert text.startswith("# IW10 reproduction (quick)\n")
     assert "## Figure 5: improvement vs RTT (1.2 Mbit/s, 9 KB) (`fig5_rtt_9k`)" in text
     assert "| 200 ms | 4/4 | 683.0 | 680.0 | 483.0 | 480.0 | 200.0 (29.3 %) | 200.0 |  |" in text
-    assert ("| 1000 ms | 4/4 | 4300.0 | 3080.0 | 3300.0 | 2080.0 | 1000.0 (23.3 %) | 1000.0 "
-            "| IW3: SYN retransmitted in 100% of trials; IW10: SYN retransmitted in 100% of trials |") in text
+    assert (
+        "| 1000 ms | 4/4 | 4300.0 | 3080.0 | 3300.0 | 2080.0 | 1000.0 (23.3 %) | 1000.0 "
+        "| IW3: SYN retransmitted in 100% of trials; IW10: SYN retransmitted in 100% of trials |"
+    ) in text
     assert "| 20 ms |" not in text  # a point without both arms has no improvement row
 
 

@@ -18,17 +18,26 @@ from testkit import Enrolled, bearer
 @pytest.fixture
 def campaign(client: httpx.Client, admin_token: str, origin: Enrolled) -> dict[str, Any]:
     now = dt.datetime.now(dt.UTC)
-    response = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-        "name": "test campaign", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [10_000, 100_000],
-        "repetitions": 3, "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
-        "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
+    response = client.post(
+        "/api/v1/campaigns",
+        headers=bearer(admin_token),
+        json={
+            "name": "test campaign",
+            "origin_ids": [origin.id],
+            "arms": [3, 10],
+            "sizes": [10_000, 100_000],
+            "repetitions": 3,
+            "interval_s": 1.0,
+            "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
+            "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
+        },
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
 
 @pytest.fixture
-def joinless_api_factory(api_server_factory: Callable[..., Any], redis_url: str,
-                         test_id: str) -> Iterator[Callable[..., Any]]:
+def joinless_api_factory(api_server_factory: Callable[..., Any], redis_url: str, test_id: str) -> Iterator[Callable[..., Any]]:
     """``api_server_factory`` whose APIs queue their join tasks where no worker reads (emptied after the test).
 
     For tests of admission, storage and credentials, not joins: their many uploads would otherwise

@@ -35,7 +35,7 @@ def door(joinless_api_factory):
 def _metric(url: str, name: str, kind: str, reason: str | None = None) -> float:
     labels = f'kind="{kind}"' + (f',reason="{reason}"' if reason else "")
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith(f'{name}{{{labels}}}'):
+        if line.startswith(f"{name}{{{labels}}}"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -59,33 +59,44 @@ def test_probe_traffic_is_uploads_heartbeats_schedules_and_enrollment() -> None:
     assert is_probe_traffic("POST", wire.PROBE_HEARTBEAT_PATH.format(probe_id="x"))
     assert is_probe_traffic("GET", wire.PROBE_SCHEDULE_PATH.format(probe_id="x"))
     assert is_probe_traffic("POST", wire.PROBE_ENROLL_PATH) and is_probe_traffic("POST", wire.ORIGIN_ENROLL_PATH)
-    for method, path in (("GET", "/api/v1/probes"), ("GET", "/api/v1/analysis/headline"), ("GET", "/api/v1/trials.csv"),
-                         ("GET", wire.TRIALS_BATCH_PATH), ("POST", "/api/v1/campaigns")):
+    for method, path in (
+        ("GET", "/api/v1/probes"),
+        ("GET", "/api/v1/analysis/headline"),
+        ("GET", "/api/v1/trials.csv"),
+        ("GET", wire.TRIALS_BATCH_PATH),
+        ("POST", "/api/v1/campaigns"),
+    ):
         assert not is_probe_traffic(method, path), (method, path)
 
 
-def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
-        door, enroll_token: str, database_url: str) -> None:
+def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(door, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=door.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
     batches = [[make_trial(probe.id) for _ in range(20)] for _ in range(3)]
-    uploads = [SlowUpload(door.port, wire.TRIALS_BATCH_PATH, probe.credential,
-                          orjson.dumps(make_batch(probe.id, trials))) for trials in batches]
+    uploads = [
+        SlowUpload(door.port, wire.TRIALS_BATCH_PATH, probe.credential, orjson.dumps(make_batch(probe.id, trials)))
+        for trials in batches
+    ]
     try:
         _wait_in_progress(door.url, "probe", 3)  # three bodies half sent: the door is full
         # A fourth upload announces 50 MB and sends only its headers: answered at once, without
         # the server waiting for (or reading) a byte of the body, and the connection closed.
         with socket.create_connection(("127.0.0.1", door.port), timeout=10) as sock:
-            sock.sendall((f"POST {wire.TRIALS_BATCH_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          f"Authorization: Bearer {probe.credential}\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {50 * 1024 * 1024}\r\n\r\n").encode())
+            sock.sendall(
+                (
+                    f"POST {wire.TRIALS_BATCH_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {probe.credential}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {50 * 1024 * 1024}\r\n\r\n"
+                ).encode()
+            )
             response = http.client.HTTPResponse(sock, method="POST")
             response.begin()
             _assert_refused_at_door(response.status, response.headers, response.read())
             assert response.headers.get("connection") == "close"
         # Everything else is refused too, small or large, probe or reader; health still answers.
-        beat = httpx.post(f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT,
-                          headers=probe.headers, timeout=10)
+        beat = httpx.post(
+            f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT, headers=probe.headers, timeout=10
+        )
         _assert_refused_at_door(beat.status_code, beat.headers, beat.content)
         assert "connection" not in beat.headers or beat.headers["connection"] != "close"  # small: kept alive
         read = httpx.get(f"{door.url}/api/v1/analysis/trials?limit=1", timeout=10)
@@ -101,8 +112,9 @@ def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
         for upload in uploads:
             upload.sock.close()
     _wait_in_progress(door.url, "probe", 0)
-    beat = httpx.post(f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT,
-                      headers=probe.headers, timeout=10)
+    beat = httpx.post(
+        f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT, headers=probe.headers, timeout=10
+    )
     assert beat.status_code == 204, beat.text
     ids = [trial["trial_id"] for trials in batches for trial in trials]
     with psycopg.connect(libpq_url(database_url)) as connection:
@@ -110,14 +122,12 @@ def test_a_full_door_refuses_a_large_upload_before_its_body_and_loses_nothing(
     assert stored == (len(ids),)
 
 
-def test_readers_never_take_the_places_probes_need(
-        door, enroll_token: str, trials_locked: psycopg.Connection) -> None:
+def test_readers_never_take_the_places_probes_need(door, enroll_token: str, trials_locked: psycopg.Connection) -> None:
     with httpx.Client(base_url=door.url, timeout=60) as client:
         probe = enroll_probe(client, enroll_token)
     answers: list[httpx.Response] = []
     # One read of ``trials`` waits on the lock: the readers' one place is taken.
-    reader = threading.Thread(target=lambda: answers.append(
-        httpx.get(f"{door.url}/api/v1/analysis/trials?limit=1", timeout=60)))
+    reader = threading.Thread(target=lambda: answers.append(httpx.get(f"{door.url}/api/v1/analysis/trials?limit=1", timeout=60)))
     reader.start()
     try:
         _wait_in_progress(door.url, "other", 1)
@@ -125,11 +135,11 @@ def test_readers_never_take_the_places_probes_need(
         second = httpx.get(f"{door.url}/api/v1/analysis/trials?limit=2", timeout=30)
         _assert_refused_at_door(second.status_code, second.headers, second.content)
         # ... while probes still have the other two places.
-        beat = httpx.post(f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT,
-                          headers=probe.headers, timeout=10)
+        beat = httpx.post(
+            f"{door.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", json=HEARTBEAT, headers=probe.headers, timeout=10
+        )
         assert beat.status_code == 204, beat.text
-        schedule = httpx.get(f"{door.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}",
-                             headers=probe.headers, timeout=10)
+        schedule = httpx.get(f"{door.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}", headers=probe.headers, timeout=10)
         assert schedule.status_code == 200, schedule.text
     finally:
         trials_locked.rollback()
@@ -146,8 +156,7 @@ def test_admission_limits_are_validated() -> None:
     assert (settings.max_in_progress, settings.max_other_in_progress) == (4, 4)
 
 
-def test_a_lagging_event_loop_refuses_new_requests_until_it_catches_up(
-        api_server_factory, enroll_token: str) -> None:
+def test_a_lagging_event_loop_refuses_new_requests_until_it_catches_up(api_server_factory, enroll_token: str) -> None:
     """Requests that wait in front of the handlers are invisible to the in-progress count; a
     starved process (here: stopped for 4 s, as a saturated CPU would leave it) measures its own
     event-loop lag and refuses new work until it has caught up, health excepted."""

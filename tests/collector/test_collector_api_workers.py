@@ -45,8 +45,9 @@ def _wait_for_workers(pid: int, count: int, timeout_s: float = 60.0, exclude: fr
 
 
 def _readyz_count(metrics_text: str) -> float:
-    match = re.search(r'^iwscope_http_requests_total\{method="GET",route="/readyz",status="200"\} (\S+)$',
-                      metrics_text, re.MULTILINE)
+    match = re.search(
+        r'^iwscope_http_requests_total\{method="GET",route="/readyz",status="200"\} (\S+)$', metrics_text, re.MULTILINE
+    )
     return float(match.group(1)) if match else 0.0
 
 
@@ -57,8 +58,11 @@ def _readyz_by_worker(directory: pathlib.Path) -> dict[int, float]:
         pid = int(path.stem.split("_")[1])
         for metric in multiprocess.MultiProcessCollector.merge([str(path)], accumulate=True):
             for sample in metric.samples:
-                if (sample.name == "iwscope_http_requests_total" and sample.labels.get("route") == "/readyz"
-                        and sample.labels.get("status") == "200"):
+                if (
+                    sample.name == "iwscope_http_requests_total"
+                    and sample.labels.get("route") == "/readyz"
+                    and sample.labels.get("status") == "200"
+                ):
                     counts[pid] = counts.get(pid, 0.0) + sample.value
     return counts
 
@@ -116,8 +120,13 @@ def test_workers_that_cannot_start_stop_the_api(service_env: dict[str, str], tmp
     restarted over and over: the API stops with status 3."""
     not_pem = tmp_path / "broken.pem"
     not_pem.write_text("not a certificate\n")
-    process = subprocess.run([*IWSCOPE, "api", "--port", "0", "--workers", str(WORKERS), "--tls-cert", str(not_pem),
-                              "--tls-key", str(not_pem)], env=service_env, capture_output=True, text=True, timeout=120)
+    process = subprocess.run(
+        [*IWSCOPE, "api", "--port", "0", "--workers", str(WORKERS), "--tls-cert", str(not_pem), "--tls-key", str(not_pem)],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert process.returncode == 3, process.stdout + process.stderr
     assert "failed to start" in process.stderr
 

@@ -16,13 +16,30 @@ from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, m
 from iwprobe import wire
 
 
-def census_record(probe_id: str, url: str = "https://example.org/big", campaign_id: int | None = None,
-                  **overrides: Any) -> dict[str, Any]:
+def census_record(
+    probe_id: str, url: str = "https://example.org/big", campaign_id: int | None = None, **overrides: Any
+) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "census_id": wire.new_id(), "probe_id": probe_id, "campaign_id": campaign_id, "round": 0, "url": url,
-        "measured_at": wire.utc_timestamp(), "status": "ok", "iw_segments": 10, "iw_bytes": 14_480, "mss": 1448,
-        "reason": "", "connections": 3, "connections_ok": 3, "announced_mss": None, "rtt_us": 60_000,
-        "family": "ipv4", "tls_version": "TLSv1.3", "http_status": 206, "error_detail": None}
+        "census_id": wire.new_id(),
+        "probe_id": probe_id,
+        "campaign_id": campaign_id,
+        "round": 0,
+        "url": url,
+        "measured_at": wire.utc_timestamp(),
+        "status": "ok",
+        "iw_segments": 10,
+        "iw_bytes": 14_480,
+        "mss": 1448,
+        "reason": "",
+        "connections": 3,
+        "connections_ok": 3,
+        "announced_mss": None,
+        "rtt_us": 60_000,
+        "family": "ipv4",
+        "tls_version": "TLSv1.3",
+        "http_status": 206,
+        "error_detail": None,
+    }
     record.update(overrides)
     return record
 
@@ -36,23 +53,40 @@ def v5_batch(probe_id: str, trials: list[dict[str, Any]], census: list[dict[str,
 
 def census_campaign(client: httpx.Client, admin_token: str, urls: list[str], **extra: Any) -> httpx.Response:
     now = dt.datetime.now(dt.UTC)
-    return client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-        "name": "census", "census_urls": urls, "repetitions": 2, "interval_s": 60,
-        "starts_at": (now - dt.timedelta(minutes=1)).isoformat(), "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
-        **extra})
+    return client.post(
+        "/api/v1/campaigns",
+        headers=bearer(admin_token),
+        json={
+            "name": "census",
+            "census_urls": urls,
+            "repetitions": 2,
+            "interval_s": 60,
+            "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
+            "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
+            **extra,
+        },
+    )
 
 
-def test_client_iw_and_census_records_are_stored_once_and_checked(client: httpx.Client, enroll_token: str,
-                                                                  origin_token: str, db_engine: Engine) -> None:
+def test_client_iw_and_census_records_are_stored_once_and_checked(
+    client: httpx.Client, enroll_token: str, origin_token: str, db_engine: Engine
+) -> None:
     probe = enroll_probe(client, enroll_token)
     origin = enroll_origin(client, origin_token)
-    inferred = make_trial(probe.id, origin.id, arm_iw=10, client_iw={
-        "status": "ok", "segments": 10, "bytes": 14_480, "mss": 1448, "reason": ""})
-    bounded = make_trial(probe.id, origin.id, arm_iw=10, client_iw={
-        "status": "lower_bound", "segments": 4, "bytes": 5_000, "mss": 1448, "reason": "object_ended"})
+    inferred = make_trial(
+        probe.id, origin.id, arm_iw=10, client_iw={"status": "ok", "segments": 10, "bytes": 14_480, "mss": 1448, "reason": ""}
+    )
+    bounded = make_trial(
+        probe.id,
+        origin.id,
+        arm_iw=10,
+        client_iw={"status": "lower_bound", "segments": 4, "bytes": 5_000, "mss": 1448, "reason": "object_ended"},
+    )
     plain = make_trial(probe.id, origin.id, arm_iw=3)
-    records = [census_record(probe.id), census_record(probe.id, status="undetermined", iw_segments=None,
-                                                      iw_bytes=None, reason="bottleneck", connections_ok=0)]
+    records = [
+        census_record(probe.id),
+        census_record(probe.id, status="undetermined", iw_segments=None, iw_bytes=None, reason="bottleneck", connections_ok=0),
+    ]
     batch = v5_batch(probe.id, [inferred, bounded, plain], records)
 
     # Each bad record refuses the whole batch, naming it; nothing is stored.
@@ -70,13 +104,20 @@ def test_client_iw_and_census_records_are_stored_once_and_checked(client: httpx.
     refused(lambda b: b["census"][0].update(reason="Not A Word"), 422, "reason")
     refused(lambda b: b["census"][0].update(campaign_id=987_654_321), 422, "unknown campaign")
     refused(lambda b: b["census"][0].update(probe_id=str(uuid.uuid4())), 403, "census")
-    refused(lambda b: b["trials"][0].update(client_iw={"status": "ok", "segments": None, "bytes": None,
-                                                        "mss": None, "reason": ""}), 422, "client_iw")
-    refused(lambda b: b["trials"][0].update(client_iw={"status": "maybe", "segments": 3, "bytes": None,
-                                                        "mss": None, "reason": ""}), 422, "status")
+    refused(
+        lambda b: b["trials"][0].update(client_iw={"status": "ok", "segments": None, "bytes": None, "mss": None, "reason": ""}),
+        422,
+        "client_iw",
+    )
+    refused(
+        lambda b: b["trials"][0].update(client_iw={"status": "maybe", "segments": 3, "bytes": None, "mss": None, "reason": ""}),
+        422,
+        "status",
+    )
     with db_engine.connect() as connection:
-        assert connection.execute(text("SELECT count(*) FROM census_records WHERE probe_id = :p"),
-                                  {"p": probe.id}).scalar_one() == 0
+        assert (
+            connection.execute(text("SELECT count(*) FROM census_records WHERE probe_id = :p"), {"p": probe.id}).scalar_one() == 0
+        )
 
     first = client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers)
     assert first.status_code == 200, first.text
@@ -84,36 +125,61 @@ def test_client_iw_and_census_records_are_stored_once_and_checked(client: httpx.
     again = client.post(wire.TRIALS_BATCH_PATH, json={**batch, "batch_id": wire.new_id()}, headers=probe.headers)
     assert (again.json()["accepted"], again.json()["duplicates"]) == (0, 5)
     with db_engine.connect() as connection:
-        rows = {row[0]: tuple(row[1:]) for row in connection.execute(text(
-            "SELECT trial_id::text, client_iw_status, client_iw_segments, client_iw_bytes, client_iw_mss, "
-            "client_iw_reason FROM trials WHERE probe_id = :p"), {"p": probe.id})}
-        stored = connection.execute(text(
-            "SELECT url, host, status, iw_segments, reason, family, tls_version, http_status FROM census_records "
-            "WHERE probe_id = :p ORDER BY status"), {"p": probe.id}).all()
+        rows = {
+            row[0]: tuple(row[1:])
+            for row in connection.execute(
+                text(
+                    "SELECT trial_id::text, client_iw_status, client_iw_segments, client_iw_bytes, client_iw_mss, "
+                    "client_iw_reason FROM trials WHERE probe_id = :p"
+                ),
+                {"p": probe.id},
+            )
+        }
+        stored = connection.execute(
+            text(
+                "SELECT url, host, status, iw_segments, reason, family, tls_version, http_status FROM census_records "
+                "WHERE probe_id = :p ORDER BY status"
+            ),
+            {"p": probe.id},
+        ).all()
     assert rows[inferred["trial_id"]] == ("ok", 10, 14_480, 1448, None)
     assert rows[bounded["trial_id"]] == ("lower_bound", 4, 5_000, 1448, "object_ended")
     assert rows[plain["trial_id"]] == (None, None, None, None, None)
     assert [tuple(row) for row in stored] == [
         ("https://example.org/big", "example.org", "ok", 10, "", "ipv4", "TLSv1.3", 206),
-        ("https://example.org/big", "example.org", "undetermined", None, "bottleneck", "ipv4", "TLSv1.3", 206)]
+        ("https://example.org/big", "example.org", "undetermined", None, "bottleneck", "ipv4", "TLSv1.3", 206),
+    ]
 
 
 def test_census_campaigns_are_validated_and_scheduled_to_wire_v5_probes_only(
-        client: httpx.Client, enroll_token: str, origin_token: str, admin_token: str) -> None:
+    client: httpx.Client, enroll_token: str, origin_token: str, admin_token: str
+) -> None:
     region = f"census-{uuid.uuid4().hex[:6]}"
     probe = enroll_probe(client, enroll_token, region=region)
     origin = enroll_origin(client, origin_token)
     urls = ["https://example.org/big", "http://192.0.2.7:8080/large.bin"]
-    for extra, needle in (({"origin_ids": [origin.id]}, "no origin_ids"), ({"arms": [3, 10]}, "no origin_ids"),
-                          ({"sizes": [1000]}, "does not take sizes"), ({"target_ci_ms": 5}, "target_ci_ms")):
+    for extra, needle in (
+        ({"origin_ids": [origin.id]}, "no origin_ids"),
+        ({"arms": [3, 10]}, "no origin_ids"),
+        ({"sizes": [1000]}, "does not take sizes"),
+        ({"target_ci_ms": 5}, "target_ci_ms"),
+    ):
         answer = census_campaign(client, admin_token, urls, **extra)
         assert answer.status_code == 422 and needle in answer.text, answer.text
-    for bad_urls, needle in ((["ftp://example.org/x"], "census_urls"), (["https://user:pw@example.org/x"], "credentials"),
-                             ([urls[0], urls[0]], "repeat"), ([], "census_urls"), (["https://"], "host")):
+    for bad_urls, needle in (
+        (["ftp://example.org/x"], "census_urls"),
+        (["https://user:pw@example.org/x"], "credentials"),
+        ([urls[0], urls[0]], "repeat"),
+        ([], "census_urls"),
+        (["https://"], "host"),
+    ):
         answer = census_campaign(client, admin_token, bad_urls)
         assert answer.status_code == 422 and needle in answer.text, (bad_urls, answer.text)
-    ordinary = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-        "name": "no origins", "arms": [3], "sizes": [1], "starts_at": wire.utc_timestamp()})
+    ordinary = client.post(
+        "/api/v1/campaigns",
+        headers=bearer(admin_token),
+        json={"name": "no origins", "arms": [3], "sizes": [1], "starts_at": wire.utc_timestamp()},
+    )
     assert ordinary.status_code == 422 and "origin" in ordinary.text
 
     created = census_campaign(client, admin_token, urls, probe_regions=[region], family="ipv4")
@@ -122,8 +188,9 @@ def test_census_campaigns_are_validated_and_scheduled_to_wire_v5_probes_only(
     assert (body["census_urls"], body["origin_ids"], body["arms"], body["sizes"]) == (urls, [], [], None)
 
     def schedule(version: int) -> dict[int, dict[str, Any]]:
-        answer = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id) + f"?wire_version={version}",
-                            headers=probe.headers)
+        answer = client.get(
+            wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id) + f"?wire_version={version}", headers=probe.headers
+        )
         assert answer.status_code == 200, answer.text
         return {entry["campaign_id"]: entry for entry in answer.json()["campaigns"]}
 
@@ -138,22 +205,43 @@ def _upload(client: httpx.Client, probe: Enrolled, trials: list[dict[str, Any]],
     assert answer.status_code == 200, answer.text
 
 
-def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, origin_token: str, admin_token: str,
-                                      celery_worker: Any) -> None:
+def test_census_and_iw_check_analysis(
+    client: httpx.Client, enroll_token: str, origin_token: str, admin_token: str, celery_worker: Any
+) -> None:
     created = census_campaign(client, admin_token, ["https://a.example/big", "https://b.example/big"])
     campaign_id = created.json()["id"]
     europe_region, asia_region = f"eu-{uuid.uuid4().hex[:4]}", f"as-{uuid.uuid4().hex[:4]}"
     europe = enroll_probe(client, enroll_token, region=europe_region)
     asia = enroll_probe(client, enroll_token, region=asia_region)
     # a.example: IW 10 everywhere (one odd 16); b.example: only lower bounds and 2 determined: n too small.
-    _upload(client, europe, [], [census_record(europe.id, "https://a.example/big", campaign_id, round=r)
-                                 for r in range(4)]
-            + [census_record(europe.id, "https://b.example/big", campaign_id, status="lower_bound", iw_segments=7,
-                             reason="client_data", connections_ok=0),
-               census_record(europe.id, "https://b.example/big", campaign_id, iw_segments=32)])
-    _upload(client, asia, [], [census_record(asia.id, "https://a.example/big", campaign_id, round=r,
-                                             iw_segments=16 if r == 0 else 10) for r in range(3)]
-            + [census_record(asia.id, "https://b.example/big", campaign_id, iw_segments=32)])
+    _upload(
+        client,
+        europe,
+        [],
+        [census_record(europe.id, "https://a.example/big", campaign_id, round=r) for r in range(4)]
+        + [
+            census_record(
+                europe.id,
+                "https://b.example/big",
+                campaign_id,
+                status="lower_bound",
+                iw_segments=7,
+                reason="client_data",
+                connections_ok=0,
+            ),
+            census_record(europe.id, "https://b.example/big", campaign_id, iw_segments=32),
+        ],
+    )
+    _upload(
+        client,
+        asia,
+        [],
+        [
+            census_record(asia.id, "https://a.example/big", campaign_id, round=r, iw_segments=16 if r == 0 else 10)
+            for r in range(3)
+        ]
+        + [census_record(asia.id, "https://b.example/big", campaign_id, iw_segments=32)],
+    )
     answer = client.get(f"/api/v1/analysis/census?campaign={campaign_id}")
     assert answer.status_code == 200, answer.text
     validate_against_openapi(client, "/api/v1/analysis/census", answer.json())
@@ -167,31 +255,47 @@ def test_census_and_iw_check_analysis(client: httpx.Client, enroll_token: str, o
     assert targets["https://b.example/big"]["by_region"][asia_region]["too_small"] is True
     series = client.get(f"/api/v1/analysis/census/series?campaign={campaign_id}").json()["data"]
     assert {(day["url"], day["answer"]["iw_segments"]) for day in series} == {
-        ("https://a.example/big", 10), ("https://b.example/big", None)}
-    assert client.get(f"/api/v1/analysis/census?campaign={campaign_id}&region={asia_region}").json()["data"][0][
-        "probes"] == 1
+        ("https://a.example/big", 10),
+        ("https://b.example/big", None),
+    }
+    assert client.get(f"/api/v1/analysis/census?campaign={campaign_id}&region={asia_region}").json()["data"][0]["probes"] == 1
 
     # The client-side check: a path behind a "proxy" (the probe saw 10 where the origin used 3), a clean one.
     origin = enroll_origin(client, origin_token, arms=(3, 10))
-    ordinary = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={
-        "name": "check", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [100_000],
-        "starts_at": wire.utc_timestamp()}).json()["id"]
+    ordinary = client.post(
+        "/api/v1/campaigns",
+        headers=bearer(admin_token),
+        json={"name": "check", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [100_000], "starts_at": wire.utc_timestamp()},
+    ).json()["id"]
 
     def trial(probe: Enrolled, arm: int, seen: int, status: str = "ok") -> dict[str, Any]:
-        return make_trial(probe.id, origin.id, ordinary, arm_iw=arm, client_iw={
-            "status": status, "segments": seen, "bytes": seen * 1448, "mss": 1448,
-            "reason": "" if status == "ok" else "object_ended"})
+        return make_trial(
+            probe.id,
+            origin.id,
+            ordinary,
+            arm_iw=arm,
+            client_iw={
+                "status": status,
+                "segments": seen,
+                "bytes": seen * 1448,
+                "mss": 1448,
+                "reason": "" if status == "ok" else "object_ended",
+            },
+        )
 
     proxied = [trial(europe, 3, 10) for _ in range(4)] + [trial(europe, 10, 10) for _ in range(4)]
     # ... the last: the origin's SYN-ACK was retransmitted, so it started from 1 (and the probe saw 1)
-    clean = [trial(asia, 3, 3) for _ in range(3)] + [trial(asia, 10, 10), trial(asia, 10, 6, "lower_bound"),
-                                                     trial(asia, 16, 1)]
+    clean = [trial(asia, 3, 3) for _ in range(3)] + [trial(asia, 10, 10), trial(asia, 10, 6, "lower_bound"), trial(asia, 16, 1)]
     _upload(client, europe, proxied, [])
     _upload(client, asia, clean, [])
-    observations = {"wire_version": 5, "batch_id": wire.new_id(), "origin_id": origin.id,
-                    "sent_at": wire.utc_timestamp(),
-                    "observations": [make_observation(t, origin.id) for t in proxied + clean[:-1]]
-                    + [make_observation(clean[-1], origin.id, snd_cwnd_at_accept=1)]}
+    observations = {
+        "wire_version": 5,
+        "batch_id": wire.new_id(),
+        "origin_id": origin.id,
+        "sent_at": wire.utc_timestamp(),
+        "observations": [make_observation(t, origin.id) for t in proxied + clean[:-1]]
+        + [make_observation(clean[-1], origin.id, snd_cwnd_at_accept=1)],
+    }
     assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=observations, headers=origin.headers).status_code == 200
 
     def checks() -> dict[str, dict[str, Any]] | None:
@@ -223,8 +327,7 @@ def test_every_json_read_route_has_a_typed_schema(client: httpx.Client) -> None:
         if not ("$ref" in schema or "$ref" in schema.get("items", {})):
             untyped.append(path)
     assert untyped == []
-    analysis = [path for path in document["paths"] if path.startswith("/api/v1/analysis/") and
-                not path.endswith(".csv")]
+    analysis = [path for path in document["paths"] if path.startswith("/api/v1/analysis/") and not path.endswith(".csv")]
     assert len(analysis) >= 17
     fields = document["components"]["schemas"]["PathIwCheck"]["properties"]
     assert {"disagree_share", "disagree_ci_low", "suspect", "seen_instead"} <= set(fields)

@@ -38,13 +38,32 @@ def test_probes_list_shows_fleet(service_env: dict[str, str], client: httpx.Clie
 
 
 def test_campaigns_create(service_env: dict[str, str], client: httpx.Client, origin: Enrolled, admin_token: str) -> None:
-    completed = run(service_env, "campaigns", "create", "--name", "cli", "--origin", origin.id, "--arms", "3,10",
-                    "--sizes", "1000,20000", "--repetitions", "4", "--region", "eu-west")
+    completed = run(
+        service_env,
+        "campaigns",
+        "create",
+        "--name",
+        "cli",
+        "--origin",
+        origin.id,
+        "--arms",
+        "3,10",
+        "--sizes",
+        "1000,20000",
+        "--repetitions",
+        "4",
+        "--region",
+        "eu-west",
+    )
     assert completed.returncode == 0, completed.stderr
     campaign_id = int(completed.stdout.strip())
     stored = client.get(f"/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token)).json()
-    assert (stored["arms"], stored["sizes"], stored["repetitions"], stored["probe_regions"]) == \
-        ([3, 10], [1000, 20000], 4, ["eu-west"])
+    assert (stored["arms"], stored["sizes"], stored["repetitions"], stored["probe_regions"]) == (
+        [3, 10],
+        [1000, 20000],
+        4,
+        ["eu-west"],
+    )
     refused = run(service_env, "campaigns", "create", "--name", "x", "--origin", origin.id, "--arms", "3")
     assert refused.returncode != 0 and "exactly one of sizes and size_dist" in refused.stderr
 
@@ -64,11 +83,15 @@ def test_services_start_on_a_taken_port_says_so_in_one_line_and_exits_non_zero()
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "IWSCOPE_SERVICES_DIR": str(data_dir), "IWSCOPE_RUN_DIR": str(data_dir / "run"),
-               "IWSCOPE_LOCAL_PG_PORT": str(port), "IWSCOPE_LOCAL_REDIS_PORT": str(port)}
+        env = {
+            **os.environ,
+            "IWSCOPE_SERVICES_DIR": str(data_dir),
+            "IWSCOPE_RUN_DIR": str(data_dir / "run"),
+            "IWSCOPE_LOCAL_PG_PORT": str(port),
+            "IWSCOPE_LOCAL_REDIS_PORT": str(port),
+        }
         try:
-            completed = subprocess.run([*IWSCOPE, "services", "start"], env=env, capture_output=True, text=True,
-                                       timeout=120)
+            completed = subprocess.run([*IWSCOPE, "services", "start"], env=env, capture_output=True, text=True, timeout=120)
         finally:
             shutil.rmtree(data_dir, ignore_errors=True)
     assert completed.returncode == 1, completed

@@ -54,8 +54,11 @@ def _first_refusal(beat: Callable[[], int], within_s: float) -> list[int]:
 
 def _listeners(database_url: str, server) -> int:
     """Listening connections of this API process (not the session's other servers')."""
-    return int(_sql(database_url, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                    listener_name(server.process.pid))[0][0])
+    return int(
+        _sql(
+            database_url, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", listener_name(server.process.pid)
+        )[0][0]
+    )
 
 
 def _heartbeat(client: httpx.Client, probe: Enrolled) -> Callable[[], int]:
@@ -63,8 +66,7 @@ def _heartbeat(client: httpx.Client, probe: Enrolled) -> Callable[[], int]:
     return lambda: client.post(path, headers=probe.headers, json=HEARTBEAT).status_code
 
 
-def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str,
-                                                              database_url: str) -> None:
+def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         beat = _heartbeat(client, probe)
@@ -87,8 +89,7 @@ def test_a_notified_revocation_empties_the_long_cache_at_once(server, enroll_tok
         assert statuses[-1] == 401, statuses
 
 
-def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str,
-                                                          database_url: str) -> None:
+def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         beat = _heartbeat(client, probe)
@@ -96,8 +97,11 @@ def test_a_lost_listener_comes_back_and_empties_the_cache(server, enroll_token: 
         # Revoke unnoticed, then kill the listening connection: its return must not trust the cache.
         revoke_unnoticed(database_url, probe.id)
         assert beat() == 204
-        killed = _sql(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                    "WHERE application_name = %s", listener_name(server.process.pid))
+        killed = _sql(
+            database_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            listener_name(server.process.pid),
+        )
         assert killed == [(True,)]
         statuses = _first_refusal(beat, within_s=REFUSAL_WITHIN_S)
         assert statuses[-1] == 401, statuses

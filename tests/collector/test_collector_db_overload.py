@@ -34,8 +34,12 @@ from testkit import Enrolled, SlowUpload, enroll_probe, make_batch, make_trial
 from iwprobe import wire
 
 #: Settings of the deliberately tiny API: one connection, turned away after 0.4 s.
-TINY_POOL = {"IWSCOPE_DB_POOL_SIZE": "1", "IWSCOPE_DB_MAX_OVERFLOW": "0", "IWSCOPE_DB_POOL_TIMEOUT_S": "0.4",
-             "IWSCOPE_RETRY_AFTER_S": "1"}
+TINY_POOL = {
+    "IWSCOPE_DB_POOL_SIZE": "1",
+    "IWSCOPE_DB_MAX_OVERFLOW": "0",
+    "IWSCOPE_DB_POOL_TIMEOUT_S": "0.4",
+    "IWSCOPE_RETRY_AFTER_S": "1",
+}
 
 
 def _local_ports_to(pid: int, remote_port: int) -> set[int]:
@@ -48,7 +52,7 @@ def _local_ports_to(pid: int, remote_port: int) -> set[int]:
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table, encoding="ascii") as lines:
@@ -66,18 +70,25 @@ def backends_of(pid: int, database_url: str) -> list[tuple[str | None, str | Non
     if not ports:
         return []
     with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
-        return [(row[0], row[1]) for row in connection.execute(
-            "SELECT state, wait_event_type FROM pg_stat_activity WHERE client_port = ANY(%s) "
-            "AND datname = current_database()", (sorted(ports),))]
+        return [
+            (row[0], row[1])
+            for row in connection.execute(
+                "SELECT state, wait_event_type FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                "AND datname = current_database()",
+                (sorted(ports),),
+            )
+        ]
 
 
 def stored_counts(database_url: str, trial_ids: list[str]) -> tuple[int, int, int]:
     """Rows in ``trials``, distinct trial ids among them, rows in the ``trial_ids`` registry."""
     with psycopg.connect(libpq_url(database_url)) as connection:
-        rows, distinct = connection.execute("SELECT count(*), count(DISTINCT trial_id) FROM trials "
-                                            "WHERE trial_id = ANY(%s::uuid[])", (trial_ids,)).fetchone()  # type: ignore[misc]
-        registry = connection.execute("SELECT count(*) FROM trial_ids WHERE trial_id = ANY(%s::uuid[])",
-                                      (trial_ids,)).fetchone()[0]  # type: ignore[index]
+        rows, distinct = connection.execute(
+            "SELECT count(*), count(DISTINCT trial_id) FROM trials WHERE trial_id = ANY(%s::uuid[])", (trial_ids,)
+        ).fetchone()  # type: ignore[misc]
+        registry = connection.execute("SELECT count(*) FROM trial_ids WHERE trial_id = ANY(%s::uuid[])", (trial_ids,)).fetchone()[
+            0
+        ]  # type: ignore[index]
     return rows, distinct, registry
 
 
@@ -112,7 +123,8 @@ def tiny_api(joinless_api_factory):
 
 
 def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:
+    joinless_api_factory, enroll_token: str, database_url: str
+) -> None:
     # Default sizing (pool 20 + overflow 0): more slow uploads than the pool has connections.
     server = joinless_api_factory()
     assert server.process is not None
@@ -151,7 +163,8 @@ def test_slow_upload_bodies_hold_no_connection_and_cannot_starve_the_api(
 
 
 def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_trial_once(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:
+    joinless_api_factory, enroll_token: str, database_url: str
+) -> None:
     # One connection, 0.1 s of patience: 120 uploads of 300 trials are far more than it can
     # take at once, so some must be turned away.
     tiny_api = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "0.1"})
@@ -173,8 +186,7 @@ def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_t
     with concurrent.futures.ThreadPoolExecutor(len(batches)) as pool:
         answers = list(pool.map(upload, batches))
     statuses = [status for status, _, _ in answers]
-    print(f"\n{len(batches)} concurrent uploads on a pool of 1: {statuses.count(200)} x 200, "
-          f"{statuses.count(503)} x 503")
+    print(f"\n{len(batches)} concurrent uploads on a pool of 1: {statuses.count(200)} x 200, {statuses.count(503)} x 503")
     assert set(statuses) <= {200, 503}, statuses
     assert statuses.count(200) and statuses.count(503), "both answers expected under this overload"
     acknowledged: list[str] = []
@@ -201,8 +213,8 @@ def test_tiny_pool_under_concurrent_uploads_answers_200_or_503_and_stores_each_t
 
 
 def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_returns(
-        tiny_api, enroll_token: str, database_url: str, trials_locked: psycopg.Connection,
-        tmp_path) -> None:
+    tiny_api, enroll_token: str, database_url: str, trials_locked: psycopg.Connection, tmp_path
+) -> None:
     from iwprobe._collector import CollectorClient
     from iwprobe._spool import Spool
     from iwprobe._upload import Uploader
@@ -215,8 +227,7 @@ def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_retur
     export_status: list[int] = []
 
     def export() -> None:
-        with httpx.stream("GET", f"{tiny_api.url}/api/v1/trials.csv", params={"probe_id": probe.id},
-                          timeout=60) as answer:
+        with httpx.stream("GET", f"{tiny_api.url}/api/v1/trials.csv", params={"probe_id": probe.id}, timeout=60) as answer:
             answer.read()
             export_status.append(answer.status_code)
 
@@ -237,8 +248,7 @@ def test_busy_database_is_a_503_and_the_probe_uploader_keeps_its_spool_and_retur
     records = [make_trial(probe.id) for _ in range(30)]
     for record in records:
         spool.add("trial", record["trial_id"], record)
-    uploader = Uploader(spool, CollectorClient(tiny_api.url, probe.credential), "probe", probe.id,
-                        backoff_base_s=0.01)
+    uploader = Uploader(spool, CollectorClient(tiny_api.url, probe.credential), "probe", probe.id, backoff_base_s=0.01)
     started = time.monotonic()
     waits = _WaitRecorder()
     assert uploader.drain(deadline=time.monotonic() + 0.3, stop=waits) is False
@@ -273,7 +283,8 @@ def _busy(url: str, where: str) -> float:
 
 
 def test_public_reads_leave_half_the_slots_to_probes(
-        joinless_api_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection) -> None:
+    joinless_api_factory, enroll_token: str, database_url: str, trials_locked: psycopg.Connection
+) -> None:
     # Two slots; readers may hold one. Reads of ``trials`` block on the lock.
     server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_SIZE": "2", "IWSCOPE_DB_POOL_TIMEOUT_S": "1"})
     assert server.process is not None
@@ -281,9 +292,14 @@ def test_public_reads_leave_half_the_slots_to_probes(
         probe = enroll_probe(client, enroll_token)
     # Only reads of ``trials`` (the roll-up reads, e.g. headline, would pass the lock and free
     # their slot for the next reader).
-    read_paths = ["/api/v1/analysis/trials?limit=1", "/api/v1/analysis/trials?limit=3&offset=1",
-                  f"/api/v1/trials.csv?probe_id={probe.id}", "/api/v1/analysis/trials.csv",
-                  "/api/v1/trials.csv", "/api/v1/analysis/trials?limit=2"]
+    read_paths = [
+        "/api/v1/analysis/trials?limit=1",
+        "/api/v1/analysis/trials?limit=3&offset=1",
+        f"/api/v1/trials.csv?probe_id={probe.id}",
+        "/api/v1/analysis/trials.csv",
+        "/api/v1/trials.csv",
+        "/api/v1/analysis/trials?limit=2",
+    ]
     answers: dict[str, tuple[int, Any, str]] = {}
 
     def read(path: str) -> None:
@@ -299,8 +315,9 @@ def test_public_reads_leave_half_the_slots_to_probes(
         time.sleep(0.05)
     # A probe is served while the reads pile up (before: the reads took both connections
     # outside any admission, the heartbeat waited pool_timeout and got a 503).
-    beat = httpx.post(f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", headers=probe.headers,
-                      json=HEARTBEAT, timeout=30)
+    beat = httpx.post(
+        f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}", headers=probe.headers, json=HEARTBEAT, timeout=30
+    )
     assert beat.status_code == 204, beat.text
     schedule = httpx.get(f"{server.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}", headers=probe.headers)
     assert schedule.status_code == 200, schedule.text
@@ -323,8 +340,7 @@ def test_public_reads_leave_half_the_slots_to_probes(
         assert httpx.get(f"{server.url}{path}", timeout=30).status_code == 200, path
 
 
-def test_an_abandoned_csv_export_gives_its_slot_back(
-        joinless_api_factory, enroll_token: str, database_url: str) -> None:
+def test_an_abandoned_csv_export_gives_its_slot_back(joinless_api_factory, enroll_token: str, database_url: str) -> None:
     server = joinless_api_factory(**{**TINY_POOL, "IWSCOPE_DB_POOL_TIMEOUT_S": "2"})  # one slot in all
     assert server.process is not None
     with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -339,9 +355,12 @@ def test_an_abandoned_csv_export_gives_its_slot_back(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.close()  # RST: the client is gone midway
         # The one slot comes back: a heartbeat (which needs it) is answered, not refused.
-        beat = httpx.post(f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}",
-                          headers=probe.headers, timeout=30,
-                          json=HEARTBEAT)
+        beat = httpx.post(
+            f"{server.url}{wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)}",
+            headers=probe.headers,
+            timeout=30,
+            json=HEARTBEAT,
+        )
         assert beat.status_code == 204, beat.text
     # And the export's backend is not left in a transaction or a query.
     deadline = time.monotonic() + 10
@@ -369,8 +388,14 @@ def test_pool_settings_are_validated() -> None:
 
     settings = Settings(IWSCOPE_DB_POOL_SIZE=4, IWSCOPE_DB_MAX_OVERFLOW=2, IWSCOPE_DB_POOL_TIMEOUT_S=1.5)
     assert (settings.db_connections, settings.db_pool_timeout_s) == (6, 1.5)
-    for bad in ({"IWSCOPE_DB_POOL_SIZE": 0}, {"IWSCOPE_DB_MAX_OVERFLOW": -1}, {"IWSCOPE_DB_POOL_TIMEOUT_S": 0},
-                {"IWSCOPE_DB_POOL_TIMEOUT_S": 120}, {"IWSCOPE_API_THREADS": 2}, {"IWSCOPE_RETRY_AFTER_S": 0},
-                {"IWSCOPE_DB_POOL_SIZE": 150, "IWSCOPE_DB_MAX_OVERFLOW": 100}):
+    for bad in (
+        {"IWSCOPE_DB_POOL_SIZE": 0},
+        {"IWSCOPE_DB_MAX_OVERFLOW": -1},
+        {"IWSCOPE_DB_POOL_TIMEOUT_S": 0},
+        {"IWSCOPE_DB_POOL_TIMEOUT_S": 120},
+        {"IWSCOPE_API_THREADS": 2},
+        {"IWSCOPE_RETRY_AFTER_S": 0},
+        {"IWSCOPE_DB_POOL_SIZE": 150, "IWSCOPE_DB_MAX_OVERFLOW": 100},
+    ):
         with pytest.raises(ValidationError):
             Settings(**bad)  # type: ignore[arg-type]

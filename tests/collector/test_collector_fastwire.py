@@ -34,42 +34,173 @@ _MISSING = object()
 
 #: Values any field may be replaced with: wrong types, boundaries, odd strings.
 GENERIC_VALUES: list[Any] = [
-    None, True, False, 0, -1, 1, 1.0, 1.5, -0.0, 2**31, 2**63 - 1, 2**63, 2**64, 10**30, "", "1", "x" * 3000,
-    [], {}, [1], {"a": 1}, "NaN", 1e3,
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    1.0,
+    1.5,
+    -0.0,
+    2**31,
+    2**63 - 1,
+    2**63,
+    2**64,
+    10**30,
+    "",
+    "1",
+    "x" * 3000,
+    [],
+    {},
+    [1],
+    {"a": 1},
+    "NaN",
+    1e3,
 ]
-INT_BOUNDARIES = [-1, 0, 1, 99, 100, 255, 256, 599, 600, 999, 1000, 1001, 65535, 65536, 1_000_000, 1_000_001,
-                  1_000_000_000, 1_000_000_001, 86_400_000_000, 86_400_000_001, 17_179_869_184, 17_179_869_185,
-                  1_000_000_000_000, 1_000_000_000_001, 2**63 - 1, 2**63]
-UUID_VALUES = [str(uuid.uuid4()), str(uuid.uuid4()).upper(), str(uuid.uuid4()) + "\n", "\n" + str(uuid.uuid4()),
-               str(uuid.uuid4()).replace("-", ""), "{" + str(uuid.uuid4()) + "}", str(uuid.uuid4())[:-1],
-               str(uuid.uuid4()) + "0", " " + str(uuid.uuid4()), "urn:uuid:" + str(uuid.uuid4())]
+INT_BOUNDARIES = [
+    -1,
+    0,
+    1,
+    99,
+    100,
+    255,
+    256,
+    599,
+    600,
+    999,
+    1000,
+    1001,
+    65535,
+    65536,
+    1_000_000,
+    1_000_001,
+    1_000_000_000,
+    1_000_000_001,
+    86_400_000_000,
+    86_400_000_001,
+    17_179_869_184,
+    17_179_869_185,
+    1_000_000_000_000,
+    1_000_000_000_001,
+    2**63 - 1,
+    2**63,
+]
+UUID_VALUES = [
+    str(uuid.uuid4()),
+    str(uuid.uuid4()).upper(),
+    str(uuid.uuid4()) + "\n",
+    "\n" + str(uuid.uuid4()),
+    str(uuid.uuid4()).replace("-", ""),
+    "{" + str(uuid.uuid4()) + "}",
+    str(uuid.uuid4())[:-1],
+    str(uuid.uuid4()) + "0",
+    " " + str(uuid.uuid4()),
+    "urn:uuid:" + str(uuid.uuid4()),
+]
 TIMESTAMP_VALUES = [
-    "2026-11-22T10:00:00Z", "2026-11-22T10:00:00.123456Z", "2026-11-22T10:00:00.1Z", "2026-11-22T10:00:00.1234567Z",
-    "2026-11-22T10:00:00+02:00", "2026-11-22T10:00:00-11:30", "2026-11-22T10:00:00", "2026-11-22 10:00:00Z",
-    "2026-11-22t10:00:00z", "2026-11-22T10:00:00z", "2026-13-22T10:00:00Z", "2026-02-30T10:00:00Z",
-    "2026-11-22T24:00:00Z", "2026-11-22T23:59:60Z", "2026-11-22T10:00:00Z\n", "2026-11-22T10:00:00+0200",
-    "\u0662\u0660\u0662\u0666-11-22T10:00:00Z", "1999-12-31T23:59:59Z", "0001-01-01T00:00:00Z",
-    "9999-12-31T23:59:59.999999Z", "2026-11-22T10:00:00.Z", "2026-11-22T10:00:00+24:00", "2026-11-22",
-    "2026-11-22T10:00Z", 1_700_000_000, "2026-W47-1T10:00:00Z",
+    "2026-11-22T10:00:00Z",
+    "2026-11-22T10:00:00.123456Z",
+    "2026-11-22T10:00:00.1Z",
+    "2026-11-22T10:00:00.1234567Z",
+    "2026-11-22T10:00:00+02:00",
+    "2026-11-22T10:00:00-11:30",
+    "2026-11-22T10:00:00",
+    "2026-11-22 10:00:00Z",
+    "2026-11-22t10:00:00z",
+    "2026-11-22T10:00:00z",
+    "2026-13-22T10:00:00Z",
+    "2026-02-30T10:00:00Z",
+    "2026-11-22T24:00:00Z",
+    "2026-11-22T23:59:60Z",
+    "2026-11-22T10:00:00Z\n",
+    "2026-11-22T10:00:00+0200",
+    "\u0662\u0660\u0662\u0666-11-22T10:00:00Z",
+    "1999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59.999999Z",
+    "2026-11-22T10:00:00.Z",
+    "2026-11-22T10:00:00+24:00",
+    "2026-11-22",
+    "2026-11-22T10:00Z",
+    1_700_000_000,
+    "2026-W47-1T10:00:00Z",
 ]
-STRING_VALUES = ["a", "é" * 2048, "é" * 2049, "x" * 2048, "x" * 2049, "e" * 500, "é" * 501, "tab\there",
-                 "line\nbreak", "back\\slash", "cr\rhere", "\u0000", "\ud83d\ude00" * 10, "m" * 64, "m" * 65]
+STRING_VALUES = [
+    "a",
+    "é" * 2048,
+    "é" * 2049,
+    "x" * 2048,
+    "x" * 2049,
+    "e" * 500,
+    "é" * 501,
+    "tab\there",
+    "line\nbreak",
+    "back\\slash",
+    "cr\rhere",
+    "\u0000",
+    "\ud83d\ude00" * 10,
+    "m" * 64,
+    "m" * 65,
+]
 ERROR_KINDS = [*wire.ERROR_KINDS, "Other", "dns ", "unknown"]
-TRIAL_FIELDS = ["trial_id", "probe_id", "campaign_id", "origin_id", "round", "arm_iw", "object_size", "url",
-                "started_at", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received", "http_status",
-                "error_kind", "error_detail", "syn_retrans", "tcp_info"]
-SAMPLE_FIELDS = ["sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
-                 "transfer_bytes", "method"]
+TRIAL_FIELDS = [
+    "trial_id",
+    "probe_id",
+    "campaign_id",
+    "origin_id",
+    "round",
+    "arm_iw",
+    "object_size",
+    "url",
+    "started_at",
+    "dns_us",
+    "connect_us",
+    "ttfb_us",
+    "total_us",
+    "bytes_received",
+    "http_status",
+    "error_kind",
+    "error_detail",
+    "syn_retrans",
+    "tcp_info",
+]
+SAMPLE_FIELDS = ["sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps", "transfer_bytes", "method"]
 ENVELOPE_FIELDS = ["wire_version", "batch_id", "probe_id", "sent_at", "trials", "path_samples", "census"]
 #: Wire v5: a census record's fields, and a trial's ``client_iw``.
-CENSUS_FIELDS = ["census_id", "probe_id", "campaign_id", "round", "url", "measured_at", "status", "iw_segments",
-                 "iw_bytes", "mss", "reason", "connections", "connections_ok", "announced_mss", "rtt_us", "family",
-                 "tls_version", "http_status", "error_detail"]
+CENSUS_FIELDS = [
+    "census_id",
+    "probe_id",
+    "campaign_id",
+    "round",
+    "url",
+    "measured_at",
+    "status",
+    "iw_segments",
+    "iw_bytes",
+    "mss",
+    "reason",
+    "connections",
+    "connections_ok",
+    "announced_mss",
+    "rtt_us",
+    "family",
+    "tls_version",
+    "http_status",
+    "error_detail",
+]
 CLIENT_IW_FIELDS = ["status", "segments", "bytes", "mss", "reason"]
 STATUS_VALUES = [*wire.IW_STATUSES, "OK", "ok ", "lower-bound", ""]
 REASON_VALUES = ["", "object_ended", "bottleneck", "Object_ended", "x" * 32, "x" * 33, "two words", "a\n"]
-CENSUS_URL_VALUES = ["https://example.org/big", "http://[fd00::1]:8080/x", "ftp://example.org/x", "example.org",
-                     "https://" + "e" * 2040, "https://" + "e" * 2041, "https://ex\u0000ample.org/"]
+CENSUS_URL_VALUES = [
+    "https://example.org/big",
+    "http://[fd00::1]:8080/x",
+    "ftp://example.org/x",
+    "example.org",
+    "https://" + "e" * 2040,
+    "https://" + "e" * 2041,
+    "https://ex\u0000ample.org/",
+]
 
 
 def field_values(name: str) -> list[Any]:
@@ -126,37 +257,60 @@ def mutate_record(rng: random.Random, record: dict[str, Any], fields: list[str])
 
 
 def make_sample(rng: random.Random, probe_id: str) -> dict[str, Any]:
-    return {"sample_id": str(uuid.uuid4()), "probe_id": probe_id, "origin_id": str(uuid.uuid4()),
-            "measured_at": wire.utc_timestamp(), "min_rtt_us": rng.randint(0, 10**6),
-            "bottleneck_bps": rng.choice([None, 1, 10**9]), "transfer_bytes": rng.randint(0, 10**6),
-            "method": rng.choice(["packet_pair", "bulk"])}
+    return {
+        "sample_id": str(uuid.uuid4()),
+        "probe_id": probe_id,
+        "origin_id": str(uuid.uuid4()),
+        "measured_at": wire.utc_timestamp(),
+        "min_rtt_us": rng.randint(0, 10**6),
+        "bottleneck_bps": rng.choice([None, 1, 10**9]),
+        "transfer_bytes": rng.randint(0, 10**6),
+        "method": rng.choice(["packet_pair", "bulk"]),
+    }
 
 
 def make_client_iw(rng: random.Random) -> dict[str, Any]:
     status = rng.choice(wire.IW_STATUSES)
-    return {"status": status, "segments": None if status == "undetermined" else rng.choice([1, 10, 64, 1000]),
-            "bytes": rng.choice([None, 14_480]), "mss": rng.choice([None, 1, 1448, 65535]),
-            "reason": "" if status == "ok" else rng.choice(["object_ended", "bottleneck"])}
+    return {
+        "status": status,
+        "segments": None if status == "undetermined" else rng.choice([1, 10, 64, 1000]),
+        "bytes": rng.choice([None, 14_480]),
+        "mss": rng.choice([None, 1, 1448, 65535]),
+        "reason": "" if status == "ok" else rng.choice(["object_ended", "bottleneck"]),
+    }
 
 
 def make_census(rng: random.Random, probe_id: str) -> dict[str, Any]:
     status = rng.choice(wire.IW_STATUSES)
-    return {"census_id": str(uuid.uuid4()), "probe_id": probe_id, "campaign_id": rng.choice([None, 1]),
-            "round": rng.randrange(3), "url": rng.choice(["https://example.org/big", "http://192.0.2.7:8080/x"]),
-            "measured_at": wire.utc_timestamp(), "status": status,
-            "iw_segments": None if status == "undetermined" else rng.choice([4, 10, 32]),
-            "iw_bytes": rng.choice([None, 46_336]), "mss": rng.choice([None, 1448]),
-            "reason": "" if status == "ok" else "client_data", "connections": 3, "connections_ok": rng.randrange(4),
-            "announced_mss": rng.choice([None, 536]), "rtt_us": rng.choice([None, 60_000]),
-            "family": rng.choice(["ipv4", "ipv6"]), "tls_version": rng.choice(["", "TLSv1.3"]),
-            "http_status": rng.choice([None, 206]), "error_detail": rng.choice([None, "x"])}
+    return {
+        "census_id": str(uuid.uuid4()),
+        "probe_id": probe_id,
+        "campaign_id": rng.choice([None, 1]),
+        "round": rng.randrange(3),
+        "url": rng.choice(["https://example.org/big", "http://192.0.2.7:8080/x"]),
+        "measured_at": wire.utc_timestamp(),
+        "status": status,
+        "iw_segments": None if status == "undetermined" else rng.choice([4, 10, 32]),
+        "iw_bytes": rng.choice([None, 46_336]),
+        "mss": rng.choice([None, 1448]),
+        "reason": "" if status == "ok" else "client_data",
+        "connections": 3,
+        "connections_ok": rng.randrange(4),
+        "announced_mss": rng.choice([None, 536]),
+        "rtt_us": rng.choice([None, 60_000]),
+        "family": rng.choice(["ipv4", "ipv6"]),
+        "tls_version": rng.choice(["", "TLSv1.3"]),
+        "http_status": rng.choice([None, 206]),
+        "error_detail": rng.choice([None, "x"]),
+    }
 
 
 def make_document(rng: random.Random) -> Any:
     probe_id = str(uuid.uuid4())
-    trials = [make_trial(probe_id, rng.choice([None, str(uuid.uuid4())]), rng.choice([None, 1, 7]),
-                         arm_iw=rng.choice([1, 3, 10, 1000]))
-              for _ in range(rng.randrange(4))]
+    trials = [
+        make_trial(probe_id, rng.choice([None, str(uuid.uuid4())]), rng.choice([None, 1, 7]), arm_iw=rng.choice([1, 3, 10, 1000]))
+        for _ in range(rng.randrange(4))
+    ]
     for trial in trials:
         if rng.random() < 0.3:
             trial["client_iw"] = rng.choice([None, make_client_iw(rng)])
@@ -207,8 +361,17 @@ def raw_oddities(rng: random.Random) -> list[bytes]:
         good.replace(trial_id, trial_id.upper()).encode(),
         good.replace(trial_id, trial_id + "\\n").encode(),
         good.replace(trial_id, trial_id[:8] + "\\u002d" + trial_id[9:]).encode(),
-        (good + " ").encode(), ("\n" + good).encode(), (good + "x").encode(), (good + "{}").encode(),
-        good[:-1].encode(), b"", b"null", b"[]", b"1", b'"x"', b"{}",
+        (good + " ").encode(),
+        ("\n" + good).encode(),
+        (good + "x").encode(),
+        (good + "{}").encode(),
+        good[:-1].encode(),
+        b"",
+        b"null",
+        b"[]",
+        b"1",
+        b'"x"',
+        b"{}",
         good.encode("utf-8-sig"),
     ]
 
@@ -272,8 +435,8 @@ def check(body: bytes, duplicate_keys: bool = False) -> bool:
     """
     reference, fast, service = pydantic_verdict(body), fast_verdict(body), service_verdict(body)
     assert (reference is None) == (service is None), (
-        f"pydantic {'accepts' if reference else 'refuses'}, the route {'accepts' if service else 'refuses'}: "
-        f"{body[:600]!r}")
+        f"pydantic {'accepts' if reference else 'refuses'}, the route {'accepts' if service else 'refuses'}: {body[:600]!r}"
+    )
     if fast is not None:
         assert reference is not None, f"fast decoder accepts what pydantic refuses: {body[:600]!r}"
         assert_same_reading(reference, fast)
@@ -293,8 +456,7 @@ def test_fast_decoder_agrees_with_pydantic_on_generated_batches() -> None:
 
 def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
     rng = random.Random(7)
-    verdicts = [check(body, duplicate_keys=index < 6) for _ in range(3)
-                for index, body in enumerate(raw_oddities(rng))]
+    verdicts = [check(body, duplicate_keys=index < 6) for _ in range(3) for index, body in enumerate(raw_oddities(rng))]
     assert any(verdicts) and not all(verdicts)
 
 
@@ -302,8 +464,12 @@ def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
 def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
     probe_id = str(uuid.uuid4())
     check(json.dumps(make_batch(probe_id, [make_trial(probe_id, started_at=timestamp)])).encode())
-    check(json.dumps(make_batch(probe_id, [], [make_sample(random.Random(1), probe_id) | {
-        "measured_at": timestamp}]) | {"sent_at": timestamp}).encode())
+    check(
+        json.dumps(
+            make_batch(probe_id, [], [make_sample(random.Random(1), probe_id) | {"measured_at": timestamp}])
+            | {"sent_at": timestamp}
+        ).encode()
+    )
 
 
 def test_error_kind_is_the_probe_wire_formats_tuple() -> None:
@@ -325,22 +491,35 @@ def test_refused_batches_still_name_every_bad_record(client: httpx.Client, probe
     response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials), headers=probe.headers)
     assert response.status_code == 422, response.text
     named = {(error["index"], error["field"], error["record_id"]) for error in response.json()["detail"]["errors"]}
-    assert named == {(1, "arm_iw", trials[1]["trial_id"]), (3, "started_at", trials[3]["trial_id"]),
-                     (4, "tcp_info.rtt", trials[4]["trial_id"])}
+    assert named == {
+        (1, "arm_iw", trials[1]["trial_id"]),
+        (3, "started_at", trials[3]["trial_id"]),
+        (4, "tcp_info.rtt", trials[4]["trial_id"]),
+    }
 
 
-def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, probe: Enrolled,
-                                                         db_engine: Engine) -> None:
-    odd = make_trial(probe.id, url="http://h/a\tb\nc\\d\re\u00e9\U0001f600\\N", error_kind="other",
-                     error_detail="\\N", started_at="2026-11-21T23:30:00.5+05:30", http_status=None,
-                     dns_us=None, connect_us=None, ttfb_us=None, total_us=None,
-                     tcp_info={"rtt": 2**63 - 1, "min_rtt": 0, "delivery_rate": 5})
+def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, probe: Enrolled, db_engine: Engine) -> None:
+    odd = make_trial(
+        probe.id,
+        url="http://h/a\tb\nc\\d\re\u00e9\U0001f600\\N",
+        error_kind="other",
+        error_detail="\\N",
+        started_at="2026-11-21T23:30:00.5+05:30",
+        http_status=None,
+        dns_us=None,
+        connect_us=None,
+        ttfb_us=None,
+        total_us=None,
+        tcp_info={"rtt": 2**63 - 1, "min_rtt": 0, "delivery_rate": 5},
+    )
     empty = make_trial(probe.id, url="\\", error_detail="", tcp_info={})
     response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [odd, empty]), headers=probe.headers)
     assert response.status_code == 200 and response.json()["accepted"] == 2, response.text
     with db_engine.connect() as connection:
-        rows = {str(row["trial_id"]): row for row in connection.execute(
-            text("SELECT * FROM trials WHERE probe_id = :p"), {"p": probe.id}).mappings()}
+        rows = {
+            str(row["trial_id"]): row
+            for row in connection.execute(text("SELECT * FROM trials WHERE probe_id = :p"), {"p": probe.id}).mappings()
+        }
     stored = rows[odd["trial_id"]]
     assert stored["url"] == odd["url"] and stored["error_detail"] == "\\N" and stored["error_kind"] == "other"
     assert stored["started_at"] == dt.datetime(2026, 11, 21, 18, 0, 0, 500000, tzinfo=dt.UTC)
@@ -351,15 +530,14 @@ def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, p
     assert (other["url"], other["error_detail"], other["tcp_info"], other["tcpi_rtt_us"]) == ("\\", "", {}, None)
 
 
-def test_trials_stored_task_joins_and_recomputes_idempotently(celery_worker, client: httpx.Client,
-                                                              probe: Enrolled, origin: Enrolled,
-                                                              db_engine: Engine) -> None:
+def test_trials_stored_task_joins_and_recomputes_idempotently(
+    celery_worker, client: httpx.Client, probe: Enrolled, origin: Enrolled, db_engine: Engine
+) -> None:
     """``trials_stored`` (queued per upload by earlier versions) joins and has the estimates
     refreshed; running it again changes nothing."""
     trial = make_trial(probe.id, origin.id)
     trial["tcp_info"]["min_rtt"] = 12_345
-    assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [trial]),
-                       headers=probe.headers).status_code == 200
+    assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [trial]), headers=probe.headers).status_code == 200
     pairs = [[probe.id, origin.id]]
     first = celery_worker.send("iwscope.trials.tasks.trials_stored", [trial["trial_id"]], pairs)
     second = celery_worker.send("iwscope.trials.tasks.trials_stored", [trial["trial_id"]], pairs)
@@ -367,9 +545,10 @@ def test_trials_stored_task_joins_and_recomputes_idempotently(celery_worker, cli
 
     def estimate() -> Any:
         with db_engine.connect() as connection:
-            return connection.execute(text("SELECT min_rtt_us, sample_count FROM path_estimates "
-                                           "WHERE probe_id = :p AND origin_id = :o"),
-                                      {"p": probe.id, "o": origin.id}).first()
+            return connection.execute(
+                text("SELECT min_rtt_us, sample_count FROM path_estimates WHERE probe_id = :p AND origin_id = :o"),
+                {"p": probe.id, "o": origin.id},
+            ).first()
 
     wait_folded(db_engine, probe.id)  # the refreshes both calls queued have run
     assert tuple(estimate()) == (12_345, 1)  # the trial counted once

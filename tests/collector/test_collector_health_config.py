@@ -48,27 +48,38 @@ def test_production_refuses_placeholder_secrets() -> None:
     with pytest.raises(ValidationError, match="DATABASE_URL must be set"):
         Settings(IWSCOPE_ENV="production", DATABASE_URL="", REDIS_URL="")
     with pytest.raises(ValidationError, match="placeholder password"):
-        Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:changeme@db/x",
-                 REDIS_URL="redis://r:6379/0")
+        Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:changeme@db/x", REDIS_URL="redis://r:6379/0")
     with pytest.raises(ValidationError, match="IWSCOPE_ADMIN_TOKEN"):
-        Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
-                 REDIS_URL="redis://r:6379/0", IWSCOPE_ADMIN_TOKEN="admin")
-    good = Settings(IWSCOPE_ENV="production", DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
-                    REDIS_URL="redis://r:6379/0", IWSCOPE_ADMIN_TOKEN="t" * 40)
+        Settings(
+            IWSCOPE_ENV="production",
+            DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
+            REDIS_URL="redis://r:6379/0",
+            IWSCOPE_ADMIN_TOKEN="admin",
+        )
+    good = Settings(
+        IWSCOPE_ENV="production",
+        DATABASE_URL="postgresql+psycopg://u:Xk2q9vP0aa@db/x",
+        REDIS_URL="redis://r:6379/0",
+        IWSCOPE_ADMIN_TOKEN="t" * 40,
+    )
     assert good.env == "production"
     # Development falls back to the checkout's local stack (iwscope.localstack, imported above,
     # provides it), password included.
     development = Settings(IWSCOPE_ENV="development", DATABASE_URL="", REDIS_URL="")
     assert development.celery_queue == "iwscope"
     assert urlsplit(development.database_url).password and urlsplit(development.redis_url).password
-    assert (development.database_url, development.redis_url) == (default_stack().database_url,
-                                                                 default_stack().redis_url)
+    assert (development.database_url, development.redis_url) == (default_stack().database_url, default_stack().redis_url)
 
 
 def test_api_refuses_to_start_in_production_with_placeholders(service_env: dict[str, str]) -> None:
     env = {**service_env, "IWSCOPE_ENV": "production", "IWSCOPE_ADMIN_TOKEN": "changeme"}
-    completed = subprocess.run([sys.executable, "-m", "iwscope.cli", "token", "create", "--kind", "admin"],
-                               env=env, capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        [sys.executable, "-m", "iwscope.cli", "token", "create", "--kind", "admin"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert completed.returncode != 0
     assert "refusing to run with IWSCOPE_ENV=production" in completed.stderr
     assert completed.stdout == ""
@@ -79,7 +90,6 @@ def test_bootstrap_admin_token_from_settings(api_server_factory) -> None:
     server = api_server_factory(IWSCOPE_ADMIN_TOKEN=token)
     try:
         assert httpx.get(f"{server.url}/api/v1/campaigns", headers={"Authorization": f"Bearer {token}"}).status_code == 200
-        assert httpx.get(f"{server.url}/api/v1/campaigns",
-                         headers={"Authorization": f"Bearer {token}x"}).status_code == 401
+        assert httpx.get(f"{server.url}/api/v1/campaigns", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
     finally:
         server.stop()

@@ -26,8 +26,9 @@ def count_trials(engine: Engine, probe_id: str) -> int:
 
 def registry_size(engine: Engine, trial_ids: list[str]) -> int:
     with engine.connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM trial_ids WHERE trial_id = ANY(CAST(:ids AS uuid[]))"),
-                                  {"ids": trial_ids}).scalar_one()
+        return connection.execute(
+            text("SELECT count(*) FROM trial_ids WHERE trial_id = ANY(CAST(:ids AS uuid[]))"), {"ids": trial_ids}
+        ).scalar_one()
 
 
 # --------------------------------------------------------------------------------------
@@ -40,10 +41,10 @@ def test_enrollment_stores_probe_and_only_a_hash(client: httpx.Client, enroll_to
     identity, _, secret = probe.credential.partition(wire.CREDENTIAL_SEPARATOR)
     assert identity == probe.id and len(secret) >= 40
     with db_engine.connect() as connection:
-        row = connection.execute(text("SELECT name, region, country, asn, labels, secret_hash FROM probes WHERE id = :i"),
-                                 {"i": probe.id}).one()
-    assert (row.name, row.region, row.country, row.asn, row.labels) == ("sao-paulo-1", "sa-east", "DE", 3320,
-                                                                        {"access": "dsl"})
+        row = connection.execute(
+            text("SELECT name, region, country, asn, labels, secret_hash FROM probes WHERE id = :i"), {"i": probe.id}
+        ).one()
+    assert (row.name, row.region, row.country, row.asn, row.labels) == ("sao-paulo-1", "sa-east", "DE", 3320, {"access": "dsl"})
     assert secret not in row.secret_hash and len(row.secret_hash) == 64
 
 
@@ -54,17 +55,24 @@ def test_enrollment_needs_an_enrollment_token(client: httpx.Client, admin_token:
         response = client.post(wire.PROBE_ENROLL_PATH, json=body, headers=bearer(wrong))
         assert response.status_code == 401
         assert response.json() == {"detail": "invalid credentials"}
-    assert client.post(wire.ORIGIN_ENROLL_PATH, json={"name": "o", "region": "r", "host": "h",
-                                                      "arms": [{"iw": 3, "port": 1}]},
-                       headers=bearer(admin_token)).status_code == 401
+    assert (
+        client.post(
+            wire.ORIGIN_ENROLL_PATH,
+            json={"name": "o", "region": "r", "host": "h", "arms": [{"iw": 3, "port": 1}]},
+            headers=bearer(admin_token),
+        ).status_code
+        == 401
+    )
 
 
 def test_unknown_probe_wrong_secret_and_garbage_get_the_same_401(client: httpx.Client, probe: Enrolled) -> None:
     batch = make_batch(probe.id, [make_trial(probe.id)])
     wrong_secret = f"{probe.id}.{'x' * 43}"
     unknown_probe = f"{uuid.uuid4()}.{probe.credential.split('.', 1)[1]}"
-    answers = [client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=bearer(credential))
-               for credential in (wrong_secret, unknown_probe, "not-a-credential")]
+    answers = [
+        client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=bearer(credential))
+        for credential in (wrong_secret, unknown_probe, "not-a-credential")
+    ]
     assert {response.status_code for response in answers} == {401}
     assert {response.text for response in answers} == {'{"detail":"invalid credentials"}'}
     missing = client.post(wire.TRIALS_BATCH_PATH, json=batch)
@@ -72,8 +80,7 @@ def test_unknown_probe_wrong_secret_and_garbage_get_the_same_401(client: httpx.C
 
 
 def test_heartbeat_and_fleet_listing(client: httpx.Client, probe: Enrolled, admin_token: str) -> None:
-    heartbeat = {"version": "0.2.0", "spool_backlog": 17, "spool_bytes": 4096, "uptime_s": 12.5,
-                 "trials_measured": 99}
+    heartbeat = {"version": "0.2.0", "spool_backlog": 17, "spool_bytes": 4096, "uptime_s": 12.5, "trials_measured": 99}
     path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
     assert client.post(path, json=heartbeat, headers=probe.headers).status_code == 204
     assert client.post(path, json={**heartbeat, "spool_backlog": -1}, headers=probe.headers).status_code == 422
@@ -85,12 +92,12 @@ def test_heartbeat_and_fleet_listing(client: httpx.Client, probe: Enrolled, admi
     assert client.get("/api/v1/probes", headers=probe.headers).status_code == 401
 
 
-def test_probe_cannot_act_for_another_probe(client: httpx.Client, probe: Enrolled, enroll_token: str,
-                                            db_engine: Engine) -> None:
+def test_probe_cannot_act_for_another_probe(client: httpx.Client, probe: Enrolled, enroll_token: str, db_engine: Engine) -> None:
     other = enroll_probe(client, enroll_token)
     heartbeat = {"version": "1", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1, "trials_measured": 0}
-    assert client.post(wire.PROBE_HEARTBEAT_PATH.format(probe_id=other.id), json=heartbeat,
-                       headers=probe.headers).status_code == 403
+    assert (
+        client.post(wire.PROBE_HEARTBEAT_PATH.format(probe_id=other.id), json=heartbeat, headers=probe.headers).status_code == 403
+    )
     assert client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=other.id), headers=probe.headers).status_code == 403
     # A batch carrying another probe's trials: 403 naming each record, nothing stored.
     trials = [make_trial(probe.id), make_trial(other.id), make_trial(other.id)]
@@ -100,8 +107,7 @@ def test_probe_cannot_act_for_another_probe(client: httpx.Client, probe: Enrolle
     assert named == [("trials", 1, trials[1]["trial_id"]), ("trials", 2, trials[2]["trial_id"])]
     assert count_trials(db_engine, probe.id) == 0 and count_trials(db_engine, other.id) == 0
     # Another probe's envelope.
-    envelope = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(other.id, [make_trial(other.id)]),
-                           headers=probe.headers)
+    envelope = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(other.id, [make_trial(other.id)]), headers=probe.headers)
     assert envelope.status_code == 403
 
 
@@ -110,8 +116,9 @@ def test_probe_cannot_act_for_another_probe(client: httpx.Client, probe: Enrolle
 # --------------------------------------------------------------------------------------
 
 
-def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client, admin_token: str,
-                                                           enroll_token: str, origin_token: str) -> None:
+def test_schedule_respects_window_regions_origins_and_arms(
+    client: httpx.Client, admin_token: str, enroll_token: str, origin_token: str
+) -> None:
     eu_probe = enroll_probe(client, enroll_token, region="eu-test")
     us_probe = enroll_probe(client, enroll_token, region="us-test")
     origin_a = enroll_origin(client, origin_token, arms=(3, 10, 32))
@@ -120,9 +127,18 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     created: set[int] = set()
 
     def create(name: str, **fields: Any) -> int:
-        body = {"name": name, "origin_ids": [origin_a.id, origin_b.id], "arms": [3, 10], "sizes": [1000, 50_000],
-                "repetitions": 5, "interval_s": 2.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
-                "ends_at": (now + dt.timedelta(hours=1)).isoformat(), "calibrate": True, **fields}
+        body = {
+            "name": name,
+            "origin_ids": [origin_a.id, origin_b.id],
+            "arms": [3, 10],
+            "sizes": [1000, 50_000],
+            "repetitions": 5,
+            "interval_s": 2.0,
+            "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
+            "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
+            "calibrate": True,
+            **fields,
+        }
         response = client.post("/api/v1/campaigns", json=body, headers=bearer(admin_token))
         assert response.status_code == 201, response.text
         created.add(response.json()["id"])
@@ -133,13 +149,20 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
         return [entry for entry in entries if entry["campaign_id"] in created]
 
     active_eu = create("active eu", probe_regions=["eu-test"])
-    create("future", starts_at=(now + dt.timedelta(days=2)).isoformat(),
-           ends_at=(now + dt.timedelta(days=3)).isoformat(), probe_regions=["eu-test"])
-    create("over", starts_at=(now - dt.timedelta(days=2)).isoformat(),
-           ends_at=(now - dt.timedelta(days=1)).isoformat(), probe_regions=["eu-test"])
+    create(
+        "future",
+        starts_at=(now + dt.timedelta(days=2)).isoformat(),
+        ends_at=(now + dt.timedelta(days=3)).isoformat(),
+        probe_regions=["eu-test"],
+    )
+    create(
+        "over",
+        starts_at=(now - dt.timedelta(days=2)).isoformat(),
+        ends_at=(now - dt.timedelta(days=1)).isoformat(),
+        probe_regions=["eu-test"],
+    )
     create("us only", probe_regions=["us-test"])
-    dist = create("websearch sizes", sizes=None, size_dist="websearch", sizes_per_round=4,
-                  probe_regions=["eu-test", "ap-test"])
+    dist = create("websearch sizes", sizes=None, size_dist="websearch", sizes_per_round=4, probe_regions=["eu-test", "ap-test"])
 
     schedule = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=eu_probe.id), headers=eu_probe.headers)
     assert schedule.status_code == 200, schedule.text
@@ -150,32 +173,40 @@ def test_schedule_respects_window_regions_origins_and_arms(client: httpx.Client,
     first = campaigns[0]
     assert first["arms"] == [3, 10] and first["sizes"] == [1000, 50_000] and first["size_dist"] is None
     assert first["repetitions"] == 5 and first["interval_s"] == 2.0 and first["calibrate"] is True
-    assert first["targets"] == [{"origin_id": origin_a.id, "host": "10.0.0.1",
-                                 "arms": [{"iw": 3, "port": 8003, "arm": "3", "paced": False},
-                                              {"iw": 10, "port": 8010, "arm": "10", "paced": False}],
-                                 "echo_port": None, "tls": False, "host6": None}]
+    assert first["targets"] == [
+        {
+            "origin_id": origin_a.id,
+            "host": "10.0.0.1",
+            "arms": [{"iw": 3, "port": 8003, "arm": "3", "paced": False}, {"iw": 10, "port": 8010, "arm": "10", "paced": False}],
+            "echo_port": None,
+            "tls": False,
+            "host6": None,
+        }
+    ]
     assert campaigns[1]["sizes"] is None and campaigns[1]["size_dist"] == "websearch"
 
     us = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=us_probe.id), headers=us_probe.headers).json()
     assert [entry["name"] for entry in ours(us["campaigns"])] == ["us only"]
 
     # Stopping a campaign (PATCH ends_at) removes it from the schedule.
-    stop = client.patch(f"/api/v1/campaigns/{active_eu}", headers=bearer(admin_token),
-                        json={"ends_at": (now - dt.timedelta(seconds=1)).isoformat()})
+    stop = client.patch(
+        f"/api/v1/campaigns/{active_eu}",
+        headers=bearer(admin_token),
+        json={"ends_at": (now - dt.timedelta(seconds=1)).isoformat()},
+    )
     assert stop.status_code == 200, stop.text
     again = client.get(wire.PROBE_SCHEDULE_PATH.format(probe_id=eu_probe.id), headers=eu_probe.headers).json()
     assert [entry["campaign_id"] for entry in ours(again["campaigns"])] == [dist]
 
 
-def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: str, origin: Enrolled,
-                                            probe: Enrolled) -> None:
+def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: str, origin: Enrolled, probe: Enrolled) -> None:
     start = dt.datetime.now(dt.UTC).isoformat()
     base = {"name": "c", "origin_ids": [origin.id], "arms": [3], "starts_at": start}
-    both = client.post("/api/v1/campaigns", headers=bearer(admin_token),
-                       json={**base, "sizes": [1], "size_dist": "websearch"})
+    both = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={**base, "sizes": [1], "size_dist": "websearch"})
     assert both.status_code == 422
-    unknown = client.post("/api/v1/campaigns", headers=bearer(admin_token),
-                          json={**base, "sizes": [1], "origin_ids": [str(uuid.uuid4())]})
+    unknown = client.post(
+        "/api/v1/campaigns", headers=bearer(admin_token), json={**base, "sizes": [1], "origin_ids": [str(uuid.uuid4())]}
+    )
     assert unknown.status_code == 422 and "unknown origins" in unknown.text
     assert client.post("/api/v1/campaigns", headers=probe.headers, json={**base, "sizes": [1]}).status_code == 401
     created = client.post("/api/v1/campaigns", headers=bearer(admin_token), json={**base, "sizes": [1]})
@@ -185,20 +216,26 @@ def test_campaign_validation_and_admin_only(client: httpx.Client, admin_token: s
     assert client.get("/api/v1/campaigns/999999", headers=bearer(admin_token)).status_code == 404
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"starts_at": None, "ends_at": "2030-01-01T00:00:00Z"}, "starts_at"),  # found by the fuzzer: was a 500
-    ({"starts_at": None}, "starts_at"),
-    ({"name": None}, "name"),
-    ({"repetitions": None}, "repetitions"),
-    ({"interval_s": None}, "interval_s"),
-    ({"ends_at": "2000-01-01T00:00:00Z"}, "ends_at"),  # before starts_at
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"starts_at": None, "ends_at": "2030-01-01T00:00:00Z"}, "starts_at"),  # found by the fuzzer: was a 500
+        ({"starts_at": None}, "starts_at"),
+        ({"name": None}, "name"),
+        ({"repetitions": None}, "repetitions"),
+        ({"interval_s": None}, "interval_s"),
+        ({"ends_at": "2000-01-01T00:00:00Z"}, "ends_at"),  # before starts_at
+    ],
+)
 def test_campaign_patch_refuses_nulls_and_inverted_windows_unchanged(
-        client: httpx.Client, admin_token: str, origin: Enrolled, body: dict[str, Any], field: str) -> None:
+    client: httpx.Client, admin_token: str, origin: Enrolled, body: dict[str, Any], field: str
+) -> None:
     start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    created = client.post("/api/v1/campaigns", headers=bearer(admin_token),
-                          json={"name": "patched", "origin_ids": [origin.id], "arms": [3], "sizes": [1],
-                                "starts_at": start.isoformat()})
+    created = client.post(
+        "/api/v1/campaigns",
+        headers=bearer(admin_token),
+        json={"name": "patched", "origin_ids": [origin.id], "arms": [3], "sizes": [1], "starts_at": start.isoformat()},
+    )
     assert created.status_code == 201, created.text
     url = f"/api/v1/campaigns/{created.json()['id']}"
     refused = client.patch(url, headers=bearer(admin_token), json=body)
@@ -215,34 +252,51 @@ def test_campaign_patch_refuses_nulls_and_inverted_windows_unchanged(
 # --------------------------------------------------------------------------------------
 
 
-def test_upload_stores_every_field(client: httpx.Client, probe: Enrolled, origin: Enrolled,
-                                   campaign: dict[str, Any], db_engine: Engine) -> None:
+def test_upload_stores_every_field(
+    client: httpx.Client, probe: Enrolled, origin: Enrolled, campaign: dict[str, Any], db_engine: Engine
+) -> None:
     trials = [make_trial(probe.id, origin.id, campaign["id"], arm_iw=iw) for iw in (3, 10, 10)]
-    trials[2].update(error_kind="timeout", error_detail="read timed out", http_status=None, total_us=None,
-                     tcp_info={})
+    trials[2].update(error_kind="timeout", error_detail="read timed out", http_status=None, total_us=None, tcp_info={})
     sample = make_path_sample(probe.id, origin.id)
-    response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials, [sample]),
-                           headers=probe.headers)
+    response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials, [sample]), headers=probe.headers)
     assert response.status_code == 200, response.text
     assert response.json()["accepted"] == 4 and response.json()["duplicates"] == 0
     with db_engine.connect() as connection:
-        row = connection.execute(text("SELECT * FROM trials WHERE trial_id = :t"),
-                                 {"t": trials[0]["trial_id"]}).mappings().one()
-        failed = connection.execute(text("SELECT * FROM trials WHERE trial_id = :t"),
-                                    {"t": trials[2]["trial_id"]}).mappings().one()
-        samples = connection.execute(text("SELECT min_rtt_us, bottleneck_bps FROM path_samples WHERE probe_id = :p"),
-                                     {"p": probe.id}).all()
+        row = connection.execute(text("SELECT * FROM trials WHERE trial_id = :t"), {"t": trials[0]["trial_id"]}).mappings().one()
+        failed = (
+            connection.execute(text("SELECT * FROM trials WHERE trial_id = :t"), {"t": trials[2]["trial_id"]}).mappings().one()
+        )
+        samples = connection.execute(
+            text("SELECT min_rtt_us, bottleneck_bps FROM path_samples WHERE probe_id = :p"), {"p": probe.id}
+        ).all()
     expected = trials[0]
-    for name in ("round", "arm_iw", "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us",
-                 "bytes_received", "http_status", "error_kind", "syn_retrans", "campaign_id"):
+    for name in (
+        "round",
+        "arm_iw",
+        "object_size",
+        "url",
+        "dns_us",
+        "connect_us",
+        "ttfb_us",
+        "total_us",
+        "bytes_received",
+        "http_status",
+        "error_kind",
+        "syn_retrans",
+        "campaign_id",
+    ):
         assert row[name] == expected[name], name
     assert str(row["origin_id"]) == origin.id and str(row["probe_id"]) == probe.id
     assert row["started_at"] == wire.parse_timestamp(expected["started_at"])
     assert (row["tcpi_rtt_us"], row["tcpi_min_rtt_us"], row["tcpi_rcv_mss"]) == (20_500, 20_000, 1448)
     assert row["tcp_info"] == expected["tcp_info"]
     assert row["joined_at"] is None and row["server_latency_us"] is None
-    assert (failed["error_kind"], failed["error_detail"], failed["total_us"], failed["tcpi_rtt_us"]) == \
-        ("timeout", "read timed out", None, None)
+    assert (failed["error_kind"], failed["error_detail"], failed["total_us"], failed["tcpi_rtt_us"]) == (
+        "timeout",
+        "read timed out",
+        None,
+        None,
+    )
     assert samples == [(19_500, 10_000_000)]
 
 
@@ -252,8 +306,9 @@ def test_duplicate_upload_changes_nothing(client: httpx.Client, probe: Enrolled,
     first = client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers)
     assert first.json() == {"batch_id": batch["batch_id"], "accepted": 20, "duplicates": 0}
     with db_engine.connect() as connection:
-        before = connection.execute(text("SELECT trial_id, total_us, received_at FROM trials WHERE probe_id = :p "
-                                         "ORDER BY trial_id"), {"p": probe.id}).all()
+        before = connection.execute(
+            text("SELECT trial_id, total_us, received_at FROM trials WHERE probe_id = :p ORDER BY trial_id"), {"p": probe.id}
+        ).all()
     # Replay: the same batch, then the same UUIDs with changed values plus two new trials.
     replay = client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers)
     assert replay.json()["accepted"] == 0 and replay.json()["duplicates"] == 20
@@ -261,9 +316,13 @@ def test_duplicate_upload_changes_nothing(client: httpx.Client, probe: Enrolled,
     mixed = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, changed), headers=probe.headers)
     assert mixed.json()["accepted"] == 2 and mixed.json()["duplicates"] == 20
     with db_engine.connect() as connection:
-        after = connection.execute(text("SELECT trial_id, total_us, received_at FROM trials WHERE probe_id = :p "
-                                        "AND trial_id = ANY(CAST(:ids AS uuid[])) ORDER BY trial_id"),
-                                   {"p": probe.id, "ids": [t["trial_id"] for t in trials]}).all()
+        after = connection.execute(
+            text(
+                "SELECT trial_id, total_us, received_at FROM trials WHERE probe_id = :p "
+                "AND trial_id = ANY(CAST(:ids AS uuid[])) ORDER BY trial_id"
+            ),
+            {"p": probe.id, "ids": [t["trial_id"] for t in trials]},
+        ).all()
     assert after == before
     assert count_trials(db_engine, probe.id) == 22
     # The same UUID twice inside one batch is stored once.
@@ -272,8 +331,9 @@ def test_duplicate_upload_changes_nothing(client: httpx.Client, probe: Enrolled,
     assert inside.json()["accepted"] == 1 and inside.json()["duplicates"] == 1
 
 
-def test_invalid_batch_is_refused_whole_and_names_each_bad_record(client: httpx.Client, probe: Enrolled,
-                                                                  db_engine: Engine) -> None:
+def test_invalid_batch_is_refused_whole_and_names_each_bad_record(
+    client: httpx.Client, probe: Enrolled, db_engine: Engine
+) -> None:
     trials = [make_trial(probe.id) for _ in range(6)]
     trials[1]["total_us"] = -5  # negative duration
     trials[3]["started_at"] = wire.utc_timestamp(dt.datetime.now(dt.UTC) + dt.timedelta(days=3))
@@ -285,8 +345,9 @@ def test_invalid_batch_is_refused_whole_and_names_each_bad_record(client: httpx.
     errors = response.json()["detail"]["errors"]
     named = sorted((error["index"], error["record_id"], error["field"]) for error in errors)
     # The pydantic pass reports schema errors first; the good records 0 and 2 are never named.
-    assert named == sorted([(1, trials[1]["trial_id"], "total_us"), (5, trials[5]["trial_id"], "arm_iw"),
-                            (5, trials[5]["trial_id"], "bogus")])
+    assert named == sorted(
+        [(1, trials[1]["trial_id"], "total_us"), (5, trials[5]["trial_id"], "arm_iw"), (5, trials[5]["trial_id"], "bogus")]
+    )
     assert count_trials(db_engine, probe.id) == 0
     assert registry_size(db_engine, [trial["trial_id"] for trial in trials]) == 0
     # Once the schema errors are fixed, the time checks name the remaining bad records.
@@ -296,17 +357,16 @@ def test_invalid_batch_is_refused_whole_and_names_each_bad_record(client: httpx.
     assert response.status_code == 422
     assert sorted((e["index"], e["field"], e["message"]) for e in response.json()["detail"]["errors"]) == [
         (3, "started_at", "timestamp is more than a day in the future"),
-        (4, "started_at", "timestamp is before 2000-01-01")]
+        (4, "started_at", "timestamp is before 2000-01-01"),
+    ]
     assert count_trials(db_engine, probe.id) == 0
 
 
 def test_unknown_campaign_or_origin_and_bad_json(client: httpx.Client, probe: Enrolled, db_engine: Engine) -> None:
-    trials = [make_trial(probe.id), make_trial(probe.id, campaign_id=987654),
-              make_trial(probe.id, origin_id=str(uuid.uuid4()))]
+    trials = [make_trial(probe.id), make_trial(probe.id, campaign_id=987654), make_trial(probe.id, origin_id=str(uuid.uuid4()))]
     response = client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials), headers=probe.headers)
     assert response.status_code == 422
-    assert sorted((e["index"], e["field"]) for e in response.json()["detail"]["errors"]) == [
-        (1, "campaign_id"), (2, "origin_id")]
+    assert sorted((e["index"], e["field"]) for e in response.json()["detail"]["errors"]) == [(1, "campaign_id"), (2, "origin_id")]
     garbage = client.post(wire.TRIALS_BATCH_PATH, content=b"{not json", headers=probe.headers)
     assert garbage.status_code == 422 and garbage.json()["detail"]["errors"][0]["section"] == "batch"
     wrong_version = make_batch(probe.id, [make_trial(probe.id)])
@@ -315,11 +375,9 @@ def test_unknown_campaign_or_origin_and_bad_json(client: httpx.Client, probe: En
     assert count_trials(db_engine, probe.id) == 0
 
 
-def test_oversized_body_and_too_many_records_get_413(client: httpx.Client, probe: Enrolled,
-                                                     db_engine: Engine) -> None:
+def test_oversized_body_and_too_many_records_get_413(client: httpx.Client, probe: Enrolled, db_engine: Engine) -> None:
     too_big = b'{"pad":"' + b"x" * (wire.MAX_BODY_BYTES + 1) + b'"}'
-    response = client.post(wire.TRIALS_BATCH_PATH, content=too_big, headers={
-        **probe.headers, "Content-Type": "application/json"})
+    response = client.post(wire.TRIALS_BATCH_PATH, content=too_big, headers={**probe.headers, "Content-Type": "application/json"})
     assert response.status_code == 413
 
     def chunks():  # no Content-Length: the server must count while streaming
@@ -329,15 +387,19 @@ def test_oversized_body_and_too_many_records_get_413(client: httpx.Client, probe
     streamed = client.post(wire.TRIALS_BATCH_PATH, content=chunks(), headers=probe.headers)
     assert streamed.status_code == 413
     trial = make_trial(probe.id)
-    many = make_batch(probe.id, [{**trial, "trial_id": wire.new_id()} for _ in range(wire.MAX_BATCH_RECORDS)],
-                      [make_path_sample(probe.id, str(uuid.uuid4()))])
+    many = make_batch(
+        probe.id,
+        [{**trial, "trial_id": wire.new_id()} for _ in range(wire.MAX_BATCH_RECORDS)],
+        [make_path_sample(probe.id, str(uuid.uuid4()))],
+    )
     response = client.post(wire.TRIALS_BATCH_PATH, json=many, headers=probe.headers)
     assert response.status_code == 413, response.text[:300]
     assert count_trials(db_engine, probe.id) == 0
 
 
-def test_observation_upload_idempotent_and_origin_bound(client: httpx.Client, origin: Enrolled, origin_token: str,
-                                                        probe: Enrolled, db_engine: Engine) -> None:
+def test_observation_upload_idempotent_and_origin_bound(
+    client: httpx.Client, origin: Enrolled, origin_token: str, probe: Enrolled, db_engine: Engine
+) -> None:
     from testkit import make_observation, make_observation_batch
 
     trial = make_trial(probe.id, origin.id)
@@ -347,16 +409,18 @@ def test_observation_upload_idempotent_and_origin_bound(client: httpx.Client, or
     again = client.post(wire.OBSERVATIONS_BATCH_PATH, json=batch, headers=origin.headers)
     assert again.json()["accepted"] == 0 and again.json()["duplicates"] == 1
     other = enroll_origin(client, origin_token)
-    foreign = client.post(wire.OBSERVATIONS_BATCH_PATH, headers=other.headers,
-                          json=make_observation_batch(other.id, [make_observation(make_trial(probe.id), origin.id)]))
+    foreign = client.post(
+        wire.OBSERVATIONS_BATCH_PATH,
+        headers=other.headers,
+        json=make_observation_batch(other.id, [make_observation(make_trial(probe.id), origin.id)]),
+    )
     assert foreign.status_code == 403
     assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=batch, headers=probe.headers).status_code == 401
 
 
 def test_csv_export_streams_filtered_trials(client: httpx.Client, probe: Enrolled) -> None:
     trials = [make_trial(probe.id) for _ in range(2500)]
-    assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials),
-                       headers=probe.headers).status_code == 200
+    assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, trials), headers=probe.headers).status_code == 200
     with client.stream("GET", "/api/v1/trials.csv", params={"probe_id": probe.id}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/csv")
@@ -383,15 +447,20 @@ def test_metrics_count_accepted_and_duplicates(client: httpx.Client, probe: Enro
     client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers)
     assert value("trial", "accepted") - accepted == 3
     assert value("trial", "duplicate") - duplicate == 3
-    assert 'iwscope_http_requests_total{method="POST",route="/api/v1/trials/batch",status="200"}' in \
-        client.get("/metrics").text
+    assert 'iwscope_http_requests_total{method="POST",route="/api/v1/trials/batch",status="200"}' in client.get("/metrics").text
 
 
 def test_openapi_is_published(client: httpx.Client) -> None:
     document = client.get("/openapi.json").json()
     paths = document["paths"]
-    for path in (wire.PROBE_ENROLL_PATH, wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH,
-                 "/api/v1/campaigns", "/api/v1/trials.csv", "/readyz"):
+    for path in (
+        wire.PROBE_ENROLL_PATH,
+        wire.TRIALS_BATCH_PATH,
+        wire.OBSERVATIONS_BATCH_PATH,
+        "/api/v1/campaigns",
+        "/api/v1/trials.csv",
+        "/readyz",
+    ):
         assert path in paths
     # Self-contained: every $ref points into the document (no external wire-schema URL).
     schemas = document["components"]["schemas"]

@@ -18,9 +18,21 @@ from testenv import create_database, drop_database
 
 from iwscope import migrate
 
-CORE_TABLES = {"probes", "origins", "api_tokens", "campaigns", "trial_ids", "trials", "origin_observations",
-               "path_samples", "path_estimates", "census_records", "servers", "passive_aggregates",
-               "passive_connections"}
+CORE_TABLES = {
+    "probes",
+    "origins",
+    "api_tokens",
+    "campaigns",
+    "trial_ids",
+    "trials",
+    "origin_observations",
+    "path_samples",
+    "path_estimates",
+    "census_records",
+    "servers",
+    "passive_aggregates",
+    "passive_connections",
+}
 
 
 @pytest.fixture
@@ -61,8 +73,9 @@ def test_head_matches_models(database_url: str) -> None:
     engine = create_engine(database_url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={
-                "include_object": migrate.include_object, "compare_type": True})
+            context = MigrationContext.configure(
+                connection, opts={"include_object": migrate.include_object, "compare_type": True}
+            )
             assert compare_metadata(context, migrate.model_metadata()) == []
     finally:
         engine.dispose()
@@ -81,25 +94,32 @@ def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> No
     trial_id = uuid.uuid4()
     started = dt.datetime(2031, 5, 17, 12, 0, tzinfo=dt.UTC)
     with db_engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO trials (trial_id, started_at, probe_id, round, arm_iw, object_size, url, bytes_received,"
-            " syn_retrans, tcp_info) VALUES (:t, :s, :p, 0, 10, 1, 'u', 1, 0, '{}')"),
-            {"t": trial_id, "s": started, "p": uuid.uuid4()})
-        where = connection.execute(text("SELECT tableoid::regclass::text FROM trials WHERE trial_id = :t"),
-                                   {"t": trial_id}).scalar_one()
+        connection.execute(
+            text(
+                "INSERT INTO trials (trial_id, started_at, probe_id, round, arm_iw, object_size, url, bytes_received,"
+                " syn_retrans, tcp_info) VALUES (:t, :s, :p, 0, 10, 1, 'u', 1, 0, '{}')"
+            ),
+            {"t": trial_id, "s": started, "p": uuid.uuid4()},
+        )
+        where = connection.execute(
+            text("SELECT tableoid::regclass::text FROM trials WHERE trial_id = :t"), {"t": trial_id}
+        ).scalar_one()
         assert where == "trials_default"
     try:
         with db_engine.begin() as connection:
             name = connection.execute(text("SELECT iwscope_ensure_trials_partition('2031-05-01')")).scalar_one()
             assert name == "trials_p203105"
-            where = connection.execute(text("SELECT tableoid::regclass::text FROM trials WHERE trial_id = :t"),
-                                       {"t": trial_id}).scalar_one()
+            where = connection.execute(
+                text("SELECT tableoid::regclass::text FROM trials WHERE trial_id = :t"), {"t": trial_id}
+            ).scalar_one()
             assert where == "trials_p203105"
             # Idempotent.
-            assert connection.execute(text("SELECT iwscope_ensure_trials_partition('2031-05-31')")).scalar_one() \
-                == "trials_p203105"
-            bounds = connection.execute(text(
-                "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'trials_p203105'")).scalar_one()
+            assert (
+                connection.execute(text("SELECT iwscope_ensure_trials_partition('2031-05-31')")).scalar_one() == "trials_p203105"
+            )
+            bounds = connection.execute(
+                text("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'trials_p203105'")
+            ).scalar_one()
             assert bounds == "FOR VALUES FROM ('2031-05-01 00:00:00+00') TO ('2031-06-01 00:00:00+00')"
     finally:
         with db_engine.begin() as connection:
@@ -109,8 +129,7 @@ def test_default_partition_catches_everything_and_rows_move_out(db_engine) -> No
 
 def test_trials_indexes_for_analysis(db_engine) -> None:
     with db_engine.connect() as connection:
-        definitions = connection.execute(text(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = 'trials'")).scalars().all()
+        definitions = connection.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'trials'")).scalars().all()
     joined = "\n".join(definitions)
     assert "USING brin (started_at)" in joined
     assert "(campaign_id, arm_iw)" in joined and "(probe_id, origin_id)" in joined

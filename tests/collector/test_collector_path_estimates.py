@@ -30,37 +30,67 @@ from iwprobe import wire
 from iwscope.analysis.rollups import ADVISORY_LOCK_KEY, PATH_WATERMARK_NAME
 from iwscope.paths.services import RECENT_RATES
 
-COLUMNS = ("min_rtt_us", "bottleneck_bps", "bdp_bytes", "loss_rate", "sample_count", "trial_count",
-           "path_sample_count", "bytes_retrans_sum", "bytes_sent_sum", "recent_sample_bps", "recent_server_bps")
+COLUMNS = (
+    "min_rtt_us",
+    "bottleneck_bps",
+    "bdp_bytes",
+    "loss_rate",
+    "sample_count",
+    "trial_count",
+    "path_sample_count",
+    "bytes_retrans_sum",
+    "bytes_sent_sum",
+    "recent_sample_bps",
+    "recent_server_bps",
+)
 
 
 def _estimate(engine: Engine, probe_id: str, origin_id: str) -> dict[str, Any] | None:
     with engine.connect() as connection:
-        row = connection.execute(text(f"SELECT {', '.join(COLUMNS)} FROM path_estimates "
-                                      "WHERE probe_id = :p AND origin_id = :o"),
-                                 {"p": probe_id, "o": origin_id}).mappings().first()
+        row = (
+            connection.execute(
+                text(f"SELECT {', '.join(COLUMNS)} FROM path_estimates WHERE probe_id = :p AND origin_id = :o"),
+                {"p": probe_id, "o": origin_id},
+            )
+            .mappings()
+            .first()
+        )
     return dict(row) if row is not None else None
 
 
 def _all_joined(engine: Engine, probe_id: str, expected: int) -> bool:
     with engine.connect() as connection:
-        return connection.execute(text("SELECT count(joined_at) FROM trials WHERE probe_id = :p"),
-                                  {"p": probe_id}).scalar_one() == expected
+        return (
+            connection.execute(text("SELECT count(joined_at) FROM trials WHERE probe_id = :p"), {"p": probe_id}).scalar_one()
+            == expected
+        )
 
 
-def _upload(client: httpx.Client, probe: Enrolled, origin: Enrolled, rng: random.Random, trials: int,
-            samples: int, observed_first: int) -> list[dict[str, Any]]:
+def _upload(
+    client: httpx.Client, probe: Enrolled, origin: Enrolled, rng: random.Random, trials: int, samples: int, observed_first: int
+) -> list[dict[str, Any]]:
     """A batch of ``trials`` (the first ``observed_first`` observed before the upload) and ``samples``."""
     batch = [make_trial(probe.id, origin.id, arm_iw=rng.choice((3, 10))) for _ in range(trials)]
     for trial in batch:
         trial["tcp_info"]["min_rtt"] = rng.randint(15_000, 40_000)
     if observed_first:
-        assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=make_observation_batch(origin.id, [
-            _observation(trial, origin, rng) for trial in batch[:observed_first]]),
-            headers=origin.headers).status_code == 200
-    path_samples = [make_path_sample(probe.id, origin.id, min_rtt_us=rng.randint(14_000, 40_000),
-                                     bottleneck_bps=rng.choice((None, rng.randint(5_000_000, 20_000_000))))
-                    for _ in range(samples)]
+        assert (
+            client.post(
+                wire.OBSERVATIONS_BATCH_PATH,
+                json=make_observation_batch(origin.id, [_observation(trial, origin, rng) for trial in batch[:observed_first]]),
+                headers=origin.headers,
+            ).status_code
+            == 200
+        )
+    path_samples = [
+        make_path_sample(
+            probe.id,
+            origin.id,
+            min_rtt_us=rng.randint(14_000, 40_000),
+            bottleneck_bps=rng.choice((None, rng.randint(5_000_000, 20_000_000))),
+        )
+        for _ in range(samples)
+    ]
     body = make_batch(probe.id, batch, path_samples)
     assert client.post(wire.TRIALS_BATCH_PATH, json=body, headers=probe.headers).json()["duplicates"] == 0
     assert client.post(wire.TRIALS_BATCH_PATH, json=body, headers=probe.headers).json()["accepted"] == 0
@@ -69,21 +99,31 @@ def _upload(client: httpx.Client, probe: Enrolled, origin: Enrolled, rng: random
 
 def _observation(trial: dict[str, Any], origin: Enrolled, rng: random.Random) -> dict[str, Any]:
     observation = make_observation(trial, origin.id)
-    observation["tcp_info"].update(bytes_retrans=rng.choice((0, 1448, 2896)), bytes_sent=rng.randint(90_000, 110_000),
-                                   delivery_rate=rng.choice((0, rng.randint(500_000, 2_500_000))))
+    observation["tcp_info"].update(
+        bytes_retrans=rng.choice((0, 1448, 2896)),
+        bytes_sent=rng.randint(90_000, 110_000),
+        delivery_rate=rng.choice((0, rng.randint(500_000, 2_500_000))),
+    )
     return observation
 
 
-def test_incremental_estimates_equal_a_rebuild(celery_worker, client: httpx.Client, probe: Enrolled,
-                                               origin: Enrolled, db_engine: Engine) -> None:
+def test_incremental_estimates_equal_a_rebuild(
+    celery_worker, client: httpx.Client, probe: Enrolled, origin: Enrolled, db_engine: Engine
+) -> None:
     rng = random.Random(7)
     stored: list[dict[str, Any]] = []
     for trials, samples, observed_first in ((12, 2, 5), (30, 0, 30), (8, 3, 0), (25, 1, 10)):
         stored += _upload(client, probe, origin, rng, trials, samples, observed_first)
     # The late observations (joined through their own upload's drain); one trial stays unjoined.
     late = stored[:-1]  # observations of the observed-first trials again: duplicates, stored once
-    assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=make_observation_batch(origin.id, [
-        _observation(trial, origin, rng) for trial in late]), headers=origin.headers).status_code == 200
+    assert (
+        client.post(
+            wire.OBSERVATIONS_BATCH_PATH,
+            json=make_observation_batch(origin.id, [_observation(trial, origin, rng) for trial in late]),
+            headers=origin.headers,
+        ).status_code
+        == 200
+    )
     wait_for(lambda: _all_joined(db_engine, probe.id, len(stored) - 1), timeout=60)
     wait_folded(db_engine, probe.id)  # the last joins' server side included
     incremental = _estimate(db_engine, probe.id, origin.id)
@@ -99,8 +139,9 @@ def test_incremental_estimates_equal_a_rebuild(celery_worker, client: httpx.Clie
     assert incremental == rebuilt
 
 
-def test_rows_from_before_the_parts_are_folded_again_from_zero(celery_worker, client: httpx.Client, probe: Enrolled,
-                                                               origin: Enrolled, db_engine: Engine) -> None:
+def test_rows_from_before_the_parts_are_folded_again_from_zero(
+    celery_worker, client: httpx.Client, probe: Enrolled, origin: Enrolled, db_engine: Engine
+) -> None:
     """As migration 0007 leaves a deployment: rows with parts 0 (``sample_count`` not) and no
     watermark of the estimates yet.  The first refresh folds the whole history in from zero
     instead of adding to what the row says."""
@@ -109,31 +150,49 @@ def test_rows_from_before_the_parts_are_folded_again_from_zero(celery_worker, cl
     wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None and row["sample_count"] == 11)
     with db_engine.begin() as connection:  # as migration 0007 leaves an older row
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-        connection.execute(text("UPDATE path_estimates SET trial_count = 0, path_sample_count = 0, "
-                                "bytes_retrans_sum = 0, bytes_sent_sum = 0, recent_sample_bps = '{}', "
-                                "recent_server_bps = '{}' WHERE probe_id = :p"), {"p": probe.id})
+        connection.execute(
+            text(
+                "UPDATE path_estimates SET trial_count = 0, path_sample_count = 0, "
+                "bytes_retrans_sum = 0, bytes_sent_sum = 0, recent_sample_bps = '{}', "
+                "recent_server_bps = '{}' WHERE probe_id = :p"
+            ),
+            {"p": probe.id},
+        )
         connection.execute(text("DELETE FROM analysis_watermarks WHERE name = :name"), {"name": PATH_WATERMARK_NAME})
     second = _upload(client, probe, origin, rng, 5, 0, 5)
-    row = wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None
-                   and row["sample_count"] == 16 and row, timeout=60)
+    row = wait_for(
+        lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None and row["sample_count"] == 16 and row, timeout=60
+    )
     assert (row["trial_count"], row["path_sample_count"]) == (len(first) + len(second), 1)
     assert row["bytes_sent_sum"] > 0 and row["loss_rate"] is not None
 
 
-def test_the_newest_rates_are_kept_in_order_with_the_smallest_rtt(celery_worker, client: httpx.Client,
-                                                                  probe: Enrolled, origin: Enrolled,
-                                                                  db_engine: Engine) -> None:
+def test_the_newest_rates_are_kept_in_order_with_the_smallest_rtt(
+    celery_worker, client: httpx.Client, probe: Enrolled, origin: Enrolled, db_engine: Engine
+) -> None:
     """200 path samples in two uploads: the 128 newest bandwidth estimates, oldest first; their
     90th percentile is the bottleneck; the minimum RTT is over all 200."""
     start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
-    samples = [make_path_sample(probe.id, origin.id, min_rtt_us=30_000 + index, bottleneck_bps=1_000_000 * (index + 1),
-                                measured_at=wire.utc_timestamp(start + dt.timedelta(seconds=index))) for index in range(200)]
+    samples = [
+        make_path_sample(
+            probe.id,
+            origin.id,
+            min_rtt_us=30_000 + index,
+            bottleneck_bps=1_000_000 * (index + 1),
+            measured_at=wire.utc_timestamp(start + dt.timedelta(seconds=index)),
+        )
+        for index in range(200)
+    ]
     samples[17]["min_rtt_us"] = 12_000
     for part in (samples[:100], samples[100:]):
-        assert client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [], part),
-                           headers=probe.headers).json()["accepted"] == 100
-    row = wait_for(lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None
-                   and row["path_sample_count"] == 200 and row, timeout=60)
+        assert (
+            client.post(wire.TRIALS_BATCH_PATH, json=make_batch(probe.id, [], part), headers=probe.headers).json()["accepted"]
+            == 100
+        )
+    row = wait_for(
+        lambda: (row := _estimate(db_engine, probe.id, origin.id)) is not None and row["path_sample_count"] == 200 and row,
+        timeout=60,
+    )
     newest = [1_000_000 * (index + 1) for index in range(200 - RECENT_RATES, 200)]
     assert row["recent_sample_bps"] == newest
     assert row["bottleneck_bps"] == round(float(np.percentile(newest, 90)))

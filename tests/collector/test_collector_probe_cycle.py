@@ -36,10 +36,21 @@ def new_campaign(server, admin_token: str) -> Iterator[Callable[[Enrolled, str],
 
     def create(origin: Enrolled, name: str) -> int:
         now = dt.datetime.now(dt.UTC)
-        answer = httpx.post(f"{server.url}/api/v1/campaigns", headers=bearer(admin_token), timeout=30, json={
-            "name": name, "origin_ids": [origin.id], "arms": [3, 10], "sizes": [10_000], "repetitions": 1,
-            "interval_s": 1.0, "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
-            "ends_at": (now + dt.timedelta(hours=1)).isoformat()})
+        answer = httpx.post(
+            f"{server.url}/api/v1/campaigns",
+            headers=bearer(admin_token),
+            timeout=30,
+            json={
+                "name": name,
+                "origin_ids": [origin.id],
+                "arms": [3, 10],
+                "sizes": [10_000],
+                "repetitions": 1,
+                "interval_s": 1.0,
+                "starts_at": (now - dt.timedelta(minutes=1)).isoformat(),
+                "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
+            },
+        )
         assert answer.status_code == 201, answer.text
         created.append(int(answer.json()["id"]))
         return created[-1]
@@ -47,21 +58,22 @@ def new_campaign(server, admin_token: str) -> Iterator[Callable[[Enrolled, str],
     yield create
     ended = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).isoformat()
     for campaign_id in created:
-        answer = httpx.patch(f"{server.url}/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token),
-                             timeout=30, json={"ends_at": ended})
+        answer = httpx.patch(
+            f"{server.url}/api/v1/campaigns/{campaign_id}", headers=bearer(admin_token), timeout=30, json={"ends_at": ended}
+        )
         assert answer.status_code == 200, answer.text
 
 
 def _probe_row(database_url: str, probe_id: str) -> tuple[Any, ...]:
     with psycopg.connect(libpq_url(database_url)) as connection:
-        row = connection.execute("SELECT version, last_heartbeat, last_seen_at FROM probes WHERE id = %s",
-                                 (probe_id,)).fetchone()
+        row = connection.execute("SELECT version, last_heartbeat, last_seen_at FROM probes WHERE id = %s", (probe_id,)).fetchone()
     assert row is not None
     return tuple(row)
 
 
 def test_schedule_has_an_etag_and_answers_304_until_it_changes(
-        server, enroll_token: str, origin_token: str, new_campaign) -> None:
+    server, enroll_token: str, origin_token: str, new_campaign
+) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
@@ -88,7 +100,8 @@ def test_schedule_has_an_etag_and_answers_304_until_it_changes(
 
 
 def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_into_uploads(
-        server, enroll_token: str, origin_token: str, new_campaign, database_url: str, tmp_path) -> None:
+    server, enroll_token: str, origin_token: str, new_campaign, database_url: str, tmp_path
+) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         origin = enroll_origin(client, origin_token)
@@ -120,8 +133,7 @@ def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_int
 
 def _answers(url: str, status: str, route: str = "/api/v1/probes/{probe_id}/schedule") -> float:
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("iwscope_http_requests_total{") and f'route="{route}"' in line \
-                and f'status="{status}"' in line:
+        if line.startswith("iwscope_http_requests_total{") and f'route="{route}"' in line and f'status="{status}"' in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -130,22 +142,28 @@ def test_a_folded_heartbeat_is_validated_with_the_batch(server, enroll_token: st
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         trials = [make_trial(probe.id) for _ in range(3)]
-        bad = client.post(wire.TRIALS_BATCH_PATH, headers=probe.headers,
-                          content=orjson.dumps({**make_batch(probe.id, trials), "heartbeat": {**HEARTBEAT, "spool_backlog": -1}}))
+        bad = client.post(
+            wire.TRIALS_BATCH_PATH,
+            headers=probe.headers,
+            content=orjson.dumps({**make_batch(probe.id, trials), "heartbeat": {**HEARTBEAT, "spool_backlog": -1}}),
+        )
         assert bad.status_code == 422 and "heartbeat" in bad.text, bad.text
         with psycopg.connect(libpq_url(database_url)) as connection:
-            stored = connection.execute("SELECT count(*) FROM trials WHERE trial_id = ANY(%s::uuid[])",
-                                        ([trial["trial_id"] for trial in trials],)).fetchone()
+            stored = connection.execute(
+                "SELECT count(*) FROM trials WHERE trial_id = ANY(%s::uuid[])", ([trial["trial_id"] for trial in trials],)
+            ).fetchone()
         assert stored == (0,)  # a refused heartbeat refuses the batch: nothing stored
-        good = client.post(wire.TRIALS_BATCH_PATH, headers=probe.headers,
-                           content=orjson.dumps({**make_batch(probe.id, trials), "heartbeat": HEARTBEAT}))
+        good = client.post(
+            wire.TRIALS_BATCH_PATH,
+            headers=probe.headers,
+            content=orjson.dumps({**make_batch(probe.id, trials), "heartbeat": HEARTBEAT}),
+        )
         assert good.status_code == 200 and good.json()["accepted"] == 3, good.text
     version, last_heartbeat, _ = _probe_row(database_url, probe.id)
     assert version == "cycle-test" and {key: last_heartbeat[key] for key in HEARTBEAT} == HEARTBEAT
 
 
-def test_revocation_takes_effect_within_the_credential_cache_time(
-        server, enroll_token: str, database_url: str) -> None:
+def test_revocation_takes_effect_within_the_credential_cache_time(server, enroll_token: str, database_url: str) -> None:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         probe = enroll_probe(client, enroll_token)
         path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)

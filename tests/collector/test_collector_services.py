@@ -37,21 +37,34 @@ def test_db_session_rolls_back(db_session: Session) -> None:
 
 def test_schedule_window_edges(db_session: Session) -> None:
     probe, _ = enroll_probe(db_session, EnrollRequestIn(name="edge", region="edge-region"))
-    origin = Origin(id=uuid.uuid4(), name="o", region="r", host="h", arms=[{"iw": 10, "port": 8010}], version="",
-                    secret_hash="x")
+    origin = Origin(id=uuid.uuid4(), name="o", region="r", host="h", arms=[{"iw": 10, "port": 8010}], version="", secret_hash="x")
     db_session.add(origin)
     start = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-    db_session.add(Campaign(name="edge", origin_ids=[origin.id], probe_regions=["edge-region"], arms=[10],
-                            sizes=[1000], size_dist=None, sizes_per_round=1, repetitions=1, interval_s=0.0,
-                            starts_at=start, ends_at=start + dt.timedelta(hours=1), calibrate=False))
+    db_session.add(
+        Campaign(
+            name="edge",
+            origin_ids=[origin.id],
+            probe_regions=["edge-region"],
+            arms=[10],
+            sizes=[1000],
+            size_dist=None,
+            sizes_per_round=1,
+            repetitions=1,
+            interval_s=0.0,
+            starts_at=start,
+            ends_at=start + dt.timedelta(hours=1),
+            calibrate=False,
+        )
+    )
     db_session.flush()
 
     def names(now: dt.datetime) -> list[str]:
         """This test's campaign in the schedule (other tests' open campaigns for every region aside)."""
-        return [entry.name for entry in schedule_for(db_session, probe, poll_after_s=60, now=now).campaigns
-                if entry.name == "edge"]
+        return [
+            entry.name for entry in schedule_for(db_session, probe, poll_after_s=60, now=now).campaigns if entry.name == "edge"
+        ]
 
-    assert names(start - dt.timedelta(seconds=61)) == []          # starts after the next poll
-    assert names(start - dt.timedelta(seconds=59)) == ["edge"]    # starts before the next poll
+    assert names(start - dt.timedelta(seconds=61)) == []  # starts after the next poll
+    assert names(start - dt.timedelta(seconds=59)) == ["edge"]  # starts before the next poll
     assert names(start + dt.timedelta(minutes=59)) == ["edge"]
-    assert names(start + dt.timedelta(hours=1)) == []             # ends_at is exclusive
+    assert names(start + dt.timedelta(hours=1)) == []  # ends_at is exclusive

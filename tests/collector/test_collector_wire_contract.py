@@ -35,22 +35,33 @@ from iwscope.trials.schemas import (
 
 SCHEMA = wire.load_schema()
 MODELS: dict[str, type[BaseModel]] = {
-    "TrialRecord": TrialRecordIn, "PathSample": PathSampleIn, "TrialBatch": TrialBatchIn,
-    "OriginObservation": OriginObservationIn, "ObservationBatch": ObservationBatchIn,
-    "EnrollRequest": EnrollRequestIn, "OriginEnrollRequest": OriginEnrollRequestIn, "Heartbeat": HeartbeatIn,
-    "ArmPort": ArmPortModel, "ClientIw": ClientIwIn, "CensusRecord": CensusRecordIn,
+    "TrialRecord": TrialRecordIn,
+    "PathSample": PathSampleIn,
+    "TrialBatch": TrialBatchIn,
+    "OriginObservation": OriginObservationIn,
+    "ObservationBatch": ObservationBatchIn,
+    "EnrollRequest": EnrollRequestIn,
+    "OriginEnrollRequest": OriginEnrollRequestIn,
+    "Heartbeat": HeartbeatIn,
+    "ArmPort": ArmPortModel,
+    "ClientIw": ClientIwIn,
+    "CensusRecord": CensusRecordIn,
     # wire v6: passive measurement (iwprobe tap)
-    "PassiveArm": PassiveArmIn, "PassiveStudy": PassiveStudyOut, "ServerConfig": ServerConfigOut,
-    "ServerEnrollRequest": ServerEnrollRequestIn, "PassiveAggregate": PassiveAggregateIn,
-    "PassiveConnection": PassiveConnectionIn, "ServerHeartbeat": ServerHeartbeatIn, "PassiveBatch": PassiveBatchIn,
+    "PassiveArm": PassiveArmIn,
+    "PassiveStudy": PassiveStudyOut,
+    "ServerConfig": ServerConfigOut,
+    "ServerEnrollRequest": ServerEnrollRequestIn,
+    "PassiveAggregate": PassiveAggregateIn,
+    "PassiveConnection": PassiveConnectionIn,
+    "ServerHeartbeat": ServerHeartbeatIn,
+    "PassiveBatch": PassiveBatchIn,
 }
 PROBE = "0b0e4a36-8d0e-4c3d-9a55-3a1c3b7f0c11"
 ORIGIN = "5f1d2c3b-4a59-4e6f-8071-92a3b4c5d6e7"
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator({**SCHEMA, "$ref": f"#/$defs/{name}"},
-                                           format_checker=jsonschema.FormatChecker())
+    return jsonschema.Draft202012Validator({**SCHEMA, "$ref": f"#/$defs/{name}"}, format_checker=jsonschema.FormatChecker())
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -80,6 +91,7 @@ def _mutations() -> list[tuple[str, Any]]:
         def apply(document: dict[str, Any]) -> dict[str, Any]:
             change(document["trials"][0])
             return document
+
         return apply
 
     def field(name: str, value: Any):
@@ -121,8 +133,7 @@ def _mutations() -> list[tuple[str, Any]]:
         ("campaign beyond bigint", field("campaign_id", 2**63)),
         ("unknown wire version", lambda document: {**document, "wire_version": wire.WIRE_VERSION + 1}),
         ("missing path_samples", lambda document: {k: v for k, v in document.items() if k != "path_samples"}),
-        ("sample bandwidth 0", lambda document: (document["path_samples"][0].__setitem__("bottleneck_bps", 0),
-                                                 document)[1]),
+        ("sample bandwidth 0", lambda document: (document["path_samples"][0].__setitem__("bottleneck_bps", 0), document)[1]),
         ("too many trials", lambda document: {**document, "trials": document["trials"] * 5001}),
     ]
 
@@ -139,10 +150,18 @@ def test_pydantic_and_json_schema_accept_the_same_trial_batches(description: str
     assert model_accepts == schema_accepts, description
 
 
-@pytest.mark.parametrize(("name", "value", "accepted"), [
-    ("response_latency_us", None, True), ("cwnd_mismatch", 1, False), ("peer_rwnd", 4_294_967_297, False),
-    ("client_addr", "", False), ("port", 0, False), ("http_status", None, False), ("tcp_info", {}, True),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        ("response_latency_us", None, True),
+        ("cwnd_mismatch", 1, False),
+        ("peer_rwnd", 4_294_967_297, False),
+        ("client_addr", "", False),
+        ("port", 0, False),
+        ("http_status", None, False),
+        ("tcp_info", {}, True),
+    ],
+)
 def test_observations_agree(name: str, value: Any, accepted: bool) -> None:
     trial = make_trial(PROBE, ORIGIN)
     document = make_observation_batch(ORIGIN, [make_observation(trial, ORIGIN, **{name: value})])
@@ -158,8 +177,9 @@ def test_observations_agree(name: str, value: Any, accepted: bool) -> None:
 def test_probe_written_dataclasses_validate() -> None:
     """What ``iwprobe.wire.dumps`` produces is accepted by both."""
     record = wire.TrialRecord(**make_trial(PROBE, ORIGIN, 3))
-    batch = wire.TrialBatch(wire_version=wire.WIRE_VERSION, batch_id=wire.new_id(), probe_id=PROBE,
-                            sent_at=wire.utc_timestamp(), trials=[record])
+    batch = wire.TrialBatch(
+        wire_version=wire.WIRE_VERSION, batch_id=wire.new_id(), probe_id=PROBE, sent_at=wire.utc_timestamp(), trials=[record]
+    )
     body = wire.dumps(batch)
     validator("TrialBatch").validate(json.loads(body))
     assert TrialBatchIn.model_validate_json(body).trials[0].trial_id == record.trial_id
@@ -168,22 +188,72 @@ def test_probe_written_dataclasses_validate() -> None:
 # ----------------------------------------------------------------------------- wire v6: passive
 def _passive_batch() -> dict[str, Any]:
     aggregate = {
-        "aggregate_id": wire.new_id(), "server_id": ORIGIN, "campaign_id": 1, "phase": 0,
-        "hour": "2026-11-26T14:00:00Z", "arm": "16", "arm_iw": 16, "treated_share_bp": 1000, "family": "ipv4",
-        "port_kind": "user", "region": "DE", "cluster": 3, "rtt_bucket": 2, "bandwidth_bucket": 5, "bdp_bucket": 2,
-        "size_octave": 14, "biased": False, "connections": 4, "responses": 3, "latency_sum_us": 250_000,
-        "latency_hist": [[450, 2], [460, 1]], "tls": 2}
+        "aggregate_id": wire.new_id(),
+        "server_id": ORIGIN,
+        "campaign_id": 1,
+        "phase": 0,
+        "hour": "2026-11-26T14:00:00Z",
+        "arm": "16",
+        "arm_iw": 16,
+        "treated_share_bp": 1000,
+        "family": "ipv4",
+        "port_kind": "user",
+        "region": "DE",
+        "cluster": 3,
+        "rtt_bucket": 2,
+        "bandwidth_bucket": 5,
+        "bdp_bucket": 2,
+        "size_octave": 14,
+        "biased": False,
+        "connections": 4,
+        "responses": 3,
+        "latency_sum_us": 250_000,
+        "latency_hist": [[450, 2], [460, 1]],
+        "tls": 2,
+    }
     connection = {
-        "record_id": wire.new_id(), "server_id": ORIGIN, "campaign_id": 1, "phase": 0,
-        "closed_at": "2026-11-26T14:10:00.5Z", "arm": "default", "arm_iw": None, "treated_share_bp": 1000,
-        "family": "ipv6", "port_kind": "user", "port": 443, "region": "", "country": "DE",
-        "client_prefix": "0123456789abcdef", "cluster": 31, "tcp_info": {"min_rtt": 40_000, "snd_cwnd": 10},
-        "captured": True, "tls": True, "response_latency_us": 90_000, "exchanges": 1}
-    heartbeat = {"version": "0.6.0", "uptime_s": 10, "arms_state": "error: nft failed", "connections_seen": 5,
-                 "connections_captured": 1, "notifications_lost": 0, "packets_dropped": 0, "capture_share": 1,
-                 "spool_backlog": 0, "spool_bytes": 0}
-    return {"wire_version": 6, "batch_id": wire.new_id(), "server_id": ORIGIN, "sent_at": "2026-11-26T14:10:01Z",
-            "aggregates": [aggregate], "connections": [connection], "heartbeat": heartbeat}
+        "record_id": wire.new_id(),
+        "server_id": ORIGIN,
+        "campaign_id": 1,
+        "phase": 0,
+        "closed_at": "2026-11-26T14:10:00.5Z",
+        "arm": "default",
+        "arm_iw": None,
+        "treated_share_bp": 1000,
+        "family": "ipv6",
+        "port_kind": "user",
+        "port": 443,
+        "region": "",
+        "country": "DE",
+        "client_prefix": "0123456789abcdef",
+        "cluster": 31,
+        "tcp_info": {"min_rtt": 40_000, "snd_cwnd": 10},
+        "captured": True,
+        "tls": True,
+        "response_latency_us": 90_000,
+        "exchanges": 1,
+    }
+    heartbeat = {
+        "version": "0.6.0",
+        "uptime_s": 10,
+        "arms_state": "error: nft failed",
+        "connections_seen": 5,
+        "connections_captured": 1,
+        "notifications_lost": 0,
+        "packets_dropped": 0,
+        "capture_share": 1,
+        "spool_backlog": 0,
+        "spool_bytes": 0,
+    }
+    return {
+        "wire_version": 6,
+        "batch_id": wire.new_id(),
+        "server_id": ORIGIN,
+        "sent_at": "2026-11-26T14:10:01Z",
+        "aggregates": [aggregate],
+        "connections": [connection],
+        "heartbeat": heartbeat,
+    }
 
 
 def _passive_mutations() -> list[tuple[str, Any]]:
@@ -193,12 +263,14 @@ def _passive_mutations() -> list[tuple[str, Any]]:
         def apply(document: dict[str, Any]) -> dict[str, Any]:
             document[section][0][name] = value
             return document
+
         return apply
 
     def drop(section: str, name: str):
         def apply(document: dict[str, Any]) -> dict[str, Any]:
             del document[section][0][name]
             return document
+
         return apply
 
     aggregate, connection = "aggregates", "connections"
@@ -206,30 +278,45 @@ def _passive_mutations() -> list[tuple[str, Any]]:
         ("unchanged", lambda document: document),
         ("wire version 5", lambda document: {**document, "wire_version": 5}),
         ("no heartbeat", lambda document: {**document, "heartbeat": None}),
-        ("only the envelope", lambda document: {k: v for k, v in document.items()
-                                                if k not in ("aggregates", "connections", "heartbeat")}),
-        ("arm 999", record(aggregate, "arm", "999")), ("arm 1000", record(aggregate, "arm", "1000")),
-        ("arm label", record(aggregate, "arm", "10p")), ("arm_iw 0", record(aggregate, "arm_iw", 0)),
-        ("arm_iw 65535", record(aggregate, "arm_iw", 65535)), ("arm_iw missing", drop(aggregate, "arm_iw")),
-        ("share 10001", record(aggregate, "treated_share_bp", 10_001)), ("family empty", record(aggregate, "family", "")),
-        ("port kind probe", record(aggregate, "port_kind", "probe")), ("cluster 32", record(aggregate, "cluster", 32)),
-        ("rtt bucket 8", record(aggregate, "rtt_bucket", 8)), ("rtt bucket -1", record(aggregate, "rtt_bucket", -1)),
-        ("bandwidth bucket 10", record(aggregate, "bandwidth_bucket", 10)), ("bdp bucket 6", record(aggregate, "bdp_bucket", 6)),
-        ("size octave 41", record(aggregate, "size_octave", 41)), ("connections 0", record(aggregate, "connections", 0)),
-        ("region 65 chars", record(aggregate, "region", "x" * 65)), ("region NUL", record(aggregate, "region", "\x00")),
+        (
+            "only the envelope",
+            lambda document: {k: v for k, v in document.items() if k not in ("aggregates", "connections", "heartbeat")},
+        ),
+        ("arm 999", record(aggregate, "arm", "999")),
+        ("arm 1000", record(aggregate, "arm", "1000")),
+        ("arm label", record(aggregate, "arm", "10p")),
+        ("arm_iw 0", record(aggregate, "arm_iw", 0)),
+        ("arm_iw 65535", record(aggregate, "arm_iw", 65535)),
+        ("arm_iw missing", drop(aggregate, "arm_iw")),
+        ("share 10001", record(aggregate, "treated_share_bp", 10_001)),
+        ("family empty", record(aggregate, "family", "")),
+        ("port kind probe", record(aggregate, "port_kind", "probe")),
+        ("cluster 32", record(aggregate, "cluster", 32)),
+        ("rtt bucket 8", record(aggregate, "rtt_bucket", 8)),
+        ("rtt bucket -1", record(aggregate, "rtt_bucket", -1)),
+        ("bandwidth bucket 10", record(aggregate, "bandwidth_bucket", 10)),
+        ("bdp bucket 6", record(aggregate, "bdp_bucket", 6)),
+        ("size octave 41", record(aggregate, "size_octave", 41)),
+        ("connections 0", record(aggregate, "connections", 0)),
+        ("region 65 chars", record(aggregate, "region", "x" * 65)),
+        ("region NUL", record(aggregate, "region", "\x00")),
         ("hist bin 1000", record(aggregate, "latency_hist", [[1000, 1]])),
         ("hist count 0", record(aggregate, "latency_hist", [[1, 0]])),
         ("hist triple", record(aggregate, "latency_hist", [[1, 1, 1]])),
         ("hist single", record(aggregate, "latency_hist", [[1]])),
         ("hour without offset", record(aggregate, "hour", "2026-11-26T14:00:00")),
-        ("float count", record(aggregate, "tls", 1.5)), ("string count", record(aggregate, "tls", "1")),
+        ("float count", record(aggregate, "tls", 1.5)),
+        ("string count", record(aggregate, "tls", "1")),
         ("extra aggregate field", record(aggregate, "extra", 1)),
         ("client prefix 15 hex", record(connection, "client_prefix", "0123456789abcde")),
         ("client prefix upper", record(connection, "client_prefix", "0123456789ABCDEF")),
         ("client prefix address", record(connection, "client_prefix", "192.0.2.1")),
-        ("country lower", record(connection, "country", "de")), ("country empty", record(connection, "country", "")),
-        ("port 0", record(connection, "port", 0)), ("tcp_info unknown", record(connection, "tcp_info", {"nope": 1})),
-        ("captured missing", drop(connection, "captured")), ("tls null", record(connection, "tls", None)),
+        ("country lower", record(connection, "country", "de")),
+        ("country empty", record(connection, "country", "")),
+        ("port 0", record(connection, "port", 0)),
+        ("tcp_info unknown", record(connection, "tcp_info", {"nope": 1})),
+        ("captured missing", drop(connection, "captured")),
+        ("tls null", record(connection, "tls", None)),
         ("latency beyond a day", record(connection, "response_latency_us", 86_400_000_001)),
         ("rwnd 2^31", record(connection, "client_rwnd_bytes", 2**31)),
         ("rwnd 2^31 + 1", record(connection, "client_rwnd_bytes", 2**31 + 1)),
@@ -254,12 +341,22 @@ def test_pydantic_and_json_schema_accept_the_same_passive_batches(description: s
 
 
 def test_server_config_answers_validate_against_schema() -> None:
-    study = PassiveStudyOut(campaign_id=1, name="real users", arms=[PassiveArmIn(arm="default", share_bp=10_000)],
-                            ports=[443], prefix_v4=24, prefix_v6=48, assignment_seed=2**32 - 1,
-                            starts_at=wire.utc_timestamp(), ends_at=wire.utc_timestamp(), sample_share=0.01)
+    study = PassiveStudyOut(
+        campaign_id=1,
+        name="real users",
+        arms=[PassiveArmIn(arm="default", share_bp=10_000)],
+        ports=[443],
+        prefix_v4=24,
+        prefix_v6=48,
+        assignment_seed=2**32 - 1,
+        starts_at=wire.utc_timestamp(),
+        ends_at=wire.utc_timestamp(),
+        sample_share=0.01,
+    )
     for answer in (None, study):
-        config = ServerConfigOut(wire_version=wire.WIRE_VERSION, server_id=PROBE, generated_at=wire.utc_timestamp(),
-                                 poll_after_s=60, study=answer)
+        config = ServerConfigOut(
+            wire_version=wire.WIRE_VERSION, server_id=PROBE, generated_at=wire.utc_timestamp(), poll_after_s=60, study=answer
+        )
         validator("ServerConfig").validate(json.loads(config.model_dump_json()))
     enroll = wire.ServerEnrollRequest(name="web-1", region="fra1", ports=[80, 443], version="0.6.0", kernel="6.1.0")
     body = wire.dumps(enroll)

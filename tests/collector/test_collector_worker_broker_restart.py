@@ -87,9 +87,15 @@ class Worker:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             # Its own process group: the stop reaches the pool children too.
-            self.process = subprocess.Popen([*IWSCOPE, "worker", "--concurrency", "2"], env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                [*IWSCOPE, "worker", "--concurrency", "2"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+                start_new_session=True,
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -122,9 +128,11 @@ def _wait(predicate: Callable[[], Any], timeout: float, what: str, worker: Worke
 
 def _wait_ready(worker: Worker, url: str) -> None:
     with _client(url, worker.queue) as app:
+
         def answers() -> bool:
-            assert worker.process is not None and worker.process.poll() is None, \
+            assert worker.process is not None and worker.process.poll() is None, (
                 f"worker exited with {worker.process.returncode}:\n{worker.log()[-6000:]}"
+            )
             replies = app.control.ping(timeout=1.0) or []
             return any(name.startswith(f"iwscope-{worker.queue}-") for reply in replies for name in reply)
 
@@ -168,22 +176,22 @@ def _next_task_runs(broker: Broker, worker: Worker, timeout: float = RECOVERY_TI
             partitions = app.send_task(PROBE_TASK, queue=worker.queue).get(timeout=timeout)
         except Exception as exc:  # reported with the worker's log
             status = worker.process.poll() if worker.process else None
-            pytest.fail(f"no task ran after the Redis restart ({exc!r}; worker exit status {status}); "
-                        f"worker log:\n{worker.log()[-6000:]}")
+            pytest.fail(
+                f"no task ran after the Redis restart ({exc!r}; worker exit status {status}); worker log:\n{worker.log()[-6000:]}"
+            )
     assert len(partitions) == 3 and all(name.startswith("trials_p") for name in partitions)
     return time.monotonic() - started
 
 
-def _worker(service_env: dict[str, str], broker: Broker, tmp_path: pathlib.Path,
-            **extra_env: str) -> Worker:
+def _worker(service_env: dict[str, str], broker: Broker, tmp_path: pathlib.Path, **extra_env: str) -> Worker:
     queue = f"iwscope-test-brk-{secrets.token_hex(4)}"
-    env = {**service_env, "REDIS_URL": broker.url, "IWSCOPE_CELERY_QUEUE": queue, "IWSCOPE_LOG_LEVEL": "INFO",
-           **extra_env}
+    env = {**service_env, "REDIS_URL": broker.url, "IWSCOPE_CELERY_QUEUE": queue, "IWSCOPE_LOG_LEVEL": "INFO", **extra_env}
     return Worker(env, queue, tmp_path / "worker.log")
 
 
 def test_worker_reconnects_after_redis_restart_with_task_in_flight(
-        broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
+    broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path
+) -> None:
     worker = _worker(service_env, broker, tmp_path)
     worker.start()
     try:
@@ -194,14 +202,17 @@ def test_worker_reconnects_after_redis_restart_with_task_in_flight(
         log = worker.log()
         assert "Connection to broker lost" in log  # the restart did reach the worker
         assert "Unrecoverable error" not in log, log[-6000:]
-        print(f"{in_flight} task(s) in flight at the kill; the next task ran {seconds:.1f} s after the restart "
-              f"(Redis down {REDIS_DOWN_S:.0f} s)")
+        print(
+            f"{in_flight} task(s) in flight at the kill; the next task ran {seconds:.1f} s after the restart "
+            f"(Redis down {REDIS_DOWN_S:.0f} s)"
+        )
     finally:
         worker.stop()
 
 
 def test_without_the_fix_the_worker_exits_non_zero_and_a_restart_recovers(
-        broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path) -> None:
+    broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path
+) -> None:
     """The safety net: kombu as shipped loses the consumer; the process must then exit non-zero."""
     unpatched = tmp_path / "unpatched"
     unpatched.mkdir()
@@ -217,12 +228,13 @@ def test_without_the_fix_the_worker_exits_non_zero_and_a_restart_recovers(
             status = worker.process.wait(timeout=RECOVERY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             if "Unrecoverable error" not in worker.log():
-                pytest.fail("kombu as shipped no longer loses the worker on this restart: the workaround in "
-                            "iwscope.broker may be obsolete (check, then drop it and this test)")
+                pytest.fail(
+                    "kombu as shipped no longer loses the worker on this restart: the workaround in "
+                    "iwscope.broker may be obsolete (check, then drop it and this test)"
+                )
             pytest.fail(f"the worker lost its consumer but did not exit:\n{worker.log()[-6000:]}")
         assert "Unrecoverable error" in worker.log()
-        assert status != 0, "the worker stopped on an unrecoverable error but exited 0 (a supervisor would not " \
-                            "restart it)"
+        assert status != 0, "the worker stopped on an unrecoverable error but exited 0 (a supervisor would not restart it)"
         worker.start()  # what the supervisor does
         _next_task_runs(broker, worker, timeout=STARTUP_TIMEOUT_S)
     finally:

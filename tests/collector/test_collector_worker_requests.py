@@ -29,8 +29,14 @@ def test_one_refresh_is_queued_per_burst_of_requests(service_env: dict[str, str]
     client = redis.Redis.from_url(redis_url)
     client.delete(f"iwscope:{queue}:refresh-queued")
     try:
-        result = subprocess.run([sys.executable, "-c", SCRIPT], env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", SCRIPT],
+            env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, False, False, True, False]
         assert client.llen(queue) == 2  # two messages on the broker, not five
@@ -61,8 +67,14 @@ def test_stored_batches_wait_in_one_list_for_one_drain(service_env: dict[str, st
     keys = (f"iwscope:{queue}:join-pending", f"iwscope:{queue}:join-drain-queued")
     client.delete(*keys)
     try:
-        result = subprocess.run([sys.executable, "-c", JOIN_SCRIPT], env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", JOIN_SCRIPT],
+            env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         outcome = json.loads(result.stdout.strip().splitlines()[-1])
         assert outcome["taken"] == [{"t": ["t1", "t2"]}, {"t": ["t3"]}, {"t": ["t4"]}]
@@ -99,9 +111,14 @@ def test_a_drain_that_fails_puts_its_batches_back_in_order(service_env: dict[str
     client = redis.Redis.from_url(redis_url)
     keys = (f"iwscope:{queue}:join-pending", f"iwscope:{queue}:join-drain-queued")
     try:
-        result = subprocess.run([sys.executable, "-c", FAILED_DRAIN_SCRIPT],
-                                env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", FAILED_DRAIN_SCRIPT],
+            env={**service_env, "IWSCOPE_CELERY_QUEUE": queue},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         outcome = json.loads(result.stdout.strip().splitlines()[-1])
         assert outcome["failed"] == "database gone"

@@ -31,14 +31,22 @@ BASE_PORT = 8500
 
 def _arms(labels: str) -> dict[str, int]:
     """label -> port, from ``iwprobe origin --print-arms``."""
-    printed = subprocess.run([*IWPROBE, "origin", "--print-arms", "--arms", labels, "--base-port", str(BASE_PORT)],
-                             capture_output=True, text=True, check=True).stdout
+    printed = subprocess.run(
+        [*IWPROBE, "origin", "--print-arms", "--arms", labels, "--base-port", str(BASE_PORT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {arm["arm"]: arm["port"] for arm in json.loads(printed)}
 
 
 def test_print_arms_names_policies_and_keeps_plain_ports() -> None:
-    printed = subprocess.run([*IWPROBE, "origin", "--print-arms", "--arms", "3,10,10p,32,learned", "--base-port", "7000"],
-                             capture_output=True, text=True, check=True).stdout
+    printed = subprocess.run(
+        [*IWPROBE, "origin", "--print-arms", "--arms", "3,10,10p,32,learned", "--base-port", "7000"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     arms = {arm["arm"]: arm for arm in json.loads(printed)}
     assert set(arms) == {"3", "10", "10p", "32", "learned"}
     assert all({"arm", "iw", "paced", "port"} <= set(arm) for arm in arms.values())
@@ -53,10 +61,18 @@ def test_print_arms_names_policies_and_keeps_plain_ports() -> None:
 def _lab(rate_bps: float, rtt_ms: float, buffer_packets: int | None) -> Any:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    return Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab",
-             link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=rtt_ms, buffer_packets=buffer_packets))])
+    return Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host(
+                "probe",
+                role="probe",
+                region="lab",
+                link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=rtt_ms, buffer_packets=buffer_packets),
+            ),
+        ],
+    )
 
 
 @contextlib.contextmanager
@@ -65,9 +81,25 @@ def _origin(topo: Any, tmp_path: Path, labels: str) -> Iterator[tuple[str, Path]
     address = topo.host("origin").address
     observations = tmp_path / "observations.jsonl"
     with open(observations, "wb") as out, open(tmp_path / "origin.log", "ab") as log:
-        origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", labels,
-                                       "--base-port", str(BASE_PORT), "--bind", address, "--congestion-control", "cubic"],
-                            stdout=out, stderr=log)
+        origin = topo.popen(
+            "origin",
+            [
+                *IWPROBE,
+                "origin",
+                "--no-upload",
+                "--setup-routes",
+                "--arms",
+                labels,
+                "--base-port",
+                str(BASE_PORT),
+                "--bind",
+                address,
+                "--congestion-control",
+                "cubic",
+            ],
+            stdout=out,
+            stderr=log,
+        )
     try:
         port = min(_arms(labels).values())
         probe = f"import socket; socket.create_connection(({address!r}, {port}), 1).close()"
@@ -82,8 +114,7 @@ def _origin(topo: Any, tmp_path: Path, labels: str) -> Iterator[tuple[str, Path]
 
 
 def _capture(topo: Any, urls: list[str]) -> list[dict[str, Any]]:
-    outcome = topo.run("probe", [sys.executable, "-m", "iwscope_lab.capture", *urls],
-                       capture_output=True, text=True, timeout=300)
+    outcome = topo.run("probe", [sys.executable, "-m", "iwscope_lab.capture", *urls], capture_output=True, text=True, timeout=300)
     assert outcome.returncode == 0, outcome.stderr
     return [json.loads(line) for line in outcome.stdout.splitlines()]
 
@@ -121,12 +152,12 @@ def test_learned_arm_starts_later_connections_at_the_window_earlier_ones_ended_w
             fetched = _capture(topo, [url] * 3)
             time.sleep(0.5)
         # the origin removed its per-prefix routes on exit
-        table = topo.run("origin", ["ip", "-4", "route", "show", "table", str(21000 + 1001)],
-                         capture_output=True, text=True).stdout
+        table = topo.run(
+            "origin", ["ip", "-4", "route", "show", "table", str(21000 + 1001)], capture_output=True, text=True
+        ).stdout
     seen = _observations(observations)
     cwnds = [o["snd_cwnd_at_accept"] for o in seen]
-    print("learned arm: snd_cwnd at accept per trial", cwnds, "ended with",
-          [o["tcp_info"].get("snd_cwnd") for o in seen])
+    print("learned arm: snd_cwnd at accept per trial", cwnds, "ended with", [o["tcp_info"].get("snd_cwnd") for o in seen])
     assert all(entry["error_kind"] is None for entry in fetched)
     assert cwnds[0] == 10  # nothing learned yet: the base window
     ended = seen[0]["tcp_info"]["snd_cwnd"]
@@ -152,10 +183,10 @@ def test_unpaced_iw32_overflows_a_ten_packet_buffer_where_paced_iw32_does_not(tm
             after_paced = topo.link_stats("probe")["down"]["queue_drop_packets"]
             _capture(topo, [f"http://{address}:{ports['64']}/obj/90000"])
     seen = {o["arm"]: o for o in _observations(observations)}
-    retrans = {arm: [o["tcp_info"]["total_retrans"] for o in _observations(observations) if o["arm"] == arm]
-               for arm in ("32", "32p")}
-    print(f"queue drops: IW32 {after_burst - before}, IW32 paced {after_paced - after_burst}; "
-          f"origin retransmissions {retrans}")
+    retrans = {
+        arm: [o["tcp_info"]["total_retrans"] for o in _observations(observations) if o["arm"] == arm] for arm in ("32", "32p")
+    }
+    print(f"queue drops: IW32 {after_burst - before}, IW32 paced {after_paced - after_burst}; origin retransmissions {retrans}")
     assert after_burst - before >= 2 * 15  # each burst loses about 21 segments
     assert after_paced == after_burst
     assert all(count > 0 for count in retrans["32"]) and all(count == 0 for count in retrans["32p"]), retrans

@@ -20,19 +20,35 @@ from iwscope_lab.cost import INTERACTIVE_INTERVAL_US, CostBottleneck, CostPhase,
 from iwscope_lab.stack import Stack
 
 SHALLOW = CostBottleneck("shallow", 10e6, 100.0, 10)
-PHASES = [("policy", ("32",), None), ("policy", ("32p",), None), ("policy", ("10",), None),
-          ("share", ("10", "32"), (0.5, 0.5)), ("page", ("32",), None)]
+PHASES = [
+    ("policy", ("32",), None),
+    ("policy", ("32p",), None),
+    ("policy", ("10",), None),
+    ("share", ("10", "32"), (0.5, 0.5)),
+    ("page", ("32",), None),
+]
 FLOWS = 40
 
 
 @pytest.fixture(scope="module")
-def experiment(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, list[CostPhase], CostReport]]:
-    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=_api_server_process.port,  # type: ignore[attr-defined]
-                  dashboard_port=None, run_dir=tmp_path_factory.mktemp("costlab"))
+def experiment(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Stack, list[CostPhase], CostReport]]:
+    stack = Stack(
+        database_url=database_url,
+        redis_url=redis_url,
+        api_port=_api_server_process.port,  # type: ignore[attr-defined]
+        dashboard_port=None,
+        run_dir=tmp_path_factory.mktemp("costlab"),
+    )
     try:
-        phases = run_cost(stack, flows=FLOWS, pages=8, conditions=[SHALLOW], phases=PHASES, timeout_s=180,
-                          show_progress=False, prefix="iwt")
+        phases = run_cost(
+            stack, flows=FLOWS, pages=8, conditions=[SHALLOW], phases=PHASES, timeout_s=180, show_progress=False, prefix="iwt"
+        )
         with stack.session() as session:
             report = cost(session, Filters(campaign_ids=tuple(phase.campaign.campaign_id for phase in phases)))
         yield stack, phases, report
@@ -59,7 +75,8 @@ def test_every_record_arrives_with_its_role(experiment: tuple[Stack, list[CostPh
 
 
 def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
-        experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
+    experiment: tuple[Stack, list[CostPhase], CostReport],
+) -> None:
     _, phases, report = experiment
     short = {(flow.campaign_id, flow.arm): flow for flow in report.flows if flow.role == "short"}
     burst = short[(_phase(phases, "policy", ("32",)), "32")]
@@ -91,6 +108,7 @@ def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
                 shown += 1
     assert shown, report.interactive  # (all four phases under 2 s: a 1-in-10^5 draw)
 
+
 def test_the_ab_split_is_compared_with_the_total_effect(experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
     _, phases, report = experiment
     [interference] = report.interference
@@ -100,14 +118,18 @@ def test_the_ab_split_is_compared_with_the_total_effect(experiment: tuple[Stack,
     assert interference.all_treatment_campaign_id == _phase(phases, "policy", ("32",))
     assert interference.ab_ms is not None and interference.total_ms is not None and interference.bias_ms is not None
     assert interference.bias_ms == pytest.approx(interference.ab_ms - interference.total_ms)
-    for value, interval in ((interference.ab_ms, interference.ab_ci_ms), (interference.total_ms, interference.total_ci_ms),
-                            (interference.bias_ms, interference.bias_ci_ms)):
+    for value, interval in (
+        (interference.ab_ms, interference.ab_ci_ms),
+        (interference.total_ms, interference.total_ci_ms),
+        (interference.bias_ms, interference.bias_ci_ms),
+    ):
         assert interval is not None and interval[0] <= value <= interval[1]
     assert min(interference.n) >= 6
 
 
-def test_public_api_serves_the_cost_report(experiment: tuple[Stack, list[CostPhase], CostReport],
-                                           _api_server_process: object) -> None:
+def test_public_api_serves_the_cost_report(
+    experiment: tuple[Stack, list[CostPhase], CostReport], _api_server_process: object
+) -> None:
     _, phases, report = experiment
     ids = ",".join(str(phase.campaign.campaign_id) for phase in phases)
     url = f"http://127.0.0.1:{_api_server_process.port}/api/v1/analysis/cost?campaign={ids}"  # type: ignore[attr-defined]

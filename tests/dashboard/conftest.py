@@ -27,8 +27,14 @@ from study_seed import SeededDatabase
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -71,8 +77,13 @@ def dashboard_server(dashboard_db: SeededDatabase, tmp_path_factory: pytest.Temp
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env |= {"DATABASE_URL": dashboard_db.url, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port)],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     server = DashboardServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -121,7 +132,9 @@ def page(browser_context: object, dashboard_server: DashboardServer) -> Iterator
     """A fresh browser tab; console errors and failed requests are collected on it."""
     tab = browser_context.new_page()  # type: ignore[attr-defined]
     problems: list[str] = []
-    tab.on("console", lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
+    tab.on(
+        "console", lambda message: problems.append(f"console {message.type}: {message.text}") if message.type == "error" else None
+    )
     tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     tab.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
     tab.problems = problems  # type: ignore[attr-defined]

@@ -112,8 +112,9 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
     elif path == "/tls":
         # the seed's flights: 2.4 KB fits IW3 (a tie), 16.4 KB takes IW3 a round more than IW10
         assert traces(page, "tls-means-graph")[0]["x"] == ["<=3 KB", "<=20 KB"]
-        gains = dict(zip(traces(page, "tls-improvement-graph")[0]["x"], first_trace_y(page, "tls-improvement-graph"),
-                         strict=True))
+        gains = dict(
+            zip(traces(page, "tls-improvement-graph")[0]["x"], first_trace_y(page, "tls-improvement-graph"), strict=True)
+        )
         assert gains["<=20 KB"] is not None and gains["<=20 KB"] > 50
         assert gains["<=3 KB"] is not None and abs(gains["<=3 KB"]) < 10
         assert "HTTPS handshakes" in message
@@ -165,7 +166,9 @@ def test_figure_matches_analysis_and_filter_change_updates_it(page: Any, dashboa
         timeout=TIMEOUT_MS,
     )
     client_medians = first_trace_y(page, "latency-iw-graph")
-    expected_client = [s.median_ms for s in sorted(latency_vs_iw(study_session, Filters(metric="client")), key=lambda s: s.iw) if s.n]
+    expected_client = [
+        s.median_ms for s in sorted(latency_vs_iw(study_session, Filters(metric="client")), key=lambda s: s.iw) if s.n
+    ]
     assert_close(client_medians, expected_client)
     assert all(c > s for c, s in zip(client_medians, server_medians, strict=False))  # the probe also waits for connect + request
     page.wait_for_url("**metric=client**", timeout=TIMEOUT_MS)
@@ -177,8 +180,9 @@ def lowest_drawn(trace: dict[str, Any]) -> float | None:
     ys = trace.get("y") or []
     error = trace.get("error_y") or {}
     minus = error.get("arrayminus") if error.get("symmetric") is False else error.get("array")
-    drawn = [y - (minus[i] if minus and i < len(minus) and minus[i] is not None else 0.0)
-             for i, y in enumerate(ys) if y is not None]
+    drawn = [
+        y - (minus[i] if minus and i < len(minus) and minus[i] is not None else 0.0) for i, y in enumerate(ys) if y is not None
+    ]
     return min(drawn) if drawn else None
 
 
@@ -187,16 +191,22 @@ def test_no_latency_is_drawn_below_zero(page: Any, dashboard_server: Any, path: 
     page.goto(dashboard_server.url + path)
     drawn = [lowest_drawn(trace) for trace in traces(page, graph_id)]
     assert any(value is not None for value in drawn), "the figure has data points"
-    assert all(trace["error_y"] and (trace["error_y"]["arrayminus"] or trace["error_y"]["array"])
-               for trace in traces(page, graph_id)), \
-        "every trace carries its lower whiskers (else this check could not fail)"
+    assert all(
+        trace["error_y"] and (trace["error_y"]["arrayminus"] or trace["error_y"]["array"]) for trace in traces(page, graph_id)
+    ), "every trace carries its lower whiskers (else this check could not fail)"
     assert all(value is None or value >= 0 for value in drawn), drawn
 
 
 def test_shared_url_restores_filters(page: Any, dashboard_server: Any, dashboard_db: Any, study_session: Any) -> None:
     campaign = dashboard_db.summary.campaign_ids["higher-iw"]
-    shared = Filters(campaign_ids=(campaign,), regions=("africa", "south-america"), baseline_iw=3, treatment_iw=16,
-                     metric="client", size_min=5000)
+    shared = Filters(
+        campaign_ids=(campaign,),
+        regions=("africa", "south-america"),
+        baseline_iw=3,
+        treatment_iw=16,
+        metric="client",
+        size_min=5000,
+    )
     query = "&".join(f"{key}={value}" for key, value in shared.to_query().items())
     page.goto(f"{dashboard_server.url}/?{query}")
 

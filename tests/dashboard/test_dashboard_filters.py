@@ -10,7 +10,9 @@ from iwscope_dashboard.filterbar import arms_problem, filters_from_page_query, f
 
 
 def test_values_become_filters_with_inclusive_whole_days() -> None:
-    filters = filters_from_values([2, "1", 2], "2026-11-19", "2026-11-20T00:00:00", ["europe", "africa"], "5000", 60000.0, 3, 16, "client")
+    filters = filters_from_values(
+        [2, "1", 2], "2026-11-19", "2026-11-20T00:00:00", ["europe", "africa"], "5000", 60000.0, 3, 16, "client"
+    )
     assert filters == Filters(
         campaign_ids=(1, 2),
         since=dt.datetime(2026, 11, 19, tzinfo=dt.UTC),
@@ -30,8 +32,17 @@ def test_unreadable_values_fall_back_to_defaults_and_lose_nothing_else() -> None
 
 
 def test_query_string_round_trips_through_the_url() -> None:
-    shared = Filters(campaign_ids=(3, 7), since=dt.datetime(2026, 11, 1, tzinfo=dt.UTC), until=dt.datetime(2026, 11, 2, 23, 59, 59, tzinfo=dt.UTC),
-                     regions=("south-america",), size_min=1, size_max=2_000_000, baseline_iw=10, treatment_iw=16, metric="client")
+    shared = Filters(
+        campaign_ids=(3, 7),
+        since=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        until=dt.datetime(2026, 11, 2, 23, 59, 59, tzinfo=dt.UTC),
+        regions=("south-america",),
+        size_min=1,
+        size_max=2_000_000,
+        baseline_iw=10,
+        treatment_iw=16,
+        metric="client",
+    )
     search = query_string(shared)
     assert search.startswith("?") and "campaign=3,7" in search and "treat=16" in search
     assert filters_from_page_query(dict(parse_qsl(search[1:]))) == shared

@@ -46,8 +46,9 @@ def test_read_turns_trouble_and_empty_results_into_nothing(monkeypatch: pytest.M
 
 def test_region_map_places_regions_at_their_centroids() -> None:
     def region(name: str, n: int) -> RegionSummary:
-        return RegionSummary(region=name, n=n, abs_ms=100.0, pct=10.0, baseline_mean_ms=1000.0,
-                             treatment_mean_ms=900.0, too_small=False)
+        return RegionSummary(
+            region=name, n=n, abs_ms=100.0, pct=10.0, baseline_mean_ms=1000.0, treatment_mean_ms=900.0, too_small=False
+        )
 
     assert region_centroid("Africa") == region_centroid("africa") == (2.0, 21.0)
     assert region_centroid("us_east") == (38.0, -78.0) and region_centroid("atlantis") == (None, None)

@@ -82,9 +82,24 @@ def study(test_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
         env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "IWSCOPE_ADMIN_TOKEN")}
         env |= {"DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
         with open(log, "wb") as output:
-            process = subprocess.Popen([sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1",
-                                        "--port", str(port), "--cache-seconds", "0"],
-                                       env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "iwscope.cli",
+                    "dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--cache-seconds",
+                    "0",
+                ],
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 60
@@ -109,22 +124,36 @@ def study(test_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
 def callback_body(output: str, inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """A Dash callback request as the browser sends it."""
-    return {"output": output, "outputs": {"id": output.split(".")[0], "property": output.split(".")[1]},
-            "inputs": inputs, "changedPropIds": [], "state": []}
+    return {
+        "output": output,
+        "outputs": {"id": output.split(".")[0], "property": output.split(".")[1]},
+        "inputs": inputs,
+        "changedPropIds": [],
+        "state": [],
+    }
 
 
-REGIONS_CALLBACK = callback_body("realusers-regions.children", [
-    {"id": "realusers-filter-campaign", "property": "value", "value": None},
-    {"id": "realusers-filter-dates", "property": "start_date", "value": None},
-    {"id": "realusers-filter-dates", "property": "end_date", "value": None},
-    {"id": "realusers-filter-region", "property": "value", "value": []},
-    {"id": "realusers-filter-family", "property": "value", "value": ""},
-    {"id": "realusers-filter-biased", "property": "value", "value": "include"}])
-ROUTER_CALLBACK = {"output": ".._pages_content.children..._pages_store.data..",
-                   "outputs": [{"id": "_pages_content", "property": "children"}, {"id": "_pages_store", "property": "data"}],
-                   "inputs": [{"id": "_pages_location", "property": "pathname", "value": "/real-users"},
-                              {"id": "_pages_location", "property": "search", "value": ""}],
-                   "changedPropIds": ["_pages_location.pathname"], "state": []}
+REGIONS_CALLBACK = callback_body(
+    "realusers-regions.children",
+    [
+        {"id": "realusers-filter-campaign", "property": "value", "value": None},
+        {"id": "realusers-filter-dates", "property": "start_date", "value": None},
+        {"id": "realusers-filter-dates", "property": "end_date", "value": None},
+        {"id": "realusers-filter-region", "property": "value", "value": []},
+        {"id": "realusers-filter-family", "property": "value", "value": ""},
+        {"id": "realusers-filter-biased", "property": "value", "value": "include"},
+    ],
+)
+ROUTER_CALLBACK = {
+    "output": ".._pages_content.children..._pages_store.data..",
+    "outputs": [{"id": "_pages_content", "property": "children"}, {"id": "_pages_store", "property": "data"}],
+    "inputs": [
+        {"id": "_pages_location", "property": "pathname", "value": "/real-users"},
+        {"id": "_pages_location", "property": "search", "value": ""},
+    ],
+    "changedPropIds": ["_pages_location.pathname"],
+    "state": [],
+}
 
 
 def post_callback(study: Study, body: dict[str, Any], **headers: str) -> httpx.Response:
@@ -133,6 +162,7 @@ def post_callback(study: Study, body: dict[str, Any], **headers: str) -> httpx.R
 
 # ---- access -----------------------------------------------------------------------------------------
 
+
 def test_which_requests_are_the_pages() -> None:
     for path in ("/real-users", "/real-users/", "/REAL-USERS", "/real%2Dusers", "/real-users/anything", "//real-users"):
         assert protected_path(path), path
@@ -140,8 +170,9 @@ def test_which_requests_are_the_pages() -> None:
         assert not protected_path(path), path
     assert protected_callback(REGIONS_CALLBACK) and protected_callback(ROUTER_CALLBACK)
     for pathname in ("/Real-Users", "/real-users/?x=1", "/real%2dusers"):
-        assert protected_callback(dict(ROUTER_CALLBACK, inputs=[{"id": "_pages_location", "property": "pathname",
-                                                                 "value": pathname}])), pathname
+        assert protected_callback(
+            dict(ROUTER_CALLBACK, inputs=[{"id": "_pages_location", "property": "pathname", "value": pathname}])
+        ), pathname
     public = dict(ROUTER_CALLBACK, inputs=[{"id": "_pages_location", "property": "pathname", "value": "/regions"}])
     other = callback_body("regions-tables.children", [{"id": "regions-filter-region", "property": "value", "value": []}])
     assert not protected_callback(public) and not protected_callback(other) and not protected_callback(None)
@@ -157,8 +188,13 @@ def test_anonymous_requests_to_the_page_and_its_callbacks_get_401(study: Study) 
     assert post_callback(study, ROUTER_CALLBACK).status_code == 401
     # the public pages and their router callback stay public; the sign-in form is reachable
     assert httpx.get(study.url + "/", timeout=30).status_code == 200
-    public = dict(ROUTER_CALLBACK, inputs=[{"id": "_pages_location", "property": "pathname", "value": "/regions"},
-                                           {"id": "_pages_location", "property": "search", "value": ""}])
+    public = dict(
+        ROUTER_CALLBACK,
+        inputs=[
+            {"id": "_pages_location", "property": "pathname", "value": "/regions"},
+            {"id": "_pages_location", "property": "search", "value": ""},
+        ],
+    )
     assert post_callback(study, public).status_code == 200
     form = httpx.get(study.url + "/real-users/login", timeout=30)
     assert form.status_code == 200 and 'name="token"' in form.text
@@ -166,14 +202,15 @@ def test_anonymous_requests_to_the_page_and_its_callbacks_get_401(study: Study) 
 
 def test_wrong_tokens_get_the_same_401_without_saying_why(study: Study) -> None:
     revoked = _revoked_read_token(study)
-    answers = [httpx.post(study.url + "/real-users/login", data={"token": token}, timeout=30, follow_redirects=False)
-               for token in ("garbage", study.enroll_token, revoked, study.read_token + "x", "")]
+    answers = [
+        httpx.post(study.url + "/real-users/login", data={"token": token}, timeout=30, follow_redirects=False)
+        for token in ("garbage", study.enroll_token, revoked, study.read_token + "x", "")
+    ]
     assert {answer.status_code for answer in answers} == {401}
     assert len({answer.text for answer in answers}) == 1  # one body for every failure
     assert all(COOKIE not in answer.headers.get("set-cookie", "") for answer in answers)
     for token in ("garbage", study.enroll_token, revoked):
-        assert httpx.get(study.url + "/real-users", headers={"Authorization": f"Bearer {token}"},
-                         timeout=30).status_code == 401
+        assert httpx.get(study.url + "/real-users", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code == 401
         assert post_callback(study, REGIONS_CALLBACK, Authorization=f"Bearer {token}").status_code == 401
 
 
@@ -182,8 +219,7 @@ def _revoked_read_token(study: Study) -> str:
     try:
         with Session(engine) as session:
             token = create_api_token(session, "read", "pytest revoked")
-            session.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE token_hash = :h"),
-                            {"h": hash_secret(token)})
+            session.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE token_hash = :h"), {"h": hash_secret(token)})
             session.commit()
     finally:
         engine.dispose()
@@ -205,8 +241,9 @@ def test_a_forged_or_expired_session_cookie_is_refused(study: Study) -> None:
     engine = create_engine(study.database_url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            token_id, stored = connection.execute(text("SELECT id, token_hash FROM api_tokens WHERE token_hash = :h"),
-                                                  {"h": hash_secret(study.read_token)}).one()
+            token_id, stored = connection.execute(
+                text("SELECT id, token_hash FROM api_tokens WHERE token_hash = :h"), {"h": hash_secret(study.read_token)}
+            ).one()
     finally:
         engine.dispose()
     good = session_cookie(token_id, stored)
@@ -219,6 +256,7 @@ def test_a_forged_or_expired_session_cookie_is_refused(study: Study) -> None:
 
 
 # ---- the page ---------------------------------------------------------------------------------------
+
 
 def _sign_in(context: Any, study: Study, token: str) -> Any:
     tab = context.new_page()
@@ -245,8 +283,12 @@ def test_signed_in_the_page_draws_the_tables_and_figures(study: Study, browser: 
         for label in ("IW=16", "IW=32", "default (IW=10)", "Impr.", "% Impr.", "Avg.", "99"):
             assert label in table, label
         expected = hand(study.records)
-        rows = {cells[0]: cells for cells in tab.eval_on_selector_all(
-            "#realusers-percentiles tr", "rows => rows.map((r) => Array.from(r.children, (c) => c.innerText))")}
+        rows = {
+            cells[0]: cells
+            for cells in tab.eval_on_selector_all(
+                "#realusers-percentiles tr", "rows => rows.map((r) => Array.from(r.children, (c) => c.innerText))"
+            )
+        }
         assert rows["default (IW=10)"][1] == f"{expected['default'].responses:,} (12 clusters)"
         assert rows["default (IW=10)"][2].startswith(f"{expected['default'].avg_ms:,.1f}\n[")
         assert rows["IW=16"][3].startswith(f"{expected['16'].percentiles_ms['p50']:,.1f}\n[")
@@ -304,8 +346,7 @@ def test_revoking_the_token_ends_its_sessions_and_sign_out_clears_the_cookie(stu
             tab.wait_for_selector("#realusers-percentiles table", timeout=TIMEOUT_MS)
             cookies = {c["name"]: c["value"] for c in context.cookies()}
             with Session(engine) as session:
-                session.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE token_hash = :h"),
-                                {"h": hash_secret(token)})
+                session.execute(text("UPDATE api_tokens SET revoked_at = now() WHERE token_hash = :h"), {"h": hash_secret(token)})
                 session.commit()
             assert httpx.get(study.url + "/real-users", cookies=cookies, timeout=30).status_code == 401
             assert tab.goto(study.url + "/real-users").status == 401

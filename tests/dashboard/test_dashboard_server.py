@@ -53,13 +53,31 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def test_cli_refuses_to_start_without_a_database() -> None:
-    missing = subprocess.run([sys.executable, "-m", "iwscope.cli", "dashboard", "--port", "1"], env=_env_without_database(),
-                             capture_output=True, text=True, cwd=REPO, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "iwscope.cli", "dashboard", "--port", "1"],
+        env=_env_without_database(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert missing.returncode != 0 and "DATABASE_URL" in missing.stderr
     unreachable = subprocess.run(
-        [sys.executable, "-m", "iwscope.cli", "dashboard", "--port", "1",
-         "--database-url", "postgresql+psycopg://postgres@127.0.0.1:9/none?connect_timeout=2"],
-        env=_env_without_database(), capture_output=True, text=True, cwd=REPO, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "iwscope.cli",
+            "dashboard",
+            "--port",
+            "1",
+            "--database-url",
+            "postgresql+psycopg://postgres@127.0.0.1:9/none?connect_timeout=2",
+        ],
+        env=_env_without_database(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert unreachable.returncode != 0 and "cannot reach the database" in unreachable.stderr
 
@@ -70,8 +88,21 @@ def test_wsgi_entry_point_serves_the_app_and_the_csv(dashboard_db: Any, tmp_path
     log = tmp_path / "gunicorn.log"
     env = _env_without_database() | {"DATABASE_URL": dashboard_db.url}
     with open(log, "wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "gunicorn", "--no-control-socket", "--bind", f"127.0.0.1:{port}",
-                                    "iwscope_dashboard.wsgi:server"], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--no-control-socket",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "iwscope_dashboard.wsgi:server",
+            ],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(url, process, log)
@@ -92,13 +123,20 @@ def doomed_database(test_id: str) -> Iterator[str]:
         yield url
 
 
-def test_empty_database_then_lost_database_give_messages_not_errors(doomed_database: str, browser: Any, tmp_path: pathlib.Path) -> None:
+def test_empty_database_then_lost_database_give_messages_not_errors(
+    doomed_database: str, browser: Any, tmp_path: pathlib.Path
+) -> None:
     port = _free_port()
     log = tmp_path / "dashboard.log"
     env = _env_without_database() | {"DATABASE_URL": doomed_database}
     with open(log, "wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "iwscope.cli", "dashboard", "--port", str(port)], env=env,
-                                   stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "iwscope.cli", "dashboard", "--port", str(port)],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     context = browser.new_context()
     try:
         url = f"http://127.0.0.1:{port}"

@@ -33,12 +33,14 @@ VENV_BIN = pathlib.Path(sys.executable).parent
 #: `sh -c` script run by unshare: pod hostname, read-only root, emptyDir /tmp, workdir.
 #: A checkout under /tmp (CI may clone there) is kept visible, read-only, through the tmpfs:
 #: it is parked on /mnt before /tmp is covered and bound back afterwards.
-SANDBOX_SCRIPT = ('hostname "$0" && '
-                  'if [ -n "$IWT_KEEP" ]; then mount --bind "$IWT_KEEP" /mnt; fi && '
-                  'mount -o remount,bind,ro / && mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp && '
-                  'if [ -n "$IWT_KEEP" ]; then mkdir -p "$IWT_KEEP" && mount --bind /mnt "$IWT_KEEP" && '
-                  'mount -o remount,bind,ro "$IWT_KEEP"; fi && '
-                  'cd "$IWT_WORKDIR" && unset IWT_WORKDIR IWT_KEEP && exec "$@"')
+SANDBOX_SCRIPT = (
+    'hostname "$0" && '
+    'if [ -n "$IWT_KEEP" ]; then mount --bind "$IWT_KEEP" /mnt; fi && '
+    "mount -o remount,bind,ro / && mount -t tmpfs -o size=256m,mode=1777 tmpfs /tmp && "
+    'if [ -n "$IWT_KEEP" ]; then mkdir -p "$IWT_KEEP" && mount --bind /mnt "$IWT_KEEP" && '
+    'mount -o remount,bind,ro "$IWT_KEEP"; fi && '
+    'cd "$IWT_WORKDIR" && unset IWT_WORKDIR IWT_KEEP && exec "$@"'
+)
 #: The checkout, when the sandbox's tmpfs on /tmp would hide it.
 KEEP_DIR = str(REPO) if pathlib.Path("/tmp") in REPO.resolve().parents else ""
 
@@ -94,18 +96,24 @@ class PodContainer:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @classmethod
-    def from_chart(cls, objects: list[Manifest], workload: Manifest, container_name: str, pod_name: str,
-                   log_dir: pathlib.Path) -> PodContainer:
+    def from_chart(
+        cls, objects: list[Manifest], workload: Manifest, container_name: str, pod_name: str, log_dir: pathlib.Path
+    ) -> PodContainer:
         spec = workload["spec"]["template"]["spec"]
-        candidates = [c for c in [*(spec.get("initContainers") or []), *spec["containers"]]
-                      if c["name"] == container_name]
+        candidates = [c for c in [*(spec.get("initContainers") or []), *spec["containers"]] if c["name"] == container_name]
         assert len(candidates) == 1, f"{workload['metadata']['name']} has no container {container_name}"
         container = candidates[0]
         config_maps = {o["metadata"]["name"]: o.get("data", {}) for o in of_kind(objects, "ConfigMap")}
-        secrets = {o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o.get("data", {}).items()}
-                   for o in of_kind(objects, "Secret")}
-        environment = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-                       **image_environment(), "HOSTNAME": pod_name}
+        secrets = {
+            o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o.get("data", {}).items()}
+            for o in of_kind(objects, "Secret")
+        }
+        environment = {
+            "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            **image_environment(),
+            "HOSTNAME": pod_name,
+        }
         for source in container.get("envFrom", []):
             environment.update(config_maps[source["configMapRef"]["name"]])
         for variable in container.get("env", []):
@@ -128,10 +136,11 @@ class PodContainer:
     def _sandboxed(self, argv: list[str]) -> list[str]:
         # A pod's "every interface" is its own network namespace; this sandbox shares the
         # machine's, where 0.0.0.0 would serve the test's API to the network: loopback instead.
-        argv = [LOOPBACK if (part == EVERY_INTERFACE and previous in ("--host", "--bind")) else part
-                for previous, part in zip(["", *argv], argv, strict=False)]
-        return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", SANDBOX_SCRIPT,
-                self.pod_name, *argv]
+        argv = [
+            LOOPBACK if (part == EVERY_INTERFACE and previous in ("--host", "--bind")) else part
+            for previous, part in zip(["", *argv], argv, strict=False)
+        ]
+        return ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", SANDBOX_SCRIPT, self.pod_name, *argv]
 
     def _workdir_environment(self) -> dict[str, str]:
         # Without workingDir the image's WORKDIR (/app, read-only) applies: the repository here.
@@ -141,18 +150,30 @@ class PodContainer:
         """Start the container's command (or ``argv`` inside the same kind of sandbox)."""
         log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")
         with log:
-            process = subprocess.Popen(self._sandboxed(argv or self.argv), env=self._workdir_environment(),
-                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                self._sandboxed(argv or self.argv),
+                env=self._workdir_environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.processes.append(process)
         return process
 
-    def run(self, argv: list[str] | None = None, timeout: float = 120.0,
-            extra_environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: list[str] | None = None, timeout: float = 120.0, extra_environment: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run to completion (a Job, an exec probe, or ``kubectl exec`` of ``argv``)."""
-        return subprocess.run(self._sandboxed(argv or self.argv),
-                              env={**self._workdir_environment(), **(extra_environment or {})}, capture_output=True,
-                              text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            self._sandboxed(argv or self.argv),
+            env={**self._workdir_environment(), **(extra_environment or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
 
     def log(self, log_name: str | None = None) -> str:
         path = self.log_dir / f"{log_name or self.spec['name']}.log"

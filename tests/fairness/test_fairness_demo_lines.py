@@ -9,15 +9,22 @@ from iwscope_lab.demo import cost_lines
 
 
 def _phase(mix: tuple[int, ...], short: dict[str, Any]) -> Any:
-    point = {"flow": "short", "iw": mix[0], "errors": 0, "fct_p50_ms": 812.0, "retrans_flows": 2,
-             "joined_flows": short["n"], "retrans_flow_share_ci": (0.02, 0.3), **short}
+    point = {
+        "flow": "short",
+        "iw": mix[0],
+        "errors": 0,
+        "fct_p50_ms": 812.0,
+        "retrans_flows": 2,
+        "joined_flows": short["n"],
+        "retrans_flow_share_ci": (0.02, 0.3),
+        **short,
+    }
     background = {"flow": "background", "iw": 3, "n": 1, "errors": 0, "throughput_bps": 3e6}
     return SimpleNamespace(mix=mix, points=[background, point])
 
 
 def test_median_with_interval_and_n_too_small_without_one() -> None:
-    lines = cost_lines([_phase((3,), {"n": 24, "fct_p50_ci_ms": (640.0, 990.0)}),
-                        _phase((10,), {"n": 4, "fct_p50_ci_ms": None})])
+    lines = cost_lines([_phase((3,), {"n": 24, "fct_p50_ci_ms": (640.0, 990.0)}), _phase((10,), {"n": 4, "fct_p50_ci_ms": None})])
     iw3, iw10, bulk = lines
     assert "24 completed, median completion 812.0 ms [640, 990]" in iw3 and "2 of 24 retransmitted [2, 30] %" in iw3
     assert "4 completed, median completion: n too small" in iw10 and "812" not in iw10

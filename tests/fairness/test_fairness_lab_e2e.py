@@ -24,14 +24,32 @@ FLOWS = 24
 
 
 @pytest.fixture(scope="module")
-def phases(database_url: str, redis_url: str, celery_worker: object, _api_server_process: object,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, list[PhaseResult]]]:
+def phases(
+    database_url: str,
+    redis_url: str,
+    celery_worker: object,
+    _api_server_process: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Stack, list[PhaseResult]]]:
     api = _api_server_process
-    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=api.port,  # type: ignore[attr-defined]
-                  dashboard_port=None, run_dir=tmp_path_factory.mktemp("fairlab"))
+    stack = Stack(
+        database_url=database_url,
+        redis_url=redis_url,
+        api_port=api.port,  # type: ignore[attr-defined]
+        dashboard_port=None,
+        run_dir=tmp_path_factory.mktemp("fairlab"),
+    )
     try:
-        results = run_fairness(stack, bottleneck=BOTTLENECK, loads=(LOAD,), mixes=((3,), (10,)), flows=FLOWS,
-                               prefix="iwt", timeout_s=120, show_progress=False)
+        results = run_fairness(
+            stack,
+            bottleneck=BOTTLENECK,
+            loads=(LOAD,),
+            mixes=((3,), (10,)),
+            flows=FLOWS,
+            prefix="iwt",
+            timeout_s=120,
+            show_progress=False,
+        )
         yield stack, results
     finally:
         stack.close_sessions()
@@ -39,10 +57,16 @@ def phases(database_url: str, redis_url: str, celery_worker: object, _api_server
 
 def _trials(stack: Stack, campaign_id: int) -> list[object]:
     with stack.session() as session:
-        return list(session.execute(text(
-            "SELECT url, role, arm_iw, object_size, started_at, total_us, error_kind, server_total_retrans, "
-            "server_bytes_retrans, server_bytes_sent, joined_at FROM trials WHERE campaign_id = :c "
-            "ORDER BY started_at"), {"c": campaign_id}).all())
+        return list(
+            session.execute(
+                text(
+                    "SELECT url, role, arm_iw, object_size, started_at, total_us, error_kind, server_total_retrans, "
+                    "server_bytes_retrans, server_bytes_sent, joined_at FROM trials WHERE campaign_id = :c "
+                    "ORDER BY started_at"
+                ),
+                {"c": campaign_id},
+            ).all()
+        )
 
 
 def test_every_flow_stored_and_joined(phases: tuple[Stack, list[PhaseResult]]) -> None:
@@ -69,8 +93,11 @@ def test_short_flows_arrive_as_a_poisson_process_and_overlap(phases: tuple[Stack
         assert expected_gap / 2 < mean_gap < expected_gap * 2, (mean_gap, expected_gap)
         # Exponential gaps have a coefficient of variation of 1; evenly spaced or sequential ones near 0.
         assert statistics.pstdev(gaps) / mean_gap > 0.5, gaps
-        overlapping = sum(1 for a, b in zip(short, short[1:], strict=False)
-                          if b.started_at.timestamp() < a.started_at.timestamp() + a.total_us / 1e6)
+        overlapping = sum(
+            1
+            for a, b in zip(short, short[1:], strict=False)
+            if b.started_at.timestamp() < a.started_at.timestamp() + a.total_us / 1e6
+        )
         assert overlapping >= 1, "no two short flows were ever in flight together"
 
 
@@ -109,8 +136,13 @@ def test_dashboard_cost_page_draws_the_phases(phases: tuple[Stack, list[PhaseRes
     the database with ``cost_data`` (own process: one app per process)."""
     _stack, results = phases
     ids = [result.campaign.campaign_id for result in results]
-    answer = subprocess.run([sys.executable, "-c", DASHBOARD_SCRIPT, database_url, json.dumps(ids)],
-                            capture_output=True, text=True, timeout=120, check=True)
+    answer = subprocess.run(
+        [sys.executable, "-c", DASHBOARD_SCRIPT, database_url, json.dumps(ids)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     traces = {trace["name"]: trace for trace in json.loads(answer.stdout.strip().splitlines()[-1])}
     # One bulk flow per phase: its throughput is n too small (6 needed), so no bar is drawn for it.
     assert not {"background alone", "background with short flows"} & set(traces)
@@ -121,8 +153,7 @@ def test_dashboard_cost_page_draws_the_phases(phases: tuple[Stack, list[PhaseRes
     assert all(0 <= value <= 100 for name in ("short IW3 retrans", "short IW10 retrans") for value in traces[name]["y"])
 
 
-def test_public_api_serves_the_fairness_points(phases: tuple[Stack, list[PhaseResult]],
-                                               _api_server_process: object) -> None:
+def test_public_api_serves_the_fairness_points(phases: tuple[Stack, list[PhaseResult]], _api_server_process: object) -> None:
     _stack, results = phases
     result = results[0]
     url = f"http://127.0.0.1:{_api_server_process.port}/api/v1/analysis/fairness"  # type: ignore[attr-defined]

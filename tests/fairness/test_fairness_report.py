@@ -11,18 +11,44 @@ from iwscope_lab.report import write_report
 
 
 def _row(mix: str, flow: str, iw: int, throughput_bps: float, fct_ms: float | None) -> dict[str, object]:
-    return {"load": 0.5, "mix": mix, "campaign_id": 1 if mix == "3" else 2, "offered_load": 0.52, "flow": flow,
-            "iw": iw, "n": 1, "errors": 0, "throughput_bps": throughput_bps, "fct_mean_ms": fct_ms,
-            "fct_p50_ms": fct_ms, "fct_p90_ms": fct_ms, "retrans_flow_share": 0.25, "bytes_retrans_share": 0.0123}
+    return {
+        "load": 0.5,
+        "mix": mix,
+        "campaign_id": 1 if mix == "3" else 2,
+        "offered_load": 0.52,
+        "flow": flow,
+        "iw": iw,
+        "n": 1,
+        "errors": 0,
+        "throughput_bps": throughput_bps,
+        "fct_mean_ms": fct_ms,
+        "fct_p50_ms": fct_ms,
+        "fct_p90_ms": fct_ms,
+        "retrans_flow_share": 0.25,
+        "bytes_retrans_share": 0.0123,
+    }
 
 
 def test_report_has_the_fairness_figure_and_table(tmp_path: pathlib.Path) -> None:
-    rows = [_row("3", "background-alone", 3, 3.35e6, 3729.7), _row("3", "background", 3, 2.49e6, 5004.8),
-            _row("3", "short", 3, 0.16e6, 2416.6), _row("10", "short", 10, 0.16e6, 2243.2)]
-    summary = {"generated_at": "2026-11-22T06:00:00+00:00", "quick": True, "flag_threshold": 0.1,
-               "metric": "server", "experiments": {},
-               "fairness": {"title": "Offered load and fairness (IETF 78 testbed)", "flows_per_phase": 24,
-                            "bottleneck": {"rate_bps": 4e6, "rtt_ms": 100.0, "buffer_bdp": 1.0}, "rows": rows}}
+    rows = [
+        _row("3", "background-alone", 3, 3.35e6, 3729.7),
+        _row("3", "background", 3, 2.49e6, 5004.8),
+        _row("3", "short", 3, 0.16e6, 2416.6),
+        _row("10", "short", 10, 0.16e6, 2243.2),
+    ]
+    summary = {
+        "generated_at": "2026-11-22T06:00:00+00:00",
+        "quick": True,
+        "flag_threshold": 0.1,
+        "metric": "server",
+        "experiments": {},
+        "fairness": {
+            "title": "Offered load and fairness (IETF 78 testbed)",
+            "flows_per_phase": 24,
+            "bottleneck": {"rate_bps": 4e6, "rtt_ms": 100.0, "buffer_bdp": 1.0},
+            "rows": rows,
+        },
+    }
     path = tmp_path / "report.html"
     write_report(summary, path)
     page = path.read_text(encoding="utf-8")

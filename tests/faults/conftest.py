@@ -7,8 +7,17 @@ from typing import Any
 
 import pytest
 
-COLUMNS = ("trials_measured", "trials_stored", "lost", "duplicated", "observations_recorded",
-           "observations_unjoined", "rollups_equal_rebuild", "down_s", "recover_s")
+COLUMNS = (
+    "trials_measured",
+    "trials_stored",
+    "lost",
+    "duplicated",
+    "observations_recorded",
+    "observations_unjoined",
+    "rollups_equal_rebuild",
+    "down_s",
+    "recover_s",
+)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

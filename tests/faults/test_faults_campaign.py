@@ -82,11 +82,20 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     try:
         postgres.start()
         redis_server.start()
-        stack = Stack(database_url=postgres.url, redis_url=redis_server.url, api_port=free_port(),
-                      dashboard_port=None, run_dir=root / "stack",
-                      extra_env={"IWSCOPE_CELERY_QUEUE": f"iwscope-faults-{secrets.token_hex(3)}",
-                                 "IWSCOPE_ENV": "development", "IWSCOPE_DRAIN_SECONDS": "0.5",
-                                 "IWSCOPE_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"})
+        stack = Stack(
+            database_url=postgres.url,
+            redis_url=redis_server.url,
+            api_port=free_port(),
+            dashboard_port=None,
+            run_dir=root / "stack",
+            extra_env={
+                "IWSCOPE_CELERY_QUEUE": f"iwscope-faults-{secrets.token_hex(3)}",
+                "IWSCOPE_ENV": "development",
+                "IWSCOPE_DRAIN_SECONDS": "0.5",
+                "IWSCOPE_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+            },
+        )
         stack.run_dir.mkdir(parents=True)
         stack.start(beat=True)
         yield Services(postgres, redis_server, stack)
@@ -105,6 +114,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 
 
 # ----------------------------------------------------------------------------- faults
+
 
 @dataclass
 class Running:
@@ -137,6 +147,7 @@ def _restart(name: str) -> Callable[[Running], dict[str, Any]]:
     def restart(running: Running) -> dict[str, Any]:
         running.stack.restart(name)
         return {}
+
     return restart
 
 
@@ -144,6 +155,7 @@ def _kill(name: str) -> Callable[[Running], dict[str, Any]]:
     def kill(running: Running) -> dict[str, Any]:
         running.stack.kill(name)
         return {}
+
     return kill
 
 
@@ -223,26 +235,42 @@ def _repair_all(running: Running) -> dict[str, Any]:
 
 
 FAULTS = [
-    Fault("probe", f"SIGKILL the probe on {VICTIM}, restart it (iwprobe run --once, same state dir)",
-          lambda r: (r.campaign.kill_agent(VICTIM), {})[1], lambda r: (r.campaign.restart_agent(VICTIM), {})[1]),
-    Fault("origin", "SIGKILL the origin, restart it", lambda r: (r.campaign.kill_agent("origin"), {})[1],
-          lambda r: (r.campaign.restart_agent("origin"), {})[1]),
+    Fault(
+        "probe",
+        f"SIGKILL the probe on {VICTIM}, restart it (iwprobe run --once, same state dir)",
+        lambda r: (r.campaign.kill_agent(VICTIM), {})[1],
+        lambda r: (r.campaign.restart_agent(VICTIM), {})[1],
+    ),
+    Fault(
+        "origin",
+        "SIGKILL the origin, restart it",
+        lambda r: (r.campaign.kill_agent("origin"), {})[1],
+        lambda r: (r.campaign.restart_agent("origin"), {})[1],
+    ),
     Fault("api", "SIGKILL the API process, restart it", _kill("api"), _restart("api")),
-    Fault("worker", "SIGKILL the Celery worker and its pool while a task is unacknowledged, restart it",
-          _kill_worker_mid_task, _restart("worker")),
+    Fault(
+        "worker",
+        "SIGKILL the Celery worker and its pool while a task is unacknowledged, restart it",
+        _kill_worker_mid_task,
+        _restart("worker"),
+    ),
     Fault("beat", "SIGKILL Celery beat, restart it", _kill("beat"), _restart("beat")),
     # No heal: the worker must reconnect by itself (iwscope.broker), and the later cases run on it.
     Fault("redis", "SIGKILL redis-server, restart it on its append-only file", _nothing, _restart_redis, 0.0),
-    Fault("postgres", "crash-stop PostgreSQL (pg_ctl -m immediate), restart it (WAL recovery)",
-          _nothing, _restart_postgres, 0.0),
-    Fault("link", f"cut {VICTIM}'s link (emulator drops 100 % both ways), restore it", _cut_link, _restore_link,
-          LINK_CUT_S),
-    Fault("all", "all of the above at once (probe, origin, API, worker, beat, Redis, PostgreSQL, link)",
-          _all_at_once, _repair_all, heal=("worker",)),
+    Fault("postgres", "crash-stop PostgreSQL (pg_ctl -m immediate), restart it (WAL recovery)", _nothing, _restart_postgres, 0.0),
+    Fault("link", f"cut {VICTIM}'s link (emulator drops 100 % both ways), restore it", _cut_link, _restore_link, LINK_CUT_S),
+    Fault(
+        "all",
+        "all of the above at once (probe, origin, API, worker, beat, Redis, PostgreSQL, link)",
+        _all_at_once,
+        _repair_all,
+        heal=("worker",),
+    ),
 ]
 
 
 # ---------------------------------------------------------------------------- checks
+
 
 def _query(stack: Stack, sql: str, **params: object) -> list[Any]:
     """Run a read query, retrying while the database is coming back after a fault."""
@@ -267,14 +295,20 @@ def _measured(campaign: LabCampaign) -> tuple[Counter[str], Counter[str]]:
 
 
 def _database_state(stack: Stack, campaign: LabCampaign) -> dict[str, Any]:
-    trials = _query(stack, "SELECT trial_id::text AS id, count(*) AS n, bool_and(error_kind IS NULL) AS ok, "
-                    "min(error_kind) AS error_kind, "
-                    "bool_and(joined_at IS NOT NULL) AS joined FROM trials "
-                    "WHERE probe_id = ANY(CAST(:probes AS uuid[])) GROUP BY 1",
-                    probes=list(campaign.probe_ids.values()))
-    observations = _query(stack, "SELECT trial_id::text AS id, joined_at IS NOT NULL AS joined "
-                          "FROM origin_observations WHERE origin_id = CAST(:origin AS uuid)",
-                          origin=campaign.origin_ids["origin"])
+    trials = _query(
+        stack,
+        "SELECT trial_id::text AS id, count(*) AS n, bool_and(error_kind IS NULL) AS ok, "
+        "min(error_kind) AS error_kind, "
+        "bool_and(joined_at IS NOT NULL) AS joined FROM trials "
+        "WHERE probe_id = ANY(CAST(:probes AS uuid[])) GROUP BY 1",
+        probes=list(campaign.probe_ids.values()),
+    )
+    observations = _query(
+        stack,
+        "SELECT trial_id::text AS id, joined_at IS NOT NULL AS joined "
+        "FROM origin_observations WHERE origin_id = CAST(:origin AS uuid)",
+        origin=campaign.origin_ids["origin"],
+    )
     return {"trials": {row.id: row for row in trials}, "observations": {row.id: row.joined for row in observations}}
 
 
@@ -306,9 +340,11 @@ def _rollups_match_rebuild(stack: Stack, campaign_id: int) -> tuple[bool, int, l
                 raise
             stack.close_sessions()
             time.sleep(0.5)
-    differences = [f"{key}: {incremental.get(key)} != {rebuilt.get(key)}"
-                   for key in sorted(incremental.keys() | rebuilt.keys(), key=str)
-                   if incremental.get(key) != rebuilt.get(key)]
+    differences = [
+        f"{key}: {incremental.get(key)} != {rebuilt.get(key)}"
+        for key in sorted(incremental.keys() | rebuilt.keys(), key=str)
+        if incremental.get(key) != rebuilt.get(key)
+    ]
     return not differences, len(rebuilt), differences[:5]
 
 
@@ -326,12 +362,14 @@ def _write_results() -> None:
 
 # ----------------------------------------------------------------------------- cases
 
+
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault.name for fault in FAULTS])
-def test_fault_loses_and_duplicates_nothing(fault: Fault, services: Services,
-                                            tmp_path: pathlib.Path) -> None:
+def test_fault_loses_and_duplicates_nothing(fault: Fault, services: Services, tmp_path: pathlib.Path) -> None:
     hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
-    hosts += [Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt))
-              for name, (region, rtt, rate) in PATHS.items()]
+    hosts += [
+        Host(name, role="probe", region=region, link=LinkSpec.symmetric(rate_bps=rate, rtt_ms=rtt))
+        for name, (region, rtt, rate) in PATHS.items()
+    ]
     expected = PLAN.trials_per_probe(1)
     with Topology(f"iwt{secrets.token_hex(3)}", hosts) as topology:
         campaign = LabCampaign(topology, services.stack, PLAN, state_root=tmp_path / "agents")

@@ -28,9 +28,11 @@ def two_hosts(run_id: str) -> Iterator[TwoHosts]:
     built: list[Topology] = []
 
     def build(link: LinkSpec, **kwargs: object) -> Topology:
-        topo = Topology(f"{run_id}{len(built)}" if built else run_id,
-                        [Host("origin", role="origin", link=LinkSpec.symmetric()),
-                         Host("probe", role="probe", region="test", link=link)], **kwargs)  # type: ignore[arg-type]
+        topo = Topology(
+            f"{run_id}{len(built)}" if built else run_id,
+            [Host("origin", role="origin", link=LinkSpec.symmetric()), Host("probe", role="probe", region="test", link=link)],
+            **kwargs,
+        )  # type: ignore[arg-type]
         built.append(topo)
         return topo.up()
 

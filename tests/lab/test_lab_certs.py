@@ -63,8 +63,9 @@ def test_chain_has_the_asked_size_and_is_a_chain(chain: ChainInfo) -> None:
     assert root not in certificates
     leaf = certificates[0]
     assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
-    assert leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName) == ["origin.iwscope.test"]
+    assert leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == [
+        "origin.iwscope.test"
+    ]
     # The padding is a non-critical extension that verifiers may skip.
     for certificate in certificates:
         assert certificate.extensions.get_extension_for_oid(PADDING_OID).critical is False
@@ -93,7 +94,7 @@ def test_classical_and_post_quantum_extremes(tmp_path: Path) -> None:
     leaf_key = serialization.load_pem_private_key(rsa.key_path.read_bytes(), password=None)
     assert rsa.key_type == "rsa" and leaf_key.key_size == 4096  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="intermediate"):
-        build_chain(1.5, intermediates=6)   # six certificates cannot fit 1.5 KB
+        build_chain(1.5, intermediates=6)  # six certificates cannot fit 1.5 KB
 
 
 # --- Real handshakes -------------------------------------------------------------------------
@@ -107,13 +108,14 @@ def _server_context(chain: ChainInfo, version: str) -> ssl.SSLContext:
 
 
 def _client_context(root: Path) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)   # verifies the chain and the host name
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the host name
     context.load_verify_locations(root)
     return context
 
 
-def _handshake(chain: ChainInfo, version: str, server_hostname: str, address: str = "127.0.0.1",
-               root: Path | None = None) -> tuple[str | None, dict[str, object]]:
+def _handshake(
+    chain: ChainInfo, version: str, server_hostname: str, address: str = "127.0.0.1", root: Path | None = None
+) -> tuple[str | None, dict[str, object]]:
     """One TLS handshake over a loopback socket; the client's negotiated version and peer certificate."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     server_context = _server_context(chain, version)
@@ -135,8 +137,10 @@ def _handshake(chain: ChainInfo, version: str, server_hostname: str, address: st
         thread = threading.Thread(target=serve)
         thread.start()
         try:
-            with socket.create_connection(listener.getsockname()[:2], timeout=10) as raw, \
-                    _client_context(root or chain.root_path).wrap_socket(raw, server_hostname=server_hostname) as tls:
+            with (
+                socket.create_connection(listener.getsockname()[:2], timeout=10) as raw,
+                _client_context(root or chain.root_path).wrap_socket(raw, server_hostname=server_hostname) as tls,
+            ):
                 assert tls.recv(2) == b"ok"
                 peer = tls.getpeercert()
                 return tls.version(), dict(peer or {})
@@ -216,14 +220,30 @@ def https_server(chain: ChainInfo) -> Iterator[int]:
 def test_curl_trusts_root_pem(chain: ChainInfo, https_server: int, version: str) -> None:
     flags = ["--tlsv1.3"] if version == "1.3" else ["--tlsv1.2", "--tls-max", "1.2"]
     url = f"https://{chain.name}:{https_server}/"
-    result = subprocess.run([CURL, "--silent", "--show-error", "--cacert", str(chain.root_path), *flags,
-                             "--resolve", f"{chain.name}:{https_server}:127.0.0.1", "--write-out",
-                             " %{http_code} %{ssl_verify_result}", url], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [
+            CURL,
+            "--silent",
+            "--show-error",
+            "--cacert",
+            str(chain.root_path),
+            *flags,
+            "--resolve",
+            f"{chain.name}:{https_server}:127.0.0.1",
+            "--write-out",
+            " %{http_code} %{ssl_verify_result}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hello 200 0"
     # With the system's trust store instead, curl refuses the chain (60: peer certificate not OK).
-    refused = subprocess.run([CURL, "--silent", *flags, "--resolve", f"{chain.name}:{https_server}:127.0.0.1", url],
-                             capture_output=True, timeout=30)
+    refused = subprocess.run(
+        [CURL, "--silent", *flags, "--resolve", f"{chain.name}:{https_server}:127.0.0.1", url], capture_output=True, timeout=30
+    )
     assert refused.returncode == 60, refused
 
 
@@ -238,7 +258,7 @@ def measure_first_flight(chain: ChainInfo, version: str) -> tuple[int, str]:
     server = _server_context(chain, version).wrap_bio(server_in, server_out, server_side=True)
     with pytest.raises(ssl.SSLWantReadError):
         client.do_handshake()
-    server_in.write(client_out.read())   # the ClientHello
+    server_in.write(client_out.read())  # the ClientHello
     with pytest.raises(ssl.SSLWantReadError):
         server.do_handshake()
     flight = server_out.read()
@@ -265,10 +285,17 @@ def measure_first_flight(chain: ChainInfo, version: str) -> tuple[int, str]:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_first_flight_matches_the_model(chain: ChainInfo, version: str) -> None:
     measured, cipher = measure_first_flight(chain, version)
-    modelled = tls_first_flight_bytes(chain.chain_der_bytes, "ec", version, certificates=len(chain.certificates),
-                                      finished_hash_bytes=48 if cipher.endswith("SHA384") else 32)
-    print(f"TLS {version} {chain.chain_kb} KB ({chain.chain_der_bytes} B chain, {cipher}): "
-          f"first flight measured {measured} B, model {modelled} B ({modelled / measured - 1:+.1%})")
+    modelled = tls_first_flight_bytes(
+        chain.chain_der_bytes,
+        "ec",
+        version,
+        certificates=len(chain.certificates),
+        finished_hash_bytes=48 if cipher.endswith("SHA384") else 32,
+    )
+    print(
+        f"TLS {version} {chain.chain_kb} KB ({chain.chain_der_bytes} B chain, {cipher}): "
+        f"first flight measured {measured} B, model {modelled} B ({modelled / measured - 1:+.1%})"
+    )
     assert measured > chain.chain_der_bytes
     assert abs(modelled - measured) <= 0.1 * measured
 
@@ -280,8 +307,14 @@ def test_rsa_leaf_first_flight_matches_the_model(tmp_path: Path, rsa_bits: int) 
     for version in VERSIONS:
         measured, cipher = measure_first_flight(info, version)
         ec_measured, _ = measure_first_flight(ec, version)
-        modelled = tls_first_flight_bytes(info.chain_der_bytes, "rsa", version, certificates=len(info.certificates),
-                                          rsa_bits=rsa_bits, finished_hash_bytes=48 if cipher.endswith("SHA384") else 32)
+        modelled = tls_first_flight_bytes(
+            info.chain_der_bytes,
+            "rsa",
+            version,
+            certificates=len(info.certificates),
+            rsa_bits=rsa_bits,
+            finished_hash_bytes=48 if cipher.endswith("SHA384") else 32,
+        )
         print(f"TLS {version} RSA-{rsa_bits}: measured {measured} B (EC {ec_measured} B), model {modelled} B")
         assert abs(modelled - measured) <= 0.1 * measured
         # The signature alone: RSA's is key-size bytes where ECDSA's is about 72.
@@ -294,8 +327,12 @@ def test_rsa_leaf_first_flight_matches_the_model(tmp_path: Path, rsa_bits: int) 
 
 def test_cli_writes_the_files_and_prints_json(tmp_path: Path) -> None:
     out = tmp_path / "certs"
-    result = subprocess.run([IWSCOPE, "lab", "certs", "--chain-kb", "5", "--out", str(out), "--ip", "10.64.1.2",
-                             "--ip", "fd00::2"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [IWSCOPE, "lab", "certs", "--chain-kb", "5", "--out", str(out), "--ip", "10.64.1.2", "--ip", "fd00::2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert {path.name for path in out.iterdir()} == {"chain.pem", "key.pem", "root.pem"}
@@ -311,7 +348,11 @@ def test_cli_writes_the_files_and_prints_json(tmp_path: Path) -> None:
     assert san.get_values_for_type(x509.DNSName) == ["origin.iwscope.test"]
     assert summary["tls1.3_handshake_rounds"] == {"iw3": 2, "iw10": 1, "iw16": 1}
     # Bad input is a usage error naming the problem, and writes nothing.
-    bad = subprocess.run([IWSCOPE, "lab", "certs", "--chain-kb", "2", "--intermediates", "8", "--out",
-                          str(tmp_path / "bad")], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [IWSCOPE, "lab", "certs", "--chain-kb", "2", "--intermediates", "8", "--out", str(tmp_path / "bad")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "intermediates" in bad.stderr
     assert not (tmp_path / "bad").exists()

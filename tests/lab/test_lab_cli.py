@@ -20,8 +20,10 @@ def _lab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 def test_up_status_down(run_id: str, tmp_path: Path) -> None:
     scenario = tmp_path / "asym.yaml"
-    scenario.write_text("name: asym\nhosts:\n  - {name: origin1, role: origin, link: {rate: 1G}}\n"
-                        "  - {name: probe1, region: test, link: {rate: 2M, rtt_ms: 80, up: {rate: 256k}}}\n")
+    scenario.write_text(
+        "name: asym\nhosts:\n  - {name: origin1, role: origin, link: {rate: 1G}}\n"
+        "  - {name: probe1, region: test, link: {rate: 2M, rtt_ms: 80, up: {rate: 256k}}}\n"
+    )
     try:
         up = _lab("up", str(scenario), "--run-id", run_id, "--json")
         assert up.returncode == 0, up.stderr
@@ -49,8 +51,7 @@ def test_up_status_down(run_id: str, tmp_path: Path) -> None:
 
 def test_up_with_bad_scenario_names_the_field(run_id: str, tmp_path: Path) -> None:
     scenario = tmp_path / "bad.yaml"
-    scenario.write_text("name: bad\nhosts:\n  - {name: origin1, role: origin}\n"
-                        "  - {name: probe1, link: {rate: 2M, loss: 1.5}}\n")
+    scenario.write_text("name: bad\nhosts:\n  - {name: origin1, role: origin}\n  - {name: probe1, link: {rate: 2M, loss: 1.5}}\n")
     result = _lab("up", str(scenario), "--run-id", run_id)
     assert result.returncode != 0
     assert "hosts.1.link.loss" in result.stderr
@@ -58,15 +59,15 @@ def test_up_with_bad_scenario_names_the_field(run_id: str, tmp_path: Path) -> No
 
 
 def test_selftest_json_reports_configured_vs_measured() -> None:
-    result = _lab("selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5",
-                  "--handshakes", "15", "--json")
+    result = _lab(
+        "selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5", "--handshakes", "15", "--json"
+    )
     report = json.loads(result.stdout)
     # The exit status is the verdict of the accuracy checks, nothing else.  Whether every
     # check passes is a timing target (docs/lab.md, measured by hand): on a shared CI machine
     # one stalled handshake out of 15 can miss the p99 target, so it is not asserted here.
     assert result.returncode == (0 if all(report["checks"].values()) else 1), result.stderr
-    assert set(report["checks"]) == {"rtt_p99_error_within_1ms", "rate_within_2pct",
-                                     "loss_within_99pct_interval"}
+    assert set(report["checks"]) == {"rtt_p99_error_within_1ms", "rate_within_2pct", "loss_within_99pct_interval"}
     assert report["checks"]["rtt_p99_error_within_1ms"] == (report["rtt"]["p99_error_ms"] <= 1.0)
     assert report["rtt"]["samples"] == 15
     assert report["configured"]["rate_bps"] == 10e6
@@ -80,7 +81,7 @@ def test_cleanup_removes_a_detached_run_whose_emulator_died(run_id: str) -> None
     try:
         up = _lab("up", "avgdc", "--run-id", run_id, "--json")
         assert up.returncode == 0, up.stderr
-        again = _lab("up", "avgdc", "--run-id", run_id, "--json")   # idempotent: adopts the live run
+        again = _lab("up", "avgdc", "--run-id", run_id, "--json")  # idempotent: adopts the live run
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["subnet"] == json.loads(up.stdout)["subnet"]
         state = json.loads((STATE_ROOT / run_id / "state.json").read_text())

@@ -98,8 +98,11 @@ def _run(topo: Topology, host: str, script: str, *args: str) -> object:
 
 
 def _dual_stack(run_id: str, link: LinkSpec) -> Topology:
-    return Topology(run_id, [Host("origin", role="origin", link=LinkSpec.symmetric()),
-                             Host("probe", role="probe", region="test", link=link)], dual_stack=True)
+    return Topology(
+        run_id,
+        [Host("origin", role="origin", link=LinkSpec.symmetric()), Host("probe", role="probe", region="test", link=link)],
+        dual_stack=True,
+    )
 
 
 def test_dual_stack_hosts_talk_ipv6_across_the_emulated_link(run_id: str) -> None:
@@ -118,11 +121,18 @@ def test_dual_stack_hosts_talk_ipv6_across_the_emulated_link(run_id: str) -> Non
         state = json.loads((STATE_ROOT / run_id / "state.json").read_text())
         assert state["dual_stack"] and [h["address6"] for h in state["hosts"]] == [origin.address6, probe.address6]
         # IPv6 is on for the hosts, but nothing asks for routers on the emulated links.
-        sysctl = topo.run("probe", ["cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6",
-                                    f"/proc/sys/net/ipv6/conf/{probe.device}/router_solicitations",
-                                    f"/proc/sys/net/ipv6/conf/{probe.device}/accept_dad"],
-                          capture_output=True, text=True).stdout.split()
-        assert sysctl[:2] == ["0", "0"] and int(sysctl[2]) <= 0, sysctl   # accept_dad -1: off (the kernel's, NOARP)
+        sysctl = topo.run(
+            "probe",
+            [
+                "cat",
+                "/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                f"/proc/sys/net/ipv6/conf/{probe.device}/router_solicitations",
+                f"/proc/sys/net/ipv6/conf/{probe.device}/accept_dad",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        assert sysctl[:2] == ["0", "0"] and int(sysctl[2]) <= 0, sysctl  # accept_dad -1: off (the kernel's, NOARP)
 
         # Delay: the handshake RTT over IPv6 is the configured one (the first connection of a
         # fresh namespace pays one-off costs: the minimum of the rest is the path's).
@@ -153,7 +163,9 @@ def test_dual_stack_hosts_talk_ipv6_across_the_emulated_link(run_id: str) -> Non
         bulk.wait(timeout=20)
         assert isinstance(result, dict)
         payload_bps = 10e6 * 1428 / 1500
-        print(f"IPv6 goodput {result['goodput_bps'] / 1e6:.3f} Mbit/s (payload rate {payload_bps / 1e6:.3f}), MSS {result['mss']}")
+        print(
+            f"IPv6 goodput {result['goodput_bps'] / 1e6:.3f} Mbit/s (payload rate {payload_bps / 1e6:.3f}), MSS {result['mss']}"
+        )
         assert result["mss"] == 1428
         assert 0.92 * payload_bps <= result["goodput_bps"] <= 1.02 * payload_bps, result
     leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -183,6 +195,6 @@ def test_dual_stack_scenario_and_attach(run_id: str, tmp_path: Path) -> None:
     topo = Topology.from_scenario("dual-stack", run_id=run_id)
     with topo:
         assert topo.dual_stack and topo.host("probe1").address6
-        attached = Topology.attach(run_id)   # e.g. `iwscope lab status` in another process
+        attached = Topology.attach(run_id)  # e.g. `iwscope lab status` in another process
         assert attached.dual_stack and attached.host("probe1").address6 == topo.host("probe1").address6
         assert attached.host("probe1").core_address6 == topo.host("probe1").core_address6

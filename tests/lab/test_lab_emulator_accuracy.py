@@ -24,7 +24,7 @@ def test_handshake_rtt_matches_configured(two_hosts: TwoHosts, rtt_ms: float, ha
     assert result["samples"] == handshakes
     samples = result["samples_ms"]
     assert abs(result["p50_ms"] - rtt_ms) <= tolerance, result
-    assert min(samples) >= rtt_ms, result   # never faster than the configured propagation delay
+    assert min(samples) >= rtt_ms, result  # never faster than the configured propagation delay
     # Every handshake within tolerance, except at most 10 %: on this shared 2-core machine a
     # neighbour's kernel work occasionally delays one packet by 10-40 ms (measured; see
     # docs/lab.md).  Such stalls are not emulator modelling errors.
@@ -68,8 +68,9 @@ def test_gilbert_elliott_loss_is_bursty_with_the_configured_average(two_hosts: T
     assert 0.03 <= gilbert["measured"] <= 0.07, gilbert
     assert 2.5 <= gilbert["mean_burst_packets"] <= 6.0, gilbert
     assert gilbert["emulator_lost_packets"] == gilbert["lost"]
-    topo.set_link("probe", LinkSpec(down=bursty.with_changes(loss_model="bernoulli"),
-                                    up=DirectionSpec(rate_bps=20e6, delay_ms=5)))
+    topo.set_link(
+        "probe", LinkSpec(down=bursty.with_changes(loss_model="bernoulli"), up=DirectionSpec(rate_bps=20e6, delay_ms=5))
+    )
     bernoulli = measure_loss(topo, "origin", "probe", 10000, port=7104)
     assert bernoulli["within_interval"], bernoulli
     assert bernoulli["mean_burst_packets"] < 1.3, bernoulli

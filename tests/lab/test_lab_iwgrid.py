@@ -45,26 +45,31 @@ BROKEN = ("census failed", "fetch_failed", "no_capture")
 def _report(name: str, cells: list[iwgrid.Cell], seconds: float) -> dict[str, Any]:
     summary = {**iwgrid.summary(cells), "wall_seconds": round(seconds, 1)}
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / f"{name}.json").write_text(json.dumps({"summary": summary, "cells": [asdict(c) for c in cells]},
-                                                       indent=1))
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps({"summary": summary, "cells": [asdict(c) for c in cells]}, indent=1))
     print(f"{name}: {json.dumps(summary)}")
     for cell in cells:
         if cell.status != "ok" or not cell.correct:
-            print(f"  {cell.server} IW {cell.iw} MSS {cell.path_mss} GSO {'on' if cell.tso else 'off'}: "
-                  f"{cell.status} {cell.iw_segments} {cell.reason} (announced MSS {cell.announced_mss})"
-                  f"{'' if cell.correct else ' WRONG'}")
+            print(
+                f"  {cell.server} IW {cell.iw} MSS {cell.path_mss} GSO {'on' if cell.tso else 'off'}: "
+                f"{cell.status} {cell.iw_segments} {cell.reason} (announced MSS {cell.announced_mss})"
+                f"{'' if cell.correct else ' WRONG'}"
+            )
     return summary
 
 
 def _describe(cells: list[iwgrid.Cell]) -> str:
-    return "; ".join(f"{c.server} IW {c.iw} MSS {c.path_mss} GSO {c.tso}: {c.status} {c.iw_segments} "
-                     f"({c.reason}, {c.attempts_wrong} connections wrong)" for c in cells)
+    return "; ".join(
+        f"{c.server} IW {c.iw} MSS {c.path_mss} GSO {c.tso}: {c.status} {c.iw_segments} "
+        f"({c.reason}, {c.attempts_wrong} connections wrong)"
+        for c in cells
+    )
 
 
 def test_the_inference_is_never_wrong_on_the_lab_grid(run_id: str) -> None:
     started = time.monotonic()
-    cells = iwgrid.run_grid(iwgrid.IWS, iwgrid.MSS_VALUES, iwgrid.TSO, iwgrid.PROTOCOLS,
-                            connections=GRID_CONNECTIONS, name=run_id)
+    cells = iwgrid.run_grid(
+        iwgrid.IWS, iwgrid.MSS_VALUES, iwgrid.TSO, iwgrid.PROTOCOLS, connections=GRID_CONNECTIONS, name=run_id
+    )
     summary = _report("iwgrid-lab", cells, time.monotonic() - started)
 
     expected = set(itertools.product(iwgrid.PROTOCOLS, (1, 2, 3, 4, 10, 16, 32, 64), (536, 1220, 1460), (True, False)))

@@ -11,12 +11,27 @@ from iwscope_lab.links import DirectionSpec, LinkSpec, parse_rate
 from iwscope_lab.scenarios import FIGURE5_BUCKETS, ScenarioError, load_scenario, scenario_names
 from iwscope_lab.selftest import binomial_interval
 
-REQUIRED_SCENARIOS = {"avgdc", "slowdc", "africa", "south-america", "europe", "north-america", "asia",
-                      "satellite", "mobile-3g", "lan", "world", "demo", "sweep-rtt", "sweep-bandwidth"}
+REQUIRED_SCENARIOS = {
+    "avgdc",
+    "slowdc",
+    "africa",
+    "south-america",
+    "europe",
+    "north-america",
+    "asia",
+    "satellite",
+    "mobile-3g",
+    "lan",
+    "world",
+    "demo",
+    "sweep-rtt",
+    "sweep-bandwidth",
+}
 
 
-@pytest.mark.parametrize(("text", "expected"), [("56k", 56_000), ("1.2M", 1_200_000), ("1G", 1e9),
-                                                ("100Mbit/s", 1e8), (512000, 512_000)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("56k", 56_000), ("1.2M", 1_200_000), ("1G", 1e9), ("100Mbit/s", 1e8), (512000, 512_000)]
+)
 def test_parse_rate(text: str | int, expected: float) -> None:
     assert parse_rate(text) == pytest.approx(expected)
 
@@ -65,8 +80,9 @@ def test_scenarios_say_what_the_issue_asks() -> None:
     assert paths["probe1"]["rtt_ms"] == 70 and paths["probe1"]["rate_bps"] == 1.2e6
     africa = load_scenario("africa").path_summary()
     assert len(africa) >= 3
-    assert all(300 <= row["rtt_ms"] <= 600 and 0.5e6 <= row["rate_bps"] <= 2e6
-               and 0.02 <= row["loss_down"] <= 0.05 for row in africa)
+    assert all(
+        300 <= row["rtt_ms"] <= 600 and 0.5e6 <= row["rate_bps"] <= 2e6 and 0.02 <= row["loss_down"] <= 0.05 for row in africa
+    )
     assert [row["rtt_ms"] for row in load_scenario("sweep-rtt").path_summary()] == [20, 50, 100, 200, 500, 1000, 3000]
     bandwidths = [row["rate_bps"] for row in load_scenario("sweep-bandwidth").path_summary()]
     assert bandwidths == [56e3, 256e3, 512e3, 1e6, 3e6, 5e6, 10e6, 100e6]
@@ -91,8 +107,9 @@ def test_demo_covers_figure5_up_to_3_s_with_buffers_that_hold_an_iw16_burst() ->
     burst_bytes = 16 * 1500
     probes = [host for host in scenario.hosts() if host.role == "probe"]
     buffers = {host.name: (host.link.down.buffer_bytes, host.link.down.buffer_packets) for host in probes}
-    assert all((size is None or size >= burst_bytes) and (packets is None or packets >= 16)
-               for size, packets in buffers.values()), buffers
+    assert all(
+        (size is None or size >= burst_bytes) and (packets is None or packets >= 16) for size, packets in buffers.values()
+    ), buffers
     world = {host.name: host.link.down.buffer_bytes for host in load_scenario("world").hosts()}
     assert world["na-dialup"] is not None and world["na-dialup"] < burst_bytes
 
@@ -106,8 +123,9 @@ def test_world_fills_every_figure5_bucket() -> None:
 
 def test_bad_scenario_error_names_the_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("name: bad\nhosts:\n  - {name: o, role: origin}\n"
-                    "  - {name: p, link: {rate: fast, rtt_ms: -3, colour: red}}\n")
+    path.write_text(
+        "name: bad\nhosts:\n  - {name: o, role: origin}\n  - {name: p, link: {rate: fast, rtt_ms: -3, colour: red}}\n"
+    )
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
     message = str(info.value)

@@ -41,11 +41,31 @@ REPETITIONS = 5
 @contextmanager
 def _https_origin(topo: Any, chain: ChainInfo, log: Path) -> Iterator[subprocess.Popen[str]]:
     with open(log, "ab") as errors:
-        origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "3,10",
-                                       "--base-port", str(BASE_PORT), "--bind", topo.host("origin").address,
-                                       "--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path),
-                                       "--no-echo", "--congestion-control", "cubic"],
-                            stdout=subprocess.PIPE, stderr=errors, text=True)
+        origin = topo.popen(
+            "origin",
+            [
+                *IWPROBE,
+                "origin",
+                "--no-upload",
+                "--setup-routes",
+                "--arms",
+                "3,10",
+                "--base-port",
+                str(BASE_PORT),
+                "--bind",
+                topo.host("origin").address,
+                "--tls-cert",
+                str(chain.chain_path),
+                "--tls-key",
+                str(chain.key_path),
+                "--no-echo",
+                "--congestion-control",
+                "cubic",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     try:
         time.sleep(1.0)
         yield origin
@@ -57,9 +77,25 @@ def _https_origin(topo: Any, chain: ChainInfo, log: Path) -> Iterator[subprocess
 def _appconnect_s(topo: Any, chain: ChainInfo, iw: int) -> float:
     """curl's time_appconnect (s) of one HTTPS fetch from the arm ``iw``, a new connection."""
     address = topo.host("origin").address
-    outcome = topo.run("probe", ["curl", "-sS", "-o", "/dev/null", "--resolve", f"{NAME}:{BASE_PORT + iw}:{address}",
-                                 "--cacert", str(chain.root_path), "-w", "%{http_code} %{time_appconnect}",
-                                 f"https://{NAME}:{BASE_PORT + iw}/obj/1000"], capture_output=True, text=True, timeout=60)
+    outcome = topo.run(
+        "probe",
+        [
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "--resolve",
+            f"{NAME}:{BASE_PORT + iw}:{address}",
+            "--cacert",
+            str(chain.root_path),
+            "-w",
+            "%{http_code} %{time_appconnect}",
+            f"https://{NAME}:{BASE_PORT + iw}/obj/1000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     code, appconnect = outcome.stdout.split()
     assert outcome.returncode == 0 and code == "200", (outcome.stdout, outcome.stderr)
     return float(appconnect)
@@ -79,9 +115,13 @@ def _observed(topo: Any, chain: ChainInfo, origin: subprocess.Popen[str]) -> dic
     address = topo.host("origin").address
     trials = {}
     for iw in (3, 10):
-        outcome = topo.run("probe", [*IWPROBE, "fetch", "--json", "--ca-file", str(chain.root_path),
-                                     f"https://{address}:{BASE_PORT + iw}/obj/1000"], capture_output=True, text=True,
-                           timeout=60)
+        outcome = topo.run(
+            "probe",
+            [*IWPROBE, "fetch", "--json", "--ca-file", str(chain.root_path), f"https://{address}:{BASE_PORT + iw}/obj/1000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         trial = json.loads(outcome.stdout)
         assert trial["error_kind"] is None and trial["tls_version"] == "TLSv1.3", trial
         trials[trial["trial_id"]] = iw
@@ -97,9 +137,13 @@ def _observed(topo: Any, chain: ChainInfo, origin: subprocess.Popen[str]) -> dic
 def test_a_chain_beyond_the_iw_costs_a_round_trip(tmp_path: Path, chain_kb: int, extra_rounds: int) -> None:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS))])
+    topo = Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS)),
+        ],
+    )
     with topo:
         chain = write_chain(tmp_path / "chain", chain_kb, name=NAME, ips=[topo.host("origin").address])
         with _https_origin(topo, chain, tmp_path / "origin.log") as origin:
@@ -108,11 +152,13 @@ def test_a_chain_beyond_the_iw_costs_a_round_trip(tmp_path: Path, chain_kb: int,
     saved = medians[3] - medians[10]
     flight = observed[10]["tls_first_flight_bytes"]
     model = {iw: 1000.0 * predict_appconnect(RTT_MS / 1000.0, RATE_BPS, flight, iw) for iw in (3, 10)}
-    print(f"{chain_kb} KB chain ({chain.chain_der_bytes} B DER, first flight {flight} B; model "
-          f"{tls_first_flight_bytes(chain.chain_der_bytes, 'ec', '1.3', certificates=len(chain.certificates))} B): time_appconnect IW3 "
-          f"{medians[3]:.1f} ms, IW10 {medians[10]:.1f} ms (model {model[3]:.1f} / {model[10]:.1f}); "
-          f"server handshake IW3 {observed[3]['tls_handshake_us'] / 1000:.1f} ms, "
-          f"IW10 {observed[10]['tls_handshake_us'] / 1000:.1f} ms")
+    print(
+        f"{chain_kb} KB chain ({chain.chain_der_bytes} B DER, first flight {flight} B; model "
+        f"{tls_first_flight_bytes(chain.chain_der_bytes, 'ec', '1.3', certificates=len(chain.certificates))} B): time_appconnect IW3 "
+        f"{medians[3]:.1f} ms, IW10 {medians[10]:.1f} ms (model {model[3]:.1f} / {model[10]:.1f}); "
+        f"server handshake IW3 {observed[3]['tls_handshake_us'] / 1000:.1f} ms, "
+        f"IW10 {observed[10]['tls_handshake_us'] / 1000:.1f} ms"
+    )
     for iw in (3, 10):
         assert observed[iw]["snd_cwnd_at_accept"] == iw and not observed[iw]["cwnd_mismatch"], observed[iw]
         # the same flight from both arms (an ECDSA signature's DER length varies by a byte or two)

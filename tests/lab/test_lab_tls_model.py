@@ -35,18 +35,21 @@ RATE_BPS = 100e6
 # --- Rounds -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flight", "iw", "rounds"), [
-    (16_000, 10, 2),   # 12 segments > IW10's 10 (14,480 bytes): one more round
-    (16_000, 3, 3),    # 3 + 6 = 9 < 12 <= 3 + 6 + 12
-    (2_000, 3, 1),     # 2 segments fit IW3
-    (9_000, 3, 2),     # 7 segments: 3 + 6
-    (9_000, 10, 1),
-    (14_480, 10, 1),   # exactly IW10
-    (14_481, 10, 2),   # one byte more
-    (4_344, 3, 1),     # exactly IW3
-    (4_345, 3, 2),
-    (64_000, 10, 3),   # 45 segments: 10 + 20 + 40
-])
+@pytest.mark.parametrize(
+    ("flight", "iw", "rounds"),
+    [
+        (16_000, 10, 2),  # 12 segments > IW10's 10 (14,480 bytes): one more round
+        (16_000, 3, 3),  # 3 + 6 = 9 < 12 <= 3 + 6 + 12
+        (2_000, 3, 1),  # 2 segments fit IW3
+        (9_000, 3, 2),  # 7 segments: 3 + 6
+        (9_000, 10, 1),
+        (14_480, 10, 1),  # exactly IW10
+        (14_481, 10, 2),  # one byte more
+        (4_344, 3, 1),  # exactly IW3
+        (4_345, 3, 2),
+        (64_000, 10, 3),  # 45 segments: 10 + 20 + 40
+    ],
+)
 def test_handshake_rounds_by_hand(flight: int, iw: int, rounds: int) -> None:
     assert tls_handshake_rounds(flight, iw, DEFAULT_MSS) == rounds
 
@@ -83,7 +86,7 @@ def test_first_flight_tls13_by_hand() -> None:
     """3,000-byte chain of 2 certificates, P-256 leaf, SHA-256 suite, record by record."""
     server_hello = 5 + 122
     change_cipher_spec = 6
-    protected = 5 + 16 + 1   # header, AEAD tag, inner content type
+    protected = 5 + 16 + 1  # header, AEAD tag, inner content type
     encrypted_extensions = 10 + protected
     certificate = 4 + 1 + 3 + 3000 + 2 * (3 + 2) + protected
     certificate_verify = 4 + 2 + 2 + 72 + protected
@@ -97,8 +100,10 @@ def test_first_flight_tls12_by_hand() -> None:
     certificate = 5 + 4 + 3 + 3000 + 2 * 3
     server_key_exchange = 5 + 44 + 256
     server_hello_done = 5 + 4
-    assert (tls_first_flight_bytes(3000, "rsa", "1.2", certificates=2, rsa_bits=2048)
-            == server_hello + certificate + server_key_exchange + server_hello_done)
+    assert (
+        tls_first_flight_bytes(3000, "rsa", "1.2", certificates=2, rsa_bits=2048)
+        == server_hello + certificate + server_key_exchange + server_hello_done
+    )
 
 
 def test_first_flight_grows_as_it_should() -> None:
@@ -108,13 +113,16 @@ def test_first_flight_grows_as_it_should() -> None:
     assert tls_first_flight_bytes(10_000, "rsa", "1.3", certificates=3, rsa_bits=4096) - base == 512 - 72
     # Each certificate: a 3-byte length and 2 bytes of (empty) extensions in TLS 1.3, 3 in 1.2.
     assert tls_first_flight_bytes(10_000, "ec", "1.3", certificates=4) - base == 5
-    assert (tls_first_flight_bytes(10_000, "ec", "1.2", certificates=4)
-            - tls_first_flight_bytes(10_000, "ec", "1.2", certificates=3)) == 3
+    assert (
+        tls_first_flight_bytes(10_000, "ec", "1.2", certificates=4) - tls_first_flight_bytes(10_000, "ec", "1.2", certificates=3)
+    ) == 3
     # A Certificate message above 16 KB needs a second record: one more 22-byte overhead.
     assert tls_first_flight_bytes(20_000, "ec", "1.3", certificates=3) - base == 10_000 + 22
     assert tls_first_flight_bytes(12_000, "ec", "1.3", certificates=3) - base == 2_000
-    assert tls_first_flight_bytes(20_000, "ec", "1.2", certificates=3) - tls_first_flight_bytes(
-        10_000, "ec", "1.2", certificates=3) == 10_000 + 5
+    assert (
+        tls_first_flight_bytes(20_000, "ec", "1.2", certificates=3) - tls_first_flight_bytes(10_000, "ec", "1.2", certificates=3)
+        == 10_000 + 5
+    )
     # SHA-384 suites have a 48-byte Finished.
     assert tls_first_flight_bytes(10_000, "ec", "1.3", certificates=3, finished_hash_bytes=48) - base == 16
     with pytest.raises(ValueError):
@@ -126,19 +134,22 @@ def test_first_flight_grows_as_it_should() -> None:
 # --- time_appconnect ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flight", "iw", "rtts"), [
-    (4_000, 10, 2),    # fits: TCP handshake + ClientHello/flight
-    (4_000, 3, 2),     # 3 segments fit IW3 too
-    (5_000, 3, 3),     # 4 segments: one more round
-    (16_000, 10, 3),
-    (16_000, 3, 4),
-    (64_000, 10, 4),
-])
+@pytest.mark.parametrize(
+    ("flight", "iw", "rtts"),
+    [
+        (4_000, 10, 2),  # fits: TCP handshake + ClientHello/flight
+        (4_000, 3, 2),  # 3 segments fit IW3 too
+        (5_000, 3, 3),  # 4 segments: one more round
+        (16_000, 10, 3),
+        (16_000, 3, 4),
+        (64_000, 10, 4),
+    ],
+)
 def test_appconnect_is_one_rtt_per_round_plus_the_tcp_handshake(flight: int, iw: int, rtts: int) -> None:
     predicted = predict_appconnect(RTT_S, RATE_BPS, flight, iw)
     assert rtts == 1 + tls_handshake_rounds(flight, iw)
     assert predicted == pytest.approx(rtts * RTT_S, rel=0.03)
-    assert predicted > rtts * RTT_S   # serialisation is never free
+    assert predicted > rtts * RTT_S  # serialisation is never free
 
 
 def test_tls12_adds_one_round_trip() -> None:
@@ -196,28 +207,51 @@ def test_curl_appconnect_through_the_lab_matches_the_model(two_hosts: TwoHosts, 
     for chain_kb, iw in ((3.9, 3), (5, 10), (16, 10), (16, 3)):
         chain = write_chain(tmp_path / f"{chain_kb}", chain_kb)
         topo.set_route("origin", initcwnd=iw)
-        server = topo.popen("origin", [sys.executable, "-c", TLS_SERVER, str(chain.chain_path), str(chain.key_path),
-                                       str(PORT)], stdout=subprocess.PIPE, text=True)
+        server = topo.popen(
+            "origin",
+            [sys.executable, "-c", TLS_SERVER, str(chain.chain_path), str(chain.key_path), str(PORT)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert server.stdout is not None and server.stdout.readline().strip() == "listening"
             measured = []
             for _ in range(REPEATS):
-                curl = topo.run("probe", ["/usr/bin/curl", "--silent", "--show-error", "--output", "/dev/null",
-                                          "--cacert", str(chain.root_path), "--resolve", f"{chain.name}:{PORT}:{origin}",
-                                          "--write-out", "%{time_appconnect}", f"https://{chain.name}:{PORT}/"],
-                                capture_output=True, text=True, timeout=30)
+                curl = topo.run(
+                    "probe",
+                    [
+                        "/usr/bin/curl",
+                        "--silent",
+                        "--show-error",
+                        "--output",
+                        "/dev/null",
+                        "--cacert",
+                        str(chain.root_path),
+                        "--resolve",
+                        f"{chain.name}:{PORT}:{origin}",
+                        "--write-out",
+                        "%{time_appconnect}",
+                        f"https://{chain.name}:{PORT}/",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
                 assert curl.returncode == 0, curl.stderr
                 measured.append(float(curl.stdout))
         finally:
             stop_process(server)
         # curl and Python's ssl (both OpenSSL 3) agree on TLS_AES_256_GCM_SHA384.
-        flight = tls_first_flight_bytes(chain.chain_der_bytes, "ec", "1.3", certificates=len(chain.certificates),
-                                        finished_hash_bytes=48)
+        flight = tls_first_flight_bytes(
+            chain.chain_der_bytes, "ec", "1.3", certificates=len(chain.certificates), finished_hash_bytes=48
+        )
         predicted = predict_appconnect(RTT_S, RATE_BPS, flight, iw, first_write_bytes=OPENSSL_FIRST_WRITE_BYTES)
         median = statistics.median(measured)
         rounds = tls_handshake_rounds(flight, iw, first_write_bytes=OPENSSL_FIRST_WRITE_BYTES)
-        results.append(f"{chain_kb} KB chain ({flight} B flight) at IW{iw}: {rounds} round(s), appconnect "
-                       f"{[round(1000 * m, 1) for m in measured]} ms, model {1000 * predicted:.1f} ms")
+        results.append(
+            f"{chain_kb} KB chain ({flight} B flight) at IW{iw}: {rounds} round(s), appconnect "
+            f"{[round(1000 * m, 1) for m in measured]} ms, model {1000 * predicted:.1f} ms"
+        )
         print(results[-1])
         assert abs(median - predicted) <= 0.03 * predicted + 0.005, results
         assert median < (rounds + 1.5) * RTT_S and median > (rounds + 0.9) * RTT_S, results

@@ -52,24 +52,28 @@ def _initcwnd_after_accept(topo: Topology, port: int) -> int:
     server = topo.popen("origin", MEASURE + ["initcwnd-server", str(port)], stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     assert "listening" in server.stdout.readline()
-    topo.run("probe", [sys.executable, "-c", f"import socket; socket.create_connection(('{topo.host('origin').address}', {port})).close()"],
-             check=True, timeout=20)
+    topo.run(
+        "probe",
+        [sys.executable, "-c", f"import socket; socket.create_connection(('{topo.host('origin').address}', {port})).close()"],
+        check=True,
+        timeout=20,
+    )
     out, _ = server.communicate(timeout=20)
     return int(json.loads(out.strip().splitlines()[-1])["snd_cwnd"])
 
 
 def test_route_initcwnd_is_the_servers_snd_cwnd_after_accept(two_hosts: TwoHosts) -> None:
     topo = two_hosts(LinkSpec.symmetric(rate_bps=10e6, rtt_ms=20))
-    assert _initcwnd_after_accept(topo, 7201) == 10   # Linux default IW10
+    assert _initcwnd_after_accept(topo, 7201) == 10  # Linux default IW10
     topo.set_route("origin", initcwnd=3)
     assert _initcwnd_after_accept(topo, 7202) == 3
     topo.set_route("origin", initcwnd=32)
     assert _initcwnd_after_accept(topo, 7203) == 32
-    topo.set_route("origin", initrwnd=40)   # merged: initcwnd stays
+    topo.set_route("origin", initrwnd=40)  # merged: initcwnd stays
     routes = topo.run("origin", ["ip", "route", "show", "default"], capture_output=True, text=True).stdout
     assert "initcwnd 32" in routes and "initrwnd 40" in routes
     assert _initcwnd_after_accept(topo, 7204) == 32
-    topo.set_route("origin", initcwnd=0)   # back to the kernel default
+    topo.set_route("origin", initcwnd=0)  # back to the kernel default
     assert _initcwnd_after_accept(topo, 7205) == 10
     with pytest.raises(ValueError, match="initcwnd"):
         topo.set_route("origin", initcwnd=-1)
@@ -77,7 +81,7 @@ def test_route_initcwnd_is_the_servers_snd_cwnd_after_accept(two_hosts: TwoHosts
 
 def test_every_host_reaches_the_collector_address(two_hosts: TwoHosts) -> None:
     topo = two_hosts(LinkSpec.symmetric(rate_bps=10e6, rtt_ms=30))
-    listener = socket.create_server((topo.collector_address, 0))   # the lab's service address, not 0.0.0.0
+    listener = socket.create_server((topo.collector_address, 0))  # the lab's service address, not 0.0.0.0
     port = listener.getsockname()[1]
     peers: list[str] = []
 
@@ -92,8 +96,10 @@ def test_every_host_reaches_the_collector_address(two_hosts: TwoHosts) -> None:
     thread.start()
     try:
         for host in ("origin", "probe"):
-            script = (f"import socket; s = socket.create_connection(('{topo.collector_address}', {port}), timeout=5);"
-                      "print(s.recv(10).decode())")
+            script = (
+                f"import socket; s = socket.create_connection(('{topo.collector_address}', {port}), timeout=5);"
+                "print(s.recv(10).decode())"
+            )
             result = topo.run(host, [sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
             assert result.stdout.strip() == "hello", result.stderr
         thread.join(timeout=5)
@@ -135,21 +141,27 @@ def test_jitter_never_reorders_and_drop_tail_buffer_drops(two_hosts: TwoHosts) -
     """)
     sink = topo.popen("probe", [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
-    sender = (f"import socket, struct, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-              f"for i in range(300):\n s.sendto(struct.pack('!I', i), ('{topo.host('probe').address}', 7205)); time.sleep(0.001)")
+    sender = (
+        f"import socket, struct, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"for i in range(300):\n s.sendto(struct.pack('!I', i), ('{topo.host('probe').address}', 7205)); time.sleep(0.001)"
+    )
     topo.run("origin", [sys.executable, "-c", sender], check=True, timeout=20)
     out, _ = sink.communicate(timeout=20)
     sequence = [int(x) for x in out.split()]
-    assert sequence == list(range(300))   # nothing lost, nothing reordered despite 8 ms jitter
-    time.sleep(1.2)   # the emulator flushes its trace every second
+    assert sequence == list(range(300))  # nothing lost, nothing reordered despite 8 ms jitter
+    time.sleep(1.2)  # the emulator flushes its trace every second
     delays = _trace_delays(topo.trace_path("probe"))
-    assert len(delays) >= 300 and max(delays) - min(delays) > 8.0   # the jitter is real
+    assert len(delays) >= 300 and max(delays) - min(delays) > 8.0  # the jitter is real
     # A 10-packet drop-tail buffer at 1 Mbit/s: a burst of 100 datagrams loses about 90.
-    topo.set_link("probe", LinkSpec(down=DirectionSpec(rate_bps=1e6, delay_ms=5, buffer_packets=10),
-                                    up=DirectionSpec(rate_bps=1e6, delay_ms=5)))
+    topo.set_link(
+        "probe",
+        LinkSpec(down=DirectionSpec(rate_bps=1e6, delay_ms=5, buffer_packets=10), up=DirectionSpec(rate_bps=1e6, delay_ms=5)),
+    )
     before = topo.link_stats("probe")["down"]
-    burst = (f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-             f"for i in range(100):\n s.sendto(bytes(1000), ('{topo.host('probe').address}', 7206))")
+    burst = (
+        f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"for i in range(100):\n s.sendto(bytes(1000), ('{topo.host('probe').address}', 7206))"
+    )
     topo.run("origin", [sys.executable, "-c", burst], check=True, timeout=20)
     time.sleep(0.3)
     after = topo.link_stats("probe")["down"]
@@ -176,14 +188,15 @@ def test_up_is_idempotent_and_teardown_leaves_nothing(run_id: str) -> None:
     try:
         topo.up()
         first = (topo.subnet, topo.emulator_pid("probe"))
-        topo.up()   # same object: no-op
-        again = Topology(run_id, [Host("origin", role="origin"),
-                                  Host("probe", link=LinkSpec.symmetric(rate_bps=5e6, rtt_ms=40))]).up()
-        assert (again.subnet, again.emulator_pid("probe")) == first   # another object adopts the run
+        topo.up()  # same object: no-op
+        again = Topology(
+            run_id, [Host("origin", role="origin"), Host("probe", link=LinkSpec.symmetric(rate_bps=5e6, rtt_ms=40))]
+        ).up()
+        assert (again.subnet, again.emulator_pid("probe")) == first  # another object adopts the run
         server = topo.popen("origin", ["sleep", "600"])
         pids = [topo.emulator_pid("origin"), topo.emulator_pid("probe"), server.pid]
         subnet = topo.subnet
-        assert _leftovers(run_id, subnet, pids)   # the check sees a live run
+        assert _leftovers(run_id, subnet, pids)  # the check sees a live run
     finally:
         topo.down()
     assert _leftovers(run_id, subnet, pids) == []
@@ -191,7 +204,8 @@ def test_up_is_idempotent_and_teardown_leaves_nothing(run_id: str) -> None:
 
 def test_cleanup_after_owner_is_killed(run_id: str, tmp_path: Path) -> None:
     owner_script = tmp_path / "owner.py"
-    owner_script.write_text(textwrap.dedent(f"""
+    owner_script.write_text(
+        textwrap.dedent(f"""
         import time
         from iwscope_lab.topology import Host, LinkSpec, Topology
         topo = Topology({run_id!r}, [Host("origin", role="origin"),
@@ -199,7 +213,8 @@ def test_cleanup_after_owner_is_killed(run_id: str, tmp_path: Path) -> None:
         topo.popen("probe", ["sleep", "600"])
         print(topo.subnet, topo.emulator_pid("origin"), topo.emulator_pid("probe"), flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     owner = subprocess.Popen([sys.executable, str(owner_script)], stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout is not None
@@ -210,8 +225,9 @@ def test_cleanup_after_owner_is_killed(run_id: str, tmp_path: Path) -> None:
         assert len(_leftovers(run_id, subnet, pids)) >= 5
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        removed = subprocess.run([str(Path(sys.executable).with_name("iwscope")), "lab", "cleanup"],
-                                 capture_output=True, text=True, timeout=60)
+        removed = subprocess.run(
+            [str(Path(sys.executable).with_name("iwscope")), "lab", "cleanup"], capture_output=True, text=True, timeout=60
+        )
         assert removed.returncode == 0, removed.stderr
         assert run_id in removed.stdout
         assert _leftovers(run_id, subnet, pids) == []
@@ -220,8 +236,9 @@ def test_cleanup_after_owner_is_killed(run_id: str, tmp_path: Path) -> None:
             owner.kill()
         owner.communicate()
         cleanup_state = STATE_ROOT / run_id / "state.json"
-        if cleanup_state.exists():   # the test failed half-way: remove the run anyway
+        if cleanup_state.exists():  # the test failed half-way: remove the run anyway
             from iwscope_lab.runstate import cleanup_run, read_state
+
             state = read_state(STATE_ROOT / run_id)
             if state:
                 cleanup_run(state)

@@ -46,10 +46,12 @@ def _in_user_space(line: str) -> bool:
 
 
 def test_user_addresses_get_a_slash24_each_and_route_over_their_hosts_link(run_id: str) -> None:
-    hosts = [Host("server", role="server", link=LinkSpec.symmetric(rate_bps=1e9)),
-             Host("near", role="users", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=20), users=130),
-             Host("plain", role="probe", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=5)),
-             Host("far", role="users", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=90), users=140)]
+    hosts = [
+        Host("server", role="server", link=LinkSpec.symmetric(rate_bps=1e9)),
+        Host("near", role="users", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=20), users=130),
+        Host("plain", role="probe", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=5)),
+        Host("far", role="users", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=90), users=140),
+    ]
     other = Topology(f"{run_id}b", [Host("server", role="server"), Host("one", role="users", users=1)])
     with Topology(run_id, hosts, dual_stack=True) as topo, other:
         near, far = topo.host("near").user_addresses, topo.host("far").user_addresses
@@ -58,9 +60,9 @@ def test_user_addresses_get_a_slash24_each_and_route_over_their_hosts_link(run_i
         assert everyone == near + far
         prefixes = {ipaddress.ip_network(f"{address}/24", strict=False) for address in everyone}
         assert len(prefixes) == 270 and all(prefix.subnet_of(USERS_SPACE) for prefix in prefixes)
-        assert len(topo.users_octets) == 2   # 270 users: two /16s
-        assert all(address.endswith(f".{topo.host('far').index}") for address in far)   # the last octet names the host
-        assert set(other.users_octets).isdisjoint(topo.users_octets)   # concurrent runs never share user space
+        assert len(topo.users_octets) == 2  # 270 users: two /16s
+        assert all(address.endswith(f".{topo.host('far').index}") for address in far)  # the last octet names the host
+        assert set(other.users_octets).isdisjoint(topo.users_octets)  # concurrent runs never share user space
         six = topo.host("far").user_addresses6
         assert len({ipaddress.ip_network(f"{a}/48", strict=False) for a in six}) == 140
         # The core routes every user address to its own host's TUN link, IPv4 and IPv6.
@@ -79,13 +81,22 @@ def test_user_addresses_get_a_slash24_each_and_route_over_their_hosts_link(run_i
         assert _root_user_leftovers() == []
         # Connections from a user address cross its host's link (20 ms), not another host's.
         server = topo.host("server").address
-        script = ("import socket, sys, time\ns = socket.socket(); s.bind((sys.argv[1], 0)); t = time.monotonic()\n"
-                  "try:\n    s.connect((sys.argv[2], 9))\nexcept ConnectionRefusedError:\n    pass\n"
-                  "print((time.monotonic() - t) * 1000)")
+        script = (
+            "import socket, sys, time\ns = socket.socket(); s.bind((sys.argv[1], 0)); t = time.monotonic()\n"
+            "try:\n    s.connect((sys.argv[2], 9))\nexcept ConnectionRefusedError:\n    pass\n"
+            "print((time.monotonic() - t) * 1000)"
+        )
         for host_name, rtt in (("near", 20), ("far", 90)):
-            measured = float(topo.run(host_name, ["python3", "-c", script, topo.host(host_name).user_addresses[-1], server],
-                                      capture_output=True, text=True, timeout=10).stdout)
-            assert rtt - 0.5 <= measured <= rtt + 15, (host_name, measured)   # the RST comes back over the link
+            measured = float(
+                topo.run(
+                    host_name,
+                    ["python3", "-c", script, topo.host(host_name).user_addresses[-1], server],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
+            )
+            assert rtt - 0.5 <= measured <= rtt + 15, (host_name, measured)  # the RST comes back over the link
     assert _root_user_leftovers() == []
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert run_id not in namespaces and not (STATE_ROOT / run_id).exists()
@@ -124,20 +135,28 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
     with topo:
         with start_nginx(topo, "server") as server:
             counts = {host.name: host.users for host in topo.hosts if host.users}
-            config = PopulationConfig(concurrent_users=12, think_time_s=0.2, pages_per_session=1, duration_s=50,
-                                      max_page_loads=max(counts.values()), seed=3)
+            config = PopulationConfig(
+                concurrent_users=12,
+                think_time_s=0.2,
+                pages_per_session=1,
+                duration_s=50,
+                max_page_loads=max(counts.values()),
+                seed=3,
+            )
             population = UserPopulation(topo, server, config)
             population.start()
             result = population.wait(timeout_s=240)
             cpu_nginx = server.cpu_seconds()
         summary = result.summary()
-        print(json.dumps({key: value for key, value in summary.items() if key != "failure_examples"}, indent=1),
-              f"nginx CPU {cpu_nginx:.2f} s")
+        print(
+            json.dumps({key: value for key, value in summary.items() if key != "failure_examples"}, indent=1),
+            f"nginx CPU {cpu_nginx:.2f} s",
+        )
         assert result.errors == []
         assert summary["failures"] == 0, summary["failure_reasons"]
         assert all(record.http_code == 200 for record in result.requests)
         expected = set(topo.user_addresses())
-        assert len(expected) == 220 and result.addresses() == expected   # one page load per user address
+        assert len(expected) == 220 and result.addresses() == expected  # one page load per user address
         assert summary["prefixes_24"] == 220
         # nginx saw each of them as the source address, and nothing else.
         seen = {entry["remote_addr"] for entry in server.access_log()}
@@ -148,7 +167,8 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
         for record in result.requests:
             assert record.http_version == ("2" if record.protocol == "h2" else "1.1"), record
             assert record.remote_ip == server.address and record.remote_port == (
-                server.http_port if record.protocol == "h1" else server.https_port)
+                server.http_port if record.protocol == "h1" else server.https_port
+            )
         # Browser-like: the objects of an HTTP/1.1 load over at most 6 connections, of an HTTP/2 load over 1.
         for load in result.page_loads:
             objects = [r for r in result.requests if r.host == load.host and r.page_load == load.id and r.phase == "object"]
@@ -171,9 +191,9 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
                 fastest[address] = min(connects)
             print(host_name, rtt, sorted(round(value, 1) for value in fastest.values()))
             for address, value in fastest.items():
-                assert value >= rtt - 0.5, (host_name, address, value)   # never faster than its own link
+                assert value >= rtt - 0.5, (host_name, address, value)  # never faster than its own link
                 on_link = value <= 1.25 * rtt + tight
-                syn_lost = lossy and value >= rtt + 1000 - tight   # each handshake lost a SYN or SYN-ACK: 1 s RTO
+                syn_lost = lossy and value >= rtt + 1000 - tight  # each handshake lost a SYN or SYN-ACK: 1 s RTO
                 assert on_link or syn_lost, f"{address} of {host_name}: handshake {value:.1f} ms, link RTT {rtt} ms"
             near = sum(value <= rtt + tight for value in fastest.values())
             assert near >= 0.9 * len(fastest), (host_name, near, len(fastest))
@@ -182,22 +202,34 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
     assert _root_user_leftovers() == []
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert run_id not in namespaces
-    assert not any(line for line in subprocess.run(["pgrep", "-a", "nginx"], capture_output=True, text=True).stdout.splitlines()
-                   if str(STATE_ROOT / run_id) in line)
+    assert not any(
+        line
+        for line in subprocess.run(["pgrep", "-a", "nginx"], capture_output=True, text=True).stdout.splitlines()
+        if str(STATE_ROOT / run_id) in line
+    )
 
 
 @NGINX
 def test_failed_requests_are_reported_with_their_reason(run_id: str, tmp_path: Path) -> None:
     """Over IPv6 (a /48 per user): a missing object is a 404 in every load, a stopped server
     curl's exit code 7 for every page; nothing is dropped from the count."""
-    hosts = [Host("server", role="server", link=LinkSpec.symmetric(rate_bps=1e9)),
-             Host("users", role="users", link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=10), users=4)]
+    hosts = [
+        Host("server", role="server", link=LinkSpec.symmetric(rate_bps=1e9)),
+        Host("users", role="users", link=LinkSpec.symmetric(rate_bps=20e6, rtt_ms=10), users=4),
+    ]
     site = build_site(tmp_path / "www", page_types=(PageType("search", 4, 1.0),), variants=1, objects=8)
     missing = site.pages[0].objects[2]
     with Topology(run_id, hosts, dual_stack=True) as topo, start_nginx(topo, "server", site=site) as server:
         (site.root / missing.lstrip("/")).unlink()
-        config = PopulationConfig(concurrent_users=4, think_time_s=0, pages_per_session=2, duration_s=20,
-                                  max_page_loads=8, family=6, mix={"h2": 1.0, "h1": 1.0})
+        config = PopulationConfig(
+            concurrent_users=4,
+            think_time_s=0,
+            pages_per_session=2,
+            duration_s=20,
+            max_page_loads=8,
+            family=6,
+            mix={"h2": 1.0, "h1": 1.0},
+        )
         result = run_population(topo, server, config)
         assert len(result.page_loads) == 8 and len(result.requests) == 8 * 5
         assert [load.failed for load in result.page_loads] == [1] * 8
@@ -207,7 +239,10 @@ def test_failed_requests_are_reported_with_their_reason(run_id: str, tmp_path: P
         assert {record.local_ip for record in result.requests} <= set(topo.host("users").user_addresses6)
         assert {entry["remote_addr"] for entry in server.access_log()} <= set(topo.host("users").user_addresses6)
         server.stop()
-        gone = run_population(topo, server, PopulationConfig(concurrent_users=2, think_time_s=0, pages_per_session=1,
-                                                             duration_s=10, max_page_loads=2, family=6))
-        assert len(gone.requests) == 2 and len(gone.failures) == 2   # the pages; no objects after a failed page
+        gone = run_population(
+            topo,
+            server,
+            PopulationConfig(concurrent_users=2, think_time_s=0, pages_per_session=1, duration_s=10, max_page_loads=2, family=6),
+        )
+        assert len(gone.requests) == 2 and len(gone.failures) == 2  # the pages; no objects after a failed page
         assert all((record.error or "").startswith("curl exit 7: ") for record in gone.failures), gone.failures

@@ -16,8 +16,13 @@ IWSCOPE = [sys.executable, "-m", "iwscope.cli"]
 
 
 def create_token(service_env: dict[str, str], kind: str, label: str = "pytest passive") -> str:
-    completed = subprocess.run([*IWSCOPE, "token", "create", "--kind", kind, "--label", label],
-                               env=service_env, capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        [*IWSCOPE, "token", "create", "--kind", kind, "--label", label],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert completed.returncode == 0, completed.stderr
     return completed.stdout.strip()
 

@@ -19,13 +19,17 @@ from iwprobe import wire
 from iwscope.admission import is_probe_traffic
 
 #: One database connection, turned away after 0.4 s (as tests/collector/test_collector_db_overload.py).
-TINY_POOL = {"IWSCOPE_DB_POOL_SIZE": "1", "IWSCOPE_DB_MAX_OVERFLOW": "0", "IWSCOPE_DB_POOL_TIMEOUT_S": "0.4",
-             "IWSCOPE_RETRY_AFTER_S": "1"}
+TINY_POOL = {
+    "IWSCOPE_DB_POOL_SIZE": "1",
+    "IWSCOPE_DB_MAX_OVERFLOW": "0",
+    "IWSCOPE_DB_POOL_TIMEOUT_S": "0.4",
+    "IWSCOPE_RETRY_AFTER_S": "1",
+}
 
 
 def test_a_busy_database_is_a_503_and_nothing_of_the_batch_is_stored(
-        api_server_factory: Callable[..., Any], server_token: str, admin_token: str, database_url: str,
-        db_engine: Engine) -> None:
+    api_server_factory: Callable[..., Any], server_token: str, admin_token: str, database_url: str, db_engine: Engine
+) -> None:
     api = api_server_factory(**TINY_POOL)
     with httpx.Client(base_url=api.url, timeout=60) as client:
         server = enroll_server(client, server_token)
@@ -61,6 +65,9 @@ def test_the_servers_traffic_is_agent_traffic_at_the_front_door() -> None:
     assert is_probe_traffic("POST", wire.PASSIVE_BATCH_PATH)
     assert is_probe_traffic("GET", wire.SERVER_CONFIG_PATH.format(server_id="x"))
     assert is_probe_traffic("POST", wire.SERVER_ENROLL_PATH)
-    for method, path in (("GET", "/api/v1/servers"), ("GET", "/api/v1/passive/aggregates.parquet"),
-                         ("GET", wire.PASSIVE_BATCH_PATH)):
+    for method, path in (
+        ("GET", "/api/v1/servers"),
+        ("GET", "/api/v1/passive/aggregates.parquet"),
+        ("GET", wire.PASSIVE_BATCH_PATH),
+    ):
         assert not is_probe_traffic(method, path), (method, path)

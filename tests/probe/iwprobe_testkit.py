@@ -70,7 +70,15 @@ def netns_pair() -> Iterator[NetnsPair]:
             _ip("-n", namespace, "link", "set", device, "up")
             _ip("-n", namespace, "link", "set", "lo", "up")
             # A default route so the origin's route copies include one (like a real host).
-            _ip("-n", namespace, "route", "add", "default", "via", pair.probe_address if namespace == origin_ns else pair.origin_address)
+            _ip(
+                "-n",
+                namespace,
+                "route",
+                "add",
+                "default",
+                "via",
+                pair.probe_address if namespace == origin_ns else pair.origin_address,
+            )
         yield pair
     finally:
         for namespace in (origin_ns, probe_ns):
@@ -80,8 +88,7 @@ def netns_pair() -> Iterator[NetnsPair]:
 def wait_for_port(pair: NetnsPair, namespace: str, address: str, port: int, timeout_s: float = 10.0) -> None:
     """Block until something listens on address:port inside the namespace."""
     deadline = time.monotonic() + timeout_s
-    probe = ("import socket,sys\ns=socket.socket()\ns.settimeout(0.5)\n"
-             f"sys.exit(s.connect_ex(({address!r},{port})))")
+    probe = f"import socket,sys\ns=socket.socket()\ns.settimeout(0.5)\nsys.exit(s.connect_ex(({address!r},{port})))"
     while time.monotonic() < deadline:
         if pair.run(namespace, [PYTHON, "-c", probe]).returncode == 0:
             return
@@ -124,8 +131,9 @@ def fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
             _ip("-n", namespace, "link", "set", ns_dev, "up")
             _ip("-n", namespace, "route", "add", f"{SERVICE_ADDRESS}/32", "via", root_address, "dev", ns_dev)
             collector_from[namespace] = SERVICE_ADDRESS
-        yield FleetNet(netns_pair.origin_ns, netns_pair.probe_ns, netns_pair.origin_address,
-                       netns_pair.probe_address, collector_from)
+        yield FleetNet(
+            netns_pair.origin_ns, netns_pair.probe_ns, netns_pair.origin_address, netns_pair.probe_address, collector_from
+        )
     finally:
         for device in links:
             subprocess.run(["ip", "link", "del", device], capture_output=True)
@@ -164,10 +172,28 @@ def origin_process(pair: NetnsPair, arms: Sequence[int], base_port: int, *option
     labels = ",".join(str(iw) for iw in arms)
     setup = pair.run(pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--arms", labels])
     assert setup.returncode == 0, setup.stderr
-    process = pair.popen(pair.origin_ns, [
-        PYTHON, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload", "--arms", labels,
-        "--base-port", str(base_port), "--bind", pair.origin_address, *options],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = pair.popen(
+        pair.origin_ns,
+        [
+            PYTHON,
+            "-m",
+            "iwprobe",
+            "--log-level",
+            "WARNING",
+            "origin",
+            "--no-upload",
+            "--arms",
+            labels,
+            "--base-port",
+            str(base_port),
+            "--bind",
+            pair.origin_address,
+            *options,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_port(pair, pair.probe_ns, pair.origin_address, base_port + max(arms))
         yield process

@@ -19,22 +19,54 @@ def tcp_header(sport: int, dport: int, seq: int, ack: int, flags: int, window: i
     return struct.pack("!HHIIBBHHH", sport, dport, seq, ack, offset << 4, flags, window, 0, 0) + options
 
 
-def ipv4(tcp: bytes, payload: int = 0, protocol: int = socket.IPPROTO_TCP, fragment: int = 0x4000,
-         options: bytes = b"", source: str = CLIENT_V4, destination: str = SERVER_V4, data: bytes = b"") -> bytes:
+def ipv4(
+    tcp: bytes,
+    payload: int = 0,
+    protocol: int = socket.IPPROTO_TCP,
+    fragment: int = 0x4000,
+    options: bytes = b"",
+    source: str = CLIENT_V4,
+    destination: str = SERVER_V4,
+    data: bytes = b"",
+) -> bytes:
     """An IPv4 header (DF set unless ``fragment`` says otherwise) before ``tcp``; the packet's
     payload bytes are counted in the total length but not included (the capture keeps headers),
     except the first ones given as ``data``."""
     ihl = (20 + len(options)) // 4
     total = ihl * 4 + len(tcp) + payload
-    header = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, total, 1, fragment, 64, protocol, 0,
-                         socket.inet_aton(source), socket.inet_aton(destination))
+    header = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x40 | ihl,
+        0,
+        total,
+        1,
+        fragment,
+        64,
+        protocol,
+        0,
+        socket.inet_aton(source),
+        socket.inet_aton(destination),
+    )
     return header + options + tcp + data
 
 
-def ipv6(tcp: bytes, payload: int = 0, next_header: int = socket.IPPROTO_TCP, source: str = CLIENT_V6,
-         destination: str = SERVER_V6, data: bytes = b"") -> bytes:
-    header = struct.pack("!IHBB16s16s", 6 << 28, len(tcp) + payload, next_header, 64,
-                         socket.inet_pton(socket.AF_INET6, source), socket.inet_pton(socket.AF_INET6, destination))
+def ipv6(
+    tcp: bytes,
+    payload: int = 0,
+    next_header: int = socket.IPPROTO_TCP,
+    source: str = CLIENT_V6,
+    destination: str = SERVER_V6,
+    data: bytes = b"",
+) -> bytes:
+    header = struct.pack(
+        "!IHBB16s16s",
+        6 << 28,
+        len(tcp) + payload,
+        next_header,
+        64,
+        socket.inet_pton(socket.AF_INET6, source),
+        socket.inet_pton(socket.AF_INET6, destination),
+    )
     return header + tcp + data
 
 
@@ -52,7 +84,7 @@ def run_bpf(program: list[tuple[int, int, int, int]], packet: bytes) -> int:
     def load(offset: int, size: int) -> int:
         if offset < 0 or offset + size > len(packet):
             raise _OutOfBounds
-        return int.from_bytes(packet[offset:offset + size], "big")
+        return int.from_bytes(packet[offset : offset + size], "big")
 
     steps = 0
     while True:
@@ -61,27 +93,26 @@ def run_bpf(program: list[tuple[int, int, int, int]], packet: bytes) -> int:
         code, jt, jf, k = program[pc]
         pc += 1
         try:
-            if code == 0x30:            # BPF_LD | BPF_B | BPF_ABS
+            if code == 0x30:  # BPF_LD | BPF_B | BPF_ABS
                 a = load(k, 1)
-            elif code == 0x28:          # BPF_LD | BPF_H | BPF_ABS
+            elif code == 0x28:  # BPF_LD | BPF_H | BPF_ABS
                 a = load(k, 2)
-            elif code == 0x48:          # BPF_LD | BPF_H | BPF_IND
+            elif code == 0x48:  # BPF_LD | BPF_H | BPF_IND
                 a = load(x + k, 2)
-            elif code == 0xB1:          # BPF_LDX | BPF_B | BPF_MSH
+            elif code == 0xB1:  # BPF_LDX | BPF_B | BPF_MSH
                 x = 4 * (load(k, 1) & 0x0F)
-            elif code == 0x54:          # BPF_ALU | BPF_AND | BPF_K
+            elif code == 0x54:  # BPF_ALU | BPF_AND | BPF_K
                 a &= k
-            elif code == 0x15:          # BPF_JMP | BPF_JEQ | BPF_K
+            elif code == 0x15:  # BPF_JMP | BPF_JEQ | BPF_K
                 pc += jt if a == k else jf
-            elif code == 0x45:          # BPF_JMP | BPF_JSET | BPF_K
+            elif code == 0x45:  # BPF_JMP | BPF_JSET | BPF_K
                 pc += jt if a & k else jf
-            elif code == 0x06:          # BPF_RET | BPF_K
+            elif code == 0x06:  # BPF_RET | BPF_K
                 return k
             else:
                 raise AssertionError(f"opcode {code:#x} not in the interpreter")
         except _OutOfBounds:
             return 0
-
 
 
 def tcp_info_bytes(fields: dict[str, int]) -> bytes:

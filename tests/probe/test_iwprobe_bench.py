@@ -26,9 +26,12 @@ import pytest
 from iwprobe_testkit import FleetNet
 from test_iwprobe_collector_e2e import ARMS, Agents, _create_campaign, _query
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.environ.get("IWPROBE_BENCH") != "1",
-                                 reason="benchmark: run with IWPROBE_BENCH=1 (numbers for the closing note)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("IWPROBE_BENCH") != "1", reason="benchmark: run with IWPROBE_BENCH=1 (numbers for the closing note)"
+    ),
+]
 RESULTS = Path(__file__).resolve().parents[2] / "artifacts" / "probe-bench.json"
 
 
@@ -41,8 +44,7 @@ def _save(key: str, value: dict[str, Any]) -> None:
 
 
 @pytest.fixture()
-def bench_agents(fleet_net: FleetNet, api_server: Any, enroll_token: str, origin_token: str,
-                 tmp_path: Path) -> Iterator[Agents]:
+def bench_agents(fleet_net: FleetNet, api_server: Any, enroll_token: str, origin_token: str, tmp_path: Path) -> Iterator[Agents]:
     fleet = Agents(fleet_net, api_server.port, tmp_path, f"r{os.urandom(3).hex()}")
     fleet.enroll(enroll_token, origin_token)
     fleet.start_origin()
@@ -52,12 +54,18 @@ def bench_agents(fleet_net: FleetNet, api_server: Any, enroll_token: str, origin
         fleet.stop()
 
 
-def test_probe_cpu_and_memory_per_1000_trials(bench_agents: Agents, api_server: Any, admin_token: str,
-                                              database_url: str) -> None:
+def test_probe_cpu_and_memory_per_1000_trials(bench_agents: Agents, api_server: Any, admin_token: str, database_url: str) -> None:
     sizes = [1000, 9000, 30000, 100000]
     rounds = 63  # 63 x 4 arms x 4 sizes = 1,008 trials
-    campaign = _create_campaign(api_server.url, admin_token, bench_agents.origin_id, probe_regions=[bench_agents.region],
-                                repetitions=rounds, sizes=sizes, calibrate=False)
+    campaign = _create_campaign(
+        api_server.url,
+        admin_token,
+        bench_agents.origin_id,
+        probe_regions=[bench_agents.region],
+        repetitions=rounds,
+        sizes=sizes,
+        calibrate=False,
+    )
     started = time.monotonic()
     process = bench_agents.probe_run("--trial-gap", "0", "--upload-timeout", "120", "--campaign", str(campaign))
     # ru_maxrss of a forked child counts the parent's (pytest's) pages shared before exec,
@@ -81,26 +89,37 @@ def test_probe_cpu_and_memory_per_1000_trials(bench_agents: Agents, api_server: 
     stored = _query(database_url, "SELECT count(*) FROM trials WHERE campaign_id = %s", campaign)[0][0]
     assert stored == trials
     cpu_s = usage.ru_utime + usage.ru_stime
-    result = {"trials": trials, "wall_s": round(wall_s, 1), "cpu_s": round(cpu_s, 2),
-              "cpu_s_per_1000_trials": round(cpu_s * 1000 / trials, 2), "peak_rss_mb": round(peak_kb / 1024, 1)}
+    result = {
+        "trials": trials,
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 2),
+        "cpu_s_per_1000_trials": round(cpu_s * 1000 / trials, 2),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
+    }
     _save("probe_cost", result)
     assert 0 < result["peak_rss_mb"] < 100 and result["cpu_s_per_1000_trials"] < 60
 
 
-def test_probe_and_origin_agree_on_the_same_trial(api_server: Any, enroll_token: str, origin_token: str,
-                                                  admin_token: str, database_url: str, tmp_path: Path) -> None:
+def test_probe_and_origin_agree_on_the_same_trial(
+    api_server: Any, enroll_token: str, origin_token: str, admin_token: str, database_url: str, tmp_path: Path
+) -> None:
     topology = pytest.importorskip("iwscope_lab.topology")
     from test_iwprobe_lab_e2e import LabFleet, _campaign
 
-    topo = topology.Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        topology.Host("origin", role="origin", link=topology.LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        topology.Host("probe", role="probe", region="lab", link=topology.LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=50))])
+    topo = topology.Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            topology.Host("origin", role="origin", link=topology.LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            topology.Host("probe", role="probe", region="lab", link=topology.LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=50)),
+        ],
+    )
     with topo:
         fleet = LabFleet(topo, api_server.port, tmp_path, [3, 10])
         try:
             origin_id, _ = fleet.start(enroll_token, origin_token)
-            campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, size_dist="websearch",
-                                 sizes_per_round=10, repetitions=10)
+            campaign = _campaign(
+                api_server.url, admin_token, origin_id, fleet.region, size_dist="websearch", sizes_per_round=10, repetitions=10
+            )
             fleet.run_probe(campaign, timeout_s=300)
             deadline = time.monotonic() + 60
             while True:
@@ -109,7 +128,9 @@ def test_probe_and_origin_agree_on_the_same_trial(api_server: Any, enroll_token:
                         "SELECT t.total_us - coalesce(t.dns_us, 0) - t.connect_us, o.response_latency_us, "
                         "t.object_size, t.ttfb_us, o.first_byte_us, t.connect_us "
                         "FROM trials t JOIN origin_observations o USING (trial_id) "
-                        "WHERE t.campaign_id = %s AND t.error_kind IS NULL", (campaign,)).fetchall()
+                        "WHERE t.campaign_id = %s AND t.error_kind IS NULL",
+                        (campaign,),
+                    ).fetchall()
                 if len(rows) >= 200 or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
@@ -120,10 +141,13 @@ def test_probe_and_origin_agree_on_the_same_trial(api_server: Any, enroll_token:
     worst = sorted(rows, key=lambda row: abs(row[0] - row[1]))[-5:]
     print("largest gaps (probe_us, origin_us, size, ttfb_us, origin_first_byte_us, connect_us):", worst)
     absolute = sorted(abs(gap) for gap in gaps_ms)
-    result = {"path": "50 ms RTT, 20 Mbit/s (lab emulator)", "trials": len(rows),
-              "gap_median_ms": round(statistics.median(gaps_ms), 3),
-              "abs_gap_median_ms": round(statistics.median(absolute), 3),
-              "abs_gap_p90_ms": round(absolute[int(0.9 * len(absolute)) - 1], 3),
-              "abs_gap_max_ms": round(absolute[-1], 3)}
+    result = {
+        "path": "50 ms RTT, 20 Mbit/s (lab emulator)",
+        "trials": len(rows),
+        "gap_median_ms": round(statistics.median(gaps_ms), 3),
+        "abs_gap_median_ms": round(statistics.median(absolute), 3),
+        "abs_gap_p90_ms": round(absolute[int(0.9 * len(absolute)) - 1], 3),
+        "abs_gap_max_ms": round(absolute[-1], 3),
+    }
     _save("probe_origin_gap", result)
     assert result["abs_gap_median_ms"] < 5.0

@@ -35,10 +35,16 @@ def _query(database_url: str, sql: str, *params: Any) -> list[tuple]:
 
 
 def _create_campaign(api_url: str, admin_token: str, origin_id: str, **fields: Any) -> int:
-    body: dict[str, Any] = {"name": f"probe-test-{os.urandom(3).hex()}", "origin_ids": [origin_id], "arms": ARMS,
-                            "sizes": [3000, 9000], "repetitions": 1, "interval_s": 0.0,
-                            "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
-                            "calibrate": True}
+    body: dict[str, Any] = {
+        "name": f"probe-test-{os.urandom(3).hex()}",
+        "origin_ids": [origin_id],
+        "arms": ARMS,
+        "sizes": [3000, 9000],
+        "repetitions": 1,
+        "interval_s": 0.0,
+        "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
+        "calibrate": True,
+    }
     body.update(fields)
     answer = httpx.post(f"{api_url}/api/v1/campaigns", json=body, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
     assert answer.status_code == 201, answer.text
@@ -60,33 +66,98 @@ class Agents:
         self.logs = tmp
 
     def enroll(self, enroll_token: str, origin_token: str) -> None:
-        origin_enroll = self.net.run(self.net.origin_ns, [
-            *IWPROBE, "origin", "enroll", "--state-dir", str(self.origin_state),
-            "--collector", self.net.collector_url(self.net.origin_ns, self.api_port), "--token", origin_token,
-            "--name", "origin-test", "--region", "lab", "--host", self.net.origin_address,
-            "--arms", ",".join(map(str, ARMS)), "--base-port", str(BASE_PORT)])
+        origin_enroll = self.net.run(
+            self.net.origin_ns,
+            [
+                *IWPROBE,
+                "origin",
+                "enroll",
+                "--state-dir",
+                str(self.origin_state),
+                "--collector",
+                self.net.collector_url(self.net.origin_ns, self.api_port),
+                "--token",
+                origin_token,
+                "--name",
+                "origin-test",
+                "--region",
+                "lab",
+                "--host",
+                self.net.origin_address,
+                "--arms",
+                ",".join(map(str, ARMS)),
+                "--base-port",
+                str(BASE_PORT),
+            ],
+        )
         assert origin_enroll.returncode == 0, origin_enroll.stderr
         self.origin_id = json.loads((self.origin_state / "origin.json").read_text())["id"]
-        probe_enroll = self.net.run(self.net.probe_ns, [
-            *IWPROBE, "enroll", "--state-dir", str(self.probe_state),
-            "--collector", self.net.collector_url(self.net.probe_ns, self.api_port), "--token", enroll_token,
-            "--name", "probe-test", "--region", self.region, "--country", "ZA", "--label", "access=lab"])
+        probe_enroll = self.net.run(
+            self.net.probe_ns,
+            [
+                *IWPROBE,
+                "enroll",
+                "--state-dir",
+                str(self.probe_state),
+                "--collector",
+                self.net.collector_url(self.net.probe_ns, self.api_port),
+                "--token",
+                enroll_token,
+                "--name",
+                "probe-test",
+                "--region",
+                self.region,
+                "--country",
+                "ZA",
+                "--label",
+                "access=lab",
+            ],
+        )
         assert probe_enroll.returncode == 0, probe_enroll.stderr
         self.probe_id = json.loads((self.probe_state / "probe.json").read_text())["id"]
 
     def start_origin(self) -> None:
         with open(self.logs / "origin.log", "ab") as log:
-            self.origin = self.net.popen(self.net.origin_ns, [
-                *IWPROBE, "origin", "serve", "--setup-routes", "--state-dir", str(self.origin_state),
-                "--arms", ",".join(map(str, ARMS)), "--base-port", str(BASE_PORT), "--bind", self.net.origin_address],
-                stdout=subprocess.DEVNULL, stderr=log)
+            self.origin = self.net.popen(
+                self.net.origin_ns,
+                [
+                    *IWPROBE,
+                    "origin",
+                    "serve",
+                    "--setup-routes",
+                    "--state-dir",
+                    str(self.origin_state),
+                    "--arms",
+                    ",".join(map(str, ARMS)),
+                    "--base-port",
+                    str(BASE_PORT),
+                    "--bind",
+                    self.net.origin_address,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         wait_for_port(self.net, self.net.probe_ns, self.net.origin_address, BASE_PORT + ARMS[-1])
 
     def probe_run(self, *extra: str) -> subprocess.Popen:
         with open(self.logs / "probe.log", "ab") as log:
-            return self.net.popen(self.net.probe_ns, [*IWPROBE, "run", "--once", "--state-dir", str(self.probe_state),
-                                                      "--backoff-cap", "2", "--calibration-bytes", "300000", *extra],
-                                  stdout=subprocess.DEVNULL, stderr=log)
+            return self.net.popen(
+                self.net.probe_ns,
+                [
+                    *IWPROBE,
+                    "run",
+                    "--once",
+                    "--state-dir",
+                    str(self.probe_state),
+                    "--backoff-cap",
+                    "2",
+                    "--calibration-bytes",
+                    "300000",
+                    *extra,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
 
     def stop(self) -> None:
         if self.origin is not None and self.origin.poll() is None:
@@ -98,8 +169,11 @@ class Agents:
                 self.origin.wait()
 
     def log(self) -> str:
-        return "\n".join(f"--- {name}\n" + (self.logs / name).read_text(errors="replace")[-4000:]
-                         for name in ("origin.log", "probe.log") if (self.logs / name).exists())
+        return "\n".join(
+            f"--- {name}\n" + (self.logs / name).read_text(errors="replace")[-4000:]
+            for name in ("origin.log", "probe.log")
+            if (self.logs / name).exists()
+        )
 
 
 @pytest.fixture()
@@ -126,48 +200,91 @@ def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
 
 def test_credentials_are_private_and_bad_tokens_are_refused(fleet_net: FleetNet, api_server: Any, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    refused = fleet_net.run(fleet_net.probe_ns, [*IWPROBE, "enroll", "--state-dir", str(state), "--token", "wrong",
-                                                 "--collector", fleet_net.collector_url(fleet_net.probe_ns, api_server.port),
-                                                 "--name", "x", "--region", "y"])
+    refused = fleet_net.run(
+        fleet_net.probe_ns,
+        [
+            *IWPROBE,
+            "enroll",
+            "--state-dir",
+            str(state),
+            "--token",
+            "wrong",
+            "--collector",
+            fleet_net.collector_url(fleet_net.probe_ns, api_server.port),
+            "--name",
+            "x",
+            "--region",
+            "y",
+        ],
+    )
     assert refused.returncode == 2 and "HTTP 401" in refused.stderr
     assert not (state / "probe.json").exists()
     not_enrolled = fleet_net.run(fleet_net.probe_ns, [*IWPROBE, "run", "--once", "--state-dir", str(state)])
     assert not_enrolled.returncode != 0 and "not enrolled" in not_enrolled.stderr
 
 
-def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, database_url: str,
-                             celery_worker: Any) -> None:
+def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, database_url: str, celery_worker: Any) -> None:
     assert stat.S_IMODE((agents.probe_state / "probe.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((agents.origin_state / "origin.json").stat().st_mode) == 0o600
-    campaign = _create_campaign(api_server.url, admin_token, agents.origin_id, probe_regions=[agents.region],
-                                repetitions=2)
+    campaign = _create_campaign(api_server.url, admin_token, agents.origin_id, probe_regions=[agents.region], repetitions=2)
     started = time.monotonic()
     probe = agents.probe_run("--upload-timeout", "60", "--campaign", str(campaign))
     assert probe.wait(timeout=180) == 0, agents.log()
     print(f"probe ran {time.monotonic() - started:.1f} s", flush=True)
     expected = 2 * len(ARMS) * 2  # rounds x arms x sizes
-    rows = _query(database_url, "SELECT round, arm_iw, object_size, error_kind, total_us FROM trials "
-                                "WHERE campaign_id = %s AND probe_id = %s", campaign, agents.probe_id)
+    rows = _query(
+        database_url,
+        "SELECT round, arm_iw, object_size, error_kind, total_us FROM trials WHERE campaign_id = %s AND probe_id = %s",
+        campaign,
+        agents.probe_id,
+    )
     assert len(rows) == expected, agents.log()
     assert sorted((r[0], r[1], r[2]) for r in rows) == sorted(
-        (round_, iw, size) for round_ in (0, 1) for iw in ARMS for size in (3000, 9000))
+        (round_, iw, size) for round_ in (0, 1) for iw in ARMS for size in (3000, 9000)
+    )
     assert all(r[3] is None and r[4] > 0 for r in rows)
-    samples = _query(database_url, "SELECT min_rtt_us, bottleneck_bps, transfer_bytes FROM path_samples WHERE probe_id = %s",
-                     agents.probe_id)
+    samples = _query(
+        database_url, "SELECT min_rtt_us, bottleneck_bps, transfer_bytes FROM path_samples WHERE probe_id = %s", agents.probe_id
+    )
     # Calibration starts at 300 kB and grows 4x while the transfer is too short to leave
     # slow start (on a veth it is: the rate is tens of Gbit/s); it stays within 16 MiB.
     assert len(samples) == 1 and samples[0][0] > 0 and 300000 <= samples[0][2] <= 16 * 1024 * 1024
     assert samples[0][1] is not None and samples[0][1] > 100e6
     # The origin uploads its observations on its own; each arm started with its IW.
-    _wait_for(lambda: _query(database_url, "SELECT count(*) FROM origin_observations o JOIN trials t USING (trial_id) "
-                                           "WHERE t.campaign_id = %s", campaign)[0][0] == expected, 60, "observations")
-    observed = _query(database_url, "SELECT o.arm_iw, o.snd_cwnd_at_accept, o.cwnd_mismatch, o.response_latency_us "
-                                    "FROM origin_observations o JOIN trials t USING (trial_id) WHERE t.campaign_id = %s", campaign)
+    _wait_for(
+        lambda: (
+            _query(
+                database_url,
+                "SELECT count(*) FROM origin_observations o JOIN trials t USING (trial_id) WHERE t.campaign_id = %s",
+                campaign,
+            )[0][0]
+            == expected
+        ),
+        60,
+        "observations",
+    )
+    observed = _query(
+        database_url,
+        "SELECT o.arm_iw, o.snd_cwnd_at_accept, o.cwnd_mismatch, o.response_latency_us "
+        "FROM origin_observations o JOIN trials t USING (trial_id) WHERE t.campaign_id = %s",
+        campaign,
+    )
     assert all(iw == cwnd and not mismatch and latency > 0 for iw, cwnd, mismatch, latency in observed)
     assert {row[0] for row in observed} == set(ARMS)
     # The worker joins the server side into the trials.
-    _wait_for(lambda: _query(database_url, "SELECT count(*) FROM trials WHERE campaign_id = %s AND joined_at IS NOT NULL "
-                                           "AND server_snd_cwnd_at_accept = arm_iw", campaign)[0][0] == expected, 60, "join")
+    _wait_for(
+        lambda: (
+            _query(
+                database_url,
+                "SELECT count(*) FROM trials WHERE campaign_id = %s AND joined_at IS NOT NULL "
+                "AND server_snd_cwnd_at_accept = arm_iw",
+                campaign,
+            )[0][0]
+            == expected
+        ),
+        60,
+        "join",
+    )
     heartbeat = _query(database_url, "SELECT last_heartbeat FROM probes WHERE id = %s", agents.probe_id)[0][0]
     assert heartbeat["trials_measured"] == expected and heartbeat["spool_backlog"] == 0
     # Campaigns of other tests in the same database (every probe, no region filter) were
@@ -179,8 +296,16 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     """Collector stopped mid-run, probe SIGKILLed and restarted, collector back: every trial exactly once."""
     rounds = 6
     sizes = [2000, 12000]
-    campaign = _create_campaign(api_server.url, admin_token, agents.origin_id, probe_regions=[agents.region],
-                                repetitions=rounds, interval_s=0.5, sizes=sizes, calibrate=False)
+    campaign = _create_campaign(
+        api_server.url,
+        admin_token,
+        agents.origin_id,
+        probe_regions=[agents.region],
+        repetitions=rounds,
+        interval_s=0.5,
+        sizes=sizes,
+        calibrate=False,
+    )
     spool_path = agents.probe_state / "probe-spool.sqlite"
 
     def stored() -> int:
@@ -208,7 +333,8 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     assert len(rows) == rounds * per_round, agents.log()
     assert len({row[0] for row in rows}) == len(rows)
     assert sorted((r[1], r[2], r[3]) for r in rows) == sorted(
-        (round_, iw, size) for round_ in range(rounds) for iw in ARMS for size in sizes)
+        (round_, iw, size) for round_ in range(rounds) for iw in ARMS for size in sizes
+    )
     with sqlite3.connect(f"file:{spool_path}?mode=ro", uri=True) as connection:
         assert connection.execute("SELECT count(*) FROM records").fetchone()[0] == 0
         assert connection.execute("SELECT count(*) FROM rejected").fetchone()[0] == 0
@@ -217,8 +343,9 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     assert "upload failed" in log  # it did meet the outage and retried
 
 
-def test_refused_records_are_isolated_and_the_rest_uploaded(api_server: Any, enroll_token: str, database_url: str,
-                                                            tmp_path: Path) -> None:
+def test_refused_records_are_isolated_and_the_rest_uploaded(
+    api_server: Any, enroll_token: str, database_url: str, tmp_path: Path
+) -> None:
     """A 422 stores nothing: the uploader bisects, keeps the bad record aside, uploads the rest."""
     from iwprobe import wire
     from iwprobe._agent import enroll_probe
@@ -226,14 +353,23 @@ def test_refused_records_are_isolated_and_the_rest_uploaded(api_server: Any, enr
     from iwprobe._spool import Spool
     from iwprobe._upload import Uploader
 
-    credentials, _ = enroll_probe(api_server.url, enroll_token, wire.EnrollRequest(name="uploader-test", region="x"),
-                                  str(tmp_path))
+    credentials, _ = enroll_probe(
+        api_server.url, enroll_token, wire.EnrollRequest(name="uploader-test", region="x"), str(tmp_path)
+    )
     spool = Spool(str(tmp_path / "spool.sqlite"))
     good_ids = []
     for index in range(9):
-        trial = FetchResult(url="http://192.0.2.1:8010/obj/9000", started_at=wire.utc_timestamp(), dns_us=0,
-                            connect_us=1000, ttfb_us=2000, total_us=5000, bytes_received=9100, body_bytes=9000,
-                            http_status=200).to_trial(wire.new_id(), credentials.id, None, None, 0, 10, 9000)
+        trial = FetchResult(
+            url="http://192.0.2.1:8010/obj/9000",
+            started_at=wire.utc_timestamp(),
+            dns_us=0,
+            connect_us=1000,
+            ttfb_us=2000,
+            total_us=5000,
+            bytes_received=9100,
+            body_bytes=9000,
+            http_status=200,
+        ).to_trial(wire.new_id(), credentials.id, None, None, 0, 10, 9000)
         if index == 4:
             trial.arm_iw = 0  # outside 1..1000: the collector refuses it
             bad_id = trial.trial_id
@@ -256,7 +392,25 @@ def test_refused_records_are_isolated_and_the_rest_uploaded(api_server: Any, enr
 def _query_trial_stub(probe_id: str, trial_id: str) -> dict[str, Any]:
     from iwprobe import wire
 
-    return wire.to_dict(wire.TrialRecord(
-        trial_id=trial_id, probe_id=probe_id, campaign_id=None, origin_id=None, round=0, arm_iw=10, object_size=9000,
-        url="http://192.0.2.1:8010/obj/9000", started_at=wire.utc_timestamp(), dns_us=0, connect_us=1000, ttfb_us=2000,
-        total_us=5000, bytes_received=9100, http_status=200, error_kind=None, error_detail=None, syn_retrans=0))
+    return wire.to_dict(
+        wire.TrialRecord(
+            trial_id=trial_id,
+            probe_id=probe_id,
+            campaign_id=None,
+            origin_id=None,
+            round=0,
+            arm_iw=10,
+            object_size=9000,
+            url="http://192.0.2.1:8010/obj/9000",
+            started_at=wire.utc_timestamp(),
+            dns_us=0,
+            connect_us=1000,
+            ttfb_us=2000,
+            total_us=5000,
+            bytes_received=9100,
+            http_status=200,
+            error_kind=None,
+            error_detail=None,
+            syn_retrans=0,
+        )
+    )

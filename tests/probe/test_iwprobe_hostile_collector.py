@@ -31,13 +31,16 @@ from iwprobe._upload import Uploader
 HOSTILE_MODES = {
     "non-http bytes": b"\x16\x03\x01 this is not HTTP at all\r\n\r\n",
     "http 500": b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\nConnection: close\r\n\r\noops!",
-    "http 502 html": (b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: 22\r\n"
-                      b"Connection: close\r\n\r\n<html>upstream</html>\n"),
-    "http 200 garbage body": b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\n{\"acc\":}x",
-    "http 200 captive portal": (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 25\r\n"
-                                b"Connection: close\r\n\r\n<html>Please log in</html>"),
+    "http 502 html": (
+        b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: 22\r\n"
+        b"Connection: close\r\n\r\n<html>upstream</html>\n"
+    ),
+    "http 200 garbage body": b'HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\n{"acc":}x',
+    "http 200 captive portal": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 25\r\nConnection: close\r\n\r\n<html>Please log in</html>"
+    ),
     "http 200 other batch": None,  # valid JSON, but it acknowledges a batch the probe never sent
-    "http 200 truncated": b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\nConnection: close\r\n\r\n{\"batch_id\": \"",
+    "http 200 truncated": b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\nConnection: close\r\n\r\n{"batch_id": "',
     "reset": b"",
     "hang": b"",
 }
@@ -86,23 +89,34 @@ class HostileCollector:
                 connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             elif mode == "http 200 other batch":
                 answer = json.dumps({"batch_id": wire.new_id(), "accepted": 1, "duplicates": 0}).encode()
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                   + str(len(answer)).encode() + b"\r\nConnection: close\r\n\r\n" + answer)
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(answer)).encode()
+                    + b"\r\nConnection: close\r\n\r\n"
+                    + answer
+                )
             else:
                 connection.sendall(HOSTILE_MODES[mode])
 
     def _relay(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=30)
         try:
-            upstream.request(method, path, body=body or None,
-                             headers={k: v for k, v in headers.items() if k.lower() not in ("connection", "host")})
+            upstream.request(
+                method,
+                path,
+                body=body or None,
+                headers={k: v for k, v in headers.items() if k.lower() not in ("connection", "host")},
+            )
             response = upstream.getresponse()
             payload = response.read()
         finally:
             upstream.close()
         head = f"HTTP/1.1 {response.status} {response.reason}\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in response.getheaders()
-                        if k.lower() not in ("connection", "content-length", "transfer-encoding"))
+        head += "".join(
+            f"{k}: {v}\r\n"
+            for k, v in response.getheaders()
+            if k.lower() not in ("connection", "content-length", "transfer-encoding")
+        )
         head += f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
         return head.encode("latin-1") + payload
 
@@ -137,9 +151,17 @@ def hostile(api_server: Any) -> Iterator[HostileCollector]:
 
 
 def _trial(probe_id: str) -> Any:
-    return FetchResult(url="http://192.0.2.1:8010/obj/9000", started_at=wire.utc_timestamp(), dns_us=0,
-                       connect_us=1000, ttfb_us=2000, total_us=5000, bytes_received=9100, body_bytes=9000,
-                       http_status=200).to_trial(wire.new_id(), probe_id, None, None, 0, 10, 9000)
+    return FetchResult(
+        url="http://192.0.2.1:8010/obj/9000",
+        started_at=wire.utc_timestamp(),
+        dns_us=0,
+        connect_us=1000,
+        ttfb_us=2000,
+        total_us=5000,
+        bytes_received=9100,
+        body_bytes=9000,
+        http_status=200,
+    ).to_trial(wire.new_id(), probe_id, None, None, 0, 10, 9000)
 
 
 def _stored(database_url: str, probe_id: str) -> list[str]:
@@ -148,15 +170,15 @@ def _stored(database_url: str, probe_id: str) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-def test_misbehaving_collector_loses_nothing_and_stores_once(hostile: HostileCollector, api_server: Any,
-                                                             enroll_token: str, database_url: str,
-                                                             tmp_path: Path) -> None:
-    credentials, _ = enroll_probe(api_server.url, enroll_token, wire.EnrollRequest(name="hostile-test", region="x"),
-                                  str(tmp_path))
+def test_misbehaving_collector_loses_nothing_and_stores_once(
+    hostile: HostileCollector, api_server: Any, enroll_token: str, database_url: str, tmp_path: Path
+) -> None:
+    credentials, _ = enroll_probe(
+        api_server.url, enroll_token, wire.EnrollRequest(name="hostile-test", region="x"), str(tmp_path)
+    )
     spool = Spool(str(tmp_path / "spool.sqlite"))
     client = CollectorClient(hostile.url, credentials.credential, timeout_s=1.5)
-    uploader = Uploader(spool, client, "probe", credentials.id, max_records=4, backoff_base_s=0.05,
-                        backoff_cap_s=0.2)
+    uploader = Uploader(spool, client, "probe", credentials.id, max_records=4, backoff_base_s=0.05, backoff_cap_s=0.2)
     measured: list[str] = []
     for mode in HOSTILE_MODES:
         # The probe keeps measuring while the collector misbehaves: new records join the spool.

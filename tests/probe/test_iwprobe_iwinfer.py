@@ -37,8 +37,14 @@ WRAP = 2**32
 class Connection:
     """Packets of one probe connection, in capture order, built step by step."""
 
-    def __init__(self, client_isn: int = 1_000_000, server_isn: int = 3_000_000_000,
-                 window: int = 502, wscale: int | None = 7, mss_option: int = 1460) -> None:
+    def __init__(
+        self,
+        client_isn: int = 1_000_000,
+        server_isn: int = 3_000_000_000,
+        window: int = 502,
+        wscale: int | None = 7,
+        mss_option: int = 1460,
+    ) -> None:
         self.client_isn = client_isn
         self.server_isn = server_isn
         #: The probe's (scaled) window field in its ACKs: 502 << 7 = 64,256 bytes.
@@ -46,8 +52,8 @@ class Connection:
         self.wscale = wscale
         self.mss_option = mss_option
         self.packets: list[Packet] = []
-        self.client_sent = 0     # bytes of the probe's stream sent so far
-        self.server_sent = 0     # next offset of the server's stream
+        self.client_sent = 0  # bytes of the probe's stream sent so far
+        self.server_sent = 0  # next offset of the server's stream
 
     def handshake(self, syn_ns: int = 0, rtt_ns: int = RTT_NS) -> int:
         """SYN, SYN-ACK, ACK and the request; the time the request left."""
@@ -74,12 +80,10 @@ class Connection:
         """One server packet of ``size`` payload bytes (at ``offset``, default: the next) and
         the probe's ACK of it."""
         start = self.server_sent if offset is None else offset
-        self.packets.append(Packet(time_ns, False, (self.server_isn + 1 + start) % WRAP, self._client_next(),
-                                   flags, size, 509))
+        self.packets.append(Packet(time_ns, False, (self.server_isn + 1 + start) % WRAP, self._client_next(), flags, size, 509))
         if offset is None:
             self.server_sent += size
-        self.packets.append(Packet(time_ns + 20_000, True, self._client_next(), self._server_next(), ACK, 0,
-                                   self.window))
+        self.packets.append(Packet(time_ns + 20_000, True, self._client_next(), self._server_next(), ACK, 0, self.window))
 
     def flight(self, start_ns: int, count: int, size: int = MSS, spacing_ns: int = SPACING_NS) -> int:
         """``count`` back-to-back segments; the arrival time of the last."""
@@ -107,8 +111,7 @@ def clean(iw: int = 10, released: int | None = None, **kwargs: Any) -> Connectio
 @pytest.mark.parametrize("iw", [1, 2, 3, 4, 10, 16, 32, 43])
 def test_a_clean_window_followed_by_released_data_is_ok(iw: int) -> None:
     result = infer(clean(iw).packets, rcv_mss=MSS, min_rtt_us=RTT_NS // 1000)
-    assert (result.status, result.iw_segments, result.iw_bytes, result.mss, result.reason) == \
-        ("ok", iw, iw * MSS, MSS, "")
+    assert (result.status, result.iw_segments, result.iw_bytes, result.mss, result.reason) == ("ok", iw, iw * MSS, MSS, "")
     assert result.rtt_us == RTT_NS // 1000
     assert result.gap_us == (RTT_NS - (iw - 1) * SPACING_NS) // 1000
     assert (result.client_mss_option, result.server_mss_option) == (1460, 1460)
@@ -136,8 +139,12 @@ def test_an_object_ending_inside_the_window_is_a_lower_bound() -> None:
     connection.flight(first, 5)
     connection.segment(first + 5 * SPACING_NS, 700, flags=ACK | FIN)
     result = infer(connection.packets, rcv_mss=MSS)
-    assert (result.status, result.iw_segments, result.iw_bytes, result.reason) == \
-        ("lower_bound", 6, 5 * MSS + 700, "object_ended")
+    assert (result.status, result.iw_segments, result.iw_bytes, result.reason) == (
+        "lower_bound",
+        6,
+        5 * MSS + 700,
+        "object_ended",
+    )
 
 
 def test_a_window_with_nothing_after_it_is_a_lower_bound() -> None:
@@ -174,7 +181,7 @@ def test_a_modem_serialising_the_next_packet_is_not_a_windows_edge() -> None:
     rtt_ns, per_packet = 150_000_000, 207_000_000
     connection = Connection()
     first = connection.handshake(rtt_ns=rtt_ns) + rtt_ns
-    connection.segment(first, 200)   # the head, written alone
+    connection.segment(first, 200)  # the head, written alone
     connection.flight(first + per_packet, 9, spacing_ns=per_packet)
     result = infer(connection.packets, rcv_mss=MSS, min_rtt_us=rtt_ns // 1000)
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 1, "bottleneck")
@@ -227,10 +234,10 @@ def test_a_server_pausing_between_head_and_body_is_not_read_as_a_small_window(pa
     resumed = first + pause_ms * 1_000_000
     connection.flight(resumed, 9)
     if pause_ms < 60:
-        connection.flight(first + RTT_NS + 200_000, 2)   # released by the head's ACK
-        connection.flight(resumed + RTT_NS, 18)           # released by the ACKs of the 9
+        connection.flight(first + RTT_NS + 200_000, 2)  # released by the head's ACK
+        connection.flight(resumed + RTT_NS, 18)  # released by the ACKs of the 9
     else:
-        connection.flight(resumed + 9 * SPACING_NS, 2)   # cwnd grew to 11 with the head's ACK
+        connection.flight(resumed + 9 * SPACING_NS, 2)  # cwnd grew to 11 with the head's ACK
         connection.flight(resumed + RTT_NS, 22)
     result = infer(connection.packets, rcv_mss=MSS, min_rtt_us=RTT_NS // 1000)
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 1, "paused")
@@ -249,12 +256,15 @@ def test_the_round_after_the_window_is_at_most_what_its_acks_release(iw: int, mo
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", iw, "paused")
 
 
-@pytest.mark.parametrize("order", [
-    [0, 1, 2, 4, 3, 5, 6, 7, 8, 9],     # reordered
-    [0, 1, 2, 3, 5, 6, 7, 8, 9],        # the fourth lost
-    [0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9],  # a duplicate (spurious retransmission)
-    [1, 2, 3, 4, 5, 6, 7, 8, 9],        # the first lost
-])
+@pytest.mark.parametrize(
+    "order",
+    [
+        [0, 1, 2, 4, 3, 5, 6, 7, 8, 9],  # reordered
+        [0, 1, 2, 3, 5, 6, 7, 8, 9],  # the fourth lost
+        [0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9],  # a duplicate (spurious retransmission)
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],  # the first lost
+    ],
+)
 def test_loss_or_reordering_in_the_window_is_undetermined(order: list[int]) -> None:
     connection = Connection()
     first = connection.handshake() + RTT_NS
@@ -273,9 +283,9 @@ def test_a_lost_last_segment_of_the_window_is_undetermined_not_a_smaller_iw() ->
     connection = Connection()
     first = connection.handshake() + RTT_NS
     connection.flight(first, 9)
-    connection.server_sent = 10 * MSS     # the tenth left the server but never arrived
+    connection.server_sent = 10 * MSS  # the tenth left the server but never arrived
     connection.flight(first + RTT_NS, 18)
-    connection.segment(first + RTT_NS + 3_000_000, offset=9 * MSS)    # its fast retransmission
+    connection.segment(first + RTT_NS + 3_000_000, offset=9 * MSS)  # its fast retransmission
     result = infer(connection.packets, rcv_mss=MSS)
     assert (result.status, result.reason) == ("undetermined", "loss")
 
@@ -334,7 +344,7 @@ def test_gro_merged_packets_are_split_by_the_mss(merged: list[int]) -> None:
     for count in merged:
         connection.segment(at, count * MSS)
         at += count * SPACING_NS
-    connection.flight(first + RTT_NS, 5, size=4 * MSS)   # released data, merged too
+    connection.flight(first + RTT_NS, 5, size=4 * MSS)  # released data, merged too
     result = infer(connection.packets, rcv_mss=MSS)
     assert (result.status, result.iw_segments, result.iw_bytes, result.mss) == ("ok", 10, 10 * MSS, MSS)
 
@@ -382,7 +392,7 @@ def test_the_default_linux_receive_window_bounds_a_44_segment_window() -> None:
     assert infer(clean(43).packets, rcv_mss=MSS).status == "ok"
     result = infer(clean(44).packets, rcv_mss=MSS)
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 44, "receive_window")
-    assert infer(clean(44, window=513).packets, rcv_mss=MSS).status == "ok"    # 65,664 bytes: room for 45
+    assert infer(clean(44, window=513).packets, rcv_mss=MSS).status == "ok"  # 65,664 bytes: room for 45
 
 
 def test_without_window_scaling_the_window_is_the_field() -> None:
@@ -404,18 +414,21 @@ def test_client_data_before_the_next_flight_is_a_lower_bound() -> None:
     assert (result.status, result.iw_segments, result.reason) == ("lower_bound", 3, "client_data")
 
 
-@pytest.mark.parametrize(("client_isn", "server_isn"), [
-    (1_000, WRAP - 5_000),        # the server's sequence numbers wrap inside the window
-    (WRAP - 60, 7_000),           # the probe's (the server's ACK field) wrap with the request
-    (WRAP - 60, WRAP - 1),        # both; the server's first data byte is sequence 0
-])
+@pytest.mark.parametrize(
+    ("client_isn", "server_isn"),
+    [
+        (1_000, WRAP - 5_000),  # the server's sequence numbers wrap inside the window
+        (WRAP - 60, 7_000),  # the probe's (the server's ACK field) wrap with the request
+        (WRAP - 60, WRAP - 1),  # both; the server's first data byte is sequence 0
+    ],
+)
 def test_sequence_numbers_wrapping_at_2_32(client_isn: int, server_isn: int) -> None:
     result = infer(clean(16, client_isn=client_isn, server_isn=server_isn).packets, rcv_mss=MSS)
     assert (result.status, result.iw_segments, result.iw_bytes) == ("ok", 16, 16 * MSS)
 
 
 def test_client_data_is_seen_across_the_wrap() -> None:
-    connection = Connection(client_isn=WRAP - REQUEST_BYTES - 1 - 40)   # the ACK field wraps with the Finished
+    connection = Connection(client_isn=WRAP - REQUEST_BYTES - 1 - 40)  # the ACK field wraps with the Finished
     first = connection.handshake() + RTT_NS
     connection.flight(first, 3)
     connection.client_data(first + 500_000, 80)
@@ -440,17 +453,22 @@ LOCAL_PORT = 40_123
 SERVER_PORT = 8080
 
 
-SYN_OPTIONS = (bytes([2, 4]) + struct.pack("!H", 1220)   # MSS 1220
-               + bytes([4, 2])                           # SACK permitted
-               + bytes([8, 10]) + bytes(8)               # timestamps
-               + bytes([1, 3, 3, 9]))                    # NOP, window scale 9
+SYN_OPTIONS = (
+    bytes([2, 4])
+    + struct.pack("!H", 1220)  # MSS 1220
+    + bytes([4, 2])  # SACK permitted
+    + bytes([8, 10])
+    + bytes(8)  # timestamps
+    + bytes([1, 3, 3, 9])
+)  # NOP, window scale 9
 
 
 def test_parse_an_ipv4_syn_with_its_options() -> None:
     data = ipv4(tcp_header(LOCAL_PORT, SERVER_PORT, 123, 0, SYN, 64240, SYN_OPTIONS))
     packet = parse_packet(data, 5, True, LOCAL_PORT)
-    assert packet == Packet(time_ns=5, outgoing=True, seq=123, ack=0, flags=SYN, payload=0, window=64240,
-                            mss_option=1220, wscale_option=9)
+    assert packet == Packet(
+        time_ns=5, outgoing=True, seq=123, ack=0, flags=SYN, payload=0, window=64240, mss_option=1220, wscale_option=9
+    )
     assert packet.syn and not packet.has_ack and not packet.fin
 
 
@@ -460,9 +478,15 @@ def test_parse_incoming_ipv4_data_counts_the_payload_from_the_lengths() -> None:
     assert len(data) == 52
     packet = parse_packet(data, 9, False, LOCAL_PORT)
     assert packet is not None
-    assert (packet.seq, packet.ack, packet.payload, packet.window, packet.fin, packet.has_ack) == \
-        (2**32 - 1, 77, 1448, 509, True, True)
-    assert (packet.mss_option, packet.wscale_option) == (None, None)   # options of a SYN only
+    assert (packet.seq, packet.ack, packet.payload, packet.window, packet.fin, packet.has_ack) == (
+        2**32 - 1,
+        77,
+        1448,
+        509,
+        True,
+        True,
+    )
+    assert (packet.mss_option, packet.wscale_option) == (None, None)  # options of a SYN only
 
 
 def test_parse_ipv4_with_ip_options() -> None:
@@ -472,8 +496,11 @@ def test_parse_ipv4_with_ip_options() -> None:
 
 
 def test_parse_an_ipv6_syn_ack_and_data() -> None:
-    syn_ack = ipv6(tcp_header(SERVER_PORT, LOCAL_PORT, 42, 124, SYN | ACK, 65000,
-                              bytes([2, 4]) + struct.pack("!H", 1440) + bytes([1, 3, 3, 20])))
+    syn_ack = ipv6(
+        tcp_header(
+            SERVER_PORT, LOCAL_PORT, 42, 124, SYN | ACK, 65000, bytes([2, 4]) + struct.pack("!H", 1440) + bytes([1, 3, 3, 20])
+        )
+    )
     packet = parse_packet(syn_ack, 1, False, LOCAL_PORT)
     assert packet is not None
     assert (packet.syn, packet.has_ack, packet.mss_option, packet.wscale_option) == (True, True, 1440, 14)  # capped
@@ -485,11 +512,11 @@ def test_parse_an_ipv6_syn_ack_and_data() -> None:
 def test_parse_refuses_other_ports_protocols_and_scraps() -> None:
     tcp = tcp_header(SERVER_PORT, LOCAL_PORT, 1, 2, ACK, 100)
     assert parse_packet(ipv4(tcp), 0, False, LOCAL_PORT) is not None
-    assert parse_packet(ipv4(tcp), 0, True, LOCAL_PORT) is None            # outgoing: the source must be ours
+    assert parse_packet(ipv4(tcp), 0, True, LOCAL_PORT) is None  # outgoing: the source must be ours
     assert parse_packet(ipv4(tcp), 0, False, LOCAL_PORT + 1) is None
     assert parse_packet(ipv4(tcp, protocol=socket.IPPROTO_UDP), 0, False, LOCAL_PORT) is None
     assert parse_packet(ipv6(tcp, next_header=socket.IPPROTO_UDP), 0, False, LOCAL_PORT) is None
-    assert parse_packet(ipv4(tcp)[:30], 0, False, LOCAL_PORT) is None     # the TCP header cut
+    assert parse_packet(ipv4(tcp)[:30], 0, False, LOCAL_PORT) is None  # the TCP header cut
     assert parse_packet(b"", 0, False, LOCAL_PORT) is None
     assert parse_packet(b"\x20" + bytes(60), 0, False, LOCAL_PORT) is None
 
@@ -519,27 +546,30 @@ def _udp(sport: int, dport: int) -> bytes:
     return struct.pack("!HHHH", sport, dport, 8, 0)
 
 
-@pytest.mark.parametrize(("name", "packet", "kept"), [
-    ("ipv4 to the port", ipv4(_tcp(SERVER_PORT, PORT)), True),
-    ("ipv4 from the port", ipv4(_tcp(PORT, SERVER_PORT)), True),
-    ("ipv4 without DF", ipv4(_tcp(PORT, SERVER_PORT), fragment=0), True),
-    ("ipv4 first fragment (MF)", ipv4(_tcp(PORT, SERVER_PORT), fragment=0x2000), True),
-    ("ipv4 with options", ipv4(_tcp(SERVER_PORT, PORT), options=bytes([1, 1, 1, 0])), True),
-    ("ipv6 to the port", ipv6(_tcp(SERVER_PORT, PORT)), True),
-    ("ipv6 from the port", ipv6(_tcp(PORT, SERVER_PORT)), True),
-    ("ipv4 other ports", ipv4(_tcp(SERVER_PORT, PORT + 1)), False),
-    ("ipv4 port minus one", ipv4(_tcp(PORT - 1, 443)), False),
-    ("ipv6 other ports", ipv6(_tcp(443, PORT + 1)), False),
-    ("ipv4 udp on the port", ipv4(_udp(PORT, 53), protocol=socket.IPPROTO_UDP), False),
-    ("ipv6 udp on the port", ipv6(_udp(53, PORT), next_header=socket.IPPROTO_UDP), False),
-    ("ipv4 later fragment", ipv4(_tcp(SERVER_PORT, PORT), fragment=0x2000 | 185), False),
-    ("ipv4 last fragment", ipv4(_tcp(PORT, PORT), fragment=1), False),
-    # The port's bytes where a 20-byte header's TCP ports would be, but the header is 24 long.
-    ("ipv4 options look like ports", ipv4(_tcp(80, 443), options=struct.pack("!HH", PORT, PORT)), False),
-    ("ipv6 hop-by-hop first", ipv6(bytes([6, 0, 0, 0, 0, 0, 0, 0]) + _tcp(PORT, PORT), next_header=0), False),
-    ("arp-sized scrap", bytes([0x00, 0x01, 0x08, 0x00]), False),
-    ("truncated ipv4", ipv4(_tcp(SERVER_PORT, PORT))[:21], False),
-])
+@pytest.mark.parametrize(
+    ("name", "packet", "kept"),
+    [
+        ("ipv4 to the port", ipv4(_tcp(SERVER_PORT, PORT)), True),
+        ("ipv4 from the port", ipv4(_tcp(PORT, SERVER_PORT)), True),
+        ("ipv4 without DF", ipv4(_tcp(PORT, SERVER_PORT), fragment=0), True),
+        ("ipv4 first fragment (MF)", ipv4(_tcp(PORT, SERVER_PORT), fragment=0x2000), True),
+        ("ipv4 with options", ipv4(_tcp(SERVER_PORT, PORT), options=bytes([1, 1, 1, 0])), True),
+        ("ipv6 to the port", ipv6(_tcp(SERVER_PORT, PORT)), True),
+        ("ipv6 from the port", ipv6(_tcp(PORT, SERVER_PORT)), True),
+        ("ipv4 other ports", ipv4(_tcp(SERVER_PORT, PORT + 1)), False),
+        ("ipv4 port minus one", ipv4(_tcp(PORT - 1, 443)), False),
+        ("ipv6 other ports", ipv6(_tcp(443, PORT + 1)), False),
+        ("ipv4 udp on the port", ipv4(_udp(PORT, 53), protocol=socket.IPPROTO_UDP), False),
+        ("ipv6 udp on the port", ipv6(_udp(53, PORT), next_header=socket.IPPROTO_UDP), False),
+        ("ipv4 later fragment", ipv4(_tcp(SERVER_PORT, PORT), fragment=0x2000 | 185), False),
+        ("ipv4 last fragment", ipv4(_tcp(PORT, PORT), fragment=1), False),
+        # The port's bytes where a 20-byte header's TCP ports would be, but the header is 24 long.
+        ("ipv4 options look like ports", ipv4(_tcp(80, 443), options=struct.pack("!HH", PORT, PORT)), False),
+        ("ipv6 hop-by-hop first", ipv6(bytes([6, 0, 0, 0, 0, 0, 0, 0]) + _tcp(PORT, PORT), next_header=0), False),
+        ("arp-sized scrap", bytes([0x00, 0x01, 0x08, 0x00]), False),
+        ("truncated ipv4", ipv4(_tcp(SERVER_PORT, PORT))[:21], False),
+    ],
+)
 def test_the_filter_keeps_tcp_of_the_port_only(name: str, packet: bytes, kept: bool) -> None:
     assert run_bpf(_capture._filter_program(PORT), packet) == (SNAPLEN if kept else 0), name
 

@@ -55,14 +55,49 @@ class LabFleet:
         origin = self.topo.host("origin")
         state = self.tmp / "origin"
         common = ["--arms", arms, "--base-port", str(BASE_PORT), "--state-dir", str(state)]
-        self._check("origin", [*IWPROBE, "origin", "enroll", *common, "--collector", self.collector, "--token", origin_token,
-                               "--name", "lab-origin", "--region", "lab", "--host", origin.address])
+        self._check(
+            "origin",
+            [
+                *IWPROBE,
+                "origin",
+                "enroll",
+                *common,
+                "--collector",
+                self.collector,
+                "--token",
+                origin_token,
+                "--name",
+                "lab-origin",
+                "--region",
+                "lab",
+                "--host",
+                origin.address,
+            ],
+        )
         with open(self.tmp / "origin.log", "ab") as log:
-            self.origin_process = self.topo.popen("origin", [*IWPROBE, "origin", "serve", "--setup-routes", *common,
-                                                             "--bind", origin.address],
-                                                  stdout=subprocess.DEVNULL, stderr=log)
-        self._check("probe", [*IWPROBE, "enroll", "--collector", self.collector, "--token", enroll_token,
-                              "--name", "lab-probe", "--region", self.region, "--state-dir", str(self.tmp / "probe")])
+            self.origin_process = self.topo.popen(
+                "origin",
+                [*IWPROBE, "origin", "serve", "--setup-routes", *common, "--bind", origin.address],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        self._check(
+            "probe",
+            [
+                *IWPROBE,
+                "enroll",
+                "--collector",
+                self.collector,
+                "--token",
+                enroll_token,
+                "--name",
+                "lab-probe",
+                "--region",
+                self.region,
+                "--state-dir",
+                str(self.tmp / "probe"),
+            ],
+        )
         deadline = time.monotonic() + 15
         probe = f"import socket; socket.create_connection(({origin.address!r}, {BASE_PORT + self.arms[-1]}), 1).close()"
         while self.topo.run("probe", [sys.executable, "-c", probe], capture_output=True).returncode != 0:
@@ -74,9 +109,22 @@ class LabFleet:
 
     def run_probe(self, campaign: int, timeout_s: float) -> None:
         with open(self.tmp / "probe.log", "ab") as log:
-            process = self.topo.popen("probe", [*IWPROBE, "run", "--once", "--state-dir", str(self.tmp / "probe"),
-                                                "--upload-timeout", "60", "--campaign", str(campaign)],
-                                      stdout=subprocess.DEVNULL, stderr=log)
+            process = self.topo.popen(
+                "probe",
+                [
+                    *IWPROBE,
+                    "run",
+                    "--once",
+                    "--state-dir",
+                    str(self.tmp / "probe"),
+                    "--upload-timeout",
+                    "60",
+                    "--campaign",
+                    str(campaign),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         assert process.wait(timeout=timeout_s) == 0, self.log()
 
     def stop(self) -> None:
@@ -89,19 +137,27 @@ class LabFleet:
                 self.origin_process.wait()
 
     def log(self) -> str:
-        return "\n".join(f"--- {name}\n" + (self.tmp / name).read_text(errors="replace")[-5000:]
-                         for name in ("origin.log", "probe.log") if (self.tmp / name).exists())
+        return "\n".join(
+            f"--- {name}\n" + (self.tmp / name).read_text(errors="replace")[-5000:]
+            for name in ("origin.log", "probe.log")
+            if (self.tmp / name).exists()
+        )
 
 
 @pytest.fixture()
-def lab_fleet(request: pytest.FixtureRequest, api_server: Any, enroll_token: str, origin_token: str,
-              tmp_path: Path) -> Iterator[tuple[LabFleet, str, str]]:
+def lab_fleet(
+    request: pytest.FixtureRequest, api_server: Any, enroll_token: str, origin_token: str, tmp_path: Path
+) -> Iterator[tuple[LabFleet, str, str]]:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     link: Any = request.param
-    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab", link=link)])
+    topo = Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host("probe", role="probe", region="lab", link=link),
+        ],
+    )
     with topo:
         fleet = LabFleet(topo, api_server.port, tmp_path, [3, 10])
         try:
@@ -112,22 +168,30 @@ def lab_fleet(request: pytest.FixtureRequest, api_server: Any, enroll_token: str
 
 
 def _campaign(api_url: str, admin_token: str, origin_id: str, region: str, **fields: Any) -> int:
-    body: dict[str, Any] = {"name": f"probe-lab-{secrets.token_hex(3)}", "origin_ids": [origin_id], "arms": [3, 10],
-                            "probe_regions": [region], "repetitions": 1, "interval_s": 0.0, "calibrate": False,
-                            "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat()}
+    body: dict[str, Any] = {
+        "name": f"probe-lab-{secrets.token_hex(3)}",
+        "origin_ids": [origin_id],
+        "arms": [3, 10],
+        "probe_regions": [region],
+        "repetitions": 1,
+        "interval_s": 0.0,
+        "calibrate": False,
+        "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
+    }
     body.update(fields)
-    answer = httpx.post(f"{api_url}/api/v1/campaigns", json=body, headers={"Authorization": f"Bearer {admin_token}"},
-                        timeout=30)
+    answer = httpx.post(f"{api_url}/api/v1/campaigns", json=body, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
     assert answer.status_code == 201, answer.text
     return int(answer.json()["id"])
 
 
 def _joined_rows(database_url: str, campaign: int, expected: int) -> list[dict[str, Any]]:
     """Trials with their origin observation, once all ``expected`` have both sides."""
-    sql = ("SELECT t.trial_id, t.arm_iw, t.object_size, t.total_us, t.connect_us, t.ttfb_us, t.error_kind, "
-           "t.tcp_info AS client_info, o.response_latency_us, o.first_byte_us, o.snd_cwnd_at_accept, "
-           "o.cwnd_mismatch, o.tcp_info AS server_info "
-           "FROM trials t JOIN origin_observations o USING (trial_id) WHERE t.campaign_id = %s")
+    sql = (
+        "SELECT t.trial_id, t.arm_iw, t.object_size, t.total_us, t.connect_us, t.ttfb_us, t.error_kind, "
+        "t.tcp_info AS client_info, o.response_latency_us, o.first_byte_us, o.snd_cwnd_at_accept, "
+        "o.cwnd_mismatch, o.tcp_info AS server_info "
+        "FROM trials t JOIN origin_observations o USING (trial_id) WHERE t.campaign_id = %s"
+    )
     deadline = time.monotonic() + 60
     while True:
         with psycopg.connect(libpq_url(database_url)) as connection:
@@ -143,15 +207,18 @@ def _median(rows: list[dict[str, Any]], iw: int, size: int, column: str) -> floa
     return statistics.median(row[column] for row in rows if row["arm_iw"] == iw and row["object_size"] == size)
 
 
-@pytest.mark.parametrize("lab_fleet", [LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS)], indirect=True,
-                         ids=["200ms-100mbit"])
-def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: tuple[LabFleet, str, str], api_server: Any,
-                                               admin_token: str, database_url: str) -> None:
+@pytest.mark.parametrize(
+    "lab_fleet", [LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS)], indirect=True, ids=["200ms-100mbit"]
+)
+def test_iw10_saves_one_rtt_on_a_long_fat_path(
+    lab_fleet: tuple[LabFleet, str, str], api_server: Any, admin_token: str, database_url: str
+) -> None:
     fleet, origin_id, probe_id = lab_fleet
     sizes = [3000, 9000, 30000]
     repetitions = 3
-    campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, sizes=sizes,
-                         repetitions=repetitions, calibrate=True)
+    campaign = _campaign(
+        api_server.url, admin_token, origin_id, fleet.region, sizes=sizes, repetitions=repetitions, calibrate=True
+    )
     fleet.run_probe(campaign, timeout_s=240)
     rows = _joined_rows(database_url, campaign, repetitions * 2 * len(sizes))
     assert len(rows) == repetitions * 2 * len(sizes), fleet.log()
@@ -175,16 +242,19 @@ def test_iw10_saves_one_rtt_on_a_long_fat_path(lab_fleet: tuple[LabFleet, str, s
     # Probe and origin agree on the same trial: the probe's total minus connect and request
     # one-way leg is the origin's latency up to one RTT of handshake + ACK return.
     with psycopg.connect(libpq_url(database_url)) as connection:
-        sample = connection.execute("SELECT min_rtt_us, bottleneck_bps FROM path_samples WHERE probe_id = %s",
-                                    (probe_id,)).fetchone()
+        sample = connection.execute(
+            "SELECT min_rtt_us, bottleneck_bps FROM path_samples WHERE probe_id = %s", (probe_id,)
+        ).fetchone()
     assert sample is not None and abs(sample[0] - rtt_us) < 0.1 * rtt_us
     assert sample[1] is not None and 0.8 * 100e6 <= sample[1] <= 1.1 * 100e6, sample
 
 
-@pytest.mark.parametrize("lab_fleet", [LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=40, loss=0.03)], indirect=True,
-                         ids=["3pct-loss"])
-def test_loss_shows_in_both_tcp_infos(lab_fleet: tuple[LabFleet, str, str], api_server: Any, admin_token: str,
-                                      database_url: str) -> None:
+@pytest.mark.parametrize(
+    "lab_fleet", [LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=40, loss=0.03)], indirect=True, ids=["3pct-loss"]
+)
+def test_loss_shows_in_both_tcp_infos(
+    lab_fleet: tuple[LabFleet, str, str], api_server: Any, admin_token: str, database_url: str
+) -> None:
     fleet, origin_id, _ = lab_fleet
     repetitions = 12
     campaign = _campaign(api_server.url, admin_token, origin_id, fleet.region, sizes=[60000], repetitions=repetitions)
@@ -197,8 +267,10 @@ def test_loss_shows_in_both_tcp_infos(lab_fleet: tuple[LabFleet, str, str], api_
     # holes left by lost data show as out-of-order packets in its TCP_INFO.
     client_retrans = sum(row["client_info"].get("total_retrans", 0) for row in rows)
     client_ooo = sum(row["client_info"].get("rcv_ooopack", 0) for row in rows)
-    print(f"server retransmitted segments {server_retrans} ({server_bytes_retrans} bytes); "
-          f"client retransmissions {client_retrans}, out-of-order packets {client_ooo}")
+    print(
+        f"server retransmitted segments {server_retrans} ({server_bytes_retrans} bytes); "
+        f"client retransmissions {client_retrans}, out-of-order packets {client_ooo}"
+    )
     assert server_retrans > 0 and server_bytes_retrans > 0
     assert client_retrans + client_ooo > 0
 
@@ -208,9 +280,23 @@ def _iw10_origin(topo: Any, tmp_path: Path) -> Iterator[str]:
     """A collector-less origin with one IW10 arm on ``topo``'s host "origin"; yields its address."""
     address = topo.host("origin").address
     with open(tmp_path / "origin.log", "ab") as log:
-        origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "10",
-                                       "--base-port", str(BASE_PORT), "--bind", address],
-                            stdout=subprocess.DEVNULL, stderr=log)
+        origin = topo.popen(
+            "origin",
+            [
+                *IWPROBE,
+                "origin",
+                "--no-upload",
+                "--setup-routes",
+                "--arms",
+                "10",
+                "--base-port",
+                str(BASE_PORT),
+                "--bind",
+                address,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     try:
         time.sleep(1.0)
         yield address
@@ -223,12 +309,21 @@ def test_syn_retransmissions_are_counted_above_the_initial_rto(tmp_path: Path) -
     """With a 1.3 s RTT the SYN is retransmitted after the 1 s initial RTO; the trial says so."""
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=10_000_000, rtt_ms=1300))])
+    topo = Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=10_000_000, rtt_ms=1300)),
+        ],
+    )
     with topo, _iw10_origin(topo, tmp_path) as address:
-        fast = topo.run("probe", [*IWPROBE, "fetch", "--json", f"http://{address}:{BASE_PORT + 10}/obj/1000"],
-                        capture_output=True, text=True, timeout=60)
+        fast = topo.run(
+            "probe",
+            [*IWPROBE, "fetch", "--json", f"http://{address}:{BASE_PORT + 10}/obj/1000"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         trial = json.loads(fast.stdout)
     assert trial["error_kind"] is None, trial
     assert trial["connect_us"] > 1_300_000
@@ -247,19 +342,30 @@ def test_calibration_reads_the_link_rate_through_loss(tmp_path: Path) -> None:
     from iwprobe import wire
 
     rate_bps = 1_000_000
-    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab",
-             link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=180, loss=0.015, buffer_bytes=48_000))])
-    script = ("import json, sys; from iwprobe import wire; from iwprobe._calibrate import calibrate; "
-              "from iwprobe._collector import from_dict; "
-              "target = from_dict(wire.ScheduleTarget, json.loads(sys.argv[1])); "
-              "samples = [calibrate(wire.new_id(), target, 180_000) for _ in range(3)]; "
-              "print(json.dumps([s.bottleneck_bps if s else None for s in samples]))")
+    topo = Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host(
+                "probe",
+                role="probe",
+                region="lab",
+                link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=180, loss=0.015, buffer_bytes=48_000),
+            ),
+        ],
+    )
+    script = (
+        "import json, sys; from iwprobe import wire; from iwprobe._calibrate import calibrate; "
+        "from iwprobe._collector import from_dict; "
+        "target = from_dict(wire.ScheduleTarget, json.loads(sys.argv[1])); "
+        "samples = [calibrate(wire.new_id(), target, 180_000) for _ in range(3)]; "
+        "print(json.dumps([s.bottleneck_bps if s else None for s in samples]))"
+    )
     with topo, _iw10_origin(topo, tmp_path) as address:
         target = {"origin_id": wire.new_id(), "host": address, "arms": [{"iw": 10, "port": BASE_PORT + 10}]}
-        outcome = topo.run("probe", [sys.executable, "-c", script, json.dumps(target)],
-                           capture_output=True, text=True, timeout=300)
+        outcome = topo.run(
+            "probe", [sys.executable, "-c", script, json.dumps(target)], capture_output=True, text=True, timeout=300
+        )
     assert outcome.returncode == 0, outcome.stderr
     estimates = json.loads(outcome.stdout)
     payload_bps = rate_bps * 1448 / 1500

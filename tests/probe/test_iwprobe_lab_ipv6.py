@@ -32,8 +32,13 @@ REPETITIONS = 5
 
 
 def _fetch(topo: Any, address: str, iw: int) -> dict[str, Any]:
-    outcome = topo.run("probe", [*IWPROBE, "fetch", "--json", f"http://[{address}]:{BASE_PORT + iw}/obj/{SIZE}"],
-                       capture_output=True, text=True, timeout=60)
+    outcome = topo.run(
+        "probe",
+        [*IWPROBE, "fetch", "--json", f"http://[{address}]:{BASE_PORT + iw}/obj/{SIZE}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert outcome.returncode == 0, outcome.stderr
     trial: dict[str, Any] = json.loads(outcome.stdout)
     assert trial["error_kind"] is None, trial
@@ -53,16 +58,35 @@ def _observations(path: Path, count: int) -> dict[str, dict[str, Any]]:
 def test_iw10_saves_one_rtt_over_ipv6(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
-    topo = Topology(f"iwt{secrets.token_hex(3)}", hosts=[
-        Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
-        Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS))],
-        dual_stack=True)
+    topo = Topology(
+        f"iwt{secrets.token_hex(3)}",
+        hosts=[
+            Host("origin", role="origin", link=LinkSpec.symmetric(rate_bps=1_000_000_000, rtt_ms=0)),
+            Host("probe", role="probe", region="lab", link=LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS)),
+        ],
+        dual_stack=True,
+    )
     observed = tmp_path / "observations.jsonl"
     with topo:
         address = topo.host("origin").address6
         with open(observed, "wb") as out, open(tmp_path / "origin.log", "ab") as log:
-            origin = topo.popen("origin", [*IWPROBE, "origin", "--no-upload", "--setup-routes", "--arms", "3,10",
-                                           "--base-port", str(BASE_PORT), "--bind", address], stdout=out, stderr=log)
+            origin = topo.popen(
+                "origin",
+                [
+                    *IWPROBE,
+                    "origin",
+                    "--no-upload",
+                    "--setup-routes",
+                    "--arms",
+                    "3,10",
+                    "--base-port",
+                    str(BASE_PORT),
+                    "--bind",
+                    address,
+                ],
+                stdout=out,
+                stderr=log,
+            )
         try:
             check = f"import socket; socket.create_connection(({address!r}, {BASE_PORT + 10}), 1).close()"
             deadline = time.monotonic() + 15
@@ -85,8 +109,10 @@ def test_iw10_saves_one_rtt_over_ipv6(tmp_path: Path) -> None:
     medians = {iw: statistics.median(trial["total_us"] for trial in trials[iw]) / 1000 for iw in trials}
     gain_ms = medians[3] - medians[10]
     connect_ms = statistics.median(trial["connect_us"] for trial in trials[10]) / 1000
-    print(f"IPv6, {RTT_MS} ms RTT (handshake {connect_ms:.1f} ms): median total IW3 {medians[3]:.1f} ms, "
-          f"IW10 {medians[10]:.1f} ms, IW10 saves {gain_ms:.1f} ms = {gain_ms / RTT_MS:.2f} RTT")
+    print(
+        f"IPv6, {RTT_MS} ms RTT (handshake {connect_ms:.1f} ms): median total IW3 {medians[3]:.1f} ms, "
+        f"IW10 {medians[10]:.1f} ms, IW10 saves {gain_ms:.1f} ms = {gain_ms / RTT_MS:.2f} RTT"
+    )
     assert 0.9 * RTT_MS <= connect_ms <= 1.1 * RTT_MS
     assert 0.6 * RTT_MS <= gain_ms <= 1.4 * RTT_MS, medians
     # The origin saw IPv6 clients, and every connection started with its arm's IW.

@@ -25,8 +25,9 @@ BASE_PORT = 8100
 
 @pytest.fixture()
 def origin(netns_pair: NetnsPair) -> Iterator[subprocess.Popen]:
-    with origin_process(netns_pair, ARMS, BASE_PORT, "--max-object-bytes", "1000000", "--request-timeout", "1.5",
-                        "--workers", "4") as process:
+    with origin_process(
+        netns_pair, ARMS, BASE_PORT, "--max-object-bytes", "1000000", "--request-timeout", "1.5", "--workers", "4"
+    ) as process:
         yield process
 
 
@@ -64,19 +65,23 @@ def test_http_surface_and_bounds(netns_pair: NetnsPair, origin: subprocess.Popen
     bad = fetch_json(netns_pair, base + "/obj/12abc")
     assert bad["http_status"] == 400
     # The body is deterministic: the same bytes twice, and exactly the requested length.
-    script = ("import socket,sys\n"
-              f"def get():\n s=socket.create_connection(({netns_pair.origin_address!r},{BASE_PORT + 3}))\n"
-              " s.sendall(b'GET /obj/5000 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
-              " d=b''\n while True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\n return d\n"
-              "a,b=get(),get()\nh,_,body=a.partition(b'\\r\\n\\r\\n')\n"
-              "assert a==b, 'body differs'\nassert len(body)==5000, len(body)\n"
-              "assert b'Connection: close' in h\nassert body[:4]==bytes([0,1,2,3])\nprint('ok')")
+    script = (
+        "import socket,sys\n"
+        f"def get():\n s=socket.create_connection(({netns_pair.origin_address!r},{BASE_PORT + 3}))\n"
+        " s.sendall(b'GET /obj/5000 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+        " d=b''\n while True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\n return d\n"
+        "a,b=get(),get()\nh,_,body=a.partition(b'\\r\\n\\r\\n')\n"
+        "assert a==b, 'body differs'\nassert len(body)==5000, len(body)\n"
+        "assert b'Connection: close' in h\nassert body[:4]==bytes([0,1,2,3])\nprint('ok')"
+    )
     outcome = netns_pair.run(netns_pair.probe_ns, [PYTHON, "-c", script])
     assert outcome.stdout.strip() == "ok", outcome.stderr
     # A client that never sends its request is cut off after --request-timeout (1.5 s).
-    slow = ("import socket,time\n"
-            f"s=socket.create_connection(({netns_pair.origin_address!r},{BASE_PORT + 3}))\n"
-            "t=time.monotonic(); s.settimeout(10); d=s.recv(10); print(round(time.monotonic()-t,2), len(d))")
+    slow = (
+        "import socket,time\n"
+        f"s=socket.create_connection(({netns_pair.origin_address!r},{BASE_PORT + 3}))\n"
+        "t=time.monotonic(); s.settimeout(10); d=s.recv(10); print(round(time.monotonic()-t,2), len(d))"
+    )
     outcome = netns_pair.run(netns_pair.probe_ns, [PYTHON, "-c", slow])
     waited, received = outcome.stdout.split()
     assert 1.0 <= float(waited) < 5.0 and received == "0"
@@ -93,7 +98,9 @@ def test_route_setup_is_idempotent(netns_pair: NetnsPair) -> None:
     assert rules.count("lookup 21003") == 1 and rules.count("lookup 21010") == 1
     table = netns_pair.run(netns_pair.origin_ns, ["ip", "route", "show", "table", "21010"]).stdout
     assert "initcwnd 10" in table and "initrwnd 64" in table and "default via" in table
-    printed = netns_pair.run(netns_pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--print-routes", "--arms", "16"])
+    printed = netns_pair.run(
+        netns_pair.origin_ns, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--print-routes", "--arms", "16"]
+    )
     assert "ip -4 rule add priority 9016 fwmark 0x1f010 lookup 21016" in printed.stdout
     assert "lookup 21016" not in netns_pair.run(netns_pair.origin_ns, ["ip", "rule", "show"]).stdout
 
@@ -134,8 +141,9 @@ def _serve_once(behaviour: str) -> int:
     return int(listener.getsockname()[1])
 
 
-@pytest.mark.parametrize("behaviour, kind", [("short", "short_body"), ("garbage", "protocol"),
-                                             ("reset", "reset"), ("silent", "timeout")])
+@pytest.mark.parametrize(
+    "behaviour, kind", [("short", "short_body"), ("garbage", "protocol"), ("reset", "reset"), ("silent", "timeout")]
+)
 def test_fetch_records_errors_as_trials(behaviour: str, kind: str) -> None:
     port = _serve_once(behaviour)
     result = fetch(f"http://127.0.0.1:{port}/obj/5000", wire.new_id(), timeout_s=0.8)

@@ -30,17 +30,32 @@ def chain(tmp_path: Path, netns_pair: NetnsPair) -> ChainInfo:
 
 @pytest.fixture()
 def https_origin(netns_pair: NetnsPair, chain: ChainInfo) -> Iterator[subprocess.Popen]:
-    with origin_process(netns_pair, ARMS, BASE_PORT, "--bind", "127.0.0.1", "--tls-cert", str(chain.chain_path),
-                        "--tls-key", str(chain.key_path), "--request-timeout", "2", "--workers", "4") as process:
+    with origin_process(
+        netns_pair,
+        ARMS,
+        BASE_PORT,
+        "--bind",
+        "127.0.0.1",
+        "--tls-cert",
+        str(chain.chain_path),
+        "--tls-key",
+        str(chain.key_path),
+        "--request-timeout",
+        "2",
+        "--workers",
+        "4",
+    ) as process:
         yield process
 
 
 def test_https_measures_the_handshake_on_both_sides_and_counts_the_first_flight(
-        netns_pair: NetnsPair, https_origin: subprocess.Popen, chain: ChainInfo) -> None:
+    netns_pair: NetnsPair, https_origin: subprocess.Popen, chain: ChainInfo
+) -> None:
     trials = {}
     for iw in ARMS:
-        trial = fetch_json(netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + iw}/obj/20000",
-                       "--ca-file", str(chain.root_path))
+        trial = fetch_json(
+            netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + iw}/obj/20000", "--ca-file", str(chain.root_path)
+        )
         assert trial["error_kind"] is None, trial
         assert trial["tls_version"] == "TLSv1.3" and trial["family"] == "ipv4"
         assert 0 < trial["tls_handshake_us"] < trial["ttfb_us"] < trial["total_us"]
@@ -59,34 +74,52 @@ def test_https_measures_the_handshake_on_both_sides_and_counts_the_first_flight(
 
 
 def test_curl_and_tls_1_2_are_served_and_failures_are_named(
-        netns_pair: NetnsPair, https_origin: subprocess.Popen, chain: ChainInfo, tmp_path: Path) -> None:
+    netns_pair: NetnsPair, https_origin: subprocess.Popen, chain: ChainInfo, tmp_path: Path
+) -> None:
     url = f"https://{NAME}:{BASE_PORT + 10}/obj/3000"
     resolve = f"{NAME}:{BASE_PORT + 10}:{netns_pair.origin_address}"
     for extra in ((), ("--tls-max", "1.2")):
-        curl = netns_pair.run(netns_pair.probe_ns, [
-            "curl", "-sS", "-o", "/dev/null", "--resolve", resolve, "--cacert", str(chain.root_path),
-            "-w", "%{http_code} %{size_download} %{time_appconnect}", *extra, url])
+        curl = netns_pair.run(
+            netns_pair.probe_ns,
+            [
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "--resolve",
+                resolve,
+                "--cacert",
+                str(chain.root_path),
+                "-w",
+                "%{http_code} %{size_download} %{time_appconnect}",
+                *extra,
+                url,
+            ],
+        )
         code, size, appconnect = curl.stdout.split()
         assert curl.returncode == 0 and code == "200" and size == "3000", (curl.stdout, curl.stderr)
         assert float(appconnect) > 0
     # a client that trusts another root refuses the chain: a named error, not an exception
     other = write_chain(tmp_path / "other", 2, name=NAME)
-    refused = fetch_json(netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + 3}/obj/1000",
-                     "--ca-file", str(other.root_path))
+    refused = fetch_json(
+        netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + 3}/obj/1000", "--ca-file", str(other.root_path)
+    )
     assert refused["error_kind"] == "tls" and "certificate" in refused["error_detail"].lower(), refused
     # plain HTTP to an HTTPS listener is closed at once, and the listener goes on serving
     plain = fetch_json(netns_pair, f"http://{netns_pair.origin_address}:{BASE_PORT + 3}/obj/1000")
     assert plain["error_kind"] in ("protocol", "reset"), plain
-    again = fetch_json(netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + 3}/obj/1000",
-                   "--ca-file", str(chain.root_path))
+    again = fetch_json(
+        netns_pair, f"https://{netns_pair.origin_address}:{BASE_PORT + 3}/obj/1000", "--ca-file", str(chain.root_path)
+    )
     assert again["error_kind"] is None, again
 
 
-def test_every_bound_address_serves_every_arm(netns_pair: NetnsPair, https_origin: subprocess.Popen,
-                                              chain: ChainInfo) -> None:
+def test_every_bound_address_serves_every_arm(netns_pair: NetnsPair, https_origin: subprocess.Popen, chain: ChainInfo) -> None:
     """--bind twice: the second address (the origin namespace's loopback) serves too."""
-    fetched = netns_pair.run(netns_pair.origin_ns, [
-        PYTHON, "-m", "iwprobe", "fetch", "--json", "--insecure", f"https://127.0.0.1:{BASE_PORT + 3}/obj/2000"])
+    fetched = netns_pair.run(
+        netns_pair.origin_ns,
+        [PYTHON, "-m", "iwprobe", "fetch", "--json", "--insecure", f"https://127.0.0.1:{BASE_PORT + 3}/obj/2000"],
+    )
     trial = json.loads(fetched.stdout)
     assert trial["error_kind"] is None and trial["tls_version"], trial
     seen = read_observations(https_origin, 1)[0]
@@ -116,8 +149,7 @@ def test_an_origin_says_which_family_lacks_its_rules(caplog: pytest.LogCaptureFi
     IW, and the origin says so when it starts (and its observations flag each connection)."""
     from iwprobe._origin import Origin, OriginConfig
 
-    config = OriginConfig(bind="127.0.0.1", arms=[3], base_port=18750, echo=False, workers=1,
-                          mark_base=0x3F000, table_base=29000)
+    config = OriginConfig(bind="127.0.0.1", arms=[3], base_port=18750, echo=False, workers=1, mark_base=0x3F000, table_base=29000)
     origin = Origin(config)
     with caplog.at_level("WARNING", logger="iwprobe.origin"):
         origin.start()

@@ -13,20 +13,42 @@ from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts, targe
 
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
-    values = dict(campaign_id=1, name="c", arms=[10, 32], sizes=[15000, 50000], size_dist=None, sizes_per_round=1,
-                  repetitions=1, interval_s=0.0, starts_at=wire.utc_timestamp(), ends_at=None, calibrate=False,
-                  targets=[wire.ScheduleTarget("o1", "192.0.2.1", [
-                      wire.ArmPort(10, 8010, "10"), wire.ArmPort(32, 8032, "32"), wire.ArmPort(10, 9010, "10p", True),
-                      wire.ArmPort(32, 9032, "32p", True), wire.ArmPort(10, 10000, "learned")])])
+    values = dict(
+        campaign_id=1,
+        name="c",
+        arms=[10, 32],
+        sizes=[15000, 50000],
+        size_dist=None,
+        sizes_per_round=1,
+        repetitions=1,
+        interval_s=0.0,
+        starts_at=wire.utc_timestamp(),
+        ends_at=None,
+        calibrate=False,
+        targets=[
+            wire.ScheduleTarget(
+                "o1",
+                "192.0.2.1",
+                [
+                    wire.ArmPort(10, 8010, "10"),
+                    wire.ArmPort(32, 8032, "32"),
+                    wire.ArmPort(10, 9010, "10p", True),
+                    wire.ArmPort(32, 9032, "32p", True),
+                    wire.ArmPort(10, 10000, "learned"),
+                ],
+            )
+        ],
+    )
     values.update(fields)
     return wire.CampaignSchedule(**values)  # type: ignore[arg-type]
 
 
 def test_labelled_arms_pick_their_own_listeners() -> None:
-    plan = [PlanEntry.from_json(entry) for entry in
-            round_plan(_campaign(arm_labels=["10", "10p", "learned"]), [15000, 50000], random.Random(1))]
-    assert Counter((entry.arm, entry.port) for entry in plan) == {("10", 8010): 2, ("10p", 9010): 2,
-                                                                   ("learned", 10000): 2}
+    plan = [
+        PlanEntry.from_json(entry)
+        for entry in round_plan(_campaign(arm_labels=["10", "10p", "learned"]), [15000, 50000], random.Random(1))
+    ]
+    assert Counter((entry.arm, entry.port) for entry in plan) == {("10", 8010): 2, ("10p", 9010): 2, ("learned", 10000): 2}
     # The paced arm has the plain arm's IW but is another listener.
     assert {entry.iw for entry in plan if entry.arm == "10p"} == {10}
 
@@ -34,8 +56,7 @@ def test_labelled_arms_pick_their_own_listeners() -> None:
 def test_shares_split_the_short_flows_and_keep_sizes_balanced() -> None:
     sizes = [15000, 50000] * 20
     for shares, expected in (([0.75, 0.25], (60, 20)), ([0.5, 0.5], (40, 40)), ([1.0, 0.0], (80, 0))):
-        plan = [PlanEntry.from_json(entry) for entry in
-                round_plan(_campaign(arm_shares=shares), sizes, random.Random(2))]
+        plan = [PlanEntry.from_json(entry) for entry in round_plan(_campaign(arm_shares=shares), sizes, random.Random(2))]
         counts = Counter(entry.arm for entry in plan)
         assert (counts["10"], counts["32"]) == expected
         assert Counter(entry.size for entry in plan) == {15000: 40, 50000: 40}
@@ -61,8 +82,10 @@ def test_page_parts_split_a_page_over_connections() -> None:
 def test_the_family_picks_the_host_and_https_targets_are_fetched_over_https() -> None:
     target = wire.ScheduleTarget("o2", "192.0.2.2", [wire.ArmPort(10, 8010, "10")], tls=True, host6="2001:db8::2")
     for family, host in (("ipv6", "2001:db8::2"), ("ipv4", "192.0.2.2"), ("", "192.0.2.2")):
-        plan = [PlanEntry.from_json(entry) for entry in
-                round_plan(_campaign(arms=[10], targets=[target], family=family), [9000], random.Random(3))]
+        plan = [
+            PlanEntry.from_json(entry)
+            for entry in round_plan(_campaign(arms=[10], targets=[target], family=family), [9000], random.Random(3))
+        ]
         assert [(entry.host, entry.tls) for entry in plan] == [(host, True)], family
     assert object_url("2001:db8::2", 8010, 9000, tls=True) == "https://[2001:db8::2]:8010/obj/9000"
     # an IPv6 campaign whose target has no IPv6 host resolves its host (the fetch asks for IPv6 only)

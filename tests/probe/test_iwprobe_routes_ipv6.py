@@ -17,8 +17,10 @@ import pytest
 from iwprobe._routes import RoutePlan, parse_routes, route_commands
 
 PYTHON = sys.executable
-MISSING = ("import json; from iwprobe._routes import RoutePlan, missing_rule_families; "
-           "print(json.dumps(missing_rule_families(RoutePlan([3, 10]))))")
+MISSING = (
+    "import json; from iwprobe._routes import RoutePlan, missing_rule_families; "
+    "print(json.dumps(missing_rule_families(RoutePlan([3, 10]))))"
+)
 
 
 def test_route_commands_for_both_families() -> None:
@@ -43,19 +45,21 @@ def test_route_commands_for_both_families() -> None:
 
 
 def test_parse_routes_keeps_unicast_routes_of_either_family() -> None:
-    shown = "\n".join([
-        "default proto ra metric 1024 expires 1796sec pref medium",
-        "\tnexthop via fe80::1 dev eth0 weight 1",
-        "\tnexthop via fe80::2 dev eth0 weight 1",
-        "fd00:1::/64 dev eth0 proto kernel metric 256 linkdown pref medium",
-        "fe80::/64 dev eth0 proto kernel metric 256 pref medium",
-        "multicast ff00::/8 dev eth0 proto kernel metric 256 pref medium",
-        "anycast fd00:1:: dev eth0 proto kernel metric 0 pref medium",
-        "unreachable fd00:dead::/64 dev lo metric 1024 pref medium",
-        "10.1.0.0/16 via 10.0.0.1 dev eth1 initcwnd 4 initrwnd 8",
-        "10.2.0.0/16 nhid 7 via 10.0.0.1 dev eth1 proto static",
-        "10.3.0.0/16 nhid 8 proto static",
-    ])
+    shown = "\n".join(
+        [
+            "default proto ra metric 1024 expires 1796sec pref medium",
+            "\tnexthop via fe80::1 dev eth0 weight 1",
+            "\tnexthop via fe80::2 dev eth0 weight 1",
+            "fd00:1::/64 dev eth0 proto kernel metric 256 linkdown pref medium",
+            "fe80::/64 dev eth0 proto kernel metric 256 pref medium",
+            "multicast ff00::/8 dev eth0 proto kernel metric 256 pref medium",
+            "anycast fd00:1:: dev eth0 proto kernel metric 0 pref medium",
+            "unreachable fd00:dead::/64 dev lo metric 1024 pref medium",
+            "10.1.0.0/16 via 10.0.0.1 dev eth1 initcwnd 4 initrwnd 8",
+            "10.2.0.0/16 nhid 7 via 10.0.0.1 dev eth1 proto static",
+            "10.3.0.0/16 nhid 8 proto static",
+        ]
+    )
     assert parse_routes(shown) == [
         "default proto ra metric 1024 pref medium nexthop via fe80::1 dev eth0 weight 1 nexthop via fe80::2 dev eth0 weight 1",
         "fd00:1::/64 dev eth0 proto kernel metric 256 pref medium",
@@ -109,7 +113,7 @@ def _missing(namespace: str) -> list[str]:
 
 def test_setup_routes_installs_ipv6_rules_and_tables() -> None:
     with _namespace() as namespace:
-        for _ in range(2):   # the second run keeps the rules and rebuilds the tables
+        for _ in range(2):  # the second run keeps the rules and rebuilds the tables
             outcome = _exec(namespace, [PYTHON, "-m", "iwprobe", "origin", "setup-routes", "--arms", "3,10"])
             assert outcome.returncode == 0, outcome.stderr
         assert "ip -6 rule add priority 9003 fwmark 0x1f003 lookup 21003" in outcome.stdout

@@ -118,6 +118,6 @@ def test_backoff_is_exponential_with_full_jitter() -> None:
     rng = random.Random(1)
     for attempt in range(8):
         values = [backoff_delay(attempt, 1.0, 60.0, rng) for _ in range(400)]
-        bound = min(60.0, 2.0 ** attempt)
+        bound = min(60.0, 2.0**attempt)
         assert all(0.0 <= value <= bound for value in values)
         assert max(values) > 0.8 * bound  # full jitter spans the whole range

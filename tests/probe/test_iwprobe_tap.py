@@ -25,7 +25,7 @@ CLIENT_PORT = 40_000
 MS = 1_000_000
 MSS = 1460
 OUT, IN = socket.PACKET_OUTGOING, socket.PACKET_HOST
-SYN_OPTIONS = bytes([2, 4]) + struct.pack("!H", MSS) + bytes([1, 3, 3, 7])   # MSS 1460, window scale 7
+SYN_OPTIONS = bytes([2, 4]) + struct.pack("!H", MSS) + bytes([1, 3, 3, 7])  # MSS 1460, window scale 7
 
 
 def arms(*pairs: tuple[str, int]) -> list[wire.PassiveArm]:
@@ -38,7 +38,10 @@ def arms(*pairs: tuple[str, int]) -> list[wire.PassiveArm]:
 def test_treated_arms_take_the_top_of_the_hash_range_in_order_and_the_default_arm_the_rest() -> None:
     ranges = arm_ranges(arms(("default", 9000), ("16", 500), ("32", 500)))
     assert [(arm.arm, arm.low, arm.high, arm.slot, arm.iw) for arm in ranges] == [
-        ("default", 0, 8999, 0, None), ("32", 9000, 9499, 2, 32), ("16", 9500, 9999, 1, 16)]
+        ("default", 0, 8999, 0, None),
+        ("32", 9000, 9499, 2, 32),
+        ("16", 9500, 9999, 1, 16),
+    ]
     # Growing the last-listed treated arm moves only default prefixes: 16 keeps its buckets.
     grown = {arm.arm: (arm.low, arm.high) for arm in arm_ranges(arms(("default", 7000), ("16", 500), ("32", 2500)))}
     assert grown["16"] == (9500, 9999) and grown["32"] == (7000, 9499) and grown["default"] == (0, 6999)
@@ -52,9 +55,18 @@ def test_a_study_without_a_default_arm_and_an_arm_with_no_share() -> None:
 
 
 def _study(**changes: object) -> wire.PassiveStudy:
-    study = wire.PassiveStudy(campaign_id=7, name="s", arms=arms(("default", 9000), ("16", 500), ("32", 500)),
-                              ports=[443, 80], prefix_v4=24, prefix_v6=48, assignment_seed=0xC0FFEE,
-                              starts_at="2026-11-26T00:00:00Z", ends_at="2026-11-27T00:00:00Z", sample_share=1.0)
+    study = wire.PassiveStudy(
+        campaign_id=7,
+        name="s",
+        arms=arms(("default", 9000), ("16", 500), ("32", 500)),
+        ports=[443, 80],
+        prefix_v4=24,
+        prefix_v6=48,
+        assignment_seed=0xC0FFEE,
+        starts_at="2026-11-26T00:00:00Z",
+        ends_at="2026-11-27T00:00:00Z",
+        sample_share=1.0,
+    )
     for name, value in changes.items():
         setattr(study, name, value)
     return study
@@ -63,22 +75,54 @@ def _study(**changes: object) -> wire.PassiveStudy:
 def test_the_nft_script_marks_syns_of_both_families_by_prefix_hash_while_the_lease_holds() -> None:
     plan = TapPlan.from_study(_study(), lease_s=7.5)
     script = plan.nft_script()
-    assert script.startswith("add table inet iwscope_tap\ndelete table inet iwscope_tap\n")   # atomic replace
+    assert script.startswith("add table inet iwscope_tap\ndelete table inet iwscope_tap\n")  # atomic replace
     mapping = "map { 9000-9499 : 0x7a102, 9500-9999 : 0x7a101 }"
-    assert (f"tcp flags & (syn|ack) == syn tcp dport {{ 80, 443 }} meta nfproto ipv4 meta l4proto @alive "
-            f"meta mark set jhash @nh,96,24 mod 10000 seed 0xc0ffee {mapping}") in script
+    assert (
+        f"tcp flags & (syn|ack) == syn tcp dport {{ 80, 443 }} meta nfproto ipv4 meta l4proto @alive "
+        f"meta mark set jhash @nh,96,24 mod 10000 seed 0xc0ffee {mapping}"
+    ) in script
     assert "tcp dport { 80, 443 } meta nfproto ipv6 meta l4proto @alive" in script
     assert "jhash @nh,64,48 mod 10000" in script
     assert script.rstrip().endswith("add element inet iwscope_tap alive { tcp timeout 7500ms }")
-    assert plan.lease_script().count("alive { tcp") == 3   # add (exists or not), delete, add: a fresh timeout
-    assert plan.rules() == [("ipv4", 9101, 0x7A101, 22101), ("ipv4", 9102, 0x7A102, 22102),
-                            ("ipv6", 9101, 0x7A101, 22101), ("ipv6", 9102, 0x7A102, 22102)]
+    assert plan.lease_script().count("alive { tcp") == 3  # add (exists or not), delete, add: a fresh timeout
+    assert plan.rules() == [
+        ("ipv4", 9101, 0x7A101, 22101),
+        ("ipv4", 9102, 0x7A102, 22102),
+        ("ipv6", 9101, 0x7A101, 22101),
+        ("ipv6", 9102, 0x7A102, 22102),
+    ]
     commands = plan.route_commands("ipv4", ["default via 10.0.0.1 dev eth0", "10.0.0.0/24 dev eth0 initrwnd 20"])
-    assert ["ip", "-4", "route", "replace", "default", "via", "10.0.0.1", "dev", "eth0", "table", "22101",
-            "initcwnd", "16"] in commands
+    assert [
+        "ip",
+        "-4",
+        "route",
+        "replace",
+        "default",
+        "via",
+        "10.0.0.1",
+        "dev",
+        "eth0",
+        "table",
+        "22101",
+        "initcwnd",
+        "16",
+    ] in commands
     # Only the IW changes: a route's own initrwnd stays as the operator set it.
-    assert ["ip", "-4", "route", "replace", "10.0.0.0/24", "dev", "eth0", "initrwnd", "20", "table", "22102",
-            "initcwnd", "32"] in commands
+    assert [
+        "ip",
+        "-4",
+        "route",
+        "replace",
+        "10.0.0.0/24",
+        "dev",
+        "eth0",
+        "initrwnd",
+        "20",
+        "table",
+        "22102",
+        "initcwnd",
+        "32",
+    ] in commands
 
 
 def test_a_study_with_only_the_default_arm_installs_no_marking_rule() -> None:
@@ -87,6 +131,7 @@ def test_a_study_with_only_the_default_arm_installs_no_marking_rule() -> None:
 
 
 # --- the first response, from headers ------------------------------------------------------
+
 
 class Conversation:
     """Packets of one connection to the tracker, client 10.64.2.2:40000 -> server :443."""
@@ -105,8 +150,17 @@ class Conversation:
         source, destination = ("fd00::2", "fd00::1") if from_client else ("fd00::1", "fd00::2")
         return ipv6(tcp, payload, source=source, destination=destination, data=data)
 
-    def client(self, at_ms: float, flags: int = ACK, payload: int = 0, data: bytes = b"", window: int = 502,
-               seq: int | None = None, kind: int = IN, ack: int | None = None) -> None:
+    def client(
+        self,
+        at_ms: float,
+        flags: int = ACK,
+        payload: int = 0,
+        data: bytes = b"",
+        window: int = 502,
+        seq: int | None = None,
+        kind: int = IN,
+        ack: int | None = None,
+    ) -> None:
         """A client packet acknowledging ``ack`` (default: everything the server sent)."""
         options = SYN_OPTIONS if flags & SYN else b""
         sequence = self.client_seq if seq is None else seq
@@ -158,7 +212,7 @@ def test_plain_http_response_latency_runs_from_the_request_to_the_last_ack(famil
     talk = Conversation(family)
     talk.handshake(rtt_ms=100)
     talk.client(100.2, payload=120, data=b"GET / HTTP/1.1")
-    end = serve(talk, 100.5, 30_000, window=10, rtt_ms=100)     # 30 KB at IW10: two rounds
+    end = serve(talk, 100.5, 30_000, window=10, rtt_ms=100)  # 30 KB at IW10: two rounds
     talk.client(end + 5000, FIN)
     result = talk.result()
     assert result.tls is False and result.exchanges == 1
@@ -176,11 +230,11 @@ def test_the_arm_shows_in_the_first_flight_and_the_latency() -> None:
         talk = Conversation()
         talk.handshake()
         talk.client(100, payload=100, data=b"GE")
-        latencies[iw] = (serve(talk, 100, 40_000, window=iw, rtt_ms=100) - 100)
+        latencies[iw] = serve(talk, 100, 40_000, window=iw, rtt_ms=100) - 100
         result = talk.result()
         assert result.first_flight_segments == min(iw, -(-40_000 // MSS)), iw
         assert result.response_latency_us == latencies[iw] * 1000
-    assert latencies == {3: 400, 10: 200, 32: 100}    # rounds of 100 ms: 3+6+12+24, 10+20, 28
+    assert latencies == {3: 400, 10: 200, 32: 100}  # rounds of 100 ms: 3+6+12+24, 10+20, 28
 
 
 def test_keep_alive_after_idle_is_flagged_and_the_first_response_kept() -> None:
@@ -188,7 +242,7 @@ def test_keep_alive_after_idle_is_flagged_and_the_first_response_kept() -> None:
     talk.handshake()
     talk.client(100, payload=100, data=b"GE")
     end = serve(talk, 100, 5000, window=10, rtt_ms=100)
-    talk.client(end + 1500, payload=100, data=b"GE")              # next request after 1.5 s idle
+    talk.client(end + 1500, payload=100, data=b"GE")  # next request after 1.5 s idle
     serve(talk, end + 1500, 50_000, window=10, rtt_ms=100)
     result = talk.result()
     assert result.exchanges == 2 and result.reused_after_idle
@@ -202,7 +256,7 @@ def test_client_data_while_the_response_is_in_flight_belongs_to_it() -> None:
     talk.client(100, payload=200, data=b"PR")
     start = talk.server_seq
     talk.server(100.1, payload=MSS)
-    talk.client(150, payload=9, data=b"\x00\x00", ack=start)       # a control frame, the response unacknowledged
+    talk.client(150, payload=9, data=b"\x00\x00", ack=start)  # a control frame, the response unacknowledged
     for index in range(9):
         talk.server(150.1 + index * 0.001, payload=MSS)
     talk.ack(300, talk.server_seq)
@@ -216,7 +270,7 @@ def test_a_retransmitted_request_does_not_start_an_exchange() -> None:
     talk.client(100, payload=100, data=b"GE")
     talk.server(100.1, payload=2000)
     talk.ack(200, talk.server_seq)
-    talk.client(250, payload=100, data=b"GE", seq=1001)            # the request again (a spurious retransmission)
+    talk.client(250, payload=100, data=b"GE", seq=1001)  # the request again (a spurious retransmission)
     result = talk.result()
     assert result.exchanges == 1 and result.response_latency_us == 100_000
 
@@ -224,14 +278,14 @@ def test_a_retransmitted_request_does_not_start_an_exchange() -> None:
 def test_https_handshake_then_the_first_request_nothing_decrypted() -> None:
     talk = Conversation()
     talk.handshake(rtt_ms=50)
-    talk.client(50, payload=517, data=b"\x16\x03")                # ClientHello
+    talk.client(50, payload=517, data=b"\x16\x03")  # ClientHello
     talk.server(50.2, payload=MSS)
-    talk.server(50.3, payload=2600)                               # a GSO super-packet: 2 segments
-    talk.ack(100.2, talk.server_seq)                              # the whole flight acknowledged
-    talk.client(100.3, payload=80, data=b"\x14\x03")              # CCS + Finished (TLS 1.3)
-    talk.client(100.4, payload=300, data=b"\x17\x03")             # the request
-    talk.server(100.6, payload=500)                               # session tickets
-    talk.server(100.7, payload=8000)                              # the response
+    talk.server(50.3, payload=2600)  # a GSO super-packet: 2 segments
+    talk.ack(100.2, talk.server_seq)  # the whole flight acknowledged
+    talk.client(100.3, payload=80, data=b"\x14\x03")  # CCS + Finished (TLS 1.3)
+    talk.client(100.4, payload=300, data=b"\x17\x03")  # the request
+    talk.server(100.6, payload=500)  # session tickets
+    talk.server(100.7, payload=8000)  # the response
     talk.ack(150.7, talk.server_seq)
     result = talk.result()
     assert result.tls is True and result.exchanges == 2
@@ -246,10 +300,10 @@ def test_tls12_second_handshake_leg_is_not_the_response() -> None:
     talk.client(50, payload=517, data=b"\x16\x03")
     talk.server(50.1, payload=3000)
     talk.ack(100, talk.server_seq)
-    talk.client(100.1, payload=126, data=b"\x16\x03")             # ClientKeyExchange, CCS, Finished
+    talk.client(100.1, payload=126, data=b"\x16\x03")  # ClientKeyExchange, CCS, Finished
     talk.server(100.2, payload=51)
     talk.ack(150.1, talk.server_seq)
-    talk.client(150.2, payload=300, data=b"\x17\x03")             # the request
+    talk.client(150.2, payload=300, data=b"\x17\x03")  # the request
     talk.server(150.3, payload=4000)
     talk.ack(200.3, talk.server_seq)
     result = talk.result()
@@ -276,8 +330,8 @@ def test_loopback_copies_and_other_ports_are_ignored() -> None:
     talk.handshake()
     talk.client(100, payload=100, data=b"GE")
     talk.server(100.1, payload=1000)
-    talk.server(100.1, payload=1000, kind=IN)                    # the loopback copy of a server packet
-    talk.client(100.2, payload=50, kind=OUT)                     # the loopback copy of a client packet
+    talk.server(100.1, payload=1000, kind=IN)  # the loopback copy of a server packet
+    talk.client(100.2, payload=50, kind=OUT)  # the loopback copy of a client packet
     talk.ack(200, talk.server_seq - 1000)
     result = talk.result()
     assert result.response_bytes == 1000 and result.exchanges == 1
@@ -300,8 +354,12 @@ def test_a_connection_joined_mid_way_is_not_followed() -> None:
 @pytest.mark.parametrize(("client_port", "kept"), [(0x9C40, True), (0x9C41, False), (0x9C48, False), (0x9C50, True)])
 def test_the_capture_filter_follows_a_share_of_client_ports_both_ways(client_port: int, kept: bool) -> None:
     program = filter_program([80, 443], mask=0xF)
-    for packet in (ipv4(tcp_header(client_port, 443, 1, 1, ACK, 9)), ipv4(tcp_header(80, client_port, 1, 1, ACK, 9)),
-                   ipv6(tcp_header(client_port, 80, 1, 1, ACK, 9)), ipv6(tcp_header(443, client_port, 1, 1, ACK, 9))):
+    for packet in (
+        ipv4(tcp_header(client_port, 443, 1, 1, ACK, 9)),
+        ipv4(tcp_header(80, client_port, 1, 1, ACK, 9)),
+        ipv6(tcp_header(client_port, 80, 1, 1, ACK, 9)),
+        ipv6(tcp_header(443, client_port, 1, 1, ACK, 9)),
+    ):
         assert run_bpf(program, packet) == (SNAPLEN if kept else 0)
     assert run_bpf(program, ipv4(tcp_header(client_port, 8080, 1, 1, ACK, 9))) == 0
     assert run_bpf(filter_program([80, 443], mask=0), ipv4(tcp_header(client_port, 443, 1, 1, ACK, 9))) == SNAPLEN
@@ -341,19 +399,23 @@ def test_prefix_keys_hide_the_address_keep_a_prefix_together_and_depend_on_the_s
 
 def test_the_region_map_takes_the_longest_prefix(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "regions.csv"
-    path.write_text("# prefix,region,country\n100.64.0.0/10,south-america,BR\n100.64.1.0/24,africa,ug\n"
-                    "2001:db8::/32,europe,DE\n")
+    path.write_text("# prefix,region,country\n100.64.0.0/10,south-america,BR\n100.64.1.0/24,africa,ug\n2001:db8::/32,europe,DE\n")
     regions = RegionMap.from_csv(str(path))
-    for address, expected in (("100.64.1.7", ("africa", "UG")), ("100.64.2.7", ("south-america", "BR")),
-                              ("192.0.2.1", ("", "")), ("2001:db8::1", ("europe", "DE"))):
+    for address, expected in (
+        ("100.64.1.7", ("africa", "UG")),
+        ("100.64.2.7", ("south-america", "BR")),
+        ("192.0.2.1", ("", "")),
+        ("2001:db8::1", ("europe", "DE")),
+    ):
         packed = socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
         assert regions.lookup(packed[:3] + bytes([len(address)]), packed) == expected, address
     with pytest.raises(ValueError, match="two-letter"):
         RegionMap([("10.0.0.0/8", "x", "BRA")])
 
 
-def _measured(study: wire.PassiveStudy, address: str, latency_us: int | None, rwnd: int = 64_000,
-              closed_ns: int = 1_795_705_000 * 10**9) -> tuple[Measured, Assignment]:
+def _measured(
+    study: wire.PassiveStudy, address: str, latency_us: int | None, rwnd: int = 64_000, closed_ns: int = 1_795_705_000 * 10**9
+) -> tuple[Measured, Assignment]:
     from iwprobe._passive_capture import FirstResponse
 
     assignment = Assignment(study, TapPlan.from_study(study).arms, 10)
@@ -361,11 +423,30 @@ def _measured(study: wire.PassiveStudy, address: str, latency_us: int | None, rw
     packed = socket.inet_aton(address)
     prefix = keyer.prefix(packed)
     arm = assignment.arm_of(prefix)
-    first = None if latency_us is None else FirstResponse(tls=False, response_latency_us=latency_us,
-                                                          response_bytes=20_000, client_rwnd_bytes=rwnd, mss=MSS)
-    closed = ClosedConnection(closed_ns, socket.AF_INET, "10.64.1.2", 443, address, 40_000, 7,
-                              tcp_info_bytes({"min_rtt": 120_000, "delivery_rate": 250_000, "bytes_acked": 20_400,
-                                              "data_segs_out": 15, "total_retrans": 1, "bytes_retrans": 1460}))
+    first = (
+        None
+        if latency_us is None
+        else FirstResponse(tls=False, response_latency_us=latency_us, response_bytes=20_000, client_rwnd_bytes=rwnd, mss=MSS)
+    )
+    closed = ClosedConnection(
+        closed_ns,
+        socket.AF_INET,
+        "10.64.1.2",
+        443,
+        address,
+        40_000,
+        7,
+        tcp_info_bytes(
+            {
+                "min_rtt": 120_000,
+                "delivery_rate": 250_000,
+                "bytes_acked": 20_400,
+                "data_segs_out": 15,
+                "total_retrans": 1,
+                "bytes_retrans": 1460,
+            }
+        ),
+    )
     hashed, cluster = keyer.hash(prefix)
     return Measured(closed, first, arm, arm.iw or 10, "europe", "DE", hashed, cluster, "ipv4"), assignment
 
@@ -396,7 +477,7 @@ def test_aggregates_merge_a_keys_connections_and_validate_against_the_wire_schem
 def test_a_receive_window_below_the_arms_first_flight_marks_the_connection_biased() -> None:
     study = _study(arms=arms(("32", 10000)), sample_share=0.0)
     aggregator = EdgeAggregator("0b0e4a36-8d0e-4c3d-9a55-3a1c3b7f0c11")
-    for rwnd in (64_000, 29_200):        # 32 x 1460 = 46,720 bytes
+    for rwnd in (64_000, 29_200):  # 32 x 1460 = 46,720 bytes
         measured, assignment = _measured(study, "203.0.113.9", 250_000, rwnd=rwnd)
         aggregator.add(measured, study, assignment.treated_share_bp)
     aggregates, samples = aggregator.flush()
@@ -473,7 +554,7 @@ def test_the_share_comes_back_when_the_rate_falls() -> None:
     for step in range(1, 8001):
         now = start + step * 0.001
         listening = duty2.listening(now)
-        duty2.account(now, listening, 0 if not listening or step % 10 else 1)   # 100/s
+        duty2.account(now, listening, 0 if not listening or step % 10 else 1)  # 100/s
         duty2.adapt(now)
     assert duty2.share == 1.0
 
@@ -482,13 +563,13 @@ def test_over_its_traffic_budget_the_capture_opens_in_windows_that_admit_then_fo
     from iwprobe._tap_budget import ADMIT_S, TAIL_S, CaptureWindows
 
     windows = CaptureWindows(20_000, 0.0)
-    assert windows.state(0.0) == "closed"            # until the server's packet rate is known
+    assert windows.state(0.0) == "closed"  # until the server's packet rate is known
     states: dict[str, float] = {"admit": 0.0, "follow": 0.0, "closed": 0.0}
     step, seconds = 0.05, 6000
     for index in range(int(seconds / step)):
         now = index * step
         if index % 20 == 0:
-            windows.observe(now, 200_000)            # ten times the budget
+            windows.observe(now, 200_000)  # ten times the budget
         states[windows.state(now)] += step
     assert windows.share == pytest.approx(0.1)
     open_s = states["admit"] + states["follow"]

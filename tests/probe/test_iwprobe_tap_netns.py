@@ -103,10 +103,19 @@ def _wait(condition: Any, timeout_s: float, what: str) -> float:
 
 
 def _study(seed: int) -> wire.PassiveStudy:
-    return wire.PassiveStudy(campaign_id=1, name="netns", ports=[PORT], prefix_v4=24, prefix_v6=48,
-                             arms=[wire.PassiveArm("default", 5000), wire.PassiveArm("3", 2500),
-                                   wire.PassiveArm("32", 2500)],
-                             assignment_seed=seed, starts_at="", ends_at="", sample_share=1.0, flush_interval_s=1)
+    return wire.PassiveStudy(
+        campaign_id=1,
+        name="netns",
+        ports=[PORT],
+        prefix_v4=24,
+        prefix_v6=48,
+        arms=[wire.PassiveArm("default", 5000), wire.PassiveArm("3", 2500), wire.PassiveArm("32", 2500)],
+        assignment_seed=seed,
+        starts_at="",
+        ends_at="",
+        sample_share=1.0,
+        flush_interval_s=1,
+    )
 
 
 @pytest.fixture()
@@ -114,9 +123,12 @@ def served(netns_pair: NetnsPair, tmp_path: Path) -> Any:
     (tmp_path / "www").mkdir()
     (tmp_path / "www" / "object").write_bytes(secrets.token_bytes(30_000))
     addresses = _client_addresses(netns_pair)
-    server = netns_pair.popen(netns_pair.origin_ns, [sys.executable, "-c", SERVE, netns_pair.origin_address, str(PORT),
-                                                     str(tmp_path / "www")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = netns_pair.popen(
+        netns_pair.origin_ns,
+        [sys.executable, "-c", SERVE, netns_pair.origin_address, str(PORT), str(tmp_path / "www")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(netns_pair, netns_pair.probe_ns, netns_pair.origin_address, PORT)
         yield addresses
@@ -127,9 +139,24 @@ def served(netns_pair: NetnsPair, tmp_path: Path) -> Any:
 def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy) -> subprocess.Popen[Any]:
     (tmp_path / "study.json").write_text(json.dumps(wire.to_dict(study)))
     with open(tmp_path / "tap.log", "ab") as log:
-        process = pair.popen(pair.origin_ns, [*IWPROBE, "run", "--state-dir", str(tmp_path / "state"), "--study",
-                                              str(tmp_path / "study.json"), "--output", str(tmp_path / "out.jsonl"),
-                                              "--lease", str(LEASE_S), "--capture-start-share", "1"], stderr=log)
+        process = pair.popen(
+            pair.origin_ns,
+            [
+                *IWPROBE,
+                "run",
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--study",
+                str(tmp_path / "study.json"),
+                "--output",
+                str(tmp_path / "out.jsonl"),
+                "--lease",
+                str(LEASE_S),
+                "--capture-start-share",
+                "1",
+            ],
+            stderr=log,
+        )
     _wait(lambda: _nft_table_exists(pair), 15, "the arms")
     # The capture opens once the agent knows the server's packet rate (its first second).
     _wait(lambda: _status(tmp_path).get("capture_share") == 1.0, 15, "the capture")
@@ -144,16 +171,21 @@ def _status(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
-        netns_pair: NetnsPair, served: list[str], tmp_path: Path) -> None:
+    netns_pair: NetnsPair, served: list[str], tmp_path: Path
+) -> None:
     study = _study(secrets.randbits(32))
     plan = TapPlan.from_study(study)
     assignment = Assignment(study, plan.arms, 10)
     keyer = PrefixKeyer(bytes(32), 24, 48)
     expected = {address: assignment.arm_of(keyer.prefix(socket.inet_aton(address))) for address in served}
     tap = _start_tap(netns_pair, tmp_path, study)
-    clients = netns_pair.popen(netns_pair.probe_ns, [sys.executable, "-c", HOLD, ",".join(served), str(PORT),
-                                                     netns_pair.origin_address, "2"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    clients = netns_pair.popen(
+        netns_pair.probe_ns,
+        [sys.executable, "-c", HOLD, ",".join(served), str(PORT), netns_pair.origin_address, "2"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert clients.stdout is not None and clients.stdout.readline().strip() == "held"
         _wait(lambda: len(_sockets(netns_pair)) == 2 * CLIENTS, 10, "every connection accepted")
@@ -163,7 +195,7 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
             arm = expected[address]
             by_arm[arm.arm] = by_arm.get(arm.arm, 0) + 1
             assert mark == (plan.mark(arm) if arm.slot else None), address
-            assert cwnd == (arm.iw or 10), address   # the default arm: the kernel's IW 10 (no initcwnd here)
+            assert cwnd == (arm.iw or 10), address  # the default arm: the kernel's IW 10 (no initcwnd here)
         # Shares: 120 prefixes, 2 connections each; each arm within 4 binomial sigmas of its share.
         for arm in plan.arms:
             share = arm.share_bp / wire.PASSIVE_SHARE_SCALE
@@ -180,8 +212,11 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
                 return []
             return [json.loads(line) for line in path.read_text().splitlines()]
 
-        _wait(lambda: sum(r["connections"] for r in records() if r["kind"] == "aggregate") >= 2 * CLIENTS, 15,
-              "the aggregates of every connection")
+        _wait(
+            lambda: sum(r["connections"] for r in records() if r["kind"] == "aggregate") >= 2 * CLIENTS,
+            15,
+            "the aggregates of every connection",
+        )
     finally:
         stop_process(clients, timeout=5)
         for stream in (clients.stdin, clients.stdout):
@@ -209,8 +244,12 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
 
 def _cwnd_from(pair: NetnsPair, address: str) -> int:
     """The window at accept of one fresh connection from ``address``."""
-    process = pair.popen(pair.probe_ns, [sys.executable, "-c", CONNECT_ONE, address, pair.origin_address, str(PORT), "2"],
-                         stdout=subprocess.PIPE, text=True)
+    process = pair.popen(
+        pair.probe_ns,
+        [sys.executable, "-c", CONNECT_ONE, address, pair.origin_address, str(PORT), "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline())
@@ -227,9 +266,10 @@ def _cwnd_from(pair: NetnsPair, address: str) -> int:
 
 
 def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything(
-        netns_pair: NetnsPair, served: list[str], tmp_path: Path) -> None:
+    netns_pair: NetnsPair, served: list[str], tmp_path: Path
+) -> None:
     study = _study(secrets.randbits(32))
-    study.arms = [wire.PassiveArm("32", 10000)]          # every client treated: any address shows it
+    study.arms = [wire.PassiveArm("32", 10000)]  # every client treated: any address shows it
     address = served[0]
     tap = _start_tap(netns_pair, tmp_path, study)
     assert _cwnd_from(netns_pair, address) == 32
@@ -240,7 +280,7 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
         assert time.monotonic() - killed < LEASE_S + 3, "the arms outlived their lease"
     lapsed_s = time.monotonic() - killed
     print(f"arms lapsed {lapsed_s:.2f} s after kill -9 (lease {LEASE_S} s)")
-    assert _nft_table_exists(netns_pair)     # inert until removed
+    assert _nft_table_exists(netns_pair)  # inert until removed
     disabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")])
     assert disabled.returncode == 0 and "nft table inet iwscope_tap" in disabled.stdout, disabled.stdout + disabled.stderr
     assert not _nft_table_exists(netns_pair)
@@ -248,9 +288,20 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
     assert "fwmark" not in netns_pair.run(netns_pair.origin_ns, ["ip", "-6", "rule", "show"]).stdout
     assert netns_pair.run(netns_pair.origin_ns, ["sysctl", "-n", "net.ipv4.tcp_fwmark_accept"]).stdout.strip() == "0"
     # Disabled sticks: a new agent installs nothing until enable.
-    process = netns_pair.popen(netns_pair.origin_ns, [*IWPROBE, "run", "--state-dir", str(tmp_path / "state"), "--study",
-                                                      str(tmp_path / "study.json"), "--lease", str(LEASE_S)],
-                               stderr=subprocess.DEVNULL)
+    process = netns_pair.popen(
+        netns_pair.origin_ns,
+        [
+            *IWPROBE,
+            "run",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--study",
+            str(tmp_path / "study.json"),
+            "--lease",
+            str(LEASE_S),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(2.0)
         assert not _nft_table_exists(netns_pair)
@@ -258,11 +309,17 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
         assert enabled.returncode == 0
         _wait(lambda: _nft_table_exists(netns_pair), 10, "the arms after enable")
         assert _cwnd_from(netns_pair, address) == 32
-        took = _wait(lambda: netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir",
-                                                                   str(tmp_path / "state")]).returncode == 0, 5, "disable")
+        took = _wait(
+            lambda: (
+                netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")]).returncode
+                == 0
+            ),
+            5,
+            "disable",
+        )
         assert took < 5 and not _nft_table_exists(netns_pair)
         time.sleep(1.5)
-        assert not _nft_table_exists(netns_pair)   # the running agent keeps them off
+        assert not _nft_table_exists(netns_pair)  # the running agent keeps them off
         assert _cwnd_from(netns_pair, address) == 10
     finally:
         stop_process(process, timeout=10)

@@ -30,8 +30,9 @@ def connected_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 
 
 def _ss_fields(local_port: int) -> dict[str, str]:
-    output = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{local_port} )"],
-                            check=True, capture_output=True, text=True).stdout
+    output = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{local_port} )"], check=True, capture_output=True, text=True
+    ).stdout
     fields: dict[str, str] = {}
     for token in output.split():
         if ":" in token and not re.match(r"^[\d.\[\]]+:\d+$", token):
@@ -111,9 +112,17 @@ def test_shorter_structs_of_older_kernels_give_a_prefix(connected_pair: tuple[so
     # ~0U ("no sample yet", e.g. min_rtt of a connection that never got an RTT sample) too.
     no_sample = bytearray(raw)
     offset = next(offset for name, offset, _ in _tcpinfo._LAYOUT if name == "min_rtt")
-    no_sample[offset:offset + 4] = b"\xff\xff\xff\xff"
+    no_sample[offset : offset + 4] = b"\xff\xff\xff\xff"
     parsed = _tcpinfo.parse_tcp_info(bytes(no_sample))
     assert "min_rtt" not in parsed and parsed["notsent_bytes"] == full["notsent_bytes"]
-    assert all(value < 2 ** 63 for value in full.values())
-    assert set(_tcpinfo.parse_tcp_info(raw[:7])) == {"state", "ca_state", "retransmits", "probes", "backoff",
-                                                     "options", "snd_wscale", "rcv_wscale"}
+    assert all(value < 2**63 for value in full.values())
+    assert set(_tcpinfo.parse_tcp_info(raw[:7])) == {
+        "state",
+        "ca_state",
+        "retransmits",
+        "probes",
+        "backoff",
+        "options",
+        "snd_wscale",
+        "rcv_wscale",
+    }

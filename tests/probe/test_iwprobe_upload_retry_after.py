@@ -49,8 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Retry-After", self.server.retry_after)
         else:
             self.server.accepted += [trial["trial_id"] for trial in body["trials"]]
-            answer = json.dumps({"batch_id": body["batch_id"], "accepted": len(body["trials"]),
-                                 "duplicates": 0}).encode()
+            answer = json.dumps({"batch_id": body["batch_id"], "accepted": len(body["trials"]), "duplicates": 0}).encode()
             self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
@@ -126,8 +125,9 @@ def test_retry_after_is_parsed_as_seconds_or_http_date_and_clamped() -> None:
     assert min(delays) >= 2.0 and max(delays) <= 3.0 and len(set(delays)) > 100  # jittered above it
 
 
-def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory, tmp_path: Path,
-                                                               uploader_sleeps: SleepRecorder) -> None:
+def test_503_with_retry_after_is_waited_out_and_the_spool_kept(
+    collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder
+) -> None:
     collector = collector_factory(busy=2, retry_after="1")
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 30) is True
@@ -136,13 +136,13 @@ def test_503_with_retry_after_is_waited_out_and_the_spool_kept(collector_factory
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
     assert all(gap >= 1.0 for gap in gaps), gaps  # without Retry-After: ~0.01-0.02 s
     # One wait per 503, each at most Retry-After plus its 50 % jitter (not up to the deadline).
-    assert len(uploader_sleeps.sleeps) == 2 and all(0 < sleep <= 1.5 for sleep in uploader_sleeps.sleeps), \
-        uploader_sleeps.sleeps
+    assert len(uploader_sleeps.sleeps) == 2 and all(0 < sleep <= 1.5 for sleep in uploader_sleeps.sleeps), uploader_sleeps.sleeps
     assert collector.accepted == ids and uploader.backlog() == 0
 
 
 def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_early(
-        collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:
+    collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder
+) -> None:
     collector = collector_factory(busy=1, retry_after="3")
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
@@ -161,8 +161,7 @@ def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_ear
     assert collector.accepted == ids and uploader.backlog() == 0
 
 
-def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path,
-                                                     uploader_sleeps: SleepRecorder) -> None:
+def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=3, retry_after=None)
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 30) is True

@@ -57,37 +57,78 @@ def _operations(document: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _secured_only(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` with only the operations that declare a ``security`` requirement."""
-    paths = {path: {method: operation for method, operation in item.items()
-                    if method not in _METHODS or "security" in operation}
-             for path, item in document["paths"].items()}
+    paths = {
+        path: {method: operation for method, operation in item.items() if method not in _METHODS or "security" in operation}
+        for path, item in document["paths"].items()
+    }
     document["paths"] = {path: item for path, item in paths.items() if any(method in item for method in _METHODS)}
     return document
 
 
-def _run_schemathesis(api_url: str, schema_file: Path, name: str, headers: dict[str, str],
-                      out: Path, phases: str = "examples,coverage,fuzzing") -> tuple[FuzzRun, list[str], str]:
+def _run_schemathesis(
+    api_url: str, schema_file: Path, name: str, headers: dict[str, str], out: Path, phases: str = "examples,coverage,fuzzing"
+) -> tuple[FuzzRun, list[str], str]:
     out.mkdir(parents=True, exist_ok=True)
     junit, ndjson = out / f"{name}.junit.xml", out / f"{name}.ndjson"
-    command = [str(SCHEMATHESIS), "run", str(schema_file), "--url", api_url, "--checks", "not_a_server_error",
-               "--max-examples", str(MAX_EXAMPLES), "--phases", phases, "--seed", "8",
-               # One worker: schemathesis' threads race in CPython's ast.parse before 3.11.8
-               # ("AST constructor recursion depth mismatch", cpython gh-106905; Debian 12 has 3.11.2).
-               "--workers", "1", "--request-timeout", "30", "--no-color", "--generation-database", "none",
-               "--suppress-health-check", "all", "--max-failures", "50", "--report", "junit,ndjson",
-               "--report-junit-path", str(junit), "--report-ndjson-path", str(ndjson)]
+    command = [
+        str(SCHEMATHESIS),
+        "run",
+        str(schema_file),
+        "--url",
+        api_url,
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--phases",
+        phases,
+        "--seed",
+        "8",
+        # One worker: schemathesis' threads race in CPython's ast.parse before 3.11.8
+        # ("AST constructor recursion depth mismatch", cpython gh-106905; Debian 12 has 3.11.2).
+        "--workers",
+        "1",
+        "--request-timeout",
+        "30",
+        "--no-color",
+        "--generation-database",
+        "none",
+        "--suppress-health-check",
+        "all",
+        "--max-failures",
+        "50",
+        "--report",
+        "junit,ndjson",
+        "--report-junit-path",
+        str(junit),
+        "--report-ndjson-path",
+        str(ndjson),
+    ]
     for header, value in headers.items():
         command += ["--header", f"{header}: {value}"]
     started = time.monotonic()
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=out,
-                               env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false", "NO_COLOR": "1"})
+    completed = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=out,
+        env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false", "NO_COLOR": "1"},
+    )
     seconds = time.monotonic() - started
     suites = ElementTree.parse(junit).getroot()
     cases = suites.findall(".//testcase")
-    failed = [str(case.get("name")) for case in cases
-              if case.find("failure") is not None or case.find("error") is not None]
+    failed = [str(case.get("name")) for case in cases if case.find("failure") is not None or case.find("error") is not None]
     unknown = [name for name in failed if tuple(name.split(" ", 1)) not in KNOWN_SERVER_ERRORS]
-    run = FuzzRun(name, len(cases), _count_recorded(ndjson, "cases"), _count_recorded(ndjson, "interactions"),
-                  len(failed), completed.returncode, round(seconds, 1))
+    run = FuzzRun(
+        name,
+        len(cases),
+        _count_recorded(ndjson, "cases"),
+        _count_recorded(ndjson, "interactions"),
+        len(failed),
+        completed.returncode,
+        round(seconds, 1),
+    )
     return run, unknown, completed.stdout[-6000:] + completed.stderr[-3000:]
 
 
@@ -108,8 +149,8 @@ def _count_recorded(ndjson: Path, what: str) -> int:
 
 
 def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
-        api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled,
-        tmp_path: Path) -> None:
+    api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled, tmp_path: Path
+) -> None:
     # The fuzzer's own reports (junit + ndjson per run) stay as CI artifacts for a failure's
     # post-mortem: which case, which answer, which network error.
     reports = REPO / "artifacts" / "fuzz"
@@ -130,37 +171,50 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
     before = table_fingerprints(db_engine)
     unauthenticated, unknown, output = _run_schemathesis(api_server.url, schema_file, "unauthenticated", {}, reports)
     after = table_fingerprints(db_engine)
-    changed = {table: (before.get(table), after.get(table)) for table in set(before) | set(after)
-               if before.get(table) != after.get(table)}
+    changed = {
+        table: (before.get(table), after.get(table))
+        for table in set(before) | set(after)
+        if before.get(table) != after.get(table)
+    }
     assert unknown == [], output
     assert changed == {}, f"requests without valid credentials changed data: {changed}"
     # The fingerprint does see a change: one authenticated heartbeat moves probes.last_seen_at.
-    heartbeat = httpx.post(f"{api_server.url}/api/v1/probes/{probe.id}/heartbeat", headers=probe.headers, timeout=30,
-                           json={"version": "1", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1,
-                                 "trials_measured": 0})
+    heartbeat = httpx.post(
+        f"{api_server.url}/api/v1/probes/{probe.id}/heartbeat",
+        headers=probe.headers,
+        timeout=30,
+        json={"version": "1", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1, "trials_measured": 0},
+    )
     assert heartbeat.status_code == 204
     assert table_fingerprints(db_engine)["probes"] != after["probes"]
     # The coverage phase (boundary values of every parameter) runs unauthenticated and as admin, who
     # passes authorization on most operations; probe and origin credentials get examples + fuzzing.
     # The three authenticated runs go at once (they share nothing but the API; the fingerprint
     # check above needed the unauthenticated run alone).
-    authenticated = (("admin", admin_token, "examples,coverage,fuzzing"),
-                     ("probe", probe.credential, "examples,fuzzing"),
-                     ("origin", origin.credential, "examples,fuzzing"))
+    authenticated = (
+        ("admin", admin_token, "examples,coverage,fuzzing"),
+        ("probe", probe.credential, "examples,fuzzing"),
+        ("origin", origin.credential, "examples,fuzzing"),
+    )
     with ThreadPoolExecutor(max_workers=len(authenticated)) as pool:
-        results = list(pool.map(lambda spec: _run_schemathesis(api_server.url, secured_file, spec[0],
-                                                               bearer(spec[1]), reports, spec[2]),
-                                authenticated))
+        results = list(
+            pool.map(
+                lambda spec: _run_schemathesis(api_server.url, secured_file, spec[0], bearer(spec[1]), reports, spec[2]),
+                authenticated,
+            )
+        )
     runs = [unauthenticated]
     for run, unknown, output in results:
         assert unknown == [], output
         runs.append(run)
     assert 0 < secured_count < operation_count
     assert [run.operations for run in runs] == [operation_count] + [secured_count] * len(authenticated), (
-        operation_count, secured_count, [asdict(r) for r in runs])
+        operation_count,
+        secured_count,
+        [asdict(r) for r in runs],
+    )
     assert all(run.requests >= run.operations for run in runs)
-    summary = {"operations": operation_count, "secured_operations": secured_count,
-               "runs": [asdict(run) for run in runs]}
+    summary = {"operations": operation_count, "secured_operations": secured_count, "runs": [asdict(run) for run in runs]}
     artifacts = REPO / "artifacts"
     artifacts.mkdir(exist_ok=True)
     (artifacts / "security-fuzz.json").write_text(json.dumps(summary, indent=2))
@@ -169,14 +223,19 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
 
 
 def test_analysis_trials_huge_offset_is_a_client_error(api_server) -> None:
-    response = httpx.get(f"{api_server.url}/api/v1/analysis/trials",
-                         params={"offset": "9480316990816186793984", "limit": 17}, timeout=30)
+    response = httpx.get(
+        f"{api_server.url}/api/v1/analysis/trials", params={"offset": "9480316990816186793984", "limit": 17}, timeout=30
+    )
     assert response.status_code == 422
 
 
 def test_campaign_patch_huge_id_is_a_client_error(api_server, admin_token: str) -> None:
-    response = httpx.patch(f"{api_server.url}/api/v1/campaigns/45858031745060369053253632",
-                           json={"name": "x"}, headers=bearer(admin_token), timeout=30)
+    response = httpx.patch(
+        f"{api_server.url}/api/v1/campaigns/45858031745060369053253632",
+        json={"name": "x"},
+        headers=bearer(admin_token),
+        timeout=30,
+    )
     assert response.status_code == 422
     assert "campaign_id" in response.text
 

@@ -44,13 +44,16 @@ class Outsider:
 
     def connect(self, address: str, port: int) -> str:
         """``connected``, ``refused`` or ``timeout``/an errno name, as seen from the outsider."""
-        script = ("import socket, errno\n"
-                  f"s = socket.socket(socket.AF_INET6 if ':' in {address!r} else socket.AF_INET); s.settimeout(3)\n"
-                  f"try:\n    s.connect(({address!r}, {port:d})); print('connected')\n"
-                  "except ConnectionRefusedError: print('refused')\n"
-                  "except OSError as e: print(errno.errorcode.get(e.errno, str(e)))\n")
-        done = subprocess.run(["ip", "netns", "exec", self.netns, sys.executable, "-c", script],
-                              capture_output=True, text=True, timeout=30)
+        script = (
+            "import socket, errno\n"
+            f"s = socket.socket(socket.AF_INET6 if ':' in {address!r} else socket.AF_INET); s.settimeout(3)\n"
+            f"try:\n    s.connect(({address!r}, {port:d})); print('connected')\n"
+            "except ConnectionRefusedError: print('refused')\n"
+            "except OSError as e: print(errno.errorcode.get(e.errno, str(e)))\n"
+        )
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.netns, sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+        )
         return done.stdout.strip() or done.stderr.strip()
 
 
@@ -60,12 +63,16 @@ def outsider() -> Iterator[Outsider]:
     netns, root_dev, peer_dev = f"iwt-out-{tag}", f"iwto{tag}", f"iwtp{tag}"
     octet = 16 + int(tag[:2], 16) % 200
     machine, outside = f"10.62.{octet}.1", f"10.62.{octet}.2"
-    commands = [["ip", "netns", "add", netns],
-                ["ip", "link", "add", root_dev, "type", "veth", "peer", "name", peer_dev, "netns", netns],
-                ["ip", "addr", "add", f"{machine}/30", "dev", root_dev], ["ip", "link", "set", root_dev, "up"],
-                ["ip", "-n", netns, "addr", "add", f"{outside}/30", "dev", peer_dev],
-                ["ip", "-n", netns, "link", "set", peer_dev, "up"], ["ip", "-n", netns, "link", "set", "lo", "up"],
-                ["ip", "-n", netns, "route", "add", "default", "via", machine]]
+    commands = [
+        ["ip", "netns", "add", netns],
+        ["ip", "link", "add", root_dev, "type", "veth", "peer", "name", peer_dev, "netns", netns],
+        ["ip", "addr", "add", f"{machine}/30", "dev", root_dev],
+        ["ip", "link", "set", root_dev, "up"],
+        ["ip", "-n", netns, "addr", "add", f"{outside}/30", "dev", peer_dev],
+        ["ip", "-n", netns, "link", "set", peer_dev, "up"],
+        ["ip", "-n", netns, "link", "set", "lo", "up"],
+        ["ip", "-n", netns, "route", "add", "default", "via", machine],
+    ]
     try:
         for command in commands:
             subprocess.run(command, check=True, capture_output=True)
@@ -77,11 +84,9 @@ def outsider() -> Iterator[Outsider]:
 
 def machine_addresses(outsider: Outsider) -> list[str]:
     """Every IPv4 address of the root namespace a neighbour could aim at (not loopback)."""
-    listing = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True,
-                                        check=True).stdout)
+    listing = json.loads(subprocess.run(["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True, check=True).stdout)
     found = {info["local"] for interface in listing for info in interface.get("addr_info", [])}
-    usable = [address for address in found
-              if not ipaddress.ip_address(address).is_loopback and address != SERVICE_ADDRESS]
+    usable = [address for address in found if not ipaddress.ip_address(address).is_loopback and address != SERVICE_ADDRESS]
     assert outsider.machine_address in usable
     return sorted(usable)
 
@@ -96,10 +101,19 @@ def demo_stack(database_url: str, redis_url: str, tmp_path_factory: pytest.TempP
             ports.append(probe.getsockname()[1])
     run_dir = tmp_path_factory.mktemp("stack")
     (run_dir / "logs").mkdir()
-    stack = Stack(database_url=database_url, redis_url=redis_url, api_port=ports[0], dashboard_port=ports[1],
-                  run_dir=run_dir, celery_queue=f"iwscope-sec-{secrets.token_hex(3)}",
-                  extra_env={"IWSCOPE_CELERY_QUEUE": f"iwscope-sec-{secrets.token_hex(3)}",
-                             "IWSCOPE_ENV": "development", "IWSCOPE_LOG_LEVEL": "WARNING"})
+    stack = Stack(
+        database_url=database_url,
+        redis_url=redis_url,
+        api_port=ports[0],
+        dashboard_port=ports[1],
+        run_dir=run_dir,
+        celery_queue=f"iwscope-sec-{secrets.token_hex(3)}",
+        extra_env={
+            "IWSCOPE_CELERY_QUEUE": f"iwscope-sec-{secrets.token_hex(3)}",
+            "IWSCOPE_ENV": "development",
+            "IWSCOPE_LOG_LEVEL": "WARNING",
+        },
+    )
     saved = {key: os.environ.get(key) for key in ("DATABASE_URL", "REDIS_URL")}
     stack.start(beat=False)
     try:
@@ -117,8 +131,7 @@ def test_nothing_of_the_stack_answers_another_host(outsider: Outsider, demo_stac
     pg_port = urlsplit(server_database_url()).port
     redis_port = urlsplit(server_redis_url()).port
     assert pg_port and redis_port and demo_stack.dashboard_port
-    ports = {"postgresql": pg_port, "redis": redis_port, "api": demo_stack.api_port,
-             "dashboard": demo_stack.dashboard_port}
+    ports = {"postgresql": pg_port, "redis": redis_port, "api": demo_stack.api_port, "dashboard": demo_stack.dashboard_port}
     # The services are up and answer on loopback ...
     for port in ports.values():
         with socket.create_connection(("127.0.0.1", port), timeout=5):
@@ -126,8 +139,11 @@ def test_nothing_of_the_stack_answers_another_host(outsider: Outsider, demo_stac
     # ... and the outsider does reach this machine (a port that listens everywhere answers it).
     with socket.create_server(("0.0.0.0", 0)) as everywhere:
         assert outsider.connect(outsider.machine_address, everywhere.getsockname()[1]) == "connected"
-    answers = {(name, address): outsider.connect(address, port)
-               for address in machine_addresses(outsider) for name, port in ports.items()}
+    answers = {
+        (name, address): outsider.connect(address, port)
+        for address in machine_addresses(outsider)
+        for name, port in ports.items()
+    }
     assert set(answers.values()) == {"refused"}, answers
     # The database and the broker are not even on the lab's service address.
     for name in ("postgresql", "redis"):
@@ -157,7 +173,8 @@ def test_services_want_passwords() -> None:
             psycopg.connect(as_superuser, connect_timeout=5).close()
     with psycopg.connect(server_database_url().replace("postgresql+psycopg://", "postgresql://")) as connection:
         superuser, create_db = connection.execute(
-            "SELECT rolsuper, rolcreatedb FROM pg_roles WHERE rolname = current_user").fetchone()  # type: ignore[misc]
+            "SELECT rolsuper, rolcreatedb FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()  # type: ignore[misc]
         assert (superuser, create_db) == (False, True)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             connection.execute("COPY (SELECT 1) TO PROGRAM 'true'")

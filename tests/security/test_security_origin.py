@@ -63,11 +63,32 @@ class OriginProcess:
 def origin_process() -> Iterator[OriginProcess]:
     """``iwprobe origin`` (CLI, no collector) on 127.0.0.1, arms 3 and 10, 4 workers, 1.5 s request timeout."""
     base = free_base_port()
-    process = subprocess.Popen([sys.executable, "-m", "iwprobe", "--log-level", "WARNING", "origin", "--no-upload",
-                                "--bind", "127.0.0.1", "--arms", "3,10", "--base-port", str(base),
-                                "--max-object-bytes", str(MAX_OBJECT), "--request-timeout", str(REQUEST_TIMEOUT_S),
-                                "--workers", str(WORKERS)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iwprobe",
+            "--log-level",
+            "WARNING",
+            "origin",
+            "--no-upload",
+            "--bind",
+            "127.0.0.1",
+            "--arms",
+            "3,10",
+            "--base-port",
+            str(base),
+            "--max-object-bytes",
+            str(MAX_OBJECT),
+            "--request-timeout",
+            str(REQUEST_TIMEOUT_S),
+            "--workers",
+            str(WORKERS),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     try:
         _wait_port(base + 10)
         yield OriginProcess(process, base + 10)
@@ -152,9 +173,11 @@ def test_slowloris_is_cut_off_and_others_are_served_meanwhile(origin_process: Or
             for sock in slow[:50]:
                 sock.send(b"X")  # one byte now and then: keeps no worker busy
         assert served_meanwhile >= 1, latencies
-        print(f"slowloris: 200 dribbling connections from 20 addresses; {served_meanwhile} of another client's "
-              f"20 kB fetches served meanwhile in {min(latencies) * 1000:.1f}-{max(latencies) * 1000:.1f} ms; "
-              f"origin threads {origin_process.threads()}")
+        print(
+            f"slowloris: 200 dribbling connections from 20 addresses; {served_meanwhile} of another client's "
+            f"20 kB fetches served meanwhile in {min(latencies) * 1000:.1f}-{max(latencies) * 1000:.1f} ms; "
+            f"origin threads {origin_process.threads()}"
+        )
         assert origin_process.threads() == threads_before
         # After the request timeout every slow connection has been closed by the origin.
         time.sleep(REQUEST_TIMEOUT_S + 0.7)
@@ -203,8 +226,10 @@ def test_many_connections_keep_threads_and_memory_bounded(origin_process: Origin
     assert failures == []
     assert peak_threads == threads_before  # a fixed pool: 1 accept + 4 workers + main (+ none per connection)
     growth_mib = (rss_loaded - rss_before) / 1024
-    print(f"origin: {threads_before} threads throughout; RSS {rss_before} -> {rss_loaded} KiB under 800 idle "
-          f"connections and 80 x 1 MB fetches from 16 clients ({growth_mib:.1f} MiB)")
+    print(
+        f"origin: {threads_before} threads throughout; RSS {rss_before} -> {rss_loaded} KiB under 800 idle "
+        f"connections and 80 x 1 MB fetches from 16 clients ({growth_mib:.1f} MiB)"
+    )
     assert growth_mib < 40
     assert origin_process.process.poll() is None
 
@@ -213,9 +238,21 @@ def test_many_connections_keep_threads_and_memory_bounded(origin_process: Origin
 def limited_origin() -> Iterator[Origin]:
     """An in-process origin with small per-client limits (20 requests/s, 200 kB/s, 5 connections)."""
     base = free_base_port()
-    origin = Origin(OriginConfig(bind="127.0.0.1", arms=[3], base_port=base, set_marks=False, workers=4,
-                                 max_object_bytes=100_000, request_timeout_s=2.0, client_requests_per_s=20,
-                                 client_request_burst=20, client_bytes_per_s=200_000, client_max_connections=5))
+    origin = Origin(
+        OriginConfig(
+            bind="127.0.0.1",
+            arms=[3],
+            base_port=base,
+            set_marks=False,
+            workers=4,
+            max_object_bytes=100_000,
+            request_timeout_s=2.0,
+            client_requests_per_s=20,
+            client_request_burst=20,
+            client_bytes_per_s=200_000,
+            client_max_connections=5,
+        )
+    )
     origin.start()
     try:
         yield origin
@@ -247,8 +284,10 @@ def test_per_client_request_and_byte_rates_are_limited(limited_origin: Origin) -
     assert [status for status, _ in served][:2] == [200, 200] and 429 in [status for status, _ in served]
     assert served_bytes <= 200_000 + 200_000 * window + 100_000
     assert limited_origin.stats.rate_limited >= statuses.count(429)
-    print(f"rate limit 20/s burst 20: {statuses.count(200)} of 60 requests in {elapsed:.2f} s served, "
-          f"{statuses.count(429)} got 429; bytes 200 kB/s: {served_bytes} bytes of 6 x 100 kB served in {window:.2f} s")
+    print(
+        f"rate limit 20/s burst 20: {statuses.count(200)} of 60 requests in {elapsed:.2f} s served, "
+        f"{statuses.count(429)} got 429; bytes 200 kB/s: {served_bytes} bytes of 6 x 100 kB served in {window:.2f} s"
+    )
 
 
 def test_per_client_connection_cap(limited_origin: Origin) -> None:
@@ -300,16 +339,41 @@ def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path
     if with_uploader:
         # Enrolled against a collector that is not there: the uploader thread runs and backs off.
         state = tmp_path / "state"
-        save_credentials(str(state), ORIGIN_CREDENTIALS, Credentials(
-            role="origin", id=str(uuid.uuid4()), credential="x.y", collector="http://127.0.0.1:9"))
+        save_credentials(
+            str(state),
+            ORIGIN_CREDENTIALS,
+            Credentials(role="origin", id=str(uuid.uuid4()), credential="x.y", collector="http://127.0.0.1:9"),
+        )
         upload_args = ["--state-dir", str(state)]
         expected_threads += 1
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "iwprobe", "--log-level",
-                                    "INFO", "origin", *upload_args, "--setup-routes", "--bind", "127.0.0.1",
-                                    "--arms", "3,10",
-                                    "--base-port", "8100", "--workers", "3"],
-                                   stdout=subprocess.DEVNULL, stderr=log, cwd=REPO)
+        process = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                sys.executable,
+                "-m",
+                "iwprobe",
+                "--log-level",
+                "INFO",
+                "origin",
+                *upload_args,
+                "--setup-routes",
+                "--bind",
+                "127.0.0.1",
+                "--arms",
+                "3,10",
+                "--base-port",
+                "8100",
+                "--workers",
+                "3",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            cwd=REPO,
+        )
     try:
         deadline = time.monotonic() + 20
         tasks = Path(f"/proc/{process.pid}/task")
@@ -325,14 +389,19 @@ def test_origin_drops_cap_net_admin_after_route_setup(netns: str, tmp_path: Path
         assert all(not caps & (1 << CAP_NET_ADMIN) for caps in capabilities.values()), capabilities
         assert not _cap_eff(Path(f"/proc/{process.pid}/status")) & (1 << CAP_NET_ADMIN)
         assert all(caps & (1 << 10) for caps in capabilities.values())  # only NET_ADMIN went (NET_BIND_SERVICE stays)
-        bounding = [line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
-                    if line.startswith("CapBnd:")][0]
+        bounding = [line for line in Path(f"/proc/{process.pid}/status").read_text().splitlines() if line.startswith("CapBnd:")][
+            0
+        ]
         assert not int(bounding.split()[1], 16) & (1 << CAP_NET_ADMIN)  # and it cannot come back
         rules = subprocess.run(["ip", "-n", netns, "rule", "show"], capture_output=True, text=True, check=True).stdout
         assert "fwmark 0x1f003 lookup 21003" in rules and "fwmark 0x1f00a lookup 21010" in rules
         # It still serves.
-        fetched = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "iwprobe", "fetch", "--json",
-                                  "http://127.0.0.1:8110/obj/20000"], capture_output=True, text=True, timeout=30)
+        fetched = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-m", "iwprobe", "fetch", "--json", "http://127.0.0.1:8110/obj/20000"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert json.loads(fetched.stdout)["http_status"] == 200, fetched.stderr
     finally:
         stop_process(process, timeout=10)
@@ -350,12 +419,26 @@ def test_probe_fetch_runs_as_nobody(origin_process: OriginProcess, request: pyte
     for path in readable.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     request.addfinalizer(lambda: shutil.rmtree(readable, ignore_errors=True))
-    completed = subprocess.run([runuser, "-u", "nobody", "--", "env", f"PYTHONPATH={readable}", python, "-c",
-                                "import os, sys, runpy; print(os.geteuid(), file=sys.stderr); "
-                                "sys.argv = ['iwprobe', 'fetch', '--json', sys.argv[1]]; "
-                                "runpy.run_module('iwprobe', run_name='__main__')",
-                                f"http://127.0.0.1:{origin_process.port}/obj/50000"],
-                               capture_output=True, text=True, timeout=60, cwd="/")
+    completed = subprocess.run(
+        [
+            runuser,
+            "-u",
+            "nobody",
+            "--",
+            "env",
+            f"PYTHONPATH={readable}",
+            python,
+            "-c",
+            "import os, sys, runpy; print(os.geteuid(), file=sys.stderr); "
+            "sys.argv = ['iwprobe', 'fetch', '--json', sys.argv[1]]; "
+            "runpy.run_module('iwprobe', run_name='__main__')",
+            f"http://127.0.0.1:{origin_process.port}/obj/50000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert completed.returncode == 0, completed.stderr
     assert completed.stderr.split()[0] == str(65534)
     record = json.loads(completed.stdout)

@@ -29,30 +29,42 @@ HEARTBEAT = {"version": "1", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 1
 
 
 def iwscope(service_env: dict[str, str], *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    completed = subprocess.run([*IWSCOPE, *args], env={**service_env, **(env or {})}, capture_output=True,
-                               text=True, cwd=REPO, timeout=60)
+    completed = subprocess.run(
+        [*IWSCOPE, *args], env={**service_env, **(env or {})}, capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     return completed
 
 
 def all_rows_as_text(engine: Engine) -> str:
     """Every row of every table of the session database as text (to search for leaked secrets)."""
     with engine.connect() as connection:
-        tables = connection.execute(text(
-            "SELECT quote_ident(relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition")).scalars().all()
-        return "\n".join(row for table in tables
-                         for row in connection.execute(text(f"SELECT t::text FROM {table} t")).scalars())
+        tables = (
+            connection.execute(
+                text(
+                    "SELECT quote_ident(relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        return "\n".join(row for table in tables for row in connection.execute(text(f"SELECT t::text FROM {table} t")).scalars())
 
 
-def test_secrets_and_tokens_stored_only_as_hashes(client: httpx.Client, probe: Enrolled, origin: Enrolled,
-                                                  admin_token: str, enroll_token: str, origin_token: str,
-                                                  db_engine: Engine) -> None:
+def test_secrets_and_tokens_stored_only_as_hashes(
+    client: httpx.Client,
+    probe: Enrolled,
+    origin: Enrolled,
+    admin_token: str,
+    enroll_token: str,
+    origin_token: str,
+    db_engine: Engine,
+) -> None:
     probe_secret = probe.credential.split(wire.CREDENTIAL_SEPARATOR, 1)[1]
     origin_secret = origin.credential.split(wire.CREDENTIAL_SEPARATOR, 1)[1]
     with db_engine.connect() as connection:
         probe_hash = connection.execute(text("SELECT secret_hash FROM probes WHERE id = :i"), {"i": probe.id}).scalar_one()
-        origin_hash = connection.execute(text("SELECT secret_hash FROM origins WHERE id = :i"),
-                                         {"i": origin.id}).scalar_one()
+        origin_hash = connection.execute(text("SELECT secret_hash FROM origins WHERE id = :i"), {"i": origin.id}).scalar_one()
         token_hashes = set(connection.execute(text("SELECT token_hash FROM api_tokens")).scalars())
     assert probe_hash == hashlib.sha256(probe_secret.encode()).hexdigest()
     assert origin_hash == hashlib.sha256(origin_secret.encode()).hexdigest()
@@ -104,8 +116,9 @@ def _token_id(service_env: dict[str, str], label: str) -> int:
     return ids[0]
 
 
-def test_admin_and_enrollment_tokens_rotate_and_revoke(client: httpx.Client, service_env: dict[str, str],
-                                                       probe: Enrolled) -> None:
+def test_admin_and_enrollment_tokens_rotate_and_revoke(
+    client: httpx.Client, service_env: dict[str, str], probe: Enrolled
+) -> None:
     label = f"rotate-{uuid.uuid4().hex[:8]}"
     created = iwscope(service_env, "token", "create", "--kind", "admin", "--label", label)
     admin = created.stdout.strip()
@@ -133,8 +146,11 @@ def test_admin_and_enrollment_tokens_rotate_and_revoke(client: httpx.Client, ser
     enroll = iwscope(service_env, "token", "create", "--kind", "enroll", "--label", enroll_label).stdout.strip()
     enroll_probe(client, enroll)
     assert iwscope(service_env, "token", "revoke", "--id", str(_token_id(service_env, enroll_label))).returncode == 0
-    response = client.post(wire.PROBE_ENROLL_PATH, headers=bearer(enroll), json={
-        "name": "after-revoke", "region": "sec-test", "labels": {}, "version": "0.1.0"})
+    response = client.post(
+        wire.PROBE_ENROLL_PATH,
+        headers=bearer(enroll),
+        json={"name": "after-revoke", "region": "sec-test", "labels": {}, "version": "0.1.0"},
+    )
     assert (response.status_code, response.json()) == (401, wrong.json())
     usage = iwscope(service_env, "token", "revoke")
     assert usage.returncode == 2 and "exactly one of --id or --token" in usage.stderr
@@ -152,7 +168,8 @@ def _refused_within_cache_time(send: Callable[[], httpx.Response]) -> httpx.Resp
 
 
 def test_revoked_probe_and_origin_are_refused_within_the_credential_cache_time(
-        client: httpx.Client, service_env: dict[str, str], enroll_token: str, origin_token: str) -> None:
+    client: httpx.Client, service_env: dict[str, str], enroll_token: str, origin_token: str
+) -> None:
     probe = enroll_probe(client, enroll_token)
     path = wire.PROBE_HEARTBEAT_PATH.format(probe_id=probe.id)
     assert client.post(path, json=HEARTBEAT, headers=probe.headers).status_code == 204
@@ -168,10 +185,14 @@ def test_revoked_probe_and_origin_are_refused_within_the_credential_cache_time(
     assert iwscope(service_env, "probes", "revoke", "not-a-uuid").returncode == 1
 
     origin = enroll_origin(client, origin_token)
-    batch = {"wire_version": 1, "batch_id": wire.new_id(), "origin_id": origin.id, "sent_at": wire.utc_timestamp(),
-             "observations": []}
+    batch = {
+        "wire_version": 1,
+        "batch_id": wire.new_id(),
+        "origin_id": origin.id,
+        "sent_at": wire.utc_timestamp(),
+        "observations": [],
+    }
     assert client.post(wire.OBSERVATIONS_BATCH_PATH, json=batch, headers=origin.headers).status_code == 200
     assert iwscope(service_env, "origins", "revoke", origin.id).returncode == 0
-    refused = _refused_within_cache_time(
-        lambda: client.post(wire.OBSERVATIONS_BATCH_PATH, json=batch, headers=origin.headers))
+    refused = _refused_within_cache_time(lambda: client.post(wire.OBSERVATIONS_BATCH_PATH, json=batch, headers=origin.headers))
     assert (refused.status_code, refused.json()) == (401, wrong_secret.json())

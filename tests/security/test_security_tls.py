@@ -41,17 +41,34 @@ def tls_api(service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     port = free_port()
     log_path = directory / "api.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([*IWSCOPE, "api", "--host", "127.0.0.1", "--port", str(port),
-                                    "--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file)],
-                                   env=service_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(
+            [
+                *IWSCOPE,
+                "api",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--tls-cert",
+                str(pki.cert_file),
+                "--tls-key",
+                str(pki.key_file),
+            ],
+            env=service_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     url = f"https://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             assert process.poll() is None, log_path.read_text()
             try:
-                if httpx.get(f"{url}/healthz", verify=ssl.create_default_context(cafile=str(pki.ca_file)),
-                             timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"{url}/healthz", verify=ssl.create_default_context(cafile=str(pki.ca_file)), timeout=1).status_code
+                    == 200
+                ):
                     break
             except httpx.TransportError:
                 pass
@@ -67,20 +84,33 @@ def iwprobe(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 
 def test_api_serves_only_tls_and_the_probe_enrolls_and_runs_with_the_pinned_ca(
-        tls_api: TlsApi, enroll_token: str, db_engine: Engine, tmp_path: Path) -> None:
+    tls_api: TlsApi, enroll_token: str, db_engine: Engine, tmp_path: Path
+) -> None:
     # Plain HTTP to the TLS port is no API.
     with pytest.raises(httpx.TransportError):
         httpx.get(tls_api.url.replace("https://", "http://") + "/healthz", timeout=5)
     name = f"tls-probe-{tmp_path.name[-6:]}"
-    enrolled = iwprobe("enroll", "--collector", tls_api.url, "--token", enroll_token, "--name", name,
-                       "--region", "sec-tls", "--state-dir", str(tmp_path), "--ca-file", str(tls_api.pki.ca_file))
+    enrolled = iwprobe(
+        "enroll",
+        "--collector",
+        tls_api.url,
+        "--token",
+        enroll_token,
+        "--name",
+        name,
+        "--region",
+        "sec-tls",
+        "--state-dir",
+        str(tmp_path),
+        "--ca-file",
+        str(tls_api.pki.ca_file),
+    )
     assert enrolled.returncode == 0, enrolled.stderr
     # The daemon talks to the https collector with the stored CA: heartbeat and schedule.
     ran = iwprobe("run", "--once", "--state-dir", str(tmp_path), "--upload-timeout", "20", "--campaign", "2147483000")
     assert ran.returncode == 0, ran.stderr
     with db_engine.connect() as connection:
-        seen = connection.execute(text("SELECT last_seen_at, last_heartbeat FROM probes WHERE name = :n"),
-                                  {"n": name}).one()
+        seen = connection.execute(text("SELECT last_seen_at, last_heartbeat FROM probes WHERE name = :n"), {"n": name}).one()
     assert seen.last_seen_at is not None and seen.last_heartbeat is not None
 
 
@@ -120,8 +150,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("case", ["other_ca", "wrong_host"])
-def test_untrusted_certificate_fails_clearly_and_the_token_is_never_sent(
-        case: str, tls_api: TlsApi, tmp_path: Path) -> None:
+def test_untrusted_certificate_fails_clearly_and_the_token_is_never_sent(case: str, tls_api: TlsApi, tmp_path: Path) -> None:
     # other_ca: a certificate for the right address from a CA the probe does not pin.
     # wrong_host: a certificate from the pinned CA, but for another host name.
     pki = make_pki(tmp_path / "rogue", hosts=("127.0.0.1",), label="rogue") if case == "other_ca" else None
@@ -131,9 +160,22 @@ def test_untrusted_certificate_fails_clearly_and_the_token_is_never_sent(
     recorder = _Recorder(pki)
     token = "iws_enroll_" + "S" * 43
     try:
-        outcome = iwprobe("enroll", "--collector", f"https://127.0.0.1:{recorder.port}", "--token", token,
-                          "--name", "rogue", "--region", "x", "--state-dir", str(tmp_path / "state"),
-                          "--ca-file", str(tls_api.pki.ca_file), timeout=60)
+        outcome = iwprobe(
+            "enroll",
+            "--collector",
+            f"https://127.0.0.1:{recorder.port}",
+            "--token",
+            token,
+            "--name",
+            "rogue",
+            "--region",
+            "x",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--ca-file",
+            str(tls_api.pki.ca_file),
+            timeout=60,
+        )
     finally:
         recorder.close()
     assert outcome.returncode == 2

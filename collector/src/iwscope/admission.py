@@ -93,8 +93,7 @@ class Admission:
     ``other_limit`` are not probe traffic, and none while the loop lags more than ``max_lag_s``
     (others from half of it); beyond, 503 + ``Retry-After`` immediately."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, other_limit: int, retry_after_s: int,
-                 max_lag_s: float = 0.0) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, other_limit: int, retry_after_s: int, max_lag_s: float = 0.0) -> None:
         if limit < 1 or not 1 <= other_limit <= limit:
             raise ValueError(f"admission limits must satisfy 1 <= other ({other_limit}) <= total ({limit})")
         self.app = app
@@ -134,8 +133,11 @@ class Admission:
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body = b'{"detail":"%s","retry_after_s":%d}' % (OVERLOADED_DETAIL.encode(), self.retry_after_s)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"retry-after", str(self.retry_after_s).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(self.retry_after_s).encode()),
+        ]
         if _declared_length(scope) > CLOSE_ABOVE_BYTES:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": 503, "headers": headers})

@@ -78,14 +78,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     runs on the threads of :mod:`iwscope.dbslots`, one per pooled connection."""
     settings = get_settings()
     anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-    log.info("API: %d database connections (pool %d + overflow %d, wait at most %g s), %d other threads",
-             settings.db_connections, settings.db_pool_size, settings.db_max_overflow,
-             settings.db_pool_timeout_s, settings.api_threads)
+    log.info(
+        "API: %d database connections (pool %d + overflow %d, wait at most %g s), %d other threads",
+        settings.db_connections,
+        settings.db_pool_size,
+        settings.db_max_overflow,
+        settings.db_pool_timeout_s,
+        settings.api_threads,
+    )
     listener = start_credential_listener()
     # Ready means listening (or 3 s passed: then the short credential cache applies until it does).
     if not await anyio.to_thread.run_sync(listener.wait_listening, 3.0):
-        log.warning("not yet listening to credential changes: credentials cached %g s meanwhile",
-                    settings.credential_cache_s)
+        log.warning("not yet listening to credential changes: credentials cached %g s meanwhile", settings.credential_cache_s)
     try:
         yield
     finally:
@@ -98,15 +102,31 @@ DATABASE_BUSY_DETAIL = "collector overloaded: no database connection free in tim
 
 def database_busy_response(retry_after_s: int) -> JSONResponse:
     """503 + ``Retry-After``: nothing of the request was stored, the client should come back."""
-    return JSONResponse(status_code=503, content={"detail": DATABASE_BUSY_DETAIL, "retry_after_s": retry_after_s},
-                        headers={"Retry-After": str(retry_after_s)})
+    return JSONResponse(
+        status_code=503,
+        content={"detail": DATABASE_BUSY_DETAIL, "retry_after_s": retry_after_s},
+        headers={"Retry-After": str(retry_after_s)},
+    )
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="iwscope collector", version=__version__, lifespan=_lifespan,
-                  description="Ingest and read API of iwscope (wire format, see iwprobe.wire).")
-    for router in (health_router, probes_router, origins_router, servers_router, campaigns_router, trials_router,
-                   passive_router, exports_router, analysis_router):
+    app = FastAPI(
+        title="iwscope collector",
+        version=__version__,
+        lifespan=_lifespan,
+        description="Ingest and read API of iwscope (wire format, see iwprobe.wire).",
+    )
+    for router in (
+        health_router,
+        probes_router,
+        origins_router,
+        servers_router,
+        campaigns_router,
+        trials_router,
+        passive_router,
+        exports_router,
+        analysis_router,
+    ):
         app.include_router(router)
     install_openapi(app)
 
@@ -126,8 +146,13 @@ def create_app() -> FastAPI:
     app.add_middleware(RequestMetrics)
     # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
     settings = get_settings()
-    app.add_middleware(Admission, limit=settings.max_in_progress, other_limit=settings.max_other_in_progress,
-                       retry_after_s=settings.retry_after_s, max_lag_s=settings.max_loop_lag_s)
+    app.add_middleware(
+        Admission,
+        limit=settings.max_in_progress,
+        other_limit=settings.max_other_in_progress,
+        retry_after_s=settings.retry_after_s,
+        max_lag_s=settings.max_loop_lag_s,
+    )
     return app
 
 
@@ -137,8 +162,7 @@ class LameDuckServer(uvicorn.Server):
     ``on_started`` is called once the server listens (the supervisor tells a worker that died
     starting up from one that died later by it)."""
 
-    def __init__(self, config: uvicorn.Config, drain_seconds: float,
-                 on_started: Callable[[], object] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, drain_seconds: float, on_started: Callable[[], object] | None = None) -> None:
         super().__init__(config)
         self.drain_seconds = drain_seconds
         self.on_started = on_started
@@ -184,15 +208,21 @@ def listening_sockets(hosts: Sequence[str], port: int) -> list[socket.socket]:
     return sockets
 
 
-def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None,
-          tls_key: str | None = None) -> int:
+def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     """Run the API on every address of ``hosts`` in ``workers`` processes (``iwscope.supervisor``
     when more than one); each drains on SIGTERM.  With ``tls_cert``/``tls_key`` it serves HTTPS
     only.  Returns the exit status."""
     settings = get_settings()
-    config = uvicorn.Config("iwscope.api:create_app", factory=True, host=hosts[0], port=port,
-                            log_level=settings.log_level.lower(), access_log=False,
-                            ssl_certfile=tls_cert if tls_cert else None, ssl_keyfile=tls_key if tls_cert else None)
+    config = uvicorn.Config(
+        "iwscope.api:create_app",
+        factory=True,
+        host=hosts[0],
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        ssl_certfile=tls_cert if tls_cert else None,
+        ssl_keyfile=tls_key if tls_cert else None,
+    )
     sockets = listening_sockets(hosts, port)
     if workers > 1:
         from iwscope.supervisor import run_workers

@@ -50,7 +50,7 @@ def services_start() -> None:
     stack = default_stack()
     try:
         stack.start()
-    except ServiceError as error:   # a sentence that says what to do, not a traceback
+    except ServiceError as error:  # a sentence that says what to do, not a traceback
         raise click.ClickException(str(error)) from None
     click.echo(f"DATABASE_URL={stack.database_url}")
     click.echo(f"REDIS_URL={stack.redis_url}")
@@ -120,16 +120,30 @@ def db_check() -> None:
 
 
 @main.command()
-@click.option("--host", "hosts", multiple=True, default=("127.0.0.1",), show_default=True,
-              help="address to listen on; repeat for several (0.0.0.0 = every interface: only behind a firewall)")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    default=("127.0.0.1",),
+    show_default=True,
+    help="address to listen on; repeat for several (0.0.0.0 = every interface: only behind a firewall)",
+)
 @click.option("--port", default=8000, show_default=True, type=int)
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="API processes on the same sockets, each with its own admission limits and database "
-                   "pool, each draining on SIGTERM; metrics summed over them")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="PEM private key of --tls-cert")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="API processes on the same sockets, each with its own admission limits and database "
+    "pool, each draining on SIGTERM; metrics summed over them",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="PEM certificate (chain) to serve HTTPS with; needs --tls-key",
+)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key of --tls-cert")
 def api(hosts: tuple[str, ...], port: int, workers: int, tls_cert: str | None, tls_key: str | None) -> None:
     """Run the HTTP API (uvicorn; SIGTERM drains for IWSCOPE_DRAIN_SECONDS first)."""
     from iwscope.api import serve
@@ -174,9 +188,20 @@ def worker(concurrency: int, celery_args: tuple[str, ...]) -> None:
     from iwscope.config import get_settings
 
     settings = get_settings()
-    _run_celery(["worker", "--queues", settings.celery_queue, "--concurrency", str(concurrency),
-                 "--loglevel", settings.log_level, "--hostname",
-                 f"iwscope-{settings.celery_queue}-{os.getpid()}@%h", *celery_args])
+    _run_celery(
+        [
+            "worker",
+            "--queues",
+            settings.celery_queue,
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            settings.log_level,
+            "--hostname",
+            f"iwscope-{settings.celery_queue}-{os.getpid()}@%h",
+            *celery_args,
+        ]
+    )
 
 
 @main.command()
@@ -210,8 +235,10 @@ def up(host: str, port: int, with_beat: bool) -> None:
 
     migrate.upgrade(database_url=environment["DATABASE_URL"])
     command = [sys.executable, "-m", "iwscope.cli"]
-    children = [subprocess.Popen([*command, "api", "--host", host, "--port", str(port)], env=environment),
-                subprocess.Popen([*command, "worker"], env=environment)]
+    children = [
+        subprocess.Popen([*command, "api", "--host", host, "--port", str(port)], env=environment),
+        subprocess.Popen([*command, "worker"], env=environment),
+    ]
     if with_beat:
         children.append(subprocess.Popen([*command, "beat"], env=environment))
     click.echo(f"iwscope API on http://{host}:{port} (OpenAPI at /docs); Ctrl-C stops", err=True)
@@ -256,9 +283,13 @@ def token() -> None:
 
 
 @token.command("create")
-@click.option("--kind", required=True, type=click.Choice(["enroll", "admin", "origin", "server", "read"]),
-              help="enroll: probes; admin: campaigns and listings; origin: origins; server: iwprobe tap servers; "
-                   "read: the passive, real-user data")
+@click.option(
+    "--kind",
+    required=True,
+    type=click.Choice(["enroll", "admin", "origin", "server", "read"]),
+    help="enroll: probes; admin: campaigns and listings; origin: origins; server: iwprobe tap servers; "
+    "read: the passive, real-user data",
+)
 @click.option("--label", default=None, help="What the token is for (shown in listings).")
 def token_create(kind: str, label: str | None) -> None:
     """Create a token and print it alone on stdout (only its hash is stored)."""
@@ -286,8 +317,13 @@ def token_list(include_revoked: bool) -> None:
 
 @token.command("revoke")
 @click.option("--id", "token_id", type=int, default=None, help="the id from 'iwscope token list'")
-@click.option("--token", "token_value", default=None, envvar="IWSCOPE_REVOKE_TOKEN",
-              help="the token itself (or $IWSCOPE_REVOKE_TOKEN, which keeps it out of the process list)")
+@click.option(
+    "--token",
+    "token_value",
+    default=None,
+    envvar="IWSCOPE_REVOKE_TOKEN",
+    help="the token itself (or $IWSCOPE_REVOKE_TOKEN, which keeps it out of the process list)",
+)
 def token_revoke(token_id: int | None, token_value: str | None) -> None:
     """Revoke a token: requests with it get 401 from the next one on.
 
@@ -342,9 +378,14 @@ def probes_list() -> None:
     for heading in ("name", "region", "version", "last seen (UTC)", "backlog", "id"):
         table.add_column(heading)
     for probe in fleet:
-        table.add_row(probe.name, probe.region, probe.version or "-",
-                      probe.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if probe.last_seen_at else "never",
-                      "-" if probe.backlog is None else str(probe.backlog), probe.id)
+        table.add_row(
+            probe.name,
+            probe.region,
+            probe.version or "-",
+            probe.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if probe.last_seen_at else "never",
+            "-" if probe.backlog is None else str(probe.backlog),
+            probe.id,
+        )
     Console().print(table)
 
 
@@ -388,27 +429,49 @@ main.add_command(servers)
 @main.command("export")
 @click.option("--format", "file_format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="directory for the files")
-@click.option("--tables", default=None,
-              help="comma-separated (trials, observations, path_estimates, campaigns, census); default: every "
-                   "table the filters apply to")
+@click.option(
+    "--tables",
+    default=None,
+    help="comma-separated (trials, observations, path_estimates, campaigns, census); default: every table the filters apply to",
+)
 @click.option("--campaign", "campaign_id", type=click.IntRange(min=1), default=None)
 @click.option("--probe", "probe_id", type=click.UUID, default=None)
 @click.option("--origin", "origin_id", type=click.UUID, default=None)
-@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
-              default=None, help="inclusive, UTC unless an offset is given")
-@click.option("--until", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
-              default=None, help="inclusive, UTC unless an offset is given")
-def export(file_format: str, out_dir: str, tables: str | None, campaign_id: int | None, probe_id: uuid.UUID | None,
-           origin_id: uuid.UUID | None, since: dt.datetime | None, until: dt.datetime | None) -> None:
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+    default=None,
+    help="inclusive, UTC unless an offset is given",
+)
+@click.option(
+    "--until",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]),
+    default=None,
+    help="inclusive, UTC unless an offset is given",
+)
+def export(
+    file_format: str,
+    out_dir: str,
+    tables: str | None,
+    campaign_id: int | None,
+    probe_id: uuid.UUID | None,
+    origin_id: uuid.UUID | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+) -> None:
     """Write tables of the database to DIR as <table>.parquet or <table>.csv (DATABASE_URL);
     prints one line per file: rows (Parquet), bytes, path."""
     from iwscope.db import session_scope
     from iwscope.exports import columnar
 
-    filters = columnar.ExportFilters(campaign_id=campaign_id, probe_id=probe_id, origin_id=origin_id,
-                                     since=_utc(since), until=_utc(until))
-    names = [name.strip() for name in tables.split(",") if name.strip()] if tables else [
-        spec.name for spec in columnar.TABLES.values() if _applies(columnar, spec, filters)]
+    filters = columnar.ExportFilters(
+        campaign_id=campaign_id, probe_id=probe_id, origin_id=origin_id, since=_utc(since), until=_utc(until)
+    )
+    names = (
+        [name.strip() for name in tables.split(",") if name.strip()]
+        if tables
+        else [spec.name for spec in columnar.TABLES.values() if _applies(columnar, spec, filters)]
+    )
     try:
         specs = columnar.export_names(names)
         for spec in specs:

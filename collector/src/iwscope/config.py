@@ -27,8 +27,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Values that are obviously not real secrets; production refuses them.
 PLACEHOLDER_SECRETS = frozenset(
-    {"", "changeme", "change-me", "secret", "password", "postgres", "admin", "token",
-     "example", "placeholder", "xxx", "test", "iwscope", "default"}
+    {
+        "",
+        "changeme",
+        "change-me",
+        "secret",
+        "password",
+        "postgres",
+        "admin",
+        "token",
+        "example",
+        "placeholder",
+        "xxx",
+        "test",
+        "iwscope",
+        "default",
+    }
 )
 #: Shortest bootstrap token production accepts (they are bearer secrets).
 MIN_PRODUCTION_TOKEN_LENGTH = 24
@@ -65,12 +79,10 @@ class Settings(BaseSettings):
     #: without both.
     database_url: str = Field("", validation_alias=AliasChoices("DATABASE_URL"))
     redis_url: str = Field("", validation_alias=AliasChoices("REDIS_URL"))
-    env: Literal["development", "production"] = Field(
-        "development", validation_alias=AliasChoices("IWSCOPE_ENV"))
+    env: Literal["development", "production"] = Field("development", validation_alias=AliasChoices("IWSCOPE_ENV"))
     admin_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ADMIN_TOKEN"))
     enroll_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ENROLL_TOKEN"))
-    celery_queue: str = Field("iwscope", min_length=1,
-                              validation_alias=AliasChoices("IWSCOPE_CELERY_QUEUE"))
+    celery_queue: str = Field("iwscope", min_length=1, validation_alias=AliasChoices("IWSCOPE_CELERY_QUEUE"))
     log_level: str = Field("INFO", validation_alias=AliasChoices("IWSCOPE_LOG_LEVEL"))
     drain_seconds: float = Field(2.0, ge=0, validation_alias=AliasChoices("IWSCOPE_DRAIN_SECONDS"))
     #: Seconds a probe waits before asking for its schedule again.
@@ -79,16 +91,13 @@ class Settings(BaseSettings):
     #: overflow connections are closed when returned to a full pool and opened again at the next
     #: peak, and each opening costs PostgreSQL a backend process (in one profiled 1,000-probe run,
     #: 4 % of the API's samples were connection set-up; docs/reliability.md).
-    db_pool_size: int = Field(20, ge=1, le=MAX_DB_CONNECTIONS,
-                              validation_alias=AliasChoices("IWSCOPE_DB_POOL_SIZE"))
+    db_pool_size: int = Field(20, ge=1, le=MAX_DB_CONNECTIONS, validation_alias=AliasChoices("IWSCOPE_DB_POOL_SIZE"))
     #: Extra connections opened under load and closed when idle (``max_overflow``).
-    db_max_overflow: int = Field(0, ge=0, le=MAX_DB_CONNECTIONS,
-                                 validation_alias=AliasChoices("IWSCOPE_DB_MAX_OVERFLOW"))
+    db_max_overflow: int = Field(0, ge=0, le=MAX_DB_CONNECTIONS, validation_alias=AliasChoices("IWSCOPE_DB_MAX_OVERFLOW"))
     #: Longest wait of a request for a database connection (admission and ``pool_timeout``),
     #: then 503 + ``Retry-After``.  Short: an overloaded collector should turn probes away at
     #: once (they keep their spools and come back), not queue them until their own timeout.
-    db_pool_timeout_s: float = Field(3.0, gt=0, le=60,
-                                     validation_alias=AliasChoices("IWSCOPE_DB_POOL_TIMEOUT_S"))
+    db_pool_timeout_s: float = Field(3.0, gt=0, le=60, validation_alias=AliasChoices("IWSCOPE_DB_POOL_TIMEOUT_S"))
     #: Threads of the API process for blocking work that does not hold a database slot
     #: (anyio's default limiter; database work has its own threads, one per connection).
     api_threads: int = Field(40, ge=4, le=1000, validation_alias=AliasChoices("IWSCOPE_API_THREADS"))
@@ -100,8 +109,7 @@ class Settings(BaseSettings):
     #: uploads p99 0.6 s either way (docs/reliability.md "Load").
     max_in_progress: int = Field(96, ge=1, le=10_000, validation_alias=AliasChoices("IWSCOPE_MAX_IN_PROGRESS"))
     #: Of those, at most this many that are not probe traffic (public reads, exports, admin).
-    max_other_in_progress: int = Field(16, ge=1, le=10_000,
-                                       validation_alias=AliasChoices("IWSCOPE_MAX_OTHER_IN_PROGRESS"))
+    max_other_in_progress: int = Field(16, ge=1, le=10_000, validation_alias=AliasChoices("IWSCOPE_MAX_OTHER_IN_PROGRESS"))
     #: Event-loop lag (seconds, smoothed over about a second) above which one API process refuses
     #: new requests (503 + ``Retry-After``) even with places free: requests then wait in front
     #: of the handlers, where the in-progress count cannot see them.  Readers are refused from
@@ -116,7 +124,8 @@ class Settings(BaseSettings):
     #: cache at once, so this only bounds how long a missed notification could matter.  A probe
     #: cycle (~60 s) is longer than ``credential_cache_s``: without this every request looked up.
     credential_cache_notified_s: float = Field(
-        300.0, ge=0, le=3600, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S"))
+        300.0, ge=0, le=3600, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S")
+    )
     #: Seconds the schedules' campaigns and origins are kept per process before they are read
     #: again (0: every request reads them); a change made elsewhere shows at most this late.
     schedule_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_CACHE_S"))
@@ -138,7 +147,8 @@ class Settings(BaseSettings):
             raise ConfigurationError(
                 f"IWSCOPE_DB_POOL_SIZE + IWSCOPE_DB_MAX_OVERFLOW = {self.db_connections} is over "
                 f"{MAX_DB_CONNECTIONS} connections per process (PostgreSQL's default max_connections "
-                "is 100 for every process together)")
+                "is 100 for every process together)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -146,7 +156,8 @@ class Settings(BaseSettings):
         if self.max_other_in_progress > self.max_in_progress:
             raise ConfigurationError(
                 f"IWSCOPE_MAX_OTHER_IN_PROGRESS ({self.max_other_in_progress}) is over IWSCOPE_MAX_IN_PROGRESS "
-                f"({self.max_in_progress}): readers would be allowed more than the whole process")
+                f"({self.max_in_progress}): readers would be allowed more than the whole process"
+            )
         return self
 
     @model_validator(mode="after")
@@ -170,13 +181,11 @@ class Settings(BaseSettings):
                 problems.append("DATABASE_URL has a placeholder password")
         if not self.redis_url:
             problems.append("REDIS_URL must be set explicitly")
-        for name, value in (("IWSCOPE_ADMIN_TOKEN", self.admin_token),
-                            ("IWSCOPE_ENROLL_TOKEN", self.enroll_token)):
+        for name, value in (("IWSCOPE_ADMIN_TOKEN", self.admin_token), ("IWSCOPE_ENROLL_TOKEN", self.enroll_token)):
             if value is None:
                 continue
             if value.strip().lower() in PLACEHOLDER_SECRETS or len(value) < MIN_PRODUCTION_TOKEN_LENGTH:
-                problems.append(f"{name} is empty, a placeholder or shorter than "
-                                f"{MIN_PRODUCTION_TOKEN_LENGTH} characters")
+                problems.append(f"{name} is empty, a placeholder or shorter than {MIN_PRODUCTION_TOKEN_LENGTH} characters")
         if problems:
             raise ConfigurationError("refusing to run with IWSCOPE_ENV=production: " + "; ".join(problems))
         return self

@@ -55,8 +55,12 @@ def get_engine() -> Engine:
     ``max_overflow`` and ``pool_timeout`` from ``IWSCOPE_DB_POOL_SIZE``,
     ``IWSCOPE_DB_MAX_OVERFLOW`` and ``IWSCOPE_DB_POOL_TIMEOUT_S``."""
     settings = get_settings()
-    return make_engine(settings.database_url, pool_size=settings.db_pool_size,
-                       max_overflow=settings.db_max_overflow, pool_timeout=settings.db_pool_timeout_s)
+    return make_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_s,
+    )
 
 
 @lru_cache(maxsize=1)

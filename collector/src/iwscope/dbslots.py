@@ -67,9 +67,12 @@ def _slots() -> _Slots:
         return _SLOTS.get()
     except LookupError:
         settings = get_settings()
-        slots = _Slots(anyio.Semaphore(settings.db_connections),
-                       anyio.CapacityLimiter(settings.db_connections), settings.db_pool_timeout_s,
-                       anyio.Semaphore(read_share(settings.db_connections)))
+        slots = _Slots(
+            anyio.Semaphore(settings.db_connections),
+            anyio.CapacityLimiter(settings.db_connections),
+            settings.db_pool_timeout_s,
+            anyio.Semaphore(read_share(settings.db_connections)),
+        )
         _SLOTS.set(slots)
         return slots
 

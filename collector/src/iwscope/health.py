@@ -33,8 +33,11 @@ def _readiness_engine() -> Engine:
     """A connection of its own per check (no pool): readiness asks whether PostgreSQL answers,
     not whether this process's pool has a connection free -- a busy pool answers 503 +
     ``Retry-After`` to requests, it must not take the process out of its load balancer."""
-    return create_engine(get_settings().database_url, poolclass=NullPool,
-                         connect_args={"connect_timeout": 2, "application_name": f"iwscope[{os.getpid()}]readyz"})
+    return create_engine(
+        get_settings().database_url,
+        poolclass=NullPool,
+        connect_args={"connect_timeout": 2, "application_name": f"iwscope[{os.getpid()}]readyz"},
+    )
 
 
 def _check_dependencies() -> dict[str, str]:

@@ -20,8 +20,7 @@ async def read_body_limited(request: Request, limit: int = wire.MAX_BODY_BYTES) 
         except ValueError:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="bad Content-Length") from None
         if declared_bytes > limit:
-            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
-                                detail=f"request body over {limit} bytes")
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"request body over {limit} bytes")
     chunks: list[bytes] = []
     received = 0
     async for chunk in request.stream():

@@ -59,6 +59,7 @@ class ServiceError(RuntimeError):
 
 # ---- one PostgreSQL cluster -----------------------------------------------------------------
 
+
 @dataclass
 class PostgresServer:
     """A PostgreSQL cluster under ``directory`` on ``127.0.0.1:port``, run by the ``postgres`` user.
@@ -86,8 +87,7 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return (f"postgresql+psycopg://{self.user}:{quote(self.password, safe='')}"
-                f"@{LOOPBACK}:{self.port}/{self.database}")
+        return f"postgresql+psycopg://{self.user}:{quote(self.password, safe='')}@{LOOPBACK}:{self.port}/{self.database}"
 
     def running(self) -> bool:
         """Whether this cluster's postmaster runs (by its pid file, not by the port)."""
@@ -110,9 +110,20 @@ class PostgresServer:
     def _init(self, owner: pwd.struct_passwd) -> None:
         _make_dir(self.directory, 0o755)
         _make_dir(self.data_dir, 0o700, owner)
-        _run_as(owner, [_pg_bin("initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                        "--auth-local=peer", "--auth-host=scram-sha-256",
-                        "--encoding=UTF8", "--locale=C.UTF-8"])
+        _run_as(
+            owner,
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth-local=peer",
+                "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ],
+        )
 
     def _write_config(self) -> None:
         """Rewrite iwscope's settings each start, so an older, looser configuration cannot survive."""
@@ -129,7 +140,8 @@ class PostgresServer:
             "shared_buffers = 512MB\n"
             "fsync = on\n"
             f"synchronous_commit = {self.synchronous_commit}\n"
-            "max_wal_size = 4GB\n" + self.extra_conf)
+            "max_wal_size = 4GB\n" + self.extra_conf
+        )
         os.chown(conf, owner.pw_uid, owner.pw_gid)
         main_conf = self.data_dir / "postgresql.conf"
         if "include_if_exists = 'iwscope.conf'" not in main_conf.read_text():
@@ -140,19 +152,37 @@ class PostgresServer:
             "# Written by iwscope at every start: the superuser only over the cluster's own socket,\n"
             "# everyone else with a password over loopback.\n"
             "local all postgres peer\n"
-            f"host all all {LOOPBACK}/32 scram-sha-256\n")
+            f"host all all {LOOPBACK}/32 scram-sha-256\n"
+        )
         os.chown(hba, owner.pw_uid, owner.pw_gid)
         os.chmod(hba, 0o600)
 
     def _pg_ctl(self, action: str, *extra: str) -> None:
-        _run_as(pwd.getpwnam("postgres"), [_pg_bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path),
-                                           "-w", "-t", "60", *extra, action])
+        _run_as(
+            pwd.getpwnam("postgres"),
+            [_pg_bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60", *extra, action],
+        )
 
     def _psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` as the superuser over the Unix socket; returns unaligned tuples."""
-        done = _run_as(pwd.getpwnam("postgres"), [_pg_bin("psql"), "-h", str(self.data_dir), "-p", str(self.port),
-                                                  "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1",
-                                                  "-tAc", sql])
+        done = _run_as(
+            pwd.getpwnam("postgres"),
+            [
+                _pg_bin("psql"),
+                "-h",
+                str(self.data_dir),
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-tAc",
+                sql,
+            ],
+        )
         return done.stdout.strip()
 
     def _ensure_role_and_database(self) -> None:
@@ -180,6 +210,7 @@ class PostgresServer:
 
 
 # ---- one Redis server -----------------------------------------------------------------------
+
 
 @dataclass
 class RedisServer:
@@ -225,7 +256,8 @@ class RedisServer:
             f"daemonize {'yes' if self.daemon else 'no'}\n"
             f"pidfile {self.pid_path}\n"
             f"logfile {self.directory / 'redis.log'}\n"
-            f"appendonly yes\nappendfsync {self.appendfsync}\n")
+            f"appendonly yes\nappendfsync {self.appendfsync}\n"
+        )
         os.chown(conf, owner.pw_uid, owner.pw_gid)
         os.chmod(conf, 0o600)
         if self.running():
@@ -235,11 +267,22 @@ class RedisServer:
         if self.daemon:
             _run_as(owner, argv)
         else:
-            self.process = subprocess.Popen(argv, user=owner.pw_uid, group=owner.pw_gid, extra_groups=[],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.STDOUT, cwd=self.directory)
-        _wait_listening(self.port, "Redis", log=self.directory / "redis.log",
-                        alive=lambda: self.process is None or self.process.poll() is None)
+            self.process = subprocess.Popen(
+                argv,
+                user=owner.pw_uid,
+                group=owner.pw_gid,
+                extra_groups=[],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+            )
+        _wait_listening(
+            self.port,
+            "Redis",
+            log=self.directory / "redis.log",
+            alive=lambda: self.process is None or self.process.poll() is None,
+        )
 
     def kill_restart(self, down_s: float) -> None:
         """SIGKILL (whatever was not yet fsynced to the append-only file is gone), stay down, start."""
@@ -259,11 +302,16 @@ class RedisServer:
             self.kill()
             return
         if _pid_alive(self.pid_path):
-            subprocess.run([_which("redis-cli"), "-h", LOOPBACK, "-p", str(self.port), "shutdown", "nosave"],
-                           check=False, capture_output=True, env={**os.environ, "REDISCLI_AUTH": self.password})
+            subprocess.run(
+                [_which("redis-cli"), "-h", LOOPBACK, "-p", str(self.port), "shutdown", "nosave"],
+                check=False,
+                capture_output=True,
+                env={**os.environ, "REDISCLI_AUTH": self.password},
+            )
 
 
 # ---- the checkout's stack -------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LocalStack:
@@ -290,8 +338,7 @@ class LocalStack:
         return values
 
     def postgres(self, create_secrets: bool = False) -> PostgresServer:
-        return PostgresServer(self.data_dir / "postgres", PG_PORT,
-                              self._secrets(create_secrets)["postgres_password"])
+        return PostgresServer(self.data_dir / "postgres", PG_PORT, self._secrets(create_secrets)["postgres_password"])
 
     def redis(self, create_secrets: bool = False) -> RedisServer:
         return RedisServer(self.data_dir / "redis", REDIS_PORT, self._secrets(create_secrets)["redis_password"])
@@ -323,8 +370,7 @@ def default_stack() -> LocalStack:
     """The stack of this checkout: ``$IWSCOPE_RUN_DIR`` or ``<repository>/.run`` for its secrets,
     ``$IWSCOPE_SERVICES_DIR/<checkout name>-<hash of its path>`` for its data."""
     configured = os.environ.get("IWSCOPE_RUN_DIR")
-    run_dir = (pathlib.Path(configured) if configured
-               else pathlib.Path(__file__).resolve().parents[3] / ".run").resolve()
+    run_dir = (pathlib.Path(configured) if configured else pathlib.Path(__file__).resolve().parents[3] / ".run").resolve()
     digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_dir.parent.name)[:32] or "root"
     return LocalStack(run_dir, SERVICES_ROOT / f"{name}-{digest}")
@@ -342,9 +388,12 @@ config.use_development_urls(_development_urls)
 
 # ---- helpers --------------------------------------------------------------------------------
 
+
 def _pg_bin(name: str) -> str:
-    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
-                        key=lambda path: int(path.split("/")[4]) if path.split("/")[4].isdigit() else 0)
+    candidates = sorted(
+        glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
+        key=lambda path: int(path.split("/")[4]) if path.split("/")[4].isdigit() else 0,
+    )
     if candidates:
         return candidates[-1]
     return _which(name)
@@ -373,9 +422,17 @@ def _make_dir(path: pathlib.Path, mode: int, owner: pwd.struct_passwd | None = N
 
 def _run_as(owner: pwd.struct_passwd, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` as ``owner`` (PostgreSQL refuses root; Redis need not be root)."""
-    done = subprocess.run(argv, user=owner.pw_uid, group=owner.pw_gid, extra_groups=[], capture_output=True,
-                          text=True, cwd="/", env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                                   "LANG": "C.UTF-8", "HOME": owner.pw_dir}, timeout=180)
+    done = subprocess.run(
+        argv,
+        user=owner.pw_uid,
+        group=owner.pw_gid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": owner.pw_dir},
+        timeout=180,
+    )
     if done.returncode != 0:
         raise ServiceError(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()[-2000:]}")
     return done
@@ -398,13 +455,14 @@ def _listening(port: int) -> bool:
 
 def _require_free(port: int, what: str, directory: pathlib.Path) -> None:
     if _listening(port):
-        raise ServiceError(f"port {port} is taken by a {what} that is not this stack's ({directory}): stop it "
-                           f"(an older iwscope stack? `iwscope services stop` from its checkout) or choose "
-                           f"another port with IWSCOPE_LOCAL_PG_PORT / IWSCOPE_LOCAL_REDIS_PORT")
+        raise ServiceError(
+            f"port {port} is taken by a {what} that is not this stack's ({directory}): stop it "
+            f"(an older iwscope stack? `iwscope services stop` from its checkout) or choose "
+            f"another port with IWSCOPE_LOCAL_PG_PORT / IWSCOPE_LOCAL_REDIS_PORT"
+        )
 
 
-def _wait_listening(port: int, what: str, log: pathlib.Path, alive: Callable[[], bool],
-                    timeout_s: float = 30.0) -> None:
+def _wait_listening(port: int, what: str, log: pathlib.Path, alive: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not _listening(port):
         if time.monotonic() > deadline or not alive():

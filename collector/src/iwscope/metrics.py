@@ -11,26 +11,51 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 REQUESTS = Counter("iwscope_http_requests_total", "HTTP requests", ["method", "route", "status"])
-LATENCY = Histogram("iwscope_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
-                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-RECORDS = Counter("iwscope_records_total", "Uploaded records by kind and outcome",
-                  ["kind", "outcome"])  # kind: trial|path_sample|census|observation|passive_aggregate|passive_connection|passive;
+LATENCY = Histogram(
+    "iwscope_http_request_duration_seconds",
+    "HTTP request latency",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RECORDS = Counter(
+    "iwscope_records_total", "Uploaded records by kind and outcome", ["kind", "outcome"]
+)  # kind: trial|path_sample|census|observation|passive_aggregate|passive_connection|passive;
 # outcome: accepted|duplicate|rejected
-TASKS_NOT_SENT = Counter("iwscope_tasks_not_sent_total", "Worker tasks that could not be queued "
-                         "(the periodic sweep catches up)", ["task"])
-DB_BUSY = Counter("iwscope_db_busy_total", "Requests answered 503 because no database connection became free "
-                  "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)", ["where"])
-ADMISSION_REJECTED = Counter("iwscope_admission_rejected_total", "Requests answered 503 at the front door, "
-                             "by class (probe|other) and reason (in_progress: too many in progress in the "
-                             "process; loop_lag: its event loop behind)", ["kind", "reason"])
-LOOP_LAG = Gauge("iwscope_event_loop_lag_seconds", "Smoothed event-loop lag of the API process(es) (the largest "
-                 "over workers)", multiprocess_mode="livemax")
-ANALYSIS_PATH_READS = Counter("iwscope_analysis_path_reads_total", "Per-path reads of the analysis (the paired "
-                              "figures' sums, the intervals' histograms, the fleet table's totals) by source "
-                              "(copy: the analysis copy, analysis/pathcopy/; postgresql: when no copy is "
-                              "configured or it could not be used)", ["source"])
-IN_PROGRESS = Gauge("iwscope_requests_in_progress", "Requests in progress (summed over the API's worker "
-                    "processes), by admission class", ["kind"], multiprocess_mode="livesum")
+TASKS_NOT_SENT = Counter(
+    "iwscope_tasks_not_sent_total", "Worker tasks that could not be queued (the periodic sweep catches up)", ["task"]
+)
+DB_BUSY = Counter(
+    "iwscope_db_busy_total",
+    "Requests answered 503 because no database connection became free "
+    "in time (admission: no slot; reads: public reads over their share; pool: pool_timeout)",
+    ["where"],
+)
+ADMISSION_REJECTED = Counter(
+    "iwscope_admission_rejected_total",
+    "Requests answered 503 at the front door, "
+    "by class (probe|other) and reason (in_progress: too many in progress in the "
+    "process; loop_lag: its event loop behind)",
+    ["kind", "reason"],
+)
+LOOP_LAG = Gauge(
+    "iwscope_event_loop_lag_seconds",
+    "Smoothed event-loop lag of the API process(es) (the largest over workers)",
+    multiprocess_mode="livemax",
+)
+ANALYSIS_PATH_READS = Counter(
+    "iwscope_analysis_path_reads_total",
+    "Per-path reads of the analysis (the paired "
+    "figures' sums, the intervals' histograms, the fleet table's totals) by source "
+    "(copy: the analysis copy, analysis/pathcopy/; postgresql: when no copy is "
+    "configured or it could not be used)",
+    ["source"],
+)
+IN_PROGRESS = Gauge(
+    "iwscope_requests_in_progress",
+    "Requests in progress (summed over the API's worker processes), by admission class",
+    ["kind"],
+    multiprocess_mode="livesum",
+)
 
 
 def exposition() -> bytes:

@@ -40,14 +40,15 @@ class MigrationsNotFound(RuntimeError):
 def migrations_dir() -> pathlib.Path:
     """``$IWSCOPE_MIGRATIONS_DIR``, else ``migrations/`` of the repository this package lives in."""
     configured = os.environ.get("IWSCOPE_MIGRATIONS_DIR")
-    candidates = [pathlib.Path(configured)] if configured else [
-        parent / "migrations" for parent in pathlib.Path(__file__).resolve().parents
-    ]
+    candidates = (
+        [pathlib.Path(configured)]
+        if configured
+        else [parent / "migrations" for parent in pathlib.Path(__file__).resolve().parents]
+    )
     for candidate in candidates:
         if (candidate / "env.py").is_file():
             return candidate
-    raise MigrationsNotFound(
-        "cannot find the Alembic migrations (migrations/env.py); set IWSCOPE_MIGRATIONS_DIR")
+    raise MigrationsNotFound("cannot find the Alembic migrations (migrations/env.py); set IWSCOPE_MIGRATIONS_DIR")
 
 
 def alembic_config(database_url: str | None = None) -> Config:

@@ -10,5 +10,20 @@ from iwscope.probes.models import Probe
 from iwscope.servers.models import Server
 from iwscope.trials.models import CensusRecord, OriginObservation, PathSample, Trial, TrialId
 
-__all__ = ["ApiToken", "Base", "Campaign", "CampaignProbeDone", "CensusRecord", "Origin", "OriginObservation",
-           "PassiveAggregate", "PassiveConnection", "PathEstimate", "PathSample", "Probe", "Server", "Trial", "TrialId"]
+__all__ = [
+    "ApiToken",
+    "Base",
+    "Campaign",
+    "CampaignProbeDone",
+    "CensusRecord",
+    "Origin",
+    "OriginObservation",
+    "PassiveAggregate",
+    "PassiveConnection",
+    "PathEstimate",
+    "PathSample",
+    "Probe",
+    "Server",
+    "Trial",
+    "TrialId",
+]

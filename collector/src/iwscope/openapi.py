@@ -29,10 +29,14 @@ def wire_component_ref(record: str) -> str:
 
 def _rewrite_refs(node: Any) -> Any:
     if isinstance(node, dict):
-        return {key: (wire_component_ref(value.removeprefix("#/$defs/"))
-                      if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/")
-                      else _rewrite_refs(value))
-                for key, value in node.items()}
+        return {
+            key: (
+                wire_component_ref(value.removeprefix("#/$defs/"))
+                if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/")
+                else _rewrite_refs(value)
+            )
+            for key, value in node.items()
+        }
     if isinstance(node, list):
         return [_rewrite_refs(item) for item in node]
     return node
@@ -40,8 +44,9 @@ def _rewrite_refs(node: Any) -> Any:
 
 def wire_components() -> dict[str, Any]:
     """The wire schema's records as OpenAPI component schemas."""
-    return {f"{WIRE_COMPONENT_PREFIX}{name}": _rewrite_refs(definition)
-            for name, definition in wire.load_schema()["$defs"].items()}
+    return {
+        f"{WIRE_COMPONENT_PREFIX}{name}": _rewrite_refs(definition) for name, definition in wire.load_schema()["$defs"].items()
+    }
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -49,8 +54,13 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            document = get_openapi(title=app.title, version=app.version, openapi_version=app.openapi_version,
-                                   description=app.description, routes=app.routes)
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                openapi_version=app.openapi_version,
+                description=app.description,
+                routes=app.routes,
+            )
             document.setdefault("components", {}).setdefault("schemas", {}).update(wire_components())
             document["info"]["x-wire-version"] = wire.WIRE_VERSION
             app.openapi_schema = document

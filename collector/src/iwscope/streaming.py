@@ -42,8 +42,9 @@ class _SlotStreamingResponse(StreamingResponse):
                 await self.held.aclose()
 
 
-async def stream_read(produce: Callable[[Session], Iterator[AnyStr]], media_type: str,
-                      headers: dict[str, str] | None = None) -> StreamingResponse:
+async def stream_read(
+    produce: Callable[[Session], Iterator[AnyStr]], media_type: str, headers: dict[str, str] | None = None
+) -> StreamingResponse:
     """The chunks of ``produce(session)`` as a streamed answer, read within a public read slot."""
     held = AsyncExitStack()
     limiter = await held.enter_async_context(db_slot(read=True))

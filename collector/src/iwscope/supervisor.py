@@ -46,8 +46,7 @@ log = logging.getLogger(__name__)
 GRACE_S = 30.0
 
 
-def _worker_main(config: uvicorn.Config, sockets: list[socket.socket], drain_seconds: float,
-                 started: EventType) -> None:
+def _worker_main(config: uvicorn.Config, sockets: list[socket.socket], drain_seconds: float, started: EventType) -> None:
     """Body of one worker process (spawned: it imports the app itself); sets ``started`` once it listens."""
     from iwscope.api import LameDuckServer
 
@@ -61,8 +60,7 @@ def _worker_main(config: uvicorn.Config, sockets: list[socket.socket], drain_sec
 class Supervisor:
     """Keeps ``workers`` API processes serving ``sockets`` until SIGTERM / SIGINT."""
 
-    def __init__(self, config: uvicorn.Config, sockets: Sequence[socket.socket], workers: int,
-                 drain_seconds: float) -> None:
+    def __init__(self, config: uvicorn.Config, sockets: Sequence[socket.socket], workers: int, drain_seconds: float) -> None:
         self.config = config
         self.sockets = list(sockets)
         self.workers = workers
@@ -74,16 +72,21 @@ class Supervisor:
 
     def _start_one(self) -> tuple[BaseProcess, EventType]:
         started = self._context.Event()
-        process = self._context.Process(target=_worker_main, name="iwscope-api-worker",
-                                        args=(self.config, self.sockets, self.drain_seconds, started))
+        process = self._context.Process(
+            target=_worker_main, name="iwscope-api-worker", args=(self.config, self.sockets, self.drain_seconds, started)
+        )
         process.start()
         log.info("API worker %d started", process.pid)
         return process, started
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if not self._stop.is_set():
-            log.info("%s: stopping %d API workers (each drains %.1f s first)", signal.Signals(signum).name,
-                     len(self._processes), self.drain_seconds)
+            log.info(
+                "%s: stopping %d API workers (each drains %.1f s first)",
+                signal.Signals(signum).name,
+                len(self._processes),
+                self.drain_seconds,
+            )
         self._stop.set()
 
     def _replace_dead(self) -> None:

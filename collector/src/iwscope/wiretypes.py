@@ -90,8 +90,7 @@ IwBytes = Annotated[int, Field(ge=0, le=16_777_216)]
 SegmentSize = Annotated[int, Field(ge=1, le=65535)]
 #: A census target: an absolute http(s) URL (the schema's pattern; the campaign API parses it further).
 CENSUS_URL_PATTERN = r"^https?://[^\x00]*$"
-CensusUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS,
-                                             pattern=CENSUS_URL_PATTERN)]
+CensusUrl = Annotated[str, StringConstraints(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS, pattern=CENSUS_URL_PATTERN)]
 
 # ----------------------------------------------------------------------------- wire v6: passive
 #: A passive arm's label: ``default`` or an IW in segments as text (the schema's pattern; the

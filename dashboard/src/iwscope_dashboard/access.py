@@ -61,6 +61,7 @@ _REFUSED = "Not accepted: this page needs a read (or admin) token of this iwscop
 
 # ---- tokens and sessions --------------------------------------------------------------------------
 
+
 def _token_row(token: str) -> tuple[int, str] | None:
     """``(id, stored hash)`` of an unrevoked read or admin token (the bootstrap admin token: id 0)."""
     settings = get_settings()
@@ -68,9 +69,10 @@ def _token_row(token: str) -> tuple[int, str] | None:
         kind = api_token_kind(session, settings, READER_KINDS, token)
         if kind is None:
             return None
-        row = session.execute(text("SELECT id, token_hash FROM api_tokens WHERE token_hash = :hash AND "
-                                   "revoked_at IS NULL AND kind = ANY(:kinds)"),
-                              {"hash": hash_secret(token), "kinds": list(READER_KINDS)}).first()
+        row = session.execute(
+            text("SELECT id, token_hash FROM api_tokens WHERE token_hash = :hash AND revoked_at IS NULL AND kind = ANY(:kinds)"),
+            {"hash": hash_secret(token), "kinds": list(READER_KINDS)},
+        ).first()
     if row is not None:
         return int(row.id), str(row.token_hash)
     return _BOOTSTRAP_ID, hash_secret(token)  # the bootstrap admin token (api_token_kind accepted it)
@@ -82,8 +84,10 @@ def _stored_hash(token_id: int) -> str | None:
         admin = get_settings().admin_token
         return hash_secret(admin) if admin else None
     with session_scope(db.session_factory()) as session:
-        row = session.execute(text("SELECT token_hash FROM api_tokens WHERE id = :id AND revoked_at IS NULL "
-                                   "AND kind = ANY(:kinds)"), {"id": token_id, "kinds": list(READER_KINDS)}).first()
+        row = session.execute(
+            text("SELECT token_hash FROM api_tokens WHERE id = :id AND revoked_at IS NULL AND kind = ANY(:kinds)"),
+            {"id": token_id, "kinds": list(READER_KINDS)},
+        ).first()
     return None if row is None else str(row.token_hash)
 
 
@@ -120,6 +124,7 @@ def reader_credential() -> bool:
 
 
 # ---- which requests are the page's ----------------------------------------------------------------
+
 
 def protected_path(path: str) -> bool:
     """Whether ``path`` is the page or under it (but its sign-in and sign-out addresses); compared
@@ -160,10 +165,15 @@ def _unauthorized() -> Response:
     if request.path.endswith(_CALLBACK_PATH):
         response = Response('{"detail": "a read token is needed"}', status=401, mimetype="application/json")
     else:
-        response = Response(_page("Real users: sign in needed",
-                                  f"<p>{html.escape(_REFUSED)}</p><p><a href=\"{LOGIN_PATH}\">Sign in with a read token</a>"
-                                  " or send <code>Authorization: Bearer &lt;token&gt;</code>.</p>"),
-                            status=401, mimetype="text/html")
+        response = Response(
+            _page(
+                "Real users: sign in needed",
+                f'<p>{html.escape(_REFUSED)}</p><p><a href="{LOGIN_PATH}">Sign in with a read token</a>'
+                " or send <code>Authorization: Bearer &lt;token&gt;</code>.</p>",
+            ),
+            status=401,
+            mimetype="text/html",
+        )
     response.headers["WWW-Authenticate"] = 'Bearer realm="iwscope real users"'
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -180,32 +190,44 @@ def _guard() -> Response | None:
         allowed = reader_credential()
     except (SQLAlchemyError, db.DatabaseNotConfigured):
         log.exception("checking a read credential failed")
-        return Response("the database did not answer; try again", status=503, mimetype="text/plain",
-                        headers={"Retry-After": "5", "Cache-Control": "no-store"})
+        return Response(
+            "the database did not answer; try again",
+            status=503,
+            mimetype="text/plain",
+            headers={"Retry-After": "5", "Cache-Control": "no-store"},
+        )
     return None if allowed else _unauthorized()
 
 
 # ---- sign in and out --------------------------------------------------------------------------------
 
+
 def _page(title: str, body: str) -> str:
-    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            "<style>body{font-family:system-ui,sans-serif;max-width:34em;margin:3em auto;color:#1d2329}"
-            "input{font:inherit;padding:6px;width:100%;box-sizing:border-box}"
-            "button{font:inherit;padding:6px 14px;margin-top:10px}.iw-refused{color:#a33}</style></head>"
-            f"<body><h1>{html.escape(title)}</h1>{body}</body></html>")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<style>body{font-family:system-ui,sans-serif;max-width:34em;margin:3em auto;color:#1d2329}"
+        "input{font:inherit;padding:6px;width:100%;box-sizing:border-box}"
+        "button{font:inherit;padding:6px 14px;margin-top:10px}.iw-refused{color:#a33}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
 
 
 def _form(message: str = "") -> str:
-    note = f"<p class=\"iw-refused\" id=\"realusers-login-refused\">{html.escape(message)}</p>" if message else ""
-    return _page("Real users: sign in", note + (
-        "<p>The Real users page shows what operators' servers measured of their own users; it needs a "
-        "<code>read</code> token (<code>iwscope token create --kind read</code>) or an admin token.</p>"
-        f"<form method=\"post\" action=\"{LOGIN_PATH}\" id=\"realusers-login-form\">"
-        "<label for=\"realusers-login-token\">Token</label>"
-        "<input type=\"password\" name=\"token\" id=\"realusers-login-token\" autocomplete=\"off\" required>"
-        "<button type=\"submit\" id=\"realusers-login-submit\">Sign in</button></form>"
-        "<p><a href=\"/\">Back to the public pages</a></p>"))
+    note = f'<p class="iw-refused" id="realusers-login-refused">{html.escape(message)}</p>' if message else ""
+    return _page(
+        "Real users: sign in",
+        note
+        + (
+            "<p>The Real users page shows what operators' servers measured of their own users; it needs a "
+            "<code>read</code> token (<code>iwscope token create --kind read</code>) or an admin token.</p>"
+            f'<form method="post" action="{LOGIN_PATH}" id="realusers-login-form">'
+            '<label for="realusers-login-token">Token</label>'
+            '<input type="password" name="token" id="realusers-login-token" autocomplete="off" required>'
+            '<button type="submit" id="realusers-login-submit">Sign in</button></form>'
+            '<p><a href="/">Back to the public pages</a></p>'
+        ),
+    )
 
 
 def _same_origin() -> bool:
@@ -226,11 +248,22 @@ def _login() -> Any:
             log.exception("checking a read token failed")
             return Response("the database did not answer; try again", status=503, mimetype="text/plain")
     if found is None:
-        return Response(_form(_REFUSED), status=401, mimetype="text/html",
-                        headers={"Cache-Control": "no-store", "WWW-Authenticate": 'Bearer realm="iwscope real users"'})
+        return Response(
+            _form(_REFUSED),
+            status=401,
+            mimetype="text/html",
+            headers={"Cache-Control": "no-store", "WWW-Authenticate": 'Bearer realm="iwscope real users"'},
+        )
     response = redirect(PROTECTED_PATH, code=303)
-    response.set_cookie(COOKIE, session_cookie(*found), max_age=SESSION_SECONDS, path="/", secure=request.is_secure,
-                        httponly=True, samesite="Strict")
+    response.set_cookie(
+        COOKIE,
+        session_cookie(*found),
+        max_age=SESSION_SECONDS,
+        path="/",
+        secure=request.is_secure,
+        httponly=True,
+        samesite="Strict",
+    )
     response.headers["Cache-Control"] = "no-store"
     return response
 

@@ -45,7 +45,12 @@ def _shell() -> html.Div:
         [
             html.Header(
                 [
-                    html.Div([html.Span("iwscope", className="iw-brand"), html.Span("initial-window latency study", className="iw-tagline")]),
+                    html.Div(
+                        [
+                            html.Span("iwscope", className="iw-brand"),
+                            html.Span("initial-window latency study", className="iw-tagline"),
+                        ]
+                    ),
                     html.Nav(links, className="iw-nav", id="app-nav"),
                 ],
                 className="iw-header",

@@ -18,7 +18,9 @@ def _check_database(url: str) -> None:
         with probe_engine.connect() as connection:
             connection.execute(text("select 1"))
     except SQLAlchemyError as error:
-        raise click.ClickException(f"cannot reach the database {probe_engine.url.render_as_string(hide_password=True)}: {str(error).splitlines()[0]}") from error
+        raise click.ClickException(
+            f"cannot reach the database {probe_engine.url.render_as_string(hide_password=True)}: {str(error).splitlines()[0]}"
+        ) from error
     finally:
         probe_engine.dispose()
 
@@ -57,14 +59,24 @@ def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, databas
 
 
 @click.command()
-@click.option("--host", "hosts", multiple=True, default=("127.0.0.1",), show_default=True,
-              help="address to listen on; repeat for several (0.0.0.0 = every interface)")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    default=("127.0.0.1",),
+    show_default=True,
+    help="address to listen on; repeat for several (0.0.0.0 = every interface)",
+)
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="port to listen on")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="gunicorn worker processes")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64), help="threads per worker")
 @click.option("--database-url", envvar="DATABASE_URL", default=None, help="PostgreSQL URL (default: $DATABASE_URL)")
-@click.option("--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)")
-def dashboard(hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float) -> None:
+@click.option(
+    "--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)"
+)
+def dashboard(
+    hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float
+) -> None:
     """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
     # Named explicitly (option or DATABASE_URL), never the development settings' local stack:
     # a dashboard started without a database says so instead of showing another one.

@@ -15,9 +15,11 @@ _engine: Engine | None = None
 _session_factory: sessionmaker[Session] | None = None
 
 #: What the dashboard says when it has no database to read.
-NO_DATABASE = ("no database: pass database_url or set DATABASE_URL "
-               "(e.g. postgresql+psycopg://iwscope:PASSWORD@127.0.0.1:54329/iwscope; "
-               "`iwscope services env` prints it for the local stack)")
+NO_DATABASE = (
+    "no database: pass database_url or set DATABASE_URL "
+    "(e.g. postgresql+psycopg://iwscope:PASSWORD@127.0.0.1:54329/iwscope; "
+    "`iwscope services env` prints it for the local stack)"
+)
 
 
 class DatabaseNotConfigured(RuntimeError):

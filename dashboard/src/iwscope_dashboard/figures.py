@@ -19,8 +19,15 @@ PERCENT_COLOUR = "#d9731a"
 ARM_PALETTE = ("#8c8c8c", "#1f6fb2", "#d9731a", "#2a9d55", "#8e44ad", "#c0392b", "#16a085", "#7f6000")
 
 #: Short names for figure titles (the axis carries the long one).
-DIMENSION_SHORT: dict[str, str] = {"rtt": "RTT", "bandwidth": "bandwidth", "bdp": "BDP", "size": "size", "loss": "loss",
-                                   "region": "region", "tls_flight": "TLS first flight"}
+DIMENSION_SHORT: dict[str, str] = {
+    "rtt": "RTT",
+    "bandwidth": "bandwidth",
+    "bdp": "BDP",
+    "size": "size",
+    "loss": "loss",
+    "region": "region",
+    "tls_flight": "TLS first flight",
+}
 
 DIMENSION_TITLES: dict[str, str] = {
     "rtt": "Path RTT",
@@ -64,7 +71,9 @@ def style_figure(fig: go.Figure, title: str, *, height: int = 360) -> go.Figure:
 def empty_figure(message: str, title: str = "") -> go.Figure:
     """A figure with no traces and the reason in the middle, so the space never looks broken."""
     fig = go.Figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 13, "color": "#555"})
+    fig.add_annotation(
+        text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 13, "color": "#555"}
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return style_figure(fig, title, height=260)
@@ -77,8 +86,9 @@ def error_bars(values: Sequence[float | None], low: Sequence[float | None], high
     return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.2, "width": 4}
 
 
-def interval_bars(values: Sequence[float], intervals: Sequence[tuple[float, float] | None],
-                  colour: str | None = None) -> dict[str, Any]:
+def interval_bars(
+    values: Sequence[float], intervals: Sequence[tuple[float, float] | None], colour: str | None = None
+) -> dict[str, Any]:
     """:func:`error_bars` from ``(low, high)`` intervals (``None``: no interval, a zero-length bar)."""
     bars = error_bars(values, [ci[0] if ci else None for ci in intervals], [ci[1] if ci else None for ci in intervals])
     return bars | ({"color": colour} if colour else {})
@@ -93,8 +103,9 @@ def _pair_note(c: BucketComparison) -> str:
     return text + (f"<br>{c.note}" if c.note else "")
 
 
-def _axis_range(values: Sequence[float | None], lows: Sequence[float | None],
-                highs: Sequence[float | None]) -> list[float] | None:
+def _axis_range(
+    values: Sequence[float | None], lows: Sequence[float | None], highs: Sequence[float | None]
+) -> list[float] | None:
     """A y range holding 0, every shown value and its interval (not more), padded 8 %."""
     points = [v for v in [*values, *lows, *highs] if v is not None] + [0.0]
     low, high = min(points), max(points)
@@ -131,9 +142,12 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
         (
             f"{c.bucket}<br>IW{c.baseline.iw}: n={c.baseline.n}, median {_fmt(c.baseline.median_ms, ' ms')}"
             f"<br>IW{c.treatment.iw}: n={c.treatment.n}, median {_fmt(c.treatment.median_ms, ' ms')}"
-            + (f"<br><b>n too small</b>: {_pair_note(c)}" if c.too_small else
-               f"<br>improvement {_fmt(c.abs_ms, ' ms')} [{_fmt(c.abs_ci_low)}, {_fmt(c.abs_ci_high)}]"
-               f"<br>{_fmt(c.pct, ' %')} [{_fmt(c.pct_ci_low)}, {_fmt(c.pct_ci_high)}]<br>{_pair_note(c)}")
+            + (
+                f"<br><b>n too small</b>: {_pair_note(c)}"
+                if c.too_small
+                else f"<br>improvement {_fmt(c.abs_ms, ' ms')} [{_fmt(c.abs_ci_low)}, {_fmt(c.abs_ci_high)}]"
+                f"<br>{_fmt(c.pct, ' %')} [{_fmt(c.pct_ci_low)}, {_fmt(c.pct_ci_high)}]<br>{_pair_note(c)}"
+            )
         )
         for c in ordered
     ]
@@ -186,10 +200,10 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
             secondary_y=False,
         )
     ms_range, pct_range = _zero_aligned(_axis_range(abs_ms, abs_low, abs_high), _axis_range(pct, pct_low, pct_high))
-    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, tickmode="auto",
-                     range=ms_range)
-    fig.update_yaxes(title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, tickmode="auto",
-                     range=pct_range)
+    fig.update_yaxes(title_text="improvement (ms)", secondary_y=False, zeroline=True, tickmode="auto", range=ms_range)
+    fig.update_yaxes(
+        title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, tickmode="auto", range=pct_range
+    )
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
     first = ordered[0] if ordered else None
     arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
@@ -198,11 +212,14 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
 
 def _iqr_bars(stats: Sequence[ArmStats]) -> dict[str, Any]:
     """Error bars from the median to the quartiles (never below zero, unlike mean +- std)."""
-    return {"type": "data", "symmetric": False, "thickness": 1.2, "width": 4,
-            "array": [(s.p75_ms - s.median_ms) if s.p75_ms is not None and s.median_ms is not None else 0.0
-                      for s in stats],
-            "arrayminus": [(s.median_ms - s.p25_ms) if s.p25_ms is not None and s.median_ms is not None else 0.0
-                           for s in stats]}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "thickness": 1.2,
+        "width": 4,
+        "array": [(s.p75_ms - s.median_ms) if s.p75_ms is not None and s.median_ms is not None else 0.0 for s in stats],
+        "arrayminus": [(s.median_ms - s.p25_ms) if s.p25_ms is not None and s.median_ms is not None else 0.0 for s in stats],
+    }
 
 
 def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
@@ -221,8 +238,10 @@ def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) ->
                 marker_color=colour,
                 error_y=_iqr_bars(stats),
                 customdata=[[s.n, s.mean_ms, s.p25_ms, s.p75_ms] for s in stats],
-                hovertemplate=("%{x}<br>median %{y:.1f} ms (quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f})"
-                               "<br>n=%{customdata[0]}, mean %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>"),
+                hovertemplate=(
+                    "%{x}<br>median %{y:.1f} ms (quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f})"
+                    "<br>n=%{customdata[0]}, mean %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>"
+                ),
             )
         )
     fig.update_layout(barmode="group")
@@ -243,8 +262,10 @@ def latency_vs_iw_figure(stats: Sequence[ArmStats]) -> go.Figure:
             marker={"size": 9, "color": TREATMENT_COLOUR},
             error_y=_iqr_bars(present),
             customdata=[[s.n, s.mean_ms, s.p25_ms, s.p75_ms] for s in present],
-            hovertemplate=("IW%{x}<br>median %{y:.1f} ms<br>quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f} ms"
-                           "<br>mean %{customdata[1]:.1f} ms<br>n=%{customdata[0]}<extra></extra>"),
+            hovertemplate=(
+                "IW%{x}<br>median %{y:.1f} ms<br>quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f} ms"
+                "<br>mean %{customdata[1]:.1f} ms<br>n=%{customdata[0]}<extra></extra>"
+            ),
         )
     )
     fig.update_xaxes(title_text="initial congestion window (segments)", tickmode="array", tickvals=[s.iw for s in present])
@@ -273,12 +294,16 @@ def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Seq
 
 
 def _region_hover(r: RegionSummary) -> str:
-    head = (f"<b>{r.region}</b><br>n = {r.n_baseline:,} baseline, {r.n_treatment:,} treatment trials"
-            f"<br>{r.n_pairs:,} pairs on {r.n_paths:,} paths")
+    head = (
+        f"<b>{r.region}</b><br>n = {r.n_baseline:,} baseline, {r.n_treatment:,} treatment trials"
+        f"<br>{r.n_pairs:,} pairs on {r.n_paths:,} paths"
+    )
     if r.too_small:
         return head + "<br><b>n too small</b> for an improvement"
-    return (head + f"<br>improvement {_fmt(r.abs_ms, ' ms')} [{_fmt(r.abs_ci_low)}, {_fmt(r.abs_ci_high)}]"
-            f"<br>{_fmt(r.pct, ' %')} [{_fmt(r.pct_ci_low)}, {_fmt(r.pct_ci_high)}]" + (f"<br>{r.note}" if r.note else ""))
+    return (
+        head + f"<br>improvement {_fmt(r.abs_ms, ' ms')} [{_fmt(r.abs_ci_low)}, {_fmt(r.abs_ci_high)}]"
+        f"<br>{_fmt(r.pct, ' %')} [{_fmt(r.pct_ci_low)}, {_fmt(r.pct_ci_high)}]" + (f"<br>{r.note}" if r.note else "")
+    )
 
 
 def region_map_figure(regions: Sequence[RegionSummary], topojson_url: str | None = None) -> go.Figure:
@@ -339,10 +364,32 @@ def loss_retrans_figure(buckets: Sequence[LossBucket]) -> go.Figure:
         return [None if v is None else 100.0 * v for v in values]
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=labels, y=as_pct([b.retrans_share_baseline for b in ordered]), name=f"IW{base_iw} retrans %", marker_color=BASELINE_COLOUR), secondary_y=False)
-    fig.add_trace(go.Bar(x=labels, y=as_pct([b.retrans_share_treatment for b in ordered]), name=f"IW{treat_iw} retrans %", marker_color=TREATMENT_COLOUR), secondary_y=False)
     fig.add_trace(
-        go.Scatter(x=labels, y=[b.retrans_increase_pp for b in ordered], name="increase (pp)", mode="lines+markers", line={"color": PERCENT_COLOUR}),
+        go.Bar(
+            x=labels,
+            y=as_pct([b.retrans_share_baseline for b in ordered]),
+            name=f"IW{base_iw} retrans %",
+            marker_color=BASELINE_COLOUR,
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=as_pct([b.retrans_share_treatment for b in ordered]),
+            name=f"IW{treat_iw} retrans %",
+            marker_color=TREATMENT_COLOUR,
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[b.retrans_increase_pp for b in ordered],
+            name="increase (pp)",
+            mode="lines+markers",
+            line={"color": PERCENT_COLOUR},
+        ),
         secondary_y=True,
     )
     fig.update_layout(barmode="group")

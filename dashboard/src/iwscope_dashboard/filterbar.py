@@ -149,7 +149,9 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
         if options.size_min is not None and options.size_max is not None:
             size_hint = f"the data holds {options.size_min:,} to {options.size_max:,} bytes"
     known_campaigns = {o["value"] for o in campaign_options}
-    campaign_options += [{"label": f"{cid}: (unknown)", "value": cid} for cid in filters.campaign_ids if cid not in known_campaigns]
+    campaign_options += [
+        {"label": f"{cid}: (unknown)", "value": cid} for cid in filters.campaign_ids if cid not in known_campaigns
+    ]
     region_names = sorted(set(region_names) | set(filters.regions))
     arms = sorted(set(arms) | {filters.baseline_iw, filters.treatment_iw})
     arm_options = [{"label": f"IW{iw}", "value": iw} for iw in arms]
@@ -192,12 +194,16 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
             ),
             _labelled(
                 "Size min (bytes)",
-                dcc.Input(id=ids["size_min"], type="number", min=0, step=1, value=filters.size_min, debounce=True, placeholder="any"),
+                dcc.Input(
+                    id=ids["size_min"], type="number", min=0, step=1, value=filters.size_min, debounce=True, placeholder="any"
+                ),
                 "iw-filter iw-filter-size",
             ),
             _labelled(
                 "Size max (bytes)",
-                dcc.Input(id=ids["size_max"], type="number", min=0, step=1, value=filters.size_max, debounce=True, placeholder="any"),
+                dcc.Input(
+                    id=ids["size_max"], type="number", min=0, step=1, value=filters.size_max, debounce=True, placeholder="any"
+                ),
                 "iw-filter iw-filter-size",
             ),
             _labelled(

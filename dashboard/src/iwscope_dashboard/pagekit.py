@@ -77,11 +77,12 @@ def query(function: Callable[..., T], *args: Any, cache: bool = False) -> T:
 def _run(function: Callable[..., T], *args: Any) -> T:
     try:
         with session_scope(db.session_factory()) as session:
-            return function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg
-                                       for arg in args))
+            return function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg for arg in args))
     except (SQLAlchemyError, db.DatabaseNotConfigured) as error:
         log.exception("dashboard query %s failed", getattr(function, "__name__", function))
-        raise DataUnavailable(f"The database did not answer ({type(error).__name__}): {str(error).splitlines()[0][:200]}") from error
+        raise DataUnavailable(
+            f"The database did not answer ({type(error).__name__}): {str(error).splitlines()[0][:200]}"
+        ) from error
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,15 @@ def no_rows(data: Sized) -> bool:
     return len(data) == 0
 
 
-def read(function: Callable[..., T], filters: Filters | None, *args: Any, cache: bool = False, compare: bool = False,
-         empty: Callable[[T], bool] | None = None, empty_message: str = NO_MATCH) -> T | Nothing:
+def read(
+    function: Callable[..., T],
+    filters: Filters | None,
+    *args: Any,
+    cache: bool = False,
+    compare: bool = False,
+    empty: Callable[[T], bool] | None = None,
+    empty_message: str = NO_MATCH,
+) -> T | Nothing:
     """``function(session, filters, *args)`` through :func:`query`, behind the guards every data
     callback starts with: with ``compare``, an arm choice that compares nothing is refused before
     the database is asked; database trouble, and a result ``empty`` says is empty, give a
@@ -172,29 +180,49 @@ def missing_arm(comparisons: Iterable[BucketComparison], filters: Filters) -> st
     listed = list(comparisons)
     if not listed:
         return None
-    absent = [iw for iw, side in ((filters.baseline_iw, "baseline"), (filters.treatment_iw, "treatment"))
-              if all(getattr(c, side).n == 0 for c in listed)]
+    absent = [
+        iw
+        for iw, side in ((filters.baseline_iw, "baseline"), (filters.treatment_iw, "treatment"))
+        if all(getattr(c, side).n == 0 for c in listed)
+    ]
     if not absent:
         return None
     names = " and ".join(f"IW{iw}" for iw in absent)
     return f"No {names} trial matches these filters, so there is nothing to compare: pick an arm the selected campaigns ran."
 
 
-def comparison_page(*, prefix: str, heading: str, intro: str, data: Callable[[Any, Filters], list[BucketComparison]],
-                    dimension: str, counted: str, cache: bool = True,
-                    empty_message: str = NO_MATCH) -> Callable[..., html.Div]:
+def comparison_page(
+    *,
+    prefix: str,
+    heading: str,
+    intro: str,
+    data: Callable[[Any, Filters], list[BucketComparison]],
+    dimension: str,
+    counted: str,
+    cache: bool = True,
+    empty_message: str = NO_MATCH,
+) -> Callable[..., html.Div]:
     """A page of bucket comparisons: the filter bar, the paired improvement and the arms'
     medians by ``dimension``; registers its data callback and URL sync and returns its
     ``layout`` (the page module registers itself: Dash pages imports only modules that call
     ``dash.register_page``)."""
 
     def layout(**url_query: Any) -> html.Div:
-        return page_frame(prefix, heading, intro, filters_from_page_query(url_query),
-                          [html.Div([graph(f"{prefix}-improvement-graph"), graph(f"{prefix}-means-graph")],
-                                    className="iw-grid-2")])
+        return page_frame(
+            prefix,
+            heading,
+            intro,
+            filters_from_page_query(url_query),
+            [html.Div([graph(f"{prefix}-improvement-graph"), graph(f"{prefix}-means-graph")], className="iw-grid-2")],
+        )
 
-    @callback(Output(f"{prefix}-improvement-graph", "figure"), Output(f"{prefix}-means-graph", "figure"),
-              Output(f"{prefix}-status", "children"), Output(f"{prefix}-query", "data"), *filter_inputs(prefix))
+    @callback(
+        Output(f"{prefix}-improvement-graph", "figure"),
+        Output(f"{prefix}-means-graph", "figure"),
+        Output(f"{prefix}-status", "children"),
+        Output(f"{prefix}-query", "data"),
+        *filter_inputs(prefix),
+    )
     def update(*values: Any) -> tuple[Any, ...]:
         filters, search = page_filters(*values)
         comparisons = read(data, filters, cache=cache, compare=True, empty=no_rows, empty_message=empty_message)
@@ -204,8 +232,9 @@ def comparison_page(*, prefix: str, heading: str, intro: str, data: Callable[[An
     return layout
 
 
-def comparison_outputs(comparisons: list[BucketComparison] | Nothing, filters: Filters, dimension: str,
-                       counted: str) -> tuple[Any, Any, Any]:
+def comparison_outputs(
+    comparisons: list[BucketComparison] | Nothing, filters: Filters, dimension: str, counted: str
+) -> tuple[Any, Any, Any]:
     """The outputs of a page of bucket comparisons (sizes, TLS): the paired-improvement figure,
     the arms' medians and the status line (``counted`` names what the trials are)."""
     if isinstance(comparisons, Nothing):
@@ -214,9 +243,11 @@ def comparison_outputs(comparisons: list[BucketComparison] | Nothing, filters: F
     if absent:
         return empty_figure(absent), arm_means_figure(comparisons, dimension), status(absent, "empty")
     n = sum(c.baseline.n + c.treatment.n for c in comparisons)
-    return (improvement_figure(comparisons, dimension), arm_means_figure(comparisons, dimension),
-            status(f"{n:,} {counted} of the two arms in {len(comparisons)} {DIMENSION_SHORT.get(dimension, dimension)} "
-                   "buckets."))
+    return (
+        improvement_figure(comparisons, dimension),
+        arm_means_figure(comparisons, dimension),
+        status(f"{n:,} {counted} of the two arms in {len(comparisons)} {DIMENSION_SHORT.get(dimension, dimension)} buckets."),
+    )
 
 
 def missing_arm_in_stats(stats: Iterable[ArmStats], filters: Filters) -> str | None:

@@ -44,7 +44,9 @@ def _figures_for(page: str, data: Any, filters: Filters) -> None:
         figures.fleet_figure(data).to_plotly_json()
 
 
-def time_page(session: Session, page: str, function: Callable[[Session, Filters], Any], filters: Filters, repeat: int) -> dict[str, Any]:
+def time_page(
+    session: Session, page: str, function: Callable[[Session, Filters], Any], filters: Filters, repeat: int
+) -> dict[str, Any]:
     function(session, filters)  # warm-up (connection, plans, caches)
     data_ms: list[float] = []
     figure_ms: list[float] = []

@@ -115,8 +115,7 @@ def bulk_client(host: str, port: int, seconds: float) -> None:
     thinned = progress[::step]
     if progress and thinned[-1] != progress[-1]:
         thinned.append(progress[-1])
-    print(json.dumps({"received": received, "progress": thinned, "rcv_mss": info.get("rcv_mss"),
-                      "rtt_us": info.get("rtt")}))
+    print(json.dumps({"received": received, "progress": thinned, "rcv_mss": info.get("rcv_mss"), "rtt_us": info.get("rtt")}))
 
 
 def udp_sink(port: int, seconds: float) -> None:

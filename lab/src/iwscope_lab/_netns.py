@@ -17,16 +17,31 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["LabError", "ip", "ip_batch", "sysctl", "emulator_path", "spawn_emulator", "wait_emulator_ready",
-           "process_start_time", "alive", "existing_namespaces", "namespace_pids", "terminate", "reap", "control"]
+__all__ = [
+    "LabError",
+    "ip",
+    "ip_batch",
+    "sysctl",
+    "emulator_path",
+    "spawn_emulator",
+    "wait_emulator_ready",
+    "process_start_time",
+    "alive",
+    "existing_namespaces",
+    "namespace_pids",
+    "terminate",
+    "reap",
+    "control",
+]
 
 
 class LabError(RuntimeError):
     """A lab operation failed; the message says which step and why."""
 
 
-def ip(args: Sequence[str], *, namespace: str | None = None, check: bool = True,
-       stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def ip(
+    args: Sequence[str], *, namespace: str | None = None, check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``ip [-n namespace] args``; LabError when it fails and ``check`` is set."""
     cmd = ["ip"] + (["-n", namespace] if namespace else []) + list(args)
     result = subprocess.run(cmd, capture_output=True, text=True, input=stdin)
@@ -47,8 +62,7 @@ def sysctl(netns: str, settings: Mapping[str, str]) -> None:
         if not re.match(r"^[a-z0-9_.]+$", key) or not re.match(r"^[A-Za-z0-9_ .-]*$", str(value)):
             raise LabError(f"sysctl {key}={value!r}: unexpected characters")
         commands.append(f"echo '{value}' > /proc/sys/{key.replace('.', '/')}")
-    result = subprocess.run(["ip", "netns", "exec", netns, "sh", "-ec", "; ".join(commands)],
-                            capture_output=True, text=True)
+    result = subprocess.run(["ip", "netns", "exec", netns, "sh", "-ec", "; ".join(commands)], capture_output=True, text=True)
     if result.returncode != 0:
         raise LabError(f"sysctl in {netns} failed: {result.stderr.strip()}")
 
@@ -77,11 +91,17 @@ def spawn_emulator(binary: str, cmd: Sequence[str], log_path: Path) -> tuple[int
     read_fd, write_fd = os.pipe()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        pid = os.posix_spawn(binary, list(cmd), dict(os.environ), setsid=True, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, write_fd, 1),
-            (os.POSIX_SPAWN_DUP2, log_fd, 2),
-        ])
+        pid = os.posix_spawn(
+            binary,
+            list(cmd),
+            dict(os.environ),
+            setsid=True,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, write_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ],
+        )
     except BaseException:
         os.close(read_fd)
         raise
@@ -102,7 +122,7 @@ def wait_emulator_ready(pid: int, read_fd: int, log_path: Path, name: str, timeo
                 raise LabError(f"emulator for {name} not ready within {timeout_s} s")
             ready, _, _ = select.select([read_fd], [], [], remaining)
             chunk = os.read(read_fd, 64) if ready else b""
-            if ready and not chunk:   # EOF: the emulator exited
+            if ready and not chunk:  # EOF: the emulator exited
                 reap(pid)
                 error = log_path.read_text(errors="replace").strip()
                 raise LabError(f"emulator for {name} failed: {error}")
@@ -117,7 +137,7 @@ def process_start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] == "Z":
         return None
     return int(fields[19])

@@ -39,9 +39,24 @@ from pathlib import Path
 from ._netns import LabError, ip
 from .runstate import list_runs
 
-__all__ = ["SUBNET_OCTETS", "ULA_BASE", "allocate_subnet", "host_addresses", "host_addresses6", "prefix6",
-           "ipv6_available", "USERS_SPACE", "USERS_OCTETS", "USERS_PER_OCTET", "MAX_USERS_PER_RUN", "USERS_ULA_BASE",
-           "allocate_users_octets", "user_address", "user_address6", "covering_prefixes"]
+__all__ = [
+    "SUBNET_OCTETS",
+    "ULA_BASE",
+    "allocate_subnet",
+    "host_addresses",
+    "host_addresses6",
+    "prefix6",
+    "ipv6_available",
+    "USERS_SPACE",
+    "USERS_OCTETS",
+    "USERS_PER_OCTET",
+    "MAX_USERS_PER_RUN",
+    "USERS_ULA_BASE",
+    "allocate_users_octets",
+    "user_address",
+    "user_address6",
+    "covering_prefixes",
+]
 
 #: Second octet range for per-run /16 subnets under 10.0.0.0/8.
 SUBNET_OCTETS = range(64, 250)

@@ -108,9 +108,17 @@ class CampaignResult:
 class LabCampaign:
     """One campaign on one topology and one stack."""
 
-    def __init__(self, topology: Topology, stack: Stack, plan: CampaignPlan, *,
-                 console: Console | None = None, state_root: pathlib.Path | None = None,
-                 probe_args: tuple[str, ...] = (), client_initrwnd: int | None = 64) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        stack: Stack,
+        plan: CampaignPlan,
+        *,
+        console: Console | None = None,
+        state_root: pathlib.Path | None = None,
+        probe_args: tuple[str, ...] = (),
+        client_initrwnd: int | None = 64,
+    ) -> None:
         self.topology = topology
         self.stack = stack
         self.plan = plan
@@ -168,8 +176,7 @@ class LabCampaign:
         for host in probes:
             self._start_probe(host)
 
-    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = True,
-               join_timeout_s: float = 120.0) -> CampaignResult:
+    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = True, join_timeout_s: float = 120.0) -> CampaignResult:
         """Wait (up to ``timeout_s`` after :meth:`start`) until every trial is stored and joined."""
         if self.campaign_id is None:
             raise CampaignError("finish() before start()")
@@ -178,8 +185,16 @@ class LabCampaign:
         exit_codes = {name: proc.poll() for name, proc in self._probes.items()}
         unjoined = self._wait_until_folded(deadline=time.monotonic() + join_timeout_s)
         stored = self._stored_per_probe(self.probe_ids)
-        return CampaignResult(self.campaign_id, self.probe_ids, self.origin_ids, expected, stored, unjoined,
-                              time.monotonic() - self._started, exit_codes)
+        return CampaignResult(
+            self.campaign_id,
+            self.probe_ids,
+            self.origin_ids,
+            expected,
+            stored,
+            unjoined,
+            time.monotonic() - self._started,
+            exit_codes,
+        )
 
     # ----- acting on a running campaign (fault injection) -----
 
@@ -213,8 +228,12 @@ class LabCampaign:
         box_closed = self._box_end is not None and _utc_now() >= self._box_end
         if self.campaign_id is not None and not box_closed:  # a closed time box keeps its end
             try:
-                self._api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
-                          {"ends_at": _utc_now().isoformat()}, token=self._tokens.get("admin"))
+                self._api(
+                    "PATCH",
+                    f"/api/v1/campaigns/{self.campaign_id}",
+                    {"ends_at": _utc_now().isoformat()},
+                    token=self._tokens.get("admin"),
+                )
             except Exception as error:  # best effort while shutting down
                 self.console.print(f"[yellow]could not close campaign {self.campaign_id}: {error}")
         for processes in (self._probes, self._origins):
@@ -256,27 +275,54 @@ class LabCampaign:
         state_dir = str(self._host_state_dir(host))
         common = self._origin_args(host)
         self._check(host, self._iwprobe("origin", "setup-routes", *common), "origin route setup")
-        self._check(host, self._iwprobe(
-            "origin", "enroll", *common, "--collector", self._collector_url(), "--token", self._tokens["origin"],
-            "--name", self._agent_name(host), "--region", host.region or "lab", "--host", host.address,
-            *(["--host6", host.address6] if host.address6 else []),
-        ), "origin enrollment")
+        self._check(
+            host,
+            self._iwprobe(
+                "origin",
+                "enroll",
+                *common,
+                "--collector",
+                self._collector_url(),
+                "--token",
+                self._tokens["origin"],
+                "--name",
+                self._agent_name(host),
+                "--region",
+                host.region or "lab",
+                "--host",
+                host.address,
+                *(["--host6", host.address6] if host.address6 else []),
+            ),
+            "origin enrollment",
+        )
         self._serve_origin(host)
         return self._agent_id(state_dir, "origin")
 
     def _origin_args(self, host: PlacedHost) -> list[str]:
         chain = self.chains.get(host.name)
         tls = ["--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path)] if chain else []
-        return ["--arms", ",".join(self._origin_arms()), "--base-port", str(BASE_PORT), *self._origin_options(),
-                *tls, "--state-dir", str(self._host_state_dir(host))]
+        return [
+            "--arms",
+            ",".join(self._origin_arms()),
+            "--base-port",
+            str(BASE_PORT),
+            *self._origin_options(),
+            *tls,
+            "--state-dir",
+            str(self._host_state_dir(host)),
+        ]
 
     def _write_chains(self, origins: list[PlacedHost]) -> None:
         """HTTPS origins (a ``chain_kb`` label: a scenario or sweep names the chain size): a test
         chain each (``iwscope_lab.certs``), and one bundle of their roots the probes trust."""
         certs = self.state_root / "certs"
-        self.chains = {host.name: write_chain(certs / host.name, float(host.labels["chain_kb"]),
-                                              ips=[host.address, *([host.address6] if host.address6 else [])])
-                       for host in origins if host.labels.get("chain_kb")}
+        self.chains = {
+            host.name: write_chain(
+                certs / host.name, float(host.labels["chain_kb"]), ips=[host.address, *([host.address6] if host.address6 else [])]
+            )
+            for host in origins
+            if host.labels.get("chain_kb")
+        }
         if self.chains:
             roots = certs / "roots.pem"
             roots.write_bytes(b"".join(chain.root_path.read_bytes() for chain in self.chains.values()))
@@ -293,17 +339,42 @@ class LabCampaign:
     def _serve_origin(self, host: PlacedHost) -> None:
         log = open(self._host_state_dir(host) / "origin.log", "ab")  # handed to the child
         self._origins[host.name] = self.topology.popen(
-            host.name, self._iwprobe("origin", "serve", *self._origin_args(host), "--bind", host.address,
-                                     *(["--bind", host.address6] if host.address6 else []),
-                                     "--collector", self._collector_url()),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            host.name,
+            self._iwprobe(
+                "origin",
+                "serve",
+                *self._origin_args(host),
+                "--bind",
+                host.address,
+                *(["--bind", host.address6] if host.address6 else []),
+                "--collector",
+                self._collector_url(),
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         log.close()
 
     def _enroll_probe(self, host: PlacedHost) -> str:
         state_dir = str(self._host_state_dir(host))
-        argv = ["enroll", "--collector", self._collector_url(), "--token", self._tokens["enroll"],
-                "--name", self._agent_name(host), "--region", host.region or "lab", "--state-dir", state_dir,
-                "--label", f"lab_run={self.topology.run_id}", "--label", f"host={host.name}"]
+        argv = [
+            "enroll",
+            "--collector",
+            self._collector_url(),
+            "--token",
+            self._tokens["enroll"],
+            "--name",
+            self._agent_name(host),
+            "--region",
+            host.region or "lab",
+            "--state-dir",
+            state_dir,
+            "--label",
+            f"lab_run={self.topology.run_id}",
+            "--label",
+            f"host={host.name}",
+        ]
         if host.labels.get("country"):
             argv += ["--country", host.labels["country"]]
         for key, value in sorted(host.labels.items()):
@@ -321,13 +392,16 @@ class LabCampaign:
             rate = host.link.down.rate_bps
             args += ["--calibration-bytes", str(calibration_bytes(rate, host.link.rtt_ms))]
         self._probes[host.name] = self.topology.popen(
-            host.name, self._iwprobe("run", "--once", "--state-dir", str(state_dir), *args),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            host.name,
+            self._iwprobe("run", "--once", "--state-dir", str(state_dir), *args),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         log.close()
 
     def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
-        answer = self._api("POST", "/api/v1/campaigns", self._campaign_body(origin_ids, timeout_s),
-                           token=self._tokens["admin"])
+        answer = self._api("POST", "/api/v1/campaigns", self._campaign_body(origin_ids, timeout_s), token=self._tokens["admin"])
         return int(answer["id"])
 
     def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
@@ -357,13 +431,11 @@ class LabCampaign:
             body["ends_at"] = (now + dt.timedelta(seconds=timeout_s + 300)).isoformat()
         return body
 
-    def _wait_for_trials(self, probe_ids: dict[str, str], expected: int | None, deadline: float,
-                         show_progress: bool) -> None:
+    def _wait_for_trials(self, probe_ids: dict[str, str], expected: int | None, deadline: float, show_progress: bool) -> None:
         """Until every probe stored ``expected`` trials, or (time-boxed: ``None``) every probe exited."""
         columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=self.console, disable=not show_progress, transient=False) as progress:
-            tasks = {name: progress.add_task(f"{name} ({self.topology.host(name).region})", total=expected)
-                     for name in probe_ids}
+            tasks = {name: progress.add_task(f"{name} ({self.topology.host(name).region})", total=expected) for name in probe_ids}
             while True:
                 stored = self._stored_per_probe(probe_ids)
                 for name, count in stored.items():
@@ -378,14 +450,18 @@ class LabCampaign:
                     if expected is None:
                         failed = {name: code for name, code in finished.items() if code != 0}
                         if failed or not all(stored.values()):
-                            raise CampaignError(f"time-boxed campaign: probes exited with {failed or finished}, "
-                                                f"stored {stored}; see {self.state_root}/<host>/probe.log")
+                            raise CampaignError(
+                                f"time-boxed campaign: probes exited with {failed or finished}, "
+                                f"stored {stored}; see {self.state_root}/<host>/probe.log"
+                            )
                         return
                     if all(count >= expected for count in stored.values()):
                         return
                     missing = {n: (expected or 0) - c for n, c in stored.items() if c < (expected or 0)}
-                    raise CampaignError(f"probes exited with trials missing {missing} (exit codes {finished}); "
-                                        f"see {self.state_root}/<host>/probe.log")
+                    raise CampaignError(
+                        f"probes exited with trials missing {missing} (exit codes {finished}); "
+                        f"see {self.state_root}/<host>/probe.log"
+                    )
                 if time.monotonic() > deadline:
                     raise CampaignError(f"campaign timed out: stored {stored} of {expected} per probe")
                 time.sleep(0.5)
@@ -397,11 +473,17 @@ class LabCampaign:
         from iwscope.analysis.rollups import caught_up
         from iwscope.trials.models import Trial
 
-        query = select(func.count()).select_from(Trial).where(
-            Trial.campaign_id == self.campaign_id, Trial.error_kind.is_(None), Trial.joined_at.is_(None),
-            Trial.role != "interactive")
-        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(
-            Trial.campaign_id == self.campaign_id)
+        query = (
+            select(func.count())
+            .select_from(Trial)
+            .where(
+                Trial.campaign_id == self.campaign_id,
+                Trial.error_kind.is_(None),
+                Trial.joined_at.is_(None),
+                Trial.role != "interactive",
+            )
+        )
+        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(Trial.campaign_id == self.campaign_id)
         while True:
             with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())
@@ -413,8 +495,7 @@ class LabCampaign:
     def _stored_per_probe(self, probe_ids: dict[str, str]) -> dict[str, int]:
         from iwscope.trials.models import Trial
 
-        query = (select(Trial.probe_id, func.count()).where(Trial.campaign_id == self.campaign_id)
-                 .group_by(Trial.probe_id))
+        query = select(Trial.probe_id, func.count()).where(Trial.campaign_id == self.campaign_id).group_by(Trial.probe_id)
         with self.stack.session() as session:
             counts = {str(probe_id): int(count) for probe_id, count in session.execute(query)}
         return {name: counts.get(probe_id, 0) for name, probe_id in probe_ids.items()}

@@ -26,12 +26,28 @@ def capture_fetches(urls: list[str]) -> list[dict[str, Any]]:
         if result.iw_unavailable:
             raise RuntimeError(result.iw_unavailable)
         data = [packet for packet in result.packets if not packet.outgoing and packet.payload > 0]
-        segments = [] if not data else [
-            {"t_ms": (packet.time_ns - data[0].time_ns) / 1e6, "offset": (packet.seq - data[0].seq) % 2**32,
-             "bytes": packet.payload} for packet in data]
-        results.append({"url": url, "error_kind": result.error_kind, "bytes_received": result.bytes_received,
-                        "total_us": result.total_us, "segments": segments,
-                        "iw": None if result.iw is None else result.iw.to_dict()})
+        segments = (
+            []
+            if not data
+            else [
+                {
+                    "t_ms": (packet.time_ns - data[0].time_ns) / 1e6,
+                    "offset": (packet.seq - data[0].seq) % 2**32,
+                    "bytes": packet.payload,
+                }
+                for packet in data
+            ]
+        )
+        results.append(
+            {
+                "url": url,
+                "error_kind": result.error_kind,
+                "bytes_received": result.bytes_received,
+                "total_us": result.total_us,
+                "segments": segments,
+                "iw": None if result.iw is None else result.iw.to_dict(),
+            }
+        )
     return results
 
 

@@ -72,8 +72,7 @@ class LabCensus(LabCampaign):
         for host in probes:
             self._start_probe(host)
 
-    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = False,
-               join_timeout_s: float = 0.0) -> CensusResult:  # type: ignore[override]
+    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = False, join_timeout_s: float = 0.0) -> CensusResult:  # type: ignore[override]
         """Wait until every probe uploaded one record per target and round (or exited)."""
         if self.campaign_id is None:
             raise CampaignError("finish() before start()")
@@ -89,8 +88,9 @@ class LabCensus(LabCampaign):
                 stored = self._records_per_probe()
                 if all(count >= expected for count in stored.values()):
                     break
-                raise CampaignError(f"probes exited ({exited}) with census records {stored} of {expected}; "
-                                    f"see {self.state_root}/<host>/probe.log")
+                raise CampaignError(
+                    f"probes exited ({exited}) with census records {stored} of {expected}; see {self.state_root}/<host>/probe.log"
+                )
             if time.monotonic() > deadline:
                 raise CampaignError(f"census timed out: {stored} of {expected} records per probe")
             time.sleep(0.5)
@@ -99,16 +99,27 @@ class LabCensus(LabCampaign):
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        return CensusResult(self.campaign_id, self.probe_ids, dict(self.targets), stored,
-                            time.monotonic() - self._started, {name: p.poll() for name, p in self._probes.items()})
+        return CensusResult(
+            self.campaign_id,
+            self.probe_ids,
+            dict(self.targets),
+            stored,
+            time.monotonic() - self._started,
+            {name: p.poll() for name, p in self._probes.items()},
+        )
 
     def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
         now = _utc_now()
         regions = sorted({host.region or "lab" for host in self.topology.hosts_by_role("probe")})
-        return {"name": self.plan.name, "census_urls": [url for url, _ in self.targets.values()],
-                "probe_regions": regions, "repetitions": self.plan.repetitions, "interval_s": self.plan.interval_s,
-                "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
-                "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat()}
+        return {
+            "name": self.plan.name,
+            "census_urls": [url for url, _ in self.targets.values()],
+            "probe_regions": regions,
+            "repetitions": self.plan.repetitions,
+            "interval_s": self.plan.interval_s,
+            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
+            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
+        }
 
     def _serve(self, host: PlacedHost) -> str:
         """Start the host's web server at its initcwnd; its object's URL."""
@@ -120,9 +131,13 @@ class LabCensus(LabCampaign):
         for path in (work, www):
             path.chmod(0o755)  # lighttpd drops to its own user
         log = open(work / "web.log", "ab")  # handed to the child
-        self._webs[host.name] = self.topology.popen(host.name, web_server_command(
-            host.labels.get("server", "http.server"), work, host.address, WEB_PORT, str(www)),
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._webs[host.name] = self.topology.popen(
+            host.name,
+            web_server_command(host.labels.get("server", "http.server"), work, host.address, WEB_PORT, str(www)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         log.close()
         return f"http://{host.address}:{WEB_PORT}{OBJECT_PATH}"
 
@@ -131,14 +146,18 @@ class LabCensus(LabCampaign):
             try:
                 self.topology.wait_listening(host.name, host.address, [WEB_PORT], timeout_s, self._webs[host.name])
             except TimeoutError:
-                raise CampaignError(f"the web server on {host.name} did not start; see "
-                                    f"{self._host_state_dir(host)}/web.log") from None
+                raise CampaignError(
+                    f"the web server on {host.name} did not start; see {self._host_state_dir(host)}/web.log"
+                ) from None
 
     def _records_per_probe(self) -> dict[str, int]:
         from iwscope.trials.models import CensusRecord
 
-        query = (select(CensusRecord.probe_id, func.count()).where(CensusRecord.campaign_id == self.campaign_id)
-                 .group_by(CensusRecord.probe_id))
+        query = (
+            select(CensusRecord.probe_id, func.count())
+            .where(CensusRecord.campaign_id == self.campaign_id)
+            .group_by(CensusRecord.probe_id)
+        )
         with self.stack.session() as session:
             counts = {str(probe_id): int(count) for probe_id, count in session.execute(query)}
         return {name: counts.get(probe_id, 0) for name, probe_id in self.probe_ids.items()}
@@ -162,7 +181,9 @@ def web_server_command(kind: str, work: os.PathLike[str] | str, address: str, po
         binary = shutil.which("lighttpd") or "/usr/sbin/lighttpd"
         conf = os.path.join(work, "lighttpd.conf")
         with open(conf, "w", encoding="utf-8") as handle:
-            handle.write(f'server.document-root = "{www}"\nserver.bind = "{address}"\nserver.port = {port}\n'
-                         f'server.pid-file = "{work}/lighttpd.pid"\nserver.errorlog = "{work}/lighttpd-error.log"\n')
+            handle.write(
+                f'server.document-root = "{www}"\nserver.bind = "{address}"\nserver.port = {port}\n'
+                f'server.pid-file = "{work}/lighttpd.pid"\nserver.errorlog = "{work}/lighttpd-error.log"\n'
+            )
         return [binary, "-D", "-f", conf]
     raise ValueError(f"unknown web server {kind!r} (http.server or lighttpd)")

@@ -181,9 +181,15 @@ def _longest_signature_bytes(key: PrivateKey) -> int:
 def _sign(spec: _Spec, padding_bytes: int, validity: tuple[datetime.datetime, datetime.datetime]) -> x509.Certificate:
     # 159 random bits with the top one set: always 20 DER bytes, positive, RFC 5280's maximum.
     serial = secrets.randbits(159) | (1 << 158)
-    builder = (x509.CertificateBuilder().subject_name(spec.subject).issuer_name(spec.issuer)
-               .public_key(spec.key.public_key()).serial_number(serial)
-               .not_valid_before(validity[0]).not_valid_after(validity[1]))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(spec.subject)
+        .issuer_name(spec.issuer)
+        .public_key(spec.key.public_key())
+        .serial_number(serial)
+        .not_valid_before(validity[0])
+        .not_valid_after(validity[1])
+    )
     for extension, critical in spec.extensions:
         builder = builder.add_extension(extension, critical=critical)
     if padding_bytes:
@@ -200,8 +206,9 @@ def _der_size(certificate: x509.Certificate) -> int:
     return len(certificate.public_bytes(serialization.Encoding.DER))
 
 
-def _sign_to_size(spec: _Spec, target: int, validity: tuple[datetime.datetime, datetime.datetime]
-                  ) -> tuple[x509.Certificate, int]:
+def _sign_to_size(
+    spec: _Spec, target: int, validity: tuple[datetime.datetime, datetime.datetime]
+) -> tuple[x509.Certificate, int]:
     """The certificate of ``spec`` closest to ``target`` DER bytes (not below its natural size)."""
     best = _sign(spec, 0, validity)
     best_padding = 0
@@ -224,9 +231,20 @@ def _sign_to_size(spec: _Spec, target: int, validity: tuple[datetime.datetime, d
 def _ca_extensions(key: PrivateKey, issuer_key: PrivateKey | None) -> tuple[tuple[x509.ExtensionType, bool], ...]:
     extensions: list[tuple[x509.ExtensionType, bool]] = [
         (x509.BasicConstraints(ca=True, path_length=None), True),
-        (x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                       data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                       encipher_only=False, decipher_only=False), True),
+        (
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            True,
+        ),
         (x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False),
     ]
     if issuer_key is not None:
@@ -234,17 +252,27 @@ def _ca_extensions(key: PrivateKey, issuer_key: PrivateKey | None) -> tuple[tupl
     return tuple(extensions)
 
 
-def _leaf_extensions(key: PrivateKey, issuer_key: PrivateKey, name: str,
-                     ips: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address]
-                     ) -> tuple[tuple[x509.ExtensionType, bool], ...]:
+def _leaf_extensions(
+    key: PrivateKey, issuer_key: PrivateKey, name: str, ips: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address]
+) -> tuple[tuple[x509.ExtensionType, bool], ...]:
     alt_names: list[x509.GeneralName] = [x509.DNSName(name)]
     alt_names += [x509.IPAddress(ip) for ip in ips]
     return (
         (x509.BasicConstraints(ca=False, path_length=None), True),
-        (x509.KeyUsage(digital_signature=True, content_commitment=False,
-                       key_encipherment=isinstance(key, rsa.RSAPrivateKey), data_encipherment=False,
-                       key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False,
-                       decipher_only=False), True),
+        (
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=isinstance(key, rsa.RSAPrivateKey),
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            True,
+        ),
         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
         (x509.SubjectAlternativeName(alt_names), False),
         (x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False),
@@ -271,9 +299,17 @@ class BuiltChain:
         return sum(_der_size(certificate) for certificate in self.certificates)
 
 
-def build_chain(chain_kb: float, *, intermediates: int | None = None, key_type: str = "ec",
-                rsa_bits: int = DEFAULT_RSA_BITS, name: str = DEFAULT_NAME, ips: Sequence[str] = (),
-                days: int = DEFAULT_DAYS, now: datetime.datetime | None = None) -> BuiltChain:
+def build_chain(
+    chain_kb: float,
+    *,
+    intermediates: int | None = None,
+    key_type: str = "ec",
+    rsa_bits: int = DEFAULT_RSA_BITS,
+    name: str = DEFAULT_NAME,
+    ips: Sequence[str] = (),
+    days: int = DEFAULT_DAYS,
+    now: datetime.datetime | None = None,
+) -> BuiltChain:
     """Issue a root, ``intermediates`` CAs and a leaf for ``name`` (and ``ips``) whose chain
     (leaf + intermediates, DER) is ``chain_kb * 1000`` bytes.
 
@@ -309,22 +345,30 @@ def build_chain(chain_kb: float, *, intermediates: int | None = None, key_type: 
         specs.append(_Spec("intermediate", subject, key, issuer_name, issuer_key, _ca_extensions(key, issuer_key)))
         issuer_name, issuer_key = subject, key
     leaf_key: PrivateKey = rsa.generate_private_key(65537, rsa_bits) if key_type == "rsa" else _ec_key()
-    specs.append(_Spec("leaf", _name(name), leaf_key, issuer_name, issuer_key,
-                       _leaf_extensions(leaf_key, issuer_key, name, addresses)))
+    specs.append(
+        _Spec("leaf", _name(name), leaf_key, issuer_name, issuer_key, _leaf_extensions(leaf_key, issuer_key, name, addresses))
+    )
     specs.reverse()  # chain order: leaf first
 
     target = round(chain_kb * 1000)
     natural = [_der_size(_sign(spec, 0, validity)) for spec in specs]
     spare = target - sum(natural)
     if spare < -tolerance_bytes(chain_kb):
-        raise ValueError(f"a leaf and {intermediates} intermediate(s) take {sum(natural)} bytes without padding, "
-                         f"more than {chain_kb:g} KB allows: raise the size or lower --intermediates")
+        raise ValueError(
+            f"a leaf and {intermediates} intermediate(s) take {sum(natural)} bytes without padding, "
+            f"more than {chain_kb:g} KB allows: raise the size or lower --intermediates"
+        )
     # Spread the padding evenly; the leaf takes the remainder.
     shares = [max(0, spare) // len(specs)] * len(specs)
     shares[0] += max(0, spare) - sum(shares)
     signed = [_sign_to_size(spec, size + share, validity) for spec, size, share in zip(specs, natural, shares, strict=True)]
-    return BuiltChain(certificates=tuple(cert for cert, _ in signed), padding=tuple(pad for _, pad in signed),
-                      leaf_key=leaf_key, root=root, target_bytes=target)
+    return BuiltChain(
+        certificates=tuple(cert for cert, _ in signed),
+        padding=tuple(pad for _, pad in signed),
+        leaf_key=leaf_key,
+        root=root,
+        target_bytes=target,
+    )
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -341,30 +385,56 @@ def _common_name(certificate: x509.Certificate) -> str:
     return str(names[0].value) if names else certificate.subject.rfc4514_string()
 
 
-def write_chain(out_dir: Path | str, chain_kb: float, *, intermediates: int | None = None, key_type: str = "ec",
-                rsa_bits: int = DEFAULT_RSA_BITS, name: str = DEFAULT_NAME, ips: Sequence[str] = (),
-                days: int = DEFAULT_DAYS) -> ChainInfo:
+def write_chain(
+    out_dir: Path | str,
+    chain_kb: float,
+    *,
+    intermediates: int | None = None,
+    key_type: str = "ec",
+    rsa_bits: int = DEFAULT_RSA_BITS,
+    name: str = DEFAULT_NAME,
+    ips: Sequence[str] = (),
+    days: int = DEFAULT_DAYS,
+) -> ChainInfo:
     """Write ``chain.pem`` (leaf, then intermediates: the server's Certificate message),
     ``key.pem`` (the leaf's key, PKCS#8, unencrypted, mode 0600) and ``root.pem`` (the trust
     anchor for clients) into ``out_dir`` (created when missing). See :func:`build_chain`."""
-    built = build_chain(chain_kb, intermediates=intermediates, key_type=key_type, rsa_bits=rsa_bits, name=name,
-                        ips=ips, days=days)
+    built = build_chain(
+        chain_kb, intermediates=intermediates, key_type=key_type, rsa_bits=rsa_bits, name=name, ips=ips, days=days
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chain_path, key_path, root_path = out / "chain.pem", out / "key.pem", out / "root.pem"
-    _write(key_path, built.leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()), 0o600)
+    _write(
+        key_path,
+        built.leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        0o600,
+    )
     _write(chain_path, b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in built.certificates), 0o644)
     _write(root_path, built.root.public_bytes(serialization.Encoding.PEM), 0o644)
-    infos = tuple(CertificateInfo(role="leaf" if index == 0 else "intermediate", subject=_common_name(cert),
-                                  der_bytes=_der_size(cert), padding_bytes=padding)
-                  for index, (cert, padding) in enumerate(zip(built.certificates, built.padding, strict=True)))
+    infos = tuple(
+        CertificateInfo(
+            role="leaf" if index == 0 else "intermediate",
+            subject=_common_name(cert),
+            der_bytes=_der_size(cert),
+            padding_bytes=padding,
+        )
+        for index, (cert, padding) in enumerate(zip(built.certificates, built.padding, strict=True))
+    )
     leaf = built.certificates[0]
     return ChainInfo(
-        chain_kb=chain_kb, target_bytes=built.target_bytes, chain_der_bytes=built.der_bytes, certificates=infos,
-        root=CertificateInfo(role="root", subject=_common_name(built.root), der_bytes=_der_size(built.root),
-                             padding_bytes=0),
-        key_type=key_type, key_bits=built.leaf_key.key_size, name=name, ips=tuple(str(ip) for ip in ips),
-        chain_path=chain_path, key_path=key_path, root_path=root_path,
-        not_valid_before=leaf.not_valid_before_utc, not_valid_after=leaf.not_valid_after_utc,
+        chain_kb=chain_kb,
+        target_bytes=built.target_bytes,
+        chain_der_bytes=built.der_bytes,
+        certificates=infos,
+        root=CertificateInfo(role="root", subject=_common_name(built.root), der_bytes=_der_size(built.root), padding_bytes=0),
+        key_type=key_type,
+        key_bits=built.leaf_key.key_size,
+        name=name,
+        ips=tuple(str(ip) for ip in ips),
+        chain_path=chain_path,
+        key_path=key_path,
+        root_path=root_path,
+        not_valid_before=leaf.not_valid_before_utc,
+        not_valid_after=leaf.not_valid_after_utc,
     )

@@ -35,21 +35,41 @@ def _direction_text(direction: dict[str, Any]) -> str:
 
 
 def _print_status(status: dict[str, Any]) -> None:
-    table = Table(title=f"lab run {status['run_id']} ({status.get('scenario') or 'custom'}), "
-                        f"collector at {status['collector_address']}")
-    for column in ("host", "role", "region", "namespace", "address", "down (to host)", "up (from host)",
-                   "delivered down/up", "dropped down/up"):
+    table = Table(
+        title=f"lab run {status['run_id']} ({status.get('scenario') or 'custom'}), collector at {status['collector_address']}"
+    )
+    for column in (
+        "host",
+        "role",
+        "region",
+        "namespace",
+        "address",
+        "down (to host)",
+        "up (from host)",
+        "delivered down/up",
+        "dropped down/up",
+    ):
         table.add_column(column)
     for host in status["hosts"]:
         counters = host.get("counters", {})
         delivered = dropped = "?"
         if "down" in counters:
             delivered = f"{counters['down']['delivered_packets']}/{counters['up']['delivered_packets']}"
-            dropped = "/".join(str(counters[d]["lost_packets"] + counters[d]["queue_drop_packets"]
-                                   + counters[d]["overflow_drop_packets"]) for d in ("down", "up"))
-        table.add_row(host["name"], host["role"], host.get("region") or "", host["netns"], host["address"],
-                      _direction_text(host["link"]["down"]), _direction_text(host["link"]["up"]),
-                      delivered, dropped)
+            dropped = "/".join(
+                str(counters[d]["lost_packets"] + counters[d]["queue_drop_packets"] + counters[d]["overflow_drop_packets"])
+                for d in ("down", "up")
+            )
+        table.add_row(
+            host["name"],
+            host["role"],
+            host.get("region") or "",
+            host["netns"],
+            host["address"],
+            _direction_text(host["link"]["down"]),
+            _direction_text(host["link"]["up"]),
+            delivered,
+            dropped,
+        )
     console.print(table)
 
 
@@ -174,12 +194,18 @@ def _rate_option(_ctx: click.Context, _param: click.Parameter, value: str) -> fl
 
 @lab.command()
 @click.option("--rtt", "rtt_ms", type=click.FloatRange(min=0), default=70.0, show_default=True, help="RTT (ms).")
-@click.option("--rate", "rate_bps", callback=_rate_option, default="1.2M", show_default=True,
-              help="Rate, e.g. 56k, 1.2M, 100M.")
-@click.option("--loss", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
-              help="Loss probability per direction.")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
-              help="Rate measurement window (s).")
+@click.option("--rate", "rate_bps", callback=_rate_option, default="1.2M", show_default=True, help="Rate, e.g. 56k, 1.2M, 100M.")
+@click.option(
+    "--loss", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True, help="Loss probability per direction."
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Rate measurement window (s).",
+)
 @click.option("--handshakes", type=click.IntRange(min=3), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, handshakes: int, as_json: bool) -> None:
@@ -187,8 +213,9 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
     from .selftest import SelftestConfig, run_selftest
 
     try:
-        report = run_selftest(SelftestConfig(rtt_ms=rtt_ms, rate_bps=rate_bps, loss=loss,
-                                             duration_s=duration_s, handshakes=handshakes))
+        report = run_selftest(
+            SelftestConfig(rtt_ms=rtt_ms, rate_bps=rate_bps, loss=loss, duration_s=duration_s, handshakes=handshakes)
+        )
     except (LabError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -199,46 +226,101 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
         for column in ("quantity", "configured / expected", "measured", "error", "target met"):
             table.add_column(column)
         checks = report["checks"]
-        table.add_row("handshake RTT p50", f"{rtt['expected_ms']:.3f} ms", f"{rtt['p50_ms']:.3f} ms",
-                      f"{rtt['p50_error_ms']:.3f} ms", "")
-        table.add_row("handshake RTT p99", f"{rtt['expected_ms']:.3f} ms", f"{rtt['p99_ms']:.3f} ms",
-                      f"{rtt['p99_error_ms']:.3f} ms (target <= 1 ms)", str(checks["rtt_p99_error_within_1ms"]))
-        table.add_row("rate (emulator counters)", format_rate(rate["configured_bps"]),
-                      f"{rate['emulator_delivered_bps'] / 1e6:.4f} Mbit/s", f"{rate['emulator_error']:+.3%}",
-                      str(checks["rate_within_2pct"]))
-        table.add_row("rate (receiver goodput, as IP)", format_rate(rate["configured_bps"]),
-                      f"{rate['goodput_as_ip_bps'] / 1e6:.4f} Mbit/s", f"{rate['goodput_error']:+.3%}", "")
+        table.add_row(
+            "handshake RTT p50", f"{rtt['expected_ms']:.3f} ms", f"{rtt['p50_ms']:.3f} ms", f"{rtt['p50_error_ms']:.3f} ms", ""
+        )
+        table.add_row(
+            "handshake RTT p99",
+            f"{rtt['expected_ms']:.3f} ms",
+            f"{rtt['p99_ms']:.3f} ms",
+            f"{rtt['p99_error_ms']:.3f} ms (target <= 1 ms)",
+            str(checks["rtt_p99_error_within_1ms"]),
+        )
+        table.add_row(
+            "rate (emulator counters)",
+            format_rate(rate["configured_bps"]),
+            f"{rate['emulator_delivered_bps'] / 1e6:.4f} Mbit/s",
+            f"{rate['emulator_error']:+.3%}",
+            str(checks["rate_within_2pct"]),
+        )
+        table.add_row(
+            "rate (receiver goodput, as IP)",
+            format_rate(rate["configured_bps"]),
+            f"{rate['goodput_as_ip_bps'] / 1e6:.4f} Mbit/s",
+            f"{rate['goodput_error']:+.3%}",
+            "",
+        )
         low, high = loss_report["interval_99"]
-        table.add_row("loss (UDP, down)", f"{loss_report['configured']:.4f} (99%: {low}-{high} of {loss_report['sent']})",
-                      f"{loss_report['measured']:.4f} ({loss_report['lost']} lost)", "",
-                      str(checks["loss_within_99pct_interval"]))
+        table.add_row(
+            "loss (UDP, down)",
+            f"{loss_report['configured']:.4f} (99%: {low}-{high} of {loss_report['sent']})",
+            f"{loss_report['measured']:.4f} ({loss_report['lost']} lost)",
+            "",
+            str(checks["loss_within_99pct_interval"]),
+        )
         table.add_row("emulator CPU (rate phase)", "", f"{rate['emulator_cpu_percent']:.1f} % of a core", "", "")
         timing = report["emulator_timing"]
-        table.add_row("emulator lateness (all packets)", "0", f"mean {timing['late_mean_us']:.1f} us, max "
-                      f"{timing['late_max_ms']:.2f} ms", f"{timing['late_over_1ms']} of {timing['packets']} > 1 ms", "")
+        table.add_row(
+            "emulator lateness (all packets)",
+            "0",
+            f"mean {timing['late_mean_us']:.1f} us, max {timing['late_max_ms']:.2f} ms",
+            f"{timing['late_over_1ms']} of {timing['packets']} > 1 ms",
+            "",
+        )
         console.print(table)
     if not all(report["checks"].values()):
         sys.exit(1)
 
 
 @lab.command()
-@click.option("--chain-kb", type=click.FloatRange(1.0, 96.0), required=True,
-              help="DER size of the chain the server sends (leaf + intermediates), in KB of 1000 bytes: "
-                   "3-5 is classical RSA/ECDSA, 10-20 ML-DSA-like, up to 96.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory for chain.pem, key.pem (0600) and root.pem (created when missing).")
-@click.option("--intermediates", type=click.IntRange(0, 8), default=None,
-              help="Intermediate CAs in the chain (default: 1 up to 11.2 KB, then one more per 5.6 KB, at most 4).")
-@click.option("--key-type", type=click.Choice(["ec", "rsa"]), default="ec", show_default=True,
-              help="The leaf's key: ec = P-256 (a 72-byte CertificateVerify); rsa adds 256-512 bytes of "
-                   "signature to the first flight (--rsa-bits 2048-4096) and a larger leaf.")
+@click.option(
+    "--chain-kb",
+    type=click.FloatRange(1.0, 96.0),
+    required=True,
+    help="DER size of the chain the server sends (leaf + intermediates), in KB of 1000 bytes: "
+    "3-5 is classical RSA/ECDSA, 10-20 ML-DSA-like, up to 96.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for chain.pem, key.pem (0600) and root.pem (created when missing).",
+)
+@click.option(
+    "--intermediates",
+    type=click.IntRange(0, 8),
+    default=None,
+    help="Intermediate CAs in the chain (default: 1 up to 11.2 KB, then one more per 5.6 KB, at most 4).",
+)
+@click.option(
+    "--key-type",
+    type=click.Choice(["ec", "rsa"]),
+    default="ec",
+    show_default=True,
+    help="The leaf's key: ec = P-256 (a 72-byte CertificateVerify); rsa adds 256-512 bytes of "
+    "signature to the first flight (--rsa-bits 2048-4096) and a larger leaf.",
+)
 @click.option("--rsa-bits", type=click.Choice(["2048", "3072", "4096"]), default="2048", show_default=True)
 @click.option("--name", default="origin.iwscope.test", show_default=True, help="The leaf's DNS subjectAltName.")
 @click.option("--ip", "ips", multiple=True, help="An IP subjectAltName (repeatable; IPv4 or IPv6).")
-@click.option("--days", type=click.IntRange(1, 3650), default=90, show_default=True,
-              help="Validity from now (certificates start one day back).")
-def certs(chain_kb: float, out_dir: Path, intermediates: int | None, key_type: str, rsa_bits: str, name: str,
-          ips: tuple[str, ...], days: int) -> None:
+@click.option(
+    "--days",
+    type=click.IntRange(1, 3650),
+    default=90,
+    show_default=True,
+    help="Validity from now (certificates start one day back).",
+)
+def certs(
+    chain_kb: float,
+    out_dir: Path,
+    intermediates: int | None,
+    key_type: str,
+    rsa_bits: str,
+    name: str,
+    ips: tuple[str, ...],
+    days: int,
+) -> None:
     """Write a TLS test chain of a chosen size (issue 17: TLS first flights) and print a JSON summary.
 
     chain.pem holds the leaf and the intermediates (the server's Certificate message); the
@@ -249,19 +331,29 @@ def certs(chain_kb: float, out_dir: Path, intermediates: int | None, key_type: s
     from .model import OPENSSL_FIRST_WRITE_BYTES, tls_first_flight_bytes, tls_handshake_rounds
 
     try:
-        info = write_chain(out_dir, chain_kb, intermediates=intermediates, key_type=key_type,
-                           rsa_bits=int(rsa_bits), name=name, ips=ips, days=days)
+        info = write_chain(
+            out_dir,
+            chain_kb,
+            intermediates=intermediates,
+            key_type=key_type,
+            rsa_bits=int(rsa_bits),
+            name=name,
+            ips=ips,
+            days=days,
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     summary = info.to_json()
     for version in ("1.3", "1.2"):
-        flight = tls_first_flight_bytes(info.chain_der_bytes, key_type, version, certificates=len(info.certificates),
-                                        rsa_bits=info.key_bits)
+        flight = tls_first_flight_bytes(
+            info.chain_der_bytes, key_type, version, certificates=len(info.certificates), rsa_bits=info.key_bits
+        )
         summary[f"tls{version}_first_flight_bytes_estimate"] = flight
         summary[f"tls{version}_handshake_rounds"] = {f"iw{iw}": tls_handshake_rounds(flight, iw) for iw in (3, 10, 16)}
         # OpenSSL servers send their first 4 KB of the flight as a piece of its own.
         summary[f"tls{version}_handshake_rounds_openssl"] = {
-            f"iw{iw}": tls_handshake_rounds(flight, iw, first_write_bytes=OPENSSL_FIRST_WRITE_BYTES) for iw in (3, 10, 16)}
+            f"iw{iw}": tls_handshake_rounds(flight, iw, first_write_bytes=OPENSSL_FIRST_WRITE_BYTES) for iw in (3, 10, 16)
+        }
     click.echo(json.dumps(summary, indent=2))
 
 

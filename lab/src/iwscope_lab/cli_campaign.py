@@ -40,8 +40,10 @@ def _stack(detached: bool = False, listen: tuple[str, ...] = DEFAULT_LISTEN) -> 
     existing = Stack.attach()
     if existing is not None:
         if listen != existing.listen:
-            console.print(f"[yellow]the running stack listens on {', '.join(existing.listen)}; "
-                          "`iwscope lab stack stop` first to change that")
+            console.print(
+                f"[yellow]the running stack listens on {', '.join(existing.listen)}; "
+                "`iwscope lab stack stop` first to change that"
+            )
         yield existing
         return
     stack = local_stack(listen=listen).start(detached=detached)
@@ -54,22 +56,43 @@ def _stack(detached: bool = False, listen: tuple[str, ...] = DEFAULT_LISTEN) -> 
 
 @click.command("run")
 @click.argument("scenario")
-@click.option("--trials", "repetitions", default=5, show_default=True, type=click.IntRange(1, 100_000),
-              help="Trials per probe, origin, arm and size (the campaign's rounds).")
+@click.option(
+    "--trials",
+    "repetitions",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Trials per probe, origin, arm and size (the campaign's rounds).",
+)
 @click.option("--arms", default="3,10", show_default=True, help="IW arms, comma-separated.")
 @click.option("--sizes", default=None, help="Fixed object sizes in bytes, comma-separated (default 9000).")
-@click.option("--size-dist", type=click.Choice(["websearch"]), default=None,
-              help="Draw sizes from a distribution instead of --sizes.")
+@click.option(
+    "--size-dist", type=click.Choice(["websearch"]), default=None, help="Draw sizes from a distribution instead of --sizes."
+)
 @click.option("--sizes-per-round", default=1, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--interval", "interval_s", default=0.0, show_default=True, type=float, help="Seconds between rounds.")
 @click.option("--name", default=None, help="Campaign name (default: scenario and run id).")
-@click.option("--family", type=click.Choice(["ipv4", "ipv6"]), default=None,
-              help="Measure over this IP version (ipv6 needs a dual_stack scenario; default: IPv4 addresses).")
+@click.option(
+    "--family",
+    type=click.Choice(["ipv4", "ipv6"]),
+    default=None,
+    help="Measure over this IP version (ipv6 needs a dual_stack scenario; default: IPv4 addresses).",
+)
 @click.option("--timeout", "timeout_s", default=1800.0, show_default=True, type=float)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def run_command(scenario: str, repetitions: int, arms: str, sizes: str | None, size_dist: str | None,
-                sizes_per_round: int, interval_s: float, name: str | None, family: str | None, timeout_s: float,
-                as_json: bool) -> None:
+def run_command(
+    scenario: str,
+    repetitions: int,
+    arms: str,
+    sizes: str | None,
+    size_dist: str | None,
+    sizes_per_round: int,
+    interval_s: float,
+    name: str | None,
+    family: str | None,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
     """Run a measurement campaign on SCENARIO's topology, through the API and the worker.
 
     Origins whose scenario entry has a ``chain_kb`` label serve HTTPS with a test chain of
@@ -78,9 +101,16 @@ def run_command(scenario: str, repetitions: int, arms: str, sizes: str | None, s
         raise click.UsageError("give --sizes or --size-dist, not both")
     fixed = _int_list(sizes) if sizes else (None if size_dist else (9_000,))
     topology = Topology.from_scenario(scenario)
-    plan = CampaignPlan(name=name or f"{scenario} {topology.run_id}", arms=_int_list(arms) or (3, 10), sizes=fixed,
-                        size_dist=size_dist, sizes_per_round=sizes_per_round, repetitions=repetitions,
-                        interval_s=interval_s, family=family)
+    plan = CampaignPlan(
+        name=name or f"{scenario} {topology.run_id}",
+        arms=_int_list(arms) or (3, 10),
+        sizes=fixed,
+        size_dist=size_dist,
+        sizes_per_round=sizes_per_round,
+        repetitions=repetitions,
+        interval_s=interval_s,
+        family=family,
+    )
     try:
         with _stack() as stack, topology:
             result = LabCampaign(topology, stack, plan, console=console).run(timeout_s=timeout_s)
@@ -97,10 +127,12 @@ def _print_result(result: dict[str, object], as_json: bool) -> None:
         click.echo(json.dumps(result, indent=2, default=str))
         return
     expected = result["expected_per_probe"]
-    console.print(f"campaign {result['campaign_id']}: "
-                  f"{'time-boxed' if expected is None else f'{expected} trials expected per probe'}; "
-                  f"stored {result['stored_per_probe']}; {result['unjoined']} without origin observation; "
-                  f"{result['seconds']:.0f} s")
+    console.print(
+        f"campaign {result['campaign_id']}: "
+        f"{'time-boxed' if expected is None else f'{expected} trials expected per probe'}; "
+        f"stored {result['stored_per_probe']}; {result['unjoined']} without origin observation; "
+        f"{result['seconds']:.0f} s"
+    )
 
 
 @click.command("reproduce")
@@ -121,16 +153,20 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
         raise click.BadParameter(f"unknown experiments {unknown}; known: {sorted(known)}", param_hint="--only")
     # A stack of its own (database, Redis db, queue, port): the paper's sweep probes must not
     # mix with the demo's regions, and a running demo stack keeps running.
-    stack = local_stack(api_port=REPRODUCE_API_PORT, dashboard_port=None, database="iwscope_reproduce",
-                        redis_db=1, celery_queue="iwscope-reproduce").start(beat=False)
+    stack = local_stack(
+        api_port=REPRODUCE_API_PORT,
+        dashboard_port=None,
+        database="iwscope_reproduce",
+        redis_db=1,
+        celery_queue="iwscope-reproduce",
+    ).start(beat=False)
     try:
         reproduce(out_dir, stack, quick=quick, only=only, console=console)
     except CampaignError as error:
         raise click.ClickException(str(error)) from error
     finally:
         stack.stop()
-    console.print(f"report: {out_dir / 'report.html'}\ntables: {out_dir / 'report.md'}\n"
-                  f"summary: {out_dir / 'summary.json'}")
+    console.print(f"report: {out_dir / 'report.html'}\ntables: {out_dir / 'report.md'}\nsummary: {out_dir / 'summary.json'}")
 
 
 @click.command("report")
@@ -147,26 +183,36 @@ def report_command(out_dir: pathlib.Path) -> None:
 #: slowest path of `world` (3.2 s RTT behind 256 kbit/s) finishes in about three minutes.
 @click.command("demo")
 @click.option("--scenario", default=demo.SCENARIO, show_default=True)
-@click.option("--duration", "duration_s", default=demo.DURATION_S, show_default=True,
-              type=click.FloatRange(30, 86_400), help="Time box of the benefit campaign, seconds.")
+@click.option(
+    "--duration",
+    "duration_s",
+    default=demo.DURATION_S,
+    show_default=True,
+    type=click.FloatRange(30, 86_400),
+    help="Time box of the benefit campaign, seconds.",
+)
 @click.option("--no-cost", is_flag=True, help="Skip the competing-flow phases.")
 @click.option("--no-passive", is_flag=True, help="Skip the real users (nginx + iwprobe tap) phase.")
-@click.option("--expose", is_flag=True,
-              help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
-                   "service address only). PostgreSQL and Redis stay on loopback either way.")
+@click.option(
+    "--expose",
+    is_flag=True,
+    help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
+    "service address only). PostgreSQL and Redis stay on loopback either way.",
+)
 def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bool, expose: bool) -> None:
     """The main job: a detached stack, a time-boxed paired campaign, the cost phases, the census and
     the real users alongside, a summary."""
     started = time.monotonic()
     listen = EXPOSED_LISTEN if expose else DEFAULT_LISTEN
     if expose:
-        console.print("[bold yellow]warning:[/] --expose: the API and the dashboard listen on every interface; "
-                      "anyone who can reach this machine can read the dashboard and the public API "
-                      "(writes still need tokens). Put them behind a firewall or a TLS proxy.")
+        console.print(
+            "[bold yellow]warning:[/] --expose: the API and the dashboard listen on every interface; "
+            "anyone who can reach this machine can read the dashboard and the public API "
+            "(writes still need tokens). Put them behind a firewall or a TLS proxy."
+        )
     try:
         with _stack(detached=True, listen=listen) as stack:
-            result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost,
-                                   with_passive=not no_passive)
+            result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost, with_passive=not no_passive)
             tables, lines = demo.summary(stack, result)
             if result.passive is not None:
                 demo.ensure_read_token(stack)
@@ -179,13 +225,18 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bo
         console.print(line)
     stack = Stack.attach()
     url = stack.dashboard_url if stack else None
-    console.print(f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}"
-                  f"?campaign={result.benefit.campaign_id}\n"
-                  + (f"Real users: {url}real-users (sign in with the token in {stack.run_dir / 'read-token'})\n"
-                     if url and stack is not None and result.passive is not None else "")
-                  + f"API: {stack.local_api_url if stack else '?'}/docs\n"
-                  f"make demo took {time.monotonic() - started:.0f} s. The stack keeps running; "
-                  "`iwscope lab stack stop` (or `make clean`) stops it.")
+    console.print(
+        f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}"
+        f"?campaign={result.benefit.campaign_id}\n"
+        + (
+            f"Real users: {url}real-users (sign in with the token in {stack.run_dir / 'read-token'})\n"
+            if url and stack is not None and result.passive is not None
+            else ""
+        )
+        + f"API: {stack.local_api_url if stack else '?'}/docs\n"
+        f"make demo took {time.monotonic() - started:.0f} s. The stack keeps running; "
+        "`iwscope lab stack stop` (or `make clean`) stops it."
+    )
 
 
 @click.group("stack")
@@ -200,8 +251,12 @@ def stack_status() -> None:
     if stack is None:
         click.echo("no stack running")
         raise SystemExit(1)
-    click.echo(json.dumps({"api": stack.local_api_url, "dashboard": stack.dashboard_url, "listen": list(stack.listen),
-                           "pids": stack.pids}, indent=2))
+    click.echo(
+        json.dumps(
+            {"api": stack.local_api_url, "dashboard": stack.dashboard_url, "listen": list(stack.listen), "pids": stack.pids},
+            indent=2,
+        )
+    )
 
 
 @stack_group.command("stop")

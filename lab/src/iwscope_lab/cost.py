@@ -85,8 +85,7 @@ class CostBottleneck:
 def bottlenecks(rate_bps: float = 10e6, rtt_ms: float = 100.0) -> tuple[CostBottleneck, CostBottleneck]:
     """The shallow and the BDP-buffer bottleneck at ``rate_bps`` / ``rtt_ms``."""
     bdp_packets = max(SHALLOW_PACKETS + 1, round(rate_bps / 8 * rtt_ms / 1000 / 1500))
-    return (CostBottleneck("shallow", rate_bps, rtt_ms, SHALLOW_PACKETS),
-            CostBottleneck("bdp", rate_bps, rtt_ms, bdp_packets))
+    return (CostBottleneck("shallow", rate_bps, rtt_ms, SHALLOW_PACKETS), CostBottleneck("bdp", rate_bps, rtt_ms, bdp_packets))
 
 
 @dataclass(frozen=True)
@@ -120,29 +119,43 @@ class CostCampaign(FairnessCampaign):
 
     def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
         plan = self.plan
-        return {**super()._campaign_body(origin_ids, timeout_s), "arms": list(plan.arm_labels),
-                "arm_shares": list(plan.arm_shares) if plan.arm_shares else None,
-                "interactive_interval_us": INTERACTIVE_INTERVAL_US if plan.interactive else None,
-                "interactive_packet_bytes": INTERACTIVE_PACKET_BYTES if plan.interactive else None,
-                "page_connections": plan.page_connections}
+        return {
+            **super()._campaign_body(origin_ids, timeout_s),
+            "arms": list(plan.arm_labels),
+            "arm_shares": list(plan.arm_shares) if plan.arm_shares else None,
+            "interactive_interval_us": INTERACTIVE_INTERVAL_US if plan.interactive else None,
+            "interactive_packet_bytes": INTERACTIVE_PACKET_BYTES if plan.interactive else None,
+            "page_connections": plan.page_connections,
+        }
 
 
-def cost_plan(kind: str, arms: Sequence[str], bottleneck: CostBottleneck, flows: int,
-              shares: Sequence[float] | None = None) -> CostPlan:
+def cost_plan(
+    kind: str, arms: Sequence[str], bottleneck: CostBottleneck, flows: int, shares: Sequence[float] | None = None
+) -> CostPlan:
     """One phase's plan: ``flows`` short flows (pages) at offered load :data:`LOAD`."""
     page = kind == "page"
     sizes = (PAGE_CONNECTIONS * 15_000, PAGE_CONNECTIONS * 50_000) if page else (15_000, 50_000)
-    base = phase_plan(f"cost {bottleneck.name} {kind} {'/'.join(arms)}"
-                      + (f" {'/'.join(f'{share:g}' for share in shares)}" if shares else ""),
-                      (10,) * len(arms), LOAD, bottleneck.as_fairness(), flows, sizes=sizes,
-                      background_iw=BULK_IW, background=kind == "bulk")
+    base = phase_plan(
+        f"cost {bottleneck.name} {kind} {'/'.join(arms)}" + (f" {'/'.join(f'{share:g}' for share in shares)}" if shares else ""),
+        (10,) * len(arms),
+        LOAD,
+        bottleneck.as_fairness(),
+        flows,
+        sizes=sizes,
+        background_iw=BULK_IW,
+        background=kind == "bulk",
+    )
     # ``arms`` of the base plan count flows per round (len(sizes) x len(arms)); their IWs are
     # informational, the labels are what the campaign names.
     iws = tuple(wire.arm_label_iw(arm) for arm in arms)
-    return CostPlan(**{**dataclasses.asdict(base), "arms": iws,
-                       "repetitions": BULK_ROUNDS if kind == "bulk" else 1}, kind=kind, arm_labels=tuple(arms),
-                    arm_shares=tuple(shares) if shares else None, interactive=kind in ("policy", "share"),
-                    page_connections=PAGE_CONNECTIONS if page else None)
+    return CostPlan(
+        **{**dataclasses.asdict(base), "arms": iws, "repetitions": BULK_ROUNDS if kind == "bulk" else 1},
+        kind=kind,
+        arm_labels=tuple(arms),
+        arm_shares=tuple(shares) if shares else None,
+        interactive=kind in ("policy", "share"),
+        page_connections=PAGE_CONNECTIONS if page else None,
+    )
 
 
 @dataclass
@@ -154,16 +167,22 @@ class CostPhase:
     campaign: CampaignResult
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "bottleneck": self.bottleneck.name, "region": self.bottleneck.region,
-                "arms": list(self.arms), "shares": list(self.shares) if self.shares else None,
-                "campaign_id": self.campaign.campaign_id, "seconds": round(self.campaign.seconds, 1),
-                "stored": self.campaign.stored_per_probe, "expected": self.campaign.expected_per_probe}
+        return {
+            "kind": self.kind,
+            "bottleneck": self.bottleneck.name,
+            "region": self.bottleneck.region,
+            "arms": list(self.arms),
+            "shares": list(self.shares) if self.shares else None,
+            "campaign_id": self.campaign.campaign_id,
+            "seconds": round(self.campaign.seconds, 1),
+            "stored": self.campaign.stored_per_probe,
+            "expected": self.campaign.expected_per_probe,
+        }
 
 
 def phases_for(quick: bool) -> list[tuple[str, tuple[str, ...], tuple[float, ...] | None]]:
     """(kind, arms, shares) of every phase on one bottleneck."""
-    phases: list[tuple[str, tuple[str, ...], tuple[float, ...] | None]] = [
-        ("policy", (policy,), None) for policy in POLICIES]
+    phases: list[tuple[str, tuple[str, ...], tuple[float, ...] | None]] = [("policy", (policy,), None) for policy in POLICIES]
     phases += [("share", SWEEP_ARMS, (1 - share, share)) for share in SWEEP_SHARES]
     bulk = ("10", "32", "32p") if quick else POLICIES
     phases += [("bulk", (policy,), None) for policy in bulk]
@@ -172,17 +191,27 @@ def phases_for(quick: bool) -> list[tuple[str, tuple[str, ...], tuple[float, ...
     return phases
 
 
-def run_cost(stack: Stack, *, quick: bool = True, flows: int | None = None, pages: int | None = None,
-             conditions: Sequence[CostBottleneck] | None = None,
-             phases: Sequence[tuple[str, tuple[str, ...], tuple[float, ...] | None]] | None = None,
-             timeout_s: float = 300.0, show_progress: bool = True, prefix: str = "iws") -> list[CostPhase]:
+def run_cost(
+    stack: Stack,
+    *,
+    quick: bool = True,
+    flows: int | None = None,
+    pages: int | None = None,
+    conditions: Sequence[CostBottleneck] | None = None,
+    phases: Sequence[tuple[str, tuple[str, ...], tuple[float, ...] | None]] | None = None,
+    timeout_s: float = 300.0,
+    show_progress: bool = True,
+    prefix: str = "iws",
+) -> list[CostPhase]:
     """Run the phases on each bottleneck (one topology per bottleneck, its own region)."""
     flows = flows or (40 if quick else 120)
     pages = pages or (12 if quick else 40)
     results: list[CostPhase] = []
     for bottleneck in conditions or bottlenecks():
-        hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
-                 Host("client", role="probe", region=bottleneck.region, link=bottleneck.link())]
+        hosts = [
+            Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
+            Host("client", role="probe", region=bottleneck.region, link=bottleneck.link()),
+        ]
         with Topology(f"{prefix}{secrets.token_hex(3)}", hosts) as topology:
             for kind, arms, shares in phases or phases_for(quick):
                 plan = cost_plan(kind, arms, bottleneck, pages if kind == "page" else flows, shares)
@@ -199,10 +228,21 @@ def model_expectations(conditions: Sequence[CostBottleneck]) -> list[dict[str, A
             if policy == "learned":
                 continue  # its window depends on what earlier connections ended with
             iw = wire.arm_label_iw(policy)
-            queue = first_flight_queue(iw, bottleneck.rate_bps, bottleneck.buffer_packets,
-                                       paced_rtt_s=bottleneck.rtt_ms / 1000 if policy.endswith("p") else 0.0)
-            rows.append({"bottleneck": bottleneck.name, "policy": policy, "dropped": queue.dropped,
-                         "peak_packets": queue.peak_packets, "peak_delay_ms": queue.peak_delay_ms})
+            queue = first_flight_queue(
+                iw,
+                bottleneck.rate_bps,
+                bottleneck.buffer_packets,
+                paced_rtt_s=bottleneck.rtt_ms / 1000 if policy.endswith("p") else 0.0,
+            )
+            rows.append(
+                {
+                    "bottleneck": bottleneck.name,
+                    "policy": policy,
+                    "dropped": queue.dropped,
+                    "peak_packets": queue.peak_packets,
+                    "peak_delay_ms": queue.peak_delay_ms,
+                }
+            )
     return rows
 
 
@@ -211,13 +251,16 @@ def reproduce_cost(stack: Stack, *, quick: bool, show_progress: bool = True) -> 
     from iwscope.analysis import Filters, cost
 
     conditions = bottlenecks()
-    results = run_cost(stack, quick=quick, conditions=conditions, show_progress=show_progress,
-                       timeout_s=300 if quick else 900)
+    results = run_cost(stack, quick=quick, conditions=conditions, show_progress=show_progress, timeout_s=300 if quick else 900)
     with stack.session() as session:
         report = cost(session, Filters(campaign_ids=tuple(phase.campaign.campaign_id for phase in results)))
-    return {"title": "Cost to competing traffic (IW policies on a shared bottleneck)",
-            "bottlenecks": [dataclasses.asdict(condition) for condition in conditions],
-            "load": LOAD, "interactive": {"interval_us": INTERACTIVE_INTERVAL_US,
-                                          "packet_bytes": INTERACTIVE_PACKET_BYTES},
-            "page_connections": PAGE_CONNECTIONS, "phases": [phase.to_dict() for phase in results],
-            "model": model_expectations(conditions), "report": dataclasses.asdict(report)}
+    return {
+        "title": "Cost to competing traffic (IW policies on a shared bottleneck)",
+        "bottlenecks": [dataclasses.asdict(condition) for condition in conditions],
+        "load": LOAD,
+        "interactive": {"interval_us": INTERACTIVE_INTERVAL_US, "packet_bytes": INTERACTIVE_PACKET_BYTES},
+        "page_connections": PAGE_CONNECTIONS,
+        "phases": [phase.to_dict() for phase in results],
+        "model": model_expectations(conditions),
+        "report": dataclasses.asdict(report),
+    }

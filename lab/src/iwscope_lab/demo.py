@@ -55,8 +55,12 @@ COST_LOAD = 0.7
 COST_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,))
 COST_FLOWS = 24
 #: The census's lab web servers: host -> (server, initcwnd), and its rounds.
-CENSUS_WEBS: dict[str, tuple[str, int]] = {"web4": ("http.server", 4), "web10": ("lighttpd", 10),
-                                           "web16": ("http.server", 16), "web32": ("lighttpd", 32)}
+CENSUS_WEBS: dict[str, tuple[str, int]] = {
+    "web4": ("http.server", 4),
+    "web10": ("lighttpd", 10),
+    "web16": ("http.server", 16),
+    "web32": ("lighttpd", 32),
+}
 CENSUS_ROUNDS = 3
 #: The real users' study: the server's default IW and two treated arms, then a share sweep.
 PASSIVE_SCENARIO = "passive"
@@ -68,23 +72,47 @@ PASSIVE_CONCURRENT_USERS = 4
 
 def census_hosts() -> list[Host]:
     """The census topology: the web servers and two probes on different paths."""
-    webs = [Host(name, role="web", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
-                 labels={"server": server, "iw": str(iw)}) for name, (server, iw) in CENSUS_WEBS.items()]
-    return webs + [Host("census-eu", role="probe", region="census-eu", link=LinkSpec.symmetric(rate_bps=50e6, rtt_ms=40)),
-                   Host("census-as", role="probe", region="census-as",
-                        link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=180))]
+    webs = [
+        Host(
+            name,
+            role="web",
+            region="lab",
+            link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+            labels={"server": server, "iw": str(iw)},
+        )
+        for name, (server, iw) in CENSUS_WEBS.items()
+    ]
+    return webs + [
+        Host("census-eu", role="probe", region="census-eu", link=LinkSpec.symmetric(rate_bps=50e6, rtt_ms=40)),
+        Host("census-as", role="probe", region="census-as", link=LinkSpec.symmetric(rate_bps=10e6, rtt_ms=180)),
+    ]
 
 
-def demo_plan(scenario: str = SCENARIO, duration_s: float = DURATION_S,
-              target_ci_ms: float | None = TARGET_CI_MS) -> CampaignPlan:
-    return CampaignPlan(name=f"demo {scenario}", arms=(3, 10, 16), sizes=None, size_dist="websearch",
-                        sizes_per_round=4, repetitions=100_000, duration_s=duration_s, target_ci_ms=target_ci_ms)
+def demo_plan(
+    scenario: str = SCENARIO, duration_s: float = DURATION_S, target_ci_ms: float | None = TARGET_CI_MS
+) -> CampaignPlan:
+    return CampaignPlan(
+        name=f"demo {scenario}",
+        arms=(3, 10, 16),
+        sizes=None,
+        size_dist="websearch",
+        sizes_per_round=4,
+        repetitions=100_000,
+        duration_s=duration_s,
+        target_ci_ms=target_ci_ms,
+    )
 
 
 def passive_plan(duration_s: float = DURATION_S) -> PassivePlan:
-    return PassivePlan(name="demo real users", arms=PASSIVE_ARMS, duration_s=duration_s, sample_share=0.1,
-                       flush_interval_s=15, sweep=PASSIVE_SWEEP,
-                       population=PopulationConfig(concurrent_users=PASSIVE_CONCURRENT_USERS))
+    return PassivePlan(
+        name="demo real users",
+        arms=PASSIVE_ARMS,
+        duration_s=duration_s,
+        sample_share=0.1,
+        flush_interval_s=15,
+        sweep=PASSIVE_SWEEP,
+        population=PopulationConfig(concurrent_users=PASSIVE_CONCURRENT_USERS),
+    )
 
 
 @dataclass
@@ -98,8 +126,14 @@ class DemoResult:
     passive_error: str | None = None
 
 
-def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_s: float = DURATION_S,
-             with_cost: bool = True, with_passive: bool = True) -> DemoResult:
+def run_demo(
+    stack: Stack,
+    console: Console,
+    scenario: str = SCENARIO,
+    duration_s: float = DURATION_S,
+    with_cost: bool = True,
+    with_passive: bool = True,
+) -> DemoResult:
     """The benefit campaign with the cost phases, the census and the real users alongside (their
     own topologies, no progress bars)."""
     cost: list[PhaseResult] = []
@@ -107,8 +141,17 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
 
     def cost_phases() -> None:
         try:
-            cost.extend(run_fairness(stack, bottleneck=COST_BOTTLENECK, loads=(COST_LOAD,), mixes=COST_MIXES,
-                                     flows=COST_FLOWS, timeout_s=duration_s + 120, show_progress=False))
+            cost.extend(
+                run_fairness(
+                    stack,
+                    bottleneck=COST_BOTTLENECK,
+                    loads=(COST_LOAD,),
+                    mixes=COST_MIXES,
+                    flows=COST_FLOWS,
+                    timeout_s=duration_s + 120,
+                    show_progress=False,
+                )
+            )
         except Exception as error:  # reported with the result, the benefit half still stands
             errors.append(f"{type(error).__name__}: {error}")
 
@@ -118,8 +161,11 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
     def census_phase() -> None:
         try:
             with Topology(hosts=census_hosts()) as topology:
-                census.append(LabCensus(topology, stack, census_plan("demo census", rounds=CENSUS_ROUNDS),
-                                        console=console).run(timeout_s=duration_s + 120, show_progress=False))
+                census.append(
+                    LabCensus(topology, stack, census_plan("demo census", rounds=CENSUS_ROUNDS), console=console).run(
+                        timeout_s=duration_s + 120, show_progress=False
+                    )
+                )
         except Exception as error:  # reported with the result, like the cost phases
             census_errors.append(f"{type(error).__name__}: {error}")
 
@@ -129,8 +175,9 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
     def passive_phase() -> None:
         try:
             with Topology.from_scenario(PASSIVE_SCENARIO) as topology:
-                passive.append(LabPassive(topology, stack, passive_plan(duration_s), console=console)
-                               .run(timeout_s=duration_s + 300))
+                passive.append(
+                    LabPassive(topology, stack, passive_plan(duration_s), console=console).run(timeout_s=duration_s + 300)
+                )
         except Exception as error:  # reported with the result, like the cost phases
             passive_errors.append(f"{type(error).__name__}: {error}")
 
@@ -141,14 +188,19 @@ def run_demo(stack: Stack, console: Console, scenario: str = SCENARIO, duration_
     for worker in workers:
         worker.start()
     with Topology.from_scenario(scenario) as topology:
-        benefit = LabCampaign(topology, stack, demo_plan(scenario, duration_s), console=console).run(
-            timeout_s=duration_s + 300)
+        benefit = LabCampaign(topology, stack, demo_plan(scenario, duration_s), console=console).run(timeout_s=duration_s + 300)
     console.print("waiting for the competing-flow phases and the census ...")
     for worker in workers:
         worker.join()
-    return DemoResult(benefit, cost, errors[0] if errors else None, census[0] if census else None,
-                      census_errors[0] if census_errors else None, passive[0] if passive else None,
-                      passive_errors[0] if passive_errors else None)
+    return DemoResult(
+        benefit,
+        cost,
+        errors[0] if errors else None,
+        census[0] if census else None,
+        census_errors[0] if census_errors else None,
+        passive[0] if passive else None,
+        passive_errors[0] if passive_errors else None,
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -169,10 +221,12 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
         lines.append(f"IW10 vs IW3: n too small ({top.n_pairs} pairs)")
     else:
         retrans = "n/a" if top.retrans_increase_pp is None else f"{top.retrans_increase_pp:+.2f} pp"
-        lines.append(f"IW10 vs IW3 over {top.n_pairs:,} paired trials on {top.n_paths} paths: "
-                     f"{_ms(top.abs_ms)} ms faster [95 % CI {_ms(top.abs_ci_low)}, {_ms(top.abs_ci_high)}], "
-                     f"{_ms(top.pct)} % [{_ms(top.pct_ci_low)}, {_ms(top.pct_ci_high)}]; "
-                     f"share of trials with retransmissions {retrans}")
+        lines.append(
+            f"IW10 vs IW3 over {top.n_pairs:,} paired trials on {top.n_paths} paths: "
+            f"{_ms(top.abs_ms)} ms faster [95 % CI {_ms(top.abs_ci_low)}, {_ms(top.abs_ci_high)}], "
+            f"{_ms(top.pct)} % [{_ms(top.pct_ci_low)}, {_ms(top.pct_ci_high)}]; "
+            f"share of trials with retransmissions {retrans}"
+        )
     for dimension, results in per_dimension.items():
         table = Table(title=f"IW10 vs IW3 by {dimension} (paired, 95 % CI)", title_justify="left")
         for column in ("bucket", "pairs", "paths", "ms", "95 % CI", "%", "clear gain"):
@@ -182,8 +236,15 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
                 table.add_row(row.bucket, str(row.n_pairs), str(row.n_paths), "n too small", "", "", "")
                 continue
             clear = row.abs_ci_low is not None and row.abs_ci_low > 0
-            table.add_row(row.bucket, str(row.n_pairs), str(row.n_paths), _ms(row.abs_ms),
-                          f"[{_ms(row.abs_ci_low)}, {_ms(row.abs_ci_high)}]", _ms(row.pct), "yes" if clear else "no")
+            table.add_row(
+                row.bucket,
+                str(row.n_pairs),
+                str(row.n_paths),
+                _ms(row.abs_ms),
+                f"[{_ms(row.abs_ci_low)}, {_ms(row.abs_ci_high)}]",
+                _ms(row.pct),
+                "yes" if clear else "no",
+            )
         tables.append(table)
     clear_rtt = [row.bucket for row in per_dimension["rtt"] if not row.too_small and (row.abs_ci_low or 0) > 0]
     lines.append(f"clear gain (95 % CI above 0) in RTT buckets: {', '.join(clear_rtt) or 'none'}")
@@ -207,11 +268,13 @@ def passive_lines(stack: Stack, result: PassiveResult) -> list[str]:
     with stack.session() as session:
         summary = passive_summary(session, PassiveFilters(campaign_id=result.campaign_id))
     failures = result.population.get("failures", 0)
-    lines = [f"real users (nginx + iwprobe tap, campaign {result.campaign_id}): "
-             f"{result.population.get('requests', 0):,} requests from {result.population.get('addresses', 0)} "
-             f"addresses, {failures} failed; the agent saw {result.agent.get('connections_seen', 0):,} connections "
-             f"({result.agent.get('connections_captured', 0):,} with a measured first response), the collector "
-             f"holds {result.stored_connections:,} in {result.stored_aggregates:,} aggregate rows"]
+    lines = [
+        f"real users (nginx + iwprobe tap, campaign {result.campaign_id}): "
+        f"{result.population.get('requests', 0):,} requests from {result.population.get('addresses', 0)} "
+        f"addresses, {failures} failed; the agent saw {result.agent.get('connections_seen', 0):,} connections "
+        f"({result.agent.get('connections_captured', 0):,} with a measured first response), the collector "
+        f"holds {result.stored_connections:,} in {result.stored_aggregates:,} aggregate rows"
+    ]
     table = summary.overall
     for arm in table.arms:
         name = f"IW{arm.iw}" if arm.arm != "default" else f"default (IW{arm.iw})"
@@ -219,12 +282,17 @@ def passive_lines(stack: Stack, result: PassiveResult) -> list[str]:
             lines.append(f"  {name}: n too small ({arm.responses} responses, {arm.clusters} clusters)")
             continue
         latency = arm.latency_ms
-        improvement = ("" if arm.baseline or not arm.improvement_ms else
-                       f"; avg {arm.improvement_ms['avg'].value:+,.1f} ms {_bounds(_pair(arm.improvement_ms['avg']))}"
-                       f" faster than {table.baseline_arm}")
-        lines.append(f"  {name}: {arm.responses:,} first responses, avg {_ms(latency['avg'].value)} ms "
-                     f"{_bounds(_pair(latency['avg']))}, p50 {_ms(latency['p50'].value)}, "
-                     f"p90 {_ms(latency['p90'].value)}, p99 {_ms(latency['p99'].value)} ms" + improvement)
+        improvement = (
+            ""
+            if arm.baseline or not arm.improvement_ms
+            else f"; avg {arm.improvement_ms['avg'].value:+,.1f} ms {_bounds(_pair(arm.improvement_ms['avg']))}"
+            f" faster than {table.baseline_arm}"
+        )
+        lines.append(
+            f"  {name}: {arm.responses:,} first responses, avg {_ms(latency['avg'].value)} ms "
+            f"{_bounds(_pair(latency['avg']))}, p50 {_ms(latency['p50'].value)}, "
+            f"p90 {_ms(latency['p90'].value)}, p99 {_ms(latency['p99'].value)} ms" + improvement
+        )
     lines.append("  the Real users page needs a read token: one is in .run/read-token (mode 0600)")
     return lines
 
@@ -257,16 +325,17 @@ def proof_lines(stack: Stack, result: DemoResult) -> list[str]:
 
     with stack.session() as session:
         checks = iw_check(session, Filters(campaign_ids=(result.benefit.campaign_id,)))
-        targets = (census_targets(session, Filters(campaign_ids=(result.census.campaign_id,)))
-                   if result.census is not None else [])
+        targets = census_targets(session, Filters(campaign_ids=(result.census.campaign_id,))) if result.census is not None else []
     agree, disagree = sum(c.agree for c in checks), sum(c.disagree for c in checks)
     inferred = sum(c.inferred for c in checks)
     suspects = [c.probe_name for c in checks if c.suspect]
     not_arm = sum(c.origin_not_arm for c in checks)
-    lines = [f"client-side IW check: {inferred:,} trials inferred on {len(checks)} paths; of those decided, "
-             f"{agree:,} agree with the window the origin had and {disagree:,} do not"
-             + (f" ({not_arm:,} origin windows were not the arm: 1 after a retransmitted SYN-ACK)" if not_arm else "")
-             + (f"; proxy or cache suspected on {', '.join(suspects)}" if suspects else "; no proxy or cache suspected")]
+    lines = [
+        f"client-side IW check: {inferred:,} trials inferred on {len(checks)} paths; of those decided, "
+        f"{agree:,} agree with the window the origin had and {disagree:,} do not"
+        + (f" ({not_arm:,} origin windows were not the arm: 1 after a retransmitted SYN-ACK)" if not_arm else "")
+        + (f"; proxy or cache suspected on {', '.join(suspects)}" if suspects else "; no proxy or cache suspected")
+    ]
     if result.census is None:
         lines.append(f"census failed: {result.census_error}")
         return lines
@@ -274,9 +343,12 @@ def proof_lines(stack: Stack, result: DemoResult) -> list[str]:
     for target in sorted(targets, key=lambda t: configured.get(t.url, ("", 0))[1]):
         host, iw = configured.get(target.url, ("?", 0))
         answer = target.overall
-        found = (f"IW {answer.iw_segments} in {answer.share:.0%} of {answer.ok} determined records "
-                 f"{_bounds(None if answer.share_ci_low is None else (answer.share_ci_low, answer.share_ci_high), 100)} %"
-                 if answer.iw_segments is not None and answer.share is not None else "n too small")
+        found = (
+            f"IW {answer.iw_segments} in {answer.share:.0%} of {answer.ok} determined records "
+            f"{_bounds(None if answer.share_ci_low is None else (answer.share_ci_low, answer.share_ci_high), 100)} %"
+            if answer.iw_segments is not None and answer.share is not None
+            else "n too small"
+        )
         lines.append(f"census {host} ({CENSUS_WEBS.get(host, ('?', 0))[0]}, initcwnd {iw}): {found}")
     return lines
 
@@ -298,13 +370,19 @@ def cost_lines(phases: list[PhaseResult]) -> list[str]:
             continue
         completed = short["n"] - short["errors"]
         # Below 6 flows the median has no 95 % order-statistic interval: no number either.
-        median = (f"median completion {_ms(short.get('fct_p50_ms'))} ms {_bounds(short.get('fct_p50_ci_ms'))}"
-                  if short.get("fct_p50_ci_ms") else "median completion: n too small")
+        median = (
+            f"median completion {_ms(short.get('fct_p50_ms'))} ms {_bounds(short.get('fct_p50_ci_ms'))}"
+            if short.get("fct_p50_ci_ms")
+            else "median completion: n too small"
+        )
         lines.append(
             f"cost, short flows IW{mix} at {COST_LOAD:.0%} load on {COST_BOTTLENECK.rate_bps / 1e6:g} Mbit/s: "
             f"{completed} completed, {median}; {short.get('retrans_flows', 0)} of "
-            f"{short.get('joined_flows', 0)} retransmitted {_bounds(short.get('retrans_flow_share_ci'), 100)} %")
+            f"{short.get('joined_flows', 0)} retransmitted {_bounds(short.get('retrans_flow_share_ci'), 100)} %"
+        )
     if phases:
-        lines.append("cost to the competing bulk flow: n too small (one flow per phase); "
-                     "the Cost page (section Bulk flows) shows its throughput")
+        lines.append(
+            "cost to the competing bulk flow: n too small (one flow per phase); "
+            "the Cost page (section Bulk flows) shows its throughput"
+        )
     return lines

@@ -70,8 +70,12 @@ class FairnessCampaign(LabCampaign):
         return ["--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS)]
 
     def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
-        return {**super()._campaign_body(origin_ids, timeout_s), "arrival_rate_per_s": self.plan.arrival_rate_per_s,
-                "background_bytes": self.plan.background_bytes, "background_iw": self.plan.background_iw}
+        return {
+            **super()._campaign_body(origin_ids, timeout_s),
+            "arrival_rate_per_s": self.plan.arrival_rate_per_s,
+            "background_bytes": self.plan.background_bytes,
+            "background_iw": self.plan.background_iw,
+        }
 
 
 @dataclass(frozen=True)
@@ -88,13 +92,21 @@ class Bottleneck:
         return int(self.rate_bps / 8 * self.rtt_ms / 1000)
 
     def link(self) -> LinkSpec:
-        return LinkSpec.symmetric(rate_bps=self.rate_bps, rtt_ms=self.rtt_ms,
-                                  buffer_bytes=max(3000, int(self.buffer_bdp * self.bdp_bytes)))
+        return LinkSpec.symmetric(
+            rate_bps=self.rate_bps, rtt_ms=self.rtt_ms, buffer_bytes=max(3000, int(self.buffer_bdp * self.bdp_bytes))
+        )
 
 
-def phase_plan(name: str, mix: Sequence[int], load: float, bottleneck: Bottleneck, flows: int,
-               sizes: Sequence[int] = IETF_SIZES, background_iw: int = 3,
-               background: bool = True) -> FairnessPlan:
+def phase_plan(
+    name: str,
+    mix: Sequence[int],
+    load: float,
+    bottleneck: Bottleneck,
+    flows: int,
+    sizes: Sequence[int] = IETF_SIZES,
+    background_iw: int = 3,
+    background: bool = True,
+) -> FairnessPlan:
     """One phase: ``flows`` short flows (sizes alternating, arms of ``mix`` equally often) at
     Poisson arrivals giving offered load ``load``, with one background flow of IW
     ``background_iw`` sized to last about as long as the arrivals."""
@@ -106,11 +118,17 @@ def phase_plan(name: str, mix: Sequence[int], load: float, bottleneck: Bottlenec
     arrival_span_s = per_arm * len(mix) * len(sizes) / rate
     # The probe starts the arrivals after ~10 RTTs of the background flow (its slow start).
     warmup_s = BACKGROUND_WARMUP_RTTS * bottleneck.rtt_ms / 1000
-    background_bytes = (int(max(100_000, bottleneck.rate_bps / 8 * (arrival_span_s + warmup_s)))
-                        if background else None)
-    return FairnessPlan(name=name, arms=tuple(mix), sizes=tuple(sizes) * per_arm, repetitions=1,
-                        calibrate=True, arrival_rate_per_s=round(rate, 4), background_bytes=background_bytes,
-                        background_iw=background_iw if background else None)
+    background_bytes = int(max(100_000, bottleneck.rate_bps / 8 * (arrival_span_s + warmup_s))) if background else None
+    return FairnessPlan(
+        name=name,
+        arms=tuple(mix),
+        sizes=tuple(sizes) * per_arm,
+        repetitions=1,
+        calibrate=True,
+        arrival_rate_per_s=round(rate, 4),
+        background_bytes=background_bytes,
+        background_iw=background_iw if background else None,
+    )
 
 
 @dataclass
@@ -124,32 +142,49 @@ class PhaseResult:
     points: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mix": list(self.mix), "load": self.load, "campaign_id": self.campaign.campaign_id,
-                "arrival_rate_per_s": self.plan.arrival_rate_per_s, "background_bytes": self.plan.background_bytes,
-                "short_flows": len(self.plan.sizes or ()) * len(self.mix), "seconds": round(self.campaign.seconds, 1),
-                "points": self.points}
+        return {
+            "mix": list(self.mix),
+            "load": self.load,
+            "campaign_id": self.campaign.campaign_id,
+            "arrival_rate_per_s": self.plan.arrival_rate_per_s,
+            "background_bytes": self.plan.background_bytes,
+            "short_flows": len(self.plan.sizes or ()) * len(self.mix),
+            "seconds": round(self.campaign.seconds, 1),
+            "points": self.points,
+        }
 
 
-def run_fairness(stack: Stack, *, bottleneck: Bottleneck = Bottleneck(), loads: Sequence[float] = (0.5, 0.9),
-                 mixes: Sequence[tuple[int, ...]] = DEFAULT_MIXES, flows: int = 40,
-                 sizes: Sequence[int] = IETF_SIZES, background_iw: int = 3, prefix: str = "iws",
-                 timeout_s: float = 300.0, show_progress: bool = True) -> list[PhaseResult]:
+def run_fairness(
+    stack: Stack,
+    *,
+    bottleneck: Bottleneck = Bottleneck(),
+    loads: Sequence[float] = (0.5, 0.9),
+    mixes: Sequence[tuple[int, ...]] = DEFAULT_MIXES,
+    flows: int = 40,
+    sizes: Sequence[int] = IETF_SIZES,
+    background_iw: int = 3,
+    prefix: str = "iws",
+    timeout_s: float = 300.0,
+    show_progress: bool = True,
+) -> list[PhaseResult]:
     """Run every phase (mix x load) on one bottleneck topology and read ``fairness()`` back."""
     from iwscope.analysis import Filters, fairness
 
-    hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
-             Host("client", role="probe", region="fairness", link=bottleneck.link())]
+    hosts = [
+        Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
+        Host("client", role="probe", region="fairness", link=bottleneck.link()),
+    ]
     results: list[PhaseResult] = []
     with Topology(f"{prefix}{secrets.token_hex(3)}", hosts) as topology:
         for load in loads:
             for mix in mixes:
                 name = f"fairness IW{'+'.join(map(str, mix))} load {load:g}"
                 plan = phase_plan(name, mix, load, bottleneck, flows, sizes, background_iw)
-                campaign = FairnessCampaign(topology, stack, plan).run(timeout_s=timeout_s,
-                                                                       show_progress=show_progress)
+                campaign = FairnessCampaign(topology, stack, plan).run(timeout_s=timeout_s, show_progress=show_progress)
                 with stack.session() as session:
-                    points = [dataclasses.asdict(point) for point in
-                              fairness(session, Filters(campaign_ids=(campaign.campaign_id,)))]
+                    points = [
+                        dataclasses.asdict(point) for point in fairness(session, Filters(campaign_ids=(campaign.campaign_id,)))
+                    ]
                 results.append(PhaseResult(tuple(mix), load, plan, campaign, points))
     return results
 
@@ -159,10 +194,29 @@ def summary_rows(results: Sequence[PhaseResult]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for result in results:
         for point in result.points:
-            rows.append({"load": result.load, "mix": "+".join(map(str, result.mix)), **{
-                key: point[key] for key in ("campaign_id", "offered_load", "flow", "iw", "n", "errors",
-                                            "throughput_bps", "fct_mean_ms", "fct_p50_ms", "fct_p90_ms",
-                                            "retrans_flow_share", "bytes_retrans_share")}})
+            rows.append(
+                {
+                    "load": result.load,
+                    "mix": "+".join(map(str, result.mix)),
+                    **{
+                        key: point[key]
+                        for key in (
+                            "campaign_id",
+                            "offered_load",
+                            "flow",
+                            "iw",
+                            "n",
+                            "errors",
+                            "throughput_bps",
+                            "fct_mean_ms",
+                            "fct_p50_ms",
+                            "fct_p90_ms",
+                            "retrans_flow_share",
+                            "bytes_retrans_share",
+                        )
+                    },
+                }
+            )
     return rows
 
 
@@ -179,8 +233,13 @@ def reproduce_fairness(stack: Stack, *, quick: bool, show_progress: bool = True)
     """
     bottleneck = Bottleneck(4e6, 100.0) if quick else Bottleneck(20e6, 300.0)
     flows = 24 if quick else 120
-    results = run_fairness(stack, bottleneck=bottleneck, loads=(0.5, 0.9), flows=flows,
-                           timeout_s=300 if quick else 900, show_progress=show_progress)
-    return {"title": "Offered load and fairness (IETF 78 testbed)",
-            "bottleneck": dataclasses.asdict(bottleneck), "flows_per_phase": flows,
-            "phases": [result.to_dict() for result in results], "rows": summary_rows(results)}
+    results = run_fairness(
+        stack, bottleneck=bottleneck, loads=(0.5, 0.9), flows=flows, timeout_s=300 if quick else 900, show_progress=show_progress
+    )
+    return {
+        "title": "Offered load and fairness (IETF 78 testbed)",
+        "bottleneck": dataclasses.asdict(bottleneck),
+        "flows_per_phase": flows,
+        "phases": [result.to_dict() for result in results],
+        "rows": summary_rows(results),
+    }

@@ -101,10 +101,20 @@ class PlacedHost:
         self.spec.link = spec
 
     def describe(self) -> dict[str, Any]:
-        described: dict[str, Any] = {"name": self.name, "role": self.role, "region": self.region, "labels": dict(self.labels),
-                     "netns": self.netns, "address": self.address, "address6": self.address6, "device": self.device,
-                     "core_device": self.core_device, "link": self.link.to_dict()}
-        if self.users:   # only then: hosts without users describe themselves as before
-            described.update(users=self.users, user_addresses=list(self.user_addresses),
-                             user_addresses6=list(self.user_addresses6))
+        described: dict[str, Any] = {
+            "name": self.name,
+            "role": self.role,
+            "region": self.region,
+            "labels": dict(self.labels),
+            "netns": self.netns,
+            "address": self.address,
+            "address6": self.address6,
+            "device": self.device,
+            "core_device": self.core_device,
+            "link": self.link.to_dict(),
+        }
+        if self.users:  # only then: hosts without users describe themselves as before
+            described.update(
+                users=self.users, user_addresses=list(self.user_addresses), user_addresses6=list(self.user_addresses6)
+            )
         return described

@@ -125,9 +125,16 @@ def _servers(topo: Topology, work: Path, servers: Sequence[str]) -> Iterator[dic
                 command = [sys.executable, "-m", "http.server", "--bind", address, str(port), "--directory", str(www)]
             elif server == "https":
                 chain = write_chain(work / "tls", CHAIN_KB, ips=[address])
-                command = [sys.executable, "-c", "import sys; from iwscope_lab.iwgrid import serve_https; "
-                           "serve_https(*sys.argv[1:])", address, str(port), str(www), str(chain.chain_path),
-                           str(chain.key_path)]
+                command = [
+                    sys.executable,
+                    "-c",
+                    "import sys; from iwscope_lab.iwgrid import serve_https; serve_https(*sys.argv[1:])",
+                    address,
+                    str(port),
+                    str(www),
+                    str(chain.chain_path),
+                    str(chain.key_path),
+                ]
             elif server == "nginx":
                 command = _nginx_command(work, address, port, www)
             elif server == "lighttpd":
@@ -159,8 +166,10 @@ http {{ access_log off; client_body_temp_path {work}/nginx-tmp;
 def _lighttpd_command(work: Path, address: str, port: int, www: Path) -> list[str]:
     binary = shutil.which("lighttpd") or "/usr/sbin/lighttpd"
     conf = work / "lighttpd.conf"
-    conf.write_text(f'server.document-root = "{www}"\nserver.bind = "{address}"\nserver.port = {port}\n'
-                    f'server.pid-file = "{work}/lighttpd.pid"\nserver.errorlog = "{work}/lighttpd-error.log"\n')
+    conf.write_text(
+        f'server.document-root = "{www}"\nserver.bind = "{address}"\nserver.port = {port}\n'
+        f'server.pid-file = "{work}/lighttpd.pid"\nserver.errorlog = "{work}/lighttpd-error.log"\n'
+    )
     return [binary, "-D", "-f", str(conf)]
 
 
@@ -174,18 +183,37 @@ def _cell(server: str, iw: int, path_mss: int, tso: bool, answer: dict[str, Any]
     """One cell from the census's ``--json`` answer."""
     attempts = [attempt for attempt in answer.get("attempts") or [] if "status" in attempt]
     wrong = sum(not judge(iw, attempt) for attempt in attempts)
-    return Cell(server=server, iw=iw, path_mss=path_mss, tso=tso, status=str(answer.get("status")),
-                iw_segments=answer.get("iw_segments"), mss=answer.get("mss"), announced_mss=answer.get("announced_mss"),
-                reason=str(answer.get("reason") or ""), correct=judge(iw, answer) and wrong == 0,
-                connections=int(answer.get("connections") or 0), connections_ok=int(answer.get("connections_ok") or 0),
-                attempts_wrong=wrong, seconds=round(seconds, 2))
+    return Cell(
+        server=server,
+        iw=iw,
+        path_mss=path_mss,
+        tso=tso,
+        status=str(answer.get("status")),
+        iw_segments=answer.get("iw_segments"),
+        mss=answer.get("mss"),
+        announced_mss=answer.get("announced_mss"),
+        reason=str(answer.get("reason") or ""),
+        correct=judge(iw, answer) and wrong == 0,
+        connections=int(answer.get("connections") or 0),
+        connections_ok=int(answer.get("connections_ok") or 0),
+        attempts_wrong=wrong,
+        seconds=round(seconds, 2),
+    )
 
 
-def run_grid(iws: Sequence[int] = IWS, mss_values: Sequence[int] = MSS_VALUES, tso: Sequence[bool] = TSO,
-             servers: Sequence[str] = PROTOCOLS, connections: int = 3, name: str | None = None) -> list[Cell]:
+def run_grid(
+    iws: Sequence[int] = IWS,
+    mss_values: Sequence[int] = MSS_VALUES,
+    tso: Sequence[bool] = TSO,
+    servers: Sequence[str] = PROTOCOLS,
+    connections: int = 3,
+    name: str | None = None,
+) -> list[Cell]:
     """Every cell of the grid (one topology for all; ``name``: its run id)."""
-    hosts = [Host("server", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=0.0)),
-             Host("probe", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS))]
+    hosts = [
+        Host("server", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=0.0)),
+        Host("probe", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS)),
+    ]
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory(prefix="iwgrid-") as scratch, Topology(name, hosts) as topo:
         with _servers(topo, Path(scratch), servers) as urls:
@@ -195,12 +223,24 @@ def run_grid(iws: Sequence[int] = IWS, mss_values: Sequence[int] = MSS_VALUES, t
                     for iw in iws:
                         topo.set_route("server", initcwnd=iw, mtu=path_mss + 40)
                         for server, url in urls.items():
-                            command = [sys.executable, "-m", "iwprobe", "census", "--json", "--insecure",
-                                       "--connections", str(connections), url]
+                            command = [
+                                sys.executable,
+                                "-m",
+                                "iwprobe",
+                                "census",
+                                "--json",
+                                "--insecure",
+                                "--connections",
+                                str(connections),
+                                url,
+                            ]
                             started = time.monotonic()
                             outcome = topo.run("probe", command, capture_output=True, text=True)
-                            answer = json.loads(outcome.stdout) if outcome.stdout.strip() else \
-                                {"status": "undetermined", "reason": f"census failed: {outcome.stderr[-300:]}"}
+                            answer = (
+                                json.loads(outcome.stdout)
+                                if outcome.stdout.strip()
+                                else {"status": "undetermined", "reason": f"census failed: {outcome.stderr[-300:]}"}
+                            )
                             cells.append(_cell(server, iw, path_mss, tso_on, answer, time.monotonic() - started))
     return cells
 
@@ -209,15 +249,18 @@ def summary(cells: Sequence[Cell]) -> dict[str, Any]:
     """Counts: cells, correct, per status, the reasons of those not ``ok`` (``server:reason``),
     the ``undetermined`` cells and their reasons, and the connections judged one by one."""
     undetermined = [cell for cell in cells if cell.status == "undetermined"]
-    return {"cells": len(cells), "correct": sum(cell.correct for cell in cells),
-            "status": dict(Counter(cell.status for cell in cells)),
-            "reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in cells if cell.status != "ok")),
-            "undetermined": len(undetermined),
-            "undetermined_reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in undetermined)),
-            "connections": sum(cell.connections for cell in cells),
-            "connections_ok": sum(cell.connections_ok for cell in cells),
-            "connections_wrong": sum(cell.attempts_wrong for cell in cells),
-            "seconds": round(sum(cell.seconds for cell in cells), 1)}
+    return {
+        "cells": len(cells),
+        "correct": sum(cell.correct for cell in cells),
+        "status": dict(Counter(cell.status for cell in cells)),
+        "reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in cells if cell.status != "ok")),
+        "undetermined": len(undetermined),
+        "undetermined_reasons": dict(Counter(f"{cell.server}:{cell.reason}" for cell in undetermined)),
+        "connections": sum(cell.connections for cell in cells),
+        "connections_ok": sum(cell.connections_ok for cell in cells),
+        "connections_wrong": sum(cell.attempts_wrong for cell in cells),
+        "seconds": round(sum(cell.seconds for cell in cells), 1),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,15 +271,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print every cell, then the summary, as JSON")
     args = parser.parse_args(argv)
-    cells = run_grid([int(v) for v in args.iws.split(",")], [int(v) for v in args.mss.split(",")], TSO,
-                     args.servers.split(","), args.connections)
+    cells = run_grid(
+        [int(v) for v in args.iws.split(",")],
+        [int(v) for v in args.mss.split(",")],
+        TSO,
+        args.servers.split(","),
+        args.connections,
+    )
     if args.json:
         print(json.dumps({"cells": [asdict(cell) for cell in cells], "summary": summary(cells)}, indent=1))
     else:
         for cell in cells:
-            print(f"{cell.server:8} IW {cell.iw:3} MSS {cell.path_mss:4} TSO {'on ' if cell.tso else 'off'} -> "
-                  f"{cell.status:12} {cell.iw_segments!s:>4} (mss {cell.mss}, announced {cell.announced_mss}) "
-                  f"{cell.connections_ok}/{cell.connections} {cell.reason} {'' if cell.correct else 'WRONG'}")
+            print(
+                f"{cell.server:8} IW {cell.iw:3} MSS {cell.path_mss:4} TSO {'on ' if cell.tso else 'off'} -> "
+                f"{cell.status:12} {cell.iw_segments!s:>4} (mss {cell.mss}, announced {cell.announced_mss}) "
+                f"{cell.connections_ok}/{cell.connections} {cell.reason} {'' if cell.correct else 'WRONG'}"
+            )
         print(json.dumps(summary(cells)))
     return 0 if all(cell.correct for cell in cells) else 1
 

@@ -122,7 +122,10 @@ class DirectionSpec:
             "jitter_ms": repr(float(self.jitter_ms)),
             "loss_model": self.loss_model,
             "loss": repr(float(self.loss)),
-            "ge_p": repr(p), "ge_r": repr(r), "ge_loss_good": repr(loss_good), "ge_loss_bad": repr(loss_bad),
+            "ge_p": repr(p),
+            "ge_r": repr(r),
+            "ge_loss_good": repr(loss_good),
+            "ge_loss_bad": repr(loss_bad),
             "buffer_bytes": self.buffer_bytes or 0,
             "buffer_packets": self.buffer_packets or 0,
         }
@@ -147,16 +150,29 @@ class LinkSpec:
     up: DirectionSpec = field(default_factory=DirectionSpec)
 
     @classmethod
-    def symmetric(cls, rate_bps: float | None = None, rtt_ms: float = 0.0, loss: float = 0.0,
-                  buffer_bytes: int | None = None, buffer_packets: int | None = None,
-                  jitter_ms: float = 0.0, loss_model: LossModel = "bernoulli") -> LinkSpec:
+    def symmetric(
+        cls,
+        rate_bps: float | None = None,
+        rtt_ms: float = 0.0,
+        loss: float = 0.0,
+        buffer_bytes: int | None = None,
+        buffer_packets: int | None = None,
+        jitter_ms: float = 0.0,
+        loss_model: LossModel = "bernoulli",
+    ) -> LinkSpec:
         """Same parameters both ways, the round trip split evenly (``rtt_ms / 2`` each way).
 
         ``loss`` applies to each direction.
         """
-        direction = DirectionSpec(rate_bps=rate_bps, delay_ms=rtt_ms / 2.0, loss=loss, loss_model=loss_model,
-                                  buffer_bytes=buffer_bytes, buffer_packets=buffer_packets,
-                                  jitter_ms=jitter_ms)
+        direction = DirectionSpec(
+            rate_bps=rate_bps,
+            delay_ms=rtt_ms / 2.0,
+            loss=loss,
+            loss_model=loss_model,
+            buffer_bytes=buffer_bytes,
+            buffer_packets=buffer_packets,
+            jitter_ms=jitter_ms,
+        )
         return cls(down=direction, up=direction)
 
     @property

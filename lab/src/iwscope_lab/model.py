@@ -161,9 +161,11 @@ def explain_gap(measured_s: float, predicted: Prediction) -> str | None:
     if predicted.syn_rto_expected:
         return "RTT >= 1 s initial SYN RTO: the SYN is retransmitted and the server's window restarts"
     if predicted.spurious_rto_expected:
-        return (f"spurious RTO: the first ACK needs one full segment at the bottleneck plus the RTT "
-                f"({1000 * predicted.first_ack_s:.0f} ms), longer than the RTO derived from the handshake RTT "
-                f"({1000 * predicted.rto_s:.0f} ms); the retransmission and window collapse are outside the model")
+        return (
+            f"spurious RTO: the first ACK needs one full segment at the bottleneck plus the RTT "
+            f"({1000 * predicted.first_ack_s:.0f} ms), longer than the RTO derived from the handshake RTT "
+            f"({1000 * predicted.rto_s:.0f} ms); the retransmission and window collapse are outside the model"
+        )
     if predicted.bandwidth_bound and measured_s > predicted.server_latency_s:
         return "bandwidth-bound: queueing of the initial burst at the bottleneck"
     if measured_s < predicted.server_latency_s * 0.9:
@@ -183,8 +185,15 @@ class BurstQueue:
     peak_delay_ms: float
 
 
-def first_flight_queue(iw: int, bottleneck_bps: float, buffer_packets: int | None, *, paced_rtt_s: float = 0.0,
-                       access_bps: float = 1e9, packet_bytes: int = DEFAULT_MSS + HEADER_BYTES) -> BurstQueue:
+def first_flight_queue(
+    iw: int,
+    bottleneck_bps: float,
+    buffer_packets: int | None,
+    *,
+    paced_rtt_s: float = 0.0,
+    access_bps: float = 1e9,
+    packet_bytes: int = DEFAULT_MSS + HEADER_BYTES,
+) -> BurstQueue:
     """The queue ``iw`` full-size packets build at a bottleneck of ``bottleneck_bps`` with a
     drop-tail buffer of ``buffer_packets`` (the one in serialisation included, as the lab's
     emulator counts; None = unlimited), arriving back to back at ``access_bps`` (a burst) or
@@ -277,8 +286,15 @@ def _records_bytes(message_bytes: int, per_record_overhead: int) -> int:
     return message_bytes + records * per_record_overhead
 
 
-def tls_first_flight_bytes(chain_der_bytes: int, key_type: str = "ec", tls_version: str = "1.3", *,
-                           certificates: int = 2, rsa_bits: int = 2048, finished_hash_bytes: int = 32) -> int:
+def tls_first_flight_bytes(
+    chain_der_bytes: int,
+    key_type: str = "ec",
+    tls_version: str = "1.3",
+    *,
+    certificates: int = 2,
+    rsa_bits: int = 2048,
+    finished_hash_bytes: int = 32,
+) -> int:
     """TCP payload bytes of a TLS server's first flight with a chain of ``chain_der_bytes``
     (leaf + intermediates, DER) of ``certificates`` certificates, estimated message by message.
 
@@ -301,15 +317,23 @@ def tls_first_flight_bytes(chain_der_bytes: int, key_type: str = "ec", tls_versi
         certificate = HANDSHAKE_HEADER_BYTES + 1 + 3 + chain_der_bytes + certificates * (3 + 2)
         certificate_verify = HANDSHAKE_HEADER_BYTES + 2 + 2 + signature
         finished = HANDSHAKE_HEADER_BYTES + finished_hash_bytes
-        return (TLS_RECORD_HEADER_BYTES + TLS13_SERVER_HELLO_BYTES + CHANGE_CIPHER_SPEC_RECORD_BYTES
-                + sum(_records_bytes(message, protected) for message in
-                      (TLS13_ENCRYPTED_EXTENSIONS_BYTES, certificate, certificate_verify, finished)))
+        return (
+            TLS_RECORD_HEADER_BYTES
+            + TLS13_SERVER_HELLO_BYTES
+            + CHANGE_CIPHER_SPEC_RECORD_BYTES
+            + sum(
+                _records_bytes(message, protected)
+                for message in (TLS13_ENCRYPTED_EXTENSIONS_BYTES, certificate, certificate_verify, finished)
+            )
+        )
     if tls_version == "1.2":
         # Certificate: list length 3, per certificate length 3.
         certificate = HANDSHAKE_HEADER_BYTES + 3 + chain_der_bytes + certificates * 3
         server_key_exchange = TLS12_SERVER_KEY_EXCHANGE_BYTES + signature
-        return sum(_records_bytes(message, TLS_RECORD_HEADER_BYTES) for message in
-                   (TLS12_SERVER_HELLO_BYTES, certificate, server_key_exchange, TLS12_SERVER_HELLO_DONE_BYTES))
+        return sum(
+            _records_bytes(message, TLS_RECORD_HEADER_BYTES)
+            for message in (TLS12_SERVER_HELLO_BYTES, certificate, server_key_exchange, TLS12_SERVER_HELLO_DONE_BYTES)
+        )
     raise ValueError(f"tls_version must be '1.2' or '1.3', not {tls_version!r}")
 
 
@@ -321,8 +345,9 @@ def _flight_segments(first_flight_bytes: int, mss: int, first_write_bytes: int |
     return math.ceil(first_write_bytes / mss) + math.ceil((first_flight_bytes - first_write_bytes) / mss)
 
 
-def tls_handshake_rounds(first_flight_bytes: int, iw: int, mss: int = DEFAULT_MSS, *,
-                         first_write_bytes: int | None = None) -> int:
+def tls_handshake_rounds(
+    first_flight_bytes: int, iw: int, mss: int = DEFAULT_MSS, *, first_write_bytes: int | None = None
+) -> int:
     """Server round trips the first flight needs in slow start: 1 when it fits in the IW
     (``iw * mss`` bytes), 2 when it fits in ``3 * iw`` segments, and so on
     (:func:`slow_start_rounds`). Each round beyond the first costs the handshake one RTT.
@@ -338,9 +363,18 @@ def tls_handshake_rounds(first_flight_bytes: int, iw: int, mss: int = DEFAULT_MS
     return slow_start_rounds(segments * mss, iw, mss)
 
 
-def predict_appconnect(rtt_s: float, rate_bps: float | None, first_flight_bytes: int, iw: int,
-                       mss: int = DEFAULT_MSS, *, up_rate_bps: float | None = None, tls_version: str = "1.3",
-                       client_hello_bytes: int = CLIENT_HELLO_BYTES, first_write_bytes: int | None = None) -> float:
+def predict_appconnect(
+    rtt_s: float,
+    rate_bps: float | None,
+    first_flight_bytes: int,
+    iw: int,
+    mss: int = DEFAULT_MSS,
+    *,
+    up_rate_bps: float | None = None,
+    tls_version: str = "1.3",
+    client_hello_bytes: int = CLIENT_HELLO_BYTES,
+    first_write_bytes: int | None = None,
+) -> float:
     """curl's ``time_appconnect``: seconds from the start to the TLS handshake's end, TCP
     connect included, for a first flight of ``first_flight_bytes`` (see
     :func:`tls_first_flight_bytes`) sent from an initial window of ``iw`` segments.
@@ -381,6 +415,9 @@ def predict_appconnect(rtt_s: float, rate_bps: float | None, first_flight_bytes:
     flight_received = flight.server_latency_s - ack_delay
     appconnect = flight.connect_s + client_hello + flight_received
     if tls_version == "1.2":
-        appconnect += (_serialise_s(TLS12_CLIENT_FINISHED_FLIGHT_BYTES + HEADER_BYTES, up_rate) + rtt_s
-                       + _serialise_s(TLS12_SERVER_FINISHED_FLIGHT_BYTES + HEADER_BYTES, rate_bps))
+        appconnect += (
+            _serialise_s(TLS12_CLIENT_FINISHED_FLIGHT_BYTES + HEADER_BYTES, up_rate)
+            + rtt_s
+            + _serialise_s(TLS12_SERVER_FINISHED_FLIGHT_BYTES + HEADER_BYTES, rate_bps)
+        )
     return appconnect

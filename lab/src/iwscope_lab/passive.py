@@ -90,8 +90,15 @@ class PassiveResult:
 class LabPassive:
     """One passive study on one topology and one stack."""
 
-    def __init__(self, topology: Topology, stack: Stack, plan: PassivePlan, *, console: Console | None = None,
-                 state_root: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        stack: Stack,
+        plan: PassivePlan,
+        *,
+        console: Console | None = None,
+        state_root: pathlib.Path | None = None,
+    ) -> None:
         self.topology = topology
         self.stack = stack
         self.plan = plan
@@ -139,9 +146,12 @@ class LabPassive:
         self.campaign_id = self._create_campaign()
         self._start_tap()
         self._wait_for_arms()
-        self.population = UserPopulation(self.topology, self.web,
-                                         dataclasses.replace(self.plan.population, duration_s=self.plan.duration_s),
-                                         out_dir=self.state_root / "users")
+        self.population = UserPopulation(
+            self.topology,
+            self.web,
+            dataclasses.replace(self.plan.population, duration_s=self.plan.duration_s),
+            out_dir=self.state_root / "users",
+        )
         self.population.start()
 
     def finish(self, *, timeout_s: float = 900.0) -> PassiveResult:
@@ -151,14 +161,19 @@ class LabPassive:
         phases = 1 + len(self.plan.sweep)
         for index, arms in enumerate(self.plan.sweep, start=1):
             self._sleep_until(self._started + self.plan.duration_s * index / phases)
-            self.stack.api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
-                           {"passive_arms": self.plan.campaign_arms(arms)}, token=self._tokens["admin"])
+            self.stack.api(
+                "PATCH",
+                f"/api/v1/campaigns/{self.campaign_id}",
+                {"passive_arms": self.plan.campaign_arms(arms)},
+                token=self._tokens["admin"],
+            )
         population = self.population.wait(timeout_s=max(30.0, self._started + timeout_s - time.monotonic()))
         agent = self._stop_tap()
         expected = int(agent.get("connections_seen", 0)) - int(agent.get("ambiguous", 0))
         stored = self._wait_for_records(expected, deadline=time.monotonic() + 120)
-        return PassiveResult(self.campaign_id, self.server_id, time.monotonic() - self._started,
-                             population.summary(), agent, *stored, phases)
+        return PassiveResult(
+            self.campaign_id, self.server_id, time.monotonic() - self._started, population.summary(), agent, *stored, phases
+        )
 
     def close(self) -> None:
         """End the campaign's window, stop the users, the agent and nginx."""
@@ -168,8 +183,9 @@ class LabPassive:
             self._stop_tap()
         if self.campaign_id is not None and self._tokens.get("admin"):
             try:
-                self.stack.api("PATCH", f"/api/v1/campaigns/{self.campaign_id}",
-                               {"ends_at": _utc_now()}, token=self._tokens["admin"])
+                self.stack.api(
+                    "PATCH", f"/api/v1/campaigns/{self.campaign_id}", {"ends_at": _utc_now()}, token=self._tokens["admin"]
+                )
             except StackError:
                 pass  # the window had closed already
         if self.web is not None:
@@ -178,8 +194,7 @@ class LabPassive:
     # ----- steps -----
 
     def _iwprobe(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "iwprobe", "--log-level", "INFO", "tap", *args,
-                "--state-dir", str(self.state_dir)]
+        return [sys.executable, "-m", "iwprobe", "--log-level", "INFO", "tap", *args, "--state-dir", str(self.state_dir)]
 
     def _create_tokens(self) -> None:
         from iwscope.auth.services import create_api_token
@@ -191,19 +206,41 @@ class LabPassive:
     def _enroll(self) -> str:
         assert self.web is not None
         collector = self.stack.api_url_for(self.topology.collector_address)
-        done = self.topology.run(self.server.name, self._iwprobe(
-            "enroll", "--collector", collector, "--token", self._tokens["server"], "--force",
-            "--name", f"{self.server.name}.{self.topology.run_id}", "--region", self.server.region or "lab",
-            "--port", str(self.web.http_port), "--port", str(self.web.https_port)), capture_output=True, text=True)
+        done = self.topology.run(
+            self.server.name,
+            self._iwprobe(
+                "enroll",
+                "--collector",
+                collector,
+                "--token",
+                self._tokens["server"],
+                "--force",
+                "--name",
+                f"{self.server.name}.{self.topology.run_id}",
+                "--region",
+                self.server.region or "lab",
+                "--port",
+                str(self.web.http_port),
+                "--port",
+                str(self.web.https_port),
+            ),
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise PassiveError(f"tap enroll failed: {done.stderr.strip() or done.stdout.strip()}")
         return str(json.loads((self.state_dir / "server.json").read_text())["id"])
 
     def _create_campaign(self) -> int:
-        body = {"name": self.plan.name, "server_ids": [self.server_id], "passive_arms": self.plan.campaign_arms(),
-                "starts_at": _utc_now(),
-                "duration_s": self.plan.duration_s + 300, "sample_share": self.plan.sample_share,
-                "flush_interval_s": self.plan.flush_interval_s}
+        body = {
+            "name": self.plan.name,
+            "server_ids": [self.server_id],
+            "passive_arms": self.plan.campaign_arms(),
+            "starts_at": _utc_now(),
+            "duration_s": self.plan.duration_s + 300,
+            "sample_share": self.plan.sample_share,
+            "flush_interval_s": self.plan.flush_interval_s,
+        }
         return int(self.stack.api("POST", "/api/v1/campaigns", body, token=self._tokens["admin"])["id"])
 
     def region_map(self) -> pathlib.Path:
@@ -216,21 +253,38 @@ class LabPassive:
         return path
 
     def _start_tap(self) -> None:
-        log = open(self.state_dir / "tap.log", "ab")   # handed to the child
-        self.tap = self.topology.popen(self.server.name, self._iwprobe(
-            "run", "--region-map", str(self.region_map()), "--lease", f"{self.plan.lease_s:g}",
-            # The lab's users open a few hundred connections a second: follow them all from the start,
-            # within budgets the lab's rates stay under (the defaults bound the agent's cost on a
-            # busy production server by sampling; the lab compares every connection with the model).
-            "--capture-start-share", "1", "--capture-pps", str(self.plan.capture_pps),
-            "--capture-traffic-pps", "0", "--closes-per-s", "0"),
-            stdout=log, stderr=subprocess.STDOUT)
+        log = open(self.state_dir / "tap.log", "ab")  # handed to the child
+        self.tap = self.topology.popen(
+            self.server.name,
+            self._iwprobe(
+                "run",
+                "--region-map",
+                str(self.region_map()),
+                "--lease",
+                f"{self.plan.lease_s:g}",
+                # The lab's users open a few hundred connections a second: follow them all from the start,
+                # within budgets the lab's rates stay under (the defaults bound the agent's cost on a
+                # busy production server by sampling; the lab compares every connection with the model).
+                "--capture-start-share",
+                "1",
+                "--capture-pps",
+                str(self.plan.capture_pps),
+                "--capture-traffic-pps",
+                "0",
+                "--closes-per-s",
+                "0",
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
 
     def _wait_for_arms(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        while self.topology.run(self.server.name, ["nft", "list", "table", "inet", "iwscope_tap"],
-                                capture_output=True).returncode != 0:
+        while (
+            self.topology.run(self.server.name, ["nft", "list", "table", "inet", "iwscope_tap"], capture_output=True).returncode
+            != 0
+        ):
             if self.tap is not None and self.tap.poll() is not None:
                 raise PassiveError(f"iwprobe tap exited: {self._tap_log_tail()}")
             if time.monotonic() > deadline:
@@ -256,11 +310,13 @@ class LabPassive:
 
     def stored(self) -> tuple[int, int, int]:
         with self.stack.session() as session:
-            row = session.execute(text(
-                "SELECT coalesce(sum(connections), 0), count(*) FROM passive_aggregates WHERE campaign_id = :c"),
-                {"c": self.campaign_id}).one()
-            records = session.execute(text("SELECT count(*) FROM passive_connections WHERE campaign_id = :c"),
-                                      {"c": self.campaign_id}).scalar_one()
+            row = session.execute(
+                text("SELECT coalesce(sum(connections), 0), count(*) FROM passive_aggregates WHERE campaign_id = :c"),
+                {"c": self.campaign_id},
+            ).one()
+            records = session.execute(
+                text("SELECT count(*) FROM passive_connections WHERE campaign_id = :c"), {"c": self.campaign_id}
+            ).scalar_one()
         return int(row[0]), int(row[1]), int(records)
 
     def _wait_for_records(self, expected: int, deadline: float) -> tuple[int, int, int]:

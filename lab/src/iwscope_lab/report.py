@@ -21,8 +21,13 @@ def _arm(point: dict[str, Any], iw: int) -> dict[str, Any] | None:
 
 
 def _x_label(name: str) -> str:
-    return {"rtt_ms": "path RTT (ms)", "rate_bps": "bottleneck bandwidth (bit/s)", "iw": "initial window (segments)",
-            "size": "response size (bytes)", "loss": "random loss rate"}.get(name, name)
+    return {
+        "rtt_ms": "path RTT (ms)",
+        "rate_bps": "bottleneck bandwidth (bit/s)",
+        "iw": "initial window (segments)",
+        "size": "response size (bytes)",
+        "loss": "random loss rate",
+    }.get(name, name)
 
 
 def improvement_figure(experiment: dict[str, Any]) -> go.Figure:
@@ -30,19 +35,40 @@ def improvement_figure(experiment: dict[str, Any]) -> go.Figure:
     points = experiment["points"]
     labels = [_point_label(experiment["x"], p["x"]) for p in points]
     figure = make_subplots(rows=1, cols=2, subplot_titles=("absolute improvement (ms)", "improvement (%)"))
-    figure.add_bar(x=labels, y=[p["abs_improvement_ms"] for p in points], name="measured", marker_color="#1f77b4",
-                   row=1, col=1)
-    figure.add_scatter(x=labels, y=[p["model_abs_improvement_ms"] for p in points], name="slow-start model",
-                       mode="markers", marker={"symbol": "diamond", "size": 11, "color": "black"}, row=1, col=1)
+    figure.add_bar(x=labels, y=[p["abs_improvement_ms"] for p in points], name="measured", marker_color="#1f77b4", row=1, col=1)
+    figure.add_scatter(
+        x=labels,
+        y=[p["model_abs_improvement_ms"] for p in points],
+        name="slow-start model",
+        mode="markers",
+        marker={"symbol": "diamond", "size": 11, "color": "black"},
+        row=1,
+        col=1,
+    )
     model_pct = []
     for p in points:
         base = _arm(p, 3)
         ok = base and base["model_ms"] and p["model_abs_improvement_ms"] is not None
         model_pct.append(100 * p["model_abs_improvement_ms"] / base["model_ms"] if ok else None)
-    figure.add_bar(x=labels, y=[p["pct_improvement"] for p in points], name="measured %", marker_color="#2ca02c",
-                   row=1, col=2, showlegend=False)
-    figure.add_scatter(x=labels, y=model_pct, name="model %", mode="markers", showlegend=False,
-                       marker={"symbol": "diamond", "size": 11, "color": "black"}, row=1, col=2)
+    figure.add_bar(
+        x=labels,
+        y=[p["pct_improvement"] for p in points],
+        name="measured %",
+        marker_color="#2ca02c",
+        row=1,
+        col=2,
+        showlegend=False,
+    )
+    figure.add_scatter(
+        x=labels,
+        y=model_pct,
+        name="model %",
+        mode="markers",
+        showlegend=False,
+        marker={"symbol": "diamond", "size": 11, "color": "black"},
+        row=1,
+        col=2,
+    )
     figure.update_xaxes(title_text=_x_label(experiment["x"]), type="category")
     figure.update_layout(title=experiment["title"], height=420, margin={"t": 70})
     return figure
@@ -53,12 +79,22 @@ def latency_vs_iw_figure(experiment: dict[str, Any]) -> go.Figure:
     point = experiment["points"][0]
     arms = point["arms"]
     figure = go.Figure()
-    figure.add_bar(x=[str(a["iw"]) for a in arms], y=[a["mean_ms"] for a in arms], name="measured mean",
-                   error_y={"type": "data", "array": [a["std_ms"] or 0 for a in arms], "visible": True})
-    figure.add_scatter(x=[str(a["iw"]) for a in arms], y=[a["model_ms"] for a in arms], name="slow-start model",
-                       mode="lines+markers", line={"color": "black", "dash": "dot"})
-    figure.update_layout(title=experiment["title"], xaxis_title="initial window (segments)",
-                         yaxis_title="response latency (ms)", height=420)
+    figure.add_bar(
+        x=[str(a["iw"]) for a in arms],
+        y=[a["mean_ms"] for a in arms],
+        name="measured mean",
+        error_y={"type": "data", "array": [a["std_ms"] or 0 for a in arms], "visible": True},
+    )
+    figure.add_scatter(
+        x=[str(a["iw"]) for a in arms],
+        y=[a["model_ms"] for a in arms],
+        name="slow-start model",
+        mode="lines+markers",
+        line={"color": "black", "dash": "dot"},
+    )
+    figure.update_layout(
+        title=experiment["title"], xaxis_title="initial window (segments)", yaxis_title="response latency (ms)", height=420
+    )
     return figure
 
 
@@ -68,13 +104,24 @@ def size_figure(experiment: dict[str, Any]) -> go.Figure:
     figure = go.Figure()
     for arm in point["arms"]:
         colour = _COLOURS.get(arm["iw"])
-        figure.add_scatter(x=[str(s) for s in arm["by_size"]], y=list(arm["by_size"].values()),
-                           name=f"IW{arm['iw']} measured", mode="lines+markers", line={"color": colour})
-        figure.add_scatter(x=[str(s) for s in arm["by_size_model"]], y=list(arm["by_size_model"].values()),
-                           name=f"IW{arm['iw']} model", mode="lines", line={"color": colour, "dash": "dot"})
+        figure.add_scatter(
+            x=[str(s) for s in arm["by_size"]],
+            y=list(arm["by_size"].values()),
+            name=f"IW{arm['iw']} measured",
+            mode="lines+markers",
+            line={"color": colour},
+        )
+        figure.add_scatter(
+            x=[str(s) for s in arm["by_size_model"]],
+            y=list(arm["by_size_model"].values()),
+            name=f"IW{arm['iw']} model",
+            mode="lines",
+            line={"color": colour, "dash": "dot"},
+        )
     figure.update_xaxes(type="category")
-    figure.update_layout(title=experiment["title"], xaxis_title="response size (bytes)",
-                         yaxis_title="mean response latency (ms)", height=420)
+    figure.update_layout(
+        title=experiment["title"], xaxis_title="response size (bytes)", yaxis_title="mean response latency (ms)", height=420
+    )
     return figure
 
 
@@ -85,10 +132,19 @@ def lossy_figure(experiment: dict[str, Any]) -> go.Figure:
     figure = make_subplots(rows=1, cols=2, subplot_titles=("mean latency (ms)", "trials with retransmissions (%)"))
     for iw in (3, 10):
         arms = [_arm(p, iw) for p in points]
-        figure.add_bar(x=labels, y=[a["mean_ms"] if a else None for a in arms], name=f"IW{iw}",
-                       marker_color=_COLOURS[iw], row=1, col=1)
-        figure.add_bar(x=labels, y=[100 * a["retrans_share"] if a else None for a in arms], name=f"IW{iw} retrans",
-                       marker_color=_COLOURS[iw], opacity=0.6, row=1, col=2, showlegend=False)
+        figure.add_bar(
+            x=labels, y=[a["mean_ms"] if a else None for a in arms], name=f"IW{iw}", marker_color=_COLOURS[iw], row=1, col=1
+        )
+        figure.add_bar(
+            x=labels,
+            y=[100 * a["retrans_share"] if a else None for a in arms],
+            name=f"IW{iw} retrans",
+            marker_color=_COLOURS[iw],
+            opacity=0.6,
+            row=1,
+            col=2,
+            showlegend=False,
+        )
     figure.update_xaxes(title_text="random loss rate", type="category")
     figure.update_layout(title=experiment["title"], height=420, barmode="group")
     return figure
@@ -104,9 +160,11 @@ def _point_label(x_name: str, x: float) -> str:
 
 def model_table(summary: dict[str, Any]) -> str:
     """Every measured point beside the model, with the >10 % flags and SYN retransmissions."""
-    head = ("<tr><th>experiment</th><th>point</th><th>IW</th><th>n</th><th>errors</th><th>measured mean (ms)</th>"
-            "<th>std</th><th>model (ms)</th><th>gap</th><th>client total (ms)</th><th>model client (ms)</th>"
-            "<th>SYN retrans</th><th>retrans</th><th>flag</th></tr>")
+    head = (
+        "<tr><th>experiment</th><th>point</th><th>IW</th><th>n</th><th>errors</th><th>measured mean (ms)</th>"
+        "<th>std</th><th>model (ms)</th><th>gap</th><th>client total (ms)</th><th>model client (ms)</th>"
+        "<th>SYN retrans</th><th>retrans</th><th>flag</th></tr>"
+    )
     rows = []
     for key, experiment in summary["experiments"].items():
         for point in experiment["points"]:
@@ -120,7 +178,8 @@ def model_table(summary: dict[str, Any]) -> str:
                     f"<td>{gap}</td>"
                     f"<td>{_num(arm['client_mean_ms'])}</td><td>{_num(arm['model_client_ms'])}</td>"
                     f"<td>{100 * arm['syn_retrans_share']:.0f}%</td><td>{100 * arm['retrans_share']:.0f}%</td>"
-                    f"<td>{flag}</td></tr>")
+                    f"<td>{flag}</td></tr>"
+                )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -144,16 +203,15 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         else:
             continue
         # a fixed div id (plotly's default is random): the same summary renders the same bytes
-        sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False,
-                                       div_id=f"iwscope-{key}"))
+        sections.append(figure.to_html(full_html=False, include_plotlyjs="inline" if first else False, div_id=f"iwscope-{key}"))
         first = False
     fairness_section = ""
     if summary.get("fairness"):
         from iwscope_lab.fairness_report import fairness_figure, fairness_table
 
-        fairness_section = (fairness_figure(summary["fairness"]).to_html(
-            full_html=False, include_plotlyjs="inline" if first else False, div_id="iwscope-fairness")
-                            + fairness_table(summary["fairness"]))
+        fairness_section = fairness_figure(summary["fairness"]).to_html(
+            full_html=False, include_plotlyjs="inline" if first else False, div_id="iwscope-fairness"
+        ) + fairness_table(summary["fairness"])
         first = False
     if summary.get("cost"):
         from iwscope_lab.cost_report import cost_html
@@ -164,15 +222,19 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         from iwscope_lab.tls_report import tls_html
 
         fairness_section += tls_html(summary["tls"], "inline" if first else False)
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
-             "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
+        "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}"
+    )
     body = "\n".join(sections)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>iwscope reproduction</title>"
-            f"<style>{style}</style></head><body><h1>IW10 reproduction{' (quick)' if summary.get('quick') else ''}</h1>"
-            f"<p>Generated {html.escape(summary['generated_at'])}. Metric: {html.escape(summary['metric'])}. "
-            f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake). Rows over "
-            f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
-            f"{body}<h2>Measured vs model</h2>{model_table(summary)}{fairness_section}</body></html>")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>iwscope reproduction</title>"
+        f"<style>{style}</style></head><body><h1>IW10 reproduction{' (quick)' if summary.get('quick') else ''}</h1>"
+        f"<p>Generated {html.escape(summary['generated_at'])}. Metric: {html.escape(summary['metric'])}. "
+        f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake). Rows over "
+        f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
+        f"{body}<h2>Measured vs model</h2>{model_table(summary)}{fairness_section}</body></html>"
+    )
     path.write_text(page, encoding="utf-8")
 
 
@@ -190,9 +252,11 @@ def _md_escape(text: str) -> str:
 
 def _improvement_rows(experiment: dict[str, Any]) -> list[str]:
     """IW3 against IW10 per sweep point: measured and modelled latency and improvement."""
-    rows = ["| point | n (IW3/IW10) | IW3 measured (ms) | IW3 model | IW10 measured (ms) | IW10 model "
-            "| improvement measured (ms, %) | improvement model (ms) | flags |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| point | n (IW3/IW10) | IW3 measured (ms) | IW3 model | IW10 measured (ms) | IW10 model "
+        "| improvement measured (ms, %) | improvement model (ms) | flags |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for point in experiment["points"]:
         base, treat = _arm(point, 3), _arm(point, 10)
         if base is None or treat is None:
@@ -203,44 +267,56 @@ def _improvement_rows(experiment: dict[str, Any]) -> list[str]:
             f"| {_point_label(experiment['x'], point['x'])} | {base['n']}/{treat['n']} | {_md_num(base['mean_ms'])} "
             f"| {_md_num(base['model_ms'])} | {_md_num(treat['mean_ms'])} | {_md_num(treat['model_ms'])} "
             f"| {_md_num(point.get('abs_improvement_ms'))} ({_md_num(pct)} %) "
-            f"| {_md_num(point.get('model_abs_improvement_ms'))} | {_md_escape(flags)} |")
+            f"| {_md_num(point.get('model_abs_improvement_ms'))} | {_md_escape(flags)} |"
+        )
     return rows
 
 
 def _arm_rows(experiment: dict[str, Any]) -> list[str]:
     """Every arm of every point (Figure 2, sizes, loss): mean ± std beside the model."""
-    rows = ["| point | IW | n | errors | measured mean ± std (ms) | model (ms) | gap | retransmitting trials | flag |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| point | IW | n | errors | measured mean ± std (ms) | model (ms) | gap | retransmitting trials | flag |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for point in experiment["points"]:
         for arm in point["arms"]:
             gap = "–" if arm["gap"] is None else f"{100 * arm['gap']:+.1f} %"
             rows.append(
                 f"| {_md_escape(point['label'])} | {arm['iw']} | {arm['n']} | {arm['errors']} "
                 f"| {_md_num(arm['mean_ms'])} ± {_md_num(arm['std_ms'])} | {_md_num(arm['model_ms'])} | {gap} "
-                f"| {100 * arm['retrans_share']:.0f} % | {_md_escape(arm['flag'] or '')} |")
+                f"| {100 * arm['retrans_share']:.0f} % | {_md_escape(arm['flag'] or '')} |"
+            )
     return rows
 
 
 def markdown_report(summary: dict[str, Any]) -> str:
     """The report's numbers as Markdown tables (for issues, notes and pull requests):
     Figure 5 experiments as IW3-vs-IW10 improvement rows, the others arm by arm."""
-    lines = [f"# IW10 reproduction{' (quick)' if summary.get('quick') else ''}", "",
-             f"Generated {summary['generated_at']}. Metric: {summary['metric']}. Model: slow-start rounds, "
-             f"bottleneck serialisation, handshake. Flags: more than {100 * summary['flag_threshold']:.0f} % "
-             "from the model."]
+    lines = [
+        f"# IW10 reproduction{' (quick)' if summary.get('quick') else ''}",
+        "",
+        f"Generated {summary['generated_at']}. Metric: {summary['metric']}. Model: slow-start rounds, "
+        f"bottleneck serialisation, handshake. Flags: more than {100 * summary['flag_threshold']:.0f} % "
+        "from the model.",
+    ]
     for key, experiment in summary["experiments"].items():
         lines += ["", f"## {_md_escape(experiment['title'])} (`{key}`)", ""]
         lines += _improvement_rows(experiment) if key.startswith("fig5") else _arm_rows(experiment)
     fairness = summary.get("fairness")
     if fairness:
-        lines += ["", f"## {_md_escape(fairness['title'])}", "",
-                  "| load | mix | flow | IW | n | throughput (Mbit/s) | FCT mean (ms) | retransmitting flows | "
-                  "retransmitted bytes |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {_md_escape(fairness['title'])}",
+            "",
+            "| load | mix | flow | IW | n | throughput (Mbit/s) | FCT mean (ms) | retransmitting flows | retransmitted bytes |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for row in fairness["rows"]:
             lines.append(
                 f"| {row['load']:g} | IW{row['mix']} | {row['flow']} | {row['iw']} | {row['n']} "
                 f"| {_md_scaled(row['throughput_bps'], 1e-6, 2)} | {_md_num(row['fct_mean_ms'])} "
-                f"| {_md_scaled(row['retrans_flow_share'], 100)} % | {_md_scaled(row['bytes_retrans_share'], 100, 2)} % |")
+                f"| {_md_scaled(row['retrans_flow_share'], 100)} % | {_md_scaled(row['bytes_retrans_share'], 100, 2)} % |"
+            )
     if summary.get("cost"):
         from iwscope_lab.cost_report import cost_markdown
 

@@ -77,26 +77,64 @@ def experiments(quick: bool) -> list[Experiment]:
     rate_points = tuple(SweepPoint(f"bw{int(b / 1000)}k", b, AVGDC_RTT_MS, b) for b in rates)
     avgdc = (SweepPoint("avgdc", AVGDC_RTT_MS, AVGDC_RTT_MS, AVGDC_RATE_BPS),)
     out = [
-        Experiment("fig5_rtt_9k", "Figure 5: improvement vs RTT (1.2 Mbit/s, 9 KB)", "rtt_ms", rtt_points,
-                   CampaignPlan("reproduce fig5 rtt 9KB", arms=(3, 10), sizes=(9_000,), repetitions=reps)),
-        Experiment("fig5_bw_9k", "Figure 5: improvement vs bandwidth (70 ms, 9 KB)", "rate_bps", rate_points,
-                   CampaignPlan("reproduce fig5 bandwidth 9KB", arms=(3, 10), sizes=(9_000,), repetitions=reps)),
-        Experiment("fig5_rtt_websearch", "Figure 5: improvement vs RTT (1.2 Mbit/s, web-search sizes)", "rtt_ms",
-                   rtt_points, CampaignPlan("reproduce fig5 rtt websearch", arms=(3, 10), sizes=None,
-                                            size_dist="websearch", repetitions=reps * 2)),
-        Experiment("fig5_bw_websearch", "Figure 5: improvement vs bandwidth (70 ms, web-search sizes)", "rate_bps",
-                   rate_points, CampaignPlan("reproduce fig5 bandwidth websearch", arms=(3, 10), sizes=None,
-                                             size_dist="websearch", repetitions=reps * 2)),
-        Experiment("fig2_iw", "Figure 2: latency vs IW (70 ms, 1.2 Mbit/s, web-search sizes)", "iw", avgdc,
-                   CampaignPlan("reproduce fig2", arms=(3, 4, 6, 8, 10, 16, 32, 42), sizes=None,
-                                size_dist="websearch", repetitions=reps * 2)),
-        Experiment("size", "Improvement vs response size (70 ms, 1.2 Mbit/s)", "size", avgdc,
-                   CampaignPlan("reproduce size", arms=(3, 10),
-                                sizes=(1_000, 3_000, 5_000, 9_000, 15_000, 30_000, 60_000, 100_000), repetitions=reps)),
-        Experiment("lossy", "Lossy paths (300 ms, 1 Mbit/s): loss 0 %, 1 %, 3 %, 5 %", "loss",
-                   tuple(SweepPoint(f"loss{int(p * 100)}", p, 300, 1e6, p) for p in (0.0, 0.01, 0.03, 0.05)),
-                   CampaignPlan("reproduce lossy", arms=(3, 10), sizes=None, size_dist="websearch",
-                                repetitions=reps * 3)),
+        Experiment(
+            "fig5_rtt_9k",
+            "Figure 5: improvement vs RTT (1.2 Mbit/s, 9 KB)",
+            "rtt_ms",
+            rtt_points,
+            CampaignPlan("reproduce fig5 rtt 9KB", arms=(3, 10), sizes=(9_000,), repetitions=reps),
+        ),
+        Experiment(
+            "fig5_bw_9k",
+            "Figure 5: improvement vs bandwidth (70 ms, 9 KB)",
+            "rate_bps",
+            rate_points,
+            CampaignPlan("reproduce fig5 bandwidth 9KB", arms=(3, 10), sizes=(9_000,), repetitions=reps),
+        ),
+        Experiment(
+            "fig5_rtt_websearch",
+            "Figure 5: improvement vs RTT (1.2 Mbit/s, web-search sizes)",
+            "rtt_ms",
+            rtt_points,
+            CampaignPlan("reproduce fig5 rtt websearch", arms=(3, 10), sizes=None, size_dist="websearch", repetitions=reps * 2),
+        ),
+        Experiment(
+            "fig5_bw_websearch",
+            "Figure 5: improvement vs bandwidth (70 ms, web-search sizes)",
+            "rate_bps",
+            rate_points,
+            CampaignPlan(
+                "reproduce fig5 bandwidth websearch", arms=(3, 10), sizes=None, size_dist="websearch", repetitions=reps * 2
+            ),
+        ),
+        Experiment(
+            "fig2_iw",
+            "Figure 2: latency vs IW (70 ms, 1.2 Mbit/s, web-search sizes)",
+            "iw",
+            avgdc,
+            CampaignPlan(
+                "reproduce fig2", arms=(3, 4, 6, 8, 10, 16, 32, 42), sizes=None, size_dist="websearch", repetitions=reps * 2
+            ),
+        ),
+        Experiment(
+            "size",
+            "Improvement vs response size (70 ms, 1.2 Mbit/s)",
+            "size",
+            avgdc,
+            CampaignPlan(
+                "reproduce size",
+                arms=(3, 10),
+                sizes=(1_000, 3_000, 5_000, 9_000, 15_000, 30_000, 60_000, 100_000),
+                repetitions=reps,
+            ),
+        ),
+        Experiment(
+            "lossy",
+            "Lossy paths (300 ms, 1 Mbit/s): loss 0 %, 1 %, 3 %, 5 %",
+            "loss",
+            tuple(SweepPoint(f"loss{int(p * 100)}", p, 300, 1e6, p) for p in (0.0, 0.01, 0.03, 0.05)),
+            CampaignPlan("reproduce lossy", arms=(3, 10), sizes=None, size_dist="websearch", repetitions=reps * 3),
+        ),
     ]
     return out
 
@@ -105,9 +143,15 @@ def topology_for(experiment: Experiment, run_id: str | None = None) -> Topology:
     """One fast origin and one probe per sweep point (the probe's access link is the path)."""
     hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
     for point in experiment.points:
-        hosts.append(Host(point.label, role="probe", region=f"lab-{experiment.key}",
-                          link=LinkSpec.symmetric(rate_bps=point.rate_bps, rtt_ms=point.rtt_ms, loss=point.loss),
-                          labels={"sweep": experiment.key}))
+        hosts.append(
+            Host(
+                point.label,
+                role="probe",
+                region=f"lab-{experiment.key}",
+                link=LinkSpec.symmetric(rate_bps=point.rate_bps, rtt_ms=point.rtt_ms, loss=point.loss),
+                labels={"sweep": experiment.key},
+            )
+        )
     return Topology(run_id, hosts, scenario=f"reproduce:{experiment.key}")
 
 
@@ -160,8 +204,7 @@ _POINT_QUERY = text("""
 """)
 
 
-def measure_point(session: Any, campaign_id: int, probe_id: str, experiment: Experiment,
-                  point: SweepPoint) -> PointResult:
+def measure_point(session: Any, campaign_id: int, probe_id: str, experiment: Experiment, point: SweepPoint) -> PointResult:
     """Summarise one probe's trials of a campaign against the model."""
     rows = session.execute(_POINT_QUERY, {"campaign_id": campaign_id, "probe_id": probe_id}).all()
     result = PointResult(experiment.key, point.label, point.x, point.rtt_ms, point.rate_bps, point.loss)
@@ -172,9 +215,13 @@ def measure_point(session: Any, campaign_id: int, probe_id: str, experiment: Exp
         client_ms = [row.total_us / 1000 for row in ok if row.total_us is not None]
         models = [predict(row.object_size, iw, point.rtt_ms / 1000, point.rate_bps) for row in ok]
         arm = ArmResult(
-            iw=iw, n=len(ok), errors=len(arm_rows) - len(ok),
-            mean_ms=_mean(server_ms), std_ms=statistics.stdev(server_ms) if len(server_ms) > 1 else None,
-            median_ms=statistics.median(server_ms) if server_ms else None, client_mean_ms=_mean(client_ms),
+            iw=iw,
+            n=len(ok),
+            errors=len(arm_rows) - len(ok),
+            mean_ms=_mean(server_ms),
+            std_ms=statistics.stdev(server_ms) if len(server_ms) > 1 else None,
+            median_ms=statistics.median(server_ms) if server_ms else None,
+            client_mean_ms=_mean(client_ms),
             model_ms=_mean([m.server_latency_s * 1000 for m in models]),
             model_client_ms=_mean([m.client_total_s * 1000 for m in models]),
             syn_retrans_share=_share(row.syn_retrans > 0 for row in arm_rows),
@@ -195,8 +242,10 @@ def measure_point(session: Any, campaign_id: int, probe_id: str, experiment: Exp
                 elif arm.retrans_share > 0 and typical.spurious_rto_expected:
                     reason = f"{reason} (retransmissions in {arm.retrans_share:.0%} of trials)"
                 elif arm.retrans_share > 0:
-                    reason = (f"retransmissions on a loss-free path in {arm.retrans_share:.0%} of trials: the burst "
-                              "overflowed the bottleneck buffer, or an RTO fired while it queued")
+                    reason = (
+                        f"retransmissions on a loss-free path in {arm.retrans_share:.0%} of trials: the burst "
+                        "overflowed the bottleneck buffer, or an RTO fired while it queued"
+                    )
                 elif arm.syn_retrans_share > 0:
                     reason = f"SYN retransmitted in {arm.syn_retrans_share:.0%} of trials (RTT >= initial RTO)"
                 arm.flag = reason or "unexplained: check the packet trace"
@@ -223,40 +272,62 @@ def _share(flags: Iterable[bool]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def run_experiment(experiment: Experiment, stack: Stack, console: Console, run_id: str | None = None,
-                   show_progress: bool = True) -> list[PointResult]:
+def run_experiment(
+    experiment: Experiment, stack: Stack, console: Console, run_id: str | None = None, show_progress: bool = True
+) -> list[PointResult]:
     """Run one experiment's campaign in the lab and summarise every sweep point."""
     topology = topology_for(experiment, run_id)
     with topology:
         campaign = LabCampaign(topology, stack, experiment.plan, console=console, client_initrwnd=CLIENT_INITRWND)
-        console.print(f"[bold]{experiment.title}[/]: {len(experiment.points)} probes, "
-                      f"{experiment.plan.trials_per_probe(1)} trials each")
+        console.print(
+            f"[bold]{experiment.title}[/]: {len(experiment.points)} probes, {experiment.plan.trials_per_probe(1)} trials each"
+        )
         outcome = campaign.run(show_progress=show_progress)
     with stack.session() as session:
-        return [measure_point(session, outcome.campaign_id, outcome.probe_ids[point.label], experiment, point)
-                for point in experiment.points]
+        return [
+            measure_point(session, outcome.campaign_id, outcome.probe_ids[point.label], experiment, point)
+            for point in experiment.points
+        ]
 
 
-def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequence[str] = (),
-              console: Console | None = None, show_progress: bool = True) -> dict[str, Any]:
+def reproduce(
+    out_dir: pathlib.Path,
+    stack: Stack,
+    *,
+    quick: bool,
+    only: Sequence[str] = (),
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> dict[str, Any]:
     """Run every experiment, then write ``summary.json``, ``report.html`` and ``report.md`` into ``out_dir``."""
     console = console or Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     console.print("emulator self-test (70 ms, 1.2 Mbit/s) ...")
-    (out_dir / "selftest.json").write_text(json.dumps(
-        run_selftest(SelftestConfig(duration_s=3.0 if quick else 5.0, handshakes=20 if quick else 50)),
-        indent=2, default=_json_default) + "\n")
-    summary: dict[str, Any] = {"generated_at": dt.datetime.now(dt.UTC).isoformat(), "quick": quick,
-                               "flag_threshold": FLAG_THRESHOLD, "client_initrwnd": CLIENT_INITRWND,
-                               "metric": "server-side response latency (request read to last byte acknowledged)",
-                               "experiments": {}}
+    (out_dir / "selftest.json").write_text(
+        json.dumps(
+            run_selftest(SelftestConfig(duration_s=3.0 if quick else 5.0, handshakes=20 if quick else 50)),
+            indent=2,
+            default=_json_default,
+        )
+        + "\n"
+    )
+    summary: dict[str, Any] = {
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(),
+        "quick": quick,
+        "flag_threshold": FLAG_THRESHOLD,
+        "client_initrwnd": CLIENT_INITRWND,
+        "metric": "server-side response latency (request read to last byte acknowledged)",
+        "experiments": {},
+    }
     for experiment in experiments(quick):
         if only and experiment.key not in only:
             continue
         points = run_experiment(experiment, stack, console, show_progress=show_progress)
         summary["experiments"][experiment.key] = {
-            "title": experiment.title, "x": experiment.x_name, "plan": asdict(experiment.plan),
+            "title": experiment.title,
+            "x": experiment.x_name,
+            "plan": asdict(experiment.plan),
             "points": [asdict(point) for point in points],
         }
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
@@ -278,10 +349,22 @@ def reproduce(out_dir: pathlib.Path, stack: Stack, *, quick: bool, only: Sequenc
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)
-    (out_dir / "experiments.json").write_text(json.dumps(
-        {experiment.key: {"title": experiment.title, "x": experiment.x_name,
-                          "points": [asdict(point) for point in experiment.points], "plan": asdict(experiment.plan)}
-         for experiment in experiments(quick) if not only or experiment.key in only}, indent=2) + "\n")
+    (out_dir / "experiments.json").write_text(
+        json.dumps(
+            {
+                experiment.key: {
+                    "title": experiment.title,
+                    "x": experiment.x_name,
+                    "points": [asdict(point) for point in experiment.points],
+                    "plan": asdict(experiment.plan),
+                }
+                for experiment in experiments(quick)
+                if not only or experiment.key in only
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     write_run_bundle(stack, out_dir, started)
     return summary
 
@@ -292,12 +375,19 @@ def write_run_bundle(stack: Stack, out_dir: pathlib.Path, started: dt.datetime) 
     from iwscope.exports.bundle import write_bundle
 
     with stack.session() as session:
-        campaign_ids = [int(row[0]) for row in session.execute(
-            text("SELECT id FROM campaigns WHERE created_at >= :started ORDER BY id"), {"started": started})]
+        campaign_ids = [
+            int(row[0])
+            for row in session.execute(
+                text("SELECT id FROM campaigns WHERE created_at >= :started ORDER BY id"), {"started": started}
+            )
+        ]
         if not campaign_ids:
             return None
-        extra = [name for name in ("summary.json", "report.html", "report.md", "experiments.json", "selftest.json")
-                 if (out_dir / name).exists()]
+        extra = [
+            name
+            for name in ("summary.json", "report.html", "report.md", "experiments.json", "selftest.json")
+            if (out_dir / name).exists()
+        ]
         return write_bundle(session, campaign_ids, out_dir, extra_files=extra)
 
 

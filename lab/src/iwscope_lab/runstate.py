@@ -17,8 +17,7 @@ from typing import Any
 
 from ._netns import LabError, alive, existing_namespaces, ip, namespace_pids, terminate
 
-__all__ = ["STATE_ROOT", "RUN_ID_RE", "read_state", "list_runs", "run_healthy", "run_is_stale",
-           "cleanup_run", "cleanup"]
+__all__ = ["STATE_ROOT", "RUN_ID_RE", "read_state", "list_runs", "run_healthy", "run_is_stale", "cleanup_run", "cleanup"]
 
 #: Where run state is kept (tmpfs: a reboot clears it together with the namespaces).
 STATE_ROOT = Path(os.environ.get("IWSCOPE_LAB_STATE_DIR", "/run/iwscope-lab"))
@@ -35,8 +34,7 @@ def read_state(state_dir: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError):
-        return {"run_id": state_dir.name, "namespaces": [], "root_devices": [], "emulators": {},
-                "hosts": [], "corrupt": True}
+        return {"run_id": state_dir.name, "namespaces": [], "root_devices": [], "emulators": {}, "hosts": [], "corrupt": True}
 
 
 def list_runs() -> list[dict[str, Any]]:
@@ -118,7 +116,6 @@ def cleanup(all_runs: bool = False) -> list[str]:
         for netns in sorted(existing_namespaces()):
             run_id = netns.split("-", 1)[0]
             if RUN_ID_RE.match(run_id) and "-" in netns and run_id not in removed:
-                cleanup_run({"run_id": run_id, "namespaces": [netns], "root_devices": [f"{run_id}r"],
-                             "emulators": {}})
+                cleanup_run({"run_id": run_id, "namespaces": [netns], "root_devices": [f"{run_id}r"], "emulators": {}})
                 removed.append(run_id)
     return removed

@@ -122,8 +122,12 @@ def measure_rtt(topo: Topology, client: str, server: str, count: int, port: int 
     process = _start_server(topo, server, ["accept-server", str(port)])
     timing_before = emulator_timing(topo)
     try:
-        answer = _run(topo, client, ["handshakes", topo.host(server).address, str(port), str(count), str(gap_s)],
-                      timeout=count * (expected / 1000.0 + gap_s + 0.05) + 30)
+        answer = _run(
+            topo,
+            client,
+            ["handshakes", topo.host(server).address, str(port), str(count), str(gap_s)],
+            timeout=count * (expected / 1000.0 + gap_s + 0.05) + 30,
+        )
     finally:
         process.kill()
         process.communicate()
@@ -134,21 +138,31 @@ def measure_rtt(topo: Topology, client: str, server: str, count: int, port: int 
     # Packets the emulators themselves sent more than 1 ms late during this phase: on a
     # shared machine (PREEMPT_NONE kernel) a busy neighbour can hold a CPU for tens of ms.
     late_packets = timing_after["late_over_1ms"] - timing_before["late_over_1ms"]
-    return {"expected_ms": expected, "samples": len(samples), "p50_ms": _percentile(samples, 0.5),
-            "p99_ms": _percentile(samples, 0.99), "min_ms": min(samples), "max_ms": max(samples),
-            "p50_error_ms": _percentile(errors, 0.5), "p99_error_ms": _percentile(errors, 0.99),
-            "connect_wall_p50_ms": _percentile(wall, 0.5), "connect_wall_p99_ms": _percentile(wall, 0.99),
-            "emulator_late_over_1ms": late_packets, "samples_ms": samples}
+    return {
+        "expected_ms": expected,
+        "samples": len(samples),
+        "p50_ms": _percentile(samples, 0.5),
+        "p99_ms": _percentile(samples, 0.99),
+        "min_ms": min(samples),
+        "max_ms": max(samples),
+        "p50_error_ms": _percentile(errors, 0.5),
+        "p99_error_ms": _percentile(errors, 0.99),
+        "connect_wall_p50_ms": _percentile(wall, 0.5),
+        "connect_wall_p99_ms": _percentile(wall, 0.99),
+        "emulator_late_over_1ms": late_packets,
+        "samples_ms": samples,
+    }
 
 
 def _cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, warmup_s: float | None = None,
-                 port: int = 7102) -> dict[str, Any]:
+def measure_rate(
+    topo: Topology, sender: str, receiver: str, seconds: float, warmup_s: float | None = None, port: int = 7102
+) -> dict[str, Any]:
     """Delivered rate of one TCP bulk transfer sender -> receiver (the receiver's down direction)."""
     link = topo.host(receiver).link
     rtt_s = (link.rtt_ms + topo.host(sender).link.rtt_ms) / 1000.0
@@ -157,8 +171,13 @@ def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, war
     total = warmup_s + seconds
     emulator_pid = topo.emulator_pid(receiver)
     server = _start_server(topo, sender, ["bulk-server", str(port), str(total + 2)])
-    client = topo.popen(receiver, _python() + ["bulk-client", topo.host(sender).address, str(port), str(total)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = topo.popen(
+        receiver,
+        _python() + ["bulk-client", topo.host(sender).address, str(port), str(total)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         started = time.monotonic()
         time.sleep(warmup_s)
@@ -177,8 +196,11 @@ def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, war
     # Packet-aligned: the bytes delivered after the first sample's last delivery, up to and
     # including the second sample's last delivery, over the time between those deliveries
     # (exact even when the window holds only a few dozen packets, as at 56 kbit/s).
-    emulator_bps = ((down_end["delivered_bytes"] - down_start["delivered_bytes"]) * 8e9
-                    / max(1, down_end["last_deliver_ns"] - down_start["last_deliver_ns"]))
+    emulator_bps = (
+        (down_end["delivered_bytes"] - down_start["delivered_bytes"])
+        * 8e9
+        / max(1, down_end["last_deliver_ns"] - down_start["last_deliver_ns"])
+    )
     progress = [(t, b) for t, b in client_result["progress"] if t >= warmup_s]
     goodput_bps = math.nan
     if len(progress) >= 2 and progress[-1][0] > progress[0][0]:
@@ -187,8 +209,13 @@ def measure_rate(topo: Topology, sender: str, receiver: str, seconds: float, war
     goodput_as_ip_bps = goodput_bps * (mss + TCP_IP_HEADER_BYTES) / mss
     configured = link.down.rate_bps
     result: dict[str, Any] = {
-        "configured_bps": configured, "emulator_delivered_bps": emulator_bps, "goodput_bps": goodput_bps,
-        "goodput_as_ip_bps": goodput_as_ip_bps, "mss": mss, "warmup_s": warmup_s, "window_s": seconds,
+        "configured_bps": configured,
+        "emulator_delivered_bps": emulator_bps,
+        "goodput_bps": goodput_bps,
+        "goodput_as_ip_bps": goodput_as_ip_bps,
+        "mss": mss,
+        "warmup_s": warmup_s,
+        "window_s": seconds,
         "received_bytes": client_result["received"],
         "emulator_cpu_percent": 100.0 * (cpu_end - cpu_start) / (wall_end - wall_start),
         "queue_drops": down_end["queue_drop_packets"] - down_start["queue_drop_packets"],
@@ -211,8 +238,7 @@ def binomial_interval(trials: int, probability: float, confidence: float = 0.99)
     cumulative = 0.0
     low = None
     for k in range(trials + 1):
-        log_pmf = (math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1)
-                   + k * log_p + (trials - k) * log_q)
+        log_pmf = math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1) + k * log_p + (trials - k) * log_q
         cumulative += math.exp(log_pmf)
         if low is None and cumulative >= tail:
             low = k
@@ -221,8 +247,9 @@ def binomial_interval(trials: int, probability: float, confidence: float = 0.99)
     return low if low is not None else trials, trials
 
 
-def measure_loss(topo: Topology, sender: str, receiver: str, packets: int, per_second: float | None = None,
-                 port: int = 7103) -> dict[str, Any]:
+def measure_loss(
+    topo: Topology, sender: str, receiver: str, packets: int, per_second: float | None = None, port: int = 7103
+) -> dict[str, Any]:
     """Numbered UDP datagrams sender -> receiver; lost count vs the binomial 99 % interval."""
     link = topo.host(receiver).link
     configured = link.down.loss
@@ -234,8 +261,12 @@ def measure_loss(topo: Topology, sender: str, receiver: str, packets: int, per_s
     stats_start = topo.link_stats(receiver)["down"]
     sink = _start_server(topo, receiver, ["udp-sink", str(port), str(send_s + rtt_s + 2.0)])
     try:
-        source = _run(topo, sender, ["udp-source", topo.host(receiver).address, str(port), str(packets),
-                                     str(per_second)], timeout=send_s + 30)
+        source = _run(
+            topo,
+            sender,
+            ["udp-source", topo.host(receiver).address, str(port), str(packets), str(per_second)],
+            timeout=send_s + 30,
+        )
         sink_result = _finish(sink, timeout=send_s + rtt_s + 30)
     finally:
         if sink.poll() is None:
@@ -246,13 +277,23 @@ def measure_loss(topo: Topology, sender: str, receiver: str, packets: int, per_s
     low, high = binomial_interval(packets, configured)
     emulator_rx = stats_end["rx_packets"] - stats_start["rx_packets"]
     emulator_lost = stats_end["lost_packets"] - stats_start["lost_packets"]
-    return {"configured": configured, "sent": packets, "send_errors": source["send_errors"],
-            "received": sink_result["received"], "lost": lost, "measured": lost / packets,
-            "interval_99": [low, high], "within_interval": low <= lost <= high,
-            "emulator_rx_packets": emulator_rx, "emulator_lost_packets": emulator_lost,
-            "per_second": per_second, "loss_bursts": len(sink_result["loss_runs"]),
-            "mean_burst_packets": (sum(sink_result["loss_runs"]) / len(sink_result["loss_runs"])
-                                   if sink_result["loss_runs"] else 0.0)}
+    return {
+        "configured": configured,
+        "sent": packets,
+        "send_errors": source["send_errors"],
+        "received": sink_result["received"],
+        "lost": lost,
+        "measured": lost / packets,
+        "interval_99": [low, high],
+        "within_interval": low <= lost <= high,
+        "emulator_rx_packets": emulator_rx,
+        "emulator_lost_packets": emulator_lost,
+        "per_second": per_second,
+        "loss_bursts": len(sink_result["loss_runs"]),
+        "mean_burst_packets": (
+            sum(sink_result["loss_runs"]) / len(sink_result["loss_runs"]) if sink_result["loss_runs"] else 0.0
+        ),
+    }
 
 
 def emulator_timing(topo: Topology) -> dict[str, Any]:
@@ -268,19 +309,27 @@ def emulator_timing(topo: Topology) -> dict[str, Any]:
             over_100us += counters["late_over_100us"]
             over_1ms += counters["late_over_1ms"]
             late_max = max(late_max, counters["late_max_ns"])
-    return {"packets": delivered, "late_mean_us": late_sum / max(1, delivered) / 1000.0,
-            "late_max_ms": late_max / 1e6, "late_over_100us": over_100us, "late_over_1ms": over_1ms,
-            "late_over_1ms_fraction": over_1ms / max(1, delivered)}
+    return {
+        "packets": delivered,
+        "late_mean_us": late_sum / max(1, delivered) / 1000.0,
+        "late_max_ms": late_max / 1e6,
+        "late_over_100us": over_100us,
+        "late_over_1ms": over_1ms,
+        "late_over_1ms_fraction": over_1ms / max(1, delivered),
+    }
 
 
 def run_selftest(config: SelftestConfig) -> dict[str, Any]:
     """Build the two-host topology, run the three phases, tear down; returns every figure."""
     link_under_test = LinkSpec.symmetric(rate_bps=config.rate_bps, rtt_ms=config.rtt_ms, loss=config.loss)
     clean_link = LinkSpec.symmetric(rate_bps=config.rate_bps, rtt_ms=config.rtt_ms, loss=0.0)
-    topo = Topology(config.run_id, [
-        Host("origin", role="origin", link=LinkSpec.symmetric()),
-        Host("probe", role="probe", link=clean_link),
-    ])
+    topo = Topology(
+        config.run_id,
+        [
+            Host("origin", role="origin", link=LinkSpec.symmetric()),
+            Host("probe", role="probe", link=clean_link),
+        ],
+    )
     report: dict[str, Any] = {"configured": asdict(config), "run_id": topo.run_id}
     with topo:
         report["rtt"] = measure_rtt(topo, "probe", "origin", config.handshakes)

@@ -24,19 +24,21 @@ _LABEL = "lo:iwscope"
 
 
 def present() -> bool:
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True,
-                         check=False).stdout
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=False).stdout
     return f" {SERVICE_ADDRESS}/32 " in out
 
 
 def ensure() -> str:
     """Put :data:`SERVICE_ADDRESS` on ``lo`` unless it is there (idempotent); returns it."""
     if not present():
-        done = subprocess.run(["ip", "addr", "add", f"{SERVICE_ADDRESS}/32", "dev", "lo", "label", _LABEL],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["ip", "addr", "add", f"{SERVICE_ADDRESS}/32", "dev", "lo", "label", _LABEL],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0 and not present():
-            raise RuntimeError(f"cannot add the lab's service address {SERVICE_ADDRESS} to lo: "
-                               f"{done.stderr.strip()}")
+            raise RuntimeError(f"cannot add the lab's service address {SERVICE_ADDRESS} to lo: {done.stderr.strip()}")
     return SERVICE_ADDRESS
 
 

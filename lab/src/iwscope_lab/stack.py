@@ -72,10 +72,12 @@ class Stack:
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
         """One JSON request to this stack's API (loopback); :class:`StackError` for an error status."""
-        request = urllib.request.Request(self.local_api_url + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json",
-                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
+        request = urllib.request.Request(
+            self.local_api_url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 payload = response.read()
@@ -105,13 +107,19 @@ class Stack:
         """Where the stack's worker keeps the analysis copy its API and dashboard read
         (``IWSCOPE_ANALYSIS_COPY_DIR`` when set; else one directory per database in the run dir)."""
         configured = self.extra_env.get("IWSCOPE_ANALYSIS_COPY_DIR") or os.environ.get("IWSCOPE_ANALYSIS_COPY_DIR")
-        return (pathlib.Path(configured) if configured
-                else self.run_dir / "analysis-copy" / str(make_url(self.database_url).database))
+        return (
+            pathlib.Path(configured) if configured else self.run_dir / "analysis-copy" / str(make_url(self.database_url).database)
+        )
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, **self.extra_env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-                "IWSCOPE_ANALYSIS_COPY_DIR": str(self.analysis_copy_dir)}
+        return {
+            **os.environ,
+            **self.extra_env,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "IWSCOPE_ANALYSIS_COPY_DIR": str(self.analysis_copy_dir),
+        }
 
     def activate(self) -> None:
         """Point this process's own database reads at the stack (the runner reads progress)."""
@@ -163,8 +171,15 @@ class Stack:
     def _spawn(self, name: str) -> None:
         log = open(self.run_dir / "logs" / f"{name}.log", "ab")  # handed to the child
         # Each process leads its own process group, so a kill reaches the worker's pool children too.
-        child = subprocess.Popen(self._commands[name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.run_dir)
+        child = subprocess.Popen(
+            self._commands[name],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.run_dir,
+        )
         log.close()
         self._children.append(child)
         self.pids[name] = child.pid
@@ -187,8 +202,7 @@ class Stack:
             raise RuntimeError(f"{name} (pid {self.pids[name]}) is still running")
         self._spawn(name)
         if name == "api":
-            _wait_http(self.local_api_url + "/readyz", "the API", timeout_s=60,
-                       log=self.run_dir / "logs" / "api.log")
+            _wait_http(self.local_api_url + "/readyz", "the API", timeout_s=60, log=self.run_dir / "logs" / "api.log")
 
     def stop(self) -> None:
         """Stop every process of the stack (SIGTERM, then SIGKILL after a grace period)."""
@@ -226,10 +240,16 @@ class Stack:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        stack = cls(database_url=data["database_url"], redis_url=data["redis_url"],
-                    api_port=data["api_port"], dashboard_port=data.get("dashboard_port"),
-                    celery_queue=data.get("celery_queue", "iwscope"),
-                    listen=tuple(data.get("listen", DEFAULT_LISTEN)), run_dir=run_dir, pids=data["pids"])
+        stack = cls(
+            database_url=data["database_url"],
+            redis_url=data["redis_url"],
+            api_port=data["api_port"],
+            dashboard_port=data.get("dashboard_port"),
+            celery_queue=data.get("celery_queue", "iwscope"),
+            listen=tuple(data.get("listen", DEFAULT_LISTEN)),
+            run_dir=run_dir,
+            pids=data["pids"],
+        )
         if all(_alive(pid) for pid in stack.pids.values()) and _http_ok(stack.local_api_url + "/readyz"):
             stack.activate()
             return stack
@@ -240,14 +260,26 @@ class Stack:
         return self.run_dir / "stack.json"
 
     def _describe(self) -> dict[str, Any]:
-        return {"database_url": self.database_url, "redis_url": self.redis_url, "celery_queue": self.celery_queue,
-                "api_port": self.api_port, "listen": list(self.listen),
-                "dashboard_port": self.dashboard_port, "pids": self.pids}
+        return {
+            "database_url": self.database_url,
+            "redis_url": self.redis_url,
+            "celery_queue": self.celery_queue,
+            "api_port": self.api_port,
+            "listen": list(self.listen),
+            "dashboard_port": self.dashboard_port,
+            "pids": self.pids,
+        }
 
 
-def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD_PORT, *,
-                database: str | None = None, redis_db: int = 0, celery_queue: str = "iwscope",
-                listen: tuple[str, ...] = DEFAULT_LISTEN) -> Stack:
+def local_stack(
+    api_port: int = API_PORT,
+    dashboard_port: int | None = DASHBOARD_PORT,
+    *,
+    database: str | None = None,
+    redis_db: int = 0,
+    celery_queue: str = "iwscope",
+    listen: tuple[str, ...] = DEFAULT_LISTEN,
+) -> Stack:
     """A stack on ``DATABASE_URL`` / ``REDIS_URL``, or on the local services (started if needed).
 
     ``database`` (created if missing), ``redis_db`` and ``celery_queue`` keep a second stack
@@ -262,8 +294,14 @@ def local_stack(api_port: int = API_PORT, dashboard_port: int | None = DASHBOARD
         redis_url = redis_url or services.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
     if database:
         database_url = _ensure_database(database_url, database)
-    return Stack(database_url=database_url, redis_url=redis_url, api_port=api_port, dashboard_port=dashboard_port,
-                 celery_queue=celery_queue, listen=listen)
+    return Stack(
+        database_url=database_url,
+        redis_url=redis_url,
+        api_port=api_port,
+        dashboard_port=dashboard_port,
+        celery_queue=celery_queue,
+        listen=listen,
+    )
 
 
 def _ensure_database(database_url: str, name: str) -> str:

@@ -47,10 +47,26 @@ MIN_TRIALS = 3
 
 def topology(run_id: str | None = None) -> Topology:
     """One HTTPS origin per chain size on fast links, one probe per RTT at 100 Mbit/s."""
-    hosts = [Host(f"chain{kb}k", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
-                  labels={"chain_kb": str(kb)}) for kb in CHAIN_KBS]
-    hosts += [Host(f"rtt{rtt}", role="probe", region="lab-tls", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=rtt),
-                   labels={"rtt_ms": str(rtt)}) for rtt in RTTS_MS]
+    hosts = [
+        Host(
+            f"chain{kb}k",
+            role="origin",
+            region="lab",
+            link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+            labels={"chain_kb": str(kb)},
+        )
+        for kb in CHAIN_KBS
+    ]
+    hosts += [
+        Host(
+            f"rtt{rtt}",
+            role="probe",
+            region="lab-tls",
+            link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=rtt),
+            labels={"rtt_ms": str(rtt)},
+        )
+        for rtt in RTTS_MS
+    ]
     return Topology(run_id, hosts, scenario="reproduce:tls")
 
 
@@ -97,8 +113,7 @@ _QUERY = text("""
 """)
 
 
-def measure(session: Any, campaign_id: int, probe_id: str, origin_id: str, rtt_ms: float, chain: ChainInfo
-            ) -> list[TlsPoint]:
+def measure(session: Any, campaign_id: int, probe_id: str, origin_id: str, rtt_ms: float, chain: ChainInfo) -> list[TlsPoint]:
     """The points of one probe (RTT) and one origin (chain), one per arm."""
     rows = session.execute(_QUERY, {"campaign_id": campaign_id, "probe_id": probe_id, "origin_id": origin_id}).all()
     chain_kb, chain_der_bytes = chain.chain_kb, chain.chain_der_bytes
@@ -106,8 +121,9 @@ def measure(session: Any, campaign_id: int, probe_id: str, origin_id: str, rtt_m
     points = []
     for iw in ARMS:
         arm_rows = [row for row in rows if row.arm_iw == iw]
-        ok = [row for row in arm_rows if row.error_kind is None and row.tls_handshake_us is not None
-              and row.connect_us is not None]
+        ok = [
+            row for row in arm_rows if row.error_kind is None and row.tls_handshake_us is not None and row.connect_us is not None
+        ]
         appconnect = [(row.connect_us + row.tls_handshake_us) / 1000 for row in ok]
         flights = [row.server_tls_first_flight_bytes for row in ok if row.server_tls_first_flight_bytes]
         server = [row.server_tls_handshake_us / 1000 for row in ok if row.server_tls_handshake_us is not None]
@@ -116,13 +132,22 @@ def measure(session: Any, campaign_id: int, probe_id: str, origin_id: str, rtt_m
         interval = mean_interval(appconnect) if enough else None
         model_ms = 1000 * predict_appconnect(rtt_ms / 1000, RATE_BPS, flight or model_flight, iw)
         point = TlsPoint(
-            rtt_ms=rtt_ms, chain_kb=chain_kb, chain_der_bytes=chain_der_bytes, iw=iw, n=len(appconnect),
-            errors=len(arm_rows) - len(ok), appconnect_mean_ms=statistics.fmean(appconnect) if enough else None,
-            appconnect_low_ms=interval[0] if interval else None, appconnect_high_ms=interval[1] if interval else None,
+            rtt_ms=rtt_ms,
+            chain_kb=chain_kb,
+            chain_der_bytes=chain_der_bytes,
+            iw=iw,
+            n=len(appconnect),
+            errors=len(arm_rows) - len(ok),
+            appconnect_mean_ms=statistics.fmean(appconnect) if enough else None,
+            appconnect_low_ms=interval[0] if interval else None,
+            appconnect_high_ms=interval[1] if interval else None,
             appconnect_median_ms=statistics.median(appconnect) if enough else None,
             server_handshake_median_ms=statistics.median(server) if len(server) >= MIN_TRIALS else None,
-            first_flight_bytes=flight, model_first_flight_bytes=model_flight,
-            model_rounds=tls_handshake_rounds(flight or model_flight, iw), model_appconnect_ms=model_ms)
+            first_flight_bytes=flight,
+            model_first_flight_bytes=model_flight,
+            model_rounds=tls_handshake_rounds(flight or model_flight, iw),
+            model_appconnect_ms=model_ms,
+        )
         if point.appconnect_mean_ms is not None:
             point.gap = (point.appconnect_mean_ms - model_ms) / model_ms
             if abs(point.gap) > FLAG_THRESHOLD:
@@ -133,16 +158,20 @@ def measure(session: Any, campaign_id: int, probe_id: str, origin_id: str, rtt_m
     return points
 
 
-def run_tls(stack: Stack, *, quick: bool, console: Console | None = None, show_progress: bool = True,
-            run_id: str | None = None) -> list[TlsPoint]:
+def run_tls(
+    stack: Stack, *, quick: bool, console: Console | None = None, show_progress: bool = True, run_id: str | None = None
+) -> list[TlsPoint]:
     """Run the TLS campaign in the lab; every point of the grid."""
     console = console or Console(stderr=True)
-    plan = CampaignPlan("reproduce tls handshake vs IW", arms=ARMS, sizes=(OBJECT_BYTES,),
-                        repetitions=4 if quick else 12, calibrate=False)
+    plan = CampaignPlan(
+        "reproduce tls handshake vs IW", arms=ARMS, sizes=(OBJECT_BYTES,), repetitions=4 if quick else 12, calibrate=False
+    )
     with topology(run_id) as topo:
         campaign = TlsCampaign(topo, stack, plan, console=console)
-        console.print(f"[bold]TLS handshake vs IW[/]: {len(CHAIN_KBS)} chains x {len(RTTS_MS)} RTTs x "
-                      f"{len(ARMS)} arms, {plan.trials_per_probe(len(CHAIN_KBS))} trials per probe")
+        console.print(
+            f"[bold]TLS handshake vs IW[/]: {len(CHAIN_KBS)} chains x {len(RTTS_MS)} RTTs x "
+            f"{len(ARMS)} arms, {plan.trials_per_probe(len(CHAIN_KBS))} trials per probe"
+        )
         outcome = campaign.run(show_progress=show_progress)
         chains = campaign.chains
         probes = {host.name: host for host in topo.hosts_by_role("probe")}
@@ -150,16 +179,25 @@ def run_tls(stack: Stack, *, quick: bool, console: Console | None = None, show_p
     with stack.session() as session:
         for probe_name, probe in probes.items():
             for origin_name in chains:
-                points += measure(session, outcome.campaign_id, outcome.probe_ids[probe_name],
-                                  outcome.origin_ids[origin_name], float(probe.labels["rtt_ms"]), chains[origin_name])
+                points += measure(
+                    session,
+                    outcome.campaign_id,
+                    outcome.probe_ids[probe_name],
+                    outcome.origin_ids[origin_name],
+                    float(probe.labels["rtt_ms"]),
+                    chains[origin_name],
+                )
     return points
 
 
 def reproduce_tls(stack: Stack, *, quick: bool, show_progress: bool = True) -> dict[str, Any]:
     """The TLS experiment for ``iwscope lab reproduce``: JSON-ready summary."""
     points = run_tls(stack, quick=quick, show_progress=show_progress)
-    return {"title": "TLS handshake time vs IW and chain size (100 Mbit/s)", "rate_bps": RATE_BPS,
-            "object_bytes": OBJECT_BYTES, "flag_threshold": FLAG_THRESHOLD,
-            "metric": "client: start to TLS handshake done (curl's time_appconnect: connect_us + tls_handshake_us)",
-            "points": [asdict(point) for point in points]}
-
+    return {
+        "title": "TLS handshake time vs IW and chain size (100 Mbit/s)",
+        "rate_bps": RATE_BPS,
+        "object_bytes": OBJECT_BYTES,
+        "flag_threshold": FLAG_THRESHOLD,
+        "metric": "client: start to TLS handshake done (curl's time_appconnect: connect_us + tls_handshake_us)",
+        "points": [asdict(point) for point in points],
+    }

@@ -88,8 +88,22 @@ from .scenarios import load_scenario
 from .service_address import SERVICE_ADDRESS
 from .service_address import ensure as ensure_service_address
 
-__all__ = ["Topology", "Host", "PlacedHost", "LinkSpec", "DirectionSpec", "LabError", "cleanup", "list_runs",
-           "run_is_stale", "STATE_ROOT", "emulator_path", "SUBNET_OCTETS", "DEFAULT_SYSCTLS", "DUAL_STACK_SYSCTLS"]
+__all__ = [
+    "Topology",
+    "Host",
+    "PlacedHost",
+    "LinkSpec",
+    "DirectionSpec",
+    "LabError",
+    "cleanup",
+    "list_runs",
+    "run_is_stale",
+    "STATE_ROOT",
+    "emulator_path",
+    "SUBNET_OCTETS",
+    "DEFAULT_SYSCTLS",
+    "DUAL_STACK_SYSCTLS",
+]
 
 MAX_HOSTS = 250
 DEFAULT_SYSCTLS: dict[str, str] = {
@@ -105,8 +119,13 @@ DEFAULT_SYSCTLS: dict[str, str] = {
 #: routes are added ``onlink`` (the peer is on the point-to-point link by construction).
 DUAL_STACK_SYSCTLS: dict[str, str] = {
     f"net.ipv6.conf.{scope}.{key}": value
-    for key, value in (("disable_ipv6", "0"), ("accept_dad", "0"), ("dad_transmits", "0"),
-                       ("router_solicitations", "0"), ("accept_ra", "0"))
+    for key, value in (
+        ("disable_ipv6", "0"),
+        ("accept_dad", "0"),
+        ("dad_transmits", "0"),
+        ("router_solicitations", "0"),
+        ("accept_ra", "0"),
+    )
     for scope in ("all", "default")
 }
 MTU = 1500
@@ -137,10 +156,19 @@ class Topology:
     Use as a context manager, or call :meth:`up` and :meth:`down`.
     """
 
-    def __init__(self, name: str | None = None, hosts: Sequence[Host] = (), *,
-                 sysctls: Mapping[str, str] | None = None, trace: bool | Iterable[str] = False,
-                 seed: int = 1, detached: bool = False, scenario: str | None = None,
-                 emulator_rt_priority: int = DEFAULT_EMULATOR_RT_PRIORITY, dual_stack: bool = False) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        hosts: Sequence[Host] = (),
+        *,
+        sysctls: Mapping[str, str] | None = None,
+        trace: bool | Iterable[str] = False,
+        seed: int = 1,
+        detached: bool = False,
+        scenario: str | None = None,
+        emulator_rt_priority: int = DEFAULT_EMULATOR_RT_PRIORITY,
+        dual_stack: bool = False,
+    ) -> None:
         run_id = name or f"iws{secrets.token_hex(3)}"
         if not RUN_ID_RE.match(run_id):
             run_id = f"iws{run_id}" if RUN_ID_RE.match(f"iws{run_id}") else run_id
@@ -160,9 +188,9 @@ class Topology:
         self.name = run_id
         self.scenario = scenario
         self.hosts: list[PlacedHost] = [
-            PlacedHost(host, index, netns=f"{run_id}-{host.name}", device=f"{run_id}h{index}",
-                       core_device=f"{run_id}c{index}")
-            for index, host in enumerate(hosts, start=1)]
+            PlacedHost(host, index, netns=f"{run_id}-{host.name}", device=f"{run_id}h{index}", core_device=f"{run_id}c{index}")
+            for index, host in enumerate(hosts, start=1)
+        ]
         self.dual_stack = dual_stack
         self.sysctls = {**DEFAULT_SYSCTLS, **(DUAL_STACK_SYSCTLS if dual_stack else {}), **(sysctls or {})}
         self.seed = seed
@@ -231,8 +259,10 @@ class Topology:
             if run_healthy(existing):
                 wanted = {host.name: host.link for host in self.hosts}
                 if not self._adopt(existing):
-                    raise LabError(f"run id {self.run_id} is in use by a live run with other hosts "
-                                   f"({', '.join(h['name'] for h in existing['hosts'])}); pick another run id")
+                    raise LabError(
+                        f"run id {self.run_id} is in use by a live run with other hosts "
+                        f"({', '.join(h['name'] for h in existing['hosts'])}); pick another run id"
+                    )
                 for name, link in wanted.items():
                     if self.host(name).link != link:
                         self.set_link(name, link)
@@ -279,16 +309,17 @@ class Topology:
         self._children.append(process)
         return process
 
-    def wait_listening(self, host: str, address: str, ports: Sequence[int], timeout_s: float = 60.0,
-                       server: subprocess.Popen[Any] | None = None) -> None:
+    def wait_listening(
+        self, host: str, address: str, ports: Sequence[int], timeout_s: float = 60.0, server: subprocess.Popen[Any] | None = None
+    ) -> None:
         """Until every port of ``address`` accepts a connection from ``host``'s namespace (a
         server imports, loads its keys: seconds on a loaded box); ``TimeoutError`` after
         ``timeout_s``, or at once when ``server`` (its process) has exited."""
-        connect = ("import socket, sys\nfor port in sys.argv[2:]:\n"
-                   "    socket.create_connection((sys.argv[1], int(port)), 1).close()")
+        connect = (
+            "import socket, sys\nfor port in sys.argv[2:]:\n    socket.create_connection((sys.argv[1], int(port)), 1).close()"
+        )
         deadline = time.monotonic() + timeout_s
-        while self.run(host, [sys.executable, "-c", connect, address, *map(str, ports)],
-                       capture_output=True).returncode != 0:
+        while self.run(host, [sys.executable, "-c", connect, address, *map(str, ports)], capture_output=True).returncode != 0:
             if (server is not None and server.poll() is not None) or time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listens on {address} {list(ports)} (from {host})")
             time.sleep(0.2)
@@ -303,8 +334,7 @@ class Topology:
         target.link = spec
         self._write_state()
 
-    def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None,
-                  mtu: int | None = None) -> None:
+    def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None, mtu: int | None = None) -> None:
         """Set ``initcwnd`` / ``initrwnd`` (segments) and a locked path ``mtu`` (bytes: the
         host sends segments of ``mtu - 40`` bytes, less TCP options) on the host's default
         route (both default routes in a dual-stack run).
@@ -323,13 +353,17 @@ class Topology:
                 metrics.pop(name, None)
             else:
                 metrics[name] = value
-        extra = [word for name, value in sorted(metrics.items())
-                 for word in ((name, "lock", str(value)) if name == "mtu" else (name, str(value)))]
-        ip(["route", "replace", "default", "via", target.core_address, "dev", target.device, *extra],
-           namespace=target.netns)
+        extra = [
+            word
+            for name, value in sorted(metrics.items())
+            for word in ((name, "lock", str(value)) if name == "mtu" else (name, str(value)))
+        ]
+        ip(["route", "replace", "default", "via", target.core_address, "dev", target.device, *extra], namespace=target.netns)
         if self.dual_stack:
-            ip(["-6", "route", "replace", "::/0", "via", target.core_address6, "dev", target.device, "onlink", *extra],
-               namespace=target.netns)
+            ip(
+                ["-6", "route", "replace", "::/0", "via", target.core_address6, "dev", target.device, "onlink", *extra],
+                namespace=target.netns,
+            )
 
     def link_stats(self, host: str) -> dict[str, Any]:
         """The emulator's configuration and counters (``down`` and ``up``) for a host's link."""
@@ -355,14 +389,22 @@ class Topology:
                 try:
                     stats = self.link_stats(host.name)
                     entry["emulator_rt_priority"] = stats.get("rt_priority")
-                    entry["counters"] = {direction: {k: v for k, v in stats[direction].items() if k != "config"}
-                                         for direction in ("down", "up")}
+                    entry["counters"] = {
+                        direction: {k: v for k, v in stats[direction].items() if k != "config"} for direction in ("down", "up")
+                    }
                 except OSError as exc:
                     entry["counters"] = {"error": f"emulator unreachable: {exc}"}
             hosts.append(entry)
-        return {"run_id": self.run_id, "scenario": self.scenario, "collector_address": self.collector_address,
-                "core_netns": self.core_netns, "subnet": f"10.{self.subnet}.0.0/16", "dual_stack": self.dual_stack,
-                "subnet6": self.prefix6, "hosts": hosts}
+        return {
+            "run_id": self.run_id,
+            "scenario": self.scenario,
+            "collector_address": self.collector_address,
+            "core_netns": self.core_netns,
+            "subnet": f"10.{self.subnet}.0.0/16",
+            "dual_stack": self.dual_stack,
+            "subnet6": self.prefix6,
+            "hosts": hosts,
+        }
 
     @classmethod
     def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> Topology:
@@ -379,12 +421,25 @@ class Topology:
             raise LabError(f"no lab run {run_id!r} (state {STATE_ROOT / run_id / 'state.json'} missing)")
         hosts = []
         for entry in state["hosts"]:
-            hosts.append(Host(entry["name"], role=entry["role"], region=entry.get("region"),
-                              link=LinkSpec.from_dict(entry["link"]), labels=entry.get("labels") or {},
-                              users=int(entry.get("users", 0))))
-        topo = cls(run_id, hosts, sysctls=state.get("sysctls"), seed=state.get("seed", 1),
-                   detached=state.get("detached", False), scenario=state.get("scenario"),
-                   dual_stack=bool(state.get("dual_stack")))
+            hosts.append(
+                Host(
+                    entry["name"],
+                    role=entry["role"],
+                    region=entry.get("region"),
+                    link=LinkSpec.from_dict(entry["link"]),
+                    labels=entry.get("labels") or {},
+                    users=int(entry.get("users", 0)),
+                )
+            )
+        topo = cls(
+            run_id,
+            hosts,
+            sysctls=state.get("sysctls"),
+            seed=state.get("seed", 1),
+            detached=state.get("detached", False),
+            scenario=state.get("scenario"),
+            dual_stack=bool(state.get("dual_stack")),
+        )
         if not run_healthy(state) or not topo._adopt(state):
             raise LabError(f"lab run {run_id!r} is broken (emulator or namespace gone): run `iwscope lab cleanup`")
         return topo
@@ -408,14 +463,21 @@ class Topology:
         for name, pid in self._emulators.items():
             emulators[name] = {"pid": pid, "start_time": process_start_time(pid)}
         return {
-            "run_id": self.run_id, "scenario": self.scenario, "owner_pid": os.getpid(),
-            "owner_start_time": process_start_time(os.getpid()), "detached": self.detached,
-            "created_at": time.time(), "subnet": self.subnet, "dual_stack": self.dual_stack,
+            "run_id": self.run_id,
+            "scenario": self.scenario,
+            "owner_pid": os.getpid(),
+            "owner_start_time": process_start_time(os.getpid()),
+            "detached": self.detached,
+            "created_at": time.time(),
+            "subnet": self.subnet,
+            "dual_stack": self.dual_stack,
             "subnet6": run_prefix6(self.subnet) if self.dual_stack and self.subnet is not None else None,
             "namespaces": namespaces,
             "root_devices": [self.root_device],
             "root_routes": [f"10.{self.subnet}.0.0/16"] if self.subnet is not None else [],
-            "emulators": emulators, "sysctls": self.sysctls, "seed": self.seed,
+            "emulators": emulators,
+            "sysctls": self.sysctls,
+            "seed": self.seed,
             "hosts": [host.describe() for host in self.hosts],
         } | ({"users_octets": list(self.users_octets)} if self.users_octets else {})
 
@@ -463,15 +525,18 @@ class Topology:
                 if self.dual_stack:
                     host.address6, host.core_address6 = host_addresses6(self.subnet, host.index)
             self._place_users()
-            self._write_state()   # before anything exists: a crash from here on is cleanable
+            self._write_state()  # before anything exists: a crash from here on is cleanable
         existing = existing_namespaces()
         for netns in [self.core_netns] + [host.netns for host in self.hosts]:
             if netns in existing:
                 raise LabError(f"namespace {netns} already exists (another run?); run `iwscope lab cleanup`")
             ip(["netns", "add", netns])
             ip(["link", "set", "lo", "up"], namespace=netns)
-            settings = {key: value for key, value in self.sysctls.items()
-                        if not key.startswith("net.ipv6.") or Path("/proc/sys/net/ipv6").exists()}
+            settings = {
+                key: value
+                for key, value in self.sysctls.items()
+                if not key.startswith("net.ipv6.") or Path("/proc/sys/net/ipv6").exists()
+            }
             if netns == self.core_netns:
                 settings["net.ipv4.ip_forward"] = "1"
                 if self.dual_stack:
@@ -479,38 +544,57 @@ class Topology:
             sysctl(netns, settings)
         # The collector path: a plain veth between the root namespace and the core.
         sub = self.subnet
-        ip(["link", "add", self.root_device, "type", "veth", "peer", "name", self.core_veth,
-            "netns", self.core_netns])
+        ip(["link", "add", self.root_device, "type", "veth", "peer", "name", self.core_veth, "netns", self.core_netns])
         disable_v6 = Path(f"/proc/sys/net/ipv6/conf/{self.root_device}/disable_ipv6")
         if disable_v6.exists():
             disable_v6.write_text("1")
-        ip_batch(None, [f"addr add 10.{sub}.0.1/30 dev {self.root_device}",
-                        f"link set {self.root_device} up",
-                        f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}"])
-        ip_batch(self.core_netns, [f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
-                                   f"link set {self.core_veth} up",
-                                   f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}"])
-        if self.dual_stack:   # the collector path stays IPv4: nothing of IPv6 on the veth
+        ip_batch(
+            None,
+            [
+                f"addr add 10.{sub}.0.1/30 dev {self.root_device}",
+                f"link set {self.root_device} up",
+                f"route add 10.{sub}.0.0/16 via 10.{sub}.0.2 dev {self.root_device}",
+            ],
+        )
+        ip_batch(
+            self.core_netns,
+            [
+                f"addr add 10.{sub}.0.2/30 dev {self.core_veth}",
+                f"link set {self.core_veth} up",
+                f"route add {ensure_service_address()}/32 via 10.{sub}.0.1 dev {self.core_veth}",
+            ],
+        )
+        if self.dual_stack:  # the collector path stays IPv4: nothing of IPv6 on the veth
             sysctl(self.core_netns, {f"net.ipv6.conf.{self.core_veth}.disable_ipv6": "1"})
         binary = str(emulator_path())
         for host in self.hosts:
             self._start_emulator(binary, host)
             self._write_state()
-            host_lines = [f"link set {host.device} mtu {MTU} up",
-                          f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
-                          f"route add default via {host.core_address} dev {host.device}"]
-            core_lines = [f"link set {host.core_device} mtu {MTU} up",
-                          f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}"]
-            if self.dual_stack:   # "::/0", not "default": `ip -batch` lines take no -6
-                host_lines += [f"addr add {host.address6}/128 peer {host.core_address6}/128 dev {host.device} nodad",
-                               f"route add ::/0 via {host.core_address6} dev {host.device} onlink"]
+            host_lines = [
+                f"link set {host.device} mtu {MTU} up",
+                f"addr add {host.address}/32 peer {host.core_address} dev {host.device}",
+                f"route add default via {host.core_address} dev {host.device}",
+            ]
+            core_lines = [
+                f"link set {host.core_device} mtu {MTU} up",
+                f"addr add {host.core_address}/32 peer {host.address} dev {host.core_device}",
+            ]
+            if self.dual_stack:  # "::/0", not "default": `ip -batch` lines take no -6
+                host_lines += [
+                    f"addr add {host.address6}/128 peer {host.core_address6}/128 dev {host.device} nodad",
+                    f"route add ::/0 via {host.core_address6} dev {host.device} onlink",
+                ]
                 core_lines += [f"addr add {host.core_address6}/128 peer {host.address6}/128 dev {host.core_device} nodad"]
             host_lines += [f"addr add {address}/32 dev lo" for address in host.user_addresses]
-            core_lines += [f"route add {prefix} via {host.address} dev {host.core_device}"
-                           for prefix in covering_prefixes(host.user_addresses, 24)]
+            core_lines += [
+                f"route add {prefix} via {host.address} dev {host.core_device}"
+                for prefix in covering_prefixes(host.user_addresses, 24)
+            ]
             host_lines += [f"addr add {address}/128 dev lo nodad" for address in host.user_addresses6]
-            core_lines += [f"route add {prefix} via {host.address6} dev {host.core_device} onlink"
-                           for prefix in covering_prefixes(host.user_addresses6, 48)]
+            core_lines += [
+                f"route add {prefix} via {host.address6} dev {host.core_device} onlink"
+                for prefix in covering_prefixes(host.user_addresses6, 48)
+            ]
             ip_batch(host.netns, host_lines)
             ip_batch(self.core_netns, core_lines)
 
@@ -520,21 +604,35 @@ class Topology:
         for host in self.hosts:
             users = range(first, first + host.users)
             host.user_addresses = [user_address(self.users_octets[0], user, host.index) for user in users]
-            host.user_addresses6 = ([user_address6(self.users_octets[0], user, host.index) for user in users]
-                                    if self.dual_stack else [])
+            host.user_addresses6 = (
+                [user_address6(self.users_octets[0], user, host.index) for user in users] if self.dual_stack else []
+            )
             first += host.users
 
     def _start_emulator(self, binary: str, host: PlacedHost) -> None:
         """Spawn iwemu (its own session: it outlives a detached `lab up`) and wait for "ready"."""
         control_path = self._control_path(host)
-        cmd = [binary, "--a-netns", f"/run/netns/{host.netns}", "--a-dev", host.device,
-               "--b-netns", f"/run/netns/{self.core_netns}", "--b-dev", host.core_device,
-               "--control", str(control_path), "--seed", str(self.seed * 1000 + host.index),
-               "--rt-priority", str(self.emulator_rt_priority)]
+        cmd = [
+            binary,
+            "--a-netns",
+            f"/run/netns/{host.netns}",
+            "--a-dev",
+            host.device,
+            "--b-netns",
+            f"/run/netns/{self.core_netns}",
+            "--b-dev",
+            host.core_device,
+            "--control",
+            str(control_path),
+            "--seed",
+            str(self.seed * 1000 + host.index),
+            "--rt-priority",
+            str(self.emulator_rt_priority),
+        ]
         if host.name in self._traced:
             cmd += ["--trace", str(self.trace_path(host.name))]
         cmd += host.link.emulator_settings()
         log_path = self.state_dir / f"emu-{host.name}.log"
         pid, read_fd = spawn_emulator(binary, cmd, log_path)
-        self._emulators[host.name] = pid   # recorded first: down() reaps it if it never gets ready
+        self._emulators[host.name] = pid  # recorded first: down() reaps it if it never gets ready
         wait_emulator_ready(pid, read_fd, log_path, host.name, EMULATOR_READY_TIMEOUT_S)

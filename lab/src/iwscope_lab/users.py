@@ -50,18 +50,41 @@ if TYPE_CHECKING:
     from .topology import Topology
     from .webserver import WebServer
 
-__all__ = ["PopulationConfig", "RequestRecord", "PageLoad", "PopulationResult", "UserPopulation", "run_population",
-           "WRITE_OUT_FIELDS", "DEFAULT_MIX"]
+__all__ = [
+    "PopulationConfig",
+    "RequestRecord",
+    "PageLoad",
+    "PopulationResult",
+    "UserPopulation",
+    "run_population",
+    "WRITE_OUT_FIELDS",
+    "DEFAULT_MIX",
+]
 
 #: Shares of users per protocol (module docstring): mostly HTTP/2, as today's web.
 DEFAULT_MIX: dict[str, float] = {"h2": 0.6, "h1-tls": 0.2, "h1": 0.2}
 #: What curl reports per transfer (``--write-out``, tab separated, in this order; the message last).
-WRITE_OUT_FIELDS = ("urlnum", "http_code", "http_version", "time_namelookup", "time_connect", "time_appconnect",
-                    "time_pretransfer", "time_starttransfer", "time_total", "size_download", "num_connects",
-                    "local_ip", "local_port", "remote_ip", "remote_port", "exitcode", "errormsg")
+WRITE_OUT_FIELDS = (
+    "urlnum",
+    "http_code",
+    "http_version",
+    "time_namelookup",
+    "time_connect",
+    "time_appconnect",
+    "time_pretransfer",
+    "time_starttransfer",
+    "time_total",
+    "size_download",
+    "num_connects",
+    "local_ip",
+    "local_port",
+    "remote_ip",
+    "remote_port",
+    "exitcode",
+    "errormsg",
+)
 _WRITE_OUT = "\\t".join(f"%{{{name}}}" for name in WRITE_OUT_FIELDS) + "\\n"
-_FLOATS = {"time_namelookup", "time_connect", "time_appconnect", "time_pretransfer", "time_starttransfer",
-           "time_total"}
+_FLOATS = {"time_namelookup", "time_connect", "time_appconnect", "time_pretransfer", "time_starttransfer", "time_total"}
 _INTS = {"urlnum", "http_code", "size_download", "num_connects", "local_port", "remote_port", "exitcode"}
 #: HTTP/2: at most this many streams at once (curl's --parallel-max cap is 300).
 MAX_H2_STREAMS = 100
@@ -198,12 +221,13 @@ class PopulationResult:
         per_host: dict[str, dict[str, Any]] = {}
         for host, info in sorted(self.hosts.items()):
             records = [record for record in self.requests if record.host == host]
-            connects = sorted(record.time_connect * 1000 for record in records
-                              if record.ok and record.num_connects > 0)
+            connects = sorted(record.time_connect * 1000 for record in records if record.ok and record.num_connects > 0)
             loads = sorted(load.total_s for load in self.page_loads if load.host == host and not load.failed)
             per_host[host] = {
-                "addresses": info.get("addresses", 0), "addresses_used": len({r.local_ip for r in records if r.ok}),
-                "page_loads": sum(load.host == host for load in self.page_loads), "requests": len(records),
+                "addresses": info.get("addresses", 0),
+                "addresses_used": len({r.local_ip for r in records if r.ok}),
+                "page_loads": sum(load.host == host for load in self.page_loads),
+                "requests": len(records),
                 "failures": sum(not record.ok for record in records),
                 "path_rtt_ms": self.path_rtt_ms.get(host),
                 "connect_ms_min": round(connects[0], 2) if connects else None,
@@ -211,7 +235,9 @@ class PopulationResult:
                 "page_load_s_median": round(statistics.median(loads), 3) if loads else None,
             }
         return {
-            "requests": requests, "page_loads": len(self.page_loads), "failures": len(failures),
+            "requests": requests,
+            "page_loads": len(self.page_loads),
+            "failures": len(failures),
             "failure_reasons": dict(Counter(_reason(record.error) for record in failures)),
             "failure_examples": [asdict(record) for record in failures[:10]],
             "errors": list(self.errors),
@@ -256,8 +282,8 @@ class _Driver:
         self.lock = threading.Lock()
         self.next_user = 0
         self.loads_started = 0
-        random.Random(f"{config['seed']}/{self.host}").shuffle(self.addresses)   # users take turns in random order
-        self.output = open(config["output"], "w", encoding="utf-8")   # closed by run()
+        random.Random(f"{config['seed']}/{self.host}").shuffle(self.addresses)  # users take turns in random order
+        self.output = open(config["output"], "w", encoding="utf-8")  # closed by run()
 
     def _emit(self, records: Sequence[dict[str, Any]]) -> None:
         text = "".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records)
@@ -310,16 +336,30 @@ class _Driver:
                     return
 
     def _curl(self, user: str, protocol: str, extra: Sequence[str]) -> list[str]:
-        command = [self.config["curl"], "-q", "-sS", "--no-progress-meter", "--noproxy", "*", "--interface", f"host!{user}",
-                   "--connect-timeout", str(self.config["connect_timeout_s"]),
-                   "--max-time", str(self.config["max_time_s"]), "-w", _WRITE_OUT]
+        command = [
+            self.config["curl"],
+            "-q",
+            "-sS",
+            "--no-progress-meter",
+            "--noproxy",
+            "*",
+            "--interface",
+            f"host!{user}",
+            "--connect-timeout",
+            str(self.config["connect_timeout_s"]),
+            "--max-time",
+            str(self.config["max_time_s"]),
+            "-w",
+            _WRITE_OUT,
+        ]
         command += ["--http2"] if protocol == "h2" else ["--http1.1"]
         if protocol != "h1":
             command += ["--cacert", self.config["ca_file"]]
         return command + list(extra)
 
-    def _transfer(self, user: str, protocol: str, load_id: int, phase: str, paths: Sequence[str],
-                  extra: Sequence[str]) -> tuple[list[dict[str, Any]], int, float]:
+    def _transfer(
+        self, user: str, protocol: str, load_id: int, phase: str, paths: Sequence[str], extra: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], int, float]:
         """Run one curl for ``paths``: (request records, curl's exit code, wall seconds)."""
         base = self.config["urls"][protocol]
         arguments = list(extra)
@@ -327,8 +367,12 @@ class _Driver:
             arguments += ["-o", "/dev/null", base + path]
         started = time.monotonic()
         try:
-            done = subprocess.run(self._curl(user, protocol, arguments), capture_output=True, text=True,
-                                  timeout=float(self.config["max_time_s"]) + 30)
+            done = subprocess.run(
+                self._curl(user, protocol, arguments),
+                capture_output=True,
+                text=True,
+                timeout=float(self.config["max_time_s"]) + 30,
+            )
             exit_code, stdout, stderr = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired as expired:
             output = expired.stdout or ""
@@ -351,9 +395,17 @@ class _Driver:
             results[int(parsed.pop("urlnum"))] = parsed
         records = []
         for number, path in enumerate(paths):
-            record: dict[str, Any] = {"kind": "request", "host": self.host, "user": user, "page_load": load_id,
-                                      "phase": phase, "protocol": protocol, "path": path,
-                                      "expected_bytes": self.sizes.get(path, -1), "started_s": started - self.start}
+            record: dict[str, Any] = {
+                "kind": "request",
+                "host": self.host,
+                "user": user,
+                "page_load": load_id,
+                "phase": phase,
+                "protocol": protocol,
+                "path": path,
+                "expected_bytes": self.sizes.get(path, -1),
+                "started_s": started - self.start,
+            }
             result = results.get(number)
             if result is None:
                 record["error"] = f"no result: curl exit {exit_code}: {stderr.strip()[-200:]}"
@@ -377,15 +429,27 @@ class _Driver:
         objects_s = 0.0
         if all("error" not in record for record in records) and page["objects"]:
             streams = min(MAX_H2_STREAMS, len(page["objects"])) if protocol == "h2" else int(self.config["parallel_max"])
-            more, objects_exit, objects_s = self._transfer(user, protocol, load_id, "object", page["objects"],
-                                                           ["--parallel", "--parallel-max", str(streams)])
+            more, objects_exit, objects_s = self._transfer(
+                user, protocol, load_id, "object", page["objects"], ["--parallel", "--parallel-max", str(streams)]
+            )
             records += more
             exits.append(objects_exit)
         failed = sum("error" in record for record in records)
-        load = {"kind": "page_load", "host": self.host, "user": user, "id": load_id, "protocol": protocol,
-                "page": page["path"], "started_s": started - self.start, "page_s": page_s, "objects_s": objects_s,
-                "total_s": time.monotonic() - started, "requests": len(records), "failed": failed,
-                "curl_exit": exits}
+        load = {
+            "kind": "page_load",
+            "host": self.host,
+            "user": user,
+            "id": load_id,
+            "protocol": protocol,
+            "page": page["path"],
+            "started_s": started - self.start,
+            "page_s": page_s,
+            "objects_s": objects_s,
+            "total_s": time.monotonic() - started,
+            "requests": len(records),
+            "failed": failed,
+            "curl_exit": exits,
+        }
         self._emit([*records, load])
 
     def run(self) -> None:
@@ -403,10 +467,20 @@ class _Driver:
                 thread.join(0.5)
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self._emit([{"kind": "summary", "host": self.host, "addresses": len(self.addresses),
-                     "concurrent_users": concurrent, "page_loads": self.loads_started,
-                     "ended_s": time.monotonic() - self.start,
-                     "cpu_self_s": own.ru_utime + own.ru_stime, "cpu_children_s": children.ru_utime + children.ru_stime}])
+        self._emit(
+            [
+                {
+                    "kind": "summary",
+                    "host": self.host,
+                    "addresses": len(self.addresses),
+                    "concurrent_users": concurrent,
+                    "page_loads": self.loads_started,
+                    "ended_s": time.monotonic() - self.start,
+                    "cpu_self_s": own.ru_utime + own.ru_stime,
+                    "cpu_children_s": children.ru_utime + children.ru_stime,
+                }
+            ]
+        )
         self.output.close()
 
 
@@ -425,8 +499,9 @@ class UserPopulation:
     :meth:`start` launches one driver per user host and returns; :meth:`wait` collects the
     result when they are done, :meth:`stop` ends them early (page loads in flight finish)."""
 
-    def __init__(self, topology: Topology, server: WebServer, config: PopulationConfig | None = None, *,
-                 out_dir: Path | str | None = None) -> None:
+    def __init__(
+        self, topology: Topology, server: WebServer, config: PopulationConfig | None = None, *, out_dir: Path | str | None = None
+    ) -> None:
         self.topology = topology
         self.server = server
         self.config = config or PopulationConfig()
@@ -457,20 +532,37 @@ class UserPopulation:
         for name in self.host_names:
             host = self.topology.host(name)
             addresses = host.user_addresses6 if self.config.family == 6 else host.user_addresses
-            config = {"host": name, "addresses": addresses, "urls": urls, "ca_file": str(self.server.ca_file),
-                      "pages": pages, "sizes": sizes, "mix": dict(self.config.mix), "curl": curl,
-                      "concurrent_users": self.config.concurrent_users, "think_time_s": self.config.think_time_s,
-                      "pages_per_session": self.config.pages_per_session, "duration_s": self.config.duration_s,
-                      "max_page_loads": self.config.max_page_loads, "parallel_max": self.config.parallel_max,
-                      "connect_timeout_s": self.config.connect_timeout_s, "max_time_s": self.config.max_time_s,
-                      "seed": self.config.seed, "start_at": self._start_at,
-                      "output": str(self.out_dir / f"{name}.jsonl")}
+            config = {
+                "host": name,
+                "addresses": addresses,
+                "urls": urls,
+                "ca_file": str(self.server.ca_file),
+                "pages": pages,
+                "sizes": sizes,
+                "mix": dict(self.config.mix),
+                "curl": curl,
+                "concurrent_users": self.config.concurrent_users,
+                "think_time_s": self.config.think_time_s,
+                "pages_per_session": self.config.pages_per_session,
+                "duration_s": self.config.duration_s,
+                "max_page_loads": self.config.max_page_loads,
+                "parallel_max": self.config.parallel_max,
+                "connect_timeout_s": self.config.connect_timeout_s,
+                "max_time_s": self.config.max_time_s,
+                "seed": self.config.seed,
+                "start_at": self._start_at,
+                "output": str(self.out_dir / f"{name}.jsonl"),
+            }
             config_path = self.out_dir / f"{name}.json"
             config_path.write_text(json.dumps(config))
-            log = open(self.out_dir / f"{name}.log", "wb")   # handed to the child
+            log = open(self.out_dir / f"{name}.log", "wb")  # handed to the child
             self._drivers[name] = self.topology.popen(
-                name, [sys.executable, "-m", "iwscope_lab.users", "_worker", str(config_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                name,
+                [sys.executable, "-m", "iwscope_lab.users", "_worker", str(config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             log.close()
 
     def running(self) -> bool:
@@ -533,14 +625,17 @@ class UserPopulation:
             driver = self._drivers.get(name)
             if driver is not None and driver.poll() is not None and name not in hosts:
                 log = self.out_dir / f"{name}.log"
-                errors.append(f"{name}: driver exited {driver.returncode} without a summary: "
-                              f"{log.read_text(errors='replace')[-500:] if log.exists() else ''}")
+                errors.append(
+                    f"{name}: driver exited {driver.returncode} without a summary: "
+                    f"{log.read_text(errors='replace')[-500:] if log.exists() else ''}"
+                )
         if not ended and self._start_at:
             ended = time.monotonic() - self._start_at
         server_rtt = self.topology.host(self.server.host).link.rtt_ms
         path_rtt = {name: self.topology.host(name).link.rtt_ms + server_rtt for name in self.host_names}
-        return PopulationResult(requests=requests, page_loads=loads, hosts=hosts, seconds=ended, path_rtt_ms=path_rtt,
-                                errors=errors)
+        return PopulationResult(
+            requests=requests, page_loads=loads, hosts=hosts, seconds=ended, path_rtt_ms=path_rtt, errors=errors
+        )
 
     def __enter__(self) -> UserPopulation:
         return self
@@ -550,8 +645,9 @@ class UserPopulation:
             self.stop(grace_s=5.0)
 
 
-def run_population(topology: Topology, server: WebServer, config: PopulationConfig | None = None, *,
-                   out_dir: Path | str | None = None) -> PopulationResult:
+def run_population(
+    topology: Topology, server: WebServer, config: PopulationConfig | None = None, *, out_dir: Path | str | None = None
+) -> PopulationResult:
     """Run the users for ``config.duration_s`` (or ``max_page_loads``) and return what they measured."""
     population = UserPopulation(topology, server, config, out_dir=out_dir)
     population.start()
@@ -583,10 +679,16 @@ def _run_command(args: argparse.Namespace) -> int:
     from .topology import Topology
     from .webserver import NginxOptions, start_nginx
 
-    config = PopulationConfig(mix=_parse_mix(args.mix), concurrent_users=args.concurrent_users,
-                              think_time_s=args.think_time, pages_per_session=args.pages_per_session,
-                              duration_s=args.duration, max_page_loads=args.max_page_loads, family=args.family,
-                              seed=args.seed)
+    config = PopulationConfig(
+        mix=_parse_mix(args.mix),
+        concurrent_users=args.concurrent_users,
+        think_time_s=args.think_time,
+        pages_per_session=args.pages_per_session,
+        duration_s=args.duration,
+        max_page_loads=args.max_page_loads,
+        family=args.family,
+        seed=args.seed,
+    )
     topology = Topology.attach(args.run_id) if args.run_id else Topology.from_scenario(args.scenario)
     own = not args.run_id
     try:
@@ -611,15 +713,21 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        print(f"{summary['requests']} requests in {summary['page_loads']} page loads from {summary['addresses']} "
-              f"addresses ({summary['prefixes_24']} /24s) in {summary['seconds']} s: {summary['requests_per_s']} req/s; "
-              f"failures {summary['failures']} {summary['failure_reasons'] or ''}")
-        print(f"driver CPU {summary['driver_cpu_s']} s = {summary['driver_cpu_s_per_1000_requests']} s per 1,000 "
-              f"requests; nginx CPU {summary['nginx_cpu_s']} s")
+        print(
+            f"{summary['requests']} requests in {summary['page_loads']} page loads from {summary['addresses']} "
+            f"addresses ({summary['prefixes_24']} /24s) in {summary['seconds']} s: {summary['requests_per_s']} req/s; "
+            f"failures {summary['failures']} {summary['failure_reasons'] or ''}"
+        )
+        print(
+            f"driver CPU {summary['driver_cpu_s']} s = {summary['driver_cpu_s_per_1000_requests']} s per 1,000 "
+            f"requests; nginx CPU {summary['nginx_cpu_s']} s"
+        )
         for host, info in summary["hosts"].items():
-            print(f"  {host:12} rtt {info['path_rtt_ms']:>7} ms  connect min/median {info['connect_ms_min']}/"
-                  f"{info['connect_ms_median']} ms  users {info['addresses_used']}/{info['addresses']}  "
-                  f"requests {info['requests']}  failures {info['failures']}  page load median {info['page_load_s_median']} s")
+            print(
+                f"  {host:12} rtt {info['path_rtt_ms']:>7} ms  connect min/median {info['connect_ms_min']}/"
+                f"{info['connect_ms_median']} ms  users {info['addresses_used']}/{info['addresses']}  "
+                f"requests {info['requests']}  failures {info['failures']}  page load median {info['page_load_s_median']} s"
+            )
     return 0 if summary["failures"] == 0 and not summary["errors"] else 1
 
 

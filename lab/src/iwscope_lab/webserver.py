@@ -53,18 +53,48 @@ if TYPE_CHECKING:
     from .certs import ChainInfo
     from .topology import Topology
 
-__all__ = ["PageType", "Page", "Site", "NginxOptions", "WebServer", "DEFAULT_PAGE_TYPES", "PROTOCOLS",
-           "build_site", "nginx_config", "start_nginx", "nginx_binary"]
+__all__ = [
+    "PageType",
+    "Page",
+    "Site",
+    "NginxOptions",
+    "WebServer",
+    "DEFAULT_PAGE_TYPES",
+    "PROTOCOLS",
+    "build_site",
+    "nginx_config",
+    "start_nginx",
+    "nginx_binary",
+]
 
 #: The ways a user fetches a page: HTTP/1.1 over plain HTTP, HTTP/2 over TLS, HTTP/1.1 over TLS.
 PROTOCOLS = ("h1", "h2", "h1-tls")
 #: How the access log records a request (space separated; the URI last).
-ACCESS_LOG_FIELDS = ("msec", "remote_addr", "remote_port", "server_addr", "server_port", "server_protocol",
-                     "ssl_protocol", "status", "body_bytes_sent", "request_time", "connection",
-                     "connection_requests", "request_uri")
+ACCESS_LOG_FIELDS = (
+    "msec",
+    "remote_addr",
+    "remote_port",
+    "server_addr",
+    "server_port",
+    "server_protocol",
+    "ssl_protocol",
+    "status",
+    "body_bytes_sent",
+    "request_time",
+    "connection",
+    "connection_requests",
+    "request_uri",
+)
 #: MIME type per object kind (the file name's extension).
-_TYPES = {"html": "text/html", "css": "text/css", "js": "application/javascript", "png": "image/png",
-          "jpg": "image/jpeg", "gif": "image/gif", "woff2": "font/woff2"}
+_TYPES = {
+    "html": "text/html",
+    "css": "text/css",
+    "js": "application/javascript",
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "gif": "image/gif",
+    "woff2": "font/woff2",
+}
 #: Object kinds in the pool, in turn (believable names; every object is random bytes).
 _KINDS = ("css", "js", "png", "jpg", "png", "js", "gif", "jpg", "woff2", "png")
 
@@ -113,9 +143,12 @@ class Site:
 
     def manifest(self) -> dict[str, Any]:
         """The site as data (JSON-able): pages with their objects and weights, object sizes."""
-        return {"size_dist": self.size_dist, "seed": self.seed,
-                "pages": [asdict(page) | {"objects": list(page.objects)} for page in self.pages],
-                "objects": dict(self.objects)}
+        return {
+            "size_dist": self.size_dist,
+            "seed": self.seed,
+            "pages": [asdict(page) | {"objects": list(page.objects)} for page in self.pages],
+            "objects": dict(self.objects),
+        }
 
 
 def _stratified_sizes(size_dist: str, count: int, rng: random.Random) -> list[int]:
@@ -141,20 +174,45 @@ def _html(title: str, objects: Sequence[str], size: int, rng: random.Random) -> 
             body.append(f'<img src="{path}" alt="">')
     start = "\n".join(head + body) + "\n<p>"
     end = "</p>\n</body></html>\n"
-    words = ("initial", "window", "congestion", "segment", "latency", "search", "result", "query", "page",
-             "round", "trip", "slow", "start", "server", "client", "prefix", "web", "response")
+    words = (
+        "initial",
+        "window",
+        "congestion",
+        "segment",
+        "latency",
+        "search",
+        "result",
+        "query",
+        "page",
+        "round",
+        "trip",
+        "slow",
+        "start",
+        "server",
+        "client",
+        "prefix",
+        "web",
+        "response",
+    )
     filler: list[str] = []
     missing = size - len(start) - len(end)
     while missing > 0:
-        word = rng.choice(words)[:missing - 1] if missing > 1 else ""
+        word = rng.choice(words)[: missing - 1] if missing > 1 else ""
         filler.append(word)
         missing -= len(word) + 1
     text = start + " ".join(filler) + end
     return text.encode()
 
 
-def build_site(root: Path | str, *, page_types: Sequence[PageType] = DEFAULT_PAGE_TYPES, variants: int = 4,
-               objects: int = 96, size_dist: str = "websearch", seed: int = 1) -> Site:
+def build_site(
+    root: Path | str,
+    *,
+    page_types: Sequence[PageType] = DEFAULT_PAGE_TYPES,
+    variants: int = 4,
+    objects: int = 96,
+    size_dist: str = "websearch",
+    seed: int = 1,
+) -> Site:
     """Write the site into ``root``: ``objects`` objects (``/o/<n>-<bytes>.<kind>``, random bytes,
     sizes from ``size_dist``) and ``variants`` pages per page type (``/p/<type>-<n>.html``, HTML of
     ``size_dist`` sizes, each referencing its type's number of objects drawn from the pool).
@@ -238,17 +296,17 @@ def _seconds(value: float) -> str:
     return f"{int(value * 1000)}ms"
 
 
-def nginx_config(work: Path, www: Path, addresses: Sequence[str], options: NginxOptions, *, user: str,
-                 chain: Path, key: Path) -> str:
+def nginx_config(
+    work: Path, www: Path, addresses: Sequence[str], options: NginxOptions, *, user: str, chain: Path, key: Path
+) -> str:
     """The nginx.conf of a lab web server (module docstring): every path under ``work``."""
     listens = []
     for address in addresses:
         bracketed = f"[{address}]" if ":" in address else address
-        listens += [f"listen {bracketed}:{options.http_port};",
-                    f"listen {bracketed}:{options.https_port} ssl http2;"]
+        listens += [f"listen {bracketed}:{options.http_port};", f"listen {bracketed}:{options.https_port} ssl http2;"]
     tmp = work / "tmp"
     log_format = " ".join(f"${name}" for name in ACCESS_LOG_FIELDS)
-    access = (f"access_log {work}/access.log iwscope buffer=64k flush=1s;" if options.access_log else "access_log off;")
+    access = f"access_log {work}/access.log iwscope buffer=64k flush=1s;" if options.access_log else "access_log off;"
     types = " ".join(f"{mime} {kind};" for kind, mime in _TYPES.items())
     group = pwd.getpwnam(user).pw_gid if user != "root" else 0
     group_name = _group_name(group)
@@ -266,8 +324,8 @@ events {{ worker_connections {options.worker_connections}; }}
 http {{
     types {{ {types} }}
     default_type application/octet-stream;
-    sendfile {'on' if options.sendfile else 'off'};
-    tcp_nopush {'on' if options.tcp_nopush else 'off'};
+    sendfile {"on" if options.sendfile else "off"};
+    tcp_nopush {"on" if options.tcp_nopush else "off"};
     tcp_nodelay on;
     gzip off;
     server_tokens off;
@@ -286,7 +344,7 @@ http {{
     ssl_session_cache shared:iwscope:1m;
     ssl_session_timeout 10m;
     server {{
-        {(chr(10) + '        ').join(listens)}
+        {(chr(10) + "        ").join(listens)}
         server_name {options.server_name};
         root {www};
         location / {{ try_files $uri =404; }}
@@ -322,7 +380,7 @@ def _children(pid: int) -> list[tuple[int, int | None]]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[1]) == pid:
             found.append((int(entry.name), process_start_time(int(entry.name))))
     return found
@@ -333,7 +391,7 @@ def _cpu_seconds(pid: int, include_children: bool = False) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if include_children else 0)
     return ticks / os.sysconf("SC_CLK_TCK")
 
@@ -383,7 +441,8 @@ class WebServer:
         if self.process.poll() is not None:
             return 0.0
         return _cpu_seconds(self.process.pid, include_children=True) + sum(
-            _cpu_seconds(pid) for pid, _ in _children(self.process.pid))
+            _cpu_seconds(pid) for pid, _ in _children(self.process.pid)
+        )
 
     def access_log(self) -> list[dict[str, str]]:
         """The access log's entries (up to the last flush: nginx flushes every second and on stop)."""
@@ -427,9 +486,16 @@ class WebServer:
         self.stop()
 
 
-def start_nginx(topology: Topology, host: str, *, options: NginxOptions | None = None,
-                work_dir: Path | str | None = None, site: Site | None = None, seed: int = 1,
-                timeout_s: float = 30.0) -> WebServer:
+def start_nginx(
+    topology: Topology,
+    host: str,
+    *,
+    options: NginxOptions | None = None,
+    work_dir: Path | str | None = None,
+    site: Site | None = None,
+    seed: int = 1,
+    timeout_s: float = 30.0,
+) -> WebServer:
     """Start Debian's nginx in ``host``'s namespace, serving a site (:func:`build_site` with ``seed``
     when ``site`` is None) on the host's lab address(es) only; returns once both ports accept
     connections.  ``work_dir`` defaults to ``<run state dir>/nginx-<host>`` (removed with the run)."""
@@ -447,39 +513,58 @@ def start_nginx(topology: Topology, host: str, *, options: NginxOptions | None =
     if site is None:
         site = build_site(work / "www", seed=seed)
     addresses = [placed.address] + ([placed.address6] if placed.address6 else [])
-    chain = write_chain(work / "tls", options.chain_kb, key_type=options.key_type, name=options.server_name,
-                        ips=addresses)
+    chain = write_chain(work / "tls", options.chain_kb, key_type=options.key_type, name=options.server_name, ips=addresses)
     user = options.user
     try:
         pwd.getpwnam(user)
     except KeyError:
         user = "root"
     if user != "root" and not _world_readable_path(site.root):
-        user = "root"   # the workers could not read the site (e.g. a 0700 state directory)
-    if user != "root":   # the workers own their temporary directories
+        user = "root"  # the workers could not read the site (e.g. a 0700 state directory)
+    if user != "root":  # the workers own their temporary directories
         entry = pwd.getpwnam(user)
         for directory in (work / "tmp", *sorted((work / "tmp").iterdir())):
             os.chown(directory, entry.pw_uid, entry.pw_gid)
     config_path = work / "nginx.conf"
-    config_path.write_text(nginx_config(work, site.root, addresses, options, user=user, chain=chain.chain_path,
-                                        key=chain.key_path))
+    config_path.write_text(
+        nginx_config(work, site.root, addresses, options, user=user, chain=chain.chain_path, key=chain.key_path)
+    )
     (work / "site.json").write_text(json.dumps(site.manifest(), indent=1))
     error_log = work / "error.log"
-    stderr = open(work / "nginx.out", "ab")   # handed to the child
-    process = topology.popen(host, [nginx_binary(), "-p", f"{work}/", "-e", str(error_log), "-c", str(config_path)],
-                             stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT)
+    stderr = open(work / "nginx.out", "ab")  # handed to the child
+    process = topology.popen(
+        host,
+        [nginx_binary(), "-p", f"{work}/", "-e", str(error_log), "-c", str(config_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=stderr,
+        stderr=subprocess.STDOUT,
+    )
     stderr.close()
-    server = WebServer(host=host, address=placed.address, address6=placed.address6, http_port=options.http_port,
-                       https_port=options.https_port, ca_file=chain.root_path, chain=chain, work_dir=work, site=site,
-                       options=options, worker_user=user, process=process, config_path=config_path,
-                       access_log_path=work / "access.log" if options.access_log else None, error_log_path=error_log)
+    server = WebServer(
+        host=host,
+        address=placed.address,
+        address6=placed.address6,
+        http_port=options.http_port,
+        https_port=options.https_port,
+        ca_file=chain.root_path,
+        chain=chain,
+        work_dir=work,
+        site=site,
+        options=options,
+        worker_user=user,
+        process=process,
+        config_path=config_path,
+        access_log_path=work / "access.log" if options.access_log else None,
+        error_log_path=error_log,
+    )
     try:
         for address in addresses:
             topology.wait_listening(host, address, [options.http_port, options.https_port], timeout_s, process)
     except TimeoutError:
         server.stop()
-        details = "\n".join(path.read_text(errors="replace").strip()[-1500:]
-                            for path in (work / "nginx.out", error_log) if path.exists())
+        details = "\n".join(
+            path.read_text(errors="replace").strip()[-1500:] for path in (work / "nginx.out", error_log) if path.exists()
+        )
         raise LabError(f"nginx on {host} did not start: {details or 'no output'}") from None
     server._workers = _children(process.pid)
     return server

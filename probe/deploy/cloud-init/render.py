@@ -22,8 +22,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 _SAFE = re.compile(r"^[A-Za-z0-9._:/@+=-]+$")
 
 
-def render(collector: str, token: str, name: str, region: str, pyz: pathlib.Path,
-           country: str = "", asn: str = "") -> str:
+def render(collector: str, token: str, name: str, region: str, pyz: pathlib.Path, country: str = "", asn: str = "") -> str:
     for label, value in (("collector", collector), ("token", token), ("name", name), ("region", region)):
         if not _SAFE.match(value):
             raise ValueError(f"--{label} may only contain letters, digits and ._:/@+=- (got {value!r})")
@@ -37,7 +36,12 @@ def render(collector: str, token: str, name: str, region: str, pyz: pathlib.Path
     return template.substitute(
         pyz_gz_b64=base64.b64encode(gzip.compress(pyz.read_bytes(), mtime=0)).decode("ascii"),
         unit_b64=base64.b64encode(unit).decode("ascii"),
-        collector=collector, token=token, name=name, region=region, extra_enroll_args=extra)
+        collector=collector,
+        token=token,
+        name=name,
+        region=region,
+        extra_enroll_args=extra,
+    )
 
 
 def main() -> int:

@@ -54,11 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     census.add_argument("url", help="http(s)://host[:port]/path of an object large enough to outlast the window")
     census.add_argument("--json", action="store_true", help="print one JSON object")
     census.add_argument("--connections", type=int, default=3, help="fresh connections to agree on (default 3)")
-    census.add_argument("--range-bytes", type=int, default=256 * 1024,
-                        help="ask for the first N bytes only (Range); 0 fetches the whole object")
-    census.add_argument("--announce-mss", type=int,
-                        help="MSS the probe's SYN announces (88..1460): a small one makes a small object "
-                             "fill a large window")
+    census.add_argument(
+        "--range-bytes", type=int, default=256 * 1024, help="ask for the first N bytes only (Range); 0 fetches the whole object"
+    )
+    census.add_argument(
+        "--announce-mss",
+        type=int,
+        help="MSS the probe's SYN announces (88..1460): a small one makes a small object fill a large window",
+    )
     census.add_argument("--timeout", type=float, default=30.0)
     census.add_argument("--ca-file", help="https: trust this CA bundle")
     census.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
@@ -81,56 +84,88 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--once", action="store_true", help="run the current schedule, upload, exit")
     run.add_argument("--spool-max-mb", type=float, default=512.0)
     run.add_argument("--heartbeat-s", type=float, default=60.0)
-    run.add_argument("--calibration-bytes", type=int, default=1_000_000,
-                     help="first calibration transfer; grown 4x while still in slow start")
+    run.add_argument(
+        "--calibration-bytes", type=int, default=1_000_000, help="first calibration transfer; grown 4x while still in slow start"
+    )
     run.add_argument("--trial-timeout", type=float, default=60.0)
-    run.add_argument("--campaign", type=int, action="append", dest="campaigns", metavar="ID",
-                     help="run only this campaign (repeatable; default: every campaign of the schedule)")
+    run.add_argument(
+        "--campaign",
+        type=int,
+        action="append",
+        dest="campaigns",
+        metavar="ID",
+        help="run only this campaign (repeatable; default: every campaign of the schedule)",
+    )
     run.add_argument("--trial-gap", type=float, default=0.05, help="pause between two trials, seconds")
     run.add_argument("--upload-timeout", type=float, help="with --once: give up uploading after this many seconds")
     run.add_argument("--backoff-cap", type=float, default=60.0, help="longest wait between upload retries, s")
     run.add_argument("--tls-ca-file", help="verify HTTPS origins against this CA bundle (default: the system's)")
-    run.add_argument("--no-iw-inference", dest="infer_iw", action="store_false",
-                     help="do not capture each trial's packets to infer the server's IW (on by default when "
-                          "root; census campaigns need it)")
+    run.add_argument(
+        "--no-iw-inference",
+        dest="infer_iw",
+        action="store_false",
+        help="do not capture each trial's packets to infer the server's IW (on by default when root; census campaigns need it)",
+    )
 
     origin = commands.add_parser("origin", help="the instrumented origin (serve, setup-routes, enroll)")
     origin.add_argument("action", nargs="?", default="serve", choices=("serve", "setup-routes", "enroll"))
-    origin.add_argument("--bind", action="append", default=None, metavar="ADDRESS",
-                        help="listen on this address (repeat for several, e.g. an IPv4 and an IPv6 one; "
-                             "default 0.0.0.0)")
+    origin.add_argument(
+        "--bind",
+        action="append",
+        default=None,
+        metavar="ADDRESS",
+        help="listen on this address (repeat for several, e.g. an IPv4 and an IPv6 one; default 0.0.0.0)",
+    )
     origin.add_argument("--tls-cert", default="", help="serve HTTPS on every arm: the chain (PEM, leaf first)")
     origin.add_argument("--tls-key", default="", help="serve HTTPS on every arm: the leaf's key (PEM)")
-    origin.add_argument("--arms", type=_arms, default=parse_arms("3,10,16,32"),
-                        help="IW policies: N (IW N), Np (IW N, first window paced over the RTT), learned "
-                             "(the window the client's /24 or /48 last ended with); e.g. 3,10,10p,32,learned")
-    origin.add_argument("--congestion-control", default="",
-                        help="TCP congestion control of the origin's connections (e.g. cubic); default: the host's")
-    origin.add_argument("--print-arms", action="store_true",
-                        help="print the arms as JSON (arm, iw, paced, policy, port) and exit")
+    origin.add_argument(
+        "--arms",
+        type=_arms,
+        default=parse_arms("3,10,16,32"),
+        help="IW policies: N (IW N), Np (IW N, first window paced over the RTT), learned "
+        "(the window the client's /24 or /48 last ended with); e.g. 3,10,10p,32,learned",
+    )
+    origin.add_argument(
+        "--congestion-control",
+        default="",
+        help="TCP congestion control of the origin's connections (e.g. cubic); default: the host's",
+    )
+    origin.add_argument(
+        "--print-arms", action="store_true", help="print the arms as JSON (arm, iw, paced, policy, port) and exit"
+    )
     origin.add_argument("--learned-cap", type=int, default=64, help="largest window the learned arm starts with")
-    origin.add_argument("--learned-ttl", type=float, default=600.0,
-                        help="seconds after which a client prefix's learned window is forgotten")
+    origin.add_argument(
+        "--learned-ttl", type=float, default=600.0, help="seconds after which a client prefix's learned window is forgotten"
+    )
     origin.add_argument("--base-port", type=int, default=8000)
-    origin.add_argument("--no-echo", dest="echo", action="store_false",
-                        help="serve no UDP echo (the interactive flow of cost campaigns) on the base port")
+    origin.add_argument(
+        "--no-echo",
+        dest="echo",
+        action="store_false",
+        help="serve no UDP echo (the interactive flow of cost campaigns) on the base port",
+    )
     origin.add_argument("--max-object-bytes", type=int, default=wire.MAX_OBJECT_BYTES)
     origin.add_argument("--workers", type=int, default=32)
-    origin.add_argument("--sndbuf", type=int, default=0,
-                        help="fixed SO_SNDBUF in bytes (default 0: kernel autotuning, which sizes it for the IW)")
+    origin.add_argument(
+        "--sndbuf", type=int, default=0, help="fixed SO_SNDBUF in bytes (default 0: kernel autotuning, which sizes it for the IW)"
+    )
     origin.add_argument("--request-timeout", type=float, default=10.0, help="seconds a client has to send its request")
     origin.add_argument("--ack-timeout", type=float, default=60.0, help="seconds to wait for the response to be acknowledged")
-    origin.add_argument("--client-max-connections", type=int, default=None,
-                        help="open connections allowed per client address (default: $IWPROBE_ORIGIN_CLIENT_CONNECTIONS "
-                             "or the built-in default; offered-load experiments from one host need many; 0 = no limit)")
+    origin.add_argument(
+        "--client-max-connections",
+        type=int,
+        default=None,
+        help="open connections allowed per client address (default: $IWPROBE_ORIGIN_CLIENT_CONNECTIONS "
+        "or the built-in default; offered-load experiments from one host need many; 0 = no limit)",
+    )
     origin.add_argument("--state-dir")
-    origin.add_argument("--no-upload", action="store_true",
-                        help="serve without a collector: observations are printed to stdout as JSON lines")
+    origin.add_argument(
+        "--no-upload", action="store_true", help="serve without a collector: observations are printed to stdout as JSON lines"
+    )
     origin.add_argument("--spool-max-mb", type=float, default=512.0)
     origin.add_argument("--print-routes", action="store_true", help="setup-routes: print the commands only")
     origin.add_argument("--initrwnd", type=int, default=64)
-    origin.add_argument("--setup-routes", dest="with_routes", action="store_true",
-                        help="serve: install the routes first")
+    origin.add_argument("--setup-routes", dest="with_routes", action="store_true", help="serve: install the routes first")
     origin.add_argument("--collector")
     origin.add_argument("--token")
     origin.add_argument("--name")
@@ -148,8 +183,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "version":
         print(__version__)
         return 0
@@ -183,10 +217,11 @@ def _fetch(args: argparse.Namespace) -> int:
         host = parts.hostname or ""
         size = args.size
         if size is None and parts.path.startswith(wire.OBJECT_PATH_PREFIX):
-            size = int(parts.path[len(wire.OBJECT_PATH_PREFIX):])
+            size = int(parts.path[len(wire.OBJECT_PATH_PREFIX) :])
         if size is None:
             raise SystemExit("--arm needs --size or a /obj/<bytes> URL")
         from ._fetch import object_url
+
         url = object_url(host, args.base_port + args.arm, size, tls=parts.scheme == "https")
     elif args.size is not None and not parts.path.startswith(wire.OBJECT_PATH_PREFIX):
         url = url.rstrip("/") + f"{wire.OBJECT_PATH_PREFIX}{args.size}"
@@ -198,8 +233,8 @@ def _fetch(args: argparse.Namespace) -> int:
     if args.json:
         size = args.size or 0
         tail = urllib.parse.urlsplit(url).path
-        if tail.startswith(wire.OBJECT_PATH_PREFIX) and tail[len(wire.OBJECT_PATH_PREFIX):].isdigit():
-            size = int(tail[len(wire.OBJECT_PATH_PREFIX):])
+        if tail.startswith(wire.OBJECT_PATH_PREFIX) and tail[len(wire.OBJECT_PATH_PREFIX) :].isdigit():
+            size = int(tail[len(wire.OBJECT_PATH_PREFIX) :])
         record = result.to_trial(trial_id, "00000000-0000-0000-0000-000000000000", None, None, 0, args.arm or 1, size)
         print(json.dumps(wire.to_dict(record), indent=2))
     else:
@@ -219,8 +254,15 @@ def _census(args: argparse.Namespace) -> int:
     if args.announce_mss is not None and not 88 <= args.announce_mss <= 65535:
         raise SystemExit("--announce-mss must be between 88 (Linux's minimum) and 65535")
     context = client_context(args.ca_file, verify=not args.insecure) if args.url.startswith("https") else None
-    result = census(args.url, connections=args.connections, range_bytes=args.range_bytes or None,
-                    announce_mss=args.announce_mss, family=args.family, tls_context=context, timeout_s=args.timeout)
+    result = census(
+        args.url,
+        connections=args.connections,
+        range_bytes=args.range_bytes or None,
+        announce_mss=args.announce_mss,
+        family=args.family,
+        tls_context=context,
+        timeout_s=args.timeout,
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -239,8 +281,9 @@ def _enroll(args: argparse.Namespace) -> int:
     if os.path.exists(os.path.join(directory, PROBE_CREDENTIALS)) and not args.force:
         print(f"already enrolled ({os.path.join(directory, PROBE_CREDENTIALS)}); use --force to enroll again")
         return 0
-    request = wire.EnrollRequest(name=args.name, region=args.region, country=args.country, asn=args.asn,
-                                 labels=_labels(args.label), version=__version__)
+    request = wire.EnrollRequest(
+        name=args.name, region=args.region, country=args.country, asn=args.asn, labels=_labels(args.label), version=__version__
+    )
     try:
         credentials, path = enroll_probe(args.collector, args.token, request, directory, args.ca_file)
     except CollectorError as error:
@@ -254,11 +297,19 @@ def _run(args: argparse.Namespace) -> int:
     from ._agent import PROBE_CREDENTIALS, ProbeAgent, load_credentials, state_dir
 
     directory = state_dir(args.state_dir)
-    agent = ProbeAgent(directory, load_credentials(directory, PROBE_CREDENTIALS),
-                       spool_max_bytes=int(args.spool_max_mb * 1024 * 1024), heartbeat_s=args.heartbeat_s,
-                       calibration_bytes=args.calibration_bytes, trial_timeout_s=args.trial_timeout, trial_gap_s=args.trial_gap,
-                       backoff_cap_s=args.backoff_cap, campaign_ids=args.campaigns, tls_ca_file=args.tls_ca_file,
-                       infer_iw=args.infer_iw)
+    agent = ProbeAgent(
+        directory,
+        load_credentials(directory, PROBE_CREDENTIALS),
+        spool_max_bytes=int(args.spool_max_mb * 1024 * 1024),
+        heartbeat_s=args.heartbeat_s,
+        calibration_bytes=args.calibration_bytes,
+        trial_timeout_s=args.trial_timeout,
+        trial_gap_s=args.trial_gap,
+        backoff_cap_s=args.backoff_cap,
+        campaign_ids=args.campaigns,
+        tls_ca_file=args.tls_ca_file,
+        infer_iw=args.infer_iw,
+    )
     return agent.run(once=args.once, stop=_stop_event(), upload_timeout_s=args.upload_timeout)
 
 
@@ -289,12 +340,23 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     if bool(args.tls_cert) != bool(args.tls_key):
         raise SystemExit("--tls-cert and --tls-key go together")
-    config = OriginConfig(bind=args.bind or ["0.0.0.0"], arms=args.arms, base_port=args.base_port,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key,
-                          max_object_bytes=args.max_object_bytes, workers=args.workers,
-                          request_timeout_s=args.request_timeout, sndbuf_bytes=args.sndbuf, ack_timeout_s=args.ack_timeout,
-                          learned_cap_iw=args.learned_cap, learned_ttl_s=args.learned_ttl, initrwnd=args.initrwnd,
-                          congestion_control=args.congestion_control, echo=args.echo)
+    config = OriginConfig(
+        bind=args.bind or ["0.0.0.0"],
+        arms=args.arms,
+        base_port=args.base_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        max_object_bytes=args.max_object_bytes,
+        workers=args.workers,
+        request_timeout_s=args.request_timeout,
+        sndbuf_bytes=args.sndbuf,
+        ack_timeout_s=args.ack_timeout,
+        learned_cap_iw=args.learned_cap,
+        learned_ttl_s=args.learned_ttl,
+        initrwnd=args.initrwnd,
+        congestion_control=args.congestion_control,
+        echo=args.echo,
+    )
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections
     spool = None
@@ -315,9 +377,13 @@ def _origin(args: argparse.Namespace) -> int:
     origin.drop_net_admin()
     if uploader_thread is not None:
         uploader_thread.start()
-    print(f"serving arms {[arm.label for arm in arms]} over {'HTTPS' if args.tls_cert else 'HTTP'} "
-          f"on {origin.addresses} ports "
-          f"{[arm.port(args.base_port) for arm in arms]}", file=sys.stderr, flush=True)
+    print(
+        f"serving arms {[arm.label for arm in arms]} over {'HTTPS' if args.tls_cert else 'HTTP'} "
+        f"on {origin.addresses} ports "
+        f"{[arm.port(args.base_port) for arm in arms]}",
+        file=sys.stderr,
+        flush=True,
+    )
     serve_forever(origin, stop)
     if uploader_thread is not None:
         uploader_thread.join(timeout=10)
@@ -331,11 +397,16 @@ def _origin_enroll(args: argparse.Namespace) -> int:
     missing = [name for name in ("collector", "token", "name", "region", "host") if not getattr(args, name)]
     if missing:
         raise SystemExit("origin enroll needs " + ", ".join(f"--{name}" for name in missing))
-    request = wire.OriginEnrollRequest(name=args.name, region=args.region, host=args.host,
-                                       arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced)
-                                             for arm in args.arms],
-                                       version=__version__, echo_port=args.base_port if args.echo else None,
-                                       tls=bool(args.tls_cert), host6=args.host6)
+    request = wire.OriginEnrollRequest(
+        name=args.name,
+        region=args.region,
+        host=args.host,
+        arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced) for arm in args.arms],
+        version=__version__,
+        echo_port=args.base_port if args.echo else None,
+        tls=bool(args.tls_cert),
+        host6=args.host6,
+    )
     try:
         credentials, path = enroll_origin(args.collector, args.token, request, state_dir(args.state_dir), args.ca_file)
     except CollectorError as error:

@@ -42,8 +42,19 @@ from ._upload import Uploader, backoff_delay
 
 log = logging.getLogger("iwprobe.agent")
 
-__all__ = ["Credentials", "ProbeAgent", "PROBE_CREDENTIALS", "ORIGIN_CREDENTIALS", "state_dir", "save_credentials", "load_credentials", "enroll_probe",
-           "enroll_origin", "background_warmup_s", "BACKGROUND_WARMUP_RTTS"]
+__all__ = [
+    "Credentials",
+    "ProbeAgent",
+    "PROBE_CREDENTIALS",
+    "ORIGIN_CREDENTIALS",
+    "state_dir",
+    "save_credentials",
+    "load_credentials",
+    "enroll_probe",
+    "enroll_origin",
+    "background_warmup_s",
+    "BACKGROUND_WARMUP_RTTS",
+]
 
 DEFAULT_STATE_DIR = "/var/lib/iwprobe"
 PROBE_CREDENTIALS = "probe.json"
@@ -100,15 +111,18 @@ def load_credentials(directory: str, filename: str) -> Credentials:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except FileNotFoundError:
-        raise SystemExit(f"not enrolled: {path} does not exist; run 'iwprobe {'origin ' if filename == ORIGIN_CREDENTIALS else ''}enroll' first") from None
+        raise SystemExit(
+            f"not enrolled: {path} does not exist; run 'iwprobe {'origin ' if filename == ORIGIN_CREDENTIALS else ''}enroll' first"
+        ) from None
     mode = os.stat(path).st_mode & 0o777
     if mode & 0o077:
         log.warning("credentials file %s has mode %o; it should be 0600", path, mode)
     return Credentials(**data)
 
 
-def enroll_probe(collector: str, token: str, request: wire.EnrollRequest, directory: str,
-                 ca_file: Optional[str] = None) -> tuple[Credentials, str]:
+def enroll_probe(
+    collector: str, token: str, request: wire.EnrollRequest, directory: str, ca_file: Optional[str] = None
+) -> tuple[Credentials, str]:
     client = CollectorClient(collector, None, ca_file)
     _, answer = client.post_json(wire.PROBE_ENROLL_PATH, wire.dumps(request), token=token)
     response = from_dict(wire.EnrollResponse, answer)
@@ -116,8 +130,9 @@ def enroll_probe(collector: str, token: str, request: wire.EnrollRequest, direct
     return credentials, save_credentials(directory, PROBE_CREDENTIALS, credentials)
 
 
-def enroll_origin(collector: str, token: str, request: wire.OriginEnrollRequest, directory: str,
-                  ca_file: Optional[str] = None) -> tuple[Credentials, str]:
+def enroll_origin(
+    collector: str, token: str, request: wire.OriginEnrollRequest, directory: str, ca_file: Optional[str] = None
+) -> tuple[Credentials, str]:
     client = CollectorClient(collector, None, ca_file)
     _, answer = client.post_json(wire.ORIGIN_ENROLL_PATH, wire.dumps(request), token=token)
     response = from_dict(wire.EnrollResponse, answer)
@@ -147,17 +162,28 @@ def background_warmup_s(alone: wire.TrialRecord) -> float:
 class ProbeAgent:
     """``iwprobe run``: the measuring daemon."""
 
-    def __init__(self, directory: str, credentials: Credentials, spool_max_bytes: int = 512 * 1024 * 1024,
-                 heartbeat_s: float = 60.0, calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
-                 trial_timeout_s: float = 60.0, trial_gap_s: float = 0.05, backoff_cap_s: float = 60.0,
-                 rng: Optional[random.Random] = None, campaign_ids: Optional[Sequence[int]] = None,
-                 tls_ca_file: Optional[str] = None, infer_iw: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str,
+        credentials: Credentials,
+        spool_max_bytes: int = 512 * 1024 * 1024,
+        heartbeat_s: float = 60.0,
+        calibration_bytes: int = DEFAULT_CALIBRATION_BYTES,
+        trial_timeout_s: float = 60.0,
+        trial_gap_s: float = 0.05,
+        backoff_cap_s: float = 60.0,
+        rng: Optional[random.Random] = None,
+        campaign_ids: Optional[Sequence[int]] = None,
+        tls_ca_file: Optional[str] = None,
+        infer_iw: bool = True,
+    ) -> None:
         self.directory = directory
         self.credentials = credentials
         self.client = credentials.client()
         self.spool = Spool(os.path.join(directory, "probe-spool.sqlite"), spool_max_bytes)
-        self.uploader = Uploader(self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s,
-                                 heartbeat=self._due_heartbeat)
+        self.uploader = Uploader(
+            self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s, heartbeat=self._due_heartbeat
+        )
         self.heartbeat_s = heartbeat_s
         self.calibration_bytes = calibration_bytes
         self.trial_timeout_s = trial_timeout_s
@@ -181,9 +207,14 @@ class ProbeAgent:
 
     # -- collector conversations
     def _heartbeat_record(self) -> wire.Heartbeat:
-        return wire.Heartbeat(version=__version__, spool_backlog=self.uploader.backlog(),
-                              spool_bytes=self.spool.disk_bytes(), uptime_s=round(time.monotonic() - self.started, 3),
-                              trials_measured=self.trials_measured, iw_capture=self.iw_capture)
+        return wire.Heartbeat(
+            version=__version__,
+            spool_backlog=self.uploader.backlog(),
+            spool_bytes=self.spool.disk_bytes(),
+            uptime_s=round(time.monotonic() - self.started, 3),
+            trials_measured=self.trials_measured,
+            iw_capture=self.iw_capture,
+        )
 
     def _due_heartbeat(self) -> Optional[wire.Heartbeat]:
         """The heartbeat an upload carries: one per ``heartbeat_s``, like the posted ones."""
@@ -195,8 +226,9 @@ class ProbeAgent:
 
     def heartbeat(self) -> None:
         try:
-            self.client.post_json(wire.PROBE_HEARTBEAT_PATH.format(probe_id=self.credentials.id),
-                                  wire.dumps(self._heartbeat_record()))
+            self.client.post_json(
+                wire.PROBE_HEARTBEAT_PATH.format(probe_id=self.credentials.id), wire.dumps(self._heartbeat_record())
+            )
             self._last_heartbeat = time.monotonic()
         except CollectorError as error:
             log.warning("heartbeat failed: %s", error)
@@ -210,7 +242,8 @@ class ProbeAgent:
             # label, shares, the interactive flow, page loads).
             status, answer, etag = self.client.get_json_if_changed(
                 wire.PROBE_SCHEDULE_PATH.format(probe_id=self.credentials.id) + f"?wire_version={wire.WIRE_VERSION}",
-                cached[1] if cached is not None else None)
+                cached[1] if cached is not None else None,
+            )
             if status == 304:
                 return from_dict(wire.Schedule, cached[0]) if cached is not None else None
             schedule: wire.Schedule = from_dict(wire.Schedule, answer)
@@ -301,20 +334,23 @@ class ProbeAgent:
         self.spool.finish_round(campaign.campaign_id, number)
         log.info("campaign %d round %d done (%d trials)", campaign.campaign_id, number, len(plan))
 
-    def _run_census_round(self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]],
-                          next_index: int, stop: threading.Event) -> None:
+    def _run_census_round(
+        self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]], next_index: int, stop: threading.Event
+    ) -> None:
         """One census of every target of a census campaign (``iwprobe census`` each), in the
         round's shuffled order; each record advances the round's progress as a trial does."""
         if not self.infer_iw:
-            log.warning("campaign %d is a census and this probe cannot capture (%s): skipped",
-                        campaign.campaign_id, self.iw_capture)
+            log.warning(
+                "campaign %d is a census and this probe cannot capture (%s): skipped", campaign.campaign_id, self.iw_capture
+            )
             self.spool.finish_round(campaign.campaign_id, number)
             return
         for index in range(next_index, len(plan)):
             if stop.is_set():
                 return
-            answer = census(str(plan[index][0]), tls_context=self.tls_context, family=campaign.family,
-                            timeout_s=self.trial_timeout_s)
+            answer = census(
+                str(plan[index][0]), tls_context=self.tls_context, family=campaign.family, timeout_s=self.trial_timeout_s
+            )
             record = to_record(answer, self.credentials.id, campaign.campaign_id, number)
             self._spool("census", record.census_id, wire.to_dict(record), (campaign.campaign_id, number, index + 1), stop)
             log.info("census %s: %s %s", record.url, record.status, record.iw_segments)
@@ -329,8 +365,9 @@ class ProbeAgent:
         for target in campaign.targets:
             if target.echo_port:
                 try:
-                    flow = EchoFlow(target.host, target.echo_port, campaign.interactive_interval_us,
-                                    campaign.interactive_packet_bytes)
+                    flow = EchoFlow(
+                        target.host, target.echo_port, campaign.interactive_interval_us, campaign.interactive_packet_bytes
+                    )
                 except (OSError, ValueError) as error:
                     log.warning("campaign %d: no interactive flow to %s: %s", campaign.campaign_id, target.host, error)
                     return None
@@ -339,20 +376,40 @@ class ProbeAgent:
         log.warning("campaign %d asks for an interactive flow but no target has an echo port", campaign.campaign_id)
         return None
 
-    def _finish_interactive(self, started: Optional[tuple[EchoFlow, wire.ScheduleTarget]],
-                            campaign: wire.CampaignSchedule, number: int, stop: threading.Event) -> None:
+    def _finish_interactive(
+        self,
+        started: Optional[tuple[EchoFlow, wire.ScheduleTarget]],
+        campaign: wire.CampaignSchedule,
+        number: int,
+        stop: threading.Event,
+    ) -> None:
         if started is None:
             return
         flow, target = started
         stats, duration_us = flow.finish()
         silent = stats.sent > 0 and stats.received == 0
         record = wire.TrialRecord(
-            trial_id=wire.new_id(), probe_id=self.credentials.id, campaign_id=campaign.campaign_id,
-            origin_id=target.origin_id, round=number, arm_iw=INTERACTIVE_ARM_IW, object_size=stats.sent * stats.packet_bytes,
-            url=f"udp://{target.host}:{target.echo_port}", started_at=flow.started_at, dns_us=None, connect_us=None,
-            ttfb_us=None, total_us=duration_us, bytes_received=stats.received * stats.packet_bytes, http_status=None,
-            error_kind="timeout" if silent else None, error_detail="no packet was echoed" if silent else None,
-            syn_retrans=0, role="interactive", echo=stats)
+            trial_id=wire.new_id(),
+            probe_id=self.credentials.id,
+            campaign_id=campaign.campaign_id,
+            origin_id=target.origin_id,
+            round=number,
+            arm_iw=INTERACTIVE_ARM_IW,
+            object_size=stats.sent * stats.packet_bytes,
+            url=f"udp://{target.host}:{target.echo_port}",
+            started_at=flow.started_at,
+            dns_us=None,
+            connect_us=None,
+            ttfb_us=None,
+            total_us=duration_us,
+            bytes_received=stats.received * stats.packet_bytes,
+            http_status=None,
+            error_kind="timeout" if silent else None,
+            error_detail="no packet was echoed" if silent else None,
+            syn_retrans=0,
+            role="interactive",
+            echo=stats,
+        )
         self._store(record, None, stop)
         self.trials_measured += 1
 
@@ -366,44 +423,86 @@ class ProbeAgent:
             for arm in target.arms:
                 if arm.iw == iw and wire.is_plain_arm(arm.arm, arm.iw):
                     return target, iw, arm.port
-        log.warning("campaign %d: no target serves the background arm IW %d; no background flow",
-                    campaign.campaign_id, iw)
+        log.warning("campaign %d: no target serves the background arm IW %d; no background flow", campaign.campaign_id, iw)
         return None
 
-    def _fetch(self, campaign: wire.CampaignSchedule, number: int, origin_id: str, url: str, iw: int, size: int,
-               timeout_s: float, arm: str = "", role: str = "", page_id: Optional[str] = None) -> wire.TrialRecord:
+    def _fetch(
+        self,
+        campaign: wire.CampaignSchedule,
+        number: int,
+        origin_id: str,
+        url: str,
+        iw: int,
+        size: int,
+        timeout_s: float,
+        arm: str = "",
+        role: str = "",
+        page_id: Optional[str] = None,
+    ) -> wire.TrialRecord:
         trial_id = wire.new_id()
-        result = fetch(url, trial_id, self.credentials.id, connect_timeout_s=min(10.0, timeout_s), timeout_s=timeout_s,
-                       tls_context=self.tls_context, family=campaign.family, infer_iw=self.infer_iw)
+        result = fetch(
+            url,
+            trial_id,
+            self.credentials.id,
+            connect_timeout_s=min(10.0, timeout_s),
+            timeout_s=timeout_s,
+            tls_context=self.tls_context,
+            family=campaign.family,
+            infer_iw=self.infer_iw,
+        )
         record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
         record.arm, record.role, record.page_id = arm or str(iw), role, page_id
         return record
 
-    def _measure(self, campaign: wire.CampaignSchedule, number: int, entry: PlanEntry,
-                 timeout_s: float) -> list[wire.TrialRecord]:
+    def _measure(
+        self, campaign: wire.CampaignSchedule, number: int, entry: PlanEntry, timeout_s: float
+    ) -> list[wire.TrialRecord]:
         """One short flow of the plan: one fetch, or with ``page_connections`` a page load (the
         size split over that many connections opened at once, like a browser's)."""
         if not campaign.page_connections:
-            return [self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, entry.size, entry.tls),
-                                entry.iw, entry.size, timeout_s, arm=entry.arm)]
+            return [
+                self._fetch(
+                    campaign,
+                    number,
+                    entry.origin_id,
+                    object_url(entry.host, entry.port, entry.size, entry.tls),
+                    entry.iw,
+                    entry.size,
+                    timeout_s,
+                    arm=entry.arm,
+                )
+            ]
         page_id = wire.new_id()
         parts = page_parts(entry.size, campaign.page_connections)
         records: list[Optional[wire.TrialRecord]] = [None] * len(parts)
 
         def connection(index: int, size: int) -> None:
-            records[index] = self._fetch(campaign, number, entry.origin_id, object_url(entry.host, entry.port, size, entry.tls),
-                                         entry.iw, size, timeout_s, arm=entry.arm, role="page-load", page_id=page_id)
+            records[index] = self._fetch(
+                campaign,
+                number,
+                entry.origin_id,
+                object_url(entry.host, entry.port, size, entry.tls),
+                entry.iw,
+                size,
+                timeout_s,
+                arm=entry.arm,
+                role="page-load",
+                page_id=page_id,
+            )
 
-        threads = [threading.Thread(target=connection, args=(index, size), name="iwprobe-page", daemon=True)
-                   for index, size in enumerate(parts)]
+        threads = [
+            threading.Thread(target=connection, args=(index, size), name="iwprobe-page", daemon=True)
+            for index, size in enumerate(parts)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         return [record for record in records if record is not None]
 
-    def _run_offered_round(self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]],
-                           stop: threading.Event) -> None:
+    def _run_offered_round(
+        self, campaign: wire.CampaignSchedule, number: int, plan: list[list[Any]], stop: threading.Event
+    ) -> None:
         """Start the plan's trials at Poisson arrivals (exponential gaps, mean ``1 / rate``)."""
         rate = float(campaign.arrival_rate_per_s or 0)
         finished: queue.Queue[wire.TrialRecord] = queue.Queue()
@@ -413,15 +512,34 @@ class ProbeAgent:
         if background is not None:
             target, iw, port = background
             url = object_url(target_host(target, campaign.family), port, int(campaign.background_bytes or 0), target.tls)
-            alone = self._fetch(campaign, number, target.origin_id, url, iw, int(campaign.background_bytes or 0),
-                                BACKGROUND_TIMEOUT_S, role="background-alone")
+            alone = self._fetch(
+                campaign,
+                number,
+                target.origin_id,
+                url,
+                iw,
+                int(campaign.background_bytes or 0),
+                BACKGROUND_TIMEOUT_S,
+                role="background-alone",
+            )
             self._store(alone, None, stop)
             self.trials_measured += 1
             background_thread = threading.Thread(
-                target=lambda: finished.put(self._fetch(campaign, number, target.origin_id, url, iw,
-                                                        int(campaign.background_bytes or 0), BACKGROUND_TIMEOUT_S,
-                                                        role="background")),
-                name="iwprobe-background", daemon=True)
+                target=lambda: finished.put(
+                    self._fetch(
+                        campaign,
+                        number,
+                        target.origin_id,
+                        url,
+                        iw,
+                        int(campaign.background_bytes or 0),
+                        BACKGROUND_TIMEOUT_S,
+                        role="background",
+                    )
+                ),
+                name="iwprobe-background",
+                daemon=True,
+            )
             background_thread.start()
             # Let the long-lived flow leave slow start so the short flows meet a loaded
             # bottleneck (a standing queue), as in the IETF 78 testbed.
@@ -465,8 +583,14 @@ class ProbeAgent:
         if stop.is_set():
             return
         self.spool.finish_round(campaign.campaign_id, number)
-        log.info("campaign %d round %d done (%d trials at %.2f/s%s)", campaign.campaign_id, number, len(plan), rate,
-                 ", with a background flow" if background else "")
+        log.info(
+            "campaign %d round %d done (%d trials at %.2f/s%s)",
+            campaign.campaign_id,
+            number,
+            len(plan),
+            rate,
+            ", with a background flow" if background else "",
+        )
 
     def _store_finished(self, finished: queue.Queue[wire.TrialRecord], stop: threading.Event) -> None:
         """Spool the trials worker threads finished (the spool is used from this thread only)."""
@@ -482,8 +606,9 @@ class ProbeAgent:
         """Spool a trial (see :meth:`_spool`)."""
         self._spool("trial", record.trial_id, wire.to_dict(record), round_key, stop)
 
-    def _spool(self, kind: str, record_id: str, body: dict[str, Any], round_key: Optional[tuple[int, int, int]],
-               stop: threading.Event) -> None:
+    def _spool(
+        self, kind: str, record_id: str, body: dict[str, Any], round_key: Optional[tuple[int, int, int]], stop: threading.Event
+    ) -> None:
         """Spool a record; while the spool is full, upload and wait instead of dropping it."""
         attempt = 0
         while True:
@@ -505,12 +630,12 @@ class ProbeAgent:
             sample = calibrate(self.credentials.id, target, self.calibration_bytes)
             if sample is not None:
                 self.spool.add_calibration(campaign.campaign_id, target.origin_id, sample.sample_id, wire.to_dict(sample))
-                log.info("path %s: min RTT %.3f ms, bottleneck %s bit/s", target.host, sample.min_rtt_us / 1000,
-                         sample.bottleneck_bps)
+                log.info(
+                    "path %s: min RTT %.3f ms, bottleneck %s bit/s", target.host, sample.min_rtt_us / 1000, sample.bottleneck_bps
+                )
 
     # -- main loop
-    def run(self, once: bool = False, stop: Optional[threading.Event] = None,
-            upload_timeout_s: Optional[float] = None) -> int:
+    def run(self, once: bool = False, stop: Optional[threading.Event] = None, upload_timeout_s: Optional[float] = None) -> int:
         """Run until ``stop`` (or, with ``once``, until the schedule is done and uploaded)."""
         stop = stop or threading.Event()
         poll_after = 60.0

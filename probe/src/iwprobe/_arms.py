@@ -71,8 +71,7 @@ class Arm:
 
     def describe(self, base_port: int) -> dict[str, object]:
         """What ``--print-arms`` prints for this arm."""
-        return {"arm": self.label, "iw": self.iw, "paced": self.paced, "policy": self.policy,
-                "port": self.port(base_port)}
+        return {"arm": self.label, "iw": self.iw, "paced": self.paced, "policy": self.policy, "port": self.port(base_port)}
 
 
 def parse_arm(label: str, learned_base_iw: int = LEARNED_BASE_IW) -> Arm:
@@ -94,8 +93,11 @@ def parse_arms(text: str | Sequence[object], learned_base_iw: int = LEARNED_BASE
     """Arms from ``"3,10,10p,32,learned"`` (or a list of labels, ints or :class:`Arm`),
     deduplicated, in order: plain by IW, then paced by IW, then learned."""
     parts = text.split(",") if isinstance(text, str) else list(text)
-    parsed = (part if isinstance(part, Arm) else parse_arm(str(part), learned_base_iw)
-              for part in parts if isinstance(part, Arm) or str(part).strip())
+    parsed = (
+        part if isinstance(part, Arm) else parse_arm(str(part), learned_base_iw)
+        for part in parts
+        if isinstance(part, Arm) or str(part).strip()
+    )
     arms = {arm.label: arm for arm in parsed}
     if not arms:
         raise ValueError("at least one arm is needed")
@@ -106,5 +108,17 @@ def labels(arms: Sequence[Arm]) -> str:
     return ",".join(arm.label for arm in arms)
 
 
-__all__ = ["Arm", "parse_arm", "parse_arms", "labels", "POLICIES", "MAX_IW", "MAX_PACED_IW",
-           "PACED_PORT_OFFSET", "LEARNED_PORT_OFFSET", "LEARNED_SLOT", "LEARNED_BASE_IW", "LEARNED_CAP_IW"]
+__all__ = [
+    "Arm",
+    "parse_arm",
+    "parse_arms",
+    "labels",
+    "POLICIES",
+    "MAX_IW",
+    "MAX_PACED_IW",
+    "PACED_PORT_OFFSET",
+    "LEARNED_PORT_OFFSET",
+    "LEARNED_SLOT",
+    "LEARNED_BASE_IW",
+    "LEARNED_CAP_IW",
+]

@@ -90,12 +90,13 @@ class ClientBudgets:
     def _refill(self, budget: _ClientBudget, now: float) -> None:
         elapsed = max(0.0, now - budget.updated)
         budget.updated = now
-        budget.request_tokens = min(float(self.config.client_request_burst),
-                                    budget.request_tokens + elapsed * self.config.client_requests_per_s)
+        budget.request_tokens = min(
+            float(self.config.client_request_burst), budget.request_tokens + elapsed * self.config.client_requests_per_s
+        )
         budget.byte_tokens = min(self.byte_burst, budget.byte_tokens + elapsed * self.config.client_bytes_per_s)
 
     def _forget_idle(self, now: float) -> None:
         """Drop budgets without open connections, oldest first, until a quarter of the table is free."""
         idle = sorted((b.updated, c) for c, b in self._budgets.items() if b.connections == 0)
-        for _, client in idle[:max(1, MAX_CLIENT_BUDGETS // 4)]:
+        for _, client in idle[: max(1, MAX_CLIENT_BUDGETS // 4)]:
             del self._budgets[client]

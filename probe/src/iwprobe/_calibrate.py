@@ -63,8 +63,13 @@ MIN_RATE_SPAN_US = 50_000
 CALIBRATION_BDPS = 4
 
 
-def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int,
-              timeout_s: float = 120.0, max_bytes: int = wire.MAX_OBJECT_BYTES) -> Optional[wire.PathSample]:
+def calibrate(
+    probe_id: str,
+    target: wire.ScheduleTarget,
+    calibration_bytes: int,
+    timeout_s: float = 120.0,
+    max_bytes: int = wire.MAX_OBJECT_BYTES,
+) -> Optional[wire.PathSample]:
     """Measure min RTT and bottleneck bandwidth to ``target`` with a larger transfer.
 
     ``tcpi_delivery_rate`` is a sender-side estimate (the rate the *sender's* data is
@@ -93,8 +98,12 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
             log.warning("calibration of %s failed: %s %s", target.host, result.error_kind, result.error_detail)
             return None
         if result.error_kind is not None and good is not None:
-            log.warning("calibration transfer of %d bytes from %s failed (%s); keeping the previous one",
-                        size, target.host, result.error_kind)
+            log.warning(
+                "calibration transfer of %d bytes from %s failed (%s); keeping the previous one",
+                size,
+                target.host,
+                result.error_kind,
+            )
             result = good
             break
         rtts = [value for value in (result.connect_us, result.tcp_info.get("min_rtt") or None, best_rtt) if value]
@@ -108,16 +117,30 @@ def calibrate(probe_id: str, target: wire.ScheduleTarget, calibration_bytes: int
         long_enough = bottleneck is not None and size >= CALIBRATION_BDPS * bottleneck / 8 * best_rtt / 1e6
         elapsed_s = (result.total_us or 0) / 1e6
         good = result if result.error_kind is None else good
-        if (result.error_kind is not None or long_enough or size >= max_bytes
-                or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline):
+        if (
+            result.error_kind is not None
+            or long_enough
+            or size >= max_bytes
+            or time.monotonic() + 5 * max(elapsed_s, 0.1) > deadline
+        ):
             break
         size = min(size * 4, max_bytes)
     if best_rtt is None:
         return None
     if bottleneck is not None and not long_enough:
-        log.warning("calibration of %s stopped at %d bytes, fewer than %d BDPs: the bandwidth is a lower bound",
-                    target.host, size, CALIBRATION_BDPS)
-    return wire.PathSample(sample_id=wire.new_id(), probe_id=probe_id, origin_id=target.origin_id,
-                           measured_at=result.started_at, min_rtt_us=best_rtt, bottleneck_bps=bottleneck,
-                           transfer_bytes=result.body_bytes if result.error_kind is None else 0,
-                           method="arrival_rate_max")
+        log.warning(
+            "calibration of %s stopped at %d bytes, fewer than %d BDPs: the bandwidth is a lower bound",
+            target.host,
+            size,
+            CALIBRATION_BDPS,
+        )
+    return wire.PathSample(
+        sample_id=wire.new_id(),
+        probe_id=probe_id,
+        origin_id=target.origin_id,
+        measured_at=result.started_at,
+        min_rtt_us=best_rtt,
+        bottleneck_bps=bottleneck,
+        transfer_bytes=result.body_bytes if result.error_kind is None else 0,
+        method="arrival_rate_max",
+    )

@@ -24,8 +24,7 @@ def drop_capability(capability: int) -> None:
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class _Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
     header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_Data * 2)()

@@ -89,17 +89,25 @@ def _filter_program(port: int) -> list[tuple[int, int, int, int]]:
     IPv6 without extension headers), trimmed to :data:`SNAPLEN`; jumps are written to labels
     and resolved here (a test runs the program on packets)."""
     labelled: list[tuple[str, _Instruction]] = [
-        ("", (_LD_B, 0, 0, 0)), ("", (_AND_K, 0, 0, 0xF0)),
+        ("", (_LD_B, 0, 0, 0)),
+        ("", (_AND_K, 0, 0, 0xF0)),
         ("", (_JEQ, 0, "v6", 0x40)),
-        ("", (_LD_B, 0, 0, 9)), ("", (_JEQ, 0, "drop", socket.IPPROTO_TCP)),
-        ("", (_LD_H, 0, 0, 6)), ("", (_JSET, "drop", 0, 0x1FFF)),       # a later fragment
-        ("", (_LDX_MSH, 0, 0, 0)),                                         # X = IPv4 header length
-        ("", (_LD_H_IND, 0, 0, 0)), ("", (_JEQ, "accept", 0, port)),
-        ("", (_LD_H_IND, 0, 0, 2)), ("", (_JEQ, "accept", "drop", port)),
+        ("", (_LD_B, 0, 0, 9)),
+        ("", (_JEQ, 0, "drop", socket.IPPROTO_TCP)),
+        ("", (_LD_H, 0, 0, 6)),
+        ("", (_JSET, "drop", 0, 0x1FFF)),  # a later fragment
+        ("", (_LDX_MSH, 0, 0, 0)),  # X = IPv4 header length
+        ("", (_LD_H_IND, 0, 0, 0)),
+        ("", (_JEQ, "accept", 0, port)),
+        ("", (_LD_H_IND, 0, 0, 2)),
+        ("", (_JEQ, "accept", "drop", port)),
         ("v6", (_JEQ, 0, "drop", 0x60)),
-        ("", (_LD_B, 0, 0, 6)), ("", (_JEQ, 0, "drop", socket.IPPROTO_TCP)),
-        ("", (_LD_H, 0, 0, 40)), ("", (_JEQ, "accept", 0, port)),
-        ("", (_LD_H, 0, 0, 42)), ("", (_JEQ, "accept", "drop", port)),
+        ("", (_LD_B, 0, 0, 6)),
+        ("", (_JEQ, 0, "drop", socket.IPPROTO_TCP)),
+        ("", (_LD_H, 0, 0, 40)),
+        ("", (_JEQ, "accept", 0, port)),
+        ("", (_LD_H, 0, 0, 42)),
+        ("", (_JEQ, "accept", "drop", port)),
         ("accept", (_RET, 0, 0, SNAPLEN)),
         ("drop", (_RET, 0, 0, 0)),
     ]
@@ -122,8 +130,7 @@ class _SockFprog(ctypes.Structure):
 def _attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
     instructions = (_SockFilter * len(program))(*[_SockFilter(*item) for item in program])
     fprog = _SockFprog(len(program), ctypes.cast(instructions, ctypes.POINTER(_SockFilter)))
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, bytes(ctypes.string_at(ctypes.addressof(fprog),
-                                                                                ctypes.sizeof(fprog))))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, bytes(ctypes.string_at(ctypes.addressof(fprog), ctypes.sizeof(fprog))))
 
 
 def _syn_options(options: bytes) -> tuple[Optional[int], Optional[int]]:
@@ -144,7 +151,7 @@ def _syn_options(options: bytes) -> tuple[Optional[int], Optional[int]]:
         if length < 2 or index + length > len(options):
             break
         if kind == 2 and length == 4:
-            mss = int(struct.unpack("!H", options[index + 2:index + 4])[0])
+            mss = int(struct.unpack("!H", options[index + 2 : index + 4])[0])
         elif kind == 3 and length == 3:
             wscale = min(14, options[index + 2])
         index += length
@@ -171,13 +178,22 @@ def parse_packet(data: bytes, time_ns: int, outgoing: bool, local_port: int) -> 
         return None
     if len(data) < header + 20:
         return None
-    sport, dport, seq, ack, offset_byte, flags, window = _TCP.unpack(data[header:header + 16])
+    sport, dport, seq, ack, offset_byte, flags, window = _TCP.unpack(data[header : header + 16])
     if (dport if not outgoing else sport) != local_port:
         return None
     tcp_header = (offset_byte >> 4) * 4
-    mss, wscale = _syn_options(data[header + 20:header + tcp_header]) if flags & SYN else (None, None)
-    return Packet(time_ns=time_ns, outgoing=outgoing, seq=seq, ack=ack, flags=flags,
-                  payload=max(0, ip_payload - tcp_header), window=window, mss_option=mss, wscale_option=wscale)
+    mss, wscale = _syn_options(data[header + 20 : header + tcp_header]) if flags & SYN else (None, None)
+    return Packet(
+        time_ns=time_ns,
+        outgoing=outgoing,
+        seq=seq,
+        ack=ack,
+        flags=flags,
+        payload=max(0, ip_payload - tcp_header),
+        window=window,
+        mss_option=mss,
+        wscale_option=wscale,
+    )
 
 
 def capture_status() -> str:
@@ -220,8 +236,9 @@ class ConnectionCapture:
         try:
             self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
         except PermissionError:
-            raise CaptureUnavailable("the IW inference needs root (CAP_NET_RAW) to open an AF_PACKET "
-                                     "capture; run the probe as root or leave it off") from None
+            raise CaptureUnavailable(
+                "the IW inference needs root (CAP_NET_RAW) to open an AF_PACKET capture; run the probe as root or leave it off"
+            ) from None
         except (OSError, AttributeError) as error:
             raise CaptureUnavailable(f"no AF_PACKET capture here: {error}") from None
         try:
@@ -232,7 +249,7 @@ class ConnectionCapture:
             _attach_filter(self._sock, _filter_program(local_port))
             self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self._sock.setblocking(False)
-            self._drain()   # anything queued before the filter was attached
+            self._drain()  # anything queued before the filter was attached
         except BaseException:
             self._sock.close()
             raise
@@ -255,12 +272,12 @@ class ConnectionCapture:
             stamp = 0
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    seconds, nanoseconds = _TIMESPEC.unpack(payload[:_TIMESPEC.size])
+                    seconds, nanoseconds = _TIMESPEC.unpack(payload[: _TIMESPEC.size])
                     stamp = seconds * 1_000_000_000 + nanoseconds
             packet_type = address[2]
             outgoing = packet_type == socket.PACKET_OUTGOING
             if not outgoing and packet_type != socket.PACKET_HOST:
-                continue   # another host's packet seen promiscuously, or a loopback duplicate
+                continue  # another host's packet seen promiscuously, or a loopback duplicate
             packet = parse_packet(data, stamp, outgoing, self.local_port)
             if packet is not None:
                 self.packets.append(packet)

@@ -69,8 +69,11 @@ class CensusResult:
 
 
 def _attempt(result: FetchResult) -> dict[str, Any]:
-    entry: dict[str, Any] = {"error_kind": result.error_kind, "http_status": result.http_status,
-                             "bytes_received": result.bytes_received}
+    entry: dict[str, Any] = {
+        "error_kind": result.error_kind,
+        "http_status": result.http_status,
+        "bytes_received": result.bytes_received,
+    }
     if result.iw is not None:
         entry.update(result.iw.to_dict())
     return entry
@@ -112,16 +115,22 @@ def combine(url: str, results: list[FetchResult], measured_at: str) -> CensusRes
         census.reason = best_bound.reason
         return census
     if all(result.error_kind and result.bytes_received == 0 for result in results):
-        census.reason = "fetch_failed"   # ``error`` says how
+        census.reason = "fetch_failed"  # ``error`` says how
         return census
     reasons = Counter(i.reason for i in inferences if i.reason)
     census.reason = reasons.most_common(1)[0][0] if reasons else "no_data"
     return census
 
 
-def census(url: str, connections: int = DEFAULT_CONNECTIONS, range_bytes: Optional[int] = DEFAULT_RANGE_BYTES,
-           announce_mss: Optional[int] = None, family: str = "", tls_context: Optional[ssl.SSLContext] = None,
-           timeout_s: float = 30.0) -> CensusResult:
+def census(
+    url: str,
+    connections: int = DEFAULT_CONNECTIONS,
+    range_bytes: Optional[int] = DEFAULT_RANGE_BYTES,
+    announce_mss: Optional[int] = None,
+    family: str = "",
+    tls_context: Optional[ssl.SSLContext] = None,
+    timeout_s: float = 30.0,
+) -> CensusResult:
     """Measure the IW of the server at ``url`` over ``connections`` fresh connections."""
     measured_at = wire.utc_timestamp()
     scheme = urllib.parse.urlsplit(url).scheme
@@ -131,8 +140,15 @@ def census(url: str, connections: int = DEFAULT_CONNECTIONS, range_bytes: Option
     for mss in ladder:
         results = []
         for _ in range(max(1, connections)):
-            result = fetch(url, timeout_s=timeout_s, tls_context=context, family=family, infer_iw=True,
-                           announce_mss=mss, range_bytes=range_bytes)
+            result = fetch(
+                url,
+                timeout_s=timeout_s,
+                tls_context=context,
+                family=family,
+                infer_iw=True,
+                announce_mss=mss,
+                range_bytes=range_bytes,
+            )
             results.append(result)
             if result.iw_unavailable:
                 break
@@ -149,15 +165,26 @@ def census(url: str, connections: int = DEFAULT_CONNECTIONS, range_bytes: Option
 def to_record(result: CensusResult, probe_id: str, campaign_id: Optional[int], round_number: int) -> wire.CensusRecord:
     """The census answer as the record a probe uploads (wire v5)."""
     return wire.CensusRecord(
-        census_id=wire.new_id(), probe_id=probe_id, campaign_id=campaign_id, round=round_number, url=result.url,
-        measured_at=result.measured_at, status=result.status,
+        census_id=wire.new_id(),
+        probe_id=probe_id,
+        campaign_id=campaign_id,
+        round=round_number,
+        url=result.url,
+        measured_at=result.measured_at,
+        status=result.status,
         iw_segments=result.iw_segments if result.status != "undetermined" else None,
-        iw_bytes=result.iw_bytes if result.status != "undetermined" else None, mss=result.mss,
-        reason=result.reason[:wire.MAX_IW_REASON_CHARS], connections=result.connections,
-        connections_ok=result.connections_ok, announced_mss=result.announced_mss,
-        rtt_us=None if result.rtt_ms is None else int(result.rtt_ms * 1000), family=result.family,
-        tls_version=result.tls_version[:wire.MAX_TLS_VERSION_CHARS], http_status=result.http_status,
-        error_detail=result.error[:500] or None)
+        iw_bytes=result.iw_bytes if result.status != "undetermined" else None,
+        mss=result.mss,
+        reason=result.reason[: wire.MAX_IW_REASON_CHARS],
+        connections=result.connections,
+        connections_ok=result.connections_ok,
+        announced_mss=result.announced_mss,
+        rtt_us=None if result.rtt_ms is None else int(result.rtt_ms * 1000),
+        family=result.family,
+        tls_version=result.tls_version[: wire.MAX_TLS_VERSION_CHARS],
+        http_status=result.http_status,
+        error_detail=result.error[:500] or None,
+    )
 
 
 def _better(candidate: CensusResult, kept: CensusResult) -> bool:
@@ -177,10 +204,12 @@ def format_census(result: CensusResult) -> str:
         head = f"IW >= {result.iw_segments} segments ({result.iw_bytes} bytes, MSS {result.mss}): {result.reason}"
     else:
         head = f"IW undetermined: {result.reason}"
-    lines = [f"{result.url}: {head}",
-             f"  connections {result.connections}, determined {result.connections_ok}, "
-             f"RTT {result.rtt_ms if result.rtt_ms is not None else '-'} ms, {result.family or '-'}"
-             f"{', ' + result.tls_version if result.tls_version else ''}"]
+    lines = [
+        f"{result.url}: {head}",
+        f"  connections {result.connections}, determined {result.connections_ok}, "
+        f"RTT {result.rtt_ms if result.rtt_ms is not None else '-'} ms, {result.family or '-'}"
+        f"{', ' + result.tls_version if result.tls_version else ''}",
+    ]
     if result.error:
         lines.append(f"  error: {result.error}")
     return "\n".join(lines)

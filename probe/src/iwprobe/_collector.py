@@ -47,8 +47,9 @@ def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Opti
 class CollectorError(Exception):
     """The collector answered with an error status or could not be reached."""
 
-    def __init__(self, message: str, status: Optional[int] = None, body: Any = None,
-                 retry_after_s: Optional[float] = None) -> None:
+    def __init__(
+        self, message: str, status: Optional[int] = None, body: Any = None, retry_after_s: Optional[float] = None
+    ) -> None:
         super().__init__(message)
         #: HTTP status, ``None`` when the collector could not be reached at all.
         self.status = status
@@ -65,8 +66,9 @@ class CollectorError(Exception):
 class CollectorClient:
     """Talks JSON to the collector at ``base_url`` with an optional bearer ``credential``."""
 
-    def __init__(self, base_url: str, credential: Optional[str] = None,
-                 ca_file: Optional[str] = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, credential: Optional[str] = None, ca_file: Optional[str] = None, timeout_s: float = 30.0
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"collector URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
@@ -76,14 +78,14 @@ class CollectorClient:
         if self.base_url.startswith("https://"):
             self._ssl_context = tls_context(ca_file)
 
-    def request(self, method: str, path: str, body: Optional[bytes] = None,
-                token: Optional[str] = None) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: Optional[bytes] = None, token: Optional[str] = None) -> tuple[int, Any]:
         """Send one request; return (status, parsed JSON or None).  Raises CollectorError."""
         status, payload, _ = self._exchange(method, path, body, token, {})
         return status, payload
 
-    def _exchange(self, method: str, path: str, body: Optional[bytes], token: Optional[str],
-                  extra_headers: dict[str, str]) -> tuple[int, Any, Any]:
+    def _exchange(
+        self, method: str, path: str, body: Optional[bytes], token: Optional[str], extra_headers: dict[str, str]
+    ) -> tuple[int, Any, Any]:
         """(status, parsed JSON or None, response headers); 304 is an answer, not an error."""
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **extra_headers}
         bearer = token if token is not None else self.credential
@@ -100,15 +102,18 @@ class CollectorClient:
                 return 304, None, error.headers
             payload = _parse(error.read())
             retry_after = parse_retry_after(error.headers.get("Retry-After")) if error.headers is not None else None
-            raise CollectorError(f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload,
-                                 retry_after) from None
+            raise CollectorError(
+                f"{method} {path}: HTTP {error.code}: {_short(payload)}", error.code, payload, retry_after
+            ) from None
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as error:
             # HTTPException: not HTTP at all (BadStatusLine), a body cut short (IncompleteRead)...
             reason = getattr(error, "reason", error)
             if isinstance(reason, ssl.SSLCertVerificationError):
                 # The handshake failed before any HTTP byte (and so the credential) was sent.
-                raise CollectorError(f"{method} {path}: TLS certificate of {self.base_url} not trusted: "
-                                     f"{reason} (pin the collector's CA with --ca-file)") from None
+                raise CollectorError(
+                    f"{method} {path}: TLS certificate of {self.base_url} not trusted: "
+                    f"{reason} (pin the collector's CA with --ca-file)"
+                ) from None
             raise CollectorError(f"{method} {path}: {reason}") from None
 
     def post_json(self, path: str, payload: bytes, token: Optional[str] = None) -> tuple[int, Any]:

@@ -78,8 +78,11 @@ class EchoServer:
                 data, peer = self.sock.recvfrom(wire.MAX_ECHO_PACKET_BYTES + 1)
             except OSError:
                 continue
-            if (not wire.MIN_ECHO_PACKET_BYTES <= len(data) <= wire.MAX_ECHO_PACKET_BYTES
-                    or not data.startswith(wire.ECHO_MAGIC) or not self._allowed(peer[0], time.monotonic())):
+            if (
+                not wire.MIN_ECHO_PACKET_BYTES <= len(data) <= wire.MAX_ECHO_PACKET_BYTES
+                or not data.startswith(wire.ECHO_MAGIC)
+                or not self._allowed(peer[0], time.monotonic())
+            ):
                 self.refused += 1
                 continue
             try:
@@ -157,8 +160,12 @@ class EchoFlow:
             if len(data) < _HEADER.size:
                 continue
             magic, sequence, sent_ns = _HEADER.unpack_from(data)
-            if (magic == wire.ECHO_MAGIC and sequence < len(self._sent_ns) and self._sent_ns[sequence] == sent_ns
-                    and now - sent_ns <= ECHO_TIMEOUT_S * 1e9):
+            if (
+                magic == wire.ECHO_MAGIC
+                and sequence < len(self._sent_ns)
+                and self._sent_ns[sequence] == sent_ns
+                and now - sent_ns <= ECHO_TIMEOUT_S * 1e9
+            ):
                 self._rtt_ns.setdefault(sequence, now - sent_ns)
 
     def finish(self) -> tuple[wire.EchoStats, int]:
@@ -170,10 +177,16 @@ class EchoFlow:
         self._receiver.join()
         self.sock.close()
         sent = min(len(self._sent_ns), wire.MAX_ECHO_SAMPLES)
-        rtts: list[Optional[int]] = [self._rtt_ns[sequence] // 1000 if sequence in self._rtt_ns else None
-                                     for sequence in range(sent)]
-        stats = wire.EchoStats(packet_bytes=self.packet_bytes, interval_us=self.interval_us, sent=sent,
-                               received=sum(rtt is not None for rtt in rtts), rtt_us=rtts)
+        rtts: list[Optional[int]] = [
+            self._rtt_ns[sequence] // 1000 if sequence in self._rtt_ns else None for sequence in range(sent)
+        ]
+        stats = wire.EchoStats(
+            packet_bytes=self.packet_bytes,
+            interval_us=self.interval_us,
+            sent=sent,
+            received=sum(rtt is not None for rtt in rtts),
+            rtt_us=rtts,
+        )
         return stats, (self._end_ns - self._start_ns) // 1000
 
 

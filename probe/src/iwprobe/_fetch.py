@@ -65,18 +65,41 @@ class FetchResult:
     #: The connection's captured packets, both directions, in capture order (``infer_iw``).
     packets: list[Packet] = field(default_factory=list)
 
-    def to_trial(self, trial_id: str, probe_id: str, campaign_id: Optional[int], origin_id: Optional[str],
-                 round_number: int, arm_iw: int, object_size: int) -> wire.TrialRecord:
+    def to_trial(
+        self,
+        trial_id: str,
+        probe_id: str,
+        campaign_id: Optional[int],
+        origin_id: Optional[str],
+        round_number: int,
+        arm_iw: int,
+        object_size: int,
+    ) -> wire.TrialRecord:
         return wire.TrialRecord(
-            trial_id=trial_id, probe_id=probe_id, campaign_id=campaign_id, origin_id=origin_id,
-            round=round_number, arm_iw=arm_iw, object_size=object_size, url=self.url,
-            started_at=self.started_at, dns_us=self.dns_us, connect_us=self.connect_us,
-            ttfb_us=self.ttfb_us, total_us=self.total_us, bytes_received=self.bytes_received,
-            http_status=self.http_status, error_kind=self.error_kind,
+            trial_id=trial_id,
+            probe_id=probe_id,
+            campaign_id=campaign_id,
+            origin_id=origin_id,
+            round=round_number,
+            arm_iw=arm_iw,
+            object_size=object_size,
+            url=self.url,
+            started_at=self.started_at,
+            dns_us=self.dns_us,
+            connect_us=self.connect_us,
+            ttfb_us=self.ttfb_us,
+            total_us=self.total_us,
+            bytes_received=self.bytes_received,
+            http_status=self.http_status,
+            error_kind=self.error_kind,
             error_detail=self.error_detail[:500] if self.error_detail else None,
-            syn_retrans=self.syn_retrans, tcp_info=dict(self.tcp_info), tls_version=self.tls_version,
-            tls_handshake_us=self.tls_handshake_us, family=self.family,
-            client_iw=None if self.iw is None else self.iw.to_wire())
+            syn_retrans=self.syn_retrans,
+            tcp_info=dict(self.tcp_info),
+            tls_version=self.tls_version,
+            tls_handshake_us=self.tls_handshake_us,
+            family=self.family,
+            client_iw=None if self.iw is None else self.iw.to_wire(),
+        )
 
 
 class _TrialError(Exception):
@@ -108,11 +131,19 @@ def client_context(ca_file: Optional[str] = None, verify: bool = True) -> ssl.SS
     return context
 
 
-def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = None,
-          connect_timeout_s: float = 10.0, timeout_s: float = 60.0,
-          record_progress: bool = False, tls_context: Optional[ssl.SSLContext] = None,
-          family: str = "", infer_iw: bool = False, announce_mss: Optional[int] = None,
-          range_bytes: Optional[int] = None) -> FetchResult:
+def fetch(
+    url: str,
+    trial_id: Optional[str] = None,
+    probe_id: Optional[str] = None,
+    connect_timeout_s: float = 10.0,
+    timeout_s: float = 60.0,
+    record_progress: bool = False,
+    tls_context: Optional[ssl.SSLContext] = None,
+    family: str = "",
+    infer_iw: bool = False,
+    announce_mss: Optional[int] = None,
+    range_bytes: Optional[int] = None,
+) -> FetchResult:
     """Fetch ``url`` once over a new connection and measure it; never raises for network errors.
 
     ``https://`` URLs shake hands with ``tls_context`` (default: :func:`client_context`) and
@@ -173,11 +204,11 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
         result.connect_us = (connected_ns - connect_start_ns) // 1000
         result.syn_retrans = _syn_retransmissions(read_tcp_info(sock), result.connect_us)
         if parts.scheme == "https":
-            sock = _tls_handshake(sock, host, tls_context or client_context(), result, connected_ns,
-                                  start_ns + int(timeout_s * 1e9))
+            sock = _tls_handshake(
+                sock, host, tls_context or client_context(), result, connected_ns, start_ns + int(timeout_s * 1e9)
+            )
         # -- request
-        headers = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "User-Agent: iwprobe",
-                   "Accept: */*", "Connection: close"]
+        headers = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "User-Agent: iwprobe", "Accept: */*", "Connection: close"]
         if trial_id:
             headers.append(f"{wire.TRIAL_HEADER}: {trial_id}")
         if probe_id:
@@ -191,8 +222,9 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
             sock.sendall(request)
             _read_response(sock, result, connected_ns, start_ns, deadline_ns, record_progress, range_bytes)
         except socket.timeout:
-            raise _TrialError("timeout", f"no complete response within {timeout_s} s "
-                                         f"({result.bytes_received} bytes received)") from None
+            raise _TrialError(
+                "timeout", f"no complete response within {timeout_s} s ({result.bytes_received} bytes received)"
+            ) from None
         except ConnectionResetError as error:
             raise _TrialError("reset", str(error)) from None
         except ConnectionRefusedError as error:
@@ -213,15 +245,20 @@ def fetch(url: str, trial_id: Optional[str] = None, probe_id: Optional[str] = No
         if capture is not None:
             try:
                 result.packets = capture.read()
-                result.iw = infer(result.packets, rcv_mss=result.tcp_info.get("rcv_mss"), dropped=capture.dropped(),
-                                  min_rtt_us=result.tcp_info.get("min_rtt"))
+                result.iw = infer(
+                    result.packets,
+                    rcv_mss=result.tcp_info.get("rcv_mss"),
+                    dropped=capture.dropped(),
+                    min_rtt_us=result.tcp_info.get("min_rtt"),
+                )
             finally:
                 capture.close()
     return result
 
 
-def _tls_handshake(sock: socket.socket, host: str, context: ssl.SSLContext, result: FetchResult,
-                   connected_ns: int, deadline_ns: int) -> ssl.SSLSocket:
+def _tls_handshake(
+    sock: socket.socket, host: str, context: ssl.SSLContext, result: FetchResult, connected_ns: int, deadline_ns: int
+) -> ssl.SSLSocket:
     """The TLS handshake over the connected ``sock``, timed from ``connected_ns``."""
     tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
     try:
@@ -248,8 +285,15 @@ def _settimeout(sock: socket.socket, deadline_ns: int) -> None:
     sock.settimeout(remaining)
 
 
-def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, start_ns: int,
-                   deadline_ns: int, record_progress: bool, range_bytes: Optional[int] = None) -> None:
+def _read_response(
+    sock: socket.socket,
+    result: FetchResult,
+    connected_ns: int,
+    start_ns: int,
+    deadline_ns: int,
+    record_progress: bool,
+    range_bytes: Optional[int] = None,
+) -> None:
     buffer = bytearray()
     header_end = -1
     content_length: Optional[int] = None
@@ -278,14 +322,17 @@ def _read_response(sock: socket.socket, result: FetchResult, connected_ns: int, 
             buffer = bytearray()
         else:
             body_received += len(chunk)
-        if (content_length is not None and body_received >= content_length) or \
-                (range_bytes is not None and header_end >= 0 and body_received >= range_bytes):
+        if (content_length is not None and body_received >= content_length) or (
+            range_bytes is not None and header_end >= 0 and body_received >= range_bytes
+        ):
             result.total_us = (now_ns - start_ns) // 1000
             break
     result.body_bytes = body_received
     if header_end < 0:
-        raise _TrialError("short_body" if result.bytes_received else "protocol",
-                          f"connection closed after {result.bytes_received} bytes, before the response header ended")
+        raise _TrialError(
+            "short_body" if result.bytes_received else "protocol",
+            f"connection closed after {result.bytes_received} bytes, before the response header ended",
+        )
     if content_length is None:
         result.total_us = (time.monotonic_ns() - start_ns) // 1000
     elif body_received < content_length and not (range_bytes is not None and body_received >= range_bytes):
@@ -321,6 +368,7 @@ def _syn_retransmissions(info: dict[str, int], connect_us: int) -> int:
 
 def format_curl_style(result: FetchResult) -> str:
     """Human-readable summary like ``curl -w`` for ``iwprobe fetch``."""
+
     def ms(value: Optional[int]) -> str:
         return "-" if value is None else f"{value / 1000:.3f} ms"
 

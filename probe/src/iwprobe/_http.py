@@ -18,8 +18,14 @@ from . import wire
 #: Largest request head accepted (bytes); a longer one is answered 431.
 MAX_HEAD_BYTES = 16 * 1024
 REQUEST_LINE = re.compile(rb"^(GET) (\S+) HTTP/1\.[01]$")
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large",
-           429: "Too Many Requests", 431: "Request Header Fields Too Large"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+}
 
 
 def could_be_request(start: bytes) -> bool:
@@ -49,7 +55,7 @@ def route_request(head: bytes, max_object_bytes: int) -> tuple[int, int, Optiona
     path = match.group(2).decode("latin-1")
     if not path.startswith(wire.OBJECT_PATH_PREFIX):
         return 404, 0, trial_id, "not found: only /obj/<bytes>\n"
-    digits = path[len(wire.OBJECT_PATH_PREFIX):]
+    digits = path[len(wire.OBJECT_PATH_PREFIX) :]
     if not digits.isdigit() or len(digits) > 12:
         return 400, 0, trial_id, "object size must be a decimal number of bytes\n"
     size = int(digits)
@@ -61,9 +67,11 @@ def route_request(head: bytes, max_object_bytes: int) -> tuple[int, int, Optiona
 def response_head(status: int, content_length: int) -> bytes:
     """The status line and headers of an answer (an object for 200, plain text otherwise)."""
     extra = "Retry-After: 1\r\n" if status == 429 else ""
-    return (f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: "
-            f"{'application/octet-stream' if status == 200 else 'text/plain'}\r\n"
-            f"Content-Length: {content_length}\r\n{extra}Connection: close\r\nServer: iwprobe\r\n\r\n").encode("ascii")
+    return (
+        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: "
+        f"{'application/octet-stream' if status == 200 else 'text/plain'}\r\n"
+        f"Content-Length: {content_length}\r\n{extra}Connection: close\r\nServer: iwprobe\r\n\r\n"
+    ).encode("ascii")
 
 
 def linger(sock: socket.socket, limit_s: float = 0.5, limit_bytes: int = 65536) -> None:

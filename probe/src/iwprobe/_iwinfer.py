@@ -104,17 +104,22 @@ class Inference:
     def to_wire(self) -> wire.ClientIw:
         """The trial's ``client_iw`` (wire v5): no segment count when undetermined."""
         counted = self.status != "undetermined"
-        return wire.ClientIw(status=self.status, segments=self.iw_segments if counted else None,
-                             bytes=self.iw_bytes if counted else None, mss=self.mss,
-                             reason=self.reason[:wire.MAX_IW_REASON_CHARS])
+        return wire.ClientIw(
+            status=self.status,
+            segments=self.iw_segments if counted else None,
+            bytes=self.iw_bytes if counted else None,
+            mss=self.mss,
+            reason=self.reason[: wire.MAX_IW_REASON_CHARS],
+        )
 
 
 def _segments(payload: int, mss: int) -> int:
     return max(1, -(-payload // mss))
 
 
-def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int = 0,
-          min_rtt_us: Optional[int] = None) -> Inference:
+def infer(
+    packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int = 0, min_rtt_us: Optional[int] = None
+) -> Inference:
     """The IW of the connection whose packets (both directions, in capture order) these are.
 
     ``rcv_mss`` and ``min_rtt_us``: the probe socket's ``TCP_INFO`` after the fetch (the
@@ -176,7 +181,7 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
     last = window[-1]
     result.span_us = (last.time_ns - first.time_ns) // 1000
     result.status = "lower_bound"
-    if not later and dropped:   # the queue keeps the earliest packets: the end may be missing
+    if not later and dropped:  # the queue keeps the earliest packets: the end may be missing
         result.status, result.reason = "undetermined", "capture_dropped"
         result.notes.append(f"the kernel dropped {dropped} captured packets before the window's end was seen")
         return result
@@ -190,8 +195,7 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
         # The window's tail was lost (the data its ACKs released came first) or it was
         # retransmitted: the window's end is not known.
         result.status, result.reason = "undetermined", "loss"
-        result.notes.append(f"the data after the window starts at offset {following_offset}, "
-                            f"the window ended at {expected}")
+        result.notes.append(f"the data after the window starts at offset {following_offset}, the window ended at {expected}")
         return result
     if 0 < (following.ack - last.ack) % 2**32 < 2**31:
         # The server had new data from the probe before it sent more: e.g. a TLS flight was
@@ -207,16 +211,18 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
     receive_window = _receive_window(packets, syn, first)
     if receive_window is not None and result.iw_bytes + mss > receive_window:
         result.reason = "receive_window"
-        result.notes.append(f"the probe's receive window ({receive_window} bytes) limited the first flight; "
-                            "a smaller announced MSS fits more segments in it")
+        result.notes.append(
+            f"the probe's receive window ({receive_window} bytes) limited the first flight; "
+            "a smaller announced MSS fits more segments in it"
+        )
         return result
     spacing = max((b.time_ns - a.time_ns for a, b in zip(window, window[1:])), default=0)
     serialising = _serialisation_ns(later, following, mss)
-    if following.time_ns - last.time_ns < max(GAP_RTT_FRACTION * rtt, GAP_SPACING_FACTOR * spacing,
-                                              GAP_SERIALISATION_FACTOR * serialising):
+    if following.time_ns - last.time_ns < max(
+        GAP_RTT_FRACTION * rtt, GAP_SPACING_FACTOR * spacing, GAP_SERIALISATION_FACTOR * serialising
+    ):
         result.reason = "bottleneck"
-        result.notes.append("the window was still arriving when released data could; a slower bottleneck "
-                            "than window / RTT")
+        result.notes.append("the window was still arriving when released data could; a slower bottleneck than window / RTT")
         return result
     if following.time_ns > first.time_ns + PAUSE_RTT_FACTOR * rtt + PAUSE_SLACK_NS:
         result.reason = "paused"
@@ -227,12 +233,12 @@ def infer(packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int
     # BBR_MIN_CWND segments from the first ACK on, max(w + 1, 4) + (w - 1); the next round's
     # ACKs' data cannot arrive before ``following`` + an RTT.  More in between: the window was
     # not the congestion window's (the server had paused), only a lower bound.
-    next_round = sum(_segments(p.payload, mss) for p in later
-                     if p.time_ns < following.time_ns + int(CUTOFF_RTT_FRACTION * rtt))
+    next_round = sum(_segments(p.payload, mss) for p in later if p.time_ns < following.time_ns + int(CUTOFF_RTT_FRACTION * rtt))
     if next_round > max(2 * result.iw_segments, result.iw_segments + BBR_MIN_CWND - 1):
         result.reason = "paused"
-        result.notes.append(f"{next_round} segments followed the window of {result.iw_segments} within an RTT: "
-                            "more than its ACKs could release")
+        result.notes.append(
+            f"{next_round} segments followed the window of {result.iw_segments} within an RTT: more than its ACKs could release"
+        )
         return result
     result.status = "ok"
     return result
@@ -245,8 +251,9 @@ def _serialisation_ns(later: Sequence[Packet], following: Packet, mss: int) -> f
     One spacing is enough: a spacing that is not the bottleneck's (an ACK clock's round) is
     longer, which only turns an ``ok`` into a ``lower_bound`` -- requiring two let the demo's
     modem path, whose object ended two packets after the first, read as ``ok 1``."""
-    per_segment = sorted((b.time_ns - a.time_ns) / _segments(b.payload, mss)
-                         for a, b in zip(later, later[1:]) if b.time_ns > a.time_ns)
+    per_segment = sorted(
+        (b.time_ns - a.time_ns) / _segments(b.payload, mss) for a, b in zip(later, later[1:]) if b.time_ns > a.time_ns
+    )
     if not per_segment:
         return 0.0
     return per_segment[len(per_segment) // 2] * _segments(following.payload, mss)

@@ -27,9 +27,9 @@ def jhash(key: bytes, initval: int) -> int:
     a = b = c = (_INITVAL + length + initval) & _MASK
     offset = 0
     while length > 12:
-        a = (a + int.from_bytes(key[offset:offset + 4], "little")) & _MASK
-        b = (b + int.from_bytes(key[offset + 4:offset + 8], "little")) & _MASK
-        c = (c + int.from_bytes(key[offset + 8:offset + 12], "little")) & _MASK
+        a = (a + int.from_bytes(key[offset : offset + 4], "little")) & _MASK
+        b = (b + int.from_bytes(key[offset + 4 : offset + 8], "little")) & _MASK
+        c = (c + int.from_bytes(key[offset + 8 : offset + 12], "little")) & _MASK
         a = (a - c) & _MASK ^ _rol(c, 4)
         c = (c + b) & _MASK
         b = (b - a) & _MASK ^ _rol(a, 6)

@@ -65,8 +65,17 @@ def window_to_learn(tcp_info: dict[str, int]) -> Optional[int]:
 class LearnedWindows:
     """Remembered windows per client prefix and the routes that apply them."""
 
-    def __init__(self, table: int, base_iw: int, cap_iw: int, *, min_iw: int = 2, ttl_s: float = 600.0,
-                 initrwnd: int = 64, apply_routes: bool = True) -> None:
+    def __init__(
+        self,
+        table: int,
+        base_iw: int,
+        cap_iw: int,
+        *,
+        min_iw: int = 2,
+        ttl_s: float = 600.0,
+        initrwnd: int = 64,
+        apply_routes: bool = True,
+    ) -> None:
         if not 1 <= min_iw <= base_iw <= cap_iw:
             raise ValueError(f"learned windows need 1 <= min {min_iw} <= base {base_iw} <= cap {cap_iw}")
         self.table = table
@@ -191,8 +200,20 @@ class LearnedWindows:
             return True
         hop = self._nexthop(prefix)
         family = "-6" if ":" in prefix else "-4"
-        command = ["ip", family, "route", "replace", prefix, *hop, "table", str(self.table),
-                   "initcwnd", str(value), "initrwnd", str(self.initrwnd)]
+        command = [
+            "ip",
+            family,
+            "route",
+            "replace",
+            prefix,
+            *hop,
+            "table",
+            str(self.table),
+            "initcwnd",
+            str(value),
+            "initrwnd",
+            str(self.initrwnd),
+        ]
         outcome = run_ip(command)
         if outcome.returncode != 0:
             self.route_errors += 1

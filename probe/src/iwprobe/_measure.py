@@ -58,8 +58,9 @@ class Connection:
     tls: Optional[Handshake] = None
 
 
-def wait_acked(sock: socket.socket, request_ns: int, ack_timeout_s: float, poll_interval_s: float,
-               stop: threading.Event) -> tuple[Optional[int], dict[str, int]]:
+def wait_acked(
+    sock: socket.socket, request_ns: int, ack_timeout_s: float, poll_interval_s: float, stop: threading.Event
+) -> tuple[Optional[int], dict[str, int]]:
     """Poll TCP_INFO until everything sent is acknowledged; (latency µs or None, tcp_info).
 
     None when reading ``TCP_INFO`` fails, when ``ack_timeout_s`` has passed since the request
@@ -79,23 +80,33 @@ def wait_acked(sock: socket.socket, request_ns: int, ack_timeout_s: float, poll_
         time.sleep(poll_interval_s)
 
 
-def build_observation(conn: Connection, trial_id: str, origin_id: str, first_byte_us: int,
-                      latency_us: Optional[int], info: dict[str, int]) -> wire.OriginObservation:
+def build_observation(
+    conn: Connection, trial_id: str, origin_id: str, first_byte_us: int, latency_us: Optional[int], info: dict[str, int]
+) -> wire.OriginObservation:
     """The observation of one served trial: ``conn`` as routed, the measured times and the final
     ``TCP_INFO`` (``info``).  An error status is ``http_status``; a 200 whose last byte was never
     acknowledged (``latency_us`` None) is a ``timeout``."""
     status = conn.status
     record = wire.OriginObservation(
-        trial_id=trial_id, origin_id=origin_id or NO_ORIGIN_ID,
-        arm_iw=conn.intended_iw, arm=conn.arm.label, port=conn.port, client_addr=conn.client_addr[:64],
-        object_size=conn.size if status == 200 else 0, request_at=conn.request_at,
-        first_byte_us=first_byte_us, response_latency_us=latency_us,
+        trial_id=trial_id,
+        origin_id=origin_id or NO_ORIGIN_ID,
+        arm_iw=conn.intended_iw,
+        arm=conn.arm.label,
+        port=conn.port,
+        client_addr=conn.client_addr[:64],
+        object_size=conn.size if status == 200 else 0,
+        request_at=conn.request_at,
+        first_byte_us=first_byte_us,
+        response_latency_us=latency_us,
         snd_cwnd_at_accept=conn.snd_cwnd_at_accept,
         cwnd_mismatch=conn.snd_cwnd_at_accept != conn.intended_iw,
         rwnd_limited=info.get("rwnd_limited", 0) > 0,
         peer_rwnd=info.get("snd_wnd"),
-        http_status=status, error_kind=None if status == 200 else "http_status",
-        tcp_info=info, family=conn.family)
+        http_status=status,
+        error_kind=None if status == 200 else "http_status",
+        tcp_info=info,
+        family=conn.family,
+    )
     if conn.tls is not None:
         record.tls_version = conn.tls.version
         record.tls_handshake_us = conn.tls.handshake_us

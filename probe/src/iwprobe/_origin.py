@@ -76,9 +76,14 @@ class Origin:
         self.learned: Optional[LearnedWindows] = None
         if learned:
             plan = RoutePlan(self.arms, mark_base=config.mark_base, table_base=config.table_base)
-            self.learned = LearnedWindows(plan.table(learned[0]), learned[0].iw,
-                                          max(learned[0].iw, config.learned_cap_iw), ttl_s=config.learned_ttl_s,
-                                          initrwnd=config.initrwnd, apply_routes=config.learned_routes)
+            self.learned = LearnedWindows(
+                plan.table(learned[0]),
+                learned[0].iw,
+                max(learned[0].iw, config.learned_cap_iw),
+                ttl_s=config.learned_ttl_s,
+                initrwnd=config.initrwnd,
+                apply_routes=config.learned_routes,
+            )
         self.spool = spool
         self.stats = OriginStats()
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
@@ -123,9 +128,14 @@ class Origin:
             self._threads.append(threading.Thread(target=self._worker, name=f"origin-worker-{index}", daemon=True))
         for thread in self._threads:
             thread.start()
-        log.info("origin %s serving arms %s over %s on %s ports %s", __version__, [a.label for a in self.arms],
-                 "HTTPS" if self.tls_context else "HTTP", self.addresses,
-                 sorted({port for _, _, port in self._listeners}))
+        log.info(
+            "origin %s serving arms %s over %s on %s ports %s",
+            __version__,
+            [a.label for a in self.arms],
+            "HTTPS" if self.tls_context else "HTTP",
+            self.addresses,
+            sorted({port for _, _, port in self._listeners}),
+        )
 
     @property
     def echo(self) -> Optional[EchoServer]:
@@ -144,9 +154,12 @@ class Origin:
         plan = RoutePlan(self.arms, mark_base=self.config.mark_base, table_base=self.config.table_base)
         missing = [family for family in missing_rule_families(plan) if family in listened]
         for family in missing:
-            log.warning("!!! %s: the arms' fwmark rules are missing (run `iwprobe origin setup-routes` or "
-                        "--setup-routes): %s connections get the default initial window, whatever their arm !!!",
-                        family, family)
+            log.warning(
+                "!!! %s: the arms' fwmark rules are missing (run `iwprobe origin setup-routes` or "
+                "--setup-routes): %s connections get the default initial window, whatever their arm !!!",
+                family,
+                family,
+            )
         return missing
 
     def stop(self) -> None:
@@ -270,10 +283,22 @@ class Origin:
             except OSError:
                 pass
             conn.setblocking(False)
-            pending = PendingHead(Connection(conn, client, arm, port, accept_info.get("snd_cwnd", 0), intended,
-                                          accept_info.get("rtt", 0), accept_info.get("snd_mss", 0), accepted_ns,
-                                          family=connection_family(listener, client), rate_limited=rate_limited),
-                               time.monotonic() + self.config.request_timeout_s)
+            pending = PendingHead(
+                Connection(
+                    conn,
+                    client,
+                    arm,
+                    port,
+                    accept_info.get("snd_cwnd", 0),
+                    intended,
+                    accept_info.get("rtt", 0),
+                    accept_info.get("snd_mss", 0),
+                    accepted_ns,
+                    family=connection_family(listener, client),
+                    rate_limited=rate_limited,
+                ),
+                time.monotonic() + self.config.request_timeout_s,
+            )
             self._pending[conn.fileno()] = pending
             selector.register(conn, selectors.EVENT_READ, pending)
 
@@ -360,8 +385,13 @@ class Origin:
         sndbuf = conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         if sndbuf < iw * mss:
             self._sndbuf_warned.add(arm.label)
-            log.warning("arm %s: send buffer %d bytes < IW x MSS = %d; the first flight will be cut short "
-                        "(raise net.ipv4.tcp_wmem or --sndbuf)", arm.label, sndbuf, iw * mss)
+            log.warning(
+                "arm %s: send buffer %d bytes < IW x MSS = %d; the first flight will be cut short "
+                "(raise net.ipv4.tcp_wmem or --sndbuf)",
+                arm.label,
+                sndbuf,
+                iw * mss,
+            )
 
     # -- per connection
     def _worker(self) -> None:
@@ -421,8 +451,9 @@ class Origin:
         routed as the accept thread does for HTTP; ``None`` when it went wrong (counted)."""
         assert self.tls_context is not None and conn.client_hello is not None
         stream = TlsStream(self.tls_context, conn.sock)
-        conn.tls = handshake(stream, conn.client_hello, conn.hello_ns, self.config.request_timeout_s,
-                             self.config.poll_interval_s, self._stop)
+        conn.tls = handshake(
+            stream, conn.client_hello, conn.hello_ns, self.config.request_timeout_s, self.config.poll_interval_s, self._stop
+        )
         if conn.tls.error:
             self._count(f"tls_handshake_{conn.tls.error}")
             return None
@@ -489,8 +520,14 @@ def serve_forever(origin: Origin, stop: threading.Event) -> None:
     try:
         while not stop.wait(60):
             stats = origin.stats
-            log.info("origin: %d connections, %d shed, %d rate-limited, %d observations, %d dropped, errors %s",
-                     stats.connections, stats.shed, stats.rate_limited, stats.observations,
-                     stats.dropped_observations, stats.errors)
+            log.info(
+                "origin: %d connections, %d shed, %d rate-limited, %d observations, %d dropped, errors %s",
+                stats.connections,
+                stats.shed,
+                stats.rate_limited,
+                stats.observations,
+                stats.dropped_observations,
+                stats.errors,
+            )
     finally:
         origin.stop()

@@ -76,8 +76,9 @@ class OriginConfig:
     client_request_burst: int = field(default_factory=lambda: _env_number("IWPROBE_ORIGIN_CLIENT_BURST", 2000))
     #: Response bytes per second per client address (0 = no limit); beyond: 429.  The bucket holds
     #: at least two objects of ``max_object_bytes`` so that any single object is servable.
-    client_bytes_per_s: float = field(default_factory=lambda: float(
-        _env_number("IWPROBE_ORIGIN_CLIENT_BYTES_PER_S", 64 * 1024 * 1024)))
+    client_bytes_per_s: float = field(
+        default_factory=lambda: float(_env_number("IWPROBE_ORIGIN_CLIENT_BYTES_PER_S", 64 * 1024 * 1024))
+    )
 
     #: HTTPS on every arm (:mod:`iwprobe._tls`): the chain (PEM, leaf first) and its key.
     tls_cert: str = ""

@@ -27,8 +27,8 @@ MIN_INTERVAL_S = 0.0002
 
 def first_window_pieces(header: bytes, body: memoryview | bytes, iw: int, mss: int) -> list[memoryview]:
     """The first ``iw`` MSS-sized pieces of head + body (fewer for a short response)."""
-    data = memoryview(bytes(header) + bytes(body[:max(0, iw * mss - len(header))]))
-    return [data[offset:offset + mss] for offset in range(0, len(data), mss)]
+    data = memoryview(bytes(header) + bytes(body[: max(0, iw * mss - len(header))]))
+    return [data[offset : offset + mss] for offset in range(0, len(data), mss)]
 
 
 def send_all(sock: socket.socket, header: bytes, body: memoryview | bytes) -> None:
@@ -46,8 +46,7 @@ def send_all(sock: socket.socket, header: bytes, body: memoryview | bytes) -> No
         buffers = [b for b in buffers if len(b)]
 
 
-def send_paced(sock: socket.socket, header: bytes, body: memoryview | bytes, iw: int, rtt_us: int,
-               mss: int) -> float:
+def send_paced(sock: socket.socket, header: bytes, body: memoryview | bytes, iw: int, rtt_us: int, mss: int) -> float:
     """Send head + body with the first window spread over ``rtt_us``; the spacing used (s)."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", UNLIMITED_PACING_RATE))

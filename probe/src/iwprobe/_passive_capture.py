@@ -75,8 +75,9 @@ def filter_program(ports: list[int], mask: int) -> list[tuple[int, int, int, int
     def emit(instruction: tuple[int, _Target, _Target, int], label: str = "") -> None:
         code.append((label, instruction))
 
-    def port_tests(load_server: tuple[int, _Target, _Target, int], load_client: tuple[int, _Target, _Target, int],
-                   prefix: str) -> None:
+    def port_tests(
+        load_server: tuple[int, _Target, _Target, int], load_client: tuple[int, _Target, _Target, int], prefix: str
+    ) -> None:
         emit(load_server)
         for port in ports:
             emit((_JEQ, f"{prefix}from_server", 0, port))
@@ -84,10 +85,10 @@ def filter_program(ports: list[int], mask: int) -> list[tuple[int, int, int, int
         for port in ports:
             emit((_JEQ, f"{prefix}to_server", 0, port))
         emit((_RET, 0, 0, 0))
-        emit(load_client, f"{prefix}from_server")    # the client's port is the destination
+        emit(load_client, f"{prefix}from_server")  # the client's port is the destination
         emit((_AND_K, 0, 0, mask))
         emit((_JEQ, "accept", "drop", 0))
-        emit(load_server, f"{prefix}to_server")      # the client's port is the source
+        emit(load_server, f"{prefix}to_server")  # the client's port is the source
         emit((_AND_K, 0, 0, mask))
         emit((_JEQ, "accept", "drop", 0))
 
@@ -143,10 +144,33 @@ class FirstResponse:
 class Flow:
     """One followed connection (from its SYN on)."""
 
-    __slots__ = ("syns", "synacks", "syn_ns", "client_isn", "server_isn", "client_mss", "client_wscale",
-                 "handshake_done", "client_next", "server_next", "acked", "first_flight_open", "ff_bytes",
-                 "ff_segments", "ex_index", "ex_start_ns", "ex_server_start", "ex_full_ack_ns", "ex_kind",
-                 "last_full_ack_ns", "last_packet_ns", "last_payload_ns", "result", "closed", "settled")
+    __slots__ = (
+        "syns",
+        "synacks",
+        "syn_ns",
+        "client_isn",
+        "server_isn",
+        "client_mss",
+        "client_wscale",
+        "handshake_done",
+        "client_next",
+        "server_next",
+        "acked",
+        "first_flight_open",
+        "ff_bytes",
+        "ff_segments",
+        "ex_index",
+        "ex_start_ns",
+        "ex_server_start",
+        "ex_full_ack_ns",
+        "ex_kind",
+        "last_full_ack_ns",
+        "last_packet_ns",
+        "last_payload_ns",
+        "result",
+        "closed",
+        "settled",
+    )
 
     def __init__(self, now_ns: int) -> None:
         self.syns = 0
@@ -163,11 +187,11 @@ class Flow:
         self.first_flight_open = True
         self.ff_bytes = 0
         self.ff_segments = 0
-        self.ex_index = 0             # exchanges opened so far
-        self.ex_start_ns = 0          # 0: no exchange open
+        self.ex_index = 0  # exchanges opened so far
+        self.ex_start_ns = 0  # 0: no exchange open
         self.ex_server_start = 0
         self.ex_full_ack_ns = 0
-        self.ex_kind = ""             # "handshake", "response" or "later"
+        self.ex_kind = ""  # "handshake", "response" or "later"
         self.last_full_ack_ns = 0
         self.last_packet_ns = now_ns
         self.last_payload_ns = 0
@@ -177,8 +201,9 @@ class Flow:
         self.settled = False
 
     # ----------------------------------------------------------------- client side
-    def client_packet(self, now_ns: int, seq: int, ack: int, flags: int, window: int, payload: int,
-                      first_bytes: bytes, options: bytes) -> None:
+    def client_packet(
+        self, now_ns: int, seq: int, ack: int, flags: int, window: int, payload: int, first_bytes: bytes, options: bytes
+    ) -> None:
         self.last_packet_ns = now_ns
         if flags & SYN:
             self.syns += 1
@@ -353,8 +378,9 @@ class FlowTable:
                 return
             flow = self.flows[key] = Flow(stamp)
         start = header + tcp_header
-        flow.client_packet(stamp, seq, ack, flags, window, payload, data[start:start + 2],
-                           data[header + 20:start] if flags & SYN else b"")
+        flow.client_packet(
+            stamp, seq, ack, flags, window, payload, data[start : start + 2], data[header + 20 : start] if flags & SYN else b""
+        )
 
     def pop(self, client: bytes, client_port: int, server_port: int) -> Optional[FirstResponse]:
         """The result of a closed connection (its flow is forgotten); ``None``: not followed."""

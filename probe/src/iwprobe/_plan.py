@@ -34,8 +34,15 @@ class PlanEntry(NamedTuple):
     @classmethod
     def from_json(cls, entry: Sequence[Any]) -> PlanEntry:
         origin_id, host, iw, port, size = entry[:5]
-        return cls(origin_id, host, int(iw), int(port), int(size), str(entry[5]) if len(entry) > 5 else str(iw),
-                   bool(entry[6]) if len(entry) > 6 else False)
+        return cls(
+            origin_id,
+            host,
+            int(iw),
+            int(port),
+            int(size),
+            str(entry[5]) if len(entry) > 5 else str(iw),
+            bool(entry[6]) if len(entry) > 6 else False,
+        )
 
 
 def target_host(target: wire.ScheduleTarget, family: str) -> str:
@@ -62,7 +69,7 @@ def share_counts(shares: Sequence[float], total: int) -> list[int]:
     exact = [share / weight * total for share in shares]
     counts = [int(value) for value in exact]
     by_remainder = sorted(range(len(shares)), key=lambda index: exact[index] - counts[index], reverse=True)
-    for index in by_remainder[:total - sum(counts)]:
+    for index in by_remainder[: total - sum(counts)]:
         counts[index] += 1
     return counts
 
@@ -93,8 +100,10 @@ def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng:
         flow_sizes = list(round_sizes) * len(served)
         rng.shuffle(arms)
         rng.shuffle(flow_sizes)
-        plan.extend([target.origin_id, host, ports[label].iw, ports[label].port, size, label, target.tls]
-                     for label, size in zip(arms, flow_sizes))
+        plan.extend(
+            [target.origin_id, host, ports[label].iw, ports[label].port, size, label, target.tls]
+            for label, size in zip(arms, flow_sizes)
+        )
     rng.shuffle(plan)
     return plan
 

@@ -39,8 +39,18 @@ NO_METRICS_SAVE = "/proc/sys/net/ipv4/tcp_no_metrics_save"
 #: The address families the rules and tables are installed for, and their ``ip`` option.
 FAMILIES = {"ipv4": "-4", "ipv6": "-6"}
 IPV6_SYSCTL_DIR = "/proc/sys/net/ipv6"
-_ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "rt_offload_failed",
-                "offload_failed", "pervasive", "notify"}
+_ROUTE_FLAGS = {
+    "linkdown",
+    "dead",
+    "offload",
+    "trap",
+    "rt_offload",
+    "rt_trap",
+    "rt_offload_failed",
+    "offload_failed",
+    "pervasive",
+    "notify",
+}
 #: Words that ``ip route show`` prints with a value that ``ip route replace`` must not get back:
 #: the table's own metrics (replaced by the arm's) and an RA route's remaining lifetime.
 _DROPPED_WITH_VALUE = {"initcwnd", "initrwnd", "expires"}
@@ -121,7 +131,7 @@ def parse_routes(text: str, keep_initrwnd: bool = False) -> list[str]:
             continue
         dropped = set(_DROPPED_WITH_VALUE) - ({"initrwnd"} if keep_initrwnd else set())
         if {"via", "dev", "nexthop"} & set(words):
-            dropped.add("nhid")   # a nexthop object shown resolved: ``replace`` takes one or the other
+            dropped.add("nhid")  # a nexthop object shown resolved: ``replace`` takes one or the other
         cleaned: list[str] = []
         skip = False
         for word in words:
@@ -155,10 +165,24 @@ def route_commands(plan: RoutePlan, routes: Optional[list[str]] = None, family: 
         table = str(plan.table(arm))
         commands.append(["ip", flag, "route", "flush", "table", table])
         for route in routes:
-            commands.append(["ip", flag, "route", "replace", *route.split(), "table", table,
-                             "initcwnd", str(arm.iw), "initrwnd", str(plan.initrwnd)])
-        commands.append(["ip", flag, "rule", "add", "priority", str(plan.priority(arm)),
-                         "fwmark", hex(plan.mark(arm)), "lookup", table])
+            commands.append(
+                [
+                    "ip",
+                    flag,
+                    "route",
+                    "replace",
+                    *route.split(),
+                    "table",
+                    table,
+                    "initcwnd",
+                    str(arm.iw),
+                    "initrwnd",
+                    str(plan.initrwnd),
+                ]
+            )
+        commands.append(
+            ["ip", flag, "rule", "add", "priority", str(plan.priority(arm)), "fwmark", hex(plan.mark(arm)), "lookup", table]
+        )
     return commands
 
 
@@ -211,8 +235,8 @@ def missing_rule_families(plan: RoutePlan) -> list[str]:
             continue
         outcome = run_ip(["ip", flag, "rule", "show"])
         if outcome.returncode != 0 or not all(
-                _has_rule(outcome.stdout, str(plan.priority(arm)), hex(plan.mark(arm)), str(plan.table(arm)))
-                for arm in plan.slots()):
+            _has_rule(outcome.stdout, str(plan.priority(arm)), hex(plan.mark(arm)), str(plan.table(arm))) for arm in plan.slots()
+        ):
             missing.append(family)
     return missing
 
@@ -235,7 +259,10 @@ def ensure_no_metrics_save() -> bool:
                     return True
         except OSError:
             pass
-        log.warning("!!! could not set net.ipv4.tcp_no_metrics_save=1 (%s): the kernel may cache "
-                    "ssthresh and cwnd per destination and later trials will not start from the "
-                    "arm's IW. Run as root or set the sysctl before starting the origin !!!", error)
+        log.warning(
+            "!!! could not set net.ipv4.tcp_no_metrics_save=1 (%s): the kernel may cache "
+            "ssthresh and cwnd per destination and later trials will not start from the "
+            "arm's IW. Run as root or set the sysctl before starting the origin !!!",
+            error,
+        )
         return False

@@ -74,7 +74,7 @@ def _port_filter(ports: list[int]) -> list[tuple[int, int, int, int]]:
     count = len(ports)
     for index, port in enumerate(ports):
         program.append((0x15, count - index, 0, port))  # jeq #port, accept, next
-    program.append((0x06, 0, 0, 0))           # drop
+    program.append((0x06, 0, 0, 0))  # drop
     program.append((0x06, 0, 0, 0xFFFFFFFF))  # accept whole message
     return program
 
@@ -90,8 +90,8 @@ def parse_message(data: bytes, offset: int, length: int, now_ns: int) -> Optiona
         return None
     sport, dport = _PORTS.unpack_from(data, body + 4)
     width = 4 if family == socket.AF_INET else 16
-    local = socket.inet_ntop(family, data[body + 8:body + 8 + width])
-    remote = socket.inet_ntop(family, data[body + 24:body + 24 + width])
+    local = socket.inet_ntop(family, data[body + 8 : body + 8 + width])
+    remote = socket.inet_ntop(family, data[body + 24 : body + 24 + width])
     info = b""
     attr = body + _DIAG_MSG_BYTES
     while attr + _ATTR.size <= end:
@@ -99,7 +99,7 @@ def parse_message(data: bytes, offset: int, length: int, now_ns: int) -> Optiona
         if attr_len < _ATTR.size:
             break
         if attr_type == INET_DIAG_INFO:
-            info = data[attr + _ATTR.size:attr + attr_len]
+            info = data[attr + _ATTR.size : attr + attr_len]
         attr += (attr_len + 3) & ~3
     return ClosedConnection(now_ns, family, local, sport, remote, dport, state, info)
 

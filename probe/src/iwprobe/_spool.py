@@ -89,8 +89,7 @@ class Spool:
         self._full_warned = False
 
     # ---------------------------------------------------------------- records
-    def add(self, kind: str, record_id: str, record: dict[str, Any],
-            round_key: Optional[tuple[int, int, int]] = None) -> None:
+    def add(self, kind: str, record_id: str, record: dict[str, Any], round_key: Optional[tuple[int, int, int]] = None) -> None:
         """Store one record durably.  With ``round_key=(campaign, round, next_index)`` the
         round's progress is advanced in the same transaction."""
         if kind not in KINDS:
@@ -99,29 +98,35 @@ class Spool:
         with self._lock:
             if self._size_locked() + len(body) > self.max_bytes:
                 if not self._full_warned:
-                    log.warning("SPOOL FULL: %s holds %d bytes (bound %d); not storing new records "
-                                "until the collector accepts uploads", self.path,
-                                self._size_locked(), self.max_bytes)
+                    log.warning(
+                        "SPOOL FULL: %s holds %d bytes (bound %d); not storing new records until the collector accepts uploads",
+                        self.path,
+                        self._size_locked(),
+                        self.max_bytes,
+                    )
                     self._full_warned = True
                 raise SpoolFull(f"spool {self.path} reached its bound of {self.max_bytes} bytes")
             self._full_warned = False
             with self._transaction():
                 self._db.execute(
                     "INSERT OR IGNORE INTO records (kind, record_id, body, created_at) VALUES (?, ?, ?, ?)",
-                    (kind, record_id, body, time.time()))
+                    (kind, record_id, body, time.time()),
+                )
                 self._bump_locked(f"stored_{kind}", 1)
                 if round_key is not None:
                     campaign_id, round_number, next_index = round_key
-                    self._db.execute("UPDATE rounds SET next_index = ? WHERE campaign_id = ? AND round = ?",
-                                     (next_index, campaign_id, round_number))
+                    self._db.execute(
+                        "UPDATE rounds SET next_index = ? WHERE campaign_id = ? AND round = ?",
+                        (next_index, campaign_id, round_number),
+                    )
 
     def pending(self, kinds: Sequence[str], limit: int, max_body_bytes: int) -> list[tuple[int, str, dict[str, Any]]]:
         """Oldest unacknowledged records of ``kinds``: (seq, kind, record), bounded in count and bytes."""
         marks = ",".join("?" for _ in kinds)
         with self._lock:
             rows = self._db.execute(
-                f"SELECT seq, kind, body FROM records WHERE kind IN ({marks}) ORDER BY seq LIMIT ?",
-                (*kinds, limit)).fetchall()
+                f"SELECT seq, kind, body FROM records WHERE kind IN ({marks}) ORDER BY seq LIMIT ?", (*kinds, limit)
+            ).fetchall()
         chosen: list[tuple[int, str, dict[str, Any]]] = []
         total = 0
         for seq, kind, body in rows:
@@ -143,7 +148,8 @@ class Spool:
             self._db.execute(
                 "INSERT OR REPLACE INTO rejected (seq, kind, record_id, body, reason, rejected_at) "
                 "SELECT seq, kind, record_id, body, ?, ? FROM records WHERE seq = ?",
-                (reason[:2000], time.time(), seq))
+                (reason[:2000], time.time(), seq),
+            )
             self._db.execute("DELETE FROM records WHERE seq = ?", (seq,))
         log.error("collector rejected spooled record %d, kept in table 'rejected': %s", seq, reason[:300])
 
@@ -171,25 +177,31 @@ class Spool:
         """round -> (plan, next_index, finished_at, started_at) for one campaign."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT round, plan, next_index, finished_at, started_at FROM rounds WHERE campaign_id = ?",
-                (campaign_id,)).fetchall()
+                "SELECT round, plan, next_index, finished_at, started_at FROM rounds WHERE campaign_id = ?", (campaign_id,)
+            ).fetchall()
         return {r: (json.loads(plan), nxt, fin, started) for r, plan, nxt, fin, started in rows}
 
     def start_round(self, campaign_id: int, round_number: int, plan: list[Any]) -> None:
         with self._lock, self._transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO rounds (campaign_id, round, plan, next_index, started_at) VALUES (?, ?, ?, 0, ?)",
-                (campaign_id, round_number, json.dumps(plan), time.time()))
+                (campaign_id, round_number, json.dumps(plan), time.time()),
+            )
 
     def finish_round(self, campaign_id: int, round_number: int) -> None:
         with self._lock, self._transaction():
-            self._db.execute("UPDATE rounds SET finished_at = ? WHERE campaign_id = ? AND round = ?",
-                             (time.time(), campaign_id, round_number))
+            self._db.execute(
+                "UPDATE rounds SET finished_at = ? WHERE campaign_id = ? AND round = ?", (time.time(), campaign_id, round_number)
+            )
 
     def calibrated(self, campaign_id: int, origin_id: str) -> bool:
         with self._lock:
-            return self._db.execute("SELECT 1 FROM calibrations WHERE campaign_id = ? AND origin_id = ?",
-                                    (campaign_id, origin_id)).fetchone() is not None
+            return (
+                self._db.execute(
+                    "SELECT 1 FROM calibrations WHERE campaign_id = ? AND origin_id = ?", (campaign_id, origin_id)
+                ).fetchone()
+                is not None
+            )
 
     def add_calibration(self, campaign_id: int, origin_id: str, sample_id: str, sample: dict[str, Any]) -> None:
         """Store a path sample and mark the (campaign, origin) calibrated, atomically."""
@@ -197,7 +209,8 @@ class Spool:
         with self._lock, self._transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO records (kind, record_id, body, created_at) VALUES ('path_sample', ?, ?, ?)",
-                (sample_id, body, time.time()))
+                (sample_id, body, time.time()),
+            )
             self._db.execute("INSERT OR REPLACE INTO calibrations VALUES (?, ?, ?)", (campaign_id, origin_id, time.time()))
 
     def close(self) -> None:
@@ -222,8 +235,10 @@ class Spool:
         return total
 
     def _bump_locked(self, name: str, amount: int) -> None:
-        self._db.execute("INSERT INTO counters (name, value) VALUES (?, ?) "
-                         "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, amount))
+        self._db.execute(
+            "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (name, amount),
+        )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)

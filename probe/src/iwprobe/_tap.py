@@ -127,11 +127,19 @@ def _traffic_packets() -> int:
 class Measurer:
     """The measuring thread of one study (ports): joins closes with captures, aggregates."""
 
-    def __init__(self, ports: list[int], keyer: PrefixKeyer, regions: RegionMap, aggregator: EdgeAggregator,
-                 counters: TapCounters, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
-                 capture_start_bits: int = INITIAL_SAMPLING_BITS,
-                 closes_per_s: float = DEFAULT_CLOSES_PER_S,
-                 capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS) -> None:
+    def __init__(
+        self,
+        ports: list[int],
+        keyer: PrefixKeyer,
+        regions: RegionMap,
+        aggregator: EdgeAggregator,
+        counters: TapCounters,
+        capture_pps: int = DEFAULT_CAPTURE_PPS,
+        capture: bool = True,
+        capture_start_bits: int = INITIAL_SAMPLING_BITS,
+        closes_per_s: float = DEFAULT_CLOSES_PER_S,
+        capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
+    ) -> None:
         self.ports = ports
         self.keyer = keyer
         self.regions = regions
@@ -174,9 +182,12 @@ class Measurer:
         self.keyer = keyer
 
     def set_assignment(self, assignment: Optional[Assignment]) -> None:
-        if self.assignment is not None and assignment is not None and (
-                self.assignment.study.campaign_id, self.assignment.study.phase) != (
-                assignment.study.campaign_id, assignment.study.phase):
+        if (
+            self.assignment is not None
+            and assignment is not None
+            and (self.assignment.study.campaign_id, self.assignment.study.phase)
+            != (assignment.study.campaign_id, assignment.study.phase)
+        ):
             self.previous = (self.assignment, time.time_ns())
         self.assignment = assignment
 
@@ -198,7 +209,7 @@ class Measurer:
     def _set_sampling(self, bits: int) -> None:
         assert self.capture is not None
         self.capture.set_sampling(bits)
-        self.sampling_bits = self.capture.sampling_bits   # kept for the next window
+        self.sampling_bits = self.capture.sampling_bits  # kept for the next window
 
     def _window(self, now: float) -> None:
         """Open or close the capture as :class:`CaptureWindows` says (closed, it costs nothing)."""
@@ -242,7 +253,7 @@ class Measurer:
                     traffic = _traffic_packets()
                     self.windows.observe(now, (traffic - self._traffic) / (now - window_start))
                     self._traffic = traffic
-                if self._window_whole:        # a second with the capture open throughout
+                if self._window_whole:  # a second with the capture open throughout
                     self._adapt(window_packets / (now - window_start))
                 self._window_whole = self.capture is not None
                 duty.adapt(now)
@@ -295,16 +306,21 @@ class Measurer:
             if closed.closed_ns - changed_ns >= AMBIGUOUS_AFTER_CHANGE_S * 1e9:
                 self.previous = None
             elif first is not None and first.syn_ns < changed_ns:
-                assignment, arm = before, before.arm_of(prefix)   # its SYN came before the change
+                assignment, arm = before, before.arm_of(prefix)  # its SYN came before the change
             elif first is None and before.arm_of(prefix).arm != arm.arm:
                 self.counters.ambiguous += 1
                 return
         if first is not None:
             self.counters.captured += 1
         arm_iw = arm.iw if arm.iw is not None else assignment.default_iw
-        if (first is not None and arm_iw is not None and first.first_flight_segments is not None
-                and first.first_flight_segments > arm_iw and not first.syn_retrans
-                and not _RETRANS.read(closed.info_raw)[0]):
+        if (
+            first is not None
+            and arm_iw is not None
+            and first.first_flight_segments is not None
+            and first.first_flight_segments > arm_iw
+            and not first.syn_retrans
+            and not _RETRANS.read(closed.info_raw)[0]
+        ):
             # (With a loss, limited transmit sends new data on duplicate ACKs: not the arm's doing.)
             self.counters.arm_exceeded += 1
         client = self._clients.get(prefix)
@@ -313,20 +329,32 @@ class Measurer:
                 self._clients.clear()
             client = self._clients[prefix] = (*self.keyer.hash(prefix), *self.regions.lookup(prefix, packed))
         client_prefix, cluster, region, country = client
-        measured = Measured(closed, first, arm, arm_iw, region, country, client_prefix, cluster,
-                            "ipv4" if len(packed) == 4 else "ipv6")
+        measured = Measured(
+            closed, first, arm, arm_iw, region, country, client_prefix, cluster, "ipv4" if len(packed) == 4 else "ipv6"
+        )
         self.aggregator.add(measured, assignment.study, assignment.treated_share_bp)
 
 
 class TapAgent:
     """The ``iwprobe tap run`` daemon (see the module docstring)."""
 
-    def __init__(self, directory: str, *, credentials: Any = None, study_file: Optional[str] = None,
-                 output: Optional[str] = None, regions: Optional[RegionMap] = None,
-                 lease_s: float = DEFAULT_LEASE_S, capture_pps: int = DEFAULT_CAPTURE_PPS, capture: bool = True,
-                 capture_start_bits: int = INITIAL_SAMPLING_BITS, closes_per_s: float = DEFAULT_CLOSES_PER_S,
-                 capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
-                 plan_options: Optional[dict[str, int]] = None, spool_max_bytes: int = 512 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        credentials: Any = None,
+        study_file: Optional[str] = None,
+        output: Optional[str] = None,
+        regions: Optional[RegionMap] = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        capture_pps: int = DEFAULT_CAPTURE_PPS,
+        capture: bool = True,
+        capture_start_bits: int = INITIAL_SAMPLING_BITS,
+        closes_per_s: float = DEFAULT_CLOSES_PER_S,
+        capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
+        plan_options: Optional[dict[str, int]] = None,
+        spool_max_bytes: int = 512 * 1024 * 1024,
+    ) -> None:
         if credentials is None and study_file is None:
             raise ValueError("either enrolled credentials or a study file")
         self.directory = directory
@@ -356,8 +384,9 @@ class TapAgent:
         self.uploader: Optional[Uploader] = None
         if credentials is not None:
             self.spool = Spool(os.path.join(directory, SPOOL_FILE), spool_max_bytes)
-            self.uploader = Uploader(self.spool, credentials.client(), "server", credentials.id,
-                                     backoff_cap_s=60.0, heartbeat=self._heartbeat)
+            self.uploader = Uploader(
+                self.spool, credentials.client(), "server", credentials.id, backoff_cap_s=60.0, heartbeat=self._heartbeat
+            )
 
     # ----------------------------------------------------------------- the study
     def _poll_config(self) -> Optional[wire.PassiveStudy]:
@@ -430,9 +459,18 @@ class TapAgent:
         if self.measurer is not None and self.measurer.ports != plan.ports:
             self._stop_measuring()
         if self.measurer is None:
-            self.measurer = Measurer(plan.ports, PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6), self.regions,
-                                     self.aggregator, self.counters, self.capture_pps, self.capture_enabled,
-                                     self.capture_start_bits, self.closes_per_s, self.capture_traffic_pps)
+            self.measurer = Measurer(
+                plan.ports,
+                PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6),
+                self.regions,
+                self.aggregator,
+                self.counters,
+                self.capture_pps,
+                self.capture_enabled,
+                self.capture_start_bits,
+                self.closes_per_s,
+                self.capture_traffic_pps,
+            )
             self.measurer.start()
         else:
             self.measurer.set_keyer(PrefixKeyer(self.key, study.prefix_v4, study.prefix_v6))
@@ -453,8 +491,10 @@ class TapAgent:
                     for record in records:
                         handle.write(json.dumps({"kind": kind, **record}, separators=(",", ":")) + "\n")
         if self.spool is not None:
-            for kind, records, id_field in (("aggregate", aggregates, "aggregate_id"),
-                                            ("passive_connection", connections, "record_id")):
+            for kind, records, id_field in (
+                ("aggregate", aggregates, "aggregate_id"),
+                ("passive_connection", connections, "record_id"),
+            ):
                 for record in records:
                     try:
                         self.spool.add(kind, record[id_field], record)
@@ -465,21 +505,30 @@ class TapAgent:
     def _heartbeat(self) -> wire.ServerHeartbeat:
         counters = self.counters
         return wire.ServerHeartbeat(
-            version=__version__, uptime_s=round(time.monotonic() - counters.started, 1), arms_state=self.arms_state,
-            connections_seen=counters.seen, connections_captured=counters.captured,
-            notifications_lost=counters.lost, packets_dropped=counters.packets_dropped,
+            version=__version__,
+            uptime_s=round(time.monotonic() - counters.started, 1),
+            arms_state=self.arms_state,
+            connections_seen=counters.seen,
+            connections_captured=counters.captured,
+            notifications_lost=counters.lost,
+            packets_dropped=counters.packets_dropped,
             capture_share=self.measurer.capture_share if self.measurer is not None else 0.0,
             closes_share=self.measurer.closes_share if self.measurer is not None else 1.0,
             spool_backlog=self.uploader.backlog() if self.uploader is not None else 0,
-            spool_bytes=self.spool.disk_bytes() if self.spool is not None else 0)
+            spool_bytes=self.spool.disk_bytes() if self.spool is not None else 0,
+        )
 
     def status(self) -> dict[str, Any]:
         heartbeat = wire.to_dict(self._heartbeat())
-        heartbeat.update(ambiguous=self.counters.ambiguous, arm_exceeded=self.counters.arm_exceeded,
-                         unmeasured=self.counters.unmeasured,
-                         study=self.plan.key[0] if self.plan is not None else None,
-                         phase=self.plan.key[1] if self.plan is not None else None, pid=os.getpid(),
-                         written_at=wire.utc_timestamp())
+        heartbeat.update(
+            ambiguous=self.counters.ambiguous,
+            arm_exceeded=self.counters.arm_exceeded,
+            unmeasured=self.counters.unmeasured,
+            study=self.plan.key[0] if self.plan is not None else None,
+            phase=self.plan.key[1] if self.plan is not None else None,
+            pid=os.getpid(),
+            written_at=wire.utc_timestamp(),
+        )
         return heartbeat
 
     def _write_status(self) -> None:
@@ -496,8 +545,9 @@ class TapAgent:
         upload_stop = threading.Event()
         uploader_thread = None
         if self.uploader is not None:
-            uploader_thread = threading.Thread(target=self.uploader.run_forever, args=(upload_stop, 1.0),
-                                               name="tap-upload", daemon=True)
+            uploader_thread = threading.Thread(
+                target=self.uploader.run_forever, args=(upload_stop, 1.0), name="tap-upload", daemon=True
+            )
             uploader_thread.start()
         next_flush = time.monotonic()
         next_lease = 0.0

@@ -41,11 +41,38 @@ KEY_FILE = "tap-prefix.key"
 _SUMMARY = FieldReader(("min_rtt", "delivery_rate", "bytes_acked", "data_segs_out", "total_retrans", "bytes_retrans"))
 _MAPPED_V4 = bytes(10) + b"\xff\xff"
 #: TCP_INFO fields a raw connection record keeps (the rest is sampled away).
-RECORD_TCP_INFO = ("state", "ca_state", "rto", "snd_mss", "rcv_mss", "pmtu", "rtt", "rttvar", "min_rtt",
-                   "snd_ssthresh", "snd_cwnd", "advmss", "total_retrans", "bytes_acked", "bytes_received",
-                   "segs_out", "segs_in", "data_segs_out", "data_segs_in", "delivery_rate", "busy_time",
-                   "rwnd_limited", "sndbuf_limited", "bytes_sent", "bytes_retrans", "dsack_dups", "snd_wnd",
-                   "total_rto", "total_rto_recoveries", "delivery_rate_app_limited")
+RECORD_TCP_INFO = (
+    "state",
+    "ca_state",
+    "rto",
+    "snd_mss",
+    "rcv_mss",
+    "pmtu",
+    "rtt",
+    "rttvar",
+    "min_rtt",
+    "snd_ssthresh",
+    "snd_cwnd",
+    "advmss",
+    "total_retrans",
+    "bytes_acked",
+    "bytes_received",
+    "segs_out",
+    "segs_in",
+    "data_segs_out",
+    "data_segs_in",
+    "delivery_rate",
+    "busy_time",
+    "rwnd_limited",
+    "sndbuf_limited",
+    "bytes_sent",
+    "bytes_retrans",
+    "dsack_dups",
+    "snd_wnd",
+    "total_rto",
+    "total_rto_recoveries",
+    "delivery_rate_app_limited",
+)
 
 
 def client_bytes(family: int, address: str) -> bytes:
@@ -132,8 +159,14 @@ class RegionMap:
         cached = self._cache.get(prefix)
         if cached is None:
             address = ipaddress.ip_address(packed)
-            cached = next(((region, country) for network, region, country in self._networks
-                           if address.version == network.version and address in network), ("", ""))
+            cached = next(
+                (
+                    (region, country)
+                    for network, region, country in self._networks
+                    if address.version == network.version and address in network
+                ),
+                ("", ""),
+            )
             if len(self._cache) < 1_000_000:
                 self._cache[prefix] = cached
         return cached
@@ -208,8 +241,7 @@ class EdgeAggregator:
         self._hour: tuple[int, str] = (-1, "")
 
     def add(self, measured: Measured, study: wire.PassiveStudy, treated_share_bp: int) -> None:
-        min_rtt, delivery_rate, bytes_acked, data_segs_out, retrans, bytes_retrans = _SUMMARY.read(
-            measured.closed.info_raw)
+        min_rtt, delivery_rate, bytes_acked, data_segs_out, retrans, bytes_retrans = _SUMMARY.read(measured.closed.info_raw)
         first = measured.first
         latency = first.response_latency_us if first is not None else None
         size = first.response_bytes if first is not None and first.response_bytes is not None else bytes_acked
@@ -220,20 +252,41 @@ class EdgeAggregator:
         if hour_index != self._hour[0]:
             self._hour = (hour_index, wire.utc_timestamp(_hour_of(measured.closed.closed_ns)))
         hour = self._hour[1]
-        key = (study.campaign_id, study.phase, hour, measured.arm.arm, measured.arm_iw, treated_share_bp,
-               measured.family, measured.region, measured.cluster,
-               wire.bucket_index(min_rtt / 1000 if min_rtt else None, wire.PASSIVE_RTT_EDGES_MS),
-               wire.bucket_index(rate_bps, wire.PASSIVE_BANDWIDTH_EDGES_BPS),
-               wire.bucket_index(bdp, wire.PASSIVE_BDP_EDGES_BYTES), wire.size_octave(size),
-               syn_retrans or rwnd_limited)
+        key = (
+            study.campaign_id,
+            study.phase,
+            hour,
+            measured.arm.arm,
+            measured.arm_iw,
+            treated_share_bp,
+            measured.family,
+            measured.region,
+            measured.cluster,
+            wire.bucket_index(min_rtt / 1000 if min_rtt else None, wire.PASSIVE_RTT_EDGES_MS),
+            wire.bucket_index(rate_bps, wire.PASSIVE_BANDWIDTH_EDGES_BPS),
+            wire.bucket_index(bdp, wire.PASSIVE_BDP_EDGES_BYTES),
+            wire.size_octave(size),
+            syn_retrans or rwnd_limited,
+        )
         retrans = retrans or 0
         with self._lock:
             sums = self._sums.get(key)
             if sums is None:
-                sums = self._sums[key] = {"connections": 0, "responses": 0, "latency_sum_us": 0, "hist": {},
-                                          "retrans_connections": 0, "data_segs_out": 0, "total_retrans": 0,
-                                          "bytes_acked": 0, "bytes_retrans": 0, "syn_retrans": 0,
-                                          "rwnd_limited": 0, "reused_after_idle": 0, "tls": 0}
+                sums = self._sums[key] = {
+                    "connections": 0,
+                    "responses": 0,
+                    "latency_sum_us": 0,
+                    "hist": {},
+                    "retrans_connections": 0,
+                    "data_segs_out": 0,
+                    "total_retrans": 0,
+                    "bytes_acked": 0,
+                    "bytes_retrans": 0,
+                    "syn_retrans": 0,
+                    "rwnd_limited": 0,
+                    "reused_after_idle": 0,
+                    "tls": 0,
+                }
             sums["connections"] += 1
             if latency is not None:
                 sums["responses"] += 1
@@ -253,21 +306,44 @@ class EdgeAggregator:
             if study.sample_share > 0 and self._rng.random() < study.sample_share:
                 self._samples.append(self._record(measured, study, treated_share_bp, syn_retrans, rwnd_limited))
 
-    def _record(self, measured: Measured, study: wire.PassiveStudy, treated_share_bp: int,
-                syn_retrans: bool, rwnd_limited: bool) -> dict[str, Any]:
+    def _record(
+        self, measured: Measured, study: wire.PassiveStudy, treated_share_bp: int, syn_retrans: bool, rwnd_limited: bool
+    ) -> dict[str, Any]:
         info = measured.closed.tcp_info
         first = measured.first
         record = wire.PassiveConnection(
-            record_id=wire.new_id(), server_id=self.server_id, campaign_id=study.campaign_id, phase=study.phase,
-            closed_at=wire.utc_timestamp(_datetime(measured.closed.closed_ns)), arm=measured.arm.arm,
-            arm_iw=measured.arm_iw, treated_share_bp=treated_share_bp, family=measured.family, port_kind="user",
-            port=measured.closed.local_port, region=measured.region, country=measured.country,
-            client_prefix=measured.client_prefix, cluster=measured.cluster,
+            record_id=wire.new_id(),
+            server_id=self.server_id,
+            campaign_id=study.campaign_id,
+            phase=study.phase,
+            closed_at=wire.utc_timestamp(_datetime(measured.closed.closed_ns)),
+            arm=measured.arm.arm,
+            arm_iw=measured.arm_iw,
+            treated_share_bp=treated_share_bp,
+            family=measured.family,
+            port_kind="user",
+            port=measured.closed.local_port,
+            region=measured.region,
+            country=measured.country,
+            client_prefix=measured.client_prefix,
+            cluster=measured.cluster,
             tcp_info={name: info[name] for name in RECORD_TCP_INFO if name in info},
-            captured=first is not None, syn_retrans=syn_retrans, rwnd_limited=rwnd_limited)
+            captured=first is not None,
+            syn_retrans=syn_retrans,
+            rwnd_limited=rwnd_limited,
+        )
         if first is not None:
-            for name in ("tls", "response_latency_us", "response_bytes", "handshake_us", "first_flight_segments",
-                         "first_flight_bytes", "handshake_rtt_us", "client_rwnd_bytes", "exchanges"):
+            for name in (
+                "tls",
+                "response_latency_us",
+                "response_bytes",
+                "handshake_us",
+                "first_flight_segments",
+                "first_flight_bytes",
+                "handshake_rtt_us",
+                "client_rwnd_bytes",
+                "exchanges",
+            ):
                 setattr(record, name, getattr(first, name))
             record.reused_after_idle = first.reused_after_idle
         return wire.to_dict(record)
@@ -279,15 +355,33 @@ class EdgeAggregator:
             samples, self._samples = self._samples, []
         aggregates = []
         for key, values in sums.items():
-            (campaign_id, phase, hour, arm, arm_iw, treated, family, region, cluster, rtt, bandwidth, bdp,
-             octave, biased) = key
+            (campaign_id, phase, hour, arm, arm_iw, treated, family, region, cluster, rtt, bandwidth, bdp, octave, biased) = key
             hist = values.pop("hist")
-            aggregates.append(wire.to_dict(wire.PassiveAggregate(
-                aggregate_id=wire.new_id(), server_id=self.server_id, campaign_id=campaign_id, phase=phase,
-                hour=hour, arm=arm, arm_iw=arm_iw, treated_share_bp=treated, family=family, port_kind="user",
-                region=region, cluster=cluster, rtt_bucket=rtt, bandwidth_bucket=bandwidth, bdp_bucket=bdp,
-                size_octave=octave, biased=biased, latency_hist=[[b, n] for b, n in sorted(hist.items())],
-                **values)))
+            aggregates.append(
+                wire.to_dict(
+                    wire.PassiveAggregate(
+                        aggregate_id=wire.new_id(),
+                        server_id=self.server_id,
+                        campaign_id=campaign_id,
+                        phase=phase,
+                        hour=hour,
+                        arm=arm,
+                        arm_iw=arm_iw,
+                        treated_share_bp=treated,
+                        family=family,
+                        port_kind="user",
+                        region=region,
+                        cluster=cluster,
+                        rtt_bucket=rtt,
+                        bandwidth_bucket=bandwidth,
+                        bdp_bucket=bdp,
+                        size_octave=octave,
+                        biased=biased,
+                        latency_hist=[[b, n] for b, n in sorted(hist.items())],
+                        **values,
+                    )
+                )
+            )
         return aggregates, samples
 
     def pending(self) -> int:

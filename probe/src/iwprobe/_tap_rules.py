@@ -120,8 +120,15 @@ class TapPlan:
 
     @classmethod
     def from_study(cls, study: wire.PassiveStudy, **kwargs: Any) -> TapPlan:
-        return cls(arm_ranges(study.arms), sorted(set(study.ports)), study.assignment_seed, study.prefix_v4,
-                   study.prefix_v6, key=(study.campaign_id, study.phase), **kwargs)
+        return cls(
+            arm_ranges(study.arms),
+            sorted(set(study.ports)),
+            study.assignment_seed,
+            study.prefix_v4,
+            study.prefix_v6,
+            key=(study.campaign_id, study.phase),
+            **kwargs,
+        )
 
     @property
     def treated(self) -> list[ArmRange]:
@@ -139,21 +146,29 @@ class TapPlan:
 
     def nft_script(self) -> str:
         """The whole table, replaced atomically (one ``nft -f`` transaction)."""
-        lines = [f"add table inet {NFT_TABLE}", f"delete table inet {NFT_TABLE}", f"table inet {NFT_TABLE} {{",
-                 "  set alive { type inet_proto; flags timeout; }",
-                 "  chain arms {", "    type filter hook prerouting priority mangle; policy accept;"]
+        lines = [
+            f"add table inet {NFT_TABLE}",
+            f"delete table inet {NFT_TABLE}",
+            f"table inet {NFT_TABLE} {{",
+            "  set alive { type inet_proto; flags timeout; }",
+            "  chain arms {",
+            "    type filter hook prerouting priority mangle; policy accept;",
+        ]
         if self.treated:
             ports = ", ".join(str(port) for port in self.ports)
-            mapping = ", ".join(f"{arm.low}-{arm.high} : {hex(self.mark(arm))}" if arm.low != arm.high
-                                else f"{arm.low} : {hex(self.mark(arm))}"
-                                for arm in sorted(self.treated, key=lambda arm: arm.low))
+            mapping = ", ".join(
+                f"{arm.low}-{arm.high} : {hex(self.mark(arm))}" if arm.low != arm.high else f"{arm.low} : {hex(self.mark(arm))}"
+                for arm in sorted(self.treated, key=lambda arm: arm.low)
+            )
             scale = wire.PASSIVE_SHARE_SCALE
             # Cheapest test first: every packet of the host crosses this chain, and all but the
             # SYNs leave it at the flags.
             for family, source in (("ipv4", f"@nh,96,{self.prefix_v4}"), ("ipv6", f"@nh,64,{self.prefix_v6}")):
-                lines.append(f"    tcp flags & (syn|ack) == syn tcp dport {{ {ports} }} meta nfproto {family} "
-                             f"meta l4proto @alive meta mark set jhash {source} mod {scale} "
-                             f"seed {hex(self.seed)} map {{ {mapping} }}")
+                lines.append(
+                    f"    tcp flags & (syn|ack) == syn tcp dport {{ {ports} }} meta nfproto {family} "
+                    f"meta l4proto @alive meta mark set jhash {source} mod {scale} "
+                    f"seed {hex(self.seed)} map {{ {mapping} }}"
+                )
         lines += ["  }", "}", self._lease_line()]
         return "\n".join(lines) + "\n"
 
@@ -173,16 +188,15 @@ class TapPlan:
             table = str(self.table(arm))
             commands.append(["ip", flag, "route", "flush", "table", table])
             for route in routes:
-                commands.append(["ip", flag, "route", "replace", *route.split(), "table", table,
-                                 "initcwnd", str(arm.iw)])
-            commands.append(["ip", flag, "rule", "add", "priority", str(self.priority(arm)),
-                             "fwmark", hex(self.mark(arm)), "lookup", table])
+                commands.append(["ip", flag, "route", "replace", *route.split(), "table", table, "initcwnd", str(arm.iw)])
+            commands.append(
+                ["ip", flag, "rule", "add", "priority", str(self.priority(arm)), "fwmark", hex(self.mark(arm)), "lookup", table]
+            )
         return commands
 
     def rules(self) -> list[tuple[str, int, int, int]]:
         """(family, priority, mark, table) of every rule this plan adds."""
-        return [(family, self.priority(arm), self.mark(arm), self.table(arm))
-                for family in FAMILIES for arm in self.treated]
+        return [(family, self.priority(arm), self.mark(arm), self.table(arm)) for family in FAMILIES for arm in self.treated]
 
 
 @dataclass
@@ -256,7 +270,8 @@ def conflicts(plan: TapPlan) -> list[str]:
             priority = line.split(":", 1)[0].strip()
             for arm in plan.treated:
                 if priority == str(plan.priority(arm)) and not _has_rule(
-                        line, priority, hex(plan.mark(arm)), str(plan.table(arm))):
+                    line, priority, hex(plan.mark(arm)), str(plan.table(arm))
+                ):
                     found.append(f"{family}: {line.strip()}")
     return found
 
@@ -266,16 +281,22 @@ def install(plan: TapPlan, state_path: str) -> Installed:
     a crash half-way leaves something :func:`remove` can clean."""
     clash = conflicts(plan)
     if clash:
-        raise ArmsError("rule priorities taken by another program: " + "; ".join(clash)
-                        + " (choose other bases with --priority-base)")
+        raise ArmsError(
+            "rule priorities taken by another program: " + "; ".join(clash) + " (choose other bases with --priority-base)"
+        )
     previous = load_installed(state_path)
     original = previous.sysctl_original if previous and previous.sysctl_set else _read(FWMARK_ACCEPT)
     if previous is not None:
         _remove_rules(previous, keep_sysctl=True)
-    installed = Installed(rules=[list(rule) for rule in plan.rules()],
-                          tables=[[family, plan.table(arm)] for family in FAMILIES for arm in plan.treated],
-                          sysctl_original=original, sysctl_set="1", pid=os.getpid(), installed_at=time.time(),
-                          plan_key=list(plan.key))
+    installed = Installed(
+        rules=[list(rule) for rule in plan.rules()],
+        tables=[[family, plan.table(arm)] for family in FAMILIES for arm in plan.treated],
+        sysctl_original=original,
+        sysctl_set="1",
+        pid=os.getpid(),
+        installed_at=time.time(),
+        plan_key=list(plan.key),
+    )
     _save(state_path, installed)
     try:
         if _read(FWMARK_ACCEPT) != "1":
@@ -289,8 +310,12 @@ def install(plan: TapPlan, state_path: str) -> Installed:
     except (OSError, ArmsError) as error:
         remove(state_path)
         raise ArmsError(f"installing the arms failed and was undone: {error}") from None
-    log.info("arms installed: %s on ports %s (lease %.0f s)",
-             ", ".join(f"{arm.arm} {arm.share_bp / 100:g} %" for arm in plan.arms), plan.ports, plan.lease_s)
+    log.info(
+        "arms installed: %s on ports %s (lease %.0f s)",
+        ", ".join(f"{arm.arm} {arm.share_bp / 100:g} %" for arm in plan.arms),
+        plan.ports,
+        plan.lease_s,
+    )
     return installed
 
 
@@ -300,8 +325,9 @@ def renew_lease(plan: TapPlan) -> None:
 
 def lease_remaining_s() -> Optional[float]:
     """Seconds until the arms lapse (``None``: no lease element, i.e. lapsed or not installed)."""
-    outcome = subprocess.run(["nft", "-j", "list", "set", "inet", NFT_TABLE, "alive"],
-                             capture_output=True, text=True, check=False)
+    outcome = subprocess.run(
+        ["nft", "-j", "list", "set", "inet", NFT_TABLE, "alive"], capture_output=True, text=True, check=False
+    )
     if outcome.returncode != 0:
         return None
     for item in json.loads(outcome.stdout).get("nftables", []):
@@ -314,15 +340,16 @@ def lease_remaining_s() -> Optional[float]:
 
 def _remove_rules(installed: Installed, keep_sysctl: bool = False) -> list[str]:
     removed: list[str] = []
-    outcome = subprocess.run(["nft", "delete", "table", "inet", installed.nft_table],
-                             capture_output=True, text=True, check=False)
+    outcome = subprocess.run(["nft", "delete", "table", "inet", installed.nft_table], capture_output=True, text=True, check=False)
     if outcome.returncode == 0:
         removed.append(f"nft table inet {installed.nft_table}")
     for family, priority, mark, table in installed.rules:
         flag = FAMILIES[family]
         # Several identical rules may exist (a crashed install repeated): delete until none is left.
-        while run_ip(["ip", flag, "rule", "del", "priority", str(priority), "fwmark", hex(mark),
-                      "lookup", str(table)]).returncode == 0:
+        while (
+            run_ip(["ip", flag, "rule", "del", "priority", str(priority), "fwmark", hex(mark), "lookup", str(table)]).returncode
+            == 0
+        ):
             removed.append(f"{family} rule {priority} fwmark {hex(mark)} lookup {table}")
     for family, table in installed.tables:
         if run_ip(["ip", FAMILIES[family], "route", "flush", "table", str(table)]).returncode == 0:
@@ -339,9 +366,10 @@ def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
     table and ``plan``'s rules); the server is back on its own configuration."""
     installed = load_installed(state_path)
     if installed is None:
-        installed = Installed(rules=[list(rule) for rule in plan.rules()] if plan else [],
-                              tables=[[family, plan.table(arm)] for family in FAMILIES for arm in plan.treated]
-                              if plan else [])
+        installed = Installed(
+            rules=[list(rule) for rule in plan.rules()] if plan else [],
+            tables=[[family, plan.table(arm)] for family in FAMILIES for arm in plan.treated] if plan else [],
+        )
     removed = _remove_rules(installed)
     try:
         os.unlink(state_path)

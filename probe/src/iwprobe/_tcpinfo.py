@@ -25,26 +25,57 @@ _BUFFER_BYTES = 512
 
 # (name, struct code) in kernel order after the first eight u8 bytes.
 _SCALARS: tuple[tuple[str, str], ...] = (
-    ("rto", "I"), ("ato", "I"), ("snd_mss", "I"), ("rcv_mss", "I"),
-    ("unacked", "I"), ("sacked", "I"), ("lost", "I"), ("retrans", "I"), ("fackets", "I"),
-    ("last_data_sent", "I"), ("last_ack_sent", "I"), ("last_data_recv", "I"),
+    ("rto", "I"),
+    ("ato", "I"),
+    ("snd_mss", "I"),
+    ("rcv_mss", "I"),
+    ("unacked", "I"),
+    ("sacked", "I"),
+    ("lost", "I"),
+    ("retrans", "I"),
+    ("fackets", "I"),
+    ("last_data_sent", "I"),
+    ("last_ack_sent", "I"),
+    ("last_data_recv", "I"),
     ("last_ack_recv", "I"),
-    ("pmtu", "I"), ("rcv_ssthresh", "I"), ("rtt", "I"), ("rttvar", "I"),
-    ("snd_ssthresh", "I"), ("snd_cwnd", "I"), ("advmss", "I"), ("reordering", "I"),
-    ("rcv_rtt", "I"), ("rcv_space", "I"),
+    ("pmtu", "I"),
+    ("rcv_ssthresh", "I"),
+    ("rtt", "I"),
+    ("rttvar", "I"),
+    ("snd_ssthresh", "I"),
+    ("snd_cwnd", "I"),
+    ("advmss", "I"),
+    ("reordering", "I"),
+    ("rcv_rtt", "I"),
+    ("rcv_space", "I"),
     ("total_retrans", "I"),
-    ("pacing_rate", "Q"), ("max_pacing_rate", "Q"), ("bytes_acked", "Q"),
+    ("pacing_rate", "Q"),
+    ("max_pacing_rate", "Q"),
+    ("bytes_acked", "Q"),
     ("bytes_received", "Q"),
-    ("segs_out", "I"), ("segs_in", "I"),
-    ("notsent_bytes", "I"), ("min_rtt", "I"), ("data_segs_in", "I"), ("data_segs_out", "I"),
+    ("segs_out", "I"),
+    ("segs_in", "I"),
+    ("notsent_bytes", "I"),
+    ("min_rtt", "I"),
+    ("data_segs_in", "I"),
+    ("data_segs_out", "I"),
     ("delivery_rate", "Q"),
-    ("busy_time", "Q"), ("rwnd_limited", "Q"), ("sndbuf_limited", "Q"),
-    ("delivered", "I"), ("delivered_ce", "I"),
-    ("bytes_sent", "Q"), ("bytes_retrans", "Q"), ("dsack_dups", "I"), ("reord_seen", "I"),
+    ("busy_time", "Q"),
+    ("rwnd_limited", "Q"),
+    ("sndbuf_limited", "Q"),
+    ("delivered", "I"),
+    ("delivered_ce", "I"),
+    ("bytes_sent", "Q"),
+    ("bytes_retrans", "Q"),
+    ("dsack_dups", "I"),
+    ("reord_seen", "I"),
     ("rcv_ooopack", "I"),
-    ("snd_wnd", "I"), ("rcv_wnd", "I"),
+    ("snd_wnd", "I"),
+    ("rcv_wnd", "I"),
     ("rehash", "I"),
-    ("total_rto", "H"), ("total_rto_recoveries", "H"), ("total_rto_time", "I"),
+    ("total_rto", "H"),
+    ("total_rto_recoveries", "H"),
+    ("total_rto_time", "I"),
 )
 
 
@@ -67,9 +98,9 @@ KNOWN_SIZE = _LAYOUT[-1][1] + struct.calcsize("=" + _LAYOUT[-1][2])
 #: The kernel reports "unlimited" u64 values (e.g. ``max_pacing_rate``) as ~0ULL; such a
 #: field is left out of the record (it is not a measurement, and PostgreSQL's bigint and the
 #: collector stop at 2**63 - 1).
-_U64_UNSET = 2 ** 64 - 1
+_U64_UNSET = 2**64 - 1
 #: Likewise ~0U for u32 fields: ``min_rtt`` before the first RTT sample (a failed connect).
-_U32_UNSET = 2 ** 32 - 1
+_U32_UNSET = 2**32 - 1
 _U8_FIELDS = ("state", "ca_state", "retransmits", "probes", "backoff", "options")
 #: The whole known struct in one unpack (what a current kernel returns): the passive agent
 #: parses one per closed connection, and field-by-field unpacking was ~10x slower.
@@ -139,8 +170,7 @@ class FieldReader:
         if len(raw) < self._struct.size:
             info = parse_tcp_info(raw)
             return tuple(info.get(name) for name in self.names)
-        values = [None if value == unset else value
-                  for value, unset in zip(self._struct.unpack_from(raw), self._unset)]
+        values = [None if value == unset else value for value, unset in zip(self._struct.unpack_from(raw), self._unset)]
         return tuple(values[index] for index in self._order)
 
 

@@ -59,10 +59,10 @@ def client_hello_state(buffer: bytes) -> Optional[str]:
     while offset + 5 <= len(buffer):
         if buffer[offset] != _HANDSHAKE_RECORD or buffer[offset + 1] != 3:
             return "not_tls"
-        length = int.from_bytes(buffer[offset + 3:offset + 5], "big")
+        length = int.from_bytes(buffer[offset + 3 : offset + 5], "big")
         if offset + 5 + length > len(buffer):
             break
-        payload += buffer[offset + 5:offset + 5 + length]
+        payload += buffer[offset + 5 : offset + 5 + length]
         offset += 5 + length
         if len(payload) >= 4:
             if payload[0] != _CLIENT_HELLO:
@@ -152,8 +152,9 @@ class TlsStream:
                 return None
 
 
-def handshake(stream: TlsStream, client_hello: bytes, hello_ns: int, timeout_s: float,
-              poll_interval_s: float, stop: threading.Event) -> Handshake:
+def handshake(
+    stream: TlsStream, client_hello: bytes, hello_ns: int, timeout_s: float, poll_interval_s: float, stop: threading.Event
+) -> Handshake:
     """Run the server side of the handshake that ``client_hello`` (read at ``hello_ns``,
     monotonic) opens; the measurements, with ``error`` set when it did not complete."""
     result = Handshake()
@@ -200,8 +201,9 @@ def _note_acked(sock: socket.socket, result: Handshake, hello_ns: int) -> None:
         result.flight_acked_us = (time.monotonic_ns() - hello_ns) // 1000
 
 
-def _wait_readable(stream: TlsStream, result: Handshake, hello_ns: int, deadline_ns: int,
-                   poll_interval_s: float, stop: threading.Event) -> None:
+def _wait_readable(
+    stream: TlsStream, result: Handshake, hello_ns: int, deadline_ns: int, poll_interval_s: float, stop: threading.Event
+) -> None:
     """Wait for the client's next bytes; meanwhile poll TCP_INFO for the flight's last ACK."""
     while True:
         if result.flight_acked_us is None:

@@ -18,21 +18,24 @@ log = logging.getLogger("iwprobe.upload")
 #: What rides along with an upload: a probe's or a server's heartbeat.
 AnyHeartbeat = Union[wire.Heartbeat, wire.ServerHeartbeat]
 #: The spooled record kinds each role uploads.
-_KINDS: dict[str, tuple[str, ...]] = {"probe": ("trial", "path_sample", "census"), "origin": ("observation",),
-                                      "server": ("aggregate", "passive_connection")}
+_KINDS: dict[str, tuple[str, ...]] = {
+    "probe": ("trial", "path_sample", "census"),
+    "origin": ("observation",),
+    "server": ("aggregate", "passive_connection"),
+}
 #: Batches stay well below the collector's body limit.
 MAX_UPLOAD_BODY_BYTES = 8 * 1024 * 1024
 
 
-def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
-                  rng: Optional[random.Random] = None) -> float:
+def backoff_delay(attempt: int, base_s: float = 1.0, cap_s: float = 300.0, rng: Optional[random.Random] = None) -> float:
     """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**attempt)]."""
     generator = rng or random
     return generator.uniform(0.0, min(cap_s, base_s * (2 ** min(attempt, 30))))
 
 
-def retry_delay(error: CollectorError, attempt: int, base_s: float = 1.0, cap_s: float = 300.0,
-                rng: Optional[random.Random] = None) -> float:
+def retry_delay(
+    error: CollectorError, attempt: int, base_s: float = 1.0, cap_s: float = 300.0, rng: Optional[random.Random] = None
+) -> float:
     """Seconds before the next attempt after ``error``: :func:`backoff_delay`, but never less
     than the collector's ``Retry-After`` (an overloaded collector answers 503 with one), plus
     up to 50 % jitter so that probes turned away together do not all come back together."""
@@ -48,13 +51,16 @@ def _check_acknowledgement(answer: Any, batch_id: str, records: int) -> None:
     accounts for every record (accepted + duplicates).  Anything else -- an HTML page from a
     captive portal or proxy, a truncated or foreign answer -- is a retryable failure: the
     batch is sent again later and the collector's idempotency makes that harmless."""
-    if (isinstance(answer, dict) and answer.get("batch_id") == batch_id
-            and isinstance(answer.get("accepted"), int) and isinstance(answer.get("duplicates"), int)
-            and answer["accepted"] + answer["duplicates"] == records):
+    if (
+        isinstance(answer, dict)
+        and answer.get("batch_id") == batch_id
+        and isinstance(answer.get("accepted"), int)
+        and isinstance(answer.get("duplicates"), int)
+        and answer["accepted"] + answer["duplicates"] == records
+    ):
         return
     shown = answer if isinstance(answer, str) else json.dumps(answer)
-    raise CollectorError(f"the answer does not acknowledge batch {batch_id} of {records} records: "
-                         f"{shown[:200]!r}")
+    raise CollectorError(f"the answer does not acknowledge batch {batch_id} of {records} records: {shown[:200]!r}")
 
 
 class Uploader:
@@ -69,9 +75,17 @@ class Uploader:
     upload (``heartbeat_sent_at``), so folding adds no write to the collector's upload path.
     """
 
-    def __init__(self, spool: Spool, client: CollectorClient, role: str, owner_id: str,
-                 max_records: int = wire.MAX_BATCH_RECORDS, backoff_base_s: float = 1.0,
-                 backoff_cap_s: float = 300.0, heartbeat: Optional[Callable[[], Optional[AnyHeartbeat]]] = None) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        client: CollectorClient,
+        role: str,
+        owner_id: str,
+        max_records: int = wire.MAX_BATCH_RECORDS,
+        backoff_base_s: float = 1.0,
+        backoff_cap_s: float = 300.0,
+        heartbeat: Optional[Callable[[], Optional[AnyHeartbeat]]] = None,
+    ) -> None:
         if role not in _KINDS:
             raise ValueError(f"role must be one of {', '.join(_KINDS)}, got {role!r}")
         self.spool = spool
@@ -122,8 +136,7 @@ class Uploader:
             raise
         self.spool.acknowledge([seq for seq, _, _ in rows])
         self.uploaded += len(rows)
-        log.info("uploaded %d records (accepted %s, duplicates %s)", len(rows),
-                 answer["accepted"], answer["duplicates"])
+        log.info("uploaded %d records (accepted %s, duplicates %s)", len(rows), answer["accepted"], answer["duplicates"])
         return len(rows)
 
     def _isolate_rejects(self, rows: list[tuple[int, str, dict[str, Any]]], error: CollectorError) -> int:
@@ -135,15 +148,16 @@ class Uploader:
         return self._send(rows[:half]) + self._send(rows[half:])
 
     def _path(self) -> str:
-        return {"probe": wire.TRIALS_BATCH_PATH, "origin": wire.OBSERVATIONS_BATCH_PATH,
-                "server": wire.PASSIVE_BATCH_PATH}[self.role]
+        return {"probe": wire.TRIALS_BATCH_PATH, "origin": wire.OBSERVATIONS_BATCH_PATH, "server": wire.PASSIVE_BATCH_PATH}[
+            self.role
+        ]
 
-    def _envelope(self, rows: list[tuple[int, str, dict[str, Any]]],
-                  heartbeat: Optional[AnyHeartbeat] = None) -> tuple[str, bytes]:
+    def _envelope(
+        self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[AnyHeartbeat] = None
+    ) -> tuple[str, bytes]:
         """The batch's id and its JSON body."""
         batch_id = wire.new_id()
-        envelope: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id,
-                                    "sent_at": wire.utc_timestamp()}
+        envelope: dict[str, Any] = {"wire_version": wire.WIRE_VERSION, "batch_id": batch_id, "sent_at": wire.utc_timestamp()}
         if self.role == "probe":
             envelope["probe_id"] = self.owner_id
             envelope["trials"] = [record for _, kind, record in rows if kind == "trial"]
@@ -187,8 +201,9 @@ class Uploader:
             except CollectorError as error:
                 self.failures += 1
                 delay = retry_delay(error, self.failures - 1, self.backoff_base_s, self.backoff_cap_s)
-                log.warning("upload failed (%s); retrying in %.1f s (attempt %d, backlog %d)",
-                            error, delay, self.failures, self.backlog())
+                log.warning(
+                    "upload failed (%s); retrying in %.1f s (attempt %d, backlog %d)", error, delay, self.failures, self.backlog()
+                )
                 if error.retry_after_s is not None:
                     self.not_before = time.monotonic() + delay
                     continue

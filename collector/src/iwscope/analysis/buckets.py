@@ -128,6 +128,7 @@ def loss_index(loss_rate: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
 
 # ---- object sizes ----------------------------------------------------------------------------
 
+
 def size_bucket(size_bytes: int) -> int:
     """Octave of an object size: ``k`` with ``2**k <= size < 2**(k+1)``; sizes < 1 -> -1."""
     if size_bytes < 1:
@@ -139,11 +140,11 @@ def size_bucket_bounds(bucket: int) -> tuple[int, int | None]:
     """``[lower, upper)`` bytes of a size octave (bucket -1 is ``[0, 1)``)."""
     if bucket < 0:
         return 0, 1
-    return 2 ** bucket, 2 ** (bucket + 1)
+    return 2**bucket, 2 ** (bucket + 1)
 
 
 def _format_bytes(value: int) -> str:
-    for unit, factor in (("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    for unit, factor in (("MiB", 2**20), ("KiB", 2**10)):
         if value >= factor:
             return f"{value / factor:g} {unit}"
     return f"{value} B"
@@ -175,8 +176,10 @@ def hist_bin(latency_us: float) -> int:
 
 def hist_bin_sql(column: str) -> str:
     """SQL expression computing :func:`hist_bin` of ``column`` (in microseconds)."""
-    return (f"LEAST({HIST_BINS - 1}, GREATEST(0, FLOOR(LN(GREATEST({column}::float8, {HIST_MIN_US})"
-            f" / {HIST_MIN_US}) / LN({HIST_RATIO}))::int))")
+    return (
+        f"LEAST({HIST_BINS - 1}, GREATEST(0, FLOOR(LN(GREATEST({column}::float8, {HIST_MIN_US})"
+        f" / {HIST_MIN_US}) / LN({HIST_RATIO}))::int))"
+    )
 
 
 #: Lower edges (us) of every bin, and the geometric centres that represent each bin.

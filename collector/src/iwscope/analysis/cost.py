@@ -172,12 +172,14 @@ class CostReport:
 
 # ---- statistics ---------------------------------------------------------------------------------
 
+
 def _rng() -> np.random.Generator:
     return np.random.default_rng(BOOTSTRAP_SEED)
 
 
-def _bootstrap_mean_difference(groups: Sequence[Sequence[float]], signs: Sequence[int],
-                               rng: np.random.Generator) -> tuple[float, float] | None:
+def _bootstrap_mean_difference(
+    groups: Sequence[Sequence[float]], signs: Sequence[int], rng: np.random.Generator
+) -> tuple[float, float] | None:
     """Percentile interval of ``sum(sign * mean(group))``, resampling each group on its own."""
     if any(len(group) < MIN_FLOWS for group in groups):
         return None
@@ -188,8 +190,9 @@ def _bootstrap_mean_difference(groups: Sequence[Sequence[float]], signs: Sequenc
     return float(low), float(high)
 
 
-def _bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
-                     rng: np.random.Generator) -> tuple[float, float] | None:
+def _bootstrap_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], rng: np.random.Generator
+) -> tuple[float, float] | None:
     """Percentile interval of ``sum(numerator) / sum(denominator)``, resampling the units."""
     if len(numerator) < MIN_FLOWS:
         return None
@@ -204,6 +207,7 @@ def _bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
 
 
 # ---- queries ------------------------------------------------------------------------------------
+
 
 def _where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """Cost campaigns matching the campaign, time and region filters (sizes and arms are not
@@ -225,46 +229,64 @@ def _completion_stats(times_us: npt.ArrayLike) -> dict[str, Any]:
     times_ms = sorted(float(value) / 1000.0 for value in np.asarray(times_us, dtype=float))
     n = len(times_ms)
     if n < MIN_FLOWS:
-        return {"fct_p50_ms": None, "fct_p50_ci_ms": None, "fct_mean_ms": None, "fct_mean_ci_ms": None,
-                "fct_p90_ms": None}
-    return {"fct_p50_ms": float(np.median(times_ms)), "fct_p50_ci_ms": median_interval(times_ms),
-            "fct_mean_ms": float(np.mean(times_ms)), "fct_mean_ci_ms": mean_interval(times_ms, min_n=MIN_FLOWS),
-            "fct_p90_ms": float(np.percentile(times_ms, 90))}
+        return {"fct_p50_ms": None, "fct_p50_ci_ms": None, "fct_mean_ms": None, "fct_mean_ci_ms": None, "fct_p90_ms": None}
+    return {
+        "fct_p50_ms": float(np.median(times_ms)),
+        "fct_p50_ci_ms": median_interval(times_ms),
+        "fct_mean_ms": float(np.mean(times_ms)),
+        "fct_mean_ci_ms": mean_interval(times_ms, min_n=MIN_FLOWS),
+        "fct_p90_ms": float(np.percentile(times_ms, 90)),
+    }
 
 
 def cost(session: Session, filters: Filters) -> CostReport:
     """The cost report of the cost campaigns matching ``filters`` (campaigns, time, regions)."""
     where, params = _where(filters)
-    campaign_rows = session.execute(text(f"""
+    campaign_rows = session.execute(
+        text(f"""
         SELECT c.id, c.name, min(p.region) AS region, c.arms, c.arm_labels, c.arm_shares, c.arrival_rate_per_s,
                c.background_bytes, c.interactive_interval_us, c.page_connections
         {_FROM} WHERE {where}
-        GROUP BY c.id ORDER BY c.id"""), params).all()
+        GROUP BY c.id ORDER BY c.id"""),
+        params,
+    ).all()
     campaigns: dict[int, CostCampaign] = {}
     for row in campaign_rows:
         arms = list(row.arm_labels) if row.arm_labels else [str(iw) for iw in row.arms]
         shares = list(row.arm_shares) if row.arm_shares else None
         campaigns[int(row.id)] = CostCampaign(
-            campaign_id=int(row.id), name=row.name, region=row.region, arms=arms, shares=shares,
-            arrival_rate_per_s=row.arrival_rate_per_s, background_bytes=row.background_bytes,
-            interactive=row.interactive_interval_us is not None, page_connections=row.page_connections,
-            mix=_mix(arms, shares))
+            campaign_id=int(row.id),
+            name=row.name,
+            region=row.region,
+            arms=arms,
+            shares=shares,
+            arrival_rate_per_s=row.arrival_rate_per_s,
+            background_bytes=row.background_bytes,
+            interactive=row.interactive_interval_us is not None,
+            page_connections=row.page_connections,
+            mix=_mix(arms, shares),
+        )
     if not campaigns:
         return CostReport()
     rng = _rng()
     flows, short_times = _flows(session, where, params, campaigns, rng)
-    return CostReport(campaigns=list(campaigns.values()), flows=flows,
-                      interactive=_interactive(session, where, params, campaigns, rng),
-                      interference=_interference(campaigns, short_times, rng))
+    return CostReport(
+        campaigns=list(campaigns.values()),
+        flows=flows,
+        interactive=_interactive(session, where, params, campaigns, rng),
+        interference=_interference(campaigns, short_times, rng),
+    )
 
 
 #: Completion times (ms) of the successful short flows per (campaign, arm): the interference input.
 ShortTimes = dict[tuple[int, str], list[float]]
 
 
-def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
-           rng: np.random.Generator) -> tuple[list[CostFlows], ShortTimes]:
-    rows = session.execute(text(f"""
+def _flows(
+    session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign], rng: np.random.Generator
+) -> tuple[list[CostFlows], ShortTimes]:
+    rows = session.execute(
+        text(f"""
         WITH units AS (
             SELECT t.campaign_id, t.role, COALESCE(t.arm, t.arm_iw::text) AS arm, t.arm_iw,
                    COALESCE(t.page_id, t.trial_id) AS unit,
@@ -285,7 +307,9 @@ def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict
                count(*) FILTER (WHERE joined AND retransmitted) AS retrans_units,
                array_agg(bytes_retrans) FILTER (WHERE joined) AS bytes_retrans,
                array_agg(bytes_sent) FILTER (WHERE joined) AS bytes_sent
-        FROM units GROUP BY campaign_id, role, arm, arm_iw ORDER BY campaign_id, role, arm_iw, arm"""), params).all()
+        FROM units GROUP BY campaign_id, role, arm, arm_iw ORDER BY campaign_id, role, arm_iw, arm"""),
+        params,
+    ).all()
     points: list[CostFlows] = []
     short_times: ShortTimes = {}
     for row in rows:
@@ -302,16 +326,26 @@ def _flows(session: Session, where: str, params: dict[str, Any], campaigns: dict
         joined = int(row.joined_units)
         enough_joined = joined >= MIN_FLOWS
         sent = float(sum(row.bytes_sent)) if enough_joined else 0.0
-        points.append(CostFlows(
-            campaign_id=campaign.campaign_id, region=campaign.region, role=row.role, arm=row.arm, iw=int(row.arm_iw),
-            share=share, n=int(row.n), errors=int(row.errors), **_completion_stats(times_us),
-            throughput_bps=float(rates.mean()) if len(rates) >= MIN_FLOWS else None,
-            throughput_ci_bps=mean_interval(rates, min_n=MIN_FLOWS),
-            retrans_flow_share=int(row.retrans_units) / joined if enough_joined else None,
-            retrans_flow_share_ci=proportion_interval(int(row.retrans_units), joined) if enough_joined else None,
-            bytes_retrans_share=float(sum(row.bytes_retrans)) / sent if sent else None,
-            bytes_retrans_share_ci=_bootstrap_ratio(row.bytes_retrans, row.bytes_sent, rng) if sent else None,
-            joined_flows=joined))
+        points.append(
+            CostFlows(
+                campaign_id=campaign.campaign_id,
+                region=campaign.region,
+                role=row.role,
+                arm=row.arm,
+                iw=int(row.arm_iw),
+                share=share,
+                n=int(row.n),
+                errors=int(row.errors),
+                **_completion_stats(times_us),
+                throughput_bps=float(rates.mean()) if len(rates) >= MIN_FLOWS else None,
+                throughput_ci_bps=mean_interval(rates, min_n=MIN_FLOWS),
+                retrans_flow_share=int(row.retrans_units) / joined if enough_joined else None,
+                retrans_flow_share_ci=proportion_interval(int(row.retrans_units), joined) if enough_joined else None,
+                bytes_retrans_share=float(sum(row.bytes_retrans)) / sent if sent else None,
+                bytes_retrans_share_ci=_bootstrap_ratio(row.bytes_retrans, row.bytes_sent, rng) if sent else None,
+                joined_flows=joined,
+            )
+        )
     return points, short_times
 
 
@@ -326,8 +360,12 @@ def _loss_interval(lost: Sequence[np.ndarray], block: int) -> tuple[float, float
     if not sent:
         return None
     share = sum(float(flags.sum()) for flags in lost) / sent
-    means = [float(flags[start:start + block].mean()) for flags in lost for start in range(0, len(flags), block)
-             if len(flags[start:start + block]) == block]
+    means = [
+        float(flags[start : start + block].mean())
+        for flags in lost
+        for start in range(0, len(flags), block)
+        if len(flags[start : start + block]) == block
+    ]
     if len(means) < MIN_BLOCKS:
         effect = float(block)
     elif 0 < share < 1:
@@ -337,17 +375,16 @@ def _loss_interval(lost: Sequence[np.ndarray], block: int) -> tuple[float, float
     return proportion_interval(share * sent / effect, sent / effect)
 
 
-def _delay_quantiles(delays: Sequence[np.ndarray], block: int,
-                     rng: np.random.Generator) -> tuple[float | None, tuple[float, float] | None,
-                                                        float | None, tuple[float, float] | None]:
+def _delay_quantiles(
+    delays: Sequence[np.ndarray], block: int, rng: np.random.Generator
+) -> tuple[float | None, tuple[float, float] | None, float | None, tuple[float, float] | None]:
     """p50 and p99 of the pooled delays with their block-bootstrap intervals (one resampling for
     both): a p50 needs :data:`MIN_DELAY_SAMPLES` packets, a p99 :data:`MIN_P99_SAMPLES`, and
     either needs its interval (:data:`MIN_BLOCKS` blocks): a quantile is never shown alone."""
     samples = sum(len(values) for values in delays)
     if samples < MIN_DELAY_SAMPLES:
         return None, None, None, None
-    intervals = block_bootstrap(delays, block, lambda values: np.percentile(values, [50, 99]), rng,
-                                min_blocks=MIN_BLOCKS)
+    intervals = block_bootstrap(delays, block, lambda values: np.percentile(values, [50, 99]), rng, min_blocks=MIN_BLOCKS)
     if intervals is None:
         return None, None, None, None
     p50, p99 = (float(value) for value in np.percentile(np.concatenate(delays), [50, 99]))
@@ -357,18 +394,23 @@ def _delay_quantiles(delays: Sequence[np.ndarray], block: int,
     return p50, p50_ci, p99, (float(intervals[1][0]), float(intervals[1][1]))
 
 
-def _interactive(session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign],
-                 rng: np.random.Generator) -> list[CostInteractive]:
-    rows = session.execute(text(f"""
+def _interactive(
+    session: Session, where: str, params: dict[str, Any], campaigns: dict[int, CostCampaign], rng: np.random.Generator
+) -> list[CostInteractive]:
+    rows = session.execute(
+        text(f"""
         SELECT t.campaign_id, t.echo {_FROM}
         WHERE {where} AND t.role = 'interactive' AND t.echo IS NOT NULL
-        ORDER BY t.campaign_id, t.started_at"""), params).all()
+        ORDER BY t.campaign_id, t.started_at"""),
+        params,
+    ).all()
     per_campaign: dict[int, list[np.ndarray]] = defaultdict(list)  # RTT per packet sent, NaN = lost
     interval_us: dict[int, int] = {}
     for row in rows:
         if int(row.campaign_id) in campaigns:
             per_campaign[int(row.campaign_id)].append(
-                np.asarray([np.nan if rtt is None else rtt for rtt in row.echo["rtt_us"]], dtype=float))
+                np.asarray([np.nan if rtt is None else rtt for rtt in row.echo["rtt_us"]], dtype=float)
+            )
             interval_us[int(row.campaign_id)] = int(row.echo["interval_us"])
     base_by_region: dict[str, float] = {}
     for campaign_id, flows in per_campaign.items():
@@ -386,21 +428,39 @@ def _interactive(session: Session, where: str, params: dict[str, Any], campaigns
         block = max(1, round(DELAY_BLOCK_S * 1e6 / max(1, interval_us[campaign_id])))
         p50, p50_ci, p99, p99_ci = _delay_quantiles(delays, block, rng)
         enough_sent = sent >= MIN_DELAY_SAMPLES
-        points.append(CostInteractive(
-            campaign_id=campaign_id, region=campaign.region, flows=len(flows), sent=sent, received=samples,
-            loss_share=(sent - samples) / sent if enough_sent else None,
-            loss_ci=_loss_interval(lost, block) if enough_sent else None,
-            base_rtt_ms=base_us / 1000.0 if math.isfinite(base_us) else None, samples=samples,
-            delay_p50_ms=p50, delay_p50_ci_ms=p50_ci, delay_p99_ms=p99, delay_p99_ci_ms=p99_ci))
+        points.append(
+            CostInteractive(
+                campaign_id=campaign_id,
+                region=campaign.region,
+                flows=len(flows),
+                sent=sent,
+                received=samples,
+                loss_share=(sent - samples) / sent if enough_sent else None,
+                loss_ci=_loss_interval(lost, block) if enough_sent else None,
+                base_rtt_ms=base_us / 1000.0 if math.isfinite(base_us) else None,
+                samples=samples,
+                delay_p50_ms=p50,
+                delay_p50_ci_ms=p50_ci,
+                delay_p99_ms=p99,
+                delay_p99_ci_ms=p99_ci,
+            )
+        )
     return points
 
 
 def _same_design(one: CostCampaign, other: CostCampaign) -> bool:
-    return (one.region == other.region and one.background_bytes == other.background_bytes
-            and one.page_connections == other.page_connections and one.interactive == other.interactive
-            and (one.arrival_rate_per_s is None) == (other.arrival_rate_per_s is None)
-            and (one.arrival_rate_per_s is None or other.arrival_rate_per_s is None
-                 or math.isclose(one.arrival_rate_per_s, other.arrival_rate_per_s, rel_tol=0.02)))
+    return (
+        one.region == other.region
+        and one.background_bytes == other.background_bytes
+        and one.page_connections == other.page_connections
+        and one.interactive == other.interactive
+        and (one.arrival_rate_per_s is None) == (other.arrival_rate_per_s is None)
+        and (
+            one.arrival_rate_per_s is None
+            or other.arrival_rate_per_s is None
+            or math.isclose(one.arrival_rate_per_s, other.arrival_rate_per_s, rel_tol=0.02)
+        )
+    )
 
 
 def arm_order(label: str) -> tuple[int, int, str]:
@@ -411,19 +471,16 @@ def arm_order(label: str) -> tuple[int, int, str]:
 
 def _pure_phase(campaigns: dict[int, CostCampaign], like: CostCampaign, arm: str) -> CostCampaign | None:
     """The latest phase of ``like``'s design whose short flows all use ``arm``."""
-    candidates = [campaign for campaign in campaigns.values() if _same_design(campaign, like)
-                  and used_arms(campaign) == [arm]]
+    candidates = [campaign for campaign in campaigns.values() if _same_design(campaign, like) and used_arms(campaign) == [arm]]
     return max(candidates, key=lambda campaign: campaign.campaign_id, default=None)
 
 
 def used_arms(campaign: CostCampaign) -> list[str]:
     """The arms a phase's short flows used (a share of 0 leaves an arm out)."""
-    return [arm for arm, share in zip(campaign.arms, campaign.shares or [1.0] * len(campaign.arms), strict=True)
-            if share > 0]
+    return [arm for arm, share in zip(campaign.arms, campaign.shares or [1.0] * len(campaign.arms), strict=True) if share > 0]
 
 
-def _interference(campaigns: dict[int, CostCampaign], times: ShortTimes,
-                  rng: np.random.Generator) -> list[CostInterference]:
+def _interference(campaigns: dict[int, CostCampaign], times: ShortTimes, rng: np.random.Generator) -> list[CostInterference]:
     results: list[CostInterference] = []
     for phase in campaigns.values():
         used = used_arms(phase)
@@ -433,25 +490,49 @@ def _interference(campaigns: dict[int, CostCampaign], times: ShortTimes,
         all_baseline, all_treatment = _pure_phase(campaigns, phase, baseline), _pure_phase(campaigns, phase, treatment)
         if all_baseline is None or all_treatment is None:
             continue
-        groups = [times.get((phase.campaign_id, baseline), []), times.get((phase.campaign_id, treatment), []),
-                  times.get((all_baseline.campaign_id, baseline), []),
-                  times.get((all_treatment.campaign_id, treatment), [])]
+        groups = [
+            times.get((phase.campaign_id, baseline), []),
+            times.get((phase.campaign_id, treatment), []),
+            times.get((all_baseline.campaign_id, baseline), []),
+            times.get((all_treatment.campaign_id, treatment), []),
+        ]
         enough = all(len(group) >= MIN_FLOWS for group in groups)
         means = [float(np.mean(group)) if enough else math.nan for group in groups]
         ab = means[1] - means[0] if enough else None
         total = means[3] - means[2] if enough else None
-        results.append(CostInterference(
-            region=phase.region, baseline=baseline, treatment=treatment,
-            treatment_share=phase.shares[phase.arms.index(treatment)],
-            mixed_campaign_id=phase.campaign_id, all_baseline_campaign_id=all_baseline.campaign_id,
-            all_treatment_campaign_id=all_treatment.campaign_id,
-            ab_ms=ab, ab_ci_ms=_bootstrap_mean_difference(groups[:2], (-1, 1), rng),
-            total_ms=total, total_ci_ms=_bootstrap_mean_difference(groups[2:], (-1, 1), rng),
-            bias_ms=ab - total if ab is not None and total is not None else None,
-            bias_ci_ms=_bootstrap_mean_difference(groups, (-1, 1, 1, -1), rng),
-            n=(len(groups[0]), len(groups[1]), len(groups[2]), len(groups[3]))))
+        results.append(
+            CostInterference(
+                region=phase.region,
+                baseline=baseline,
+                treatment=treatment,
+                treatment_share=phase.shares[phase.arms.index(treatment)],
+                mixed_campaign_id=phase.campaign_id,
+                all_baseline_campaign_id=all_baseline.campaign_id,
+                all_treatment_campaign_id=all_treatment.campaign_id,
+                ab_ms=ab,
+                ab_ci_ms=_bootstrap_mean_difference(groups[:2], (-1, 1), rng),
+                total_ms=total,
+                total_ci_ms=_bootstrap_mean_difference(groups[2:], (-1, 1), rng),
+                bias_ms=ab - total if ab is not None and total is not None else None,
+                bias_ci_ms=_bootstrap_mean_difference(groups, (-1, 1, 1, -1), rng),
+                n=(len(groups[0]), len(groups[1]), len(groups[2]), len(groups[3])),
+            )
+        )
     return results
 
 
-__all__ = ["CostCampaign", "CostFlows", "CostInteractive", "CostInterference", "CostReport", "cost",
-           "arm_order", "used_arms", "MIN_FLOWS", "MIN_DELAY_SAMPLES", "MIN_P99_SAMPLES", "MIN_BLOCKS", "DELAY_BLOCK_S"]
+__all__ = [
+    "CostCampaign",
+    "CostFlows",
+    "CostInteractive",
+    "CostInterference",
+    "CostReport",
+    "cost",
+    "arm_order",
+    "used_arms",
+    "MIN_FLOWS",
+    "MIN_DELAY_SAMPLES",
+    "MIN_P99_SAMPLES",
+    "MIN_BLOCKS",
+    "DELAY_BLOCK_S",
+]

@@ -16,9 +16,18 @@ Metric = Literal["server", "client"]
 METRICS: tuple[Metric, ...] = ("server", "client")
 
 #: Query-string keys (short, stable: they end up in shared URLs).
-_KEYS = {"campaign_ids": "campaign", "since": "since", "until": "until", "regions": "region",
-         "size_min": "smin", "size_max": "smax", "baseline_iw": "base", "treatment_iw": "treat",
-         "metric": "metric", "family": "family"}
+_KEYS = {
+    "campaign_ids": "campaign",
+    "since": "since",
+    "until": "until",
+    "regions": "region",
+    "size_min": "smin",
+    "size_max": "smax",
+    "baseline_iw": "base",
+    "treatment_iw": "treat",
+    "metric": "metric",
+    "family": "family",
+}
 #: The IP versions a campaign may choose (``family``).
 FAMILIES = NAMED_FAMILIES
 
@@ -95,8 +104,7 @@ class Filters:
             if not raw:
                 return None
             try:
-                parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+", 1)
-                                                   if "T" in raw else raw)
+                parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+", 1) if "T" in raw else raw)
             except ValueError:
                 return None
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
@@ -131,12 +139,14 @@ class Filters:
 def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """The filters as an exact SQL condition on ``trials t JOIN probes p`` and its parameters (the
     raw-trial readers: trials page, CSV export, fairness and cost; arms are not filtered)."""
-    conditions = (("campaign_ids", "t.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
-                  ("since", "t.started_at >= :since", filters.since),
-                  ("until", "t.started_at <= :until", filters.until),
-                  ("regions", "p.region = ANY(:regions)", list(filters.regions)),
-                  ("size_min", "t.object_size >= :size_min", filters.size_min),
-                  ("size_max", "t.object_size <= :size_max", filters.size_max))
+    conditions = (
+        ("campaign_ids", "t.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
+        ("since", "t.started_at >= :since", filters.since),
+        ("until", "t.started_at <= :until", filters.until),
+        ("regions", "p.region = ANY(:regions)", list(filters.regions)),
+        ("size_min", "t.object_size >= :size_min", filters.size_min),
+        ("size_max", "t.object_size <= :size_max", filters.size_max),
+    )
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}
 
@@ -146,8 +156,12 @@ def resolve_family(session: Session, filters: Filters) -> Filters:
     (every reader then needs only the campaign ids; ``(0,)``, no campaign, when none was)."""
     if not filters.family:
         return filters
-    chosen = [int(row[0]) for row in session.execute(
-        text("SELECT id FROM campaigns WHERE family = :family ORDER BY id"), {"family": filters.family})]
+    chosen = [
+        int(row[0])
+        for row in session.execute(
+            text("SELECT id FROM campaigns WHERE family = :family ORDER BY id"), {"family": filters.family}
+        )
+    ]
     if filters.campaign_ids:
         given = set(filters.campaign_ids)
         chosen = [campaign for campaign in chosen if campaign in given]

@@ -48,12 +48,12 @@ class Frame:
     ``piece_len[j]`` int32 counts in ``blob``.
     """
 
-    path: IntArray            # 0-based code of the unit: (probe_id, origin_id), or the signature
+    path: IntArray  # 0-based code of the unit: (probe_id, origin_id), or the signature
     arm: IntArray
     size_bucket: IntArray
-    region: IntArray          # index into region_names
+    region: IntArray  # index into region_names
     region_names: list[str]
-    rtt_bucket: IntArray      # bucket indexes of the path's signature; -1 = unknown
+    rtt_bucket: IntArray  # bucket indexes of the path's signature; -1 = unknown
     bandwidth_bucket: IntArray
     bdp_bucket: IntArray
     loss_bucket: IntArray
@@ -121,9 +121,11 @@ def _time_clause(filters: Filters, params: dict[str, Any], alias: str) -> str:
     if window.months_from is None:
         return f"({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day)"
     params.update(months_from=window.months_from, months_to=window.months_to)
-    return (f"(({alias}.grain = 1 AND {alias}.day >= :months_from AND {alias}.day < :months_to)"
-            f" OR ({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day"
-            f" AND NOT ({alias}.day >= :months_from AND {alias}.day < :months_to)))")
+    return (
+        f"(({alias}.grain = 1 AND {alias}.day >= :months_from AND {alias}.day < :months_to)"
+        f" OR ({alias}.grain = 0 AND {alias}.day BETWEEN :first_day AND :last_day"
+        f" AND NOT ({alias}.day >= :months_from AND {alias}.day < :months_to)))"
+    )
 
 
 def _where(filters: Filters, arms: Sequence[int] | None, alias: str, region_clause: str) -> tuple[str, dict[str, Any]]:
@@ -154,8 +156,16 @@ def _sums(alias: str, metric: str) -> str:
     # of ``los``/``lens`` describes the i-th piece of ``blob``; the order itself does not matter.
     # float8 sums: exact for counts and microsecond sums below 2^53, and several times faster
     # than PostgreSQL's numeric sum of bigints
-    columns = ("n_trials", f"{metric}_n", f"{metric}_sum_us", f"{metric}_sumsq_us2", "retrans_n", "retrans_trials",
-               "bytes_retrans", "bytes_sent")
+    columns = (
+        "n_trials",
+        f"{metric}_n",
+        f"{metric}_sum_us",
+        f"{metric}_sumsq_us2",
+        "retrans_n",
+        "retrans_trials",
+        "bytes_retrans",
+        "bytes_sent",
+    )
     names = ("n_trials", "n", "sum_us", "sumsq", "retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")
     return ", ".join(f"sum({alias}.{column}::float8) AS {name}" for column, name in zip(columns, names, strict=True)) + hist
 
@@ -185,8 +195,9 @@ _OUT = """g.arm_iw, g.size_bucket,
           g.retrans_n::float8, g.retrans_trials::float8, g.bytes_retrans::float8, g.bytes_sent::float8"""
 
 
-def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
-                     paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame:
+def load_path_detail(
+    session: Session, filters: Filters, arms: Sequence[int], paths: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> Frame:
     """Per (path, arm, size octave) counts, sums and histograms of a few ``paths``, read from
     their raw trials: the trials the roll-ups hold (``rollups.side_trials_sql``) up to the
     roll-ups' watermark, in the filters' whole UTC days -- the same trials their bucket rows
@@ -196,20 +207,27 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
     client = filters.metric != "server"
     # the watermark as a value, not a sub-select: with an unknown bound the planner takes the
     # BRIN index on received_at / joined_at and reads most of the table
-    upto = session.execute(text(f"SELECT {'received_upto' if client else 'joined_upto'} FROM analysis_watermarks"
-                                " WHERE name = :name"), {"name": WATERMARK_NAME}).scalar()
+    upto = session.execute(
+        text(f"SELECT {'received_upto' if client else 'joined_upto'} FROM analysis_watermarks WHERE name = :name"),
+        {"name": WATERMARK_NAME},
+    ).scalar()
     if upto is None or not paths:
         return detail_frame([()] * 13, [])
     with_origin = [(probe, origin) for probe, origin in paths if origin != NO_ORIGIN]
-    params: dict[str, Any] = {"path_probes": [str(p) for p, _ in with_origin],
-                              "path_origins": [str(o) for _, o in with_origin],
-                              "null_probes": sorted({str(p) for p, o in paths if o == NO_ORIGIN}),
-                              "arms": list(arms), "upto": upto}
+    params: dict[str, Any] = {
+        "path_probes": [str(p) for p, _ in with_origin],
+        "path_origins": [str(o) for _, o in with_origin],
+        "null_probes": sorted({str(p) for p, o in paths if o == NO_ORIGIN}),
+        "arms": list(arms),
+        "upto": upto,
+    }
     clauses = ["arm_iw = ANY(:arms)", f"{'received_at' if client else 'joined_at'} <= :upto"]
     window = day_window(filters)
     if window is not None:
-        clauses.append("started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
-                       " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'")
+        clauses.append(
+            "started_at >= CAST(:first_day AS timestamp) AT TIME ZONE 'UTC'"
+            " AND started_at < (CAST(:last_day AS timestamp) + interval '1 day') AT TIME ZONE 'UTC'"
+        )
         params.update(first_day=window.first_day, last_day=window.last_day)
     # campaign and size octave on the roll-up key the selection computes
     keys = ["TRUE"]
@@ -230,13 +248,16 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
     selection = (
         "SELECT t.*, k.path_no - 1 AS path"
         " FROM unnest(CAST(:path_probes AS uuid[]), CAST(:path_origins AS uuid[])) WITH ORDINALITY AS k(kp, ko, path_no)"
-        f" CROSS JOIN LATERAL ({side_trials_sql(client, 'probe_id = k.kp AND origin_id = k.ko AND ' + rest)} OFFSET 0) AS t")
+        f" CROSS JOIN LATERAL ({side_trials_sql(client, 'probe_id = k.kp AND origin_id = k.ko AND ' + rest)} OFFSET 0) AS t"
+    )
     if params["null_probes"]:
         selection += (
             " UNION ALL SELECT n.*, array_position(CAST(:null_probes AS uuid[]), n.probe_id) - 1 + :null_offset FROM ("
             + side_trials_sql(client, "origin_id IS NULL AND probe_id = ANY(CAST(:null_probes AS uuid[])) AND " + rest)
-            + ") AS n")
-    rows = session.execute(text(f"""
+            + ") AS n"
+        )
+    rows = session.execute(
+        text(f"""
         WITH e AS (
             SELECT t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin, count(*)::float8 AS n_all, count(t.latency_us)::float8 AS n,
                    COALESCE(sum(t.latency_us::float8), 0) AS sum_us,
@@ -247,7 +268,9 @@ def load_path_detail(session: Session, filters: Filters, arms: Sequence[int],
                COALESCE(s.bdp_bucket, -1), COALESCE(s.loss_bucket, -1), COALESCE(e.bin, -1),
                e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region, 'unknown')
         FROM e LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = e.probe_id AND ps.origin_id = e.origin_id
-        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""), params).all()
+        LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id"""),
+        params,
+    ).all()
     return detail_frame(list(zip(*rows, strict=True)) if rows else [()] * 13, path_ids)
 
 
@@ -260,12 +283,12 @@ def detail_frame(columns: Sequence[Sequence[Any]], path_ids: Sequence[tuple[uuid
     sums = np.array(columns[8:12], dtype=np.float64).reshape(4, count)
     path, arm, size = ints[0], ints[1], ints[2]
     # (path, arm, size octave) as one integer: arms below 2^15, octaves -1..62
-    keys, first, entry = np.unique((path << 22) | ((arm & 0x7FFF) << 7) | (size + 1), return_index=True,
-                                   return_inverse=True)
+    keys, first, entry = np.unique((path << 22) | ((arm & 0x7FFF) << 7) | (size + 1), return_index=True, return_inverse=True)
     n_entries = keys.size
     region_codes: dict[str, int] = {}
-    region = np.fromiter((region_codes.setdefault(columns[12][i], len(region_codes)) for i in first.tolist()),
-                         dtype=np.int64, count=n_entries)
+    region = np.fromiter(
+        (region_codes.setdefault(columns[12][i], len(region_codes)) for i in first.tolist()), dtype=np.int64, count=n_entries
+    )
     piece = (ints[7] >= 0) & (sums[1] > 0)
 
     def total(column: int) -> FloatArray:
@@ -273,20 +296,36 @@ def detail_frame(columns: Sequence[Sequence[Any]], path_ids: Sequence[tuple[uuid
 
     zeros = np.zeros(n_entries, dtype=np.float64)
     return Frame(
-        path=path[first], arm=arm[first], size_bucket=size[first], region=region, region_names=list(region_codes),
-        rtt_bucket=ints[3][first], bandwidth_bucket=ints[4][first], bdp_bucket=ints[5][first],
-        loss_bucket=ints[6][first], n_trials=total(0), n=total(1), sum_us=total(2), sumsq=total(3), retrans_n=zeros,
-        retrans_trials=zeros, bytes_retrans=zeros, bytes_sent=zeros, piece_row=entry[piece], piece_lo=ints[7][piece],
-        piece_len=np.ones(int(piece.sum()), dtype=np.int64), blob=sums[1][piece].astype("<i4").tobytes(),
-        path_ids=list(path_ids))
+        path=path[first],
+        arm=arm[first],
+        size_bucket=size[first],
+        region=region,
+        region_names=list(region_codes),
+        rtt_bucket=ints[3][first],
+        bandwidth_bucket=ints[4][first],
+        bdp_bucket=ints[5][first],
+        loss_bucket=ints[6][first],
+        n_trials=total(0),
+        n=total(1),
+        sum_us=total(2),
+        sumsq=total(3),
+        retrans_n=zeros,
+        retrans_trials=zeros,
+        bytes_retrans=zeros,
+        bytes_sent=zeros,
+        piece_row=entry[piece],
+        piece_lo=ints[7][piece],
+        piece_len=np.ones(int(piece.sum()), dtype=np.int64),
+        blob=sums[1][piece].astype("<i4").tobytes(),
+        path_ids=list(path_ids),
+    )
 
 
 class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):
     """(probe_id, origin_id) per path code, kept as text and parsed when read: a fleet has
     20,000 paths (about 50 ms to parse them all) and a figure reads the ids of a few hundred."""
 
-    def __init__(self, probe_ids: Sequence[str], origin_ids: Sequence[str],
-                 mix: npt.NDArray[np.uint64] | None = None) -> None:
+    def __init__(self, probe_ids: Sequence[str], origin_ids: Sequence[str], mix: npt.NDArray[np.uint64] | None = None) -> None:
         self._probe_ids, self._origin_ids, self._mix = probe_ids, origin_ids, mix
 
     def __len__(self) -> int:
@@ -308,9 +347,14 @@ class PathIds(Sequence[tuple[uuid.UUID, uuid.UUID]]):
         if self._mix is not None:
             return self._mix[codes]
         probes, origins = self._probe_ids, self._origin_ids
-        return np.fromiter((int(str(probes[code]).replace("-", "")[:16], 16)
-                            ^ int(str(origins[code]).replace("-", "")[:16], 16) for code in codes.tolist()),
-                           dtype=np.uint64, count=codes.size)
+        return np.fromiter(
+            (
+                int(str(probes[code]).replace("-", "")[:16], 16) ^ int(str(origins[code]).replace("-", "")[:16], 16)
+                for code in codes.tolist()
+            ),
+            dtype=np.uint64,
+            count=codes.size,
+        )
 
 
 @dataclass
@@ -318,19 +362,19 @@ class PathFrame:
     """The paired estimator's per-path sums (``paired.cell_path_stats``), reduced in SQL: one
     entry per path (or per path and size octave, ``by_size``) holding both arms."""
 
-    path: IntArray            # 0-based code of (probe_id, origin_id)
-    probe: IntArray           # 0-based code of probe_id
-    size_bucket: IntArray     # -2 when not by size
+    path: IntArray  # 0-based code of (probe_id, origin_id)
+    probe: IntArray  # 0-based code of probe_id
+    size_bucket: IntArray  # -2 when not by size
     region: IntArray
     region_names: list[str]
     rtt_bucket: IntArray
     bandwidth_bucket: IntArray
     bdp_bucket: IntArray
     loss_bucket: IntArray
-    n_trials: FloatArray      # every trial of the entry (all arms when ``arms`` was None)
-    n_pairs: FloatArray       # sum over (path, size) cells of min(n_base, n_treat)
-    sum_diff_ms: FloatArray   # sum of w x (mean_base - mean_treat)
-    sum_base_ms: FloatArray   # sum of w x mean_base
+    n_trials: FloatArray  # every trial of the entry (all arms when ``arms`` was None)
+    n_pairs: FloatArray  # sum over (path, size) cells of min(n_base, n_treat)
+    sum_diff_ms: FloatArray  # sum of w x (mean_base - mean_treat)
+    sum_base_ms: FloatArray  # sum of w x mean_base
     path_ids: PathIds = field(default_factory=lambda: PathIds([], []))
 
     @property
@@ -348,7 +392,8 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
     where, params = _where(filters, arms, "r", _PATH_IN_REGIONS)
     params.update(base=filters.baseline_iw, treat=filters.treatment_iw)
     size_out = "w.size_bucket" if by_size else "-2"
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         WITH c AS (
             SELECT r.probe_id, r.origin_id, r.size_bucket, sum(r.n_trials::float8) AS n_trials,
                    sum(r.{metric}_n::float8) FILTER (WHERE r.arm_iw = :base) AS nb,
@@ -372,7 +417,9 @@ def load_path_stats(session: Session, filters: Filters, all_arms: bool, by_size:
                COALESCE(s.region, p.region, 'unknown'), g.probe_id, g.origin_id
         FROM g LEFT JOIN analysis_path_signatures AS ps ON ps.probe_id = g.probe_id AND ps.origin_id = g.origin_id
         LEFT JOIN analysis_signatures AS s ON s.id = ps.signature_id
-        LEFT JOIN probes AS p ON p.id = g.probe_id"""), params).all()
+        LEFT JOIN probes AS p ON p.id = g.probe_id"""),
+        params,
+    ).all()
     return path_frame(rows)
 
 
@@ -384,40 +431,61 @@ def path_frame(rows: Sequence[Any]) -> PathFrame:
     numeric = np.array([row[:11] for row in rows], dtype=np.float64) if count else np.zeros((0, 11))
     ints = numeric[:, :7].astype(np.int64)
     region_codes: dict[str, int] = {}
-    region = np.fromiter((region_codes.setdefault(row[11], len(region_codes)) for row in rows),
-                         dtype=np.int64, count=count)
+    region = np.fromiter((region_codes.setdefault(row[11], len(region_codes)) for row in rows), dtype=np.int64, count=count)
     ids = _path_ids(rows, 0, 12)
     path_ids = PathIds([str(probe) for probe, _ in ids], [str(origin) for _, origin in ids])
-    return PathFrame(path=ints[:, 0], probe=ints[:, 1], size_bucket=ints[:, 2], region=region,
-                     region_names=list(region_codes), rtt_bucket=ints[:, 3], bandwidth_bucket=ints[:, 4],
-                     bdp_bucket=ints[:, 5], loss_bucket=ints[:, 6], n_trials=numeric[:, 7], n_pairs=numeric[:, 8],
-                     sum_diff_ms=numeric[:, 9], sum_base_ms=numeric[:, 10], path_ids=path_ids)
+    return PathFrame(
+        path=ints[:, 0],
+        probe=ints[:, 1],
+        size_bucket=ints[:, 2],
+        region=region,
+        region_names=list(region_codes),
+        rtt_bucket=ints[:, 3],
+        bandwidth_bucket=ints[:, 4],
+        bdp_bucket=ints[:, 5],
+        loss_bucket=ints[:, 6],
+        n_trials=numeric[:, 7],
+        n_pairs=numeric[:, 8],
+        sum_diff_ms=numeric[:, 9],
+        sum_base_ms=numeric[:, 10],
+        path_ids=path_ids,
+    )
 
 
 def load_probe_totals(session: Session, today: dt.date) -> dict[str, tuple[int, int, int]]:
     """Per probe with trials (its id as text): trials, failed trials (whole history) and trials
     on the 7 UTC days ending with ``today`` (a day a skewed clock put later is not this week's),
     from the per-path roll-ups."""
-    return {str(row[0]): (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)) for row in session.execute(text("""
+    return {
+        str(row[0]): (int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
+        for row in session.execute(
+            text("""
         SELECT r.probe_id, sum(r.n_trials) FILTER (WHERE r.grain = 1), sum(r.n_errors) FILTER (WHERE r.grain = 1),
                sum(r.n_trials) FILTER (WHERE r.grain = 0)
         FROM analysis_rollups AS r
         WHERE r.grain = 1 OR (r.grain = 0 AND r.day > :week_start AND r.day <= :today)
-        GROUP BY r.probe_id"""), {"week_start": today - dt.timedelta(days=WEEK_DAYS), "today": today})}
+        GROUP BY r.probe_id"""),
+            {"week_start": today - dt.timedelta(days=WEEK_DAYS), "today": today},
+        )
+    }
 
 
 def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None) -> Frame:
     """Bucket roll-up rows matching the filters, one entry per (signature, arm, size octave)."""
     metric = "server" if filters.metric == "server" else "client"
     where, params = _where(filters, arms, "b", "s.region = ANY(:regions)")
-    rows = fetch_binary(session, f"""
+    rows = fetch_binary(
+        session,
+        f"""
         WITH g AS (
             SELECT b.signature_id, b.arm_iw, b.size_bucket, {_sums("b", metric)}
             FROM analysis_bucket_rollups AS b JOIN analysis_signatures AS s ON s.id = b.signature_id
             WHERE {where}
             GROUP BY b.signature_id, b.arm_iw, b.size_bucket)
         SELECT {_OUT}, s.region, g.los, g.lens, g.blob, g.signature_id
-        FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id""", params)
+        FROM g JOIN analysis_signatures AS s ON s.id = g.signature_id""",
+        params,
+    )
     frame = _frame(rows)
     frame.path = np.fromiter((row[18] for row in rows), dtype=np.int64, count=len(rows))
     return frame
@@ -425,11 +493,9 @@ def load_buckets(session: Session, filters: Filters, arms: Sequence[int] | None)
 
 def _frame(rows: Sequence[Any]) -> Frame:
     count = len(rows)
-    numeric = (np.array([row[:_NUMERIC] for row in rows], dtype=np.float64) if count
-               else np.zeros((0, _NUMERIC)))
+    numeric = np.array([row[:_NUMERIC] for row in rows], dtype=np.float64) if count else np.zeros((0, _NUMERIC))
     region_codes: dict[str, int] = {}
-    region = np.fromiter((region_codes.setdefault(row[14], len(region_codes)) for row in rows),
-                         dtype=np.int64, count=count)
+    region = np.fromiter((region_codes.setdefault(row[14], len(region_codes)) for row in rows), dtype=np.int64, count=count)
     if count:
         piece_counts = np.fromiter((len(row[15]) for row in rows), dtype=np.int64, count=count)
         piece_lo = np.fromiter(itertools.chain.from_iterable(row[15] for row in rows), dtype=np.int64)
@@ -442,8 +508,25 @@ def _frame(rows: Sequence[Any]) -> Frame:
     ints = numeric[:, :6].astype(np.int64)
     empty = np.zeros(count, dtype=np.int64)
     return Frame(
-        path=empty, arm=ints[:, 0], size_bucket=ints[:, 1], region=region,
-        region_names=list(region_codes), rtt_bucket=ints[:, 2], bandwidth_bucket=ints[:, 3], bdp_bucket=ints[:, 4],
-        loss_bucket=ints[:, 5], n_trials=numeric[:, 6], n=numeric[:, 7], sum_us=numeric[:, 8], sumsq=numeric[:, 9],
-        retrans_n=numeric[:, 10], retrans_trials=numeric[:, 11], bytes_retrans=numeric[:, 12],
-        bytes_sent=numeric[:, 13], piece_row=piece_row, piece_lo=piece_lo, piece_len=piece_len, blob=blob)
+        path=empty,
+        arm=ints[:, 0],
+        size_bucket=ints[:, 1],
+        region=region,
+        region_names=list(region_codes),
+        rtt_bucket=ints[:, 2],
+        bandwidth_bucket=ints[:, 3],
+        bdp_bucket=ints[:, 4],
+        loss_bucket=ints[:, 5],
+        n_trials=numeric[:, 6],
+        n=numeric[:, 7],
+        sum_us=numeric[:, 8],
+        sumsq=numeric[:, 9],
+        retrans_n=numeric[:, 10],
+        retrans_trials=numeric[:, 11],
+        bytes_retrans=numeric[:, 12],
+        bytes_sent=numeric[:, 13],
+        piece_row=piece_row,
+        piece_lo=piece_lo,
+        piece_len=piece_len,
+        blob=blob,
+    )

@@ -150,32 +150,45 @@ def answer_of(rows: Sequence[tuple[str, int | None, int | None, str]]) -> IwAnsw
     too_small = n_ok < MIN_RECORDS
     modal, count = determined.most_common(1)[0] if determined else (None, 0)
     share, low, high = _wilson(count, n_ok) if not too_small else (None, None, None)
-    return IwAnswer(records=len(rows), ok=statuses["ok"], lower_bound=statuses["lower_bound"],
-                    undetermined=statuses["undetermined"], iw_segments=None if too_small else modal,
-                    share=share, share_ci_low=low, share_ci_high=high,
-                    values={str(value): n for value, n in determined.most_common()},
-                    max_lower_bound=max(bounds) if bounds and too_small else None,
-                    mss=sizes.most_common(1)[0][0] if sizes else None, too_small=too_small,
-                    reasons=dict(reasons.most_common(5)))
+    return IwAnswer(
+        records=len(rows),
+        ok=statuses["ok"],
+        lower_bound=statuses["lower_bound"],
+        undetermined=statuses["undetermined"],
+        iw_segments=None if too_small else modal,
+        share=share,
+        share_ci_low=low,
+        share_ci_high=high,
+        values={str(value): n for value, n in determined.most_common()},
+        max_lower_bound=max(bounds) if bounds and too_small else None,
+        mss=sizes.most_common(1)[0][0] if sizes else None,
+        too_small=too_small,
+        reasons=dict(reasons.most_common(5)),
+    )
 
 
 def _census_where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """The filters that apply to census records: campaigns, the measurement window, regions."""
-    conditions = (("campaign_ids", "c.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
-                  ("since", "c.measured_at >= :since", filters.since),
-                  ("until", "c.measured_at <= :until", filters.until),
-                  ("regions", "p.region = ANY(:regions)", list(filters.regions)))
+    conditions = (
+        ("campaign_ids", "c.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
+        ("since", "c.measured_at >= :since", filters.since),
+        ("until", "c.measured_at <= :until", filters.until),
+        ("regions", "p.region = ANY(:regions)", list(filters.regions)),
+    )
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}
 
 
 def _census_rows(session: Session, filters: Filters) -> Iterable[Any]:
     where, params = _census_where(filters)
-    return session.execute(text(f"""
+    return session.execute(
+        text(f"""
         SELECT c.url, c.host, c.probe_id::text, p.region, c.measured_at, c.status, c.iw_segments, c.mss, c.reason
           FROM census_records c JOIN probes p ON p.id = c.probe_id
          WHERE {where}
-         ORDER BY c.url, c.measured_at"""), params)
+         ORDER BY c.url, c.measured_at"""),
+        params,
+    )
 
 
 def census_targets(session: Session, filters: Filters) -> list[CensusTarget]:
@@ -188,11 +201,17 @@ def census_targets(session: Session, filters: Filters) -> list[CensusTarget]:
         by_region: dict[str, list[tuple[str, int | None, int | None, str]]] = defaultdict(list)
         for record in records:
             by_region[record[3]].append((record[5], record[6], record[7], record[8]))
-        targets.append(CensusTarget(
-            url=url, host=records[0][1], probes=len({record[2] for record in records}),
-            first_measured_at=records[0][4], last_measured_at=records[-1][4],
-            overall=answer_of([(record[5], record[6], record[7], record[8]) for record in records]),
-            by_region={region: answer_of(values) for region, values in sorted(by_region.items())}))
+        targets.append(
+            CensusTarget(
+                url=url,
+                host=records[0][1],
+                probes=len({record[2] for record in records}),
+                first_measured_at=records[0][4],
+                last_measured_at=records[-1][4],
+                overall=answer_of([(record[5], record[6], record[7], record[8]) for record in records]),
+                by_region={region: answer_of(values) for region, values in sorted(by_region.items())},
+            )
+        )
     return targets
 
 
@@ -207,12 +226,15 @@ def census_series(session: Session, filters: Filters) -> list[CensusDay]:
 def iw_check(session: Session, filters: Filters) -> list[PathIwCheck]:
     """Per probe and origin: the client-side inferences against the arms (module docstring)."""
     where, params = trial_where(filters)
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, t.arm_iw, t.client_iw_status,
                t.client_iw_segments, t.server_snd_cwnd_at_accept
           FROM trials t JOIN probes p ON p.id = t.probe_id
          WHERE {where} AND t.client_iw_status IS NOT NULL AND t.arm IS NULL AND t.error_kind IS NULL
-         ORDER BY p.name, t.probe_id, t.origin_id"""), params).all()
+         ORDER BY p.name, t.probe_id, t.origin_id"""),
+        params,
+    ).all()
     paths: dict[tuple[str, str | None], list[Any]] = defaultdict(list)
     for row in rows:
         paths[(row[0], row[3])].append(row)
@@ -246,13 +268,25 @@ def _check_path(trials: list[Any]) -> PathIwCheck:
     share, low, high = _wilson(disagree, decided) if not too_small else (None, None, None)
     first = trials[0]
     return PathIwCheck(
-        probe_id=first[0], probe_name=first[1], region=first[2], origin_id=first[3], inferred=len(trials),
-        ok=statuses["ok"], lower_bound=statuses["lower_bound"], undetermined=statuses["undetermined"],
-        agree=agree, disagree=disagree, disagree_origin_had_arm=origin_had_arm, origin_not_arm=origin_not_arm,
+        probe_id=first[0],
+        probe_name=first[1],
+        region=first[2],
+        origin_id=first[3],
+        inferred=len(trials),
+        ok=statuses["ok"],
+        lower_bound=statuses["lower_bound"],
+        undetermined=statuses["undetermined"],
+        agree=agree,
+        disagree=disagree,
+        disagree_origin_had_arm=origin_had_arm,
+        origin_not_arm=origin_not_arm,
         disagree_share=share,
-        disagree_ci_low=low, disagree_ci_high=high,
+        disagree_ci_low=low,
+        disagree_ci_high=high,
         seen_instead=instead.most_common(1)[0][0] if instead else None,
         by_arm={arm: counts for arm, counts in sorted(by_arm.items(), key=lambda item: int(item[0]))},
-        suspect=None if too_small else any(wrong >= MIN_RECORDS and wrong >= SUSPECT_SHARE * counted
-                                           for counted, wrong in by_arm.values()),
-        too_small=too_small)
+        suspect=None
+        if too_small
+        else any(wrong >= MIN_RECORDS and wrong >= SUSPECT_SHARE * counted for counted, wrong in by_arm.values()),
+        too_small=too_small,
+    )

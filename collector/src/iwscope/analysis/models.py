@@ -35,6 +35,7 @@ from iwscope.types import CreatedAt
 NO_CAMPAIGN = 0
 NO_ORIGIN = uuid.UUID(int=0)
 
+
 class _RollupMeasures:
     """The mergeable aggregates both roll-up tables hold per key (adding two rows' measures gives
     the measures of the union)."""
@@ -77,9 +78,24 @@ class _RollupHistograms:
 class Rollup(_RollupMeasures, Base):
     __tablename__ = "analysis_rollups"
     __table_args__ = (
-        Index("ix_analysis_rollups_cells", "grain", "day", "arm_iw",
-              postgresql_include=["campaign_id", "probe_id", "origin_id", "size_bucket", "n_trials", "n_errors", "client_n",
-                                  "client_sum_us", "server_n", "server_sum_us"]),
+        Index(
+            "ix_analysis_rollups_cells",
+            "grain",
+            "day",
+            "arm_iw",
+            postgresql_include=[
+                "campaign_id",
+                "probe_id",
+                "origin_id",
+                "size_bucket",
+                "n_trials",
+                "n_errors",
+                "client_n",
+                "client_sum_us",
+                "server_n",
+                "server_sum_us",
+            ],
+        ),
     )
 
     campaign_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -99,8 +115,11 @@ class Signature(Base):
     unknown, e.g. no path estimate yet)."""
 
     __tablename__ = "analysis_signatures"
-    __table_args__ = (UniqueConstraint("region", "rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket",
-                                       name="uq_analysis_signatures_region"),)
+    __table_args__ = (
+        UniqueConstraint(
+            "region", "rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket", name="uq_analysis_signatures_region"
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, Identity(), primary_key=True)
     region: Mapped[str] = mapped_column(Text)

@@ -23,7 +23,8 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
     long-lived flow paid.  Filters: campaigns, time window, regions (sizes and arms are not
     applied: the background flow is large by design and every arm of a mix is shown)."""
     where, params = trial_where(replace(filters, size_min=None, size_max=None))
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         SELECT t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, {_FLOW_ROLE_SQL} AS flow, t.arm_iw,
                count(*) AS n, count(t.error_kind) AS errors,
                avg(t.object_size) FILTER (WHERE t.error_kind IS NULL) AS mean_bytes,
@@ -42,15 +43,22 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
         WHERE (c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL)
           AND t.role IN ('short', 'background', 'background-alone') AND t.arm IS NULL AND {where}
         GROUP BY t.campaign_id, c.name, c.arms, c.arrival_rate_per_s, flow, t.arm_iw
-        ORDER BY t.campaign_id, flow, t.arm_iw"""), params).all()
+        ORDER BY t.campaign_id, flow, t.arm_iw"""),
+        params,
+    ).all()
     if not rows:
         return []
     campaign_ids = sorted({int(row.campaign_id) for row in rows})
-    bottleneck: dict[int, float | None] = dict(session.execute(text("""
+    bottleneck: dict[int, float | None] = dict(
+        session.execute(
+            text("""
         SELECT t.campaign_id, avg(e.bottleneck_bps)
         FROM (SELECT DISTINCT campaign_id, probe_id, origin_id FROM trials WHERE campaign_id = ANY(:ids)) AS t
         JOIN path_estimates AS e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
-        WHERE e.bottleneck_bps > 0 GROUP BY t.campaign_id"""), {"ids": campaign_ids}).all())
+        WHERE e.bottleneck_bps > 0 GROUP BY t.campaign_id"""),
+            {"ids": campaign_ids},
+        ).all()
+    )
     short_bytes: dict[int, tuple[float, float]] = {}
     for row in rows:
         if row.flow == "short" and row.mean_bytes is not None:
@@ -66,17 +74,34 @@ def fairness(session: Session, filters: Filters) -> list[FairnessPoint]:
         link = bottleneck.get(row.campaign_id)
         if rate is not None and count and link:
             load = rate * (total / count) * 8 / float(link)
-        points.append(FairnessPoint(
-            campaign_id=int(row.campaign_id), campaign_name=row.name, mix="+".join(str(iw) for iw in sorted(row.arms)),
-            arrival_rate_per_s=rate, offered_load=load, flow=row.flow, iw=int(row.arm_iw), n=int(row.n),
-            errors=int(row.errors), mean_bytes=_float(row.mean_bytes), throughput_bps=_float(row.throughput_bps),
-            fct_mean_ms=_float(row.fct_mean_ms), fct_p50_ms=_float(row.fct_p50_ms), fct_p90_ms=_float(row.fct_p90_ms),
-            retrans_flow_share=share(float(row.retrans_flows), float(row.joined_flows)),
-            bytes_retrans_share=(share(float(row.bytes_retrans), float(row.bytes_sent))
-                                 if row.bytes_sent is not None and row.bytes_retrans is not None else None),
-            fct_p50_ci_ms=(p50_ci[0] / 1000.0, p50_ci[1] / 1000.0) if p50_ci else None,
-            retrans_flows=int(row.retrans_flows), joined_flows=int(row.joined_flows),
-            retrans_flow_share_ci=proportion_interval(int(row.retrans_flows), int(row.joined_flows))))
+        points.append(
+            FairnessPoint(
+                campaign_id=int(row.campaign_id),
+                campaign_name=row.name,
+                mix="+".join(str(iw) for iw in sorted(row.arms)),
+                arrival_rate_per_s=rate,
+                offered_load=load,
+                flow=row.flow,
+                iw=int(row.arm_iw),
+                n=int(row.n),
+                errors=int(row.errors),
+                mean_bytes=_float(row.mean_bytes),
+                throughput_bps=_float(row.throughput_bps),
+                fct_mean_ms=_float(row.fct_mean_ms),
+                fct_p50_ms=_float(row.fct_p50_ms),
+                fct_p90_ms=_float(row.fct_p90_ms),
+                retrans_flow_share=share(float(row.retrans_flows), float(row.joined_flows)),
+                bytes_retrans_share=(
+                    share(float(row.bytes_retrans), float(row.bytes_sent))
+                    if row.bytes_sent is not None and row.bytes_retrans is not None
+                    else None
+                ),
+                fct_p50_ci_ms=(p50_ci[0] / 1000.0, p50_ci[1] / 1000.0) if p50_ci else None,
+                retrans_flows=int(row.retrans_flows),
+                joined_flows=int(row.joined_flows),
+                retrans_flow_share_ci=proportion_interval(int(row.retrans_flows), int(row.joined_flows)),
+            )
+        )
     return points
 
 

@@ -135,6 +135,7 @@ _CHUNK_CELLS = 1 << 21
 
 # ---- pairs -----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Pairs:
     """One entry per pair, ordered by (path, round, size)."""
@@ -159,8 +160,9 @@ class PathStats:
     sum_base_ms: FloatArray
 
 
-def _trial_arrays(path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike, arm_is_treatment: npt.ArrayLike,
-                  latency_ms: npt.ArrayLike) -> tuple[IntArray, IntArray, IntArray, BoolArray, FloatArray]:
+def _trial_arrays(
+    path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike, arm_is_treatment: npt.ArrayLike, latency_ms: npt.ArrayLike
+) -> tuple[IntArray, IntArray, IntArray, BoolArray, FloatArray]:
     """The five trial columns as 1-D arrays of one length, trials without a finite latency dropped."""
     p = np.asarray(path, dtype=np.int64).ravel()
     r = np.asarray(round_, dtype=np.int64).ravel()
@@ -193,8 +195,9 @@ def _cell_order(p: IntArray, r: IntArray, s: IntArray) -> tuple[IntArray, IntArr
     return order, np.cumsum(new)
 
 
-def make_pairs(path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike, arm_is_treatment: npt.ArrayLike,
-               latency_ms: npt.ArrayLike) -> Pairs:
+def make_pairs(
+    path: npt.ArrayLike, round_: npt.ArrayLike, size: npt.ArrayLike, arm_is_treatment: npt.ArrayLike, latency_ms: npt.ArrayLike
+) -> Pairs:
     """Pairs of a trial table (one entry per trial in each array; vectorised, ~0.2 s per 10^6 trials).
 
     ``path`` are path ids (probe x origin), ``round_`` round numbers, ``size`` object sizes in
@@ -224,12 +227,16 @@ def path_stats(pairs: Pairs) -> PathStats:
     ids, index = np.unique(pairs.path, return_inverse=True)
     k = ids.size
     diff = pairs.baseline_ms - pairs.treatment_ms
-    return PathStats(path=ids, n_pairs=np.bincount(index, minlength=k).astype(np.float64),
-                     sum_diff_ms=sum_by(index, diff, k),
-                     sum_base_ms=sum_by(index, pairs.baseline_ms, k))
+    return PathStats(
+        path=ids,
+        n_pairs=np.bincount(index, minlength=k).astype(np.float64),
+        sum_diff_ms=sum_by(index, diff, k),
+        sum_base_ms=sum_by(index, pairs.baseline_ms, k),
+    )
 
 
 # ---- interval ----------------------------------------------------------------------------------
+
 
 def _ratio_bounds(numer: FloatArray, denom: FloatArray, t_star: FloatArray) -> tuple[float, float] | None:
     """Bootstrap-t-with-t-floor bounds of ``sum(numer) / sum(denom)`` from the replicates' t*."""
@@ -260,8 +267,7 @@ def _replicate_t(weights: FloatArray, numer: FloatArray, denom: FloatArray) -> F
     w_denom = weights @ denom
     with np.errstate(divide="ignore", invalid="ignore"):
         delta = (weights @ resid) / w_denom
-        ss = weights @ (resid * resid) - 2.0 * delta * (weights @ (resid * denom)) + delta * delta * (
-            weights @ (denom * denom))
+        ss = weights @ (resid * resid) - 2.0 * delta * (weights @ (resid * denom)) + delta * delta * (weights @ (denom * denom))
         se = np.sqrt(units / (units - 1) * np.maximum(ss, 0.0)) / w_denom
         t_star = delta / se
     # a replicate drawing copies of one unit only has se* = 0: t* = 0 if delta = 0, else +-inf
@@ -284,7 +290,7 @@ def _edgeworth_bounds(numer: FloatArray, denom: FloatArray) -> tuple[float, floa
     se = math.sqrt(units / (units - 1) * float(resid @ resid)) / float(denom.sum())
     if se <= 1e-12 * (abs(theta) + 1e-300) or not math.isfinite(se):
         return theta, theta
-    skew = float(np.mean(resid ** 3)) / m2 ** 1.5
+    skew = float(np.mean(resid**3)) / m2**1.5
     z = _Z_975
     shift = skew * (2.0 * z * z + 1.0) / (6.0 * math.sqrt(units))
     q_high, q_low = z - shift, -z - shift
@@ -302,9 +308,14 @@ _Z_975 = 1.959963984540054
 ANALYTIC_MIN_UNITS = 200
 
 
-def paired_interval(n_pairs: npt.ArrayLike, sum_diff_ms: npt.ArrayLike, sum_base_ms: npt.ArrayLike,
-                    replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED,
-                    analytic_min_units: int = ANALYTIC_MIN_UNITS) -> Interval | None:
+def paired_interval(
+    n_pairs: npt.ArrayLike,
+    sum_diff_ms: npt.ArrayLike,
+    sum_base_ms: npt.ArrayLike,
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+    analytic_min_units: int = ANALYTIC_MIN_UNITS,
+) -> Interval | None:
     """95 % interval of ``sum(d)/sum(n)`` (ms) and ``100 sum(d)/sum(b)`` (%), resampling units whole.
 
     Each argument has one entry per unit (a path, or a single pair for the pair bootstrap).
@@ -371,15 +382,18 @@ class PairedEstimate:
 
 def _caveat(n_paths: int, method: Method) -> str | None:
     if method != "cluster":
-        return (f"{n_paths} path{'s' if n_paths != 1 else ''} (< {MIN_CLUSTERS}): the interval reflects "
-                "within-path noise only, about the measured paths, not a population of paths")
+        return (
+            f"{n_paths} path{'s' if n_paths != 1 else ''} (< {MIN_CLUSTERS}): the interval reflects "
+            "within-path noise only, about the measured paths, not a population of paths"
+        )
     if n_paths < MIN_PATHS:
         return f"{n_paths} paths < MIN_PATHS = {MIN_PATHS}: the path-cluster interval may cover a little under 95 %"
     return None
 
 
-def _estimate(stats: PathStats, method: Method, fallback: Callable[[], Interval | None],
-              replicates: int, seed: int) -> PairedEstimate:
+def _estimate(
+    stats: PathStats, method: Method, fallback: Callable[[], Interval | None], replicates: int, seed: int
+) -> PairedEstimate:
     n_paths, n_pairs = int(stats.path.size), int(round(float(stats.n_pairs.sum())))
     caveat = _caveat(n_paths, method) if n_pairs else None
     if n_pairs == 0:
@@ -394,17 +408,21 @@ def _estimate(stats: PathStats, method: Method, fallback: Callable[[], Interval 
     return PairedEstimate(n_pairs, n_paths, estimate, pct, interval, method, n_pairs < MIN_PAIRS, caveat)
 
 
-def paired_estimate(pairs: Pairs, replicates: int = BOOTSTRAP_REPLICATES,
-                    seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
+def paired_estimate(pairs: Pairs, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
     """Paired improvement of raw pairs with its 95 % interval (module docstring)."""
     stats = path_stats(pairs)
     method: Method = "cluster" if stats.path.size >= MIN_CLUSTERS else "pairs"
-    return _estimate(stats, method, lambda: paired_interval(
-        np.ones(len(pairs)), pairs.baseline_ms - pairs.treatment_ms, pairs.baseline_ms, replicates, seed),
-        replicates, seed)
+    return _estimate(
+        stats,
+        method,
+        lambda: paired_interval(np.ones(len(pairs)), pairs.baseline_ms - pairs.treatment_ms, pairs.baseline_ms, replicates, seed),
+        replicates,
+        seed,
+    )
 
 
 # ---- aggregated cells (roll-ups) -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Cells:
@@ -431,13 +449,15 @@ def cell_path_stats(cells: Cells) -> PathStats:
     ids, index = np.unique(cells.path[keep], return_inverse=True)
     k = ids.size
     w = weight[keep]
-    return PathStats(path=ids, n_pairs=sum_by(index, w, k),
-                     sum_diff_ms=sum_by(index, w * (mean_base - mean_treat)[keep], k),
-                     sum_base_ms=sum_by(index, w * mean_base[keep], k))
+    return PathStats(
+        path=ids,
+        n_pairs=sum_by(index, w, k),
+        sum_diff_ms=sum_by(index, w * (mean_base - mean_treat)[keep], k),
+        sum_base_ms=sum_by(index, w * mean_base[keep], k),
+    )
 
 
-def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
-                         seed: int = BOOTSTRAP_SEED) -> Interval | None:
+def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> Interval | None:
     """Percentile interval from resampling each cell's trials (Poisson bootstrap of its histograms).
 
     Replicate cell means use bin centres and are shifted by (exact - binned) cell mean, as
@@ -468,8 +488,12 @@ def within_path_interval(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
     return percentile_interval(diff, pct)
 
 
-def path_estimate(stats: PathStats, within_path: Callable[[], Interval | None],
-                  replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
+def path_estimate(
+    stats: PathStats,
+    within_path: Callable[[], Interval | None],
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> PairedEstimate:
     """:func:`cell_estimate` from per-path sums already reduced (e.g. in SQL) with
     :func:`cell_path_stats`' arithmetic; ``within_path`` gives the interval when there are
     fewer than ``MIN_CLUSTERS`` paths (it needs the cells' histograms)."""
@@ -477,8 +501,7 @@ def path_estimate(stats: PathStats, within_path: Callable[[], Interval | None],
     return _estimate(stats, method, within_path, replicates, seed)
 
 
-def cell_estimate(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES,
-                  seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
+def cell_estimate(cells: Cells, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> PairedEstimate:
     """Paired (within-path, within-size) improvement of aggregated cells with its 95 % interval."""
     stats = cell_path_stats(cells)
     method: Method = "cluster" if stats.path.size >= MIN_CLUSTERS else "within-path"

@@ -96,9 +96,16 @@ UNKNOWN_REGION = "unknown"
 
 
 def method(filters: PassiveFilters) -> PassiveMethod:
-    return PassiveMethod(replicates=PASSIVE_REPLICATES, seed=PASSIVE_SEED, clusters=wire.PASSIVE_CLUSTER_GROUPS,
-                         min_responses=MIN_RESPONSES, min_connections=MIN_CONNECTIONS, min_clusters=MIN_CLUSTERS,
-                         hist_resolution_pct=HIST_RESOLUTION_PCT, include_biased=filters.include_biased)
+    return PassiveMethod(
+        replicates=PASSIVE_REPLICATES,
+        seed=PASSIVE_SEED,
+        clusters=wire.PASSIVE_CLUSTER_GROUPS,
+        min_responses=MIN_RESPONSES,
+        min_connections=MIN_CONNECTIONS,
+        min_clusters=MIN_CLUSTERS,
+        hist_resolution_pct=HIST_RESOLUTION_PCT,
+        include_biased=filters.include_biased,
+    )
 
 
 class _Context:
@@ -113,8 +120,7 @@ class _Context:
         if self.campaign is None:
             return
         self.where, self.params = aggregate_where(filters, self.campaign.campaign_id)
-        self.windows = arm_windows(session, *aggregate_where(filters, self.campaign.campaign_id, biased=True,
-                                                              sweep=True))
+        self.windows = arm_windows(session, *aggregate_where(filters, self.campaign.campaign_id, biased=True, sweep=True))
         arms = {arm for arm, _ in self.campaign.arms} | set(self.windows)
         self.baseline = choose_baseline(sorted(arms), filters.baseline)
         self.arms = arm_order(sorted(arms), self.baseline)
@@ -125,9 +131,9 @@ class _Context:
 
 # ---- tables ---------------------------------------------------------------------------------------
 
+
 def _percentile_table(context: _Context, group: str, data: dict[str, ClusterSums]) -> PassivePercentileTable:
-    estimates = {arm: latency_estimate(data.get(arm) or empty_sums(), stable_key("latency", group, arm))
-                 for arm in context.arms}
+    estimates = {arm: latency_estimate(data.get(arm) or empty_sums(), stable_key("latency", group, arm)) for arm in context.arms}
     rows = []
     for arm in context.arms:
         estimate = estimates[arm]
@@ -137,32 +143,53 @@ def _percentile_table(context: _Context, group: str, data: dict[str, ClusterSums
             pairs = {key: improvement(estimates[context.baseline], estimate, key) for key in LATENCY_KEYS}
             improvement_ms = {key: pair[0] for key, pair in pairs.items()}
             improvement_pct = {key: pair[1] for key, pair in pairs.items()}
-        rows.append(PassiveArmPercentiles(
-            arm=arm, iw=context.iw(arm), baseline=arm == context.baseline,
-            connections=int((data.get(arm) or empty_sums()).total("connections")), responses=estimate.responses,
-            clusters=estimate.clusters, too_small=estimate.too_small,
-            latency_ms={key: estimate.value(key) for key in LATENCY_KEYS},
-            improvement_ms=improvement_ms, improvement_pct=improvement_pct))
+        rows.append(
+            PassiveArmPercentiles(
+                arm=arm,
+                iw=context.iw(arm),
+                baseline=arm == context.baseline,
+                connections=int((data.get(arm) or empty_sums()).total("connections")),
+                responses=estimate.responses,
+                clusters=estimate.clusters,
+                too_small=estimate.too_small,
+                latency_ms={key: estimate.value(key) for key in LATENCY_KEYS},
+                improvement_ms=improvement_ms,
+                improvement_pct=improvement_pct,
+            )
+        )
     return PassivePercentileTable(group=group, baseline_arm=context.baseline, arms=rows)
 
 
 def _retransmissions(context: _Context, data: dict[str, ClusterSums]) -> list[PassiveArmRetrans]:
-    rates = {arm: rate_estimate(data.get(arm) or empty_sums(), "total_retrans", "data_segs_out",
-                                stable_key("retrans-rate", arm)) for arm in context.arms}
-    shares = {arm: rate_estimate(data.get(arm) or empty_sums(), "retrans_connections", "connections",
-                                 stable_key("retrans-share", arm)) for arm in context.arms}
+    rates = {
+        arm: rate_estimate(data.get(arm) or empty_sums(), "total_retrans", "data_segs_out", stable_key("retrans-rate", arm))
+        for arm in context.arms
+    }
+    shares = {
+        arm: rate_estimate(data.get(arm) or empty_sums(), "retrans_connections", "connections", stable_key("retrans-share", arm))
+        for arm in context.arms
+    }
     rows = []
     for arm in context.arms:
         sums = data.get(arm) or empty_sums()
         treated = arm != context.baseline and context.baseline is not None
-        rows.append(PassiveArmRetrans(
-            arm=arm, iw=context.iw(arm), baseline=not treated, connections=int(sums.total("connections")),
-            clusters=sums.size, data_segs_out=int(sums.total("data_segs_out")),
-            total_retrans=int(sums.total("total_retrans")), retrans_connections=int(sums.total("retrans_connections")),
-            too_small=count_too_small(sums.total("connections"), sums.size),
-            retrans_rate=rates[arm].value(), retrans_conn_share=shares[arm].value(),
-            rate_increase_pp=rate_difference(rates[str(context.baseline)], rates[arm]) if treated else None,
-            conn_share_increase_pp=rate_difference(shares[str(context.baseline)], shares[arm]) if treated else None))
+        rows.append(
+            PassiveArmRetrans(
+                arm=arm,
+                iw=context.iw(arm),
+                baseline=not treated,
+                connections=int(sums.total("connections")),
+                clusters=sums.size,
+                data_segs_out=int(sums.total("data_segs_out")),
+                total_retrans=int(sums.total("total_retrans")),
+                retrans_connections=int(sums.total("retrans_connections")),
+                too_small=count_too_small(sums.total("connections"), sums.size),
+                retrans_rate=rates[arm].value(),
+                retrans_conn_share=shares[arm].value(),
+                rate_increase_pp=rate_difference(rates[str(context.baseline)], rates[arm]) if treated else None,
+                conn_share_increase_pp=rate_difference(shares[str(context.baseline)], shares[arm]) if treated else None,
+            )
+        )
     return rows
 
 
@@ -174,14 +201,25 @@ def _biased(context: _Context, data: dict[str, ClusterSums]) -> list[PassiveArmB
         def share(name: str, sums: ClusterSums = sums, arm: str = arm) -> Value:
             return rate_estimate(sums, name, "connections", stable_key("bias", name, arm)).value()
 
-        rows.append(PassiveArmBias(
-            arm=arm, iw=context.iw(arm), connections=int(sums.total("connections")), clusters=sums.size,
-            too_small=count_too_small(sums.total("connections"), sums.size),
-            biased_connections=int(sums.total("biased_connections")), biased_share=share("biased_connections"),
-            syn_retrans=int(sums.total("syn_retrans")), syn_retrans_share=share("syn_retrans"),
-            rwnd_limited=int(sums.total("rwnd_limited")), rwnd_limited_share=share("rwnd_limited"),
-            reused_after_idle=int(sums.total("reused_after_idle")), reused_after_idle_share=share("reused_after_idle"),
-            tls=int(sums.total("tls")), tls_share=share("tls")))
+        rows.append(
+            PassiveArmBias(
+                arm=arm,
+                iw=context.iw(arm),
+                connections=int(sums.total("connections")),
+                clusters=sums.size,
+                too_small=count_too_small(sums.total("connections"), sums.size),
+                biased_connections=int(sums.total("biased_connections")),
+                biased_share=share("biased_connections"),
+                syn_retrans=int(sums.total("syn_retrans")),
+                syn_retrans_share=share("syn_retrans"),
+                rwnd_limited=int(sums.total("rwnd_limited")),
+                rwnd_limited_share=share("rwnd_limited"),
+                reused_after_idle=int(sums.total("reused_after_idle")),
+                reused_after_idle_share=share("reused_after_idle"),
+                tls=int(sums.total("tls")),
+                tls_share=share("tls"),
+            )
+        )
     return rows
 
 
@@ -193,9 +231,15 @@ def passive_summary(session: Session, filters: PassiveFilters) -> PassiveSummary
     """The percentile table per arm, retransmissions per arm and biased shares per arm."""
     context = _Context(session, filters)
     if context.campaign is None:
-        return PassiveSummary(campaign_id=filters.campaign_id, campaign_name=None, baseline_arm=None, first_hour=None,
-                              last_hour=None, method=method(filters),
-                              overall=PassivePercentileTable(group="all", baseline_arm=None))
+        return PassiveSummary(
+            campaign_id=filters.campaign_id,
+            campaign_name=None,
+            baseline_arm=None,
+            first_hour=None,
+            last_hour=None,
+            method=method(filters),
+            overall=PassivePercentileTable(group="all", baseline_arm=None),
+        )
     data = _by_arm(load_groups(session, context.where, context.params, "all"), "")
     if filters.include_biased:
         everything = data
@@ -204,16 +248,25 @@ def passive_summary(session: Session, filters: PassiveFilters) -> PassiveSummary
         everything = _by_arm(load_groups(session, where, params, "all"), "")
     first, last = hour_range(session, context.where, context.params)
     return PassiveSummary(
-        campaign_id=context.campaign.campaign_id, campaign_name=context.campaign.name, baseline_arm=context.baseline,
-        first_hour=first, last_hour=last, method=method(filters), overall=_percentile_table(context, "all", data),
-        retransmissions=_retransmissions(context, data), biased=_biased(context, everything))
+        campaign_id=context.campaign.campaign_id,
+        campaign_name=context.campaign.name,
+        baseline_arm=context.baseline,
+        first_hour=first,
+        last_hour=last,
+        method=method(filters),
+        overall=_percentile_table(context, "all", data),
+        retransmissions=_retransmissions(context, data),
+        biased=_biased(context, everything),
+    )
 
 
 # ---- grouped views --------------------------------------------------------------------------------
 
+
 def _centres(context: _Context, group: str, data: dict[str, ClusterSums]) -> list[PassiveArmCentre]:
-    estimates = {arm: latency_estimate(data.get(arm) or empty_sums(), stable_key("centre", group, arm), ("p50",))
-                 for arm in context.arms}
+    estimates = {
+        arm: latency_estimate(data.get(arm) or empty_sums(), stable_key("centre", group, arm), ("p50",)) for arm in context.arms
+    }
     rows = []
     for arm in context.arms:
         estimate = estimates[arm]
@@ -223,12 +276,23 @@ def _centres(context: _Context, group: str, data: dict[str, ClusterSums]) -> lis
         if treated:
             mean = improvement(estimates[str(context.baseline)], estimate, "avg")
             median = improvement(estimates[str(context.baseline)], estimate, "p50")
-        rows.append(PassiveArmCentre(
-            arm=arm, iw=context.iw(arm), baseline=not treated,
-            connections=int((data.get(arm) or empty_sums()).total("connections")), responses=estimate.responses,
-            clusters=estimate.clusters, too_small=estimate.too_small, mean_ms=estimate.value("avg"),
-            median_ms=estimate.value("p50"), mean_improvement_ms=mean[0], mean_improvement_pct=mean[1],
-            median_improvement_ms=median[0], median_improvement_pct=median[1]))
+        rows.append(
+            PassiveArmCentre(
+                arm=arm,
+                iw=context.iw(arm),
+                baseline=not treated,
+                connections=int((data.get(arm) or empty_sums()).total("connections")),
+                responses=estimate.responses,
+                clusters=estimate.clusters,
+                too_small=estimate.too_small,
+                mean_ms=estimate.value("avg"),
+                median_ms=estimate.value("p50"),
+                mean_improvement_ms=mean[0],
+                mean_improvement_pct=mean[1],
+                median_improvement_ms=median[0],
+                median_improvement_pct=median[1],
+            )
+        )
     return rows
 
 
@@ -250,8 +314,15 @@ def passive_buckets(session: Session, filters: PassiveFilters, dimension: Passiv
             unknown += int(sum(sums.total("connections") for sums in data.values()))
             continue
         bucket = buckets[index]
-        rows.append(PassiveGroupRow(group=bucket.label, order=bucket.order, lower=bucket.lower, upper=bucket.upper,
-                                    arms=_centres(context, f"{dimension}:{key}", data)))
+        rows.append(
+            PassiveGroupRow(
+                group=bucket.label,
+                order=bucket.order,
+                lower=bucket.lower,
+                upper=bucket.upper,
+                arms=_centres(context, f"{dimension}:{key}", data),
+            )
+        )
     return PassiveBuckets(dimension=dimension, baseline_arm=context.baseline, rows=rows, unknown_connections=unknown)
 
 
@@ -261,8 +332,10 @@ def passive_regions(session: Session, filters: PassiveFilters) -> list[PassivePe
     if context.campaign is None:
         return []
     groups = load_groups(session, context.where, context.params, "region")
-    return [_percentile_table(context, region or UNKNOWN_REGION, _by_arm(groups, region))
-            for region in sorted({group for _, group in groups}, key=lambda name: (name == "", name))]
+    return [
+        _percentile_table(context, region or UNKNOWN_REGION, _by_arm(groups, region))
+        for region in sorted({group for _, group in groups}, key=lambda name: (name == "", name))
+    ]
 
 
 def passive_days(session: Session, filters: PassiveFilters) -> list[PassiveGroupRow]:
@@ -271,12 +344,16 @@ def passive_days(session: Session, filters: PassiveFilters) -> list[PassiveGroup
     if context.campaign is None:
         return []
     groups = load_groups(session, context.where, context.params, "day")
-    return [PassiveGroupRow(group=day, order=order, lower=None, upper=None,
-                            arms=_centres(context, f"day:{day}", _by_arm(groups, day)))
-            for order, day in enumerate(sorted({group for _, group in groups}))]
+    return [
+        PassiveGroupRow(
+            group=day, order=order, lower=None, upper=None, arms=_centres(context, f"day:{day}", _by_arm(groups, day))
+        )
+        for order, day in enumerate(sorted({group for _, group in groups}))
+    ]
 
 
 # ---- the share sweep ------------------------------------------------------------------------------
+
 
 def passive_share_sweep(session: Session, filters: PassiveFilters) -> PassiveShareSweep:
     """The ``default`` arm (else the baseline) at every treated share the campaign ran (all its
@@ -298,31 +375,48 @@ def passive_share_sweep(session: Session, filters: PassiveFilters) -> PassiveSha
     union, weights = paired_weights(levels, stable_key("share-sweep", arm))
     latencies = [paired_latency(level, union, weights) for level in levels]
     rates = [paired_rate(level, union, weights, "total_retrans", "data_segs_out") for level in levels]
-    spans = {int(row.share): row for row in session.execute(text(f"""
+    spans = {
+        int(row.share): row
+        for row in session.execute(
+            text(f"""
         SELECT a.treated_share_bp AS share, array_agg(DISTINCT a.phase ORDER BY a.phase) AS phases,
                min(a.hour) AS first_hour, max(a.hour) AS last_hour
-          FROM passive_aggregates a WHERE {where} GROUP BY 1"""), params)}
+          FROM passive_aggregates a WHERE {where} GROUP BY 1"""),
+            params,
+        )
+    }
     points = []
     for index, share in enumerate(shares):
         latency, rate, level, span = latencies[index], rates[index], levels[index], spans.get(share)
         reference = index > 0
-        points.append(PassiveSharePoint(
-            treated_share_bp=share, phases=[int(phase) for phase in span.phases] if span else [],
-            first_hour=span.first_hour if span else None, last_hour=span.last_hour if span else None,
-            connections=int(level.total("connections")), responses=latency.responses, clusters=latency.clusters,
-            too_small=latency.too_small, mean_ms=latency.value("avg"), median_ms=latency.value("p50"),
-            retrans_rate=rate.value(),
-            mean_change_ms=paired_change(latency, latencies[0], "avg") if reference else None,
-            median_change_ms=paired_change(latency, latencies[0], "p50") if reference else None,
-            retrans_change_pp=paired_rate_change(rate, rates[0]) if reference else None))
+        points.append(
+            PassiveSharePoint(
+                treated_share_bp=share,
+                phases=[int(phase) for phase in span.phases] if span else [],
+                first_hour=span.first_hour if span else None,
+                last_hour=span.last_hour if span else None,
+                connections=int(level.total("connections")),
+                responses=latency.responses,
+                clusters=latency.clusters,
+                too_small=latency.too_small,
+                mean_ms=latency.value("avg"),
+                median_ms=latency.value("p50"),
+                retrans_rate=rate.value(),
+                mean_change_ms=paired_change(latency, latencies[0], "avg") if reference else None,
+                median_change_ms=paired_change(latency, latencies[0], "p50") if reference else None,
+                retrans_change_pp=paired_rate_change(rate, rates[0]) if reference else None,
+            )
+        )
     return PassiveShareSweep(arm=arm, reference_share_bp=shares[0], points=points, iw=context.iw(arm))
 
 
 # ---- campaigns and the collector's load -------------------------------------------------------------
 
+
 def passive_campaigns(session: Session) -> list[PassiveCampaign]:
     """Every passive campaign, the one that started last first, with what was uploaded for it."""
-    rows = session.execute(text("""
+    rows = session.execute(
+        text("""
         SELECT c.id, c.name, c.server_ids, c.passive_arms, c.phase, c.starts_at, c.ends_at,
                a.rows, a.connections, a.responses, a.first_hour, a.last_hour, r.rows AS raw_rows
           FROM campaigns c
@@ -332,14 +426,30 @@ def passive_campaigns(session: Session) -> list[PassiveCampaign]:
                                FROM passive_aggregates WHERE campaign_id = c.id) a ON TRUE
           LEFT JOIN LATERAL (SELECT count(*) AS rows FROM passive_connections WHERE campaign_id = c.id) r ON TRUE
          WHERE c.server_ids IS NOT NULL
-         ORDER BY c.starts_at DESC, c.id DESC""")).all()
-    return [PassiveCampaign(
-        campaign_id=int(row.id), name=row.name, server_ids=[str(server) for server in row.server_ids or []],
-        arms=[PassiveArmShare(str(arm.get("arm")), int(arm.get("share_bp", 0)))
-              for arm in (row.passive_arms or []) if isinstance(arm, dict)],
-        phase=row.phase, starts_at=row.starts_at, ends_at=row.ends_at, aggregate_rows=int(row.rows),
-        connections=int(row.connections), responses=int(row.responses), raw_records=int(row.raw_rows),
-        first_hour=row.first_hour, last_hour=row.last_hour) for row in rows]
+         ORDER BY c.starts_at DESC, c.id DESC""")
+    ).all()
+    return [
+        PassiveCampaign(
+            campaign_id=int(row.id),
+            name=row.name,
+            server_ids=[str(server) for server in row.server_ids or []],
+            arms=[
+                PassiveArmShare(str(arm.get("arm")), int(arm.get("share_bp", 0)))
+                for arm in (row.passive_arms or [])
+                if isinstance(arm, dict)
+            ],
+            phase=row.phase,
+            starts_at=row.starts_at,
+            ends_at=row.ends_at,
+            aggregate_rows=int(row.rows),
+            connections=int(row.connections),
+            responses=int(row.responses),
+            raw_records=int(row.raw_rows),
+            first_hour=row.first_hour,
+            last_hour=row.last_hour,
+        )
+        for row in rows
+    ]
 
 
 def passive_load(session: Session, filters: PassiveFilters) -> list[PassiveLoadDay]:
@@ -348,8 +458,12 @@ def passive_load(session: Session, filters: PassiveFilters) -> list[PassiveLoadD
     campaign = resolve_campaign(session, filters)
     if campaign is None:
         return []
-    params: dict[str, Any] = {"campaign": campaign.campaign_id, "servers": list(filters.server_ids) or None,
-                              "since": as_utc(filters.since), "until": as_utc(filters.until)}
+    params: dict[str, Any] = {
+        "campaign": campaign.campaign_id,
+        "servers": list(filters.server_ids) or None,
+        "since": as_utc(filters.since),
+        "until": as_utc(filters.until),
+    }
 
     def condition(alias: str, column: str) -> str:
         parts = [f"{alias}.campaign_id = :campaign"]
@@ -361,29 +475,41 @@ def passive_load(session: Session, filters: PassiveFilters) -> list[PassiveLoadD
             parts.append(f"{alias}.{column} <= :until")
         return " AND ".join(parts)
 
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         WITH agg AS (
             SELECT a.server_id, (a.hour AT TIME ZONE 'UTC')::date AS day, count(*) AS rows,
                    sum(pg_column_size(a.*))::bigint AS bytes, sum(a.connections)::bigint AS connections
-              FROM passive_aggregates a WHERE {condition('a', 'hour')} GROUP BY 1, 2),
+              FROM passive_aggregates a WHERE {condition("a", "hour")} GROUP BY 1, 2),
         raw AS (
             SELECT c.server_id, (c.closed_at AT TIME ZONE 'UTC')::date AS day, count(*) AS rows,
                    sum(pg_column_size(c.*))::bigint AS bytes
-              FROM passive_connections c WHERE {condition('c', 'closed_at')} GROUP BY 1, 2)
+              FROM passive_connections c WHERE {condition("c", "closed_at")} GROUP BY 1, 2)
         SELECT COALESCE(agg.server_id, raw.server_id) AS server_id, COALESCE(agg.day, raw.day) AS day,
                COALESCE(agg.rows, 0) AS agg_rows, COALESCE(agg.bytes, 0) AS agg_bytes,
                COALESCE(agg.connections, 0) AS connections, COALESCE(raw.rows, 0) AS raw_rows,
                COALESCE(raw.bytes, 0) AS raw_bytes, s.name
           FROM agg FULL JOIN raw ON raw.server_id = agg.server_id AND raw.day = agg.day
           LEFT JOIN servers s ON s.id = COALESCE(agg.server_id, raw.server_id)
-         ORDER BY 2, 1"""), params).all()
-    return [PassiveLoadDay(
-        server_id=str(row.server_id), server_name=row.name, day=row.day, aggregate_rows=int(row.agg_rows),
-        aggregate_bytes=int(row.agg_bytes), connections=int(row.connections), raw_rows=int(row.raw_rows),
-        raw_bytes=int(row.raw_bytes),
-        aggregate_bytes_per_connection=int(row.agg_bytes) / int(row.connections) if row.connections else None,
-        raw_bytes_per_record=int(row.raw_bytes) / int(row.raw_rows) if row.raw_rows else None,
-        raw_share=int(row.raw_rows) / int(row.connections) if row.connections else None) for row in rows]
+         ORDER BY 2, 1"""),
+        params,
+    ).all()
+    return [
+        PassiveLoadDay(
+            server_id=str(row.server_id),
+            server_name=row.name,
+            day=row.day,
+            aggregate_rows=int(row.agg_rows),
+            aggregate_bytes=int(row.agg_bytes),
+            connections=int(row.connections),
+            raw_rows=int(row.raw_rows),
+            raw_bytes=int(row.raw_bytes),
+            aggregate_bytes_per_connection=int(row.agg_bytes) / int(row.connections) if row.connections else None,
+            raw_bytes_per_record=int(row.raw_bytes) / int(row.raw_rows) if row.raw_rows else None,
+            raw_share=int(row.raw_rows) / int(row.connections) if row.connections else None,
+        )
+        for row in rows
+    ]
 
 
 def passive_filter_options(session: Session, filters: PassiveFilters) -> PassiveOptions:
@@ -391,17 +517,35 @@ def passive_filter_options(session: Session, filters: PassiveFilters) -> Passive
     campaign = resolve_campaign(session, filters)
     if campaign is None:
         return PassiveOptions(campaign_id=None)
-    row = session.execute(text("""
+    row = session.execute(
+        text("""
         SELECT array_agg(DISTINCT region ORDER BY region) AS regions, array_agg(DISTINCT phase ORDER BY phase) AS phases,
                array_agg(DISTINCT treated_share_bp ORDER BY treated_share_bp) AS shares, min(hour) AS first_hour,
                max(hour) AS last_hour
-          FROM passive_aggregates WHERE campaign_id = :campaign"""), {"campaign": campaign.campaign_id}).one()
-    return PassiveOptions(campaign_id=campaign.campaign_id, regions=list(row.regions or []),
-                          phases=[int(phase) for phase in row.phases or []],
-                          treated_shares_bp=[int(share) for share in row.shares or []], first_hour=row.first_hour,
-                          last_hour=row.last_hour)
+          FROM passive_aggregates WHERE campaign_id = :campaign"""),
+        {"campaign": campaign.campaign_id},
+    ).one()
+    return PassiveOptions(
+        campaign_id=campaign.campaign_id,
+        regions=list(row.regions or []),
+        phases=[int(phase) for phase in row.phases or []],
+        treated_shares_bp=[int(share) for share in row.shares or []],
+        first_hour=row.first_hour,
+        last_hour=row.last_hour,
+    )
 
 
-__all__ = ["PASSIVE_DIMENSIONS", "PassiveDimension", "PassiveFilters", "UNKNOWN_REGION", "passive_buckets",
-           "passive_campaigns", "passive_days", "passive_filter_options", "passive_load", "passive_regions", "passive_share_sweep",
-           "passive_summary"]
+__all__ = [
+    "PASSIVE_DIMENSIONS",
+    "PassiveDimension",
+    "PassiveFilters",
+    "UNKNOWN_REGION",
+    "passive_buckets",
+    "passive_campaigns",
+    "passive_days",
+    "passive_filter_options",
+    "passive_load",
+    "passive_regions",
+    "passive_share_sweep",
+    "passive_summary",
+]

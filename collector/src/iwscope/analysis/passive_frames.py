@@ -37,9 +37,18 @@ _GROUP_SQL: dict[str, str] = {
     "share": "a.treated_share_bp::text",
 }
 #: Query-string keys of :class:`PassiveFilters` (the dashboard's URLs).
-_KEYS = {"campaign_id": "campaign", "server_ids": "server", "regions": "region", "family": "family", "since": "since",
-         "until": "until", "include_biased": "biased", "phases": "phase", "treated_shares_bp": "share",
-         "baseline": "base"}
+_KEYS = {
+    "campaign_id": "campaign",
+    "server_ids": "server",
+    "regions": "region",
+    "family": "family",
+    "since": "since",
+    "until": "until",
+    "include_biased": "biased",
+    "phases": "phase",
+    "treated_shares_bp": "share",
+    "baseline": "base",
+}
 _MAX_PHASE = 2**31 - 1
 
 
@@ -117,8 +126,9 @@ class PassiveFilters:
         return cls(
             campaign_id=campaign[0] if campaign and campaign[0] >= 1 else None,
             server_ids=tuple(item for item in dict.fromkeys(raw("server_ids").split(",")) if _is_uuid(item)),
-            regions=tuple(dict.fromkeys(item.strip() for item in raw("regions").split(",")
-                                        if item.strip() and "\x00" not in item)),
+            regions=tuple(
+                dict.fromkeys(item.strip() for item in raw("regions").split(",") if item.strip() and "\x00" not in item)
+            ),
             family=raw("family") if raw("family") in NAMED_FAMILIES else "",
             since=moment("since"),
             until=moment("until"),
@@ -166,19 +176,22 @@ def resolve_campaign(session: Session, filters: PassiveFilters) -> PassiveCampai
     """The campaign ``filters`` name (``None`` when it is not a passive campaign), or the
     passive campaign that started last."""
     condition = "id = :campaign" if filters.campaign_id is not None else "TRUE"
-    row = session.execute(text(f"""
+    row = session.execute(
+        text(f"""
         SELECT id, name, passive_arms FROM campaigns
          WHERE server_ids IS NOT NULL AND {condition}
-         ORDER BY starts_at DESC, id DESC LIMIT 1"""), {"campaign": filters.campaign_id}).first()
+         ORDER BY starts_at DESC, id DESC LIMIT 1"""),
+        {"campaign": filters.campaign_id},
+    ).first()
     if row is None:
         return None
-    arms = [(str(arm.get("arm")), int(arm.get("share_bp", 0))) for arm in (row.passive_arms or [])
-            if isinstance(arm, dict)]
+    arms = [(str(arm.get("arm")), int(arm.get("share_bp", 0))) for arm in (row.passive_arms or []) if isinstance(arm, dict)]
     return PassiveCampaignRef(int(row.id), str(row.name), arms)
 
 
-def aggregate_where(filters: PassiveFilters, campaign_id: int, *, biased: bool | None = None,
-                    sweep: bool = False) -> tuple[str, dict[str, Any]]:
+def aggregate_where(
+    filters: PassiveFilters, campaign_id: int, *, biased: bool | None = None, sweep: bool = False
+) -> tuple[str, dict[str, Any]]:
     """The filters as a condition on ``passive_aggregates a`` and its parameters.  ``biased``
     overrides ``include_biased`` (``True``: every row, for the biased shares); ``sweep`` leaves
     the phase and share filters out (the share sweep compares the phases)."""
@@ -203,25 +216,31 @@ def aggregate_where(filters: PassiveFilters, campaign_id: int, *, biased: bool |
 _SUMS_SELECT = ", ".join(f"sum(a.{name})::float8 AS {name}" for name in SUM_NAMES if name != "biased_connections")
 
 
-def load_groups(session: Session, where: str, params: dict[str, Any],
-                grouping: Grouping) -> dict[tuple[str, str], ClusterSums]:
+def load_groups(session: Session, where: str, params: dict[str, Any], grouping: Grouping) -> dict[tuple[str, str], ClusterSums]:
     """Per (arm, group): the sums and merged histograms of every cluster with rows."""
     group = _GROUP_SQL[grouping]
-    sums = session.execute(text(f"""
+    sums = session.execute(
+        text(f"""
         SELECT a.arm, {group} AS g, a.cluster, {_SUMS_SELECT},
                COALESCE(sum(a.connections) FILTER (WHERE a.biased), 0)::float8 AS biased_connections
           FROM passive_aggregates a WHERE {where}
-         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""), params).all()
-    hists = session.execute(text(f"""
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""),
+        params,
+    ).all()
+    hists = session.execute(
+        text(f"""
         WITH bins AS (
             SELECT a.arm, {group} AS g, a.cluster, u.bin, sum(u.count)::float8 AS count
               FROM passive_aggregates a CROSS JOIN LATERAL unnest(a.latency_bins, a.latency_counts) AS u(bin, count)
              WHERE {where}
              GROUP BY 1, 2, 3, 4)
         SELECT arm, g, cluster, array_agg(bin ORDER BY bin) AS bins, array_agg(count ORDER BY bin) AS counts
-          FROM bins GROUP BY 1, 2, 3"""), params).all()
+          FROM bins GROUP BY 1, 2, 3"""),
+        params,
+    ).all()
     histograms: dict[tuple[str, str, int], tuple[list[int], list[float]]] = {
-        (row.arm, row.g, int(row.cluster)): (list(row.bins), list(row.counts)) for row in hists}
+        (row.arm, row.g, int(row.cluster)): (list(row.bins), list(row.counts)) for row in hists
+    }
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in sums:
         grouped[(row.arm, row.g)].append(row)
@@ -242,9 +261,12 @@ def load_groups(session: Session, where: str, params: dict[str, Any],
 
 def arm_windows(session: Session, where: str, params: dict[str, Any]) -> dict[str, int | None]:
     """The IW each arm gave: the commonest known ``arm_iw`` of its connections."""
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         SELECT a.arm, a.arm_iw, sum(a.connections) AS n FROM passive_aggregates a
-         WHERE {where} GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"""), params).all()
+         WHERE {where} GROUP BY 1, 2 ORDER BY 1, 3 DESC, 2"""),
+        params,
+    ).all()
     windows: dict[str, int | None] = {}
     for row in rows:
         if row.arm_iw is not None and windows.get(row.arm) is None:

@@ -45,26 +45,39 @@ ShareParam = Annotated[int, Query(ge=0, le=wire.PASSIVE_SHARE_SCALE)]
 
 
 def passive_filters(
-    campaign_id: Annotated[int | None, Query(ge=1, le=BIGINT_MAX,
-                                             description="a passive campaign; default: the one that started last")] = None,
+    campaign_id: Annotated[
+        int | None, Query(ge=1, le=BIGINT_MAX, description="a passive campaign; default: the one that started last")
+    ] = None,
     server_id: Annotated[uuid.UUID | None, Query(description="one server's aggregates only")] = None,
     region: Annotated[list[RegionParam] | None, Query(max_length=64, description="client regions (repeatable)")] = None,
     family: Annotated[NamedFamily | None, Query(description="the clients' IP version")] = None,
     since: Annotated[dt.datetime | None, Query(description=SINCE_DESCRIPTION + "; on the aggregates' hour")] = None,
     until: Annotated[dt.datetime | None, Query(description=UNTIL_DESCRIPTION + "; on the aggregates' hour")] = None,
-    include_biased: Annotated[bool, Query(description="count connections with a bias flag in latency and retransmissions "
-                                                      "(the biased shares always count them)")] = True,
+    include_biased: Annotated[
+        bool,
+        Query(
+            description="count connections with a bias flag in latency and retransmissions (the biased shares always count them)"
+        ),
+    ] = True,
     phase: Annotated[list[PhaseParam] | None, Query(max_length=64, description="phases (repeatable)")] = None,
-    treated_share_bp: Annotated[list[ShareParam] | None, Query(max_length=64,
-                                                               description="treated shares, basis points")] = None,
-    baseline: Annotated[str | None, Query(pattern=wire.PASSIVE_ARM_PATTERN,
-                                          description="the baseline arm; default: 'default', else the smallest IW")] = None,
+    treated_share_bp: Annotated[list[ShareParam] | None, Query(max_length=64, description="treated shares, basis points")] = None,
+    baseline: Annotated[
+        str | None,
+        Query(pattern=wire.PASSIVE_ARM_PATTERN, description="the baseline arm; default: 'default', else the smallest IW"),
+    ] = None,
 ) -> PassiveFilters:
     return PassiveFilters(
-        campaign_id=campaign_id, server_ids=(str(server_id),) if server_id else (),
-        regions=tuple(dict.fromkeys(region or ())), family=family or "", since=as_utc(since), until=as_utc(until),
-        include_biased=include_biased, phases=tuple(sorted(set(phase or ()))),
-        treated_shares_bp=tuple(sorted(set(treated_share_bp or ()))), baseline=baseline or "")
+        campaign_id=campaign_id,
+        server_ids=(str(server_id),) if server_id else (),
+        regions=tuple(dict.fromkeys(region or ())),
+        family=family or "",
+        since=as_utc(since),
+        until=as_utc(until),
+        include_biased=include_biased,
+        phases=tuple(sorted(set(phase or ()))),
+        treated_shares_bp=tuple(sorted(set(treated_share_bp or ()))),
+        baseline=baseline or "",
+    )
 
 
 PassiveFiltersDep = Annotated[PassiveFilters, Depends(passive_filters)]
@@ -102,8 +115,9 @@ async def get_summary(_reader: ReaderDep, filters: PassiveFiltersDep) -> dict[st
 
 
 @router.get("/buckets", response_model=passive_schemas.PassiveBucketsOut, responses=_RESPONSES)
-async def get_buckets(_reader: ReaderDep, filters: PassiveFiltersDep,
-                      dimension: Literal["rtt", "bandwidth", "bdp"] = "rtt") -> dict[str, Any]:
+async def get_buckets(
+    _reader: ReaderDep, filters: PassiveFiltersDep, dimension: Literal["rtt", "bandwidth", "bdp"] = "rtt"
+) -> dict[str, Any]:
     """Figure 5 of the real users: mean and median per arm and their improvement over the
     baseline per bucket of the connection's own min RTT, delivery rate or BDP."""
     return await _run(passive.passive_buckets, filters, dimension)

@@ -74,9 +74,19 @@ LATENCY_KEYS: tuple[str, ...] = ("avg", "p50", "p75", "p90", "p99")
 QUANTILES: dict[str, float] = {"p50": 0.50, "p75": 0.75, "p90": 0.90, "p99": 0.99}
 #: The sums a cluster carries (``passive_aggregates`` columns; ``biased_connections`` is the
 #: connections of rows flagged ``biased``).
-SUM_NAMES: tuple[str, ...] = ("connections", "responses", "latency_sum_us", "retrans_connections", "data_segs_out",
-                              "total_retrans", "syn_retrans", "rwnd_limited", "reused_after_idle", "tls",
-                              "biased_connections")
+SUM_NAMES: tuple[str, ...] = (
+    "connections",
+    "responses",
+    "latency_sum_us",
+    "retrans_connections",
+    "data_segs_out",
+    "total_retrans",
+    "syn_retrans",
+    "rwnd_limited",
+    "reused_after_idle",
+    "tls",
+    "biased_connections",
+)
 #: Fewest finite replicates an interval is read from.
 _MIN_FINITE = 10
 
@@ -118,8 +128,9 @@ def empty_sums() -> ClusterSums:
     return ClusterSums(np.zeros(0, dtype=np.int64), {name: np.zeros(0) for name in SUM_NAMES}, np.zeros((0, 0)), 0)
 
 
-def cluster_sums(clusters: Sequence[int], sums: Mapping[str, Sequence[float]],
-                 histograms: Sequence[Mapping[int, float]]) -> ClusterSums:
+def cluster_sums(
+    clusters: Sequence[int], sums: Mapping[str, Sequence[float]], histograms: Sequence[Mapping[int, float]]
+) -> ClusterSums:
     """A :class:`ClusterSums` from per-cluster values: ``sums[name][i]`` and ``histograms[i]``
     (bin -> count) of cluster ``clusters[i]`` (names missing from ``sums`` are zeros)."""
     count = len(clusters)
@@ -185,6 +196,7 @@ def row_quantiles(hists: FloatArray, quantiles: Sequence[float], first_bin: int 
 
 # ---- latency ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class LatencyEstimate:
     """One arm's latency statistics (ms): ``keys`` = ``avg`` and the quantiles asked for; the
@@ -208,8 +220,9 @@ def latency_too_small(responses: float, clusters: int) -> bool:
     return responses < MIN_RESPONSES or clusters < MIN_CLUSTERS
 
 
-def latency_estimate(data: ClusterSums, key: int, quantile_keys: Sequence[str] = tuple(QUANTILES),
-                     replicates: int = PASSIVE_REPLICATES) -> LatencyEstimate:
+def latency_estimate(
+    data: ClusterSums, key: int, quantile_keys: Sequence[str] = tuple(QUANTILES), replicates: int = PASSIVE_REPLICATES
+) -> LatencyEstimate:
     """Mean (exact, from the sums) and percentiles (merged histogram) of an arm, with cluster
     bootstrap replicates of each; none when the arm is too small (module docstring)."""
     keys = ("avg", *quantile_keys)
@@ -246,11 +259,14 @@ def improvement(baseline: LatencyEstimate, treatment: LatencyEstimate, key: str)
         pct = 100.0 * diff / base
     absolute = base_point - treat_point
     units = min(baseline.clusters, treatment.clusters)
-    return (Value(absolute, *interval(diff, units=units)),
-            Value(100.0 * absolute / base_point if base_point > 0 else None, *interval(pct, units=units)))
+    return (
+        Value(absolute, *interval(diff, units=units)),
+        Value(100.0 * absolute / base_point if base_point > 0 else None, *interval(pct, units=units)),
+    )
 
 
 # ---- rates and shares ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RateEstimate:
@@ -286,8 +302,9 @@ def count_too_small(connections: float, clusters: int) -> bool:
     return connections < MIN_CONNECTIONS or clusters < MIN_CLUSTERS
 
 
-def rate_estimate(data: ClusterSums, numerator: str, denominator: str, key: int,
-                  replicates: int = PASSIVE_REPLICATES) -> RateEstimate:
+def rate_estimate(
+    data: ClusterSums, numerator: str, denominator: str, key: int, replicates: int = PASSIVE_REPLICATES
+) -> RateEstimate:
     """``sum(numerator) / sum(denominator)`` of an arm with cluster bootstrap replicates (too
     small below :data:`MIN_CONNECTIONS` connections or :data:`MIN_CLUSTERS` clusters)."""
     connections = data.total("connections")
@@ -319,12 +336,12 @@ def rate_difference(baseline: RateEstimate, treatment: RateEstimate, scale: floa
             return Value(point)
         assert base_low is not None and base_high is not None and treat_low is not None and treat_high is not None
         return Value(point, (treat_low - base_high) * scale, (treat_high - base_low) * scale)
-    low, high = interval((treatment.replicates - baseline.replicates) * scale,
-                         units=min(baseline.clusters, treatment.clusters))
+    low, high = interval((treatment.replicates - baseline.replicates) * scale, units=min(baseline.clusters, treatment.clusters))
     return Value(point, low, high)
 
 
 # ---- paired levels (the share sweep) ------------------------------------------------------------
+
 
 def paired_weights(levels: Sequence[ClusterSums], key: int, replicates: int = PASSIVE_REPLICATES) -> tuple[IntArray, FloatArray]:
     """The union of the levels' clusters and one weight matrix over it (replicates, clusters):
@@ -346,8 +363,9 @@ def aligned(level: ClusterSums, union: IntArray) -> ClusterSums:
     return ClusterSums(union, sums, hist, level.hist_lo)
 
 
-def paired_latency(level: ClusterSums, union: IntArray, weights: FloatArray,
-                   quantile_keys: Sequence[str] = ("p50",)) -> LatencyEstimate:
+def paired_latency(
+    level: ClusterSums, union: IntArray, weights: FloatArray, quantile_keys: Sequence[str] = ("p50",)
+) -> LatencyEstimate:
     """:func:`latency_estimate` of one level with the shared ``weights`` over ``union``."""
     keys = ("avg", *quantile_keys)
     quantiles = [QUANTILES[name] for name in quantile_keys]
@@ -358,8 +376,7 @@ def paired_latency(level: ClusterSums, union: IntArray, weights: FloatArray,
         return LatencyEstimate(keys, dict.fromkeys(keys), None, True, 0, 0)
     point: dict[str, float | None] = {"avg": float(full.sums["latency_sum_us"].sum()) / n_responses / 1000.0}
     total = row_quantiles(full.hist.sum(axis=0, keepdims=True), quantiles, full.hist_lo)[0]
-    point.update({name: float(value) if np.isfinite(value) else None
-                  for name, value in zip(quantile_keys, total, strict=True)})
+    point.update({name: float(value) if np.isfinite(value) else None for name, value in zip(quantile_keys, total, strict=True)})
     if latency_too_small(n_responses, n_clusters):
         return LatencyEstimate(keys, point, None, True, int(n_responses), n_clusters)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -368,8 +385,7 @@ def paired_latency(level: ClusterSums, union: IntArray, weights: FloatArray,
     return LatencyEstimate(keys, point, reps, False, int(n_responses), n_clusters)
 
 
-def paired_rate(level: ClusterSums, union: IntArray, weights: FloatArray, numerator: str,
-                denominator: str) -> RateEstimate:
+def paired_rate(level: ClusterSums, union: IntArray, weights: FloatArray, numerator: str, denominator: str) -> RateEstimate:
     """:func:`rate_estimate` of one level with the shared ``weights`` over ``union``."""
     full = aligned(level, union)
     connections = full.total("connections")
@@ -399,9 +415,37 @@ def paired_rate_change(level: RateEstimate, reference: RateEstimate, scale: floa
     return rate_difference(reference, level, scale)
 
 
-__all__ = ["ClusterSums", "HIST_RESOLUTION_PCT", "LATENCY_KEYS", "LatencyEstimate", "MIN_CLUSTERS",
-           "MIN_CONNECTIONS", "MIN_RESPONSES", "MISSING", "PASSIVE_REPLICATES", "PASSIVE_SEED", "QUANTILES",
-           "RateEstimate", "SUM_NAMES", "Value", "aligned", "cluster_sums", "count_too_small", "draw_weights",
-           "empty_sums", "improvement", "interval", "latency_estimate", "latency_too_small", "paired_change",
-           "paired_latency", "paired_rate", "paired_rate_change", "paired_weights", "rate_difference",
-           "rate_estimate", "row_quantiles", "stable_key"]
+__all__ = [
+    "ClusterSums",
+    "HIST_RESOLUTION_PCT",
+    "LATENCY_KEYS",
+    "LatencyEstimate",
+    "MIN_CLUSTERS",
+    "MIN_CONNECTIONS",
+    "MIN_RESPONSES",
+    "MISSING",
+    "PASSIVE_REPLICATES",
+    "PASSIVE_SEED",
+    "QUANTILES",
+    "RateEstimate",
+    "SUM_NAMES",
+    "Value",
+    "aligned",
+    "cluster_sums",
+    "count_too_small",
+    "draw_weights",
+    "empty_sums",
+    "improvement",
+    "interval",
+    "latency_estimate",
+    "latency_too_small",
+    "paired_change",
+    "paired_latency",
+    "paired_rate",
+    "paired_rate_change",
+    "paired_weights",
+    "rate_difference",
+    "rate_estimate",
+    "row_quantiles",
+    "stable_key",
+]

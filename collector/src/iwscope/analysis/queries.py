@@ -58,8 +58,7 @@ from iwscope.analysis.stats import (
 def arm_stats(iw: int, n: float, sum_us: float, sumsq: float, hist: IntArray | None) -> ArmStats:
     count = int(n)
     mean, std = mean_std_ms(count, sum_us, sumsq)
-    p25, median, p75 = (histogram_quantiles(hist, [0.25, 0.5, 0.75]) if hist is not None and count > 0
-                        else (None, None, None))
+    p25, median, p75 = histogram_quantiles(hist, [0.25, 0.5, 0.75]) if hist is not None and count > 0 else (None, None, None)
     return ArmStats(iw=iw, n=count, mean_ms=mean, median_ms=median, std_ms=std, p25_ms=p25, p75_ms=p75)
 
 
@@ -73,8 +72,9 @@ PERCENTILE_DETAIL_BUDGET = 600
 PERCENTILE_MIN_DETAIL_PATHS = 100
 
 
-def _comparisons(data: Data, groups: tuple[IntArray, IntArray], labels: list[bk.Bucket],
-                 dimension: str) -> list[BucketComparison]:
+def _comparisons(
+    data: Data, groups: tuple[IntArray, IntArray], labels: list[bk.Bucket], dimension: str
+) -> list[BucketComparison]:
     """One comparison per group that holds data in either arm (groups < 0 are dropped).
     ``groups`` = (group of each path-frame row, group of each bucket-frame row)."""
     path_groups, bucket_groups = groups
@@ -103,25 +103,41 @@ def _comparisons(data: Data, groups: tuple[IntArray, IntArray], labels: list[bk.
     return results
 
 
-def bucket_comparison(dimension: str, label: bk.Bucket, baseline: ArmStats, treatment: ArmStats,
-                      estimate: PairedEstimate) -> BucketComparison:
+def bucket_comparison(
+    dimension: str, label: bk.Bucket, baseline: ArmStats, treatment: ArmStats, estimate: PairedEstimate
+) -> BucketComparison:
     """One bucket's comparison: both arms as they are, the paired improvement only when there
     are enough pairs (else "n too small": ``too_small`` and no numbers)."""
     shown = not estimate.too_small
     interval = estimate.interval if shown else None
     return BucketComparison(
-        dimension=dimension, bucket=label.label, order=label.order, lower=label.lower, upper=label.upper,
-        baseline=baseline, treatment=treatment,
+        dimension=dimension,
+        bucket=label.label,
+        order=label.order,
+        lower=label.lower,
+        upper=label.upper,
+        baseline=baseline,
+        treatment=treatment,
         abs_ms=estimate.estimate_ms if shown else None,
-        abs_ci_low=interval.abs_low if interval else None, abs_ci_high=interval.abs_high if interval else None,
+        abs_ci_low=interval.abs_low if interval else None,
+        abs_ci_high=interval.abs_high if interval else None,
         pct=estimate.pct if shown else None,
-        pct_ci_low=interval.pct_low if interval else None, pct_ci_high=interval.pct_high if interval else None,
-        n_pairs=estimate.n_pairs, n_paths=estimate.n_paths, method=estimate.method if estimate.n_pairs else None,
-        too_small=estimate.too_small, note=estimate.reason)
+        pct_ci_low=interval.pct_low if interval else None,
+        pct_ci_high=interval.pct_high if interval else None,
+        n_pairs=estimate.n_pairs,
+        n_paths=estimate.n_paths,
+        method=estimate.method if estimate.n_pairs else None,
+        too_small=estimate.too_small,
+        note=estimate.reason,
+    )
 
 
-_BUCKET_COLUMNS = {"rtt": ("rtt_bucket", bk.RTT_BUCKETS), "bandwidth": ("bandwidth_bucket", bk.BANDWIDTH_BUCKETS),
-                   "bdp": ("bdp_bucket", bk.BDP_BUCKETS), "loss": ("loss_bucket", bk.LOSS_BUCKETS)}
+_BUCKET_COLUMNS = {
+    "rtt": ("rtt_bucket", bk.RTT_BUCKETS),
+    "bandwidth": ("bandwidth_bucket", bk.BANDWIDTH_BUCKETS),
+    "bdp": ("bdp_bucket", bk.BDP_BUCKETS),
+    "loss": ("loss_bucket", bk.LOSS_BUCKETS),
+}
 
 
 def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntArray], list[bk.Bucket]]:
@@ -135,8 +151,10 @@ def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntAr
         names = sorted(set(data.paths.region_names) | set(data.buckets.region_names))
         rank = {name: position for position, name in enumerate(names)}
         labels = [bk.Bucket(name, position, None, None) for position, name in enumerate(names)]
-        first, second = (np.array([rank[name] for name in frame.region_names], dtype=np.int64)[frame.region]
-                         if frame.size else frame.region for frame in frames)
+        first, second = (
+            np.array([rank[name] for name in frame.region_names], dtype=np.int64)[frame.region] if frame.size else frame.region
+            for frame in frames
+        )
         return (first, second), labels
     if dimension == "size":
         present = sorted(set(data.paths.size_bucket.tolist()) | set(data.buckets.size_bucket.tolist()))
@@ -144,18 +162,22 @@ def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntAr
         labels = []
         for index, bucket in enumerate(present):
             lower, upper = bk.size_bucket_bounds(bucket)
-            labels.append(bk.Bucket(bk.size_bucket_label(bucket), index, float(lower),
-                                    float(upper) if upper is not None else None))
-        first, second = (np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64,
-                                     count=frame.size) for frame in frames)
+            labels.append(
+                bk.Bucket(bk.size_bucket_label(bucket), index, float(lower), float(upper) if upper is not None else None)
+            )
+        first, second = (
+            np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64, count=frame.size) for frame in frames
+        )
         return (first, second), labels
     raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
 
 
 # ---- public functions ------------------------------------------------------------------------
 
-def compare_by(session: Session, filters: Filters,
-               dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"]) -> list[BucketComparison]:
+
+def compare_by(
+    session: Session, filters: Filters, dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"]
+) -> list[BucketComparison]:
     """Treatment vs baseline per bucket of ``dimension``; buckets without data are omitted.
 
     Paths without an estimate yet (no ``path_estimates`` row, or the needed value missing when
@@ -170,24 +192,37 @@ def compare_many(session: Session, filters: Filters, dimensions: Sequence[str]) 
     if unknown:
         raise ValueError(f"unknown dimension {unknown[0]!r}; expected one of {', '.join(bk.DIMENSIONS)}")
     data = read(session, filters, by_size="size" in dimensions)
-    return {dimension: _comparisons(data, *_dimension_groups(data, dimension), dimension)
-            for dimension in dimensions}
+    return {dimension: _comparisons(data, *_dimension_groups(data, dimension), dimension) for dimension in dimensions}
 
 
 _PERCENTILES = (("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p99", 0.99))
 
 
-def _arm_percentiles(iw: int, n: float, sum_us: float, hist: IntArray, retrans_trials: float,
-                     retrans_n: float, bytes_retrans: float, bytes_sent: float) -> ArmPercentiles:
+def _arm_percentiles(
+    iw: int,
+    n: float,
+    sum_us: float,
+    hist: IntArray,
+    retrans_trials: float,
+    retrans_n: float,
+    bytes_retrans: float,
+    bytes_sent: float,
+) -> ArmPercentiles:
     quantiles = histogram_quantiles(hist, [q for _, q in _PERCENTILES])
-    return ArmPercentiles(iw=iw, n=int(n), avg=(sum_us / n / 1000.0) if n > 0 else None,
-                          p50=quantiles[0], p75=quantiles[1], p90=quantiles[2], p99=quantiles[3],
-                          retrans_share=share(retrans_trials, retrans_n),
-                          retrans_bytes_share=share(bytes_retrans, bytes_sent))
+    return ArmPercentiles(
+        iw=iw,
+        n=int(n),
+        avg=(sum_us / n / 1000.0) if n > 0 else None,
+        p50=quantiles[0],
+        p75=quantiles[1],
+        p90=quantiles[2],
+        p99=quantiles[3],
+        retrans_share=share(retrans_trials, retrans_n),
+        retrans_bytes_share=share(bytes_retrans, bytes_sent),
+    )
 
 
-def percentile_table(session: Session, filters: Filters,
-                     group_by: Literal["region"] | None = None) -> list[PercentileTable]:
+def percentile_table(session: Session, filters: Filters, group_by: Literal["region"] | None = None) -> list[PercentileTable]:
     """The IETF slides' table: per arm avg/p50/p75/p90/p99 (ms) and retransmission rates.
 
     ``arms`` lists the treatment arm then the baseline arm (as on the slides), also when an
@@ -206,15 +241,19 @@ def percentile_table(session: Session, filters: Filters,
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
     cells = 2 * len(names)
-    sums = {name: group_sum(getattr(frame, name), cell, cells)
-            for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")}
+    sums = {
+        name: group_sum(getattr(frame, name), cell, cells)
+        for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")
+    }
     hists = histograms(frame, cell, cells)
     group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
     estimates = [paired_estimate(data, rows) for rows in group_rows]
     needing = sum(not estimate.too_small for estimate in estimates)
     limit = min(PERCENTILE_DETAIL_PATHS, max(PERCENTILE_MIN_DETAIL_PATHS, PERCENTILE_DETAIL_BUDGET // max(needing, 1)))
-    detail_paths = [_detail_paths(data, rows, limit) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
-                    for rows, estimate in zip(group_rows, estimates, strict=True)]
+    detail_paths = [
+        _detail_paths(data, rows, limit) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
+        for rows, estimate in zip(group_rows, estimates, strict=True)
+    ]
     union = np.unique(np.concatenate([paths for paths, _ in detail_paths])) if detail_paths else np.zeros(0, np.int64)
     detail = data.path_histograms(union) if union.size else None  # one read for every group
     tables: list[PercentileTable] = []
@@ -222,8 +261,18 @@ def percentile_table(session: Session, filters: Filters,
         arms = []
         for slot, iw in ((0, treat_iw), (1, base_iw)):
             c = 2 * group + slot
-            arms.append(_arm_percentiles(iw, sums["n"][c], sums["sum_us"][c], hists[c], sums["retrans_trials"][c],
-                                         sums["retrans_n"][c], sums["bytes_retrans"][c], sums["bytes_sent"][c]))
+            arms.append(
+                _arm_percentiles(
+                    iw,
+                    sums["n"][c],
+                    sums["sum_us"][c],
+                    hists[c],
+                    sums["retrans_trials"][c],
+                    sums["retrans_n"][c],
+                    sums["bytes_retrans"][c],
+                    sums["bytes_sent"][c],
+                )
+            )
         treatment, baseline = arms
         estimate = estimates[group]
         keys = ("avg", *(key for key, _ in _PERCENTILES))
@@ -238,8 +287,9 @@ def percentile_table(session: Session, filters: Filters,
                 pct_improvement_ci["avg"] = [estimate.interval.pct_low, estimate.interval.pct_high]
             full = {key: (getattr(baseline, key), getattr(treatment, key)) for key, _ in _PERCENTILES}
             paths, n_paths = detail_paths[group]
-            intervals = (_percentile_intervals(data, detail, paths, n_paths, full) if detail is not None
-                         else [None for _ in _PERCENTILES])
+            intervals = (
+                _percentile_intervals(data, detail, paths, n_paths, full) if detail is not None else [None for _ in _PERCENTILES]
+            )
             for (key, _), interval in zip(_PERCENTILES, intervals, strict=True):
                 base_value, treat_value = full[key]
                 if base_value is None or treat_value is None:
@@ -252,11 +302,21 @@ def percentile_table(session: Session, filters: Filters,
         increase = None
         if baseline.retrans_share is not None and treatment.retrans_share is not None:
             increase = 100.0 * (treatment.retrans_share - baseline.retrans_share)
-        tables.append(PercentileTable(group=name, arms=arms, improvement=improvement,
-                                      pct_improvement=pct_improvement, retrans_increase_pp=increase,
-                                      improvement_ci=improvement_ci, pct_improvement_ci=pct_improvement_ci,
-                                      n_pairs=estimate.n_pairs, n_paths=estimate.n_paths,
-                                      too_small=estimate.too_small, note=estimate.reason))
+        tables.append(
+            PercentileTable(
+                group=name,
+                arms=arms,
+                improvement=improvement,
+                pct_improvement=pct_improvement,
+                retrans_increase_pp=increase,
+                improvement_ci=improvement_ci,
+                pct_improvement_ci=pct_improvement_ci,
+                n_pairs=estimate.n_pairs,
+                n_paths=estimate.n_paths,
+                too_small=estimate.too_small,
+                note=estimate.reason,
+            )
+        )
     return tables
 
 
@@ -271,8 +331,9 @@ def _detail_paths(data: Data, rows: IntArray, limit: int) -> tuple[IntArray, int
     return np.sort(chosen), int(paths.size)
 
 
-def _percentile_intervals(data: Data, detail: Frame, paths: IntArray, n_paths: int,
-                          full: dict[str, tuple[float | None, float | None]]) -> list[Interval | None]:
+def _percentile_intervals(
+    data: Data, detail: Frame, paths: IntArray, n_paths: int, full: dict[str, tuple[float | None, float | None]]
+) -> list[Interval | None]:
     """Intervals of the percentile improvements from the per-path histograms of ``paths``
     (``detail`` holds at least their rows).
 
@@ -302,10 +363,14 @@ def _percentile_intervals(data: Data, detail: Frame, paths: IntArray, n_paths: i
         sub_abs, all_abs = sub_b - sub_t, base_value - treat_value
         sub_pct = 100.0 * sub_abs / sub_b if sub_b > 0 else float("nan")
         all_pct = 100.0 * all_abs / base_value if base_value > 0 else float("nan")
-        scaled.append(Interval(all_abs - (sub_abs - interval.abs_low) * scale,
-                               all_abs + (interval.abs_high - sub_abs) * scale,
-                               all_pct - (sub_pct - interval.pct_low) * scale,
-                               all_pct + (interval.pct_high - sub_pct) * scale))
+        scaled.append(
+            Interval(
+                all_abs - (sub_abs - interval.abs_low) * scale,
+                all_abs + (interval.abs_high - sub_abs) * scale,
+                all_pct - (sub_pct - interval.pct_low) * scale,
+                all_pct + (interval.pct_high - sub_pct) * scale,
+            )
+        )
     return scaled
 
 
@@ -351,27 +416,46 @@ def headline(session: Session, filters: Filters) -> Headline:
         n_trials=int(frame.n_trials.sum()),
         n_probes=int(np.unique(data.paths.probe[data.paths.n_trials > 0]).size),
         n_regions=int(np.unique(frame.region[with_trials]).size),
-        baseline_iw=filters.baseline_iw, treatment_iw=filters.treatment_iw,
-        abs_ms=result.abs_ms if result else None, pct=result.pct if result else None,
-        pct_ci_low=result.pct_ci_low if result else None, pct_ci_high=result.pct_ci_high if result else None,
-        retrans_increase_pp=(100.0 * (share_treat - share_base)
-                             if share_base is not None and share_treat is not None else None),
-        abs_ci_low=result.abs_ci_low if result else None, abs_ci_high=result.abs_ci_high if result else None,
-        n_pairs=result.n_pairs if result else 0, n_paths=result.n_paths if result else 0,
-        too_small=result.too_small if result else True, note=result.note if result else None)
+        baseline_iw=filters.baseline_iw,
+        treatment_iw=filters.treatment_iw,
+        abs_ms=result.abs_ms if result else None,
+        pct=result.pct if result else None,
+        pct_ci_low=result.pct_ci_low if result else None,
+        pct_ci_high=result.pct_ci_high if result else None,
+        retrans_increase_pp=(100.0 * (share_treat - share_base) if share_base is not None and share_treat is not None else None),
+        abs_ci_low=result.abs_ci_low if result else None,
+        abs_ci_high=result.abs_ci_high if result else None,
+        n_pairs=result.n_pairs if result else 0,
+        n_paths=result.n_paths if result else 0,
+        too_small=result.too_small if result else True,
+        note=result.note if result else None,
+    )
 
 
 def region_summary(session: Session, filters: Filters) -> list[RegionSummary]:
     """Per region: trials of both arms, means, the paired improvement with its interval."""
     summaries: list[RegionSummary] = []
     for result in compare_by(session, filters, "region"):
-        summaries.append(RegionSummary(
-            region=result.bucket, n=result.baseline.n + result.treatment.n,
-            abs_ms=result.abs_ms, pct=result.pct, baseline_mean_ms=result.baseline.mean_ms,
-            treatment_mean_ms=result.treatment.mean_ms, abs_ci_low=result.abs_ci_low, abs_ci_high=result.abs_ci_high,
-            pct_ci_low=result.pct_ci_low, pct_ci_high=result.pct_ci_high, n_baseline=result.baseline.n,
-            n_treatment=result.treatment.n, n_pairs=result.n_pairs, n_paths=result.n_paths,
-            too_small=result.too_small, note=result.note))
+        summaries.append(
+            RegionSummary(
+                region=result.bucket,
+                n=result.baseline.n + result.treatment.n,
+                abs_ms=result.abs_ms,
+                pct=result.pct,
+                baseline_mean_ms=result.baseline.mean_ms,
+                treatment_mean_ms=result.treatment.mean_ms,
+                abs_ci_low=result.abs_ci_low,
+                abs_ci_high=result.abs_ci_high,
+                pct_ci_low=result.pct_ci_low,
+                pct_ci_high=result.pct_ci_high,
+                n_baseline=result.baseline.n,
+                n_treatment=result.treatment.n,
+                n_pairs=result.n_pairs,
+                n_paths=result.n_paths,
+                too_small=result.too_small,
+                note=result.note,
+            )
+        )
     return summaries
 
 
@@ -389,9 +473,16 @@ def loss_summary(session: Session, filters: Filters) -> list[LossBucket]:
             arm_rows = rows & (frame.arm == iw)
             shares.append(share(frame.retrans_trials[arm_rows].sum(), frame.retrans_n[arm_rows].sum()))
         increase = 100.0 * (shares[1] - shares[0]) if shares[0] is not None and shares[1] is not None else None
-        result.append(LossBucket(bucket=comparison.bucket, order=comparison.order, comparison=comparison,
-                                 retrans_share_baseline=shares[0], retrans_share_treatment=shares[1],
-                                 retrans_increase_pp=increase))
+        result.append(
+            LossBucket(
+                bucket=comparison.bucket,
+                order=comparison.order,
+                comparison=comparison,
+                retrans_share_baseline=shares[0],
+                retrans_share_treatment=shares[1],
+                retrans_increase_pp=increase,
+            )
+        )
     return result
 
 
@@ -399,12 +490,15 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
     """Every probe with its roll-up totals: trials, trials per day (last 7 UTC days), error share
     (the totals from the analysis copy when configured and usable, see ``pathcopy``)."""
     today = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).date()
-    totals = copy_or_postgresql(lambda directory: pathcopy.probe_totals(session, directory, today),
-                                 lambda: load_probe_totals(session, today))
-    rows = session.execute(text("""
+    totals = copy_or_postgresql(
+        lambda directory: pathcopy.probe_totals(session, directory, today), lambda: load_probe_totals(session, today)
+    )
+    rows = session.execute(
+        text("""
         SELECT p.id, p.name, p.region, p.country, p.version, p.last_seen_at,
                (p.last_heartbeat ->> 'spool_backlog') AS spool_backlog
-        FROM probes AS p ORDER BY p.region, p.name""")).all()
+        FROM probes AS p ORDER BY p.region, p.name""")
+    ).all()
     result: list[ProbeRow] = []
     for row in rows:
         try:
@@ -412,10 +506,20 @@ def fleet(session: Session, now: dt.datetime | None = None) -> list[ProbeRow]:
         except ValueError:
             backlog = None
         total, errors, week = totals.get(str(row.id), (0, 0, 0))
-        result.append(ProbeRow(probe_id=str(row.id), name=row.name, region=row.region, country=row.country,
-                               version=row.version, last_seen_at=row.last_seen_at, trials_total=total,
-                               trials_per_day=week / WEEK_DAYS, error_share=errors / total if total else None,
-                               spool_backlog=backlog))
+        result.append(
+            ProbeRow(
+                probe_id=str(row.id),
+                name=row.name,
+                region=row.region,
+                country=row.country,
+                version=row.version,
+                last_seen_at=row.last_seen_at,
+                trials_total=total,
+                trials_per_day=week / WEEK_DAYS,
+                error_share=errors / total if total else None,
+                spool_backlog=backlog,
+            )
+        )
     return result
 
 
@@ -423,10 +527,17 @@ def filter_options(session: Session) -> FilterOptions:
     """Choices for the filter bar: campaigns, regions, arms and the object size range seen."""
     campaigns = [(int(row.id), row.name) for row in session.execute(text("SELECT id, name FROM campaigns ORDER BY id"))]
     regions = [row[0] for row in session.execute(text("SELECT DISTINCT region FROM probes ORDER BY region"))]
-    arms = [int(row[0]) for row in session.execute(text(
-        "SELECT DISTINCT arm_iw FROM analysis_bucket_rollups WHERE grain = 1 ORDER BY 1"))]
-    size_min, size_max = session.execute(text(
-        "SELECT min(size_min), max(size_max) FROM analysis_bucket_rollups WHERE grain = 1")).one()
-    return FilterOptions(campaigns=campaigns, regions=regions, arms=arms,
-                         size_min=int(size_min) if size_min is not None else None,
-                         size_max=int(size_max) if size_max is not None else None)
+    arms = [
+        int(row[0])
+        for row in session.execute(text("SELECT DISTINCT arm_iw FROM analysis_bucket_rollups WHERE grain = 1 ORDER BY 1"))
+    ]
+    size_min, size_max = session.execute(
+        text("SELECT min(size_min), max(size_max) FROM analysis_bucket_rollups WHERE grain = 1")
+    ).one()
+    return FilterOptions(
+        campaigns=campaigns,
+        regions=regions,
+        arms=arms,
+        size_min=int(size_min) if size_min is not None else None,
+        size_max=int(size_max) if size_max is not None else None,
+    )

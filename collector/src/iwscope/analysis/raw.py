@@ -27,9 +27,25 @@ from iwscope.trials.models import Trial
 
 #: Columns of the trials page and its CSV export, in order (``region`` is the probe's).
 TRIAL_COLUMNS: tuple[str, ...] = (
-    "trial_id", "started_at", "campaign_id", "probe_id", "region", "origin_id", "arm_iw", "object_size",
-    "total_us", "ttfb_us", "server_latency_us", "http_status", "error_kind", "tcpi_total_retrans",
-    "tcpi_min_rtt_us", "server_total_retrans", "server_bytes_retrans", "server_bytes_sent")
+    "trial_id",
+    "started_at",
+    "campaign_id",
+    "probe_id",
+    "region",
+    "origin_id",
+    "arm_iw",
+    "object_size",
+    "total_us",
+    "ttfb_us",
+    "server_latency_us",
+    "http_status",
+    "error_kind",
+    "tcpi_total_retrans",
+    "tcpi_min_rtt_us",
+    "server_total_retrans",
+    "server_bytes_retrans",
+    "server_bytes_sent",
+)
 #: The trials page counts at most this many matches (then reports ``TRIALS_COUNT_CAP + 1``).
 TRIALS_COUNT_CAP = 100_000
 
@@ -68,16 +84,21 @@ def trials_page(session: Session, filters: Filters, limit: int = 100, offset: in
     limit = max(0, min(int(limit), 10_000))
     offset = max(0, int(offset))
     select, params = _select(TRIAL_COLUMNS, filters, None)
-    rows = session.execute(text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
-                           {**params, "limit": limit, "offset": offset}).all()
+    rows = session.execute(
+        text(f"{select} ORDER BY t.started_at DESC, t.trial_id LIMIT :limit OFFSET :offset"),
+        {**params, "limit": limit, "offset": offset},
+    ).all()
     where, count_params = trial_where(filters)
-    total = session.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {_FROM} WHERE {where} LIMIT :cap) AS matches"),
-                            {**count_params, "cap": TRIALS_COUNT_CAP + 1}).scalar_one()
+    total = session.execute(
+        text(f"SELECT count(*) FROM (SELECT 1 FROM {_FROM} WHERE {where} LIMIT :cap) AS matches"),
+        {**count_params, "cap": TRIALS_COUNT_CAP + 1},
+    ).scalar_one()
     return [dict(row._mapping) for row in rows], int(total)
 
 
-def iter_trials_csv(session: Session, filters: Filters, chunk_rows: int = 2000, *, layout: CsvLayout = PAGE_CSV,
-                    probe_id: uuid.UUID | None = None) -> Iterator[str]:
+def iter_trials_csv(
+    session: Session, filters: Filters, chunk_rows: int = 2000, *, layout: CsvLayout = PAGE_CSV, probe_id: uuid.UUID | None = None
+) -> Iterator[str]:
     """Raw trials matching ``filters`` (and ``probe_id`` when given) as CSV text chunks, header
     first, oldest first, read ``chunk_rows`` at a time through a server-side cursor."""
     select, params = _select(layout.columns, filters, probe_id)
@@ -92,8 +113,11 @@ def iter_trials_csv(session: Session, filters: Filters, chunk_rows: int = 2000, 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(layout.columns)
-    result = session.execute(text(f"{select} ORDER BY t.started_at, t.trial_id"), params,
-                             execution_options={"yield_per": chunk_rows, "stream_results": True})
+    result = session.execute(
+        text(f"{select} ORDER BY t.started_at, t.trial_id"),
+        params,
+        execution_options={"yield_per": chunk_rows, "stream_results": True},
+    )
     for partition in result.partitions(chunk_rows):
         for row in partition:
             writer.writerow([cell(value) for value in row])

@@ -65,10 +65,12 @@ class Data:
         arms = (self.filters.baseline_iw, self.filters.treatment_iw)
         detail = copy_or_postgresql(
             lambda directory: pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids),
-            lambda: load_path_detail(self.session, self.filters, arms, ids))
+            lambda: load_path_detail(self.session, self.filters, arms, ids),
+        )
         code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
-        detail.path = np.fromiter((code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()),
-                                  dtype=np.int64, count=detail.size)
+        detail.path = np.fromiter(
+            (code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()), dtype=np.int64, count=detail.size
+        )
         return detail
 
 
@@ -84,20 +86,17 @@ def read(session: Session, filters: Filters, all_arms: bool = False, by_size: bo
     two largest reads of a figure overlap without a second connection."""
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
     directory = get_settings().analysis_copy_dir
-    prepared = None if directory is None else pathcopy.prepare_path_stats(session, directory, filters, all_arms,
-                                                                          by_size)
+    prepared = None if directory is None else pathcopy.prepare_path_stats(session, directory, filters, all_arms, by_size)
     if prepared is None:
         ANALYSIS_PATH_READS.labels("postgresql").inc()
-        return Data(session, filters, load_path_stats(session, filters, all_arms, by_size),
-                     load_buckets(session, filters, arms))
+        return Data(session, filters, load_path_stats(session, filters, all_arms, by_size), load_buckets(session, filters, arms))
     copy_columns = _COPY_READS.submit(prepared.run)
     try:
         buckets = load_buckets(session, filters, arms)
     finally:
         columns = copy_columns.result()
     ANALYSIS_PATH_READS.labels("postgresql" if columns is None else "copy").inc()
-    paths = (load_path_stats(session, filters, all_arms, by_size) if columns is None
-             else prepared.frame(session, columns))
+    paths = load_path_stats(session, filters, all_arms, by_size) if columns is None else prepared.frame(session, columns)
     return Data(session, filters, paths, buckets)
 
 
@@ -117,12 +116,15 @@ def data_within_path_interval(data: Data, paths: IntArray, sizes: IntArray | Non
     slot = np.full(detail.size, -1, dtype=np.int64)
     slot[rows] = cell * 2 + treat
     hists = histograms(detail, slot, 2 * k).reshape(k, 2, -1)
-    cells = Cells(path=cell_keys // SIZE_SLOTS,
-                  n_base=sum_by(cell, n * ~treat, k),
-                  sum_base_ms=sum_by(cell, sums_ms * ~treat, k),
-                  n_treat=sum_by(cell, n * treat, k),
-                  sum_treat_ms=sum_by(cell, sums_ms * treat, k),
-                  hist_base=hists[:, 0], hist_treat=hists[:, 1])
+    cells = Cells(
+        path=cell_keys // SIZE_SLOTS,
+        n_base=sum_by(cell, n * ~treat, k),
+        sum_base_ms=sum_by(cell, sums_ms * ~treat, k),
+        n_treat=sum_by(cell, n * treat, k),
+        sum_treat_ms=sum_by(cell, sums_ms * treat, k),
+        hist_base=hists[:, 0],
+        hist_treat=hists[:, 1],
+    )
     return within_path_interval(cells)
 
 
@@ -133,9 +135,12 @@ def paired_estimate(data: Data, rows: IntArray) -> PairedEstimate:
     k = codes.size
     n = sum_by(index, frame.n_pairs[rows], k)
     keep = n > 0
-    stats = PathStats(path=codes[keep], n_pairs=n[keep],
-                      sum_diff_ms=sum_by(index, frame.sum_diff_ms[rows], k)[keep],
-                      sum_base_ms=sum_by(index, frame.sum_base_ms[rows], k)[keep])
+    stats = PathStats(
+        path=codes[keep],
+        n_pairs=n[keep],
+        sum_diff_ms=sum_by(index, frame.sum_diff_ms[rows], k)[keep],
+        sum_base_ms=sum_by(index, frame.sum_base_ms[rows], k)[keep],
+    )
     sizes = frame.size_bucket[rows]
     wanted_sizes = None if (sizes.size == 0 or (sizes == -2).all()) else np.unique(sizes)
     return path_estimate(stats, lambda: data_within_path_interval(data, stats.path, wanted_sizes))

@@ -56,7 +56,7 @@ DEFAULT_MARGIN = dt.timedelta(seconds=1)
 GRAIN_DAY = 0
 GRAIN_MONTH = 1
 
-_SIZE_EDGES = "ARRAY[" + ",".join(str(2 ** k) for k in range(63)) + "]::bigint[]"
+_SIZE_EDGES = "ARRAY[" + ",".join(str(2**k) for k in range(63)) + "]::bigint[]"
 _KEY_SQL = f"""
     COALESCE(campaign_id, {NO_CAMPAIGN}) AS campaign_id,
     probe_id,
@@ -66,6 +66,8 @@ _KEY_SQL = f"""
     (started_at AT TIME ZONE 'UTC')::date AS day"""
 #: The per-path roll-ups' key (besides ``grain``), as the trial selections name it.
 PATH_KEY = ("campaign_id", "probe_id", "origin_id", "arm_iw", "size_bucket", "day")
+
+
 #: The trials the roll-ups (and so every latency figure) are made of: short flows of plain arms.
 #: Background, interactive and page-load flows and paced or learned arms are the cost
 #: analysis's (:mod:`iwscope.analysis.cost`); keyed by ``arm_iw`` they would pass for plain arms.
@@ -82,13 +84,13 @@ _PAIRED_TRIALS = paired_trials_sql()
 _CLIENT_TRIALS = f"""
     SELECT {_KEY_SQL}, object_size,
            CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN total_us END AS latency_us,
-           CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql('total_us')} END AS bin
+           CASE WHEN error_kind IS NULL AND total_us IS NOT NULL THEN {hist_bin_sql("total_us")} END AS bin
     FROM trials WHERE {{where}} AND {_PAIRED_TRIALS}"""
 _SERVER_TRIALS = f"""
     SELECT {_KEY_SQL}, server_total_retrans, server_bytes_retrans, server_bytes_sent,
            CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL THEN server_latency_us END AS latency_us,
            CASE WHEN error_kind IS NULL AND server_latency_us IS NOT NULL
-                THEN {hist_bin_sql('server_latency_us')} END AS bin
+                THEN {hist_bin_sql("server_latency_us")} END AS bin
     FROM trials WHERE {{where}} AND {_PAIRED_TRIALS}"""
 #: The aggregates over a side's trials (``t``), each defined once: the bucket deltas and the
 #: per-path fold select them under their own names.
@@ -102,11 +104,13 @@ _AGG = {
     "bytes_retrans": "COALESCE(sum(t.server_bytes_retrans) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0)",
     "bytes_sent": "COALESCE(sum(t.server_bytes_sent) FILTER (WHERE t.server_total_retrans IS NOT NULL), 0)",
 }
-_CLIENT_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, min(t.object_size) AS size_min, "
-                    f"max(t.object_size) AS size_max, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq")
-_SERVER_MEASURES = (f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq, "
-                    + ", ".join(f"{_AGG[name]} AS {name}"
-                                for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")))
+_CLIENT_MEASURES = (
+    f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, min(t.object_size) AS size_min, "
+    f"max(t.object_size) AS size_max, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq"
+)
+_SERVER_MEASURES = f"{_AGG['all']} AS n_all, {_AGG['n']} AS n, {_AGG['sum']} AS sum_us, {_AGG['sumsq']} AS sumsq, " + ", ".join(
+    f"{_AGG[name]} AS {name}" for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")
+)
 #: A ``{where}`` of received (resp. joined) trials inside a refresh's windows (an empty window,
 #: high <= low, selects nothing).
 _RECEIVED_IN_WINDOW = "received_at > :rlow AND received_at <= :rhigh"
@@ -163,10 +167,19 @@ _GRAINS = f"CROSS JOIN (VALUES ({GRAIN_DAY}), ({GRAIN_MONTH})) AS g(grain)"
 
 #: The per-path roll-ups' measure columns each side adds to, and the aggregate that fills each.
 _PATH_SIDE_COLUMNS = {
-    True: {"n_trials": _AGG["all"], "n_errors": f"{_AGG['all']} - {_AGG['n']}", "client_n": _AGG["n"],
-           "client_sum_us": _AGG["sum"], "client_sumsq_us2": _AGG["sumsq"]},
-    False: {"server_n": _AGG["n"], "server_sum_us": _AGG["sum"], "server_sumsq_us2": _AGG["sumsq"],
-            **{name: _AGG[name] for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")}},
+    True: {
+        "n_trials": _AGG["all"],
+        "n_errors": f"{_AGG['all']} - {_AGG['n']}",
+        "client_n": _AGG["n"],
+        "client_sum_us": _AGG["sum"],
+        "client_sumsq_us2": _AGG["sumsq"],
+    },
+    False: {
+        "server_n": _AGG["n"],
+        "server_sum_us": _AGG["sum"],
+        "server_sumsq_us2": _AGG["sumsq"],
+        **{name: _AGG[name] for name in ("retrans_n", "retrans_trials", "bytes_retrans", "bytes_sent")},
+    },
 }
 _PATH_MEASURES = (*_PATH_SIDE_COLUMNS[True], *_PATH_SIDE_COLUMNS[False])
 
@@ -227,7 +240,7 @@ def _path_fold_sql() -> Any:
 _UNSIGNED_PATHS = text(f"""
     SELECT DISTINCT t.probe_id, COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid) AS origin_id FROM trials AS t
     WHERE (({_RECEIVED_IN_WINDOW}) OR ({_JOINED_IN_WINDOW}))
-      AND {paired_trials_sql('t')} AND NOT EXISTS (
+      AND {paired_trials_sql("t")} AND NOT EXISTS (
         SELECT 1 FROM analysis_path_signatures AS ps
         WHERE ps.probe_id = t.probe_id AND ps.origin_id = COALESCE(t.origin_id, '{NO_ORIGIN}'::uuid))""")
 
@@ -304,18 +317,36 @@ class _Table:
         return str(self.model.__tablename__)
 
     def key(self, row: Any) -> tuple[Any, ...]:
-        return tuple(int(value) if isinstance(value, int) else value
-                     for value in (getattr(row, name) for name, _ in self.keys))
+        return tuple(int(value) if isinstance(value, int) else value for value in (getattr(row, name) for name, _ in self.keys))
 
 
 #: Per path: the paired estimate's sufficient statistics (no histograms; folded in SQL).
-PATH_TABLE = _Table(Rollup, "pk_analysis_rollups", (
-    ("campaign_id", BigInteger), ("probe_id", PgUUID), ("origin_id", PgUUID), ("arm_iw", SmallInteger),
-    ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
+PATH_TABLE = _Table(
+    Rollup,
+    "pk_analysis_rollups",
+    (
+        ("campaign_id", BigInteger),
+        ("probe_id", PgUUID),
+        ("origin_id", PgUUID),
+        ("arm_iw", SmallInteger),
+        ("size_bucket", SmallInteger),
+        ("day", Date),
+        ("grain", SmallInteger),
+    ),
+)
 #: Per path signature (``signatures``): what the figures' histograms read (folded by :func:`fold`).
-BUCKET_TABLE = _Table(BucketRollup, "pk_analysis_bucket_rollups", (
-    ("campaign_id", BigInteger), ("signature_id", Integer), ("arm_iw", SmallInteger),
-    ("size_bucket", SmallInteger), ("day", Date), ("grain", SmallInteger)))
+BUCKET_TABLE = _Table(
+    BucketRollup,
+    "pk_analysis_bucket_rollups",
+    (
+        ("campaign_id", BigInteger),
+        ("signature_id", Integer),
+        ("arm_iw", SmallInteger),
+        ("size_bucket", SmallInteger),
+        ("day", Date),
+        ("grain", SmallInteger),
+    ),
+)
 BucketKey = tuple[int, int, int, int, dt.date, int]
 
 
@@ -359,10 +390,18 @@ def _merge_metric(existing: Any, prefix: str, delta: _MetricDelta) -> dict[str, 
     n = delta.n + (getattr(existing, f"{prefix}_n") if existing else 0)
     sum_us = delta.sum_us + (getattr(existing, f"{prefix}_sum_us") if existing else 0)
     sumsq = delta.sumsq + (Decimal(getattr(existing, f"{prefix}_sumsq_us2")) if existing else Decimal(0))
-    lo, packed = add_to_packed(getattr(existing, f"{prefix}_hist_lo") if existing else 0,
-                               getattr(existing, f"{prefix}_hist") if existing else b"", delta.bins)
-    return {f"{prefix}_n": n, f"{prefix}_sum_us": sum_us, f"{prefix}_sumsq_us2": sumsq,
-            f"{prefix}_hist_lo": lo, f"{prefix}_hist": packed}
+    lo, packed = add_to_packed(
+        getattr(existing, f"{prefix}_hist_lo") if existing else 0,
+        getattr(existing, f"{prefix}_hist") if existing else b"",
+        delta.bins,
+    )
+    return {
+        f"{prefix}_n": n,
+        f"{prefix}_sum_us": sum_us,
+        f"{prefix}_sumsq_us2": sumsq,
+        f"{prefix}_hist_lo": lo,
+        f"{prefix}_hist": packed,
+    }
 
 
 def _load_existing(session: Session, table: _Table, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Any]:
@@ -374,7 +413,8 @@ def _load_existing(session: Session, table: _Table, keys: list[tuple[Any, ...]])
         SELECT r.* FROM {table.name} AS r
         JOIN unnest({", ".join(f":k{i}" for i in range(len(names)))}) AS k({", ".join(names)})
           ON ({", ".join(f"r.{name}" for name in names)}) = ({", ".join(f"k.{name}" for name in names)})""").bindparams(
-        *(bindparam(f"k{i}", type_=ARRAY(sql_type)) for i, (_, sql_type) in enumerate(table.keys)))
+        *(bindparam(f"k{i}", type_=ARRAY(sql_type)) for i, (_, sql_type) in enumerate(table.keys))
+    )
     rows = session.execute(statement, {f"k{i}": list(column) for i, column in enumerate(columns)}).all()
     return {table.key(row): row for row in rows}
 
@@ -395,8 +435,10 @@ def _upsert(session: Session, table: _Table, records: list[dict[str, Any]]) -> N
         with cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
             for record in records:
                 copy.write_row(tuple(record[name] for name in columns))
-        cursor.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} "
-                       f"ON CONFLICT ON CONSTRAINT {table.constraint} DO UPDATE SET {updates}")
+        cursor.execute(
+            f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} "
+            f"ON CONFLICT ON CONSTRAINT {table.constraint} DO UPDATE SET {updates}"
+        )
 
 
 def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = BUCKET_TABLE) -> int:
@@ -405,7 +447,7 @@ def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = BUCKET_TAB
     keys = list(deltas)
     existing = {}
     for start in range(0, len(keys), 20000):
-        existing.update(_load_existing(session, table, keys[start:start + 20000]))
+        existing.update(_load_existing(session, table, keys[start : start + 20000]))
     now = dt.datetime.now(dt.UTC)
     names = [name for name, _ in table.keys]
     size_at = names.index("size_bucket")
@@ -417,16 +459,19 @@ def fold(session: Session, deltas: dict[Any, _Delta], table: _Table = BUCKET_TAB
         if not sizes_min:  # a server side folded before its client side: the key's size octave bounds
             sizes_min = sizes_max = [2 ** key[size_at] if key[size_at] >= 0 else 0]
         record: dict[str, Any] = dict(zip(names, key, strict=True))
-        record.update({
-            "n_trials": delta.n_trials + (old.n_trials if old else 0),
-            "n_errors": delta.n_errors + (old.n_errors if old else 0),
-            "size_min": min(sizes_min), "size_max": max(sizes_max),
-            "retrans_n": delta.retrans_n + (old.retrans_n if old else 0),
-            "retrans_trials": delta.retrans_trials + (old.retrans_trials if old else 0),
-            "bytes_retrans": delta.bytes_retrans + (old.bytes_retrans if old else 0),
-            "bytes_sent": delta.bytes_sent + (old.bytes_sent if old else 0),
-            "updated_at": now,
-        })
+        record.update(
+            {
+                "n_trials": delta.n_trials + (old.n_trials if old else 0),
+                "n_errors": delta.n_errors + (old.n_errors if old else 0),
+                "size_min": min(sizes_min),
+                "size_max": max(sizes_max),
+                "retrans_n": delta.retrans_n + (old.retrans_n if old else 0),
+                "retrans_trials": delta.retrans_trials + (old.retrans_trials if old else 0),
+                "bytes_retrans": delta.bytes_retrans + (old.bytes_retrans if old else 0),
+                "bytes_sent": delta.bytes_sent + (old.bytes_sent if old else 0),
+                "updated_at": now,
+            }
+        )
         record.update(_merge_metric(old, "client", delta.client))
         record.update(_merge_metric(old, "server", delta.server))
         records.append(record)
@@ -449,8 +494,7 @@ def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
     where = "probe_id = ANY(CAST(:probe_ids AS uuid[])) AND {column} <= :high"
     params = {"probe_ids": sorted({str(pair[0]) for pair in by_pair})}
     deltas: dict[BucketKey, _Delta] = {}
-    for client, column, high in ((True, "received_at", watermark.received_upto),
-                                 (False, "joined_at", watermark.joined_upto)):
+    for client, column, high in ((True, "received_at", watermark.received_upto), (False, "joined_at", watermark.joined_upto)):
         for row in session.execute(text(path_bin_sums_sql(client, where.format(column=column))), {**params, "high": high}):
             signatures_of = by_pair.get((row.probe_id, row.origin_id))
             if signatures_of is None:  # another path of a moved path's probe
@@ -461,29 +505,39 @@ def rebucket(session: Session, pairs: list[tuple[uuid.UUID, uuid.UUID]]) -> int:
                 for key in _delta_keys(row, (signature_id,)):
                     deltas.setdefault(key, _Delta()).merge(share, sign)
     fold(session, deltas)
-    session.execute(text("""
+    session.execute(
+        text("""
         DELETE FROM analysis_bucket_rollups
         WHERE signature_id = ANY(:old) AND n_trials = 0 AND client_n = 0 AND server_n = 0 AND retrans_n = 0"""),
-        {"old": sorted({old for old, _ in by_pair.values()})})
+        {"old": sorted({old for old, _ in by_pair.values()})},
+    )
     return len(moves)
 
 
 def _ensure_watermark(session: Session, name: str = WATERMARK_NAME) -> Watermark:
-    session.execute(text("""
+    session.execute(
+        text("""
         INSERT INTO analysis_watermarks (name, received_upto, joined_upto, folded_total)
-        VALUES (:name, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z', 0) ON CONFLICT (name) DO NOTHING"""), {"name": name})
-    row = session.execute(text("SELECT * FROM analysis_watermarks WHERE name = :name FOR UPDATE"),
-                          {"name": name}).one()
-    return Watermark(name=row.name, received_upto=row.received_upto, joined_upto=row.joined_upto,
-                     refreshed_at=row.refreshed_at, folded_total=row.folded_total)
+        VALUES (:name, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z', 0) ON CONFLICT (name) DO NOTHING"""),
+        {"name": name},
+    )
+    row = session.execute(text("SELECT * FROM analysis_watermarks WHERE name = :name FOR UPDATE"), {"name": name}).one()
+    return Watermark(
+        name=row.name,
+        received_upto=row.received_upto,
+        joined_upto=row.joined_upto,
+        refreshed_at=row.refreshed_at,
+        folded_total=row.folded_total,
+    )
 
 
 #: A watermark that has never moved: nothing folded under its name yet.
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _window(session: Session, name: str, margin: dt.timedelta,
-            upto: dt.datetime | None = None) -> tuple[Watermark, dt.datetime, dt.datetime]:
+def _window(
+    session: Session, name: str, margin: dt.timedelta, upto: dt.datetime | None = None
+) -> tuple[Watermark, dt.datetime, dt.datetime]:
     """Watermark ``name`` (created at the epoch if missing, row locked) and the high ends of its
     windows: the safe bound of the module docstring, capped by ``upto``, never below the marks."""
     watermark = _ensure_watermark(session, name)
@@ -494,14 +548,18 @@ def _window(session: Session, name: str, margin: dt.timedelta,
 
 
 def _advance(session: Session, name: str, received: dt.datetime, joined: dt.datetime, folded: int) -> None:
-    session.execute(text("""
+    session.execute(
+        text("""
         UPDATE analysis_watermarks SET received_upto = :received, joined_upto = :joined,
                refreshed_at = clock_timestamp(), folded_total = folded_total + :folded
-        WHERE name = :name"""), {"received": received, "joined": joined, "folded": folded, "name": name})
+        WHERE name = :name"""),
+        {"received": received, "joined": joined, "folded": folded, "name": name},
+    )
 
 
-def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, wait: bool = True,
-                    upto: dt.datetime | None = None) -> RefreshResult:
+def refresh_rollups(
+    session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, wait: bool = True, upto: dt.datetime | None = None
+) -> RefreshResult:
     """Fold new and newly joined trials into the roll-ups; the caller commits.
 
     ``wait=False`` returns ``skipped=True`` at once when another refresh holds the lock.
@@ -513,22 +571,21 @@ def refresh_rollups(session: Session, *, margin: dt.timedelta = DEFAULT_MARGIN, 
     elif not session.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY}).scalar():
         return RefreshResult(True, 0, 0, 0, None, None)
     watermark, received_high, joined_high = _window(session, WATERMARK_NAME, margin, upto)
-    bounds = {"rlow": watermark.received_upto, "rhigh": received_high,
-              "jlow": watermark.joined_upto, "jhigh": joined_high}
+    bounds = {"rlow": watermark.received_upto, "rhigh": received_high, "jlow": watermark.joined_upto, "jhigh": joined_high}
     # every path gets its signature before the bucket fold
     unsigned = session.execute(_UNSIGNED_PATHS, bounds).all()
     signatures.path_signatures(session, [(row.probe_id, row.origin_id) for row in unsigned])
     keys_updated = cast(CursorResult[Any], session.execute(_path_fold_sql(), bounds)).rowcount
-    sides = [client for client, (low, high) in ((True, ("rlow", "rhigh")), (False, ("jlow", "jhigh")))
-             if bounds[high] > bounds[low]]
+    sides = [
+        client for client, (low, high) in ((True, ("rlow", "rhigh")), (False, ("jlow", "jhigh"))) if bounds[high] > bounds[low]
+    ]
     deltas, client_trials, server_trials = _collect(session, bounds, sides)
     fold(session, deltas)
     _advance(session, WATERMARK_NAME, received_high, joined_high, client_trials + server_trials)
     return RefreshResult(False, client_trials, server_trials, keys_updated, received_high, joined_high)
 
 
-def _collect(session: Session, bounds: dict[str, dt.datetime], sides: list[bool]
-             ) -> tuple[dict[BucketKey, _Delta], int, int]:
+def _collect(session: Session, bounds: dict[str, dt.datetime], sides: list[bool]) -> tuple[dict[BucketKey, _Delta], int, int]:
     """The bucket roll-ups' deltas of the trials received (client side) / joined (server side)
     in the windows ``bounds``, of the ``sides`` whose window is not empty."""
     deltas: dict[BucketKey, _Delta] = {}
@@ -583,11 +640,12 @@ def caught_up(session: Session, received_at: dt.datetime | None, joined_at: dt.d
     ``received_at`` and joined up to ``joined_at`` (``None``: nothing to wait for)."""
     if received_at is None and joined_at is None:
         return True
-    folded = session.execute(text("""
+    folded = session.execute(
+        text("""
         SELECT count(*) FROM analysis_watermarks WHERE name IN (:rollups, :paths)
            AND received_upto >= COALESCE(:received, received_upto) AND joined_upto >= COALESCE(:joined, joined_upto)"""),
-        {"rollups": WATERMARK_NAME, "paths": PATH_WATERMARK_NAME, "received": received_at,
-         "joined": joined_at}).scalar_one()
+        {"rollups": WATERMARK_NAME, "paths": PATH_WATERMARK_NAME, "received": received_at, "joined": joined_at},
+    ).scalar_one()
     return int(folded) == 2
 
 
@@ -609,8 +667,7 @@ def rollup_snapshot(session: Session, table: _Table = PATH_TABLE) -> dict[tuple[
         values = dict(row._mapping)
         for prefix in ("client", "server"):
             if f"{prefix}_hist" in values:
-                values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"),
-                                                            values[f"{prefix}_hist"]).tolist()
+                values[f"{prefix}_hist"] = unpack_histogram(values.pop(f"{prefix}_hist_lo"), values[f"{prefix}_hist"]).tolist()
         values.pop("updated_at")
         snapshot[table.key(row)] = values
     return snapshot

@@ -40,12 +40,12 @@ FiltersDep = Annotated[Filters, Depends(_filters)]
 
 #: The raw routes' window parameters in the OpenAPI document (``_filters`` reads them, with the
 #: other filter keys, from the query string: a malformed value falls back to its default).
-_WINDOW_PARAMETERS: dict[str, Any] = {"parameters": [
-    {"name": "since", "in": "query", "required": False, "description": SINCE_DESCRIPTION,
-     "schema": {"type": "string"}},
-    {"name": "until", "in": "query", "required": False, "description": UNTIL_DESCRIPTION,
-     "schema": {"type": "string"}},
-]}
+_WINDOW_PARAMETERS: dict[str, Any] = {
+    "parameters": [
+        {"name": "since", "in": "query", "required": False, "description": SINCE_DESCRIPTION, "schema": {"type": "string"}},
+        {"name": "until", "in": "query", "required": False, "description": UNTIL_DESCRIPTION, "schema": {"type": "string"}},
+    ]
+}
 
 
 def _json(value: Any) -> Any:
@@ -61,8 +61,7 @@ def _json(value: Any) -> Any:
 def _query(function: Callable[..., Any], *args: Any) -> Any:
     """``function(session, *args)`` on a read session closed before the thread ends, as JSON."""
     with get_sessionmaker()() as session:
-        return _json(function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg
-                                         for arg in args)))
+        return _json(function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg for arg in args)))
 
 
 async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
@@ -76,15 +75,15 @@ def get_filters(filters: FiltersDep) -> dict[str, Any]:
 
 
 @router.get("/compare", response_model=schemas.ComparisonsOut)
-async def get_compare(filters: FiltersDep,
-                dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"] = "rtt") -> dict[str, Any]:
+async def get_compare(
+    filters: FiltersDep, dimension: Literal["rtt", "bandwidth", "bdp", "region", "loss", "size"] = "rtt"
+) -> dict[str, Any]:
     """Treatment vs baseline per bucket of ``dimension`` (Figure 5 buckets for rtt/bandwidth/bdp)."""
     return await _run(queries.compare_by, filters, dimension)
 
 
 @router.get("/percentiles", response_model=schemas.PercentilesOut)
-async def get_percentiles(filters: FiltersDep,
-                    group_by: Literal["region", "none"] = "none") -> dict[str, Any]:
+async def get_percentiles(filters: FiltersDep, group_by: Literal["region", "none"] = "none") -> dict[str, Any]:
     """Percentile tables (avg, p50, p75, p90, p99) with retransmission rates, per region or overall."""
     return await _run(queries.percentile_table, filters, "region" if group_by == "region" else None)
 
@@ -166,20 +165,30 @@ async def get_options() -> dict[str, Any]:
 
 
 @router.get("/trials", response_model=schemas.TrialsPageOut, openapi_extra=_WINDOW_PARAMETERS)
-async def get_trials(filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0) -> dict[str, Any]:
+async def get_trials(
+    filters: FiltersDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0
+) -> dict[str, Any]:
     """Raw trials (exact filters), newest first; ``total`` is capped (see ``TRIALS_COUNT_CAP``)."""
     rows, total = await run_db(_query, raw.trials_page, filters, limit, offset, read=True)
     return {"data": rows, "total": total, "limit": limit, "offset": offset}
 
 
-@router.get("/trials.csv", response_class=StreamingResponse, openapi_extra=_WINDOW_PARAMETERS,
-            responses={200: {"content": {"text/csv": {}}, "description": "filtered trials as CSV, streamed"},
-                       503: {"description": "database busy: retry after Retry-After seconds"}})
+@router.get(
+    "/trials.csv",
+    response_class=StreamingResponse,
+    openapi_extra=_WINDOW_PARAMETERS,
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "filtered trials as CSV, streamed"},
+        503: {"description": "database busy: retry after Retry-After seconds"},
+    },
+)
 async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
     """The trials page's columns as CSV (:mod:`iwscope.analysis.raw`, like ``/api/v1/trials.csv``)."""
-    return await stream_read(lambda session: raw.iter_trials_csv(session, resolve_family(session, filters)), "text/csv",
-                             {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'})
+    return await stream_read(
+        lambda session: raw.iter_trials_csv(session, resolve_family(session, filters)),
+        "text/csv",
+        {"Content-Disposition": 'attachment; filename="iwscope-trials.csv"'},
+    )
 
 
 # The real-user study (issue 33), behind a read credential: ``/api/v1/analysis/passive/...``

@@ -52,28 +52,41 @@ def current(session: Session, pairs: Sequence[Pair]) -> dict[Pair, SignatureValu
     if not pairs:
         return {}
     rows = session.execute(_CURRENT, _pair_params(pairs)).all()
-    values = np.array([(row.min_rtt_us, row.bottleneck_bps, row.bdp_bytes, row.loss_rate) for row in rows],
-                      dtype=np.float64).reshape(len(rows), 4)
+    values = np.array(
+        [(row.min_rtt_us, row.bottleneck_bps, row.bdp_bytes, row.loss_rate) for row in rows], dtype=np.float64
+    ).reshape(len(rows), 4)
     rtt, bandwidth = bk.rtt_index(values[:, 0]), bk.bandwidth_index(values[:, 1])
     bdp, loss = bk.bdp_index(values[:, 2]), bk.loss_index(values[:, 3])
-    return {(row.probe_id, row.origin_id): (row.region, int(rtt[i]), int(bandwidth[i]), int(bdp[i]), int(loss[i]))
-            for i, row in enumerate(rows)}
+    return {
+        (row.probe_id, row.origin_id): (row.region, int(rtt[i]), int(bandwidth[i]), int(bdp[i]), int(loss[i]))
+        for i, row in enumerate(rows)
+    }
 
 
 def _ids(session: Session, wanted: set[SignatureValues]) -> dict[SignatureValues, int]:
     """Ids of ``wanted`` signatures, creating missing ones."""
-    known = {(row.region, row.rtt_bucket, row.bandwidth_bucket, row.bdp_bucket, row.loss_bucket): int(row.id)
-             for row in session.execute(text("SELECT * FROM analysis_signatures"))}
+    known = {
+        (row.region, row.rtt_bucket, row.bandwidth_bucket, row.bdp_bucket, row.loss_bucket): int(row.id)
+        for row in session.execute(text("SELECT * FROM analysis_signatures"))
+    }
     missing = sorted(wanted - known.keys())
     if missing:
         columns = list(zip(*missing, strict=True))
-        for row in session.execute(text("""
+        for row in session.execute(
+            text("""
                 INSERT INTO analysis_signatures (region, rtt_bucket, bandwidth_bucket, bdp_bucket, loss_bucket)
                 SELECT * FROM unnest(CAST(:regions AS text[]), CAST(:rtt AS smallint[]), CAST(:bandwidth AS smallint[]),
                                      CAST(:bdp AS smallint[]), CAST(:loss AS smallint[]))
                 ON CONFLICT ON CONSTRAINT uq_analysis_signatures_region DO UPDATE SET region = EXCLUDED.region
-                RETURNING *"""), {"regions": list(columns[0]), "rtt": list(columns[1]), "bandwidth": list(columns[2]),
-                                  "bdp": list(columns[3]), "loss": list(columns[4])}):
+                RETURNING *"""),
+            {
+                "regions": list(columns[0]),
+                "rtt": list(columns[1]),
+                "bandwidth": list(columns[2]),
+                "bdp": list(columns[3]),
+                "loss": list(columns[4]),
+            },
+        ):
             known[(row.region, row.rtt_bucket, row.bandwidth_bucket, row.bdp_bucket, row.loss_bucket)] = int(row.id)
     return known
 
@@ -82,19 +95,24 @@ def _store(session: Session, assigned: dict[Pair, int]) -> None:
     if not assigned:
         return
     pairs = list(assigned)
-    session.execute(text("""
+    session.execute(
+        text("""
         INSERT INTO analysis_path_signatures (probe_id, origin_id, signature_id, updated_at)
         SELECT k.probe_id, k.origin_id, k.signature_id, now()
         FROM unnest(CAST(:probe_ids AS uuid[]), CAST(:origin_ids AS uuid[]), CAST(:signature_ids AS int[]))
              AS k(probe_id, origin_id, signature_id)
         ON CONFLICT (probe_id, origin_id) DO UPDATE SET signature_id = EXCLUDED.signature_id, updated_at = now()"""),
-        {**_pair_params(pairs), "signature_ids": [assigned[pair] for pair in pairs]})
+        {**_pair_params(pairs), "signature_ids": [assigned[pair] for pair in pairs]},
+    )
 
 
 def path_signatures(session: Session, pairs: Sequence[Pair]) -> dict[Pair, int]:
     """The stored signature id of each pair; pairs without one get their current signature."""
-    stored = {(row.probe_id, row.origin_id): int(row.signature_id)
-              for row in session.execute(_STORED, _pair_params(pairs))} if pairs else {}
+    stored = (
+        {(row.probe_id, row.origin_id): int(row.signature_id) for row in session.execute(_STORED, _pair_params(pairs))}
+        if pairs
+        else {}
+    )
     new = [pair for pair in pairs if pair not in stored]
     if new:
         values = current(session, new)
@@ -110,8 +128,7 @@ def moved(session: Session, pairs: Sequence[Pair]) -> list[tuple[Pair, int, int]
     with the stored signature already updated to the new id."""
     if not pairs:
         return []
-    stored = {(row.probe_id, row.origin_id): int(row.signature_id)
-              for row in session.execute(_STORED, _pair_params(pairs))}
+    stored = {(row.probe_id, row.origin_id): int(row.signature_id) for row in session.execute(_STORED, _pair_params(pairs))}
     if not stored:
         return []
     values = current(session, list(stored))

@@ -50,8 +50,8 @@ BOOTSTRAP_SEED = 20100730  # the IETF 78 slides' date; any fixed seed
 MIN_CLUSTERS = 5
 
 
-
 # ---- histogram packing -----------------------------------------------------------------------
+
 
 def share(numerator: float, denominator: float) -> float | None:
     """``numerator / denominator``, or ``None`` when the denominator is not positive."""
@@ -71,9 +71,9 @@ def pack_histogram(counts: npt.ArrayLike) -> tuple[int, bytes]:
     if occupied.size == 0:
         return 0, b""
     lo, hi = int(occupied[0]), int(occupied[-1])
-    if full[lo:hi + 1].max() > np.iinfo(np.int32).max:
+    if full[lo : hi + 1].max() > np.iinfo(np.int32).max:
         raise OverflowError("histogram bin count exceeds int32")
-    return lo, full[lo:hi + 1].astype("<i4").tobytes()
+    return lo, full[lo : hi + 1].astype("<i4").tobytes()
 
 
 def add_to_packed(lo: int | None, packed: bytes | memoryview | None, bins: dict[int, int]) -> tuple[int, bytes]:
@@ -93,16 +93,16 @@ def add_to_packed(lo: int | None, packed: bytes | memoryview | None, bins: dict[
     if span:
         low, high = min(low, start), max(high, start + len(span) - 1)
     merged = [0] * (high - low + 1)
-    merged[start - low:start - low + len(span)] = span.tolist()
+    merged[start - low : start - low + len(span)] = span.tolist()
     for index, count in bins.items():
         merged[index - low] += count
     occupied = [i for i, value in enumerate(merged) if value]
     if not occupied:
         return 0, b""
     first, last = occupied[0], occupied[-1]
-    if max(merged[first:last + 1]) > 2 ** 31 - 1:
+    if max(merged[first : last + 1]) > 2**31 - 1:
         raise OverflowError("histogram bin count exceeds int32")
-    out = array.array("i", merged[first:last + 1])
+    out = array.array("i", merged[first : last + 1])
     if sys.byteorder != "little":
         out.byteswap()
     return low + first, out.tobytes()
@@ -114,12 +114,13 @@ def unpack_histogram(lo: int | None, packed: bytes | memoryview | None) -> IntAr
     if packed:
         span = np.frombuffer(bytes(packed), dtype="<i4")
         start = int(lo or 0)
-        full[start:start + span.size] += span
+        full[start : start + span.size] += span
     return full
 
 
-def merge_packed(groups: IntArray, los: Sequence[int | None], packed: Sequence[bytes | memoryview | None],
-                 n_groups: int) -> IntArray:
+def merge_packed(
+    groups: IntArray, los: Sequence[int | None], packed: Sequence[bytes | memoryview | None], n_groups: int
+) -> IntArray:
     """Sum many packed histograms into ``n_groups`` full histograms (vectorised).
 
     ``groups[i]`` is the output row of ``packed[i]``.  Returns an ``(n_groups, HIST_BINS)``
@@ -144,8 +145,7 @@ def merge_packed(groups: IntArray, los: Sequence[int | None], packed: Sequence[b
     return out.reshape(n_groups, HIST_BINS)
 
 
-def merge_pieces(piece_groups: IntArray, piece_lo: IntArray, piece_len: IntArray, blob: bytes,
-                 n_groups: int) -> IntArray:
+def merge_pieces(piece_groups: IntArray, piece_lo: IntArray, piece_len: IntArray, blob: bytes, n_groups: int) -> IntArray:
     """Sum packed histogram pieces stored back to back in ``blob`` into ``n_groups`` histograms.
 
     Piece ``j`` holds ``piece_len[j]`` int32 counts for bins ``piece_lo[j]...``; it is added to
@@ -161,12 +161,14 @@ def merge_pieces(piece_groups: IntArray, piece_lo: IntArray, piece_len: IntArray
     bins = np.arange(total, dtype=np.int64) - starts[element_piece] + piece_lo[element_piece]
     element_group = piece_groups[element_piece]
     keep = element_group >= 0
-    out += np.bincount(element_group[keep] * HIST_BINS + bins[keep], weights=counts[keep],
-                       minlength=n_groups * HIST_BINS).astype(np.int64)
+    out += np.bincount(element_group[keep] * HIST_BINS + bins[keep], weights=counts[keep], minlength=n_groups * HIST_BINS).astype(
+        np.int64
+    )
     return out.reshape(n_groups, HIST_BINS)
 
 
 # ---- percentiles and moments -----------------------------------------------------------------
+
 
 def histogram_quantiles(counts: npt.ArrayLike, quantiles: Sequence[float]) -> list[float | None]:
     """Quantiles (in ms) of a histogram: the centre of the bin holding the ``ceil(q*n)``-th value.
@@ -211,6 +213,7 @@ def mean_std_ms(n: int, sum_us: float, sumsq_us2: float) -> tuple[float | None, 
 
 # ---- bootstrap -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Interval:
     abs_low: float
@@ -239,9 +242,14 @@ def multinomial_weights(rng: np.random.Generator, replicates: int, units: int) -
     return np.bincount(flat, minlength=replicates * units).reshape(replicates, units).astype(np.float64)
 
 
-def cluster_bootstrap(n_base: npt.ArrayLike, sum_base_ms: npt.ArrayLike, n_treat: npt.ArrayLike,
-                      sum_treat_ms: npt.ArrayLike, replicates: int = BOOTSTRAP_REPLICATES,
-                      seed: int = BOOTSTRAP_SEED) -> Interval | None:
+def cluster_bootstrap(
+    n_base: npt.ArrayLike,
+    sum_base_ms: npt.ArrayLike,
+    n_treat: npt.ArrayLike,
+    sum_treat_ms: npt.ArrayLike,
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval | None:
     """Paired cluster bootstrap of (baseline mean - treatment mean) and its percent of baseline.
 
     Each argument has one entry per cluster (path).  Replicates in which an arm ends up with
@@ -277,8 +285,8 @@ def _normal_spread(lam: FloatArray, centred: FloatArray) -> float | None:
     drawn as a normal (``poisson_bootstrap_means``), else ``None``."""
     if float(lam.sum()) < POISSON_NORMAL_MIN_TRIALS:
         return None
-    k2, k3 = float(lam @ centred ** 2), float(lam @ centred ** 3)
-    return math.sqrt(k2) if k2 == 0.0 or abs(k3) <= POISSON_NORMAL_MAX_SKEW * k2 ** 1.5 else None
+    k2, k3 = float(lam @ centred**2), float(lam @ centred**3)
+    return math.sqrt(k2) if k2 == 0.0 or abs(k3) <= POISSON_NORMAL_MAX_SKEW * k2**1.5 else None
 
 
 def draws_as_normal(hist: npt.ArrayLike) -> bool:
@@ -290,8 +298,9 @@ def draws_as_normal(hist: npt.ArrayLike) -> bool:
     return lam.size > 0 and _normal_spread(lam, values - float(lam @ values) / float(lam.sum())) is not None
 
 
-def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike, replicates: int,
-                            normal: bool = True) -> tuple[FloatArray, float]:
+def poisson_bootstrap_means(
+    rng: np.random.Generator, hist: npt.ArrayLike, replicates: int, normal: bool = True
+) -> tuple[FloatArray, float]:
     """Replicate means (ms, bin centres) of a histogram's trials and the binned mean itself.
 
     Poisson bootstrap: every trial gets a Poisson(1) weight, so a bin holding c trials gets a
@@ -320,9 +329,14 @@ def poisson_bootstrap_means(rng: np.random.Generator, hist: npt.ArrayLike, repli
     return means, binned
 
 
-def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exact_base_ms: float,
-                        exact_treat_ms: float, replicates: int = BOOTSTRAP_REPLICATES,
-                        seed: int = BOOTSTRAP_SEED) -> Interval | None:
+def histogram_bootstrap(
+    hist_base: npt.ArrayLike,
+    hist_treat: npt.ArrayLike,
+    exact_base_ms: float,
+    exact_treat_ms: float,
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval | None:
     """Independent trial bootstrap of each arm from its histogram (Poisson bootstrap).
 
     Replicate means use bin centres; the replicate distribution is shifted by (exact -
@@ -345,6 +359,7 @@ def histogram_bootstrap(hist_base: npt.ArrayLike, hist_treat: npt.ArrayLike, exa
 
 
 # ---- Student t quantile (no scipy) -----------------------------------------------------------
+
 
 def _t_abs_cdf(t: float, df: int) -> float:
     """P(|T| <= t) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3-4, exact)."""
@@ -383,11 +398,11 @@ def t_quantile(p: float, df: int) -> float:
         return -t_quantile(1.0 - p, df)
     if df > 2000:
         z = NormalDist().inv_cdf(p)
-        g1 = (z ** 3 + z) / 4
-        g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-        g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-        g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-        return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+        g1 = (z**3 + z) / 4
+        g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+        g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+        g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+        return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
     target = 2.0 * p - 1.0  # P(|T| <= t)
     low, high = 0.0, 1.0
     while _t_abs_cdf(high, df) < target:
@@ -405,6 +420,7 @@ def t_quantile(p: float, df: int) -> float:
 
 # ---- intervals of percentile differences -------------------------------------------------------
 
+
 def _row_quantiles(hists: FloatArray, quantiles: Sequence[float], first_bin: int = 0) -> FloatArray:
     """Nearest-rank quantiles (ms, bin centres) of every row of ``hists``, whose column 0 is bin
     ``first_bin`` (a window of the histograms holding all their counts): ``(rows, len(quantiles))``."""
@@ -418,9 +434,13 @@ def _row_quantiles(hists: FloatArray, quantiles: Sequence[float], first_bin: int
     return out
 
 
-def quantile_difference_intervals(path_hist_base: npt.ArrayLike, path_hist_treat: npt.ArrayLike,
-                                  quantiles: Sequence[float], replicates: int = 1000,
-                                  seed: int = BOOTSTRAP_SEED) -> list[Interval | None]:
+def quantile_difference_intervals(
+    path_hist_base: npt.ArrayLike,
+    path_hist_treat: npt.ArrayLike,
+    quantiles: Sequence[float],
+    replicates: int = 1000,
+    seed: int = BOOTSTRAP_SEED,
+) -> list[Interval | None]:
     """95 % intervals of (baseline - treatment) quantile and its percent of the baseline's.
 
     ``path_hist_*`` hold one full histogram per path (rows aligned).  With at least
@@ -452,6 +472,7 @@ def quantile_difference_intervals(path_hist_base: npt.ArrayLike, path_hist_treat
 
 
 # ---- intervals of a median and of a proportion (small samples, no bootstrap) --------------------
+
 
 def median_interval(sorted_values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
     """Distribution-free interval of the median from order statistics: ``[x_(j), x_(n+1-j)]``
@@ -499,9 +520,15 @@ def mean_interval(values: Sequence[float] | FloatArray, level: float = 0.95, min
     return mean - half, mean + half
 
 
-def block_bootstrap(series: Sequence[npt.ArrayLike], block: int, statistic: Callable[[FloatArray], npt.ArrayLike],
-                    rng: np.random.Generator, *, min_blocks: int = 10,
-                    replicates: int = BOOTSTRAP_REPLICATES // 4) -> FloatArray | None:
+def block_bootstrap(
+    series: Sequence[npt.ArrayLike],
+    block: int,
+    statistic: Callable[[FloatArray], npt.ArrayLike],
+    rng: np.random.Generator,
+    *,
+    min_blocks: int = 10,
+    replicates: int = BOOTSTRAP_REPLICATES // 4,
+) -> FloatArray | None:
     """Moving-block bootstrap percentile interval of ``statistic(values)`` over several series
     (e.g. the interactive flows of a phase): each replicate draws ``ceil(len / block)`` blocks of
     ``block`` consecutive values from each series, so dependence within a block is kept.
@@ -517,7 +544,7 @@ def block_bootstrap(series: Sequence[npt.ArrayLike], block: int, statistic: Call
         for values in pieces:
             length = min(block, len(values))
             starts = rng.integers(0, len(values) - length + 1, size=math.ceil(len(values) / length))
-            drawn.append(np.concatenate([values[start:start + length] for start in starts])[:len(values)])
+            drawn.append(np.concatenate([values[start : start + length] for start in starts])[: len(values)])
         estimates.append(np.asarray(statistic(np.concatenate(drawn)), dtype=float))
     stacked = np.stack(estimates)
     finite = stacked[np.all(np.isfinite(stacked.reshape(len(stacked), -1)), axis=1)]

@@ -45,15 +45,14 @@ def refresh_rollups(trial_ids: list[str] | None = None, follow_up: bool = False)
     with session_scope() as session:
         result = rollups.refresh_rollups(session, wait=True)
         path_pairs = rollups.refresh_path_estimates(session)
-        pending = bool(session.execute(_PENDING, {"received": result.received_upto,
-                                                  "joined": result.joined_upto}).scalar())
-    outcome: dict[str, Any] = {key: (value.isoformat() if hasattr(value, "isoformat") else value)
-                               for key, value in dataclasses.asdict(result).items()}
+        pending = bool(session.execute(_PENDING, {"received": result.received_upto, "joined": result.joined_upto}).scalar())
+    outcome: dict[str, Any] = {
+        key: (value.isoformat() if hasattr(value, "isoformat") else value) for key, value in dataclasses.asdict(result).items()
+    }
     outcome["path_estimates"] = path_pairs
     outcome["pending"] = pending
     outcome["follow_up_queued"] = queue_rollup_refresh(DEFAULT_MARGIN.total_seconds() + 1.0) if pending else False
-    outcome["analysis_copy_queued"] = (get_settings().analysis_copy_dir is not None
-                                       and queue_analysis_copy_update())
+    outcome["analysis_copy_queued"] = get_settings().analysis_copy_dir is not None and queue_analysis_copy_update()
     log.info("refresh_rollups: %s", outcome)
     return outcome
 

@@ -46,9 +46,15 @@ def _where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """The filters (``trial_where``: campaigns, window, regions, sizes) and what makes a trial
     an HTTPS short flow of the two arms with its origin's flight joined."""
     where, params = trial_where(filters)
-    conditions = [where, "t.tls_version IS NOT NULL", "t.error_kind IS NULL", "t.role = 'short'",
-                  "t.server_tls_first_flight_bytes IS NOT NULL", "t.arm_iw IN (:base, :treat)",
-                  "t.arm IS NULL"]  # plain arms only, as the other figures
+    conditions = [
+        where,
+        "t.tls_version IS NOT NULL",
+        "t.error_kind IS NULL",
+        "t.role = 'short'",
+        "t.server_tls_first_flight_bytes IS NOT NULL",
+        "t.arm_iw IN (:base, :treat)",
+        "t.arm IS NULL",
+    ]  # plain arms only, as the other figures
     return " AND ".join(conditions), {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw}
 
 
@@ -56,11 +62,14 @@ def tls_by_flight(session: Session, filters: Filters) -> list[BucketComparison]:
     """Baseline vs treatment handshake time per first-flight bucket (module docstring)."""
     column = "t.server_tls_handshake_us" if filters.metric == "server" else "t.tls_handshake_us"
     where, params = _where(filters)
-    rows = session.execute(text(f"""
+    rows = session.execute(
+        text(f"""
         SELECT t.probe_id::text || '/' || coalesce(t.origin_id::text, ''), t.arm_iw,
                t.server_tls_first_flight_bytes, {column}, {bk.hist_bin_sql(column)}
           FROM trials t JOIN probes p ON p.id = t.probe_id
-         WHERE {where} AND {column} IS NOT NULL"""), params).all()
+         WHERE {where} AND {column} IS NOT NULL"""),
+        params,
+    ).all()
     if not rows:
         return []
     paths, path_code = np.unique(np.array([row[0] for row in rows]), return_inverse=True)
@@ -77,16 +86,23 @@ def tls_by_flight(session: Session, filters: Filters) -> list[BucketComparison]:
         for iw in (filters.baseline_iw, filters.treatment_iw):
             chosen = in_bucket & (arm == iw)
             values = latency_us[chosen]
-            arms.append(arm_stats(iw, float(values.size), float(values.sum()), float((values ** 2).sum()),
-                                  np.bincount(bins[chosen], minlength=bk.HIST_BINS)))
-        estimate = cell_estimate(_cells(path_code[in_bucket], arm[in_bucket], latency_us[in_bucket],
-                                        bins[in_bucket], filters, len(paths)))
+            arms.append(
+                arm_stats(
+                    iw,
+                    float(values.size),
+                    float(values.sum()),
+                    float((values**2).sum()),
+                    np.bincount(bins[chosen], minlength=bk.HIST_BINS),
+                )
+            )
+        estimate = cell_estimate(
+            _cells(path_code[in_bucket], arm[in_bucket], latency_us[in_bucket], bins[in_bucket], filters, len(paths))
+        )
         results.append(bucket_comparison(DIMENSION, label, arms[0], arms[1], estimate))
     return results
 
 
-def _cells(path: np.ndarray, arm: np.ndarray, latency_us: np.ndarray, bins: np.ndarray, filters: Filters,
-           n_paths: int) -> Cells:
+def _cells(path: np.ndarray, arm: np.ndarray, latency_us: np.ndarray, bins: np.ndarray, filters: Filters, n_paths: int) -> Cells:
     """One cell per path of a bucket: both arms' counts, sums (ms) and histograms."""
     base, treat = arm == filters.baseline_iw, arm == filters.treatment_iw
     ms = latency_us / 1000.0
@@ -100,6 +116,12 @@ def _cells(path: np.ndarray, arm: np.ndarray, latency_us: np.ndarray, bins: np.n
     np.add.at(hist_treat, (path[treat], bins[treat]), 1)
     present = np.flatnonzero(np.bincount(path, minlength=n_paths))
     ones = np.ones(path.size)
-    return Cells(path=present, n_base=per_path(base, ones)[present], sum_base_ms=per_path(base, ms)[present],
-                 n_treat=per_path(treat, ones)[present], sum_treat_ms=per_path(treat, ms)[present],
-                 hist_base=hist_base[present], hist_treat=hist_treat[present])
+    return Cells(
+        path=present,
+        n_base=per_path(base, ones)[present],
+        sum_base_ms=per_path(base, ms)[present],
+        n_treat=per_path(treat, ones)[present],
+        sum_treat_ms=per_path(treat, ms)[present],
+        hist_base=hist_base[present],
+        hist_treat=hist_treat[present],
+    )

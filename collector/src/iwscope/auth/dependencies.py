@@ -78,8 +78,9 @@ class _Stored:
 def _stored_identity(model: IdentityModel, identity: uuid.UUID) -> _Stored | None:
     """The row of a probe, origin or server (runs in a database slot; the connection is returned here)."""
     with get_engine().connect() as connection:
-        row = connection.execute(select(model.id, model.name, model.region, model.secret_hash, model.revoked_at)
-                                 .where(model.id == identity)).first()
+        row = connection.execute(
+            select(model.id, model.name, model.region, model.secret_hash, model.revoked_at).where(model.id == identity)
+        ).first()
     if row is None:
         return None
     revoked_at: dt.datetime | None = row.revoked_at
@@ -95,8 +96,9 @@ class CredentialCache:
     answer only if no :meth:`clear` came in between: a revocation notified while the lookup
     ran must not be undone by the old row it read."""
 
-    def __init__(self, ttl_s: float, max_entries: int = 100_000, notified_ttl_s: float = 0.0,
-                 notified: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self, ttl_s: float, max_entries: int = 100_000, notified_ttl_s: float = 0.0, notified: Callable[[], bool] = lambda: False
+    ) -> None:
         self.ttl_s = ttl_s
         self.notified_ttl_s = notified_ttl_s
         self.max_entries = max_entries
@@ -149,9 +151,11 @@ def _cache(kind: IdentityKind) -> CredentialCache:
     cache = _caches.get(kind)
     if cache is None:
         settings = get_settings()
-        cache = _caches[kind] = CredentialCache(settings.credential_cache_s,
-                                                notified_ttl_s=settings.credential_cache_notified_s,
-                                                notified=lambda: _listener is not None and _listener.listening)
+        cache = _caches[kind] = CredentialCache(
+            settings.credential_cache_s,
+            notified_ttl_s=settings.credential_cache_notified_s,
+            notified=lambda: _listener is not None and _listener.listening,
+        )
     return cache
 
 
@@ -177,8 +181,7 @@ def stop_credential_listener() -> None:
 
 
 def unauthorized(detail: str = INVALID_CREDENTIALS) -> HTTPException:
-    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail,
-                         headers={"WWW-Authenticate": "Bearer"})
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
@@ -241,6 +244,7 @@ def _token_dependency(kind: str) -> TokenDependency:
         if not await run_db(valid, settings, token):
             raise unauthorized()
         return kind
+
     check.__name__ = f"require_{kind}_token"
     return check
 
@@ -278,10 +282,23 @@ ReaderDep = Annotated[str, Depends(require_reader)]
 def forbid_other_identity(own_id: object, claimed_id: object) -> None:
     """403 when a valid credential acts on another probe's, origin's or server's id."""
     if str(own_id) != str(claimed_id):
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            detail="credential does not belong to this id")
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="credential does not belong to this id")
 
 
-__all__ = ["AdminDep", "EnrollTokenDep", "INVALID_CREDENTIALS", "Identity", "OriginDep", "OriginTokenDep",
-           "ProbeDep", "READER_KINDS", "ReaderDep", "ServerDep", "ServerTokenDep", "SettingsDep", "forbid_other_identity",
-           "unauthorized", "utcnow"]
+__all__ = [
+    "AdminDep",
+    "EnrollTokenDep",
+    "INVALID_CREDENTIALS",
+    "Identity",
+    "OriginDep",
+    "OriginTokenDep",
+    "ProbeDep",
+    "READER_KINDS",
+    "ReaderDep",
+    "ServerDep",
+    "ServerTokenDep",
+    "SettingsDep",
+    "forbid_other_identity",
+    "unauthorized",
+    "utcnow",
+]

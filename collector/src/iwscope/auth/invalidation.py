@@ -69,9 +69,15 @@ class CredentialListener:
         args, params = self._engine.dialect.create_connect_args(self._engine.url)
         # TCP keepalives (and a user timeout) so that a peer gone silently -- no FIN, no RST --
         # is noticed in ~30 s rather than never: an idle listener sends nothing by itself.
-        params = {**params, "application_name": listener_name(), "keepalives": 1,
-                  "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-                  "tcp_user_timeout": 30_000}
+        params = {
+            **params,
+            "application_name": listener_name(),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 30_000,
+        }
         return psycopg.connect(*args, autocommit=True, connect_timeout=5, **params)
 
     def _run(self) -> None:

@@ -81,8 +81,10 @@ def api_token_valid(session: Session, settings: Settings, kind: str, token: str)
     if bootstrap and hmac.compare_digest(token.encode("utf-8"), bootstrap.encode("utf-8")):
         return True
     stored = session.scalar(
-        select(ApiToken.token_hash).where(ApiToken.token_hash == hash_secret(token),
-                                          ApiToken.kind == kind, ApiToken.revoked_at.is_(None)))
+        select(ApiToken.token_hash).where(
+            ApiToken.token_hash == hash_secret(token), ApiToken.kind == kind, ApiToken.revoked_at.is_(None)
+        )
+    )
     return secret_matches(token, stored)
 
 
@@ -95,8 +97,9 @@ def api_token_kind(session: Session, settings: Settings, kinds: tuple[str, ...],
         if bootstrap and hmac.compare_digest(token.encode("utf-8"), bootstrap.encode("utf-8")):
             return kind
     row = session.execute(
-        select(ApiToken.kind, ApiToken.token_hash).where(ApiToken.token_hash == hash_secret(token),
-                                                         ApiToken.kind.in_(kinds), ApiToken.revoked_at.is_(None))
+        select(ApiToken.kind, ApiToken.token_hash).where(
+            ApiToken.token_hash == hash_secret(token), ApiToken.kind.in_(kinds), ApiToken.revoked_at.is_(None)
+        )
     ).first()
     if not secret_matches(token, row.token_hash if row is not None else None) or row is None:
         return None
@@ -120,8 +123,7 @@ def list_api_tokens(session: Session, include_revoked: bool = False) -> list[Tok
     query = select(ApiToken).order_by(ApiToken.id)
     if not include_revoked:
         query = query.where(ApiToken.revoked_at.is_(None))
-    return [TokenListing(row.id, row.kind, row.label, row.created_at, row.revoked_at)
-            for row in session.scalars(query)]
+    return [TokenListing(row.id, row.kind, row.label, row.created_at, row.revoked_at) for row in session.scalars(query)]
 
 
 def revoke_api_token(session: Session, token_id: int | None = None, token: str | None = None) -> TokenListing:
@@ -131,8 +133,11 @@ def revoke_api_token(session: Session, token_id: int | None = None, token: str |
     if (token_id is None) == (token is None):
         raise ValueError("name the token by exactly one of its id or its value")
     query = select(ApiToken).where(ApiToken.revoked_at.is_(None))
-    query = query.where(ApiToken.id == token_id) if token_id is not None else query.where(
-        ApiToken.token_hash == hash_secret(token or ""))
+    query = (
+        query.where(ApiToken.id == token_id)
+        if token_id is not None
+        else query.where(ApiToken.token_hash == hash_secret(token or ""))
+    )
     row = session.scalar(query.with_for_update())
     if row is None:
         raise LookupError("no such unrevoked token")

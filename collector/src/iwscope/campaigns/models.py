@@ -19,11 +19,22 @@ from iwscope.wiretypes import FAMILY_KNOWN_SQL
 #: The columns only a passive campaign has (``0013_passive``, wire v6): all NULL on every other
 #: campaign, all set (``passive_ports`` may stay NULL) on a passive one.  Public exports of
 #: ``campaigns`` leave them out (``iwscope.exports.columnar``).
-PASSIVE_COLUMNS = ("server_ids", "passive_arms", "passive_ports", "prefix_v4", "prefix_v6", "assignment_seed",
-                   "sample_share", "flush_interval_s", "phase")
+PASSIVE_COLUMNS = (
+    "server_ids",
+    "passive_arms",
+    "passive_ports",
+    "prefix_v4",
+    "prefix_v6",
+    "assignment_seed",
+    "sample_share",
+    "flush_interval_s",
+    "phase",
+)
 #: An ordinary campaign has exactly one of sizes and size_dist; census and passive campaigns neither.
-SIZES_CHECK_SQL = ("(census_urls IS NULL AND server_ids IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
-                   "OR ((census_urls IS NOT NULL OR server_ids IS NOT NULL) AND sizes IS NULL AND size_dist IS NULL)")
+SIZES_CHECK_SQL = (
+    "(census_urls IS NULL AND server_ids IS NULL AND (sizes IS NULL) <> (size_dist IS NULL)) "
+    "OR ((census_urls IS NOT NULL OR server_ids IS NOT NULL) AND sizes IS NULL AND size_dist IS NULL)"
+)
 #: Either no passive column is set, or the passive campaign is complete, time-boxed and in range
 #: (``IS NOT NULL`` spelled out: a check passes on NULL).
 PASSIVE_CHECK_SQL = (
@@ -34,7 +45,8 @@ PASSIVE_CHECK_SQL = (
     "AND prefix_v4 IS NOT NULL AND prefix_v4 BETWEEN 16 AND 24 AND prefix_v6 IS NOT NULL AND prefix_v6 BETWEEN 32 AND 64 "
     "AND assignment_seed IS NOT NULL AND assignment_seed BETWEEN 0 AND 4294967295 "
     "AND sample_share IS NOT NULL AND sample_share BETWEEN 0 AND 1 "
-    "AND flush_interval_s IS NOT NULL AND flush_interval_s BETWEEN 1 AND 3600 AND phase IS NOT NULL AND phase >= 0)")
+    "AND flush_interval_s IS NOT NULL AND flush_interval_s BETWEEN 1 AND 3600 AND phase IS NOT NULL AND phase >= 0)"
+)
 
 
 class Campaign(Base):

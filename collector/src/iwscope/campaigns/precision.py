@@ -55,11 +55,14 @@ def _bucket_labels(dimension: str, values: list[float | None]) -> list[str | Non
 def precision_by_probe(session: Session, campaign: Campaign) -> list[ProbePrecision]:
     """Per probe of ``campaign``: the widest half interval among the buckets its paths feed."""
     # The campaign's paths from its month roll-ups (a few rows per path), not from every trial.
-    paths = session.execute(text("""
+    paths = session.execute(
+        text("""
         SELECT DISTINCT r.probe_id, pe.min_rtt_us::float8, pe.bottleneck_bps::float8
         FROM analysis_rollups AS r
         LEFT JOIN path_estimates AS pe ON pe.probe_id = r.probe_id AND pe.origin_id = r.origin_id
-        WHERE r.campaign_id = :campaign AND r.grain = 1"""), {"campaign": campaign.id}).all()
+        WHERE r.campaign_id = :campaign AND r.grain = 1"""),
+        {"campaign": campaign.id},
+    ).all()
     if not paths:
         return []
     baseline = min(campaign.arms)
@@ -90,9 +93,11 @@ def update_done(session: Session, now: dt.datetime | None = None) -> dict[int, i
     """Mark the probes of running adaptive campaigns that reached the target; returns newly
     marked probes per campaign."""
     now = now or utcnow()
-    campaigns = session.scalars(select(Campaign).where(
-        Campaign.target_ci_ms.is_not(None), Campaign.starts_at <= now,
-        or_(Campaign.ends_at.is_(None), Campaign.ends_at > now))).all()
+    campaigns = session.scalars(
+        select(Campaign).where(
+            Campaign.target_ci_ms.is_not(None), Campaign.starts_at <= now, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now)
+        )
+    ).all()
     marked: dict[int, int] = {}
     for campaign in campaigns:
         target = float(campaign.target_ci_ms or 0.0)
@@ -101,10 +106,15 @@ def update_done(session: Session, now: dt.datetime | None = None) -> dict[int, i
             continue
         inserted = session.execute(
             insert(CampaignProbeDone)
-            .values([{"campaign_id": campaign.id, "probe_id": precision.probe_id,
-                      "widest_half_ci_ms": precision.widest_half_ci_ms} for precision in done])
+            .values(
+                [
+                    {"campaign_id": campaign.id, "probe_id": precision.probe_id, "widest_half_ci_ms": precision.widest_half_ci_ms}
+                    for precision in done
+                ]
+            )
             .on_conflict_do_nothing()
-            .returning(CampaignProbeDone.probe_id)).all()
+            .returning(CampaignProbeDone.probe_id)
+        ).all()
         if inserted:
             marked[campaign.id] = len(inserted)
     return marked

@@ -62,7 +62,8 @@ def _update(campaign_id: int, body: CampaignPatch) -> CampaignOut:
 
 #: A passive campaign whose window overlaps another's on one of its servers.
 _CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"description": "a server of this passive campaign is in another passive campaign at the same time"}}
+    409: {"description": "a server of this passive campaign is in another passive campaign at the same time"}
+}
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=CampaignOut, responses=_CONFLICT)

@@ -26,8 +26,9 @@ from iwscope.wiretypes import (
 )
 
 #: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
-ArmSpec = Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16,
-                                                                      pattern=wire.ARM_LABEL_PATTERN)]
+ArmSpec = (
+    Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16, pattern=wire.ARM_LABEL_PATTERN)]
+)
 Arms = Annotated[list[ArmSpec], Field(min_length=1, max_length=16)]
 Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(min_length=1, max_length=256)]
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
@@ -37,12 +38,20 @@ Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64), NO_N
 CensusUrls = Annotated[list[CensusUrl], Field(min_length=1, max_length=wire.MAX_CENSUS_URLS)]
 #: What an ordinary campaign needs and a census campaign must not have, and what only the
 #: measurement of iwscope's own origins uses (neither can a census campaign have).
-_MEASUREMENT_ONLY = ("sizes", "size_dist", "arrival_rate_per_s", "background_bytes", "background_iw",
-                     "target_ci_ms", "arm_shares", "interactive_interval_us", "interactive_packet_bytes",
-                     "page_connections")
+_MEASUREMENT_ONLY = (
+    "sizes",
+    "size_dist",
+    "arrival_rate_per_s",
+    "background_bytes",
+    "background_iw",
+    "target_ci_ms",
+    "arm_shares",
+    "interactive_interval_us",
+    "interactive_packet_bytes",
+    "page_connections",
+)
 #: What only a passive campaign takes (besides ``server_ids``, which makes a campaign passive).
-_PASSIVE_ONLY = ("passive_arms", "passive_ports", "prefix_v4", "prefix_v6", "assignment_seed", "sample_share",
-                 "flush_interval_s")
+_PASSIVE_ONLY = ("passive_arms", "passive_ports", "prefix_v4", "prefix_v6", "assignment_seed", "sample_share", "flush_interval_s")
 #: What a passive campaign does not take: it measures real users of its servers, not probes.
 _NOT_PASSIVE = ("origin_ids", "arms", "census_urls", "probe_regions", "family") + _MEASUREMENT_ONLY
 #: How probes run rounds: a passive campaign has no rounds, so these must not be given.
@@ -66,8 +75,9 @@ def check_passive_arms(arms: list[PassiveArmIn]) -> list[PassiveArmIn]:
         if label == wire.DEFAULT_ARM:
             continue
         if str(int(label)) != label or not 1 <= int(label) <= wire.MAX_PASSIVE_IW:
-            raise ValueError(f"passive_arms: arm {label!r} must be 'default' or an IW from 1 to {wire.MAX_PASSIVE_IW} "
-                             "without leading zeros")
+            raise ValueError(
+                f"passive_arms: arm {label!r} must be 'default' or an IW from 1 to {wire.MAX_PASSIVE_IW} without leading zeros"
+            )
     total = sum(arm.share_bp for arm in arms)
     if total != wire.PASSIVE_SHARE_SCALE:
         raise ValueError(f"passive_arms: shares must sum to {wire.PASSIVE_SHARE_SCALE} basis points (100 %), not {total}")
@@ -75,8 +85,9 @@ def check_passive_arms(arms: list[PassiveArmIn]) -> list[PassiveArmIn]:
 
 
 #: A passive study's arms as the campaign API takes them (``[{"arm": "default", "share_bp": 9000}, ...]``).
-PassiveArms = Annotated[list[PassiveArmIn], Field(min_length=1, max_length=wire.MAX_PASSIVE_ARMS),
-                        AfterValidator(check_passive_arms)]
+PassiveArms = Annotated[
+    list[PassiveArmIn], Field(min_length=1, max_length=wire.MAX_PASSIVE_ARMS), AfterValidator(check_passive_arms)
+]
 ServerIds = Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_PASSIVE_SERVERS)]
 PassivePorts = Annotated[list[Port], Field(min_length=1, max_length=wire.MAX_PASSIVE_PORTS)]
 
@@ -121,8 +132,7 @@ class CampaignIn(BaseModel):
     #: the origin's echo port during every round.  ``None``: none.
     interactive_interval_us: Annotated[int, Field(ge=1000, le=10_000_000)] | None = None
     #: Its packets' UDP payload bytes (default 160, a voice frame).
-    interactive_packet_bytes: Annotated[int, Field(ge=wire.MIN_ECHO_PACKET_BYTES,
-                                                   le=wire.MAX_ECHO_PACKET_BYTES)] | None = None
+    interactive_packet_bytes: Annotated[int, Field(ge=wire.MIN_ECHO_PACKET_BYTES, le=wire.MAX_ECHO_PACKET_BYTES)] | None = None
     #: Page loads: each short flow is fetched over this many parallel connections (6 like a browser).
     page_connections: Annotated[int, Field(ge=2, le=16)] | None = None
     #: The IP version to measure over: ``ipv6`` fetches from the origins' ``host6`` (or resolves

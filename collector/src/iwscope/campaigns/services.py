@@ -31,8 +31,7 @@ _NOT_PASSIVE_PATCH = frozenset({"probe_regions", "repetitions", "interval_s"})
 
 
 def _unprocessable(field: str, message: str, kind: str = "value_error") -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                         detail=[{"loc": ["body", field], "msg": message, "type": kind}])
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[{"loc": ["body", field], "msg": message, "type": kind}])
 
 
 def _unknown_origins(session: Session, campaign: CampaignIn) -> list[str]:
@@ -43,8 +42,10 @@ def _unknown_origins(session: Session, campaign: CampaignIn) -> list[str]:
 def _check_servers(session: Session, server_ids: list[uuid.UUID], ports: list[int] | None) -> None:
     """422 naming servers that are unknown or revoked, or (without the campaign's own ports)
     that enrolled no port to split."""
-    servers = {server.id: server for server in session.scalars(
-        select(Server).where(Server.id.in_(server_ids), Server.revoked_at.is_(None)))}
+    servers = {
+        server.id: server
+        for server in session.scalars(select(Server).where(Server.id.in_(server_ids), Server.revoked_at.is_(None)))
+    }
     unknown = [str(server_id) for server_id in server_ids if server_id not in servers]
     if unknown:
         raise _unprocessable("server_ids", f"unknown or revoked servers: {', '.join(unknown)}", "unknown_server")
@@ -53,13 +54,15 @@ def _check_servers(session: Session, server_ids: list[uuid.UUID], ports: list[in
         raise _unprocessable("passive_ports", f"servers {', '.join(portless)} enrolled no ports: give passive_ports")
 
 
-def _check_no_overlap(session: Session, server_ids: list[uuid.UUID], starts_at: dt.datetime, ends_at: dt.datetime,
-                      campaign_id: int | None = None) -> None:
+def _check_no_overlap(
+    session: Session, server_ids: list[uuid.UUID], starts_at: dt.datetime, ends_at: dt.datetime, campaign_id: int | None = None
+) -> None:
     """409 when a server of ``server_ids`` is in another passive campaign whose window overlaps
     ``[starts_at, ends_at)``; takes the passive campaigns' advisory lock until the commit."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PASSIVE_LOCK_KEY})
     query = select(Campaign.id, Campaign.server_ids, Campaign.starts_at, Campaign.ends_at).where(
-        Campaign.server_ids.overlap(server_ids), Campaign.starts_at < ends_at, Campaign.ends_at > starts_at)
+        Campaign.server_ids.overlap(server_ids), Campaign.starts_at < ends_at, Campaign.ends_at > starts_at
+    )
     if campaign_id is not None:
         query = query.where(Campaign.id != campaign_id)
     clashes = session.execute(query.order_by(Campaign.id)).all()
@@ -67,9 +70,12 @@ def _check_no_overlap(session: Session, server_ids: list[uuid.UUID], starts_at: 
         wanted = set(server_ids)
         described = "; ".join(
             f"server {', '.join(str(server) for server in row.server_ids if server in wanted)} is in passive campaign "
-            f"{row.id} from {row.starts_at.isoformat()} to {row.ends_at.isoformat()}" for row in clashes)
-        raise HTTPException(status.HTTP_409_CONFLICT,
-                            detail=f"passive campaigns of one server must not overlap in time: {described}")
+            f"{row.id} from {row.starts_at.isoformat()} to {row.ends_at.isoformat()}"
+            for row in clashes
+        )
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, detail=f"passive campaigns of one server must not overlap in time: {described}"
+        )
 
 
 def create_campaign(session: Session, campaign: CampaignIn) -> Campaign:
@@ -109,8 +115,9 @@ def update_campaign(session: Session, campaign: Campaign, patch: CampaignPatch) 
     return campaign
 
 
-def _check_passive_patch(session: Session, campaign: Campaign, changes: dict[str, Any], starts_at: dt.datetime,
-                         ends_at: dt.datetime | None) -> None:
+def _check_passive_patch(
+    session: Session, campaign: Campaign, changes: dict[str, Any], starts_at: dt.datetime, ends_at: dt.datetime | None
+) -> None:
     """A patch of a passive campaign: it stays time-boxed, its servers valid and alone in their
     windows; a change of the arms or shares starts the next phase (``changes`` gets it)."""
     refused = sorted(_NOT_PASSIVE_PATCH & set(changes))

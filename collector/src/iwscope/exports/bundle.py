@@ -37,8 +37,20 @@ from iwscope.campaigns.schemas import CampaignOut
 from iwscope.exports.columnar import TABLES, ExportFilters, write_parquet
 
 #: Distributions whose versions a bundle records (what computed or may read its numbers).
-PACKAGES = ("iwprobe", "iwscope-collector", "iwscope-lab", "iwscope-dashboard", "numpy", "duckdb", "pyarrow",
-            "sqlalchemy", "psycopg", "fastapi", "pydantic", "plotly")
+PACKAGES = (
+    "iwprobe",
+    "iwscope-collector",
+    "iwscope-lab",
+    "iwscope-dashboard",
+    "numpy",
+    "duckdb",
+    "pyarrow",
+    "sqlalchemy",
+    "psycopg",
+    "fastapi",
+    "pydantic",
+    "plotly",
+)
 #: The bundle's own files (beside ``data/``).
 MANIFEST, VERSIONS, CAMPAIGNS = "manifest.json", "versions.json", "campaigns.json"
 
@@ -50,9 +62,14 @@ class BundleError(ValueError):
 def versions(session: Session | None = None, repository: pathlib.Path | None = None) -> dict[str, Any]:
     """What made the data: software versions, the host's kernel, the checkout's commit."""
     found: dict[str, Any] = {
-        "iwscope": __version__, "wire_version": wire.WIRE_VERSION, "python": sys.version.split()[0],
-        "platform": platform.platform(), "kernel": platform.release(), "machine": platform.machine(),
-        "packages": {}}
+        "iwscope": __version__,
+        "wire_version": wire.WIRE_VERSION,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "packages": {},
+    }
     for name in PACKAGES:
         try:
             found["packages"][name] = metadata.version(name)
@@ -60,10 +77,16 @@ def versions(session: Session | None = None, repository: pathlib.Path | None = N
             continue
     root = repository or pathlib.Path(__file__).resolve().parents[4]
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
         found["git_commit"], found["git_dirty"] = commit, bool(dirty)
     except (OSError, subprocess.SubprocessError):
         found["git_commit"], found["git_dirty"] = None, None
@@ -80,8 +103,9 @@ def _sha256(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def write_bundle(session: Session, campaign_ids: Sequence[int], out_dir: pathlib.Path,
-                 extra_files: Sequence[str] = ()) -> dict[str, Any]:
+def write_bundle(
+    session: Session, campaign_ids: Sequence[int], out_dir: pathlib.Path, extra_files: Sequence[str] = ()
+) -> dict[str, Any]:
     """Write the bundle of ``campaign_ids`` into ``out_dir`` (see the module); the manifest.
     ``extra_files`` (paths relative to ``out_dir``, written by the caller: a report, a
     scenario, a self-test) are listed and hashed too."""
@@ -93,8 +117,10 @@ def write_bundle(session: Session, campaign_ids: Sequence[int], out_dir: pathlib
         raise BundleError(f"unknown campaigns: {', '.join(map(str, missing))}")
     passive = [str(campaign.id) for campaign in campaigns if campaign.server_ids is not None]
     if passive:  # real users' data is not public: GET /api/v1/passive/*.parquet with a read token
-        raise BundleError(f"campaigns {', '.join(passive)} are passive campaigns: their data is read with the read "
-                          "credential (GET /api/v1/passive/aggregates.parquet, connections.parquet), not bundled")
+        raise BundleError(
+            f"campaigns {', '.join(passive)} are passive campaigns: their data is read with the read "
+            "credential (GET /api/v1/passive/aggregates.parquet, connections.parquet), not bundled"
+        )
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     rows: dict[str, int] = {}
@@ -102,17 +128,22 @@ def write_bundle(session: Session, campaign_ids: Sequence[int], out_dir: pathlib
         parts = []
         for campaign in campaigns:
             part = data / f".{name}-{campaign.id}.parquet"
-            rows[name] = rows.get(name, 0) + write_parquet(session, TABLES[name], ExportFilters(campaign_id=campaign.id),
-                                                           str(part))
+            rows[name] = rows.get(name, 0) + write_parquet(
+                session, TABLES[name], ExportFilters(campaign_id=campaign.id), str(part)
+            )
             parts.append(part)
         _concatenate(parts, data / f"{name}.parquet")
-    (out_dir / CAMPAIGNS).write_text(json.dumps(
-        [CampaignOut.model_validate(campaign).model_dump(mode="json") for campaign in campaigns], indent=2) + "\n")
+    (out_dir / CAMPAIGNS).write_text(
+        json.dumps([CampaignOut.model_validate(campaign).model_dump(mode="json") for campaign in campaigns], indent=2) + "\n"
+    )
     (out_dir / VERSIONS).write_text(json.dumps(versions(session), indent=2) + "\n")
     files = sorted([f"data/{name}.parquet" for name in rows] + [CAMPAIGNS, VERSIONS, *extra_files])
-    manifest = {"format": "iwscope-bundle/1", "campaign_ids": [campaign.id for campaign in campaigns], "rows": rows,
-                "files": {name: {"bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)}
-                          for name in files}}
+    manifest = {
+        "format": "iwscope-bundle/1",
+        "campaign_ids": [campaign.id for campaign in campaigns],
+        "rows": rows,
+        "files": {name: {"bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)} for name in files},
+    }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -132,6 +163,10 @@ def _concatenate(parts: Sequence[pathlib.Path], target: pathlib.Path) -> None:
 def verify(out_dir: pathlib.Path) -> list[str]:
     """The files of a bundle whose bytes or hash no longer match its manifest (empty: intact)."""
     manifest = json.loads((out_dir / MANIFEST).read_text())
-    return [name for name, entry in manifest["files"].items()
-            if not (out_dir / name).exists() or (out_dir / name).stat().st_size != entry["bytes"]
-            or _sha256(out_dir / name) != entry["sha256"]]
+    return [
+        name
+        for name, entry in manifest["files"].items()
+        if not (out_dir / name).exists()
+        or (out_dir / name).stat().st_size != entry["bytes"]
+        or _sha256(out_dir / name) != entry["sha256"]
+    ]

@@ -100,22 +100,56 @@ class TableSpec:
 
 
 _TABLES = models.Base.metadata.tables
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
-    TableSpec("trials", _TABLES["trials"], "x.started_at, x.trial_id", "started_at",
-              {"campaign_id": "x.campaign_id = %(campaign_id)s", "probe_id": "x.probe_id = %(probe_id)s"}),
-    TableSpec("observations", _TABLES["origin_observations"], "x.request_at, x.trial_id", "request_at",
-              {"campaign_id": "EXISTS (SELECT 1 FROM trials t WHERE t.trial_id = x.trial_id "
-                              "AND t.campaign_id = %(campaign_id)s)",
-               "origin_id": "x.origin_id = %(origin_id)s"}),
-    TableSpec("path_estimates", _TABLES["path_estimates"], "x.probe_id, x.origin_id", None,
-              {"campaign_id": "EXISTS (SELECT 1 FROM trials t WHERE t.probe_id = x.probe_id "
-                              "AND t.origin_id = x.origin_id AND t.campaign_id = %(campaign_id)s)",
-               "probe_id": "x.probe_id = %(probe_id)s"}),
-    TableSpec("campaigns", _TABLES["campaigns"], "x.id", None, {"campaign_id": "x.id = %(campaign_id)s"},
-              where="x.server_ids IS NULL", omit=frozenset(PASSIVE_COLUMNS)),
-    TableSpec("census", _TABLES["census_records"], "x.measured_at, x.census_id", "measured_at",
-              {"campaign_id": "x.campaign_id = %(campaign_id)s", "probe_id": "x.probe_id = %(probe_id)s"}),
-)}
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        TableSpec(
+            "trials",
+            _TABLES["trials"],
+            "x.started_at, x.trial_id",
+            "started_at",
+            {"campaign_id": "x.campaign_id = %(campaign_id)s", "probe_id": "x.probe_id = %(probe_id)s"},
+        ),
+        TableSpec(
+            "observations",
+            _TABLES["origin_observations"],
+            "x.request_at, x.trial_id",
+            "request_at",
+            {
+                "campaign_id": "EXISTS (SELECT 1 FROM trials t WHERE t.trial_id = x.trial_id "
+                "AND t.campaign_id = %(campaign_id)s)",
+                "origin_id": "x.origin_id = %(origin_id)s",
+            },
+        ),
+        TableSpec(
+            "path_estimates",
+            _TABLES["path_estimates"],
+            "x.probe_id, x.origin_id",
+            None,
+            {
+                "campaign_id": "EXISTS (SELECT 1 FROM trials t WHERE t.probe_id = x.probe_id "
+                "AND t.origin_id = x.origin_id AND t.campaign_id = %(campaign_id)s)",
+                "probe_id": "x.probe_id = %(probe_id)s",
+            },
+        ),
+        TableSpec(
+            "campaigns",
+            _TABLES["campaigns"],
+            "x.id",
+            None,
+            {"campaign_id": "x.id = %(campaign_id)s"},
+            where="x.server_ids IS NULL",
+            omit=frozenset(PASSIVE_COLUMNS),
+        ),
+        TableSpec(
+            "census",
+            _TABLES["census_records"],
+            "x.measured_at, x.census_id",
+            "measured_at",
+            {"campaign_id": "x.campaign_id = %(campaign_id)s", "probe_id": "x.probe_id = %(probe_id)s"},
+        ),
+    )
+}
 
 
 def _arrow_type(column_type: Any) -> pa.DataType:
@@ -242,17 +276,25 @@ def _driver_connection(session: Session) -> psycopg.Connection[Any]:
 
 
 def _metadata(spec: TableSpec, filters: ExportFilters) -> dict[bytes, bytes]:
-    return {b"iwscope": json.dumps({"table": spec.name, "filters": filters.describe(),
-                                    "wire_version": wire.WIRE_VERSION, "exported_at": wire.utc_timestamp()}).encode()}
+    return {
+        b"iwscope": json.dumps(
+            {
+                "table": spec.name,
+                "filters": filters.describe(),
+                "wire_version": wire.WIRE_VERSION,
+                "exported_at": wire.utc_timestamp(),
+            }
+        ).encode()
+    }
 
 
-def _batches(session: Session, spec: TableSpec, filters: ExportFilters,
-             block_bytes: int = BLOCK_BYTES) -> Iterator[pa.RecordBatch]:
+def _batches(
+    session: Session, spec: TableSpec, filters: ExportFilters, block_bytes: int = BLOCK_BYTES
+) -> Iterator[pa.RecordBatch]:
     """The rows of ``spec`` under ``filters`` as record batches, one CSV block each."""
     sql, params = select_sql(spec, filters)
     schema = arrow_schema(spec)
-    with _driver_connection(session).cursor() as cursor, \
-            cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params) as copy:
+    with _driver_connection(session).cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv)", params) as copy:
         chunks = iter(copy)
         first = next(chunks, None)
         if first is None:
@@ -262,15 +304,22 @@ def _batches(session: Session, spec: TableSpec, filters: ExportFilters,
             read_options=pacsv.ReadOptions(column_names=schema.names, block_size=block_bytes, use_threads=False),
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
-                column_types=schema, null_values=[""], strings_can_be_null=True,
-                quoted_strings_can_be_null=False, true_values=["t"], false_values=["f"],
-                timestamp_parsers=["%Y-%m-%dT%H:%M:%S%z", pacsv.ISO8601]))
+                column_types=schema,
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                true_values=["t"],
+                false_values=["f"],
+                timestamp_parsers=["%Y-%m-%dT%H:%M:%S%z", pacsv.ISO8601],
+            ),
+        )
         for batch in reader:
             yield batch.cast(schema) if batch.schema != schema else batch
 
 
-def write_parquet(session: Session, spec: TableSpec, filters: ExportFilters, sink: str | BinaryIO,
-                  block_bytes: int = BLOCK_BYTES) -> int:
+def write_parquet(
+    session: Session, spec: TableSpec, filters: ExportFilters, sink: str | BinaryIO, block_bytes: int = BLOCK_BYTES
+) -> int:
     """Write the export to ``sink`` (a path or a binary file); the number of rows."""
     schema = arrow_schema(spec).with_metadata(_metadata(spec, filters))
     rows = 0
@@ -295,8 +344,7 @@ def _row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
-def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters,
-                 block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """The export as Parquet bytes, a row group at a time (for a streamed answer)."""
     sink = _ChunkSink()
     schema = arrow_schema(spec).with_metadata(_metadata(spec, filters))
@@ -316,8 +364,10 @@ def write_csv(session: Session, spec: TableSpec, filters: ExportFilters, sink: B
     """Write the export as CSV with a header (PostgreSQL's own CSV output of the same SELECT:
     the same columns and values as the Parquet file, timestamps as RFC 3339 UTC)."""
     sql, params = select_sql(spec, filters)
-    with _driver_connection(session).cursor() as cursor, \
-            cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv, HEADER)", params) as copy:
+    with (
+        _driver_connection(session).cursor() as cursor,
+        cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv, HEADER)", params) as copy,
+    ):
         for chunk in copy:
             sink.write(chunk)
 
@@ -344,8 +394,12 @@ def csv_mismatches(table: pa.Table, csv_text: str) -> list[str]:
     if table.num_rows != len(body):
         return [f"rows differ: {table.num_rows} vs {len(body)}"]
     columns = table.to_pydict()
-    return [f"row {index} column {name}" for index, row in enumerate(body)
-            for name, cell in zip(header, row, strict=True) if not _same_cell(cell, columns[name][index])]
+    return [
+        f"row {index} column {name}"
+        for index, row in enumerate(body)
+        for name, cell in zip(header, row, strict=True)
+        if not _same_cell(cell, columns[name][index])
+    ]
 
 
 def export_names(tables: Sequence[str]) -> list[TableSpec]:

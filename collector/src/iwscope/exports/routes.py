@@ -23,10 +23,15 @@ PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 TableName = Literal["trials", "observations", "path_estimates", "campaigns", "census"]
 
 
-@router.get("/{table}.parquet", response_class=StreamingResponse,
-            responses={200: {"content": {PARQUET_MEDIA_TYPE: {}}, "description": "the rows as Parquet, streamed"},
-                       422: {"description": "a filter this table does not have"},
-                       503: {"description": "database busy: retry after Retry-After seconds"}})
+@router.get(
+    "/{table}.parquet",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {PARQUET_MEDIA_TYPE: {}}, "description": "the rows as Parquet, streamed"},
+        422: {"description": "a filter this table does not have"},
+        503: {"description": "database busy: retry after Retry-After seconds"},
+    },
+)
 async def export_parquet(
     table: TableName,
     campaign_id: Annotated[int | None, Query(ge=1, le=BIGINT_MAX)] = None,
@@ -45,5 +50,8 @@ async def export_parquet(
         select_sql(spec, filters)
     except ValueError as error:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(error)) from None
-    return await stream_read(lambda session: iter_parquet(session, spec, filters), PARQUET_MEDIA_TYPE,
-                             {"Content-Disposition": f'attachment; filename="{table}.parquet"'})
+    return await stream_read(
+        lambda session: iter_parquet(session, spec, filters),
+        PARQUET_MEDIA_TYPE,
+        {"Content-Disposition": f'attachment; filename="{table}.parquet"'},
+    )

@@ -15,7 +15,10 @@ from iwscope.exports.columnar import TableSpec
 _TABLES = models.Base.metadata.tables
 _FILTERS = {"campaign_id": "x.campaign_id = %(campaign_id)s", "server_id": "x.server_id = %(server_id)s"}
 
-PASSIVE_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (
-    TableSpec("aggregates", _TABLES["passive_aggregates"], "x.hour, x.aggregate_id", "hour", _FILTERS),
-    TableSpec("connections", _TABLES["passive_connections"], "x.closed_at, x.record_id", "closed_at", _FILTERS),
-)}
+PASSIVE_TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        TableSpec("aggregates", _TABLES["passive_aggregates"], "x.hour, x.aggregate_id", "hour", _FILTERS),
+        TableSpec("connections", _TABLES["passive_connections"], "x.closed_at, x.record_id", "closed_at", _FILTERS),
+    )
+}

@@ -31,8 +31,16 @@ from iwscope.wiretypes import FAMILY_KNOWN_SQL
 PORT_KIND_KNOWN_SQL = "port_kind IN (" + ", ".join(repr(kind) for kind in wire.PASSIVE_PORT_KINDS) + ")"
 #: Final ``TCP_INFO`` fields of a sampled connection kept as typed ``tcpi_*`` columns (the ones
 #: analyses filter and sum on); every field stays in ``tcp_info`` too.
-CONNECTION_TCPI_COLUMNS = ("min_rtt", "rtt", "delivery_rate", "bytes_acked", "data_segs_out", "total_retrans",
-                           "bytes_retrans", "snd_cwnd")
+CONNECTION_TCPI_COLUMNS = (
+    "min_rtt",
+    "rtt",
+    "delivery_rate",
+    "bytes_acked",
+    "data_segs_out",
+    "total_retrans",
+    "bytes_retrans",
+    "snd_cwnd",
+)
 
 
 class PassiveAggregate(Base):

@@ -42,8 +42,11 @@ def address_spans(text: str) -> list[tuple[int, int]]:
         if whole is not None:
             spans.append((run.start(), run.start() + len(whole)))
             continue
-        spans += [(run.start() + quad.start(), run.start() + quad.end()) for quad in _DOTTED_QUAD.finditer(value)
-                  if _is_address(quad.group(0))]
+        spans += [
+            (run.start() + quad.start(), run.start() + quad.end())
+            for quad in _DOTTED_QUAD.finditer(value)
+            if _is_address(quad.group(0))
+        ]
     return spans
 
 

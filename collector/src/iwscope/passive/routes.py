@@ -37,14 +37,24 @@ router = APIRouter(prefix="/api/v1/passive", tags=["passive"])
 _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "records of another server (each named); nothing stored"},
     413: {"description": "body over MAX_BODY_BYTES or more than MAX_BATCH_RECORDS records"},
-    422: {"description": "invalid records (schema, relations, a campaign that is not a passive campaign of this "
-                         "server), each named by section, index, id and field; nothing stored"},
+    422: {
+        "description": "invalid records (schema, relations, a campaign that is not a passive campaign of this "
+        "server), each named by section, index, id and field; nothing stored"
+    },
 }
 
 
-@router.post("/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"$ref": wire_component_ref("PassiveBatch")}}}}})
+@router.post(
+    "/batch",
+    response_model=UploadResultOut,
+    responses=_BATCH_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": wire_component_ref("PassiveBatch")}}},
+        }
+    },
+)
 async def upload(request: Request, server: ServerDep) -> Any:
     """Store a ``PassiveBatch`` of the authenticated server (all or nothing; records stored
     before are counted as duplicates and never overwritten); its heartbeat updates the fleet
@@ -59,10 +69,15 @@ async def upload(request: Request, server: ServerDep) -> Any:
     return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
 
 
-@router.get("/{table}.parquet", response_class=StreamingResponse,
-            responses={200: {"content": {PARQUET_MEDIA_TYPE: {}}, "description": "the rows as Parquet, streamed"},
-                       401: {"description": "no read or admin token"},
-                       503: {"description": "database busy: retry after Retry-After seconds"}})
+@router.get(
+    "/{table}.parquet",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {PARQUET_MEDIA_TYPE: {}}, "description": "the rows as Parquet, streamed"},
+        401: {"description": "no read or admin token"},
+        503: {"description": "database busy: retry after Retry-After seconds"},
+    },
+)
 async def export_parquet(
     table: Literal["aggregates", "connections"],
     _reader: ReaderDep,
@@ -76,6 +91,8 @@ async def export_parquet(
     and ``tcp_info`` as JSON text); needs a ``read`` or ``admin`` token."""
     spec = PASSIVE_TABLES[table]
     filters = ExportFilters(campaign_id=campaign_id, server_id=server_id, since=since, until=until)
-    return await stream_read(lambda session: iter_parquet(session, spec, filters), PARQUET_MEDIA_TYPE,
-                             {"Content-Disposition": f'attachment; filename="passive_{table}.parquet"'})
-
+    return await stream_read(
+        lambda session: iter_parquet(session, spec, filters),
+        PARQUET_MEDIA_TYPE,
+        {"Content-Disposition": f'attachment; filename="passive_{table}.parquet"'},
+    )

@@ -46,35 +46,80 @@ class PassiveResult:
 
 #: (column, PostgreSQL array type the values travel as, expression stored) of ``passive_aggregates``.
 _AGGREGATE_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("aggregate_id", "uuid", ""), ("server_id", "uuid", ""), ("campaign_id", "bigint", ""), ("phase", "int", ""),
-    ("hour", "timestamptz", ""), ("arm", "text", ""), ("arm_iw", "int", ""), ("treated_share_bp", "smallint", ""),
-    ("family", "text", ""), ("port_kind", "text", ""), ("region", "text", ""), ("cluster", "smallint", ""),
-    ("rtt_bucket", "smallint", ""), ("bandwidth_bucket", "smallint", ""), ("bdp_bucket", "smallint", ""),
-    ("size_octave", "smallint", ""), ("biased", "boolean", ""), ("connections", "bigint", ""),
-    ("responses", "bigint", ""), ("latency_sum_us", "bigint", ""), ("latency_bins", "text", "::int[]"),
-    ("latency_counts", "text", "::bigint[]"), ("retrans_connections", "bigint", ""), ("data_segs_out", "bigint", ""),
-    ("total_retrans", "bigint", ""), ("bytes_acked", "bigint", ""), ("bytes_retrans", "bigint", ""),
-    ("syn_retrans", "bigint", ""), ("rwnd_limited", "bigint", ""), ("reused_after_idle", "bigint", ""),
-    ("tls", "bigint", ""))
+    ("aggregate_id", "uuid", ""),
+    ("server_id", "uuid", ""),
+    ("campaign_id", "bigint", ""),
+    ("phase", "int", ""),
+    ("hour", "timestamptz", ""),
+    ("arm", "text", ""),
+    ("arm_iw", "int", ""),
+    ("treated_share_bp", "smallint", ""),
+    ("family", "text", ""),
+    ("port_kind", "text", ""),
+    ("region", "text", ""),
+    ("cluster", "smallint", ""),
+    ("rtt_bucket", "smallint", ""),
+    ("bandwidth_bucket", "smallint", ""),
+    ("bdp_bucket", "smallint", ""),
+    ("size_octave", "smallint", ""),
+    ("biased", "boolean", ""),
+    ("connections", "bigint", ""),
+    ("responses", "bigint", ""),
+    ("latency_sum_us", "bigint", ""),
+    ("latency_bins", "text", "::int[]"),
+    ("latency_counts", "text", "::bigint[]"),
+    ("retrans_connections", "bigint", ""),
+    ("data_segs_out", "bigint", ""),
+    ("total_retrans", "bigint", ""),
+    ("bytes_acked", "bigint", ""),
+    ("bytes_retrans", "bigint", ""),
+    ("syn_retrans", "bigint", ""),
+    ("rwnd_limited", "bigint", ""),
+    ("reused_after_idle", "bigint", ""),
+    ("tls", "bigint", ""),
+)
 _CONNECTION_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("record_id", "uuid", ""), ("server_id", "uuid", ""), ("campaign_id", "bigint", ""), ("phase", "int", ""),
-    ("closed_at", "timestamptz", ""), ("arm", "text", ""), ("arm_iw", "int", ""), ("treated_share_bp", "smallint", ""),
-    ("family", "text", ""), ("port_kind", "text", ""), ("port", "int", ""), ("region", "text", ""),
-    ("country", "text", ""), ("client_prefix", "text", ""), ("cluster", "smallint", ""),
+    ("record_id", "uuid", ""),
+    ("server_id", "uuid", ""),
+    ("campaign_id", "bigint", ""),
+    ("phase", "int", ""),
+    ("closed_at", "timestamptz", ""),
+    ("arm", "text", ""),
+    ("arm_iw", "int", ""),
+    ("treated_share_bp", "smallint", ""),
+    ("family", "text", ""),
+    ("port_kind", "text", ""),
+    ("port", "int", ""),
+    ("region", "text", ""),
+    ("country", "text", ""),
+    ("client_prefix", "text", ""),
+    ("cluster", "smallint", ""),
     *((tcpi_column_name(name), "bigint", "") for name in CONNECTION_TCPI_COLUMNS),
-    ("tcp_info", "text", "::jsonb"), ("captured", "boolean", ""), ("tls", "boolean", ""),
-    ("response_latency_us", "bigint", ""), ("response_bytes", "bigint", ""), ("handshake_us", "bigint", ""),
-    ("first_flight_segments", "int", ""), ("first_flight_bytes", "bigint", ""), ("handshake_rtt_us", "bigint", ""),
-    ("client_rwnd_bytes", "bigint", ""), ("syn_retrans", "boolean", ""), ("rwnd_limited", "boolean", ""),
-    ("reused_after_idle", "boolean", ""), ("exchanges", "int", ""))
+    ("tcp_info", "text", "::jsonb"),
+    ("captured", "boolean", ""),
+    ("tls", "boolean", ""),
+    ("response_latency_us", "bigint", ""),
+    ("response_bytes", "bigint", ""),
+    ("handshake_us", "bigint", ""),
+    ("first_flight_segments", "int", ""),
+    ("first_flight_bytes", "bigint", ""),
+    ("handshake_rtt_us", "bigint", ""),
+    ("client_rwnd_bytes", "bigint", ""),
+    ("syn_retrans", "boolean", ""),
+    ("rwnd_limited", "boolean", ""),
+    ("reused_after_idle", "boolean", ""),
+    ("exchanges", "int", ""),
+)
 
 
 def _insert_sql(table: str, key: str, columns: Sequence[tuple[str, str, str]]) -> str:
     names = ", ".join(name for name, _, _ in columns)
     arrays = ", ".join(f"%s::{kind}[]" for _, kind, _ in columns)
     stored = ", ".join(f"u.{name}{cast}" for name, _, cast in columns)
-    return (f"INSERT INTO {table} ({names}, received_at) SELECT {stored}, now() "
-            f"FROM unnest({arrays}) AS u({names}) ON CONFLICT ({key}) DO NOTHING")
+    return (
+        f"INSERT INTO {table} ({names}, received_at) SELECT {stored}, now() "
+        f"FROM unnest({arrays}) AS u({names}) ON CONFLICT ({key}) DO NOTHING"
+    )
 
 
 _INSERT_AGGREGATES = _insert_sql("passive_aggregates", "aggregate_id", _AGGREGATE_COLUMNS)
@@ -88,24 +133,75 @@ def _int_array(values: Sequence[int]) -> str:
 
 def _aggregate_row(record: PassiveAggregateIn) -> tuple[Any, ...]:
     histogram = sorted(record.latency_hist)
-    return (record.aggregate_id, record.server_id, record.campaign_id, record.phase, record.hour.astimezone(dt.UTC),
-            record.arm, record.arm_iw, record.treated_share_bp, record.family, record.port_kind, record.region,
-            record.cluster, record.rtt_bucket, record.bandwidth_bucket, record.bdp_bucket, record.size_octave,
-            record.biased, record.connections, record.responses, record.latency_sum_us,
-            _int_array([pair[0] for pair in histogram]), _int_array([pair[1] for pair in histogram]),
-            record.retrans_connections, record.data_segs_out, record.total_retrans, record.bytes_acked,
-            record.bytes_retrans, record.syn_retrans, record.rwnd_limited, record.reused_after_idle, record.tls)
+    return (
+        record.aggregate_id,
+        record.server_id,
+        record.campaign_id,
+        record.phase,
+        record.hour.astimezone(dt.UTC),
+        record.arm,
+        record.arm_iw,
+        record.treated_share_bp,
+        record.family,
+        record.port_kind,
+        record.region,
+        record.cluster,
+        record.rtt_bucket,
+        record.bandwidth_bucket,
+        record.bdp_bucket,
+        record.size_octave,
+        record.biased,
+        record.connections,
+        record.responses,
+        record.latency_sum_us,
+        _int_array([pair[0] for pair in histogram]),
+        _int_array([pair[1] for pair in histogram]),
+        record.retrans_connections,
+        record.data_segs_out,
+        record.total_retrans,
+        record.bytes_acked,
+        record.bytes_retrans,
+        record.syn_retrans,
+        record.rwnd_limited,
+        record.reused_after_idle,
+        record.tls,
+    )
 
 
 def _connection_row(record: PassiveConnectionIn) -> tuple[Any, ...]:
     tcp_info = record.tcp_info
-    return (record.record_id, record.server_id, record.campaign_id, record.phase, record.closed_at.astimezone(dt.UTC),
-            record.arm, record.arm_iw, record.treated_share_bp, record.family, record.port_kind, record.port,
-            record.region, record.country, record.client_prefix, record.cluster,
-            *(tcp_info.get(name) for name in CONNECTION_TCPI_COLUMNS), orjson.dumps(tcp_info).decode(),
-            record.captured, record.tls, record.response_latency_us, record.response_bytes, record.handshake_us,
-            record.first_flight_segments, record.first_flight_bytes, record.handshake_rtt_us, record.client_rwnd_bytes,
-            record.syn_retrans, record.rwnd_limited, record.reused_after_idle, record.exchanges)
+    return (
+        record.record_id,
+        record.server_id,
+        record.campaign_id,
+        record.phase,
+        record.closed_at.astimezone(dt.UTC),
+        record.arm,
+        record.arm_iw,
+        record.treated_share_bp,
+        record.family,
+        record.port_kind,
+        record.port,
+        record.region,
+        record.country,
+        record.client_prefix,
+        record.cluster,
+        *(tcp_info.get(name) for name in CONNECTION_TCPI_COLUMNS),
+        orjson.dumps(tcp_info).decode(),
+        record.captured,
+        record.tls,
+        record.response_latency_us,
+        record.response_bytes,
+        record.handshake_us,
+        record.first_flight_segments,
+        record.first_flight_bytes,
+        record.handshake_rtt_us,
+        record.client_rwnd_bytes,
+        record.syn_retrans,
+        record.rwnd_limited,
+        record.reused_after_idle,
+        record.exchanges,
+    )
 
 
 def _insert(cursor: psycopg.Cursor[Any], statement: str, rows: Sequence[tuple[Any, ...]]) -> int:
@@ -128,10 +224,13 @@ class _Named:
 
 
 def _named(batch: PassiveBatchIn) -> list[_Named]:
-    return ([_Named("aggregates", index, record.aggregate_id, record.campaign_id, record.phase)
-             for index, record in enumerate(batch.aggregates)]
-            + [_Named("connections", index, record.record_id, record.campaign_id, record.phase)
-               for index, record in enumerate(batch.connections)])
+    return [
+        _Named("aggregates", index, record.aggregate_id, record.campaign_id, record.phase)
+        for index, record in enumerate(batch.aggregates)
+    ] + [
+        _Named("connections", index, record.record_id, record.campaign_id, record.phase)
+        for index, record in enumerate(batch.connections)
+    ]
 
 
 def campaign_errors(cursor: psycopg.Cursor[Any], batch: PassiveBatchIn, server_id: uuid.UUID) -> list[RecordError]:
@@ -139,10 +238,11 @@ def campaign_errors(cursor: psycopg.Cursor[Any], batch: PassiveBatchIn, server_i
     named = _named(batch)
     if not named:
         return []
-    cursor.execute("SELECT id, server_ids, phase FROM campaigns WHERE id = ANY(%s::bigint[])",
-                   (sorted({record.campaign_id for record in named}),))
-    campaigns: dict[int, tuple[list[uuid.UUID] | None, int | None]] = {row[0]: (row[1], row[2])
-                                                                       for row in cursor.fetchall()}
+    cursor.execute(
+        "SELECT id, server_ids, phase FROM campaigns WHERE id = ANY(%s::bigint[])",
+        (sorted({record.campaign_id for record in named}),),
+    )
+    campaigns: dict[int, tuple[list[uuid.UUID] | None, int | None]] = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
     errors: list[RecordError] = []
 
     def problem(record: _Named) -> tuple[str, str] | None:
@@ -161,16 +261,21 @@ def campaign_errors(cursor: psycopg.Cursor[Any], batch: PassiveBatchIn, server_i
     for record in named:
         found = problem(record)
         if found is not None:
-            errors.append(RecordError(section=record.section, index=record.index, record_id=record.record_id,
-                                      field=found[0], message=found[1]))
+            errors.append(
+                RecordError(
+                    section=record.section, index=record.index, record_id=record.record_id, field=found[0], message=found[1]
+                )
+            )
     return errors
 
 
 def _store_heartbeat(connection: psycopg.Connection[Any], server_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
     """The heartbeat folded into the upload, in its own short transaction after the batch's."""
     values = heartbeat_values(heartbeat, utcnow())
-    connection.execute("UPDATE servers SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
-                       (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), server_id))
+    connection.execute(
+        "UPDATE servers SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
+        (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), server_id),
+    )
     connection.commit()
 
 
@@ -185,8 +290,7 @@ def store_passive_batch(engine: Engine, batch: PassiveBatchIn, server_id: uuid.U
             if errors:
                 raise BatchRejected(422, "invalid batch: nothing was stored", errors)
             new_aggregates = _insert(cursor, _INSERT_AGGREGATES, [_aggregate_row(record) for record in batch.aggregates])
-            new_connections = _insert(cursor, _INSERT_CONNECTIONS,
-                                      [_connection_row(record) for record in batch.connections])
+            new_connections = _insert(cursor, _INSERT_CONNECTIONS, [_connection_row(record) for record in batch.connections])
         connection.commit()
         if batch.heartbeat is not None:
             _store_heartbeat(connection, server_id, batch.heartbeat.model_dump())

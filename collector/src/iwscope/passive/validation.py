@@ -28,8 +28,17 @@ PASSIVE_ID_FIELDS = {"aggregates": "aggregate_id", "connections": "record_id"}
 #: Counters of an aggregate that count connections, so none may exceed ``connections``.
 _PER_CONNECTION = ("responses", "retrans_connections", "syn_retrans", "rwnd_limited", "reused_after_idle", "tls")
 #: A connection's fields that only its captured headers give (``None`` unless ``captured``).
-CAPTURED_ONLY = ("tls", "response_latency_us", "response_bytes", "handshake_us", "first_flight_segments",
-                 "first_flight_bytes", "handshake_rtt_us", "client_rwnd_bytes", "exchanges")
+CAPTURED_ONLY = (
+    "tls",
+    "response_latency_us",
+    "response_bytes",
+    "handshake_us",
+    "first_flight_segments",
+    "first_flight_bytes",
+    "handshake_rtt_us",
+    "client_rwnd_bytes",
+    "exchanges",
+)
 
 
 def _arm_iw_error(arm: str, arm_iw: int | None) -> str | None:
@@ -47,8 +56,7 @@ def _aggregate_errors(index: int, record: PassiveAggregateIn) -> list[RecordErro
     hour = record.hour.astimezone(dt.UTC)
     if (hour.minute, hour.second, hour.microsecond) != (0, 0, 0):
         found.append(("hour", "must be the start of a UTC hour"))
-    found += [(name, f"{name} exceeds connections") for name in _PER_CONNECTION
-              if getattr(record, name) > record.connections]
+    found += [(name, f"{name} exceeds connections") for name in _PER_CONNECTION if getattr(record, name) > record.connections]
     bins = [pair[0] for pair in record.latency_hist]
     if len(set(bins)) != len(bins):
         found.append(("latency_hist", "a bin must not repeat"))
@@ -58,8 +66,10 @@ def _aggregate_errors(index: int, record: PassiveAggregateIn) -> list[RecordErro
         found.append(("latency_sum_us", "must be 0 without responses"))
     if holds_address(record.region):
         found.append(("region", "must not hold an IP address"))
-    return [RecordError(section="aggregates", index=index, record_id=record.aggregate_id, field=name, message=message)
-            for name, message in found]
+    return [
+        RecordError(section="aggregates", index=index, record_id=record.aggregate_id, field=name, message=message)
+        for name, message in found
+    ]
 
 
 def _connection_errors(index: int, record: PassiveConnectionIn) -> list[RecordError]:
@@ -68,23 +78,33 @@ def _connection_errors(index: int, record: PassiveConnectionIn) -> list[RecordEr
     if problem:
         found.append(("arm_iw", problem))
     if not record.captured:
-        found += [(name, "set although the connection's headers were not captured")
-                  for name in CAPTURED_ONLY if getattr(record, name) is not None]
+        found += [
+            (name, "set although the connection's headers were not captured")
+            for name in CAPTURED_ONLY
+            if getattr(record, name) is not None
+        ]
     if holds_address(record.region):
         found.append(("region", "must not hold an IP address"))
-    return [RecordError(section="connections", index=index, record_id=record.record_id, field=name, message=message)
-            for name, message in found]
+    return [
+        RecordError(section="connections", index=index, record_id=record.record_id, field=name, message=message)
+        for name, message in found
+    ]
 
 
 def _foreign(batch: PassiveBatchIn, own: str) -> list[RecordError]:
     message = "not the server of this credential"
-    foreign = [RecordError(section="aggregates", index=index, record_id=record.aggregate_id, field="server_id",
-                           message=message) for index, record in enumerate(batch.aggregates) if record.server_id != own]
-    foreign += [RecordError(section="connections", index=index, record_id=record.record_id, field="server_id",
-                            message=message) for index, record in enumerate(batch.connections) if record.server_id != own]
+    foreign = [
+        RecordError(section="aggregates", index=index, record_id=record.aggregate_id, field="server_id", message=message)
+        for index, record in enumerate(batch.aggregates)
+        if record.server_id != own
+    ]
+    foreign += [
+        RecordError(section="connections", index=index, record_id=record.record_id, field="server_id", message=message)
+        for index, record in enumerate(batch.connections)
+        if record.server_id != own
+    ]
     if batch.server_id != own:
-        foreign.insert(0, RecordError(section="batch", index=None, record_id=batch.batch_id, field="server_id",
-                                      message=message))
+        foreign.insert(0, RecordError(section="batch", index=None, record_id=batch.batch_id, field="server_id", message=message))
     return foreign
 
 

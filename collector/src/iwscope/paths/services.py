@@ -176,8 +176,7 @@ def _pair_params(pairs: Sequence[Sequence[str]]) -> dict[str, list[str]]:
     return {"probe_ids": [str(pair[0]) for pair in pairs], "origin_ids": [str(pair[1]) for pair in pairs]}
 
 
-def rebuild(session: Session, pairs: Sequence[Sequence[str]], received_upto: dt.datetime,
-            joined_upto: dt.datetime) -> int:
+def rebuild(session: Session, pairs: Sequence[Sequence[str]], received_upto: dt.datetime, joined_upto: dt.datetime) -> int:
     """Recompute the estimates of ``pairs`` (``[probe_id, origin_id]``) and their parts from
     what was received up to ``received_upto`` and joined up to ``joined_upto`` (the analysis
     refresh's watermarks, held under its lock: ``analysis.rollups.rebuild_path_estimates``);
@@ -196,16 +195,21 @@ def forget_parts(session: Session) -> None:
     session.execute(_FORGET_PARTS)
 
 
-def fold_window(session: Session, received_low: dt.datetime, received_high: dt.datetime,
-                joined_low: dt.datetime, joined_high: dt.datetime) -> list[tuple[uuid.UUID, uuid.UUID]]:
+def fold_window(
+    session: Session, received_low: dt.datetime, received_high: dt.datetime, joined_low: dt.datetime, joined_high: dt.datetime
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """Add the trials and path samples received in ``(received_low, received_high]`` and the
     joins made in ``(joined_low, joined_high]`` to their pairs' estimates, creating rows for new
     pairs, and derive the estimates again; returns the (probe, origin) pairs written.  The caller holds the
     analysis refresh's lock and moves its watermarks to the high ends in the same transaction
     (``analysis.rollups.refresh_path_estimates``)."""
-    pairs = [(row[0], row[1]) for row in session.execute(_FOLD, {
-        "received_low": received_low, "received_high": received_high,
-        "joined_low": joined_low, "joined_high": joined_high}).all()]
+    pairs = [
+        (row[0], row[1])
+        for row in session.execute(
+            _FOLD,
+            {"received_low": received_low, "received_high": received_high, "joined_low": joined_low, "joined_high": joined_high},
+        ).all()
+    ]
     if pairs:
         session.execute(_DERIVE, _pair_params(pairs))
     return pairs

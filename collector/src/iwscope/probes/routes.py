@@ -48,15 +48,20 @@ async def heartbeat(probe_id: uuid.UUID, body: HeartbeatIn, probe: ProbeDep) -> 
 
 #: A probe's ``If-None-Match`` naming the schedule's current ETag is answered 304, no body.
 _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    304: {"description": "the schedule is unchanged since the ETag in If-None-Match (no body)"}}
+    304: {"description": "the schedule is unchanged since the ETag in If-None-Match (no body)"}
+}
 
 
 @router.get("/{probe_id}/schedule", response_model=ScheduleOut, responses=_SCHEDULE_RESPONSES)
-async def schedule(probe_id: uuid.UUID, probe: ProbeDep, settings: SettingsDep,
-                   wire_version: Annotated[int, Query(ge=1, le=wire.WIRE_VERSION,
-                                                      description="the wire version the probe speaks (absent: 2)")]
-                   = services.DEFAULT_PROBE_WIRE_VERSION,
-                   if_none_match: Annotated[str | None, Header(max_length=1024)] = None) -> Response:
+async def schedule(
+    probe_id: uuid.UUID,
+    probe: ProbeDep,
+    settings: SettingsDep,
+    wire_version: Annotated[
+        int, Query(ge=1, le=wire.WIRE_VERSION, description="the wire version the probe speaks (absent: 2)")
+    ] = services.DEFAULT_PROBE_WIRE_VERSION,
+    if_none_match: Annotated[str | None, Header(max_length=1024)] = None,
+) -> Response:
     """The probe's schedule, from this process's snapshot (``iwscope.probes.schedule_cache``);
     with an ``ETag`` (everything but ``generated_at``), and 304 when ``If-None-Match`` has it."""
     forbid_other_identity(probe.id, probe_id)

@@ -31,9 +31,16 @@ from iwscope.types import utcnow
 def enroll_probe(session: Session, request: EnrollRequestIn) -> tuple[Probe, str]:
     """Create a probe; returns it and its credential (the secret is not stored)."""
     secret = new_secret()
-    probe = Probe(id=uuid.uuid4(), name=request.name, region=request.region,
-                  country=request.country, asn=request.asn, labels=dict(request.labels),
-                  version=request.version, secret_hash=hash_secret(secret))
+    probe = Probe(
+        id=uuid.uuid4(),
+        name=request.name,
+        region=request.region,
+        country=request.country,
+        asn=request.asn,
+        labels=dict(request.labels),
+        version=request.version,
+        secret_hash=hash_secret(secret),
+    )
     session.add(probe)
     session.flush()
     return probe, format_credential(probe.id, secret)
@@ -41,14 +48,16 @@ def enroll_probe(session: Session, request: EnrollRequestIn) -> tuple[Probe, str
 
 def heartbeat_values(heartbeat: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
     """The ``probes`` columns a heartbeat sets (posted alone or folded into a trial upload)."""
-    return {"last_seen_at": now, "version": heartbeat["version"],
-            "last_heartbeat": {**heartbeat, "received_at": wire.utc_timestamp(now)}}
+    return {
+        "last_seen_at": now,
+        "version": heartbeat["version"],
+        "last_heartbeat": {**heartbeat, "received_at": wire.utc_timestamp(now)},
+    }
 
 
 def record_heartbeat(session: Session, probe_id: uuid.UUID, heartbeat: HeartbeatIn) -> None:
     """Store a heartbeat of probe ``probe_id`` (one ``UPDATE``; the caller commits)."""
-    session.execute(update(Probe).where(Probe.id == probe_id).values(
-        **heartbeat_values(heartbeat.model_dump(), utcnow())))
+    session.execute(update(Probe).where(Probe.id == probe_id).values(**heartbeat_values(heartbeat.model_dump(), utcnow())))
 
 
 class ScheduledProbe(Protocol):
@@ -90,18 +99,15 @@ def _entries(campaign: Campaign, origins: dict[uuid.UUID, Origin]) -> dict[int, 
     that level cannot run it; the entries below 5 never show ``census_urls``."""
     entries: dict[int, CampaignScheduleOut | None] = {5: _entry(campaign, _targets(campaign, origins, 5))}
     entries[4] = None if needs_wire_v5(campaign) else _entry(campaign, _targets(campaign, origins, 4))
-    entries[3] = None if entries[4] is None or needs_wire_v4(campaign) else _entry(
-        campaign, _targets(campaign, origins, 3))
-    entries[2] = None if entries[3] is None or needs_wire_v3(campaign) else _entry(
-        campaign, _targets(campaign, origins, 2))
+    entries[3] = None if entries[4] is None or needs_wire_v4(campaign) else _entry(campaign, _targets(campaign, origins, 3))
+    entries[2] = None if entries[3] is None or needs_wire_v3(campaign) else _entry(campaign, _targets(campaign, origins, 2))
     return entries
 
 
 def needs_wire_v3(campaign: Campaign) -> bool:
     """Whether a campaign uses what probes before wire v3 cannot run (arms by label, shares,
     the interactive flow, page loads): such probes are not given it."""
-    return bool(campaign.arm_labels or campaign.arm_shares or campaign.interactive_interval_us
-                or campaign.page_connections)
+    return bool(campaign.arm_labels or campaign.arm_shares or campaign.interactive_interval_us or campaign.page_connections)
 
 
 @dataclass(frozen=True)
@@ -143,31 +149,52 @@ def _targets(campaign: Campaign, origins: dict[uuid.UUID, Origin], wire_version:
         if origin is None or (origin.tls and wire_version < 4):
             continue  # a probe before wire v4 cannot fetch over HTTPS
         # Before v3 a probe picks a listener by IW, so a paced or learned one would pass for plain.
-        arms = [ArmPortModel(iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]),
-                             paced=bool(arm.get("paced", False))) for arm in origin.arms
-                if (arm.get("arm") or str(arm["iw"])) in wanted]
+        arms = [
+            ArmPortModel(
+                iw=arm["iw"], port=arm["port"], arm=arm.get("arm") or str(arm["iw"]), paced=bool(arm.get("paced", False))
+            )
+            for arm in origin.arms
+            if (arm.get("arm") or str(arm["iw"])) in wanted
+        ]
         if arms:
-            targets.append(ScheduleTargetOut(origin_id=str(origin.id), host=origin.host, arms=arms,
-                                             echo_port=origin.echo_port if wire_version >= 3 else None,
-                                             tls=origin.tls, host6=origin.host6 if wire_version >= 4 else None))
+            targets.append(
+                ScheduleTargetOut(
+                    origin_id=str(origin.id),
+                    host=origin.host,
+                    arms=arms,
+                    echo_port=origin.echo_port if wire_version >= 3 else None,
+                    tls=origin.tls,
+                    host6=origin.host6 if wire_version >= 4 else None,
+                )
+            )
     return targets
 
 
 def _entry(campaign: Campaign, targets: list[ScheduleTargetOut]) -> CampaignScheduleOut:
     return CampaignScheduleOut(
-        campaign_id=campaign.id, name=campaign.name, arms=list(campaign.arms),
+        campaign_id=campaign.id,
+        name=campaign.name,
+        arms=list(campaign.arms),
         sizes=list(campaign.sizes) if campaign.sizes is not None else None,
-        size_dist=campaign.size_dist, sizes_per_round=campaign.sizes_per_round,
-        repetitions=campaign.repetitions, interval_s=campaign.interval_s,
-        starts_at=wire.utc_timestamp(campaign.starts_at), ends_at=_wire_time(campaign.ends_at),
-        calibrate=campaign.calibrate, targets=targets,
-        arrival_rate_per_s=campaign.arrival_rate_per_s, background_bytes=campaign.background_bytes,
+        size_dist=campaign.size_dist,
+        sizes_per_round=campaign.sizes_per_round,
+        repetitions=campaign.repetitions,
+        interval_s=campaign.interval_s,
+        starts_at=wire.utc_timestamp(campaign.starts_at),
+        ends_at=_wire_time(campaign.ends_at),
+        calibrate=campaign.calibrate,
+        targets=targets,
+        arrival_rate_per_s=campaign.arrival_rate_per_s,
+        background_bytes=campaign.background_bytes,
         background_iw=(campaign.background_iw or max(campaign.arms)) if campaign.background_bytes else None,
-        arm_labels=list(campaign.arm_labels or []), arm_shares=list(campaign.arm_shares or []),
+        arm_labels=list(campaign.arm_labels or []),
+        arm_shares=list(campaign.arm_shares or []),
         interactive_interval_us=campaign.interactive_interval_us,
         interactive_packet_bytes=campaign.interactive_packet_bytes or 160,
-        page_connections=campaign.page_connections, family=campaign.family or "",
-        census_urls=list(campaign.census_urls or []))
+        page_connections=campaign.page_connections,
+        family=campaign.family or "",
+        census_urls=list(campaign.census_urls or []),
+    )
 
 
 def _digest(entry: CampaignScheduleOut | None) -> bytes:
@@ -180,28 +207,56 @@ def load_schedule_snapshot(session: Session, now: dt.datetime, horizon_s: float)
     are not the probes' business: their servers get them (``iwscope.servers``)."""
     horizon = now + dt.timedelta(seconds=horizon_s)
     campaigns = session.scalars(
-        select(Campaign).where(Campaign.starts_at <= horizon, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now),
-                               Campaign.server_ids.is_(None))
-        .order_by(Campaign.id)).all()
+        select(Campaign)
+        .where(
+            Campaign.starts_at <= horizon, or_(Campaign.ends_at.is_(None), Campaign.ends_at > now), Campaign.server_ids.is_(None)
+        )
+        .order_by(Campaign.id)
+    ).all()
     origin_ids = {origin_id for campaign in campaigns for origin_id in campaign.origin_ids}
-    origins = {origin.id: origin for origin in session.scalars(
-        select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))} if origin_ids else {}
-    done = frozenset((row[0], row[1]) for row in session.execute(
-        select(CampaignProbeDone.campaign_id, CampaignProbeDone.probe_id)
-        .where(CampaignProbeDone.campaign_id.in_([campaign.id for campaign in campaigns])))) \
-        if campaigns else frozenset()
+    origins = (
+        {
+            origin.id: origin
+            for origin in session.scalars(select(Origin).where(Origin.id.in_(origin_ids), Origin.revoked_at.is_(None)))
+        }
+        if origin_ids
+        else {}
+    )
+    done = (
+        frozenset(
+            (row[0], row[1])
+            for row in session.execute(
+                select(CampaignProbeDone.campaign_id, CampaignProbeDone.probe_id).where(
+                    CampaignProbeDone.campaign_id.in_([campaign.id for campaign in campaigns])
+                )
+            )
+        )
+        if campaigns
+        else frozenset()
+    )
     prepared = []
     for campaign in campaigns:
         entries = _entries(campaign, origins)
-        prepared.append(_ScheduledCampaign(
-            campaign_id=campaign.id, starts_at=campaign.starts_at, ends_at=campaign.ends_at,
-            probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
-            entries=entries, digests={level: _digest(entry) for level, entry in entries.items()}))
+        prepared.append(
+            _ScheduledCampaign(
+                campaign_id=campaign.id,
+                starts_at=campaign.starts_at,
+                ends_at=campaign.ends_at,
+                probe_regions=frozenset(campaign.probe_regions) if campaign.probe_regions is not None else None,
+                entries=entries,
+                digests={level: _digest(entry) for level, entry in entries.items()},
+            )
+        )
     return ScheduleSnapshot(loaded_at=now, horizon=horizon, campaigns=tuple(prepared), done=done)
 
 
-def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_s: float, now: dt.datetime,
-                  wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> tuple[ScheduleOut, str]:
+def schedule_from(
+    snapshot: ScheduleSnapshot,
+    probe: ScheduledProbe,
+    poll_after_s: float,
+    now: dt.datetime,
+    wire_version: int = DEFAULT_PROBE_WIRE_VERSION,
+) -> tuple[ScheduleOut, str]:
     """Campaigns this probe takes part in now or within the next poll interval, and the
     schedule's ETag (a hash of everything in it but ``generated_at``).
 
@@ -233,13 +288,19 @@ def schedule_from(snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_
             continue
         entries.append(entry)
         etag.update(campaign.digests[level])
-    schedule = ScheduleOut(probe_id=str(probe.id), generated_at=wire.utc_timestamp(now),
-                           poll_after_s=poll_after_s, campaigns=entries)
+    schedule = ScheduleOut(
+        probe_id=str(probe.id), generated_at=wire.utc_timestamp(now), poll_after_s=poll_after_s, campaigns=entries
+    )
     return schedule, f'"{etag.hexdigest()[:32]}"'
 
 
-def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
-                 now: dt.datetime | None = None, wire_version: int = DEFAULT_PROBE_WIRE_VERSION) -> ScheduleOut:
+def schedule_for(
+    session: Session,
+    probe: ScheduledProbe,
+    poll_after_s: float,
+    now: dt.datetime | None = None,
+    wire_version: int = DEFAULT_PROBE_WIRE_VERSION,
+) -> ScheduleOut:
     """:func:`schedule_from` a snapshot read now (one probe, no cache)."""
     now = now or utcnow()
     return schedule_from(load_schedule_snapshot(session, now, poll_after_s), probe, poll_after_s, now, wire_version)[0]
@@ -247,12 +308,20 @@ def schedule_for(session: Session, probe: ScheduledProbe, poll_after_s: float,
 
 def probe_out(probe: Probe) -> ProbeOut:
     heartbeat: dict[str, Any] | None = probe.last_heartbeat
-    return ProbeOut(id=str(probe.id), name=probe.name, region=probe.region, country=probe.country,
-                    asn=probe.asn, labels=probe.labels, version=probe.version,
-                    enrolled_at=probe.enrolled_at, last_seen_at=probe.last_seen_at,
-                    revoked_at=probe.revoked_at,
-                    backlog=heartbeat.get("spool_backlog") if heartbeat else None,
-                    last_heartbeat=heartbeat)
+    return ProbeOut(
+        id=str(probe.id),
+        name=probe.name,
+        region=probe.region,
+        country=probe.country,
+        asn=probe.asn,
+        labels=probe.labels,
+        version=probe.version,
+        enrolled_at=probe.enrolled_at,
+        last_seen_at=probe.last_seen_at,
+        revoked_at=probe.revoked_at,
+        backlog=heartbeat.get("spool_backlog") if heartbeat else None,
+        last_heartbeat=heartbeat,
+    )
 
 
 def list_probes(session: Session) -> list[ProbeOut]:

@@ -28,8 +28,15 @@ def servers_list() -> None:
     for server in fleet:
         heartbeat = server.last_heartbeat or {}
         state = "revoked" if server.revoked_at else str(heartbeat.get("arms_state", "-"))
-        table.add_row(server.name, server.region, ",".join(map(str, server.ports)) or "-", server.version or "-", state,
-                      server.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if server.last_seen_at else "never", server.id)
+        table.add_row(
+            server.name,
+            server.region,
+            ",".join(map(str, server.ports)) or "-",
+            server.version or "-",
+            state,
+            server.last_seen_at.strftime("%Y-%m-%d %H:%M:%S") if server.last_seen_at else "never",
+            server.id,
+        )
     Console().print(table)
 
 

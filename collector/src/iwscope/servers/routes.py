@@ -25,7 +25,8 @@ router = APIRouter(prefix="/api/v1/servers", tags=["servers"])
 
 _CONFIG_RESPONSES: dict[int | str, dict[str, Any]] = {
     304: {"description": "the configuration is unchanged since the ETag in If-None-Match (no body)"},
-    403: {"description": "the credential belongs to another server"}}
+    403: {"description": "the credential belongs to another server"},
+}
 
 
 def _enroll(request: ServerEnrollRequestIn) -> EnrollResponseOut:
@@ -46,8 +47,12 @@ def _config(server_id: uuid.UUID, poll_after_s: float) -> tuple[ServerConfigOut,
 
 
 @router.get("/{server_id}/config", response_model=ServerConfigOut, responses=_CONFIG_RESPONSES)
-async def config(server_id: uuid.UUID, server: ServerDep, settings: SettingsDep,
-                 if_none_match: Annotated[str | None, Header(max_length=1024)] = None) -> Response:
+async def config(
+    server_id: uuid.UUID,
+    server: ServerDep,
+    settings: SettingsDep,
+    if_none_match: Annotated[str | None, Header(max_length=1024)] = None,
+) -> Response:
     """The passive study in force for this server now (``study: null``: none, the agent removes
     its arms), with an ``ETag`` (everything but ``generated_at``); 304 when ``If-None-Match`` has it."""
     forbid_other_identity(server.id, server_id)

@@ -17,9 +17,28 @@ from iwscope.trials import fastwire
 from iwscope.trials.schemas import RecordError
 
 #: ``census_records`` columns in the order :func:`_row` gives them.
-CENSUS_COLUMNS = ("census_id", "probe_id", "campaign_id", "round", "url", "host", "measured_at", "status",
-                  "iw_segments", "iw_bytes", "mss", "reason", "connections", "connections_ok", "announced_mss",
-                  "rtt_us", "family", "tls_version", "http_status", "error_detail")
+CENSUS_COLUMNS = (
+    "census_id",
+    "probe_id",
+    "campaign_id",
+    "round",
+    "url",
+    "host",
+    "measured_at",
+    "status",
+    "iw_segments",
+    "iw_bytes",
+    "mss",
+    "reason",
+    "connections",
+    "connections_ok",
+    "announced_mss",
+    "rtt_us",
+    "family",
+    "tls_version",
+    "http_status",
+    "error_detail",
+)
 
 _INSERT = f"""
 INSERT INTO census_records ({", ".join(CENSUS_COLUMNS)}, received_at)
@@ -55,8 +74,7 @@ def check(records: Sequence[fastwire.FastCensus]) -> list[RecordError]:
     errors: list[RecordError] = []
 
     def error(index: int, record: fastwire.FastCensus, name: str, message: str) -> None:
-        errors.append(RecordError(section="census", index=index, record_id=record.census_id, field=name,
-                                  message=message))
+        errors.append(RecordError(section="census", index=index, record_id=record.census_id, field=name, message=message))
 
     for index, record in enumerate(records):
         if target_host(record.url) is None:
@@ -77,8 +95,9 @@ def client_iw_errors(trials: Sequence[fastwire.FastTrial]) -> list[RecordError]:
             continue
         problem = window_errors(trial.client_iw.status, trial.client_iw.segments)
         if problem:
-            errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
-                                      field="client_iw.segments", message=problem))
+            errors.append(
+                RecordError(section="trials", index=index, record_id=trial.trial_id, field="client_iw.segments", message=problem)
+            )
     return errors
 
 
@@ -88,10 +107,28 @@ def store(cursor: psycopg.Cursor, records: Sequence[fastwire.FastCensus], measur
         return 0
     columns: list[list[object]] = [[] for _ in CENSUS_COLUMNS]
     for record, instant in zip(records, measured_at, strict=True):
-        values = (record.census_id, record.probe_id, record.campaign_id, record.round, record.url,
-                  target_host(record.url), instant, record.status, record.iw_segments, record.iw_bytes, record.mss,
-                  record.reason, record.connections, record.connections_ok, record.announced_mss, record.rtt_us,
-                  record.family or None, record.tls_version or None, record.http_status, record.error_detail)
+        values = (
+            record.census_id,
+            record.probe_id,
+            record.campaign_id,
+            record.round,
+            record.url,
+            target_host(record.url),
+            instant,
+            record.status,
+            record.iw_segments,
+            record.iw_bytes,
+            record.mss,
+            record.reason,
+            record.connections,
+            record.connections_ok,
+            record.announced_mss,
+            record.rtt_us,
+            record.family or None,
+            record.tls_version or None,
+            record.http_status,
+            record.error_detail,
+        )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
     cursor.execute(_INSERT, columns)

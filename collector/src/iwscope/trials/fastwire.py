@@ -142,8 +142,9 @@ class FastCensus(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     probe_id: FastUUID
     campaign_id: Annotated[int, Meta(ge=1, le=BIGINT_MAX)] | None
     round: Annotated[int, Meta(ge=0, le=1_000_000_000)]
-    url: Annotated[str, Meta(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS,
-                             pattern=CENSUS_URL_PATTERN.removesuffix("$") + r"\Z")]
+    url: Annotated[
+        str, Meta(min_length=1, max_length=wire.MAX_CENSUS_URL_CHARS, pattern=CENSUS_URL_PATTERN.removesuffix("$") + r"\Z")
+    ]
     measured_at: str
     status: IwStatus
     iw_segments: FastIwSegments | None
@@ -224,10 +225,13 @@ def _parsed(envelope: FastTrialBatchEnvelope) -> FastTrialBatch:
     """The batch with its timestamps parsed (raises ``ValueError`` for a bad one)."""
     if envelope.wire_version not in wire.ACCEPTED_WIRE_VERSIONS:
         raise ValueError("unknown wire_version")
-    return FastTrialBatch(envelope=envelope, sent_at=parse_rfc3339(envelope.sent_at),
-                          started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
-                          measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples],
-                          census_measured_at=[parse_rfc3339(record.measured_at) for record in envelope.census])
+    return FastTrialBatch(
+        envelope=envelope,
+        sent_at=parse_rfc3339(envelope.sent_at),
+        started_at=[parse_rfc3339(trial.started_at) for trial in envelope.trials],
+        measured_at=[parse_rfc3339(sample.measured_at) for sample in envelope.path_samples],
+        census_measured_at=[parse_rfc3339(record.measured_at) for record in envelope.census],
+    )
 
 
 class FastDecodeRefused(ValueError):

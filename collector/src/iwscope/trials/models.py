@@ -24,12 +24,32 @@ from iwscope.wiretypes import FAMILY_KNOWN_SQL
 IW_STATUS_KNOWN_SQL = "IN (" + ", ".join(repr(status) for status in wire.IW_STATUSES) + ")"
 
 #: Client ``TCP_INFO`` fields stored as typed ``trials.tcpi_<name>`` columns.
-TRIAL_TCPI_COLUMNS = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in",
-                      "rcv_space", "rcv_mss", "bytes_received")
+TRIAL_TCPI_COLUMNS = (
+    "rtt",
+    "rttvar",
+    "min_rtt",
+    "total_retrans",
+    "segs_in",
+    "data_segs_in",
+    "rcv_space",
+    "rcv_mss",
+    "bytes_received",
+)
 #: Server ``TCP_INFO`` fields stored as typed ``origin_observations.tcpi_<name>`` columns.
-OBSERVATION_TCPI_COLUMNS = ("total_retrans", "bytes_retrans", "rtt", "min_rtt", "delivery_rate",
-                            "segs_out", "bytes_sent", "snd_cwnd", "snd_ssthresh", "busy_time",
-                            "rwnd_limited", "sndbuf_limited")
+OBSERVATION_TCPI_COLUMNS = (
+    "total_retrans",
+    "bytes_retrans",
+    "rtt",
+    "min_rtt",
+    "delivery_rate",
+    "segs_out",
+    "bytes_sent",
+    "snd_cwnd",
+    "snd_ssthresh",
+    "busy_time",
+    "rwnd_limited",
+    "sndbuf_limited",
+)
 
 
 def tcpi_column_name(field: str) -> str:
@@ -129,8 +149,7 @@ class Trial(Base):
 class OriginObservation(Base):
     __tablename__ = "origin_observations"
     __table_args__ = (
-        Index("ix_origin_observations_unjoined", "trial_id",
-              postgresql_where=text("joined_at IS NULL")),
+        Index("ix_origin_observations_unjoined", "trial_id", postgresql_where=text("joined_at IS NULL")),
         Index("ix_origin_observations_origin_id_request_at", "origin_id", "request_at"),
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
     )
@@ -177,9 +196,11 @@ class OriginObservation(Base):
 
 class PathSample(Base):
     __tablename__ = "path_samples"
-    __table_args__ = (Index("ix_path_samples_probe_id_origin_id", "probe_id", "origin_id"),
-                      # the analysis refresh folds the samples received in its window (paths.services)
-                      Index("ix_path_samples_received_at_brin", "received_at", postgresql_using="brin"))
+    __table_args__ = (
+        Index("ix_path_samples_probe_id_origin_id", "probe_id", "origin_id"),
+        # the analysis refresh folds the samples received in its window (paths.services)
+        Index("ix_path_samples_received_at_brin", "received_at", postgresql_using="brin"),
+    )
 
     sample_id: Mapped[UuidPk]
     probe_id: Mapped[UuidCol]

@@ -41,9 +41,14 @@ def _rejected(error: validation.BatchRejected, kind: str, body_records: int) -> 
     return JSONResponse(status_code=error.status_code, content={"detail": error.detail()})
 
 
-@router.post("/trials/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"$ref": wire_component_ref("TrialBatch")}}}}})
+@router.post(
+    "/trials/batch",
+    response_model=UploadResultOut,
+    responses=_BATCH_RESPONSES,
+    openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": wire_component_ref("TrialBatch")}}}}
+    },
+)
 async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
     """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates).
 
@@ -61,14 +66,24 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
     if result.accepted:  # new trials or path samples (the drain's refresh folds the samples in)
         background_tasks.add_task(queue_join, result.new_trial_ids)
     # An ``UploadResultOut`` (the documented response_model), serialised directly.
-    return Response(orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted,
-                                  "duplicates": result.duplicates}), media_type="application/json",
-                    background=background_tasks)
+    return Response(
+        orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}),
+        media_type="application/json",
+        background=background_tasks,
+    )
 
 
-@router.post("/observations/batch", response_model=UploadResultOut, responses=_BATCH_RESPONSES,
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"$ref": wire_component_ref("ObservationBatch")}}}}})
+@router.post(
+    "/observations/batch",
+    response_model=UploadResultOut,
+    responses=_BATCH_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": wire_component_ref("ObservationBatch")}}},
+        }
+    },
+)
 async def upload_observations(request: Request, origin: OriginDep) -> Any:
     """Store an ``ObservationBatch`` from the authenticated origin."""
     body = await read_body_limited(request)
@@ -83,9 +98,14 @@ async def upload_observations(request: Request, origin: OriginDep) -> Any:
     return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
 
 
-@router.get("/trials.csv", response_class=StreamingResponse,
-            responses={200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"},
-                       503: {"description": "database busy: retry after Retry-After seconds"}})
+@router.get(
+    "/trials.csv",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "trials as CSV, streamed"},
+        503: {"description": "database busy: retry after Retry-After seconds"},
+    },
+)
 async def export_trials_csv(
     campaign_id: Annotated[int | None, Query(ge=1, le=BIGINT_MAX)] = None,
     probe_id: uuid.UUID | None = None,
@@ -96,5 +116,8 @@ async def export_trials_csv(
     memory; within the public reads' share of the database, see :mod:`iwscope.streaming`).
     Written by :mod:`iwscope.analysis.raw`, like ``/api/v1/analysis/trials.csv``."""
     filters = Filters(campaign_ids=() if campaign_id is None else (campaign_id,), since=since, until=until)
-    return await stream_read(lambda session: iter_trials_csv(session, filters, layout=FULL_CSV, probe_id=probe_id),
-                             "text/csv", {"Content-Disposition": 'attachment; filename="trials.csv"'})
+    return await stream_read(
+        lambda session: iter_trials_csv(session, filters, layout=FULL_CSV, probe_id=probe_id),
+        "text/csv",
+        {"Content-Disposition": 'attachment; filename="trials.csv"'},
+    )

@@ -55,21 +55,72 @@ class IngestResult:
 # Storage
 # --------------------------------------------------------------------------------------
 
-TRIAL_WIRE_COLUMNS = ("trial_id", "started_at", "probe_id", "campaign_id", "origin_id", "round", "arm_iw",
-                      "object_size", "url", "dns_us", "connect_us", "ttfb_us", "total_us", "bytes_received",
-                      "http_status", "error_kind", "error_detail", "syn_retrans")
-TRIAL_STAGE_COLUMNS = (TRIAL_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
-                       + ("tcp_info", "arm", "role", "page_id", "echo", "tls_version", "tls_handshake_us", "family",
-                          "client_iw_status", "client_iw_segments", "client_iw_bytes", "client_iw_mss",
-                          "client_iw_reason"))
-SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps",
-                  "transfer_bytes", "method")
-OBSERVATION_WIRE_COLUMNS = ("trial_id", "origin_id", "arm_iw", "port", "client_addr", "object_size", "request_at",
-                            "first_byte_us", "response_latency_us", "snd_cwnd_at_accept", "cwnd_mismatch",
-                            "rwnd_limited", "peer_rwnd", "http_status", "error_kind", "arm", "tls_version",
-                            "tls_handshake_us", "tls_first_flight_bytes", "tls_flight_acked_us", "family")
-OBSERVATION_STAGE_COLUMNS = (OBSERVATION_WIRE_COLUMNS
-                             + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",))
+TRIAL_WIRE_COLUMNS = (
+    "trial_id",
+    "started_at",
+    "probe_id",
+    "campaign_id",
+    "origin_id",
+    "round",
+    "arm_iw",
+    "object_size",
+    "url",
+    "dns_us",
+    "connect_us",
+    "ttfb_us",
+    "total_us",
+    "bytes_received",
+    "http_status",
+    "error_kind",
+    "error_detail",
+    "syn_retrans",
+)
+TRIAL_STAGE_COLUMNS = (
+    TRIAL_WIRE_COLUMNS
+    + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
+    + (
+        "tcp_info",
+        "arm",
+        "role",
+        "page_id",
+        "echo",
+        "tls_version",
+        "tls_handshake_us",
+        "family",
+        "client_iw_status",
+        "client_iw_segments",
+        "client_iw_bytes",
+        "client_iw_mss",
+        "client_iw_reason",
+    )
+)
+SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps", "transfer_bytes", "method")
+OBSERVATION_WIRE_COLUMNS = (
+    "trial_id",
+    "origin_id",
+    "arm_iw",
+    "port",
+    "client_addr",
+    "object_size",
+    "request_at",
+    "first_byte_us",
+    "response_latency_us",
+    "snd_cwnd_at_accept",
+    "cwnd_mismatch",
+    "rwnd_limited",
+    "peer_rwnd",
+    "http_status",
+    "error_kind",
+    "arm",
+    "tls_version",
+    "tls_handshake_us",
+    "tls_first_flight_bytes",
+    "tls_flight_acked_us",
+    "family",
+)
+OBSERVATION_STAGE_COLUMNS = (
+    OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
+)
 
 
 def _columns(names: Iterable[str]) -> str:
@@ -80,10 +131,14 @@ def _ensure_staging(connection: psycopg.Connection, info: dict[str, Any]) -> Non
     """Temporary staging tables, created once per pooled connection, emptied at every commit."""
     if info.get("iwscope_staging"):
         return
-    connection.execute("CREATE TEMP TABLE IF NOT EXISTS path_samples_stage ON COMMIT DELETE ROWS AS SELECT "
-                       f"{_columns(SAMPLE_COLUMNS)} FROM path_samples WITH NO DATA")
-    connection.execute("CREATE TEMP TABLE IF NOT EXISTS observations_stage ON COMMIT DELETE ROWS AS SELECT "
-                       f"{_columns(OBSERVATION_STAGE_COLUMNS)} FROM origin_observations WITH NO DATA")
+    connection.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS path_samples_stage ON COMMIT DELETE ROWS AS SELECT "
+        f"{_columns(SAMPLE_COLUMNS)} FROM path_samples WITH NO DATA"
+    )
+    connection.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS observations_stage ON COMMIT DELETE ROWS AS SELECT "
+        f"{_columns(OBSERVATION_STAGE_COLUMNS)} FROM origin_observations WITH NO DATA"
+    )
     connection.commit()
     info["iwscope_staging"] = True
 
@@ -114,30 +169,44 @@ def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
     get = tcp.get
     n = _NULL
     iw = trial.client_iw
-    client_iw = (f"{n}\t{n}\t{n}\t{n}\t{n}" if iw is None else
-                 f"{iw.status}\t{n if iw.segments is None else iw.segments}\t{n if iw.bytes is None else iw.bytes}\t"
-                 f"{n if iw.mss is None else iw.mss}\t{iw.reason or n}")
-    return (f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
-            f"{n if trial.campaign_id is None else trial.campaign_id}\t"
-            f"{n if trial.origin_id is None else trial.origin_id}\t{trial.round}\t{trial.arm_iw}\t"
-            f"{trial.object_size}\t{_copy_text(trial.url)}\t"
-            f"{n if trial.dns_us is None else trial.dns_us}\t{n if trial.connect_us is None else trial.connect_us}\t"
-            f"{n if trial.ttfb_us is None else trial.ttfb_us}\t{n if trial.total_us is None else trial.total_us}\t"
-            f"{trial.bytes_received}\t{n if trial.http_status is None else trial.http_status}\t"
-            f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
-            f"{trial.syn_retrans}\t{get('rtt', n)}\t{get('rttvar', n)}\t{get('min_rtt', n)}\t"
-            f"{get('total_retrans', n)}\t{get('segs_in', n)}\t{get('data_segs_in', n)}\t{get('rcv_space', n)}\t"
-            f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}\t"
-            f"{n if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm}\t{wire.flow_role(trial.url, trial.role)}\t"
-            f"{n if trial.page_id is None else trial.page_id}\t"
-            f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}\t"
-            f"{_copy_text(trial.tls_version or None)}\t{n if trial.tls_handshake_us is None else trial.tls_handshake_us}\t"
-            f"{trial.family or n}\t{client_iw}")
+    client_iw = (
+        f"{n}\t{n}\t{n}\t{n}\t{n}"
+        if iw is None
+        else f"{iw.status}\t{n if iw.segments is None else iw.segments}\t{n if iw.bytes is None else iw.bytes}\t"
+        f"{n if iw.mss is None else iw.mss}\t{iw.reason or n}"
+    )
+    return (
+        f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
+        f"{n if trial.campaign_id is None else trial.campaign_id}\t"
+        f"{n if trial.origin_id is None else trial.origin_id}\t{trial.round}\t{trial.arm_iw}\t"
+        f"{trial.object_size}\t{_copy_text(trial.url)}\t"
+        f"{n if trial.dns_us is None else trial.dns_us}\t{n if trial.connect_us is None else trial.connect_us}\t"
+        f"{n if trial.ttfb_us is None else trial.ttfb_us}\t{n if trial.total_us is None else trial.total_us}\t"
+        f"{trial.bytes_received}\t{n if trial.http_status is None else trial.http_status}\t"
+        f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
+        f"{trial.syn_retrans}\t{get('rtt', n)}\t{get('rttvar', n)}\t{get('min_rtt', n)}\t"
+        f"{get('total_retrans', n)}\t{get('segs_in', n)}\t{get('data_segs_in', n)}\t{get('rcv_space', n)}\t"
+        f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}\t"
+        f"{n if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm}\t{wire.flow_role(trial.url, trial.role)}\t"
+        f"{n if trial.page_id is None else trial.page_id}\t"
+        f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}\t"
+        f"{_copy_text(trial.tls_version or None)}\t{n if trial.tls_handshake_us is None else trial.tls_handshake_us}\t"
+        f"{trial.family or n}\t{client_iw}"
+    )
 
 
 #: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.
-_TRIAL_LINE_TCPI = ("rtt", "rttvar", "min_rtt", "total_retrans", "segs_in", "data_segs_in", "rcv_space", "rcv_mss",
-                    "bytes_received")
+_TRIAL_LINE_TCPI = (
+    "rtt",
+    "rttvar",
+    "min_rtt",
+    "total_retrans",
+    "segs_in",
+    "data_segs_in",
+    "rcv_space",
+    "rcv_mss",
+    "bytes_received",
+)
 if _TRIAL_LINE_TCPI != TRIAL_TCPI_COLUMNS:  # pragma: no cover (a model change must update _trial_line)
     raise RuntimeError("_trial_line does not match TRIAL_TCPI_COLUMNS")
 
@@ -153,19 +222,44 @@ def _utc_text(original: str, parsed: dt.datetime) -> str:
 
 def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
     tcp_info = observation.tcp_info
-    return (observation.trial_id, observation.origin_id, observation.arm_iw, observation.port,
-            observation.client_addr, observation.object_size, observation.request_at, observation.first_byte_us,
-            observation.response_latency_us, observation.snd_cwnd_at_accept, observation.cwnd_mismatch,
-            observation.rwnd_limited, observation.peer_rwnd, observation.http_status, observation.error_kind,
-            observation.arm or None, observation.tls_version or None, observation.tls_handshake_us,
-            observation.tls_first_flight_bytes, observation.tls_flight_acked_us, observation.family or None,
-            *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
-            orjson.dumps(tcp_info).decode())
+    return (
+        observation.trial_id,
+        observation.origin_id,
+        observation.arm_iw,
+        observation.port,
+        observation.client_addr,
+        observation.object_size,
+        observation.request_at,
+        observation.first_byte_us,
+        observation.response_latency_us,
+        observation.snd_cwnd_at_accept,
+        observation.cwnd_mismatch,
+        observation.rwnd_limited,
+        observation.peer_rwnd,
+        observation.http_status,
+        observation.error_kind,
+        observation.arm or None,
+        observation.tls_version or None,
+        observation.tls_handshake_us,
+        observation.tls_first_flight_bytes,
+        observation.tls_flight_acked_us,
+        observation.family or None,
+        *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
+        orjson.dumps(tcp_info).decode(),
+    )
 
 
 def _sample_row(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> tuple[Any, ...]:
-    return (sample.sample_id, sample.probe_id, sample.origin_id, measured_at, sample.min_rtt_us,
-            sample.bottleneck_bps, sample.transfer_bytes, sample.method)
+    return (
+        sample.sample_id,
+        sample.probe_id,
+        sample.origin_id,
+        measured_at,
+        sample.min_rtt_us,
+        sample.bottleneck_bps,
+        sample.transfer_bytes,
+        sample.method,
+    )
 
 
 def _copy(cursor: psycopg.Cursor, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> None:
@@ -181,10 +275,12 @@ _KNOWN_ORIGINS: set[str] = set()
 
 def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) -> list[RecordError]:
     """Records that name a campaign or an origin the collector does not know."""
-    campaign_ids = ({trial.campaign_id for trial in batch.trials if trial.campaign_id is not None}
-                    | {record.campaign_id for record in batch.census if record.campaign_id is not None})
-    origin_ids = ({trial.origin_id for trial in batch.trials if trial.origin_id is not None}
-                  | {sample.origin_id for sample in batch.path_samples})
+    campaign_ids = {trial.campaign_id for trial in batch.trials if trial.campaign_id is not None} | {
+        record.campaign_id for record in batch.census if record.campaign_id is not None
+    }
+    origin_ids = {trial.origin_id for trial in batch.trials if trial.origin_id is not None} | {
+        sample.origin_id for sample in batch.path_samples
+    }
     if campaign_ids - _KNOWN_CAMPAIGNS:
         cursor.execute("SELECT id FROM campaigns WHERE id = ANY(%s)", (list(campaign_ids - _KNOWN_CAMPAIGNS),))
         _KNOWN_CAMPAIGNS.update(row[0] for row in cursor.fetchall())
@@ -197,19 +293,29 @@ def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) 
         return errors
     for index, trial in enumerate(batch.trials):
         if trial.campaign_id is not None and trial.campaign_id not in known_campaigns:
-            errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field="campaign_id",
-                                      message="unknown campaign"))
+            errors.append(
+                RecordError(
+                    section="trials", index=index, record_id=trial.trial_id, field="campaign_id", message="unknown campaign"
+                )
+            )
         if trial.origin_id is not None and trial.origin_id not in known_origins:
-            errors.append(RecordError(section="trials", index=index, record_id=trial.trial_id, field="origin_id",
-                                      message="unknown origin"))
+            errors.append(
+                RecordError(section="trials", index=index, record_id=trial.trial_id, field="origin_id", message="unknown origin")
+            )
     for index, sample in enumerate(batch.path_samples):
         if sample.origin_id not in known_origins:
-            errors.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
-                                      field="origin_id", message="unknown origin"))
+            errors.append(
+                RecordError(
+                    section="path_samples", index=index, record_id=sample.sample_id, field="origin_id", message="unknown origin"
+                )
+            )
     for index, record in enumerate(batch.census):
         if record.campaign_id is not None and record.campaign_id not in known_campaigns:
-            errors.append(RecordError(section="census", index=index, record_id=record.census_id,
-                                      field="campaign_id", message="unknown campaign"))
+            errors.append(
+                RecordError(
+                    section="census", index=index, record_id=record.census_id, field="campaign_id", message="unknown campaign"
+                )
+            )
     return errors
 
 
@@ -248,8 +354,10 @@ def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartb
     """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, in its own
     short transaction after the batch committed (see :func:`touch_last_seen`)."""
     values = heartbeat_values(heartbeat, utcnow())
-    connection.execute("UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
-                       (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id))
+    connection.execute(
+        "UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
+        (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id),
+    )
     connection.commit()
     _LAST_TOUCHED[("probes", probe_id)] = time.monotonic()
 
@@ -265,9 +373,11 @@ def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.U
     key = (table, identity)
     if now - _LAST_TOUCHED.get(key, -_LAST_SEEN_RESOLUTION_S) < _LAST_SEEN_RESOLUTION_S:
         return
-    connection.execute(f"UPDATE {table} SET last_seen_at = now() WHERE id = %s AND "
-                       f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
-                       (identity,))
+    connection.execute(
+        f"UPDATE {table} SET last_seen_at = now() WHERE id = %s AND "
+        f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
+        (identity,),
+    )
     connection.commit()
     _LAST_TOUCHED[key] = now
 
@@ -295,8 +405,7 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                 started = [_utc_text(trials[index].started_at, started_at[index]) for index in unique]
                 # Array literals by hand: psycopg's list adaptation is pure Python per element;
                 # validated UUIDs and ISO timestamps need no quoting.
-                cursor.execute(_REGISTER_TRIAL_IDS, ("{" + ",".join(first_index) + "}",
-                                                     '{"' + '","'.join(started) + '"}'))
+                cursor.execute(_REGISTER_TRIAL_IDS, ("{" + ",".join(first_index) + "}", '{"' + '","'.join(started) + '"}'))
                 fresh = {row[0] for row in cursor.fetchall()}
                 if len(fresh) == len(unique):
                     new_indices = unique
@@ -306,15 +415,21 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                     new_indices = [unique[position] for position in kept]
                     new_started = [started[position] for position in kept]
                 if new_indices:
-                    payload = "\n".join([_trial_line(trials[index], started_text)
-                                          for index, started_text in zip(new_indices, new_started, strict=True)]) + "\n"
+                    payload = (
+                        "\n".join(
+                            [
+                                _trial_line(trials[index], started_text)
+                                for index, started_text in zip(new_indices, new_started, strict=True)
+                            ]
+                        )
+                        + "\n"
+                    )
                     with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
                         copy.write(payload.encode())
                 result.new_trial_ids.extend(trials[index].trial_id for index in new_indices)
             new_samples = 0
             if batch.path_samples:
-                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS,
-                      map(_sample_row, batch.path_samples, batch.measured_at))
+                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS, map(_sample_row, batch.path_samples, batch.measured_at))
                 cursor.execute(_INSERT_SAMPLES)
                 new_samples = cursor.rowcount  # rows inserted (conflicts are not counted)
             new_census = census.store(cursor, batch.census, batch.census_measured_at)
@@ -348,8 +463,7 @@ def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id
         with connection.cursor() as cursor:
             result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
             if batch.observations:
-                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS,
-                      map(_observation_row, batch.observations))
+                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS, map(_observation_row, batch.observations))
                 cursor.execute(_INSERT_OBSERVATIONS)
                 result.new_trial_ids = [row[0] for row in cursor.fetchall()]
         connection.commit()

@@ -56,15 +56,15 @@ SELECT count(*) FROM joined
 # ``trials`` lagged a fast-growing table (the start of a 1,000-probe stage) one join ran 53 s,
 # and that plan forced on a kept benchmark database ran 290 s for 60,000 ids, against 2.3 s for
 # an index-driven one.  With an indexed, analysed table a rescanned inner is an index lookup.
-_JOIN_IDS_TABLE = text("CREATE TEMPORARY TABLE IF NOT EXISTS iwscope_join_ids (trial_id uuid PRIMARY KEY)"
-                       " ON COMMIT DELETE ROWS")
+_JOIN_IDS_TABLE = text("CREATE TEMPORARY TABLE IF NOT EXISTS iwscope_join_ids (trial_id uuid PRIMARY KEY) ON COMMIT DELETE ROWS")
 _FILL_JOIN_IDS = text("INSERT INTO iwscope_join_ids SELECT DISTINCT unnest(CAST(:trial_ids AS uuid[]))")
 _ANALYZE_JOIN_IDS = text("ANALYZE iwscope_join_ids")
-_JOIN_IDS = text(_JOIN.format(source="iwscope_join_ids AS ids JOIN origin_observations o USING (trial_id)",
-                              selection="TRUE"))
-_JOIN_SWEEP = text(_JOIN.format(
-    source="origin_observations o",
-    selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"))
+_JOIN_IDS = text(_JOIN.format(source="iwscope_join_ids AS ids JOIN origin_observations o USING (trial_id)", selection="TRUE"))
+_JOIN_SWEEP = text(
+    _JOIN.format(
+        source="origin_observations o", selection=f"o.joined_at IS NULL AND o.received_at > now() - interval '{SWEEP_WINDOW}'"
+    )
+)
 
 
 def _refresh_rollups() -> None:
@@ -146,10 +146,13 @@ def sweep() -> dict[str, int]:
 
 def ensure_partitions_now(session: Session, months_ahead: int = PARTITION_MONTHS_AHEAD) -> list[str]:
     """Create the monthly ``trials`` partitions from this month on (rows waiting in the default move)."""
-    rows = session.execute(text(
-        "SELECT iwscope_ensure_trials_partition(((now() AT TIME ZONE 'UTC')::date"
-        " + make_interval(months => m))::date) FROM generate_series(0, :last) AS m"),
-        {"last": months_ahead - 1}).all()
+    rows = session.execute(
+        text(
+            "SELECT iwscope_ensure_trials_partition(((now() AT TIME ZONE 'UTC')::date"
+            " + make_interval(months => m))::date) FROM generate_series(0, :last) AS m"
+        ),
+        {"last": months_ahead - 1},
+    ).all()
     return [row[0] for row in rows]
 
 

@@ -69,30 +69,50 @@ def errors_from_validation(error: ValidationError, body: bytes, id_fields: dict[
             section, index = str(loc[0]), loc[1]
             section_ids = ids.get(section, [])
             record_id = section_ids[index] if index < len(section_ids) else None
-            record_errors.append(RecordError(
-                section=section, index=index,
-                record_id=record_id if isinstance(record_id, str) else None,
-                field=".".join(str(part) for part in loc[2:]) or "(record)", message=item["msg"]))
+            record_errors.append(
+                RecordError(
+                    section=section,
+                    index=index,
+                    record_id=record_id if isinstance(record_id, str) else None,
+                    field=".".join(str(part) for part in loc[2:]) or "(record)",
+                    message=item["msg"],
+                )
+            )
         else:
             if item["type"] == "too_long" and loc and loc[0] in id_fields:
                 too_long = True
-            record_errors.append(RecordError(section="batch", index=None, record_id=None,
-                                             field=".".join(str(part) for part in loc) or "(body)",
-                                             message=item["msg"]))
+            record_errors.append(
+                RecordError(
+                    section="batch",
+                    index=None,
+                    record_id=None,
+                    field=".".join(str(part) for part in loc) or "(body)",
+                    message=item["msg"],
+                )
+            )
     if too_long:
         return BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records", record_errors)
     return BatchRejected(422, "invalid batch: nothing was stored", record_errors)
 
 
-def check_instant(errors: list[RecordError], section: str, index: int, record_id: str, name: str,
-                  value: dt.datetime, latest: dt.datetime) -> None:
+def check_instant(
+    errors: list[RecordError], section: str, index: int, record_id: str, name: str, value: dt.datetime, latest: dt.datetime
+) -> None:
     """Name ``value`` in ``errors`` when it is before 2000 or later than ``latest``."""
     if value < EARLIEST_TIMESTAMP:
-        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
-                                  message="timestamp is before 2000-01-01"))
+        errors.append(
+            RecordError(section=section, index=index, record_id=record_id, field=name, message="timestamp is before 2000-01-01")
+        )
     elif value > latest:
-        errors.append(RecordError(section=section, index=index, record_id=record_id, field=name,
-                                  message="timestamp is more than a day in the future"))
+        errors.append(
+            RecordError(
+                section=section,
+                index=index,
+                record_id=record_id,
+                field=name,
+                message="timestamp is more than a day in the future",
+            )
+        )
 
 
 def _arm_matches_iw(label: str, iw: int) -> bool:
@@ -140,24 +160,56 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     if len(trials) + len(samples) + len(records) > wire.MAX_BATCH_RECORDS:
         raise BatchRejected(413, f"a batch holds at most {wire.MAX_BATCH_RECORDS} records")
     own = str(probe_id)
-    if batch.probe_id != own or any(trial.probe_id != own for trial in trials) or any(
-            sample.probe_id != own for sample in samples) or any(record.probe_id != own for record in records):
+    if (
+        batch.probe_id != own
+        or any(trial.probe_id != own for trial in trials)
+        or any(sample.probe_id != own for sample in samples)
+        or any(record.probe_id != own for record in records)
+    ):
         foreign: list[RecordError] = []
         if batch.probe_id != own:
-            foreign.append(RecordError(section="batch", index=None, record_id=batch.batch_id, field="probe_id",
-                                       message="not the probe of this credential"))
+            foreign.append(
+                RecordError(
+                    section="batch",
+                    index=None,
+                    record_id=batch.batch_id,
+                    field="probe_id",
+                    message="not the probe of this credential",
+                )
+            )
         for index, trial in enumerate(trials):
             if trial.probe_id != own:
-                foreign.append(RecordError(section="trials", index=index, record_id=trial.trial_id,
-                                           field="probe_id", message="not the probe of this credential"))
+                foreign.append(
+                    RecordError(
+                        section="trials",
+                        index=index,
+                        record_id=trial.trial_id,
+                        field="probe_id",
+                        message="not the probe of this credential",
+                    )
+                )
         for index, sample in enumerate(samples):
             if sample.probe_id != own:
-                foreign.append(RecordError(section="path_samples", index=index, record_id=sample.sample_id,
-                                           field="probe_id", message="not the probe of this credential"))
+                foreign.append(
+                    RecordError(
+                        section="path_samples",
+                        index=index,
+                        record_id=sample.sample_id,
+                        field="probe_id",
+                        message="not the probe of this credential",
+                    )
+                )
         for index, record in enumerate(records):
             if record.probe_id != own:
-                foreign.append(RecordError(section="census", index=index, record_id=record.census_id,
-                                           field="probe_id", message="not the probe of this credential"))
+                foreign.append(
+                    RecordError(
+                        section="census",
+                        index=index,
+                        record_id=record.census_id,
+                        field="probe_id",
+                        message="not the probe of this credential",
+                    )
+                )
         raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
     flow_errors = _flow_field_errors(trials) + census.client_iw_errors(trials) + census.check(records)
     if flow_errors:
@@ -182,19 +234,34 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> Observation
     except ValidationError as error:
         raise errors_from_validation(error, body) from None
     own = str(origin_id)
-    foreign = [RecordError(section="observations", index=index, record_id=record.trial_id, field="origin_id",
-                           message="not the origin of this credential")
-               for index, record in enumerate(batch.observations) if record.origin_id != own]
+    foreign = [
+        RecordError(
+            section="observations",
+            index=index,
+            record_id=record.trial_id,
+            field="origin_id",
+            message="not the origin of this credential",
+        )
+        for index, record in enumerate(batch.observations)
+        if record.origin_id != own
+    ]
     if batch.origin_id != own:
-        foreign.insert(0, RecordError(section="batch", index=None, record_id=batch.batch_id, field="origin_id",
-                                      message="not the origin of this credential"))
+        foreign.insert(
+            0,
+            RecordError(
+                section="batch",
+                index=None,
+                record_id=batch.batch_id,
+                field="origin_id",
+                message="not the origin of this credential",
+            ),
+        )
     if foreign:
         raise BatchRejected(403, "records of another origin: nothing was stored", foreign)
     errors: list[RecordError] = []
     latest = utcnow() + MAX_FUTURE
     for index, observation in enumerate(batch.observations):
-        check_instant(errors, "observations", index, observation.trial_id, "request_at",
-                       observation.request_at, latest)
+        check_instant(errors, "observations", index, observation.trial_id, "request_at", observation.request_at, latest)
     if errors:
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch

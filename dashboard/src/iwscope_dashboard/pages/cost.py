@@ -52,9 +52,14 @@ SWEEP_TICKS = (0, 25, 50, 75, 100)
 
 def layout(**url_query: Any) -> html.Div:
     def card(title: str, note: str, body_id: str) -> html.Div:
-        return html.Div([html.H3(title, className="iw-table-title"), html.Div(note, className="iw-table-note"),
-                         dcc.Loading(html.Div(id=body_id, style={"overflowX": "auto"}), delay_show=150)],
-                        className="iw-card iw-percentiles")
+        return html.Div(
+            [
+                html.H3(title, className="iw-table-title"),
+                html.Div(note, className="iw-table-note"),
+                dcc.Loading(html.Div(id=body_id, style={"overflowX": "auto"}), delay_show=150),
+            ],
+            className="iw-card iw-percentiles",
+        )
 
     return page_frame(
         PREFIX,
@@ -63,12 +68,15 @@ def layout(**url_query: Any) -> html.Div:
         "the queueing delay and loss it adds to a voice-like interactive flow, the completion time of "
         "short flows and page loads per IW policy (arm), and the throughput of a bulk flow. Each "
         "campaign is a phase on one bottleneck (region). Numbers carry their 95 % interval and n; "
-        "with fewer than 6 flows or 50 packets a number shows \"n too small\".",
+        'with fewer than 6 flows or 50 packets a number shows "n too small".',
         filters_from_page_query(url_query),
         [
-            card("Cost per phase", "Completion times are medians; every number has its [95 % CI] and n. The "
-                 "interactive flow's delay is its round-trip time above the bottleneck's empty-queue RTT.",
-                 f"{PREFIX}-table"),
+            card(
+                "Cost per phase",
+                "Completion times are medians; every number has its [95 % CI] and n. The "
+                "interactive flow's delay is its round-trip time above the bottleneck's empty-queue RTT.",
+                f"{PREFIX}-table",
+            ),
             graph(f"{PREFIX}-delay-graph"),
             graph(f"{PREFIX}-sweep-graph"),
             card("Interference: A/B split vs total effect", INTERFERENCE_NOTE, f"{PREFIX}-interference"),
@@ -78,6 +86,7 @@ def layout(**url_query: Any) -> html.Div:
 
 
 # ---- numbers as text --------------------------------------------------------------------------
+
 
 class Cell(NamedTuple):
     """A table cell: the number (or "n too small" / a dash) with its interval and n beside it.
@@ -96,8 +105,16 @@ def _interval(ci: tuple[float, float] | None, scale: float, digits: int) -> str:
     return f"[{ci[0] * scale:,.{digits}f}, {ci[1] * scale:,.{digits}f}]" if ci else "[no interval]"
 
 
-def measure(value: float | None, ci: tuple[float, float] | None, n: int | str, unit: str, *,
-            scale: float = 1.0, digits: int = 1, signed: bool = False) -> Cell:
+def measure(
+    value: float | None,
+    ci: tuple[float, float] | None,
+    n: int | str,
+    unit: str,
+    *,
+    scale: float = 1.0,
+    digits: int = 1,
+    signed: bool = False,
+) -> Cell:
     """``value [low, high], n=...`` or, for ``None``, "n too small" with the n it had."""
     count = f"{n:,}" if isinstance(n, int) else n
     if value is None:
@@ -129,15 +146,21 @@ def _zero_range(tops: Sequence[float | None]) -> list[float]:
 
 # ---- a. the cost table ------------------------------------------------------------------------
 
+
 def _arms_of(report: CostReport, role: str) -> list[str]:
     return sorted({flow.arm for flow in report.flows if flow.role == role}, key=arm_order)
 
 
 def cost_columns(report: CostReport) -> list[tuple[str, str]]:
     """(key, header) of the cost table; arm columns for the arms the phases ran."""
-    columns = [("phase", "Phase"), ("region", "Bottleneck (region)"), ("mix", "Mix (short flows)"),
-               ("delay_p50", "Interactive delay added p50 (ms)"), ("delay_p99", "Interactive delay added p99 (ms)"),
-               ("loss", "Interactive loss (%)")]
+    columns = [
+        ("phase", "Phase"),
+        ("region", "Bottleneck (region)"),
+        ("mix", "Mix (short flows)"),
+        ("delay_p50", "Interactive delay added p50 (ms)"),
+        ("delay_p99", "Interactive delay added p99 (ms)"),
+        ("loss", "Interactive loss (%)"),
+    ]
     columns += [(f"short:{arm}", f"Short flows median FCT {arm_name(arm)} (ms)") for arm in _arms_of(report, "short")]
     if any(flow.role in ("background", "background-alone") for flow in report.flows):
         columns.append(("bulk", "Bulk flow throughput with / alone (Mbit/s)"))
@@ -147,15 +170,21 @@ def cost_columns(report: CostReport) -> list[tuple[str, str]]:
 
 def _bulk_cell(flows: dict[tuple[int, str, str], CostFlows], campaign_id: int) -> Cell:
     """The bulk flow's mean throughput with / alone, each with its interval and n."""
-    picked = {role: next((f for (c, r, _), f in flows.items() if c == campaign_id and r == role), None)
-              for role in ("background", "background-alone")}
+    picked = {
+        role: next((f for (c, r, _), f in flows.items() if c == campaign_id and r == role), None)
+        for role in ("background", "background-alone")
+    }
     if picked["background"] is None and picked["background-alone"] is None:
         return Cell("—", "no bulk flow")
-    cells = [Cell("—", "not run") if flow is None else
-             measure(flow.throughput_bps, flow.throughput_ci_bps, flow.n, "flows", scale=1e-6, digits=2)
-             for flow in (picked["background"], picked["background-alone"])]
-    return Cell(" / ".join(cell.value for cell in cells), " / ".join(cell.note for cell in cells),
-                any(cell.too_small for cell in cells))
+    cells = [
+        Cell("—", "not run")
+        if flow is None
+        else measure(flow.throughput_bps, flow.throughput_ci_bps, flow.n, "flows", scale=1e-6, digits=2)
+        for flow in (picked["background"], picked["background-alone"])
+    ]
+    return Cell(
+        " / ".join(cell.value for cell in cells), " / ".join(cell.note for cell in cells), any(cell.too_small for cell in cells)
+    )
 
 
 def cost_rows(report: CostReport) -> list[dict[str, Cell]]:
@@ -165,9 +194,13 @@ def cost_rows(report: CostReport) -> list[dict[str, Cell]]:
     columns = [key for key, _ in cost_columns(report)]
     rows: list[dict[str, Cell]] = []
     for campaign in sorted(report.campaigns, key=lambda c: (c.region, c.campaign_id)):
-        row = {"phase": Cell(f"#{campaign.campaign_id}", campaign.name), "region": Cell(campaign.region),
-               "mix": Cell(campaign.mix, f"{campaign.arrival_rate_per_s:.3g} flows/s"
-                           if campaign.arrival_rate_per_s is not None else "")}
+        row = {
+            "phase": Cell(f"#{campaign.campaign_id}", campaign.name),
+            "region": Cell(campaign.region),
+            "mix": Cell(
+                campaign.mix, f"{campaign.arrival_rate_per_s:.3g} flows/s" if campaign.arrival_rate_per_s is not None else ""
+            ),
+        }
         point = interactive.get(campaign.campaign_id)
         if point is None:
             for key in ("delay_p50", "delay_p99", "loss"):
@@ -181,9 +214,17 @@ def cost_rows(report: CostReport) -> list[dict[str, Cell]]:
             if role in ("short", "page"):
                 flow = flows.get((campaign.campaign_id, "short" if role == "short" else "page-load", arm))
                 unit = "flows" if role == "short" else "pages"
-                row[key] = (Cell("—", "not run") if flow is None else
-                            measure(flow.fct_p50_ms, flow.fct_p50_ci_ms, flow.n,
-                                    unit + (f", {flow.errors:,} failed" if flow.errors else ""), digits=0))
+                row[key] = (
+                    Cell("—", "not run")
+                    if flow is None
+                    else measure(
+                        flow.fct_p50_ms,
+                        flow.fct_p50_ci_ms,
+                        flow.n,
+                        unit + (f", {flow.errors:,} failed" if flow.errors else ""),
+                        digits=0,
+                    )
+                )
         if "bulk" in columns:
             row["bulk"] = _bulk_cell(flows, campaign.campaign_id)
         rows.append(row)
@@ -205,13 +246,13 @@ def html_table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Cell
 
 # ---- b. interactive delay ---------------------------------------------------------------------
 
+
 def delay_figure(report: CostReport) -> go.Figure:
     """Delay the short flows add to the interactive flow, p50 and p99 per phase, grouped by region.
 
     Phases without a number (too few packets) get no bar; a note under the plot names them."""
     campaigns = {c.campaign_id: c for c in report.campaigns}
-    points = sorted((p for p in report.interactive if p.campaign_id in campaigns),
-                    key=lambda p: (p.region, p.campaign_id))
+    points = sorted((p for p in report.interactive if p.campaign_id in campaigns), key=lambda p: (p.region, p.campaign_id))
     if not points:
         return empty_figure("No phase ran the interactive flow.", "Delay added to the interactive flow")
     fig = go.Figure()
@@ -221,16 +262,30 @@ def delay_figure(report: CostReport) -> go.Figure:
         values = [float(getattr(p, f"{field}_ms")) for p in shown]
         cis = [getattr(p, f"{field}_ci_ms") for p in shown]
         tops += [ci[1] if ci else v for v, ci in zip(values, cis, strict=True)]
-        fig.add_trace(go.Bar(
-            x=[[p.region for p in shown], [phase_label(campaigns[p.campaign_id]) for p in shown]], y=values,
-            name=name, marker_color=colour, error_y=interval_bars(values, cis),
-            customdata=[[p.samples, _interval(ci, 1.0, 1)] for p, ci in zip(shown, cis, strict=True)],
-            hovertemplate="%{x}<br>%{y:.1f} ms %{customdata[1]}<br>n=%{customdata[0]} packets<extra>" + name + "</extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=[[p.region for p in shown], [phase_label(campaigns[p.campaign_id]) for p in shown]],
+                y=values,
+                name=name,
+                marker_color=colour,
+                error_y=interval_bars(values, cis),
+                customdata=[[p.samples, _interval(ci, 1.0, 1)] for p, ci in zip(shown, cis, strict=True)],
+                hovertemplate="%{x}<br>%{y:.1f} ms %{customdata[1]}<br>n=%{customdata[0]} packets<extra>" + name + "</extra>",
+            )
+        )
     small = [p for p in points if p.delay_p50_ms is None or p.delay_p99_ms is None]
     if small:
         names = "; ".join(f"{phase_label(campaigns[p.campaign_id])} (n={p.samples:,} packets)" for p in small)
-        fig.add_annotation(text=f"{TOO_SMALL}, no bar: {names}", x=0, y=-0.22, xref="paper", yref="paper",
-                           showarrow=False, xanchor="left", font={"size": 11, "color": "#777"})
+        fig.add_annotation(
+            text=f"{TOO_SMALL}, no bar: {names}",
+            x=0,
+            y=-0.22,
+            xref="paper",
+            yref="paper",
+            showarrow=False,
+            xanchor="left",
+            font={"size": 11, "color": "#777"},
+        )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="queueing delay added (ms)", range=_zero_range(tops))
     fig.update_xaxes(title_text="bottleneck / phase")
@@ -239,8 +294,8 @@ def delay_figure(report: CostReport) -> go.Figure:
 
 # ---- c. share sweep ---------------------------------------------------------------------------
 
-def _treatment_share(campaign: CostCampaign, baseline: str, treatment: str,
-                     flows: Sequence[CostFlows]) -> float | None:
+
+def _treatment_share(campaign: CostCampaign, baseline: str, treatment: str, flows: Sequence[CostFlows]) -> float | None:
     """The treatment's share of the phase's short flows in % (pure phases: 0 or 100), or ``None``
     when the phase ran another arm.  Taken from ``CostFlows.share`` (the baseline's share gives
     the treatment's as its complement), else from the phase's arms."""
@@ -312,8 +367,11 @@ def sweep_series(report: CostReport) -> dict[str, list[SweepLine]]:
     result: dict[str, list[SweepLine]] = {}
     for region, designs in sorted(by_region.items()):
         lines: list[SweepLine] = []
-        sweeps = {design: (campaigns, pairs) for design, campaigns in sorted(designs.items(), key=lambda item: str(item[0]))
-                  if (pairs := _sweep_pairs(campaigns))}
+        sweeps = {
+            design: (campaigns, pairs)
+            for design, campaigns in sorted(designs.items(), key=lambda item: str(item[0]))
+            if (pairs := _sweep_pairs(campaigns))
+        }
         for index, (design, (campaigns, pairs)) in enumerate(sweeps.items()):
             for baseline, treatment in pairs:
                 for arm in (baseline, treatment):
@@ -338,9 +396,11 @@ def sweep_figure(report: CostReport) -> go.Figure:
     (colour: arm; dash: the phases' design when a bottleneck ran several loads)."""
     series = {region: lines for region, lines in sweep_series(report).items() if lines}
     if not series:
-        return empty_figure("No share sweep: it needs phases splitting the short flows between two arms "
-                            "(e.g. 25/50/75 %) beside the pure phases, with enough flows (n too small otherwise).",
-                            "Share sweep")
+        return empty_figure(
+            "No share sweep: it needs phases splitting the short flows between two arms "
+            "(e.g. 25/50/75 %) beside the pure phases, with enough flows (n too small otherwise).",
+            "Share sweep",
+        )
     colours = _colours(report)
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
     fig = make_subplots(rows=1, cols=len(series), subplot_titles=list(series), horizontal_spacing=0.08)
@@ -351,18 +411,28 @@ def sweep_figure(report: CostReport) -> go.Figure:
             values = [p[1] for p in line.points]
             cis = [p[2] for p in line.points]
             tops += [ci[1] if ci else v for v, ci in zip(values, cis, strict=True)]
-            fig.add_trace(go.Scatter(
-                x=[p[0] for p in line.points], y=values, name=line.name, mode="lines+markers", legendgroup=line.name,
-                showlegend=line.name not in shown,
-                line={"color": colours.get(line.arm), "dash": dashes[line.design % len(dashes)]},
-                error_y=interval_bars(values, cis, colours.get(line.arm)),
-                customdata=[[p[3], _interval(p[2], 1.0, 0)] for p in line.points],
-                hovertemplate="treatment %{x:.0f} %<br>mean %{y:.0f} ms %{customdata[1]}<br>n=%{customdata[0]} flows"
-                              "<extra>" + line.name + " " + region + "</extra>"), row=1, col=column)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[0] for p in line.points],
+                    y=values,
+                    name=line.name,
+                    mode="lines+markers",
+                    legendgroup=line.name,
+                    showlegend=line.name not in shown,
+                    line={"color": colours.get(line.arm), "dash": dashes[line.design % len(dashes)]},
+                    error_y=interval_bars(values, cis, colours.get(line.arm)),
+                    customdata=[[p[3], _interval(p[2], 1.0, 0)] for p in line.points],
+                    hovertemplate="treatment %{x:.0f} %<br>mean %{y:.0f} ms %{customdata[1]}<br>n=%{customdata[0]} flows"
+                    "<extra>" + line.name + " " + region + "</extra>",
+                ),
+                row=1,
+                col=column,
+            )
             shown.add(line.name)
         fig.update_yaxes(range=_zero_range(tops), row=1, col=column)
-        fig.update_xaxes(range=[-5, 105], tickvals=list(SWEEP_TICKS), ticktext=[f"{tick} %" for tick in SWEEP_TICKS],
-                         row=1, col=column)
+        fig.update_xaxes(
+            range=[-5, 105], tickvals=list(SWEEP_TICKS), ticktext=[f"{tick} %" for tick in SWEEP_TICKS], row=1, col=column
+        )
     fig.update_yaxes(title_text="short flows: mean completion (ms)", row=1, col=1)
     fig.update_xaxes(title_text="treatment share of the short flows (pure phases: 0 % and 100 %)")
     return style_figure(fig, "Share sweep: short-flow mean completion time per arm (95 % CI)", height=420)
@@ -370,26 +440,38 @@ def sweep_figure(report: CostReport) -> go.Figure:
 
 # ---- d. interference --------------------------------------------------------------------------
 
+
 def interference_rows(points: Sequence[CostInterference]) -> list[dict[str, Cell]]:
     rows = []
     for p in sorted(points, key=lambda p: (p.region, p.treatment_share, p.mixed_campaign_id)):
         n_text = f"{p.n[0]:,}/{p.n[1]:,}/{p.n[2]:,}/{p.n[3]:,}"
-        rows.append({
-            "region": Cell(p.region), "arms": Cell(f"{arm_name(p.baseline)} vs {arm_name(p.treatment)}"),
-            "share": Cell(f"{p.treatment_share * 100:.0f} %", f"phase #{p.mixed_campaign_id}"),
-            "ab": measure(p.ab_ms, p.ab_ci_ms, f"{p.n[0]:,}/{p.n[1]:,}", "flows", signed=True),
-            "total": measure(p.total_ms, p.total_ci_ms, f"{p.n[2]:,}/{p.n[3]:,}", "flows", signed=True),
-            "bias": measure(p.bias_ms, p.bias_ci_ms, n_text, "flows", signed=True),
-            "n": Cell(n_text, f"phases #{p.mixed_campaign_id} (mixed), #{p.all_baseline_campaign_id} (all "
-                      f"{arm_name(p.baseline)}), #{p.all_treatment_campaign_id} (all {arm_name(p.treatment)})"),
-        })
+        rows.append(
+            {
+                "region": Cell(p.region),
+                "arms": Cell(f"{arm_name(p.baseline)} vs {arm_name(p.treatment)}"),
+                "share": Cell(f"{p.treatment_share * 100:.0f} %", f"phase #{p.mixed_campaign_id}"),
+                "ab": measure(p.ab_ms, p.ab_ci_ms, f"{p.n[0]:,}/{p.n[1]:,}", "flows", signed=True),
+                "total": measure(p.total_ms, p.total_ci_ms, f"{p.n[2]:,}/{p.n[3]:,}", "flows", signed=True),
+                "bias": measure(p.bias_ms, p.bias_ci_ms, n_text, "flows", signed=True),
+                "n": Cell(
+                    n_text,
+                    f"phases #{p.mixed_campaign_id} (mixed), #{p.all_baseline_campaign_id} (all "
+                    f"{arm_name(p.baseline)}), #{p.all_treatment_campaign_id} (all {arm_name(p.treatment)})",
+                ),
+            }
+        )
     return rows
 
 
 INTERFERENCE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("region", "Bottleneck"), ("arms", "Baseline vs treatment"), ("share", "Treatment share"),
-    ("ab", "A/B estimate (ms)"), ("total", "Total effect (ms)"), ("bias", "Bias A/B - total (ms)"),
-    ("n", "n: mixed base/treat, all-base, all-treat"))
+    ("region", "Bottleneck"),
+    ("arms", "Baseline vs treatment"),
+    ("share", "Treatment share"),
+    ("ab", "A/B estimate (ms)"),
+    ("total", "Total effect (ms)"),
+    ("bias", "Bias A/B - total (ms)"),
+    ("n", "n: mixed base/treat, all-base, all-treat"),
+)
 
 
 # ---- e. bulk flows (the former Fairness page) -------------------------------------------------
@@ -402,20 +484,25 @@ def bulk_figure(report: CostReport) -> go.Figure:
     """The bulk (background) flow's throughput alone vs with the short flows per phase, and the
     share of bytes retransmitted by it and by the short flows of each arm."""
     campaigns = {c.campaign_id: c for c in report.campaigns}
-    phases = sorted({f.campaign_id for f in report.flows if f.role in ("background", "background-alone")
-                     and f.campaign_id in campaigns}, key=lambda c: (campaigns[c].region, c))
+    phases = sorted(
+        {f.campaign_id for f in report.flows if f.role in ("background", "background-alone") and f.campaign_id in campaigns},
+        key=lambda c: (campaigns[c].region, c),
+    )
     if not phases:
         return empty_figure("No phase ran a bulk background flow.", "Bulk flows")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Bulk flow throughput (Mbit/s)", "Retransmitted bytes (% of sent)"))
     colours = _colours(report)
     tops: dict[int, list[float | None]] = {1: [], 2: []}
 
-    def add(role: str, arm: str | None, field: str, scale: float, name: str, colour: str, column: int,
-            legend: bool = True) -> None:
+    def add(
+        role: str, arm: str | None, field: str, scale: float, name: str, colour: str, column: int, legend: bool = True
+    ) -> None:
         xs, ys, cis, ns = [], [], [], []
         for campaign_id in phases:
-            flow = next((f for f in report.flows if f.campaign_id == campaign_id and f.role == role
-                         and (arm is None or f.arm == arm)), None)
+            flow = next(
+                (f for f in report.flows if f.campaign_id == campaign_id and f.role == role and (arm is None or f.arm == arm)),
+                None,
+            )
             value = getattr(flow, field) if flow is not None else None
             if flow is not None and value is not None:  # None: no bar (n too small or not measured), never a 0
                 xs.append(phase_label(campaigns[campaign_id]))
@@ -426,10 +513,20 @@ def bulk_figure(report: CostReport) -> go.Figure:
         if xs:
             tops[column].extend(high for _, high in filter(None, cis))
             tops[column].extend(ys)
-            fig.add_trace(go.Bar(x=xs, y=ys, name=name, marker_color=colour, showlegend=legend, customdata=ns,
-                                 error_y=interval_bars(ys, cis),
-                                 hovertemplate="%{x}<br>%{y:.2f}<br>n=%{customdata} flows<extra>" + name + "</extra>"),
-                          row=1, col=column)
+            fig.add_trace(
+                go.Bar(
+                    x=xs,
+                    y=ys,
+                    name=name,
+                    marker_color=colour,
+                    showlegend=legend,
+                    customdata=ns,
+                    error_y=interval_bars(ys, cis),
+                    hovertemplate="%{x}<br>%{y:.2f}<br>n=%{customdata} flows<extra>" + name + "</extra>",
+                ),
+                row=1,
+                col=column,
+            )
 
     add("background-alone", None, "throughput_bps", 1e-6, "background alone", ARM_PALETTE[4], 1)
     add("background", None, "throughput_bps", 1e-6, "background with short flows", ARM_PALETTE[5], 1)
@@ -444,6 +541,7 @@ def bulk_figure(report: CostReport) -> go.Figure:
 
 # ---- the callback -----------------------------------------------------------------------------
 
+
 @callback(
     Output(f"{PREFIX}-table", "children"),
     Output(f"{PREFIX}-delay-graph", "figure"),
@@ -456,23 +554,35 @@ def bulk_figure(report: CostReport) -> go.Figure:
 )
 def update(*values: Any) -> tuple[Any, ...]:
     filters, search = page_filters(*values)
-    report = read(cost_data, filters, cache=True, empty=lambda report: not report.campaigns,
-                  empty_message=NOT_RECORDED_SHORT)
+    report = read(cost_data, filters, cache=True, empty=lambda report: not report.campaigns, empty_message=NOT_RECORDED_SHORT)
     if isinstance(report, Nothing):
         empty = empty_figure(report.message)
         table: Any = html.P(NOT_RECORDED, className="iw-empty") if report.kind == "empty" else []
         return table, empty, empty, [], empty, report.status_line(), search
-    interference: Any = (html_table(INTERFERENCE_COLUMNS, interference_rows(report.interference), f"{PREFIX}-interference-table")
-                         if report.interference else
-                         html.P("No mixed phase with both pure phases of the same design on its bottleneck: the "
-                                "comparison needs e.g. a 50 % mix and the all-baseline and all-treatment phases.",
-                                className="iw-empty"))
+    interference: Any = (
+        html_table(INTERFERENCE_COLUMNS, interference_rows(report.interference), f"{PREFIX}-interference-table")
+        if report.interference
+        else html.P(
+            "No mixed phase with both pure phases of the same design on its bottleneck: the "
+            "comparison needs e.g. a 50 % mix and the all-baseline and all-treatment phases.",
+            className="iw-empty",
+        )
+    )
     regions = sorted({c.region for c in report.campaigns})
     short = sum(f.n for f in report.flows if f.role == "short")
-    message = (f"{len(report.campaigns):,} phases on {len(regions)} bottleneck{'s' if len(regions) != 1 else ''} "
-               f"({', '.join(regions)}): {short:,} short flows, {len(report.interactive):,} phases with an interactive flow.")
-    return (html_table(cost_columns(report), cost_rows(report), f"{PREFIX}-cost-table"), delay_figure(report),
-            sweep_figure(report), interference, bulk_figure(report), status(message), search)
+    message = (
+        f"{len(report.campaigns):,} phases on {len(regions)} bottleneck{'s' if len(regions) != 1 else ''} "
+        f"({', '.join(regions)}): {short:,} short flows, {len(report.interactive):,} phases with an interactive flow."
+    )
+    return (
+        html_table(cost_columns(report), cost_rows(report), f"{PREFIX}-cost-table"),
+        delay_figure(report),
+        sweep_figure(report),
+        interference,
+        bulk_figure(report),
+        status(message),
+        search,
+    )
 
 
 register_url_sync(PREFIX)

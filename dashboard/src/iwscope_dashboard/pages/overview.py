@@ -42,7 +42,7 @@ def layout(**url_query: Any) -> html.Div:
         "improvement (baseline minus treatment on the same path and object size, ms), the line the percent "
         "improvement (ratio of sums over the same pairs); whiskers are 95% confidence intervals (paths "
         "resampled; with fewer than 5 paths in a bucket, each path's trials). A bucket with fewer than 20 "
-        "pairs shows \"n too small\" instead of a number.",
+        'pairs shows "n too small" instead of a number.',
         filters,
         [
             html.Div(id=f"{PREFIX}-headline", className="iw-headline"),
@@ -57,10 +57,16 @@ def headline_cards(numbers: Headline) -> list[html.Div]:
         headline = ("n too small", f"{pairs}: too few paired trials for a number")
         absolute = ("n too small", pairs)
     else:
-        ci = (f"95% CI {fmt_pct(numbers.pct_ci_low)} .. {fmt_pct(numbers.pct_ci_high)}; {pairs}"
-              if numbers.pct_ci_low is not None and numbers.pct_ci_high is not None else f"no interval; {pairs}")
-        abs_ci = (f"95% CI {fmt_ms(numbers.abs_ci_low)} .. {fmt_ms(numbers.abs_ci_high)}, paired"
-                  if numbers.abs_ci_low is not None and numbers.abs_ci_high is not None else "paired, no interval")
+        ci = (
+            f"95% CI {fmt_pct(numbers.pct_ci_low)} .. {fmt_pct(numbers.pct_ci_high)}; {pairs}"
+            if numbers.pct_ci_low is not None and numbers.pct_ci_high is not None
+            else f"no interval; {pairs}"
+        )
+        abs_ci = (
+            f"95% CI {fmt_ms(numbers.abs_ci_low)} .. {fmt_ms(numbers.abs_ci_high)}, paired"
+            if numbers.abs_ci_low is not None and numbers.abs_ci_high is not None
+            else "paired, no interval"
+        )
         headline = (fmt_pct(numbers.pct), ci)
         absolute = (fmt_ms(numbers.abs_ms), abs_ci)
     increase = "n/a" if numbers.retrans_increase_pp is None else f"{numbers.retrans_increase_pp:+.2f} pp"
@@ -71,9 +77,14 @@ def headline_cards(numbers: Headline) -> list[html.Div]:
         ("trials", f"{numbers.n_trials:,}", f"{numbers.n_probes:,} probes, {numbers.n_regions:,} regions"),
     ]
     return [
-        html.Div([html.Div(label, className="iw-kpi-label"),
-                  html.Div(value, className="iw-kpi-value" + (" iw-too-small" if value == "n too small" else "")),
-                  html.Div(note, className="iw-kpi-note")], className="iw-kpi")
+        html.Div(
+            [
+                html.Div(label, className="iw-kpi-label"),
+                html.Div(value, className="iw-kpi-value" + (" iw-too-small" if value == "n too small" else "")),
+                html.Div(note, className="iw-kpi-note"),
+            ],
+            className="iw-kpi",
+        )
         for label, value, note in cards
     ]
 
@@ -97,9 +108,16 @@ def update_headline(*values: Any) -> tuple[Any, ...]:
 
 def panel_figure(filters: Filters, dimension: str) -> go.Figure:
     """One Figure 5 panel, or the reason it is empty."""
-    comparisons = read(overview_dimension, filters, dimension, cache=True, compare=True, empty=no_rows,
-                       empty_message=f"No trial with a path estimate matches these filters: {dimension} buckets come "
-                       "from the worker's path estimates (min RTT, bottleneck bandwidth) of each probe-origin pair.")
+    comparisons = read(
+        overview_dimension,
+        filters,
+        dimension,
+        cache=True,
+        compare=True,
+        empty=no_rows,
+        empty_message=f"No trial with a path estimate matches these filters: {dimension} buckets come "
+        "from the worker's path estimates (min RTT, bottleneck bandwidth) of each probe-origin pair.",
+    )
     if isinstance(comparisons, Nothing):
         return empty_figure(comparisons.message)
     absent = missing_arm(comparisons, filters)

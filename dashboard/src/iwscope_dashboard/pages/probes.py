@@ -103,5 +103,10 @@ def update(_ticks: int | None) -> tuple[Any, ...]:
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left"},
         style_header={"fontWeight": "600", "backgroundColor": "#f3f5f7"},
     )
-    stale = sum(1 for p in probes if p.last_seen_at is None or (now - (p.last_seen_at if p.last_seen_at.tzinfo else p.last_seen_at.replace(tzinfo=UTC))).total_seconds() > 3600)
+    stale = sum(
+        1
+        for p in probes
+        if p.last_seen_at is None
+        or (now - (p.last_seen_at if p.last_seen_at.tzinfo else p.last_seen_at.replace(tzinfo=UTC))).total_seconds() > 3600
+    )
     return fleet_figure(probes), table, status(f"{len(probes)} probes, {stale} not seen in the last hour.")

@@ -49,8 +49,10 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
     arms = sorted(table.arms, key=lambda arm: (arm.iw != treatment_iw, arm.iw != baseline_iw, -arm.iw))
     header = html.Tr([html.Th("Percentile"), html.Th("n")] + [html.Th(label) for _, label in PERCENTILE_COLUMNS])
     rows = [
-        html.Tr([html.Th(f"IW={arm.iw}"), html.Td(f"{arm.n:,}")]
-                + [_cell(getattr(arm, key), digits=0 if key != "avg" else 1) for key, _ in PERCENTILE_COLUMNS])
+        html.Tr(
+            [html.Th(f"IW={arm.iw}"), html.Td(f"{arm.n:,}")]
+            + [_cell(getattr(arm, key), digits=0 if key != "avg" else 1) for key, _ in PERCENTILE_COLUMNS]
+        )
         for arm in arms
     ]
     pairs = f"{table.n_pairs:,} pairs"
@@ -58,12 +60,23 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
         small = html.Td("n too small", colSpan=len(PERCENTILE_COLUMNS), title=table.note or "")
         rows.append(html.Tr([html.Th("Impr."), html.Td(pairs), small], className="iw-row-impr iw-too-small-row"))
     else:
-        rows.append(html.Tr([html.Th("Impr."), html.Td(pairs)]
-                            + [_ci_cell(table.improvement.get(key), table.improvement_ci.get(key), "")
-                               for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
-        rows.append(html.Tr([html.Th("% Impr."), html.Td("")]
-                            + [_ci_cell(table.pct_improvement.get(key), table.pct_improvement_ci.get(key), "%")
-                               for key, _ in PERCENTILE_COLUMNS], className="iw-row-impr"))
+        rows.append(
+            html.Tr(
+                [html.Th("Impr."), html.Td(pairs)]
+                + [_ci_cell(table.improvement.get(key), table.improvement_ci.get(key), "") for key, _ in PERCENTILE_COLUMNS],
+                className="iw-row-impr",
+            )
+        )
+        rows.append(
+            html.Tr(
+                [html.Th("% Impr."), html.Td("")]
+                + [
+                    _ci_cell(table.pct_improvement.get(key), table.pct_improvement_ci.get(key), "%")
+                    for key, _ in PERCENTILE_COLUMNS
+                ],
+                className="iw-row-impr",
+            )
+        )
     retrans_rows = [
         html.Tr(
             [
@@ -74,20 +87,27 @@ def percentile_block(table: PercentileTable, baseline_iw: int, treatment_iw: int
         )
         for arm in arms
     ]
-    retrans_rows.append(html.Tr([html.Th("Increase"), _cell(table.retrans_increase_pp, " pp", 2), html.Td("")], className="iw-row-impr"))
+    retrans_rows.append(
+        html.Tr([html.Th("Increase"), _cell(table.retrans_increase_pp, " pp", 2), html.Td("")], className="iw-row-impr")
+    )
     n_total = sum(arm.n for arm in table.arms)
     return html.Div(
         [
             html.H3(f"{table.group}", className="iw-table-title"),
-            html.Div(f"latency (ms) and retransmission rate, {n_total:,} trials; Impr. avg is the paired "
-                     f"estimate ({table.n_pairs:,} pairs on {table.n_paths:,} paths), percentiles the difference "
-                     "of the arms' percentiles; [95 % CI]" + (f". {table.note}" if table.note else ""),
-                     className="iw-table-note"),
+            html.Div(
+                f"latency (ms) and retransmission rate, {n_total:,} trials; Impr. avg is the paired "
+                f"estimate ({table.n_pairs:,} pairs on {table.n_paths:,} paths), percentiles the difference "
+                "of the arms' percentiles; [95 % CI]" + (f". {table.note}" if table.note else ""),
+                className="iw-table-note",
+            ),
             html.Div(
                 [
                     html.Table([html.Thead(header), html.Tbody(rows)], className="iw-table"),
                     html.Table(
-                        [html.Thead(html.Tr([html.Th(""), html.Th("Retrans. %"), html.Th("Retrans. bytes %")])), html.Tbody(retrans_rows)],
+                        [
+                            html.Thead(html.Tr([html.Th(""), html.Th("Retrans. %"), html.Th("Retrans. bytes %")])),
+                            html.Tbody(retrans_rows),
+                        ],
                         className="iw-table",
                     ),
                 ],
@@ -121,7 +141,10 @@ def update_tables(*values: Any) -> list[html.Div]:
     data = read(regions_tables, filters, cache=True, compare=True)
     if isinstance(data, Nothing):
         return []  # the map's callback says why
-    return [percentile_block(t, filters.baseline_iw, filters.treatment_iw) for t in data.overall + sorted(data.per_region, key=lambda t: str(t.group))]
+    return [
+        percentile_block(t, filters.baseline_iw, filters.treatment_iw)
+        for t in data.overall + sorted(data.per_region, key=lambda t: str(t.group))
+    ]
 
 
 register_url_sync(PREFIX)

@@ -13,5 +13,8 @@ layout = comparison_page(
     prefix="sizes",
     heading="Improvement vs response size",
     intro="A larger initial window saves round trips only for responses that need more than the "
-          "baseline's first flight: tiny responses gain nothing, mid-size ones the most.",
-    data=sizes_data, dimension="size", counted="trials")
+    "baseline's first flight: tiny responses gain nothing, mid-size ones the most.",
+    data=sizes_data,
+    dimension="size",
+    counted="trials",
+)

@@ -31,7 +31,15 @@ def layout(**url_query: Any) -> html.Div:
         filters_from_page_query(url_query),
         [
             html.Div(
-                [html.A("Download CSV", id=f"{PREFIX}-download", href=CSV_ROUTE, className="iw-button", download="iwscope-trials.csv")],
+                [
+                    html.A(
+                        "Download CSV",
+                        id=f"{PREFIX}-download",
+                        href=CSV_ROUTE,
+                        className="iw-button",
+                        download="iwscope-trials.csv",
+                    )
+                ],
                 className="iw-actions",
             ),
             html.Div(
@@ -42,7 +50,15 @@ def layout(**url_query: Any) -> html.Div:
                     page_size=PAGE_SIZE,
                     page_count=1,
                     style_table={"overflowX": "auto"},
-                    style_cell={"fontFamily": "inherit", "fontSize": "12px", "padding": "3px 6px", "textAlign": "left", "maxWidth": "16em", "overflow": "hidden", "textOverflow": "ellipsis"},
+                    style_cell={
+                        "fontFamily": "inherit",
+                        "fontSize": "12px",
+                        "padding": "3px 6px",
+                        "textAlign": "left",
+                        "maxWidth": "16em",
+                        "overflow": "hidden",
+                        "textOverflow": "ellipsis",
+                    },
                     style_header={"fontWeight": "600", "backgroundColor": "#f3f5f7"},
                 ),
                 className="iw-card",
@@ -88,7 +104,15 @@ def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
     data = [{key: cell(value) for key, value in row.items()} for row in rows]
     pages = max(1, math.ceil(total / PAGE_SIZE))
     first = page * PAGE_SIZE + 1
-    return data, columns, pages, page, href, status(f"{total:,} trials match; showing {first:,}-{first + len(rows) - 1:,}."), search
+    return (
+        data,
+        columns,
+        pages,
+        page,
+        href,
+        status(f"{total:,} trials match; showing {first:,}-{first + len(rows) - 1:,}."),
+        search,
+    )
 
 
 register_url_sync(PREFIX)

@@ -18,13 +18,21 @@ from iwscope_dashboard.pagekit import Nothing, graph, page_filters, page_frame, 
 dash.register_page(__name__, path="/wild", name="IW in the wild", title="iwscope: IW in the wild", order=5.5)
 
 PREFIX = "wild"
-NO_CENSUS = ("No census records match these filters. A census campaign measures the IW of any HTTP(S) server: "
-             "iwscope campaigns create --census-url https://example.org/large-object ... (probes run as root).")
+NO_CENSUS = (
+    "No census records match these filters. A census campaign measures the IW of any HTTP(S) server: "
+    "iwscope campaigns create --census-url https://example.org/large-object ... (probes run as root)."
+)
 
 TABLE_STYLE: dict[str, Any] = {
     "style_table": {"overflowX": "auto"},
-    "style_cell": {"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left",
-                   "whiteSpace": "normal", "height": "auto"},
+    "style_cell": {
+        "fontFamily": "inherit",
+        "fontSize": "13px",
+        "padding": "4px 8px",
+        "textAlign": "left",
+        "whiteSpace": "normal",
+        "height": "auto",
+    },
     "style_header": {"fontWeight": "600", "backgroundColor": "#f3f5f7"},
 }
 
@@ -67,50 +75,92 @@ def _share_text(share: float | None, low: float | None, high: float | None) -> s
 
 
 def census_rows(targets: list[CensusTarget]) -> list[dict[str, Any]]:
-    return [{
-        "url": target.url, "iw": _iw_text(target.overall),
-        "share": _share_text(target.overall.share, target.overall.share_ci_low, target.overall.share_ci_high),
-        "values": ", ".join(f"{iw} x{n}" for iw, n in target.overall.values.items()) or "-",
-        "mss": target.overall.mss, "records": target.overall.records, "ok": target.overall.ok,
-        "probes": target.probes,
-        "regions": "; ".join(f"{region}: {_iw_text(answer)}" for region, answer in target.by_region.items()),
-        "reasons": ", ".join(f"{reason} x{n}" for reason, n in target.overall.reasons.items()) or "-",
-        "last": target.last_measured_at.strftime("%Y-%m-%d %H:%M"),
-    } for target in targets]
+    return [
+        {
+            "url": target.url,
+            "iw": _iw_text(target.overall),
+            "share": _share_text(target.overall.share, target.overall.share_ci_low, target.overall.share_ci_high),
+            "values": ", ".join(f"{iw} x{n}" for iw, n in target.overall.values.items()) or "-",
+            "mss": target.overall.mss,
+            "records": target.overall.records,
+            "ok": target.overall.ok,
+            "probes": target.probes,
+            "regions": "; ".join(f"{region}: {_iw_text(answer)}" for region, answer in target.by_region.items()),
+            "reasons": ", ".join(f"{reason} x{n}" for reason, n in target.overall.reasons.items()) or "-",
+            "last": target.last_measured_at.strftime("%Y-%m-%d %H:%M"),
+        }
+        for target in targets
+    ]
 
 
-CENSUS_COLUMNS = [("url", "target"), ("iw", "IW (segments)"), ("share", "agree % [95 % CI]"),
-                  ("values", "values seen"), ("mss", "MSS"), ("records", "records"), ("ok", "determined"),
-                  ("probes", "probes"), ("regions", "per region"), ("reasons", "not determined because"),
-                  ("last", "last measured (UTC)")]
+CENSUS_COLUMNS = [
+    ("url", "target"),
+    ("iw", "IW (segments)"),
+    ("share", "agree % [95 % CI]"),
+    ("values", "values seen"),
+    ("mss", "MSS"),
+    ("records", "records"),
+    ("ok", "determined"),
+    ("probes", "probes"),
+    ("regions", "per region"),
+    ("reasons", "not determined because"),
+    ("last", "last measured (UTC)"),
+]
 
 
 def check_rows(checks: list[PathIwCheck]) -> list[dict[str, Any]]:
-    return [{
-        "probe": check.probe_name, "region": check.region, "origin": (check.origin_id or "-")[:8],
-        "inferred": check.inferred, "agree": check.agree, "disagree": check.disagree,
-        "share": _share_text(check.disagree_share, check.disagree_ci_low, check.disagree_ci_high),
-        "instead": "-" if check.seen_instead is None else check.seen_instead,
-        "origin_had_arm": check.disagree_origin_had_arm, "origin_not_arm": check.origin_not_arm,
-        "verdict": ("n too small" if check.suspect is None else
-                    "proxy or cache suspected" if check.suspect else "windows as configured"),
-        "arms": ", ".join(f"IW{arm}: {decided - wrong}/{decided}" for arm, (decided, wrong) in check.by_arm.items()),
-    } for check in checks]
+    return [
+        {
+            "probe": check.probe_name,
+            "region": check.region,
+            "origin": (check.origin_id or "-")[:8],
+            "inferred": check.inferred,
+            "agree": check.agree,
+            "disagree": check.disagree,
+            "share": _share_text(check.disagree_share, check.disagree_ci_low, check.disagree_ci_high),
+            "instead": "-" if check.seen_instead is None else check.seen_instead,
+            "origin_had_arm": check.disagree_origin_had_arm,
+            "origin_not_arm": check.origin_not_arm,
+            "verdict": (
+                "n too small"
+                if check.suspect is None
+                else "proxy or cache suspected"
+                if check.suspect
+                else "windows as configured"
+            ),
+            "arms": ", ".join(f"IW{arm}: {decided - wrong}/{decided}" for arm, (decided, wrong) in check.by_arm.items()),
+        }
+        for check in checks
+    ]
 
 
-CHECK_COLUMNS = [("probe", "probe"), ("region", "region"), ("origin", "origin"), ("inferred", "trials inferred"),
-                 ("agree", "agree"), ("disagree", "disagree"), ("share", "disagree % [95 % CI]"),
-                 ("instead", "IW seen instead"), ("origin_had_arm", "...while the origin had the arm"),
-                 ("origin_not_arm", "origin's own window not the arm"),
-                 ("arms", "agree per arm"), ("verdict", "verdict")]
+CHECK_COLUMNS = [
+    ("probe", "probe"),
+    ("region", "region"),
+    ("origin", "origin"),
+    ("inferred", "trials inferred"),
+    ("agree", "agree"),
+    ("disagree", "disagree"),
+    ("share", "disagree % [95 % CI]"),
+    ("instead", "IW seen instead"),
+    ("origin_had_arm", "...while the origin had the arm"),
+    ("origin_not_arm", "origin's own window not the arm"),
+    ("arms", "agree per arm"),
+    ("verdict", "verdict"),
+]
 
 
 def _table(component_id: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]], empty: str) -> Any:
     if not rows:
         return html.P(empty, className="iw-empty")
     return dash_table.DataTable(  # type: ignore[attr-defined]
-        id=component_id, columns=[{"name": label, "id": key} for key, label in columns], data=rows,
-        sort_action="native", page_size=50, **TABLE_STYLE)
+        id=component_id,
+        columns=[{"name": label, "id": key} for key, label in columns],
+        data=rows,
+        sort_action="native",
+        page_size=50,
+        **TABLE_STYLE,
+    )
 
 
 def _empty(data: WildData) -> bool:
@@ -137,13 +187,24 @@ def update(*values: Any) -> tuple[Any, ...]:
     suspects = sum(1 for check in checks if check.suspect)
     records = sum(target.overall.records for target in targets)
     named = sum(1 for target in targets if target.overall.iw_segments is not None)
-    line = (f"{len(targets)} census targets ({named} with an IW named) from {records:,} records; "
-            f"{len(checks)} probe-origin paths checked client-side"
-            + (f", {suspects} with a proxy or cache suspected." if suspects else "."))
-    return (census, _table(f"{PREFIX}-census", CENSUS_COLUMNS, census_rows(targets), NO_CENSUS), series,
-            _table(f"{PREFIX}-check", CHECK_COLUMNS, check_rows(checks),
-                   "No trial carries a client-side inference yet (probes infer when they run as root, wire v5)."),
-            status(line, "info" if targets or checks else "empty"), search)
+    line = (
+        f"{len(targets)} census targets ({named} with an IW named) from {records:,} records; "
+        f"{len(checks)} probe-origin paths checked client-side"
+        + (f", {suspects} with a proxy or cache suspected." if suspects else ".")
+    )
+    return (
+        census,
+        _table(f"{PREFIX}-census", CENSUS_COLUMNS, census_rows(targets), NO_CENSUS),
+        series,
+        _table(
+            f"{PREFIX}-check",
+            CHECK_COLUMNS,
+            check_rows(checks),
+            "No trial carries a client-side inference yet (probes infer when they run as root, wire v5).",
+        ),
+        status(line, "info" if targets or checks else "empty"),
+        search,
+    )
 
 
 register_url_sync(PREFIX)

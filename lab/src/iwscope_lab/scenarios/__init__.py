@@ -88,8 +88,18 @@ class LinkModel(DirectionModel):
 
     def to_spec(self) -> LinkSpec:
         base: dict[str, Any] = {"rate_bps": parse_rate(self.rate), "delay_ms": self.rtt_ms / 2.0}
-        for name in ("loss", "loss_model", "buffer_bytes", "buffer_packets", "jitter_ms", "ge_p", "ge_r",
-                     "ge_loss_good", "ge_loss_bad", "ge_burst_packets"):
+        for name in (
+            "loss",
+            "loss_model",
+            "buffer_bytes",
+            "buffer_packets",
+            "jitter_ms",
+            "ge_p",
+            "ge_r",
+            "ge_loss_good",
+            "ge_loss_bad",
+            "ge_burst_packets",
+        ):
             value = getattr(self, name)
             if value is not None:
                 base[name] = value
@@ -170,15 +180,23 @@ class Scenario:
 
     def hosts(self) -> list[Host]:
         """The declared hosts (specs: a :class:`~iwscope_lab.topology.Topology` places them)."""
-        hosts = [Host(h.name, role=h.role, region=h.region, link=h.link.to_spec(), labels=dict(h.labels), users=h.users)
-                 for h in self.model.hosts]
+        hosts = [
+            Host(h.name, role=h.role, region=h.region, link=h.link.to_spec(), labels=dict(h.labels), users=h.users)
+            for h in self.model.hosts
+        ]
         sweep = self.model.sweep
         if sweep is not None:
             for value in sweep.values:
                 base = sweep.base.model_copy(update={sweep.parameter: value})
-                hosts.append(Host(sweep.name.replace("{value}", str(value).lower()), role="probe",
-                                  region=sweep.region, link=base.to_spec(),
-                                  labels={"sweep": sweep.parameter, "value": str(value)}))
+                hosts.append(
+                    Host(
+                        sweep.name.replace("{value}", str(value).lower()),
+                        role="probe",
+                        region=sweep.region,
+                        link=base.to_spec(),
+                        labels={"sweep": sweep.parameter, "value": str(value)},
+                    )
+                )
         return hosts
 
     def path_summary(self) -> list[dict[str, Any]]:
@@ -195,13 +213,23 @@ class Scenario:
             rates = [r for r in (host.link.down.rate_bps, origin.link.up.rate_bps) if r]
             rate = min(rates) if rates else math.inf
             bdp = rate / 8 * rtt_ms / 1000
-            rows.append({"host": host.name, "region": host.region, "rtt_ms": rtt_ms, "rate_bps": rate,
-                         "rate": format_rate(rate if rates else None), "bdp_bytes": bdp,
-                         "loss_down": host.link.down.loss,
-                         "buckets": {"rtt_ms": bucket_of(rtt_ms, FIGURE5_BUCKETS["rtt_ms"]),
-                                     "rate_kbps": bucket_of(rate / 1000, FIGURE5_BUCKETS["rate_kbps"]),
-                                     "bdp_bytes": bucket_of(bdp, FIGURE5_BUCKETS["bdp_bytes"])}}
-                        | ({"users": host.users} if host.users else {}))
+            rows.append(
+                {
+                    "host": host.name,
+                    "region": host.region,
+                    "rtt_ms": rtt_ms,
+                    "rate_bps": rate,
+                    "rate": format_rate(rate if rates else None),
+                    "bdp_bytes": bdp,
+                    "loss_down": host.link.down.loss,
+                    "buckets": {
+                        "rtt_ms": bucket_of(rtt_ms, FIGURE5_BUCKETS["rtt_ms"]),
+                        "rate_kbps": bucket_of(rate / 1000, FIGURE5_BUCKETS["rate_kbps"]),
+                        "bdp_bytes": bucket_of(bdp, FIGURE5_BUCKETS["bdp_bytes"]),
+                    },
+                }
+                | ({"users": host.users} if host.users else {})
+            )
         return rows
 
 
@@ -247,4 +275,3 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     except ValueError as exc:
         raise ScenarioError(f"scenario {path}: {exc}") from None
     return scenario
-

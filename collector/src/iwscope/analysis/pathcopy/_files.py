@@ -31,26 +31,31 @@ KEEP_UNREFERENCED_S = 600.0
 
 MEASURES = ("n_trials", "client_n", "client_sum_us", "server_n", "server_sum_us")
 KEY = PATH_KEY
-CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
-               "'size_bucket': 'SMALLINT', 'day': 'DATE', "
-               + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}")
+CSV_COLUMNS = (
+    "{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
+    "'size_bucket': 'SMALLINT', 'day': 'DATE', " + ", ".join(f"'{name}': 'BIGINT'" for name in MEASURES) + "}"
+)
 FILE_NAME = re.compile(r"^(base|delta|hist|histdelta)-\d{8}(-\d{2})?\.parquet$")
 #: The base's histograms are written in this many files, by the top bits of the paths' order
 #: (``mix_sql``): each is sorted on its own, within the writer's memory.
 HIST_PARTS = 16
 HIST_PART_SHIFT = 60
 #: The per-path histogram rows of one side (``hist_rows_sql``), as CSV.
-HIST_CSV_COLUMNS = ("{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
-                    "'size_bucket': 'SMALLINT', 'day': 'DATE', 'bin': 'SMALLINT', 'n_all': 'BIGINT', 'n': 'BIGINT', "
-                    "'sum_us': 'BIGINT', 'sumsq': 'DOUBLE'}")
+HIST_CSV_COLUMNS = (
+    "{'campaign_id': 'BIGINT', 'probe_id': 'UUID', 'origin_id': 'UUID', 'arm_iw': 'SMALLINT', "
+    "'size_bucket': 'SMALLINT', 'day': 'DATE', 'bin': 'SMALLINT', 'n_all': 'BIGINT', 'n': 'BIGINT', "
+    "'sum_us': 'BIGINT', 'sumsq': 'DOUBLE'}"
+)
 
 
 def hist_rows_sql(client: bool, where: str) -> str:
     """One side's per-path histogram rows of the trials ``where`` selects: (campaign, probe,
     origin, arm, size octave, day, bin -- -1 for trials without a latency --, n_all, n, sum_us,
     sumsq), the roll-ups' own arithmetic (``rollups.path_bin_sums_sql``)."""
-    return (f"SELECT b.campaign_id, b.probe_id, b.origin_id, b.arm_iw, b.size_bucket, b.day, COALESCE(b.bin, -1), "
-            f"b.n_all, b.n, b.sum_us, b.sumsq FROM ({path_bin_sums_sql(client, where)}) AS b")
+    return (
+        f"SELECT b.campaign_id, b.probe_id, b.origin_id, b.arm_iw, b.size_bucket, b.day, COALESCE(b.bin, -1), "
+        f"b.n_all, b.n, b.sum_us, b.sumsq FROM ({path_bin_sums_sql(client, where)}) AS b"
+    )
 
 
 def mix_sql(table: str = "") -> str:
@@ -59,8 +64,10 @@ def mix_sql(table: str = "") -> str:
     because Parquet has no 128-bit integers, DuckDB would store them as doubles), in DuckDB;
     ``table`` qualifies the id columns."""
     qualify = f"{table}." if table else ""
-    return (f"xor(('0x' || left(replace({qualify}probe_id::VARCHAR, '-', ''), 16))::UBIGINT, "
-            f"('0x' || left(replace({qualify}origin_id::VARCHAR, '-', ''), 16))::UBIGINT)")
+    return (
+        f"xor(('0x' || left(replace({qualify}probe_id::VARCHAR, '-', ''), 16))::UBIGINT, "
+        f"('0x' || left(replace({qualify}origin_id::VARCHAR, '-', ''), 16))::UBIGINT)"
+    )
 
 
 BASE_ROWS = f"SELECT campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, {', '.join(MEASURES)} FROM analysis_rollups"
@@ -93,11 +100,16 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
         raw = json.loads((directory / MANIFEST).read_text())
         if raw.get("format") != FORMAT_VERSION:
             return None
-        manifest = Manifest(database=str(raw["database"]), received_upto=dt.datetime.fromisoformat(raw["received_upto"]),
-                            joined_upto=dt.datetime.fromisoformat(raw["joined_upto"]), sequence=int(raw["sequence"]),
-                            base=str(raw["base"]), hist_base=tuple(str(name) for name in raw["hist_base"]),
-                            deltas=tuple(str(name) for name in raw["deltas"]),
-                            hist_deltas=tuple(str(name) for name in raw["hist_deltas"]))
+        manifest = Manifest(
+            database=str(raw["database"]),
+            received_upto=dt.datetime.fromisoformat(raw["received_upto"]),
+            joined_upto=dt.datetime.fromisoformat(raw["joined_upto"]),
+            sequence=int(raw["sequence"]),
+            base=str(raw["base"]),
+            hist_base=tuple(str(name) for name in raw["hist_base"]),
+            deltas=tuple(str(name) for name in raw["deltas"]),
+            hist_deltas=tuple(str(name) for name in raw["hist_deltas"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if len(manifest.hist_base) != HIST_PARTS or not all(FILE_NAME.match(name) for name in manifest.files()):
@@ -107,9 +119,13 @@ def read_manifest(directory: pathlib.Path) -> Manifest | None:
 
 def write_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
     values = asdict(manifest)
-    values.update(received_upto=manifest.received_upto.isoformat(), joined_upto=manifest.joined_upto.isoformat(),
-                  deltas=list(manifest.deltas), hist_deltas=list(manifest.hist_deltas),
-                  hist_base=list(manifest.hist_base))
+    values.update(
+        received_upto=manifest.received_upto.isoformat(),
+        joined_upto=manifest.joined_upto.isoformat(),
+        deltas=list(manifest.deltas),
+        hist_deltas=list(manifest.hist_deltas),
+        hist_base=list(manifest.hist_base),
+    )
     partial = directory / f".{MANIFEST}.tmp"
     partial.write_text(json.dumps(values, indent=1))
     os.replace(partial, directory / MANIFEST)
@@ -118,14 +134,17 @@ def write_manifest(directory: pathlib.Path, manifest: Manifest) -> None:
 def database_identity(session: Session) -> str:
     """Names the database a copy belongs to: a dropped and re-created database of the same
     name gets a new oid, so a copy never outlives its database."""
-    row = session.execute(text("""SELECT current_database(), d.oid, inet_server_addr(), inet_server_port()
-                                   FROM pg_database AS d WHERE d.datname = current_database()""")).one()
+    row = session.execute(
+        text("""SELECT current_database(), d.oid, inet_server_addr(), inet_server_port()
+                                   FROM pg_database AS d WHERE d.datname = current_database()""")
+    ).one()
     return f"{row[0]}/{row[1]}@{row[2]}:{row[3]}"
 
 
 def rollup_marks(session: Session) -> tuple[dt.datetime, dt.datetime] | None:
-    row = session.execute(text("SELECT received_upto, joined_upto FROM analysis_watermarks WHERE name = :name"),
-                          {"name": WATERMARK_NAME}).one_or_none()
+    row = session.execute(
+        text("SELECT received_upto, joined_upto FROM analysis_watermarks WHERE name = :name"), {"name": WATERMARK_NAME}
+    ).one_or_none()
     return None if row is None else (row[0], row[1])
 
 

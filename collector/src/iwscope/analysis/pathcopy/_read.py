@@ -53,15 +53,25 @@ def _reader() -> duckdb.DuckDBPyConnection:
     global _connection
     with _connection_lock:
         if _connection is None:
-            _connection = duckdb.connect(config={"memory_limit": READER_MEMORY,
-                                                 "temp_directory": str(pathlib.Path(tempfile.gettempdir()) / "iwscope-duckdb")})
+            _connection = duckdb.connect(
+                config={
+                    "memory_limit": READER_MEMORY,
+                    "temp_directory": str(pathlib.Path(tempfile.gettempdir()) / "iwscope-duckdb"),
+                }
+            )
         return _connection.cursor()
 
 
 #: Column kinds of rows handed to DuckDB: numbers, ids and days as text (cast in SQL).
 _INT, _FLOAT, _TEXT, _DAY = "int", "float", "text", "day"
-_KEY_KINDS = (("campaign_id", _INT), ("probe_id", _TEXT), ("origin_id", _TEXT), ("arm_iw", _INT),
-              ("size_bucket", _INT), ("day", _DAY))
+_KEY_KINDS = (
+    ("campaign_id", _INT),
+    ("probe_id", _TEXT),
+    ("origin_id", _TEXT),
+    ("arm_iw", _INT),
+    ("size_bucket", _INT),
+    ("day", _DAY),
+)
 
 
 def _as_columns(rows: Sequence[Any], kinds: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -72,14 +82,19 @@ def _as_columns(rows: Sequence[Any], kinds: Sequence[tuple[str, str]]) -> dict[s
         elif kind == _FLOAT:
             columns[name] = np.fromiter((row[offset] for row in rows), dtype=np.float64, count=len(rows))
         else:
-            columns[name] = np.array([row[offset].isoformat() if kind == _DAY else str(row[offset]) for row in rows],
-                                     dtype=object)
+            columns[name] = np.array(
+                [row[offset].isoformat() if kind == _DAY else str(row[offset]) for row in rows], dtype=object
+            )
     return columns
 
 
 def _window_bounds(opened: _Open) -> dict[str, dt.datetime]:
-    return {"rlow": opened.manifest.received_upto, "rhigh": opened.marks[0],
-            "jlow": opened.manifest.joined_upto, "jhigh": opened.marks[1]}
+    return {
+        "rlow": opened.manifest.received_upto,
+        "rhigh": opened.marks[0],
+        "jlow": opened.manifest.joined_upto,
+        "jhigh": opened.marks[1],
+    }
 
 
 def _lag_sums(session: Session, opened: _Open) -> dict[str, Any]:
@@ -91,8 +106,7 @@ def _lag_sums(session: Session, opened: _Open) -> dict[str, Any]:
 def _lag_hists(session: Session, opened: _Open, client: bool) -> dict[str, Any]:
     """One side's histogram rows of the trials between the copy's watermarks and the roll-ups'."""
     rows = session.execute(text(hist_rows_sql(client, side_window(client))), _window_bounds(opened)).all()
-    return _as_columns(rows, (*_KEY_KINDS, ("bin", _INT), ("n_all", _INT), ("n", _INT), ("sum_us", _INT),
-                              ("sumsq", _FLOAT)))
+    return _as_columns(rows, (*_KEY_KINDS, ("bin", _INT), ("n_all", _INT), ("n", _INT), ("sum_us", _INT), ("sumsq", _FLOAT)))
 
 
 @dataclass(frozen=True)
@@ -116,8 +130,9 @@ class _Open:
         """The day rows after the base: the deltas' and, when behind, the registered ``lag``."""
         sources = [f"read_parquet({file_list(self.directory, self.manifest.deltas)})"] if self.manifest.deltas else []
         if self.behind:
-            sources.append("(SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS origin_id, "
-                           "day::DATE AS day) FROM lag)")
+            sources.append(
+                "(SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS origin_id, day::DATE AS day) FROM lag)"
+            )
         return sources
 
 
@@ -136,8 +151,12 @@ def _open(session: Session, directory: pathlib.Path) -> _Open | None:
     return _Open(directory, manifest, marks)
 
 
-def _run(session: Session, opened: _Open, query: Callable[[duckdb.DuckDBPyConnection], str],
-         lag: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def _run(
+    session: Session,
+    opened: _Open,
+    query: Callable[[duckdb.DuckDBPyConnection], str],
+    lag: Callable[[], dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
     """The columns of ``query(cursor)``'s SQL, run on a DuckDB cursor with the lag rows
     (``lag()``, default: the per-path sums') registered as ``lag`` when the copy is behind;
     ``None`` when a file cannot be read (removed under a very slow reader, damaged): the caller
@@ -179,11 +198,14 @@ def _selection(opened: _Open, window: DayWindow | None) -> str:
         if window.months_from is None or window.months_to is None:
             base_where = f"grain = 0 AND {day_where}"
         else:
-            months = (f"day >= DATE '{window.months_from.isoformat()}' "
-                      f"AND day < DATE '{window.months_to.isoformat()}'")
+            months = f"day >= DATE '{window.months_from.isoformat()}' AND day < DATE '{window.months_to.isoformat()}'"
             base_where = f"(grain = 1 AND {months}) OR (grain = 0 AND {day_where} AND NOT ({months}))"
-    return " UNION ALL ".join([f"SELECT {columns} FROM {opened.base} WHERE {base_where}",
-                               *(f"SELECT {columns} FROM {source} WHERE {day_where}" for source in opened.day_sources())])
+    return " UNION ALL ".join(
+        [
+            f"SELECT {columns} FROM {opened.base} WHERE {base_where}",
+            *(f"SELECT {columns} FROM {source} WHERE {day_where}" for source in opened.day_sources()),
+        ]
+    )
 
 
 #: Changes whenever a path's signature does (``signatures.path_signatures`` stamps
@@ -212,9 +234,11 @@ def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> tup
     rows = session.execute(_SIGNATURES).all()
     region_names = sorted({str(row[6]) for row in rows})
     code_of = {name: code for code, name in enumerate(region_names)}
-    columns: dict[str, Any] = {"probe_id": np.array([row[0] for row in rows], dtype=object),
-                               "origin_id": np.array([row[1] for row in rows], dtype=object),
-                               "region_code": np.array([code_of[str(row[6])] for row in rows], dtype=np.int64)}
+    columns: dict[str, Any] = {
+        "probe_id": np.array([row[0] for row in rows], dtype=object),
+        "origin_id": np.array([row[1] for row in rows], dtype=object),
+        "region_code": np.array([code_of[str(row[6])] for row in rows], dtype=np.int64),
+    }
     for offset, column in enumerate(("rtt_bucket", "bandwidth_bucket", "bdp_bucket", "loss_bucket"), start=2):
         columns[column] = np.array([-1 if row[offset] is None else row[offset] for row in rows], dtype=np.int64)
     name = f"path_signatures_{uuid.uuid4().hex}"
@@ -262,16 +286,18 @@ class PreparedPathStats:
         return _path_frame(session, columns, self.region_names)
 
 
-def load_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
-                    by_size: bool) -> PathFrame | None:
+def load_path_stats(
+    session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool, by_size: bool
+) -> PathFrame | None:
     """``frames.load_path_stats`` from the copy (``None``: read PostgreSQL, see the module)."""
     prepared = prepare_path_stats(session, directory, filters, all_arms, by_size)
     columns = None if prepared is None else prepared.run()
     return None if prepared is None or columns is None else prepared.frame(session, columns)
 
 
-def prepare_path_stats(session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool,
-                       by_size: bool) -> PreparedPathStats | None:
+def prepare_path_stats(
+    session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool, by_size: bool
+) -> PreparedPathStats | None:
     """The PostgreSQL half of :func:`load_path_stats` (``None``: the copy cannot be used now)."""
     opened = _open(session, directory)
     if opened is None:
@@ -343,8 +369,12 @@ def _path_frame(session: Session, columns: dict[str, Any], region_names: list[st
     if unsigned.count():
         rows = np.flatnonzero(~np.ma.getmaskarray(unsigned))
         wanted = sorted({str(probe) for probe in unsigned.compressed()})
-        known: dict[str, str | None] = {str(row[0]): row[1] for row in session.execute(
-            text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": wanted})}
+        known: dict[str, str | None] = {
+            str(row[0]): row[1]
+            for row in session.execute(
+                text("SELECT id::text, region FROM probes WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": wanted}
+            )
+        }
         for row in rows.tolist():
             name = known.get(str(unsigned[row])) or "unknown"
             if name not in names:
@@ -357,11 +387,22 @@ def _path_frame(session: Session, columns: dict[str, Any], region_names: list[st
     def floats(name: str) -> FloatArray:
         return np.asarray(columns[name], dtype=np.float64)
 
-    return PathFrame(path=path, probe=ints("probe"), size_bucket=ints("size_bucket"), region=region, region_names=names,
-                     rtt_bucket=ints("rtt_bucket"), bandwidth_bucket=ints("bandwidth_bucket"),
-                     bdp_bucket=ints("bdp_bucket"), loss_bucket=ints("loss_bucket"), n_trials=floats("n_trials"),
-                     n_pairs=floats("n_pairs"), sum_diff_ms=floats("sum_diff_ms"), sum_base_ms=floats("sum_base_ms"),
-                     path_ids=PathIds(probe_ids, origin_ids, mix))
+    return PathFrame(
+        path=path,
+        probe=ints("probe"),
+        size_bucket=ints("size_bucket"),
+        region=region,
+        region_names=names,
+        rtt_bucket=ints("rtt_bucket"),
+        bandwidth_bucket=ints("bandwidth_bucket"),
+        bdp_bucket=ints("bdp_bucket"),
+        loss_bucket=ints("loss_bucket"),
+        n_trials=floats("n_trials"),
+        n_pairs=floats("n_pairs"),
+        sum_diff_ms=floats("sum_diff_ms"),
+        sum_base_ms=floats("sum_base_ms"),
+        path_ids=PathIds(probe_ids, origin_ids, mix),
+    )
 
 
 def probe_totals(session: Session, directory: pathlib.Path, today: dt.date) -> dict[str, tuple[int, int, int]] | None:
@@ -371,28 +412,40 @@ def probe_totals(session: Session, directory: pathlib.Path, today: dt.date) -> d
     opened = _open(session, directory)
     if opened is None:
         return None
-    week = (f"day > DATE '{(today - dt.timedelta(days=WEEK_DAYS)).isoformat()}' "
-            f"AND day <= DATE '{today.isoformat()}'")
+    week = f"day > DATE '{(today - dt.timedelta(days=WEEK_DAYS)).isoformat()}' AND day <= DATE '{today.isoformat()}'"
     # the base's whole-history rows count for the totals and its day rows for the week; the day
     # rows after the base count for both
-    after_base = "".join(f" UNION ALL SELECT probe_id, n_trials, client_n, day, TRUE, TRUE FROM {source}"
-                         for source in opened.day_sources())
-    columns = _run(session, opened, lambda _: f"""
+    after_base = "".join(
+        f" UNION ALL SELECT probe_id, n_trials, client_n, day, TRUE, TRUE FROM {source}" for source in opened.day_sources()
+    )
+    columns = _run(
+        session,
+        opened,
+        lambda _: (
+            f"""
             SELECT probe_id::VARCHAR AS probe_id,
                    COALESCE(sum(n_trials) FILTER (WHERE in_total), 0)::BIGINT AS total,
                    COALESCE(sum(n_trials - client_n) FILTER (WHERE in_total), 0)::BIGINT AS errors,
                    COALESCE(sum(n_trials) FILTER (WHERE by_day AND {week}), 0)::BIGINT AS week
             FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS in_total, grain = 0 AS by_day
                   FROM {opened.base} WHERE grain = {GRAIN_ALL} OR (grain = 0 AND {week}){after_base})
-            GROUP BY probe_id""")
+            GROUP BY probe_id"""
+        ),
+    )
     if columns is None:
         return None
-    return dict(zip(columns["probe_id"].tolist(), zip(columns["total"].tolist(), columns["errors"].tolist(),
-                                                      columns["week"].tolist(), strict=True), strict=True))
+    return dict(
+        zip(
+            columns["probe_id"].tolist(),
+            zip(columns["total"].tolist(), columns["errors"].tolist(), columns["week"].tolist(), strict=True),
+            strict=True,
+        )
+    )
 
 
-def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int],
-                     paths: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> Frame | None:
+def load_path_detail(
+    session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int], paths: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> Frame | None:
     """``frames.load_path_detail`` from the copy's per-path histograms (``None``: read
     PostgreSQL).  The histogram files are sorted by side and the paths' pseudo-random order
     (``frames.PathIds.order_keys``), which is the order the percentile intervals take their subsets
@@ -402,8 +455,11 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
         return None
     client = filters.metric != "server"
     mixes = [(probe.int >> 64) ^ (origin.int >> 64) for probe, origin in paths]
-    conditions = [f"side = {0 if client else 1}", f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})",
-                  *_key_conditions(filters)]
+    conditions = [
+        f"side = {0 if client else 1}",
+        f"arm_iw IN ({', '.join(str(int(arm)) for arm in arms)})",
+        *_key_conditions(filters),
+    ]
     window = day_window(filters)
     if window is not None:
         conditions.append(f"day BETWEEN DATE '{window.first_day.isoformat()}' AND DATE '{window.last_day.isoformat()}'")
@@ -413,13 +469,20 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
     parts = range(min(mixes) >> HIST_PART_SHIFT, (max(mixes) >> HIST_PART_SHIFT) + 1)
     hist_files = [*(opened.manifest.hist_base[part] for part in parts), *opened.manifest.hist_deltas]
     # the mix range prunes row groups; the join picks the paths
-    sources = [f"SELECT {columns} FROM read_parquet({file_list(directory, hist_files)}) "
-               f"WHERE {where} AND mix BETWEEN {min(mixes)}::UBIGINT AND {max(mixes)}::UBIGINT"]
+    sources = [
+        f"SELECT {columns} FROM read_parquet({file_list(directory, hist_files)}) "
+        f"WHERE {where} AND mix BETWEEN {min(mixes)}::UBIGINT AND {max(mixes)}::UBIGINT"
+    ]
     if opened.behind:  # the lag rows are this side's
-        sources.append(f"SELECT {columns} FROM (SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS "
-                       f"origin_id, day::DATE AS day), {0 if client else 1} AS side FROM lag) WHERE {where}")
-    wanted = {"path": np.arange(len(paths), dtype=np.int64), "probe_id": np.array([str(p) for p, _ in paths], dtype=object),
-              "origin_id": np.array([str(o) for _, o in paths], dtype=object)}
+        sources.append(
+            f"SELECT {columns} FROM (SELECT * REPLACE (probe_id::UUID AS probe_id, origin_id::UUID AS "
+            f"origin_id, day::DATE AS day), {0 if client else 1} AS side FROM lag) WHERE {where}"
+        )
+    wanted = {
+        "path": np.arange(len(paths), dtype=np.int64),
+        "probe_id": np.array([str(p) for p, _ in paths], dtype=object),
+        "origin_id": np.array([str(o) for _, o in paths], dtype=object),
+    }
     region_names: list[str] = []
 
     def query(cursor: duckdb.DuckDBPyConnection) -> str:
@@ -444,7 +507,22 @@ def load_path_detail(session: Session, directory: pathlib.Path, filters: Filters
     if found is None:
         return None
     names = np.array([*region_names, "unknown"], dtype=object)  # code -1: no stored signature
-    ordered = [found[name] for name in ("path", "arm_iw", "size_bucket", "rtt_bucket", "bandwidth_bucket", "bdp_bucket",
-                                        "loss_bucket", "bin", "n_all", "n", "sum_us", "sumsq")]
+    ordered = [
+        found[name]
+        for name in (
+            "path",
+            "arm_iw",
+            "size_bucket",
+            "rtt_bucket",
+            "bandwidth_bucket",
+            "bdp_bucket",
+            "loss_bucket",
+            "bin",
+            "n_all",
+            "n",
+            "sum_us",
+            "sumsq",
+        )
+    ]
     region = names[np.asarray(found["region"], dtype=np.int64)].tolist()
     return detail_frame([*ordered, region], list(paths))

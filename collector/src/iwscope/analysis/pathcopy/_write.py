@@ -68,8 +68,7 @@ def _writer_lock(directory: pathlib.Path) -> Iterator[bool]:
 def _copy_out(session: Session, query: str, params: dict[str, Any], target: pathlib.Path) -> None:
     """``query`` (SQLAlchemy ``:name`` parameters) as CSV in ``target``, streamed by COPY."""
     statement = f"COPY ({driver_statement(query)}) TO STDOUT (FORMAT csv)"
-    with driver_connection(session).cursor() as cursor, cursor.copy(statement, params) as copy, \
-            target.open("wb") as out:
+    with driver_connection(session).cursor() as cursor, cursor.copy(statement, params) as copy, target.open("wb") as out:
         for chunk in copy:
             out.write(chunk)
 
@@ -80,8 +79,14 @@ WRITER_MEMORY = "512MB"
 
 
 def _duck(directory: pathlib.Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(config={"memory_limit": WRITER_MEMORY, "temp_directory": str(directory / ".spill"),
-                                  "preserve_insertion_order": False, "threads": 1})
+    return duckdb.connect(
+        config={
+            "memory_limit": WRITER_MEMORY,
+            "temp_directory": str(directory / ".spill"),
+            "preserve_insertion_order": False,
+            "threads": 1,
+        }
+    )
 
 
 def _sums() -> str:
@@ -96,7 +101,8 @@ def _write(connection: duckdb.DuckDBPyConnection, query: str, target: pathlib.Pa
     """``query``'s rows as the Parquet file ``target`` (written aside, then renamed); its rows."""
     partial = target.with_suffix(".tmp")
     written = connection.execute(
-        f"COPY ({query}) TO '{partial}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group})").fetchone()
+        f"COPY ({query}) TO '{partial}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group})"
+    ).fetchone()
     os.replace(partial, target)
     return int(written[0]) if written else 0  # DuckDB's COPY answers the rows it wrote
 
@@ -115,8 +121,10 @@ def _base_sql(days_sql: str) -> str:
 
 def _days_sql(days_sql: str) -> str:
     """Day rows (grain 0) summed per key: a merged delta."""
-    return (f"SELECT {', '.join(KEY)}, 0::SMALLINT AS grain, {_sums()} FROM ({days_sql}) "
-            "GROUP BY ALL ORDER BY day, probe_id, origin_id")
+    return (
+        f"SELECT {', '.join(KEY)}, 0::SMALLINT AS grain, {_sums()} FROM ({days_sql}) "
+        "GROUP BY ALL ORDER BY day, probe_id, origin_id"
+    )
 
 
 #: Histogram files: small row groups, sorted by side and the paths' pseudo-random order, so a
@@ -129,18 +137,23 @@ def _hist_sql(rows_sql: str, summed: bool = True) -> str:
     bin (rows of one export are already)."""
     if not summed:
         return f"SELECT * FROM ({rows_sql}) ORDER BY side, mix, day"
-    return (f"SELECT side, mix, campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, bin, "
-            f"sum(n_all)::BIGINT AS n_all, sum(n)::BIGINT AS n, sum(sum_us)::BIGINT AS sum_us, "
-            f"sum(sumsq)::DOUBLE AS sumsq FROM ({rows_sql}) GROUP BY ALL ORDER BY side, mix, day")
+    return (
+        f"SELECT side, mix, campaign_id, probe_id, origin_id, arm_iw, size_bucket, day, bin, "
+        f"sum(n_all)::BIGINT AS n_all, sum(n)::BIGINT AS n, sum(sum_us)::BIGINT AS sum_us, "
+        f"sum(sumsq)::DOUBLE AS sumsq FROM ({rows_sql}) GROUP BY ALL ORDER BY side, mix, day"
+    )
 
 
 def _hist_from_csv(client_csv: pathlib.Path, server_csv: pathlib.Path) -> str:
-    return " UNION ALL ".join(f"SELECT {side}::TINYINT AS side, {mix_sql()} AS mix, * FROM {_csv(path, HIST_CSV_COLUMNS)}"
-                              for side, path in ((0, client_csv), (1, server_csv)))
+    return " UNION ALL ".join(
+        f"SELECT {side}::TINYINT AS side, {mix_sql()} AS mix, * FROM {_csv(path, HIST_CSV_COLUMNS)}"
+        for side, path in ((0, client_csv), (1, server_csv))
+    )
 
 
-def _export_hists(session: Session, bounds: dict[str, Any], window: bool, scratch: pathlib.Path
-                  ) -> tuple[pathlib.Path, pathlib.Path]:
+def _export_hists(
+    session: Session, bounds: dict[str, Any], window: bool, scratch: pathlib.Path
+) -> tuple[pathlib.Path, pathlib.Path]:
     """Both sides' per-path histogram rows as CSV: of the refresh windows ``bounds`` (``window``)
     or of every trial up to their high ends."""
     paths = (scratch.with_suffix(".client.csv"), scratch.with_suffix(".server.csv"))
@@ -180,15 +193,24 @@ def update(session: Session, directory: pathlib.Path) -> UpdateResult:
             if manifest.received_upto > marks[0] or manifest.joined_upto > marks[1]:
                 return UpdateResult("ahead", manifest=manifest)
             sequence = manifest.sequence + 1
-            bounds = {"rlow": manifest.received_upto, "rhigh": marks[0], "jlow": manifest.joined_upto,
-                      "jhigh": marks[1]}
+            bounds = {"rlow": manifest.received_upto, "rhigh": marks[0], "jlow": manifest.joined_upto, "jhigh": marks[1]}
             _copy_out(session, path_window_sums_sql(MEASURES), bounds, scratch)
             delta, hist_delta = f"delta-{sequence:08d}.parquet", f"histdelta-{sequence:08d}.parquet"
             rows = _write(connection, _days_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / delta)
-            _write(connection, _hist_sql(_hist_from_csv(*_export_hists(session, bounds, True, scratch)), summed=False),
-                   directory / hist_delta, _HIST_ROW_GROUP)
-            manifest = replace(manifest, received_upto=marks[0], joined_upto=marks[1], sequence=sequence,
-                               deltas=(*manifest.deltas, delta), hist_deltas=(*manifest.hist_deltas, hist_delta))
+            _write(
+                connection,
+                _hist_sql(_hist_from_csv(*_export_hists(session, bounds, True, scratch)), summed=False),
+                directory / hist_delta,
+                _HIST_ROW_GROUP,
+            )
+            manifest = replace(
+                manifest,
+                received_upto=marks[0],
+                joined_upto=marks[1],
+                sequence=sequence,
+                deltas=(*manifest.deltas, delta),
+                hist_deltas=(*manifest.hist_deltas, hist_delta),
+            )
             write_manifest(directory, manifest)
             return UpdateResult("delta", rows, manifest=manifest)
         finally:
@@ -198,31 +220,44 @@ def update(session: Session, directory: pathlib.Path) -> UpdateResult:
             _remove_unreferenced(directory, manifest)
 
 
-def _write_hist_parts(connection: duckdb.DuckDBPyConnection, rows_sql: str, directory: pathlib.Path,
-                      sequence: int, summed: bool) -> tuple[str, ...]:
+def _write_hist_parts(
+    connection: duckdb.DuckDBPyConnection, rows_sql: str, directory: pathlib.Path, sequence: int, summed: bool
+) -> tuple[str, ...]:
     """The histogram rows of ``rows_sql`` as ``HIST_PARTS`` files, each sorted: first written as
     they come (streamed), then one part at a time, so no sort holds more than a part."""
     unsorted = directory / f".hist-{sequence:08d}.unsorted.tmp"
-    connection.execute(f"COPY (SELECT *, (mix >> {HIST_PART_SHIFT})::TINYINT AS part FROM ({rows_sql})) "
-                       f"TO '{unsorted}' (FORMAT parquet)")
+    connection.execute(
+        f"COPY (SELECT *, (mix >> {HIST_PART_SHIFT})::TINYINT AS part FROM ({rows_sql})) TO '{unsorted}' (FORMAT parquet)"
+    )
     names = []
     try:
         for part in range(HIST_PARTS):
             name = f"hist-{sequence:08d}-{part:02d}.parquet"
-            _write(connection, _hist_sql(f"SELECT * EXCLUDE (part) FROM read_parquet('{unsorted}') WHERE part = {part}",
-                                         summed), directory / name, _HIST_ROW_GROUP)
+            _write(
+                connection,
+                _hist_sql(f"SELECT * EXCLUDE (part) FROM read_parquet('{unsorted}') WHERE part = {part}", summed),
+                directory / name,
+                _HIST_ROW_GROUP,
+            )
             names.append(name)
     finally:
         unsorted.unlink(missing_ok=True)
     return tuple(names)
 
 
-def _new_copy(session: Session, directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, identity: str,
-              marks: tuple[Any, Any], scratch: pathlib.Path) -> tuple[Manifest, int]:
+def _new_copy(
+    session: Session,
+    directory: pathlib.Path,
+    connection: duckdb.DuckDBPyConnection,
+    identity: str,
+    marks: tuple[Any, Any],
+    scratch: pathlib.Path,
+) -> tuple[Manifest, int]:
     """A new copy at ``marks``: the roll-ups' day rows, and both sides' histograms of every
     trial up to the marks (one pass over the trials each)."""
-    sequence = 1 + max((int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet")
-                        if FILE_NAME.match(path.name)), default=0)
+    sequence = 1 + max(
+        (int(path.stem.split("-")[1]) for path in directory.glob("*-*.parquet") if FILE_NAME.match(path.name)), default=0
+    )
     base = f"base-{sequence:08d}.parquet"
     _copy_out(session, BASE_ROWS + " WHERE grain = 0", {}, scratch)
     _write(connection, _base_sql(f"SELECT * FROM {_csv(scratch, CSV_COLUMNS)}"), directory / base)
@@ -234,8 +269,7 @@ def _new_copy(session: Session, directory: pathlib.Path, connection: duckdb.Duck
     return manifest, int(rows[0]) if rows else 0
 
 
-def compact(directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER,
-            rebase_share: float = REBASE_SHARE) -> str | None:
+def compact(directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER, rebase_share: float = REBASE_SHARE) -> str | None:
     """Once the copy has ``compact_after`` deltas, merge them (:func:`_compact`); returns
     ``"deltas"`` (merged into one), ``"base"`` (into new bases) or ``None`` (nothing done, or
     another writer holds the copy)."""
@@ -253,8 +287,9 @@ def compact(directory: pathlib.Path, *, compact_after: int = COMPACT_AFTER,
         return compacted
 
 
-def _compact(directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, manifest: Manifest,
-             rebase_share: float) -> tuple[Manifest, str]:
+def _compact(
+    directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, manifest: Manifest, rebase_share: float
+) -> tuple[Manifest, str]:
     """Merge the deltas: into one delta (and one histogram delta) while their bytes are below
     ``rebase_share`` of the bases', else into new bases."""
     sequence = manifest.sequence + 1
@@ -270,10 +305,20 @@ def _compact(directory: pathlib.Path, connection: duckdb.DuckDBPyConnection, man
         _write(connection, _hist_sql(hist_deltas), directory / hist_delta, _HIST_ROW_GROUP)
         return replace(manifest, sequence=sequence, deltas=(delta,), hist_deltas=(hist_delta,)), "deltas"
     base = f"base-{sequence:08d}.parquet"
-    _write(connection, _base_sql(f"SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') "
-                                 f"WHERE grain = 0 UNION ALL {deltas}"), directory / base)
-    hist = _write_hist_parts(connection, f"SELECT * FROM read_parquet({file_list(directory, manifest.hist_base)}) "
-                                         f"UNION ALL {hist_deltas}", directory, sequence, summed=True)
+    _write(
+        connection,
+        _base_sql(
+            f"SELECT * EXCLUDE (grain) FROM read_parquet('{directory / manifest.base}') WHERE grain = 0 UNION ALL {deltas}"
+        ),
+        directory / base,
+    )
+    hist = _write_hist_parts(
+        connection,
+        f"SELECT * FROM read_parquet({file_list(directory, manifest.hist_base)}) UNION ALL {hist_deltas}",
+        directory,
+        sequence,
+        summed=True,
+    )
     return replace(manifest, sequence=sequence, base=base, hist_base=hist, deltas=(), hist_deltas=()), "base"
 
 
