@@ -68,7 +68,7 @@ from iwscope.localstack import default_stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-import testenv  # the tests' one home for scratch databases
+import testenv  # noqa: E402 -- after the path it needs; the tests' one home for scratch databases
 
 REGIONS = ("africa", "south-america", "europe", "asia", "north-america", "oceania")
 #: Typical path RTT (ms), bottleneck (bit/s) and loss per region of the generated probes.

@@ -177,10 +177,9 @@ def run_copy(libpq_url: str, batches: list[list[tuple[Any, ...]]]) -> float:
     with psycopg.connect(libpq_url) as connection:
         started = time.perf_counter()
         for rows in batches:
-            with connection.cursor() as cursor:
-                with cursor.copy(f"COPY trials ({', '.join(COPY_COLUMNS)}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
+            with connection.cursor() as cursor, cursor.copy(f"COPY trials ({', '.join(COPY_COLUMNS)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
             connection.commit()
         return time.perf_counter() - started
 

@@ -66,6 +66,8 @@ import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import contextlib
+
 import testenv
 from bench_ingest import TCPI, free_port
 
@@ -397,10 +399,8 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
         origin.pending.extend(make_observations(trials, origin.enrolled["id"], rng))
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
-        except TimeoutError:
-            pass
 
 
 async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.Event) -> None:
@@ -436,10 +436,8 @@ async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.
                 if answer is None:
                     break  # not refused but failed (or stopping): the spool keeps it for the next drain
                 del origin.pending[: len(records)]
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=ORIGIN_IDLE_S)
-            except TimeoutError:
-                pass
     finally:
         await client.close()
 
@@ -462,10 +460,8 @@ async def _send_until_accepted(
         answer = await _request(client, stats, "POST", path, credential, body, what, retry_after=refused)
         if answer is not None or not refused or stop.is_set():
             return answer, time.perf_counter() - sent
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
-        except TimeoutError:
-            pass
 
 
 async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: int = 32) -> list[dict[str, str]]:
@@ -764,7 +760,7 @@ def main() -> None:
             for kind in ("enroll", "origin", "admin")
         }
         port = free_port()
-        api_log_file = open(api_log, "wb")  # handed to the child
+        api_log_file = open(api_log, "wb")  # noqa: SIM115 -- handed to the child
         open_files = raise_open_files_limit()
         api = subprocess.Popen(
             [*iwscope, "api", "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.api_workers)],
@@ -774,7 +770,7 @@ def main() -> None:
             stderr=subprocess.STDOUT,
         )
         api_log_file.close()
-        worker_log_file = open(worker_log, "wb")  # handed to the child
+        worker_log_file = open(worker_log, "wb")  # noqa: SIM115 -- handed to the child
         worker = subprocess.Popen(
             [*iwscope, "worker", "--concurrency", "1"],
             env={**env, **worker_env},
@@ -853,10 +849,8 @@ def main() -> None:
         if sampler is not None:
             sampler.close()
         for child in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 child.wait(timeout=30)
             except subprocess.TimeoutExpired:

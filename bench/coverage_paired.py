@@ -32,7 +32,7 @@ from iwscope.analysis.stats import t_quantile
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "analysis"))
 sys.path.insert(0, str(REPO / "tests"))
-import test_paired as generator  # the suite's generator: one home for the truth
+import test_paired as generator  # noqa: E402 -- after its path; the suite's generator: one home for the truth
 
 
 def t_bounds(numer: np.ndarray, denom: np.ndarray) -> tuple[float, float]:

@@ -99,10 +99,10 @@ def unpaired_estimate(
 ) -> UnpairedEstimate:
     """Baseline mean - treatment mean over all trials, with the interval of :mod:`stats`.
 
-    The comparator of the width test, not product code. Same inputs as :func:`make_pairs` (``round_`` and ``size`` are only checked, not used: no
-    pairing).  With at least MIN_CLUSTERS paths the interval is :func:`stats.cluster_bootstrap`
-    of per-path (n, sum) per arm; with fewer, :func:`stats.histogram_bootstrap` of the arms'
-    histograms, exactly as ``queries`` chooses.
+    The comparator of the width test, not product code. Same inputs as :func:`make_pairs`
+    (``round_`` and ``size`` are only checked, not used: no pairing).  With at least MIN_CLUSTERS
+    paths the interval is :func:`stats.cluster_bootstrap` of per-path (n, sum) per arm; with fewer,
+    :func:`stats.histogram_bootstrap` of the arms' histograms, exactly as ``queries`` chooses.
     """
     p, _, _, treat, lat = paired_module._trial_arrays(path, round_, size, arm_is_treatment, latency_ms)
     base = ~treat

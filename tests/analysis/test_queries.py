@@ -391,7 +391,10 @@ def test_time_ranges_combine_month_and_day_rows(db_session: Session, since: str 
             )
     db_session.flush()
     rebuild_rollups(db_session)
-    as_time = lambda value: None if value is None else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.UTC)
+
+    def as_time(value):
+        return None if value is None else dt.datetime.fromisoformat(value).replace(hour=12, tzinfo=dt.UTC)
+
     filters = Filters(campaign_ids=(campaign_id,), since=as_time(since), until=as_time(until))
     expected = sum(
         index + 1 for index, day in enumerate(days) if (since is None or day >= since) and (until is None or day <= until)

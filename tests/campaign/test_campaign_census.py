@@ -61,7 +61,7 @@ def test_every_record_names_the_configured_window(census: dict[str, Any]) -> Non
     result, stack = census["result"], census["stack"]
     assert result.records_per_probe == {name: ROUNDS * len(WEBS) for name in PROBES}
     assert all(code == 0 for code in result.probe_exit_codes.values()), result.probe_exit_codes
-    configured = {url: iw for url, iw in result.targets.values()}
+    configured = dict(result.targets.values())
     rows = query_rows(
         stack,
         "SELECT url, status, iw_segments, mss, reason, connections_ok, family, http_status "

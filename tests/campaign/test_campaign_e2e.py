@@ -39,7 +39,7 @@ def campaign(
 def test_every_probe_and_arm_delivered_every_trial(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     expected = PLAN.trials_per_probe(1)
-    assert result.stored_per_probe == {name: expected for name in PATHS}
+    assert result.stored_per_probe == dict.fromkeys(PATHS, expected)
     rows = query_rows(
         campaign["stack"],
         "SELECT probe_id, arm_iw, object_size, count(*) AS n, count(error_kind) AS errors "

@@ -238,7 +238,7 @@ def mutate_tcp_info(rng: random.Random, tcp_info: dict[str, Any]) -> Any:
     if choice == 4:
         return rng.choice([[], None, "x", 1, [["rtt", 1]]])
     if choice == 5:
-        return {name: 2**63 - 1 for name in rng.sample(wire.TCP_INFO_FIELDS, 5)}
+        return dict.fromkeys(rng.sample(wire.TCP_INFO_FIELDS, 5), 2**63 - 1)
     return tcp_info
 
 

@@ -58,7 +58,7 @@ def test_upgrade_downgrade_upgrade(empty_database_url: str) -> None:
     assert not migrate.at_head(url)
     migrate.upgrade("head", database_url=url)
     assert migrate.at_head(url)
-    assert CORE_TABLES <= table_names(url)
+    assert table_names(url) >= CORE_TABLES
     migrate.downgrade("0001_core", database_url=url)
     assert migrate.current_revisions(url) == ("0001_core",)
     migrate.downgrade("base", database_url=url)

@@ -23,7 +23,7 @@ import pytest
 
 topology_module = pytest.importorskip("iwscope_lab.topology")
 Topology, Host, LinkSpec = topology_module.Topology, topology_module.Host, topology_module.LinkSpec
-from iwscope_lab.capture import first_segments_spread_ms
+from iwscope_lab.capture import first_segments_spread_ms  # noqa: E402 -- after the skip above
 
 IWPROBE = [sys.executable, "-m", "iwprobe", "--log-level", "INFO"]
 BASE_PORT = 8500

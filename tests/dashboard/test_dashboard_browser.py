@@ -29,7 +29,8 @@ TRACES_JS = """
 (id) => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
     if (!plot || !plot.data) { return null; }
-    const values = (a) => a ? Array.from(a, (v) => (v === null || v === undefined) ? null : (typeof v === 'number' ? v : String(v))) : [];
+    const values = (a) => a ? Array.from(
+        a, (v) => (v === null || v === undefined) ? null : (typeof v === 'number' ? v : String(v))) : [];
     const bars = (e) => e ? {symmetric: e.symmetric, array: values(e.array), arrayminus: values(e.arrayminus)} : null;
     return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
                                    x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y),

@@ -13,6 +13,7 @@ virtualenv's bin directory on PATH in place of the image's site-packages.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import pathlib
 import re
@@ -148,7 +149,7 @@ class PodContainer:
 
     def start(self, argv: list[str] | None = None, log_name: str | None = None) -> subprocess.Popen[bytes]:
         """Start the container's command (or ``argv`` inside the same kind of sandbox)."""
-        log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")
+        log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")  # noqa: SIM115 -- closed below, after the child took it
         with log:
             process = subprocess.Popen(
                 self._sandboxed(argv or self.argv),
@@ -192,10 +193,8 @@ class PodContainer:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 process.wait(timeout=10)
 
 

@@ -454,7 +454,7 @@ def test_fault_loses_and_duplicates_nothing(fault: Fault, services: Services, tm
     assert not lost, f"trials measured but not stored: {lost[:5]}"
     assert duplicated == 0
     assert not unexpected, f"trials stored that no probe measured: {unexpected[:5]}"
-    assert result.stored_per_probe == {name: expected for name in PATHS}, result.stored_per_probe
+    assert result.stored_per_probe == dict.fromkeys(PATHS, expected), result.stored_per_probe
     assert not observations_lost, f"observations recorded but not stored: {observations_lost[:5]}"
     assert not observations_unjoined, f"observations stored but not joined: {observations_unjoined[:5]}"
     assert rollups_equal, rollup_differences

@@ -154,7 +154,8 @@ def test_a_chain_beyond_the_iw_costs_a_round_trip(tmp_path: Path, chain_kb: int,
     model = {iw: 1000.0 * predict_appconnect(RTT_MS / 1000.0, RATE_BPS, flight, iw) for iw in (3, 10)}
     print(
         f"{chain_kb} KB chain ({chain.chain_der_bytes} B DER, first flight {flight} B; model "
-        f"{tls_first_flight_bytes(chain.chain_der_bytes, 'ec', '1.3', certificates=len(chain.certificates))} B): time_appconnect IW3 "
+        f"{tls_first_flight_bytes(chain.chain_der_bytes, 'ec', '1.3', certificates=len(chain.certificates))} B): "
+        "time_appconnect IW3 "
         f"{medians[3]:.1f} ms, IW10 {medians[10]:.1f} ms (model {model[3]:.1f} / {model[10]:.1f}); "
         f"server handshake IW3 {observed[3]['tls_handshake_us'] / 1000:.1f} ms, "
         f"IW10 {observed[10]['tls_handshake_us'] / 1000:.1f} ms"

@@ -16,23 +16,23 @@ from iwprobe._fetch import FetchResult
 
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
-    values = dict(
-        campaign_id=7,
-        name="c",
-        arms=[3, 10, 16],
-        sizes=None,
-        size_dist="websearch",
-        sizes_per_round=5,
-        repetitions=3,
-        interval_s=60.0,
-        starts_at=wire.utc_timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)),
-        ends_at=None,
-        calibrate=False,
-        targets=[
+    values = {
+        "campaign_id": 7,
+        "name": "c",
+        "arms": [3, 10, 16],
+        "sizes": None,
+        "size_dist": "websearch",
+        "sizes_per_round": 5,
+        "repetitions": 3,
+        "interval_s": 60.0,
+        "starts_at": wire.utc_timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)),
+        "ends_at": None,
+        "calibrate": False,
+        "targets": [
             wire.ScheduleTarget("o1", "192.0.2.1", [wire.ArmPort(3, 8003), wire.ArmPort(10, 8010)]),
             wire.ScheduleTarget("o2", "192.0.2.2", [wire.ArmPort(3, 8003), wire.ArmPort(10, 8010), wire.ArmPort(16, 8016)]),
         ],
-    )
+    }
     values.update(fields)
     return wire.CampaignSchedule(**values)  # type: ignore[arg-type]
 

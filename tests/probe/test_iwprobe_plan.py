@@ -13,19 +13,19 @@ from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts, targe
 
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
-    values = dict(
-        campaign_id=1,
-        name="c",
-        arms=[10, 32],
-        sizes=[15000, 50000],
-        size_dist=None,
-        sizes_per_round=1,
-        repetitions=1,
-        interval_s=0.0,
-        starts_at=wire.utc_timestamp(),
-        ends_at=None,
-        calibrate=False,
-        targets=[
+    values = {
+        "campaign_id": 1,
+        "name": "c",
+        "arms": [10, 32],
+        "sizes": [15000, 50000],
+        "size_dist": None,
+        "sizes_per_round": 1,
+        "repetitions": 1,
+        "interval_s": 0.0,
+        "starts_at": wire.utc_timestamp(),
+        "ends_at": None,
+        "calibrate": False,
+        "targets": [
             wire.ScheduleTarget(
                 "o1",
                 "192.0.2.1",
@@ -38,7 +38,7 @@ def _campaign(**fields: object) -> wire.CampaignSchedule:
                 ],
             )
         ],
-    )
+    }
     values.update(fields)
     return wire.CampaignSchedule(**values)  # type: ignore[arg-type]
 

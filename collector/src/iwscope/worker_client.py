@@ -7,6 +7,7 @@ If the broker is down the upload still succeeds (its data is committed); the per
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from functools import lru_cache
@@ -144,10 +145,8 @@ def _send_marked(task: str, queued_key: str, countdown_s: float) -> bool:
     try:
         celery_app.send_task(task, kwargs={}, countdown=countdown_s, queue=task_queue(), ignore_result=True)
     except Exception:  # the broker is optional for ingest; the sweep catches up
-        try:
+        with contextlib.suppress(redis.RedisError):
             _redis().delete(queued_key)
-        except redis.RedisError:
-            pass
         TASKS_NOT_SENT.labels(task).inc()
         log.exception("could not queue %s", task)
         return False

@@ -155,9 +155,13 @@ def protected_callback(body: Any) -> bool:
             return True
         if PAGE_PREFIX in str(component):
             return True
-        if component == "_pages_location" and item.get("property") == "pathname" and isinstance(item.get("value"), str):
-            if protected_path(urlsplit(item["value"]).path):
-                return True
+        if (
+            component == "_pages_location"
+            and item.get("property") == "pathname"
+            and isinstance(item.get("value"), str)
+            and protected_path(urlsplit(item["value"]).path)
+        ):
+            return True
     return False
 
 

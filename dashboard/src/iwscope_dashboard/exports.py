@@ -27,7 +27,7 @@ def _stream(filters: Filters) -> Iterator[str]:
 def register_exports(server: Flask) -> None:
     @server.route(CSV_ROUTE)
     def trials_csv() -> Response:
-        filters = Filters.from_query({key: value for key, value in request.args.items()})
+        filters = Filters.from_query(dict(request.args.items()))
         return Response(
             stream_with_context(_stream(filters)),
             mimetype="text/csv",

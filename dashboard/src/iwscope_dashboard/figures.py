@@ -413,7 +413,10 @@ def fleet_figure(probes: Sequence[ProbeRow]) -> go.Figure:
                 "colorbar": {"title": {"text": "errors %"}},
             },
             customdata=[[p.region, p.trials_total, p.spool_backlog] for p in ordered],
-            hovertemplate="%{x}<br>%{y:.1f} trials/day<br>region %{customdata[0]}<br>total %{customdata[1]}<br>backlog %{customdata[2]}<extra></extra>",
+            hovertemplate=(
+                "%{x}<br>%{y:.1f} trials/day<br>region %{customdata[0]}<br>total %{customdata[1]}"
+                "<br>backlog %{customdata[2]}<extra></extra>"
+            ),
         )
     )
     fig.update_xaxes(title_text="probe", type="category")

@@ -7,6 +7,7 @@ callers import the public names (``LabError``, ``emulator_path``) from :mod:`iws
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -177,10 +178,8 @@ def terminate(pids: Iterable[int], grace_s: float = 1.0) -> None:
                 pending.discard(pid)
         time.sleep(0.02)
     for pid in pending:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for pid in pending:
         for _ in range(50):
             reap(pid)
@@ -191,10 +190,8 @@ def terminate(pids: Iterable[int], grace_s: float = 1.0) -> None:
 
 def reap(pid: int) -> None:
     """Collect ``pid`` if it is an exited child of this process (no-op otherwise)."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def control(socket_path: str | Path, line: str, timeout_s: float = 2.0) -> str:

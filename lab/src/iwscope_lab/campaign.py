@@ -337,7 +337,7 @@ class LabCampaign:
         return []
 
     def _serve_origin(self, host: PlacedHost) -> None:
-        log = open(self._host_state_dir(host) / "origin.log", "ab")  # handed to the child
+        log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 -- handed to the child
         self._origins[host.name] = self.topology.popen(
             host.name,
             self._iwprobe(
@@ -385,7 +385,7 @@ class LabCampaign:
 
     def _start_probe(self, host: PlacedHost) -> None:
         state_dir = self._host_state_dir(host)
-        log = open(state_dir / "probe.log", "ab")  # handed to the child
+        log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 -- handed to the child
         # Only this campaign: other campaigns may be active on the same collector.
         args = ["--campaign", str(self.campaign_id), *self.probe_args]
         if "--calibration-bytes" not in args:

@@ -11,6 +11,7 @@ server was configured with is the ground truth the records are judged against.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -95,10 +96,8 @@ class LabCensus(LabCampaign):
                 raise CampaignError(f"census timed out: {stored} of {expected} records per probe")
             time.sleep(0.5)
         for proc in self._probes.values():  # run --once: they exit after their last upload
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         return CensusResult(
             self.campaign_id,
             self.probe_ids,
@@ -130,7 +129,7 @@ class LabCensus(LabCampaign):
         (www / OBJECT_PATH.lstrip("/")).write_bytes(os.urandom(OBJECT_BYTES))
         for path in (work, www):
             path.chmod(0o755)  # lighttpd drops to its own user
-        log = open(work / "web.log", "ab")  # handed to the child
+        log = open(work / "web.log", "ab")  # noqa: SIM115 -- handed to the child
         self._webs[host.name] = self.topology.popen(
             host.name,
             web_server_command(host.labels.get("server", "http.server"), work, host.address, WEB_PORT, str(www)),

@@ -23,6 +23,13 @@ def _ci(value: float | None, interval: Any, scale: float = 1.0, digits: int = 1,
     return text
 
 
+def _throughput_mbps(flows: dict[str, Any]) -> str:
+    """A flow set's throughput (Mbit/s) with its interval and n."""
+    return _with_n(
+        _ci(flows["throughput_bps"], flows["throughput_ci_bps"], 1e-6, 2, flows["n"]), flows["throughput_bps"], flows["n"]
+    )
+
+
 def _with_n(text: str, value: float | None, n: int) -> str:
     """A number's text with its n (an "n too small" text carries it already)."""
     return text if value is None else f"{text} (n={n})"
@@ -86,12 +93,7 @@ def cost_rows(cost: dict[str, Any]) -> list[dict[str, str]]:
                 "short_fct_p50": short,
                 "short_retrans": retrans,
                 "page_load_p50": pages,
-                "bulk_mbps": (
-                    f"{_with_n(_ci(bulk['throughput_bps'], bulk['throughput_ci_bps'], 1e-6, 2, bulk['n']), bulk['throughput_bps'], bulk['n'])} with / "
-                    f"{_with_n(_ci(alone['throughput_bps'], alone['throughput_ci_bps'], 1e-6, 2, alone['n']), alone['throughput_bps'], alone['n'])} alone"
-                    if bulk and alone
-                    else ""
-                ),
+                "bulk_mbps": (f"{_throughput_mbps(bulk)} with / {_throughput_mbps(alone)} alone" if bulk and alone else ""),
             }
         )
     return rows
@@ -144,8 +146,8 @@ def cost_markdown(cost: dict[str, Any]) -> list[str]:
         "",
         f"Interactive delay: round-trip time of a {1e6 / cost['interactive']['interval_us']:.0f} packets/s UDP flow of "
         f"{cost['interactive']['packet_bytes']}-byte packets above the bottleneck's empty-queue RTT (moving-block "
-        "bootstrap intervals; loss: Wilson intervals shrunk by the design effect of bursty losses). FCT: flow completion time of successful "
-        "short flows (pages: first connection's start to last connection's end). Retransmitted: bytes (bootstrap "
+        "bootstrap intervals; loss: Wilson intervals shrunk by the design effect of bursty losses). FCT: flow completion time "
+        "of successful short flows (pages: first connection's start to last connection's end). Retransmitted: bytes (bootstrap "
         "over flows) and flows (Wilson) the origin retransmitted.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",

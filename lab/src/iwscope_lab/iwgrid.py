@@ -115,7 +115,7 @@ def _servers(topo: Topology, work: Path, servers: Sequence[str]) -> Iterator[dic
     www.mkdir(parents=True, exist_ok=True)
     (www / "big").write_bytes(os.urandom(OBJECT_BYTES))
     os.chmod(work, 0o755)
-    logs = open(work / "servers.log", "ab")
+    logs = open(work / "servers.log", "ab")  # noqa: SIM115 -- handed to the servers, closed at the end
     processes: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
     try:
@@ -215,33 +215,36 @@ def run_grid(
         Host("probe", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS)),
     ]
     cells: list[Cell] = []
-    with tempfile.TemporaryDirectory(prefix="iwgrid-") as scratch, Topology(name, hosts) as topo:
-        with _servers(topo, Path(scratch), servers) as urls:
-            for tso_on in tso:
-                _set_tso(topo, "server", tso_on)
-                for path_mss in mss_values:
-                    for iw in iws:
-                        topo.set_route("server", initcwnd=iw, mtu=path_mss + 40)
-                        for server, url in urls.items():
-                            command = [
-                                sys.executable,
-                                "-m",
-                                "iwprobe",
-                                "census",
-                                "--json",
-                                "--insecure",
-                                "--connections",
-                                str(connections),
-                                url,
-                            ]
-                            started = time.monotonic()
-                            outcome = topo.run("probe", command, capture_output=True, text=True)
-                            answer = (
-                                json.loads(outcome.stdout)
-                                if outcome.stdout.strip()
-                                else {"status": "undetermined", "reason": f"census failed: {outcome.stderr[-300:]}"}
-                            )
-                            cells.append(_cell(server, iw, path_mss, tso_on, answer, time.monotonic() - started))
+    with (
+        tempfile.TemporaryDirectory(prefix="iwgrid-") as scratch,
+        Topology(name, hosts) as topo,
+        _servers(topo, Path(scratch), servers) as urls,
+    ):
+        for tso_on in tso:
+            _set_tso(topo, "server", tso_on)
+            for path_mss in mss_values:
+                for iw in iws:
+                    topo.set_route("server", initcwnd=iw, mtu=path_mss + 40)
+                    for server, url in urls.items():
+                        command = [
+                            sys.executable,
+                            "-m",
+                            "iwprobe",
+                            "census",
+                            "--json",
+                            "--insecure",
+                            "--connections",
+                            str(connections),
+                            url,
+                        ]
+                        started = time.monotonic()
+                        outcome = topo.run("probe", command, capture_output=True, text=True)
+                        answer = (
+                            json.loads(outcome.stdout)
+                            if outcome.stdout.strip()
+                            else {"status": "undetermined", "reason": f"census failed: {outcome.stderr[-300:]}"}
+                        )
+                        cells.append(_cell(server, iw, path_mss, tso_on, answer, time.monotonic() - started))
     return cells
 
 

@@ -21,6 +21,7 @@ next configuration poll.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -182,12 +183,10 @@ class LabPassive:
         if self.tap is not None and self.tap.poll() is None:
             self._stop_tap()
         if self.campaign_id is not None and self._tokens.get("admin"):
-            try:
+            with contextlib.suppress(StackError):  # the window may have closed already
                 self.stack.api(
                     "PATCH", f"/api/v1/campaigns/{self.campaign_id}", {"ends_at": _utc_now()}, token=self._tokens["admin"]
                 )
-            except StackError:
-                pass  # the window had closed already
         if self.web is not None:
             self.web.stop()
 
@@ -253,7 +252,7 @@ class LabPassive:
         return path
 
     def _start_tap(self) -> None:
-        log = open(self.state_dir / "tap.log", "ab")  # handed to the child
+        log = open(self.state_dir / "tap.log", "ab")  # noqa: SIM115 -- handed to the child
         self.tap = self.topology.popen(
             self.server.name,
             self._iwprobe(

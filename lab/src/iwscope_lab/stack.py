@@ -169,7 +169,7 @@ class Stack:
         return self
 
     def _spawn(self, name: str) -> None:
-        log = open(self.run_dir / "logs" / f"{name}.log", "ab")  # handed to the child
+        log = open(self.run_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 -- handed to the child
         # Each process leads its own process group, so a kill reaches the worker's pool children too.
         child = subprocess.Popen(
             self._commands[name],
@@ -187,10 +187,8 @@ class Stack:
     def kill(self, name: str, signum: int = signal.SIGKILL) -> None:
         """Send ``signum`` to process ``name`` (``api``, ``worker``, ``beat``, ...) and its group; wait for it."""
         pid = self.pids[name]
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signum)
-        except ProcessLookupError:
-            pass
         for child in self._children:
             if child.pid == pid:
                 child.wait(timeout=30)
@@ -339,10 +337,8 @@ def _alive(pid: int) -> bool:
 
 
 def _signal(pid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _http_ok(url: str) -> bool:

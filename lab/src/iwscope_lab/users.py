@@ -31,6 +31,7 @@ nginx on its ``server`` host and runs the population (``--run-id`` uses a run th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import resource
@@ -283,7 +284,7 @@ class _Driver:
         self.next_user = 0
         self.loads_started = 0
         random.Random(f"{config['seed']}/{self.host}").shuffle(self.addresses)  # users take turns in random order
-        self.output = open(config["output"], "w", encoding="utf-8")  # closed by run()
+        self.output = open(config["output"], "w", encoding="utf-8")  # noqa: SIM115 -- closed by run()
 
     def _emit(self, records: Sequence[dict[str, Any]]) -> None:
         text = "".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records)
@@ -555,7 +556,7 @@ class UserPopulation:
             }
             config_path = self.out_dir / f"{name}.json"
             config_path.write_text(json.dumps(config))
-            log = open(self.out_dir / f"{name}.log", "wb")  # handed to the child
+            log = open(self.out_dir / f"{name}.log", "wb")  # noqa: SIM115 -- handed to the child
             self._drivers[name] = self.topology.popen(
                 name,
                 [sys.executable, "-m", "iwscope_lab.users", "_worker", str(config_path)],
@@ -589,10 +590,8 @@ class UserPopulation:
 
         deadline = time.monotonic() + grace
         for driver in self._drivers.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 driver.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         stop_processes(self._drivers.values(), timeout_s=1.0)
         return self.result()
 

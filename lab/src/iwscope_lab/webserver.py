@@ -32,6 +32,7 @@ the same as data, what the users' driver fetches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -474,10 +475,8 @@ class WebServer:
             while alive(pid, start) and time.monotonic() < deadline:
                 time.sleep(0.02)
             if alive(pid, start):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
     def __enter__(self) -> WebServer:
         return self
@@ -531,7 +530,7 @@ def start_nginx(
     )
     (work / "site.json").write_text(json.dumps(site.manifest(), indent=1))
     error_log = work / "error.log"
-    stderr = open(work / "nginx.out", "ab")  # handed to the child
+    stderr = open(work / "nginx.out", "ab")  # noqa: SIM115 -- handed to the child
     process = topology.popen(
         host,
         [nginx_binary(), "-p", f"{work}/", "-e", str(error_log), "-c", str(config_path)],

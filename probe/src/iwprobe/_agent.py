@@ -112,7 +112,8 @@ def load_credentials(directory: str, filename: str) -> Credentials:
             data = json.load(handle)
     except FileNotFoundError:
         raise SystemExit(
-            f"not enrolled: {path} does not exist; run 'iwprobe {'origin ' if filename == ORIGIN_CREDENTIALS else ''}enroll' first"
+            f"not enrolled: {path} does not exist; "
+            f"run 'iwprobe {'origin ' if filename == ORIGIN_CREDENTIALS else ''}enroll' first"
         ) from None
     mode = os.stat(path).st_mode & 0o777
     if mode & 0o077:

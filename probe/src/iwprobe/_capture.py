@@ -9,8 +9,8 @@ the probe read it), so the probe reads the queue after the fetch and the times a
 exact -- for *incoming* packets.  An outgoing packet's stamp is not always its departure: TCP
 stamps its skbs with an earliest departure time, and on this kernel a SYN's stamp was now and
 then ~200 ms after its SYN-ACK's.  The inference therefore times nothing by outgoing packets
-(it uses their sequence, ACK and window fields only).  ``AF_PACKET`` / ``SOCK_DGRAM`` gives packets from their network header on, on any
-device (Ethernet, TUN, loopback); outgoing packets are told apart by their packet type.
+(it uses their sequence, ACK and window fields only).  ``AF_PACKET`` / ``SOCK_DGRAM`` gives packets
+from their network header on, on any device (Ethernet, TUN, loopback); outgoing packets are told apart by their packet type.
 
 A receiver's GRO may merge back-to-back segments into one packet: :attr:`Packet.payload` is
 then the merged size and :func:`iwprobe._iwinfer.infer` splits it by the sender's MSS.

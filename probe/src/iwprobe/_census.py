@@ -65,7 +65,7 @@ class CensusResult:
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items()}
+        return dict(self.__dict__.items())
 
 
 def _attempt(result: FetchResult) -> dict[str, Any]:

@@ -12,6 +12,7 @@ report neither, a connect that took longer than the 1 s initial RTO counts as on
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import ssl
@@ -237,10 +238,8 @@ def fetch(
         result.error_detail = f"{type(error).__name__}: {error}"[:500]
     finally:
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 result.tcp_info = read_tcp_info(sock)
-            except OSError:
-                pass
             sock.close()
         if capture is not None:
             try:

@@ -28,6 +28,7 @@ The pieces: :mod:`iwprobe._origin_config` (:class:`OriginConfig`), :mod:`iwprobe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -308,10 +309,8 @@ class Origin:
 
     def _drop_pending(self, selector: selectors.BaseSelector, pending: PendingHead, error: str) -> None:
         self._pending.pop(pending.conn.sock.fileno(), None)
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             selector.unregister(pending.conn.sock)
-        except (KeyError, ValueError):
-            pass
         self._close(pending.conn)
         if error:
             self._count(error)

@@ -13,6 +13,7 @@ which enables internal pacing at the kernel's own rate: twice cwnd / srtt in slo
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -48,10 +49,8 @@ def send_all(sock: socket.socket, header: bytes, body: memoryview | bytes) -> No
 
 def send_paced(sock: socket.socket, header: bytes, body: memoryview | bytes, iw: int, rtt_us: int, mss: int) -> float:
     """Send head + body with the first window spread over ``rtt_us``; the spacing used (s)."""
-    try:
+    with contextlib.suppress(OSError):  # without internal pacing only the first window is spread
         sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", UNLIMITED_PACING_RATE))
-    except OSError:
-        pass  # without internal pacing only the first window is spread
     interval = (rtt_us / 1e6) / iw if iw > 0 and rtt_us > 0 else 0.0
     if interval < MIN_INTERVAL_S or mss <= 0:
         send_all(sock, header, body)

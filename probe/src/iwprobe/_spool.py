@@ -17,6 +17,7 @@ measuring until uploads make room.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -228,10 +229,8 @@ class Spool:
     def _file_bytes_locked(self) -> int:
         total = 0
         for suffix in ("", "-wal"):
-            try:
+            with contextlib.suppress(OSError):
                 total += os.path.getsize(self.path + suffix)
-            except OSError:
-                pass
         return total
 
     def _bump_locked(self, name: str, amount: int) -> None:

@@ -30,6 +30,7 @@ it had, unless someone changed it since.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -354,10 +355,15 @@ def _remove_rules(installed: Installed, keep_sysctl: bool = False) -> list[str]:
     for family, table in installed.tables:
         if run_ip(["ip", FAMILIES[family], "route", "flush", "table", str(table)]).returncode == 0:
             removed.append(f"{family} table {table}")
-    if not keep_sysctl and installed.sysctl_set is not None and installed.sysctl_original is not None:
-        if _read(FWMARK_ACCEPT) == installed.sysctl_set and installed.sysctl_original != installed.sysctl_set:
-            _write(FWMARK_ACCEPT, installed.sysctl_original)
-            removed.append(f"net.ipv4.tcp_fwmark_accept={installed.sysctl_original}")
+    if (
+        not keep_sysctl
+        and installed.sysctl_set is not None
+        and installed.sysctl_original is not None
+        and _read(FWMARK_ACCEPT) == installed.sysctl_set
+        and installed.sysctl_original != installed.sysctl_set
+    ):
+        _write(FWMARK_ACCEPT, installed.sysctl_original)
+        removed.append(f"net.ipv4.tcp_fwmark_accept={installed.sysctl_original}")
     return removed
 
 
@@ -371,10 +377,8 @@ def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
             tables=[[family, plan.table(arm)] for family in FAMILIES for arm in plan.treated] if plan else [],
         )
     removed = _remove_rules(installed)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(state_path)
-    except FileNotFoundError:
-        pass
     if removed:
         log.info("arms removed: %s", "; ".join(removed))
     return removed

@@ -259,7 +259,8 @@ def load_path_detail(
     rows = session.execute(
         text(f"""
         WITH e AS (
-            SELECT t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin, count(*)::float8 AS n_all, count(t.latency_us)::float8 AS n,
+            SELECT t.path, t.probe_id, t.origin_id, t.arm_iw, t.size_bucket, t.bin,
+                   count(*)::float8 AS n_all, count(t.latency_us)::float8 AS n,
                    COALESCE(sum(t.latency_us::float8), 0) AS sum_us,
                    COALESCE(sum(t.latency_us::float8 * t.latency_us), 0) AS sumsq
             FROM ({selection}) AS t WHERE {" AND ".join(keys)}

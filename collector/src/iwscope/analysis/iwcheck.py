@@ -284,7 +284,7 @@ def _check_path(trials: list[Any]) -> PathIwCheck:
         disagree_ci_low=low,
         disagree_ci_high=high,
         seen_instead=instead.most_common(1)[0][0] if instead else None,
-        by_arm={arm: counts for arm, counts in sorted(by_arm.items(), key=lambda item: int(item[0]))},
+        by_arm=dict(sorted(by_arm.items(), key=lambda item: int(item[0]))),
         suspect=None
         if too_small
         else any(wrong >= MIN_RECORDS and wrong >= SUSPECT_SHARE * counted for counted, wrong in by_arm.values()),
