@@ -10,6 +10,8 @@ import pytest
 from iwscope.analysis.cost import MIN_DELAY_SAMPLES, MIN_P99_SAMPLES
 from iwscope.analysis.stats import block_bootstrap, mean_interval
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 #: The module itself (the attribute ``iwscope.analysis.cost`` is the function of that name).
 cost_module = importlib.import_module("iwscope.analysis.cost")
 

@@ -62,6 +62,8 @@ from iwscope.analysis.stats import (
     t_quantile,
 )
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
@@ -401,6 +403,7 @@ def _covered(bounds: npt.NDArray[np.float64], effect_ms: float, pct: float) -> t
     )
 
 
+@pytest.mark.slow
 def test_paired_interval_covers_the_true_effect(replications: Replications) -> None:
     effect_ms, pct = true_effect()
     assert all(r.method == "cluster" and not r.too_small for r in replications.paired)
@@ -425,6 +428,7 @@ def test_paired_interval_covers_the_true_effect(replications: Replications) -> N
     assert cover_pct.mean() >= 0.93, message
 
 
+@pytest.mark.slow
 def test_paired_interval_is_narrower_than_unpaired(replications: Replications) -> None:
     paired = _intervals(replications.paired)
     percentile = _intervals(replications.paired_percentile)
@@ -462,6 +466,7 @@ def test_paired_interval_is_narrower_than_unpaired(replications: Replications) -
     assert np.median(w_pct / u_pct) < 1.0, message
 
 
+@pytest.mark.slow
 def test_cell_estimator_covers_and_beats_independent_samples(replications: Replications) -> None:
     """The estimator the analysis API serves (roll-up cells, path x size, no rounds) on the same campaigns."""
     effect_ms, pct = true_effect()

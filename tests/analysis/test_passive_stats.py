@@ -31,6 +31,8 @@ from iwscope.analysis.passive_stats import (
     stable_key,
 )
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 SIGMA_CLUSTER = 0.35
 SIGMA_CONNECTION = 0.55
 BASE_MEDIAN_US = 200_000.0

@@ -20,6 +20,7 @@ from .datasets import DAY, add_path, add_probe, add_trial, new_campaign_id
 NOW = DAY + dt.timedelta(minutes=1)
 
 
+@pytest.mark.unit
 def test_duration_sets_the_time_box_and_adaptive_needs_one() -> None:
     base = {"name": "c", "origin_ids": [str(uuid.uuid4())], "arms": [3, 10], "sizes": [9000], "starts_at": "2026-11-24T00:00:00Z"}
     boxed = CampaignIn.model_validate({**base, "duration_s": 240, "target_ci_ms": 15})

@@ -24,6 +24,8 @@ from iwscope.analysis.stats import (
     unpack_histogram,
 )
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def hist_of(latencies_ms: list[float]) -> np.ndarray:
     counts = np.zeros(bk.HIST_BINS, dtype=np.int64)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
 from click.testing import CliRunner
 
 from iwscope_lab.cli import lab
 from iwscope_lab.report import markdown_report
+
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
 def _arm(

@@ -53,6 +53,7 @@ def _assert_refused_at_door(status: int, headers: Any, body: bytes) -> None:
     assert orjson.loads(body) == {"detail": OVERLOADED_DETAIL, "retry_after_s": 1}
 
 
+@pytest.mark.unit
 def test_probe_traffic_is_uploads_heartbeats_schedules_and_enrollment() -> None:
     assert is_probe_traffic("POST", wire.TRIALS_BATCH_PATH)
     assert is_probe_traffic("POST", wire.OBSERVATIONS_BATCH_PATH)
@@ -147,6 +148,7 @@ def test_readers_never_take_the_places_probes_need(door, enroll_token: str, tria
     assert [answer.status_code for answer in answers] in ([200], [503])  # 503: the database's own timeout
 
 
+@pytest.mark.unit
 def test_admission_limits_are_validated() -> None:
     from iwscope.config import ConfigurationError, Settings
 

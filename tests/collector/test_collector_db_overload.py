@@ -381,6 +381,7 @@ def _upload_answers(url: str) -> dict[str, int]:
     return answers
 
 
+@pytest.mark.unit
 def test_pool_settings_are_validated() -> None:
     from pydantic import ValidationError
 

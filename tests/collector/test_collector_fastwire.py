@@ -447,6 +447,7 @@ def check(body: bytes, duplicate_keys: bool = False) -> bool:
     return reference is not None
 
 
+@pytest.mark.unit
 def test_fast_decoder_agrees_with_pydantic_on_generated_batches() -> None:
     rng = random.Random(20261122)
     verdicts = [check(json.dumps(make_document(rng)).encode()) for _ in range(CASES)]
@@ -454,6 +455,7 @@ def test_fast_decoder_agrees_with_pydantic_on_generated_batches() -> None:
     assert CASES * 0.15 < sum(verdicts) < CASES * 0.85, sum(verdicts)
 
 
+@pytest.mark.unit
 def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
     rng = random.Random(7)
     verdicts = [check(body, duplicate_keys=index < 6) for _ in range(3) for index, body in enumerate(raw_oddities(rng))]
@@ -461,6 +463,7 @@ def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
 
 
 @pytest.mark.parametrize("timestamp", TIMESTAMP_VALUES)
+@pytest.mark.unit
 def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
     probe_id = str(uuid.uuid4())
     check(json.dumps(make_batch(probe_id, [make_trial(probe_id, started_at=timestamp)])).encode())

@@ -33,6 +33,8 @@ from iwscope.trials.schemas import (
     TrialRecordIn,
 )
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 SCHEMA = wire.load_schema()
 MODELS: dict[str, type[BaseModel]] = {
     "TrialRecord": TrialRecordIn,

@@ -40,6 +40,7 @@ def _arms(labels: str) -> dict[str, int]:
     return {arm["arm"]: arm["port"] for arm in json.loads(printed)}
 
 
+@pytest.mark.unit
 def test_print_arms_names_policies_and_keeps_plain_ports() -> None:
     printed = subprocess.run(
         [*IWPROBE, "origin", "--print-arms", "--arms", "3,10,10p,32,learned", "--base-port", "7000"],

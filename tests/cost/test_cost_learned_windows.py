@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from iwprobe._learned import LearnedWindows, client_prefix, window_to_learn
+
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
 def test_prefixes_and_the_window_handed_on() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from iwscope_lab.model import first_flight_queue
+
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
 def test_an_iw32_burst_overflows_ten_packets_and_the_paced_flight_never_queues() -> None:

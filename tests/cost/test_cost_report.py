@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from iwscope_lab.cost_report import cost_markdown, cost_rows, interference_rows
+
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
 def _flow(campaign_id: int, role: str, arm: str, n: int, **values: Any) -> dict[str, Any]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from iwscope_lab.demo import cost_lines
+
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
 def _phase(mix: tuple[int, ...], short: dict[str, Any]) -> Any:

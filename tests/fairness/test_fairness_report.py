@@ -9,6 +9,8 @@ import pytest
 from iwscope_lab.fairness import Bottleneck, phase_plan
 from iwscope_lab.report import write_report
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def _row(mix: str, flow: str, iw: int, throughput_bps: float, fct_ms: float | None) -> dict[str, object]:
     return {

@@ -108,6 +108,7 @@ def test_plain_campaign_keeps_todays_schedule(db_session: Session) -> None:
         ({"background_bytes": wire.MAX_OBJECT_BYTES + 1}, "less than or equal to"),
     ],
 )
+@pytest.mark.unit
 def test_bad_offered_load_fields_are_refused_clearly(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         CampaignIn.model_validate(
@@ -115,6 +116,7 @@ def test_bad_offered_load_fields_are_refused_clearly(fields: dict[str, object], 
         )
 
 
+@pytest.mark.unit
 def test_flow_role_of_a_url() -> None:
     url = "http://10.0.0.1:8010/obj/50000"
     assert wire.flow_role(url) == "short"
@@ -149,6 +151,7 @@ def _alone(
     )
 
 
+@pytest.mark.unit
 def test_background_warmup_is_ten_rtts_at_most_half_the_uncontended_run() -> None:
     from iwprobe._agent import background_warmup_s
 

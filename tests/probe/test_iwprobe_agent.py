@@ -14,6 +14,8 @@ from iwprobe._agent import Credentials, ProbeAgent
 from iwprobe._calibrate import arrivals, estimate_bottleneck_bps
 from iwprobe._fetch import FetchResult
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
     values = {

@@ -26,6 +26,8 @@ from iwprobe import _capture
 from iwprobe._capture import ACK, FIN, SNAPLEN, SYN, Packet, parse_packet
 from iwprobe._iwinfer import infer
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 RTT_NS = 60_000_000
 MSS = 1448
 #: Serialisation of one 1,500-byte packet at 100 Mbit/s.

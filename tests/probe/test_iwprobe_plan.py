@@ -11,6 +11,8 @@ from iwprobe import wire
 from iwprobe._fetch import object_url
 from iwprobe._plan import PlanEntry, page_parts, round_plan, share_counts, target_host
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def _campaign(**fields: object) -> wire.CampaignSchedule:
     values = {

@@ -8,6 +8,8 @@ import pytest
 
 from iwprobe import sizes
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def test_websearch_shape() -> None:
     # ~90 % of responses fit in 10 segments of 1460 bytes.

@@ -16,6 +16,8 @@ from iwprobe import wire
 from iwprobe._spool import Spool, SpoolFull
 from iwprobe._upload import backoff_delay
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 def _trial(index: int) -> dict:
     return {"trial_id": wire.new_id(), "index": index}

@@ -33,6 +33,7 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     yield python, pyz
 
 
+@pytest.mark.unit
 def test_sources_are_python_3_9_syntax() -> None:
     for source in PACKAGE.glob("*.py"):
         ast.parse(source.read_text(encoding="utf-8"), filename=str(source), feature_version=(3, 9))

@@ -20,6 +20,8 @@ from iwprobe._tap_budget import MIN_SHARE, DutyCycle
 from iwprobe._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
 from iwprobe._tap_rules import TapPlan, arm_ranges
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 PORT = 443
 CLIENT_PORT = 40_000
 MS = 1_000_000

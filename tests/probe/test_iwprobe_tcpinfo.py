@@ -13,6 +13,8 @@ import pytest
 
 from iwprobe import _tcpinfo, wire
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 @pytest.fixture()
 def connected_pair() -> Iterator[tuple[socket.socket, socket.socket]]:

@@ -14,6 +14,8 @@ import pytest
 
 from iwprobe._collector import CollectorClient, CollectorError
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 class _Healthz(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # http.server API

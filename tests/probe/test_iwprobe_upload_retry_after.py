@@ -20,6 +20,8 @@ from iwprobe._collector import MAX_RETRY_AFTER_S, CollectorClient, CollectorErro
 from iwprobe._spool import Spool
 from iwprobe._upload import Uploader, retry_delay
 
+pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
+
 
 class OverloadedCollector(ThreadingHTTPServer):
     """Answers the first ``busy`` uploads 503 with ``Retry-After: retry_after``, then accepts."""

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import logging
-import signal
-import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from types import FrameType
 
 import anyio.to_thread
 import sqlalchemy.exc
@@ -27,14 +23,15 @@ from iwscope.campaigns.routes import router as campaigns_router
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.exports.routes import router as exports_router
-from iwscope.health import DRAINING
 from iwscope.health import router as health_router
 from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
 from iwscope.openapi import install_openapi
 from iwscope.origins.routes import router as origins_router
 from iwscope.passive.routes import router as passive_router
 from iwscope.probes.routes import router as probes_router
+from iwscope.server import LameDuckServer, listening_sockets
 from iwscope.servers.routes import router as servers_router
+from iwscope.supervisor import run_workers
 from iwscope.trials.routes import router as trials_router
 
 log = logging.getLogger(__name__)
@@ -156,58 +153,6 @@ def create_app() -> FastAPI:
     return app
 
 
-class LameDuckServer(uvicorn.Server):
-    """On the first SIGTERM, report not-ready for ``drain_seconds`` before shutting down.
-
-    ``on_started`` is called once the server listens (the supervisor tells a worker that died
-    starting up from one that died later by it)."""
-
-    def __init__(self, config: uvicorn.Config, drain_seconds: float, on_started: Callable[[], object] | None = None) -> None:
-        super().__init__(config)
-        self.drain_seconds = drain_seconds
-        self.on_started = on_started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and self.on_started is not None:
-            self.on_started()
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig == signal.SIGTERM and self.drain_seconds > 0 and not DRAINING.is_set():
-            DRAINING.set()
-            log.info("SIGTERM: draining for %.1f s (readyz answers 503)", self.drain_seconds)
-            timer = threading.Timer(self.drain_seconds, super().handle_exit, args=(sig, frame))
-            timer.daemon = True
-            timer.start()
-            return
-        super().handle_exit(sig, frame)
-
-
-def listening_sockets(hosts: Sequence[str], port: int) -> list[socket.socket]:
-    """One bound, listening TCP socket per address in ``hosts`` (IPv4 or IPv6 literals).
-
-    The API listens only where it is told: loopback by default, plus e.g. the lab's service
-    address; ``0.0.0.0`` / ``::`` (every interface) only when given explicitly.
-    """
-    sockets: list[socket.socket] = []
-    try:
-        for host in dict.fromkeys(hosts):
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            listener = socket.socket(family, socket.SOCK_STREAM)
-            sockets.append(listener)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            listener.bind((host, port))
-            listener.listen(2048)
-            listener.set_inheritable(True)
-    except OSError:
-        for listener in sockets:
-            listener.close()
-        raise
-    return sockets
-
-
 def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     """Run the API on every address of ``hosts`` in ``workers`` processes (``iwscope.supervisor``
     when more than one); each drains on SIGTERM.  With ``tls_cert``/``tls_key`` it serves HTTPS
@@ -225,8 +170,6 @@ def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | Non
     )
     sockets = listening_sockets(hosts, port)
     if workers > 1:
-        from iwscope.supervisor import run_workers
-
         return run_workers(config, sockets, workers, settings.drain_seconds)
     server = LameDuckServer(config, settings.drain_seconds)
     server.run(sockets=sockets)

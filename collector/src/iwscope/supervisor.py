@@ -7,7 +7,7 @@ and each keeps its own Prometheus registry (a scrape would see one random worker
 
 Here:
 
-* every worker is a spawned process running :class:`iwscope.api.LameDuckServer` on the
+* every worker is a spawned process running :class:`iwscope.server.LameDuckServer` on the
   inherited sockets: the kernel spreads connections over the workers, admission
   (:mod:`iwscope.admission`) and the database pool are per worker;
 * SIGTERM / SIGINT to the supervisor is forwarded to every worker, which answers ``/readyz``
@@ -40,6 +40,8 @@ from types import FrameType
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
+from iwscope.server import LameDuckServer
+
 log = logging.getLogger(__name__)
 
 #: Seconds a worker may take after its draining period before it is killed.
@@ -48,8 +50,6 @@ GRACE_S = 30.0
 
 def _worker_main(config: uvicorn.Config, sockets: list[socket.socket], drain_seconds: float, started: EventType) -> None:
     """Body of one worker process (spawned: it imports the app itself); sets ``started`` once it listens."""
-    from iwscope.api import LameDuckServer
-
     config.configure_logging()
     server = LameDuckServer(config, drain_seconds, on_started=started.set)
     server.run(sockets=sockets)

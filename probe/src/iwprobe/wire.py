@@ -762,6 +762,8 @@ __all__ = [
     "MAX_IW_SEGMENTS",
     "MAX_CENSUS_URL_CHARS",
     "MAX_CENSUS_URLS",
+    "FAMILIES",
+    "MAX_TLS_VERSION_CHARS",
     "EchoStats",
     "ClientIw",
     "TrialRecord",
