@@ -90,7 +90,11 @@ def needs_wire_v5(campaign: Campaign) -> bool:
 
 
 def _level(wire_version: int) -> int:
-    """Which prepared entry a probe of ``wire_version`` gets: 5 (current), 4, 3, or 2 (before v3)."""
+    """Which prepared entry a probe of ``wire_version`` gets: 5, 4, 3, or 2 (before v3).
+
+    Level 5 is the newest schedule: wire v6 added only the server agent's messages, so a v6
+    probe reads the v5 schedule.  A later version that changes the schedule adds a level here
+    (and an entry in :func:`_entries`)."""
     return min(5, wire_version) if wire_version >= 3 else 2
 
 
