@@ -1,4 +1,4 @@
-"""What ``iwprobe tap`` costs the web server it measures (issue 33): requests/s with and without it.
+"""What ``iwprobe tap`` costs the web server it measures (the real-users work): requests/s with and without it.
 
 Two namespaces over a veth pair (no link emulator: nginx, not a user-space emulator, must be
 the bottleneck).  Debian's nginx (one worker, pinned to CPU 0, ``sendfile``, no access log)
@@ -92,7 +92,7 @@ def _children(pid: int) -> list[int]:
 
 
 class Bench:
-    def __init__(self, work: Path, size: int) -> None:
+    def __init__(self, work: Path, size: int, steer: bool = False) -> None:
         suffix = secrets.token_hex(2)
         self.server, self.client = f"iwb{suffix}s", f"iwb{suffix}c"
         self.work = work
@@ -120,6 +120,15 @@ class Bench:
         subprocess.run(
             ["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535"], check=True
         )
+        if steer:
+            # A veth delivers a packet on the *sender's* CPU: without steering, the server's
+            # receive work (TCP, nftables, routing) runs on wrk's CPU.  RPS puts each side's
+            # receive work on its own CPU (the server's on nginx's CPU 0), as on a real server.
+            for namespace, device, cpus in ((self.server, f"iwb{suffix}a", "1"), (self.client, f"iwb{suffix}b", "2")):
+                subprocess.run(
+                    ["ip", "netns", "exec", namespace, "sh", "-c", f"echo {cpus} > /sys/class/net/{device}/queues/rx-0/rps_cpus"],
+                    check=True,
+                )
         # Connection: close leaves a TIME_WAIT socket per request on the server; tens of
         # thousands of them slowed later blocks by a quarter whatever the agent did.  A small
         # table keeps every block on the same footing.
@@ -292,7 +301,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
             if state == "on" and args.component == "arms":
                 bench.install_arms(True)
                 time.sleep(1.0)
-            elif state == "on":
+            elif state == "on" and args.component == "agent":
                 bench.start_tap(args.capture, args.nice)
             # Both states warm up under the same load: the agent starts on a server already busy
             # (as it would in production) and what is measured is its steady state there, not its
@@ -306,7 +315,7 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
             result.update(state=state, nginx_cpu_s=round(bench.nginx_cpu_s() - nginx_cpu0, 2), load=round(load0, 2))
             if state == "on" and args.component == "arms":
                 bench.install_arms(False)
-            elif state == "on":
+            elif state == "on" and args.component == "agent":
                 result["tap_cpu_s"] = round(_cpu_s(bench.tap_pid()) - tap_cpu0, 2)
                 status = bench.stop_tap()
                 result["tap_connections_seen"] = status["connections_seen"]
@@ -344,6 +353,11 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
         "pair_ratios": [round(ratio, 4) for ratio in pair_ratios],
         "pair_ratio_geomean": round(_geomean(pair_ratios), 4),
         "pair_ratio_ci95": _bootstrap_ci(pair_ratios),
+        # The spread of one pair's log ratio: the noise a pair carries (``--component none``
+        # measures it with nothing switched on).
+        "pair_log_ratio_sd": round(statistics.stdev(math.log(ratio) for ratio in pair_ratios), 4)
+        if len(pair_ratios) > 1
+        else None,
         "errors": sum(sum(block["errors"].values()) for block in blocks),
         "tap_cpu_s_per_10k_connections": round(10_000 * sum(block["tap_cpu_s"] for block in on_blocks) / seen, 3)
         if seen
@@ -364,9 +378,15 @@ def main() -> None:
     parser.add_argument("--agent-args", default="", help="extra `iwprobe tap run` options, e.g. '--closes-per-s 250'")
     parser.add_argument(
         "--component",
-        choices=("agent", "arms"),
+        choices=("agent", "arms", "none"),
         default="agent",
-        help="arms: the study's nftables rule, ip rules and sysctl alone, no agent process",
+        help="arms: the study's nftables rule, ip rules and sysctl alone, no agent process; "
+        "none: nothing in the 'on' blocks either (the bench's own noise: what a cost of 0 looks like)",
+    )
+    parser.add_argument(
+        "--steer",
+        action="store_true",
+        help="RPS: each namespace's receive work on its own CPU (the server's on nginx's CPU 0)",
     )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
@@ -377,7 +397,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="iwscope-tap-bench-") as temporary:
         work = Path(temporary)
         work.chmod(0o755)
-        bench = Bench(work, args.size)
+        bench = Bench(work, args.size, steer=args.steer)
         bench.agent_args = args.agent_args.split()
         try:
             results = [run(bench, load, args) for load in args.loads.split(",")]
@@ -388,6 +408,7 @@ def main() -> None:
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpus": os.cpu_count(),
         "component": args.component,
+        "steer": args.steer,
         "agent_args": args.agent_args,
         "capture": args.capture,
         "nice": args.nice,
