@@ -7,7 +7,7 @@ setup:        ## install what is missing (apt packages, .venv from requirements.
 lock:         ## add new requirements to requirements.lock (versions + hashes), keeping the pins; UPGRADE=1 re-resolves all
 	@scripts/lock.sh
 
-lint: setup   ## ruff (rules in ruff.toml) over the repository, mypy --strict over probe/ and collector/ (CI runs it)
+lint: setup   ## ruff check + ruff format --check over the repository, mypy --strict over probe/, collector/, dashboard/ and lab/ (CI runs it)
 	@scripts/lint.sh
 
 demo: setup   ## the main job: local stack + lab campaign + dashboard

@@ -1,4 +1,4 @@
-"""The IW capture's cost to the probe (issue 18): CPU per 1,000 trials, peak RSS, inference time.
+"""The IW capture's cost to the probe (the client-side IW inference work): CPU per 1,000 trials, peak RSS, inference time.
 
 A lab ``Topology``: a server (Python's ``http.server``, zero-delay link) and a probe behind a
 ``--rtt-ms`` (20) / 100 Mbit/s link, the server's route at ``initcwnd 10``.  Two probe worker

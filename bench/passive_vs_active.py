@@ -1,4 +1,4 @@
-"""Passive agrees with active (issue 33, second must-show): the same emulated paths measured both ways.
+"""Passive agrees with active (the real-users work's second must-show): the same emulated paths measured both ways.
 
 1. **Passive**: the ``passive`` scenario (six regional links, 70 ms to 1.2 s, four loss-free),
    Debian's nginx on the server host, ``iwprobe tap`` splitting the users' /24s 50/50 between

@@ -1,4 +1,4 @@
-"""Arms on stock nginx, read independently of the agent (issue 33, first must-show).
+"""Arms on stock nginx, read independently of the agent (the real-users work's first must-show).
 
 The ``passive`` scenario (220 user addresses, each in its own /24, behind six regional links)
 with Debian's nginx on its ``server`` host and ``iwprobe tap`` beside it (standalone, a study

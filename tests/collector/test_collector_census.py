@@ -316,7 +316,7 @@ def test_census_and_iw_check_analysis(
 
 def test_every_json_read_route_has_a_typed_schema(client: httpx.Client) -> None:
     """Every GET answering JSON under /api/v1 publishes a ``$ref`` schema (or an array of one):
-    OpenAPI clients and the docs show real fields (issue 19)."""
+    OpenAPI clients and the docs show real fields (the data-for-researchers work)."""
     document = client.get("/openapi.json").json()
     untyped = []
     for path, operations in document["paths"].items():

@@ -1,4 +1,4 @@
-"""Issue 7: every container command the chart runs, run natively against the real PostgreSQL
+"""Deployment (container images, Helm chart): every container command the chart runs, run natively against the real PostgreSQL
 and Redis, exactly as `helm template` renders it (command, environment from the rendered
 ConfigMap and Secret, working directory, probes), each in a pod-like sandbox (own hostname,
 read-only root filesystem, tmpfs /tmp; see podsim.py).

@@ -1,4 +1,4 @@
-"""The container images (issue 7). No Docker engine runs here, so what can be checked is
+"""The container images (docs/deployment.md). No Docker engine runs here, so what can be checked is
 checked: the Dockerfiles' structure against the chart's assumptions, that the distributions
 they install build as wheels with the entry points the chart's commands use, and hadolint."""
 

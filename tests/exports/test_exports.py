@@ -1,4 +1,4 @@
-"""Data for researchers (issue 19): the tables as Parquet (API and ``iwscope export``) equal
+"""Data for researchers (docs/data.md): the tables as Parquet (API and ``iwscope export``) equal
 their CSV, bundles hold a study and say how it was made, and the example notebook redraws
 Figure 5 from a bundle and from the API with the analysis module's own point estimates."""
 

@@ -1,4 +1,4 @@
-"""Faults during a lab campaign lose nothing and duplicate nothing (issue 8, "Faults").
+"""Faults during a lab campaign lose nothing and duplicate nothing (docs/reliability.md, "Faults").
 
 Every case runs a real campaign (one origin, three probes behind the link emulator, the
 real API, Celery worker and beat on a throwaway PostgreSQL cluster and Redis server) and,

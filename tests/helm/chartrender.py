@@ -31,23 +31,29 @@ class HelmFailed(RuntimeError):
 
 def ensure_helm() -> pathlib.Path:
     """The cached helm binary (built by scripts/ensure-helm.sh when missing)."""
-    result = subprocess.run([str(ENSURE_HELM)], capture_output=True, text=True, check=False,
-                            timeout=ENSURE_HELM_TIMEOUT_S)
+    result = subprocess.run([str(ENSURE_HELM)], capture_output=True, text=True, check=False, timeout=ENSURE_HELM_TIMEOUT_S)
     if result.returncode != 0:
         raise HelmFailed(f"scripts/ensure-helm.sh failed ({result.returncode}):\n{result.stderr}")
     return pathlib.Path(result.stdout.strip().splitlines()[-1])
 
 
 def run_helm(helm: pathlib.Path, arguments: Iterable[str], timeout: float = 120) -> str:
-    result = subprocess.run([str(helm), *arguments], capture_output=True, text=True, check=False,
-                            timeout=timeout, env={**os.environ, "HELM_CACHE_HOME": tempfile.gettempdir()})
+    result = subprocess.run(
+        [str(helm), *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env={**os.environ, "HELM_CACHE_HOME": tempfile.gettempdir()},
+    )
     if result.returncode != 0:
         raise HelmFailed(result.stderr.strip() or result.stdout.strip())
     return result.stdout
 
 
-def _values_arguments(values_files: Iterable[pathlib.Path], overrides: Mapping[str, Any] | None,
-                      scratch: pathlib.Path) -> list[str]:
+def _values_arguments(
+    values_files: Iterable[pathlib.Path], overrides: Mapping[str, Any] | None, scratch: pathlib.Path
+) -> list[str]:
     arguments: list[str] = []
     for path in values_files:
         arguments += ["--values", str(path)]
@@ -59,19 +65,41 @@ def _values_arguments(values_files: Iterable[pathlib.Path], overrides: Mapping[s
     return arguments
 
 
-def helm_template(helm: pathlib.Path, values_files: Iterable[pathlib.Path] = (),
-                  overrides: Mapping[str, Any] | None = None, chart: pathlib.Path = CHART) -> list[Manifest]:
+def helm_template(
+    helm: pathlib.Path,
+    values_files: Iterable[pathlib.Path] = (),
+    overrides: Mapping[str, Any] | None = None,
+    chart: pathlib.Path = CHART,
+) -> list[Manifest]:
     """`helm template` of the chart; every rendered Kubernetes object, hooks included."""
     with tempfile.TemporaryDirectory(prefix="iwt-helm-") as scratch:
-        output = run_helm(helm, ["template", RELEASE, str(chart), "--namespace", NAMESPACE,
-                                 *_values_arguments(values_files, overrides, pathlib.Path(scratch))])
+        output = run_helm(
+            helm,
+            [
+                "template",
+                RELEASE,
+                str(chart),
+                "--namespace",
+                NAMESPACE,
+                *_values_arguments(values_files, overrides, pathlib.Path(scratch)),
+            ],
+        )
     return [document for document in yaml.safe_load_all(output) if document]
 
 
 def helm_lint(helm: pathlib.Path, values_files: Iterable[pathlib.Path] = ()) -> str:
     with tempfile.TemporaryDirectory(prefix="iwt-helm-") as scratch:
-        return run_helm(helm, ["lint", "--strict", str(CHART), "--namespace", NAMESPACE,
-                               *_values_arguments(values_files, None, pathlib.Path(scratch))])
+        return run_helm(
+            helm,
+            [
+                "lint",
+                "--strict",
+                str(CHART),
+                "--namespace",
+                NAMESPACE,
+                *_values_arguments(values_files, None, pathlib.Path(scratch)),
+            ],
+        )
 
 
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,8 +114,11 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
 
 def find(objects: Iterable[Manifest], kind: str, name: str) -> Manifest:
     """The object of ``kind`` whose name is ``name`` or ends with ``-name``."""
-    matches = [obj for obj in objects if obj["kind"] == kind
-               and (obj["metadata"]["name"] == name or obj["metadata"]["name"].endswith(f"-{name}"))]
+    matches = [
+        obj
+        for obj in objects
+        if obj["kind"] == kind and (obj["metadata"]["name"] == name or obj["metadata"]["name"].endswith(f"-{name}"))
+    ]
     if len(matches) != 1:
         names = sorted(f"{obj['kind']}/{obj['metadata']['name']}" for obj in objects)
         raise LookupError(f"expected one {kind} named *{name}, found {len(matches)} among {names}")

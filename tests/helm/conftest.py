@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from chartrender import CI_VALUE_SETS, Manifest, ensure_helm, helm_template  # noqa: E402
+from chartrender import CI_VALUE_SETS, Manifest, ensure_helm, helm_template
 
 
 @pytest.fixture(scope="session")

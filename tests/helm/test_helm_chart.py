@@ -1,4 +1,4 @@
-"""The Helm chart (issue 7): lint, render, Kubernetes-schema validation of every object, and
+"""The Helm chart (docs/deployment.md): lint, render, Kubernetes-schema validation of every object, and
 assertions on what the rendered objects do (hooks, probes, security, secrets, checksums)."""
 
 from __future__ import annotations
@@ -15,9 +15,21 @@ import kubernetes_validate
 import pytest
 import yaml
 from celery import Celery
-
-from chartrender import (CHART, CI_VALUE_SETS, NAMESPACE, HelmFailed, Manifest, containers, deep_merge, find,
-                         helm_lint, helm_template, of_kind, pod_spec, workloads)
+from chartrender import (
+    CHART,
+    CI_VALUE_SETS,
+    NAMESPACE,
+    HelmFailed,
+    Manifest,
+    containers,
+    deep_merge,
+    find,
+    helm_lint,
+    helm_template,
+    of_kind,
+    pod_spec,
+    workloads,
+)
 
 #: Kubernetes versions every rendered object must validate against: the chart's kubeVersion
 #: floor, the version helm 3.16 assumes, and the newest schemas kubernetes-validate ships.
@@ -45,7 +57,8 @@ def test_helm_lint_strict(helm: pathlib.Path, value_set: str) -> None:
 @pytest.mark.parametrize("value_set", sorted(CI_VALUE_SETS))
 @pytest.mark.parametrize("kubernetes_version", KUBERNETES_VERSIONS)
 def test_every_object_validates_against_the_kubernetes_schema(
-        rendered_sets: dict[str, list[Manifest]], value_set: str, kubernetes_version: str) -> None:
+    rendered_sets: dict[str, list[Manifest]], value_set: str, kubernetes_version: str
+) -> None:
     objects = rendered_sets[value_set]
     assert len(objects) >= 12
     problems = []
@@ -75,8 +88,7 @@ def test_objects_reference_each_other_consistently(rendered_sets: dict[str, list
     pod_templates = [(w, w["spec"]["template"]) for w in workloads(objects)]
     for service in of_kind(objects, "Service"):
         selector = service["spec"]["selector"]
-        targets = [w for w, template in pod_templates
-                   if selector.items() <= template["metadata"]["labels"].items()]
+        targets = [w for w, template in pod_templates if selector.items() <= template["metadata"]["labels"].items()]
         assert len(targets) == 1, f"Service {service['metadata']['name']} selects {len(targets)} workloads"
         target_ports = {port["name"] for c in pod_spec(targets[0])["containers"] for port in c.get("ports", [])}
         for port in service["spec"]["ports"]:
@@ -119,10 +131,14 @@ def test_all_components_are_deployed(rendered_sets: dict[str, list[Manifest]], v
     find(objects, "ServiceAccount", "iwscope")
     assert len(of_kind(objects, "Job")) == 1
     assert {b["metadata"]["name"].rsplit("-", 1)[-1] for b in of_kind(objects, "PodDisruptionBudget")} == {
-        "api", "worker", "dashboard"}
+        "api",
+        "worker",
+        "dashboard",
+    }
     builtin = value_set in (DEFAULT, BUILTIN)
     assert {s["metadata"]["name"].rsplit("-", 1)[-1] for s in of_kind(objects, "StatefulSet")} == (
-        {"postgresql", "redis"} if builtin else set())
+        {"postgresql", "redis"} if builtin else set()
+    )
 
 
 def test_ingress_and_autoscalers_when_enabled(rendered_sets: dict[str, list[Manifest]]) -> None:
@@ -189,7 +205,8 @@ def test_plain_migration_job_name_follows_the_image(helm: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("value_set", sorted(CI_VALUE_SETS))
 def test_only_the_job_migrates_and_every_other_pod_waits_for_the_schema(
-        rendered_sets: dict[str, list[Manifest]], value_set: str) -> None:
+    rendered_sets: dict[str, list[Manifest]], value_set: str
+) -> None:
     objects = rendered_sets[value_set]
     for workload in workloads(objects):
         commands = [" ".join(c.get("command", []) + c.get("args", [])) for c in containers(workload)]
@@ -278,8 +295,9 @@ def test_security_context_on_every_container(rendered_sets: dict[str, list[Manif
 
 
 def _secret_refs(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])
-            if "secretKeyRef" in e.get("valueFrom", {})}
+    return {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})
+    }
 
 
 def test_chart_created_secret_holds_the_urls_and_tokens(rendered_sets: dict[str, list[Manifest]]) -> None:
@@ -287,9 +305,12 @@ def test_chart_created_secret_holds_the_urls_and_tokens(rendered_sets: dict[str,
     values = yaml.safe_load(CI_VALUE_SETS[EXTERNAL].read_text(encoding="utf-8"))
     secret = find(objects, "Secret", "secrets")
     decoded = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-    assert decoded == {"DATABASE_URL": values["postgresql"]["url"], "REDIS_URL": values["redis"]["url"],
-                       "IWSCOPE_ADMIN_TOKEN": values["secret"]["adminToken"],
-                       "IWSCOPE_ENROLL_TOKEN": values["secret"]["enrollToken"]}
+    assert decoded == {
+        "DATABASE_URL": values["postgresql"]["url"],
+        "REDIS_URL": values["redis"]["url"],
+        "IWSCOPE_ADMIN_TOKEN": values["secret"]["adminToken"],
+        "IWSCOPE_ENROLL_TOKEN": values["secret"]["enrollToken"],
+    }
     config = find(objects, "ConfigMap", "config")["data"]
     assert not set(config) & set(decoded), "secrets must not leak into the ConfigMap"
     for component in APP_COMPONENTS:
@@ -307,8 +328,12 @@ def test_chart_created_secret_holds_the_urls_and_tokens(rendered_sets: dict[str,
 def test_existing_secret_is_honoured(rendered_sets: dict[str, list[Manifest]]) -> None:
     objects = rendered_sets[INGRESS_HPA]
     assert not of_kind(objects, "Secret"), "with existingSecret the chart creates no Secret"
-    expected_keys = {"DATABASE_URL": "database-url", "REDIS_URL": "redis-url",
-                     "IWSCOPE_ADMIN_TOKEN": "admin-token", "IWSCOPE_ENROLL_TOKEN": "enroll-token"}
+    expected_keys = {
+        "DATABASE_URL": "database-url",
+        "REDIS_URL": "redis-url",
+        "IWSCOPE_ADMIN_TOKEN": "admin-token",
+        "IWSCOPE_ENROLL_TOKEN": "enroll-token",
+    }
     seen: set[str] = set()
     for workload in workloads(objects):
         for container in containers(workload):
@@ -325,10 +350,13 @@ def test_builtin_datastores_share_the_generated_passwords(rendered_sets: dict[st
     objects = rendered_sets[DEFAULT]
     data = {k: base64.b64decode(v).decode() for k, v in find(objects, "Secret", "secrets")["data"].items()}
     assert len(data["POSTGRES_PASSWORD"]) == 32 and len(data["REDIS_PASSWORD"]) == 32
-    assert data["DATABASE_URL"] == (f"postgresql+psycopg://iwscope:{data['POSTGRES_PASSWORD']}"
-                                    f"@{find(objects, 'Service', 'postgresql')['metadata']['name']}:5432/iwscope")
-    assert data["REDIS_URL"] == (f"redis://:{data['REDIS_PASSWORD']}"
-                                 f"@{find(objects, 'Service', 'redis')['metadata']['name']}:6379/0")
+    assert data["DATABASE_URL"] == (
+        f"postgresql+psycopg://iwscope:{data['POSTGRES_PASSWORD']}"
+        f"@{find(objects, 'Service', 'postgresql')['metadata']['name']}:5432/iwscope"
+    )
+    assert data["REDIS_URL"] == (
+        f"redis://:{data['REDIS_PASSWORD']}@{find(objects, 'Service', 'redis')['metadata']['name']}:6379/0"
+    )
     postgres = pod_spec(find(objects, "StatefulSet", "postgresql"))["containers"][0]
     assert _secret_refs(postgres)["POSTGRES_PASSWORD"]["key"] == "POSTGRES_PASSWORD"
 
@@ -352,9 +380,14 @@ def test_beat_replicas_cannot_be_raised(helm: pathlib.Path) -> None:
 
 
 def _checksums(objects: list[Manifest]) -> dict[str, dict[str, str]]:
-    return {component: {k: v for k, v in find(objects, "Deployment", component)["spec"]["template"]["metadata"]
-                        ["annotations"].items() if k.startswith("checksum/")}
-            for component in APP_COMPONENTS}
+    return {
+        component: {
+            k: v
+            for k, v in find(objects, "Deployment", component)["spec"]["template"]["metadata"]["annotations"].items()
+            if k.startswith("checksum/")
+        }
+        for component in APP_COMPONENTS
+    }
 
 
 def test_checksum_annotations_roll_pods_on_config_and_secret_changes(helm: pathlib.Path) -> None:
@@ -380,26 +413,31 @@ def test_checksum_follows_existing_secret_name(helm: pathlib.Path) -> None:
     assert before["api"]["checksum/secret"] != after["api"]["checksum/secret"]
 
 
-@pytest.mark.parametrize(("overrides", "complaint"), [
-    ({"no_such_value": 1}, "Additional property no_such_value is not allowed"),
-    ({"api": {"replicas": 0}}, "api.replicas"),
-    ({"config": {"env": "prod"}}, "config.env"),
-    ({"config": {"logLevel": "LOUD"}}, "config.logLevel"),
-    ({"postgresql": {"url": "mysql://db/iwscope"}}, "postgresql.url"),
-    ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "api.resources.requests.cpu"),
-    ({"ingress": {"hosts": [{"host": "x.example", "paths": [{"path": "/", "pathType": "Prefix",
-                                                             "service": "worker"}]}]}}, "service"),
-    ({"migrations": {"hookDeletePolicy": "never"}}, "migrations.hookDeletePolicy"),
-    ({"worker": {"celeryApp": "not a module"}}, "worker.celeryApp"),
-    ({"secret": {"adminToken": "short"}}, "secret.adminToken"),
-    ({"config": {"database": {"poolSize": 0}}}, "config.database.poolSize"),
-    ({"config": {"database": {"poolTimeoutSeconds": 0}}}, "config.database.poolTimeoutSeconds"),
-    ({"config": {"apiThreads": 1}}, "config.apiThreads"),
-    ({"config": {"precisionCheckSeconds": 0}}, "config.precisionCheckSeconds"),
-    ({"api": {"workers": 0}}, "api.workers"),
-    ({"config": {"admission": {"maxInProgress": 0}}}, "config.admission.maxInProgress"),
-    ({"config": {"cache": {"credentialSeconds": 3600}}}, "config.cache.credentialSeconds"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        ({"no_such_value": 1}, "Additional property no_such_value is not allowed"),
+        ({"api": {"replicas": 0}}, "api.replicas"),
+        ({"config": {"env": "prod"}}, "config.env"),
+        ({"config": {"logLevel": "LOUD"}}, "config.logLevel"),
+        ({"postgresql": {"url": "mysql://db/iwscope"}}, "postgresql.url"),
+        ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "api.resources.requests.cpu"),
+        (
+            {"ingress": {"hosts": [{"host": "x.example", "paths": [{"path": "/", "pathType": "Prefix", "service": "worker"}]}]}},
+            "service",
+        ),
+        ({"migrations": {"hookDeletePolicy": "never"}}, "migrations.hookDeletePolicy"),
+        ({"worker": {"celeryApp": "not a module"}}, "worker.celeryApp"),
+        ({"secret": {"adminToken": "short"}}, "secret.adminToken"),
+        ({"config": {"database": {"poolSize": 0}}}, "config.database.poolSize"),
+        ({"config": {"database": {"poolTimeoutSeconds": 0}}}, "config.database.poolTimeoutSeconds"),
+        ({"config": {"apiThreads": 1}}, "config.apiThreads"),
+        ({"config": {"precisionCheckSeconds": 0}}, "config.precisionCheckSeconds"),
+        ({"api": {"workers": 0}}, "api.workers"),
+        ({"config": {"admission": {"maxInProgress": 0}}}, "config.admission.maxInProgress"),
+        ({"config": {"cache": {"credentialSeconds": 3600}}}, "config.cache.credentialSeconds"),
+    ],
+)
 def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[str, Any], complaint: str) -> None:
     with pytest.raises(HelmFailed) as failure:
         helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], overrides)
@@ -408,32 +446,53 @@ def test_values_schema_rejects_bad_values(helm: pathlib.Path, overrides: dict[st
 
 
 def test_external_database_without_url_fails_with_a_clear_message(helm: pathlib.Path) -> None:
-    overrides = {"postgresql": {"builtin": {"enabled": False}}, "redis": {"url": "redis://r:6379/0",
-                                                                         "builtin": {"enabled": False}}}
+    overrides = {
+        "postgresql": {"builtin": {"enabled": False}},
+        "redis": {"url": "redis://r:6379/0", "builtin": {"enabled": False}},
+    }
     with pytest.raises(HelmFailed, match="postgresql.url is required"):
         helm_template(helm, [], overrides)
 
 
 def test_database_settings_reach_every_container_as_settings_accept_them(
-        helm: pathlib.Path, rendered_sets: dict[str, list[Manifest]]) -> None:
+    helm: pathlib.Path, rendered_sets: dict[str, list[Manifest]]
+) -> None:
     """The ConfigMap carries the pool settings under the names the collector's Settings read,
     with values Settings accepts; an over-large pool fails at render time, not in the pods."""
     from iwscope.config import Settings
 
     data = find(rendered_sets[EXTERNAL], "ConfigMap", "config")["data"]
-    assert {k: data[k] for k in ("IWSCOPE_DB_POOL_SIZE", "IWSCOPE_DB_MAX_OVERFLOW", "IWSCOPE_DB_POOL_TIMEOUT_S",
-                                 "IWSCOPE_RETRY_AFTER_S", "IWSCOPE_API_THREADS")} == {
-        "IWSCOPE_DB_POOL_SIZE": "20", "IWSCOPE_DB_MAX_OVERFLOW": "0", "IWSCOPE_DB_POOL_TIMEOUT_S": "3",
-        "IWSCOPE_RETRY_AFTER_S": "2", "IWSCOPE_API_THREADS": "40"}
-    tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {
-        "poolSize": 4, "maxOverflow": 2, "poolTimeoutSeconds": 0.5, "retryAfterSeconds": 7}}})
+    assert {
+        k: data[k]
+        for k in (
+            "IWSCOPE_DB_POOL_SIZE",
+            "IWSCOPE_DB_MAX_OVERFLOW",
+            "IWSCOPE_DB_POOL_TIMEOUT_S",
+            "IWSCOPE_RETRY_AFTER_S",
+            "IWSCOPE_API_THREADS",
+        )
+    } == {
+        "IWSCOPE_DB_POOL_SIZE": "20",
+        "IWSCOPE_DB_MAX_OVERFLOW": "0",
+        "IWSCOPE_DB_POOL_TIMEOUT_S": "3",
+        "IWSCOPE_RETRY_AFTER_S": "2",
+        "IWSCOPE_API_THREADS": "40",
+    }
+    tuned = helm_template(
+        helm,
+        [CI_VALUE_SETS[EXTERNAL]],
+        {"config": {"database": {"poolSize": 4, "maxOverflow": 2, "poolTimeoutSeconds": 0.5, "retryAfterSeconds": 7}}},
+    )
     env = {k: v for k, v in find(tuned, "ConfigMap", "config")["data"].items() if k.startswith("IWSCOPE_")}
     settings = Settings.model_validate({**env, "IWSCOPE_ENV": "development"})
-    assert (settings.db_pool_size, settings.db_max_overflow, settings.db_pool_timeout_s,
-            settings.retry_after_s) == (4, 2, 0.5, 7)
+    assert (settings.db_pool_size, settings.db_max_overflow, settings.db_pool_timeout_s, settings.retry_after_s) == (4, 2, 0.5, 7)
     for component in ("api", "worker", "beat"):
-        sources = [ref["configMapRef"]["name"] for c in containers(find(tuned, "Deployment", component))
-                   for ref in c.get("envFrom", []) if "configMapRef" in ref]
+        sources = [
+            ref["configMapRef"]["name"]
+            for c in containers(find(tuned, "Deployment", component))
+            for ref in c.get("envFrom", [])
+            if "configMapRef" in ref
+        ]
         assert find(tuned, "ConfigMap", "config")["metadata"]["name"] in sources, component
     with pytest.raises(HelmFailed, match="is over 200 connections per process"):
         helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"database": {"poolSize": 150, "maxOverflow": 60}}})
@@ -442,19 +501,30 @@ def test_database_settings_reach_every_container_as_settings_accept_them(
 def test_api_workers_admission_and_caches_reach_the_api_as_settings_accept_them(helm: pathlib.Path) -> None:
     from iwscope.config import Settings
 
-    tuned = helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {
-        "api": {"workers": 3}, "config": {"admission": {"maxInProgress": 30, "maxOtherInProgress": 6},
-                                          "cache": {"scheduleSeconds": 2, "credentialSeconds": 0,
-                                                    "credentialNotifiedSeconds": 90}}})
+    tuned = helm_template(
+        helm,
+        [CI_VALUE_SETS[EXTERNAL]],
+        {
+            "api": {"workers": 3},
+            "config": {
+                "admission": {"maxInProgress": 30, "maxOtherInProgress": 6},
+                "cache": {"scheduleSeconds": 2, "credentialSeconds": 0, "credentialNotifiedSeconds": 90},
+            },
+        },
+    )
     api = pod_spec(find(tuned, "Deployment", "api"))["containers"][0]
     assert api["command"][api["command"].index("--workers") + 1] == "3"
     env = {k: v for k, v in find(tuned, "ConfigMap", "config")["data"].items() if k.startswith("IWSCOPE_")}
     settings = Settings.model_validate({**env, "IWSCOPE_ENV": "development"})
-    assert (settings.max_in_progress, settings.max_other_in_progress, settings.schedule_cache_s,
-            settings.credential_cache_s, settings.credential_cache_notified_s) == (30, 6, 2.0, 0.0, 90.0)
+    assert (
+        settings.max_in_progress,
+        settings.max_other_in_progress,
+        settings.schedule_cache_s,
+        settings.credential_cache_s,
+        settings.credential_cache_notified_s,
+    ) == (30, 6, 2.0, 0.0, 90.0)
     with pytest.raises(HelmFailed, match="maxOtherInProgress .* is over maxInProgress"):
-        helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"admission": {"maxInProgress": 4,
-                                                                                 "maxOtherInProgress": 8}}})
+        helm_template(helm, [CI_VALUE_SETS[EXTERNAL]], {"config": {"admission": {"maxInProgress": 4, "maxOtherInProgress": 8}}})
 
 
 def test_dashboard_can_be_disabled(helm: pathlib.Path) -> None:
@@ -473,8 +543,9 @@ def test_analysis_copy_mounts_one_claim_where_the_worker_writes_and_the_readers_
                 continue
             spec = o["spec"]["template"]["spec"]
             claims = [v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes", []) if v["name"] == "analysis-copy"]
-            mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", [])
-                      if m["name"] == "analysis-copy"]
+            mounts = [
+                m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] == "analysis-copy"
+            ]
             found[o["metadata"]["name"].rsplit("-", 1)[-1]] = (claims[0] if claims else None, mounts[0] if mounts else None)
         return found
 
@@ -507,8 +578,10 @@ def _selected(policy: Manifest, labels: dict[str, str]) -> bool:
 @pytest.mark.parametrize("value_set", [EXTERNAL, BUILTIN])
 def test_network_policies(rendered_sets: dict[str, list[Manifest]], value_set: str) -> None:
     objects = rendered_sets[value_set]
-    values = deep_merge(yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8")),
-                        yaml.safe_load(CI_VALUE_SETS[value_set].read_text(encoding="utf-8")))
+    values = deep_merge(
+        yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8")),
+        yaml.safe_load(CI_VALUE_SETS[value_set].read_text(encoding="utf-8")),
+    )
     # The pods must be allowed to reach the ports of the database and Redis they are given.
     needed_ports = {53}
     for service, default_port in (("postgresql", 5432), ("redis", 6379)):
@@ -551,13 +624,16 @@ def _render_notes(helm: pathlib.Path, tmp_path: pathlib.Path, overrides: dict[st
     (chart / "templates" / "zz-rendered-notes.yaml").write_text(
         '{{- define "test.notes" -}}\n' + notes + "{{- end -}}\n"
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: rendered-notes\n"
-        'data:\n  notes: {{ include "test.notes" . | toJson }}\n', encoding="utf-8")
+        'data:\n  notes: {{ include "test.notes" . | toJson }}\n',
+        encoding="utf-8",
+    )
     objects = helm_template(helm, [], overrides, chart=chart)
     return str(find(objects, "ConfigMap", "rendered-notes")["data"]["notes"])
 
 
 def test_notes_tell_how_to_reach_the_dashboard_and_create_an_enroll_token(
-        helm: pathlib.Path, tmp_path: pathlib.Path, rendered_sets: dict[str, list[Manifest]]) -> None:
+    helm: pathlib.Path, tmp_path: pathlib.Path, rendered_sets: dict[str, list[Manifest]]
+) -> None:
     notes = _render_notes(helm, tmp_path, {})
     api = find(rendered_sets[DEFAULT], "Deployment", "api")["metadata"]["name"]
     dashboard = find(rendered_sets[DEFAULT], "Service", "dashboard")["metadata"]["name"]
@@ -573,8 +649,7 @@ def _commented_keys(lines: list[str]) -> list[str]:
     """Keys of values.yaml without a comment line directly above them, except inside
     free-form blocks (resources, probe timings, security contexts, host rules) whose own key
     is commented."""
-    free_form = {"resources", "readinessProbe", "livenessProbe", "podSecurityContext", "securityContext",
-                 "hosts", "extraEgress"}
+    free_form = {"resources", "readinessProbe", "livenessProbe", "podSecurityContext", "securityContext", "hosts", "extraEgress"}
     missing: list[str] = []
     stack: list[tuple[int, str]] = []
     previous = ""
@@ -623,7 +698,13 @@ def test_every_documented_value_is_in_the_schema() -> None:
 
 def test_chart_readme_documents_production_and_the_value_sets() -> None:
     readme = (CHART / "README.md").read_text(encoding="utf-8")
-    for needle in ("postgresql.builtin.enabled", "existingSecret", "useHelmHooks", "managed or operator-run",
-                   "iwscope token create --kind enroll", *[f"ci/{name}.yaml" for name in CI_VALUE_SETS]):
+    for needle in (
+        "postgresql.builtin.enabled",
+        "existingSecret",
+        "useHelmHooks",
+        "managed or operator-run",
+        "iwscope token create --kind enroll",
+        *[f"ci/{name}.yaml" for name in CI_VALUE_SETS],
+    ):
         assert needle in readme, needle
     assert deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}}

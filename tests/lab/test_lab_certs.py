@@ -1,4 +1,4 @@
-"""TLS test chains of chosen sizes (issue 17, ``iwscope_lab.certs``): the DER size, that real
+"""TLS test chains of chosen sizes (the TLS first-flight experiments, ``iwscope_lab.certs``): the DER size, that real
 TLS stacks verify them (Python's ssl over loopback sockets, curl), the server's first flight
 measured in memory against ``model.tls_first_flight_bytes``, and ``iwscope lab certs``.
 

@@ -1,4 +1,4 @@
-"""Real TCP and UDP through the emulator between two namespaces (issue 3's must-show list).
+"""Real TCP and UDP through the emulator between two namespaces (the link emulator's must-show list).
 
 The emulator's PRNG is seeded (the topology's seed), so the loss counts are reproducible.
 """

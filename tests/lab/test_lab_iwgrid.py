@@ -1,4 +1,4 @@
-"""Must-show (issue 18): the probe's client-side IW inference against lab servers of known IW.
+"""Must-show of the client-side IW inference work: the probe's inference against lab servers of known IW.
 
 ``iwscope_lab.iwgrid`` builds one lab ``Topology`` (a server behind a zero-delay link, a probe
 at 60 ms RTT, 100 Mbit/s), sets the server's route ``initcwnd`` and a locked path MTU per cell,

@@ -1,4 +1,4 @@
-"""The handshake model (issue 17): first-flight bytes, slow-start rounds of the flight, and
+"""The handshake model (TLS first flights): first-flight bytes, slow-start rounds of the flight, and
 curl's ``time_appconnect`` -- by hand-computed cases, and once against curl through the lab's
 emulated 200 ms path with the origin's route at IW3 and IW10 (real namespaces, emulator,
 TLS stacks; nothing mocked)."""

@@ -1,9 +1,10 @@
 """Settings of the collector: one pydantic-settings object, created once per process.
 
-Environment variables (docs/architecture.md "Settings"): ``DATABASE_URL``, ``REDIS_URL``,
-``IWSCOPE_ENV``, ``IWSCOPE_ADMIN_TOKEN``, ``IWSCOPE_ENROLL_TOKEN``, ``IWSCOPE_CELERY_QUEUE``,
-``IWSCOPE_LOG_LEVEL``; plus ``IWSCOPE_DRAIN_SECONDS`` (lame-duck time after SIGTERM) and
-``IWSCOPE_MIGRATIONS_DIR`` (where Alembic's scripts live, for container images).
+Each field of :class:`Settings` reads one environment variable (its ``validation_alias``) and
+says what it is in the ``#:`` comment above it; docs/architecture.md "Settings" holds the table
+generated from them (``scripts/docs-facts.py``), so a field without such a comment fails the
+docs test.  ``IWSCOPE_MIGRATIONS_DIR`` (where Alembic's scripts live, for container images) is
+read by :mod:`iwscope.migrate`, not here.
 
 Capacity of one API process (docs/reliability.md "Load"): ``IWSCOPE_DB_POOL_SIZE`` +
 ``IWSCOPE_DB_MAX_OVERFLOW`` connections, which is also how many requests may use the
@@ -74,18 +75,30 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
-    #: Unset in development means the checkout's local stack (``iwscope services start``, with
-    #: its generated passwords; see :func:`use_development_urls`); production refuses to start
-    #: without both.
+    #: PostgreSQL (``postgresql+psycopg://...``); unset in development: the checkout's local stack
+    #: (``iwscope services start``, with its generated passwords; see :func:`use_development_urls`),
+    #: while production refuses to start without it.
     database_url: str = Field("", validation_alias=AliasChoices("DATABASE_URL"))
+    #: Redis, Celery's broker and result backend (``redis://...``); unset in development: the
+    #: checkout's local stack, as for ``DATABASE_URL``.
     redis_url: str = Field("", validation_alias=AliasChoices("REDIS_URL"))
+    #: ``production`` refuses unset or default URLs, placeholder database passwords and short or
+    #: placeholder bootstrap tokens.
     env: Literal["development", "production"] = Field("development", validation_alias=AliasChoices("IWSCOPE_ENV"))
+    #: A bootstrap admin token, accepted besides the stored ones (not stored, so not revocable
+    #: from the CLI: unset it and restart the API).
     admin_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ADMIN_TOKEN"))
+    #: A bootstrap enrollment token, likewise.
     enroll_token: str | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ENROLL_TOKEN"))
+    #: The Celery queue of this deployment (also in the Redis key of its pending joins); the tests
+    #: use one per session, so concurrent sessions do not take each other's tasks.
     celery_queue: str = Field("iwscope", min_length=1, validation_alias=AliasChoices("IWSCOPE_CELERY_QUEUE"))
+    #: Log level of the API, the worker and beat.
     log_level: str = Field("INFO", validation_alias=AliasChoices("IWSCOPE_LOG_LEVEL"))
+    #: Lame-duck time after SIGTERM: ``/readyz`` answers 503 this long before the API stops.
     drain_seconds: float = Field(2.0, ge=0, validation_alias=AliasChoices("IWSCOPE_DRAIN_SECONDS"))
-    #: Seconds a probe waits before asking for its schedule again.
+    #: Seconds a probe waits before asking for its schedule again (and a tap server before it polls
+    #: its configuration again: ``poll_after_s``).
     schedule_poll_s: float = Field(60.0, gt=0, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_POLL_S"))
     #: Connections kept open per process (SQLAlchemy ``pool_size``).  All of them by default:
     #: overflow connections are closed when returned to a full pool and opened again at the next

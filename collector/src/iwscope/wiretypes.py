@@ -64,8 +64,8 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 ErrorKind = Literal["dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "tls"]
 TcpInfoField = Literal[wire.TCP_INFO_FIELDS]  # type: ignore[valid-type]
 TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)]], Field(max_length=128)]
-#: Wire versions the collector accepts: 2 adds the arm label of observations and origin arms;
-#: version-1 senders (older probes and origins) are still accepted.
+#: Wire versions the collector accepts: ``wire.ACCEPTED_WIRE_VERSIONS``, every version since 1 (older
+#: probes and origins keep working; what each version added: ``WIRE_VERSION``'s comment in wire.py).
 WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]

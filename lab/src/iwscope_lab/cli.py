@@ -321,7 +321,7 @@ def certs(
     ips: tuple[str, ...],
     days: int,
 ) -> None:
-    """Write a TLS test chain of a chosen size (issue 17: TLS first flights) and print a JSON summary.
+    """Write a TLS test chain of a chosen size (for the TLS first-flight experiments) and print a JSON summary.
 
     chain.pem holds the leaf and the intermediates (the server's Certificate message); the
     bulk beyond real keys and signatures is a non-critical private extension of random bytes

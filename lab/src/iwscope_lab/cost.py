@@ -40,7 +40,7 @@ from iwscope_lab.topology import Host, Topology
 
 #: Key of the cost experiments in ``iwscope lab reproduce --only`` and in ``summary.json``.
 COST_KEY = "cost"
-#: The policies compared (issue 14): plain, paced and learned initial windows.
+#: The IW policies compared (the arm-policies work): plain, paced and learned initial windows.
 POLICIES: tuple[str, ...] = ("3", "10", "10p", "32", "32p", "learned")
 #: Baseline and treatment of the share sweep, and the treatment shares between the pure phases.
 SWEEP_ARMS: tuple[str, str] = ("10", "32")

@@ -209,9 +209,10 @@ def cost_figure(cost: dict[str, Any]) -> go.Figure:
 
 
 def cost_html(cost: dict[str, Any], include_plotlyjs: str | bool) -> str:
+    figure_html: str = cost_figure(cost).to_html(full_html=False, include_plotlyjs=include_plotlyjs, div_id="iwscope-cost")
     return (
         f"<h2>{html.escape(cost['title'])}</h2>"
-        + cost_figure(cost).to_html(full_html=False, include_plotlyjs=include_plotlyjs, div_id="iwscope-cost")
+        + figure_html
         + _html_table(cost_rows(cost), COLUMNS)
         + "<h3>A/B split vs total effect</h3>"
         + _html_table(interference_rows(cost), INTERFERENCE_COLUMNS)

@@ -48,7 +48,7 @@ class Host:
 class PlacedHost:
     """A host spec placed in one run: its namespace, devices and (once up) addresses.
 
-    ``name``, ``role``, ``region``, ``labels`` and ``link`` are the spec's: :meth:`Topology.set_link`
+    ``name``, ``role``, ``region``, ``labels`` and ``link`` are the spec's: :meth:`iwscope_lab.topology.Topology.set_link`
     replaces the spec's link, so a caller holding the :class:`Host` sees the link the run has.
     """
 

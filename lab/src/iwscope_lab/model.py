@@ -215,7 +215,7 @@ def first_flight_queue(
     return BurstQueue(dropped=dropped, peak_packets=peak, peak_delay_ms=peak * service * 1e3)
 
 
-# --- TLS first flights (issue 17) ------------------------------------------------------------
+# --- TLS first flights (HTTPS handshakes against the IW) --------------------------------------
 #
 # A TLS server's first flight (TLS 1.3: ServerHello, EncryptedExtensions, Certificate,
 # CertificateVerify, Finished; TLS 1.2: ServerHello, Certificate, ServerKeyExchange,

@@ -45,11 +45,13 @@ def improvement_figure(experiment: dict[str, Any]) -> go.Figure:
         row=1,
         col=1,
     )
-    model_pct = []
+    model_pct: list[float | None] = []
     for p in points:
         base = _arm(p, 3)
-        ok = base and base["model_ms"] and p["model_abs_improvement_ms"] is not None
-        model_pct.append(100 * p["model_abs_improvement_ms"] / base["model_ms"] if ok else None)
+        if base and base["model_ms"] and p["model_abs_improvement_ms"] is not None:
+            model_pct.append(100 * p["model_abs_improvement_ms"] / base["model_ms"])
+        else:
+            model_pct.append(None)
     figure.add_bar(
         x=labels,
         y=[p["pct_improvement"] for p in points],

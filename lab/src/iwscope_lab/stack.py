@@ -344,7 +344,8 @@ def _signal(pid: int, signum: int) -> None:
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
-            return 200 <= response.status < 300
+            status: int = response.status  # typeshed types urlopen's result as Any
+            return 200 <= status < 300
     except (urllib.error.URLError, OSError):
         return False
 

@@ -112,9 +112,10 @@ def tls_html(tls: dict[str, Any], include_plotlyjs: Literal["inline"] | bool) ->
         for row in _rows(tls)
     )
     head = "".join(f"<th>{html.escape(name)}</th>" for name in _HEADER)
+    figure_html: str = tls_figure(tls).to_html(full_html=False, include_plotlyjs=include_plotlyjs, div_id="iwscope-tls")
     return (
         f"<h2>{html.escape(tls['title'])}</h2>"
-        + tls_figure(tls).to_html(full_html=False, include_plotlyjs=include_plotlyjs, div_id="iwscope-tls")
+        + figure_html
         + f"<p>{html.escape(tls['metric'])}</p><table><tr>{head}</tr>{table}</table>"
     )
 

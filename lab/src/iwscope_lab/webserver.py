@@ -1,7 +1,7 @@
 """An unmodified web server in the lab: Debian's nginx in a lab host's namespace, serving a
 site of web-search-sized objects to the emulated users (users.py).
 
-The real-users study (issue 33, the IETF 78 design of the IW10 authors) measures one
+The real-users study (the IETF 78 design of the IW10 authors) measures one
 unmodified server passively; this is that server.  :func:`start_nginx` writes everything into
 the run's state directory (``/run/iwscope-lab/<run>/nginx-<host>/``, removed with the run;
 never ``/etc/nginx``) and starts ``/usr/sbin/nginx`` in the host's namespace:

@@ -1,8 +1,9 @@
-"""iwprobe: the iwscope measurement agent (probe and instrumented origin), stdlib only.
+"""iwprobe: the iwscope measurement agent (probe, instrumented origin, tap), stdlib only.
 
 Public surface (everything else, in ``_``-prefixed modules, is private):
 
-* :mod:`iwprobe.wire` -- the wire format v1 shared with the collector;
+* :mod:`iwprobe.wire` -- the wire format shared with the collector (its version:
+  :data:`iwprobe.wire.WIRE_VERSION`);
 * :mod:`iwprobe.sizes` -- response-size models (``websearch``);
 * :func:`fetch`, :class:`FetchResult` -- one measured fetch over a fresh connection;
 * :class:`ConnectionCapture`, :class:`Packet`, :func:`capture_status` -- one connection's
@@ -10,8 +11,10 @@ Public surface (everything else, in ``_``-prefixed modules, is private):
   window from them; :func:`census`, :class:`CensusResult` -- the IW of any HTTP(S) server;
 * :func:`read_tcp_info`, :func:`parse_tcp_info` -- ``TCP_INFO`` by the kernel's length;
 * :class:`Origin`, :class:`OriginConfig`, :class:`RoutePlan`, :func:`setup_routes` -- the origin;
+  :class:`Arm`, :func:`parse_arms` -- its IW arms (``3,10,10p,32,learned``);
 * :class:`Spool`, :class:`SpoolFull`, :class:`Uploader` -- the durable journal and its upload;
-* :class:`ProbeAgent` -- the ``iwprobe run`` daemon;
+* :class:`ProbeAgent` -- the ``iwprobe run`` daemon; :class:`CollectorClient`,
+  :class:`CollectorError` -- JSON to and from the collector;
 * :data:`BACKGROUND_WARMUP_RTTS` -- round trips a background flow runs alone before a round's
   short flows start (the lab sizes its fairness plans' background flows with it).
 

@@ -15,7 +15,7 @@ from their network header on, on any device (Ethernet, TUN, loopback); outgoing 
 A receiver's GRO may merge back-to-back segments into one packet: :attr:`Packet.payload` is
 then the merged size and :func:`iwprobe._iwinfer.infer` splits it by the sender's MSS.
 
-Opening needs ``CAP_NET_RAW``: without it :func:`open_capture` raises
+Opening needs ``CAP_NET_RAW``: without it :class:`ConnectionCapture` raises
 :class:`CaptureUnavailable` with a message that says so.
 """
 

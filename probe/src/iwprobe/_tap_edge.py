@@ -2,10 +2,10 @@
 
 A busy server closes thousands of connections a second; what leaves it is
 
-* :class:`PassiveAggregate` s: per arm x region x RTT / bandwidth / BDP bucket x size octave
+* :class:`wire.PassiveAggregate` s: per arm x region x RTT / bandwidth / BDP bucket x size octave
   x bias x cluster x hour, mergeable sums and a sparse latency histogram (the collector's bin
   layout), flushed every ``flush_interval_s``;
-* a sampled share of :class:`PassiveConnection` records (``sample_share``).
+* a sampled share of :class:`wire.PassiveConnection` records (``sample_share``).
 
 Client addresses never leave the server (:class:`PrefixKeyer`): a connection names its client
 by the HMAC-SHA256 of its /24 (/48), keyed with a secret generated on the server and kept in

@@ -126,7 +126,8 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: connection reset by peer; ``timeout``: connect or read timed out; ``short_body``: the
 #: connection closed before Content-Length bytes arrived; ``http_status``: a status other
 #: than 200; ``protocol``: a response that is not valid HTTP/1.1; ``other``: anything else
-#: (``error_detail`` says what).
+#: (``error_detail`` says what); ``tls`` (wire v4): the TLS handshake failed (a handshake that
+#: runs out of time is a ``timeout``).
 ERROR_KINDS = ("dns", "refused", "reset", "timeout", "short_body", "http_status", "protocol", "other", "tls")
 
 #: ``struct tcp_info`` fields (``tcpi_`` prefix removed) in kernel order.  Older kernels

@@ -168,7 +168,7 @@ _LOG_RATIO = math.log(HIST_RATIO)
 
 
 def hist_bin(latency_us: float) -> int:
-    """Histogram bin of a latency in microseconds (same formula as :data:`HIST_BIN_SQL`)."""
+    """Histogram bin of a latency in microseconds (same formula as :func:`hist_bin_sql`)."""
     if latency_us <= HIST_MIN_US:
         return 0
     return min(HIST_BINS - 1, int(math.floor(math.log(latency_us / HIST_MIN_US) / _LOG_RATIO)))

@@ -63,8 +63,9 @@ Interval method: studentised path-cluster bootstrap with a t floor
       intervals), so it covers at least as often as either.  With 1-3 pairs per path at
       25-30 paths it held 93.8-94.9 % (ms) and 93.6-96.4 % (percent).  It costs width: at 25-60
       paths the median ms interval is ~82 ms, against ~65 ms for the (undercovering)
-      percentile interval of the same pairs and ~69 ms for :func:`unpaired_estimate`.  The t quantile is computed exactly
-      (:func:`t_quantile`; scipy is not a dependency).
+      percentile interval of the same pairs and ~69 ms for the unpaired estimate
+      (``unpaired_estimate`` in ``tests/analysis/test_paired.py``).  The t quantile is computed
+      exactly (:func:`t_quantile`; scipy is not a dependency).
     * What remains is one-sided: when the sample happens to lack long-RTT paths the truth
       lies above the interval (5-6 % of the time at 25 paths against 2.5 % nominal; below
       it under 1 %).  No interval built only from the sampled paths can see a tail they

@@ -1,4 +1,4 @@
-"""The passive, real-user study (issue 33): what ``iwprobe tap`` servers measured of their users.
+"""The passive, real-user study: what ``iwprobe tap`` servers measured of their users.
 
 The IETF 78 design of the IW10 authors on an operator's own server: client prefixes are split
 by a keyed hash into arms (e.g. 90 % ``default`` -- the server's own IW --, 5 % IW16, 5 % IW32),

@@ -57,7 +57,7 @@ from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.buckets import HIST_BINS, HIST_CENTER_US, HIST_RATIO
 from iwscope.analysis.stats import BOOTSTRAP_SEED, multinomial_weights, proportion_interval, t_quantile
 
-#: Replicates of every passive interval (the brief of issue 33: at least 1,000).
+#: Replicates of every passive interval (the real-users work asked for at least 1,000).
 PASSIVE_REPLICATES = 2000
 #: Seed of every draw (combined with a stable key of what is drawn).
 PASSIVE_SEED = BOOTSTRAP_SEED

@@ -16,7 +16,7 @@ import psycopg
 from iwscope.trials import fastwire
 from iwscope.trials.schemas import RecordError
 
-#: ``census_records`` columns in the order :func:`_row` gives them.
+#: ``census_records`` columns in the order :func:`store` gives their values.
 CENSUS_COLUMNS = (
     "census_id",
     "probe_id",

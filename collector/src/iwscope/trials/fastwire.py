@@ -16,7 +16,8 @@ Details that make both agree:
   before a final newline; pydantic-core's Rust regex does not;
 * timestamps are decoded as strings and checked by the very function pydantic's model uses
   (:func:`iwscope.wiretypes.parse_rfc3339`), in :func:`decode_trial_batch`;
-* ``wire_version`` is compared by equality, as pydantic's ``Literal[1, 2]`` does;
+* ``wire_version`` is compared by equality with ``wire.ACCEPTED_WIRE_VERSIONS``, as pydantic's
+  ``Literal`` of those versions (:data:`iwscope.wiretypes.WireVersion`) does;
 * the same defaults as the pydantic models (only wire v3's optional trial fields have one);
   unknown fields are errors.
 """
@@ -175,8 +176,8 @@ class FastHeartbeat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 class FastTrialBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     """Mirror of :class:`iwscope.trials.schemas.TrialBatchIn`."""
 
-    #: pydantic's strict ``Literal[1, 2]`` compares by equality: it takes ``1.0`` and ``true`` too;
-    #: :func:`decode_trial_batch` checks membership by ``==``.
+    #: pydantic's ``Literal`` of the accepted versions (``WireVersion``) compares by equality: it
+    #: takes ``1.0`` and ``true`` too; :func:`decode_trial_batch` checks membership by ``==``.
     wire_version: bool | int | float
     batch_id: FastUUID
     probe_id: FastUUID

@@ -36,7 +36,8 @@ from iwscope.wiretypes import (
 
 class EchoStatsIn(BaseModel):
     """Mirror of :class:`iwprobe.wire.EchoStats` (one ``rtt_us`` entry per packet sent and
-    ``received`` = its non-null entries are checked with the batch, see :func:`iwscope.trials.services.validate_trial_batch`)."""
+    ``received`` = its non-null entries are checked with the batch, see
+    :func:`iwscope.trials.validation.validate_trial_batch`)."""
 
     model_config = WIRE_MODEL_CONFIG
 

@@ -361,6 +361,8 @@ def percentile_block(table: PassivePercentileTable, title: str) -> html.Div:
         )
     baseline = next((arm for arm in table.arms if arm.baseline), None)
     note = f"latency (ms), baseline {arm_label(baseline.arm, baseline.iw)}; [95 % interval]" if baseline else "no arm has data"
+    # a wildcard data-* prop has no keyword of its own in Div's signature: it goes through **kwargs
+    data_props: dict[str, Any] = {"data-group": table.group}
     return html.Div(
         [
             html.H3(title, className="iw-table-title"),
@@ -368,8 +370,8 @@ def percentile_block(table: PassivePercentileTable, title: str) -> html.Div:
             html.Table([html.Thead(header), html.Tbody(rows)], className="iw-table"),
         ],
         className="iw-card iw-percentiles",
-        **{"data-group": table.group},
-    )  # type: ignore[arg-type]
+        **data_props,
+    )
 
 
 def retrans_table(rows: list[PassiveArmRetrans]) -> html.Table:
