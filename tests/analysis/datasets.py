@@ -257,3 +257,59 @@ def insert_fixed(session: Session) -> Fixed:
     trial(fixed.south_america, 10, 500)
     session.flush()
     return fixed
+
+
+@dataclass
+class CostPhase:
+    """A cost experiment's phase (:func:`insert_cost_phase`): its campaign and bottleneck probe."""
+
+    campaign_id: int
+    probe_id: uuid.UUID
+    region: str
+    n_trials: int
+
+
+def insert_cost_phase(session: Session, origin_id: uuid.UUID, region: str | None = None) -> CostPhase:
+    """A competing-flow phase like ``make demo``'s: a campaign with Poisson arrivals and a background
+    flow (a cost experiment), one probe behind the bottleneck in a region of its own (default
+    ``fairness-<id>``, unique), short flows of IW3 and IW10 under load (3,000-3,350 ms: slow, as
+    flows queueing behind a bulk flow are), 8 per arm of 15 and 50 KB, joined.  Roll-ups not refreshed."""
+    campaign_id = new_campaign_id()
+    session.add(
+        Campaign(
+            id=campaign_id,
+            name=f"fairness IW3+10 load 0.7 ({campaign_id})",
+            origin_ids=[origin_id],
+            probe_regions=None,
+            arms=[3, 10],
+            sizes=[15_000, 50_000],
+            size_dist=None,
+            sizes_per_round=2,
+            repetitions=1,
+            interval_s=0.0,
+            starts_at=DAY,
+            ends_at=None,
+            calibrate=True,
+            arrival_rate_per_s=10.8,
+            background_bytes=2_000_000,
+            background_iw=3,
+        )
+    )
+    region = region or f"fairness-{campaign_id}"
+    probe_id = add_probe(session, region)
+    add_path(session, probe_id, origin_id, 100, 4_000_000, 0.01)
+    n = 0
+    for iw in (3, 10):
+        for index in range(8):
+            add_trial(
+                session,
+                campaign_id=campaign_id,
+                probe_id=probe_id,
+                origin_id=origin_id,
+                iw=iw,
+                server_ms=3000.0 + 50 * index,
+                size=(15_000, 50_000)[index % 2],
+            )
+            n += 1
+    session.flush()
+    return CostPhase(campaign_id, probe_id, region, n)

@@ -12,8 +12,10 @@ import datetime as dt
 import io
 import json
 import math
+import pathlib
 import random
 import statistics
+import types
 import uuid
 
 import numpy as np
@@ -24,6 +26,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import (
     Filters,
     compare_by,
+    cost,
     filter_options,
     fleet,
     headline,
@@ -31,7 +34,9 @@ from iwscope.analysis import (
     latency_cdf,
     latency_vs_iw,
     loss_summary,
+    pathcopy,
     percentile_table,
+    reads,
     rebuild_rollups,
     region_summary,
     trials_page,
@@ -40,9 +45,10 @@ from iwscope.analysis import buckets as bk
 from iwscope.analysis.paired import paired_interval
 from iwscope.analysis.raw import FULL_CSV, PAGE_CSV
 from iwscope.analysis.stats import MIN_CLUSTERS
+from iwscope.metrics import ANALYSIS_PATH_READS
 from iwscope.trials.models import Trial
 
-from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_fixed, new_campaign_id
+from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_cost_phase, insert_fixed, new_campaign_id
 
 REL = 0.01
 
@@ -210,6 +216,60 @@ def test_headline_region_summary_loss(db_session: Session, fixed: Fixed) -> None
     assert loss["<=3%"].retrans_increase_pp == pytest.approx(100 / 3)
     assert loss["0%"].retrans_increase_pp == pytest.approx(0.0)
     assert loss["0%"].comparison.n_pairs == 1 and loss["0%"].comparison.abs_ms is None
+
+
+def test_cost_experiment_trials_stay_out_of_the_benefit_figures_unless_asked(db_session: Session, fixed: Fixed) -> None:
+    """A competing-flow phase (Poisson arrivals + a bulk flow: a cost experiment) on its own
+    bottleneck region: its short flows under load enter no benefit figure -- not the "all" table,
+    not the regions, not Figure 2 -- unless ``include_cost``; the cost analysis still reads them."""
+    phase = insert_cost_phase(db_session, fixed.origin_id)
+    rebuild_rollups(db_session)
+    both = (fixed.campaign_id, phase.campaign_id)
+    out, included = Filters(campaign_ids=both), Filters(campaign_ids=both, include_cost=True)
+    assert Filters.from_query(included.to_query()) == included and "cost" not in out.to_query()
+
+    assert {r.region for r in region_summary(db_session, out)} == {"africa", "europe", "south-america"}
+    assert phase.region in {r.region for r in region_summary(db_session, included)}
+    assert phase.region not in {r.bucket for r in compare_by(db_session, out, "region")}
+    (table,) = percentile_table(db_session, out)  # the "all" table
+    (with_cost,) = percentile_table(db_session, included)
+    assert {arm.iw: arm.n for arm in table.arms} == {3: 5, 10: 5}
+    assert {arm.iw: arm.n for arm in with_cost.arms} == {3: 13, 10: 13}
+    assert with_cost.arms[0].p99 is not None and with_cost.arms[0].p99 > 2900 > (table.arms[0].p99 or 0)
+    assert [(s.iw, s.n) for s in latency_vs_iw(db_session, out)] == [(3, 5), (10, 5), (16, 1)]
+    assert [(s.iw, s.n) for s in latency_vs_iw(db_session, included)] == [(3, 13), (10, 13), (16, 1)]
+    assert max(latency_cdf(db_session, out)[3])[0] < 2000 < max(latency_cdf(db_session, included)[3])[0]
+    assert headline(db_session, out).n_trials == 12 and headline(db_session, included).n_trials == 12 + phase.n_trials
+    assert compare_by(db_session, out, "size") != compare_by(db_session, included, "size")
+    assert {b.bucket for b in loss_summary(db_session, out)} != {b.bucket for b in loss_summary(db_session, included)}
+
+    # Named alone, the phase is still left out (the checkbox decides): nothing, not another campaign.
+    alone = Filters(campaign_ids=(phase.campaign_id,))
+    assert region_summary(db_session, alone) == [] and latency_vs_iw(db_session, alone) == []
+    assert headline(db_session, alone).n_trials == 0
+    assert headline(db_session, dataclasses.replace(alone, include_cost=True)).n_trials == phase.n_trials
+    # No campaign chosen: every other campaign stays, the phase's region does not.
+    assert phase.region not in {r.region for r in region_summary(db_session, Filters())}
+    assert {"africa", phase.region} <= {r.region for r in region_summary(db_session, Filters(include_cost=True))}
+    # The Cost page's reader is not filtered.
+    assert [c.campaign_id for c in cost(db_session, alone).campaigns] == [phase.campaign_id]
+
+
+def test_cost_regions_stay_out_of_the_tables_read_from_the_analysis_copy(
+    db_session: Session, fixed: Fixed, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analysis copy's path frames name every region it knows, the cost phase's bottleneck
+    too: the per-region tables list only regions with trials under the filters."""
+    phase = insert_cost_phase(db_session, fixed.origin_id)
+    rebuild_rollups(db_session)
+    directory = tmp_path / "copy"
+    assert pathcopy.update(db_session, directory).action == "base"
+    monkeypatch.setattr(reads, "get_settings", lambda: types.SimpleNamespace(analysis_copy_dir=directory))
+    copy_reads = ANALYSIS_PATH_READS.labels("copy")._value.get()
+    both = Filters(campaign_ids=(fixed.campaign_id, phase.campaign_id))
+    assert [t.group for t in percentile_table(db_session, both, "region")] == ["africa", "europe", "south-america"]
+    assert phase.region in {t.group for t in percentile_table(db_session, dataclasses.replace(both, include_cost=True), "region")}
+    assert ANALYSIS_PATH_READS.labels("copy")._value.get() > copy_reads  # the copy answered
 
 
 def test_fleet_and_filter_options(db_session: Session, fixed: Fixed) -> None:

@@ -362,3 +362,38 @@ def test_the_fairness_address_links_to_cost_with_its_filters(pages: dict[str, Mo
     page = fairness.layout(campaign="3")
     link = page.children[1].children[1]
     assert link.href == "/cost?campaign=3" and link.children == "Cost page"
+
+
+def test_legends_stay_clear_of_the_titles(cost: ModuleType) -> None:
+    """A legend above the plot (``style_figure``'s) would sit on the subplot titles: the figures
+    with subplots put theirs at the bottom of the figure; the others have nothing above the plot."""
+    report = sweep_report()
+    two_bottlenecks = CostReport(
+        campaigns=report.campaigns
+        + [campaign(41, ["10", "32p"], [0.5, 0.5], region="lab-b"), campaign(42, ["32p"], region="lab-b")],
+        flows=report.flows
+        + [
+            flows(41, "short", "10", share=0.5, region="lab-b"),
+            flows(41, "short", "32p", share=0.5, region="lab-b"),
+            flows(42, "short", "32p", region="lab-b"),
+        ],
+    )
+    for fig in (cost.bulk_figure(small_report()), cost.sweep_figure(report), cost.sweep_figure(two_bottlenecks)):
+        assert fig.data and any(trace.showlegend is not False for trace in fig.data)
+        legend = fig.layout.legend
+        assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom"), (
+            fig.layout.title.text
+        )
+        # the subplot titles are annotations above the plot area, where the legend no longer is
+        assert [a.text for a in fig.layout.annotations if a.yref == "paper" and a.y >= 1]
+    delay = cost.delay_figure(small_report())
+    assert delay.layout.legend.y >= 1  # above the plot, under the figure's title ...
+    assert not [a for a in delay.layout.annotations if a.yref == "paper" and a.y >= 1]  # ... where nothing else is
+    # the share sweep names its x axis once per panel, short enough for two panels side by side
+    titles = [axis.title.text for axis in axes_named(cost.sweep_figure(two_bottlenecks), "xaxis")]
+    assert titles == ["treatment share", "treatment share"]
+
+
+def axes_named(fig: go.Figure, prefix: str) -> list[Any]:
+    """The layout's axes whose key starts with ``prefix`` (``xaxis``, ``xaxis2``, ...), in order."""
+    return [fig.layout[key] for key in sorted(fig.layout) if key.startswith(prefix)]

@@ -63,3 +63,15 @@ def test_the_ip_version_goes_through_the_bar_and_the_url() -> None:
     search = query_string(chosen)
     assert "family=ipv6" in search
     assert filters_from_page_query(dict(parse_qsl(search[1:]))) == chosen
+
+
+def test_the_cost_checkbox_goes_through_the_bar_and_the_url() -> None:
+    """Cost-experiment trials are out unless the box is ticked; the choice travels in the URL."""
+    assert filters_from_values(None, None, None, None, None, None, 3, 10, "server", "", []) == Filters()
+    ticked = filters_from_values(None, None, None, None, None, None, 3, 10, "server", "", ["include"])
+    assert ticked == Filters(include_cost=True)
+    search = query_string(ticked)
+    assert "cost=1" in search
+    assert filters_from_page_query(dict(parse_qsl(search[1:]))) == ticked
+    assert "cost" not in query_string(Filters())  # off by default: not in the URL
+    assert filters_from_page_query({"cost": "yes"}).include_cost and not filters_from_page_query({"cost": "0"}).include_cost

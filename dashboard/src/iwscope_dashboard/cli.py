@@ -1,7 +1,9 @@
-"""``iwscope dashboard``: serve the Dash app with gunicorn (the same WSGI app as ``iwscope_dashboard.wsgi:server``)."""
+"""``iwscope dashboard``: serve the Dash app with gunicorn (the same WSGI app as ``iwscope_dashboard.wsgi:server``);
+``iwscope dashboard check-pages``: does every page of a running dashboard show data (:mod:`iwscope_dashboard.pagecheck`)."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import click
@@ -28,7 +30,7 @@ def _check_database(url: str) -> None:
 def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str, cache_seconds: float) -> None:
     from gunicorn.app.base import BaseApplication
 
-    class DashboardServer(BaseApplication):  # type: ignore[misc]
+    class DashboardServer(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped: the base class is Any
         """gunicorn run in-process; each worker builds its own app (own database pool)."""
 
         def load_config(self) -> None:
@@ -58,7 +60,7 @@ def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, databas
     DashboardServer().run()
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option(
     "--host",
     "hosts",
@@ -74,10 +76,22 @@ def serve(hosts: tuple[str, ...], port: int, workers: int, threads: int, databas
 @click.option(
     "--cache-seconds", default=30.0, show_default=True, type=click.FloatRange(0), help="reuse roll-up results this long (0: off)"
 )
+@click.pass_context
 def dashboard(
-    hosts: tuple[str, ...], port: int, workers: int, threads: int, database_url: str | None, cache_seconds: float
+    ctx: click.Context,
+    hosts: tuple[str, ...],
+    port: int,
+    workers: int,
+    threads: int,
+    database_url: str | None,
+    cache_seconds: float,
 ) -> None:
-    """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL."""
+    """Serve the iwscope dashboard (Plotly Dash) on HOST:PORT, reading DATABASE_URL.
+
+    `iwscope dashboard check-pages --url URL` checks that every page of a running dashboard
+    shows data instead."""
+    if ctx.invoked_subcommand is not None:
+        return
     # Named explicitly (option or DATABASE_URL), never the development settings' local stack:
     # a dashboard started without a database says so instead of showing another one.
     if not database_url:
@@ -86,3 +100,36 @@ def dashboard(
     _check_database(url)
     click.echo("iwscope dashboard on " + ", ".join(f"http://{host}:{port}/" for host in hosts), err=True)
     serve(hosts, port, workers, threads, url, cache_seconds)
+
+
+@dashboard.command("check-pages")
+@click.option("--url", required=True, help="the running dashboard, e.g. http://127.0.0.1:8750/")
+@click.option("--query", default="", help="filters for every page, as in a shared URL: e.g. 'campaign=3&region=africa'")
+@click.option(
+    "--read-token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
+    default=None,
+    help="a read (or admin) token, to check the Real users page too (skipped without one)",
+)
+@click.option(
+    "--may-be-empty",
+    "may_be_empty",
+    multiple=True,
+    help="a figure (graph id) allowed to show nothing; repeat. Default: what `make demo` does not fill "
+    "(the Cost page's interactive-delay and share-sweep figures)",
+)
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(1), help="seconds per page")
+def check_pages_command(
+    url: str, query: str, read_token_file: pathlib.Path | None, may_be_empty: tuple[str, ...], timeout_s: float
+) -> None:
+    """Open every page in headless Chromium, print page -> figure -> data points, and exit 1 when a
+    figure that should show data is empty."""
+    from iwscope_dashboard.pagecheck import DEMO_EMPTY, check_pages, format_report
+
+    token = read_token_file.read_text().strip() if read_token_file is not None else None
+    report = check_pages(
+        url, query=query, read_token=token, empty_allowed=frozenset(may_be_empty) or DEMO_EMPTY, timeout_s=timeout_s
+    )
+    click.echo(format_report(report))
+    if not report.ok:
+        raise SystemExit(1)

@@ -22,6 +22,12 @@ from iwscope.analysis.filters import FAMILIES
 
 DEFAULT_ARMS: tuple[int, ...] = (3, 10)
 LAST_SECOND = time(23, 59, 59)
+#: The pages whose figures are benefit figures (paired comparisons, percentile tables, latency
+#: per IW): they leave cost-experiment trials out unless asked (``Filters.include_cost``) and show
+#: the checkbox.  Other pages keep it hidden, so the choice still travels in their URLs.
+COST_TOGGLE_PAGES = frozenset({"overview", "latency", "sizes", "regions", "loss"})
+#: The checkbox's one value.
+INCLUDE_COST = "include"
 
 
 def filter_ids(prefix: str) -> dict[str, str]:
@@ -36,6 +42,7 @@ def filter_ids(prefix: str) -> dict[str, str]:
         "treatment": f"{prefix}-filter-treatment",
         "metric": f"{prefix}-filter-metric",
         "family": f"{prefix}-filter-family",
+        "cost": f"{prefix}-filter-cost",
     }
 
 
@@ -53,6 +60,7 @@ def filter_inputs(prefix: str) -> list[Input]:
         Input(ids["treatment"], "value"),
         Input(ids["metric"], "value"),
         Input(ids["family"], "value"),
+        Input(ids["cost"], "value"),
     ]
 
 
@@ -94,11 +102,13 @@ def filters_from_values(
     treatment: Any,
     metric: Any,
     family: Any = "",
+    cost: Any = None,
 ) -> Filters:
     """Filters from the bar's raw control values; anything unreadable falls back to the default.
 
     The date range covers whole UTC days; ``Filters.until`` is inclusive, so it is the last
-    second of the end day.
+    second of the end day.  ``cost`` is the cost checkbox's value (a list holding
+    :data:`INCLUDE_COST` when ticked).
     """
     defaults = Filters()
     start_day, end_day = _parse_day(start_date), _parse_day(end_date)
@@ -118,6 +128,7 @@ def filters_from_values(
         treatment_iw=treat if treat else defaults.treatment_iw,
         metric=metric if metric in ("server", "client") else defaults.metric,
         family=family if family in FAMILIES else "",
+        include_cost=INCLUDE_COST in _as_list(cost),
     )
 
 
@@ -242,6 +253,23 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
                     inline=True,
                 ),
                 "iw-filter iw-filter-wide",
+            ),
+            html.Div(
+                [
+                    html.Label("Cost experiments", className="iw-filter-label"),
+                    dcc.Checklist(
+                        id=ids["cost"],
+                        options=[{"label": "include cost-experiment trials", "value": INCLUDE_COST}],
+                        value=[INCLUDE_COST] if filters.include_cost else [],
+                        inline=True,
+                    ),
+                ],
+                className="iw-filter iw-filter-wide",
+                title="Campaigns of the cost experiments (competing flows on a shared bottleneck, the Cost "
+                "page) measure short flows under load, not the benefit of an IW: these figures leave "
+                "their trials out unless this is ticked.",
+                # present on every page (the callbacks read it and the URL keeps it), shown where it applies
+                style=None if prefix in COST_TOGGLE_PAGES else {"display": "none"},
             ),
             dcc.Store(id=f"{prefix}-query"),
             dcc.Store(id=f"{prefix}-url-synced"),

@@ -13,7 +13,7 @@ from cachetools import TTLCache
 from dash import Output, callback, dcc, get_asset_url, html
 from sqlalchemy.exc import SQLAlchemyError
 
-from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, filter_options
+from iwscope.analysis import ArmStats, BucketComparison, FilterOptions, Filters, PassiveFilters, filter_options
 from iwscope.analysis.filters import resolve_family
 from iwscope.db import session_scope
 from iwscope_dashboard import db
@@ -34,7 +34,8 @@ T = TypeVar("T")
 
 NO_MATCH = (
     "No trials match these filters -- widen the time range, clear the region or size limits, "
-    "pick another campaign, or choose arms the selected campaigns ran."
+    "pick another campaign, or choose arms the selected campaigns ran "
+    "(a cost experiment's campaign needs 'include cost-experiment trials')."
 )
 
 
@@ -112,7 +113,7 @@ def no_rows(data: Sized) -> bool:
 
 def read(
     function: Callable[..., T],
-    filters: Filters | None,
+    filters: Filters | PassiveFilters | None,
     *args: Any,
     cache: bool = False,
     compare: bool = False,
@@ -122,8 +123,9 @@ def read(
     """``function(session, filters, *args)`` through :func:`query`, behind the guards every data
     callback starts with: with ``compare``, an arm choice that compares nothing is refused before
     the database is asked; database trouble, and a result ``empty`` says is empty, give a
-    :class:`Nothing` (``empty_message``: what the page says then) instead of the data."""
-    if compare and filters is not None:
+    :class:`Nothing` (``empty_message``: what the page says then) instead of the data. The arm
+    guard is for the trials' :class:`Filters`; the real-users page's :class:`PassiveFilters` name no arm pair."""
+    if compare and isinstance(filters, Filters):
         problem = arms_problem(filters, None)
         if problem:
             return Nothing(problem, "empty")

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -87,6 +87,20 @@ class CampaignPlan:
         return self.repetitions * self.trials_per_round(n_origins)
 
 
+ResultT = TypeVar("ResultT", covariant=True)
+
+
+class _Phases(Protocol[ResultT]):
+    """The three phases :meth:`LabCampaign.run` chains: ``run`` returns what ``finish`` does, so a
+    subclass whose ``finish`` has its own result (:class:`~iwscope_lab.census.LabCensus`) keeps it."""
+
+    def start(self, *, timeout_s: float = ...) -> None: ...
+
+    def finish(self, *, timeout_s: float = ..., show_progress: bool = ...) -> ResultT: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class CampaignResult:
     """What a finished campaign left in the database."""
@@ -143,7 +157,7 @@ class LabCampaign:
 
     # ----- the run -----
 
-    def run(self, *, timeout_s: float = 900.0, show_progress: bool = True) -> CampaignResult:
+    def run(self: _Phases[ResultT], *, timeout_s: float = 900.0, show_progress: bool = True) -> ResultT:
         """Enroll, start origins, create the campaign, run the probes, wait for every record."""
         try:
             self.start(timeout_s=timeout_s)
@@ -386,8 +400,10 @@ class LabCampaign:
     def _start_probe(self, host: PlacedHost) -> None:
         state_dir = self._host_state_dir(host)
         log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 -- handed to the child
-        # Only this campaign: other campaigns may be active on the same collector.
-        args = ["--campaign", str(self.campaign_id), *self.probe_args]
+        # Only this campaign (and those :meth:`_probe_campaigns` adds): other campaigns may be
+        # active on the same collector.
+        args = [argument for campaign in self._probe_campaigns(host) for argument in ("--campaign", str(campaign))]
+        args += self.probe_args
         if "--calibration-bytes" not in args:
             rate = host.link.down.rate_bps
             args += ["--calibration-bytes", str(calibration_bytes(rate, host.link.rtt_ms))]
@@ -399,6 +415,10 @@ class LabCampaign:
             stdin=subprocess.DEVNULL,
         )
         log.close()
+
+    def _probe_campaigns(self, host: PlacedHost) -> list[int]:
+        """The campaigns the probe on ``host`` runs: this one (subclasses may add more)."""
+        return [self.campaign_id] if self.campaign_id is not None else []
 
     def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
         answer = self._api("POST", "/api/v1/campaigns", self._campaign_body(origin_ids, timeout_s), token=self._tokens["admin"])
@@ -519,7 +539,7 @@ class LabCampaign:
                 return str(data["id"])
             credential = data.get("credential") if isinstance(data, dict) else None
             if credential and "." in credential:
-                return credential.split(".", 1)[0]
+                return str(credential.split(".", 1)[0])
         raise CampaignError(f"no {role} credentials found in {state_dir}")
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None, *, token: str | None) -> Any:

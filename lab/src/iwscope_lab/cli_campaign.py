@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import click
 from rich.console import Console
 
+from iwscope_dashboard.pagecheck import DEMO_EMPTY, PageReport, check_pages, format_report
 from iwscope_lab import demo
 from iwscope_lab.campaign import CampaignError, CampaignPlan, LabCampaign
 from iwscope_lab.service_address import DEFAULT_LISTEN, EXPOSED_LISTEN
@@ -199,9 +200,13 @@ def report_command(out_dir: pathlib.Path) -> None:
     help="Serve the API and the dashboard on every interface (default: loopback and the lab's "
     "service address only). PostgreSQL and Redis stay on loopback either way.",
 )
-def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bool, expose: bool) -> None:
+@click.option("--no-page-check", is_flag=True, help="Skip the last step: every dashboard page opened in headless Chromium.")
+def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bool, expose: bool, no_page_check: bool) -> None:
     """The main job: a detached stack, a time-boxed paired campaign, the cost phases, the census and
-    the real users alongside, a summary."""
+    the real users alongside, a summary, a check of every dashboard page.
+
+    The check opens every page in headless Chromium and counts its figures' data points (exit 1
+    when one the demo fills is empty; `iwscope dashboard check-pages` runs it alone)."""
     started = time.monotonic()
     listen = EXPOSED_LISTEN if expose else DEFAULT_LISTEN
     if expose:
@@ -223,20 +228,39 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bo
         console.print(table)
     for line in lines:
         console.print(line)
-    stack = Stack.attach()
-    url = stack.dashboard_url if stack else None
+    running = Stack.attach()  # the detached stack, as recorded once the `with` above let go of it
+    url = running.dashboard_url if running else None
+    check = None
+    if url and running is not None and not no_page_check:
+        check = _check_pages(url, running.run_dir / "read-token" if result.passive is not None else None, no_cost)
     console.print(
         f"\n[bold green]Dashboard:[/] {url or '(dashboard not installed)'}"
         f"?campaign={result.benefit.campaign_id}\n"
         + (
-            f"Real users: {url}real-users (sign in with the token in {stack.run_dir / 'read-token'})\n"
-            if url and stack is not None and result.passive is not None
+            f"Real users: {url}real-users (sign in with the token in {running.run_dir / 'read-token'})\n"
+            if url and running is not None and result.passive is not None
             else ""
         )
-        + f"API: {stack.local_api_url if stack else '?'}/docs\n"
+        + f"API: {running.local_api_url if running else '?'}/docs\n"
         f"make demo took {time.monotonic() - started:.0f} s. The stack keeps running; "
         "`iwscope lab stack stop` (or `make clean`) stops it."
     )
+    if check is not None and not check.ok:
+        raise click.ClickException(
+            "the dashboard shows no data in "
+            + ", ".join(f"{count.page} {count.item}" for count in check.failures)
+            + " (table above; `iwscope dashboard check-pages --url URL` checks again)"
+        )
+
+
+def _check_pages(url: str, token_path: pathlib.Path | None, no_cost: bool) -> PageReport:
+    """The demo's last step: every page in headless Chromium, the table page -> figure -> points."""
+    console.print("\n[bold]Dashboard pages[/] (headless Chromium, data points per figure):")
+    token = token_path.read_text().strip() if token_path is not None and token_path.exists() else None
+    empty = DEMO_EMPTY | ({"cost-bulk-graph"} if no_cost else set())
+    report = check_pages(url, read_token=token, empty_allowed=empty)
+    console.print(format_report(report), markup=False, highlight=False)
+    return report
 
 
 @click.group("stack")

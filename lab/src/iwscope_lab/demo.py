@@ -5,6 +5,11 @@
   web-search sizes over the same path, in random order), as many rounds as fit in
   :data:`DURATION_S`; a probe stops early once the buckets it feeds have a 95 % interval of
   +- :data:`TARGET_CI_MS` or better, which leaves the slow paths the machine to themselves.
+* **HTTPS**: on the benefit topology, a second origin serves HTTPS with a test chain of
+  :data:`HTTPS_CHAIN_KB` KB (a post-quantum-sized first flight: three rounds from IW3, two from
+  IW10, one from IW16), and one probe of an existing path (:data:`HTTPS_PROBE`) runs a short
+  HTTPS campaign against it between its benefit rounds (:class:`DemoCampaign`), so the TLS page
+  has data; a minute of that probe's time, no phase of its own.
 * **Cost**: at the same time, on a topology of its own, the competing-flow experiment of the
   IETF 78 testbed (a long-lived flow and Poisson arrivals of short IW3 / IW10 flows on one
   4 Mbit/s, 100 ms bottleneck), short settings, so the Cost page's "Bulk flows" section has data.
@@ -25,20 +30,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import pathlib
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
+from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign, _utc_now
 from iwscope_lab.census import CensusResult, LabCensus, census_plan
 from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
+from iwscope_lab.hostspec import PlacedHost
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.passive import LabPassive, PassivePlan, PassiveResult
+from iwscope_lab.scenarios import load_scenario
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
 from iwscope_lab.users import PopulationConfig
@@ -49,6 +58,15 @@ SCENARIO = "demo"
 DURATION_S = 300.0
 #: A probe stops once every bucket it feeds is within +- this (ms, 95 %).
 TARGET_CI_MS = 15.0
+#: HTTPS: an origin beside the benefit's, serving a test chain of this many KB (``certs``).
+HTTPS_ORIGIN = "origin-tls"
+HTTPS_CHAIN_KB = 16
+#: The probe of the benefit topology that also runs the HTTPS campaign (80 ms, 5 Mbit/s, 0.2 %
+#: loss: a round of the flight is 80 ms), and that campaign: 1 KB objects (the handshake is the
+#: transfer measured), every arm, this many rounds (about 0.4 s a trial).
+HTTPS_PROBE = "na-dsl"
+HTTPS_SIZES: tuple[int, ...] = (1_000,)
+HTTPS_REPETITIONS = 30
 #: The competing-flow phases: all-IW3 and all-IW10 short flows at 70 % offered load.
 COST_BOTTLENECK = Bottleneck(4e6, 100.0)
 COST_LOAD = 0.7
@@ -115,6 +133,104 @@ def passive_plan(duration_s: float = DURATION_S) -> PassivePlan:
     )
 
 
+def demo_topology(scenario: str = SCENARIO) -> Topology:
+    """The benefit scenario's hosts plus the HTTPS origin (when the scenario has :data:`HTTPS_PROBE`)."""
+    loaded = load_scenario(scenario)
+    hosts = loaded.hosts()
+    if any(host.name == HTTPS_PROBE for host in hosts):
+        hosts.append(
+            Host(
+                HTTPS_ORIGIN,
+                role="origin",
+                region="datacenter",
+                link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+                labels={"chain_kb": str(HTTPS_CHAIN_KB)},
+            )
+        )
+    return Topology(None, hosts, scenario=loaded.name, dual_stack=loaded.dual_stack)
+
+
+class DemoCampaign(LabCampaign):
+    """The benefit campaign over the plain-HTTP origin(s), and an HTTPS campaign of
+    ``https_repetitions`` rounds over the HTTPS origin(s) (a ``chain_kb`` label) that only the
+    probe on host ``https_probe`` runs, between its benefit rounds (``iwprobe run --campaign A
+    --campaign B``: one round of each in turn)."""
+
+    def __init__(
+        self, *args: Any, https_probe: str | None = HTTPS_PROBE, https_repetitions: int = HTTPS_REPETITIONS, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.https_probe = https_probe
+        self.https_repetitions = https_repetitions
+        self.https_campaign_id: int | None = None
+
+    def _create_campaign(self, origin_ids: list[str], timeout_s: float) -> int:
+        https = [self.origin_ids[name] for name in self.chains if name in self.origin_ids]
+        benefit = super()._create_campaign([origin for origin in origin_ids if origin not in https], timeout_s)
+        if https and self.https_probe is not None:
+            answer = self._api("POST", "/api/v1/campaigns", self._https_body(https, timeout_s), token=self._tokens["admin"])
+            self.https_campaign_id = int(answer["id"])
+        return benefit
+
+    def _https_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
+        now = _utc_now()
+        probe = self.topology.host(self.https_probe or "")
+        return {
+            "name": f"demo https ({HTTPS_CHAIN_KB} KB chain, {probe.name})",
+            "origin_ids": origin_ids,
+            "probe_regions": [probe.region or "lab"],  # and of that region, only the probe started with it
+            "arms": list(self.plan.arms),
+            "sizes": list(HTTPS_SIZES),
+            "size_dist": None,
+            "sizes_per_round": len(HTTPS_SIZES),
+            "repetitions": self.https_repetitions,
+            "interval_s": 0.0,
+            "starts_at": (now - dt.timedelta(seconds=5)).isoformat(),
+            "ends_at": (now + dt.timedelta(seconds=timeout_s + 300)).isoformat(),
+            "calibrate": False,
+        }
+
+    def _probe_campaigns(self, host: PlacedHost) -> list[int]:
+        extra = [self.https_campaign_id] if self.https_campaign_id is not None and host.name == self.https_probe else []
+        return super()._probe_campaigns(host) + extra
+
+    def finish(self, *, timeout_s: float = 900.0, show_progress: bool = True, join_timeout_s: float = 120.0) -> CampaignResult:
+        result = super().finish(timeout_s=timeout_s, show_progress=show_progress, join_timeout_s=join_timeout_s)
+        if self.https_campaign_id is not None:
+            self._wait_https_joined(time.monotonic() + 60)
+        return result
+
+    def _wait_https_joined(self, deadline: float) -> None:
+        """Until the HTTPS trials have their origin's observations (the TLS page needs the
+        origin's first flight) and the roll-ups hold them, or ``deadline``."""
+        from sqlalchemy import func, select
+
+        from iwscope.analysis.rollups import caught_up
+        from iwscope.trials.models import Trial
+
+        mine = Trial.campaign_id == self.https_campaign_id
+        unjoined = select(func.count()).where(mine, Trial.error_kind.is_(None), Trial.joined_at.is_(None))
+        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(mine)
+        while time.monotonic() < deadline:
+            with self.stack.session() as session:
+                if session.execute(unjoined).scalar_one() == 0 and caught_up(session, *session.execute(latest).one()):
+                    return
+            time.sleep(0.5)
+
+    def close(self) -> None:
+        if self.https_campaign_id is not None:
+            try:  # its window ends with the run, like the benefit campaign's
+                self._api(
+                    "PATCH",
+                    f"/api/v1/campaigns/{self.https_campaign_id}",
+                    {"ends_at": _utc_now().isoformat()},
+                    token=self._tokens.get("admin"),
+                )
+            except Exception as error:  # best effort while shutting down
+                self.console.print(f"[yellow]could not close campaign {self.https_campaign_id}: {error}")
+        super().close()
+
+
 @dataclass
 class DemoResult:
     benefit: CampaignResult
@@ -124,6 +240,8 @@ class DemoResult:
     census_error: str | None = None
     passive: PassiveResult | None = None
     passive_error: str | None = None
+    #: The HTTPS campaign on :data:`HTTPS_PROBE`'s path (``None``: the scenario has no such probe).
+    https_campaign_id: int | None = None
 
 
 def run_demo(
@@ -187,8 +305,9 @@ def run_demo(
         workers.append(threading.Thread(target=passive_phase, name="iwscope-demo-passive", daemon=True))
     for worker in workers:
         worker.start()
-    with Topology.from_scenario(scenario) as topology:
-        benefit = LabCampaign(topology, stack, demo_plan(scenario, duration_s), console=console).run(timeout_s=duration_s + 300)
+    with demo_topology(scenario) as topology:
+        campaign = DemoCampaign(topology, stack, demo_plan(scenario, duration_s), console=console)
+        benefit = campaign.run(timeout_s=duration_s + 300)
     console.print("waiting for the competing-flow phases and the census ...")
     for worker in workers:
         worker.join()
@@ -200,6 +319,7 @@ def run_demo(
         census_errors[0] if census_errors else None,
         passive[0] if passive else None,
         passive_errors[0] if passive_errors else None,
+        campaign.https_campaign_id,
     )
 
 
@@ -248,6 +368,8 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
         tables.append(table)
     clear_rtt = [row.bucket for row in per_dimension["rtt"] if not row.too_small and (row.abs_ci_low or 0) > 0]
     lines.append(f"clear gain (95 % CI above 0) in RTT buckets: {', '.join(clear_rtt) or 'none'}")
+    if result.https_campaign_id is not None:
+        lines.extend(https_lines(stack, result.https_campaign_id))
     if result.cost:
         lines.extend(cost_lines(result.cost))
     elif result.cost_error:
@@ -258,6 +380,32 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     elif result.passive_error:
         lines.append(f"real users failed: {result.passive_error}")
     return tables, lines
+
+
+def https_lines(stack: Stack, campaign_id: int) -> list[str]:
+    """The HTTPS campaign's handshakes, IW10 and IW16 vs IW3 (what the TLS page shows)."""
+    from iwscope.analysis import Filters, tls_by_flight
+
+    lines = []
+    for treatment in (10, 16):
+        with stack.session() as session:
+            rows = tls_by_flight(session, Filters(campaign_ids=(campaign_id,), baseline_iw=3, treatment_iw=treatment))
+        for row in rows:
+            gain = (
+                f"n too small ({row.n_pairs} pairs)"
+                if row.too_small
+                else f"{_ms(row.abs_ms)} ms faster {_bounds(_pair_of(row.abs_ci_low, row.abs_ci_high), digits=1)} "
+                f"over {row.n_pairs} pairs"
+            )
+            lines.append(
+                f"HTTPS ({HTTPS_CHAIN_KB} KB chain on {HTTPS_PROBE}, first flight {row.bucket}): the origin's handshake "
+                f"at IW{treatment} vs IW3: {gain}"
+            )
+    return lines or [f"HTTPS campaign {campaign_id}: no handshake with its origin's first flight recorded"]
+
+
+def _pair_of(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return None if low is None or high is None else (low, high)
 
 
 def passive_lines(stack: Stack, result: PassiveResult) -> list[str]:

@@ -43,7 +43,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwprobe import wire
-from iwscope.analysis.filters import Filters, trial_where
+from iwscope.analysis.filters import COST_CAMPAIGN_SQL, Filters, trial_where
 from iwscope.analysis.stats import (
     BOOTSTRAP_REPLICATES,
     BOOTSTRAP_SEED,
@@ -65,9 +65,9 @@ DELAY_BLOCK_S = 0.2
 #: Fewest blocks a block-bootstrap interval is drawn from.
 MIN_BLOCKS = 10
 
-_COST_CAMPAIGN_SQL = """(c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL
-    OR c.interactive_interval_us IS NOT NULL OR c.page_connections IS NOT NULL OR c.arm_shares IS NOT NULL
-    OR c.arm_labels IS NOT NULL)"""
+#: Which campaigns are cost experiments: one definition, shared with the benefit figures that
+#: leave them out (``filters.without_cost``).
+_COST_CAMPAIGN_SQL = COST_CAMPAIGN_SQL
 
 
 @dataclass(frozen=True)

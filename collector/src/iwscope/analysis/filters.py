@@ -10,6 +10,7 @@ from typing import Any, Literal
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from iwscope.analysis.models import NO_CAMPAIGN
 from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES
 
 Metric = Literal["server", "client"]
@@ -27,9 +28,21 @@ _KEYS = {
     "treatment_iw": "treat",
     "metric": "metric",
     "family": "family",
+    "include_cost": "cost",
 }
 #: The IP versions a campaign may choose (``family``).
 FAMILIES = NAMED_FAMILIES
+#: What ``cost=`` in a query string takes for "yes" (anything else: no).
+TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
+#: A campaign of a cost experiment (``campaigns`` aliased ``c``): any campaign with Poisson
+#: arrivals, a background flow, the interactive flow, page loads, arm shares or labelled arms --
+#: phases on one shared bottleneck, read by ``cost`` and ``fairness`` (the Cost page).
+COST_CAMPAIGN_SQL = """(c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL
+    OR c.interactive_interval_us IS NOT NULL OR c.page_connections IS NOT NULL OR c.arm_shares IS NOT NULL
+    OR c.arm_labels IS NOT NULL)"""
+#: A campaign id no trial has: ``campaign_ids=(NO_CAMPAIGN_MATCH,)`` selects nothing (0 would
+#: select the roll-ups' trials of no campaign).
+NO_CAMPAIGN_MATCH = -1
 
 
 #: The window rule of :class:`Filters` in the words of the API's parameter descriptions.
@@ -63,6 +76,11 @@ class Filters:
     #: ``family``; campaigns that did not choose one are in neither); empty: every campaign.
     #: Resolved to campaign ids by :func:`resolve_family` where a query runs.
     family: str = ""
+    #: Include the trials of cost experiments (:data:`COST_CAMPAIGN_SQL`: competing-flow phases,
+    #: whose short flows under load are no benefit measurement) in the benefit figures -- the
+    #: paired comparisons, percentile tables, latency per IW and CDFs (:func:`without_cost`).
+    #: Off by default; the cost analysis itself always reads them.  URL: ``cost=1``.
+    include_cost: bool = False
 
     def to_query(self) -> dict[str, str]:
         """URL query parameters; defaults and empty values are left out."""
@@ -77,6 +95,8 @@ class Filters:
                 query[key] = ",".join(str(item) for item in value)
             elif isinstance(value, dt.datetime):
                 query[key] = value.isoformat()
+            elif isinstance(value, bool):
+                query[key] = "1" if value else "0"
             else:
                 query[key] = str(value)
         return query
@@ -133,6 +153,7 @@ class Filters:
             treatment_iw=treatment if treatment is not None else default.treatment_iw,
             metric=metric if metric in METRICS else default.metric,
             family=family if family in FAMILIES else "",
+            include_cost=text("include_cost").lower() in TRUE_VALUES,
         )
 
 
@@ -166,3 +187,28 @@ def resolve_family(session: Session, filters: Filters) -> Filters:
         given = set(filters.campaign_ids)
         chosen = [campaign for campaign in chosen if campaign in given]
     return replace(filters, campaign_ids=tuple(chosen) or (0,))
+
+
+def cost_campaign_ids(session: Session) -> frozenset[int]:
+    """The ids of every cost-experiment campaign (:data:`COST_CAMPAIGN_SQL`)."""
+    return frozenset(int(row[0]) for row in session.execute(text(f"SELECT c.id FROM campaigns AS c WHERE {COST_CAMPAIGN_SQL}")))
+
+
+def without_cost(session: Session, filters: Filters) -> Filters:
+    """``filters`` for a benefit figure: cost-experiment campaigns left out unless
+    ``include_cost`` -- also when they are named in ``campaign_ids`` (the checkbox decides, not
+    the campaign list).  Unchanged when there is no cost campaign; otherwise ``campaign_ids``
+    lists what stays: the chosen campaigns that are not cost experiments, or, when none was
+    chosen, every other campaign and the trials of no campaign (``NO_CAMPAIGN``, the roll-ups'
+    key for them); ``(NO_CAMPAIGN_MATCH,)`` when nothing stays."""
+    if filters.include_cost:
+        return filters
+    cost = cost_campaign_ids(session)
+    if not cost:
+        return filters
+    if filters.campaign_ids:
+        kept = tuple(campaign for campaign in filters.campaign_ids if campaign not in cost)
+    else:
+        others = session.execute(text(f"SELECT c.id FROM campaigns AS c WHERE NOT {COST_CAMPAIGN_SQL} ORDER BY c.id"))
+        kept = (NO_CAMPAIGN, *(int(row[0]) for row in others))
+    return replace(filters, campaign_ids=kept or (NO_CAMPAIGN_MATCH,))

@@ -9,6 +9,11 @@ treatment (positive = the treatment arm is faster).
 Each call reads the bucket roll-ups (histograms, arm statistics) and the paired estimate's
 per-path sums (:mod:`frames`), each with one SQL statement; grouping into buckets, histogram
 merges, percentiles and intervals happen in numpy.
+
+These are the *benefit* figures: the trials of cost-experiment campaigns (competing-flow phases:
+short flows under load on a shared bottleneck) are left out unless ``Filters.include_cost``
+(:func:`~iwscope.analysis.filters.without_cost`, applied by :func:`reads.read` and by the
+latency functions); :mod:`cost` and :mod:`offered_load` read them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 from iwscope.analysis import pathcopy
 from iwscope.analysis._types import IntArray
-from iwscope.analysis.filters import Filters
+from iwscope.analysis.filters import Filters, without_cost
 from iwscope.analysis.frames import (
     WEEK_DAYS,
     Frame,
@@ -235,9 +240,13 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
     if group_by == "region":
         (path_groups, groups), labels = _dimension_groups(data, "region")
         names = [label.label for label in labels]
+        # only regions with trials here: the analysis copy's frames name every region it knows
+        # (e.g. a cost experiment's bottleneck, left out of these figures)
+        present = set(groups.tolist()) | set(path_groups.tolist())
     else:
         path_groups = np.zeros(data.paths.size, dtype=np.int64)
         groups, names = np.zeros(frame.size, dtype=np.int64), ["all"]
+        present = {0}
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
     cells = 2 * len(names)
@@ -258,6 +267,8 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
     detail = data.path_histograms(union) if union.size else None  # one read for every group
     tables: list[PercentileTable] = []
     for group, name in enumerate(names):
+        if group not in present:
+            continue
         arms = []
         for slot, iw in ((0, treat_iw), (1, base_iw)):
             c = 2 * group + slot
@@ -382,7 +393,7 @@ def _per_arm(frame: Frame) -> tuple[list[int], IntArray]:
 
 def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
     """Mean, median and standard deviation per IW present (Figure 2); arms filter ignored."""
-    frame = load_buckets(session, filters, None)
+    frame = load_buckets(session, without_cost(session, filters), None)
     arms, groups = _per_arm(frame)
     n = group_sum(frame.n, groups, len(arms))
     sums = group_sum(frame.sum_us, groups, len(arms))
@@ -393,7 +404,7 @@ def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
 
 def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:
     """Per IW: ``(latency_ms, cumulative fraction)`` at each occupied histogram bin's upper edge."""
-    frame = load_buckets(session, filters, None)
+    frame = load_buckets(session, without_cost(session, filters), None)
     arms, groups = _per_arm(frame)
     hists = histograms(frame, groups, len(arms))
     return {iw: histogram_cdf(hists[i]) for i, iw in enumerate(arms) if hists[i].sum() > 0}

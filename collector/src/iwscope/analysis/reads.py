@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import pathcopy
 from iwscope.analysis._types import FloatArray, IntArray
-from iwscope.analysis.filters import Filters
+from iwscope.analysis.filters import Filters, without_cost
 from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_detail, load_path_stats
 from iwscope.analysis.paired import Cells, PairedEstimate, PathStats, path_estimate, within_path_interval
 from iwscope.analysis.stats import Interval, merge_pieces, sum_by
@@ -83,7 +83,9 @@ def read(session: Session, filters: Filters, all_arms: bool = False, by_size: bo
     and the bucket rows of ``filters``, on the session's one connection (an API request holds
     one database slot: one connection).  With the copy, its PostgreSQL half runs first; its
     DuckDB half then runs in another thread while this one reads the bucket roll-ups: the
-    two largest reads of a figure overlap without a second connection."""
+    two largest reads of a figure overlap without a second connection.  Cost-experiment campaigns
+    are left out unless ``filters.include_cost`` (:func:`~iwscope.analysis.filters.without_cost`)."""
+    filters = without_cost(session, filters)
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
     directory = get_settings().analysis_copy_dir
     prepared = None if directory is None else pathcopy.prepare_path_stats(session, directory, filters, all_arms, by_size)

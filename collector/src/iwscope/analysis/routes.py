@@ -1,7 +1,8 @@
 """``GET /api/v1/analysis/...``: the analysis functions as public JSON (and CSV) endpoints.
 
 Every endpoint reads the filter parameters of :meth:`Filters.from_query` (``campaign``,
-``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``);
+``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``, ``family``,
+``cost``: ``cost=1`` puts cost-experiment trials into the benefit figures);
 malformed values fall back to defaults, exactly like the dashboard's URLs.
 
 Database work runs in the readers' share of the database slots (``run_db(..., read=True)``): public
@@ -191,7 +192,7 @@ async def get_trials_csv(filters: FiltersDep) -> StreamingResponse:
     )
 
 
-# The real-user study (issue 33), behind a read credential: ``/api/v1/analysis/passive/...``
+# The real-user study, behind a read credential: ``/api/v1/analysis/passive/...``
 # (:mod:`iwscope.analysis.passive_routes`).  Included here, after every public route, so the
 # application's router list (``api.py``) stays as it is.
 router.include_router(passive_routes.router)

@@ -40,6 +40,7 @@ class FilterStateOut(BaseModel):
     treatment_iw: int
     metric: str
     family: str
+    include_cost: bool
 
 
 class FiltersOut(BaseModel):

@@ -68,7 +68,8 @@ def precision_by_probe(session: Session, campaign: Campaign) -> list[ProbePrecis
     baseline = min(campaign.arms)
     half_width: dict[tuple[str, str], float | None] = {}
     for treatment in sorted(set(campaign.arms) - {baseline}):
-        filters = Filters(campaign_ids=(campaign.id,), baseline_iw=baseline, treatment_iw=treatment)
+        # include_cost: the campaign's own trials, whatever kind of campaign it is
+        filters = Filters(campaign_ids=(campaign.id,), baseline_iw=baseline, treatment_iw=treatment, include_cost=True)
         for dimension, results in compare_many(session, filters, DIMENSIONS).items():
             for result in results:
                 key = (dimension, result.bucket)

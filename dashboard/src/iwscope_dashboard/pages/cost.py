@@ -48,6 +48,10 @@ INTERFERENCE_NOTE = (
     "does (Spang et al., IMC 2021)."
 )
 SWEEP_TICKS = (0, 25, 50, 75, 100)
+#: The legend of a figure with subplot titles: horizontal, at the bottom of the figure (plotly
+#: makes room for it below the axes), never over the subplot titles where ``style_figure``'s
+#: legend above the plot would sit.
+LEGEND_BELOW: dict[str, Any] = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"}
 
 
 def layout(**url_query: Any) -> html.Div:
@@ -434,8 +438,13 @@ def sweep_figure(report: CostReport) -> go.Figure:
             range=[-5, 105], tickvals=list(SWEEP_TICKS), ticktext=[f"{tick} %" for tick in SWEEP_TICKS], row=1, col=column
         )
     fig.update_yaxes(title_text="short flows: mean completion (ms)", row=1, col=1)
-    fig.update_xaxes(title_text="treatment share of the short flows (pure phases: 0 % and 100 %)")
-    return style_figure(fig, "Share sweep: short-flow mean completion time per arm (95 % CI)", height=420)
+    # one title per panel, short enough not to run into the next panel's
+    share_title = "treatment share of the short flows (pure phases: 0 % and 100 %)" if len(series) == 1 else "treatment share"
+    fig.update_xaxes(title_text=share_title)
+    fig = style_figure(
+        fig, "Share sweep: short-flow mean completion time per arm (95 % CI; pure phases at 0 and 100 %)", height=420
+    )
+    return fig.update_layout(legend=LEGEND_BELOW)
 
 
 # ---- d. interference --------------------------------------------------------------------------
@@ -536,7 +545,8 @@ def bulk_figure(report: CostReport) -> go.Figure:
     for column in (1, 2):
         fig.update_yaxes(range=_zero_range(tops[column]), row=1, col=column)
     fig.update_layout(barmode="group")
-    return style_figure(fig, "Bulk flows: throughput alone vs with short flows, and retransmissions per phase", height=420)
+    fig = style_figure(fig, "Bulk flows: throughput alone vs with short flows, and retransmissions per phase", height=420)
+    return fig.update_layout(legend=LEGEND_BELOW)
 
 
 # ---- the callback -----------------------------------------------------------------------------
