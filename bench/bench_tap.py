@@ -8,7 +8,8 @@ spread on this 2-core box; the agent may run on either CPU) for blocks of ``--bl
 agent off and on (``off, on`` then ``on, off``, ``--pairs`` times), so both see the same machine;
 the agent runs a study that treats *every* client (IW 32: every SYN marked, every connection
 policy-routed) with its capture on (``--no-capture``: destroy notifications only) and its
-default budgets (2,000 captured packets/s, 1,000 measured closes/s).  Three loads:
+default budgets (the capture in windows above 20,000 server packets/s, 1,000 measured closes/s).
+Three loads:
 
 * ``keepalive``: wrk's default (HTTP/1.1 keep-alive: 50 connections, millions of requests);
 * ``keepalive100``: a new connection every 100 requests (nginx's ``keepalive_requests 100``,
@@ -22,6 +23,10 @@ before them: what is measured is the agent's steady state on a busy server (its 
 within seconds), not its first seconds.  The agent runs
 at ``--nice`` 10, as its systemd unit does: under saturation the web server goes first, and what
 the agent then misses is counted (``tap_notifications_lost``: kernel buffer overruns), never traffic.
+
+``--component none`` switches nothing on in either block (an A/A test: the bench's own noise);
+``--rate N`` replaces wrk at saturation by h2load at a fixed N connections/s and compares CPU 0's
+time per request instead (``--steer`` puts the server's receive work on CPU 0 too).
 
 Reported per load: requests/s of every block, the ratio within each pair of adjacent blocks (the
 box drifts by +-10 % over minutes; neighbours share the drift), their geometric mean with a
@@ -79,6 +84,15 @@ def _cpu_s(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / TICKS
 
 
+def _cpu0_busy_s() -> float:
+    """CPU 0's busy seconds (user, nice, system, irq, softirq) since boot."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu0 "):
+            fields = [int(value) for value in line.split()[1:]]
+            return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / TICKS
+    raise RuntimeError("no cpu0 in /proc/stat")
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -120,6 +134,8 @@ class Bench:
         subprocess.run(
             ["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535"], check=True
         )
+        # h2load (``--rate``) closes first: its TIME_WAIT ports are reused, or they run out.
+        subprocess.run(["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"], check=True)
         if steer:
             # A veth delivers a packet on the *sender's* CPU: without steering, the server's
             # receive work (TCP, nftables, routing) runs on wrk's CPU.  RPS puts each side's
@@ -176,6 +192,8 @@ http {{
         self.tap: subprocess.Popen[bytes] | None = None
         #: Extra ``iwprobe tap run`` options (``--agent-args``), e.g. other budgets.
         self.agent_args: list[str] = []
+        #: Run the agent on the server's CPU 0 (``--rate``: all its CPU is charged to the server).
+        self.pin_agent = False
 
     def nginx_cpu_s(self) -> float:
         return sum(_cpu_s(pid) for pid in [self.nginx.pid, *self._nginx_pids()])
@@ -193,6 +211,7 @@ http {{
             "netns",
             "exec",
             self.server,
+            *(["taskset", "-c", "0"] if self.pin_agent else []),
             "nice",
             "-n",
             str(nice),
@@ -272,6 +291,33 @@ http {{
         errors["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
         return {"rps": rps, "requests": requests, "errors": errors}
 
+    def fixed_rate(self, seconds: float, rate_per_s: int, load: str) -> dict[str, Any]:
+        """``--rate``: h2load opens ``rate_per_s`` connections a second (one request each) for
+        ``seconds``; the server's CPU (CPU 0: nginx, its receive work with ``--steer``, and the
+        agent, pinned there too) per request is the cost, free of the saturation's noise."""
+        total = int(rate_per_s * seconds)
+        period_s = 0.01
+        command = [
+            "ip", "netns", "exec", self.client, "taskset", "-c", "1", "h2load", "--h1",
+            "-n", str(total), "-c", str(total), "-r", str(max(1, round(rate_per_s * period_s))), "--rate-period", f"{round(period_s * 1000)}ms",
+            f"http://{self.server_address}:{PORT}{'/k100/object' if load == 'keepalive100' else '/object'}",
+        ]  # fmt: skip
+        busy0 = _cpu0_busy_s()
+        started = time.monotonic()
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        elapsed = time.monotonic() - started
+        busy = _cpu0_busy_s() - busy0
+        done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", output)
+        assert done is not None, output[-2000:]
+        requests, succeeded = int(done.group(1)), int(done.group(2))
+        return {
+            "rps": requests / elapsed,
+            "requests": requests,
+            "errors": {"failed": requests - succeeded},
+            "cpu0_busy_s": round(busy, 3),
+            "cpu0_us_per_request": round(1e6 * busy / max(1, requests), 2),
+        }
+
     def close(self) -> None:
         if self.tap is not None:
             self.stop_tap()
@@ -296,6 +342,10 @@ def _bootstrap_ci(values: list[float], draws: int = 10_000) -> list[float]:
 
 def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
+
+    def drive(seconds: float) -> dict[str, Any]:
+        return bench.fixed_rate(seconds, args.rate, load) if args.rate else bench.wrk(seconds, args.connections, load)
+
     for pair in range(args.pairs):
         for state in ("off", "on") if pair % 2 == 0 else ("on", "off"):
             if state == "on" and args.component == "arms":
@@ -306,12 +356,12 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
             # Both states warm up under the same load: the agent starts on a server already busy
             # (as it would in production) and what is measured is its steady state there, not its
             # first seconds (the capture's first window, the budgets' first estimates).
-            bench.wrk(args.warmup_s, args.connections, load)
+            drive(args.warmup_s)
             if state == "on" and args.component == "agent":
                 tap_cpu0 = _cpu_s(bench.tap_pid())
             nginx_cpu0 = bench.nginx_cpu_s()
             load0 = os.getloadavg()[0]
-            result = bench.wrk(args.block_s, args.connections, load)
+            result = drive(args.block_s)
             result.update(state=state, nginx_cpu_s=round(bench.nginx_cpu_s() - nginx_cpu0, 2), load=round(load0, 2))
             if state == "on" and args.component == "arms":
                 bench.install_arms(False)
@@ -341,6 +391,10 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within
     # each pair, their geometric mean and a bootstrap 95 % interval over the pairs.
     pair_ratios = [on[index] / off[index] for index in range(len(on))]
+    if args.rate:  # the requests/s CPU 0 could serve: the inverse of its CPU per request
+        off_us = [block["cpu0_us_per_request"] for block in blocks if block["state"] == "off"]
+        on_us = [block["cpu0_us_per_request"] for block in blocks if block["state"] == "on"]
+        pair_ratios = [off_us[index] / on_us[index] for index in range(len(on_us))]
     on_blocks = [block for block in blocks if block["state"] == "on" and "tap_cpu_s" in block]
     seen = sum(block["tap_connections_seen"] for block in on_blocks)
     return {
@@ -384,6 +438,13 @@ def main() -> None:
         "none: nothing in the 'on' blocks either (the bench's own noise: what a cost of 0 looks like)",
     )
     parser.add_argument(
+        "--rate",
+        type=int,
+        default=0,
+        help="connections/s at a fixed rate (h2load, one request each) instead of wrk at saturation: "
+        "the ratio is then of CPU 0's time per request (nginx, its receive work with --steer, the agent pinned there)",
+    )
+    parser.add_argument(
         "--steer",
         action="store_true",
         help="RPS: each namespace's receive work on its own CPU (the server's on nginx's CPU 0)",
@@ -399,6 +460,7 @@ def main() -> None:
         work.chmod(0o755)
         bench = Bench(work, args.size, steer=args.steer)
         bench.agent_args = args.agent_args.split()
+        bench.pin_agent = bool(args.rate)
         try:
             results = [run(bench, load, args) for load in args.loads.split(",")]
         finally:
