@@ -299,7 +299,8 @@ http {{
         period_s = 0.01
         command = [
             "ip", "netns", "exec", self.client, "taskset", "-c", "1", "h2load", "--h1",
-            "-n", str(total), "-c", str(total), "-r", str(max(1, round(rate_per_s * period_s))), "--rate-period", f"{round(period_s * 1000)}ms",
+            "-n", str(total), "-c", str(total),
+            "-r", str(max(1, round(rate_per_s * period_s))), "--rate-period", f"{round(period_s * 1000)}ms",
             f"http://{self.server_address}:{PORT}{'/k100/object' if load == 'keepalive100' else '/object'}",
         ]  # fmt: skip
         busy0 = _cpu0_busy_s()
