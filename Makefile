@@ -1,5 +1,5 @@
 # One entry point for people and CI alike; each target is a script under scripts/.
-.PHONY: setup lock lint demo test test-unit test-faults bench clean fresh-check
+.PHONY: setup lock lint demo test test-unit test-slow test-faults bench clean fresh-check
 
 setup:        ## install what is missing (apt packages, .venv from requirements.lock, editable packages, emulator)
 	@scripts/setup.sh
@@ -18,6 +18,9 @@ test: setup   ## the whole test suite against real PostgreSQL, Redis, Celery, na
 
 test-unit:    ## the fast tier: pure-code tests, no root, no services, under a minute (uses the .venv of setup)
 	@scripts/test-unit.sh
+
+test-slow: setup  ## the rehearsals marked slow (the lab IW grid, the paired intervals' coverage; about 3 minutes), run by hand
+	@scripts/test.sh -m slow
 
 test-faults: setup  ## fault-injection suite (long)
 	@scripts/test.sh -m faults

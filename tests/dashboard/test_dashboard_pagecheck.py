@@ -46,7 +46,7 @@ def test_every_page_of_the_seeded_dashboard_shows_data(dashboard_server: Any) ->
 def test_a_page_that_shows_nothing_fails_the_check(dashboard_server: Any, browser: Any) -> None:
     """A regression that empties a page: here filters that match nothing, on two pages."""
     pages = [spec for spec in PAGES if spec.path in ("/sizes", "/regions")]
-    report = check_pages(dashboard_server.url, query="region=atlantis", pages=pages, browser=browser, timeout_s=3)
+    report = check_pages(dashboard_server.url, query="region=atlantis", pages=pages, browser=browser, timeout_s=1)
     assert not report.ok
     assert {(count.page, count.item) for count in report.failures} == {
         ("/sizes", "sizes-improvement-graph"),
