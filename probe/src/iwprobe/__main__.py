@@ -9,11 +9,14 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from . import __version__, wire
 from ._arms import Arm, parse_arms
 from ._signals import stop_event as _stop_event
+
+if TYPE_CHECKING:
+    from ._fetch import FetchResult
 
 
 def _labels(values: Sequence[str]) -> dict[str, str]:
@@ -49,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--ca-file", help="https: trust this CA bundle (e.g. a lab chain's root.pem)")
     fetch.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
     fetch.add_argument("--family", choices=("ipv4", "ipv6"), default="", help="resolve the host in this family only")
+    fetch.add_argument(
+        "--trace", metavar="FILE", help="capture the connection (root) and write its packets to FILE as a JSON trace"
+    )
 
     census = commands.add_parser("census", help="infer the initial window of any HTTP(S) server (root)")
     census.add_argument("url", help="http(s)://host[:port]/path of an object large enough to outlast the window")
@@ -229,7 +235,22 @@ def _fetch(args: argparse.Namespace) -> int:
     from ._fetch import client_context
 
     context = client_context(args.ca_file, verify=not args.insecure) if parts.scheme == "https" else None
-    result = fetch(url, trial_id, timeout_s=args.timeout, tls_context=context, family=args.family)
+    if args.trace:
+        from ._capture import capture_status
+
+        status = capture_status()
+        if status != "on":
+            print(f"iwprobe: --trace needs the packet capture, which is {status}", file=sys.stderr)
+            return 2
+    # --trace reuses the IW inference's capture (one capture socket per fetch).
+    result = fetch(url, trial_id, timeout_s=args.timeout, tls_context=context, family=args.family, infer_iw=bool(args.trace))
+    if args.trace:
+        if result.iw_unavailable:
+            print(f"iwprobe: no trace: {result.iw_unavailable}", file=sys.stderr)
+            return 2
+        written = _write_trace(args.trace, result)
+        # stdout stays one JSON document with --json.
+        print(written, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         size = args.size or 0
         tail = urllib.parse.urlsplit(url).path
@@ -240,6 +261,24 @@ def _fetch(args: argparse.Namespace) -> int:
     else:
         print(format_curl_style(result))
     return 0 if result.error_kind is None else 1
+
+
+def _write_trace(path: str, result: FetchResult) -> str:
+    """Write the fetch's trace (compact JSON) to ``path``; the line saying what was written."""
+    from ._trace import Trace
+
+    trace = Trace.from_packets(
+        result.packets,
+        rcv_mss=result.tcp_info.get("rcv_mss"),
+        min_rtt_us=result.tcp_info.get("min_rtt"),
+        dropped=result.capture_dropped,
+    )
+    text = json.dumps(trace.to_dict(), separators=(",", ":"))
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text + "\n")
+    per_packet = len(text) / len(trace) if len(trace) else 0.0
+    dropped = f", {trace.dropped} dropped by the capture" if trace.dropped else ""
+    return f"trace:          {path} ({len(trace)} packets, {len(text) + 1} bytes, {per_packet:.1f} bytes/packet{dropped})"
 
 
 def _census(args: argparse.Namespace) -> int:

@@ -63,8 +63,10 @@ class FetchResult:
     #: None when not asked for or when the capture could not be opened (``iw_unavailable``).
     iw: Optional[Inference] = None
     iw_unavailable: str = ""
-    #: The connection's captured packets, both directions, in capture order (``infer_iw``).
+    #: The connection's captured packets, both directions, in capture order (``infer_iw``),
+    #: and how many the capture's kernel queue dropped (``iwprobe fetch --trace`` keeps both).
     packets: list[Packet] = field(default_factory=list)
+    capture_dropped: int = 0
 
     def to_trial(
         self,
@@ -244,10 +246,11 @@ def fetch(
         if capture is not None:
             try:
                 result.packets = capture.read()
+                result.capture_dropped = capture.dropped()
                 result.iw = infer(
                     result.packets,
                     rcv_mss=result.tcp_info.get("rcv_mss"),
-                    dropped=capture.dropped(),
+                    dropped=result.capture_dropped,
                     min_rtt_us=result.tcp_info.get("min_rtt"),
                 )
             finally:

@@ -117,25 +117,62 @@ def _segments(payload: int, mss: int) -> int:
     return max(1, -(-payload // mss))
 
 
-def infer(
-    packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int = 0, min_rtt_us: Optional[int] = None
-) -> Inference:
-    """The IW of the connection whose packets (both directions, in capture order) these are.
+@dataclass(frozen=True)
+class FirstFlight:
+    """The server's first flight as the probe received it: the data packets that arrived
+    before ``first data + CUTOFF_RTT_FRACTION x RTT`` (``window``) and those after (``later``)."""
 
-    ``rcv_mss`` and ``min_rtt_us``: the probe socket's ``TCP_INFO`` after the fetch (the
-    sender's segment size as the kernel measured it, GRO included, and the connection's
-    smallest RTT sample); ``dropped``: packets the capture's queue dropped."""
+    syn: Packet
+    syn_ack: Packet
+    #: Every packet the probe received, and its data packets split at the cutoff.
+    arrived: list[Packet]
+    window: list[Packet]
+    later: list[Packet]
+    #: The sender's segment size used to count GRO-merged packets, the RTT and the cutoff (ns).
+    mss: int
+    rtt_ns: int
+    cutoff_ns: int
+
+    @property
+    def first(self) -> Packet:
+        """The first data packet (the cutoff's start)."""
+        return (self.window or self.later)[0]
+
+    @property
+    def segments(self) -> int:
+        """The window in the sender's segments (a GRO-merged packet split by ``mss``)."""
+        return sum(_segments(p.payload, self.mss) for p in self.window)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(p.payload for p in self.window)
+
+
+def first_flight(
+    packets: Sequence[Packet], rcv_mss: Optional[int] = None, min_rtt_us: Optional[int] = None
+) -> Optional[FirstFlight]:
+    """The first flight of :func:`infer` (the same cutoff, RTT and MSS), without its judgement
+    of whether it is the IW; None when it has no handshake, data, RTT or MSS.  A flight with a
+    hole is returned as it arrived (``infer`` calls it ``loss``)."""
+    return _split_first_flight(packets, rcv_mss, min_rtt_us, Inference("undetermined"))
+
+
+def _split_first_flight(
+    packets: Sequence[Packet], rcv_mss: Optional[int], min_rtt_us: Optional[int], result: Inference
+) -> Optional[FirstFlight]:
+    """The handshake, MSS, RTT and the cutoff of the first flight; None with ``result``'s reason
+    (and its MSS options, MSS and RTT as far as found) when one of them is missing."""
     syn = next((p for p in packets if p.outgoing and p.syn and not p.has_ack), None)
     syn_ack = next((p for p in packets if not p.outgoing and p.syn and p.has_ack), None)
     if syn is None or syn_ack is None:
-        return Inference("undetermined", reason="no_handshake")
-    result = Inference("undetermined", client_mss_option=syn.mss_option, server_mss_option=syn_ack.mss_option)
-    server_isn = syn_ack.seq
+        result.reason = "no_handshake"
+        return None
+    result.client_mss_option, result.server_mss_option = syn.mss_option, syn_ack.mss_option
     arrived = [p for p in packets if not p.outgoing]
     data = [p for p in arrived if p.payload > 0]
     if not data:
         result.reason = "no_data"
-        return result
+        return None
     if rcv_mss:
         mss = rcv_mss
     elif syn.mss_option is not None and any(p.payload > syn.mss_option for p in data):
@@ -143,7 +180,7 @@ def infer(
         # a single segment.
         result.reason = "no_mss"
         result.notes.append("GRO merged packets and TCP_INFO's rcv_mss is missing: the sender's MSS is unknown")
-        return result
+        return None
     else:
         mss = max(p.payload for p in data)
     result.mss = mss
@@ -155,7 +192,7 @@ def infer(
         samples.append(syn_ack.time_ns - syn.time_ns)
     if not samples:
         result.reason = "no_rtt"
-        return result
+        return None
     rtt = max(1, min(samples))
     result.rtt_us = rtt // 1000
     # The probe acknowledges the first data at once (quick-ACK mode at a connection's start):
@@ -163,6 +200,24 @@ def infer(
     cutoff = first.time_ns + int(CUTOFF_RTT_FRACTION * rtt)
     window = [p for p in data if p.time_ns < cutoff]
     later = [p for p in data if p.time_ns >= cutoff]
+    return FirstFlight(syn, syn_ack, arrived, window, later, mss, rtt, cutoff)
+
+
+def infer(
+    packets: Sequence[Packet], rcv_mss: Optional[int] = None, dropped: int = 0, min_rtt_us: Optional[int] = None
+) -> Inference:
+    """The IW of the connection whose packets (both directions, in capture order) these are.
+
+    ``rcv_mss`` and ``min_rtt_us``: the probe socket's ``TCP_INFO`` after the fetch (the
+    sender's segment size as the kernel measured it, GRO included, and the connection's
+    smallest RTT sample); ``dropped``: packets the capture's queue dropped."""
+    result = Inference("undetermined")
+    flight = _split_first_flight(packets, rcv_mss, min_rtt_us, result)
+    if flight is None:
+        return result
+    syn, arrived, window, later, mss, rtt = flight.syn, flight.arrived, flight.window, flight.later, flight.mss, flight.rtt_ns
+    server_isn = flight.syn_ack.seq
+    first, cutoff = flight.first, flight.cutoff_ns
     first_offset = (first.seq - server_isn - 1) % 2**32
     if first_offset != 0:
         result.reason = "loss"
@@ -176,8 +231,7 @@ def infer(
             result.notes.append(f"a segment at offset {offset} where {expected} was expected")
             return result
         expected += packet.payload
-    result.iw_segments = sum(_segments(p.payload, mss) for p in window)
-    result.iw_bytes = sum(p.payload for p in window)
+    result.iw_segments, result.iw_bytes = flight.segments, flight.payload_bytes
     last = window[-1]
     result.span_us = (last.time_ns - first.time_ns) // 1000
     result.status = "lower_bound"
