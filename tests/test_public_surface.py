@@ -222,6 +222,7 @@ ENTRY_POINTS = {
     ("console_scripts", "iwscope"): "iwscope.cli:main",
     ("iwscope.commands", "dashboard"): "iwscope_dashboard.cli:dashboard",
     ("iwscope.commands", "lab"): "iwscope_lab.cli:lab",
+    ("iwscope.commands", "trace"): "iwscope_dashboard.trace_cli:trace",
 }
 
 

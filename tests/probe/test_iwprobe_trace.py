@@ -203,6 +203,7 @@ def test_to_dict_from_dict_round_trip_through_json() -> None:
     assert set(data) >= set(COLUMNS) | {"client_mss", "server_mss", "client_wscale", "server_wscale", "rcv_mss", "min_rtt_us"}
     assert Trace.from_dict(data) == trace
     assert Trace.from_dict(data).first_flight() == trace.first_flight() == (10, 10 * MSS)
+    assert (data["first_flight"]["segments"], data["first_flight"]["bytes"]) == (10, 10 * MSS)  # written for readers
 
 
 @pytest.mark.parametrize(

@@ -147,11 +147,30 @@ class Trace:
         flight = _first_flight(self.to_packets(), rcv_mss=self.rcv_mss, min_rtt_us=self.min_rtt_us)
         return None if flight is None else (flight.segments, flight.payload_bytes)
 
+    def first_flight_summary(self) -> Optional[dict[str, int]]:
+        """The first flight as a reader of the trace needs it without the inference: its
+        segments and bytes, the RTT and MSS used, and ``cutoff_us`` -- the received data packets
+        with ``t_us < cutoff_us`` are the flight (the inference's cutoff, rounded up to a whole
+        microsecond, selects exactly the same packets).  None as :meth:`first_flight`."""
+        flight = _first_flight(self.to_packets(), rcv_mss=self.rcv_mss, min_rtt_us=self.min_rtt_us)
+        if flight is None:
+            return None
+        return {
+            "segments": flight.segments,
+            "bytes": flight.payload_bytes,
+            "cutoff_us": -(-flight.cutoff_ns // 1000),
+            "rtt_us": max(1, flight.rtt_ns // 1000),
+            "mss": flight.mss,
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe and columnar: ints, None and lists of ints only."""
+        """JSON-safe and columnar: ints, None and lists of ints only, plus the derived
+        ``first_flight`` (:meth:`first_flight_summary`; :meth:`from_dict` ignores it), so a
+        reader that draws the trace (the dashboard) need not redo the inference."""
         data: dict[str, Any] = {"version": self.version, "packets": len(self)}
         data.update((name, getattr(self, name)) for name in _OPTIONAL_INTS)
         data["dropped"] = self.dropped
+        data["first_flight"] = self.first_flight_summary()
         data.update((name, list(getattr(self, name))) for name in COLUMNS)
         return data
 
