@@ -329,6 +329,8 @@ def test_signed_in_the_page_draws_the_tables_and_figures(study: Study, browser: 
         assert tab.problems == []
         # the navigation of the public pages links here
         tab.goto(study.url + "/")
+        # The navigation is drawn by the app after the load event: wait for it, then count.
+        tab.wait_for_selector("#app-nav >> text=Real users", timeout=TIMEOUT_MS)
         assert tab.locator("#app-nav >> text=Real users").count() == 1
     finally:
         context.close()
