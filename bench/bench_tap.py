@@ -134,8 +134,6 @@ class Bench:
         subprocess.run(
             ["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535"], check=True
         )
-        # h2load (``--rate``) closes first: its TIME_WAIT ports are reused, or they run out.
-        subprocess.run(["ip", "netns", "exec", self.client, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"], check=True)
         if steer:
             # A veth delivers a packet on the *sender's* CPU: without steering, the server's
             # receive work (TCP, nftables, routing) runs on wrk's CPU.  RPS puts each side's
@@ -391,11 +389,13 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
     on = [block["rps"] for block in blocks if block["state"] == "on"]
     # The box drifts by +-10 % over minutes; adjacent blocks share the drift: the ratio within
     # each pair, their geometric mean and a bootstrap 95 % interval over the pairs.
-    pair_ratios = [on[index] / off[index] for index in range(len(on))]
-    if args.rate:  # the requests/s CPU 0 could serve: the inverse of its CPU per request
-        off_us = [block["cpu0_us_per_request"] for block in blocks if block["state"] == "off"]
-        on_us = [block["cpu0_us_per_request"] for block in blocks if block["state"] == "on"]
-        pair_ratios = [off_us[index] / on_us[index] for index in range(len(on_us))]
+    # With --rate the ratio is of the requests/s CPU 0 could serve: the inverse of its CPU per
+    # request (the load is fixed, so requests/s says nothing); both ratios on the same basis.
+    served_off, served_on = off, on
+    if args.rate:
+        served_off = [1e6 / block["cpu0_us_per_request"] for block in blocks if block["state"] == "off"]
+        served_on = [1e6 / block["cpu0_us_per_request"] for block in blocks if block["state"] == "on"]
+    pair_ratios = [served_on[index] / served_off[index] for index in range(len(served_on))]
     on_blocks = [block for block in blocks if block["state"] == "on" and "tap_cpu_s" in block]
     seen = sum(block["tap_connections_seen"] for block in on_blocks)
     return {
@@ -404,7 +404,8 @@ def run(bench: Bench, load: str, args: argparse.Namespace) -> dict[str, Any]:
         "rps_off": off,
         "rps_on": on,
         "notifications_lost": sum(block["tap_notifications_lost"] for block in on_blocks),
-        "ratio_of_medians": round(statistics.median(on) / statistics.median(off), 4),
+        "ratio_of": "requests/s CPU 0 could serve (1 / CPU per request)" if args.rate else "requests/s",
+        "ratio_of_medians": round(statistics.median(served_on) / statistics.median(served_off), 4),
         "pair_ratios": [round(ratio, 4) for ratio in pair_ratios],
         "pair_ratio_geomean": round(_geomean(pair_ratios), 4),
         "pair_ratio_ci95": _bootstrap_ci(pair_ratios),
@@ -462,6 +463,8 @@ def main() -> None:
         bench = Bench(work, args.size, steer=args.steer)
         bench.agent_args = args.agent_args.split()
         bench.pin_agent = bool(args.rate)
+        if args.rate:  # h2load closes first: its TIME_WAIT ports are reused, or they run out
+            subprocess.run(["ip", "netns", "exec", bench.client, "sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"], check=True)
         try:
             results = [run(bench, load, args) for load in args.loads.split(",")]
         finally:
@@ -472,6 +475,8 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "component": args.component,
         "steer": args.steer,
+        "rate": args.rate,
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=RESULTS.parent).stdout.strip(),
         "agent_args": args.agent_args,
         "capture": args.capture,
         "nice": args.nice,

@@ -24,6 +24,7 @@ have ca-certificates || need+=(ca-certificates)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v ethtool >/dev/null || need+=(ethtool)      # the IW grid toggles the lab devices' GSO
 command -v nft >/dev/null || need+=(nftables)         # iwprobe tap's arms (an nftables rule marks SYNs)
+command -v tcpdump >/dev/null || need+=(tcpdump)     # the held-out check of the probe's trial traces
 command -v wrk >/dev/null || need+=(wrk)              # load from clients nobody here wrote (the tap's cost,
 command -v h2load >/dev/null || need+=(nghttp2-client)  #   zero failed requests while arms change)
 # Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py) and the

@@ -566,6 +566,7 @@ def test_over_its_traffic_budget_the_capture_opens_in_windows_that_admit_then_fo
 
     windows = CaptureWindows(20_000, 0.0)
     assert windows.state(0.0) == "closed"  # until the server's packet rate is known
+    assert windows.admitting_share == 0.0  # the heartbeat's capture share: nothing yet
     states: dict[str, float] = {"admit": 0.0, "follow": 0.0, "closed": 0.0}
     step, seconds = 0.05, 6000
     for index in range(int(seconds / step)):
@@ -577,13 +578,17 @@ def test_over_its_traffic_budget_the_capture_opens_in_windows_that_admit_then_fo
     open_s = states["admit"] + states["follow"]
     assert open_s / seconds == pytest.approx(0.1, abs=0.01)
     assert states["admit"] / open_s == pytest.approx(ADMIT_S / (ADMIT_S + TAIL_S), abs=0.02)
+    # The long-run admitting share the heartbeat reports is the share of time spent admitting.
+    assert windows.admitting_share == pytest.approx(states["admit"] / seconds, abs=0.005)
     quiet = CaptureWindows(20_000, 0.0)
     for second in range(30):
         quiet.observe(float(second), 5_000)
         assert quiet.state(second + 0.5) == "admit"
+    assert quiet.admitting_share == 1.0
     unlimited = CaptureWindows(0, 0.0)
     unlimited.observe(0.0, 10**7)
     assert unlimited.state(1.0) == "admit"
+    assert unlimited.admitting_share == 1.0
 
 
 def test_a_capture_window_in_its_tail_follows_admitted_connections_and_admits_no_new_one() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import struct
 import subprocess
@@ -37,7 +38,7 @@ from iwprobe._trace import Trace
 topology_module = pytest.importorskip("iwscope_lab.topology")
 Topology, Host, LinkSpec = topology_module.Topology, topology_module.Host, topology_module.LinkSpec
 
-TCPDUMP = "/usr/bin/tcpdump"
+TCPDUMP = shutil.which("tcpdump") or "tcpdump"  # make setup installs Debian's tcpdump
 IWPROBE = [sys.executable, "-m", "iwprobe"]
 IWS = (3, 10, 32)
 BASE_PORT = 8700
@@ -124,10 +125,12 @@ def pcap_first_flight(packets: list[PcapPacket], server_port: int) -> tuple[int,
     """(segments, bytes, [(relative seq, length) of every server data packet]) from tcpdump's
     capture: the first flight is the server's data up to the first silence > ``FLIGHT_GAP_NS``;
     a packet longer than the server's MSS (GRO) counts as the segments it holds."""
+    syn = next(p for p in packets if p.dport == server_port and p.flags & SYN and not p.flags & ACK)
     syn_ack = next(p for p in packets if p.sport == server_port and p.flags & SYN and p.flags & ACK)
     data = [p for p in packets if p.sport == server_port and p.payload > 0]
     assert data, "tcpdump saw no data from the server"
-    mss = max(p.payload for p in data if syn_ack.mss_option is None or p.payload <= syn_ack.mss_option)
+    # The server's segments are capped by the MSS the probe announced in its SYN.
+    mss = max(p.payload for p in data if syn.mss_option is None or p.payload <= syn.mss_option)
     flight = [data[0]]
     for before, after in zip(data, data[1:], strict=False):
         if after.time_ns - before.time_ns > FLIGHT_GAP_NS:
@@ -159,7 +162,7 @@ def pcap_rows(packets: list[PcapPacket], server_port: int) -> list[tuple[int, in
 def lab() -> Iterator[Any]:
     if os.geteuid() != 0:
         pytest.skip("the lab and the captures need root")
-    assert os.access(TCPDUMP, os.X_OK), f"{TCPDUMP} missing (Debian's tcpdump package)"
+    assert shutil.which("tcpdump"), "tcpdump is missing: `make setup` installs Debian's tcpdump package"
     topo = Topology(
         f"iwt{secrets.token_hex(3)}",
         hosts=[
@@ -239,7 +242,7 @@ def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_p
 
     text = trace_file.read_text()
     trace = Trace.from_dict(json.loads(text))
-    flight = trace.first_flight()
+    flight = None if trace.first_flight is None else (trace.first_flight["segments"], trace.first_flight["bytes"])
     captured = read_pcap(pcap)
     segments, flight_bytes, relative = pcap_first_flight(captured, port)
     trace_data = [(trace.seq[i], trace.length[i]) for i in range(len(trace)) if not trace.outgoing[i] and trace.length[i]]
@@ -266,3 +269,5 @@ def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_p
     print(f"  after the trace, tcpdump saw {rows[len(trace) :]}")
     assert segments == iw  # the route's initcwnd: the setup measured what it meant to
     assert sum(n for _, n in trace_data) > OBJECT_BYTES
+    # The size docs/probe.md quotes (compact JSON of a 100 KB trial on this path).
+    assert len(text) / len(trace) < 40 and len(text) < 6_000, (len(text), len(trace))

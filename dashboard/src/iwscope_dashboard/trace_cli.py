@@ -59,13 +59,12 @@ def plot_command(file: pathlib.Path, out: pathlib.Path, title: str) -> None:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
         raise BadTraceFile(f"{file}: cannot read a JSON trace: {reason}") from error
 
-    from iwscope_dashboard.tracefigures import check_trace, time_sequence_figure
+    from iwscope_dashboard.tracefigures import time_sequence_figure
 
     try:
-        check_trace(data)
+        figure = time_sequence_figure(data, title=title)  # checks the file first (iwprobe.wire.check_trace)
     except ValueError as error:
         raise BadTraceFile(f"{file}: {error} (expected a trace from `iwprobe fetch --trace FILE`)") from error
-    figure = time_sequence_figure(data, title=title)
     if suffix in HTML_SUFFIXES:
         figure.write_html(str(out), include_plotlyjs=True, full_html=True)
     else:

@@ -9,8 +9,9 @@ retransmissions in their own colours, and alternate round trips shaded.
 
 The trace is the plain dict of ``iwprobe._trace.Trace.to_dict`` (format version 1, see
 docs/probe.md "Trial traces").  The dashboard may import only ``iwprobe.wire`` from the probe
-(tests/test_import_graph.py): the probe writes the first flight into the trace (the inference's
-own split, ``first_flight``), and this module only checks the file's shape and draws it.
+(tests/test_import_graph.py), which specifies the format and its one check
+(:func:`iwprobe.wire.check_trace`); the probe writes the first flight into the trace (the
+inference's own split, ``first_flight``), so this module only draws.
 """
 
 from __future__ import annotations
@@ -21,17 +22,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-#: The trace format version this module reads (``iwprobe._trace.TRACE_VERSION``).
-TRACE_VERSION = 1
-#: The per-packet columns (``iwprobe._trace.COLUMNS``).
-COLUMNS = ("t_us", "outgoing", "seq", "ack", "length", "flags", "window")
-_OPTIONAL_INTS = ("client_mss", "server_mss", "client_wscale", "server_wscale", "rcv_mss", "min_rtt_us")
+from iwprobe.wire import check_trace
+
 #: Round-trip bands are drawn only when the trace spans at most this many round trips (a loopback
 #: RTT of 13 µs over a 3.5 ms trace is 270: stripes, not rounds one can count).
 MAX_BANDS = 100
 
-#: What the probe writes as a trace's ``first_flight`` (``Trace.first_flight_summary``).
-_FLIGHT_FIELDS = ("segments", "bytes", "cutoff_us", "rtt_us", "mss")
 _SYN, _ACK = 0x02, 0x10
 _FLAG_NAMES = (
     (0x01, "FIN"),
@@ -53,38 +49,13 @@ _BAND_COLOUR = "#eef2f7"
 _GRID = "#e6ebf2"
 
 
-def check_trace(data: object) -> None:
-    """``ValueError`` (one line, what is wrong) unless ``data`` is a version 1 trace dict with
-    equally long integer columns: the checks of ``iwprobe._trace.Trace.from_dict``."""
-    version = data.get("version") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or version != TRACE_VERSION:
-        raise ValueError(f"not a version {TRACE_VERSION} trace (version {version!r})")
-    lengths: set[int] = set()
-    for name in COLUMNS:
-        values = data.get(name)
-        if not isinstance(values, list) or not all(_is_int(value) for value in values):
-            raise ValueError(f"trace column {name!r} is not a list of integers")
-        lengths.add(len(values))
-    if len(lengths) != 1:
-        raise ValueError(f"trace columns differ in length: {sorted(lengths)}")
-    if "packets" in data and data["packets"] != lengths.pop():
-        raise ValueError("trace 'packets' does not match its columns")
-    for name in (*_OPTIONAL_INTS, "dropped"):
-        value = data.get(name)
-        if value is not None and not _is_int(value):
-            raise ValueError(f"trace field {name!r} is not an integer")
-    flight = data.get("first_flight")
-    if flight is not None and (not isinstance(flight, dict) or not all(_is_int(flight.get(key)) for key in _FLIGHT_FIELDS)):
-        raise ValueError(f"trace field 'first_flight' is not null or integers {', '.join(_FLIGHT_FIELDS)}")
-
-
 @dataclass(frozen=True)
 class FirstFlight:
-    """The server's first flight as ``iwprobe._iwinfer.first_flight`` splits it: the data
-    packets (their indexes in the trace) that arrived before ``cutoff_us``."""
+    """The server's first flight as the probe split it (the trace's ``first_flight``) and the
+    received data packets it covers (their indexes in the trace)."""
 
     indexes: tuple[int, ...]
-    #: The sender's segment size that counts GRO-merged packets, the RTT and the cutoff (µs).
+    #: The sender's segment size that counts GRO-merged packets, the RTT and the split (µs).
     mss: int
     rtt_us: int
     cutoff_us: int
@@ -93,19 +64,19 @@ class FirstFlight:
 
 
 def first_flight(trace: Mapping[str, Any]) -> FirstFlight | None:
-    """The first flight the probe wrote into the trace (``first_flight``: the IW inference's
-    own split, ``Trace.first_flight_summary``), with the received data packets it covers: those
-    before its ``cutoff_us``.  None when the probe found none (no handshake, data or RTT)."""
+    """The first flight the probe wrote into the trace (the IW inference's own split, made on
+    the captured packets): the first ``packets`` received data packets.  None when the probe
+    found none (no handshake, data or RTT)."""
     summary = trace.get("first_flight")
     if not isinstance(summary, Mapping):
         return None
-    t_us, outgoing, length = trace["t_us"], trace["outgoing"], trace["length"]
-    cutoff_us = int(summary["cutoff_us"])
+    outgoing, length = trace["outgoing"], trace["length"]
+    received = [i for i in range(len(length)) if not outgoing[i] and length[i] > 0]
     return FirstFlight(
-        indexes=tuple(i for i in range(len(t_us)) if not outgoing[i] and length[i] > 0 and t_us[i] < cutoff_us),
+        indexes=tuple(received[: int(summary["packets"])]),
         mss=int(summary["mss"]),
         rtt_us=int(summary["rtt_us"]),
-        cutoff_us=cutoff_us,
+        cutoff_us=int(summary["cutoff_us"]),
         segments=int(summary["segments"]),
         payload_bytes=int(summary["bytes"]),
     )
@@ -251,7 +222,3 @@ def time_sequence_figure(trace: Mapping[str, Any], title: str = "") -> go.Figure
         rangemode="tozero",
     )
     return fig
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -41,10 +41,8 @@ from ._routes import run_ip
 from ._sockdiag import ClosedConnection, DestroyListener
 from ._spool import Spool, SpoolFull
 from ._tap_budget import (
-    ADMIT_S,
     DEFAULT_CAPTURE_TRAFFIC_PPS,
     DEFAULT_CLOSES_PER_S,
-    TAIL_S,
     CaptureWindows,
     DutyCycle,
 )
@@ -201,10 +199,9 @@ class Measurer:
         """Share of new connections the capture follows in the long run: its port sampling times
         the share of time it admits new ones (:class:`CaptureWindows`); 0 while the server's rate
         is not known yet."""
-        if not self.capture_enabled or not self.windows.known:
+        if not self.capture_enabled:
             return 0.0
-        admitting = 1.0 if self.windows.share >= 1.0 else self.windows.share * ADMIT_S / (ADMIT_S + TAIL_S)
-        return admitting / (1 << self.sampling_bits)
+        return self.windows.admitting_share / (1 << self.sampling_bits)
 
     def _set_sampling(self, bits: int) -> None:
         assert self.capture is not None

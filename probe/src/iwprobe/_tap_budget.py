@@ -131,6 +131,14 @@ class CaptureWindows:
             return 1.0
         return max(MIN_SHARE, self.budget_pps / self.rate_pps)
 
+    @property
+    def admitting_share(self) -> float:
+        """Share of time new connections are admitted in the long run: 0 until the rate is
+        known, 1 below the budget, else the open share's admitting part."""
+        if not self._known:
+            return 0.0
+        return 1.0 if self.share >= 1.0 else self.share * ADMIT_S / (ADMIT_S + TAIL_S)
+
     def observe(self, now: float, rate_pps: float) -> None:
         """Once a second: the server's packet rate."""
         self.rate_pps = rate_pps if self.rate_pps == 0.0 else SMOOTHING * rate_pps + (1 - SMOOTHING) * self.rate_pps

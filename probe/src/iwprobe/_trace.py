@@ -15,8 +15,9 @@ windows scaled to bytes.
 
 What the trace is *not*: the wire.  Incoming packets are seen after the probe's GRO, which may
 merge back-to-back segments into one packet: ``length`` is then the merged payload (what the
-capture saw); :meth:`Trace.first_flight` splits such packets by the sender's MSS the same way
-:func:`iwprobe._iwinfer.infer` does (``rcv_mss`` from ``TCP_INFO``).  Outgoing packets' times
+capture saw); :attr:`Trace.first_flight` is the inference's own split, made once on the
+captured packets (ns stamps; the columns keep microseconds), GRO-merged packets counted in the
+sender's segments (``rcv_mss`` from ``TCP_INFO``).  Outgoing packets' times
 are their kernel stamps, which are not always departures (see :mod:`iwprobe._capture`), so a
 SYN stamped late can make an early incoming packet's ``t_us`` negative.
 """
@@ -29,12 +30,8 @@ from typing import Any, Optional
 
 from ._capture import ACK, SYN, Packet
 from ._iwinfer import first_flight as _first_flight
+from ._wire_trace import TRACE_COLUMNS, TRACE_OPTIONAL_INTS, TRACE_VERSION, check_trace
 
-#: Bumped when a field changes meaning; :meth:`Trace.from_dict` refuses other versions.
-TRACE_VERSION = 1
-#: The per-packet columns, in the order :meth:`Trace.to_dict` writes them.
-COLUMNS = ("t_us", "outgoing", "seq", "ack", "length", "flags", "window")
-_OPTIONAL_INTS = ("client_mss", "server_mss", "client_wscale", "server_wscale", "rcv_mss", "min_rtt_us")
 _WRAP = 2**32
 
 
@@ -68,6 +65,11 @@ class Trace:
     min_rtt_us: Optional[int] = None
     #: Packets the capture's kernel queue dropped: >0 means the trace has gaps.
     dropped: int = 0
+    #: The server's first flight as the IW inference splits it (:func:`iwprobe._iwinfer.first_flight`),
+    #: made once on the captured packets at full precision: ``packets`` (how many of the first
+    #: received data packets it covers), ``segments`` (in the sender's MSS), ``bytes``,
+    #: ``rtt_us``, ``mss``; None without a handshake, data or an RTT.
+    first_flight: Optional[dict[str, int]] = None
     version: int = TRACE_VERSION
 
     def __len__(self) -> int:
@@ -92,7 +94,18 @@ class Trace:
         syn = next((p for p in packets if p.outgoing and p.flags & SYN and not p.flags & ACK), None)
         syn_ack = next((p for p in packets if not p.outgoing and p.flags & SYN and p.flags & ACK), None)
         isn = {True: _base(packets, True, syn), False: _base(packets, False, syn_ack)}
+        flight = _first_flight(packets, rcv_mss=rcv_mss, min_rtt_us=min_rtt_us)
         trace = cls(
+            first_flight=None
+            if flight is None
+            else {
+                "packets": len(flight.window),
+                "segments": flight.segments,
+                "bytes": flight.payload_bytes,
+                "rtt_us": max(1, flight.rtt_ns // 1000),
+                "mss": flight.mss,
+                "cutoff_us": (flight.cutoff_ns - flight.syn.time_ns) // 1000,
+            },
             client_mss=None if syn is None else syn.mss_option,
             server_mss=None if syn_ack is None else syn_ack.mss_option,
             client_wscale=None if syn is None else syn.wscale_option,
@@ -117,109 +130,39 @@ class Trace:
             trace.window.append(packet.window << scale)
         return trace
 
-    def to_packets(self) -> list[Packet]:
-        """The trace as :class:`~iwprobe._capture.Packet`\\ s again (relative numbers, times
-        from the SYN, window fields unscaled), e.g. for :func:`iwprobe._iwinfer.infer`."""
-        packets: list[Packet] = []
-        for index in range(len(self)):
-            outgoing, flags = bool(self.outgoing[index]), self.flags[index]
-            syn = bool(flags & SYN)
-            scale = (self.client_wscale if outgoing else self.server_wscale) or 0
-            packets.append(
-                Packet(
-                    time_ns=self.t_us[index] * 1000,
-                    outgoing=outgoing,
-                    seq=self.seq[index],
-                    ack=self.ack[index],
-                    flags=flags,
-                    payload=self.length[index],
-                    window=self.window[index] >> (scale if self.scaled and not syn else 0),
-                    mss_option=(self.client_mss if outgoing else self.server_mss) if syn else None,
-                    wscale_option=(self.client_wscale if outgoing else self.server_wscale) if syn else None,
-                )
-            )
-        return packets
-
-    def first_flight(self) -> Optional[tuple[int, int]]:
-        """(segments, payload bytes) of the server's first flight as the probe received it:
-        :func:`iwprobe._iwinfer.first_flight`, the data before the inference's cutoff, counted
-        in the sender's segments; None when the trace lacks the handshake, data or an RTT."""
-        flight = _first_flight(self.to_packets(), rcv_mss=self.rcv_mss, min_rtt_us=self.min_rtt_us)
-        return None if flight is None else (flight.segments, flight.payload_bytes)
-
-    def first_flight_summary(self) -> Optional[dict[str, int]]:
-        """The first flight as a reader of the trace needs it without the inference: its
-        segments and bytes, the RTT and MSS used, and ``cutoff_us`` -- the received data packets
-        with ``t_us < cutoff_us`` are the flight (the inference's cutoff, rounded up to a whole
-        microsecond, selects exactly the same packets).  None as :meth:`first_flight`."""
-        flight = _first_flight(self.to_packets(), rcv_mss=self.rcv_mss, min_rtt_us=self.min_rtt_us)
-        if flight is None:
-            return None
-        return {
-            "segments": flight.segments,
-            "bytes": flight.payload_bytes,
-            "cutoff_us": -(-flight.cutoff_ns // 1000),
-            "rtt_us": max(1, flight.rtt_ns // 1000),
-            "mss": flight.mss,
-        }
-
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe and columnar: ints, None and lists of ints only, plus the derived
-        ``first_flight`` (:meth:`first_flight_summary`; :meth:`from_dict` ignores it), so a
-        reader that draws the trace (the dashboard) need not redo the inference."""
+        """JSON-safe and columnar (:mod:`iwprobe._wire_trace`): ints, None and lists of ints, and
+        the ``first_flight`` made at capture, so a reader (the dashboard) need not redo the
+        inference -- nor could it exactly: the columns keep microseconds, the split used ns."""
         data: dict[str, Any] = {"version": self.version, "packets": len(self)}
-        data.update((name, getattr(self, name)) for name in _OPTIONAL_INTS)
+        data.update((name, getattr(self, name)) for name in TRACE_OPTIONAL_INTS)
         data["dropped"] = self.dropped
-        data["first_flight"] = self.first_flight_summary()
-        data.update((name, list(getattr(self, name))) for name in COLUMNS)
+        data["first_flight"] = None if self.first_flight is None else dict(self.first_flight)
+        data.update((name, list(getattr(self, name))) for name in TRACE_COLUMNS)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:
-        """The inverse of :meth:`to_dict`; ``ValueError`` for another version or a malformed trace."""
-        version = data.get("version") if isinstance(data, dict) else None
-        if version != TRACE_VERSION:
-            raise ValueError(f"not a version {TRACE_VERSION} trace (version {version!r})")
-        columns: dict[str, list[int]] = {}
-        for name in COLUMNS:
-            values = data.get(name)
-            if not isinstance(values, list) or not all(_is_int(value) for value in values):
-                raise ValueError(f"trace column {name!r} is not a list of integers")
-            columns[name] = list(values)
-        lengths = {len(values) for values in columns.values()}
-        if len(lengths) != 1:
-            raise ValueError(f"trace columns differ in length: {sorted(lengths)}")
-        if "packets" in data and data["packets"] != lengths.pop():
-            raise ValueError("trace 'packets' does not match its columns")
-        extras: dict[str, Optional[int]] = {}
-        for name in _OPTIONAL_INTS:
-            value = data.get(name)
-            if value is not None and not _is_int(value):
-                raise ValueError(f"trace field {name!r} is not an integer")
-            extras[name] = value
-        dropped = data.get("dropped", 0)
-        if not _is_int(dropped):
-            raise ValueError("trace field 'dropped' is not an integer")
+        """The inverse of :meth:`to_dict`; ``ValueError`` as :func:`iwprobe._wire_trace.check_trace`."""
+        check_trace(data)
+        flight = data.get("first_flight")
         return cls(
-            t_us=columns["t_us"],
-            outgoing=columns["outgoing"],
-            seq=columns["seq"],
-            ack=columns["ack"],
-            length=columns["length"],
-            flags=columns["flags"],
-            window=columns["window"],
-            client_mss=extras["client_mss"],
-            server_mss=extras["server_mss"],
-            client_wscale=extras["client_wscale"],
-            server_wscale=extras["server_wscale"],
-            rcv_mss=extras["rcv_mss"],
-            min_rtt_us=extras["min_rtt_us"],
-            dropped=dropped,
+            t_us=list(data["t_us"]),
+            outgoing=list(data["outgoing"]),
+            seq=list(data["seq"]),
+            ack=list(data["ack"]),
+            length=list(data["length"]),
+            flags=list(data["flags"]),
+            window=list(data["window"]),
+            client_mss=data.get("client_mss"),
+            server_mss=data.get("server_mss"),
+            client_wscale=data.get("client_wscale"),
+            server_wscale=data.get("server_wscale"),
+            rcv_mss=data.get("rcv_mss"),
+            min_rtt_us=data.get("min_rtt_us"),
+            dropped=data.get("dropped", 0),
+            first_flight=None if flight is None else dict(flight),
         )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _base(packets: Sequence[Packet], outgoing: bool, syn: Optional[Packet]) -> int:

@@ -36,8 +36,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from . import _wire_passive
+from . import _wire_passive, _wire_trace
 from ._wire_passive import *  # noqa: F403 -- wire v6's passive records are part of this module
+from ._wire_trace import *  # noqa: F403 -- the trial trace's file format, specified once
 
 #: Version of this wire format.  Every envelope carries it as ``wire_version``.
 #: Version 2 (2026-11) adds the arm label of origin observations and origin arms
@@ -790,4 +791,5 @@ __all__ = [
     "to_dict",
     "dumps",
     *_wire_passive.__all__,
+    *_wire_trace.__all__,
 ]
