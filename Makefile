@@ -13,13 +13,13 @@ lint: setup   ## ruff check + ruff format --check over the repository, mypy --st
 demo: setup   ## the main job: local stack + lab campaign + dashboard
 	@scripts/demo.sh
 
-test: setup   ## the whole test suite against real PostgreSQL, Redis, Celery, namespaces, Chromium
+test: setup   ## every test but those marked faults and slow, against real PostgreSQL, Redis, Celery, namespaces, Chromium
 	@scripts/test.sh
 
 test-unit:    ## the fast tier: pure-code tests, no root, no services, under a minute (uses the .venv of setup)
 	@scripts/test-unit.sh
 
-test-slow: setup  ## the rehearsals marked slow (the lab IW grid, the paired intervals' coverage; about 3 minutes), run by hand
+test-slow: setup  ## the rehearsals marked slow (the lab IW grid, the paired intervals' coverage; about 2.5 minutes), run by hand
 	@scripts/test.sh -m slow
 
 test-faults: setup  ## fault-injection suite (long)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -66,8 +67,6 @@ import redis
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-import contextlib
-
 import testenv
 from bench_ingest import TCPI, free_port
 
@@ -760,24 +759,24 @@ def main() -> None:
             for kind in ("enroll", "origin", "admin")
         }
         port = free_port()
-        api_log_file = open(api_log, "wb")  # noqa: SIM115 -- handed to the child
         open_files = raise_open_files_limit()
-        api = subprocess.Popen(
-            [*iwscope, "api", "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.api_workers)],
-            env={**env, **api_env},
-            start_new_session=True,
-            stdout=api_log_file,
-            stderr=subprocess.STDOUT,
-        )
-        api_log_file.close()
-        worker_log_file = open(worker_log, "wb")  # noqa: SIM115 -- handed to the child
-        worker = subprocess.Popen(
-            [*iwscope, "worker", "--concurrency", "1"],
-            env={**env, **worker_env},
-            start_new_session=True,
-            stdout=worker_log_file,
-            stderr=subprocess.STDOUT,
-        )
+        # Each child keeps its own copy of its log's descriptor; ours closes with the block.
+        with open(api_log, "wb") as api_log_file:
+            api = subprocess.Popen(
+                [*iwscope, "api", "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.api_workers)],
+                env={**env, **api_env},
+                start_new_session=True,
+                stdout=api_log_file,
+                stderr=subprocess.STDOUT,
+            )
+        with open(worker_log, "wb") as worker_log_file:
+            worker = subprocess.Popen(
+                [*iwscope, "worker", "--concurrency", "1"],
+                env={**env, **worker_env},
+                start_new_session=True,
+                stdout=worker_log_file,
+                stderr=subprocess.STDOUT,
+            )
         children += [api, worker]
         base_url = f"http://127.0.0.1:{port}"
         for _ in range(600):

@@ -38,7 +38,8 @@ SCRIPT = "scripts/docs-facts.py"
 WRITE_COMMAND = f".venv/bin/python {SCRIPT} --write"
 
 START = re.compile(r"<!-- facts:(?P<name>[a-z][a-z0-9-]*)\b[^>]*-->\n")
-#: Folders whose Markdown files may hold blocks (everything tracked but the virtualenv's).
+#: Where blocks may be: README.md, and the Markdown files under docs/, the four packages' folders,
+#: migrations/, helm/, bench/ and examples/ (not tests/, scripts/, docker/, artifacts/ or .venv/).
 DOC_ROOTS = ("README.md", "docs", "probe", "collector", "dashboard", "lab", "migrations", "helm", "bench", "examples")
 
 
@@ -84,39 +85,20 @@ def wire() -> str:
     )
 
 
-def _migration(path: pathlib.Path) -> tuple[str, str | None, str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    values: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        elif isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        else:
-            continue
-        for target in targets:
-            if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
-                values[target.id] = ast.literal_eval(value)
-    if "revision" not in values:
-        raise ValueError(f"{path}: no literal `revision = ...`")
-    summary = (ast.get_docstring(tree) or "").split("\n\n")[0]
-    return values["revision"], values.get("down_revision"), _first_sentence(summary.split("Revision ID:")[0])
-
-
 def migrations() -> str:
     """Every Alembic revision, in upgrade order, with the first paragraph of its docstring."""
-    found = [_migration(path) for path in sorted((REPO / "migrations" / "versions").glob("*.py"))]
-    by_parent = {down: (revision, summary) for revision, down, summary in found}
-    if len(by_parent) != len(found):
-        raise ValueError("migrations/versions/ is not linear (two revisions share a down_revision)")
+    from alembic.script import ScriptDirectory
+
+    from iwscope.migrate import alembic_config
+
+    scripts = ScriptDirectory.from_config(alembic_config("postgresql://unused"))
+    if len(scripts.get_bases()) != 1 or len(scripts.get_heads()) != 1:
+        raise ValueError("migrations/versions/ is not one chain from the base (several bases or heads)")
     rows: list[tuple[str, ...]] = []
-    parent: str | None = None
-    while parent in by_parent:
-        revision, summary = by_parent[parent]
-        rows.append((f"`{revision}`", _markdown(summary)))
-        parent = revision
-    if len(rows) != len(found):
-        raise ValueError("migrations/versions/ is not one chain from the base")
+    for script in reversed(list(scripts.walk_revisions())):
+        # Alembic's doc: the docstring's first paragraph (with "Revision ID: ..." when no blank line precedes it).
+        summary = script.doc.split("Revision ID:")[0]
+        rows.append((f"`{script.revision}`", _markdown(_first_sentence(summary))))
     return _table(("revision", "what it adds"), rows)
 
 
@@ -140,11 +122,13 @@ def _register_page(path: pathlib.Path) -> dict[str, Any] | None:
     return None
 
 
-def dashboard_pages() -> str:
-    """The registered pages (``dash.register_page``) in their order, and the navigation bar."""
+def pages() -> dict[str, dict[str, Any]]:
+    """The registered pages (``dash.register_page``) by path, in their order: ``name``, ``module``,
+    ``order`` when given, and ``navigation``: None when the navigation bar leaves the page out,
+    else whether its link keeps the filters."""
     package = REPO / "dashboard" / "src" / "iwscope_dashboard"
-    pages = [page for path in sorted((package / "pages").glob("*.py")) if (page := _register_page(path))]
-    pages.sort(key=lambda page: (page.get("order") is None, page.get("order") or 0, page["module"]))
+    found = [page for path in sorted((package / "pages").glob("*.py")) if (page := _register_page(path))]
+    found.sort(key=lambda page: (page.get("order") is None, page.get("order") or 0, page["module"]))
     navigation: dict[str, bool] = {}
     for node in ast.parse((package / "app.py").read_text(encoding="utf-8")).body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
@@ -153,11 +137,19 @@ def dashboard_pages() -> str:
                 navigation = {path: keep for path, _label, keep in ast.literal_eval(node.value)}
     if not navigation:
         raise ValueError("iwscope_dashboard/app.py: no literal NAVIGATION")
+    return {
+        page["path"]: {**{key: value for key, value in page.items() if key != "path"}, "navigation": navigation.get(page["path"])}
+        for page in found
+    }
+
+
+def dashboard_pages() -> str:
+    """The registered pages (``dash.register_page``) in their order, and the navigation bar."""
     rows = []
-    for page in pages:
-        keeps_filters = navigation.get(page["path"])
+    for path, page in pages().items():
+        keeps_filters = page["navigation"]
         bar = "no" if keeps_filters is None else "yes, keeps the filters" if keeps_filters else "yes"
-        rows.append((f"`{page['path']}`", _markdown(page["name"]), f"`pages/{page['module']}.py`", bar))
+        rows.append((f"`{path}`", _markdown(page["name"]), f"`pages/{page['module']}.py`", bar))
     return _table(("path", "name", "module", "in the navigation bar"), rows)
 
 
@@ -182,7 +174,10 @@ def _kind(annotation: Any) -> str:
         return " or ".join(f"`{value}`" for value in typing.get_args(annotation))
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
-    return {str: "text", int: "integer", float: "number", pathlib.Path: "directory"}.get(annotation, str(annotation))
+    kinds = {str: "text", int: "integer", float: "number", bool: "boolean", pathlib.Path: "directory"}
+    if annotation not in kinds:
+        raise ValueError(f"iwscope.config.Settings: no word for the type {annotation!r}: add it to _kind")
+    return kinds[annotation]
 
 
 def _bounds(metadata: list[Any]) -> str:
@@ -266,12 +261,22 @@ def _iwprobe_rows() -> Iterator[tuple[str, ...]]:
             yield (f"`{command}`", _markdown(text))
 
 
+def _plugin_commands() -> str:
+    """The ``iwscope.commands`` entry points (the lab's and the dashboard's commands) as words."""
+    import importlib.metadata
+
+    names = sorted(f"`{point.name}`" for point in importlib.metadata.entry_points(group="iwscope.commands"))
+    if not names:
+        raise ValueError("no iwscope.commands entry points: run make setup (the editable lab and dashboard)")
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def cli() -> str:
     """``iwscope`` (click, with the commands the lab and the dashboard register) and ``iwprobe`` (argparse)."""
     from iwscope.cli import main
 
     return (
-        "`iwscope` (collector; `lab` and `dashboard` come from their distributions through the "
+        f"`iwscope` (collector; {_plugin_commands()} come from their distributions through the "
         "`iwscope.commands` entry points):\n\n"
         + _table(("command", "what"), list(_click_rows(main, "iwscope")))
         + "\n\n`iwprobe` (the agent, `probe/`):\n\n"

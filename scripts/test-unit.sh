@@ -8,7 +8,7 @@
 # test `@pytest.mark.unit` where the rest of its module needs a service).  A test fits only if it
 # needs none of the above; the test database and Redis are pointed at a closed port, so one that
 # reaches for them fails here instead of quietly using a local stack.  Tests also marked `slow`
-# (minutes of pure simulation) are left to `make test`, which runs every test of this tier too.
+# (minutes of pure simulation) are left to `make test-slow` (by hand; not in make test or CI).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

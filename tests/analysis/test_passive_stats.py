@@ -104,7 +104,7 @@ def test_percentiles_from_the_merged_histogram_are_within_the_stated_resolution(
     )
     estimate = latency_estimate(data, stable_key("resolution"))
     ordered = np.sort(values)
-    assert pytest.approx(0.995, abs=0.001) == HIST_RESOLUTION_PCT
+    assert HIST_RESOLUTION_PCT == pytest.approx(0.995, abs=0.001)
     for key, q in (("p50", 0.5), ("p75", 0.75), ("p90", 0.9), ("p99", 0.99)):
         exact_ms = ordered[math.ceil(q * len(values)) - 1] / 1000.0
         got = estimate.point[key]

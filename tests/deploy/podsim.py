@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from chartrender import REPO, Manifest, of_kind
 
@@ -149,8 +149,7 @@ class PodContainer:
 
     def start(self, argv: list[str] | None = None, log_name: str | None = None) -> subprocess.Popen[bytes]:
         """Start the container's command (or ``argv`` inside the same kind of sandbox)."""
-        log: IO[bytes] = open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb")  # noqa: SIM115 -- closed below, after the child took it
-        with log:
+        with open(self.log_dir / f"{log_name or self.spec['name']}.log", "wb") as log:
             process = subprocess.Popen(
                 self._sandboxed(argv or self.argv),
                 env=self._workdir_environment(),

@@ -70,11 +70,18 @@ def _map_text() -> str:
 
 @functools.cache
 def _tracked_files() -> tuple[str, ...] | None:
-    try:
-        listing = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
+    """Every tracked file; None without ``.git`` (not a checkout).  In a checkout git must answer:
+    a failure fails the test instead of skipping the directory check unseen."""
+    if not (ROOT / ".git").exists():
         return None
-    return tuple(name for name in listing.decode().split("\0") if name)
+    command = ["git", "-c", "safe.directory=*", "ls-files", "-z"]
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        pytest.fail(f"{' '.join(command)} could not run in a checkout: {error}")
+    if result.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode(errors='replace').strip()}")
+    return tuple(name for name in result.stdout.decode().split("\0") if name)
 
 
 def _top_level() -> set[str]:
@@ -183,7 +190,7 @@ def test_path_name_references_are_defined() -> None:
 def test_every_tracked_directory_is_in_the_directory_map() -> None:
     tracked = _tracked_files()
     if tracked is None:
-        pytest.skip("git ls-files is not available: the directory list comes from the index")
+        pytest.skip("no .git (not a checkout): the directory list comes from git's index")
     directories = {os.path.dirname(name) or "." for name in tracked}
     mapped = _directory_map()
     assert len(mapped) > 20, f"only {len(mapped)} directory lines found: has the map's format changed?"

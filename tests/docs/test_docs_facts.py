@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import re
-import sys
 from types import ModuleType
 
 import pytest
+from test_import_graph import PACKAGES, modules_of  # tests/ is on sys.path (rootdir conftest.py)
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,6 @@ def _load_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("docs_facts", REPO / "scripts" / "docs-facts.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("docs_facts", module)
     spec.loader.exec_module(module)
     return module
 
@@ -102,7 +101,7 @@ def _table_first_cells(section: str) -> list[str]:
 
 def test_every_page_of_the_navigation_bar_is_described() -> None:
     """docs/dashboard.md "Pages": the table of what each page shows has one row per navigation entry."""
-    navigation = {row[0].strip("`") for row in _navigation_rows()}
+    navigation = {path for path, page in facts.pages().items() if page["navigation"] is not None}
     section = _outside_blocks(_section((REPO / "docs" / "dashboard.md").read_text(encoding="utf-8"), "## Pages"))
     described = {cell.split("`")[1] for cell in _table_first_cells(section) if cell.startswith("`")}
     assert navigation == described, (
@@ -111,20 +110,10 @@ def test_every_page_of_the_navigation_bar_is_described() -> None:
     )
 
 
-def _navigation_rows() -> list[list[str]]:
-    rows = []
-    for line in facts.dashboard_pages().splitlines()[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if cells[3] != "no":
-            rows.append(cells)
-    return rows
-
-
 def test_the_collector_layout_names_every_top_level_module() -> None:
     """collector/README.md "Layout" names each module and package directly under ``iwscope/``."""
-    package = REPO / "collector" / "src" / "iwscope"
-    modules = {path.stem for path in package.glob("*.py") if path.name != "__init__.py"}
-    modules |= {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
+    # Dotted names "iwscope.x": a module x.py or a package x/ (its __init__.py) right under iwscope/.
+    modules = {name.split(".")[1] for name in modules_of({"iwscope": PACKAGES["iwscope"]}) if name.count(".") == 1}
     section = _section((REPO / "collector" / "README.md").read_text(encoding="utf-8"), "## Layout")
     named = {
         name.removeprefix("iwscope/").rstrip("/").removesuffix(".py")

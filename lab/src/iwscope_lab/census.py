@@ -129,15 +129,14 @@ class LabCensus(LabCampaign):
         (www / OBJECT_PATH.lstrip("/")).write_bytes(os.urandom(OBJECT_BYTES))
         for path in (work, www):
             path.chmod(0o755)  # lighttpd drops to its own user
-        log = open(work / "web.log", "ab")  # noqa: SIM115 -- handed to the child
-        self._webs[host.name] = self.topology.popen(
-            host.name,
-            web_server_command(host.labels.get("server", "http.server"), work, host.address, WEB_PORT, str(www)),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
+        with open(work / "web.log", "ab") as log:
+            self._webs[host.name] = self.topology.popen(
+                host.name,
+                web_server_command(host.labels.get("server", "http.server"), work, host.address, WEB_PORT, str(www)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         return f"http://{host.address}:{WEB_PORT}{OBJECT_PATH}"
 
     def _wait_serving(self, webs: list[PlacedHost], timeout_s: float = 60.0) -> None:

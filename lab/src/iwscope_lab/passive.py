@@ -252,31 +252,30 @@ class LabPassive:
         return path
 
     def _start_tap(self) -> None:
-        log = open(self.state_dir / "tap.log", "ab")  # noqa: SIM115 -- handed to the child
-        self.tap = self.topology.popen(
-            self.server.name,
-            self._iwprobe(
-                "run",
-                "--region-map",
-                str(self.region_map()),
-                "--lease",
-                f"{self.plan.lease_s:g}",
-                # The lab's users open a few hundred connections a second: follow them all from the start,
-                # within budgets the lab's rates stay under (the defaults bound the agent's cost on a
-                # busy production server by sampling; the lab compares every connection with the model).
-                "--capture-start-share",
-                "1",
-                "--capture-pps",
-                str(self.plan.capture_pps),
-                "--capture-traffic-pps",
-                "0",
-                "--closes-per-s",
-                "0",
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        with open(self.state_dir / "tap.log", "ab") as log:
+            self.tap = self.topology.popen(
+                self.server.name,
+                self._iwprobe(
+                    "run",
+                    "--region-map",
+                    str(self.region_map()),
+                    "--lease",
+                    f"{self.plan.lease_s:g}",
+                    # The lab's users open a few hundred connections a second: follow them all from the start,
+                    # within budgets the lab's rates stay under (the defaults bound the agent's cost on a
+                    # busy production server by sampling; the lab compares every connection with the model).
+                    "--capture-start-share",
+                    "1",
+                    "--capture-pps",
+                    str(self.plan.capture_pps),
+                    "--capture-traffic-pps",
+                    "0",
+                    "--closes-per-s",
+                    "0",
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def _wait_for_arms(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

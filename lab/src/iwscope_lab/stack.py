@@ -169,18 +169,17 @@ class Stack:
         return self
 
     def _spawn(self, name: str) -> None:
-        log = open(self.run_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 -- handed to the child
-        # Each process leads its own process group, so a kill reaches the worker's pool children too.
-        child = subprocess.Popen(
-            self._commands[name],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=self.run_dir,
-        )
-        log.close()
+        with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
+            # Each process leads its own process group, so a kill reaches the worker's pool children too.
+            child = subprocess.Popen(
+                self._commands[name],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.run_dir,
+            )
         self._children.append(child)
         self.pids[name] = child.pid
 

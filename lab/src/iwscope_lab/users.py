@@ -556,15 +556,14 @@ class UserPopulation:
             }
             config_path = self.out_dir / f"{name}.json"
             config_path.write_text(json.dumps(config))
-            log = open(self.out_dir / f"{name}.log", "wb")  # noqa: SIM115 -- handed to the child
-            self._drivers[name] = self.topology.popen(
-                name,
-                [sys.executable, "-m", "iwscope_lab.users", "_worker", str(config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            log.close()
+            with open(self.out_dir / f"{name}.log", "wb") as log:
+                self._drivers[name] = self.topology.popen(
+                    name,
+                    [sys.executable, "-m", "iwscope_lab.users", "_worker", str(config_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
 
     def running(self) -> bool:
         return any(driver.poll() is None for driver in self._drivers.values())

@@ -530,15 +530,14 @@ def start_nginx(
     )
     (work / "site.json").write_text(json.dumps(site.manifest(), indent=1))
     error_log = work / "error.log"
-    stderr = open(work / "nginx.out", "ab")  # noqa: SIM115 -- handed to the child
-    process = topology.popen(
-        host,
-        [nginx_binary(), "-p", f"{work}/", "-e", str(error_log), "-c", str(config_path)],
-        stdin=subprocess.DEVNULL,
-        stdout=stderr,
-        stderr=subprocess.STDOUT,
-    )
-    stderr.close()
+    with open(work / "nginx.out", "ab") as log:
+        process = topology.popen(
+            host,
+            [nginx_binary(), "-p", f"{work}/", "-e", str(error_log), "-c", str(config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = WebServer(
         host=host,
         address=placed.address,
