@@ -6,9 +6,10 @@ Reads the running demo stack (``.run/stack.json``): for the newest ``demo`` camp
 ``--campaign``), ``GET /api/v1/analysis/compare`` by RTT and bandwidth (IW10 vs IW3): every
 bucket's pairs, paths and 95 % interval, and whether the lower bound is above zero. Then opens
 the Overview, Latency, Sizes, Cost and IW-in-the-wild pages in headless Chromium and records how many
-data points each figure draws and the lowest latency any latency figure draws (whisker
-included); checks that the Real users page refuses an anonymous read (401) and draws its table
-and figures after signing in with the demo's read token (``.run/read-token``); compares the
+data points each figure draws (counted by the page check, ``iwscope_dashboard.pagecheck``) and
+the lowest latency any latency figure draws (whisker included); checks that the Real users page
+refuses an anonymous read (401) and draws its table and figures after signing in with the demo's
+read token (``.run/read-token``); compares the
 campaign's trials as Parquet with its CSV, cell by cell. Prints a JSON report and writes it to
 ``--out``.
 """
@@ -24,32 +25,24 @@ from typing import Any
 
 import httpx
 
+from iwscope_dashboard.pagecheck import CHROMIUM, CHROMIUM_ARGS, PAGES, check_page
 from iwscope_lab.stack import Stack
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-#: page -> graphs; graphs of latencies (ms) whose drawn minimum must not be below zero are starred.
-PAGES: dict[str, tuple[str, ...]] = {
-    "/": ("overview-rtt-graph", "overview-bandwidth-graph", "overview-bdp-graph"),
-    "/latency": ("*latency-iw-graph", "latency-cdf-graph"),
-    "/sizes": ("sizes-improvement-graph", "*sizes-means-graph"),
-    "/cost": ("cost-bulk-graph",),
-    "/wild": ("wild-census-graph",),
-}
-TRACES_JS = """
+#: The pages read with the demo campaign's filter, and those read whole (their own campaigns).
+CAMPAIGN_PAGES = ("/", "/latency", "/sizes")
+OWN_CAMPAIGN_PAGES = ("/cost", "/wild")
+#: Figures of latencies (ms) whose lowest drawn point must not be below zero.
+LATENCY_GRAPHS = ("latency-iw-graph", "sizes-means-graph")
+#: The Real users page (a read token needed).
+REAL_USERS = next(spec for spec in PAGES if spec.reader)
+#: JavaScript: per trace of a figure, its y values and lower error bars.
+LOWS_JS = """
 (id) => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
     if (!plot || !plot.data) { return null; }
     const v = (a) => a ? Array.from(a, (x) => (typeof x === 'number' ? x : null)) : [];
-    return plot.data.map((t) => ({n: (t.x || t.lon || []).length, y: v(t.y),
+    return plot.data.map((t) => ({y: v(t.y),
                                   minus: t.error_y ? v(t.error_y.symmetric === false ? t.error_y.arrayminus
                                                                                     : t.error_y.array) : []}));
 }
@@ -83,42 +76,45 @@ def compare(api: str, campaign: int, dimension: str) -> list[dict[str, Any]]:
     return rows
 
 
+def lowest_drawn(page: Any, graph_id: str) -> float | None:
+    """The lowest point a figure draws: each y minus its lower error bar."""
+    traces = page.evaluate(LOWS_JS, graph_id) or []
+    drawn = [
+        y - (trace["minus"][i] if i < len(trace["minus"]) and trace["minus"][i] else 0.0)
+        for trace in traces
+        for i, y in enumerate(trace["y"])
+        if y is not None
+    ]
+    return min(drawn) if drawn else None
+
+
+def points(page: Any, dashboard: str, spec: Any, query: str = "") -> dict[str, dict[str, Any]]:
+    """The page check on one page (the tab stays there): points per figure (rows per table)."""
+    return {
+        count.item: {"points": count.points, **({} if count.found else {"found": False})}
+        for count in check_page(page, dashboard, spec, query=query)
+    }
+
+
 def pages(dashboard: str, campaign: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
     report: dict[str, Any] = {}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for path, graphs in PAGES.items():
-            query = "" if path in ("/cost", "/wild") else f"?campaign={campaign}"  # their own campaigns
-            page.goto(dashboard.rstrip("/") + path + query)
-            for graph in graphs:
-                latency, graph_id = graph.startswith("*"), graph.lstrip("*")
-                page.wait_for_function(
-                    "(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
-                    " return !!(p && p.data && p.data.some((t) => (t.x || t.lon || []).length > 0)); }",
-                    arg=graph_id,
-                    timeout=60_000,
-                )
-                traces = page.evaluate(TRACES_JS, graph_id) or []
-                entry: dict[str, Any] = {"points": sum(trace["n"] for trace in traces)}
-                if latency:
-                    drawn = [
-                        y - (trace["minus"][i] if i < len(trace["minus"]) and trace["minus"][i] else 0.0)
-                        for trace in traces
-                        for i, y in enumerate(trace["y"])
-                        if y is not None
-                    ]
-                    entry["lowest_drawn_ms"] = min(drawn) if drawn else None
-                report[f"{path} {graph_id}"] = entry
-            page.screenshot(path=str(REPO / "artifacts" / f"demo{path.replace('/', '-') or '-overview'}.png"), full_page=True)
+        for spec in PAGES:
+            if spec.path not in CAMPAIGN_PAGES + OWN_CAMPAIGN_PAGES:
+                continue
+            query = f"campaign={campaign}" if spec.path in CAMPAIGN_PAGES else ""
+            for graph_id, entry in points(page, dashboard, spec, query).items():
+                if graph_id in LATENCY_GRAPHS:
+                    entry["lowest_drawn_ms"] = lowest_drawn(page, graph_id)
+                report[f"{spec.path} {graph_id}"] = entry
+            name = spec.path.replace("/", "-") if spec.path != "/" else "-overview"
+            page.screenshot(path=str(REPO / "artifacts" / f"demo{name}.png"), full_page=True)
         browser.close()
     return report
-
-
-#: The Real users page's figures (a read token needed).
-REAL_USERS_GRAPHS = ("realusers-rtt-graph", "realusers-days-graph", "realusers-sweep-graph")
 
 
 def real_users(dashboard: str, token_path: pathlib.Path) -> dict[str, Any]:
@@ -132,23 +128,14 @@ def real_users(dashboard: str, token_path: pathlib.Path) -> dict[str, Any]:
         report["error"] = f"no read token in {token_path}"
         return report
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(base + "/real-users/login")
         page.fill("#realusers-login-token", token_path.read_text().strip())
         page.click("#realusers-login-submit")
-        page.goto(base + "/real-users")
+        report |= points(page, base, REAL_USERS)  # signed in: the cookie is the tab's
         page.wait_for_selector("#realusers-percentiles table", timeout=60_000)
         report["percentile_table"] = page.inner_text("#realusers-percentiles")[:2000]
-        for graph_id in REAL_USERS_GRAPHS:
-            page.wait_for_function(
-                "(id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
-                " return !!(p && p.data && p.data.some((t) => (t.x || []).length > 0)); }",
-                arg=graph_id,
-                timeout=60_000,
-            )
-            traces = page.evaluate(TRACES_JS, graph_id) or []
-            report[graph_id] = {"points": sum(trace["n"] for trace in traces)}
         page.screenshot(path=str(REPO / "artifacts" / "demo-real-users.png"), full_page=True)
         browser.close()
     return report
@@ -210,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "cost_bulk_points": report["pages"].get("/cost cost-bulk-graph", {}).get("points", 0),
         "census_points": report["pages"].get("/wild wild-census-graph", {}).get("points", 0),
         "real_users_anonymous_status": report["real_users"].get("anonymous_status"),
-        "real_users_points": {graph: report["real_users"].get(graph, {}).get("points", 0) for graph in REAL_USERS_GRAPHS},
+        "real_users_points": {item.name: report["real_users"].get(item.name, {}).get("points", 0) for item in REAL_USERS.items},
         "lowest_drawn_latency_ms": min(
             (entry["lowest_drawn_ms"] for entry in report["pages"].values() if entry.get("lowest_drawn_ms") is not None),
             default=None,

@@ -240,8 +240,18 @@ def test_cost_experiment_trials_stay_out_of_the_benefit_figures_unless_asked(db_
     assert [(s.iw, s.n) for s in latency_vs_iw(db_session, included)] == [(3, 13), (10, 13), (16, 1)]
     assert max(latency_cdf(db_session, out)[3])[0] < 2000 < max(latency_cdf(db_session, included)[3])[0]
     assert headline(db_session, out).n_trials == 12 and headline(db_session, included).n_trials == 12 + phase.n_trials
-    assert compare_by(db_session, out, "size") != compare_by(db_session, included, "size")
-    assert {b.bucket for b in loss_summary(db_session, out)} != {b.bucket for b in loss_summary(db_session, included)}
+    # trials per arm and bucket: the phase's 15 KB and 50 KB flows (4 + 4 per arm) on its 1 %-loss path
+    assert {c.bucket: (c.baseline.n, c.treatment.n) for c in compare_by(db_session, out, "size")} == {"8 KiB-16 KiB": (5, 5)}
+    assert {c.bucket: (c.baseline.n, c.treatment.n) for c in compare_by(db_session, included, "size")} == {
+        "8 KiB-16 KiB": (5 + 4, 5 + 4),
+        "32 KiB-64 KiB": (4, 4),
+    }
+    loss = {b.bucket: (b.comparison.baseline.n, b.comparison.treatment.n) for b in loss_summary(db_session, out)}
+    assert loss == {"0%": (2, 1), "<=3%": (3, 3)}
+    assert {b.bucket: (b.comparison.baseline.n, b.comparison.treatment.n) for b in loss_summary(db_session, included)} == {
+        **loss,
+        "<=1%": (8, 8),
+    }
 
     # Named alone, the phase is still left out (the checkbox decides): nothing, not another campaign.
     alone = Filters(campaign_ids=(phase.campaign_id,))

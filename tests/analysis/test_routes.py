@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import refresh_rollups
 
-from .datasets import DAY, Fixed, insert_fixed
+from .datasets import DAY, Fixed, insert_cost_phase, insert_fixed
 
 
 @pytest.fixture
@@ -79,6 +79,45 @@ def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:
         assert csv_text.count("\n") == 1 + 3
         fleet = {row["probe_id"]: row for row in client.get(f"{base}/fleet").json()["data"]}
         assert fleet[str(committed_fixed.africa)]["trials_total"] == 8
+
+
+def test_the_read_api_leaves_cost_trials_out_unless_cost_1(api_server, database_url: str, committed_fixed: Fixed) -> None:
+    """``cost=1`` in the query puts a cost experiment's trials into the benefit figures; without
+    it they stay out, also when the cost campaign is named."""
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    with Session(engine) as session, session.begin():
+        phase = insert_cost_phase(session, committed_fixed.origin_id)
+        session.execute(
+            text("UPDATE trials SET received_at = now(), joined_at = now() WHERE campaign_id = :c"), {"c": phase.campaign_id}
+        )
+    time.sleep(1.1)  # past the refresh's safety margin
+    try:
+        with Session(engine) as session, session.begin():
+            refresh_rollups(session)
+        campaigns = f"{committed_fixed.campaign_id},{phase.campaign_id}"
+        with httpx.Client(timeout=30) as client:
+
+            def n_trials(**query: str) -> int:
+                answer = client.get(f"{api_server.url}/api/v1/analysis/headline", params=query)
+                assert answer.status_code == 200, answer.text
+                return int(answer.json()["data"]["n_trials"])
+
+            assert n_trials(campaign=campaigns) == 12  # the fixed set's trials only
+            assert n_trials(campaign=campaigns, cost="1") == 12 + phase.n_trials
+            assert n_trials(campaign=str(phase.campaign_id)) == 0
+            assert n_trials(campaign=str(phase.campaign_id), cost="1") == phase.n_trials
+    finally:
+        with Session(engine) as session, session.begin():
+            chosen = {"c": phase.campaign_id}
+            session.execute(
+                text("DELETE FROM trial_ids WHERE trial_id IN (SELECT trial_id FROM trials WHERE campaign_id = :c)"), chosen
+            )
+            for table in ("trials", "analysis_rollups", "analysis_bucket_rollups"):
+                session.execute(text(f"DELETE FROM {table} WHERE campaign_id = :c"), chosen)
+            session.execute(text("DELETE FROM campaigns WHERE id = :c"), chosen)
+            session.execute(text("DELETE FROM path_estimates WHERE probe_id = :p"), {"p": phase.probe_id})
+            session.execute(text("DELETE FROM probes WHERE id = :p"), {"p": phase.probe_id})
+        engine.dispose()
 
 
 class Served(Protocol):

@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from iwscope.analysis import Filters, tls_by_flight
-from iwscope.analysis.filters import resolve_family
+from iwscope.analysis import Filters, headline, latency_vs_iw, rebuild_rollups, tls_by_flight
+from iwscope.analysis.filters import NO_CAMPAIGN_MATCH, resolve_family
+from iwscope.analysis.models import NO_CAMPAIGN
 from iwscope.analysis.tls import flight_bucket
 
 from .datasets import DAY, add_campaign, add_probe, add_trial, new_campaign_id
@@ -155,5 +156,14 @@ def test_the_family_filter_keeps_the_campaigns_measured_over_it(db_session: Sess
     assert ipv6 in over_ipv6.campaign_ids and not {ipv4, either} & set(over_ipv6.campaign_ids)
     # with campaigns chosen as well: their intersection; none left: no campaign at all, not every one
     assert resolve_family(db_session, Filters(campaign_ids=(ipv6, ipv4), family="ipv4")).campaign_ids == (ipv4,)
-    assert resolve_family(db_session, Filters(campaign_ids=(either,), family="ipv6")).campaign_ids == (0,)
+    # (not the roll-ups' trials of no campaign either: their key is 0)
+    loose = add_probe(db_session, f"family-none-{either}")
+    for iw in (3, 10):
+        add_trial(db_session, campaign_id=None, probe_id=loose, origin_id=None, iw=iw, server_ms=50.0)
+    db_session.flush()
+    rebuild_rollups(db_session)
+    assert latency_vs_iw(db_session, Filters(campaign_ids=(NO_CAMPAIGN,))) != []  # they are in the roll-ups
+    nothing = resolve_family(db_session, Filters(campaign_ids=(either,), family="ipv6"))
+    assert latency_vs_iw(db_session, nothing) == [] and headline(db_session, nothing).n_trials == 0
+    assert nothing.campaign_ids == (NO_CAMPAIGN_MATCH,)
     assert Filters.from_query({"family": "ipv6"}).family == "ipv6" and Filters.from_query({"family": "x"}).family == ""

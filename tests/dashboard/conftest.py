@@ -6,11 +6,14 @@
   the dashboard runs in another process, so the seed must be committed, and committed rows
   would change what other parts' tests compute from the shared database.
 * ``dashboard_server``: ``iwscope dashboard --port <free>`` (gunicorn) as a subprocess.
-* ``browser``: Debian's Chromium driven headless by Playwright (never ``playwright install``).
+* ``browser``: Debian's Chromium driven headless by Playwright (never ``playwright install``),
+  launched as the page check launches it (``iwscope_dashboard.pagecheck``).
+* ``pages``: page modules imported for their callbacks, without a server or a browser.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 import socket
@@ -19,22 +22,17 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
+import dash
 import httpx
 import pytest
 from study_seed import SeededDatabase
 
+from iwscope_dashboard.pagecheck import CHROMIUM, CHROMIUM_ARGS
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -110,7 +108,7 @@ def browser() -> Iterator[object]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: `make setup` installs Debian's chromium")
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
         try:
             yield chromium
         finally:
@@ -142,6 +140,17 @@ def page(browser_context: object, dashboard_server: DashboardServer) -> Iterator
         yield tab
     finally:
         tab.close()
+
+
+@pytest.fixture(scope="session")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModuleType]:
+    """The page modules whose callbacks tests call in process (``dash.register_page`` needs an app
+    with pages: one with an empty pages folder)."""
+    if not dash.page_registry:
+        empty: pathlib.Path = tmp_path_factory.mktemp("no-pages")
+        dash.Dash("iwscope_page_modules_test", use_pages=True, pages_folder=str(empty))
+    names = ("overview", "latency", "regions", "cost", "fairness")
+    return {name: importlib.import_module(f"iwscope_dashboard.pages.{name}") for name in names}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import pathlib
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-import dash
 import plotly.graph_objects as go
 import pytest
 
 from iwscope.analysis import CostCampaign, CostFlows, CostInteractive, CostInterference, CostReport
 from iwscope_dashboard import pagekit
-
-
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ModuleType]]:
-    """The page modules (``dash.register_page`` needs an app with pages; an empty pages folder)."""
-    if not dash.page_registry:
-        empty: pathlib.Path = tmp_path_factory.mktemp("no-pages")
-        dash.Dash("iwscope_cost_page_test", use_pages=True, pages_folder=str(empty))
-    yield {name: importlib.import_module(f"iwscope_dashboard.pages.{name}") for name in ("cost", "fairness")}
 
 
 @pytest.fixture()

@@ -9,13 +9,10 @@ sessions are bound to it.
 
 from __future__ import annotations
 
-import importlib
-import pathlib
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-import dash
 import pytest
 from analysis.datasets import CostPhase, Fixed, insert_cost_phase, insert_fixed
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,15 +21,6 @@ from iwscope.analysis import Filters, rebuild_rollups
 from iwscope_dashboard import db, pagedata
 from iwscope_dashboard.filterbar import filter_bar, filters_from_page_query
 from iwscope_dashboard.pagekit import configure_cache, query
-
-
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModuleType]:
-    """The page modules (``dash.register_page`` needs an app with pages; an empty pages folder)."""
-    if not dash.page_registry:
-        empty: pathlib.Path = tmp_path_factory.mktemp("no-pages")
-        dash.Dash("iwscope_cost_trials_test", use_pages=True, pages_folder=str(empty))
-    return {name: importlib.import_module(f"iwscope_dashboard.pages.{name}") for name in ("overview", "latency", "regions")}
 
 
 @pytest.fixture

@@ -1,46 +1,24 @@
-"""The page check ``make demo`` ends with (``iwscope dashboard check-pages``), against the seeded
-test dashboard: every page shows data where the seed has some, and a page that empties fails it."""
+"""The page check ``make demo`` ends with (``iwscope dashboard check-pages``,
+:mod:`iwscope_dashboard.pagecheck`): it covers every page of the navigation, a page that empties
+fails it, a figure that is not on its page fails it, the Real users page waits for a token, and
+the command prints the table and exits 1 on a failure.  Every page of the seeded dashboard passing
+it is ``test_dashboard_browser.py::test_page_loads_with_data`` (the same check, page by page)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from typing import Any
 
-from iwscope_dashboard.pagecheck import PAGES, check_pages, format_report
+import pytest
+from click.testing import CliRunner
 
-#: The seeded study has no cost campaign: the Cost page's figures are empty, as they should be.
-SEED_EMPTY = ("cost-delay-graph", "cost-sweep-graph", "cost-bulk-graph")
+from iwscope_dashboard import app, pagecheck
+from iwscope_dashboard.cli import dashboard
+from iwscope_dashboard.pagecheck import PAGES, Count, Item, PageReport, PageSpec, check_pages, format_report
 
 
-def test_every_page_of_the_seeded_dashboard_shows_data(dashboard_server: Any) -> None:
-    """The command as ``make demo`` runs it: the table on stdout, exit 0."""
-    done = subprocess.run(
-        [sys.executable, "-m", "iwscope.cli", "dashboard", "check-pages", "--url", dashboard_server.url]
-        + [argument for graph in SEED_EMPTY for argument in ("--may-be-empty", graph)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={key: value for key, value in os.environ.items() if key != "DATABASE_URL"},  # it reads only the pages
-    )
-    print(done.stdout)  # the table, in the test's captured output
-    assert done.returncode == 0, done.stdout + done.stderr
-    table = {tuple(line.split()[:3]) for line in done.stdout.splitlines()}
-    checked = [item for spec in PAGES if not spec.reader for item in spec.items]
-    for spec in PAGES:
-        for item in spec.items:
-            row = next(row for row in table if row[:2] == (spec.path, item.name))
-            if spec.reader:
-                assert row[2] == "-"  # no token given: not checked
-            elif item.name not in SEED_EMPTY:
-                assert int(row[2].replace(",", "")) > 0, row
-    assert f"{len(checked)} figures and tables on 10 pages" in done.stdout
-    assert "every one that should show data does." in done.stdout
-    # what the seed holds, counted as drawn: five regions on the map, IW3/10/16 in Figure 2, two TLS flights
-    assert ("/regions", "regions-map-graph", "5") in table
-    assert ("/latency", "latency-iw-graph", "3") in table
-    assert ("/tls", "tls-means-graph", "4") in table  # two arms x two first-flight buckets
+def test_the_check_covers_every_page_of_the_navigation() -> None:
+    assert {spec.path for spec in PAGES} == {path for path, *_ in app.NAVIGATION}
+    assert [spec.path for spec in PAGES if spec.reader] == ["/real-users"]
 
 
 def test_a_page_that_shows_nothing_fails_the_check(dashboard_server: Any, browser: Any) -> None:
@@ -54,8 +32,55 @@ def test_a_page_that_shows_nothing_fails_the_check(dashboard_server: Any, browse
         ("/regions", "regions-map-graph"),
         ("/regions", "regions-tables"),
     }
-    assert all(count.points == 0 for count in report.counts)
+    assert all(count.points == 0 and count.found for count in report.counts)
     text = format_report(report)
     assert "4 empty where data was expected: /sizes sizes-improvement-graph" in text and "EMPTY" in text
     # The same pages with the data: nothing to report.
     assert check_pages(dashboard_server.url, pages=pages, browser=browser).ok
+
+
+def test_a_figure_not_on_its_page_fails_even_where_empty_is_allowed(dashboard_server: Any, browser: Any) -> None:
+    """A stale graph id (a renamed figure) is "not found", not an empty figure that may be empty."""
+    stale = [PageSpec("/loss", (Item("loss-improvement-graph"), Item("loss-renamed-graph")))]
+    report = check_pages(dashboard_server.url, pages=stale, empty_allowed={"loss-renamed-graph"}, browser=browser, timeout_s=1)
+    assert [(count.item, count.found, count.ok) for count in report.counts] == [
+        ("loss-improvement-graph", True, True),
+        ("loss-renamed-graph", False, False),
+    ]
+    text = format_report(report)
+    assert "NOT FOUND" in text and "1 not found on their page: /loss loss-renamed-graph" in text
+
+
+def test_the_real_users_page_is_skipped_without_a_token(browser: Any) -> None:
+    """Without a read token the gated page is listed, not opened (no server needed)."""
+    gated = [spec for spec in PAGES if spec.reader]
+    report = check_pages("http://127.0.0.1:9/", pages=gated, browser=browser)
+    assert report.ok and {count.points for count in report.counts} == {None}
+    assert "skipped: needs a read token" in format_report(report)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_command_prints_the_table_and_exits_1_on_a_failure(monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
+    """``iwscope dashboard check-pages``: its options reach :func:`check_pages`, the table goes
+    to stdout, the exit status is the verdict."""
+    asked: dict[str, Any] = {}
+
+    def fake_check_pages(url: str, **options: Any) -> PageReport:
+        asked.update(options, url=url)
+        return PageReport(url, [Count("/sizes", "sizes-means-graph", "figure", 0 if fails else 12, True)])
+
+    monkeypatch.setattr(pagecheck, "check_pages", fake_check_pages)
+    done = CliRunner().invoke(
+        dashboard,
+        ["check-pages", "--url", "http://dash.example/", "--query", "campaign=3", "--may-be-empty", "cost-bulk-graph"],
+    )
+    assert done.exit_code == (1 if fails else 0), done.output
+    assert asked == {
+        "url": "http://dash.example/",
+        "query": "campaign=3",
+        "read_token": None,
+        "empty_allowed": frozenset({"cost-bulk-graph"}),
+        "timeout_s": 60.0,
+    }
+    assert "/sizes  sizes-means-graph" in done.output
+    assert ("1 empty where data was expected" if fails else "every one that should show data does.") in done.output

@@ -30,17 +30,12 @@ from testenv import temporary_database
 
 from iwscope.auth.services import create_api_token, hash_secret
 from iwscope_dashboard.access import COOKIE, SESSION_SECONDS, protected_callback, protected_path, session_cookie
+from iwscope_dashboard.pagecheck import HAS_POINTS_JS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 TIMEOUT_MS = 30_000
 
-HAS_POINTS_JS = """
-(id) => {
-    const plot = document.querySelector('#' + id + ' .js-plotly-plot');
-    return !!(plot && plot.data && plot.data.some((t) => (t.x || []).length > 0));
-}
-"""
 TRACES_JS = """
 (id) => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');

@@ -1,4 +1,5 @@
-"""``iwscope lab`` end to end: up / status --json / down, bad scenarios, selftest --json."""
+"""``iwscope lab`` end to end: up / status --json / down, bad scenarios, selftest --json; the demo's
+page check when the dashboard or Chromium is missing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import click
+import pytest
 
 from iwscope_lab.topology import STATE_ROOT
 
@@ -96,3 +100,50 @@ def test_cleanup_removes_a_detached_run_whose_emulator_died(run_id: str) -> None
     finally:
         if (STATE_ROOT / run_id).exists():
             _lab("down", "--run-id", run_id)
+
+
+def test_iwscope_loads_without_the_dashboard() -> None:
+    """The demo's page check imports the dashboard only when it runs."""
+    code = "import sys; sys.modules['iwscope_dashboard'] = None; import iwscope_lab.cli, iwscope_lab.cli_campaign"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_demo_page_check_skips_without_the_dashboard_and_fails_in_one_sentence_without_chromium(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from iwscope_dashboard import pagecheck
+    from iwscope_lab import cli_campaign
+
+    monkeypatch.setitem(sys.modules, "iwscope_dashboard.pagecheck", None)  # not installed
+    assert cli_campaign._check_pages("http://127.0.0.1:9/", None, no_cost=False, no_https=False) is None
+    monkeypatch.setitem(sys.modules, "iwscope_dashboard.pagecheck", pagecheck)
+
+    # in a process of its own: the dashboard tests' session-wide Playwright runs an event loop here
+    missing = tmp_path / "no-chromium"
+    code = (
+        "import click, sys\n"
+        "from iwscope_dashboard import pagecheck\n"
+        "from iwscope_lab import cli_campaign\n"
+        f"pagecheck.CHROMIUM = {str(missing)!r}\n"
+        "try:\n"
+        "    cli_campaign._check_pages('http://127.0.0.1:9/', None, no_cost=False, no_https=False)\n"
+        "except click.ClickException as error:\n"
+        "    sys.stdout.write(error.message)\n"
+        "else:\n"
+        "    sys.exit('no ClickException')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout
+    assert message.startswith(f"headless Chromium ({missing}) did not start: ") and "\n" not in message
+
+    asked: list[frozenset[str]] = []
+
+    def fake_check_pages(url: str, *, read_token: str | None, empty_allowed: frozenset[str]) -> pagecheck.PageReport:
+        asked.append(empty_allowed)
+        return pagecheck.PageReport(url)
+
+    monkeypatch.setattr(pagecheck, "check_pages", fake_check_pages)
+    assert cli_campaign._check_pages("http://127.0.0.1:9/", None, no_cost=True, no_https=True) is not None
+    assert asked == [pagecheck.DEMO_EMPTY | {"cost-bulk-graph", "tls-improvement-graph", "tls-means-graph"}]

@@ -61,6 +61,7 @@ class Agents:
         self.probe_state = tmp / "probe-state"
         self.region = region
         self.origin: subprocess.Popen | None = None
+        self.probes: list[subprocess.Popen] = []
         self.origin_id = ""
         self.probe_id = ""
         self.logs = tmp
@@ -141,7 +142,7 @@ class Agents:
 
     def probe_run(self, *extra: str) -> subprocess.Popen:
         with open(self.logs / "probe.log", "ab") as log:
-            return self.net.popen(
+            probe = self.net.popen(
                 self.net.probe_ns,
                 [
                     *IWPROBE,
@@ -158,15 +159,19 @@ class Agents:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
+        self.probes.append(probe)
+        return probe
 
     def stop(self) -> None:
-        if self.origin is not None and self.origin.poll() is None:
-            self.origin.terminate()
-            try:
-                self.origin.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.origin.kill()
-                self.origin.wait()
+        """Stop every agent this test started, also when it failed half-way (no process outlives it)."""
+        for process in [*self.probes, self.origin]:
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
     def log(self) -> str:
         return "\n".join(
@@ -311,8 +316,13 @@ def test_spool_survives_outage_and_sigkill(agents: Agents, api_server: Any, admi
     def stored() -> int:
         if not spool_path.exists():
             return 0
-        with sqlite3.connect(f"file:{spool_path}?mode=ro", uri=True, timeout=5) as connection:
-            row = connection.execute("SELECT value FROM counters WHERE name = 'stored_trial'").fetchone()
+        try:
+            with sqlite3.connect(f"file:{spool_path}?mode=ro", uri=True, timeout=5) as connection:
+                row = connection.execute("SELECT value FROM counters WHERE name = 'stored_trial'").fetchone()
+        except sqlite3.OperationalError as error:  # the file exists a moment before its schema does
+            if "no such table" in str(error):
+                return 0
+            raise
         return int(row[0]) if row else 0
 
     probe = agents.probe_run("--campaign", str(campaign))

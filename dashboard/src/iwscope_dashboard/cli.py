@@ -124,12 +124,15 @@ def check_pages_command(
 ) -> None:
     """Open every page in headless Chromium, print page -> figure -> data points, and exit 1 when a
     figure that should show data is empty."""
-    from iwscope_dashboard.pagecheck import DEMO_EMPTY, check_pages, format_report
+    from iwscope_dashboard.pagecheck import DEMO_EMPTY, BrowserUnavailable, check_pages, format_report
 
     token = read_token_file.read_text().strip() if read_token_file is not None else None
-    report = check_pages(
-        url, query=query, read_token=token, empty_allowed=frozenset(may_be_empty) or DEMO_EMPTY, timeout_s=timeout_s
-    )
+    try:
+        report = check_pages(
+            url, query=query, read_token=token, empty_allowed=frozenset(may_be_empty) or DEMO_EMPTY, timeout_s=timeout_s
+        )
+    except BrowserUnavailable as error:
+        raise click.ClickException(f"{error} (`make setup` installs Debian's chromium)") from error
     click.echo(format_report(report))
     if not report.ok:
         raise SystemExit(1)

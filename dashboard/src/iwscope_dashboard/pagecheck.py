@@ -1,10 +1,11 @@
 """Does every page show data?  Opens each page of a running dashboard in headless Chromium, counts
 the data points each figure draws (and the rows of the tables that stand for a page's data), and
-says which figures are empty where data was expected.
+says which figures are empty where data was expected (or not on their page at all).
 
 ``iwscope dashboard check-pages --url URL`` prints the table page -> figure -> points and exits
-non-zero when an expected figure is empty; ``make demo`` runs :func:`check_pages` as its last
-step, and the test suite runs it against the seeded test dashboard.  In code::
+non-zero when an expected figure is empty or a figure is missing; ``make demo`` runs
+:func:`check_pages` as its last step, and the test suite runs it against the seeded test
+dashboard.  In code::
 
     report = check_pages("http://127.0.0.1:8750/", read_token=token)
     print(format_report(report)); assert report.ok
@@ -21,6 +22,8 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from iwscope_dashboard.access import protected_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -51,15 +54,19 @@ class Item:
 class PageSpec:
     path: str
     items: tuple[Item, ...]
-    #: Needs a read token (the Real users page); skipped without one.
-    reader: bool = False
+
+    @property
+    def reader(self) -> bool:
+        """Needs a read token (a page behind :func:`~iwscope_dashboard.access.protected_path`: the
+        Real users page); skipped without one."""
+        return protected_path(self.path)
 
 
 def _figures(*names: str) -> tuple[Item, ...]:
     return tuple(Item(name) for name in names)
 
 
-#: Every page and what it draws.
+#: Every page of the navigation (``app.NAVIGATION``) and what it draws.
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("/", _figures("overview-rtt-graph", "overview-bandwidth-graph", "overview-bdp-graph")),
     PageSpec("/latency", _figures("latency-iw-graph", "latency-cdf-graph")),
@@ -85,7 +92,6 @@ PAGES: tuple[PageSpec, ...] = (
             "realusers-days-graph",
             "realusers-sweep-graph",
         ),
-        reader=True,
     ),
     PageSpec("/probes", _figures("probes-graph")),
     PageSpec("/trials", (Item("trials-table", "table", "#trials-table tbody tr:has(td)"),)),
@@ -95,7 +101,7 @@ PAGES: tuple[PageSpec, ...] = (
 #: and no share sweep (the full cost experiment, ``iwscope lab reproduce --only cost``, does).
 DEMO_EMPTY: frozenset[str] = frozenset({"cost-delay-graph", "cost-sweep-graph"})
 
-#: JavaScript: the figure's data points, or -1 while it is not drawn yet.
+#: JavaScript: the figure's data points, or -1 while it is not drawn yet (or not on the page).
 _POINTS_JS = """
 (id) => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
@@ -117,13 +123,18 @@ _POINTS_JS = """
     return points;
 }
 """
-_HAS_POINTS_JS = f"(id) => ({_POINTS_JS.strip()})(id) > 0"
+#: JavaScript: whether the figure draws a data point yet (``page.wait_for_function(HAS_POINTS_JS, arg=id)``).
+HAS_POINTS_JS = f"(id) => ({_POINTS_JS.strip()})(id) > 0"
 _HAS_ROWS_JS = "(selector) => document.querySelectorAll(selector).length > 0"
 #: JavaScript: true once every figure of the page is drawn and no callback is running.
 _SETTLED_JS = """
 (ids) => ids.every((id) => { const p = document.querySelector('#' + id + ' .js-plotly-plot'); return p && p.data; })
     && !document.querySelector('[data-dash-is-loading="true"]')
 """
+
+
+class BrowserUnavailable(RuntimeError):
+    """:func:`check_pages` could not start headless Chromium (:data:`CHROMIUM` missing or broken)."""
 
 
 @dataclass(frozen=True)
@@ -138,10 +149,13 @@ class Count:
     #: Whether data is expected here.
     expected: bool
     note: str = ""
+    #: ``False``: no figure of this id was drawn on the page (a stale id, or a page that broke):
+    #: a failure whether or not data is expected.
+    found: bool = True
 
     @property
     def ok(self) -> bool:
-        return not self.expected or (self.points or 0) > 0 or self.points is None
+        return self.found and (not self.expected or (self.points or 0) > 0)
 
 
 @dataclass
@@ -154,7 +168,7 @@ class PageReport:
 
     @property
     def failures(self) -> list[Count]:
-        """Items that should show data and show none."""
+        """Items that should show data and show none, and figures not found."""
         return [count for count in self.counts if not count.ok]
 
     @property
@@ -168,8 +182,16 @@ def _count(page: Page, item: Item) -> int:
     return int(page.evaluate(_POINTS_JS, item.name))
 
 
-def _check_page(page: Page, base: str, spec: PageSpec, query: str, expected: Collection[str], timeout_ms: float) -> list[Count]:
-    page.goto(base + spec.path + query, wait_until="load")
+def check_page(
+    page: Page, url: str, spec: PageSpec, *, query: str = "", empty_allowed: Collection[str] = DEMO_EMPTY, timeout_s: float = 60.0
+) -> list[Count]:
+    """One page of :func:`check_pages` in the Playwright tab ``page`` (whose context carries any
+    credentials the page needs): open it, wait until its callbacks are done, count what each item
+    shows.  The tab stays on the page, for checks of the caller's own."""
+    expected = {item.name for item in spec.items if item.name not in empty_allowed}
+    timeout_ms = timeout_s * 1000
+    search = query if not query or query.startswith("?") else f"?{query}"
+    page.goto(url.rstrip("/") + spec.path + search, wait_until="load")
     figures = [item.name for item in spec.items if item.kind == "figure"]
     notes: dict[str, str] = {}
     try:
@@ -182,13 +204,16 @@ def _check_page(page: Page, base: str, spec: PageSpec, query: str, expected: Col
         points = _count(page, item)
         if points <= 0 and item.name in expected:
             # a late callback (or a table filled after the figures): give it the rest of the time
-            test = _HAS_ROWS_JS if item.kind == "table" else _HAS_POINTS_JS
+            test = _HAS_ROWS_JS if item.kind == "table" else HAS_POINTS_JS
             try:
                 page.wait_for_function(test, arg=item.selector or item.name, timeout=timeout_ms)
                 points = _count(page, item)
             except Exception:
                 pass
-        counts.append(Count(spec.path, item.name, item.kind, max(points, 0), item.name in expected, notes.get(item.name, "")))
+        found = points >= 0
+        counts.append(
+            Count(spec.path, item.name, item.kind, points if found else 0, item.name in expected, notes.get(item.name, ""), found)
+        )
     return counts
 
 
@@ -212,7 +237,11 @@ def check_pages(
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
+        try:
+            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True)
+        except Exception as error:  # Playwright's own Error: its first line says why
+            reason = (str(error).strip() or type(error).__name__).splitlines()[0]
+            raise BrowserUnavailable(f"headless Chromium ({CHROMIUM}) did not start: {reason}") from error
         try:
             return _check_all(launched, url, query, read_token, empty_allowed, pages, timeout_s)
         finally:
@@ -229,11 +258,8 @@ def _check_all(
     timeout_s: float,
 ) -> PageReport:
     started = time.monotonic()
-    base = url.rstrip("/")
-    search = query if not query or query.startswith("?") else f"?{query}"
-    report = PageReport(base + "/")
+    report = PageReport(url.rstrip("/") + "/")
     for spec in pages:
-        expected = {item.name for item in spec.items if item.name not in empty_allowed}
         if spec.reader and read_token is None:
             report.counts += [
                 Count(spec.path, item.name, item.kind, None, False, "skipped: needs a read token") for item in spec.items
@@ -242,7 +268,9 @@ def _check_all(
         headers = {"Authorization": f"Bearer {read_token}"} if spec.reader and read_token else {}
         context = browser.new_context(viewport={"width": 1400, "height": 1000}, extra_http_headers=headers)
         try:
-            report.counts += _check_page(context.new_page(), base, spec, search, expected, timeout_s * 1000)
+            report.counts += check_page(
+                context.new_page(), url, spec, query=query, empty_allowed=empty_allowed, timeout_s=timeout_s
+            )
         finally:
             context.close()
     report.seconds = time.monotonic() - started
@@ -256,9 +284,9 @@ def format_report(report: PageReport) -> str:
         (
             count.page,
             count.item,
-            "-" if count.points is None else f"{count.points:,}",
+            "-" if count.points is None or not count.found else f"{count.points:,}",
             (count.note if count.points is None else ("data" if count.expected else "may be empty"))
-            + ("" if count.ok else "  EMPTY")
+            + ("" if count.ok else "  EMPTY" if count.found else "  NOT FOUND")
             + (f"  ({count.note})" if count.note and count.points is not None else ""),
         )
         for count in report.counts
@@ -269,9 +297,14 @@ def format_report(report: PageReport) -> str:
     checked = [count for count in report.counts if count.points is not None]
     pages = len({count.page for count in checked})
     failures = report.failures
-    verdict = (
-        f"{len(checked)} figures and tables on {pages} pages of {report.url} in {report.seconds:.0f} s: "
-        + ("every one that should show data does." if not failures else f"{len(failures)} empty where data was expected: ")
-        + ", ".join(f"{count.page} {count.item}" for count in failures)
+    empty = [count for count in failures if count.found]
+    missing = [count for count in failures if not count.found]
+    problems = [
+        f"{len(listed)} {what}: " + ", ".join(f"{count.page} {count.item}" for count in listed)
+        for listed, what in ((empty, "empty where data was expected"), (missing, "not found on their page"))
+        if listed
+    ]
+    verdict = f"{len(checked)} figures and tables on {pages} pages of {report.url} in {report.seconds:.0f} s: " + (
+        "; ".join(problems) or "every one that should show data does."
     )
     return "\n".join([*lines, verdict])

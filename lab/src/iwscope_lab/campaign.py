@@ -241,15 +241,7 @@ class LabCampaign:
         """End the campaign's window and stop every agent (origins drain their spools first)."""
         box_closed = self._box_end is not None and _utc_now() >= self._box_end
         if self.campaign_id is not None and not box_closed:  # a closed time box keeps its end
-            try:
-                self._api(
-                    "PATCH",
-                    f"/api/v1/campaigns/{self.campaign_id}",
-                    {"ends_at": _utc_now().isoformat()},
-                    token=self._tokens.get("admin"),
-                )
-            except Exception as error:  # best effort while shutting down
-                self.console.print(f"[yellow]could not close campaign {self.campaign_id}: {error}")
+            self._close_window(self.campaign_id)
         for processes in (self._probes, self._origins):
             for proc in processes.values():
                 if proc.poll() is None:
@@ -351,24 +343,23 @@ class LabCampaign:
         return []
 
     def _serve_origin(self, host: PlacedHost) -> None:
-        log = open(self._host_state_dir(host) / "origin.log", "ab")  # noqa: SIM115 -- handed to the child
-        self._origins[host.name] = self.topology.popen(
-            host.name,
-            self._iwprobe(
-                "origin",
-                "serve",
-                *self._origin_args(host),
-                "--bind",
-                host.address,
-                *(["--bind", host.address6] if host.address6 else []),
-                "--collector",
-                self._collector_url(),
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
+        with open(self._host_state_dir(host) / "origin.log", "ab") as log:
+            self._origins[host.name] = self.topology.popen(
+                host.name,
+                self._iwprobe(
+                    "origin",
+                    "serve",
+                    *self._origin_args(host),
+                    "--bind",
+                    host.address,
+                    *(["--bind", host.address6] if host.address6 else []),
+                    "--collector",
+                    self._collector_url(),
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def _enroll_probe(self, host: PlacedHost) -> str:
         state_dir = str(self._host_state_dir(host))
@@ -399,7 +390,6 @@ class LabCampaign:
 
     def _start_probe(self, host: PlacedHost) -> None:
         state_dir = self._host_state_dir(host)
-        log = open(state_dir / "probe.log", "ab")  # noqa: SIM115 -- handed to the child
         # Only this campaign (and those :meth:`_probe_campaigns` adds): other campaigns may be
         # active on the same collector.
         args = [argument for campaign in self._probe_campaigns(host) for argument in ("--campaign", str(campaign))]
@@ -407,14 +397,14 @@ class LabCampaign:
         if "--calibration-bytes" not in args:
             rate = host.link.down.rate_bps
             args += ["--calibration-bytes", str(calibration_bytes(rate, host.link.rtt_ms))]
-        self._probes[host.name] = self.topology.popen(
-            host.name,
-            self._iwprobe("run", "--once", "--state-dir", str(state_dir), *args),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
+        with open(state_dir / "probe.log", "ab") as log:
+            self._probes[host.name] = self.topology.popen(
+                host.name,
+                self._iwprobe("run", "--once", "--state-dir", str(state_dir), *args),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def _probe_campaigns(self, host: PlacedHost) -> list[int]:
         """The campaigns the probe on ``host`` runs: this one (subclasses may add more)."""
@@ -486,24 +476,26 @@ class LabCampaign:
                     raise CampaignError(f"campaign timed out: stored {stored} of {expected} per probe")
                 time.sleep(0.5)
 
-    def _wait_until_folded(self, deadline: float) -> int:
-        """Wait until every successful trial has its origin observation joined and the worker's
-        refresh has folded the campaign into the roll-ups and path estimates; return how many
-        trials lack an observation.  Interactive flows (UDP echoes) have no observation to join."""
+    def _wait_until_folded(self, deadline: float, campaign_id: int | None = None) -> int:
+        """Wait until every successful trial of ``campaign_id`` (default: this campaign) has its
+        origin observation joined and the worker's refresh has folded the campaign into the
+        roll-ups and path estimates; return how many trials lack an observation.  Interactive
+        flows (UDP echoes) have no observation to join."""
         from iwscope.analysis.rollups import caught_up
         from iwscope.trials.models import Trial
 
+        campaign = self.campaign_id if campaign_id is None else campaign_id
         query = (
             select(func.count())
             .select_from(Trial)
             .where(
-                Trial.campaign_id == self.campaign_id,
+                Trial.campaign_id == campaign,
                 Trial.error_kind.is_(None),
                 Trial.joined_at.is_(None),
                 Trial.role != "interactive",
             )
         )
-        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(Trial.campaign_id == self.campaign_id)
+        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(Trial.campaign_id == campaign)
         while True:
             with self.stack.session() as session:
                 unjoined = int(session.execute(query).scalar_one())
@@ -511,6 +503,15 @@ class LabCampaign:
             if (unjoined == 0 and folded) or time.monotonic() > deadline:
                 return unjoined
             time.sleep(0.5)
+
+    def _close_window(self, campaign_id: int) -> None:
+        """End the window of ``campaign_id`` now (best effort: it runs while shutting down)."""
+        try:
+            self._api(
+                "PATCH", f"/api/v1/campaigns/{campaign_id}", {"ends_at": _utc_now().isoformat()}, token=self._tokens.get("admin")
+            )
+        except Exception as error:
+            self.console.print(f"[yellow]could not close campaign {campaign_id}: {error}")
 
     def _stored_per_probe(self, probe_ids: dict[str, str]) -> dict[str, int]:
         from iwscope.trials.models import Trial

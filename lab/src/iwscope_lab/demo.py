@@ -41,7 +41,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign, _utc_now
+from iwscope_lab.campaign import CampaignPlan, CampaignResult, LabCampaign
 from iwscope_lab.census import CensusResult, LabCensus, census_plan
 from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
 from iwscope_lab.hostspec import PlacedHost
@@ -135,19 +135,15 @@ def passive_plan(duration_s: float = DURATION_S) -> PassivePlan:
 
 def demo_topology(scenario: str = SCENARIO) -> Topology:
     """The benefit scenario's hosts plus the HTTPS origin (when the scenario has :data:`HTTPS_PROBE`)."""
-    loaded = load_scenario(scenario)
-    hosts = loaded.hosts()
-    if any(host.name == HTTPS_PROBE for host in hosts):
-        hosts.append(
-            Host(
-                HTTPS_ORIGIN,
-                role="origin",
-                region="datacenter",
-                link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
-                labels={"chain_kb": str(HTTPS_CHAIN_KB)},
-            )
-        )
-    return Topology(None, hosts, scenario=loaded.name, dual_stack=loaded.dual_stack)
+    https_origin = Host(
+        HTTPS_ORIGIN,
+        role="origin",
+        region="datacenter",
+        link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0),
+        labels={"chain_kb": str(HTTPS_CHAIN_KB)},
+    )
+    with_probe = any(host.name == HTTPS_PROBE for host in load_scenario(scenario).hosts())
+    return Topology.from_scenario(scenario, extra_hosts=[https_origin] if with_probe else [])
 
 
 class DemoCampaign(LabCampaign):
@@ -173,7 +169,7 @@ class DemoCampaign(LabCampaign):
         return benefit
 
     def _https_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
-        now = _utc_now()
+        now = dt.datetime.now(dt.UTC)
         probe = self.topology.host(self.https_probe or "")
         return {
             "name": f"demo https ({HTTPS_CHAIN_KB} KB chain, {probe.name})",
@@ -197,37 +193,13 @@ class DemoCampaign(LabCampaign):
     def finish(self, *, timeout_s: float = 900.0, show_progress: bool = True, join_timeout_s: float = 120.0) -> CampaignResult:
         result = super().finish(timeout_s=timeout_s, show_progress=show_progress, join_timeout_s=join_timeout_s)
         if self.https_campaign_id is not None:
-            self._wait_https_joined(time.monotonic() + 60)
+            # the TLS page needs the origin's first flight: until the HTTPS trials are joined and folded
+            self._wait_until_folded(time.monotonic() + 60, campaign_id=self.https_campaign_id)
         return result
 
-    def _wait_https_joined(self, deadline: float) -> None:
-        """Until the HTTPS trials have their origin's observations (the TLS page needs the
-        origin's first flight) and the roll-ups hold them, or ``deadline``."""
-        from sqlalchemy import func, select
-
-        from iwscope.analysis.rollups import caught_up
-        from iwscope.trials.models import Trial
-
-        mine = Trial.campaign_id == self.https_campaign_id
-        unjoined = select(func.count()).where(mine, Trial.error_kind.is_(None), Trial.joined_at.is_(None))
-        latest = select(func.max(Trial.received_at), func.max(Trial.joined_at)).where(mine)
-        while time.monotonic() < deadline:
-            with self.stack.session() as session:
-                if session.execute(unjoined).scalar_one() == 0 and caught_up(session, *session.execute(latest).one()):
-                    return
-            time.sleep(0.5)
-
     def close(self) -> None:
-        if self.https_campaign_id is not None:
-            try:  # its window ends with the run, like the benefit campaign's
-                self._api(
-                    "PATCH",
-                    f"/api/v1/campaigns/{self.https_campaign_id}",
-                    {"ends_at": _utc_now().isoformat()},
-                    token=self._tokens.get("admin"),
-                )
-            except Exception as error:  # best effort while shutting down
-                self.console.print(f"[yellow]could not close campaign {self.https_campaign_id}: {error}")
+        if self.https_campaign_id is not None:  # its window ends with the run, like the benefit campaign's
+            self._close_window(self.https_campaign_id)
         super().close()
 
 
@@ -391,11 +363,12 @@ def https_lines(stack: Stack, campaign_id: int) -> list[str]:
         with stack.session() as session:
             rows = tls_by_flight(session, Filters(campaign_ids=(campaign_id,), baseline_iw=3, treatment_iw=treatment))
         for row in rows:
+            paths = f"{row.n_paths} path{'s' if row.n_paths != 1 else ''}"
             gain = (
-                f"n too small ({row.n_pairs} pairs)"
+                f"n too small ({row.n_pairs} pairs on {paths})"
                 if row.too_small
                 else f"{_ms(row.abs_ms)} ms faster {_bounds(_pair_of(row.abs_ci_low, row.abs_ci_high), digits=1)} "
-                f"over {row.n_pairs} pairs"
+                f"over {row.n_pairs} pairs on {paths}" + (f" ({row.note})" if row.note else "")
             )
             lines.append(
                 f"HTTPS ({HTTPS_CHAIN_KB} KB chain on {HTTPS_PROBE}, first flight {row.bucket}): the origin's handshake "

@@ -407,11 +407,14 @@ class Topology:
         }
 
     @classmethod
-    def from_scenario(cls, scenario: str, run_id: str | None = None, **kwargs: Any) -> Topology:
-        """A topology from a lab scenario YAML (a name from ``scenarios/`` or a path)."""
+    def from_scenario(
+        cls, scenario: str, run_id: str | None = None, *, extra_hosts: Sequence[Host] = (), **kwargs: Any
+    ) -> Topology:
+        """A topology from a lab scenario YAML (a name from ``scenarios/`` or a path), with
+        ``extra_hosts`` after the scenario's own."""
         loaded = load_scenario(scenario)
         kwargs.setdefault("dual_stack", loaded.dual_stack)
-        return cls(run_id, loaded.hosts(), scenario=loaded.name, **kwargs)
+        return cls(run_id, [*loaded.hosts(), *extra_hosts], scenario=loaded.name, **kwargs)
 
     @classmethod
     def attach(cls, run_id: str) -> Topology:

@@ -65,10 +65,6 @@ DELAY_BLOCK_S = 0.2
 #: Fewest blocks a block-bootstrap interval is drawn from.
 MIN_BLOCKS = 10
 
-#: Which campaigns are cost experiments: one definition, shared with the benefit figures that
-#: leave them out (``filters.without_cost``).
-_COST_CAMPAIGN_SQL = COST_CAMPAIGN_SQL
-
 
 @dataclass(frozen=True)
 class CostCampaign:
@@ -213,7 +209,7 @@ def _where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """Cost campaigns matching the campaign, time and region filters (sizes and arms are not
     applied: a phase's flows are shown whole)."""
     where, params = trial_where(replace(filters, size_min=None, size_max=None))
-    return f"{_COST_CAMPAIGN_SQL} AND {where}", params
+    return f"{COST_CAMPAIGN_SQL} AND {where}", params
 
 
 _FROM = "FROM trials AS t JOIN campaigns AS c ON c.id = t.campaign_id JOIN probes AS p ON p.id = t.probe_id"

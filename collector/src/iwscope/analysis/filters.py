@@ -95,8 +95,8 @@ class Filters:
                 query[key] = ",".join(str(item) for item in value)
             elif isinstance(value, dt.datetime):
                 query[key] = value.isoformat()
-            elif isinstance(value, bool):
-                query[key] = "1" if value else "0"
+            elif isinstance(value, bool):  # only True gets here: False is the default
+                query[key] = "1"
             else:
                 query[key] = str(value)
         return query
@@ -174,7 +174,8 @@ def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
 
 def resolve_family(session: Session, filters: Filters) -> Filters:
     """``filters`` with ``campaign_ids`` narrowed to the campaigns measured over its ``family``
-    (every reader then needs only the campaign ids; ``(0,)``, no campaign, when none was)."""
+    (every reader then needs only the campaign ids; ``(NO_CAMPAIGN_MATCH,)``, nothing, when none
+    was -- not ``(0,)``, which would select the roll-ups' trials of no campaign)."""
     if not filters.family:
         return filters
     chosen = [
@@ -186,12 +187,7 @@ def resolve_family(session: Session, filters: Filters) -> Filters:
     if filters.campaign_ids:
         given = set(filters.campaign_ids)
         chosen = [campaign for campaign in chosen if campaign in given]
-    return replace(filters, campaign_ids=tuple(chosen) or (0,))
-
-
-def cost_campaign_ids(session: Session) -> frozenset[int]:
-    """The ids of every cost-experiment campaign (:data:`COST_CAMPAIGN_SQL`)."""
-    return frozenset(int(row[0]) for row in session.execute(text(f"SELECT c.id FROM campaigns AS c WHERE {COST_CAMPAIGN_SQL}")))
+    return replace(filters, campaign_ids=tuple(chosen) or (NO_CAMPAIGN_MATCH,))
 
 
 def without_cost(session: Session, filters: Filters) -> Filters:
@@ -203,12 +199,12 @@ def without_cost(session: Session, filters: Filters) -> Filters:
     key for them); ``(NO_CAMPAIGN_MATCH,)`` when nothing stays."""
     if filters.include_cost:
         return filters
-    cost = cost_campaign_ids(session)
+    campaigns = session.execute(text(f"SELECT c.id, {COST_CAMPAIGN_SQL} AS cost FROM campaigns AS c ORDER BY c.id")).all()
+    cost = {int(campaign) for campaign, is_cost in campaigns if is_cost}
     if not cost:
         return filters
     if filters.campaign_ids:
         kept = tuple(campaign for campaign in filters.campaign_ids if campaign not in cost)
     else:
-        others = session.execute(text(f"SELECT c.id FROM campaigns AS c WHERE NOT {COST_CAMPAIGN_SQL} ORDER BY c.id"))
-        kept = (NO_CAMPAIGN, *(int(row[0]) for row in others))
+        kept = (NO_CAMPAIGN, *(int(campaign) for campaign, is_cost in campaigns if not is_cost))
     return replace(filters, campaign_ids=kept or (NO_CAMPAIGN_MATCH,))

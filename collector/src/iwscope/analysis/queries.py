@@ -153,11 +153,15 @@ def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntAr
         first, second = (getattr(frame, column) for frame in frames)
         return (first, second), labels
     if dimension == "region":
-        names = sorted(set(data.paths.region_names) | set(data.buckets.region_names))
+        # only the regions with rows here: a frame may name regions it has none of (the analysis
+        # copy's frames name every region it knows, e.g. a cost experiment's bottleneck left out)
+        names = sorted({frame.region_names[index] for frame in frames for index in np.unique(frame.region).tolist()})
         rank = {name: position for position, name in enumerate(names)}
         labels = [bk.Bucket(name, position, None, None) for position, name in enumerate(names)]
         first, second = (
-            np.array([rank[name] for name in frame.region_names], dtype=np.int64)[frame.region] if frame.size else frame.region
+            np.array([rank.get(name, -1) for name in frame.region_names], dtype=np.int64)[frame.region]
+            if frame.size
+            else frame.region
             for frame in frames
         )
         return (first, second), labels
@@ -240,13 +244,9 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
     if group_by == "region":
         (path_groups, groups), labels = _dimension_groups(data, "region")
         names = [label.label for label in labels]
-        # only regions with trials here: the analysis copy's frames name every region it knows
-        # (e.g. a cost experiment's bottleneck, left out of these figures)
-        present = set(groups.tolist()) | set(path_groups.tolist())
     else:
         path_groups = np.zeros(data.paths.size, dtype=np.int64)
         groups, names = np.zeros(frame.size, dtype=np.int64), ["all"]
-        present = {0}
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
     cells = 2 * len(names)
@@ -267,8 +267,6 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
     detail = data.path_histograms(union) if union.size else None  # one read for every group
     tables: list[PercentileTable] = []
     for group, name in enumerate(names):
-        if group not in present:
-            continue
         arms = []
         for slot, iw in ((0, treat_iw), (1, base_iw)):
             c = 2 * group + slot
