@@ -1,11 +1,12 @@
-"""The IW capture's cost to the probe (the client-side IW inference work): CPU per 1,000 trials, peak RSS, inference time.
+"""The IW capture's and the traces' cost to the probe: CPU per 1,000 trials, peak RSS, inference time.
 
 A lab ``Topology``: a server (Python's ``http.server``, zero-delay link) and a probe behind a
-``--rtt-ms`` (20) / 100 Mbit/s link, the server's route at ``initcwnd 10``.  Two probe worker
+``--rtt-ms`` (20) / 100 Mbit/s link, the server's route at ``initcwnd 10``.  Three probe worker
 processes in the probe's namespace fetch the same ``--size`` (30 KB) object with
 ``iwprobe._fetch.fetch``: one plain (``infer_iw=False``), one with the capture and inference
-(``infer_iw=True``).  The parent hands them blocks of ``--block`` fetches in turn (plain, then
-capture, then plain, ...), so both see the same load on this shared machine; each worker
+(``infer_iw=True``), one traced (the capture, and every trial kept as a trace the way a traced
+round's are: built, serialised, spooled).  The parent hands them blocks of ``--block``
+fetches in turn (plain, capture, traced, plain, ...), so all see the same load on this shared machine; each worker
 measures its own ``getrusage`` (user + sys) around its blocks only, and reports its peak RSS
 (``ru_maxrss``) at the end.  The capture worker also times, per trial, reading and parsing the
 captured packets (``ConnectionCapture.read``) and the inference itself (``infer``) by wrapping
@@ -39,7 +40,9 @@ from pathlib import Path
 from typing import IO, Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MODES = ("plain", "capture")
+#: ``traced``: the capture, and each trial kept as a trace the way ``iwprobe run`` keeps a traced
+#: round's (wire v7: built, serialised and spooled as a ``trace`` record).
+MODES = ("plain", "capture", "traced")
 IW = 10
 
 
@@ -51,12 +54,32 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def trace_keeper(mode: str) -> Any:
+    """For ``traced``: what the agent does with a traced trial's fetch (build the trace, spool
+    it as a ``TraceRecord``), into a spool of its own; else None."""
+    if mode != "traced":
+        return None
+    from iwprobe import wire
+    from iwprobe._spool import Spool
+    from iwprobe._trace import trace_of
+
+    spool = Spool(os.path.join(tempfile.mkdtemp(prefix="bench-trace-spool-"), "spool.sqlite"))
+
+    def keep(result: Any) -> None:
+        trial_id = wire.new_id()
+        record = wire.TraceRecord(trial_id, "receiver", result.started_at, trace_of(result).to_dict())
+        spool.add("trace", f"{trial_id}:receiver", wire.to_dict(record))
+
+    return keep
+
+
 def worker(mode: str, url: str) -> None:
     """Fetch blocks of ``url`` on command (``run N`` on stdin), one JSON line per block."""
     from iwprobe import _fetch
     from iwprobe._capture import ConnectionCapture
 
-    infer_iw = mode == "capture"
+    infer_iw = mode != "plain"
+    keep_trace = trace_keeper(mode)
     read_ns: list[int] = []
     infer_ns: list[int] = []
     open_ns: list[int] = []
@@ -113,6 +136,8 @@ def worker(mode: str, url: str) -> None:
         cpu_before, wall_before = _cpu_s(), time.monotonic()
         for _ in range(int(command[1])):
             result = _fetch.fetch(url, infer_iw=infer_iw)
+            if keep_trace is not None:
+                keep_trace(result)
             if result.error_kind:
                 errors += 1
             elif result.total_us is not None:
@@ -277,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             "packets_per_trial": _ms(capture["packets"], 1),
         }
     )
-    plain, captured = per_mode["plain"], per_mode["capture"]
+    plain, captured, traced = per_mode["plain"], per_mode["capture"], per_mode["traced"]
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "setup": {
@@ -301,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
                 captured["emulator_cpu_s_per_1000_trials"] - plain["emulator_cpu_s_per_1000_trials"], 3
             ),
             "peak_rss_kb": captured["peak_rss_kb"] - plain["peak_rss_kb"],
+        },
+        # what keeping every trial's trace adds to the capture (same blocks, same load)
+        "trace_extra": {
+            "cpu_s_per_1000_trials": round(traced["cpu_s_per_1000_trials"] - captured["cpu_s_per_1000_trials"], 3),
+            "cpu_ratio_to_capture": round(traced["cpu_s_per_1000_trials"] / captured["cpu_s_per_1000_trials"], 3),
+            "peak_rss_kb": traced["peak_rss_kb"] - captured["peak_rss_kb"],
         },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -328,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{captured['infer_ms'].get('median')} ms, {captured['packets_per_trial'].get('median')} packets, "
         f"open {captured['open_ms'].get('median')} ms, close {captured['close_ms_wall'].get('median')} ms (wall); "
         f"inference {captured['inference']}"
+    )
+    print(
+        f"  trace kept: +{report['trace_extra']['cpu_s_per_1000_trials']:.2f} s CPU / 1,000 trials over the capture "
+        f"(x{report['trace_extra']['cpu_ratio_to_capture']}), +{report['trace_extra']['peak_rss_kb']} kB RSS"
     )
     print(f"wrote {path}")
     return 0

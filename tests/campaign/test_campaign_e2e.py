@@ -1,22 +1,27 @@
 """A small lab campaign end to end: real iwprobe agents in namespaces behind the link
-emulator, the real API and Celery worker, checked from PostgreSQL."""
+emulator, the real API and Celery worker, checked from PostgreSQL; half of its rounds traced
+(wire v7), at the probe and at the origin."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import statistics
+import zlib
 from collections.abc import Iterator
 
 import pytest
 from campaign_kit import path_hosts, query_rows, session_stack
 
+from iwprobe import wire
+from iwprobe._trace import traced_round
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.model import predict
 from iwscope_lab.topology import Topology
 
 #: name -> (region, RTT ms, rate bit/s): serialisation of one packet stays under 2 % of the RTT.
 PATHS = {"near": ("europe", 80.0, 10e6), "far": ("africa", 200.0, 4e6)}
-PLAN = CampaignPlan(name="e2e", arms=(3, 10), sizes=(3_000, 9_000), repetitions=4)
+PLAN = CampaignPlan(name="e2e", arms=(3, 10), sizes=(3_000, 9_000), repetitions=4, trace_share=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +105,33 @@ def test_iw10_gains_one_rtt_where_the_model_says_so(campaign: dict[str, object],
                 assert gain_ms == pytest.approx(rtt_ms, rel=0.10), (size, column, by_arm)
             else:  # 3 KB fits in IW3: no difference
                 assert abs(gain_ms) < 0.1 * rtt_ms, (size, column, by_arm)
+
+
+def test_the_traced_rounds_have_both_sides_traces_and_the_others_none(campaign: dict[str, object]) -> None:
+    """Each probe traces the rounds its hash picks (every trial of them, both ends of the
+    connection), nothing else; the receiver's first flight is the trial's client-side IW."""
+    result = campaign["result"]
+    rows = query_rows(
+        campaign["stack"],
+        "SELECT t.trial_id, t.probe_id, t.round, t.arm_iw, t.object_size, t.client_iw_segments, "
+        "r.first_flight_segments AS receiver_segments, r.body AS receiver_body, "
+        "s.body AS sender_body, s.packets AS sender_packets "
+        "FROM trials AS t LEFT JOIN trial_traces AS r ON r.trial_id = t.trial_id AND r.side = 'receiver' "
+        "LEFT JOIN trial_traces AS s ON s.trial_id = t.trial_id AND s.side = 'sender' WHERE t.campaign_id = :c",
+        c=result.campaign_id,
+    )
+    traced = [row for row in rows if traced_round(str(row.probe_id), result.campaign_id, row.round, PLAN.trace_share)]
+    assert 0 < len(traced) < len(rows)  # 8 rounds of two probes: some of each, or the hash is broken
+    assert all(row.receiver_body is None and row.sender_body is None for row in rows if row not in traced)
+    for row in traced:
+        assert row.receiver_body is not None and row.sender_body is not None, row
+        assert row.receiver_segments == row.client_iw_segments == min(row.arm_iw, -(-row.object_size // 1448)), row
+        receiver = json.loads(zlib.decompress(row.receiver_body))
+        sender = json.loads(zlib.decompress(row.sender_body))
+        assert wire.check_trace(receiver) > 0 and wire.check_trace(sender) == row.sender_packets
+        for trace in (receiver, sender):  # the server's payload: the object and its response head
+            served = sum(length for length, out in zip(trace["length"], trace["outgoing"], strict=True) if not out)
+            assert row.object_size < served < row.object_size + 300, (row.trial_id, trace["length"])
+        # the origin's view starts at its answer: its first packet is the answer's first byte
+        first_sent = next(i for i, out in enumerate(sender["outgoing"]) if not out)
+        assert sender["seq"][first_sent] == 1 and sender["first_flight"] is None

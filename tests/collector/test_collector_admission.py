@@ -57,6 +57,7 @@ def _assert_refused_at_door(status: int, headers: Any, body: bytes) -> None:
 def test_probe_traffic_is_uploads_heartbeats_schedules_and_enrollment() -> None:
     assert is_probe_traffic("POST", wire.TRIALS_BATCH_PATH)
     assert is_probe_traffic("POST", wire.OBSERVATIONS_BATCH_PATH)
+    assert is_probe_traffic("POST", wire.TRACES_BATCH_PATH)
     assert is_probe_traffic("POST", wire.PROBE_HEARTBEAT_PATH.format(probe_id="x"))
     assert is_probe_traffic("GET", wire.PROBE_SCHEDULE_PATH.format(probe_id="x"))
     assert is_probe_traffic("POST", wire.PROBE_ENROLL_PATH) and is_probe_traffic("POST", wire.ORIGIN_ENROLL_PATH)
@@ -64,6 +65,7 @@ def test_probe_traffic_is_uploads_heartbeats_schedules_and_enrollment() -> None:
         ("GET", "/api/v1/probes"),
         ("GET", "/api/v1/analysis/headline"),
         ("GET", "/api/v1/trials.csv"),
+        ("GET", "/api/v1/trials/0b0e4a36-8d0e-4c3d-9a55-3a1c3b7f0c11/traces"),
         ("GET", wire.TRIALS_BATCH_PATH),
         ("POST", "/api/v1/campaigns"),
     ):

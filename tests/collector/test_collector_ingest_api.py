@@ -457,6 +457,8 @@ def test_openapi_is_published(client: httpx.Client) -> None:
         wire.PROBE_ENROLL_PATH,
         wire.TRIALS_BATCH_PATH,
         wire.OBSERVATIONS_BATCH_PATH,
+        wire.TRACES_BATCH_PATH,
+        "/api/v1/trials/{trial_id}/traces",
         "/api/v1/campaigns",
         "/api/v1/trials.csv",
         "/readyz",
@@ -470,6 +472,8 @@ def test_openapi_is_published(client: httpx.Client) -> None:
     # The batch bodies are the wire schema's own records, constraints and all.
     body = paths[wire.TRIALS_BATCH_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/wire.TrialBatch"}
+    traces = paths[wire.TRACES_BATCH_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert traces == {"$ref": "#/components/schemas/wire.TraceBatch"}
     wire_defs = wire.load_schema()["$defs"]
     record = json.loads(json.dumps(schemas["wire.TrialRecord"]).replace("#/components/schemas/wire.", "#/$defs/"))
     assert record == wire_defs["TrialRecord"] and schemas["wire.TrialRecord"]["required"]

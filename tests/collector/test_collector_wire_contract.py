@@ -21,8 +21,9 @@ from iwscope.passive.schemas import (
     PassiveConnectionIn,
     ServerHeartbeatIn,
 )
-from iwscope.probes.schemas import ArmPortModel, EnrollRequestIn, HeartbeatIn, ScheduleOut
+from iwscope.probes.schemas import ArmPortModel, CampaignScheduleOut, EnrollRequestIn, HeartbeatIn, ScheduleOut
 from iwscope.servers.schemas import PassiveStudyOut, ServerConfigOut, ServerEnrollRequestIn
+from iwscope.traces.schemas import TraceBatchIn, TraceRecordIn
 from iwscope.trials.schemas import (
     CensusRecordIn,
     ClientIwIn,
@@ -57,6 +58,10 @@ MODELS: dict[str, type[BaseModel]] = {
     "PassiveConnection": PassiveConnectionIn,
     "ServerHeartbeat": ServerHeartbeatIn,
     "PassiveBatch": PassiveBatchIn,
+    # wire v7: trial traces, and the schedule entry that asks for them (trace_share)
+    "CampaignSchedule": CampaignScheduleOut,
+    "TraceRecord": TraceRecordIn,
+    "TraceBatch": TraceBatchIn,
 }
 PROBE = "0b0e4a36-8d0e-4c3d-9a55-3a1c3b7f0c11"
 ORIGIN = "5f1d2c3b-4a59-4e6f-8071-92a3b4c5d6e7"
@@ -364,3 +369,100 @@ def test_server_config_answers_validate_against_schema() -> None:
     body = wire.dumps(enroll)
     validator("ServerEnrollRequest").validate(json.loads(body))
     assert ServerEnrollRequestIn.model_validate_json(body).ports == [80, 443]
+
+
+# ----------------------------------------------------------------------------- wire v7: traces
+def _trace_batch() -> dict[str, Any]:
+    trace = {
+        "version": wire.TRACE_VERSION,
+        "packets": 2,
+        "client_mss": 1460,
+        "server_mss": None,
+        "dropped": 0,
+        "first_flight": None,
+        **{name: [0, 1] for name in wire.TRACE_COLUMNS},
+    }
+    record = {"trial_id": wire.new_id(), "side": "receiver", "captured_at": "2026-11-27T01:00:00.25Z", "trace": trace}
+    envelope = {"wire_version": 7, "batch_id": wire.new_id(), "agent_id": PROBE, "sent_at": "2026-11-27T01:00:01Z"}
+    return {**envelope, "traces": [record]}
+
+
+def _trace_mutations() -> list[tuple[str, Any]]:
+    """(description, function of a good TraceBatch returning a changed copy): the envelope and
+    the record, which the schema and the pydantic models state alike (the trace's inside is
+    ``wire.check_trace``'s, run by the collector after parsing: tests/traces)."""
+
+    def record(name: str, value: Any):
+        return lambda document: (document["traces"][0].__setitem__(name, value), document)[1]
+
+    return [
+        ("unchanged", lambda document: document),
+        ("no traces", lambda document: {**document, "traces": []}),
+        ("wire version 6", lambda document: {**document, "wire_version": 6}),
+        ("wire version 8", lambda document: {**document, "wire_version": 8}),
+        ("agent not a uuid", lambda document: {**document, "agent_id": "probe-1"}),
+        ("traces missing", lambda document: {k: v for k, v in document.items() if k != "traces"}),
+        ("extra envelope field", lambda document: {**document, "heartbeat": None}),
+        ("side sender", record("side", "sender")),
+        ("side both", record("side", "both")),
+        ("captured_at without offset", record("captured_at", "2026-11-27T01:00:00")),
+        ("trace not an object", record("trace", [1, 2])),
+        ("extra record field", record("probe_id", PROBE)),
+        ("too many traces", lambda document: {**document, "traces": document["traces"] * (wire.MAX_TRACES_PER_BATCH + 1)}),
+    ]
+
+
+@pytest.mark.parametrize(("description", "mutate"), _trace_mutations(), ids=[m[0] for m in _trace_mutations()])
+def test_pydantic_and_json_schema_accept_the_same_trace_batches(description: str, mutate: Any) -> None:
+    document = mutate(copy.deepcopy(_trace_batch()))
+    schema_accepts = validator("TraceBatch").is_valid(document)
+    try:
+        TraceBatchIn.model_validate_json(json.dumps(document))
+        model_accepts = True
+    except ValidationError:
+        model_accepts = False
+    assert model_accepts == schema_accepts, description
+
+
+def test_probe_written_trace_batches_and_schedules_validate() -> None:
+    """What ``iwprobe.wire.dumps`` makes of a ``TraceBatch`` is accepted by both, and a schedule
+    entry carries ``trace_share`` as the schema says."""
+    document = _trace_batch()
+    record = wire.TraceRecord(**document["traces"][0])
+    batch = wire.TraceBatch(
+        wire_version=wire.WIRE_VERSION, batch_id=wire.new_id(), agent_id=ORIGIN, sent_at=wire.utc_timestamp(), traces=[record]
+    )
+    body = wire.dumps(batch)
+    validator("TraceBatch").validate(json.loads(body))
+    parsed = TraceBatchIn.model_validate_json(body)
+    assert parsed.traces[0].trace == record.trace and wire.check_trace(parsed.traces[0].trace) == 2
+    entry = CampaignScheduleOut(
+        campaign_id=1,
+        name="traced",
+        arms=[3, 10],
+        sizes=[100_000],
+        size_dist=None,
+        sizes_per_round=1,
+        repetitions=1,
+        interval_s=0,
+        starts_at=wire.utc_timestamp(),
+        ends_at=None,
+        calibrate=False,
+        targets=[],
+        trace_share=0.25,
+    )
+    schedule = ScheduleOut(probe_id=PROBE, generated_at=wire.utc_timestamp(), poll_after_s=60, campaigns=[entry])
+    validator("Schedule").validate(json.loads(schedule.model_dump_json()))
+    assert not validator("CampaignSchedule").is_valid({**json.loads(entry.model_dump_json()), "trace_share": 1.5})
+
+
+@pytest.mark.parametrize("name", ["TrialBatch", "ObservationBatch", "PassiveBatch", "TraceBatch"])
+def test_every_upload_takes_what_the_agents_send_now(name: str) -> None:
+    """Agents stamp every envelope with ``wire.WIRE_VERSION``: a batch whose schema or model
+    stopped at an older version refuses every upload once the version moves on (the passive
+    batch did, at v7, until this test)."""
+    from pydantic import TypeAdapter
+
+    assert wire.WIRE_VERSION in SCHEMA["$defs"][name]["properties"]["wire_version"]["enum"]
+    field = MODELS[name].model_fields["wire_version"]
+    assert TypeAdapter(field.annotation).validate_python(wire.WIRE_VERSION) == wire.WIRE_VERSION

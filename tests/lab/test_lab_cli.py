@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 
 from iwscope_lab.topology import STATE_ROOT

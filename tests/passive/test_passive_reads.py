@@ -177,7 +177,7 @@ def test_public_exports_and_bundles_never_hold_passive_data(
     )
     assert exported.returncode == 0, exported.stderr
     rows = {line.split("\t")[0]: line.split("\t")[1] for line in exported.stdout.splitlines()}
-    assert set(rows) == {"trials", "observations", "path_estimates", "campaigns", "census"} and rows["campaigns"] == "0"
+    assert set(rows) == {"trials", "observations", "path_estimates", "campaigns", "census", "traces"} and rows["campaigns"] == "0"
     refused = subprocess.run(
         [*IWSCOPE, "export", "--out", str(tmp_path / "x"), "--tables", "passive_aggregates"],
         env=service_env,

@@ -124,6 +124,20 @@ def test_relative_numbers_directions_and_times() -> None:
     assert trace.version == TRACE_VERSION and trace.dropped == 0
 
 
+def test_a_syn_stamped_after_its_syn_ack_is_not_time_zero() -> None:
+    """An outgoing stamp is TCP's earliest departure time: a SYN stamped after its SYN-ACK
+    arrived (seen in the lab) would put every incoming packet before zero.  Time zero is then
+    the SYN-ACK's arrival less the smallest RTT; the flight's cutoff moves with it."""
+    good = Trace.from_packets(transfer(10, total_segments=10).packets, min_rtt_us=RTT_NS // 1000)
+    late = transfer(10, total_segments=10)
+    late.packets[0] = dataclasses.replace(late.packets[0], time_ns=late.packets[0].time_ns + 3 * RTT_NS)
+    trace = Trace.from_packets(late.packets, min_rtt_us=RTT_NS // 1000)
+    assert trace.t_us[1:] == good.t_us[1:] and trace.t_us[1] == RTT_NS // 1000
+    assert trace.t_us[0] == 3 * RTT_NS // 1000  # the SYN keeps its own (late) stamp
+    assert trace.first_flight is not None and good.first_flight is not None
+    assert trace.first_flight["cutoff_us"] == good.first_flight["cutoff_us"]
+
+
 def test_windows_are_scaled_by_their_senders_option_but_not_in_syns() -> None:
     trace = Trace.from_packets(transfer(10, total_segments=10).packets)
     assert trace.window[0] == 64240 and trace.window[1] == 65160  # SYN and SYN-ACK: never scaled
@@ -257,3 +271,24 @@ def test_fetch_trace_without_the_capture_is_a_clear_error(
     assert code == 2
     assert "--trace needs the packet capture" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_the_origin_keeps_only_its_client_s_packets_and_reads_the_trace_request() -> None:
+    """The origin's capture shares its listening port with every client: ``remote_port``
+    keeps one connection; the request head's trace header says whether to capture at all."""
+    from iwprobe._http import wants_trace
+
+    def packet(client_port: int, outgoing: bool) -> bytes:
+        ports = (SERVER_PORT, client_port) if outgoing else (client_port, SERVER_PORT)
+        addresses = (SERVER_V4, CLIENT_V4) if outgoing else (CLIENT_V4, SERVER_V4)
+        return ipv4(tcp_header(*ports, 1, 1, ACK, 500), 100, source=addresses[0], destination=addresses[1])
+
+    for outgoing in (True, False):
+        assert parse_packet(packet(CLIENT_PORT, outgoing), 0, outgoing, SERVER_PORT, CLIENT_PORT) is not None
+        assert parse_packet(packet(CLIENT_PORT + 1, outgoing), 0, outgoing, SERVER_PORT, CLIENT_PORT) is None
+        assert parse_packet(packet(CLIENT_PORT + 1, outgoing), 0, outgoing, SERVER_PORT) is not None  # no remote port: all
+    head = b"GET /obj/9000 HTTP/1.1\r\nHost: x\r\nX-Iwscope-Trial: 0b6f7f3e-1d1c-4f0e-9a55-3f0d2b4c5a61"
+    assert not wants_trace(head)
+    assert wants_trace(head + b"\r\nx-iwscope-trace: 1")
+    assert not wants_trace(head + b"\r\nX-Iwscope-Trace: 0")
+    assert not wants_trace(b"GET /obj/1 HTTP/1.1\r\nX-Iwscope-Trace-Not: 1")

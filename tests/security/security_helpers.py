@@ -15,8 +15,10 @@ from cryptography.x509.oid import NameOID
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-#: Tables the worker derives from stored rows (never written by a request directly).
-DERIVED_TABLE_MARKERS = ("rollup", "path_estimates", "celery", "alembic_version")
+#: Tables the worker derives from stored rows (never written by a request directly): the
+#: roll-ups and the rest of the analysis copy's bookkeeping (``analysis_*``: signatures,
+#: watermarks), which a refresh still running after an earlier test's campaign moves.
+DERIVED_TABLE_MARKERS = ("rollup", "analysis_", "path_estimates", "celery", "alembic_version")
 #: Columns the worker's join fills in later (a still-running join of an earlier test must not
 #: look like a change made by a request).
 WORKER_FILLED_COLUMNS = frozenset(

@@ -10,7 +10,7 @@ lost.
 
 Two classes share the limit (``IWSCOPE_MAX_IN_PROGRESS``):
 
-* **probe traffic** (uploads of trials, observations and passive batches, heartbeats,
+* **probe traffic** (uploads of trials, observations, traces and passive batches, heartbeats,
   schedules, server configurations, enrollment: :func:`is_probe_traffic`) may use all of it;
 * **everything else** (public reads, the CSV export, admin routes) at most
   ``IWSCOPE_MAX_OTHER_IN_PROGRESS`` of it, so readers never take the last places from probes.
@@ -47,7 +47,7 @@ OVERLOADED_DETAIL = "collector overloaded: retry later"
 CLOSE_ABOVE_BYTES = 64 * 1024
 
 _PROBE_PREFIXES = ("/api/v1/probes/", "/api/v1/origins/", "/api/v1/servers/")
-_PROBE_EXACT = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH, wire.PASSIVE_BATCH_PATH})
+_PROBE_EXACT = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH, wire.PASSIVE_BATCH_PATH, wire.TRACES_BATCH_PATH})
 
 
 def is_probe_traffic(method: str, path: str) -> bool:

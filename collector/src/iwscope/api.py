@@ -32,6 +32,7 @@ from iwscope.probes.routes import router as probes_router
 from iwscope.server import LameDuckServer, listening_sockets
 from iwscope.servers.routes import router as servers_router
 from iwscope.supervisor import run_workers
+from iwscope.traces.routes import router as traces_router
 from iwscope.trials.routes import router as trials_router
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ def create_app() -> FastAPI:
         servers_router,
         campaigns_router,
         trials_router,
+        traces_router,
         passive_router,
         exports_router,
         analysis_router,

@@ -432,7 +432,8 @@ main.add_command(servers)
 @click.option(
     "--tables",
     default=None,
-    help="comma-separated (trials, observations, path_estimates, campaigns, census); default: every table the filters apply to",
+    help="comma-separated (trials, observations, path_estimates, campaigns, census, traces); default: every table "
+    "the filters apply to (traces: Parquet only)",
 )
 @click.option("--campaign", "campaign_id", type=click.IntRange(min=1), default=None)
 @click.option("--probe", "probe_id", type=click.UUID, default=None)
@@ -460,9 +461,11 @@ def export(
     until: dt.datetime | None,
 ) -> None:
     """Write tables of the database to DIR as <table>.parquet or <table>.csv (DATABASE_URL);
-    prints one line per file: rows (Parquet), bytes, path."""
+    prints one line per file: rows (Parquet), bytes, path.  ``traces`` (one row per trial trace,
+    its packets as list columns) is written as Parquet only."""
     from iwscope.db import session_scope
     from iwscope.exports import columnar
+    from iwscope.exports import traces as trace_export
 
     filters = columnar.ExportFilters(
         campaign_id=campaign_id, probe_id=probe_id, origin_id=origin_id, since=_utc(since), until=_utc(until)
@@ -471,9 +474,13 @@ def export(
         [name.strip() for name in tables.split(",") if name.strip()]
         if tables
         else [spec.name for spec in columnar.TABLES.values() if _applies(columnar, spec, filters)]
+        + ([trace_export.TRACES] if file_format == "parquet" else [])
     )
+    with_traces = trace_export.TRACES in names
     try:
-        specs = columnar.export_names(names)
+        if with_traces and file_format != "parquet":
+            raise ValueError(f"the {trace_export.TRACES} export is Parquet only (its packets are list columns)")
+        specs = columnar.export_names([name for name in names if name != trace_export.TRACES])
         for spec in specs:
             columnar.select_sql(spec, filters)
     except ValueError as error:
@@ -489,6 +496,11 @@ def export(
                     columnar.write_csv(session, spec, filters, sink)
                 rows = None
         click.echo(f"{spec.name}\t{'' if rows is None else rows}\t{os.path.getsize(path)}\t{path}")
+    if with_traces:
+        path = os.path.join(out_dir, f"{trace_export.TRACES}.parquet")
+        with session_scope() as session:
+            rows = trace_export.write_traces_parquet(session, filters, path)
+        click.echo(f"{trace_export.TRACES}\t{rows}\t{os.path.getsize(path)}\t{path}")
 
 
 def _utc(moment: dt.datetime | None) -> dt.datetime | None:

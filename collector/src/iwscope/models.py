@@ -8,6 +8,7 @@ from iwscope.passive.models import PassiveAggregate, PassiveConnection
 from iwscope.paths.models import PathEstimate
 from iwscope.probes.models import Probe
 from iwscope.servers.models import Server
+from iwscope.traces.models import TrialTrace
 from iwscope.trials.models import CensusRecord, OriginObservation, PathSample, Trial, TrialId
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "Server",
     "Trial",
     "TrialId",
+    "TrialTrace",
 ]

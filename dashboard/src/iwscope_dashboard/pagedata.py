@@ -6,6 +6,7 @@ The Dash callbacks call these and turn the results into figures; benchmarks
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -41,6 +42,8 @@ from iwscope.analysis import (
     tls_by_flight,
     trials_page,
 )
+from iwscope.traces.schemas import TrialTracesOut
+from iwscope.traces.services import read_trial_traces
 
 OverviewDimension = Literal["rtt", "bandwidth", "bdp"]
 OVERVIEW_DIMENSIONS: tuple[OverviewDimension, ...] = ("rtt", "bandwidth", "bdp")
@@ -121,6 +124,12 @@ def probes_data(session: Session, filters: Filters | None = None) -> list[ProbeR
 
 def trials_data(session: Session, filters: Filters, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     return trials_page(session, filters, limit, offset)
+
+
+def trial_traces_data(session: Session, filters: Filters | None, trial_id: uuid.UUID) -> TrialTracesOut | None:
+    """The Trials page's inspector: one trial, its twins and their stored traces; None for an
+    unknown trial.  The filters do not apply: a link to a trial opens it whatever they select."""
+    return read_trial_traces(session, trial_id)
 
 
 #: Every data callback's body, by page prefix (the overview has one per panel), for benchmarks.

@@ -67,6 +67,9 @@ class CampaignPlan:
     #: The IP version to measure over (``ipv4``/``ipv6``; IPv6 needs a dual-stack topology);
     #: ``None``: the origins' IPv4 addresses.
     family: str | None = None
+    #: Share of the rounds whose trials the probes keep as packet traces (wire v7
+    #: ``trace_share``; the Trials page's inspector draws them).  0: none.
+    trace_share: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
@@ -75,6 +78,8 @@ class CampaignPlan:
             raise ValueError("an adaptive plan (target_ci_ms) needs a time box (duration_s)")
         if self.family not in (None, "ipv4", "ipv6"):
             raise ValueError(f"family must be ipv4 or ipv6, not {self.family!r}")
+        if not 0.0 <= self.trace_share <= 1.0:
+            raise ValueError(f"trace_share must be within [0, 1], not {self.trace_share!r}")
 
     def trials_per_round(self, n_origins: int) -> int:
         sizes_per_round = len(self.sizes) if self.sizes is not None else self.sizes_per_round
@@ -433,6 +438,8 @@ class LabCampaign:
         }
         if self.plan.family is not None:
             body["family"] = self.plan.family
+        if self.plan.trace_share > 0.0:
+            body["trace_share"] = self.plan.trace_share
         if self.plan.duration_s is not None:
             body["duration_s"] = self.plan.duration_s + 5  # from starts_at, 5 s in the past
             self._box_end = now + dt.timedelta(seconds=self.plan.duration_s)

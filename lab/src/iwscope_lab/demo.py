@@ -106,6 +106,11 @@ def census_hosts() -> list[Host]:
     ]
 
 
+#: Share of the benefit campaign's rounds traced (their packets kept, for the Trials page's
+#: inspector): a few dozen rounds of a demo, ~5 KB per trial.
+TRACE_SHARE = 0.05
+
+
 def demo_plan(
     scenario: str = SCENARIO, duration_s: float = DURATION_S, target_ci_ms: float | None = TARGET_CI_MS
 ) -> CampaignPlan:
@@ -118,6 +123,7 @@ def demo_plan(
         repetitions=100_000,
         duration_s=duration_s,
         target_ci_ms=target_ci_ms,
+        trace_share=TRACE_SHARE,
     )
 
 

@@ -224,6 +224,10 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         from iwscope_lab.tls_report import tls_html
 
         fairness_section += tls_html(summary["tls"], "inline" if first else False)
+    if summary.get("seed002"):
+        from iwscope_lab.seedtraces import seed_traces_html
+
+        fairness_section += seed_traces_html(summary["seed002"])
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
         "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}"
@@ -327,6 +331,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
         from iwscope_lab.tls_report import tls_markdown
 
         lines += tls_markdown(summary["tls"])
+    if summary.get("seed002"):
+        from iwscope_lab.seedtraces import seed_traces_markdown
+
+        lines += seed_traces_markdown(summary["seed002"])
     return "\n".join(lines) + "\n"
 
 

@@ -265,14 +265,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def _write_trace(path: str, result: FetchResult) -> str:
     """Write the fetch's trace (compact JSON) to ``path``; the line saying what was written."""
-    from ._trace import Trace
+    from ._trace import trace_of
 
-    trace = Trace.from_packets(
-        result.packets,
-        rcv_mss=result.tcp_info.get("rcv_mss"),
-        min_rtt_us=result.tcp_info.get("min_rtt"),
-        dropped=result.capture_dropped,
-    )
+    trace = trace_of(result)
     text = json.dumps(trace.to_dict(), separators=(",", ":"))
     with open(path, "w", encoding="utf-8") as file:
         file.write(text + "\n")
@@ -407,7 +402,9 @@ def _origin(args: argparse.Namespace) -> int:
             credentials.collector = args.collector  # e.g. the collector moved since enrollment
         config.origin_id = credentials.id
         spool = Spool(os.path.join(directory, "origin-spool.sqlite"), int(args.spool_max_mb * 1024 * 1024))
-        uploader = Uploader(spool, credentials.client(), "origin", credentials.id, backoff_cap_s=60.0)
+        client = credentials.client()
+        traces = Uploader(spool, client, "trace", credentials.id, backoff_cap_s=60.0)  # after the observations
+        uploader = Uploader(spool, client, "origin", credentials.id, backoff_cap_s=60.0, traces=traces)
         uploader_thread = threading.Thread(target=uploader.run_forever, args=(stop, 1.0), name="uploader", daemon=True)
     origin = Origin(config, spool)
     origin.start()

@@ -38,6 +38,7 @@ from ._echo import EchoFlow
 from ._fetch import client_context, fetch, object_url
 from ._plan import PlanEntry, page_parts, round_plan, target_host
 from ._spool import Spool, SpoolFull
+from ._trace import trace_of, traced_round
 from ._upload import Uploader, backoff_delay
 
 log = logging.getLogger("iwprobe.agent")
@@ -182,8 +183,16 @@ class ProbeAgent:
         self.credentials = credentials
         self.client = credentials.client()
         self.spool = Spool(os.path.join(directory, "probe-spool.sqlite"), spool_max_bytes)
+        # Traces (wire v7) go on their own path, after every waiting trial.
+        traces = Uploader(self.spool, self.client, "trace", credentials.id, backoff_cap_s=backoff_cap_s)
         self.uploader = Uploader(
-            self.spool, self.client, "probe", credentials.id, backoff_cap_s=backoff_cap_s, heartbeat=self._due_heartbeat
+            self.spool,
+            self.client,
+            "probe",
+            credentials.id,
+            backoff_cap_s=backoff_cap_s,
+            heartbeat=self._due_heartbeat,
+            traces=traces,
         )
         self.heartbeat_s = heartbeat_s
         self.calibration_bytes = calibration_bytes
@@ -203,6 +212,10 @@ class ProbeAgent:
             log.warning("no client-side IW inference: %s", self.iw_capture)
         self.started = time.monotonic()
         self.trials_measured = 0
+        #: Traces of finished trials (``trace_share``) until :meth:`_store` spools them after
+        #: their trial: worker threads fill it, the spool is written from one thread only.
+        self._traces: dict[str, dict[str, Any]] = {}
+        self._traces_lock = threading.Lock()
         self._last_heartbeat = 0.0
         self._schedule_path = os.path.join(directory, "schedule.json")
 
@@ -441,6 +454,7 @@ class ProbeAgent:
         page_id: Optional[str] = None,
     ) -> wire.TrialRecord:
         trial_id = wire.new_id()
+        traced = traced_round(self.credentials.id, campaign.campaign_id, number, campaign.trace_share)
         result = fetch(
             url,
             trial_id,
@@ -450,9 +464,14 @@ class ProbeAgent:
             tls_context=self.tls_context,
             family=campaign.family,
             infer_iw=self.infer_iw,
+            trace=traced,
         )
         record = result.to_trial(trial_id, self.credentials.id, campaign.campaign_id, origin_id, number, iw, size)
         record.arm, record.role, record.page_id = arm or str(iw), role, page_id
+        if traced and self.infer_iw and result.packets:
+            trace = wire.TraceRecord(trial_id, "receiver", record.started_at, trace_of(result).to_dict())
+            with self._traces_lock:
+                self._traces[trial_id] = wire.to_dict(trace)
         return record
 
     def _measure(
@@ -604,8 +623,12 @@ class ProbeAgent:
             self.trials_measured += 1
 
     def _store(self, record: wire.TrialRecord, round_key: Optional[tuple[int, int, int]], stop: threading.Event) -> None:
-        """Spool a trial (see :meth:`_spool`)."""
+        """Spool a trial (see :meth:`_spool`), then its trace if the round is traced."""
         self._spool("trial", record.trial_id, wire.to_dict(record), round_key, stop)
+        with self._traces_lock:
+            trace = self._traces.pop(record.trial_id, None)
+        if trace is not None:
+            self._spool("trace", f"{record.trial_id}:receiver", trace, None, stop)
 
     def _spool(
         self, kind: str, record_id: str, body: dict[str, Any], round_key: Optional[tuple[int, int, int]], stop: threading.Event

@@ -158,8 +158,11 @@ def _syn_options(options: bytes) -> tuple[Optional[int], Optional[int]]:
     return mss, wscale
 
 
-def parse_packet(data: bytes, time_ns: int, outgoing: bool, local_port: int) -> Optional[Packet]:
-    """One packet from its network header on, or None when it is not TCP of ``local_port``."""
+def parse_packet(
+    data: bytes, time_ns: int, outgoing: bool, local_port: int, remote_port: Optional[int] = None
+) -> Optional[Packet]:
+    """One packet from its network header on, or None when it is not TCP of ``local_port``
+    (and, given, ``remote_port``)."""
     if not data:
         return None
     version = data[0] >> 4
@@ -180,6 +183,8 @@ def parse_packet(data: bytes, time_ns: int, outgoing: bool, local_port: int) -> 
         return None
     sport, dport, seq, ack, offset_byte, flags, window = _TCP.unpack(data[header : header + 16])
     if (dport if not outgoing else sport) != local_port:
+        return None
+    if remote_port is not None and (sport if not outgoing else dport) != remote_port:
         return None
     tcp_header = (offset_byte >> 4) * 4
     mss, wscale = _syn_options(data[header + 20 : header + tcp_header]) if flags & SYN else (None, None)
@@ -229,10 +234,13 @@ def _close_forever() -> None:
 
 
 class ConnectionCapture:
-    """The packets of the TCP connection on local port ``local_port`` (both directions)."""
+    """The packets of the TCP connection on local port ``local_port`` (both directions): a
+    probe's connection owns its port; a server's shares its listening port with every client, so
+    the origin names the client's port too (``remote_port``, which the kernel filter keys on)."""
 
-    def __init__(self, local_port: int) -> None:
+    def __init__(self, local_port: int, remote_port: Optional[int] = None) -> None:
         self.local_port = local_port
+        self.remote_port = remote_port
         try:
             self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
         except PermissionError:
@@ -246,7 +254,7 @@ class ConnectionCapture:
                 self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES)
             except PermissionError:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
-            _attach_filter(self._sock, _filter_program(local_port))
+            _attach_filter(self._sock, _filter_program(local_port if remote_port is None else remote_port))
             self._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self._sock.setblocking(False)
             self._drain()  # anything queued before the filter was attached
@@ -278,7 +286,7 @@ class ConnectionCapture:
             outgoing = packet_type == socket.PACKET_OUTGOING
             if not outgoing and packet_type != socket.PACKET_HOST:
                 continue  # another host's packet seen promiscuously, or a loopback duplicate
-            packet = parse_packet(data, stamp, outgoing, self.local_port)
+            packet = parse_packet(data, stamp, outgoing, self.local_port, self.remote_port)
             if packet is not None:
                 self.packets.append(packet)
         return self.packets

@@ -146,6 +146,7 @@ def fetch(
     infer_iw: bool = False,
     announce_mss: Optional[int] = None,
     range_bytes: Optional[int] = None,
+    trace: bool = False,
 ) -> FetchResult:
     """Fetch ``url`` once over a new connection and measure it; never raises for network errors.
 
@@ -216,6 +217,8 @@ def fetch(
             headers.append(f"{wire.TRIAL_HEADER}: {trial_id}")
         if probe_id:
             headers.append(f"{wire.PROBE_HEADER}: {probe_id}")
+        if trace:  # the origin keeps its own side of a traced trial
+            headers.append(f"{wire.TRACE_HEADER}: 1")
         if range_bytes is not None:
             headers.append(f"Range: bytes=0-{range_bytes - 1}")
         request = ("\r\n".join(headers) + "\r\n\r\n").encode("ascii")

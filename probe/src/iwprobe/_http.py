@@ -64,6 +64,16 @@ def route_request(head: bytes, max_object_bytes: int) -> tuple[int, int, Optiona
     return 200, size, trial_id, ""
 
 
+def wants_trace(head: bytes) -> bool:
+    """Whether a request head asks for the origin's trace (:data:`wire.TRACE_HEADER` ``: 1``)."""
+    name = wire.TRACE_HEADER.lower().encode("ascii")
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip() == b"1"
+    return False
+
+
 def response_head(status: int, content_length: int) -> bytes:
     """The status line and headers of an answer (an object for 200, plain text otherwise)."""
     extra = "Retry-After: 1\r\n" if status == 429 else ""

@@ -56,6 +56,10 @@ class Connection:
     hello_ns: int = 0
     #: HTTPS: the handshake's measurements (:class:`iwprobe._tls.Handshake`).
     tls: Optional[Handshake] = None
+    #: The client's port (the origin's trace capture keys on it).
+    client_port: int = 0
+    #: Whether the request asked for the origin's trace (``wire.TRACE_HEADER``).
+    trace: bool = False
 
 
 def wait_acked(

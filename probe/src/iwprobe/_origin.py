@@ -38,18 +38,20 @@ import ssl
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from . import __version__, wire
 from ._arms import Arm
 from ._budgets import MAX_CLIENT_BUDGETS, ClientBudgets
 from ._caps import CAP_NET_ADMIN, drop_capability
+from ._capture import ConnectionCapture
 from ._echo import EchoServer
-from ._http import MAX_HEAD_BYTES, could_be_request, linger, response_head, route_request
+from ._http import MAX_HEAD_BYTES, could_be_request, linger, response_head, route_request, wants_trace
 from ._learned import LearnedWindows
 from ._measure import Connection, build_observation, wait_acked
 from ._origin_config import OriginConfig
 from ._origin_state import OriginStats, PendingHead, connection_family
+from ._origin_trace import open_capture, trace_record
 from ._pacing import send_all, send_paced
 from ._routes import RoutePlan, missing_rule_families
 from ._spool import Spool, SpoolFull
@@ -297,6 +299,7 @@ class Origin:
                     accepted_ns,
                     family=connection_family(listener, client),
                     rate_limited=rate_limited,
+                    client_port=int(address[1]),
                 ),
                 time.monotonic() + self.config.request_timeout_s,
             )
@@ -421,9 +424,22 @@ class Origin:
             stream = self._tls_request(conn)
             if stream is None:
                 return
-        status, size, trial_id, request_ns = conn.status, conn.size, conn.trial_id, conn.request_ns
+        status, size, trial_id = conn.status, conn.size, conn.trial_id
         body = self._pattern_view[:size] if status == 200 else conn.reason.encode("ascii")
         header = response_head(status, len(body))
+        capture = self._trace_capture(conn) if conn.trace and trial_id is not None and status == 200 else None
+        try:
+            self._respond(conn, stream, header, body, capture)
+        finally:
+            if capture is not None:
+                capture.close()
+
+    def _respond(
+        self, conn: Connection, stream: Optional[TlsStream], header: bytes, body: Any, capture: Optional[ConnectionCapture]
+    ) -> None:
+        """Send the answer, wait until it is acknowledged, record the observation (and the
+        trace, when one was asked for and ``capture`` is open)."""
+        sock, status, trial_id, request_ns = conn.sock, conn.status, conn.trial_id, conn.request_ns
         try:
             sock.settimeout(self.config.ack_timeout_s)
             if stream is not None:  # the records of head and body, written as one response
@@ -444,6 +460,24 @@ class Origin:
         if trial_id is None:
             return
         self._record(build_observation(conn, trial_id, self.config.origin_id, first_byte_us, latency_us, info))
+        if capture is not None:
+            self._record_trace(conn, trial_id, capture, info)
+
+    def _trace_capture(self, conn: Connection) -> Optional[ConnectionCapture]:
+        """:func:`iwprobe._origin_trace.open_capture` when uploads are on (counted when not root)."""
+        if self.spool is None:
+            return None
+        capture = open_capture(conn)
+        if capture is None:
+            self._count("trace_capture_unavailable")
+        return capture
+
+    def _record_trace(self, conn: Connection, trial_id: str, capture: ConnectionCapture, info: dict[str, int]) -> None:
+        assert self.spool is not None
+        try:
+            self.spool.add("trace", f"{trial_id}:sender", trace_record(conn, trial_id, capture, info))
+        except SpoolFull:
+            self._count("trace_spool_full")
 
     def _tls_request(self, conn: Connection) -> Optional[TlsStream]:
         """HTTPS: the handshake (measured on ``conn.tls``), then the request head read and
@@ -480,6 +514,7 @@ class Origin:
             conn.status, conn.reason = verdict
         else:
             conn.status, conn.size, conn.trial_id, conn.reason = route_request(head, self.config.max_object_bytes)
+            conn.trace = wants_trace(head)
             if conn.rate_limited:
                 conn.status, conn.size, conn.reason = 429, 0, "too many requests from this address\n"
             elif conn.status == 200 and not self._budgets.take_bytes(conn.client_addr, conn.size):

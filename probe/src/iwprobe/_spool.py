@@ -30,7 +30,7 @@ from typing import Any, Optional
 log = logging.getLogger("iwprobe.spool")
 
 #: Record kinds the spool holds.
-KINDS = ("trial", "path_sample", "census", "observation", "aggregate", "passive_connection")
+KINDS = ("trial", "path_sample", "census", "observation", "aggregate", "passive_connection", "trace")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (

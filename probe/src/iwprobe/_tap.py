@@ -373,6 +373,8 @@ class TapAgent:
         self.state_path = os.path.join(directory, STATE_FILE)
         self.plan: Optional[TapPlan] = None
         self.measurer: Optional[Measurer] = None
+        #: (capture_share, closes_share) of the last measurer, for the status after it stopped.
+        self._last_shares: tuple[float, float] = (0.0, 1.0)
         self.arms_state = "off"
         self._etag: Optional[str] = None
         self._config: Optional[wire.ServerConfig] = None
@@ -476,6 +478,8 @@ class TapAgent:
     def _stop_measuring(self) -> None:
         if self.measurer is not None:
             self.measurer.stop()
+            # the status written at shutdown still says what the shares were while measuring
+            self._last_shares = (self.measurer.capture_share, self.measurer.closes_share)
             self.measurer = None
             self.flush()
 
@@ -509,8 +513,8 @@ class TapAgent:
             connections_captured=counters.captured,
             notifications_lost=counters.lost,
             packets_dropped=counters.packets_dropped,
-            capture_share=self.measurer.capture_share if self.measurer is not None else 0.0,
-            closes_share=self.measurer.closes_share if self.measurer is not None else 1.0,
+            capture_share=self.measurer.capture_share if self.measurer is not None else self._last_shares[0],
+            closes_share=self.measurer.closes_share if self.measurer is not None else self._last_shares[1],
             spool_backlog=self.uploader.backlog() if self.uploader is not None else 0,
             spool_bytes=self.spool.disk_bytes() if self.spool is not None else 0,
         )

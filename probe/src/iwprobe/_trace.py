@@ -18,19 +18,25 @@ merge back-to-back segments into one packet: ``length`` is then the merged paylo
 capture saw); :attr:`Trace.first_flight` is the inference's own split, made once on the
 captured packets (ns stamps; the columns keep microseconds), GRO-merged packets counted in the
 sender's segments (``rcv_mss`` from ``TCP_INFO``).  Outgoing packets' times
-are their kernel stamps, which are not always departures (see :mod:`iwprobe._capture`), so a
-SYN stamped late can make an early incoming packet's ``t_us`` negative.
+are their kernel stamps, which are not always departures (see :mod:`iwprobe._capture`): a SYN
+stamped after its SYN-ACK arrived (seen in lab runs, by up to a whole trial) is not taken
+as time zero -- the SYN-ACK's arrival less one RTT is -- and other outgoing packets keep their
+stamps as they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._capture import ACK, SYN, Packet
 from ._iwinfer import first_flight as _first_flight
 from ._wire_trace import TRACE_COLUMNS, TRACE_OPTIONAL_INTS, TRACE_VERSION, check_trace
+
+if TYPE_CHECKING:
+    from ._fetch import FetchResult
 
 _WRAP = 2**32
 
@@ -39,7 +45,8 @@ _WRAP = 2**32
 class Trace:
     """One connection's packets in capture order, one list entry per packet in every column."""
 
-    #: Microseconds since the probe's (first) SYN was stamped (the first packet's when no SYN).
+    #: Microseconds since the probe's (first) SYN was stamped (the first packet's when no SYN;
+    #: the SYN-ACK's arrival less ``min_rtt_us`` when the SYN's stamp is after it).
     t_us: list[int] = field(default_factory=list)
     #: 1: sent by the probe (client -> server); 0: received.
     outgoing: list[int] = field(default_factory=list)
@@ -95,6 +102,7 @@ class Trace:
         syn_ack = next((p for p in packets if not p.outgoing and p.flags & SYN and p.flags & ACK), None)
         isn = {True: _base(packets, True, syn), False: _base(packets, False, syn_ack)}
         flight = _first_flight(packets, rcv_mss=rcv_mss, min_rtt_us=min_rtt_us)
+        start_ns = _start_ns(packets, syn, syn_ack, min_rtt_us)
         trace = cls(
             first_flight=None
             if flight is None
@@ -104,7 +112,7 @@ class Trace:
                 "bytes": flight.payload_bytes,
                 "rtt_us": max(1, flight.rtt_ns // 1000),
                 "mss": flight.mss,
-                "cutoff_us": (flight.cutoff_ns - flight.syn.time_ns) // 1000,
+                "cutoff_us": (flight.cutoff_ns - start_ns) // 1000,
             },
             client_mss=None if syn is None else syn.mss_option,
             server_mss=None if syn_ack is None else syn_ack.mss_option,
@@ -116,7 +124,6 @@ class Trace:
         )
         if not packets:
             return trace
-        start_ns = syn.time_ns if syn is not None else packets[0].time_ns
         shift = {True: trace.client_wscale or 0, False: trace.server_wscale or 0}
         for packet in packets:
             direction = packet.outgoing
@@ -163,6 +170,42 @@ class Trace:
             dropped=data.get("dropped", 0),
             first_flight=None if flight is None else dict(flight),
         )
+
+
+def trace_of(result: FetchResult) -> Trace:
+    """The trace of a fetch made with its capture (``infer_iw``): its packets, the ``TCP_INFO``
+    values the inference was given, the capture's drops."""
+    return Trace.from_packets(
+        result.packets,
+        rcv_mss=result.tcp_info.get("rcv_mss"),
+        min_rtt_us=result.tcp_info.get("min_rtt"),
+        dropped=result.capture_dropped,
+    )
+
+
+def traced_round(probe_id: str, campaign_id: int, round_number: int, share: float) -> bool:
+    """Whether a campaign round is traced (``CampaignSchedule.trace_share``): a hash of the
+    probe, the campaign and the round, not a random draw, so a probe that restarts mid-round
+    traces the same rounds, and every trial of a traced round -- the twins a plot overlays --
+    is traced together."""
+    if share <= 0.0:
+        return False
+    if share >= 1.0:
+        return True
+    digest = hashlib.sha256(f"{probe_id}:{campaign_id}:{round_number}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+def _start_ns(packets: Sequence[Packet], syn: Optional[Packet], syn_ack: Optional[Packet], min_rtt_us: Optional[int]) -> int:
+    """The trace's time zero: the SYN's stamp -- unless it is after the SYN-ACK's arrival, which
+    no departure can be (an outgoing stamp is TCP's earliest departure time, now and then far
+    from the departure, see :mod:`iwprobe._capture`): then the SYN-ACK's arrival, which is
+    stamped at the device, less one smallest RTT."""
+    if syn is None:
+        return packets[0].time_ns if packets else 0
+    if syn_ack is not None and syn.time_ns > syn_ack.time_ns:
+        return syn_ack.time_ns - (min_rtt_us or 0) * 1000
+    return syn.time_ns
 
 
 def _base(packets: Sequence[Packet], outgoing: bool, syn: Optional[Packet]) -> int:

@@ -22,6 +22,7 @@ _KINDS: dict[str, tuple[str, ...]] = {
     "probe": ("trial", "path_sample", "census"),
     "origin": ("observation",),
     "server": ("aggregate", "passive_connection"),
+    "trace": ("trace",),
 }
 #: Batches stay well below the collector's body limit.
 MAX_UPLOAD_BODY_BYTES = 8 * 1024 * 1024
@@ -67,8 +68,11 @@ class Uploader:
     """Moves records from a :class:`Spool` to the collector.
 
     ``role`` is ``"probe"`` (trials and path samples -> :class:`wire.TrialBatch`),
-    ``"origin"`` (observations -> :class:`wire.ObservationBatch`) or ``"server"`` (a passive
-    study's aggregates and connection records -> :class:`wire.PassiveBatch`).  A probe's or
+    ``"origin"`` (observations -> :class:`wire.ObservationBatch`), ``"server"`` (a passive
+    study's aggregates and connection records -> :class:`wire.PassiveBatch`) or ``"trace"``
+    (trial traces -> :class:`wire.TraceBatch`, on their own path).  An uploader may carry a
+    ``traces`` uploader of the same spool: it sends traces only when none of its own records
+    wait, so traces never delay a trial, and its backlog counts them.  A probe's or
     server's ``heartbeat`` (a function giving its heartbeat when one is due, else ``None``) rides along
     with the next batch it sends (not with the halves of a refused one, so a record is judged
     on its own): one heartbeat per heartbeat interval, whether posted alone or folded into an
@@ -85,6 +89,7 @@ class Uploader:
         backoff_base_s: float = 1.0,
         backoff_cap_s: float = 300.0,
         heartbeat: Optional[Callable[[], Optional[AnyHeartbeat]]] = None,
+        traces: Optional[Uploader] = None,
     ) -> None:
         if role not in _KINDS:
             raise ValueError(f"role must be one of {', '.join(_KINDS)}, got {role!r}")
@@ -92,7 +97,8 @@ class Uploader:
         self.client = client
         self.role = role
         self.owner_id = owner_id
-        self.max_records = min(max_records, wire.MAX_BATCH_RECORDS)
+        self.max_records = min(max_records, wire.MAX_TRACES_PER_BATCH if role == "trace" else wire.MAX_BATCH_RECORDS)
+        self.traces = traces
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
         self.failures = 0
@@ -108,7 +114,7 @@ class Uploader:
         return _KINDS[self.role]
 
     def backlog(self) -> int:
-        return self.spool.backlog(self.kinds)
+        return self.spool.backlog(self.kinds) + (self.traces.backlog() if self.traces is not None else 0)
 
     def upload_once(self) -> int:
         """Send one batch of the oldest pending records; return how many left the spool.
@@ -117,7 +123,7 @@ class Uploader:
         """
         rows = self.spool.pending(self.kinds, self.max_records, MAX_UPLOAD_BODY_BYTES)
         if not rows:
-            return 0
+            return self.traces.upload_once() if self.traces is not None else 0
         return self._send(rows, self.heartbeat() if self.heartbeat is not None else None)
 
     def _send(self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[AnyHeartbeat] = None) -> int:
@@ -130,6 +136,13 @@ class Uploader:
         except CollectorError as error:
             if error.status == 422:
                 return self._isolate_rejects(rows, error)
+            if error.status == 404 and self.role == "trace":
+                # A collector before wire v7 has no traces route: keep them aside (the spool's
+                # ``rejected`` table), never block the trials behind them.
+                for seq, _, _ in rows:
+                    self.spool.reject(seq, f"the collector has no {wire.TRACES_BATCH_PATH} (before wire v7)")
+                log.warning("the collector takes no traces (before wire v7): %d kept aside in the spool", len(rows))
+                return len(rows)
             if error.status == 413 and len(rows) > 1:
                 half = len(rows) // 2
                 return self._send(rows[:half]) + self._send(rows[half:])
@@ -148,9 +161,12 @@ class Uploader:
         return self._send(rows[:half]) + self._send(rows[half:])
 
     def _path(self) -> str:
-        return {"probe": wire.TRIALS_BATCH_PATH, "origin": wire.OBSERVATIONS_BATCH_PATH, "server": wire.PASSIVE_BATCH_PATH}[
-            self.role
-        ]
+        return {
+            "probe": wire.TRIALS_BATCH_PATH,
+            "origin": wire.OBSERVATIONS_BATCH_PATH,
+            "server": wire.PASSIVE_BATCH_PATH,
+            "trace": wire.TRACES_BATCH_PATH,
+        }[self.role]
 
     def _envelope(
         self, rows: list[tuple[int, str, dict[str, Any]]], heartbeat: Optional[AnyHeartbeat] = None
@@ -167,6 +183,9 @@ class Uploader:
                 envelope["census"] = census
             if heartbeat is not None:
                 envelope["heartbeat"] = wire.to_dict(heartbeat)
+        elif self.role == "trace":
+            envelope["agent_id"] = self.owner_id
+            envelope["traces"] = [record for _, _, record in rows]
         elif self.role == "server":
             envelope["server_id"] = self.owner_id
             envelope["aggregates"] = [record for _, kind, record in rows if kind == "aggregate"]

@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 6: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 7: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -63,9 +63,12 @@ from ._wire_trace import *  # noqa: F403 -- the trial trace's file format, speci
 #: servers enroll and poll a :class:`ServerConfig`, upload :class:`PassiveBatch` es of
 #: aggregates and sampled connection records (:mod:`iwprobe._wire_passive`, re-exported here).
 #: Nothing of versions 1-5 changed.
-WIRE_VERSION = 6
+#: Version 7 (2026-11) adds trial traces (:mod:`iwprobe._wire_trace`, re-exported here): a
+#: campaign's ``trace_share``, and :class:`TraceBatch` es of :class:`TraceRecord` s that probes
+#: (and origins) upload to :data:`TRACES_BATCH_PATH`.  Nothing of versions 1-6 changed.
+WIRE_VERSION = 7
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
 #: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
@@ -633,6 +636,10 @@ class CampaignSchedule:
     #: iwscope does not run) and uploads :class:`CensusRecord` s; ``targets``, ``arms`` and
     #: ``sizes`` are then empty.  Empty: an ordinary campaign.
     census_urls: list[str] = field(default_factory=list)
+    #: Wire v7: share of the campaign's rounds whose trials the probe keeps as traces and
+    #: uploads (:class:`TraceBatch`; every trial of a chosen round, so its twins are traced
+    #: together), when it can capture (root).  0: none; 1: every round.
+    trace_share: float = 0.0
 
 
 @dataclass

@@ -75,16 +75,19 @@ class _Stored:
     secret_hash: str | None
 
 
-def _stored_identity(model: IdentityModel, identity: uuid.UUID) -> _Stored | None:
-    """The row of a probe, origin or server (runs in a database slot; the connection is returned here)."""
+def _stored_identity(kinds: tuple[IdentityKind, ...], identity: uuid.UUID) -> tuple[IdentityKind, _Stored] | None:
+    """The row of a probe, origin or server (the first of ``kinds`` that has ``identity``) and
+    its kind (runs in a database slot; the connection is returned here)."""
     with get_engine().connect() as connection:
-        row = connection.execute(
-            select(model.id, model.name, model.region, model.secret_hash, model.revoked_at).where(model.id == identity)
-        ).first()
-    if row is None:
-        return None
-    revoked_at: dt.datetime | None = row.revoked_at
-    return _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
+        for kind in kinds:
+            model = _MODELS[kind]
+            row = connection.execute(
+                select(model.id, model.name, model.region, model.secret_hash, model.revoked_at).where(model.id == identity)
+            ).first()
+            if row is not None:
+                revoked_at: dt.datetime | None = row.revoked_at
+                return kind, _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
+    return None
 
 
 class CredentialCache:
@@ -190,44 +193,49 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
     return bearer.credentials
 
 
-async def _authenticated(kind: IdentityKind, bearer: HTTPAuthorizationCredentials | None) -> Identity:
-    """The identity of a valid ``<id>.<secret>`` credential of a probe, origin or server (``kind``),
-    from this process's cache or the database; one 401 for every failure."""
-    cache = _cache(kind)
+async def _authenticated(kinds: tuple[IdentityKind, ...], bearer: HTTPAuthorizationCredentials | None) -> Identity:
+    """The identity of a valid ``<id>.<secret>`` credential of one of ``kinds`` (probe, origin,
+    server), from this process's caches or the database (one lookup for all the kinds); one 401
+    for every failure."""
     text = _bearer_text(bearer)
-    remembered = cache.get(text)
-    if remembered is not None:
-        return remembered
-    generation = cache.generation
+    for kind in kinds:
+        remembered = _cache(kind).get(text)
+        if remembered is not None:
+            return remembered
+    generations = {kind: _cache(kind).generation for kind in kinds}
     credential = parse_credential(text)
-    stored = await run_db(_stored_identity, _MODELS[kind], credential.identity) if credential else None
-    stored_hash = stored.secret_hash if stored is not None else None
+    found = await run_db(_stored_identity, kinds, credential.identity) if credential else None
+    stored_hash = found[1].secret_hash if found is not None else None
     # The comparison runs for unknown identities too (against a dummy hash): same path, same time.
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)
-    if stored is None or not secret_ok:
+    if found is None or not secret_ok:
         raise unauthorized()
+    kind, stored = found
     identity = Identity(kind, stored.id, stored.name, stored.region)
-    cache.put(text, identity, generation)
+    _cache(kind).put(text, identity, generations[kind])
     return identity
 
 
 IdentityDependency = Callable[[HTTPAuthorizationCredentials | None], Coroutine[Any, Any, Identity]]
 
 
-def _identity_dependency(kind: IdentityKind) -> IdentityDependency:
-    """The dependency that authenticates a ``kind`` (probe, origin or server) credential."""
+def _identity_dependency(*kinds: IdentityKind) -> IdentityDependency:
+    """The dependency that authenticates a credential of any of ``kinds`` (probe, origin, server)."""
 
     async def authenticated(bearer: BearerDep) -> Identity:
         """The probe, origin or server of a valid ``<id>.<secret>`` credential; one 401 for every failure."""
-        return await _authenticated(kind, bearer)
+        return await _authenticated(kinds, bearer)
 
-    authenticated.__name__ = authenticated.__qualname__ = f"authenticated_{kind}"
+    authenticated.__name__ = authenticated.__qualname__ = f"authenticated_{'_or_'.join(kinds)}"
     return authenticated
 
 
 authenticated_probe = _identity_dependency("probe")
 authenticated_origin = _identity_dependency("origin")
 authenticated_server = _identity_dependency("server")
+#: Trace uploads (wire v7): either end of a trial's connection -- the probe that received it or
+#: the origin that sent it; the route tells them apart by :attr:`Identity.kind`.
+authenticated_probe_or_origin = _identity_dependency("probe", "origin")
 
 TokenDependency = Callable[[Settings, HTTPAuthorizationCredentials | None], Coroutine[Any, Any, str]]
 
@@ -272,6 +280,7 @@ async def require_reader(settings: SettingsDep, bearer: BearerDep) -> str:
 ProbeDep = Annotated[Identity, Depends(authenticated_probe)]
 OriginDep = Annotated[Identity, Depends(authenticated_origin)]
 ServerDep = Annotated[Identity, Depends(authenticated_server)]
+ProbeOrOriginDep = Annotated[Identity, Depends(authenticated_probe_or_origin)]
 AdminDep = Annotated[str, Depends(_token_dependency("admin"))]
 EnrollTokenDep = Annotated[str, Depends(_token_dependency("enroll"))]
 OriginTokenDep = Annotated[str, Depends(_token_dependency("origin"))]
@@ -293,6 +302,7 @@ __all__ = [
     "OriginDep",
     "OriginTokenDep",
     "ProbeDep",
+    "ProbeOrOriginDep",
     "READER_KINDS",
     "ReaderDep",
     "ServerDep",

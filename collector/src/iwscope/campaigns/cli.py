@@ -54,6 +54,13 @@ def _int_list(text: str | None) -> list[int] | None:
 )
 @click.option("--no-calibrate", is_flag=True, help="skip the path calibration before the first round")
 @click.option(
+    "--trace-share",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="share of rounds whose trials the probes upload as packet traces (wire v7; probes running as root)",
+)
+@click.option(
     "--server",
     "server_ids",
     multiple=True,
@@ -107,6 +114,7 @@ def campaigns_create(
     duration_s: float | None,
     target_ci_ms: float | None,
     no_calibrate: bool,
+    trace_share: float,
     server_ids: tuple[str, ...],
     passive_arms: tuple[str, ...],
     passive_ports: tuple[int, ...],
@@ -137,6 +145,7 @@ def campaigns_create(
         "duration_s": duration_s,
         "target_ci_ms": target_ci_ms,
         "census_urls": list(census_urls) or None,
+        "trace_share": trace_share,
     }
     rounds = {
         "sizes_per_round": sizes_per_round,

@@ -8,7 +8,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, Double, Identity, Integer, Text
+from sqlalchemy import BigInteger, CheckConstraint, Double, Identity, Integer, Text, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -59,6 +59,7 @@ class Campaign(Base):
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
         CheckConstraint("background_iw IS NULL OR background_bytes IS NOT NULL", name="background_iw_needs_bytes"),
         CheckConstraint("target_ci_ms IS NULL OR target_ci_ms > 0", name="target_ci_positive"),
+        CheckConstraint("trace_share >= 0 AND trace_share <= 1", name="trace_share_range"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -125,6 +126,10 @@ class Campaign(Base):
     flush_interval_s: Mapped[int | None] = mapped_column(Integer)
     #: Increases with every change of ``passive_arms`` (a share sweep); records carry it.
     phase: Mapped[int | None] = mapped_column(Integer)
+    #: Trial traces (``0014_trial_traces``, wire v7): the share of rounds whose trials the probes
+    #: capture and upload as traces (``iwscope.traces``), every trial of a chosen round so its
+    #: twins are traced together.  0: none (every campaign made before); 1: every round.
+    trace_share: Mapped[float] = mapped_column(Double, server_default=text("0"))
 
 
 class CampaignProbeDone(Base):

@@ -34,6 +34,8 @@ Sizes = Annotated[list[Annotated[int, Field(ge=0, le=17_179_869_184)]], Field(mi
 SizeDist = Literal[wire.SIZE_DISTRIBUTIONS]  # type: ignore[valid-type]
 #: Longest time box of a campaign (30 days).
 MAX_DURATION_S = 30 * 86_400
+#: Share of a campaign's rounds traced (wire v7): 0 (none) to 1 (every round).
+TraceShare = Annotated[float, Field(ge=0, le=1)]
 Regions = Annotated[list[Annotated[str, Field(min_length=1, max_length=64), NO_NUL]], Field(min_length=1)]
 CensusUrls = Annotated[list[CensusUrl], Field(min_length=1, max_length=wire.MAX_CENSUS_URLS)]
 #: What an ordinary campaign needs and a census campaign must not have, and what only the
@@ -159,6 +161,10 @@ class CampaignIn(BaseModel):
     sample_share: SampleShare | None = None
     #: Seconds between the servers' uploads (default 60).
     flush_interval_s: FlushInterval | None = None
+    #: Wire v7: the share of rounds whose trials the probes capture and upload as traces (every
+    #: trial of a chosen round, so the arms of one round are traced together); 0: none.  Probes
+    #: that cannot capture (not root) or predate wire v7 measure the rounds untraced.
+    trace_share: TraceShare = 0.0
 
     @property
     def passive(self) -> bool:
@@ -180,6 +186,8 @@ class CampaignIn(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignIn:
+        if self.trace_share and (self.server_ids is not None or self.census_urls is not None):
+            raise ValueError("trace_share: only an ordinary campaign's trials are traced (not a census or passive campaign)")
         if self.server_ids is not None:
             return self._passive_consistent()
         given = [name for name in _PASSIVE_ONLY if getattr(self, name) is not None]
@@ -290,6 +298,8 @@ class CampaignPatch(BaseModel):
     passive_arms: PassiveArms = Field(default=None)  # type: ignore[arg-type]
     sample_share: SampleShare = Field(default=None)  # type: ignore[assignment]
     flush_interval_s: FlushInterval = Field(default=None)  # type: ignore[assignment]
+    # Ordinary campaigns only: the share of rounds traced from now on.
+    trace_share: TraceShare = Field(default=None)  # type: ignore[assignment]
 
 
 class CampaignOut(BaseModel):
@@ -329,3 +339,4 @@ class CampaignOut(BaseModel):
     sample_share: SampleShare | None = None
     flush_interval_s: FlushInterval | None = None
     phase: Phase | None = None
+    trace_share: float = 0.0

@@ -103,6 +103,8 @@ def update_campaign(session: Session, campaign: Campaign, patch: CampaignPatch) 
     ends_at = changes.get("ends_at", campaign.ends_at)
     if ends_at is not None and ends_at <= starts_at:
         raise _unprocessable("ends_at", "ends_at must be after starts_at")
+    if changes.get("trace_share") and (campaign.server_ids is not None or campaign.census_urls is not None):
+        raise _unprocessable("trace_share", "only an ordinary campaign's trials are traced (not a census or passive campaign)")
     if campaign.server_ids is None:
         passive_only = sorted(_PASSIVE_PATCH & set(changes))
         if passive_only:

@@ -3,7 +3,7 @@
 ``iwscope campaigns bundle N --out DIR`` (and ``iwscope lab reproduce``, for the campaigns it
 ran) writes::
 
-    DIR/data/<table>.parquet   trials, observations, path_estimates, campaigns, census of the campaigns
+    DIR/data/<table>.parquet   trials, observations, path_estimates, campaigns, census, traces of the campaigns
     DIR/campaigns.json         each campaign's configuration as the API shows it (CampaignOut)
     DIR/versions.json          iwscope and wire versions, git commit, kernel, Python, packages, PostgreSQL
     DIR/manifest.json          every file's bytes and SHA-256, and each table's row count
@@ -35,6 +35,7 @@ from iwscope import __version__
 from iwscope.campaigns.models import Campaign
 from iwscope.campaigns.schemas import CampaignOut
 from iwscope.exports.columnar import TABLES, ExportFilters, write_parquet
+from iwscope.exports.traces import TRACES, write_traces_parquet
 
 #: Distributions whose versions a bundle records (what computed or may read its numbers).
 PACKAGES = (
@@ -124,13 +125,17 @@ def write_bundle(
     data = out_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     rows: dict[str, int] = {}
-    for name in ("trials", "observations", "path_estimates", "campaigns", "census"):
+    for name in ("trials", "observations", "path_estimates", "campaigns", "census", TRACES):
         parts = []
         for campaign in campaigns:
             part = data / f".{name}-{campaign.id}.parquet"
-            rows[name] = rows.get(name, 0) + write_parquet(
-                session, TABLES[name], ExportFilters(campaign_id=campaign.id), str(part)
+            filters = ExportFilters(campaign_id=campaign.id)
+            written = (
+                write_traces_parquet(session, filters, str(part))
+                if name == TRACES
+                else write_parquet(session, TABLES[name], filters, str(part))
             )
+            rows[name] = rows.get(name, 0) + written
             parts.append(part)
         _concatenate(parts, data / f"{name}.parquet")
     (out_dir / CAMPAIGNS).write_text(

@@ -185,7 +185,7 @@ def _select_item(column: Any) -> str:
     return name
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
+def utc_instant(moment: dt.datetime) -> dt.datetime:
     """``moment`` in UTC (naive: taken as UTC).  The export's parameters reach PostgreSQL as
     literals inside ``COPY (...)``, where an offset beyond +-15:59 (which Python and ISO 8601
     allow: ``-18:04``) is an error; an instant beyond ``datetime``'s years clamps to its end."""
@@ -216,7 +216,7 @@ def select_sql(spec: TableSpec, filters: ExportFilters) -> tuple[str, dict[str, 
         if spec.window_column is None:
             raise ValueError(f"the {spec.name} export has no time window")
         conditions.append(f"x.{spec.window_column} {operator} %({bound})s")
-        params[bound] = _utc(value)
+        params[bound] = utc_instant(value)
     items = ", ".join(_select_item(column) for column in spec.columns)
     where = " AND ".join(conditions)
     return f"SELECT {items} FROM {spec.table.name} AS x WHERE {where} ORDER BY {spec.order}", params
@@ -244,7 +244,7 @@ class _CopyReader(io.RawIOBase):
         return size
 
 
-class _ChunkSink(io.RawIOBase):
+class ChunkSink(io.RawIOBase):
     """A write-only file whose bytes are handed out as they come (the Parquet writer's sink
     for a streamed answer)."""
 
@@ -346,7 +346,7 @@ def _row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
 
 def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """The export as Parquet bytes, a row group at a time (for a streamed answer)."""
-    sink = _ChunkSink()
+    sink = ChunkSink()
     schema = arrow_schema(spec).with_metadata(_metadata(spec, filters))
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="zstd")
     try:

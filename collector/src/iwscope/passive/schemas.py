@@ -153,11 +153,11 @@ class ServerHeartbeatIn(BaseModel):
 
 
 class PassiveBatchIn(BaseModel):
-    """Mirror of :class:`iwprobe.wire.PassiveBatch` (wire version 6 only: nothing older has it)."""
+    """Mirror of :class:`iwprobe.wire.PassiveBatch` (wire version 6 and later: nothing older has it)."""
 
     model_config = WIRE_MODEL_CONFIG
 
-    wire_version: Literal[6]
+    wire_version: Literal[6, 7]
     batch_id: WireUUID
     server_id: WireUUID
     sent_at: WireTimestamp

@@ -87,6 +87,8 @@ class CampaignScheduleOut(BaseModel):
     page_connections: int | None = None
     family: Family = ""
     census_urls: list[str] = []
+    #: Wire v7: the share of rounds the probe traces (``wire.CampaignSchedule.trace_share``).
+    trace_share: float = 0.0
 
 
 class ScheduleOut(BaseModel):

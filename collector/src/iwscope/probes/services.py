@@ -93,8 +93,9 @@ def _level(wire_version: int) -> int:
     """Which prepared entry a probe of ``wire_version`` gets: 5, 4, 3, or 2 (before v3).
 
     Level 5 is the newest schedule: wire v6 added only the server agent's messages, so a v6
-    probe reads the v5 schedule.  A later version that changes the schedule adds a level here
-    (and an entry in :func:`_entries`)."""
+    probe reads the v5 schedule; wire v7's ``trace_share`` is in every level's entries (older
+    probes ignore a key they do not know), so a v7 probe reads it too.  A later version that
+    changes the schedule adds a level here (and an entry in :func:`_entries`)."""
     return min(5, wire_version) if wire_version >= 3 else 2
 
 
@@ -198,6 +199,7 @@ def _entry(campaign: Campaign, targets: list[ScheduleTargetOut]) -> CampaignSche
         page_connections=campaign.page_connections,
         family=campaign.family or "",
         census_urls=list(campaign.census_urls or []),
+        trace_share=campaign.trace_share,
     )
 
 

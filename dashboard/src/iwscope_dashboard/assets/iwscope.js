@@ -11,6 +11,16 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
                 window.history.replaceState(window.history.state, "", window.location.pathname + search + window.location.hash);
             }
             return search;
+        },
+        /* The Trials page: once the inspector shows a trial (a click on a row far up the table, or a
+           link with trial=<id>), bring it into view. */
+        revealInspector: function (note) {
+            var inspector = document.getElementById("trials-inspector");
+            if (!note || !inspector) {
+                return window.dash_clientside.no_update;
+            }
+            inspector.scrollIntoView({block: "start"});
+            return true;
         }
     }
 });

@@ -1,4 +1,12 @@
-"""Trials: the raw trials the filters select, paged on the server, with a CSV download."""
+"""Trials: the raw trials the filters select, paged on the server, with a CSV download, and the
+trial inspector: a selected trial's packet trace with its twins' (:mod:`iwscope_dashboard.trialfigures`),
+its ``TCP_INFO`` and latencies.
+
+The selected trial travels in the URL as ``trial=<uuid>``, a key of this page alone (the filter
+bar's :class:`~iwscope.analysis.Filters` do not know it): the page writes its URL query itself,
+the filters' query with ``trial`` after it (:func:`page_query`), so a shared link opens the
+inspector on the same trial.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +17,75 @@ from typing import Any
 from uuid import UUID
 
 import dash
-from dash import Input, Output, callback, ctx, dash_table, html
+from dash import ClientsideFunction, Input, Output, callback, clientside_callback, ctx, dash_table, dcc, html
 
+from iwscope.traces.schemas import TracedTrialOut, TrialTracesOut
 from iwscope_dashboard.exports import CSV_ROUTE
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
-from iwscope_dashboard.pagedata import trials_data
-from iwscope_dashboard.pagekit import Nothing, page_filters, page_frame, read, status
+from iwscope_dashboard.pagedata import trial_traces_data, trials_data
+from iwscope_dashboard.pagekit import Nothing, graph_config, page_filters, page_frame, read, status
+from iwscope_dashboard.trialfigures import (
+    NO_TRACE,
+    RECEIVER,
+    SENDER,
+    tcp_info_rows,
+    trace_of,
+    trial_figure,
+    trial_summary,
+    twins_summary,
+)
 
 dash.register_page(__name__, path="/trials", name="Trials", title="iwscope: trials", order=7)
 
 PREFIX = "trials"
 PAGE_SIZE = 50
+#: The URL key of the inspected trial (page-local: not one of the filters).
+TRIAL_KEY = "trial"
+_HIDDEN = {"display": "none"}
+#: The selected row's background (the table's data rows carry their trial id as ``id``).
+_SELECTED_BACKGROUND = "#fff4e0"
+
+
+def trial_param(value: Any) -> str | None:
+    """The ``trial`` URL value as a canonical trial id, or None when it is not one."""
+    if isinstance(value, (list, tuple)):  # a repeated parameter: the first one
+        value = value[0] if value else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return str(UUID(value.strip()))
+    except ValueError:
+        return None
+
+
+def page_query(search: str, trial: str | None) -> str:
+    """The page's URL query: the filters' (``?campaign=...``, or empty) and the inspected trial."""
+    selected = trial_param(trial)
+    if selected is None:
+        return search
+    return f"{search}&{TRIAL_KEY}={selected}" if search else f"?{TRIAL_KEY}={selected}"
+
+
+def inspector() -> html.Div:
+    """The inspector's frame, hidden until a trial is selected: a note (which trial; why there
+    is no figure), the figure, and beside it the summary, the twins and ``TCP_INFO``."""
+    return html.Div(
+        [
+            html.H2("Trial inspector", className="iw-subtitle"),
+            html.Div(id=f"{PREFIX}-inspector-note", className="iw-intro"),
+            html.Div(
+                [
+                    # The figure's card comes with its figure (a graph first drawn in a hidden
+                    # container keeps a collapsed card for a while).
+                    html.Div(id=f"{PREFIX}-inspector-figure", style=_HIDDEN),
+                    html.Div(id=f"{PREFIX}-inspector-details", className="iw-card iw-inspector-details"),
+                ],
+                className="iw-inspector",
+            ),
+        ],
+        id=f"{PREFIX}-inspector",
+        style=_HIDDEN,
+    )
 
 
 def layout(**url_query: Any) -> html.Div:
@@ -27,7 +93,9 @@ def layout(**url_query: Any) -> html.Div:
         PREFIX,
         "Trials",
         "The individual trials behind the figures (read from the raw table, so keep the filters "
-        "narrow on large data sets). The download holds every matching trial.",
+        "narrow on large data sets). The download holds every matching trial. Click a trial to "
+        "inspect it below: its packet trace with its twins' (the other arms of its round), its "
+        "TCP_INFO and latencies; the URL keeps it (trial=<id>).",
         filters_from_page_query(url_query),
         [
             html.Div(
@@ -63,6 +131,11 @@ def layout(**url_query: Any) -> html.Div:
                 ),
                 className="iw-card",
             ),
+            inspector(),
+            # The raw value, checked by the inspector (which says when it is not a trial id).
+            dcc.Store(id=f"{PREFIX}-selected", data=url_query.get(TRIAL_KEY)),
+            dcc.Store(id=f"{PREFIX}-filter-query"),
+            dcc.Store(id=f"{PREFIX}-inspector-shown"),
         ],
     )
 
@@ -87,7 +160,7 @@ def cell(value: Any) -> str | int | float | None:
     Output(f"{PREFIX}-table", "page_current"),
     Output(f"{PREFIX}-download", "href"),
     Output(f"{PREFIX}-status", "children"),
-    Output(f"{PREFIX}-query", "data"),
+    Output(f"{PREFIX}-filter-query", "data"),
     Input(f"{PREFIX}-table", "page_current"),
     *filter_inputs(PREFIX),
 )
@@ -101,7 +174,8 @@ def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
         return [], [], 1, 0, href, found.status_line(), search
     rows, total = found
     columns = [{"name": key, "id": key} for key in (rows[0].keys() if rows else [])]
-    data = [{key: cell(value) for key, value in row.items()} for row in rows]
+    # ``id``: the row's id in the table's active_cell (not a column), the trial the inspector reads.
+    data = [{**{key: cell(value) for key, value in row.items()}, "id": str(row["trial_id"])} for row in rows]
     pages = max(1, math.ceil(total / PAGE_SIZE))
     first = page * PAGE_SIZE + 1
     return (
@@ -115,4 +189,100 @@ def update(page_current: int | None, *values: Any) -> tuple[Any, ...]:
     )
 
 
+@callback(Output(f"{PREFIX}-selected", "data"), Input(f"{PREFIX}-table", "active_cell"), prevent_initial_call=True)
+def select(active_cell: dict[str, Any] | None) -> Any:
+    """A click on a row selects its trial (the row's ``id``)."""
+    row_id = (active_cell or {}).get("row_id")
+    return str(row_id) if row_id else dash.no_update
+
+
+@callback(
+    Output(f"{PREFIX}-query", "data"),
+    Input(f"{PREFIX}-filter-query", "data"),
+    Input(f"{PREFIX}-selected", "data"),
+)
+def update_query(search: str | None, trial: str | None) -> Any:
+    """The address bar's query (:func:`register_url_sync`): the filters' and the trial."""
+    if search is None:  # the table's callback has not run yet: keep the URL as it was opened
+        return dash.no_update
+    return page_query(search, trial)
+
+
+def _details(traced: TrialTracesOut, side: str) -> list[Any]:
+    """Beside the figure: the summary line, the twins' latencies, ``TCP_INFO`` as a table."""
+    trial = traced.trial
+    rows = tcp_info_rows(trial.tcp_info)
+    info: Any = (
+        html.Table(
+            html.Tbody([html.Tr([html.Th(name), html.Td(value)]) for name, value in rows]),
+            className="iw-table iw-tcp-info",
+        )
+        if rows
+        else html.P("No TCP_INFO recorded for this trial.", className="iw-table-note")
+    )
+    return [
+        html.P(trial_summary(traced, side), className="iw-inspector-summary"),
+        html.P(twins_summary(traced), className="iw-table-note"),
+        html.H3("TCP_INFO (the probe's, after the fetch)", className="iw-table-title"),
+        info,
+    ]
+
+
+def _heading(trial: TracedTrialOut) -> str:
+    where = ", ".join(
+        part
+        for part in (
+            f"campaign {trial.campaign_id}" if trial.campaign_id is not None else "",
+            f"round {trial.round}" if trial.round is not None else "",
+            f"probe {trial.probe_id}",
+        )
+        if part
+    )
+    return f"Trial {trial.trial_id} ({where})."
+
+
+@callback(
+    Output(f"{PREFIX}-inspector", "style"),
+    Output(f"{PREFIX}-inspector-figure", "style"),
+    Output(f"{PREFIX}-inspector-figure", "children"),
+    Output(f"{PREFIX}-inspector-note", "children"),
+    Output(f"{PREFIX}-inspector-details", "children"),
+    Output(f"{PREFIX}-table", "style_data_conditional"),
+    Input(f"{PREFIX}-selected", "data"),
+)
+def inspect(selected: Any) -> tuple[Any, ...]:
+    """The inspector of the selected trial: hidden without one; a sentence instead of the figure
+    when the trial is unknown or has no trace (an untraced round), or the database is down."""
+    if not selected:
+        return _HIDDEN, _HIDDEN, [], "", [], []
+    trial = trial_param(selected)
+    if trial is None:
+        return None, _HIDDEN, [], f"{str(selected)[:80]!r} is not a trial id: click a trial in the table.", [], []
+    highlight = [{"if": {"filter_query": f'{{trial_id}} = "{trial}"'}, "backgroundColor": _SELECTED_BACKGROUND}]
+    found = read(trial_traces_data, None, UUID(trial))
+    if isinstance(found, Nothing):
+        return None, _HIDDEN, [], found.message, [], highlight
+    if found is None:
+        unknown = f"No trial {trial} in the database (a link to a deleted trial, or a mistyped id)."
+        return None, _HIDDEN, [], unknown, [], highlight
+    side = next((side for side in (RECEIVER, SENDER) if trace_of(found.trial, side) is not None), None)
+    heading = _heading(found.trial)
+    if side is None:
+        note = f"{heading} It has no packet trace to draw: {NO_TRACE}."
+        return None, _HIDDEN, [], note, _details(found, RECEIVER), highlight
+    try:
+        figure = trial_figure(found, side=side)
+    except ValueError as error:  # a stored trace the collector took; not expected
+        return None, _HIDDEN, [], f"{heading} Its {side} trace cannot be drawn: {error}", _details(found, side), highlight
+    note = f"{heading} Drawn from the {'probe' if side == RECEIVER else 'origin'}'s capture ({side} side)."
+    graph = dcc.Graph(id=f"{PREFIX}-inspector-graph", figure=figure, config=graph_config())  # type: ignore[arg-type]
+    card = html.Div(graph, className="iw-card")
+    return None, None, card, note, _details(found, side), highlight
+
+
+clientside_callback(
+    ClientsideFunction(namespace="iwscope", function_name="revealInspector"),
+    Output(f"{PREFIX}-inspector-shown", "data"),
+    Input(f"{PREFIX}-inspector-note", "children"),
+)
 register_url_sync(PREFIX)
