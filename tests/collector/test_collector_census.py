@@ -268,7 +268,7 @@ def test_census_and_iw_check_analysis(
         json={"name": "check", "origin_ids": [origin.id], "arms": [3, 10], "sizes": [100_000], "starts_at": wire.utc_timestamp()},
     ).json()["id"]
 
-    def trial(probe: Enrolled, arm: int, seen: int, status: str = "ok") -> dict[str, Any]:
+    def trial(probe: Enrolled, arm: int, seen: int, status: str = "ok", reason: str = "object_ended") -> dict[str, Any]:
         return make_trial(
             probe.id,
             origin.id,
@@ -279,13 +279,18 @@ def test_census_and_iw_check_analysis(
                 "segments": seen,
                 "bytes": seen * 1448,
                 "mss": 1448,
-                "reason": "" if status == "ok" else "object_ended",
+                "reason": "" if status == "ok" else reason,
             },
         )
 
     proxied = [trial(europe, 3, 10) for _ in range(4)] + [trial(europe, 10, 10) for _ in range(4)]
     # ... the last: the origin's SYN-ACK was retransmitted, so it started from 1 (and the probe saw 1)
-    clean = [trial(asia, 3, 3) for _ in range(3)] + [trial(asia, 10, 10), trial(asia, 10, 6, "lower_bound"), trial(asia, 16, 1)]
+    # ... and one IW 10 first flight cut by the probe's own receive window (a lower bound of 6)
+    clean = [trial(asia, 3, 3) for _ in range(3)] + [
+        trial(asia, 10, 10),
+        trial(asia, 10, 6, "lower_bound", "receive_window"),
+        trial(asia, 16, 1),
+    ]
     _upload(client, europe, proxied, [])
     _upload(client, asia, clean, [])
     observations = {
@@ -309,6 +314,8 @@ def test_census_and_iw_check_analysis(
     suspect, fine = found[europe.id], found[asia.id]
     assert (suspect["agree"], suspect["disagree"], suspect["seen_instead"], suspect["suspect"]) == (4, 4, 10, True)
     assert suspect["by_arm"] == {"3": [4, 4], "10": [4, 0]}
+    assert suspect["receive_window_by_arm"] == {"3": [4, 0], "10": [4, 0]}
+    assert fine["receive_window_by_arm"] == {"3": [3, 0], "10": [2, 1], "16": [1, 0]}
     assert (fine["agree"], fine["disagree"], fine["lower_bound"], fine["suspect"]) == (6, 0, 1, False)
     assert (fine["origin_not_arm"], suspect["origin_not_arm"]) == (1, 0)
     assert fine["disagree_share"] == 0 and fine["disagree_ci_high"] > 0

@@ -271,3 +271,54 @@ def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_p
     assert sum(n for _, n in trace_data) > OBJECT_BYTES
     # The size docs/probe.md quotes (compact JSON of a 100 KB trial on this path).
     assert len(text) / len(trace) < 40 and len(text) < 6_000, (len(text), len(trace))
+
+
+def test_a_first_flight_cut_by_a_small_client_window_is_flagged_and_the_trace_shows_why(lab: Any, tmp_path: Path) -> None:
+    """A probe whose socket starts with a small receive buffer (``tcp_rmem`` 8 KB) advertises a
+    window far below IW 32: the inference says ``lower_bound`` / ``receive_window`` rather than
+    a wrong IW, and the trace holds why -- the first flight ends at the window the probe
+    advertised (its ``ack + window``, the receive-window line of the plot)."""
+    address = lab.host("origin").address
+    trace_file = tmp_path / "trace.json"
+    before = lab.run("probe", ["sysctl", "-n", "net.ipv4.tcp_rmem"], capture_output=True, text=True).stdout.split()
+    assert len(before) == 3, before
+    lab.run("probe", ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 8192 8192"], check=True)
+    try:
+        outcome = lab.run(
+            "probe",
+            [
+                *IWPROBE,
+                "fetch",
+                "--json",
+                "--arm",
+                "32",
+                "--base-port",
+                str(BASE_PORT),
+                "--trace",
+                str(trace_file),
+                f"http://{address}/obj/{OBJECT_BYTES}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        lab.run("probe", ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={' '.join(before)}"], check=True)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    client_iw = json.loads(outcome.stdout)["client_iw"]
+    assert (client_iw["status"], client_iw["reason"]) == ("lower_bound", "receive_window"), client_iw
+    trace = Trace.from_dict(json.loads(trace_file.read_text()))
+    assert trace.first_flight is not None
+    count, flight_bytes = trace.first_flight["packets"], trace.first_flight["bytes"]
+    data = [i for i in range(len(trace)) if not trace.outgoing[i] and trace.length[i]][:count]
+    last = data[-1]
+    # the window the probe had advertised when the flight left: its last packet before the data
+    advertised = max(i for i in range(data[0]) if trace.outgoing[i])
+    limit = trace.ack[advertised] + trace.window[advertised]
+    flight_end = trace.seq[last] + trace.length[last]
+    print(
+        f"tcp_rmem 8 KB: client_iw {client_iw}; first flight {flight_bytes} bytes ending at {flight_end}, "
+        f"the probe's window line at {limit}"
+    )
+    assert flight_end <= limit < 32 * trace.first_flight["mss"]  # the window, not IW 32, ended the flight
+    assert limit - flight_end < trace.first_flight["mss"]  # ... and the flight filled it

@@ -126,9 +126,19 @@ class PathIwCheck:
     seen_instead: int | None
     #: Per arm: trials decided and disagreeing (``{"10": [40, 0]}``).
     by_arm: dict[str, list[int]]
+    #: Per arm: trials with an inference, and those whose first flight the probe's own receive
+    #: window cut (the inference's ``receive_window`` reason: the arm's window was not seen, a
+    #: lower bound) -- an arm above the client's window measures the client, not the IW
+    #: (``{"32": [40, 40]}`` behind a 64 KB window at MSS 1448 is 45 segments: not yet).
+    receive_window_by_arm: dict[str, list[int]]
     #: Something between probe and origin terminates TCP (module docstring); ``None``: n too small.
     suspect: bool | None
     too_small: bool
+
+
+#: The inference's reason when the probe's receive window, not the server's window, ended the
+#: first flight (``iwprobe._iwinfer``).
+RECEIVE_WINDOW_REASON = "receive_window"
 
 
 def _wilson(successes: int, trials: int) -> tuple[float | None, float | None, float | None]:
@@ -229,7 +239,7 @@ def iw_check(session: Session, filters: Filters) -> list[PathIwCheck]:
     rows = session.execute(
         text(f"""
         SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, t.arm_iw, t.client_iw_status,
-               t.client_iw_segments, t.server_snd_cwnd_at_accept
+               t.client_iw_segments, t.server_snd_cwnd_at_accept, t.client_iw_reason
           FROM trials t JOIN probes p ON p.id = t.probe_id
          WHERE {where} AND t.client_iw_status IS NOT NULL AND t.arm IS NULL AND t.error_kind IS NULL
          ORDER BY p.name, t.probe_id, t.origin_id"""),
@@ -246,8 +256,12 @@ def _check_path(trials: list[Any]) -> PathIwCheck:
     agree = disagree = origin_had_arm = origin_not_arm = 0
     instead: Counter[int] = Counter()
     by_arm: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for _, _, _, _, arm_iw, status, segments, server_cwnd in trials:
+    receive_window: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for _, _, _, _, arm_iw, status, segments, server_cwnd, reason in trials:
         statuses[status] += 1
+        limited = receive_window[str(arm_iw)]
+        limited[0] += 1
+        limited[1] += int(reason == RECEIVE_WINDOW_REASON)
         origin_not_arm += int(server_cwnd is not None and server_cwnd != arm_iw)
         if status == "undetermined" or segments is None:
             continue
@@ -285,6 +299,7 @@ def _check_path(trials: list[Any]) -> PathIwCheck:
         disagree_ci_high=high,
         seen_instead=instead.most_common(1)[0][0] if instead else None,
         by_arm=dict(sorted(by_arm.items(), key=lambda item: int(item[0]))),
+        receive_window_by_arm=dict(sorted(receive_window.items(), key=lambda item: int(item[0]))),
         suspect=None
         if too_small
         else any(wrong >= MIN_RECORDS and wrong >= SUSPECT_SHARE * counted for counted, wrong in by_arm.values()),

@@ -129,6 +129,9 @@ def check_rows(checks: list[PathIwCheck]) -> list[dict[str, Any]]:
                 else "windows as configured"
             ),
             "arms": ", ".join(f"IW{arm}: {decided - wrong}/{decided}" for arm, (decided, wrong) in check.by_arm.items()),
+            "receive_window": ", ".join(
+                f"IW{arm}: {limited}/{inferred}" for arm, (inferred, limited) in check.receive_window_by_arm.items()
+            ),
         }
         for check in checks
     ]
@@ -146,6 +149,7 @@ CHECK_COLUMNS = [
     ("origin_had_arm", "...while the origin had the arm"),
     ("origin_not_arm", "origin's own window not the arm"),
     ("arms", "agree per arm"),
+    ("receive_window", "cut by the probe's receive window, per arm"),
     ("verdict", "verdict"),
 ]
 
