@@ -176,14 +176,18 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
             assert connections == (1 if load.protocol == "h2" else min(6, len(objects))), (load, connections)
         # RTT per address: its host's link (+ the server's 0 ms), plus the handshake's serialisation and, on
         # a busy box, scheduling: the fastest of an address's handshakes.  Its users share the link, so a
-        # SYN-ACK may also queue behind their data: a quarter of the RTT more still tells the links apart
-        # (70, 150, 300, 400, 700, 1200 ms), and 90 % must be within the tight bound.
+        # SYN-ACK may also queue behind their data -- at most a full downstream buffer (sa-vsat: 192 KB at
+        # 2 Mbit/s, 768 ms; one CI run saw an address at 1,836 ms on its 1,200 ms link) or a quarter of the
+        # RTT where the buffer is shorter; 90 % must be within the tight bound, which tells the links apart
+        # (70, 150, 300, 400, 700, 1200 ms).
         for host_name in counts:
             placed = topo.host(host_name)
             rtt = placed.link.rtt_ms + topo.host("server").link.rtt_ms
             slowest_rate = min(placed.link.up.rate_bps or 1e9, placed.link.down.rate_bps or 1e9)
             tight = 0.03 * rtt + 10 + 2 * 60 * 8 / slowest_rate * 1000
             lossy = placed.link.down.loss > 0 or placed.link.up.loss > 0
+            down = placed.link.down
+            full_queue_ms = (down.buffer_bytes or 0) * 8 / (down.rate_bps or 1e9) * 1000
             fastest = {}
             for address in placed.user_addresses:
                 connects = [r.time_connect * 1000 for r in result.requests if r.local_ip == address and r.num_connects]
@@ -192,7 +196,7 @@ def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
             print(host_name, rtt, sorted(round(value, 1) for value in fastest.values()))
             for address, value in fastest.items():
                 assert value >= rtt - 0.5, (host_name, address, value)  # never faster than its own link
-                on_link = value <= 1.25 * rtt + tight
+                on_link = value <= rtt + max(0.25 * rtt, full_queue_ms) + tight
                 syn_lost = lossy and value >= rtt + 1000 - tight  # each handshake lost a SYN or SYN-ACK: 1 s RTO
                 assert on_link or syn_lost, f"{address} of {host_name}: handshake {value:.1f} ms, link RTT {rtt} ms"
             near = sum(value <= rtt + tight for value in fastest.values())
