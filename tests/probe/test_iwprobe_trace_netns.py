@@ -181,9 +181,15 @@ def lab() -> Iterator[Any]:
         yield topo
 
 
+def _fetch_traced(lab: Any, iw: int, trace_file: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``iwprobe fetch --trace`` of the test object from the origin's IW ``iw`` arm, in the probe's namespace."""
+    url = f"http://{lab.host('origin').address}/obj/{OBJECT_BYTES}"
+    command = [*IWPROBE, "fetch", *options, "--arm", str(iw), "--base-port", str(BASE_PORT), "--trace", str(trace_file), url]
+    return lab.run("probe", command, capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("iw", IWS)
 def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_path: Path) -> None:
-    address = lab.host("origin").address
     port = BASE_PORT + iw
     pcap, trace_file = tmp_path / "probe.pcap", tmp_path / "trace.json"
     # --immediate-mode: packets handed over at once (else the ring buffer's blocks wait up to 1 s
@@ -216,23 +222,7 @@ def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_p
         time.sleep(0.05)
     time.sleep(0.2)
     try:
-        outcome = lab.run(
-            "probe",
-            [
-                *IWPROBE,
-                "fetch",
-                "--arm",
-                str(iw),
-                "--base-port",
-                str(BASE_PORT),
-                "--trace",
-                str(trace_file),
-                f"http://{address}/obj/{OBJECT_BYTES}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        outcome = _fetch_traced(lab, iw, trace_file)
         time.sleep(0.3)  # the connection's last packets
     finally:
         tcpdump.send_signal(signal.SIGINT)
@@ -278,30 +268,12 @@ def test_a_first_flight_cut_by_a_small_client_window_is_flagged_and_the_trace_sh
     window far below IW 32: the inference says ``lower_bound`` / ``receive_window`` rather than
     a wrong IW, and the trace holds why -- the first flight ends at the window the probe
     advertised (its ``ack + window``, the receive-window line of the plot)."""
-    address = lab.host("origin").address
     trace_file = tmp_path / "trace.json"
     before = lab.run("probe", ["sysctl", "-n", "net.ipv4.tcp_rmem"], capture_output=True, text=True).stdout.split()
     assert len(before) == 3, before
     lab.run("probe", ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 8192 8192"], check=True)
     try:
-        outcome = lab.run(
-            "probe",
-            [
-                *IWPROBE,
-                "fetch",
-                "--json",
-                "--arm",
-                "32",
-                "--base-port",
-                str(BASE_PORT),
-                "--trace",
-                str(trace_file),
-                f"http://{address}/obj/{OBJECT_BYTES}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        outcome = _fetch_traced(lab, 32, trace_file, "--json")
     finally:
         lab.run("probe", ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={' '.join(before)}"], check=True)
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr

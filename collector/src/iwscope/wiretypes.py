@@ -67,6 +67,10 @@ TcpInfo = Annotated[dict[TcpInfoField, Annotated[int, Field(ge=0, le=BIGINT_MAX)
 #: Wire versions the collector accepts: ``wire.ACCEPTED_WIRE_VERSIONS``, every version since 1 (older
 #: probes and origins keep working; what each version added: ``WIRE_VERSION``'s comment in wire.py).
 WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
+#: The versions an envelope introduced later is accepted at: its first and every one after, so
+#: a bump of ``wire.WIRE_VERSION`` cannot leave it behind (the passive batch refused v7 once).
+PassiveWireVersion: TypeAlias = Literal[tuple(v for v in wire.ACCEPTED_WIRE_VERSIONS if v >= 6)]  # type: ignore[valid-type]
+TraceWireVersion: TypeAlias = Literal[tuple(v for v in wire.ACCEPTED_WIRE_VERSIONS if v >= 7)]  # type: ignore[valid-type]
 #: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
 #: The IP version a record says (``wire.FAMILIES``); empty = not said (before wire v4).

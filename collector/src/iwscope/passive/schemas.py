@@ -8,7 +8,7 @@ checked by :mod:`iwscope.passive.validation`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ from iwscope.wiretypes import (
     Micros,
     NamedFamily,
     PassiveArmLabel,
+    PassiveWireVersion,
     Phase,
     Port,
     PortKind,
@@ -157,7 +158,7 @@ class PassiveBatchIn(BaseModel):
 
     model_config = WIRE_MODEL_CONFIG
 
-    wire_version: Literal[6, 7]
+    wire_version: PassiveWireVersion
     batch_id: WireUUID
     server_id: WireUUID
     sent_at: WireTimestamp

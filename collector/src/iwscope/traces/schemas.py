@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
 from iwprobe import wire
-from iwscope.wiretypes import WIRE_MODEL_CONFIG, WireTimestamp, WireUUID
+from iwscope.wiretypes import WIRE_MODEL_CONFIG, TraceWireVersion, WireTimestamp, WireUUID
 
 #: ``wire.TRACE_SIDES``.
-TraceSide = Literal["receiver", "sender"]
+TraceSide: TypeAlias = Literal[wire.TRACE_SIDES]  # type: ignore[valid-type]
 
 
 class TraceRecordIn(BaseModel):
@@ -43,7 +43,7 @@ class TraceBatchIn(BaseModel):
 
     model_config = WIRE_MODEL_CONFIG
 
-    wire_version: Literal[7]
+    wire_version: TraceWireVersion
     batch_id: WireUUID
     agent_id: WireUUID
     sent_at: WireTimestamp
