@@ -34,7 +34,7 @@ import io
 import itertools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -344,13 +344,13 @@ def _row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
-def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """The export as Parquet bytes, a row group at a time (for a streamed answer)."""
+def stream_parquet(schema: pa.Schema, groups: Iterable[pa.Table]) -> Iterator[bytes]:
+    """A Parquet file of ``groups`` (each a row group of ``schema``) as bytes, handed on as each
+    group is written (for a streamed answer), the footer last."""
     sink = ChunkSink()
-    schema = arrow_schema(spec).with_metadata(_metadata(spec, filters))
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="zstd")
     try:
-        for group in _row_groups(_batches(session, spec, filters, block_bytes)):
+        for group in groups:
             writer.write_table(group)
             data = sink.take()
             if data:
@@ -358,6 +358,12 @@ def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters, bloc
     finally:
         writer.close()
     yield sink.take()
+
+
+def iter_parquet(session: Session, spec: TableSpec, filters: ExportFilters, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """The export as Parquet bytes, a row group at a time (for a streamed answer)."""
+    schema = arrow_schema(spec).with_metadata(_metadata(spec, filters))
+    yield from stream_parquet(schema, _row_groups(_batches(session, spec, filters, block_bytes)))
 
 
 def write_csv(session: Session, spec: TableSpec, filters: ExportFilters, sink: BinaryIO) -> None:

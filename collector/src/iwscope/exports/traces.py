@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from sqlalchemy.orm import Session
 
 from iwprobe import wire
-from iwscope.exports.columnar import ChunkSink, ExportFilters, utc_instant
+from iwscope.exports.columnar import ExportFilters, stream_parquet, utc_instant
 from iwscope.traces.services import decode_trace
 
 #: The export's name (``GET /api/v1/traces.parquet``, ``iwscope export --tables traces``, bundles).
@@ -168,15 +168,6 @@ def write_traces_parquet(session: Session, filters: ExportFilters, sink: str | B
 
 def iter_traces_parquet(session: Session, filters: ExportFilters) -> Iterator[bytes]:
     """The traces export as Parquet bytes, a row group at a time (for a streamed answer)."""
-    sink = ChunkSink()
     schema = traces_schema().with_metadata(_metadata(filters))
-    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema, compression="zstd")
-    try:
-        for group in _row_groups(session, filters):
-            writer.write_table(group.replace_schema_metadata(schema.metadata))
-            data = sink.take()
-            if data:
-                yield data
-    finally:
-        writer.close()
-    yield sink.take()
+    groups = (group.replace_schema_metadata(schema.metadata) for group in _row_groups(session, filters))
+    yield from stream_parquet(schema, groups)
