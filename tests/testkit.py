@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import random
 import secrets
@@ -105,6 +106,22 @@ class SlowUpload:
         answer = orjson.loads(response.read())
         self.sock.close()
         return response.status, answer
+
+
+def create_campaign(client: httpx.Client, admin_token: str, origin_id: str, **fields: Any) -> dict[str, Any]:
+    """``POST /api/v1/campaigns`` of a campaign on ``origin_id`` open from 5 minutes ago for an hour
+    (arms 3 and 10 unless ``fields`` say otherwise); the created campaign."""
+    now = dt.datetime.now(dt.UTC)
+    body = {
+        "origin_ids": [origin_id],
+        "arms": [3, 10],
+        "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
+        "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
+        **fields,
+    }
+    response = client.post("/api/v1/campaigns", headers=bearer(admin_token), json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
 
 
 def revoke_unnoticed(database_url: str, probe_id: str) -> None:

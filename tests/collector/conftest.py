@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,28 +11,14 @@ import psycopg
 import pytest
 import redis
 from testenv import libpq_url
-from testkit import Enrolled, bearer
+from testkit import Enrolled, create_campaign
 
 
 @pytest.fixture
 def campaign(client: httpx.Client, admin_token: str, origin: Enrolled) -> dict[str, Any]:
-    now = dt.datetime.now(dt.UTC)
-    response = client.post(
-        "/api/v1/campaigns",
-        headers=bearer(admin_token),
-        json={
-            "name": "test campaign",
-            "origin_ids": [origin.id],
-            "arms": [3, 10],
-            "sizes": [10_000, 100_000],
-            "repetitions": 3,
-            "interval_s": 1.0,
-            "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
-            "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
-        },
+    return create_campaign(
+        client, admin_token, origin.id, name="test campaign", sizes=[10_000, 100_000], repetitions=3, interval_s=1.0
     )
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 @pytest.fixture

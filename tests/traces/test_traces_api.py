@@ -12,7 +12,6 @@ The API, PostgreSQL and the credentials are the session's real ones (tests/conft
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import io
 import json
 import pathlib
@@ -28,7 +27,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
-from testkit import Enrolled, bearer, make_batch, make_trial
+from testkit import Enrolled, bearer, create_campaign, make_batch, make_trial
 
 from iwprobe import wire
 from iwprobe._capture import ACK, FIN, SYN, Packet
@@ -144,22 +143,7 @@ def stored(engine: Engine, *trial_ids: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture
 def campaign(client: httpx.Client, admin_token: str, origin: Enrolled) -> dict[str, Any]:
-    now = dt.datetime.now(dt.UTC)
-    response = client.post(
-        "/api/v1/campaigns",
-        headers=bearer(admin_token),
-        json={
-            "name": "traced campaign",
-            "origin_ids": [origin.id],
-            "arms": [3, 10],
-            "sizes": [SIZE],
-            "starts_at": (now - dt.timedelta(minutes=5)).isoformat(),
-            "ends_at": (now + dt.timedelta(hours=1)).isoformat(),
-            "trace_share": 0.5,
-        },
-    )
-    assert response.status_code == 201, response.text
-    return dict(response.json())
+    return create_campaign(client, admin_token, origin.id, name="traced campaign", sizes=[SIZE], trace_share=0.5)
 
 
 @pytest.fixture
