@@ -7,6 +7,7 @@
   ``make_observation_batch``, ``make_path_sample``.
 * Waiting: ``wait_for``, ``wait_folded``.
 * Processes, ports, clients: ``stop_process``, ``free_port``, ``free_base_port``, ``close_celery_client``.
+* The box's own noise: ``SchedulingNoise`` (how late a sleeping thread wakes while a test runs).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import secrets
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -285,6 +287,44 @@ def wait_folded(engine: Engine, probe_id: str, timeout: float = 60.0) -> None:
             return caught_up(session, *session.execute(latest).one())
 
     wait_for(folded, timeout, what="the roll-ups folding in every trial of the probe")
+
+
+# ----------------------------------------------------------------------------- the box's noise
+class SchedulingNoise:
+    """How late a thread that sleeps ``interval_s`` at a time wakes, sampled while the ``with``
+    block runs: the scheduling delay every userspace part of a lab path (the emulator, the
+    origin's echo, the probe's Python threads) can add to a time it measures.  A timing bound
+    from physics (a buffer's drain time) is only a bound on a box that was not starved; on a
+    2-core box shared with another suite a 5 ms sleep has woken 50 ms late.
+    """
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.lateness_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="scheduling-noise", daemon=True)
+
+    def __enter__(self) -> SchedulingNoise:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            start = time.perf_counter()
+            if self._stop.wait(self.interval_s):
+                return
+            self.lateness_s.append(max(0.0, time.perf_counter() - start - self.interval_s))
+
+    def quantile_ms(self, q: float) -> float:
+        """The ``q`` quantile of the wake-up lateness in ms (0 without samples)."""
+        if not self.lateness_s:
+            return 0.0
+        ordered = sorted(self.lateness_s)
+        return 1000.0 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # ----------------------------------------------------------------------------- processes, ports, clients

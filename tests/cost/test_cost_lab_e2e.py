@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from testkit import SchedulingNoise
 
 from iwscope.analysis import CostReport, Filters, cost
 from iwscope.analysis.cost import DELAY_BLOCK_S, MIN_BLOCKS, MIN_DELAY_SAMPLES, MIN_P99_SAMPLES
@@ -37,7 +38,7 @@ def experiment(
     celery_worker: object,
     _api_server_process: object,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Stack, list[CostPhase], CostReport]]:
+) -> Iterator[tuple[Stack, list[CostPhase], CostReport, SchedulingNoise]]:
     stack = Stack(
         database_url=database_url,
         redis_url=redis_url,
@@ -46,12 +47,13 @@ def experiment(
         run_dir=tmp_path_factory.mktemp("costlab"),
     )
     try:
-        phases = run_cost(
-            stack, flows=FLOWS, pages=8, conditions=[SHALLOW], phases=PHASES, timeout_s=180, show_progress=False, prefix="iwt"
-        )
+        with SchedulingNoise() as noise:
+            phases = run_cost(
+                stack, flows=FLOWS, pages=8, conditions=[SHALLOW], phases=PHASES, timeout_s=180, show_progress=False, prefix="iwt"
+            )
         with stack.session() as session:
             report = cost(session, Filters(campaign_ids=tuple(phase.campaign.campaign_id for phase in phases)))
-        yield stack, phases, report
+        yield stack, phases, report, noise
     finally:
         stack.close_sessions()
 
@@ -60,8 +62,8 @@ def _phase(phases: list[CostPhase], kind: str, arms: tuple[str, ...]) -> int:
     return next(phase.campaign.campaign_id for phase in phases if phase.kind == kind and phase.arms == arms)
 
 
-def test_every_record_arrives_with_its_role(experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
-    _, phases, report = experiment
+def test_every_record_arrives_with_its_role(experiment: tuple[Stack, list[CostPhase], CostReport, SchedulingNoise]) -> None:
+    _, phases, report, _ = experiment
     for phase in phases:
         assert phase.campaign.stored_per_probe == {"client": phase.campaign.expected_per_probe}, phase.to_dict()
         assert phase.campaign.unjoined == 0
@@ -75,9 +77,9 @@ def test_every_record_arrives_with_its_role(experiment: tuple[Stack, list[CostPh
 
 
 def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
-    experiment: tuple[Stack, list[CostPhase], CostReport],
+    experiment: tuple[Stack, list[CostPhase], CostReport, SchedulingNoise],
 ) -> None:
-    _, phases, report = experiment
+    _, phases, report, noise = experiment
     short = {(flow.campaign_id, flow.arm): flow for flow in report.flows if flow.role == "short"}
     burst = short[(_phase(phases, "policy", ("32",)), "32")]
     paced = short[(_phase(phases, "policy", ("32p",)), "32p")]
@@ -91,8 +93,13 @@ def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
     paced_high = paced.bytes_retrans_share_ci[1] if paced.bytes_retrans_share_ci else paced.bytes_retrans_share
     assert paced_high < burst.bytes_retrans_share_ci[0], (paced, burst)
     # The interactive flow's queueing delay is bounded by the buffer: 10 full-size packets
-    # ahead of it drain in 10 x 1514 x 8 bit / 10 Mbit/s = 12.1 ms (2 ms slack for scheduling).
+    # ahead of it drain in 10 x 1514 x 8 bit / 10 Mbit/s = 12.1 ms, plus 2 ms for scheduling on
+    # a quiet box.  Every hop of the path is a userspace process (the emulator, the origin's
+    # echo, the probe's threads), so on a starved box a round trip also waits for the CPU: the
+    # bound adds twice the p99 lateness of a 5 ms sleep measured during the run (well under a
+    # millisecond when the box is quiet; tens of ms beside another suite).
     drain_ms = SHALLOW.buffer_packets * 1514 * 8 / SHALLOW.rate_bps * 1000
+    bound_ms = drain_ms + 2 + 2 * noise.quantile_ms(0.99)
     # A phase lasts as long as its Poisson arrivals (random: 40 flows give 2-4 s, 400-800
     # packets at 200/s), so a quantile is shown exactly when its phase gave enough packets for
     # it and MIN_BLOCKS blocks for its interval; every quantile shown respects the bound.
@@ -104,13 +111,15 @@ def test_unpaced_iw32_bursts_lose_packets_where_paced_iw32_does_not(
         assert (point.delay_p99_ms is not None) == (blocks >= MIN_BLOCKS and point.samples >= MIN_P99_SAMPLES), point
         for value, interval in ((point.delay_p50_ms, point.delay_p50_ci_ms), (point.delay_p99_ms, point.delay_p99_ci_ms)):
             if value is not None:
-                assert interval is not None and 0 <= interval[0] <= value <= interval[1] and value <= drain_ms + 2, point
+                assert interval is not None and 0 <= interval[0] <= value <= interval[1] and value <= bound_ms, (point, bound_ms)
                 shown += 1
     assert shown, report.interactive  # (all four phases under 2 s: a 1-in-10^5 draw)
 
 
-def test_the_ab_split_is_compared_with_the_total_effect(experiment: tuple[Stack, list[CostPhase], CostReport]) -> None:
-    _, phases, report = experiment
+def test_the_ab_split_is_compared_with_the_total_effect(
+    experiment: tuple[Stack, list[CostPhase], CostReport, SchedulingNoise],
+) -> None:
+    _, phases, report, _ = experiment
     [interference] = report.interference
     assert (interference.baseline, interference.treatment, interference.treatment_share) == ("10", "32", 0.5)
     assert interference.mixed_campaign_id == _phase(phases, "share", ("10", "32"))
@@ -128,9 +137,9 @@ def test_the_ab_split_is_compared_with_the_total_effect(experiment: tuple[Stack,
 
 
 def test_public_api_serves_the_cost_report(
-    experiment: tuple[Stack, list[CostPhase], CostReport], _api_server_process: object
+    experiment: tuple[Stack, list[CostPhase], CostReport, SchedulingNoise], _api_server_process: object
 ) -> None:
-    _, phases, report = experiment
+    _, phases, report, _ = experiment
     ids = ",".join(str(phase.campaign.campaign_id) for phase in phases)
     url = f"http://127.0.0.1:{_api_server_process.port}/api/v1/analysis/cost?campaign={ids}"  # type: ignore[attr-defined]
     with urllib.request.urlopen(url, timeout=30) as answer:
