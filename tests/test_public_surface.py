@@ -117,6 +117,8 @@ PUBLIC: dict[str, list[str]] = {
         "PassiveStudy",
         "PathSample",
         "SCHEMA_FILE",
+        "SEGMENTATION_OFFLOADS",
+        "SEND_PATHS",
         "SERVER_CONFIG_PATH",
         "SERVER_ENROLL_PATH",
         "SIZE_DISTRIBUTIONS",

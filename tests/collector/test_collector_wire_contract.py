@@ -167,6 +167,13 @@ def test_pydantic_and_json_schema_accept_the_same_trial_batches(description: str
         ("port", 0, False),
         ("http_status", None, False),
         ("tcp_info", {}, True),
+        # wire v8: how the origin sent the response, each of the wire's values and nothing else
+        *(("send_path", path, True) for path in wire.SEND_PATHS),
+        ("send_path", "splice", False),
+        ("send_path", None, False),
+        *(("segmentation_offload", offload, True) for offload in wire.SEGMENTATION_OFFLOADS),
+        ("segmentation_offload", "lro", False),
+        ("segmentation_offload", "TSO", False),
     ],
 )
 def test_observations_agree(name: str, value: Any, accepted: bool) -> None:

@@ -6,7 +6,14 @@ import datetime as dt
 from urllib.parse import parse_qsl
 
 from iwscope.analysis import Filters
-from iwscope_dashboard.filterbar import arms_problem, filters_from_page_query, filters_from_values, query_string
+from iwscope_dashboard.filterbar import (
+    SEND_PATH_PAGES,
+    arms_problem,
+    filter_bar,
+    filters_from_page_query,
+    filters_from_values,
+    query_string,
+)
 
 
 def test_values_become_filters_with_inclusive_whole_days() -> None:
@@ -75,3 +82,29 @@ def test_the_cost_checkbox_goes_through_the_bar_and_the_url() -> None:
     assert filters_from_page_query(dict(parse_qsl(search[1:]))) == ticked
     assert "cost" not in query_string(Filters())  # off by default: not in the URL
     assert filters_from_page_query({"cost": "yes"}).include_cost and not filters_from_page_query({"cost": "0"}).include_cost
+
+
+def test_the_send_path_goes_through_the_bar_and_the_url_and_shows_where_it_applies() -> None:
+    """Wire v8's send path: a named one travels through the bar and the URL (anything else: every
+    trial); its control is shown on the raw-trial pages only, hidden but present elsewhere."""
+    chosen = filters_from_values(None, None, None, None, None, None, 3, 10, "server", "", [], "sendfile")
+    assert chosen == Filters(send_path="sendfile")
+    assert filters_from_values(None, None, None, None, None, None, 3, 10, "server", "", [], "splice") == Filters()
+    search = query_string(chosen)
+    assert "send=sendfile" in search and "send" not in query_string(Filters())
+    assert filters_from_page_query(dict(parse_qsl(search[1:]))) == chosen
+
+    def control_style(prefix: str) -> object:
+        """The style of the box holding the send-path control (which shows the chosen path)."""
+        boxes = [
+            (box, control)
+            for box in filter_bar(prefix, chosen, None).children
+            for control in getattr(box, "children", None) or []
+            if getattr(control, "id", None) == f"{prefix}-filter-send-path"
+        ]
+        [(box, control)] = boxes
+        assert control.value == "sendfile"
+        return getattr(box, "style", None)
+
+    assert {prefix: control_style(prefix) for prefix in sorted(SEND_PATH_PAGES)} == dict.fromkeys(sorted(SEND_PATH_PAGES))
+    assert control_style("overview") == {"display": "none"}

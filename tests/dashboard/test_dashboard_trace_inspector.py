@@ -250,6 +250,22 @@ def test_the_page_keeps_the_trial_in_its_url(pages: dict[str, ModuleType]) -> No
     assert trials.page_query("?campaign=2", None) == "?campaign=2"
 
 
+def test_the_details_say_how_the_origin_sent_the_response(pages: dict[str, ModuleType]) -> None:
+    """Wire v8: the observation's send path and segmentation offload beside TCP_INFO; "not said"
+    for an older origin, a sentence for a trial without an observation."""
+    trials = importlib.import_module("iwscope_dashboard.pages.trials")
+    trial = traced_trial(10, 245.3, {})
+    sent = trial.model_copy(update={"send_path": "sendfile", "segmentation_offload": "gso"})
+    assert trials.sending_rows(sent) == [("send path", "sendfile"), ("segmentation offload", "gso")]
+    older = trial.model_copy(update={"send_path": "", "segmentation_offload": ""})
+    assert trials.sending_rows(older) == [("send path", trials.NOT_SAID), ("segmentation offload", trials.NOT_SAID)]
+    assert trial.send_path is None and trials.sending_rows(trial) == []
+    details = repr(trials._details(TrialTracesOut(trial=sent, twins=[]), trialfigures.RECEIVER))
+    assert "sendfile" in details and "gso" in details
+    assert details.index("Send path (the origin's)") < details.index("TCP_INFO (the probe's")
+    assert "No origin observation of this trial" in repr(trials._details(TrialTracesOut(trial=trial, twins=[]), "receiver"))
+
+
 # -- the stored round: CLI, page callback, browser ---------------------------------------------
 
 

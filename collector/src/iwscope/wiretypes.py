@@ -80,6 +80,17 @@ Family: TypeAlias = Literal[wire.FAMILIES]  # type: ignore[valid-type]
 NAMED_FAMILIES: tuple[str, ...] = tuple(family for family in wire.FAMILIES if family)
 NamedFamily: TypeAlias = Literal[NAMED_FAMILIES]  # type: ignore[valid-type]
 FAMILY_KNOWN_SQL = f"family IN ({', '.join(repr(family) for family in NAMED_FAMILIES)})"
+#: How the origin wrote a response (``wire.SEND_PATHS``, wire v8); empty = not said.
+SendPath: TypeAlias = Literal[wire.SEND_PATHS]  # type: ignore[valid-type]
+#: What the origin's device did with TCP's large sends (``wire.SEGMENTATION_OFFLOADS``, wire v8);
+#: empty = not said.
+SegmentationOffload: TypeAlias = Literal[wire.SEGMENTATION_OFFLOADS]  # type: ignore[valid-type]
+#: The send paths a record may name (without "not said"): the analysis filter's choices.
+NAMED_SEND_PATHS: tuple[str, ...] = tuple(path for path in wire.SEND_PATHS if path)
+#: The checks of ``origin_observations.send_path`` / ``segmentation_offload`` (NOT NULL, ``''``:
+#: not said, so the check lists every wire value, the empty one included).
+SEND_PATH_KNOWN_SQL = f"send_path IN ({', '.join(repr(path) for path in wire.SEND_PATHS)})"
+SEGMENTATION_OFFLOAD_KNOWN_SQL = f"segmentation_offload IN ({', '.join(repr(offload) for offload in wire.SEGMENTATION_OFFLOADS)})"
 #: The TLS version a record says (``"TLSv1.3"``); empty = plain HTTP.
 TlsVersion = Annotated[str, StringConstraints(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from dash import ClientsideFunction, Input, Output, clientside_callback, dcc, html
 
 from iwscope.analysis import FilterOptions, Filters
-from iwscope.analysis.filters import FAMILIES
+from iwscope.analysis.filters import FAMILIES, SEND_PATHS
 
 DEFAULT_ARMS: tuple[int, ...] = (3, 10)
 LAST_SECOND = time(23, 59, 59)
@@ -28,6 +28,10 @@ LAST_SECOND = time(23, 59, 59)
 COST_TOGGLE_PAGES = frozenset({"overview", "latency", "sizes", "regions", "loss"})
 #: The checkbox's one value.
 INCLUDE_COST = "include"
+#: The pages whose figures read the raw trials (``trial_where``), the only ones the send-path
+#: filter (``Filters.send_path``) applies to: they show its control.  The roll-up pages keep it
+#: hidden -- their figures cover every send path -- and carry it in their URLs, as the cost box.
+SEND_PATH_PAGES = frozenset({"trials", "tls", "cost", "wild"})
 
 
 def filter_ids(prefix: str) -> dict[str, str]:
@@ -43,6 +47,7 @@ def filter_ids(prefix: str) -> dict[str, str]:
         "metric": f"{prefix}-filter-metric",
         "family": f"{prefix}-filter-family",
         "cost": f"{prefix}-filter-cost",
+        "send_path": f"{prefix}-filter-send-path",
     }
 
 
@@ -61,6 +66,7 @@ def filter_inputs(prefix: str) -> list[Input]:
         Input(ids["metric"], "value"),
         Input(ids["family"], "value"),
         Input(ids["cost"], "value"),
+        Input(ids["send_path"], "value"),
     ]
 
 
@@ -103,6 +109,7 @@ def filters_from_values(
     metric: Any,
     family: Any = "",
     cost: Any = None,
+    send_path: Any = "",
 ) -> Filters:
     """Filters from the bar's raw control values; anything unreadable falls back to the default.
 
@@ -129,6 +136,7 @@ def filters_from_values(
         metric=metric if metric in ("server", "client") else defaults.metric,
         family=family if family in FAMILIES else "",
         include_cost=INCLUDE_COST in _as_list(cost),
+        send_path=send_path if send_path in SEND_PATHS else "",
     )
 
 
@@ -270,6 +278,22 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
                 "their trials out unless this is ticked.",
                 # present on every page (the callbacks read it and the URL keeps it), shown where it applies
                 style=None if prefix in COST_TOGGLE_PAGES else {"display": "none"},
+            ),
+            html.Div(
+                [
+                    html.Label("Send path (the origin's)", className="iw-filter-label"),
+                    dcc.RadioItems(
+                        id=ids["send_path"],
+                        options=[{"label": "all", "value": ""}] + [{"label": path, "value": path} for path in SEND_PATHS],
+                        value=filters.send_path,
+                        inline=True,
+                    ),
+                ],
+                className="iw-filter iw-filter-wide",
+                title="How the origin wrote the response, as its observation says (wire v8): only the trials "
+                "of that send path. The figures read from the roll-ups (Overview, Latency, Sizes, Regions, "
+                "Loss) are not split by it.",
+                style=None if prefix in SEND_PATH_PAGES else {"display": "none"},
             ),
             dcc.Store(id=f"{prefix}-query"),
             dcc.Store(id=f"{prefix}-url-synced"),

@@ -70,6 +70,9 @@ class CampaignPlan:
     #: Share of the rounds whose trials the probes keep as packet traces (wire v7
     #: ``trace_share``; the Trials page's inspector draws them).  0: none.
     trace_share: float = 0.0
+    #: How the origins write responses (``iwprobe origin --send-path``: ``writev``, ``sendfile``,
+    #: ``mss-writes``); ``None``: the origin's default (writev).
+    send_path: str | None = None
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
@@ -344,8 +347,8 @@ class LabCampaign:
         return [str(iw) for iw in self.plan.arms]
 
     def _origin_options(self) -> list[str]:
-        """Further ``iwprobe origin`` options of every origin (none by default)."""
-        return []
+        """Further ``iwprobe origin`` options of every origin (the plan's send path, if it names one)."""
+        return ["--send-path", self.plan.send_path] if self.plan.send_path else []
 
     def _serve_origin(self, host: PlacedHost) -> None:
         with open(self._host_state_dir(host) / "origin.log", "ab") as log:

@@ -145,14 +145,21 @@ def _print_result(result: dict[str, object], as_json: bool) -> None:
 @click.option("--only", multiple=True, help="Run only these experiments (e.g. fig5_rtt_9k); repeatable.")
 def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...]) -> None:
     """Rebuild the IW10 paper's Figure 5 and Figure 2 (and size / loss comparisons, the cost to
-    competing traffic, TLS handshakes against the IW, seed 002's time-sequence plots) in the lab."""
+    competing traffic, TLS handshakes against the IW, seed 002's time-sequence plots and send paths) in the lab."""
     from iwscope_lab.cost import COST_KEY
     from iwscope_lab.fairness import FAIRNESS_KEY
     from iwscope_lab.reproduce import experiments, reproduce
     from iwscope_lab.seedtraces import SEED_TRACES_KEY
+    from iwscope_lab.sendpaths import SEND_PATHS_KEY
     from iwscope_lab.tls import TLS_KEY
 
-    known = {experiment.key for experiment in experiments(quick)} | {FAIRNESS_KEY, COST_KEY, TLS_KEY, SEED_TRACES_KEY}
+    known = {experiment.key for experiment in experiments(quick)} | {
+        FAIRNESS_KEY,
+        COST_KEY,
+        TLS_KEY,
+        SEED_TRACES_KEY,
+        SEND_PATHS_KEY,
+    }
     unknown = sorted(set(only) - known)
     if unknown:
         raise click.BadParameter(f"unknown experiments {unknown}; known: {sorted(known)}", param_hint="--only")

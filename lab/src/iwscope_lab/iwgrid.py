@@ -90,21 +90,6 @@ def serve_https(address: str, port: int | str, directory: str, cert: str, key: s
     server.serve_forever()
 
 
-def _set_tso(topo: Topology, host: str, on: bool) -> None:
-    """Segmentation offload of the host's device on or off.
-
-    The lab's TUN devices have no virtio-net header, so their hardware TSO is fixed off; the
-    toggle that changes what TCP hands the device is GSO, the kernel's software TSO: with it
-    on, TCP builds segments of up to 64 KB (sized by its TSO autosizing) that are cut to the
-    MSS just before the device, as a TSO NIC would cut them; off, TCP sends MSS-sized packets."""
-    device = topo.host(host).device
-    state = "on" if on else "off"
-    topo.run(host, ["ethtool", "-K", device, "gso", state, "tso", state], check=True, capture_output=True)
-    shown = topo.run(host, ["ethtool", "-k", device], check=True, capture_output=True, text=True).stdout
-    if f"generic-segmentation-offload: {state}" not in shown:
-        raise RuntimeError(f"ethtool could not set GSO {state} on {device}: {shown[:400]}")
-
-
 @contextmanager
 def _servers(topo: Topology, work: Path, servers: Sequence[str]) -> Iterator[dict[str, str]]:
     """Start the grid's servers in the server namespace; base URL per server."""
@@ -221,7 +206,7 @@ def run_grid(
         _servers(topo, Path(scratch), servers) as urls,
     ):
         for tso_on in tso:
-            _set_tso(topo, "server", tso_on)
+            topo.set_offload("server", tso_on)
             for path_mss in mss_values:
                 for iw in iws:
                     topo.set_route("server", initcwnd=iw, mtu=path_mss + 40)

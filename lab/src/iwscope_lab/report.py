@@ -228,6 +228,10 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         from iwscope_lab.seedtraces import seed_traces_html
 
         fairness_section += seed_traces_html(summary["seed002"])
+    if summary.get("seed002-send"):
+        from iwscope_lab.sendpaths import send_paths_html
+
+        fairness_section += send_paths_html(summary["seed002-send"])
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px} table{border-collapse:collapse;"
         "font-size:13px} td,th{border:1px solid #ccc;padding:3px 6px;text-align:right} tr.flag{background:#fff3cd}"
@@ -335,6 +339,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
         from iwscope_lab.seedtraces import seed_traces_markdown
 
         lines += seed_traces_markdown(summary["seed002"])
+    if summary.get("seed002-send"):
+        from iwscope_lab.sendpaths import send_paths_markdown
+
+        lines += send_paths_markdown(summary["seed002-send"])
     return "\n".join(lines) + "\n"
 
 

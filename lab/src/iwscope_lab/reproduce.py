@@ -351,6 +351,11 @@ def reproduce(
     if not only or SEED_TRACES_KEY in only:
         summary[SEED_TRACES_KEY] = reproduce_seed_traces(stack, out_dir, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+    from iwscope_lab.sendpaths import SEND_PATHS_KEY, reproduce_send_paths
+
+    if not only or SEND_PATHS_KEY in only:
+        summary[SEND_PATHS_KEY] = reproduce_send_paths(stack, quick=quick, show_progress=show_progress)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)

@@ -334,6 +334,22 @@ class Topology:
         target.link = spec
         self._write_state()
 
+    def set_offload(self, host: str, on: bool) -> None:
+        """Segmentation offload of the host's device on or off (``ethtool -K``).
+
+        The lab's TUN devices have no virtio-net header, so their hardware TSO is fixed off; the
+        toggle that changes what TCP hands the device is GSO, the kernel's software TSO: with it
+        on, TCP builds segments of up to 64 KB (sized by its TSO autosizing) that are cut to the
+        MSS just before the device, as a TSO NIC would cut them; off, TCP sends MSS-sized
+        packets.  Either way a capture on the device sees MSS-sized packets."""
+        self._require_up()
+        device = self.host(host).device
+        state = "on" if on else "off"
+        self.run(host, ["ethtool", "-K", device, "gso", state, "tso", state], check=True, capture_output=True)
+        shown = self.run(host, ["ethtool", "-k", device], check=True, capture_output=True, text=True).stdout
+        if f"generic-segmentation-offload: {state}" not in shown:
+            raise LabError(f"ethtool could not set GSO {state} on {device}: {shown[:400]}")
+
     def set_route(self, host: str, *, initcwnd: int | None = None, initrwnd: int | None = None, mtu: int | None = None) -> None:
         """Set ``initcwnd`` / ``initrwnd`` (segments) and a locked path ``mtu`` (bytes: the
         host sends segments of ``mtu - 40`` bytes, less TCP options) on the host's default

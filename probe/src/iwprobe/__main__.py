@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from . import __version__, wire
 from ._arms import Arm, parse_arms
+from ._sendpath import SEND_PATH_CHOICES
 from ._signals import stop_event as _stop_event
 
 if TYPE_CHECKING:
@@ -135,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
         "--congestion-control",
         default="",
         help="TCP congestion control of the origin's connections (e.g. cubic); default: the host's",
+    )
+    origin.add_argument(
+        "--send-path",
+        choices=SEND_PATH_CHOICES,
+        default="writev",
+        help="how responses are written: writev (head and body in one call), sendfile (head, then the body "
+        "by sendfile(2)) or mss-writes (one write per MSS); each observation records the path taken",
     )
     origin.add_argument(
         "--print-arms", action="store_true", help="print the arms as JSON (arm, iw, paced, policy, port) and exit"
@@ -390,6 +398,7 @@ def _origin(args: argparse.Namespace) -> int:
         initrwnd=args.initrwnd,
         congestion_control=args.congestion_control,
         echo=args.echo,
+        send_path=args.send_path,
     )
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections

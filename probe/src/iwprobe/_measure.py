@@ -60,6 +60,9 @@ class Connection:
     client_port: int = 0
     #: Whether the request asked for the origin's trace (``wire.TRACE_HEADER``).
     trace: bool = False
+    #: How the response was written and the device's offload (wire v8; set when it was sent).
+    send_path: str = ""
+    segmentation_offload: str = ""
 
 
 def wait_acked(
@@ -110,6 +113,8 @@ def build_observation(
         error_kind=None if status == 200 else "http_status",
         tcp_info=info,
         family=conn.family,
+        send_path=conn.send_path,
+        segmentation_offload=conn.segmentation_offload,
     )
     if conn.tls is not None:
         record.tls_version = conn.tls.version

@@ -19,7 +19,9 @@ and the backlog queue is full, new connections are closed at once.  Slow clients
 (``request_timeout_s``), and each client address has a budget of connections, requests and
 response bytes (:mod:`iwprobe._budgets`).  Bodies are slices of one shared read-only pattern
 buffer, and header and body go to the kernel in one ``sendmsg`` call (scatter/gather, like
-writev).
+writev), or by the send path the origin was told to use (:mod:`iwprobe._sendpath`: sendfile, a
+write per MSS); every observation says the path it took and the device's segmentation offload
+(:mod:`iwprobe._offload`).
 
 The pieces: :mod:`iwprobe._origin_config` (:class:`OriginConfig`), :mod:`iwprobe._http`
 (request heads and answers), :mod:`iwprobe._budgets`, :mod:`iwprobe._measure`,
@@ -49,11 +51,13 @@ from ._echo import EchoServer
 from ._http import MAX_HEAD_BYTES, could_be_request, linger, response_head, route_request, wants_trace
 from ._learned import LearnedWindows
 from ._measure import Connection, build_observation, wait_acked
+from ._offload import OffloadCache
 from ._origin_config import OriginConfig
 from ._origin_state import OriginStats, PendingHead, connection_family
 from ._origin_trace import open_capture, trace_record
-from ._pacing import send_all, send_paced
+from ._pacing import send_paced
 from ._routes import RoutePlan, missing_rule_families
+from ._sendpath import SEND_PATH_CHOICES, BodyFile, send_response
 from ._spool import Spool, SpoolFull
 from ._tcpinfo import read_tcp_info
 from ._tls import TlsStream, client_hello_state, handshake, server_context
@@ -74,6 +78,8 @@ class Origin:
 
     def __init__(self, config: OriginConfig, spool: Optional[Spool] = None) -> None:
         self.arms = config.policies()  # ValueError on a bad label, an IW out of range, or none
+        if config.send_path not in SEND_PATH_CHOICES:
+            raise ValueError(f"send path must be one of {', '.join(SEND_PATH_CHOICES)}, not {config.send_path!r}")
         self.config = config
         learned = [arm for arm in self.arms if arm.policy == "learned"]
         self.learned: Optional[LearnedWindows] = None
@@ -91,6 +97,8 @@ class Origin:
         self.stats = OriginStats()
         self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
         self._pattern_view = memoryview(self._pattern)
+        self._body_file = BodyFile(self._pattern) if config.send_path == "sendfile" else None
+        self._offload = OffloadCache()
         self.addresses = config.addresses()
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ValueError("HTTPS needs both a certificate chain and its key")
@@ -183,6 +191,8 @@ class Origin:
             self.learned.close()
         for echo in self.echoes:
             echo.stop()
+        if self._body_file is not None:
+            self._body_file.close()
 
     def drop_net_admin(self, wait_s: float = 2.0) -> bool:
         """Drop CAP_NET_ADMIN in the calling thread and every origin thread (capabilities are
@@ -446,8 +456,18 @@ class Origin:
                 header, body = b"", memoryview(stream.encrypt(header, body))
             if conn.arm.paced and status == 200:
                 send_paced(sock, header, body, conn.arm.iw, conn.handshake_rtt_us, conn.mss)
+                conn.send_path = "paced"
             else:
-                send_all(sock, header, body)
+                conn.send_path = send_response(
+                    sock,
+                    self.config.send_path,
+                    header,
+                    body,
+                    mss=conn.mss,
+                    body_file=self._body_file,
+                    plain_body=stream is None and status == 200,
+                )
+            conn.segmentation_offload = self._offload.of_local(sock.getsockname()[0])
         except OSError as error:
             self._count(type(error).__name__)
             return

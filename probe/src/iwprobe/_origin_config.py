@@ -63,6 +63,9 @@ class OriginConfig:
     congestion_control: str = ""
     #: Serve the interactive flow's UDP echo on ``base_port`` (see :mod:`iwprobe._echo`).
     echo: bool = True
+    #: How responses are written (:data:`iwprobe._sendpath.SEND_PATH_CHOICES`): ``writev``,
+    #: ``sendfile`` or ``mss-writes``; every observation says which path it took.
+    send_path: str = "writev"
     # Per-client limits (per source address; enforced by :mod:`iwprobe._budgets`).  The defaults
     # leave room for an offered-load round (up to 256 trials in flight from one probe) and for a
     # 100 Mbit/s probe fetching back to back; the environment variables below override them (the

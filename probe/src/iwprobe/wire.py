@@ -66,9 +66,21 @@ from ._wire_trace import *  # noqa: F403 -- the trial trace's file format, speci
 #: Version 7 (2026-11) adds trial traces (:mod:`iwprobe._wire_trace`, re-exported here): a
 #: campaign's ``trace_share``, and :class:`TraceBatch` es of :class:`TraceRecord` s that probes
 #: (and origins) upload to :data:`TRACES_BATCH_PATH`.  Nothing of versions 1-6 changed.
-WIRE_VERSION = 7
+#: Version 8 (2026-11) adds send paths: an observation's ``send_path`` (:data:`SEND_PATHS`,
+#: how the origin wrote the response) and ``segmentation_offload`` (:data:`SEGMENTATION_OFFLOADS`,
+#: what its device did with large sends).  Both optional; absent (empty), not said.
+WIRE_VERSION = 8
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+#: Wire v8: how the origin wrote a response (``send_path``; empty: not said).  ``writev``: head
+#: and body in one gathered ``sendmsg``; ``sendfile``: the head by ``send``, the body by
+#: ``sendfile`` from a memory file (no cork, TCP_NODELAY, as the seed's comparison); ``mss-writes``:
+#: one ``send`` per MSS with TCP_NODELAY; ``paced``: the paced arms' timed sends (their own path).
+SEND_PATHS = ("", "writev", "sendfile", "mss-writes", "paced")
+#: Wire v8: what the origin's device does with TCP's large sends (``segmentation_offload``):
+#: ``tso`` (the device cuts them: a capture at the sender sees super-segments), ``gso`` (the
+#: kernel cuts them just before the device), ``off`` (TCP sends MSS-sized packets); empty: unknown.
+SEGMENTATION_OFFLOADS = ("", "tso", "gso", "off")
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
 #: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
@@ -392,6 +404,11 @@ class OriginObservation:
     tls_flight_acked_us: Optional[int] = None
     #: Wire v4: ``"ipv4"`` or ``"ipv6"`` (an IPv4-mapped client is ``"ipv4"``).
     family: str = ""
+    #: Wire v8: how the response was written (:data:`SEND_PATHS`).
+    send_path: str = ""
+    #: Wire v8: the segmentation offload of the device holding the connection's local address
+    #: (:data:`SEGMENTATION_OFFLOADS`).
+    segmentation_offload: str = ""
 
 
 @dataclass
@@ -736,6 +753,8 @@ def dumps(record: Any) -> bytes:
 __all__ = [
     "WIRE_VERSION",
     "ACCEPTED_WIRE_VERSIONS",
+    "SEND_PATHS",
+    "SEGMENTATION_OFFLOADS",
     "API_PREFIX",
     "PROBE_ENROLL_PATH",
     "PROBE_HEARTBEAT_PATH",

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis.models import NO_CAMPAIGN
-from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES
+from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES, NAMED_SEND_PATHS
 
 Metric = Literal["server", "client"]
 METRICS: tuple[Metric, ...] = ("server", "client")
@@ -29,9 +29,12 @@ _KEYS = {
     "metric": "metric",
     "family": "family",
     "include_cost": "cost",
+    "send_path": "send",
 }
 #: The IP versions a campaign may choose (``family``).
 FAMILIES = NAMED_FAMILIES
+#: The send paths an origin may name (``send_path``, wire v8).
+SEND_PATHS = NAMED_SEND_PATHS
 #: What ``cost=`` in a query string takes for "yes" (anything else: no).
 TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
 #: A campaign of a cost experiment (``campaigns`` aliased ``c``): any campaign with Poisson
@@ -81,6 +84,14 @@ class Filters:
     #: paired comparisons, percentile tables, latency per IW and CDFs (:func:`without_cost`).
     #: Off by default; the cost analysis itself always reads them.  URL: ``cost=1``.
     include_cost: bool = False
+    #: Only trials whose origin observation names this send path (wire v8, ``wire.SEND_PATHS``:
+    #: ``writev``, ``sendfile``, ``mss-writes``, ``paced``); empty: every trial.  Applied exactly
+    #: by the raw path alone (:func:`trial_where`: the trials page, the raw-trials CSVs, the TLS,
+    #: IW-check and cost analyses): the roll-ups are not keyed by it -- a trial's client side is
+    #: folded when it arrives, before its observation is joined -- so the figures read from them
+    #: (paired comparisons, percentile tables, latency per IW, CDFs) cover every send path.
+    #: URL: ``send=sendfile``.
+    send_path: str = ""
 
     def to_query(self) -> dict[str, str]:
         """URL query parameters; defaults and empty values are left out."""
@@ -142,6 +153,7 @@ class Filters:
         treatment = integer("treatment_iw", 1)
         metric = text("metric")
         family = text("family")
+        send_path = text("send_path")
         return cls(
             campaign_ids=tuple(campaign_ids),
             since=timestamp("since"),
@@ -154,12 +166,14 @@ class Filters:
             metric=metric if metric in METRICS else default.metric,
             family=family if family in FAMILIES else "",
             include_cost=text("include_cost").lower() in TRUE_VALUES,
+            send_path=send_path if send_path in SEND_PATHS else "",
         )
 
 
 def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
     """The filters as an exact SQL condition on ``trials t JOIN probes p`` and its parameters (the
-    raw-trial readers: trials page, CSV export, fairness and cost; arms are not filtered)."""
+    raw-trial readers: trials page, CSV export, fairness and cost; arms are not filtered).  The
+    send path is the trial's origin observation's (a trial without one has none)."""
     conditions = (
         ("campaign_ids", "t.campaign_id = ANY(:campaign_ids)", list(filters.campaign_ids)),
         ("since", "t.started_at >= :since", filters.since),
@@ -167,6 +181,11 @@ def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
         ("regions", "p.region = ANY(:regions)", list(filters.regions)),
         ("size_min", "t.object_size >= :size_min", filters.size_min),
         ("size_max", "t.object_size <= :size_max", filters.size_max),
+        (
+            "send_path",
+            "EXISTS (SELECT 1 FROM origin_observations AS sent WHERE sent.trial_id = t.trial_id AND sent.send_path = :send_path)",
+            filters.send_path or None,
+        ),
     )
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}

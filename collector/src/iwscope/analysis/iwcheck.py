@@ -68,6 +68,10 @@ class IwAnswer:
     #: The largest window any record proved (segments: a lower bound, or a determined value,
     #: which is one too), when no IW is named.
     max_lower_bound: int | None
+    #: Why the records that proved ``max_lower_bound`` stopped there (their commonest reason,
+    #: e.g. ``receive_window``: the probe's own window cut the flight, so the server's IW may be
+    #: larger); empty when no bound is given or it came from a determined value.
+    max_lower_bound_reason: str
     #: The commonest sender segment size (bytes) among determined records.
     mss: int | None
     too_small: bool
@@ -160,6 +164,10 @@ def answer_of(rows: Sequence[tuple[str, int | None, int | None, str]]) -> IwAnsw
     too_small = n_ok < MIN_RECORDS
     modal, count = determined.most_common(1)[0] if determined else (None, 0)
     share, low, high = _wilson(count, n_ok) if not too_small else (None, None, None)
+    max_bound = max(bounds) if bounds and too_small else None
+    bound_reasons = Counter(
+        reason for status, segments, _, reason in rows if status == "lower_bound" and segments == max_bound and reason
+    )
     return IwAnswer(
         records=len(rows),
         ok=statuses["ok"],
@@ -170,7 +178,8 @@ def answer_of(rows: Sequence[tuple[str, int | None, int | None, str]]) -> IwAnsw
         share_ci_low=low,
         share_ci_high=high,
         values={str(value): n for value, n in determined.most_common()},
-        max_lower_bound=max(bounds) if bounds and too_small else None,
+        max_lower_bound=max_bound,
+        max_lower_bound_reason=bound_reasons.most_common(1)[0][0] if bound_reasons and max_bound not in determined else "",
         mss=sizes.most_common(1)[0][0] if sizes else None,
         too_small=too_small,
         reasons=dict(reasons.most_common(5)),

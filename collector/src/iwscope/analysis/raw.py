@@ -25,7 +25,8 @@ from iwprobe import wire
 from iwscope.analysis.filters import Filters, trial_where
 from iwscope.trials.models import Trial
 
-#: Columns of the trials page and its CSV export, in order (``region`` is the probe's).
+#: Columns of the trials page and its CSV export, in order (``region`` is the probe's,
+#: ``send_path`` the origin observation's: NULL when the trial has none).
 TRIAL_COLUMNS: tuple[str, ...] = (
     "trial_id",
     "started_at",
@@ -38,6 +39,7 @@ TRIAL_COLUMNS: tuple[str, ...] = (
     "total_us",
     "ttfb_us",
     "server_latency_us",
+    "send_path",
     "http_status",
     "error_kind",
     "tcpi_total_retrans",
@@ -49,13 +51,17 @@ TRIAL_COLUMNS: tuple[str, ...] = (
 #: The trials page counts at most this many matches (then reports ``TRIALS_COUNT_CAP + 1``).
 TRIALS_COUNT_CAP = 100_000
 
-_FROM = "trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id"
+#: The observation's join is on its primary key: at most one row per trial, and PostgreSQL
+#: drops the join where no column of ``o`` is read (the counts, ``FULL_CSV``).
+_FROM = "trials AS t LEFT JOIN probes AS p ON p.id = t.probe_id LEFT JOIN origin_observations AS o ON o.trial_id = t.trial_id"
+#: The selected columns that are not the trial's own, by the name they are read as.
+_JOINED_COLUMNS = {"region": "p.region", "send_path": "o.send_path"}
 
 
 @dataclass(frozen=True)
 class CsvLayout:
-    """What one raw-trials CSV holds: its ``columns`` (``region`` is the probe's, every other
-    name a column of ``trials``) and how it writes a timestamp."""
+    """What one raw-trials CSV holds: its ``columns`` (``region`` is the probe's, ``send_path``
+    the observation's, every other name a column of ``trials``) and how it writes a timestamp."""
 
     columns: tuple[str, ...]
     timestamp: Callable[[dt.datetime], str]
@@ -72,7 +78,7 @@ def _select(columns: tuple[str, ...], filters: Filters, probe_id: uuid.UUID | No
     where, params = trial_where(filters)
     if probe_id is not None:
         where, params = f"{where} AND t.probe_id = :probe_id", {**params, "probe_id": probe_id}
-    selected = ", ".join("p.region" if name == "region" else f"t.{name}" for name in columns)
+    selected = ", ".join(f"{_JOINED_COLUMNS[name]} AS {name}" if name in _JOINED_COLUMNS else f"t.{name}" for name in columns)
     return f"SELECT {selected} FROM {_FROM} WHERE {where}", params
 
 

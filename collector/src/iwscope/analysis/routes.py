@@ -2,7 +2,9 @@
 
 Every endpoint reads the filter parameters of :meth:`Filters.from_query` (``campaign``,
 ``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``, ``family``,
-``cost``: ``cost=1`` puts cost-experiment trials into the benefit figures);
+``cost``: ``cost=1`` puts cost-experiment trials into the benefit figures; ``send``: the origin's
+send path, applied by the routes that read raw trials -- ``/trials``, ``/trials.csv``, ``/tls``,
+``/iw-check``, ``/cost``, ``/fairness`` -- and not by the roll-ups' figures, see ``Filters.send_path``);
 malformed values fall back to defaults, exactly like the dashboard's URLs.
 
 Database work runs in the readers' share of the database slots (``run_db(..., read=True)``): public

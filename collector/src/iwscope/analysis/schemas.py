@@ -41,6 +41,7 @@ class FilterStateOut(BaseModel):
     metric: str
     family: str
     include_cost: bool
+    send_path: str
 
 
 class FiltersOut(BaseModel):
@@ -118,6 +119,8 @@ class TrialRowOut(BaseModel):
     total_us: int | None
     ttfb_us: int | None
     server_latency_us: int | None
+    #: How the origin wrote the response (wire v8; ``""``: not said, None: no observation).
+    send_path: str | None
     http_status: int | None
     error_kind: str | None
     tcpi_total_retrans: int | None

@@ -83,6 +83,11 @@ class TracedTrialOut(BaseModel):
     client_iw_status: str | None
     #: The probe's ``TCP_INFO`` at the end of the fetch (``wire.TCP_INFO_FIELDS``).
     tcp_info: dict[str, int]
+    #: The origin's observation of the trial (wire v8): how it wrote the response
+    #: (``wire.SEND_PATHS``) and its device's segmentation offload (``wire.SEGMENTATION_OFFLOADS``);
+    #: ``""``: the origin did not say (older than wire v8), None: no observation of the trial.
+    send_path: str | None = None
+    segmentation_offload: str | None = None
     traces: list[TraceOut]
 
 

@@ -19,7 +19,9 @@ changes nothing.  The rows were encoded before the database slot was taken
 whatever traces of it arrived), its traces, and its *twins* -- the other arms of the paired
 design: trials of the same campaign, probe, origin, round, object size and role (the same
 fetch over the same path with another IW) -- each with its traces, so a plot can overlay the
-arms of one round.
+arms of one round.  Each trial comes with what its origin's observation says of how it was sent
+(wire v8: ``send_path``, ``segmentation_offload``), read from ``origin_observations``: the join
+does not copy them onto the trial.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from sqlalchemy.orm import Session
 from iwscope.metrics import RECORDS
 from iwscope.traces.models import TrialTrace
 from iwscope.traces.schemas import TracedTrialOut, TraceOut, TrialTracesOut
-from iwscope.trials.models import Trial
+from iwscope.trials.models import OriginObservation, Trial
 from iwscope.trials.services import touch_last_seen
 
 #: zlib's level for stored traces: the default trade-off (level 9 saves ~1 % more, slower).
@@ -156,7 +158,9 @@ def _trace_out(row: TrialTrace) -> TraceOut:
     )
 
 
-def _traced_trial(trial: Trial, traces: list[TraceOut]) -> TracedTrialOut:
+def _traced_trial(trial: Trial, traces: list[TraceOut], sent: tuple[str, str] | None) -> TracedTrialOut:
+    """``trial`` as the read model; ``sent``: its observation's send path and segmentation
+    offload, None without an observation."""
     return TracedTrialOut(
         trial_id=trial.trial_id,
         campaign_id=trial.campaign_id,
@@ -171,6 +175,8 @@ def _traced_trial(trial: Trial, traces: list[TraceOut]) -> TracedTrialOut:
         client_iw_segments=trial.client_iw_segments,
         client_iw_status=trial.client_iw_status,
         tcp_info=dict(trial.tcp_info or {}),
+        send_path=None if sent is None else sent[0],
+        segmentation_offload=None if sent is None else sent[1],
         traces=traces,
     )
 
@@ -202,14 +208,21 @@ def read_trial_traces(session: Session, trial_id: uuid.UUID) -> TrialTracesOut |
     if trial is None:
         return None
     twins = _twins(session, trial)
+    ids = [trial.trial_id, *(twin.trial_id for twin in twins)]
     traces: dict[uuid.UUID, list[TraceOut]] = {}
     for row in session.scalars(
-        select(TrialTrace)
-        .where(TrialTrace.trial_id.in_([trial.trial_id, *(twin.trial_id for twin in twins)]))
-        .order_by(TrialTrace.trial_id, TrialTrace.side)
+        select(TrialTrace).where(TrialTrace.trial_id.in_(ids)).order_by(TrialTrace.trial_id, TrialTrace.side)
     ):
         traces.setdefault(row.trial_id, []).append(_trace_out(row))
+    sent: dict[uuid.UUID, tuple[str, str]] = {
+        row.trial_id: (row.send_path, row.segmentation_offload)
+        for row in session.execute(
+            select(OriginObservation.trial_id, OriginObservation.send_path, OriginObservation.segmentation_offload).where(
+                OriginObservation.trial_id.in_(ids)
+            )
+        )
+    }
     return TrialTracesOut(
-        trial=_traced_trial(trial, traces.get(trial.trial_id, [])),
-        twins=[_traced_trial(twin, traces.get(twin.trial_id, [])) for twin in twins],
+        trial=_traced_trial(trial, traces.get(trial.trial_id, []), sent.get(trial.trial_id)),
+        twins=[_traced_trial(twin, traces.get(twin.trial_id, []), sent.get(twin.trial_id)) for twin in twins],
     )

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from iwprobe import wire
 from iwscope.db import Base
 from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
-from iwscope.wiretypes import FAMILY_KNOWN_SQL
+from iwscope.wiretypes import FAMILY_KNOWN_SQL, SEGMENTATION_OFFLOAD_KNOWN_SQL, SEND_PATH_KNOWN_SQL
 
 #: The ``status`` check of client-side IW inferences (trials' ``client_iw_status``, census records).
 IW_STATUS_KNOWN_SQL = "IN (" + ", ".join(repr(status) for status in wire.IW_STATUSES) + ")"
@@ -152,6 +152,8 @@ class OriginObservation(Base):
         Index("ix_origin_observations_unjoined", "trial_id", postgresql_where=text("joined_at IS NULL")),
         Index("ix_origin_observations_origin_id_request_at", "origin_id", "request_at"),
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
+        CheckConstraint(SEND_PATH_KNOWN_SQL, name="send_path_known"),
+        CheckConstraint(SEGMENTATION_OFFLOAD_KNOWN_SQL, name="segmentation_offload_known"),
     )
 
     trial_id: Mapped[UuidPk]
@@ -190,6 +192,12 @@ class OriginObservation(Base):
     tls_first_flight_bytes: Mapped[BigInt | None]
     tls_flight_acked_us: Mapped[BigInt | None]
     family: Mapped[Str | None]
+    #: Wire v8: how the origin wrote the response (``wire.SEND_PATHS``) and what its device did
+    #: with large sends (``wire.SEGMENTATION_OFFLOADS``); ``''``: not said (older origins).  Kept
+    #: here, not copied onto the trial by the join: like ``arm``, ``tls_version`` and ``family``
+    #: they describe how the observation was made, and the join copies only the server's numbers.
+    send_path: Mapped[str] = mapped_column(Text, server_default="")
+    segmentation_offload: Mapped[str] = mapped_column(Text, server_default="")
     received_at: Mapped[CreatedAt]
     joined_at: Mapped[dt.datetime | None]
 

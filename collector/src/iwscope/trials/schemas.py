@@ -25,7 +25,9 @@ from iwscope.wiretypes import (
     IwStatus,
     Micros,
     Port,
+    SegmentationOffload,
     SegmentSize,
+    SendPath,
     TcpInfo,
     TlsVersion,
     WireTimestamp,
@@ -177,6 +179,8 @@ class OriginObservationIn(BaseModel):
     tls_first_flight_bytes: Annotated[int, Field(ge=0, le=16_777_216)] | None = None
     tls_flight_acked_us: Micros | None = None
     family: Family = ""
+    send_path: SendPath = ""
+    segmentation_offload: SegmentationOffload = ""
 
 
 class ObservationBatchIn(BaseModel):

@@ -117,6 +117,8 @@ OBSERVATION_WIRE_COLUMNS = (
     "tls_first_flight_bytes",
     "tls_flight_acked_us",
     "family",
+    "send_path",
+    "segmentation_offload",
 )
 OBSERVATION_STAGE_COLUMNS = (
     OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
@@ -244,6 +246,8 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
         observation.tls_first_flight_bytes,
         observation.tls_flight_acked_us,
         observation.family or None,
+        observation.send_path,  # NOT NULL: '' is "not said"
+        observation.segmentation_offload,
         *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
         orjson.dumps(tcp_info).decode(),
     )

@@ -1,6 +1,7 @@
 """Trials: the raw trials the filters select, paged on the server, with a CSV download, and the
 trial inspector: a selected trial's packet trace with its twins' (:mod:`iwscope_dashboard.trialfigures`),
-its ``TCP_INFO`` and latencies.
+its ``TCP_INFO`` and latencies, and how the origin sent it (its observation's send path and
+segmentation offload, wire v8).
 
 The selected trial travels in the URL as ``trial=<uuid>``, a key of this page alone (the filter
 bar's :class:`~iwscope.analysis.Filters` do not know it): the page writes its URL query itself,
@@ -68,7 +69,8 @@ def page_query(search: str, trial: str | None) -> str:
 
 def inspector() -> html.Div:
     """The inspector's frame, hidden until a trial is selected: a note (which trial; why there
-    is no figure), the figure, and beside it the summary, the twins and ``TCP_INFO``."""
+    is no figure), the figure, and beside it the summary, the twins, how the origin sent the
+    response and ``TCP_INFO``."""
     return html.Div(
         [
             html.H2("Trial inspector", className="iw-subtitle"),
@@ -95,7 +97,7 @@ def layout(**url_query: Any) -> html.Div:
         "The individual trials behind the figures (read from the raw table, so keep the filters "
         "narrow on large data sets). The download holds every matching trial. Click a trial to "
         "inspect it below: its packet trace with its twins' (the other arms of its round), its "
-        "TCP_INFO and latencies; the URL keeps it (trial=<id>).",
+        "TCP_INFO and latencies, and how the origin sent it; the URL keeps it (trial=<id>).",
         filters_from_page_query(url_query),
         [
             html.Div(
@@ -208,21 +210,47 @@ def update_query(search: str | None, trial: str | None) -> Any:
     return page_query(search, trial)
 
 
+#: What the inspector says of a send path or offload the origin's observation left empty.
+NOT_SAID = "not said (an origin older than wire v8)"
+
+
+def sending_rows(trial: TracedTrialOut) -> list[tuple[str, str]]:
+    """How the origin sent the response, as its observation says (wire v8): (field, value) rows
+    of the send path and the segmentation offload; none when the trial has no observation."""
+    if trial.send_path is None:
+        return []
+    return [
+        ("send path", trial.send_path or NOT_SAID),
+        ("segmentation offload", trial.segmentation_offload or NOT_SAID),
+    ]
+
+
+def _table(rows: list[tuple[str, str]], class_name: str) -> html.Table:
+    return html.Table(html.Tbody([html.Tr([html.Th(name), html.Td(value)]) for name, value in rows]), className=class_name)
+
+
 def _details(traced: TrialTracesOut, side: str) -> list[Any]:
-    """Beside the figure: the summary line, the twins' latencies, ``TCP_INFO`` as a table."""
+    """Beside the figure: the summary line, the twins' latencies, how the origin sent the
+    response (beside ``TCP_INFO``: a TSO or GSO sender's segments are not what left its stack),
+    ``TCP_INFO`` as a table."""
     trial = traced.trial
     rows = tcp_info_rows(trial.tcp_info)
     info: Any = (
-        html.Table(
-            html.Tbody([html.Tr([html.Th(name), html.Td(value)]) for name, value in rows]),
-            className="iw-table iw-tcp-info",
-        )
+        _table(rows, "iw-table iw-tcp-info")
         if rows
         else html.P("No TCP_INFO recorded for this trial.", className="iw-table-note")
+    )
+    sending = sending_rows(trial)
+    sent: Any = (
+        _table(sending, "iw-table iw-send-path")
+        if sending
+        else html.P("No origin observation of this trial: how it was sent is unknown.", className="iw-table-note")
     )
     return [
         html.P(trial_summary(traced, side), className="iw-inspector-summary"),
         html.P(twins_summary(traced), className="iw-table-note"),
+        html.H3("Send path (the origin's)", className="iw-table-title"),
+        sent,
         html.H3("TCP_INFO (the probe's, after the fetch)", className="iw-table-title"),
         info,
     ]

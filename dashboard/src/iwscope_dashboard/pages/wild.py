@@ -59,11 +59,23 @@ def layout(**url_query: Any) -> html.Div:
     )
 
 
+#: What a lower bound's reason means for the reader (the inference's reasons, iwprobe._iwinfer).
+BOUND_REASONS = {
+    "receive_window": "cut by the probe's receive window (the server's IW may be larger)",
+    "object_ended": "the object ended inside the window",
+    "bottleneck": "a bottleneck spread the flight",
+    "loss": "a loss inside the flight",
+    "paused": "the server paused inside the flight",
+    "client_data": "the probe sent data inside the flight",
+}
+
+
 def _iw_text(answer: IwAnswer) -> str:
     if answer.iw_segments is not None:
         return str(answer.iw_segments)
     if answer.max_lower_bound is not None:
-        return f">= {answer.max_lower_bound} (n too small)"
+        why = BOUND_REASONS.get(answer.max_lower_bound_reason, "")
+        return f">= {answer.max_lower_bound}{', ' + why if why else ''} (n too small)"
     return "n too small"
 
 
