@@ -398,6 +398,10 @@ def test_the_inspector_callback(stored_round: StoredRound, study_pages: ModuleTy
     text_of = repr(details)
     assert "IW10 · 15,000 bytes" in text_of and "Twins (total latency" in text_of and "No TCP_INFO recorded" in text_of
     assert str(stored_round.trial) in highlight[0]["if"]["filter_query"]
+    # The sender side asked for: this round has the probe's traces only, so the receiver's is
+    # drawn and the note says why.
+    _, _, card, note, _, _ = study_pages.inspect(str(stored_round.trial), "sender")
+    assert card.children.figure and "receiver side" in note and "It has no sender trace (the origin kept none)" in note
     # An untraced trial: a sentence instead of a figure, the details still there.
     shown, figure_style, card, note, details, _ = study_pages.inspect(str(stored_round.untraced))
     assert shown is None and figure_style == hidden and card == []

@@ -11,11 +11,21 @@ segments, which is great for TSO, while sendfile prefers smaller segments".  See
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
-from iwscope_lab.sendpaths import HEAD_ALONE_BYTES, IW, SIZE, OffloadRun, offload_segments
+from iwscope_lab.sendpaths import (
+    HEAD_ALONE_BYTES,
+    IW,
+    SIZE,
+    OffloadRun,
+    offload_segments,
+    send_paths_html,
+    send_paths_markdown,
+    sender_segments,
+)
 
 FETCHES = 3
 
@@ -54,3 +64,49 @@ def test_with_tso_writev_sends_fewer_larger_segments_than_sendfile(runs: dict[tu
     # a write per MSS: the first window's writes each leave as one segment
     assert all(size <= mss for size in per_mss.first_sizes[:IW]), per_mss
     assert per_mss.packets_per_response > sendfile.packets_per_response, per_mss
+
+
+def test_sender_segments_counts_the_servers_data_by_size() -> None:
+    # ``outgoing`` is the client's direction on both sides: the server's data are the zeros
+    head_alone = {"outgoing": [1, 0, 0, 0, 1, 0, 0], "length": [0, 0, 118, 1448, 0, 1448, 700]}
+    whole = {"outgoing": [1, 0, 1, 0, 0], "length": [120, 0, 0, 1448, 1448]}
+    segments = sender_segments([head_alone, whole])
+    assert (segments.traces, segments.mss, segments.full, segments.smaller, segments.larger) == (2, 1448, 4, 2, 0)
+    assert (segments.head_alone, segments.largest, segments.packets_per_trial) == (1, 1448, 3)
+    assert segments.common_sizes[0] == (1448, 4)
+    assert sender_segments([]).mss is None
+
+
+def test_the_report_tables_show_every_condition(runs: dict[tuple[str, bool], OffloadRun]) -> None:
+    point = {
+        "send_path": "sendfile",
+        "gso": True,
+        "campaign_id": 1,
+        "trials": 2,
+        "latency_mean_ms": None,
+        "latency_low_ms": None,
+        "latency_high_ms": None,
+        "latency_median_ms": 139.0,
+        "reported": {"sendfile/gso": 2},
+        "segments": dataclasses.asdict(sender_segments([{"outgoing": [0, 0], "length": [118, 1448]}])),
+        "note": "n too small (2 trials)",
+    }
+    summary = {
+        "title": "T",
+        "points": [point],
+        "offload_title": "O",
+        "offload": [dataclasses.asdict(run) for run in runs.values()],
+    }
+    table = send_paths_markdown(summary)
+    assert "| sendfile | on | sendfile/gso x2 | 2 | n too small (2 trials) | 139.0 ms | 2 | 1 / 1 / 0 | 1 of 1 |" in "\n".join(
+        table
+    )
+    assert (
+        sum(
+            line.startswith("| writev |") or line.startswith("| sendfile |") or line.startswith("| mss-writes |")
+            for line in table
+        )
+        == 7
+    )
+    html = send_paths_html(summary)
+    assert html.count("<tr>") == 2 + 1 + len(runs) and "<h3>O</h3>" in html

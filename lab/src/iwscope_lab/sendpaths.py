@@ -79,7 +79,7 @@ class SenderSegments:
     """What the sender's captures of one condition's trials saw of the data it sent."""
 
     traces: int
-    #: Data packets per trace (median), and the MSS they were cut to (the most common size).
+    #: Data packets per trace (median), and the MSS they were cut to (the commonest size).
     packets_per_trial: float | None
     mss: int | None
     full: int
@@ -93,12 +93,13 @@ class SenderSegments:
 
 
 def sender_segments(traces: list[dict[str, Any]]) -> SenderSegments:
-    """Count the outgoing data packets of sender-side traces by size."""
+    """Count the server's data packets of sender-side traces by size (``outgoing`` is the
+    client's direction on both sides of a trace: the server's packets are the others)."""
     per_trace = [
-        [length for out, length in zip(trace["outgoing"], trace["length"], strict=True) if out and length] for trace in traces
+        [length for out, length in zip(trace["outgoing"], trace["length"], strict=True) if not out and length] for trace in traces
     ]
     sizes = Counter(length for lengths in per_trace for length in lengths)
-    mss = sizes.most_common(1)[0][0] if sizes else None
+    mss = max(sizes.items(), key=lambda item: (item[1], item[0]))[0] if sizes else None  # commonest; a tie: the larger
     return SenderSegments(
         traces=len(traces),
         packets_per_trial=statistics.median(len(lengths) for lengths in per_trace) if per_trace else None,

@@ -75,6 +75,16 @@ def inspector() -> html.Div:
         [
             html.H2("Trial inspector", className="iw-subtitle"),
             html.Div(id=f"{PREFIX}-inspector-note", className="iw-intro"),
+            dcc.RadioItems(
+                id=f"{PREFIX}-inspector-side",
+                options=[
+                    {"label": "receiver (the probe's capture)", "value": RECEIVER},
+                    {"label": "sender (the origin's capture)", "value": SENDER},
+                ],
+                value=RECEIVER,
+                inline=True,
+                className="iw-inspector-side",
+            ),
             html.Div(
                 [
                     # The figure's card comes with its figure (a graph first drawn in a hidden
@@ -277,10 +287,13 @@ def _heading(trial: TracedTrialOut) -> str:
     Output(f"{PREFIX}-inspector-details", "children"),
     Output(f"{PREFIX}-table", "style_data_conditional"),
     Input(f"{PREFIX}-selected", "data"),
+    Input(f"{PREFIX}-inspector-side", "value"),
 )
-def inspect(selected: Any) -> tuple[Any, ...]:
-    """The inspector of the selected trial: hidden without one; a sentence instead of the figure
-    when the trial is unknown or has no trace (an untraced round), or the database is down."""
+def inspect(selected: Any, wanted_side: Any = RECEIVER) -> tuple[Any, ...]:
+    """The inspector of the selected trial, drawn at the side asked for (the receiver's or the
+    sender's capture; the other when the trial has only that one, and the note says so): hidden
+    without one; a sentence instead of the figure when the trial is unknown or has no trace (an
+    untraced round), or the database is down."""
     if not selected:
         return _HIDDEN, _HIDDEN, [], "", [], []
     trial = trial_param(selected)
@@ -293,7 +306,9 @@ def inspect(selected: Any) -> tuple[Any, ...]:
     if found is None:
         unknown = f"No trial {trial} in the database (a link to a deleted trial, or a mistyped id)."
         return None, _HIDDEN, [], unknown, [], highlight
-    side = next((side for side in (RECEIVER, SENDER) if trace_of(found.trial, side) is not None), None)
+    wanted = wanted_side if wanted_side in (RECEIVER, SENDER) else RECEIVER
+    preference = (wanted, SENDER if wanted == RECEIVER else RECEIVER)
+    side = next((side for side in preference if trace_of(found.trial, side) is not None), None)
     heading = _heading(found.trial)
     if side is None:
         note = f"{heading} It has no packet trace to draw: {NO_TRACE}."
@@ -303,6 +318,8 @@ def inspect(selected: Any) -> tuple[Any, ...]:
     except ValueError as error:  # a stored trace the collector took; not expected
         return None, _HIDDEN, [], f"{heading} Its {side} trace cannot be drawn: {error}", _details(found, side), highlight
     note = f"{heading} Drawn from the {'probe' if side == RECEIVER else 'origin'}'s capture ({side} side)."
+    if side != wanted:
+        note += f" It has no {wanted} trace ({'the origin kept none' if wanted == SENDER else 'the probe kept none'})."
     graph = dcc.Graph(id=f"{PREFIX}-inspector-graph", figure=figure, config=graph_config())  # type: ignore[arg-type]
     card = html.Div(graph, className="iw-card")
     return None, None, card, note, _details(found, side), highlight
