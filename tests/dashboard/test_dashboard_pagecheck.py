@@ -72,7 +72,8 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure(monkeypatch: pyte
     monkeypatch.setattr(pagecheck, "check_pages", fake_check_pages)
     done = CliRunner().invoke(
         dashboard,
-        ["check-pages", "--url", "http://dash.example/", "--query", "campaign=3", "--may-be-empty", "cost-bulk-graph"],
+        ["check-pages", "--url", "http://dash.example/", "--query", "campaign=3", "--may-be-empty", "cost-bulk-graph"]
+        + ["--trial", "0b6f1d38-6c1e-4c83-9f4e-2a1f7b9d0c55"],
     )
     assert done.exit_code == (1 if fails else 0), done.output
     assert asked == {
@@ -81,6 +82,7 @@ def test_the_command_prints_the_table_and_exits_1_on_a_failure(monkeypatch: pyte
         "read_token": None,
         "empty_allowed": frozenset({"cost-bulk-graph"}),
         "timeout_s": 60.0,
+        "trial": "0b6f1d38-6c1e-4c83-9f4e-2a1f7b9d0c55",
     }
     assert "/sizes  sizes-means-graph" in done.output
     assert ("1 empty where data was expected" if fails else "every one that should show data does.") in done.output

@@ -39,7 +39,7 @@ from iwscope.traces.schemas import TracedTrialOut, TraceOut, TrialTracesOut
 from iwscope.traces.services import store_trace_batch
 from iwscope.traces.validation import validate_trace_batch
 from iwscope_dashboard import db, trialfigures
-from iwscope_dashboard.pagecheck import HAS_POINTS_JS
+from iwscope_dashboard.pagecheck import HAS_POINTS_JS, check_pages
 from iwscope_dashboard.pagekit import configure_cache
 from iwscope_dashboard.trace_cli import trace as trace_group
 
@@ -443,3 +443,14 @@ def test_a_link_opens_the_inspector_and_a_click_selects_a_trial(
     if uuid.UUID(clicked) not in (stored_round.trial, stored_round.twin):
         assert "has no packet trace to draw" in note and not page.is_visible("#trials-inspector-figure")
     assert not page.problems, page.problems
+
+
+def test_the_page_check_opens_a_traced_trials_inspector(stored_round: StoredRound, dashboard_server: Any, browser: Any) -> None:
+    """``make demo``'s page check with a traced trial: its inspector must draw its packets; an
+    untraced trial has no inspector figure, and the check says so."""
+    drawn = check_pages(dashboard_server.url, pages=[], trial=str(stored_round.trial), browser=browser)
+    [count] = drawn.counts
+    assert drawn.ok and (count.page, count.item) == ("/trials", "trials-inspector-graph") and count.points, count
+    assert count.points >= stored_round.points  # the trial's received data packets, and more (ACKs, twins)
+    missing = check_pages(dashboard_server.url, pages=[], trial=str(stored_round.untraced), browser=browser, timeout_s=2)
+    assert not missing.ok and [count.found for count in missing.counts] == [False]

@@ -119,8 +119,14 @@ def dashboard(
     "(the Cost page's interactive-delay and share-sweep figures)",
 )
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(1), help="seconds per page")
+@click.option("--trial", default=None, help="a traced trial's id: its inspector on the Trials page must draw its packets too")
 def check_pages_command(
-    url: str, query: str, read_token_file: pathlib.Path | None, may_be_empty: tuple[str, ...], timeout_s: float
+    url: str,
+    query: str,
+    read_token_file: pathlib.Path | None,
+    may_be_empty: tuple[str, ...],
+    timeout_s: float,
+    trial: str | None,
 ) -> None:
     """Open every page in headless Chromium, print page -> figure -> data points, and exit 1 when a
     figure that should show data is empty."""
@@ -129,7 +135,12 @@ def check_pages_command(
     token = read_token_file.read_text().strip() if read_token_file is not None else None
     try:
         report = check_pages(
-            url, query=query, read_token=token, empty_allowed=frozenset(may_be_empty) or DEMO_EMPTY, timeout_s=timeout_s
+            url,
+            query=query,
+            read_token=token,
+            empty_allowed=frozenset(may_be_empty) or DEMO_EMPTY,
+            timeout_s=timeout_s,
+            trial=trial,
         )
     except BrowserUnavailable as error:
         raise click.ClickException(f"{error} (`make setup` installs Debian's chromium)") from error

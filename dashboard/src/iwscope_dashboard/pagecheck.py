@@ -97,6 +97,10 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("/trials", (Item("trials-table", "table", "#trials-table tbody tr:has(td)"),)),
 )
 
+#: The Trials page's inspector of one traced trial (``/trials?trial=<id>``): its time-sequence
+#: plot, points per packet drawn.  Checked when :func:`check_pages` is given a trial.
+INSPECTOR = PageSpec("/trials", (Item("trials-inspector-graph"),))
+
 #: What ``make demo`` does not fill, by design: its competing-flow phases run no interactive flow
 #: and no share sweep (the full cost experiment, ``iwscope lab reproduce --only cost``, does).
 DEMO_EMPTY: frozenset[str] = frozenset({"cost-delay-graph", "cost-sweep-graph"})
@@ -226,14 +230,17 @@ def check_pages(
     pages: Sequence[PageSpec] = PAGES,
     timeout_s: float = 60.0,
     browser: Browser | None = None,
+    trial: str | None = None,
 ) -> PageReport:
     """Open every page of the dashboard at ``url`` (with the URL ``query``, e.g. ``?campaign=3``)
     and count what each item shows.  Every item is expected to show data except those named in
     ``empty_allowed``; the Real users page is checked with ``read_token`` (a read or admin
     token, sent as ``Authorization: Bearer``) and skipped without one.  ``browser``: a Playwright
-    browser to use (default: Debian's Chromium, launched headless for the check)."""
+    browser to use (default: Debian's Chromium, launched headless for the check).  ``trial``: a
+    traced trial's id, whose inspector (:data:`INSPECTOR`) must draw its packets too."""
+    inspected = [(spec, "") for spec in pages] + ([(INSPECTOR, f"trial={trial}")] if trial else [])
     if browser is not None:
-        return _check_all(browser, url, query, read_token, empty_allowed, pages, timeout_s)
+        return _check_all(browser, url, query, read_token, empty_allowed, inspected, timeout_s)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -243,7 +250,7 @@ def check_pages(
             reason = (str(error).strip() or type(error).__name__).splitlines()[0]
             raise BrowserUnavailable(f"headless Chromium ({CHROMIUM}) did not start: {reason}") from error
         try:
-            return _check_all(launched, url, query, read_token, empty_allowed, pages, timeout_s)
+            return _check_all(launched, url, query, read_token, empty_allowed, inspected, timeout_s)
         finally:
             launched.close()
 
@@ -254,12 +261,13 @@ def _check_all(
     query: str,
     read_token: str | None,
     empty_allowed: Collection[str],
-    pages: Sequence[PageSpec],
+    pages: Sequence[tuple[PageSpec, str]],
     timeout_s: float,
 ) -> PageReport:
+    """Every (page, its own query) in turn; a page without a query of its own takes ``query``."""
     started = time.monotonic()
     report = PageReport(url.rstrip("/") + "/")
-    for spec in pages:
+    for spec, own_query in pages:
         if spec.reader and read_token is None:
             report.counts += [
                 Count(spec.path, item.name, item.kind, None, False, "skipped: needs a read token") for item in spec.items
@@ -269,7 +277,7 @@ def _check_all(
         context = browser.new_context(viewport={"width": 1400, "height": 1000}, extra_http_headers=headers)
         try:
             report.counts += check_page(
-                context.new_page(), url, spec, query=query, empty_allowed=empty_allowed, timeout_s=timeout_s
+                context.new_page(), url, spec, query=own_query or query, empty_allowed=empty_allowed, timeout_s=timeout_s
             )
         finally:
             context.close()

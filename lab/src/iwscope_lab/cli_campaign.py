@@ -230,6 +230,7 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bo
         with _stack(detached=True, listen=listen) as stack:
             result = demo.run_demo(stack, console, scenario, duration_s, with_cost=not no_cost, with_passive=not no_passive)
             tables, lines = demo.summary(stack, result)
+            traced = demo.traced_trial(stack, result.benefit.campaign_id)
             if result.passive is not None:
                 demo.ensure_read_token(stack)
     except CampaignError as error:
@@ -245,7 +246,7 @@ def demo_command(scenario: str, duration_s: float, no_cost: bool, no_passive: bo
     if url and running is not None and not no_page_check:
         token = running.run_dir / "read-token" if result.passive is not None else None
         try:
-            check = _check_pages(url, token, no_cost=no_cost, no_https=result.https_campaign_id is None)
+            check = _check_pages(url, token, no_cost=no_cost, no_https=result.https_campaign_id is None, trial=traced)
         except click.ClickException as error:  # said after the addresses below
             unchecked = error
     console.print(
@@ -277,9 +278,12 @@ NO_HTTPS_EMPTY = frozenset({"tls-improvement-graph", "tls-means-graph"})
 _NOT_CHECKED = "\n[yellow]Dashboard pages not checked:[/] {error} (the check needs the dashboard and its `test` extra)"
 
 
-def _check_pages(url: str, token_path: pathlib.Path | None, *, no_cost: bool, no_https: bool) -> PageReport | None:
-    """The demo's last step: every page in headless Chromium, the table page -> figure -> points
-    (``None``: skipped, the dashboard's page check is not installed)."""
+def _check_pages(
+    url: str, token_path: pathlib.Path | None, *, no_cost: bool, no_https: bool, trial: str | None = None
+) -> PageReport | None:
+    """The demo's last step: every page in headless Chromium, the table page -> figure -> points,
+    and the Trials page's inspector of ``trial`` (a traced one) (``None``: skipped, the dashboard's
+    page check is not installed)."""
     try:  # the dashboard is the lab's optional neighbour: `iwscope` loads without it
         from iwscope_dashboard.pagecheck import DEMO_EMPTY, BrowserUnavailable, check_pages, format_report
     except ImportError as error:
@@ -289,7 +293,7 @@ def _check_pages(url: str, token_path: pathlib.Path | None, *, no_cost: bool, no
     token = token_path.read_text().strip() if token_path is not None and token_path.exists() else None
     empty = DEMO_EMPTY | (NO_COST_EMPTY if no_cost else set()) | (NO_HTTPS_EMPTY if no_https else set())
     try:
-        report = check_pages(url, read_token=token, empty_allowed=empty)
+        report = check_pages(url, read_token=token, empty_allowed=empty, trial=trial)
     except ImportError as error:  # Playwright
         console.print(_NOT_CHECKED.format(error=error))
         return None

@@ -424,6 +424,25 @@ def passive_lines(stack: Stack, result: PassiveResult) -> list[str]:
     return lines
 
 
+def traced_trial(stack: Stack, campaign_id: int) -> str | None:
+    """A trial of the campaign whose packets were traced (:data:`TRACE_SHARE` of its rounds),
+    preferring one traced at both ends: the page check opens its inspector.  ``None`` when no
+    round was traced (a share of 5 % of a short run can draw none)."""
+    from sqlalchemy import text
+
+    with stack.session() as session:
+        found = session.execute(
+            text(
+                "SELECT tt.trial_id FROM trial_traces tt JOIN trials t ON t.trial_id = tt.trial_id "
+                "WHERE t.campaign_id = :campaign AND tt.side = 'receiver' "
+                "ORDER BY EXISTS (SELECT 1 FROM trial_traces s WHERE s.trial_id = tt.trial_id AND s.side = 'sender') DESC, "
+                "t.started_at LIMIT 1"
+            ),
+            {"campaign": campaign_id},
+        ).scalar()
+    return None if found is None else str(found)
+
+
 def ensure_read_token(stack: Stack) -> pathlib.Path:
     """``.run/read-token`` (0600): a ``read`` token for the Real users page, made once per stack
     database and made again when the one there no longer opens the door (revoked)."""
