@@ -212,6 +212,7 @@ PUBLIC: dict[str, list[str]] = {
         "region_summary",
         "reset_rollups",
         "tls_by_flight",
+        "trial_near",
         "trials_page",
         "used_arms",
     ],

@@ -454,3 +454,37 @@ def test_the_page_check_opens_a_traced_trials_inspector(stored_round: StoredRoun
     assert count.points >= stored_round.points  # the trial's received data packets, and more (ACKs, twins)
     missing = check_pages(dashboard_server.url, pages=[], trial=str(stored_round.untraced), browser=browser, timeout_s=2)
     assert not missing.ok and [count.found for count in missing.counts] == [False]
+
+
+def test_a_click_on_the_latency_cdf_opens_a_trial_like_it(
+    stored_round: StoredRound, study_pages: ModuleType, dashboard_db: Any
+) -> None:
+    """The Latency page's CDF: a click on IW10's curve near the traced trial's latency opens that
+    trial in the inspector (traced trials are preferred within 10 %); far from it, the nearest
+    trial of the arm (an untraced one); an arm with no trial, a sentence and no navigation."""
+    latency = importlib.import_module("iwscope_dashboard.pages.latency")
+    engine = create_engine(dashboard_db.url, poolclass=pool.NullPool)
+    with Session(engine) as session:
+        total_ms, campaign = session.execute(
+            text("SELECT total_us / 1000.0, campaign_id FROM trials WHERE trial_id = :t"), {"t": stored_round.trial}
+        ).one()
+        far_ms = 3 * float(total_ms)
+        nearest = session.execute(
+            text(
+                "SELECT trial_id FROM trials WHERE campaign_id = :c AND arm_iw = 10 AND total_us IS NOT NULL "
+                "ORDER BY abs(total_us - :us), trial_id LIMIT 1"
+            ),
+            {"c": campaign, "us": far_ms * 1000},
+        ).scalar_one()
+    engine.dispose()
+    search = f"?campaign={campaign}&metric=client"
+
+    def click(iw: int, ms: float) -> dict[str, Any]:
+        return {"points": [{"curveNumber": 0, "x": ms, "y": 0.5, "customdata": iw}]}
+
+    href, why = latency.trial_link(click(10, 1.04 * float(total_ms)), search)
+    assert href == f"/trials?campaign={campaign}&metric=client&trial={stored_round.trial}" and why == ""
+    href, _ = latency.trial_link(click(10, far_ms), search)
+    assert href is not None and href.endswith(f"trial={nearest}") and nearest != stored_round.trial
+    assert latency.trial_link(click(999, 100.0), search) == (None, "No IW999 trial matches the filters.")
+    assert latency.trial_link(None, search) == (None, "") and latency.trial_link({"points": [{"x": 1.0}]}, search) == (None, "")

@@ -5,15 +5,13 @@ probe, campaign and round (:func:`iwprobe._trace.traced_round`)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from stubcollector import Answer, Post, StubCollector, accept_all, stub_collectors
 
 from iwprobe import wire
 from iwprobe._capture import ACK, SYN, Packet
@@ -27,56 +25,22 @@ pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 PROBE_ID = "0b6f7f3e-1d1c-4f0e-9a55-3f0d2b4c5a61"
 
 
-class RecordingCollector(ThreadingHTTPServer):
-    """Acknowledges every batch and records (path, body); ``traces_route=False`` answers the
-    traces path 404 as a collector before wire v7 does."""
+def _answer(traces_route: bool) -> Answer:
+    """Every batch accepted; without ``traces_route`` the traces path is a 404, as a collector
+    before wire v7 answers it."""
 
-    def __init__(self, traces_route: bool) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.traces_route = traces_route
-        self.posts: list[tuple[str, dict[str, Any]]] = []
+    def answer(stub: StubCollector, post: Post) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if post.path == wire.TRACES_BATCH_PATH and not traces_route:
+            return 404, {"detail": "Not Found"}, {}
+        return accept_all(stub, post)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: RecordingCollector
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.posts.append((self.path, body))
-        if self.path == wire.TRACES_BATCH_PATH and not self.server.traces_route:
-            status, answer = 404, {"detail": "Not Found"}
-        else:
-            records = len(body.get("traces", [])) + len(body.get("trials", [])) + len(body.get("path_samples", []))
-            status, answer = 200, {"batch_id": body["batch_id"], "accepted": records, "duplicates": 0}
-        payload = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+    return answer
 
 
 @pytest.fixture
 def collector_factory() -> Iterator[Any]:
-    servers: list[RecordingCollector] = []
-
-    def start(traces_route: bool) -> RecordingCollector:
-        server = RecordingCollector(traces_route)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with stub_collectors() as start:
+        yield lambda traces_route: start(_answer(traces_route))
 
 
 def _trace(iw: int = 10, mss: int = 1448, rtt_ns: int = 100_000_000) -> dict[str, Any]:
@@ -118,9 +82,9 @@ def test_traces_follow_the_trials_on_their_own_path_as_the_schema_says(collector
     uploader = _uploader(spool, collector.url)
     assert uploader.backlog() == 6  # the trials and their traces
     assert uploader.drain(deadline=None)
-    paths = [path for path, _ in collector.posts]
+    paths = [post.path for post in collector.posts]
     assert paths == [wire.TRIALS_BATCH_PATH, wire.TRACES_BATCH_PATH]  # every trial first, then traces
-    trials_body, traces_body = (body for _, body in collector.posts)
+    trials_body, traces_body = (post.body for post in collector.posts)
     assert "traces" not in trials_body and [t["trial_id"] for t in trials_body["trials"]] == trial_ids
     schema = wire.load_schema()
     validator = jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/TraceBatch"})
@@ -138,7 +102,7 @@ def test_a_collector_without_the_traces_route_gets_the_trials_and_the_traces_wai
     spool, trial_ids = _spooled(tmp_path, 2)
     uploader = _uploader(spool, collector.url)
     assert uploader.drain(deadline=None)  # not stuck retrying a route that is not there
-    assert [path for path, _ in collector.posts] == [wire.TRIALS_BATCH_PATH, wire.TRACES_BATCH_PATH]
+    assert [post.path for post in collector.posts] == [wire.TRIALS_BATCH_PATH, wire.TRACES_BATCH_PATH]
     assert uploader.backlog() == 0
     assert spool.rejected_count() == 2  # kept on disk, not lost
 

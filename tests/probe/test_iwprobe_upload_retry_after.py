@@ -6,14 +6,14 @@ collector takes the batch."""
 from __future__ import annotations
 
 import email.utils
-import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+from stubcollector import Answer, Post, StubCollector, accept_all, stub_collectors
 
 from iwprobe import _upload, wire
 from iwprobe._collector import MAX_RETRY_AFTER_S, CollectorClient, CollectorError, parse_retry_after
@@ -23,59 +23,34 @@ from iwprobe._upload import Uploader, retry_delay
 pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 
 
-class OverloadedCollector(ThreadingHTTPServer):
-    """Answers the first ``busy`` uploads 503 with ``Retry-After: retry_after``, then accepts."""
+def _overloaded(busy: int, retry_after: str | None) -> Answer:
+    """The first ``busy`` uploads 503 (with ``Retry-After: retry_after`` when given), then accepted."""
 
-    def __init__(self, busy: int, retry_after: str | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.busy = busy
-        self.retry_after = retry_after
-        self.arrivals: list[float] = []
-        self.accepted: list[str] = []
+    def answer(stub: StubCollector, post: Post) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if len(stub.posts) <= busy:
+            return (
+                503,
+                {"detail": "collector overloaded: retry later"},
+                {} if retry_after is None else {"Retry-After": retry_after},
+            )
+        return accept_all(stub, post)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+    return answer
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: OverloadedCollector
+def _accepted(collector: StubCollector, busy: int) -> list[str]:
+    """The trial ids of the uploads the stub accepted (every one after the first ``busy``), in order."""
+    return [trial["trial_id"] for post in collector.posts[busy:] for trial in post.body["trials"]]
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.arrivals.append(time.monotonic())
-        if len(self.server.arrivals) <= self.server.busy:
-            answer = json.dumps({"detail": "collector overloaded: retry later"}).encode()
-            self.send_response(503)
-            if self.server.retry_after is not None:
-                self.send_header("Retry-After", self.server.retry_after)
-        else:
-            self.server.accepted += [trial["trial_id"] for trial in body["trials"]]
-            answer = json.dumps({"batch_id": body["batch_id"], "accepted": len(body["trials"]), "duplicates": 0}).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+def _arrivals(collector: StubCollector) -> list[float]:
+    return [post.at for post in collector.posts]
 
 
 @pytest.fixture
-def collector_factory() -> Iterator:
-    servers: list[OverloadedCollector] = []
-
-    def start(busy: int, retry_after: str | None) -> OverloadedCollector:
-        server = OverloadedCollector(busy, retry_after)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def collector_factory() -> Iterator[Any]:
+    with stub_collectors() as start:
+        yield lambda busy, retry_after: start(_overloaded(busy, retry_after))
 
 
 class SleepRecorder:
@@ -133,13 +108,13 @@ def test_503_with_retry_after_is_waited_out_and_the_spool_kept(
     collector = collector_factory(busy=2, retry_after="1")
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 30) is True
-    arrivals = collector.arrivals
+    arrivals = _arrivals(collector)
     assert len(arrivals) == 3
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
     assert all(gap >= 1.0 for gap in gaps), gaps  # without Retry-After: ~0.01-0.02 s
     # One wait per 503, each at most Retry-After plus its 50 % jitter (not up to the deadline).
     assert len(uploader_sleeps.sleeps) == 2 and all(0 < sleep <= 1.5 for sleep in uploader_sleeps.sleeps), uploader_sleeps.sleeps
-    assert collector.accepted == ids and uploader.backlog() == 0
+    assert _accepted(collector, 2) == ids and uploader.backlog() == 0
 
 
 def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_early(
@@ -149,26 +124,26 @@ def test_retry_after_beyond_the_deadline_returns_at_once_and_nothing_is_sent_ear
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
     assert uploader_sleeps.sleeps == []  # returned after the 503: did not sleep until the deadline
-    assert len(collector.arrivals) == 1 and uploader.backlog() == len(ids)
+    assert len(_arrivals(collector)) == 1 and uploader.backlog() == len(ids)
     # The next round's drain comes before Retry-After has passed: nothing is sent.
     assert uploader.drain(deadline=time.monotonic() + 1.0) is False
     stop = threading.Event()
     threading.Timer(0.3, stop.set).start()
     assert uploader.drain(stop=stop) is False
-    assert len(collector.arrivals) == 1 and uploader.backlog() == len(ids)
+    assert len(_arrivals(collector)) == 1 and uploader.backlog() == len(ids)
     # Without a deadline it waits Retry-After out (3-4.5 s after the 503), then uploads.
     assert uploader.drain() is True
-    assert collector.arrivals[1] - collector.arrivals[0] >= 3.0
+    assert _arrivals(collector)[1] - _arrivals(collector)[0] >= 3.0
     assert len(uploader_sleeps.sleeps) == 1 and uploader_sleeps.sleeps[0] <= 4.5, uploader_sleeps.sleeps
-    assert collector.accepted == ids and uploader.backlog() == 0
+    assert _accepted(collector, 1) == ids and uploader.backlog() == 0
 
 
 def test_503_without_retry_after_backs_off_as_before(collector_factory, tmp_path: Path, uploader_sleeps: SleepRecorder) -> None:
     collector = collector_factory(busy=3, retry_after=None)
     uploader, ids = _uploader(tmp_path, collector.url)
     assert uploader.drain(deadline=time.monotonic() + 30) is True
-    assert len(collector.arrivals) == 4
+    assert len(_arrivals(collector)) == 4
     # The plain exponential backoff of the 0.01 s base (full jitter), nothing Retry-After-like.
     sleeps = uploader_sleeps.sleeps
     assert len(sleeps) == 3 and all(sleep <= 0.01 * 2**attempt for attempt, sleep in enumerate(sleeps)), sleeps
-    assert collector.accepted == ids and uploader.not_before == 0.0
+    assert _accepted(collector, 3) == ids and uploader.not_before == 0.0

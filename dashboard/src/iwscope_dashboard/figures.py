@@ -286,6 +286,7 @@ def cdf_figure(cdfs: Mapping[int, Sequence[tuple[float, float]]], highlight: Seq
                 name=f"IW{iw}",
                 line={"color": ARM_PALETTE[index % len(ARM_PALETTE)], "width": 3 if iw in highlight else 1.5, "shape": "hv"},
                 hovertemplate="%{x:.1f} ms: %{y:.3f}<extra>IW" + str(iw) + "</extra>",
+                customdata=[iw] * len(points),  # a click opens a trial of this arm (pages/latency.py)
             )
         )
     fig.update_xaxes(title_text="latency (ms), log scale", type="log")

@@ -40,6 +40,7 @@ from iwscope.analysis import (
     percentile_table,
     region_summary,
     tls_by_flight,
+    trial_near,
     trials_page,
 )
 from iwscope.traces.schemas import TrialTracesOut
@@ -124,6 +125,11 @@ def probes_data(session: Session, filters: Filters | None = None) -> list[ProbeR
 
 def trials_data(session: Session, filters: Filters, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     return trials_page(session, filters, limit, offset)
+
+
+def trial_near_data(session: Session, filters: Filters, iw: int, latency_ms: float) -> uuid.UUID | None:
+    """Where a click on the latency CDF leads: a trial of that arm near that latency."""
+    return trial_near(session, filters, iw, latency_ms)
 
 
 def trial_traces_data(session: Session, filters: Filters | None, trial_id: uuid.UUID) -> TrialTracesOut | None:

@@ -118,3 +118,18 @@ class PlacedHost:
                 users=self.users, user_addresses=list(self.user_addresses), user_addresses6=list(self.user_addresses6)
             )
         return described
+
+
+def probes_per_rtt(rtts_ms: tuple[int, ...], rate_bps: float, region: str) -> list[Host]:
+    """One probe per RTT (``rtt<N>``, labelled ``rtt_ms``) on symmetric links of ``rate_bps``:
+    the reproduction experiments' sweep of paths."""
+    return [
+        Host(
+            f"rtt{rtt}",
+            role="probe",
+            region=region,
+            link=LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=rtt),
+            labels={"rtt_ms": str(rtt)},
+        )
+        for rtt in rtts_ms
+    ]

@@ -31,6 +31,7 @@ from sqlalchemy import text
 
 from iwscope.analysis.stats import mean_interval
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
+from iwscope_lab.hostspec import probes_per_rtt
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -75,16 +76,7 @@ class SeedPoint:
 def topology(run_id: str | None = None) -> Topology:
     """One origin on a fast link, one probe per RTT (``rtt_ms`` label)."""
     hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
-    hosts += [
-        Host(
-            f"rtt{rtt}",
-            role="probe",
-            region="lab-seed002",
-            link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=rtt),
-            labels={"rtt_ms": str(rtt)},
-        )
-        for rtt in RTTS_MS
-    ]
+    hosts += probes_per_rtt(RTTS_MS, RATE_BPS, "lab-seed002")
     return Topology(run_id, hosts, scenario="reproduce:seed002")
 
 

@@ -47,6 +47,7 @@ from iwprobe import wire
 from iwscope.analysis.stats import mean_interval
 from iwscope_lab._netns import LabError, ip
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
+from iwscope_lab.hostspec import probes_per_rtt
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.pcap import read_pcap
 from iwscope_lab.stack import Stack
@@ -133,10 +134,8 @@ class SendPathPoint:
 
 def topology(run_id: str | None = None) -> Topology:
     """One origin on a fast link, one probe :data:`RTT_MS` away."""
-    hosts = [
-        Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0)),
-        Host("probe", role="probe", region="lab-seed002", link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=RTT_MS)),
-    ]
+    hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
+    hosts += probes_per_rtt((RTT_MS,), RATE_BPS, "lab-seed002")
     return Topology(run_id, hosts, scenario="reproduce:seed002-send")
 
 

@@ -27,6 +27,7 @@ from sqlalchemy import text
 from iwscope.analysis.stats import mean_interval
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.certs import ChainInfo
+from iwscope_lab.hostspec import probes_per_rtt
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.model import predict_appconnect, tls_first_flight_bytes, tls_handshake_rounds
 from iwscope_lab.stack import Stack
@@ -57,16 +58,7 @@ def topology(run_id: str | None = None) -> Topology:
         )
         for kb in CHAIN_KBS
     ]
-    hosts += [
-        Host(
-            f"rtt{rtt}",
-            role="probe",
-            region="lab-tls",
-            link=LinkSpec.symmetric(rate_bps=RATE_BPS, rtt_ms=rtt),
-            labels={"rtt_ms": str(rtt)},
-        )
-        for rtt in RTTS_MS
-    ]
+    hosts += probes_per_rtt(RTTS_MS, RATE_BPS, "lab-tls")
     return Topology(run_id, hosts, scenario="reproduce:tls")
 
 

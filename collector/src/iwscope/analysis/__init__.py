@@ -42,7 +42,7 @@ from iwscope.analysis.queries import (
     percentile_table,
     region_summary,
 )
-from iwscope.analysis.raw import iter_trials_csv, trials_page
+from iwscope.analysis.raw import iter_trials_csv, trial_near, trials_page
 from iwscope.analysis.results import (
     ArmPercentiles,
     ArmStats,
@@ -114,5 +114,6 @@ __all__ = [
     "refresh_rollups",
     "region_summary",
     "reset_rollups",
+    "trial_near",
     "trials_page",
 ]

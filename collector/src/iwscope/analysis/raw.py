@@ -102,6 +102,31 @@ def trials_page(session: Session, filters: Filters, limit: int = 100, offset: in
     return [dict(row._mapping) for row in rows], int(total)
 
 
+#: A traced trial within this share of the latency asked for is preferred to a nearer untraced one.
+TRACED_NEAR_SHARE = 0.1
+
+
+def trial_near(session: Session, filters: Filters, iw: int, latency_ms: float) -> uuid.UUID | None:
+    """The trial of arm ``iw`` matching the filters whose latency (the filters' metric: the
+    client's total, or the server's response latency) is nearest ``latency_ms``, a traced one
+    preferred within :data:`TRACED_NEAR_SHARE` of it; ``None`` when the arm has none.  Where a
+    click on a latency figure's point leads: the Trials page's inspector of a trial like it.
+    A raw read over the arm's matching trials (no index orders by latency): keep filters narrow."""
+    where, params = trial_where(filters)
+    column = "t.total_us" if filters.metric == "client" else "t.server_latency_us"
+    target_us = max(0.0, float(latency_ms)) * 1000.0
+    found = session.execute(
+        text(
+            f"SELECT t.trial_id FROM {_FROM} WHERE {where} AND t.arm_iw = :iw AND {column} IS NOT NULL "
+            "ORDER BY (abs(" + column + " - :target) <= :near "
+            "AND EXISTS (SELECT 1 FROM trial_traces AS traced WHERE traced.trial_id = t.trial_id)) DESC, "
+            f"abs({column} - :target), t.trial_id LIMIT 1"
+        ),
+        {**params, "iw": int(iw), "target": target_us, "near": TRACED_NEAR_SHARE * target_us},
+    ).scalar()
+    return found if found is None or isinstance(found, uuid.UUID) else uuid.UUID(str(found))
+
+
 def iter_trials_csv(
     session: Session, filters: Filters, chunk_rows: int = 2000, *, layout: CsvLayout = PAGE_CSV, probe_id: uuid.UUID | None = None
 ) -> Iterator[str]:
