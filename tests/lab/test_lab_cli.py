@@ -137,12 +137,15 @@ def test_the_demo_page_check_skips_without_the_dashboard_and_fails_in_one_senten
     message = done.stdout
     assert message.startswith(f"headless Chromium ({missing}) did not start: ") and "\n" not in message
 
-    asked: list[frozenset[str]] = []
+    asked: list[tuple[frozenset[str], str | None]] = []
 
-    def fake_check_pages(url: str, *, read_token: str | None, empty_allowed: frozenset[str]) -> pagecheck.PageReport:
-        asked.append(empty_allowed)
+    def fake_check_pages(
+        url: str, *, read_token: str | None, empty_allowed: frozenset[str], trial: str | None
+    ) -> pagecheck.PageReport:
+        asked.append((empty_allowed, trial))
         return pagecheck.PageReport(url)
 
     monkeypatch.setattr(pagecheck, "check_pages", fake_check_pages)
-    assert cli_campaign._check_pages("http://127.0.0.1:9/", None, no_cost=True, no_https=True) is not None
-    assert asked == [pagecheck.DEMO_EMPTY | {"cost-bulk-graph", "tls-improvement-graph", "tls-means-graph"}]
+    traced = "0b6f1d38-6c1e-4c83-9f4e-2a1f7b9d0c55"
+    assert cli_campaign._check_pages("http://127.0.0.1:9/", None, no_cost=True, no_https=True, trial=traced) is not None
+    assert asked == [(pagecheck.DEMO_EMPTY | {"cost-bulk-graph", "tls-improvement-graph", "tls-means-graph"}, traced)]
