@@ -613,6 +613,11 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "backlog_max": max(s["backlog"] for s in samples),
             "backlog_end": samples[-1]["backlog"],
             "cpu_cores": cpu_share,
+            # CPU per stored trial (us) of each role: the issue's "API CPU per trial", per stage.
+            "cpu_us_per_trial": {
+                role: round(1e6 * cores / (stats.trials_stored / elapsed), 1) if stats.trials_stored else None
+                for role, cores in cpu_share.items()
+            },
             "backlog_series": [s["backlog"] for s in samples],
             # Observations the simulated origins hold, not yet accepted (their spools' backlog).
             "origin_spool_max": max(s["origin_spools"] for s in samples),
@@ -635,7 +640,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
             f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
             f"{row['backlog_max']} end {row['backlog_end']}  origin spools max {row['origin_spool_max']} end "
-            f"{row['origin_spool_end']}  cpu {cpu_share}  server-side upload "
+            f"{row['origin_spool_end']}  cpu {cpu_share}  us/trial {row['cpu_us_per_trial']}  server-side upload "
             f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
             f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms  refused at the door "
             f"{row['refused_by_admission']}",

@@ -93,3 +93,23 @@ def test_bootstrap_admin_token_from_settings(api_server_factory) -> None:
         assert httpx.get(f"{server.url}/api/v1/campaigns", headers={"Authorization": f"Bearer {token}x"}).status_code == 401
     finally:
         server.stop()
+
+
+def test_fastapis_native_telemetry_is_off_even_with_a_configured_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """iwscope exports Prometheus metrics, no OpenTelemetry: FastAPI's native telemetry would
+    check the global providers on every request (3-6 % of the API's CPU under upload load,
+    docs/ingest-throughput.md) and emit spans once a host configures a tracer.  The app turns
+    it off; a plain FastAPI app in the same process would be on."""
+    from fastapi import FastAPI
+    from fastapi.telemetry import _asgi
+    from opentelemetry import trace
+
+    class ConfiguredTracer(trace.TracerProvider):
+        def get_tracer(self, *args: object, **kwargs: object) -> trace.Tracer:
+            return trace.NoOpTracer()
+
+    monkeypatch.setattr(_asgi.trace, "get_tracer_provider", lambda: ConfiguredTracer())
+    assert FastAPI()._native_telemetry.enabled()
+    from iwscope.api import create_app
+
+    assert not create_app()._native_telemetry.enabled()

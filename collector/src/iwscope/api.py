@@ -113,6 +113,11 @@ def create_app() -> FastAPI:
         version=__version__,
         lifespan=_lifespan,
         description="Ingest and read API of iwscope (wire format, see iwprobe.wire).",
+        # FastAPI's native OpenTelemetry: iwscope exports Prometheus metrics (/metrics) and no
+        # traces; left on, every request asks the global OTel providers whether they are set
+        # (reading os.environ each time): 3-6 % of the API's CPU under upload load (py-spy,
+        # docs/ingest-throughput.md).
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     for router in (
         health_router,
