@@ -96,6 +96,8 @@ class PostgresServer:
     def start(self) -> None:
         """Create the cluster if needed, start it, and make the role and database (idempotent)."""
         owner = pwd.getpwnam("postgres")
+        if self.running():
+            _require_same_port(self.port, "PostgreSQL", "IWSCOPE_LOCAL_PG_PORT", self.directory)
         if not (self.data_dir / "PG_VERSION").exists():
             self._init(owner)
         self._write_config()
@@ -241,6 +243,8 @@ class RedisServer:
         return _pid_alive(self.pid_path)
 
     def start(self) -> None:
+        if self.running():  # before redis.conf is rewritten with this start's port
+            _require_same_port(self.port, "Redis", "IWSCOPE_LOCAL_REDIS_PORT", self.directory)
         owner = _redis_user()
         _make_dir(self.directory, 0o700, owner)
         conf = self.directory / "redis.conf"
@@ -459,6 +463,17 @@ def _require_free(port: int, what: str, directory: pathlib.Path) -> None:
             f"port {port} is taken by a {what} that is not this stack's ({directory}): stop it "
             f"(an older iwscope stack? `iwscope services stop` from its checkout) or choose "
             f"another port with IWSCOPE_LOCAL_PG_PORT / IWSCOPE_LOCAL_REDIS_PORT"
+        )
+
+
+def _require_same_port(port: int, what: str, variable: str, directory: pathlib.Path) -> None:
+    """This stack's service runs (its pid file says so) but not on ``port``: it was started with
+    another ``variable`` (a second stack of the same checkout shares its data directory).
+    Saying "running" would hand out a URL nothing answers on."""
+    if not _listening(port):
+        raise ServiceError(
+            f"this checkout's {what} ({directory}) runs, but not on port {port}: it was started with "
+            f"another {variable}; stop it with that {variable} set (`iwscope services stop`), then start again"
         )
 
 
