@@ -15,6 +15,7 @@ import json
 import random
 import typing
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -242,7 +243,11 @@ def mutate_tcp_info(rng: random.Random, tcp_info: dict[str, Any]) -> Any:
     return tcp_info
 
 
-def mutate_record(rng: random.Random, record: dict[str, Any], fields: list[str]) -> None:
+def mutate_record(
+    rng: random.Random, record: dict[str, Any], fields: list[str], values: Callable[[str], list[Any]] = field_values
+) -> None:
+    """One to three mutations of ``record``: a field dropped, an unknown one added, or a field
+    set to one of ``values(name)`` (``tcp_info``: :func:`mutate_tcp_info`)."""
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         action = rng.randrange(10)
         name = rng.choice(fields)
@@ -251,9 +256,9 @@ def mutate_record(rng: random.Random, record: dict[str, Any], fields: list[str])
         elif action == 1:
             record[rng.choice(["extra", "Trial_id", "tcp_info_", "_"])] = rng.choice(GENERIC_VALUES)
         elif name == "tcp_info":
-            record[name] = mutate_tcp_info(rng, record[name])
+            record[name] = mutate_tcp_info(rng, record.get(name, {}))
         else:
-            record[name] = rng.choice(field_values(name))
+            record[name] = rng.choice(values(name))
 
 
 def make_sample(rng: random.Random, probe_id: str) -> dict[str, Any]:

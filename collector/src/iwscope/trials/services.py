@@ -1,8 +1,8 @@
 """Batch ingest of trials, path samples and origin observations; the observation join.
 
-The fast path for a batch of trials: pydantic-core parses and validates the JSON body in one
-call (``model_validate_json``), semantic checks run over the typed records
-(:mod:`iwscope.trials.validation`), then one
+The fast path for a batch of trials: msgspec parses and validates the JSON body in one call
+(:mod:`iwscope.trials.fastwire`; observation batches too), semantic checks run over the typed
+records (:mod:`iwscope.trials.validation`), then one
 set-based ``INSERT INTO trial_ids SELECT * FROM unnest(...) ON CONFLICT DO NOTHING
 RETURNING`` admits the UUIDs never seen before, and exactly those records go into ``trials``
 with psycopg 3 ``COPY``.  A replay (even with changed values) is counted as a duplicate and
@@ -35,7 +35,7 @@ from iwscope.metrics import RECORDS
 from iwscope.probes.services import heartbeat_values
 from iwscope.trials import census, fastwire
 from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
-from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn, RecordError
+from iwscope.trials.schemas import RecordError
 from iwscope.trials.validation import BatchRejected
 from iwscope.types import utcnow
 
@@ -222,7 +222,9 @@ def _utc_text(original: str, parsed: dt.datetime) -> str:
     return parsed.astimezone(dt.UTC).isoformat()
 
 
-def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
+def _observation_row(observation: fastwire.FastObservation, request_at: dt.datetime) -> tuple[Any, ...]:
+    """One ``observations_stage`` row (``OBSERVATION_STAGE_COLUMNS``); ``request_at`` is the
+    record's parsed ``request_at`` (the record keeps the wire text)."""
     tcp_info = observation.tcp_info
     return (
         observation.trial_id,
@@ -231,7 +233,7 @@ def _observation_row(observation: OriginObservationIn) -> tuple[Any, ...]:
         observation.port,
         observation.client_addr,
         observation.object_size,
-        observation.request_at,
+        request_at,
         observation.first_byte_us,
         observation.response_latency_us,
         observation.snd_cwnd_at_accept,
@@ -459,7 +461,8 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
     return result
 
 
-def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id: uuid.UUID) -> IngestResult:
+def store_observation_batch(engine: Engine, batch: fastwire.FastObservationBatch, origin_id: uuid.UUID) -> IngestResult:
+    """Store a validated observation batch in one transaction (all or nothing, idempotent by trial UUID)."""
     pooled = engine.raw_connection()
     try:
         connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
@@ -467,7 +470,8 @@ def store_observation_batch(engine: Engine, batch: ObservationBatchIn, origin_id
         with connection.cursor() as cursor:
             result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
             if batch.observations:
-                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS, map(_observation_row, batch.observations))
+                rows = map(_observation_row, batch.observations, batch.request_at)
+                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS, rows)
                 cursor.execute(_INSERT_OBSERVATIONS)
                 result.new_trial_ids = [row[0] for row in cursor.fetchall()]
         connection.commit()

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from iwprobe import wire
 from iwscope.trials import census, fastwire
-from iwscope.trials.schemas import ObservationBatchIn, RecordError
+from iwscope.trials.schemas import RecordError
 from iwscope.types import utcnow
 
 #: Oldest instant a record may carry.
@@ -228,40 +228,49 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
     return batch
 
 
-def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> ObservationBatchIn:
+def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> fastwire.FastObservationBatch:
+    """Parse and check an ``ObservationBatch`` uploaded by ``origin_id``, or raise :class:`BatchRejected`.
+
+    Decoded as trial batches are (:func:`iwscope.trials.fastwire.decode_or_refuse_observations`:
+    msgspec, pydantic naming the errors of a refused body).  A record of another origin makes
+    the whole batch 403 (naming every such record); a ``request_at`` before 2000 or more than a
+    day ahead, 422.
+    """
     try:
-        batch = ObservationBatchIn.model_validate_json(body)
+        batch = fastwire.decode_or_refuse_observations(body)
     except ValidationError as error:
         raise errors_from_validation(error, body) from None
+    observations = batch.observations
     own = str(origin_id)
-    foreign = [
-        RecordError(
-            section="observations",
-            index=index,
-            record_id=record.trial_id,
-            field="origin_id",
-            message="not the origin of this credential",
-        )
-        for index, record in enumerate(batch.observations)
-        if record.origin_id != own
-    ]
-    if batch.origin_id != own:
-        foreign.insert(
-            0,
+    if batch.origin_id != own or any(observation.origin_id != own for observation in observations):
+        foreign = [
             RecordError(
-                section="batch",
-                index=None,
-                record_id=batch.batch_id,
+                section="observations",
+                index=index,
+                record_id=observation.trial_id,
                 field="origin_id",
                 message="not the origin of this credential",
-            ),
-        )
-    if foreign:
+            )
+            for index, observation in enumerate(observations)
+            if observation.origin_id != own
+        ]
+        if batch.origin_id != own:
+            foreign.insert(
+                0,
+                RecordError(
+                    section="batch",
+                    index=None,
+                    record_id=batch.batch_id,
+                    field="origin_id",
+                    message="not the origin of this credential",
+                ),
+            )
         raise BatchRejected(403, "records of another origin: nothing was stored", foreign)
-    errors: list[RecordError] = []
     latest = utcnow() + MAX_FUTURE
-    for index, observation in enumerate(batch.observations):
-        check_instant(errors, "observations", index, observation.trial_id, "request_at", observation.request_at, latest)
-    if errors:
+    instants = batch.request_at
+    if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):
+        errors: list[RecordError] = []
+        for index, (observation, request_at) in enumerate(zip(observations, instants, strict=True)):
+            check_instant(errors, "observations", index, observation.trial_id, "request_at", request_at, latest)
         raise BatchRejected(422, "invalid batch: nothing was stored", errors)
     return batch
