@@ -44,32 +44,8 @@ CASES = 4000
 #: A field left out (``None`` is a value).
 _MISSING = object()
 
-OBSERVATION_FIELDS = [
-    "trial_id",
-    "origin_id",
-    "arm_iw",
-    "port",
-    "client_addr",
-    "object_size",
-    "request_at",
-    "first_byte_us",
-    "response_latency_us",
-    "snd_cwnd_at_accept",
-    "cwnd_mismatch",
-    "rwnd_limited",
-    "peer_rwnd",
-    "http_status",
-    "error_kind",
-    "tcp_info",
-    "arm",
-    "tls_version",
-    "tls_handshake_us",
-    "tls_first_flight_bytes",
-    "tls_flight_acked_us",
-    "family",
-    "send_path",
-    "segmentation_offload",
-]
+#: The record's fields in order: the pydantic model's (the reference the fast decoder mirrors).
+OBSERVATION_FIELDS = list(OriginObservationIn.model_fields)
 ENVELOPE_FIELDS = ["wire_version", "batch_id", "origin_id", "sent_at", "observations"]
 #: The boundaries of the observation's own ranges (port, peer_rwnd, tls_first_flight_bytes), on
 #: top of the trial test's.

@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from iwscope_lab.hostspec import probes_per_rtt
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.pcap import read_pcap
 from iwscope_lab.stack import Stack
-from iwscope_lab.topology import Host, Topology
+from iwscope_lab.topology import Host, Topology, stop_processes
 
 #: The key of this experiment in ``iwscope lab reproduce`` (``--only seed002-send``).
 SEND_PATHS_KEY = "seed002-send"
@@ -303,12 +302,7 @@ def _serve_and_capture(
                 runs.append(_offload_run(send_path, tso, pcap, port, received, size, _reported(observations, done)))
             return runs
         finally:
-            origin.send_signal(signal.SIGTERM)
-            try:
-                origin.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                origin.kill()
-                origin.wait()
+            stop_processes([origin])
 
 
 def _wait_serving(client_ns: str, port: int, origin: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
@@ -354,12 +348,7 @@ def _captured_fetches(origin_ns: str, client_ns: str, device: str, port: int, pc
         time.sleep(0.3)  # the last ACKs into the capture
         return received
     finally:
-        capture.send_signal(signal.SIGINT)
-        try:
-            capture.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            capture.kill()
-            capture.wait()
+        stop_processes([capture])  # tcpdump writes out what it holds on SIGTERM too
         if capture.stderr is not None:
             capture.stderr.close()
 

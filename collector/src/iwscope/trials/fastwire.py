@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -55,6 +56,10 @@ from iwscope.wiretypes import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A batch as the fast decoder reads it, and the pydantic model that decides when it refuses.
+_Fast = TypeVar("_Fast")
+_Reference = TypeVar("_Reference", TrialBatchIn, ObservationBatchIn)
 
 #: ``UUID_PATTERN`` anchored at the very end of the string (see the module docstring).
 _UUID_PATTERN_END = UUID_PATTERN.removesuffix("$") + r"\Z"
@@ -272,12 +277,24 @@ def decode_or_refuse(body: bytes) -> FastTrialBatch:
     accepts (JSON objects with duplicate keys: pydantic keeps the last value, msgspec
     validates each) is stored as pydantic read it.
     """
+    return _fast_or_reference(body, decode_trial_batch, TrialBatchIn, from_reference, "trial")
+
+
+def _fast_or_reference(
+    body: bytes,
+    decode: Callable[[bytes], _Fast],
+    model: type[_Reference],
+    from_model: Callable[[_Reference], _Fast],
+    kind: str,
+) -> _Fast:
+    """``decode(body)``, or when it refuses, ``model`` decides: its ``ValidationError`` (naming
+    every bad field) propagates, and a body it accepts is read as it read it (logged)."""
     try:
-        return decode_trial_batch(body)
+        return decode(body)
     except FastDecodeRefused:
-        reference = TrialBatchIn.model_validate_json(body)  # raises the named errors
-    log.info("trial batch %s decoded by pydantic (the fast decoder refused it)", reference.batch_id)
-    return from_reference(reference)
+        reference = model.model_validate_json(body)  # raises the named errors
+    log.info("%s batch %s decoded by pydantic (the fast decoder refused it)", kind, reference.batch_id)
+    return from_model(reference)
 
 
 def from_reference(reference: TrialBatchIn) -> FastTrialBatch:
@@ -384,12 +401,7 @@ def decode_or_refuse_observations(body: bytes) -> FastObservationBatch:
     :class:`~iwscope.trials.schemas.ObservationBatchIn` refuses; a body only the fast decoder
     refuses (duplicate keys) is stored as pydantic read it.
     """
-    try:
-        return decode_observation_batch(body)
-    except FastDecodeRefused:
-        reference = ObservationBatchIn.model_validate_json(body)  # raises the named errors
-    log.info("observation batch %s decoded by pydantic (the fast decoder refused it)", reference.batch_id)
-    return observations_from_reference(reference)
+    return _fast_or_reference(body, decode_observation_batch, ObservationBatchIn, observations_from_reference, "observation")
 
 
 def observations_from_reference(reference: ObservationBatchIn) -> FastObservationBatch:
