@@ -98,10 +98,14 @@ def test_comparisons_go_through_compare_digest(db_session: Session, monkeypatch:
 
     from iwscope.auth import dependencies
 
-    source = inspect.getsource(dependencies._authenticated)
+    source = inspect.getsource(dependencies.authenticate)
     assert "secret_matches(" in source and "==" not in source
     for function in (dependencies.authenticated_probe, dependencies.authenticated_origin):
-        assert "_authenticated(" in inspect.getsource(function)
+        assert "authenticate(" in inspect.getsource(function)
+    # ... and so do the upload routes answered without FastAPI's dependencies.
+    from iwscope.trials import ingest
+
+    assert "authenticate(" in inspect.getsource(ingest.UploadFastPath.__call__)
     # The credential cache is keyed by a digest of the whole credential: a lookup compares
     # digests, never the secret, and only verified credentials are ever put in it.
     assert "hashlib.sha256" in inspect.getsource(dependencies.CredentialCache._key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import HTTPException, Request, status
+from fastapi.responses import JSONResponse
 
 from iwprobe import wire
 
@@ -38,3 +39,16 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
         return False
     candidates = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
     return etag in candidates or "*" in candidates
+
+
+#: Body of a 503 answered because no database connection became free in time.
+DATABASE_BUSY_DETAIL = "collector overloaded: no database connection free in time; retry later"
+
+
+def database_busy_response(retry_after_s: int) -> JSONResponse:
+    """503 + ``Retry-After``: nothing of the request was stored, the client should come back."""
+    return JSONResponse(
+        status_code=503,
+        content={"detail": DATABASE_BUSY_DETAIL, "retry_after_s": retry_after_s},
+        headers={"Retry-After": str(retry_after_s)},
+    )

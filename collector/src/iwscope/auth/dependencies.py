@@ -193,7 +193,17 @@ def _bearer_text(bearer: HTTPAuthorizationCredentials | None) -> str:
     return bearer.credentials
 
 
-async def _authenticated(kinds: tuple[IdentityKind, ...], bearer: HTTPAuthorizationCredentials | None) -> Identity:
+def bearer_credential(authorization: str | None) -> HTTPAuthorizationCredentials | None:
+    """An ``Authorization`` header read as FastAPI's ``HTTPBearer(auto_error=False)`` reads it
+    (``None`` when absent, empty or of another scheme), for the routes answered without
+    FastAPI's dependencies (:mod:`iwscope.trials.ingest`)."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials)
+
+
+async def authenticate(kinds: tuple[IdentityKind, ...], bearer: HTTPAuthorizationCredentials | None) -> Identity:
     """The identity of a valid ``<id>.<secret>`` credential of one of ``kinds`` (probe, origin,
     server), from this process's caches or the database (one lookup for all the kinds); one 401
     for every failure."""
@@ -224,7 +234,7 @@ def _identity_dependency(*kinds: IdentityKind) -> IdentityDependency:
 
     async def authenticated(bearer: BearerDep) -> Identity:
         """The probe, origin or server of a valid ``<id>.<secret>`` credential; one 401 for every failure."""
-        return await _authenticated(kinds, bearer)
+        return await authenticate(kinds, bearer)
 
     authenticated.__name__ = authenticated.__qualname__ = f"authenticated_{'_or_'.join(kinds)}"
     return authenticated
@@ -299,6 +309,7 @@ __all__ = [
     "EnrollTokenDep",
     "INVALID_CREDENTIALS",
     "Identity",
+    "IdentityKind",
     "OriginDep",
     "OriginTokenDep",
     "ProbeDep",
@@ -308,6 +319,8 @@ __all__ = [
     "ServerDep",
     "ServerTokenDep",
     "SettingsDep",
+    "authenticate",
+    "bearer_credential",
     "forbid_other_identity",
     "unauthorized",
     "utcnow",

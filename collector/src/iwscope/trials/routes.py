@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import uuid
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, BackgroundTasks, Query, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters
 from iwscope.analysis.raw import FULL_CSV, iter_trials_csv
-from iwscope.auth.dependencies import OriginDep, ProbeDep
-from iwscope.db import get_engine
-from iwscope.dbslots import run_db
+from iwscope.auth.dependencies import Identity, OriginDep, ProbeDep
 from iwscope.http import read_body_limited
 from iwscope.openapi import wire_component_ref
 from iwscope.streaming import stream_read
-from iwscope.trials import services, validation
+from iwscope.trials import ingest
 from iwscope.trials.schemas import UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
-from iwscope.worker_client import queue_join
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
@@ -36,9 +28,12 @@ _BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _rejected(error: validation.BatchRejected, kind: str, body_records: int) -> JSONResponse:
-    services.count_rejected(kind, body_records)
-    return JSONResponse(status_code=error.status_code, content={"detail": error.detail()})
+async def _answered(upload: str, request: Request, identity: Identity, background_tasks: BackgroundTasks) -> Response:
+    """The FastAPI route's answer: the same :func:`ingest.store_upload` as the fast path."""
+    answer = await ingest.store_upload(upload, identity, await read_body_limited(request))
+    if answer.join_ids is not None:
+        background_tasks.add_task(ingest.ask_join, answer.join_ids)
+    return Response(answer.body, status_code=answer.status, media_type="application/json", background=background_tasks)
 
 
 @router.post(
@@ -52,25 +47,10 @@ def _rejected(error: validation.BatchRejected, kind: str, body_records: int) -> 
 async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
     """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates).
 
-    No connection is held while the body streams in or is validated: authentication returned
-    its connection already, and the batch gets a database slot only once it is valid."""
-    body = await read_body_limited(request)
-    probe_id = probe.id
-    try:
-        batch = await run_in_threadpool(validation.validate_trial_batch, body, probe_id)
-        result = await run_db(services.store_trial_batch, get_engine(), batch, probe_id)
-    except validation.BatchRejected as error:
-        return _rejected(error, "trial", max(1, len(error.errors)))
-    # Only after the commit, and after the answer went out (the probe does not wait on the
-    # broker): the worker gets IDs, never objects.
-    if result.accepted:  # new trials or path samples (the drain's refresh folds the samples in)
-        background_tasks.add_task(queue_join, result.new_trial_ids)
-    # An ``UploadResultOut`` (the documented response_model), serialised directly.
-    return Response(
-        orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}),
-        media_type="application/json",
-        background=background_tasks,
-    )
+    Answered by :class:`iwscope.trials.ingest.UploadFastPath` before FastAPI's router; this
+    route (the same checks and store) documents it and serves requests under a ``root_path``.
+    No connection is held while the body streams in or is validated."""
+    return await _answered(ingest.TRIALS_PATH, request, probe, background_tasks)
 
 
 @router.post(
@@ -84,18 +64,9 @@ async def upload_trials(request: Request, probe: ProbeDep, background_tasks: Bac
         }
     },
 )
-async def upload_observations(request: Request, origin: OriginDep) -> Any:
-    """Store an ``ObservationBatch`` from the authenticated origin."""
-    body = await read_body_limited(request)
-    origin_id = origin.id
-    try:
-        batch = await run_in_threadpool(validation.validate_observation_batch, body, origin_id)
-        result = await run_db(services.store_observation_batch, get_engine(), batch, origin_id)
-    except validation.BatchRejected as error:
-        return _rejected(error, "observation", max(1, len(error.errors)))
-    if result.new_trial_ids:
-        await run_in_threadpool(queue_join, result.new_trial_ids)
-    return UploadResultOut(batch_id=result.batch_id, accepted=result.accepted, duplicates=result.duplicates)
+async def upload_observations(request: Request, origin: OriginDep, background_tasks: BackgroundTasks) -> Any:
+    """Store an ``ObservationBatch`` from the authenticated origin (answered like the trials)."""
+    return await _answered(ingest.OBSERVATIONS_PATH, request, origin, background_tasks)
 
 
 @router.get(

@@ -1,0 +1,164 @@
+"""The upload fast path (``iwscope.trials.ingest.UploadFastPath``) answers exactly what FastAPI's
+routes answer: the same requests sent to one in-process app with the fast path and to one
+without it (the routes through FastAPI's router and dependencies), every status, body and
+authentication header compared; the request metrics see the route, not ``unmatched``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from sqlalchemy.engine import Engine
+from testkit import Enrolled, make_batch, make_observation, make_observation_batch, make_trial
+
+from iwprobe import wire
+from iwscope import config, db
+from iwscope.api import create_app
+from iwscope.metrics import REQUESTS
+from iwscope.trials.ingest import UploadFastPath
+
+
+@pytest.fixture
+def in_process(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process configured like the session's API processes (settings, engine, slots)."""
+    for name, value in service_env.items():
+        monkeypatch.setenv(name, value)
+
+    def reset() -> None:
+        if db.get_engine.cache_info().currsize:
+            db.get_engine().dispose()
+        for cached in (config.get_settings, db.get_engine, db.get_sessionmaker):
+            cached.cache_clear()
+
+    reset()
+    yield
+    reset()
+
+
+def _apps() -> tuple[Any, Any]:
+    fast = create_app()
+    reference = create_app()
+    reference.user_middleware = [entry for entry in reference.user_middleware if entry.cls is not UploadFastPath]
+    assert len(fast.user_middleware) == len(reference.user_middleware) + 1
+    return fast, reference
+
+
+def _send_all(app: Any, requests: list[dict[str, Any]]) -> list[tuple[int, Any, str | None]]:
+    async def run() -> list[tuple[int, Any, str | None]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://collector") as client:
+            answers = []
+            for request in requests:
+                response = await client.post(**request)
+                body = response.json() if response.headers.get("content-type") == "application/json" else response.text
+                answers.append((response.status_code, body, response.headers.get("www-authenticate")))
+            return answers
+
+    return asyncio.run(run())
+
+
+def _requests(probe: Enrolled, origin: Enrolled, other_probe: Enrolled) -> list[dict[str, Any]]:
+    """One of every kind of answer, fresh records each call (so both apps store the same kinds)."""
+    good = make_batch(probe.id, [make_trial(probe.id) for _ in range(3)])
+    bad = [make_trial(probe.id) for _ in range(3)]
+    bad[1]["total_us"] = -5
+    del bad[2]["arm_iw"]
+    trial = make_trial(probe.id, origin.id)
+    observations = make_observation_batch(origin.id, [make_observation(trial, origin.id)])
+    json_headers = {**probe.headers, "Content-Type": "application/json"}
+    return [
+        {"url": wire.TRIALS_BATCH_PATH, "json": good},  # no credential
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": {"Authorization": "Basic " + probe.credential}},
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": {"Authorization": "Bearer"}},
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": {"Authorization": f"Bearer {probe.id}.wrong"}},
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": origin.headers},  # an origin is no probe
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": {"Authorization": "bearer " + probe.credential}},
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": probe.headers},  # a duplicate of the previous
+        {"url": wire.TRIALS_BATCH_PATH, "json": make_batch(probe.id, bad), "headers": probe.headers},
+        {"url": wire.TRIALS_BATCH_PATH, "json": good, "headers": other_probe.headers},  # another probe's records
+        {"url": wire.TRIALS_BATCH_PATH, "content": b"{not json", "headers": probe.headers},
+        {"url": wire.TRIALS_BATCH_PATH, "content": b"x" * (wire.MAX_BODY_BYTES + 1), "headers": json_headers},
+        {"url": wire.OBSERVATIONS_BATCH_PATH, "json": observations, "headers": origin.headers},
+        {"url": wire.OBSERVATIONS_BATCH_PATH, "json": observations, "headers": origin.headers},
+        {"url": wire.OBSERVATIONS_BATCH_PATH, "json": observations, "headers": probe.headers},
+        {"url": wire.OBSERVATIONS_BATCH_PATH, "content": b"[]", "headers": origin.headers},
+    ]
+
+
+def _comparable(answer: tuple[int, Any, str | None]) -> tuple[int, Any, str | None]:
+    """The answer without what differs by construction between two fresh batches (their ids)."""
+    status, body, authenticate = answer
+    if isinstance(body, dict) and "batch_id" in body:
+        body = {**body, "batch_id": "<id>"}
+    if isinstance(body, dict) and isinstance(body.get("detail"), dict):
+        body = {
+            **body,
+            "detail": {**body["detail"], "errors": [{**e, "record_id": "<id>"} for e in body["detail"].get("errors", [])]},
+        }
+        body["detail"].pop("batch_id", None)
+    return status, body, authenticate
+
+
+def test_fast_path_answers_every_kind_of_upload_like_the_fastapi_routes(
+    in_process: None, client: httpx.Client, probe: Enrolled, origin: Enrolled, enroll_token: str, db_engine: Engine
+) -> None:
+    from testkit import enroll_probe
+
+    other_probe = enroll_probe(client, enroll_token)
+    fast, reference = _apps()
+    fast_answers = _send_all(fast, _requests(probe, origin, other_probe))
+    reference_answers = _send_all(reference, _requests(probe, origin, other_probe))
+    statuses = [answer[0] for answer in fast_answers]
+    # Every kind of answer happened (so the comparison below compared them all).
+    assert statuses == [401, 401, 401, 401, 401, 200, 200, 422, 403, 422, 413, 200, 200, 401, 422], fast_answers
+    assert fast_answers[5][1]["accepted"] == 3 and fast_answers[6][1]["duplicates"] == 3
+    assert fast_answers[11][1]["accepted"] == 1 and fast_answers[12][1]["duplicates"] == 1
+    assert fast_answers[0][2] == "Bearer" and fast_answers[0][1] == {"detail": "missing credentials"}
+    for index, (mine, theirs) in enumerate(zip(fast_answers, reference_answers, strict=True)):
+        assert _comparable(mine) == _comparable(theirs), index
+
+
+def test_fast_path_is_counted_under_its_route(in_process: None, probe: Enrolled) -> None:
+    fast, _ = _apps()
+    before = REQUESTS.labels("POST", wire.TRIALS_BATCH_PATH, "200")._value.get()
+    unmatched = REQUESTS.labels("POST", "unmatched", "200")._value.get()
+    answers = _send_all(
+        fast, [{"url": wire.TRIALS_BATCH_PATH, "json": make_batch(probe.id, [make_trial(probe.id)]), "headers": probe.headers}]
+    )
+    assert answers[0][0] == 200
+    assert REQUESTS.labels("POST", wire.TRIALS_BATCH_PATH, "200")._value.get() == before + 1
+    assert REQUESTS.labels("POST", "unmatched", "200")._value.get() == unmatched
+
+
+def test_other_methods_and_paths_still_reach_fastapi(in_process: None) -> None:
+    fast, _ = _apps()
+
+    async def run() -> tuple[int, int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=fast), base_url="http://collector") as client:
+            return (await client.get(wire.TRIALS_BATCH_PATH)).status_code, (
+                await client.post("/api/v1/trials/batch/x")
+            ).status_code
+
+    assert asyncio.run(run()) == (405, 404)
+
+
+def test_joins_of_one_window_go_as_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from iwscope.trials import ingest
+
+    sent: list[list[str]] = []
+    monkeypatch.setattr(ingest, "queue_join", lambda ids: sent.append(list(ids)))
+
+    async def run() -> None:
+        batcher = ingest.JoinBatcher(window_s=0.2)
+        async with anyio.create_task_group() as group:
+            for index in range(10):
+                group.start_soon(batcher.add, [f"t{index}"])
+            group.start_soon(batcher.add, [])  # path samples only: still asks for a drain
+        await batcher.add(["late"])  # a new window
+
+    asyncio.run(run())
+    assert sent == [[f"t{index}" for index in range(10)], ["late"]]
