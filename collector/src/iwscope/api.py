@@ -24,6 +24,7 @@ from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.exports.routes import router as exports_router
 from iwscope.health import router as health_router
+from iwscope.hotpaths import HotPaths
 from iwscope.http import database_busy_response
 from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
 from iwscope.openapi import install_openapi
@@ -34,7 +35,6 @@ from iwscope.server import LameDuckServer, listening_sockets
 from iwscope.servers.routes import router as servers_router
 from iwscope.supervisor import run_workers
 from iwscope.traces.routes import router as traces_router
-from iwscope.trials.ingest import UploadFastPath
 from iwscope.trials.routes import router as trials_router
 
 log = logging.getLogger(__name__)
@@ -136,9 +136,9 @@ def create_app() -> FastAPI:
         log.warning("answered 503: %s", error)
         return database_busy_response(get_settings().retry_after_s)
 
-    # Innermost of the three: the upload routes answered before FastAPI's router, counted by
-    # the metrics and admitted by Admission like every request.
-    app.add_middleware(UploadFastPath)
+    # Innermost of the three: the hot paths answered before FastAPI's router, counted by the
+    # metrics and admitted by Admission like every request.
+    app.add_middleware(HotPaths)
     app.add_middleware(RequestMetrics)
     # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
     settings = get_settings()

@@ -1,9 +1,12 @@
-"""HTTP helpers shared by the routes: bounded body reading, conditional requests."""
+"""HTTP helpers shared by the routes: bounded body reading, conditional requests, plain ASGI answers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import HTTPException, Request, status
 from fastapi.responses import JSONResponse
+from starlette.types import Scope, Send
 
 from iwprobe import wire
 
@@ -52,3 +55,25 @@ def database_busy_response(retry_after_s: int) -> JSONResponse:
         content={"detail": DATABASE_BUSY_DETAIL, "retry_after_s": retry_after_s},
         headers={"Retry-After": str(retry_after_s)},
     )
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first request header ``name`` (lower case) of an ASGI ``scope``, if any."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def send_answer(send: Send, status_code: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    """Answer a request over plain ASGI (the hot paths of :mod:`iwscope.hotpaths`), with
+    ``Content-Length`` unless the status has no body (``304``), as Starlette's ``Response`` does."""
+    raw_headers = [] if status_code == 304 else [(b"content-length", str(len(body)).encode())]
+    raw_headers.extend((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items())
+    await send({"type": "http.response.start", "status": status_code, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status_code: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    """A JSON answer over plain ASGI (``body`` already serialised)."""
+    await send_answer(send, status_code, body, {"Content-Type": "application/json", **(headers or {})})

@@ -278,6 +278,28 @@ def schedule_from(
     campaigns over a chosen IP version (:func:`needs_wire_v4`); below 5, no census campaigns
     (:func:`needs_wire_v5`).
     """
+    entries, etag = _applicable(snapshot, probe, poll_after_s, now, wire_version)
+    schedule = ScheduleOut(
+        probe_id=str(probe.id), generated_at=wire.utc_timestamp(now), poll_after_s=poll_after_s, campaigns=entries
+    )
+    return schedule, etag
+
+
+def schedule_etag(
+    snapshot: ScheduleSnapshot,
+    probe: ScheduledProbe,
+    poll_after_s: float,
+    now: dt.datetime,
+    wire_version: int = DEFAULT_PROBE_WIRE_VERSION,
+) -> str:
+    """The ETag :func:`schedule_from` gives, without building the schedule (the 304 answer)."""
+    return _applicable(snapshot, probe, poll_after_s, now, wire_version)[1]
+
+
+def _applicable(
+    snapshot: ScheduleSnapshot, probe: ScheduledProbe, poll_after_s: float, now: dt.datetime, wire_version: int
+) -> tuple[list[CampaignScheduleOut], str]:
+    """The schedule entries of :func:`schedule_from` and their ETag."""
     horizon = now + dt.timedelta(seconds=poll_after_s)
     entries: list[CampaignScheduleOut] = []
     level = _level(wire_version)
@@ -294,10 +316,7 @@ def schedule_from(
             continue
         entries.append(entry)
         etag.update(campaign.digests[level])
-    schedule = ScheduleOut(
-        probe_id=str(probe.id), generated_at=wire.utc_timestamp(now), poll_after_s=poll_after_s, campaigns=entries
-    )
-    return schedule, f'"{etag.hexdigest()[:32]}"'
+    return entries, f'"{etag.hexdigest()[:32]}"'
 
 
 def schedule_for(

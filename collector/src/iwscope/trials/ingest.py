@@ -1,17 +1,17 @@
 """The two upload routes' hot path: ``POST /api/v1/trials/batch`` and ``/api/v1/observations/batch``
-answered by a plain ASGI layer in front of FastAPI's router.
+answered before FastAPI's router (:class:`iwscope.hotpaths.HotPaths` calls :func:`answer_upload`).
 
 Every probe and origin upload went through FastAPI's per-request machinery -- dependency
 solving (the credential check), a ``Response`` object per request, the exception middlewares
 -- which a profile at the fleet's shape put at about as much CPU as the records themselves
-(docs/ingest-throughput.md).  :class:`UploadFastPath` does the same work with none of it: the
+(docs/ingest-throughput.md).  :func:`answer_upload` does the same work with none of it: the
 same credential check (:func:`iwscope.auth.dependencies.authenticate`: the cache, else one
 database lookup), the same bounded body read, the same validation and store
 (:func:`store_upload`, which the FastAPI routes call too, for clients that reach them through a
 ``root_path``, and which gives the OpenAPI document its two operations), the same answers
 byte for byte (401 with ``WWW-Authenticate``, 413, 403/422 naming each record, 503 with
-``Retry-After``), and it sits inside :class:`iwscope.admission.Admission` and the request
-metrics, which see it as the route it answers for.
+``Retry-After``), inside :class:`iwscope.admission.Admission` and the request metrics, which
+see it as the route it answers for.
 
 Decoding and storing run in one thread hop (:func:`iwscope.dbslots.run_db`): a batch holds a
 database slot while it is checked, but no connection -- the connection is taken only to store.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -31,13 +31,13 @@ from anyio.lowlevel import RunVar
 from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from iwscope.auth.dependencies import Identity, IdentityKind, authenticate, bearer_credential
 from iwscope.config import get_settings
 from iwscope.db import get_engine
 from iwscope.dbslots import DatabaseBusy, run_db
-from iwscope.http import database_busy_response, read_body_limited
+from iwscope.http import database_busy_response, header, read_body_limited, send_json
 from iwscope.metrics import DB_BUSY
 from iwscope.trials import services, validation
 from iwscope.worker_client import queue_join
@@ -74,6 +74,8 @@ _KINDS: dict[str, tuple[IdentityKind, Callable[[bytes, uuid.UUID], services.Inge
     TRIALS_PATH: ("probe", _validate_and_store_trials, "trial"),
     OBSERVATIONS_PATH: ("origin", _validate_and_store_observations, "observation"),
 }
+#: The paths :func:`answer_upload` answers.
+UPLOAD_PATHS = frozenset(_KINDS)
 
 
 async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnswer:
@@ -96,57 +98,28 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     )
 
 
-async def _send(send: Send, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-    raw_headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
-    raw_headers.extend((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items())
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class _RouteLabel:
-    """What :class:`iwscope.api.RequestMetrics` reads of ``scope["route"]``: the route template."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
-_LABELS = {path: _RouteLabel(path) for path in _KINDS}
-
-
-class UploadFastPath:
-    """ASGI layer answering the two upload routes itself; every other request goes to ``app``."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path") if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path") else None
-        kind = _KINDS.get(path) if path is not None else None
-        if path is None or kind is None:
-            await self.app(scope, receive, send)
-            return
-        scope["route"] = _LABELS[path]
-        identity_kind = kind[0]
-        try:
-            identity = await authenticate((identity_kind,), bearer_credential(_header(scope, b"authorization")))
-            body = await read_body_limited(Request(scope, receive))
-            answer = await store_upload(path, identity, body)
-        except HTTPException as error:
-            await _send(send, error.status_code, orjson.dumps({"detail": error.detail}), error.headers)
-            return
-        except (DatabaseBusy, sqlalchemy.exc.TimeoutError) as error:
-            if isinstance(error, sqlalchemy.exc.TimeoutError):
-                DB_BUSY.labels("pool").inc()
-                log.warning("answered 503: %s", error)
-            busy = database_busy_response(get_settings().retry_after_s)
-            await _send(send, busy.status_code, bytes(busy.body), {"Retry-After": busy.headers["retry-after"]})
-            return
-        await _send(send, answer.status, answer.body)
-        # After the answer went out (the probe does not wait on the broker): the worker gets IDs.
-        if answer.join_ids is not None:
-            await ask_join(answer.join_ids)
+async def answer_upload(path: str, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one upload (``path``: :data:`TRIALS_PATH` or :data:`OBSERVATIONS_PATH`) as its
+    FastAPI route would, without FastAPI (:class:`iwscope.hotpaths.HotPaths` calls it)."""
+    identity_kind = _KINDS[path][0]
+    try:
+        identity = await authenticate((identity_kind,), bearer_credential(header(scope, b"authorization")))
+        body = await read_body_limited(Request(scope, receive))
+        answer = await store_upload(path, identity, body)
+    except HTTPException as error:
+        await send_json(send, error.status_code, orjson.dumps({"detail": error.detail}), error.headers)
+        return
+    except (DatabaseBusy, sqlalchemy.exc.TimeoutError) as error:
+        if isinstance(error, sqlalchemy.exc.TimeoutError):
+            DB_BUSY.labels("pool").inc()
+            log.warning("answered 503: %s", error)
+        busy = database_busy_response(get_settings().retry_after_s)
+        await send_json(send, busy.status_code, bytes(busy.body), {"Retry-After": busy.headers["retry-after"]})
+        return
+    await send_json(send, answer.status, answer.body)
+    # After the answer went out (the probe does not wait on the broker): the worker gets IDs.
+    if answer.join_ids is not None:
+        await ask_join(answer.join_ids)
 
 
 #: How long the first upload of a window waits for others before asking for their joins in one message.
@@ -192,11 +165,13 @@ async def ask_join(trial_ids: list[str]) -> None:
     await batcher.add(trial_ids)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
-__all__ = ["OBSERVATIONS_PATH", "TRIALS_PATH", "JoinBatcher", "ask_join", "UploadAnswer", "UploadFastPath", "store_upload"]
+__all__ = [
+    "OBSERVATIONS_PATH",
+    "TRIALS_PATH",
+    "UPLOAD_PATHS",
+    "JoinBatcher",
+    "UploadAnswer",
+    "answer_upload",
+    "ask_join",
+    "store_upload",
+]

@@ -47,7 +47,7 @@ async def _answered(upload: str, request: Request, identity: Identity, backgroun
 async def upload_trials(request: Request, probe: ProbeDep, background_tasks: BackgroundTasks) -> Any:
     """Store a ``TrialBatch`` (all or nothing; records already stored are skipped as duplicates).
 
-    Answered by :class:`iwscope.trials.ingest.UploadFastPath` before FastAPI's router; this
+    Answered by :class:`iwscope.hotpaths.HotPaths` before FastAPI's router; this
     route (the same checks and store) documents it and serves requests under a ``root_path``.
     No connection is held while the body streams in or is validated."""
     return await _answered(ingest.TRIALS_PATH, request, probe, background_tasks)

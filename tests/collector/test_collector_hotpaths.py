@@ -1,7 +1,8 @@
-"""The upload fast path (``iwscope.trials.ingest.UploadFastPath``) answers exactly what FastAPI's
-routes answer: the same requests sent to one in-process app with the fast path and to one
-without it (the routes through FastAPI's router and dependencies), every status, body and
-authentication header compared; the request metrics see the route, not ``unmatched``."""
+"""The hot paths (``iwscope.hotpaths.HotPaths``: uploads, a probe's unchanged schedule) answer
+exactly what FastAPI's routes answer: the same requests sent to one in-process app with the
+layer and to one without it (the routes through FastAPI's router and dependencies), every
+status, body and the headers that matter compared; the request metrics see the route, not
+``unmatched``."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from testkit import Enrolled, make_batch, make_observation, make_observation_bat
 from iwprobe import wire
 from iwscope import config, db
 from iwscope.api import create_app
+from iwscope.hotpaths import HotPaths
 from iwscope.metrics import REQUESTS
-from iwscope.trials.ingest import UploadFastPath
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def in_process(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> 
 def _apps() -> tuple[Any, Any]:
     fast = create_app()
     reference = create_app()
-    reference.user_middleware = [entry for entry in reference.user_middleware if entry.cls is not UploadFastPath]
+    reference.user_middleware = [entry for entry in reference.user_middleware if entry.cls is not HotPaths]
     assert len(fast.user_middleware) == len(reference.user_middleware) + 1
     return fast, reference
 
@@ -53,9 +54,52 @@ def _send_all(app: Any, requests: list[dict[str, Any]]) -> list[tuple[int, Any, 
         async with httpx.AsyncClient(transport=transport, base_url="http://collector") as client:
             answers = []
             for request in requests:
-                response = await client.post(**request)
+                response = await client.request(**{"method": "POST", **request})
                 body = response.json() if response.headers.get("content-type") == "application/json" else response.text
                 answers.append((response.status_code, body, response.headers.get("www-authenticate")))
+            return answers
+
+    return asyncio.run(run())
+
+
+def _schedule_answers(app: Any, probe: Enrolled, other: Enrolled) -> list[tuple[int, Any, dict[str, str]]]:
+    """Every kind of schedule request: the first (200, its ETag), then the same ETag asked in
+    every way the hot path must answer (304) or leave to the route."""
+
+    async def run() -> list[tuple[int, Any, dict[str, str]]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://collector") as client:
+            path = f"/api/v1/probes/{probe.id}/schedule"
+            first = await client.get(path, params={"wire_version": wire.WIRE_VERSION}, headers=probe.headers)
+            etag = first.headers["etag"]
+            own = {**probe.headers, "If-None-Match": etag}
+            current = f"?wire_version={wire.WIRE_VERSION}"
+            requests: list[tuple[str, dict[str, str], str]] = [
+                (path, probe.headers, current),  # no If-None-Match: 200
+                (path, own, current),  # unchanged: 304
+                (path, {**own, "If-None-Match": f'W/{etag}, "x"'}, current),
+                (path, own, ""),  # the default wire version: another ETag, 200
+                (path, own, f"{current}&wire_version=1"),  # 200 (version 1)
+                (path, own, "?wire_version=0"),  # 422
+                (path, own, f"?wire_version={wire.WIRE_VERSION + 1}"),  # 422
+                (path, own, "?wire_version=x"),  # 422
+                (path, own, f"?other=1&wire_version={wire.WIRE_VERSION}"),
+                (path, {"If-None-Match": etag}, current),  # 401
+                (path, {**other.headers, "If-None-Match": etag}, current),  # 403
+                (path.replace(probe.id, probe.id.replace("-", "")), own, current),
+                (path, {**own, "If-None-Match": "x" * 1025}, current),  # 422
+            ]
+            answers = [(first.status_code, first.json()["campaigns"], {"etag": etag})]
+            for url, headers, query in requests:
+                response = await client.get(url + query, headers=headers)
+                body = response.json() if response.content else None
+                if isinstance(body, dict):
+                    body.pop("generated_at", None)
+                kept = {
+                    name: response.headers[name]
+                    for name in ("etag", "cache-control", "www-authenticate")
+                    if name in response.headers
+                }
+                answers.append((response.status_code, body, kept))
             return answers
 
     return asyncio.run(run())
@@ -162,3 +206,22 @@ def test_joins_of_one_window_go_as_one_message(monkeypatch: pytest.MonkeyPatch) 
 
     asyncio.run(run())
     assert sent == [[f"t{index}" for index in range(10)], ["late"]]
+
+
+def test_unchanged_schedule_answered_like_the_route(
+    in_process: None, client: httpx.Client, probe: Enrolled, enroll_token: str
+) -> None:
+    from testkit import enroll_probe
+
+    other = enroll_probe(client, enroll_token)
+    fast, reference = _apps()
+    before = REQUESTS.labels("GET", "/api/v1/probes/{probe_id}/schedule", "304")._value.get()
+    mine = _schedule_answers(fast, probe, other)
+    theirs = _schedule_answers(reference, probe, other)
+    # (A repeated wire_version is read as its last value, an unknown parameter is ignored: the
+    # hot path leaves both to the route.)
+    assert [answer[0] for answer in mine] == [200, 200, 304, 304, 200, 200, 422, 422, 422, 304, 401, 403, 304, 422], mine
+    assert mine == theirs
+    assert mine[2][2]["cache-control"] == "no-cache" and mine[2][2]["etag"] == mine[0][2]["etag"]
+    # Both apps' 304s counted under the route (the hot path's and FastAPI's alike).
+    assert REQUESTS.labels("GET", "/api/v1/probes/{probe_id}/schedule", "304")._value.get() == before + 8
