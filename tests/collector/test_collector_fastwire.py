@@ -467,6 +467,24 @@ def test_fast_decoder_agrees_with_pydantic_on_raw_json_oddities() -> None:
     assert any(verdicts) and not all(verdicts)
 
 
+@pytest.mark.unit
+def test_a_nul_escape_text_is_left_to_pydantic_and_read_as_it_reads_it() -> None:
+    """The fast decoder checks "no NUL in any string" as "no ``\\u0000`` in the body": a real NUL
+    is refused by both, the same six characters after an escaped backslash (no NUL) only by the
+    fast decoder, and the route then stores pydantic's reading."""
+    probe_id = str(uuid.uuid4())
+    with_nul = make_trial(probe_id)
+    with_nul["url"] = "http://origin/a\x00b"
+    assert pydantic_verdict(json.dumps(make_batch(probe_id, [with_nul])).encode()) is None
+    assert check(json.dumps(make_batch(probe_id, [with_nul])).encode()) is False
+    text_only = make_trial(probe_id)
+    text_only["url"] = "http://origin/a\\u0000b"  # a backslash, then the text u0000
+    body = json.dumps(make_batch(probe_id, [text_only])).encode()
+    assert b"\\\\u0000" in body and fast_verdict(body) is None
+    stored = service_verdict(body)
+    assert stored is not None and stored.trials[0].url == "http://origin/a\\u0000b"
+
+
 @pytest.mark.parametrize("timestamp", TIMESTAMP_VALUES)
 @pytest.mark.unit
 def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
