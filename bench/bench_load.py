@@ -68,13 +68,15 @@ import redis
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import testenv
-from bench_ingest import TCPI, free_port
+from bench_ingest import COPY_COLUMNS, TCPI, copy_rows, free_port
 
 from iwprobe import wire
 from iwscope import worker_client
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "load.json"
+#: Trials the raw COPY baseline stores (and deletes) before the stages of each run.
+COPY_BASELINE_ROWS = 20_000
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: A simulated probe's heartbeat interval (``iwprobe run --heartbeat-s``, default 60 s).
 HEARTBEAT_S = 60.0
@@ -590,6 +592,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
                 {
                     "t": round(time.monotonic() - started, 1),
                     "backlog": sampler.backlog(),
+                    "join_pending_trials": sampler.join_pending_trials(),
                     "origin_spools": sum(len(origin.pending) for origin in fleet.origins),
                     "trials_stored": fleet.stats.trials_stored,
                 }
@@ -610,8 +613,14 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "error_share": round(sum(stats.errors.values()) / max(1, stats.requests), 4),
             "errors": stats.errors,
             "statuses": {str(code): count for code, count in sorted(stats.statuses.items())},
+            "backlog_start": samples[0]["backlog"],
             "backlog_max": max(s["backlog"] for s in samples),
             "backlog_end": samples[-1]["backlog"],
+            # Trials whose join is asked for and not yet done (the API sends the ids of 50 ms of
+            # uploads as one entry, so entries alone undercount): flat when the worker keeps up.
+            "join_pending_trials_start": samples[0]["join_pending_trials"],
+            "join_pending_trials_max": max(s["join_pending_trials"] for s in samples),
+            "join_pending_trials_end": samples[-1]["join_pending_trials"],
             "cpu_cores": cpu_share,
             # CPU per stored trial (us) of each role: the issue's "API CPU per trial", per stage.
             "cpu_us_per_trial": {
@@ -638,9 +647,11 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         results.append(row)
         print(
             f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
-            f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog max "
-            f"{row['backlog_max']} end {row['backlog_end']}  origin spools max {row['origin_spool_max']} end "
-            f"{row['origin_spool_end']}  cpu {cpu_share}  us/trial {row['cpu_us_per_trial']}  server-side upload "
+            f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog start "
+            f"{row['backlog_start']} max {row['backlog_max']} end {row['backlog_end']} (trials waiting for their "
+            f"join {row['join_pending_trials_start']} -> {row['join_pending_trials_end']})  origin spools max "
+            f"{row['origin_spool_max']} end {row['origin_spool_end']}  cpu {cpu_share}  us/trial "
+            f"{row['cpu_us_per_trial']}  server-side upload "
             f"p50 <= {row['server_upload_p50_s']} s p99 <= {row['server_upload_p99_s']} s  driver lag p50 "
             f"{row['driver_lag_p50_ms']} ms p99 {row['driver_lag_p99_ms']} ms  refused at the door "
             f"{row['refused_by_admission']}",
@@ -690,9 +701,58 @@ class Sampler:
         pending = f"iwscope:{self.queue}:{worker_client.JOIN_PENDING}"
         return int(self.redis.llen(self.queue)) + int(self.redis.llen(pending))
 
+    def join_pending_trials(self) -> int:
+        """Trial ids in the entries waiting for a join drain."""
+        pending = f"iwscope:{self.queue}:{worker_client.JOIN_PENDING}"
+        return sum(len(orjson.loads(entry).get("t", [])) for entry in self.redis.lrange(pending, 0, -1))
+
     def close(self) -> None:
         self.pg.close()
         self.redis.close()
+
+
+def copy_baseline(
+    libpq_url: str, probe_id: str, origin_id: str, campaign_id: int, batch_min: int, batch_max: int
+) -> dict[str, Any]:
+    """The raw COPY of this run's trial rows, on this run's database and box, right before the
+    stages: rows of the fleet's shape (``make_trials``, the columns of ``bench_ingest``) in
+    transactions of the fleet's batch sizes, by plain psycopg.  CPU per row of the PostgreSQL
+    backend and of the client (this process's thread): what storing a trial costs without the
+    API.  The rows are deleted afterwards."""
+    rng = random.Random(20261127)
+    batches: list[list[dict[str, Any]]] = []
+    while sum(len(batch) for batch in batches) < COPY_BASELINE_ROWS:
+        batches.append(make_trials(probe_id, origin_id, campaign_id, rng.randint(batch_min, batch_max), rng))
+    rows = [copy_rows(batch) for batch in batches]
+    count = sum(len(batch) for batch in rows)
+    with psycopg.connect(libpq_url) as connection:
+        backend = int(connection.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        connection.commit()
+        backend_before, client_before, started = _cpu_seconds(backend), time.thread_time(), time.perf_counter()
+        for batch in rows:
+            with connection.cursor() as cursor, cursor.copy(f"COPY trials ({', '.join(COPY_COLUMNS)}) FROM STDIN") as copy:
+                for row in batch:
+                    copy.write_row(row)
+            connection.commit()
+        elapsed = time.perf_counter() - started
+        backend_s, client_s = _cpu_seconds(backend) - backend_before, time.thread_time() - client_before
+        connection.execute("DELETE FROM trials WHERE trial_id = ANY(%s::uuid[])", ([t["trial_id"] for b in batches for t in b],))
+        connection.commit()
+    result = {
+        "rows": count,
+        "transactions": len(rows),
+        "rows_per_s": round(count / elapsed, 1),
+        "postgres_us_per_trial": round(1e6 * backend_s / count, 1),
+        "client_us_per_trial": round(1e6 * client_s / count, 1),
+        "us_per_trial": round(1e6 * (backend_s + client_s) / count, 1),
+    }
+    print(
+        f"raw COPY baseline: {count} trials in {len(rows)} transactions, {result['rows_per_s']:,.0f}/s, "
+        f"{result['us_per_trial']} us of CPU per trial (PostgreSQL {result['postgres_us_per_trial']}, "
+        f"client {result['client_us_per_trial']})",
+        flush=True,
+    )
+    return result
 
 
 def main() -> None:
@@ -728,12 +788,78 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="extra environment of the worker, e.g. IWSCOPE_LOG_LEVEL=INFO to log each task's duration (repeatable)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole benchmark N times (fresh database, API and worker each time): OUTPUT-runK.json "
+        "per run and, in OUTPUT, each run's last stage and the medians",
+    )
     args = parser.parse_args()
-    api_env = dict(item.split("=", 1) for item in args.api_env)
-    worker_env = dict(item.split("=", 1) for item in args.worker_env)
     stages = [int(value) for value in args.stages.split(",")]
     if max(stages) > args.probes:
         parser.error("a stage cannot have more active probes than --probes")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if args.repeat == 1:
+        run_once(args, stages, args.output)
+        return
+    outputs = [
+        args.output.with_name(f"{args.output.stem}-run{number}{args.output.suffix}") for number in range(1, args.repeat + 1)
+    ]
+    results = []
+    for number, output in enumerate(outputs, start=1):
+        print(f"== run {number} of {args.repeat}", flush=True)
+        results.append(run_once(args, stages, output))
+    summary = summarize(results, outputs)
+    args.output.write_text(json.dumps(summary, indent=2) + "\n")
+    for name, values in summary["last_stage"].items():
+        print(f"{name}: median {values['median']}  runs {values['runs']}")
+    print(f"wrote {args.output}")
+
+
+#: What :func:`summarize` reports of each run's last stage (the steady one of a fleet run).
+SUMMARY_FIELDS = (
+    "trials_per_s",
+    "error_share",
+    "upload_p99_ms",
+    "backlog_start",
+    "backlog_end",
+    "join_pending_trials_start",
+    "join_pending_trials_end",
+)
+
+
+def summarize(results: list[dict[str, Any]], outputs: list[pathlib.Path]) -> dict[str, Any]:
+    """The repeated runs side by side: each run's last stage, the CPU per stored trial of each
+    role and the raw COPY baseline, every value and the median."""
+    columns: dict[str, list[Any]] = {}
+    for result in results:
+        last = result["stages"][-1]
+        for name in SUMMARY_FIELDS:
+            columns.setdefault(name, []).append(last[name])
+        for role, value in last["cpu_us_per_trial"].items():
+            columns.setdefault(f"{role}_us_per_trial", []).append(value)
+        columns.setdefault("copy_baseline_us_per_trial", []).append(result["copy_baseline"]["us_per_trial"])
+        columns.setdefault("load_average_at_start", []).append(result["load_average_at_start"][0])
+    return {
+        "generated_at": wire.utc_timestamp(),
+        "runs": [str(output) for output in outputs],
+        "last_stage": {
+            name: {
+                "runs": values,
+                "median": round(statistics.median(values), 3) if all(value is not None for value in values) else None,
+            }
+            for name, values in columns.items()
+        },
+    }
+
+
+def run_once(args: argparse.Namespace, stages: list[int], output: pathlib.Path) -> dict[str, Any]:
+    """One run of the benchmark (its own database, API and worker); writes ``output``, returns its result."""
+    api_env = dict(item.split("=", 1) for item in args.api_env)
+    worker_env = dict(item.split("=", 1) for item in args.worker_env)
+    load_at_start = os.getloadavg()
     server = testenv.server_database_url()
     redis_url = testenv.server_redis_url().rsplit("/", 1)[0] + "/13"
     name = f"iwscope_load_{secrets.token_hex(4)}"
@@ -820,6 +946,9 @@ def main() -> None:
                 headers={"Authorization": f"Bearer {tokens['admin']}"},
             ).json()
         print(f"enrolled {len(probes)} probes in {enroll_s:.1f} s ({len(probes) / enroll_s:.0f}/s)", flush=True)
+        baseline = copy_baseline(
+            libpq_url, probes[0]["id"], origins[0]["id"], int(campaign["id"]), args.batch_min, args.batch_max
+        )
         sampler = Sampler(api.pid, worker.pid, libpq_url, name, redis_url, queue)
         fleet = Fleet(
             base_url,
@@ -876,7 +1005,9 @@ def main() -> None:
         "generated_at": wire.utc_timestamp(),
         "host": platform.node(),
         "cpus": os.cpu_count(),
+        "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg(),
+        "copy_baseline": baseline,
         "probes_enrolled": args.probes,
         "enroll_per_s": round(args.probes / enroll_s, 1),
         "stage_s": args.stage_s,
@@ -901,10 +1032,11 @@ def main() -> None:
         "worker_env": worker_env,
         "answers_503": busy_503,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"drained the worker backlog in {drain_s:.1f} s; stored {stored} trials, {joined} joined")
-    print(f"wrote {args.output}")
+    print(f"wrote {output}")
+    return result
 
 
 if __name__ == "__main__":
