@@ -9,8 +9,8 @@ statement, since ``unnest`` cannot carry arrays of different lengths.
 
 Before any insert, in the same transaction, every campaign the records name is read once: it
 must be a passive campaign that includes this server, at a phase no earlier than the record's.
-After the commit the heartbeat, if any, is stored (or ``last_seen_at`` refreshed), as trial
-uploads do.
+The heartbeat, if any, is stored (or ``last_seen_at`` refreshed) as the transaction's last
+statement, as trial uploads do.
 """
 
 from __future__ import annotations
@@ -270,13 +270,12 @@ def campaign_errors(cursor: psycopg.Cursor[Any], batch: PassiveBatchIn, server_i
 
 
 def _store_heartbeat(connection: psycopg.Connection[Any], server_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
-    """The heartbeat folded into the upload, in its own short transaction after the batch's."""
+    """The heartbeat folded into the upload, as the batch transaction's last statement (the caller commits)."""
     values = heartbeat_values(heartbeat, utcnow())
     connection.execute(
         "UPDATE servers SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
         (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), server_id),
     )
-    connection.commit()
 
 
 def store_passive_batch(engine: Engine, batch: PassiveBatchIn, server_id: uuid.UUID) -> PassiveResult:
@@ -291,11 +290,11 @@ def store_passive_batch(engine: Engine, batch: PassiveBatchIn, server_id: uuid.U
                 raise BatchRejected(422, "invalid batch: nothing was stored", errors)
             new_aggregates = _insert(cursor, _INSERT_AGGREGATES, [_aggregate_row(record) for record in batch.aggregates])
             new_connections = _insert(cursor, _INSERT_CONNECTIONS, [_connection_row(record) for record in batch.connections])
-        connection.commit()
         if batch.heartbeat is not None:
             _store_heartbeat(connection, server_id, batch.heartbeat.model_dump())
         else:
             touch_last_seen(connection, "servers", server_id)
+        connection.commit()
     except BaseException:
         pooled.rollback()
         raise

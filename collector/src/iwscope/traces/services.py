@@ -124,7 +124,7 @@ _INSERT = (
 
 def store_trace_batch(engine: Engine, rows: TraceBatchRows) -> TraceResult:
     """Insert a validated batch in one transaction (all or nothing; a trace stored before is a
-    duplicate and stays as it was), then refresh the agent's ``last_seen_at``."""
+    duplicate and stays as it was), the agent's ``last_seen_at`` refreshed in the same transaction."""
     accepted = 0
     pooled = engine.raw_connection()
     try:
@@ -134,8 +134,8 @@ def store_trace_batch(engine: Engine, rows: TraceBatchRows) -> TraceResult:
                 columns = [[getattr(trace, name) for trace in rows.traces] for name, _ in _COLUMNS]
                 cursor.execute(_INSERT, columns)
                 accepted = int(cursor.rowcount)
-            connection.commit()
         touch_last_seen(connection, _AGENT_TABLES[rows.kind], rows.agent_id)
+        connection.commit()
     except BaseException:
         pooled.rollback()
         raise

@@ -357,23 +357,23 @@ _LAST_SEEN_RESOLUTION_S = 10.0
 
 
 def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
-    """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, in its own
-    short transaction after the batch committed (see :func:`touch_last_seen`)."""
+    """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, as the
+    batch transaction's last statement (see :func:`touch_last_seen`; the caller commits)."""
     values = heartbeat_values(heartbeat, utcnow())
     connection.execute(
         "UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
         (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id),
     )
-    connection.commit()
     _LAST_TOUCHED[("probes", probe_id)] = time.monotonic()
 
 
 def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
-    """Refresh ``last_seen_at`` in its own short transaction after the batch committed.
+    """Refresh ``last_seen_at`` as the batch transaction's last statement (the caller commits).
 
-    Updating the row inside the batch's transaction would hold its lock until the commit and
-    serialise concurrent uploads of one probe; the resolution keeps the writes rare, and a
-    process that refreshed the row less than the resolution ago skips the round trip.
+    The row's lock is then held only for the commit, and one agent's uploads come one at a
+    time: a refresh in a transaction of its own cost every upload a second commit (a WAL flush)
+    and two round trips.  The resolution keeps the writes rare, and a process that refreshed
+    the row less than the resolution ago skips the statement.
     """
     now = time.monotonic()
     key = (table, identity)
@@ -384,7 +384,6 @@ def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.U
         f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
         (identity,),
     )
-    connection.commit()
     _LAST_TOUCHED[key] = now
 
 
@@ -439,11 +438,11 @@ def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: 
                 cursor.execute(_INSERT_SAMPLES)
                 new_samples = cursor.rowcount  # rows inserted (conflicts are not counted)
             new_census = census.store(cursor, batch.census, batch.census_measured_at)
-        connection.commit()
         if batch.envelope.heartbeat is not None:
             _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))
         else:
             touch_last_seen(connection, "probes", probe_id)
+        connection.commit()
     except BaseException:
         pooled.rollback()
         raise
@@ -474,8 +473,8 @@ def store_observation_batch(engine: Engine, batch: fastwire.FastObservationBatch
                 _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS, rows)
                 cursor.execute(_INSERT_OBSERVATIONS)
                 result.new_trial_ids = [row[0] for row in cursor.fetchall()]
-        connection.commit()
         touch_last_seen(connection, "origins", origin_id)
+        connection.commit()
     except BaseException:
         pooled.rollback()
         raise
