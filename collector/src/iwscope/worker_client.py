@@ -48,22 +48,24 @@ QUEUED_TTL_S = 60
 JOIN_QUEUED_TTL_S = 10
 
 
-def queue_join(trial_ids: Sequence[str]) -> None:
+def queue_join(trial_ids: Sequence[str]) -> bool:
     """The join of these trials with their observations: of a stored trial batch (its
     observations arrived first; ``trial_ids`` may be empty when it held only path samples) or
     of a stored observation batch (its trials did); sent after the answer went out.  Path
-    estimates and roll-ups follow from the refresh the drain queues."""
-    _request_join(trial_ids)
+    estimates and roll-ups follow from the refresh the drain queues.  False when Redis did not
+    take the ids (the caller may send them again; else the beat's sweep joins them)."""
+    return _request_join(trial_ids)
 
 
-def _request_join(trial_ids: Sequence[str]) -> None:
-    """Append a batch to the pending joins and make sure one drain is queued.
+def _request_join(trial_ids: Sequence[str]) -> bool:
+    """Append a batch to the pending joins and make sure one drain is queued (False: Redis
+    did not take the batch).
 
     One message per upload was one task per upload: at 10,000 probes (~330 uploads/s) one
     worker process fell behind by 17k tasks in two minutes, each a handful of round trips for
     20 trials.  A drain joins every batch waiting (``DRAIN_MAX_BATCHES`` at a time) in one
-    statement.  If Redis is down the upload still succeeded: the beat sweep joins what was
-    missed."""
+    statement.  If Redis is down the upload still succeeded: the API sends the ids again
+    (``iwscope.trials.ingest.JoinBatcher``) and the beat sweep joins what was missed."""
     entry = orjson.dumps({"t": list(trial_ids)})
     try:
         # one round trip: append, and mark a drain as queued unless one is
@@ -74,9 +76,10 @@ def _request_join(trial_ids: Sequence[str]) -> None:
     except redis.RedisError:
         TASKS_NOT_SENT.labels(JOIN_DRAIN_TASK).inc()
         log.exception("could not record a pending join")
-        return
+        return False
     if newly_marked:
         _send_marked(JOIN_DRAIN_TASK, key(JOIN_DRAIN_QUEUED), 0.0)
+    return True
 
 
 def queue_join_drain() -> bool:

@@ -124,6 +124,8 @@ async def answer_upload(path: str, scope: Scope, receive: Receive, send: Send) -
 
 #: How long the first upload of a window waits for others before asking for their joins in one message.
 JOIN_WINDOW_S = 0.05
+#: Trial ids kept for the next window while Redis is down (about 50 bytes each).
+JOIN_MAX_KEPT = 200_000
 
 
 class JoinBatcher:
@@ -132,13 +134,18 @@ class JoinBatcher:
     One Redis round trip (and one thread hop) per upload was 3 % of the API's CPU at the fleet's
     shape; the worker's drain joins whatever is pending in one statement anyway.  The first
     upload of a window waits ``window_s`` after its answer went out, then sends every id added
-    meanwhile; the others only append.  A process stopped meanwhile finishes the wait (uvicorn
-    lets requests end); one killed loses the message, which the beat's sweep makes good, as
-    when Redis is down (:func:`iwscope.worker_client.queue_join`)."""
+    meanwhile; the others only append.  Ids Redis did not take (it is down) are kept, at most
+    ``max_kept``, and sent with the next window's: after a Redis restart the joins of what was
+    stored meanwhile are asked for with the first upload, not at the beat's next sweep (up to a
+    minute later).  A process stopped meanwhile finishes the wait (uvicorn lets requests end);
+    one killed loses its window, which the beat's sweep makes good."""
 
-    def __init__(self, window_s: float = JOIN_WINDOW_S) -> None:
+    def __init__(self, window_s: float = JOIN_WINDOW_S, max_kept: int = JOIN_MAX_KEPT) -> None:
         self.window_s = window_s
+        self.max_kept = max_kept
         self._pending: list[str] | None = None
+        #: Ids of earlier windows Redis did not take.
+        self._kept: list[str] = []
 
     async def add(self, trial_ids: list[str]) -> None:
         if self._pending is not None:
@@ -148,8 +155,11 @@ class JoinBatcher:
         try:
             await anyio.sleep(self.window_s)
         finally:
-            pending, self._pending = self._pending, None
-            await run_in_threadpool(queue_join, pending)
+            pending, self._pending = self._kept + self._pending, None
+            self._kept = []
+            if not await run_in_threadpool(queue_join, pending):
+                # Newest kept when over the bound: the sweep joins the rest.
+                self._kept = pending[-self.max_kept :] if self.max_kept else []
 
 
 _JOIN_BATCHER: RunVar[JoinBatcher] = RunVar("iwscope_join_batcher")
