@@ -621,6 +621,10 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "join_pending_trials_start": samples[0]["join_pending_trials"],
             "join_pending_trials_max": max(s["join_pending_trials"] for s in samples),
             "join_pending_trials_end": samples[-1]["join_pending_trials"],
+            "join_pending_trials_series": [s["join_pending_trials"] for s in samples],
+            # Least-squares trend over the stage (trials/s): a worker falling behind shows as a
+            # clearly positive slope; drains in bursts make start and end alone noisy.
+            "join_pending_trials_slope_per_s": _slope([s["t"] for s in samples], [s["join_pending_trials"] for s in samples]),
             "cpu_cores": cpu_share,
             # CPU per stored trial (us) of each role: the issue's "API CPU per trial", per stage.
             "cpu_us_per_trial": {
@@ -662,6 +666,13 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         task.cancel()
     await asyncio.gather(*tasks, *helpers, return_exceptions=True)
     return results
+
+
+def _slope(times: list[float], values: list[int]) -> float | None:
+    """Least-squares slope of ``values`` over ``times`` (per second)."""
+    if len(times) < 2:
+        return None
+    return round(statistics.linear_regression(times, values).slope, 1)
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -827,6 +838,7 @@ SUMMARY_FIELDS = (
     "backlog_end",
     "join_pending_trials_start",
     "join_pending_trials_end",
+    "join_pending_trials_slope_per_s",
 )
 
 
