@@ -102,10 +102,12 @@ def test_comparisons_go_through_compare_digest(db_session: Session, monkeypatch:
     assert "secret_matches(" in source and "==" not in source
     for function in (dependencies.authenticated_probe, dependencies.authenticated_origin):
         assert "authenticate(" in inspect.getsource(function)
-    # ... and so do the upload routes answered without FastAPI's dependencies.
+    # ... and so do the hot paths answered without FastAPI's dependencies.
+    from iwscope.probes import hotpath
     from iwscope.trials import ingest
 
-    assert "authenticate(" in inspect.getsource(ingest.UploadFastPath.__call__)
+    assert "authenticate(" in inspect.getsource(ingest.answer_upload)
+    assert "authenticate(" in inspect.getsource(hotpath.answer_if_unchanged)
     # The credential cache is keyed by a digest of the whole credential: a lookup compares
     # digests, never the secret, and only verified credentials are ever put in it.
     assert "hashlib.sha256" in inspect.getsource(dependencies.CredentialCache._key)

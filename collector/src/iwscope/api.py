@@ -56,20 +56,32 @@ class RequestMetrics:
             return
         started = time.perf_counter()
         status_code = 500
+        counted = False
+
+        def count() -> None:
+            nonlocal counted
+            counted = True
+            # The router (or iwscope.hotpaths) put the matched route into this same scope.
+            route = str(getattr(scope.get("route"), "path", "unmatched"))
+            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
+            REQUESTS.labels(scope["method"], route, str(status_code)).inc()
 
         async def send_and_note(message: Message) -> None:
             nonlocal status_code
             if message["type"] == "http.response.start":
                 status_code = message["status"]
             await send(message)
+            # Counted when the answer is complete, not when the app returns: work after the
+            # answer (an upload's join request waits up to 50 ms) is not the client's latency,
+            # and a client reading /metrics right after its answer sees it counted.
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and not counted:
+                count()
 
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            # The router put the matched route into this same scope.
-            route = str(getattr(scope.get("route"), "path", "unmatched"))
-            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
-            REQUESTS.labels(scope["method"], route, str(status_code)).inc()
+            if not counted:
+                count()
 
 
 @asynccontextmanager

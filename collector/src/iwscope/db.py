@@ -81,6 +81,9 @@ def _ping_when_idle(engine: Engine, after_idle_s: float) -> None:
             return
         try:
             engine.dialect.do_ping(dbapi_connection)
+            # The ping's SELECT opened a transaction: hand the connection out without one (its
+            # snapshot would otherwise date from the ping, not from the caller's first statement).
+            dbapi_connection.rollback()
         except Exception as error:  # a connection that cannot answer SELECT 1 is of no use
             raise sqlalchemy.exc.DisconnectionError(str(error)) from error
 
