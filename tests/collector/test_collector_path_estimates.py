@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import redis
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from testkit import (
@@ -64,6 +65,25 @@ def _all_joined(engine: Engine, probe_id: str, expected: int) -> bool:
             connection.execute(text("SELECT count(joined_at) FROM trials WHERE probe_id = :p"), {"p": probe_id}).scalar_one()
             == expected
         )
+
+
+def _join_state(worker: Any, engine: Engine, probe_id: str) -> str:
+    """What a join that did not come shows: the pending list, the drain's queued mark, the
+    worker's queue, the joined count, the worker log's tail."""
+    client = redis.Redis.from_url(worker.redis_url)
+    try:
+        prefix = f"iwscope:{worker.queue}:"
+        state = (
+            f"pending={client.llen(prefix + 'join-pending')} mark_ttl={client.ttl(prefix + 'join-drain-queued')} "
+            f"queue={client.llen(worker.queue)} keys={sorted(k.decode() for k in client.keys(prefix + '*'))}"
+        )
+    finally:
+        client.close()
+    with engine.connect() as connection:
+        joined = connection.execute(
+            text("SELECT count(joined_at), count(*) FROM trials WHERE probe_id = :p"), {"p": probe_id}
+        ).one()
+    return f"{state} joined/trials={tuple(joined)}\n{worker.log()[-4000:]}"
 
 
 def _upload(
@@ -124,7 +144,12 @@ def test_incremental_estimates_equal_a_rebuild(
         ).status_code
         == 200
     )
-    wait_for(lambda: _all_joined(db_engine, probe.id, len(stored) - 1), timeout=60)
+    wait_for(
+        lambda: _all_joined(db_engine, probe.id, len(stored) - 1),
+        timeout=60,
+        what="every observed trial joined",
+        detail=lambda: _join_state(celery_worker, db_engine, probe.id),
+    )
     wait_folded(db_engine, probe.id)  # the last joins' server side included
     incremental = _estimate(db_engine, probe.id, origin.id)
     assert incremental is not None and incremental["sample_count"] == len(stored) + 6
