@@ -1,5 +1,5 @@
 # One entry point for people and CI alike; each target is a script under scripts/.
-.PHONY: setup lock lint demo test test-unit test-slow test-faults bench clean fresh-check
+.PHONY: setup lock lint demo test test-unit test-slow test-faults bench clean fresh-check deploy-check
 
 setup:        ## install what is missing (apt packages, .venv from requirements.lock, editable packages, emulator)
 	@scripts/setup.sh
@@ -27,6 +27,9 @@ test-faults: setup  ## fault-injection suite (long)
 
 bench: setup  ## benchmarks (run by hand; results go to bench/results/)
 	@scripts/bench.sh
+
+deploy-check: setup  ## the images built by podman from a debootstrapped base and run as the chart runs them (docs/deployment.md; minutes)
+	@scripts/test.sh -m deploy tests/deploy
 
 fresh-check:  ## .ci/run in a fresh Debian 12 chroot with the checkout in a 0700 /root (about 30 min)
 	@scripts/fresh-machine-check.sh

@@ -11,6 +11,9 @@
 #         in the image for that. VMs usually run iwprobe without a container (Ansible role).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The version of iwprobe (probe/pyproject.toml); installed exactly, by name (pip freeze then
+# says iwprobe==VERSION, as the lock check of tests/deploy/test_images_built.py reads it).
+ARG IWPROBE_VERSION=0.1.0
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -19,6 +22,7 @@ COPY probe/ probe/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ./probe
 
 FROM ${PYTHON_IMAGE} AS runtime
+ARG IWPROBE_VERSION
 LABEL org.opencontainers.image.title="iwscope probe" \
       org.opencontainers.image.description="iwprobe: the iwscope probe and instrumented origin (stdlib only)" \
       org.opencontainers.image.source="https://github.com/iwscope/iwscope" \
@@ -37,7 +41,7 @@ RUN apt-get update \
  && install -d -o 10001 -g 10001 -m 0700 /var/lib/iwprobe
 # No dependencies to resolve: --no-deps proves the wheel needs nothing but the stdlib.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --no-deps /wheels/iwprobe-*.whl \
+    pip install --no-cache-dir --no-index --find-links=/wheels --no-deps "iwprobe==${IWPROBE_VERSION}" \
  && iwprobe version
 VOLUME ["/var/lib/iwprobe"]
 USER 10001:10001

@@ -31,13 +31,10 @@ for port in 54329 63799 8700 8750; do
     exit 1
   fi
 done
-command -v debootstrap >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
-
-mirror="${IWSCOPE_FRESH_MIRROR:-}"
-if [ -z "$mirror" ]; then  # the first Debian archive this machine's apt is configured with
-  mirror="$(grep -rhoE '(URIs:|^deb)\s+\S+/debian/?(\s|$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
-            | grep -oE 'https?://\S+/debian/?' | head -n 1 || true)"
-fi
+# shellcheck source=scripts/debian.sh
+. "${repo}/scripts/debian.sh"
+ensure_debian_packages debootstrap
+mirror="$(debian_mirror)"
 if [ ! -f "${base}/.complete" ]; then
   echo "fresh-machine-check: debootstrap ${suite} (minbase + git, make) into ${base}" >&2
   rm -rf "$base"
@@ -71,10 +68,7 @@ rm -f "${root}/.complete"
 cp /etc/resolv.conf "${root}/etc/resolv.conf"
 # This machine's network trust, as a VM on the same network would be provisioned with it: the
 # local CA certificates (an egress proxy's, say) and the TLS/proxy variables that name them.
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  cp /usr/local/share/ca-certificates/*.crt "${root}/usr/local/share/ca-certificates/"
-  chroot "$root" update-ca-certificates >/dev/null 2>&1
-fi
+add_local_ca_certificates "$root"
 pass_env=()
 while IFS= read -r name; do pass_env+=("${name}=${!name}"); done < <(compgen -e |
   grep -E '^(SSL_CERT_(FILE|DIR)|PIP_CERT|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|GIT_SSL_CAINFO|NODE_EXTRA_CA_CERTS|PIP_DEFAULT_TIMEOUT|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)$' || true)

@@ -1,8 +1,76 @@
-"""The deploy tests reuse the chart renderer of tests/helm (one parser of the chart)."""
+"""Fixtures of the deploy tests; they reuse the chart renderer of tests/helm (one parser of the chart)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
+import secrets
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "helm"))
+
+from chartrender import REPO
+from kubeplay import podman
+from testenv import create_database, drop_database
+
+#: Build times and sizes of the images, for docs/deployment.md and the closing note.
+IMAGES_ARTIFACT = REPO / "artifacts" / "deploy-images.json"
+
+
+@pytest.fixture(scope="module")
+def empty_database_url() -> Iterator[str]:
+    """A new, empty database (no schema) of the test server, dropped at the end."""
+    name = f"iwscope_deploy_{secrets.token_hex(4)}"
+    try:
+        yield create_database(name)
+    finally:
+        drop_database(name)
+
+
+@dataclass
+class Built:
+    """An image built by podman: its tag, build time and size."""
+
+    image: str
+    build_s: float
+    size_bytes: int
+
+
+@pytest.fixture(scope="session")
+def built_images() -> dict[str, Built]:
+    """Both images, built by podman from the base ``scripts/image-base.sh`` makes (marker ``deploy``)."""
+    base = subprocess.run([str(REPO / "scripts" / "image-base.sh")], capture_output=True, text=True, timeout=1800, check=False)
+    assert base.returncode == 0, base.stderr[-3000:]
+    base_image = base.stdout.strip().splitlines()[-1]
+    built: dict[str, Built] = {}
+    for name in ("collector", "probe"):
+        tag = f"localhost/iwscope-{name}:check"
+        started = time.monotonic()
+        build = podman(
+            "build",
+            "--pull=never",
+            "--layers=false",
+            "-f",
+            str(REPO / "docker" / f"{name}.Dockerfile"),
+            "--ignorefile",
+            str(REPO / "docker" / f"{name}.Dockerfile.dockerignore"),
+            "--build-arg",
+            f"PYTHON_IMAGE={base_image}",
+            "-t",
+            tag,
+            str(REPO),
+            timeout=1800,
+        )
+        assert build.returncode == 0, (build.stdout + build.stderr)[-5000:]
+        seconds = time.monotonic() - started
+        size = podman("image", "inspect", "--format", "{{.Size}}", tag)
+        built[name] = Built(tag, round(seconds, 1), int(size.stdout.strip()))
+    IMAGES_ARTIFACT.parent.mkdir(exist_ok=True)
+    IMAGES_ARTIFACT.write_text(json.dumps({name: asdict(item) for name, item in built.items()}, indent=2) + "\n")
+    return built

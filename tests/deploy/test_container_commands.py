@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from chartrender import REPO, Manifest, ensure_helm, find, helm_template
 from podsim import PodContainer, wait_until
-from testenv import create_database, drop_database, libpq_url
+from testenv import libpq_url
 
 #: Seconds allowed for each process to become ready (includes imports under CPU noise).
 READY_TIMEOUT_S = 90.0
@@ -39,16 +39,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def empty_database_url() -> Iterator[str]:
-    """A new, empty database (no schema) of the test server, dropped at the end."""
-    name = f"iwscope_deploy_{secrets.token_hex(4)}"
-    try:
-        yield create_database(name)
-    finally:
-        drop_database(name)
 
 
 @dataclass

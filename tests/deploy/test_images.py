@@ -71,7 +71,9 @@ def test_build_context_sends_what_the_dockerfile_copies(image: str) -> None:
     assert copied and set(copied) <= included, f"{copied} vs {included}"
     for source in copied:
         assert (REPO / source).exists(), source
-    assert sorted(copied) == sorted(set(IMAGES[image]) | ({"migrations"} if image == "collector" else set()))
+    # The collector's builder also takes the lock and the script that picks its part of it.
+    extra = {"migrations", "requirements.lock", "docker/lock_subset.py"} if image == "collector" else set()
+    assert sorted(copied) == sorted(set(IMAGES[image]) | extra)
 
 
 def test_collector_image_points_iwscope_at_its_migrations() -> None:
@@ -89,6 +91,8 @@ def test_pinned_versions_match_the_distributions() -> None:
     assert pinned, "collector.Dockerfile must pin IWSCOPE_VERSION"
     for distribution in IMAGES["collector"]:
         assert _version(distribution) == pinned.group(1), f"{distribution}/pyproject.toml"
+    probe = re.search(r"^ARG IWPROBE_VERSION=(\S+)$", (DOCKER / "probe.Dockerfile").read_text(encoding="utf-8"), re.MULTILINE)
+    assert probe and probe.group(1) == _version("probe"), "probe.Dockerfile must pin IWPROBE_VERSION"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
     assert chart["appVersion"] == _version("collector")
 

@@ -1,0 +1,204 @@
+"""The rendered chart played by a real container engine: ``podman kube play`` (podman 4.3).
+
+What kube play does as Kubernetes would: Deployments (one replica each), their init
+containers, ConfigMaps (``envFrom``), ``secretKeyRef`` env, emptyDir volumes, the security
+context (read-only root, UID/GID, dropped capabilities, seccomp), images by name and pull
+policy.  What it does not, and what stands in for it here:
+
+* **Secrets**: podman 4.3 stores a Secret document of the YAML as written but reads a
+  ``secretKeyRef`` as a JSON map of base64 values, so each rendered Secret is created as a
+  podman secret in that form (same name, same keys and values) and left out of the play.
+* **Jobs** (the migration hook): kube play has no Job; the Job's pod template is played as a
+  Pod (``restartPolicy: Never``), before the Deployments, as the ``pre-install`` hook runs
+  before them, and its container's exit code is the Job's outcome.
+* **Services, their DNS names, and pods' own network namespaces**: every pod joins the host's
+  network (``--network host``; podman then refuses port mappings, so the containers' ``ports``
+  are dropped and probes get port numbers), so each listener needs a free port (the chart's
+  ``containerPort`` values) and reaches PostgreSQL and Redis by URL as an external database
+  is reached; ServiceAccounts, NetworkPolicies, PodDisruptionBudgets, HPAs and Ingresses
+  have no engine here and are left out (the chart's tests render and lint them).
+* **Init containers**: podman 4.3 on this host (runc) starts a Deployment's init container and
+  then fails the pod trying to remove it while it still runs, so each Deployment's init
+  containers are played first as a Pod of their own (in order, each must exit 0), then the
+  Deployment without them -- the order the init containers enforce, kept.
+* **Probes**: the liveness probe becomes a podman healthcheck; readiness gates nothing (the
+  tests ask ``/readyz`` themselves).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import subprocess
+from dataclasses import dataclass, field
+
+import yaml
+from chartrender import REPO, Manifest
+
+#: What kube play runs; everything else of the chart is listed in the module docstring.
+PLAYED_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim")
+LEFT_OUT_KINDS = frozenset(
+    {"Service", "ServiceAccount", "NetworkPolicy", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Ingress"}
+)
+CONTAINERS_CONF = REPO / "docker" / "podman-containers.conf"
+
+
+def podman(*arguments: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["podman", *arguments],
+        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _checked(result: subprocess.CompletedProcess[str]) -> str:
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(result.args)} failed ({result.returncode}):\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+def _secret_data(secret: Manifest) -> dict[str, str]:
+    """Key -> base64 value of a Secret (``data`` is base64 already, ``stringData`` is not)."""
+    data = dict(secret.get("data") or {})
+    for key, value in (secret.get("stringData") or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    return data
+
+
+def job_as_pod(job: Manifest) -> Manifest:
+    template = job["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": job["metadata"]["name"], "labels": template.get("metadata", {}).get("labels", {})},
+        "spec": {**template["spec"], "restartPolicy": "Never"},
+    }
+
+
+def for_podman(workload: Manifest) -> Manifest:
+    """``workload`` as podman 4.3 can play it: on the host's network podman refuses port
+    mappings, so each container's ``ports`` go (its process listens on the ``containerPort`` its
+    command names) and probes that name a port get its number; its init containers are
+    played before (:meth:`PlayedChart.run_init_containers`), not here."""
+    copied: Manifest = json.loads(json.dumps(workload))
+    copied["spec"]["template"]["spec"].pop("initContainers", None)
+    for container in copied["spec"]["template"]["spec"]["containers"]:
+        numbers = {port["name"]: port["containerPort"] for port in container.pop("ports", []) if "name" in port}
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            http_get = container.get(probe, {}).get("httpGet")
+            if http_get is not None and http_get.get("port") in numbers:
+                http_get["port"] = numbers[http_get["port"]]
+    return copied
+
+
+@dataclass
+class PlayedChart:
+    """The chart's objects, played by podman in ``directory``; :meth:`down` removes all of it."""
+
+    objects: list[Manifest]
+    directory: pathlib.Path
+    secrets: list[str] = field(default_factory=list)
+    plays: list[pathlib.Path] = field(default_factory=list)
+    pods: list[str] = field(default_factory=list)
+
+    def kinds_left_out(self) -> set[str]:
+        handled = {*PLAYED_KINDS, "Secret", "Job"}
+        unknown = {obj["kind"] for obj in self.objects} - handled - LEFT_OUT_KINDS
+        if unknown:
+            raise AssertionError(f"the chart renders kinds this harness does not know: {sorted(unknown)}")
+        return {obj["kind"] for obj in self.objects} & LEFT_OUT_KINDS
+
+    def create_secrets(self) -> None:
+        for secret in (obj for obj in self.objects if obj["kind"] == "Secret"):
+            name = secret["metadata"]["name"]
+            path = self.directory / f"secret-{name}.json"
+            path.write_text(json.dumps(_secret_data(secret)))
+            path.chmod(0o600)
+            podman("secret", "rm", name)  # a leftover of an interrupted run
+            _checked(podman("secret", "create", name, str(path)))
+            path.unlink()
+            self.secrets.append(name)
+
+    def _play(self, name: str, documents: list[Manifest]) -> pathlib.Path:
+        path = self.directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+        self.plays.append(path)
+        for document in documents:  # the pods of an interrupted run (kube play fails on a name in use)
+            if document["kind"] in ("Deployment", "Pod"):
+                pod = document["metadata"]["name"] + ("-pod-0" if document["kind"] == "Deployment" else "")
+                self.pods.append(pod)
+                podman("pod", "rm", "--force", pod)
+        _checked(podman("kube", "play", "--network", "host", "--replace", str(path), timeout=300))
+        return path
+
+    def _run_pod(self, pod: Manifest, timeout: float) -> tuple[int, str]:
+        """Play ``pod`` (with the ConfigMaps its containers read) and wait for its containers, in
+        order; the first non-zero exit code (else 0) and their logs."""
+        configmaps = [obj for obj in self.objects if obj["kind"] == "ConfigMap"]
+        self._play(f"pod-{pod['metadata']['name']}", [*configmaps, pod])
+        code, logs = 0, ""
+        for container in pod["spec"]["containers"]:
+            name = f"{pod['metadata']['name']}-{container['name']}"
+            exited = int(_checked(podman("wait", name, timeout=timeout)).strip().splitlines()[-1])
+            log = podman("logs", name)
+            code, logs = code or exited, logs + log.stdout + log.stderr
+        return code, logs
+
+    def run_job(self, name: str, timeout: float = 300) -> tuple[int, str]:
+        """Play the Job named ``*name`` as a Pod; its exit code and log."""
+        (job,) = [obj for obj in self.objects if obj["kind"] == "Job" and obj["metadata"]["name"].endswith(name)]
+        return self._run_pod(job_as_pod(job), timeout)
+
+    def run_init_containers(self, timeout: float = 300) -> dict[str, tuple[int, str]]:
+        """Each Deployment's init containers played as a Pod of their own: exit code and log by Deployment."""
+        outcomes = {}
+        for workload in (obj for obj in self.objects if obj["kind"] == "Deployment"):
+            spec = workload["spec"]["template"]["spec"]
+            if spec.get("initContainers"):
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{workload['metadata']['name']}-init"},
+                    "spec": {
+                        **{k: v for k, v in spec.items() if k != "initContainers"},
+                        "containers": spec["initContainers"],
+                        "restartPolicy": "Never",
+                    },
+                }
+                outcomes[workload["metadata"]["name"]] = self._run_pod(pod, timeout)
+        return outcomes
+
+    def play_workloads(self) -> None:
+        self._play(
+            "workloads",
+            [for_podman(obj) if obj["kind"] == "Deployment" else obj for obj in self.objects if obj["kind"] in PLAYED_KINDS],
+        )
+
+    def container(self, deployment: str, container: str) -> str:
+        """The podman name of ``container`` in the pod of the Deployment named ``*deployment``."""
+        (workload,) = [
+            obj for obj in self.objects if obj["kind"] == "Deployment" and obj["metadata"]["name"].endswith(f"-{deployment}")
+        ]
+        return f"{workload['metadata']['name']}-pod-0-{container}"
+
+    def exec(self, deployment: str, container: str, *command: str) -> subprocess.CompletedProcess[str]:
+        return podman("exec", self.container(deployment, container), *command)
+
+    def logs(self, deployment: str, container: str) -> str:
+        result = podman("logs", self.container(deployment, container))
+        return result.stdout + result.stderr
+
+    def down(self) -> None:
+        for path in reversed(self.plays):
+            podman("kube", "down", str(path), timeout=120)
+        for pod in self.pods:  # what a failed play left (kube down removes only what it made)
+            podman("pod", "rm", "--force", pod)
+        for name in self.secrets:
+            podman("secret", "rm", name)
