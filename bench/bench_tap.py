@@ -8,7 +8,8 @@ spread on this 2-core box; the agent may run on either CPU) for blocks of ``--bl
 agent off and on (``off, on`` then ``on, off``, ``--pairs`` times), so both see the same machine;
 the agent runs a study that treats *every* client (IW 32: every SYN marked, every connection
 policy-routed) with its capture on (``--no-capture``: destroy notifications only) and its
-default budgets (the capture in windows above 20,000 server packets/s, 1,000 measured closes/s).
+default budgets (the capture in windows above 1,000 server packets/s, 50 measured closes/s;
+``--agent-args`` to measure others).
 Three loads:
 
 * ``keepalive``: wrk's default (HTTP/1.1 keep-alive: 50 connections, millions of requests);

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import secrets
 import subprocess
 import sys
 import uuid
@@ -14,7 +13,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
-from testenv import create_database, drop_database
+from testenv import scratch_database
 
 from iwscope import migrate
 
@@ -38,11 +37,8 @@ CORE_TABLES = {
 @pytest.fixture
 def empty_database_url() -> Iterator[str]:
     """A database of its own (the session database stays at head for the other tests)."""
-    name = f"iwscope_test_mig_{secrets.token_hex(4)}"
-    try:
-        yield create_database(name)
-    finally:
-        drop_database(name)
+    with scratch_database("iwscope_test_mig_") as url:
+        yield url
 
 
 def table_names(url: str) -> set[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import secrets
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "helm"))
 
 from chartrender import REPO
 from kubeplay import podman
-from testenv import create_database, drop_database
+from testenv import scratch_database
 
 #: Build times and sizes of the images, for docs/deployment.md and the closing note.
 IMAGES_ARTIFACT = REPO / "artifacts" / "deploy-images.json"
@@ -26,11 +25,8 @@ IMAGES_ARTIFACT = REPO / "artifacts" / "deploy-images.json"
 @pytest.fixture(scope="module")
 def empty_database_url() -> Iterator[str]:
     """A new, empty database (no schema) of the test server, dropped at the end."""
-    name = f"iwscope_deploy_{secrets.token_hex(4)}"
-    try:
-        yield create_database(name)
-    finally:
-        drop_database(name)
+    with scratch_database("iwscope_deploy_") as url:
+        yield url
 
 
 @dataclass

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import random
 
-#: Closes per second the agent measures at most by default (every connection below it).
-DEFAULT_CLOSES_PER_S = 1000
+#: Closes per second the agent measures at most by default (every connection below it): 180,000
+#: connections an hour on a busy server.  With 1,000 (and the capture's 20,000 packets/s) the
+#: agent cost a one-core nginx at one connection per request 6 % [3, 8] of its requests/s; with
+#: 50 and 1,000 it is within 2 % at every load measured (docs/probe.md, ``bench/bench_tap.py``).
+DEFAULT_CLOSES_PER_S = 50
 #: The listening window repeats every period; the agent listens ``share`` of it.
 PERIOD_S = 1.0
 #: The least share of each period the agent listens (10 ms of every second).
@@ -89,8 +92,9 @@ class DutyCycle:
 #: The server's packets per second (all interfaces, both directions) the capture may sit on
 #: by default.  An ``AF_PACKET`` socket costs every packet the host sends (the kernel clones it
 #: before any filter runs): 5 % of a one-core nginx at ~200,000 packets/s with a filter that
-#: keeps nothing (``bench/bench_tap.py``).  Above the budget the capture is open in windows.
-DEFAULT_CAPTURE_TRAFFIC_PPS = 20_000
+#: keeps nothing (``bench/bench_tap.py``).  Above the budget the capture is open in windows
+#: (1,000, not 20,000: see :data:`DEFAULT_CLOSES_PER_S`).
+DEFAULT_CAPTURE_TRAFFIC_PPS = 1_000
 #: A window admits new connections (SYNs) this long, then follows them this long more (a first
 #: response slower than the tail is not measured), then the capture closes.
 ADMIT_S = 5.0
