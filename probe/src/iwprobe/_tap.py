@@ -223,6 +223,20 @@ class Measurer:
         if self.capture is not None:
             self.capture.table.admitting = state == "admit"
 
+    def _sleep_s(self, duty: DutyCycle, window_start: float) -> float:
+        """How long the measuring thread may sleep: :data:`READ_INTERVAL_S` while it listens or the
+        capture is open; otherwise nothing is queued for it, so until the next thing due -- the
+        listening window's edge, a pending close's join, the once-a-second accounting (a wake-up
+        every 20 ms of a mostly idle agent was a share of its cost to a busy server)."""
+        now = time.monotonic()
+        due = duty.next_change_s(now)
+        if self.capture is not None or duty.listening(now):
+            return min(READ_INTERVAL_S, due)
+        due = min(due, max(0.001, window_start + 1.0 - now))
+        if self._pending:
+            due = min(due, max(0.001, (self._pending[0][0] - time.time_ns()) / 1e9))
+        return due
+
     def _run(self) -> None:
         window_start = next_expiry = time.monotonic()
         window_packets = 0
@@ -232,7 +246,7 @@ class Measurer:
             # Woken by the clock, not by each message: the kernel queues notifications and packets
             # with their times (``SO_TIMESTAMPNS``), so reading them in batches loses nothing and
             # saves a wake-up per message (at 1,000 closes/s most of the agent's CPU).
-            self._stop.wait(min(READ_INTERVAL_S, duty.next_change_s(time.monotonic())))
+            self._stop.wait(self._sleep_s(duty, window_start))
             if self.capture is not None:
                 window_packets += self.capture.read()
             now_ns = time.time_ns()

@@ -26,8 +26,13 @@ import random
 DEFAULT_CLOSES_PER_S = 50
 #: The listening window repeats every period; the agent listens ``share`` of it.
 PERIOD_S = 1.0
-#: The least share of each period the agent listens (10 ms of every second).
+#: The least share of each period the capture is open (10 ms of every second's worth).
 MIN_SHARE = 0.01
+#: The least share of each period the agent listens for closes (2 ms of every second): at 19,000
+#: closes/s that is ~40 a second, near the default budget of 50.  A floor of 1 % there measured
+#: ~190 closes/s, four times the budget, and the agent's CPU for them was most of its cost to
+#: the server (docs/probe.md).
+MIN_LISTEN_SHARE = 0.002
 #: Weight of the newest second in the smoothed close rate.
 SMOOTHING = 0.5
 
@@ -82,7 +87,7 @@ class DutyCycle:
             rate = self._closes / self._listened_s
             self.rate_per_s = rate if self.rate_per_s == 0.0 else SMOOTHING * rate + (1 - SMOOTHING) * self.rate_per_s
         if self.budget_per_s > 0 and self.rate_per_s > self.budget_per_s:
-            self.share = max(MIN_SHARE, self.budget_per_s / self.rate_per_s)
+            self.share = max(MIN_LISTEN_SHARE, self.budget_per_s / self.rate_per_s)
         else:
             self.share = 1.0
         self._window_start, self._listened_s, self._closes = now, 0.0, 0
