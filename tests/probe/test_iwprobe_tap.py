@@ -538,8 +538,8 @@ def test_over_its_budget_the_agent_listens_a_share_of_each_second_and_estimates_
 
 def test_the_default_budget_at_a_busy_servers_close_rate_is_measured_not_the_floor() -> None:
     """At 19,000 closes/s (one nginx core, one connection per request) the default budget of 50
-    is above the listening floor: ~50 closes measured a second, not the floor's ~190 (a 1 %
-    floor did that, and its CPU was most of the agent's cost to the server)."""
+    is above the listening floor: ~50 closes measured a second, not the ~190 a 1 % floor
+    measured (four times the budget)."""
     duty = DutyCycle(50, 0.0)
     _, closes = _drive(duty, 19_000, 20.0, step_s=0.0005)
     assert duty.share == pytest.approx(50 / 19_000, rel=0.1) and duty.share > MIN_LISTEN_SHARE

@@ -227,7 +227,7 @@ class Measurer:
         """How long the measuring thread may sleep: :data:`READ_INTERVAL_S` while it listens or the
         capture is open; otherwise nothing is queued for it, so until the next thing due -- the
         listening window's edge, a pending close's join, the once-a-second accounting (a wake-up
-        every 20 ms of a mostly idle agent was a share of its cost to a busy server)."""
+        every 20 ms of a mostly idle agent was a share of its CPU)."""
         now = time.monotonic()
         due = duty.next_change_s(now)
         if self.capture is not None or duty.listening(now):

@@ -22,7 +22,8 @@ import random
 #: Closes per second the agent measures at most by default (every connection below it): 180,000
 #: connections an hour on a busy server.  With 1,000 (and the capture's 20,000 packets/s) the
 #: agent cost a one-core nginx at one connection per request 6 % [3, 8] of its requests/s; with
-#: 50 and 1,000 it is within 2 % at every load measured (docs/probe.md, ``bench/bench_tap.py``).
+#: 50 and 1,000, 1.7 % pooled there (4-5 % in a later hour) and nothing this box can resolve at
+#: keep-alive loads (docs/probe.md, ``bench/bench_tap.py``).
 DEFAULT_CLOSES_PER_S = 50
 #: The listening window repeats every period; the agent listens ``share`` of it.
 PERIOD_S = 1.0
@@ -30,8 +31,8 @@ PERIOD_S = 1.0
 MIN_SHARE = 0.01
 #: The least share of each period the agent listens for closes (2 ms of every second): at 19,000
 #: closes/s that is ~40 a second, near the default budget of 50.  A floor of 1 % there measured
-#: ~190 closes/s, four times the budget, and the agent's CPU for them was most of its cost to
-#: the server (docs/probe.md).
+#: ~190 closes/s, four times the budget; with 0.2 % the agent's CPU per 5-s block at 19,000
+#: closes/s fell from 0.06 to 0.02 s (median; docs/probe.md).
 MIN_LISTEN_SHARE = 0.002
 #: Weight of the newest second in the smoothed close rate.
 SMOOTHING = 0.5
