@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -70,16 +69,6 @@ def temporary_database(name: str, *, migrated: bool = False) -> Iterator[str]:
     url = create_database(name, migrated=migrated)
     try:
         yield url
-    finally:
-        drop_database(name)
-
-
-@contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A new, empty database (no schema) named ``prefix`` + random hex, dropped afterwards; its URL."""
-    name = f"{prefix}{secrets.token_hex(4)}"
-    try:
-        yield create_database(name)
     finally:
         drop_database(name)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import secrets
 import subprocess
 import sys
 import uuid
@@ -13,7 +14,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
-from testenv import scratch_database
+from testenv import temporary_database
 
 from iwscope import migrate
 
@@ -37,7 +38,7 @@ CORE_TABLES = {
 @pytest.fixture
 def empty_database_url() -> Iterator[str]:
     """A database of its own (the session database stays at head for the other tests)."""
-    with scratch_database("iwscope_test_mig_") as url:
+    with temporary_database(f"iwscope_test_mig_{secrets.token_hex(4)}") as url:
         yield url
 
 

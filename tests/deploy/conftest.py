@@ -4,28 +4,58 @@ from __future__ import annotations
 
 import json
 import pathlib
+import secrets
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "helm"))
+# The images' lock reader (docker/lock_subset.py), one parser of requirements.lock for the image and its checks.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "docker"))
 
 from chartrender import REPO
 from kubeplay import podman
-from testenv import scratch_database
+from lock_subset import canonical, read_lock
+from testenv import temporary_database
 
+#: The project's own distributions and their directories.
+OWN_DISTRIBUTIONS = {"iwprobe": "probe", "iwscope-collector": "collector", "iwscope-dashboard": "dashboard"}
 #: Build times and sizes of the images, for docs/deployment.md and the closing note.
 IMAGES_ARTIFACT = REPO / "artifacts" / "deploy-images.json"
+
+
+def own_versions() -> dict[str, str]:
+    """The version of each of the project's distributions (its pyproject.toml)."""
+    versions = {}
+    for name, directory in OWN_DISTRIBUTIONS.items():
+        with open(REPO / directory / "pyproject.toml", "rb") as handle:
+            versions[name] = str(tomllib.load(handle)["project"]["version"])
+    return versions
+
+
+def differing_from_lock(freeze: str) -> list[str]:
+    """The ``pip freeze`` lines that are not what requirements.lock (or, for the project's own
+    distributions, their pyproject.toml) says."""
+    expected = {**{name: version for name, (version, _) in read_lock(REPO / "requirements.lock").items()}, **own_versions()}
+    differ = []
+    for line in freeze.splitlines():
+        name, _, version = line.partition("==")
+        if not version:
+            differ.append(f"{line} (not a pinned install)")
+        elif expected.get(canonical(name)) != version:
+            differ.append(f"{line} (lock: {expected.get(canonical(name), 'absent')})")
+    return differ
 
 
 @pytest.fixture(scope="module")
 def empty_database_url() -> Iterator[str]:
     """A new, empty database (no schema) of the test server, dropped at the end."""
-    with scratch_database("iwscope_deploy_") as url:
+    with temporary_database(f"iwscope_deploy_{secrets.token_hex(4)}") as url:
         yield url
 
 

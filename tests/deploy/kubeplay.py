@@ -19,8 +19,8 @@ policy.  What it does not, and what stands in for it here:
   have no engine here and are left out (the chart's tests render and lint them).
 * **Init containers**: podman 4.3 on this host (runc) starts a Deployment's init container and
   then fails the pod trying to remove it while it still runs, so each Deployment's init
-  containers are played first as a Pod of their own (in order, each must exit 0), then the
-  Deployment without them -- the order the init containers enforce, kept.
+  containers are played first, each as a Pod of its own, in their order (each must exit 0),
+  then the Deployment without them -- the order the init containers enforce, kept.
 * **Probes**: the liveness probe becomes a podman healthcheck; readiness gates nothing (the
   tests ask ``/readyz`` themselves).
 """
@@ -35,7 +35,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 import yaml
-from chartrender import REPO, Manifest
+from chartrender import REPO, Manifest, find
 
 #: What kube play runs; everything else of the chart is listed in the module docstring.
 PLAYED_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim")
@@ -72,13 +72,15 @@ def _secret_data(secret: Manifest) -> dict[str, str]:
     return data
 
 
-def job_as_pod(job: Manifest) -> Manifest:
-    template = job["spec"]["template"]
+def pod_of(name: str, spec: Manifest, containers: list[Manifest]) -> Manifest:
+    """A Pod named ``name`` running ``containers`` once (``restartPolicy: Never``) with the rest of
+    the pod ``spec`` (volumes, security context, service account) as the chart rendered it."""
+    rest = {key: value for key, value in spec.items() if key not in ("initContainers", "containers")}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": job["metadata"]["name"], "labels": template.get("metadata", {}).get("labels", {})},
-        "spec": {**template["spec"], "restartPolicy": "Never"},
+        "metadata": {"name": name},
+        "spec": {**rest, "containers": containers, "restartPolicy": "Never"},
     }
 
 
@@ -139,41 +141,42 @@ class PlayedChart:
         return path
 
     def _run_pod(self, pod: Manifest, timeout: float) -> tuple[int, str]:
-        """Play ``pod`` (with the ConfigMaps its containers read) and wait for its containers, in
-        order; the first non-zero exit code (else 0) and their logs."""
+        """Play ``pod`` (one container, with the ConfigMaps it reads) and wait for it: its exit
+        code and log."""
+        (container,) = pod["spec"]["containers"]
         configmaps = [obj for obj in self.objects if obj["kind"] == "ConfigMap"]
         self._play(f"pod-{pod['metadata']['name']}", [*configmaps, pod])
-        code, logs = 0, ""
-        for container in pod["spec"]["containers"]:
-            name = f"{pod['metadata']['name']}-{container['name']}"
-            exited = int(_checked(podman("wait", name, timeout=timeout)).strip().splitlines()[-1])
-            log = podman("logs", name)
-            code, logs = code or exited, logs + log.stdout + log.stderr
-        return code, logs
+        name = f"{pod['metadata']['name']}-{container['name']}"
+        exited = int(_checked(podman("wait", name, timeout=timeout)).strip().splitlines()[-1])
+        log = podman("logs", name)
+        return exited, log.stdout + log.stderr
 
     def run_job(self, name: str, timeout: float = 300) -> tuple[int, str]:
         """Play the Job named ``*name`` as a Pod; its exit code and log."""
-        (job,) = [obj for obj in self.objects if obj["kind"] == "Job" and obj["metadata"]["name"].endswith(name)]
-        return self._run_pod(job_as_pod(job), timeout)
+        job = find(self.objects, "Job", name)
+        spec = job["spec"]["template"]["spec"]
+        return self._run_pod(pod_of(job["metadata"]["name"], spec, spec["containers"]), timeout)
 
     def run_init_containers(self, timeout: float = 300) -> dict[str, tuple[int, str]]:
-        """Each Deployment's init containers played as a Pod of their own: exit code and log by Deployment."""
+        """Each Deployment's init containers, each played as a Pod of its own in their order (the
+        next only after the last exited 0): exit code and log by Deployment."""
         outcomes = {}
         for workload in (obj for obj in self.objects if obj["kind"] == "Deployment"):
             spec = workload["spec"]["template"]["spec"]
+            code, logs = 0, ""
+            for index, init in enumerate(spec.get("initContainers", [])):
+                code, log = self._run_pod(pod_of(f"{workload['metadata']['name']}-init{index}", spec, [init]), timeout)
+                logs += log
+                if code != 0:
+                    break
             if spec.get("initContainers"):
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"{workload['metadata']['name']}-init"},
-                    "spec": {
-                        **{k: v for k, v in spec.items() if k != "initContainers"},
-                        "containers": spec["initContainers"],
-                        "restartPolicy": "Never",
-                    },
-                }
-                outcomes[workload["metadata"]["name"]] = self._run_pod(pod, timeout)
+                outcomes[workload["metadata"]["name"]] = (code, logs)
         return outcomes
+
+    def http_port(self, deployment: str) -> int:
+        """The ``http`` containerPort of the Deployment named ``*deployment`` (its listener here)."""
+        container = find(self.objects, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]
+        return int(next(port["containerPort"] for port in container["ports"] if port["name"] == "http"))
 
     def play_workloads(self) -> None:
         self._play(
@@ -183,10 +186,7 @@ class PlayedChart:
 
     def container(self, deployment: str, container: str) -> str:
         """The podman name of ``container`` in the pod of the Deployment named ``*deployment``."""
-        (workload,) = [
-            obj for obj in self.objects if obj["kind"] == "Deployment" and obj["metadata"]["name"].endswith(f"-{deployment}")
-        ]
-        return f"{workload['metadata']['name']}-pod-0-{container}"
+        return f"{find(self.objects, 'Deployment', deployment)['metadata']['name']}-pod-0-{container}"
 
     def exec(self, deployment: str, container: str, *command: str) -> subprocess.CompletedProcess[str]:
         return podman("exec", self.container(deployment, container), *command)

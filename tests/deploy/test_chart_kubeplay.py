@@ -80,14 +80,6 @@ def running(played: PlayedChart, initialized: dict[str, tuple[int, str]]) -> Pla
     return played
 
 
-def _port(chart: PlayedChart, deployment: str) -> int:
-    (workload,) = [
-        obj for obj in chart.objects if obj["kind"] == "Deployment" and obj["metadata"]["name"].endswith(f"-{deployment}")
-    ]
-    container = workload["spec"]["template"]["spec"]["containers"][0]
-    return int(next(port["containerPort"] for port in container["ports"] if port["name"] == "http"))
-
-
 def _answers(url: str) -> httpx.Response | None:
     try:
         answer = httpx.get(url, timeout=2.0)
@@ -97,8 +89,10 @@ def _answers(url: str) -> httpx.Response | None:
 
 
 def test_every_rendered_object_is_played_or_named(played: PlayedChart) -> None:
-    """Nothing of the chart is dropped silently: an unknown kind fails ``kinds_left_out``."""
-    assert played.kinds_left_out() <= LEFT_OUT_KINDS
+    """Nothing of the chart is dropped silently: a kind the harness does not know fails it."""
+    assert played.kinds_left_out() <= LEFT_OUT_KINDS  # and no kind unknown (it raises)
+    with pytest.raises(AssertionError, match="CronJob"):
+        PlayedChart([*played.objects, {"kind": "CronJob", "metadata": {"name": "x"}}], played.directory).kinds_left_out()
     deployments = {obj["metadata"]["name"].rsplit("-", 1)[-1] for obj in played.objects if obj["kind"] == "Deployment"}
     assert deployments == {"api", "worker", "beat", "dashboard"}
     assert [obj["kind"] for obj in played.objects].count("Job") == 1
@@ -119,7 +113,7 @@ def test_the_init_containers_pass_after_the_migration(initialized: dict[str, tup
 
 
 def test_the_played_collector_enrolls_stores_and_joins(running: PlayedChart, empty_database_url: str) -> None:
-    api = f"http://127.0.0.1:{_port(running, 'api')}"
+    api = f"http://127.0.0.1:{running.http_port('api')}"
     ready = wait_for(
         lambda: _answers(f"{api}/readyz"), timeout=120, what="the played API's /readyz", detail=lambda: running.logs("api", "api")
     )
@@ -152,7 +146,7 @@ def test_the_played_collector_enrolls_stores_and_joins(running: PlayedChart, emp
 
 
 def test_the_played_dashboard_answers(running: PlayedChart) -> None:
-    dashboard = f"http://127.0.0.1:{_port(running, 'dashboard')}/"
+    dashboard = f"http://127.0.0.1:{running.http_port('dashboard')}/"
     wait_for(
         lambda: _answers(dashboard),
         timeout=120,

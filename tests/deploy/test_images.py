@@ -4,6 +4,7 @@ they install build as wheels with the entry points the chart's commands use, and
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import shlex
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from chartrender import CHART, REPO
+from conftest import differing_from_lock, own_versions
+from lock_subset import canonical, read_lock, subset
 from podsim import dockerfile_runtime_stage, image_environment
 
 DOCKER = REPO / "docker"
@@ -123,3 +126,41 @@ def test_hadolint() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the lock the collector image installs (docker/lock_subset.py) and the freeze check -----
+
+
+def test_the_lock_reader_keeps_each_entrys_version_and_hashes() -> None:
+    entries = read_lock(REPO / "requirements.lock")
+    assert len(entries) > 50
+    version, entry = entries["pydantic"]
+    assert entry.startswith(f"pydantic=={version} \\") and entry.count("--hash=sha256:") >= 1
+    assert "# via" not in entry  # comments dropped: the entry is a requirements line pip takes
+    assert canonical("Typing_Extensions") == canonical("typing.extensions") == "typing-extensions"
+
+
+def _report(tmp_path: pathlib.Path, *installs: tuple[str, str, str]) -> pathlib.Path:
+    report = tmp_path / "report.json"
+    items = [{"metadata": {"name": name, "version": version}, "download_info": {"url": url}} for name, version, url in installs]
+    report.write_text(json.dumps({"install": items}))
+    return report
+
+
+def test_the_images_subset_is_the_locks_entries_of_what_pip_resolved(tmp_path: pathlib.Path) -> None:
+    entries = read_lock(REPO / "requirements.lock")
+    resolved = ("PyYAML", entries["pyyaml"][0], "https://files.example/pyyaml.whl")
+    own = ("iwprobe", "0.1.0", "file:///wheels/iwprobe-0.1.0-py3-none-any.whl")
+    assert subset(REPO / "requirements.lock", _report(tmp_path, resolved, own)) == entries["pyyaml"][1] + "\n"
+    with pytest.raises(SystemExit, match="pyyaml resolved to 0.0.1, requirements.lock pins"):
+        subset(REPO / "requirements.lock", _report(tmp_path, ("pyyaml", "0.0.1", "https://files.example/x.whl")))
+    with pytest.raises(SystemExit, match="not-in-the-lock==1.0 is not in requirements.lock"):
+        subset(REPO / "requirements.lock", _report(tmp_path, ("not-in-the-lock", "1.0", "https://files.example/y.whl")))
+
+
+def test_the_freeze_check_catches_a_difference() -> None:
+    version = read_lock(REPO / "requirements.lock")["pyyaml"][0]
+    assert differing_from_lock(f"PyYAML=={version}\niwprobe=={own_versions()['iwprobe']}") == []
+    assert differing_from_lock(f"PyYAML=={version}.post9")
+    assert differing_from_lock("not-locked==1.0")
+    assert differing_from_lock("iwprobe @ file:///wheels/iwprobe-0.1.0-py3-none-any.whl")

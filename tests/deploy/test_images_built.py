@@ -14,25 +14,17 @@ Minutes long (the first run debootstraps the base): marked ``deploy``, run by ha
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import yaml
-from chartrender import CHART, REPO
-from conftest import Built
+from chartrender import CHART
+from conftest import Built, differing_from_lock, own_versions
 from kubeplay import podman
 from testkit import free_port, wait_for
 
 pytestmark = pytest.mark.deploy
-
-LOCK = REPO / "requirements.lock"
-OWN = {"iwprobe": "probe", "iwscope-collector": "collector", "iwscope-dashboard": "dashboard"}
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _chart_security() -> list[str]:
@@ -45,53 +37,13 @@ def _chart_security() -> list[str]:
     return ["--read-only", "--user", user, "--cap-drop=ALL", "--security-opt=no-new-privileges", "--tmpfs", "/tmp:rw,size=64m"]
 
 
-def _lock() -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for line in LOCK.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
-        if match:
-            pins[_canonical(match.group(1))] = match.group(2)
-    return pins
-
-
-def _own_versions() -> dict[str, str]:
-    import tomllib
-
-    versions = {}
-    for name, directory in OWN.items():
-        with open(REPO / directory / "pyproject.toml", "rb") as handle:
-            versions[name] = str(tomllib.load(handle)["project"]["version"])
-    return versions
-
-
-def differing_from_lock(freeze: str) -> list[str]:
-    """The ``pip freeze`` lines that are not what requirements.lock (or, for the project's
-    own distributions, their pyproject.toml) says."""
-    expected = {**_lock(), **_own_versions()}
-    differ = []
-    for line in freeze.splitlines():
-        name, _, version = line.partition("==")
-        if not version:
-            differ.append(f"{line} (not a pinned install)")
-        elif expected.get(_canonical(name)) != version:
-            differ.append(f"{line} (lock: {expected.get(_canonical(name), 'absent')})")
-    return differ
-
-
-def test_the_freeze_check_catches_a_difference() -> None:
-    pins = _lock()
-    name = sorted(pins)[0]
-    assert differing_from_lock(f"{name}=={pins[name]}") == []
-    assert differing_from_lock(f"{name}=={pins[name]}.post9") and differing_from_lock("not-locked==1.0")
-
-
 @pytest.mark.parametrize("name", ["collector", "probe"])
 def test_every_installed_package_is_the_locked_one(built_images: dict[str, Built], name: str) -> None:
     freeze = podman("run", "--rm", *_chart_security(), "--entrypoint", "pip", built_images[name].image, "freeze")
     assert freeze.returncode == 0, freeze.stderr
     lines = freeze.stdout.splitlines()
     assert differing_from_lock(freeze.stdout) == []
-    assert "iwprobe==" + _own_versions()["iwprobe"] in lines
+    assert "iwprobe==" + own_versions()["iwprobe"] in lines
     if name == "collector":
         assert len(lines) > 50  # the collector's dependencies, not an empty environment
 
@@ -147,4 +99,4 @@ def test_the_collector_serves_under_the_charts_security_context(collector_contai
 def test_the_probe_image_runs_under_the_charts_security_context(built_images: dict[str, Built]) -> None:
     version = podman("run", "--rm", *_chart_security(), built_images["probe"].image, "version")
     assert version.returncode == 0, version.stderr
-    assert _own_versions()["iwprobe"] in version.stdout
+    assert own_versions()["iwprobe"] in version.stdout
