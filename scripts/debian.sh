@@ -16,7 +16,8 @@ add_local_ca_certificates() {
   fi
 }
 
-# Install the Debian packages named that are missing (by their commands' package names).
+# Install those of the named packages that are missing (debian-archive-keyring: Ubuntu's
+# debootstrap needs it to check a Debian suite).
 ensure_debian_packages() {
   local missing=() package
   for package in "$@"; do

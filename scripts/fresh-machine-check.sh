@@ -33,7 +33,7 @@ for port in 54329 63799 8700 8750; do
 done
 # shellcheck source=scripts/debian.sh
 . "${repo}/scripts/debian.sh"
-ensure_debian_packages debootstrap
+ensure_debian_packages debootstrap debian-archive-keyring
 mirror="$(debian_mirror)"
 if [ ! -f "${base}/.complete" ]; then
   echo "fresh-machine-check: debootstrap ${suite} (minbase + git, make) into ${base}" >&2

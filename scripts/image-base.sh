@@ -19,7 +19,7 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-${repo}/docker/podman-containers.conf
 . "${repo}/scripts/debian.sh"
 
 [ "$(id -u)" = 0 ] || { echo "image-base: run as root" >&2; exit 1; }
-ensure_debian_packages debootstrap podman buildah runc
+ensure_debian_packages debootstrap debian-archive-keyring podman buildah runc
 if [ ! -f "${base}/.complete" ]; then
   echo "image-base: debootstrap ${suite} (minbase + python3, venv, pip) into ${base}" >&2
   rm -rf "$base"

@@ -30,6 +30,7 @@ from testkit import (
 from iwprobe import wire
 from iwscope.analysis.rollups import ADVISORY_LOCK_KEY, PATH_WATERMARK_NAME
 from iwscope.paths.services import RECENT_RATES
+from iwscope.worker_client import JOIN_DRAIN_QUEUED, JOIN_PENDING
 
 COLUMNS = (
     "min_rtt_us",
@@ -72,9 +73,9 @@ def _join_state(worker: Any, engine: Engine, probe_id: str) -> str:
     worker's queue, the joined count, the worker log's tail."""
     client = redis.Redis.from_url(worker.redis_url)
     try:
-        prefix = f"iwscope:{worker.queue}:"
+        prefix = f"iwscope:{worker.queue}:"  # worker_client.key() of the session's queue
         state = (
-            f"pending={client.llen(prefix + 'join-pending')} mark_ttl={client.ttl(prefix + 'join-drain-queued')} "
+            f"pending={client.llen(prefix + JOIN_PENDING)} mark_ttl={client.ttl(prefix + JOIN_DRAIN_QUEUED)} "
             f"queue={client.llen(worker.queue)} keys={sorted(k.decode() for k in client.keys(prefix + '*'))}"
         )
     finally:

@@ -42,13 +42,14 @@ PLAYED_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim")
 LEFT_OUT_KINDS = frozenset(
     {"Service", "ServiceAccount", "NetworkPolicy", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Ingress"}
 )
-CONTAINERS_CONF = REPO / "docker" / "podman-containers.conf"
+#: Podman's settings, as scripts/image-base.sh takes them (the caller's CONTAINERS_CONF, else the project's).
+CONTAINERS_CONF = os.environ.get("CONTAINERS_CONF", str(REPO / "docker" / "podman-containers.conf"))
 
 
 def podman(*arguments: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["podman", *arguments],
-        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
+        env={**os.environ, "CONTAINERS_CONF": CONTAINERS_CONF},
         capture_output=True,
         text=True,
         timeout=timeout,
