@@ -54,6 +54,13 @@ class NetnsPair:
 def netns_pair() -> Iterator[NetnsPair]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
+    with make_netns_pair() as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def make_netns_pair() -> Iterator[NetnsPair]:
+    """The :func:`netns_pair` fixture's namespaces, for fixtures of a wider scope (removed on exit)."""
     suffix = secrets.token_hex(3)
     origin_ns, probe_ns = f"iwt{suffix}o", f"iwt{suffix}p"
     veth_o, veth_p = f"iwt{suffix}a", f"iwt{suffix}b"
@@ -114,6 +121,14 @@ class FleetNet(NetnsPair):
 
 @pytest.fixture()
 def fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
+    with make_fleet_net(netns_pair) as net:
+        yield net
+
+
+@contextlib.contextmanager
+def make_fleet_net(netns_pair: NetnsPair) -> Iterator[FleetNet]:
+    """The :func:`fleet_net` fixture's links into the root namespace, for fixtures of a wider
+    scope (removed on exit)."""
     suffix = netns_pair.origin_ns[3:-1]
     octet = 1 + secrets.randbelow(250)
     links = []
