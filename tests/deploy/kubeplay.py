@@ -1,6 +1,7 @@
 """The rendered chart played by a real container engine: ``podman kube play`` (podman 4.3).
 
-What kube play does as Kubernetes would: Deployments (one replica each), their init
+What kube play does as Kubernetes would: Deployments (played with one replica each: on the
+host's network a second one would find its port taken, see :func:`for_podman`), their init
 containers, ConfigMaps (``envFrom``), ``secretKeyRef`` env, emptyDir volumes, the security
 context (read-only root, UID/GID, dropped capabilities, seccomp), images by name and pull
 policy.  What it does not, and what stands in for it here:
@@ -23,6 +24,12 @@ policy.  What it does not, and what stands in for it here:
   then the Deployment without them -- the order the init containers enforce, kept.
 * **Probes**: the liveness probe becomes a podman healthcheck; readiness gates nothing (the
   tests ask ``/readyz`` themselves).
+* **Rolling updates** (``helm upgrade``): one pod per Deployment on the host's network, no
+  Service to move between an old pod and a new one, and the new pod needs the old one's port:
+  :meth:`PlayedChart.replace_workloads` replaces each Deployment's pod (the old one stopped
+  with its grace period, then the new one played) -- what the ``Recreate`` strategy does, with
+  the window that leaves; the chart's rolling update keeps an old pod serving until a new one
+  is ready.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 import yaml
@@ -88,9 +96,11 @@ def pod_of(name: str, spec: Manifest, containers: list[Manifest]) -> Manifest:
 def for_podman(workload: Manifest) -> Manifest:
     """``workload`` as podman 4.3 can play it: on the host's network podman refuses port
     mappings, so each container's ``ports`` go (its process listens on the ``containerPort`` its
-    command names) and probes that name a port get its number; its init containers are
-    played before (:meth:`PlayedChart.run_init_containers`), not here."""
+    command names) and probes that name a port get its number; one replica (podman plays each
+    as a pod ``<name>-pod-<i>``, and a second one's listener would find the port taken); its
+    init containers are played before (:meth:`PlayedChart.run_init_containers`), not here."""
     copied: Manifest = json.loads(json.dumps(workload))
+    copied["spec"]["replicas"] = 1
     copied["spec"]["template"]["spec"].pop("initContainers", None)
     for container in copied["spec"]["template"]["spec"]["containers"]:
         numbers = {port["name"]: port["containerPort"] for port in container.pop("ports", []) if "name" in port}
@@ -99,6 +109,16 @@ def for_podman(workload: Manifest) -> Manifest:
             if http_get is not None and http_get.get("port") in numbers:
                 http_get["port"] = numbers[http_get["port"]]
     return copied
+
+
+@dataclass
+class Replaced:
+    """A Deployment's pod replaced (:meth:`PlayedChart.replace_workloads`)."""
+
+    #: Seconds from the old pod's stop to the new one played.
+    seconds: float
+    #: The old pod's logs through its stop, by container.
+    old_logs: dict[str, str]
 
 
 @dataclass
@@ -132,12 +152,14 @@ class PlayedChart:
     def _play(self, name: str, documents: list[Manifest]) -> pathlib.Path:
         path = self.directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
-        self.plays.append(path)
-        for document in documents:  # the pods of an interrupted run (kube play fails on a name in use)
+        if path not in self.plays:  # played again after an upgrade: the same pods, kube down once
+            self.plays.append(path)
+        for document in documents:  # an interrupted run's pods, or the last release's (kube play fails on a name in use)
             if document["kind"] in ("Deployment", "Pod"):
                 pod = document["metadata"]["name"] + ("-pod-0" if document["kind"] == "Deployment" else "")
-                self.pods.append(pod)
-                podman("pod", "rm", "--force", pod)
+                if pod not in self.pods:
+                    self.pods.append(pod)
+                podman("pod", "rm", "--force", pod, timeout=300)
         _checked(podman("kube", "play", "--network", "host", "--replace", str(path), timeout=300))
         return path
 
@@ -184,6 +206,43 @@ class PlayedChart:
             "workloads",
             [for_podman(obj) if obj["kind"] == "Deployment" else obj for obj in self.objects if obj["kind"] in PLAYED_KINDS],
         )
+
+    def upgrade(self, objects: list[Manifest]) -> None:
+        """``helm upgrade`` of this release to the chart rendered as ``objects`` (same release, so
+        same names): from here on the Job, the init containers and the Deployments played are the
+        new ones, while the pods already playing serve on until :meth:`replace_workloads` -- as a
+        cluster runs the ``pre-upgrade`` hook while the old pods serve.  The Secrets must be those
+        created (helm would update a changed one in place; a podman secret a running container
+        reads cannot change), so a changed one is an error, not a silent mix of the two releases."""
+
+        def secrets_of(chart: list[Manifest]) -> dict[str, dict[str, str]]:
+            return {obj["metadata"]["name"]: _secret_data(obj) for obj in chart if obj["kind"] == "Secret"}
+
+        if secrets_of(objects) != secrets_of(self.objects):
+            raise ValueError("the upgrade changes the release's Secrets, which this harness cannot replace under running pods")
+        self.objects = objects
+
+    def replace_workloads(self) -> dict[str, Replaced]:
+        """Each Deployment's pod replaced by that of :attr:`objects` (after :meth:`upgrade`), one
+        Deployment after the other: the old pod stopped (SIGTERM, then its grace period), its
+        containers' logs kept, the pod removed and the new one played without its init
+        containers (run them first: :meth:`run_init_containers`).  Kube play cannot roll (see
+        the module docstring): each Deployment serves nothing from its old pod's stop until its
+        new process listens.  By Deployment: how long the stop and the play took (not the new
+        process's own start-up) and the old pod's logs through its stop."""
+        configmaps = [obj for obj in self.objects if obj["kind"] == "ConfigMap"]
+        replaced = {}
+        for workload in (obj for obj in self.objects if obj["kind"] == "Deployment"):
+            name = workload["metadata"]["name"]
+            started = time.monotonic()
+            podman("pod", "stop", f"{name}-pod-0", timeout=300)
+            logs = {}
+            for container in workload["spec"]["template"]["spec"]["containers"]:
+                log = podman("logs", f"{name}-pod-0-{container['name']}")
+                logs[container["name"]] = log.stdout + log.stderr
+            self._play(f"workload-{name}", [*configmaps, for_podman(workload)])
+            replaced[name] = Replaced(time.monotonic() - started, logs)
+        return replaced
 
     def container(self, deployment: str, container: str) -> str:
         """The podman name of ``container`` in the pod of the Deployment named ``*deployment``."""
