@@ -12,16 +12,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.client
+import os
+import pathlib
 import random
 import secrets
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,8 @@ from sqlalchemy.orm import Session
 from testenv import libpq_url
 
 from iwprobe import wire
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- the API
@@ -345,6 +351,50 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class DashboardServer:
+    """A real ``iwscope dashboard`` process (:func:`running_dashboard`)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: pathlib.Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_dashboard(
+    database_url: str, log_path: pathlib.Path, *options: str, timeout_s: float = 60.0
+) -> Iterator[DashboardServer]:
+    """``iwscope dashboard`` (gunicorn) on 127.0.0.1 and a free port over ``database_url`` (the
+    environment's own ``DATABASE_URL`` and ``IWSCOPE_ADMIN_TOKEN`` left out), with ``options``
+    (e.g. ``--cache-seconds 0``); yielded once ``/_dash-layout`` answers, stopped at the end."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "IWSCOPE_ADMIN_TOKEN")}
+    env |= {"DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port), *options]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    server = DashboardServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"iwscope dashboard exited with {process.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(server.url + "/_dash-layout", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"iwscope dashboard not up within {timeout_s} s:\n{server.log()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        stop_process(process)
 
 
 def free_base_port(arms: tuple[int, ...] = (3, 10)) -> int:

@@ -16,30 +16,18 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import ModuleType
 
 import dash
-import httpx
 import pytest
 from study_seed import SeededDatabase
+from testkit import DashboardServer, running_dashboard
 
 from iwscope_dashboard.pagecheck import CHROMIUM, CHROMIUM_ARGS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-STARTUP_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -48,57 +36,10 @@ def dashboard_db(study_db: SeededDatabase) -> SeededDatabase:
     return study_db
 
 
-@dataclass
-class DashboardServer:
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: pathlib.Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
 @pytest.fixture(scope="session")
 def dashboard_server(dashboard_db: SeededDatabase, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DashboardServer]:
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("dashboard") / "dashboard.log"
-    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-    env |= {"DATABASE_URL": dashboard_db.url, "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-    server = DashboardServer(f"http://127.0.0.1:{port}", process, log_path)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"iwscope dashboard exited with {process.returncode}:\n{server.log()}")
-            try:
-                if httpx.get(server.url + "/_dash-layout", timeout=2.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"iwscope dashboard not up within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
-            time.sleep(0.2)
+    with running_dashboard(dashboard_db.url, tmp_path_factory.mktemp("dashboard") / "dashboard.log") as server:
         yield server
-    finally:
-        _stop(process)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,7 @@ for the arm seeded too small.  Public pages stay public.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +23,7 @@ from realusers_seed import hand, insert_study
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.orm import Session
 from testenv import temporary_database
+from testkit import running_dashboard
 
 from iwscope.auth.services import create_api_token, hash_secret
 from iwscope_dashboard.access import COOKIE, SESSION_SECONDS, protected_callback, protected_path, session_cookie
@@ -57,12 +54,6 @@ class Study:
     records: list[dict[str, Any]]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def study(test_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Study]:
     with temporary_database(f"iwscope_test_realusers_{test_id}", migrated=True) as url:
@@ -72,49 +63,9 @@ def study(test_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
             tokens = {kind: create_api_token(session, kind, "pytest real users") for kind in ("read", "admin", "enroll")}
             session.commit()
         engine.dispose()
-        port = _free_port()
         log = tmp_path_factory.mktemp("realusers") / "dashboard.log"
-        env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "IWSCOPE_ADMIN_TOKEN")}
-        env |= {"DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-        with open(log, "wb") as output:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "iwscope.cli",
-                    "dashboard",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--cache-seconds",
-                    "0",
-                ],
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, log.read_text(errors="replace")
-                try:
-                    if httpx.get(base + "/_dash-layout", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, log.read_text(errors="replace")
-                time.sleep(0.2)
-            yield Study(base, url, campaign_id, tokens["read"], tokens["admin"], tokens["enroll"], phase0 + phase1)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        with running_dashboard(url, log, "--cache-seconds", "0") as server:
+            yield Study(server.url, url, campaign_id, tokens["read"], tokens["admin"], tokens["enroll"], phase0 + phase1)
 
 
 def callback_body(output: str, inputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ latency: nothing here compares latencies.  Marked ``deploy`` (``make deploy-chec
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -42,7 +41,7 @@ import psycopg
 import pytest
 from chartrender import REPO
 from testenv import libpq_url
-from testkit import free_port
+from testkit import running_dashboard
 from vmlab import LabVm, VmImage, vm_image
 
 #: Minutes, not seconds: three guests boot on emulated CPUs and Ansible runs over SSH into them.
@@ -330,33 +329,12 @@ def _dashboard_shows(fleet: VmFleet, database_url: str, campaign_id: int) -> Non
     """The Trials and Probes pages of a real dashboard process, in headless Chromium."""
     from iwscope_dashboard.pagecheck import PAGES, check_pages
 
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
-    log_path = fleet.tmp / "dashboard.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "iwscope.cli", "dashboard", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log_path.read_text()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(url + "/_dash-layout", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+    with running_dashboard(database_url, fleet.tmp / "dashboard.log") as dashboard:
         pages = [spec for spec in PAGES if spec.path in ("/trials", "/probes")]
-        report = check_pages(url + "/", query=f"campaign={campaign_id}", pages=pages, empty_allowed=frozenset(), timeout_s=60)
+        report = check_pages(
+            dashboard.url + "/", query=f"campaign={campaign_id}", pages=pages, empty_allowed=frozenset(), timeout_s=60
+        )
         assert report.ok, report
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 def test_the_role_upgrades_a_probe_vm_and_rolls_it_back(
