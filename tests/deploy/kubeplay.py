@@ -251,6 +251,13 @@ class PlayedChart:
     def exec(self, deployment: str, container: str, *command: str) -> subprocess.CompletedProcess[str]:
         return podman("exec", self.container(deployment, container), *command)
 
+    def create_token(self, kind: str, label: str) -> str:
+        """The chart's NOTES command: ``iwscope token create --kind KIND`` in the API container;
+        the token it prints."""
+        created = self.exec("api", "api", "iwscope", "token", "create", "--kind", kind, "--label", label)
+        assert created.returncode == 0, created.stderr
+        return created.stdout.strip()
+
     def logs(self, deployment: str, container: str) -> str:
         result = podman("logs", self.container(deployment, container))
         return result.stdout + result.stderr

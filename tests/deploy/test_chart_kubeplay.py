@@ -119,11 +119,7 @@ def test_the_played_collector_enrolls_stores_and_joins(running: PlayedChart, emp
     )
     assert ready.json()["status"] == "ready"
     # The chart's NOTES: tokens are made in the API container.
-    tokens = {}
-    for kind in ("enroll", "origin"):
-        created = running.exec("api", "api", "iwscope", "token", "create", "--kind", kind, "--label", "kubeplay")
-        assert created.returncode == 0, created.stderr
-        tokens[kind] = created.stdout.strip()
+    tokens = {kind: running.create_token(kind, "kubeplay") for kind in ("enroll", "origin")}
     with httpx.Client(base_url=api, timeout=30.0) as client:
         probe = enroll_probe(client, tokens["enroll"])
         origin = enroll_origin(client, tokens["origin"])

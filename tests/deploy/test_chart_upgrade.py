@@ -335,11 +335,7 @@ def rehearsal(
     """helm upgrade's steps, in its order, while the probe and the origin upload."""
     chart = release_one
     api = f"http://127.0.0.1:{chart.http_port('api')}"
-    tokens = {}
-    for kind in ("enroll", "origin"):
-        created = chart.exec("api", "api", "iwscope", "token", "create", "--kind", kind, "--label", "upgrade")
-        assert created.returncode == 0, created.stderr
-        tokens[kind] = created.stdout.strip()
+    tokens = {kind: chart.create_token(kind, "upgrade") for kind in ("enroll", "origin")}
     with httpx.Client(base_url=api, timeout=30.0) as client:
         probe = enroll_probe(client, tokens["enroll"])
         origin = enroll_origin(client, tokens["origin"])
