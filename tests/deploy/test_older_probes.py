@@ -20,7 +20,6 @@ listener per IW, which every origin since wire v1 serves the same way.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 import os
@@ -31,8 +30,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +38,7 @@ import httpx
 import psycopg
 import pytest
 from testenv import libpq_url
-from testkit import stop_process
+from testkit import create_campaign, stop_process, wait_for
 
 from iwprobe import wire
 from iwscope.probes.services import DEFAULT_PROBE_WIRE_VERSION, _level
@@ -247,34 +245,22 @@ def _query(database_url: str, sql: str, *params: object) -> list[tuple[Any, ...]
         return connection.execute(sql, params).fetchall()
 
 
-def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting: {what()}"
-        time.sleep(0.25)
-
-
 def _campaign(collector: Collector, region: str) -> int:
     """A plain paired campaign (no feature of a later wire version) for the old probe's region only."""
-    body = {
-        "name": f"older-probe-{secrets.token_hex(3)}",
-        "origin_ids": [collector.origin_id],
-        "arms": ARMS,
-        "sizes": [SIZE],
-        "probe_regions": [region],
-        "repetitions": REPETITIONS,
-        "interval_s": 0.0,
-        "calibrate": False,
-        "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
-    }
-    answer = httpx.post(
-        f"{collector.api_url}/api/v1/campaigns",
-        json=body,
-        headers={"Authorization": f"Bearer {collector.admin_token}"},
-        timeout=60,
-    )
-    assert answer.status_code == 201, answer.text
-    return int(answer.json()["id"])
+    with httpx.Client(base_url=collector.api_url, timeout=60) as client:
+        created = create_campaign(
+            client,
+            collector.admin_token,
+            collector.origin_id,
+            name=f"older-probe-{secrets.token_hex(3)}",
+            arms=ARMS,
+            sizes=[SIZE],
+            probe_regions=[region],
+            repetitions=REPETITIONS,
+            interval_s=0.0,
+            calibrate=False,
+        )
+    return int(created["id"])
 
 
 def _entry(schedule: dict[str, Any], campaign: int) -> dict[str, Any]:
@@ -358,7 +344,7 @@ def test_older_probe_uploads_to_the_newest_collector(
     assert sorted(row[:3] for row in rows) == sorted((round_, iw, SIZE) for round_ in range(REPETITIONS) for iw in ARMS)
     assert all(row[3] is None and row[4] > 0 for row in rows), rows
     # ... and joined by the newest worker with the current origin's observations, each arm at its IW.
-    _wait_for(
+    wait_for(
         lambda: (
             _query(
                 collector.database_url,
@@ -369,7 +355,9 @@ def test_older_probe_uploads_to_the_newest_collector(
             == EXPECTED_TRIALS
         ),
         JOIN_TIMEOUT_S,
-        lambda: f"the join of campaign {campaign}\n--- origin\n{collector.origin_log.read_text(errors='replace')[-3000:]}",
+        0.25,
+        f"the join of campaign {campaign}",
+        lambda: f"--- origin\n{collector.origin_log.read_text(errors='replace')[-3000:]}",
     )
     assert _query(collector.database_url, "SELECT count(*) FROM trials WHERE probe_id = %s", probe_id)[0][0] == EXPECTED_TRIALS
     # Its heartbeat too (sent after the last upload): everything measured, nothing left in its spool.

@@ -22,7 +22,6 @@ latency: nothing here compares latencies.  Marked ``deploy`` (``make deploy-chec
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -41,7 +40,7 @@ import psycopg
 import pytest
 from chartrender import REPO
 from testenv import libpq_url
-from testkit import running_dashboard
+from testkit import create_campaign, running_dashboard, wait_for
 from vmlab import LabVm, VmImage, vm_image
 
 #: Minutes, not seconds: three guests boot on emulated CPUs and Ansible runs over SSH into them.
@@ -263,45 +262,34 @@ def admin(_api_server_process: Any, admin_token: str) -> Iterator[httpx.Client]:
         yield client
 
 
-def _wait(predicate: Any, timeout_s: float, what: str, tails: Any) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout_s} s{tails()}")
-        time.sleep(5)
-
-
 def _probes(admin: httpx.Client, fleet: VmFleet) -> dict[str, dict[str, Any]]:
     listed = admin.get("/api/v1/probes").raise_for_status().json()
     return {probe["name"]: probe for probe in listed if probe["region"] in fleet.regions.values()}
 
 
-def test_vms_provisioned_by_cloud_init_and_ansible_run_a_campaign(fleet: VmFleet, admin: httpx.Client, database_url: str) -> None:
-    probes = _wait(lambda: len(_probes(admin, fleet)) == 2 and _probes(admin, fleet), 300, "both probes enrolled", fleet.tails)
+def test_vms_provisioned_by_cloud_init_and_ansible_run_a_campaign(
+    fleet: VmFleet, admin: httpx.Client, admin_token: str, database_url: str
+) -> None:
+    probes = wait_for(
+        lambda: len(_probes(admin, fleet)) == 2 and _probes(admin, fleet), 300, 5, "both probes enrolled", fleet.tails
+    )
     origins = [o for o in admin.get("/api/v1/origins").raise_for_status().json() if o["host"] == fleet.vms["origin"].address]
     assert len(origins) == 1, origins
     # The origin VM's per-IW routes, read on the VM itself (set by the unit's setup-routes).
     routes = fleet.ssh("origin", "ip route show table all")
     assert {int(window) for window in re.findall(r"initcwnd (\d+)", routes)} >= set(ARMS), routes
-    campaign = admin.post(
-        "/api/v1/campaigns",
-        json={
-            "name": f"vm-check-{secrets.token_hex(3)}",
-            "origin_ids": [origins[0]["id"]],
-            "arms": list(ARMS),
-            "sizes": [30000],
-            "probe_regions": list(fleet.regions.values()),
-            "repetitions": 2,
-            "interval_s": 0.0,
-            "calibrate": False,
-            "starts_at": (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)).isoformat(),
-        },
-    )
-    assert campaign.status_code == 201, campaign.text
-    campaign_id = int(campaign.json()["id"])
+    campaign_id = create_campaign(
+        admin,
+        admin_token,
+        origins[0]["id"],
+        name=f"vm-check-{secrets.token_hex(3)}",
+        arms=list(ARMS),
+        sizes=[30000],
+        probe_regions=list(fleet.regions.values()),
+        repetitions=2,
+        interval_s=0.0,
+        calibrate=False,
+    )["id"]
     expected = 2 * len(ARMS) * 2  # probes x arms x repetitions
     sql = (
         "SELECT p.name, t.arm_iw, t.error_kind, o.snd_cwnd_at_accept, o.cwnd_mismatch "
@@ -315,7 +303,7 @@ def test_vms_provisioned_by_cloud_init_and_ansible_run_a_campaign(fleet: VmFleet
         return rows if len(rows) >= expected else []
 
     started = time.monotonic()
-    rows = _wait(joined, CAMPAIGN_TIMEOUT_S, f"{expected} joined trials of campaign {campaign_id}", fleet.tails)
+    rows = wait_for(joined, CAMPAIGN_TIMEOUT_S, 5, f"{expected} joined trials of campaign {campaign_id}", fleet.tails)
     TIMINGS["campaign to joined trials (s)"] = round(time.monotonic() - started, 1)
     assert {name for name, *_ in rows} == {"probe-ci", "probe-ans"}
     assert all(error is None for _, _, error, _, _ in rows), rows
@@ -348,9 +336,10 @@ def test_the_role_upgrades_a_probe_vm_and_rolls_it_back(
         installed = fleet.ssh("probe-ans", "/usr/local/bin/iwprobe version").strip()
         assert installed == version
         started = time.monotonic()
-        _wait(
+        wait_for(
             lambda version=version: _probes(admin, fleet)["probe-ans"]["version"] == version,
             300,
+            5,
             f"probe-ans reporting {version}",
             fleet.tails,
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -176,20 +177,20 @@ class LabVm:
     def console(self) -> str:
         return self.console_path.read_text(errors="replace") if self.console_path.exists() else ""
 
-    def wait_console(self, text: str, timeout_s: float = BOOT_TIMEOUT_S) -> float:
-        """Seconds from boot until ``text`` shows on the serial console."""
+    def wait_console(self, pattern: str, timeout_s: float = BOOT_TIMEOUT_S) -> float:
+        """Seconds from boot until the regular expression ``pattern`` matches the serial console."""
         deadline = time.monotonic() + timeout_s
-        while text not in self.console():
+        while re.search(pattern, self.console()) is None:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"qemu of {self.host} exited ({self.process.returncode}):\n{self.tail()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.host}: {text!r} not on the console within {timeout_s} s:\n{self.tail()}")
+                raise TimeoutError(f"{self.host}: {pattern!r} not on the console within {timeout_s} s:\n{self.tail()}")
             time.sleep(1.0)
         return time.monotonic() - self.started_at
 
     def wait_booted(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
         """Seconds from boot until cloud-init's last stage finished."""
-        return self.wait_console("Cloud-init v.", timeout_s) and self.wait_console(" finished at ", timeout_s)
+        return self.wait_console(r"Cloud-init v\. \S+ finished at ", timeout_s)
 
     def tail(self, lines: int = 60) -> str:
         qemu = self.workdir / "qemu.log"
