@@ -37,7 +37,12 @@ def test_delivered_rate_within_2_percent(two_hosts: TwoHosts, rate_bps: float, w
     topo = two_hosts(LinkSpec.symmetric(rate_bps=rate_bps, rtt_ms=20))
     result = measure_rate(topo, "origin", "probe", window_s)
     assert result["queue_drops"] == 0
+    # The emulator's rate while its link was busy (a sender or receiver starved of CPU on a
+    # busy box leaves idle gaps: a CI run delivered 6 % under 50 Mbit/s with no queue drop);
+    # one bulk flow keeps the link busy most of the time, or the measurement says nothing.
+    assert result["link_busy_share"] >= 0.75, result
     assert abs(result["emulator_error"]) <= 0.02, result
+    # The receiver's goodput (as IP bytes) agrees with what the emulator delivered.
     assert abs(result["goodput_error"]) <= 0.02, result
 
 

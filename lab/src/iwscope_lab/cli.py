@@ -237,15 +237,15 @@ def selftest(rtt_ms: float, rate_bps: float, loss: float, duration_s: float, han
             str(checks["rtt_p99_error_within_1ms"]),
         )
         table.add_row(
-            "rate (emulator counters)",
+            "rate (emulator counters, busy time)",
             format_rate(rate["configured_bps"]),
-            f"{rate['emulator_delivered_bps'] / 1e6:.4f} Mbit/s",
+            f"{rate['emulator_delivered_bps'] / 1e6:.4f} Mbit/s (link busy {rate['link_busy_share']:.1%})",
             f"{rate['emulator_error']:+.3%}",
             str(checks["rate_within_2pct"]),
         )
         table.add_row(
             "rate (receiver goodput, as IP)",
-            format_rate(rate["configured_bps"]),
+            f"{rate['delivered_bps'] / 1e6:.4f} Mbit/s delivered",
             f"{rate['goodput_as_ip_bps'] / 1e6:.4f} Mbit/s",
             f"{rate['goodput_error']:+.3%}",
             "",

@@ -196,11 +196,14 @@ def measure_rate(
     # Packet-aligned: the bytes delivered after the first sample's last delivery, up to and
     # including the second sample's last delivery, over the time between those deliveries
     # (exact even when the window holds only a few dozen packets, as at 56 kbit/s).
-    emulator_bps = (
-        (down_end["delivered_bytes"] - down_start["delivered_bytes"])
-        * 8e9
-        / max(1, down_end["last_deliver_ns"] - down_start["last_deliver_ns"])
-    )
+    # The emulator's accuracy is its rate while it had something to send: over the span less
+    # the time its serialiser sat idle between packets (a sender or receiver starved of CPU on
+    # a busy box leaves gaps that are no error of the link; the busy share says how many).
+    span_ns = max(1, down_end["last_deliver_ns"] - down_start["last_deliver_ns"])
+    idle_ns = min(span_ns - 1, max(0, down_end["idle_ns"] - down_start["idle_ns"]))
+    delivered_bits = (down_end["delivered_bytes"] - down_start["delivered_bytes"]) * 8
+    emulator_bps = delivered_bits * 1e9 / (span_ns - idle_ns)
+    delivered_bps = delivered_bits * 1e9 / span_ns
     progress = [(t, b) for t, b in client_result["progress"] if t >= warmup_s]
     goodput_bps = math.nan
     if len(progress) >= 2 and progress[-1][0] > progress[0][0]:
@@ -211,6 +214,8 @@ def measure_rate(
     result: dict[str, Any] = {
         "configured_bps": configured,
         "emulator_delivered_bps": emulator_bps,
+        "delivered_bps": delivered_bps,
+        "link_busy_share": 1.0 - idle_ns / span_ns,
         "goodput_bps": goodput_bps,
         "goodput_as_ip_bps": goodput_as_ip_bps,
         "mss": mss,
@@ -223,7 +228,8 @@ def measure_rate(
     }
     if configured:
         result["emulator_error"] = emulator_bps / configured - 1.0
-        result["goodput_error"] = goodput_as_ip_bps / configured - 1.0
+        # TCP's own count of what arrived against the emulator's count over the same time.
+        result["goodput_error"] = goodput_as_ip_bps / delivered_bps - 1.0
     return result
 
 
