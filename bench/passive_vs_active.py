@@ -11,7 +11,7 @@
    sizes, the demo's plan) for as long; ``compare_by(rtt)`` gives the paired mean improvement
    with its path-bootstrap 95 % interval.
 3. Per RTT bucket from 50 ms up: do the two intervals overlap?  Per loss-free path: the slow-start
-   model's improvement for the very responses measured (:func:`iwscope_lab.model.predict`,
+   model's improvement for the very responses measured (:func:`iwscope.model.predict`,
    server-side latency for the passive responses, client-side for the trials; sizes as
    measured), and each estimate's distance from it.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 from sqlalchemy import text
 
+from iwscope.model import predict
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
-from iwscope_lab.model import predict
 from iwscope_lab.passive import AB_ARMS, LabPassive, PassivePlan
 from iwscope_lab.scenarios import load_scenario
 from iwscope_lab.stack import Stack, local_stack

@@ -15,8 +15,8 @@ from campaign_kit import path_hosts, query_rows, session_stack
 
 from iwprobe import wire
 from iwprobe._trace import traced_round
+from iwscope.model import predict
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
-from iwscope_lab.model import predict
 from iwscope_lab.topology import Topology
 
 #: name -> (region, RTT ms, rate bit/s): serialisation of one packet stays under 2 % of the RTT.

@@ -26,8 +26,8 @@ import pytest
 from campaign_kit import query_rows, session_stack
 
 pytest.importorskip("iwscope_lab.passive")
+from iwscope.model import slow_start_rounds
 from iwscope_lab.links import LinkSpec
-from iwscope_lab.model import slow_start_rounds
 from iwscope_lab.passive import LabPassive, PassivePlan
 from iwscope_lab.topology import Host, Topology
 from iwscope_lab.users import PopulationConfig

@@ -21,8 +21,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from iwscope.model import tls_first_flight_bytes
 from iwscope_lab.certs import PADDING_OID, BuiltChain, ChainInfo, build_chain, default_intermediates, write_chain
-from iwscope_lab.model import tls_first_flight_bytes
 
 IWSCOPE = str(Path(sys.executable).with_name("iwscope"))
 CURL = "/usr/bin/curl"

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from iwscope.model import DEFAULT_MSS, predict_appconnect, tls_first_flight_bytes
 from iwscope_lab.certs import ChainInfo, write_chain
-from iwscope_lab.model import DEFAULT_MSS, predict_appconnect, tls_first_flight_bytes
 from iwscope_lab.topology import Host, LinkSpec, Topology
 
 IWPROBE = [sys.executable, "-m", "iwprobe", "--log-level", "WARNING"]

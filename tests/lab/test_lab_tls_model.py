@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 from testkit import stop_process
 
-from iwscope_lab.certs import write_chain
-from iwscope_lab.links import LinkSpec
-from iwscope_lab.model import (
+from iwscope.model import (
     DEFAULT_MSS,
     OPENSSL_FIRST_WRITE_BYTES,
     predict_appconnect,
@@ -24,6 +22,8 @@ from iwscope_lab.model import (
     tls_first_flight_bytes,
     tls_handshake_rounds,
 )
+from iwscope_lab.certs import write_chain
+from iwscope_lab.links import LinkSpec
 from iwscope_lab.topology import Topology
 
 TwoHosts = Callable[..., Topology]

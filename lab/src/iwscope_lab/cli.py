@@ -327,8 +327,9 @@ def certs(
     bulk beyond real keys and signatures is a non-critical private extension of random bytes
     standing in for post-quantum (ML-DSA) keys and signatures. Clients trust root.pem.
     """
+    from iwscope.model import OPENSSL_FIRST_WRITE_BYTES, tls_first_flight_bytes, tls_handshake_rounds
+
     from .certs import write_chain
-    from .model import OPENSSL_FIRST_WRITE_BYTES, tls_first_flight_bytes, tls_handshake_rounds
 
     try:
         info = write_chain(

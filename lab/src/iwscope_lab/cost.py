@@ -19,7 +19,7 @@ bandwidth-delay product.  Phases:
 
 Everything goes through the product (origin, probe, API, worker); the numbers come back from
 :func:`iwscope.analysis.cost`.  The model's expectation for each policy is the queue its first
-flight builds at the bottleneck (:func:`iwscope_lab.model.first_flight_queue`).
+flight builds at the bottleneck (:func:`iwscope.model.first_flight_queue`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from iwprobe import wire
+from iwscope.model import first_flight_queue
 from iwscope_lab.campaign import CampaignResult
 from iwscope_lab.fairness import Bottleneck, FairnessCampaign, FairnessPlan, phase_plan
 from iwscope_lab.links import LinkSpec
-from iwscope_lab.model import first_flight_queue
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
 

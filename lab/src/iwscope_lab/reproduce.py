@@ -3,7 +3,7 @@
 Each experiment is a real campaign (:class:`~iwscope_lab.campaign.LabCampaign`) on a
 topology with one origin and one probe per sweep point, so the points of a sweep are
 measured at the same time.  Results are read back from PostgreSQL (what the API and the
-worker stored) and set beside the slow-start model (:mod:`iwscope_lab.model`); points that
+worker stored) and set beside the slow-start model (:mod:`iwscope.model`); points that
 differ from the model by more than 10 % are flagged, with a reason where one is known.
 
 Outputs: ``DIR/summary.json`` (machine-readable), ``DIR/report.html`` (self-contained,
@@ -29,9 +29,10 @@ from typing import Any
 from rich.console import Console
 from sqlalchemy import text
 
+from iwprobe import sizes
+from iwscope.model import explain_gap, predict
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import LinkSpec
-from iwscope_lab.model import explain_gap, predict
 from iwscope_lab.selftest import SelftestConfig, run_selftest
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
@@ -66,6 +67,13 @@ class Experiment:
     x_name: str
     points: tuple[SweepPoint, ...]
     plan: CampaignPlan
+
+
+def websearch_sizes(count: int = 100) -> list[int]:
+    """``count`` body sizes at evenly spaced quantiles of the ``websearch`` model
+    (``iwprobe.sizes``, what the lab's ``size_dist="websearch"`` campaigns draw from): the size
+    mix to give :func:`iwscope.model.predict_with_loss` for such a campaign."""
+    return [sizes.quantile("websearch", (index + 0.5) / count) for index in range(count)]
 
 
 def experiments(quick: bool) -> list[Experiment]:

@@ -11,7 +11,7 @@ One real campaign measures the whole grid at once: one HTTPS origin per chain si
 transfer).  Per (RTT, chain, IW): the client's handshake as curl's ``time_appconnect``
 (``connect_us + tls_handshake_us``: start -> handshake done, TCP connect included), the
 origin's (ClientHello read -> client Finished), the first flight's bytes, and the model
-(:func:`iwscope_lab.model.predict_appconnect` of the measured flight; its slow-start rounds).
+(:func:`iwscope.model.predict_appconnect` of the measured flight; its slow-start rounds).
 Points more than 10 % from the model are flagged.
 """
 
@@ -25,11 +25,11 @@ from rich.console import Console
 from sqlalchemy import text
 
 from iwscope.analysis.stats import mean_interval
+from iwscope.model import predict_appconnect, tls_first_flight_bytes, tls_handshake_rounds
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.certs import ChainInfo
 from iwscope_lab.hostspec import probes_per_rtt
 from iwscope_lab.links import LinkSpec
-from iwscope_lab.model import predict_appconnect, tls_first_flight_bytes, tls_handshake_rounds
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iwscope_lab.model import first_flight_queue
+from iwscope.model import first_flight_queue
 
 pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 

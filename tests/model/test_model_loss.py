@@ -1,4 +1,4 @@
-"""The model with loss (``iwscope_lab.model_loss``): the loss-free case is ``predict``, each loss
+"""The model with loss (``iwscope.model``): the loss-free case is ``predict``, each loss
 mechanism costs what Linux's rules say, the distribution behaves, and Cardwell, Savage and
 Anderson's closed form agrees where its assumptions hold."""
 
@@ -9,14 +9,17 @@ import random
 
 import pytest
 
-from iwscope_lab.model import DEFAULT_MSS, HTTP_HEADER_BYTES, predict, rto_after_handshake_s
-from iwscope_lab.model_loss import (
+from iwscope.model import (
+    DEFAULT_MSS,
     DEFAULT_SAMPLES,
+    HTTP_HEADER_BYTES,
     csa_latency,
+    predict,
     predict_with_loss,
+    rto_after_handshake_s,
     simulate_connection,
-    websearch_sizes,
 )
+from iwscope_lab.reproduce import websearch_sizes
 
 pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 

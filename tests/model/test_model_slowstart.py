@@ -2,7 +2,7 @@
 
 import pytest
 
-from iwscope_lab.model import explain_gap, predict, rto_after_handshake_s, slow_start_rounds
+from iwscope.model import explain_gap, predict, rto_after_handshake_s, slow_start_rounds
 
 pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
 

@@ -8,9 +8,9 @@ import heapq
 import itertools
 import math
 
-from iwscope_lab._lossmodel_handshake import _Handshake
-from iwscope_lab._lossmodel_types import _DATA, _NO_TIMER, _OPEN, _RECOVERY, _REO, _RTO, _TLP, RTO_MAX_S, TIMER_MIN_S
-from iwscope_lab.model import RTO_MIN_S
+from iwscope.model._loss_handshake import _Handshake
+from iwscope.model._loss_types import _DATA, _NO_TIMER, _OPEN, _RECOVERY, _REO, _RTO, _TLP, RTO_MAX_S, TIMER_MIN_S
+from iwscope.model._slowstart import RTO_MIN_S
 
 
 class _Sender(_Handshake):

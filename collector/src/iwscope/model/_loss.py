@@ -2,7 +2,7 @@
 Linux's TCP (:func:`predict_with_loss`), and Cardwell, Savage and Anderson's closed form beside
 it (:func:`csa_latency`).
 
-The path is :func:`iwscope_lab.model.predict`'s -- round-trip propagation ``rtt_s`` split evenly,
+The path is :func:`iwscope.model.predict`'s -- round-trip propagation ``rtt_s`` split evenly,
 a bottleneck of ``rate_bps`` towards the client (``up_rate_bps`` back) serialising every packet
 -- plus the lab emulator's loss: every packet (SYN, SYN-ACK, ACK, request, data, retransmissions)
 is dropped with probability ``loss``, independently, in each direction (``iwemu.c``'s
@@ -26,7 +26,7 @@ do, event by event, with what a Linux 6.x sender and receiver do on loss:
   ``tcp_try_undo_spurious_syn`` when the echo is the first SYN-ACK's) -- so one lost SYN-ACK
   costs the IW when the server's timer wins the race. The handshake's RTT sample (with
   timestamps: from the SYN-ACK the client answered) gives the data RTO,
-  :func:`~iwscope_lab.model.rto_after_handshake_s`. The client sends its ACK and the request at
+  :func:`~iwscope.model.rto_after_handshake_s`. The client sends its ACK and the request at
   once; the server starts on whichever arrives; a lost request is resent by the client's loss
   probe (2 x SRTT + 200 ms: one packet out) or RTO.
 * **Data**: slow start from the IW, one ACK per segment (quick-ack, as in ``predict``; the
@@ -70,19 +70,20 @@ quarter of an RTT after that segment's SACK, neither by an RTO after 3 RTTs, and
 IW16 burst takes 190 ms to serialise. The packet model is ``predict``'s and every mechanism added
 above is a kernel rule that can be read and checked. Without loss it gives ``predict``'s numbers
 to rounding, except where a timer fires with nothing lost -- slow links, where ``predict`` flags the spurious RTO
-(:attr:`~iwscope_lab.model.Prediction.spurious_rto_expected`): the simulation plays it, with
+(:attr:`~iwscope.model.Prediction.spurious_rto_expected`): the simulation plays it, with
 the Eifel undo. :func:`csa_latency` is kept beside it for comparison.
 
 A distribution (:func:`predict_with_loss`) is over independent trials, each drawing its own
 losses; with several object sizes, trial ``i`` fetches ``sizes[i % len(sizes)]`` (give
-:func:`websearch_sizes` for the lab's web-search mix), so the summary is over sizes and losses
+:func:`iwscope_lab.reproduce.websearch_sizes` for the lab's web-search mix), so the summary is over sizes and losses
 together, as the lab's arms are.
 
-This module is the public surface; the parts live in private modules: the constants and result
-types (``_lossmodel_types``), the simulated connection as a stack of classes -- its parameters
-and the handshake (``_lossmodel_handshake``), the sender's data path and RTT estimator
-(``_lossmodel_sender``), loss recovery (``_lossmodel_recovery``), the event loop and ACK
-processing (``_lossmodel_connection``) -- and the closed form (``_lossmodel_csa``).
+This module holds the entry points (public through :mod:`iwscope.model`); the parts live in
+private modules: the constants and result
+types (``_loss_types``), the simulated connection as a stack of classes -- its parameters
+and the handshake (``_loss_handshake``), the sender's data path and RTT estimator
+(``_loss_sender``), loss recovery (``_loss_recovery``), the event loop and ACK
+processing (``_loss_connection``) -- and the closed form (``_loss_csa``).
 """
 
 from __future__ import annotations
@@ -90,47 +91,16 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Sequence
 
-from iwscope_lab._lossmodel_connection import _Connection
-from iwscope_lab._lossmodel_csa import CsaEstimate, csa_latency
-from iwscope_lab._lossmodel_types import (
-    BBR_CWND_MIN,
-    CUBIC_BETA,
+from iwscope.model._loss_connection import _Connection
+from iwscope.model._loss_types import (
     DEFAULT_SAMPLES,
-    DUPTHRESH,
-    QUANTILES,
-    RTO_MAX_S,
-    SYN_BYTES,
-    SYNACK_TIMER_FIRST,
-    TIMER_MIN_S,
     CongestionControl,
     Drop,
     LossPrediction,
     Spread,
     Trial,
 )
-from iwscope_lab.model import DEFAULT_MSS, HTTP_HEADER_BYTES
-
-__all__ = [
-    "BBR_CWND_MIN",
-    "CUBIC_BETA",
-    "DEFAULT_SAMPLES",
-    "DUPTHRESH",
-    "QUANTILES",
-    "RTO_MAX_S",
-    "SYNACK_TIMER_FIRST",
-    "SYN_BYTES",
-    "TIMER_MIN_S",
-    "CongestionControl",
-    "CsaEstimate",
-    "Drop",
-    "LossPrediction",
-    "Spread",
-    "Trial",
-    "csa_latency",
-    "predict_with_loss",
-    "simulate_connection",
-    "websearch_sizes",
-]
+from iwscope.model._slowstart import DEFAULT_MSS, HTTP_HEADER_BYTES
 
 
 def _check(iw: int, rtt_s: float, loss: float, up_loss: float) -> None:
@@ -215,11 +185,11 @@ def predict_with_loss(
     """The distribution of latency over ``samples`` trials of :func:`simulate_connection`.
 
     ``size`` is one body size or several (trial ``i`` fetches ``size[i % len(size)]``, so a
-    list of sizes from a distribution gives the distribution over sizes and losses together:
-    :func:`websearch_sizes`). ``loss`` is the probability that the link drops a packet, each
-    direction independently (``up_loss`` sets the direction towards the server apart). The
+    list of sizes from a distribution gives the distribution over sizes and losses together,
+    e.g. ``iwscope_lab.reproduce.websearch_sizes``). ``loss`` is the probability that the link
+    drops a packet, each direction independently (``up_loss`` sets the direction towards the server apart). The
     trials draw from ``random.Random(seed)``: the same arguments give the same result. Without
-    loss every trial of a size is the same, and :func:`~iwscope_lab.model.predict`'s."""
+    loss every trial of a size is the same, and :func:`~iwscope.model.predict`'s."""
     sizes = [size] if isinstance(size, int) else list(size)
     if not sizes:
         raise ValueError("no sizes")
@@ -266,11 +236,3 @@ def predict_with_loss(
         p_iw_reset=sum(t.server_iw < iw for t in trials) / count,
         trials=tuple(trials) if keep_samples else (),
     )
-
-
-def websearch_sizes(count: int = 100) -> list[int]:
-    """``count`` body sizes at evenly spaced quantiles of the ``websearch`` model
-    (``iwprobe.sizes``, what the lab's ``size_dist="websearch"`` campaigns draw from)."""
-    from iwprobe import sizes
-
-    return [sizes.quantile("websearch", (index + 0.5) / count) for index in range(count)]

@@ -1,5 +1,5 @@
-"""The loss model's constants and result types (public through :mod:`iwscope_lab.model_loss`), and
-the simulator's internal codes (:mod:`iwscope_lab._lossmodel_handshake` and the modules after it).
+"""The loss model's constants and result types (public through :mod:`iwscope.model`), and
+the simulator's internal codes (:mod:`iwscope.model._loss_handshake` and the modules after it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ Drop = tuple[str, int, int]
 #: box under a load of 2 (docs/reproduction.md, "The model with loss"); the mean's standard
 #: error for web-search sizes at 300 ms, 1 Mbit/s and 5 % loss is then about 22 ms (4 %).
 DEFAULT_SAMPLES = 400
-#: Bytes of a SYN and a SYN-ACK on the wire, as :func:`~iwscope_lab.model.predict` counts them.
+#: Bytes of a SYN and a SYN-ACK on the wire, as :func:`~iwscope.model.predict` counts them.
 SYN_BYTES = 60 + 14
 #: Linux's largest RTO (``TCP_RTO_MAX``).
 RTO_MAX_S = 120.0

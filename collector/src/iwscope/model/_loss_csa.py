@@ -1,6 +1,6 @@
 """Cardwell, Savage and Anderson's closed form for a short transfer's latency (INFOCOM 2000),
 with Padhye et al.'s steady-state rate (PFTK) for what follows slow start: kept beside the
-packet model (:mod:`iwscope_lab.model_loss`) for comparison.
+packet model (:mod:`iwscope.model`) for comparison.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from iwscope_lab.model import DEFAULT_MSS, HTTP_HEADER_BYTES, INITIAL_RTO_S, rto_after_handshake_s
+from iwscope.model._slowstart import DEFAULT_MSS, HTTP_HEADER_BYTES, INITIAL_RTO_S, rto_after_handshake_s
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,10 @@ def csa_latency(
     same ``loss`` forward and back (the handshake's p_f and p_r; the data phase sees only the
     forward loss), ``acks_per_segment`` b = 1 (Linux acks every segment in quick-ack mode, and
     grows cwnd by every segment acknowledged), the RTO ``rto_s`` (default: Linux's from one RTT
-    sample, :func:`~iwscope_lab.model.rto_after_handshake_s`) as T0, and the 1 s initial SYN
+    sample, :func:`~iwscope.model.rto_after_handshake_s`) as T0, and the 1 s initial SYN
     timeout as Ts. Its assumptions: rounds of exactly one RTT (no serialisation at a bottleneck,
     so compare it on fast paths), a continuous number of slow-start rounds (log, not its
-    ceiling: at no loss it is below :func:`~iwscope_lab.model.predict` unless the segments are
+    ceiling: at no loss it is below :func:`~iwscope.model.predict` unless the segments are
     ``iw * (2^k - 1)``), Reno after the first loss (a timeout with probability Q, else one RTT of
     fast recovery; no tail loss probe, no RACK), and the rest at PFTK's steady-state rate."""
     if iw < 1:

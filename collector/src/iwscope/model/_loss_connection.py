@@ -8,8 +8,8 @@ from __future__ import annotations
 import heapq
 import math
 
-from iwscope_lab._lossmodel_recovery import _Recovery
-from iwscope_lab._lossmodel_types import _ACK, _DATA, _LOSS, _MAX_EVENTS, _NO_TIMER, _OPEN, _RECOVERY, _RTO, _TLP, Trial
+from iwscope.model._loss_recovery import _Recovery
+from iwscope.model._loss_types import _ACK, _DATA, _LOSS, _MAX_EVENTS, _NO_TIMER, _OPEN, _RECOVERY, _RTO, _TLP, Trial
 
 
 class _Connection(_Recovery):

@@ -1,9 +1,9 @@
-"""The simulated connection's base (:func:`iwscope_lab.model_loss.simulate_connection`): its
+"""The simulated connection's base (:func:`iwscope.model.simulate_connection`): its
 parameters, the link's drops, and the handshake and request up to the server reading it.
 
 The classes stack, one module each: :class:`_Handshake` here, the sender's data path
-(:mod:`iwscope_lab._lossmodel_sender`), loss recovery (:mod:`iwscope_lab._lossmodel_recovery`),
-and the event loop with the ACK processing (:mod:`iwscope_lab._lossmodel_connection`).
+(:mod:`iwscope.model._loss_sender`), loss recovery (:mod:`iwscope.model._loss_recovery`),
+and the event loop with the ACK processing (:mod:`iwscope.model._loss_connection`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import random
 from collections.abc import Callable, Collection
 
-from iwscope_lab._lossmodel_types import (
+from iwscope.model._loss_types import (
     _MAX_EVENTS,
     _RTO,
     _TLP,
@@ -26,7 +26,7 @@ from iwscope_lab._lossmodel_types import (
     Drop,
     _ser,
 )
-from iwscope_lab.model import HEADER_BYTES, HTTP_REQUEST_BYTES, INITIAL_RTO_S, RTO_MIN_S, rto_after_handshake_s
+from iwscope.model._slowstart import HEADER_BYTES, HTTP_REQUEST_BYTES, INITIAL_RTO_S, RTO_MIN_S, rto_after_handshake_s
 
 _Push = Callable[[float, int, float], None]
 

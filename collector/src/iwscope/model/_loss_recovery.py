@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from iwscope_lab._lossmodel_sender import _Sender
-from iwscope_lab._lossmodel_types import (
+from iwscope.model._loss_sender import _Sender
+from iwscope.model._loss_types import (
     _LOSS,
     _OPEN,
     _RECOVERY,
