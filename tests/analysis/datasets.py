@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from iwscope.models import Campaign, PathEstimate, Probe, Trial, TrialId
+from iwscope.models import Campaign, OriginObservation, PathEstimate, Probe, Trial, TrialId
 
 UTC = dt.UTC
 DAY = dt.datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -108,6 +108,7 @@ def add_trial(
     started_at: dt.datetime = DAY,
     received_at: dt.datetime = RECEIVED,
     joined_at: dt.datetime | None = JOINED,
+    round_: int = 0,
 ) -> uuid.UUID:
     """One trial; ``server_ms`` None with ``error`` = a failed fetch; ``joined_at`` None = not joined yet."""
     trial_id = uuid.uuid4()
@@ -121,7 +122,7 @@ def add_trial(
             probe_id=probe_id,
             campaign_id=campaign_id,
             origin_id=origin_id,
-            round=0,
+            round=round_,
             arm_iw=iw,
             object_size=size,
             url=f"http://origin/{size}",
@@ -144,6 +145,59 @@ def add_trial(
         )
     )
     return trial_id
+
+
+def add_observation(
+    session: Session,
+    trial_id: uuid.UUID,
+    origin_id: uuid.UUID,
+    iw: int,
+    size: int,
+    *,
+    peer_rwnd: int | None = None,
+    min_rtt_us: int | None = None,
+    rtt_us: int | None = None,
+    rwnd_limited: bool = False,
+) -> None:
+    """The origin's observation of a trial (what the join reads beside the trial's own columns)."""
+    session.add(
+        OriginObservation(
+            trial_id=trial_id,
+            origin_id=origin_id,
+            arm_iw=iw,
+            arm=None,
+            port=8000 + iw,
+            client_addr="192.0.2.0/24",
+            object_size=size,
+            request_at=DAY,
+            first_byte_us=1000,
+            response_latency_us=None,
+            snd_cwnd_at_accept=iw,
+            cwnd_mismatch=False,
+            rwnd_limited=rwnd_limited,
+            peer_rwnd=peer_rwnd,
+            http_status=200,
+            error_kind=None,
+            tcpi_total_retrans=None,
+            tcpi_bytes_retrans=None,
+            tcpi_rtt_us=rtt_us,
+            tcpi_min_rtt_us=min_rtt_us,
+            tcpi_delivery_rate=None,
+            tcpi_segs_out=None,
+            tcpi_bytes_sent=None,
+            tcpi_snd_cwnd=None,
+            tcpi_snd_ssthresh=None,
+            tcpi_busy_time_us=None,
+            tcpi_rwnd_limited_us=None,
+            tcpi_sndbuf_limited_us=None,
+            tcp_info={},
+            tls_version=None,
+            tls_handshake_us=None,
+            tls_first_flight_bytes=None,
+            tls_flight_acked_us=None,
+            family=None,
+        )
+    )
 
 
 def add_random_trials(

@@ -77,6 +77,13 @@ def test_analysis_endpoints(api_server, committed_fixed: Fixed) -> None:
         assert page["total"] == 12 and len(page["data"]) == 5
         csv_text = client.get(f"{base}/trials.csv", params={"campaign": campaign, "region": "europe"}).text
         assert csv_text.count("\n") == 1 + 3
+        fit = client.get(f"{base}/model-fit", params={"campaign": campaign, "cc": "bbr"})
+        assert fit.status_code == 200, fit.text
+        assert (fit.json()["data"]["cc"], fit.json()["data"]["treatment_iw"]) == ("bbr", 10)
+        assert {path["region"] for path in fit.json()["data"]["paths"]} == {"africa", "europe", "south-america"}
+        assert all(path["too_small"] and path["predicted_ms"] is None for path in fit.json()["data"]["paths"])
+        bad_cc = client.get(f"{base}/model-fit", params={"cc": "vegas"})
+        assert bad_cc.status_code == 422 and "cc" in bad_cc.text
         fleet = {row["probe_id"]: row for row in client.get(f"{base}/fleet").json()["data"]}
         assert fleet[str(committed_fixed.africa)]["trials_total"] == 8
 

@@ -36,7 +36,8 @@ TRACES_JS = """
     const bars = (e) => e ? {symmetric: e.symmetric, array: values(e.array), arrayminus: values(e.arrayminus)} : null;
     return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
                                    x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y),
-                                   text: Array.isArray(t.text) ? values(t.text) : []}));
+                                   text: Array.isArray(t.text) ? values(t.text) : [],
+                                   marker_symbol: t.marker && t.marker.symbol ? String(t.marker.symbol) : null}));
 }
 """
 
@@ -129,6 +130,18 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
         assert "mumbai-1" in check_table and "proxy or cache suspected" in check_table
         assert check_table.count("windows as configured") == 7
         assert "3 census targets" in message and "1 with a proxy or cache suspected" in message
+    elif path == "/model":
+        # the seed's paths follow slow start with 8 % noise: the model's prediction beside each bucket,
+        # drawn as a prediction (its own trace and name), and a verdict per path
+        names = {t["name"] for t in traces(page, "model-bucket-graph")}
+        assert names == {"measured: IW3 - IW10", "model (prediction)"}, names
+        predicted = next(t for t in traces(page, "model-bucket-graph") if t["name"] == "model (prediction)")
+        assert predicted["marker_symbol"] == "diamond-open" and len(predicted["x"]) >= 3
+        assert all(value > 0 for value in predicted["y"])
+        page.wait_for_selector("#model-paths td", timeout=TIMEOUT_MS)
+        paths_table = page.inner_text("#model-paths")
+        assert "model (prediction)" in paths_table and ("agrees" in paths_table or "odd" in paths_table)
+        assert "paths in" in message and "simulated connections per arm and path" in message
     elif path == "/probes":
         assert len(traces(page, "probes-graph")[0]["x"]) == 8
         page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)

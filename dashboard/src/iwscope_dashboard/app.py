@@ -30,6 +30,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/tls", "TLS", True),
     ("/cost", "Cost", True),
     ("/wild", "IW in the wild", True),
+    ("/model", "Model", True),
     ("/real-users", "Real users", False),
     ("/probes", "Probes", True),
     ("/trials", "Trials", True),

@@ -83,6 +83,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("/tls", _figures("tls-improvement-graph", "tls-means-graph")),
     PageSpec("/cost", _figures("cost-delay-graph", "cost-sweep-graph", "cost-bulk-graph")),
     PageSpec("/wild", _figures("wild-census-graph", "wild-series-graph")),
+    PageSpec("/model", _figures("model-bucket-graph", "model-path-graph")),
     PageSpec(
         "/real-users",
         _figures(

@@ -23,6 +23,7 @@ from iwscope.analysis import (
     Filters,
     Headline,
     LossBucket,
+    ModelFit,
     PathIwCheck,
     PercentileTable,
     ProbeRow,
@@ -37,6 +38,7 @@ from iwscope.analysis import (
     latency_cdf,
     latency_vs_iw,
     loss_summary,
+    model_fit,
     percentile_table,
     region_summary,
     tls_by_flight,
@@ -86,6 +88,12 @@ def sizes_data(session: Session, filters: Filters) -> list[BucketComparison]:
 
 def tls_data(session: Session, filters: Filters) -> list[BucketComparison]:
     return tls_by_flight(session, filters)
+
+
+def model_data(session: Session, filters: Filters) -> ModelFit:
+    """The "Model vs measured" page: per path and RTT bucket, the model with loss beside the
+    measured improvement (the origin's congestion control taken as CUBIC, Linux's default)."""
+    return model_fit(session, filters)
 
 
 def regions_map(session: Session, filters: Filters) -> list[RegionSummary]:
@@ -150,6 +158,7 @@ PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "loss": loss_data,
     "cost": cost_data,
     "wild": wild_data,
+    "model": model_data,
     "probes": probes_data,
     "trials": trials_data,
 }

@@ -16,6 +16,8 @@ from iwscope.analysis.cost import (
 )
 from iwscope.analysis.filters import Filters, Metric
 from iwscope.analysis.iwcheck import CensusDay, CensusTarget, IwAnswer, PathIwCheck, census_series, census_targets, iw_check
+from iwscope.analysis.modelfit import model_fit
+from iwscope.analysis.modelfit_results import ArmFit, BucketModelFit, ModelFit, PathInputs, PathModelFit
 from iwscope.analysis.offered_load import fairness
 from iwscope.analysis.passive import (
     PASSIVE_DIMENSIONS,
@@ -60,6 +62,12 @@ from iwscope.analysis.tls import tls_by_flight
 
 __all__ = [
     "tls_by_flight",
+    "ArmFit",
+    "BucketModelFit",
+    "ModelFit",
+    "PathInputs",
+    "PathModelFit",
+    "model_fit",
     "PASSIVE_DIMENSIONS",
     "PassiveDimension",
     "PassiveFilters",

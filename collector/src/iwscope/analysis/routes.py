@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
-from iwscope.analysis import iwcheck, offered_load, passive_routes, queries, raw, schemas, tls
+from iwscope.analysis import iwcheck, modelfit, offered_load, passive_routes, queries, raw, schemas, tls
 from iwscope.analysis.cost import cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
@@ -155,6 +155,22 @@ async def get_iw_check(filters: FiltersDep) -> dict[str, Any]:
     against the arm it asked for and the origin's own window (a split-TCP proxy or a cache on
     the path disagrees while the origin had the arm)."""
     return await _run(iwcheck.iw_check, filters)
+
+
+@router.get("/model-fit", response_model=schemas.ModelFitOut)
+async def get_model_fit(
+    filters: FiltersDep,
+    cc: Annotated[
+        Literal["cubic", "reno", "bbr"],
+        Query(description="the origin's congestion control, as the model plays it (origins do not report theirs)"),
+    ] = "cubic",
+) -> dict[str, Any]:
+    """Per probe x origin path and RTT bucket: the paired improvement of ``treat`` over ``base``
+    beside what the model with loss predicts from the path's own estimates (min RTT, bottleneck,
+    the baseline's retransmitted share, the client's window), the residual, and the paths that
+    disagree ("odd") with what their trials show (receive window, proxy, shallow buffer,
+    policer).  Fewer than 20 pairs on a path: "n too small", no prediction."""
+    return await _run(modelfit.model_fit, filters, cc)
 
 
 @router.get("/fleet", response_model=schemas.FleetOut)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from iwscope.analysis.cost import CostReport
 from iwscope.analysis.iwcheck import CensusDay, CensusTarget, PathIwCheck
+from iwscope.analysis.modelfit_results import ModelFit
 from iwscope.analysis.results import (
     ArmStats,
     BucketComparison,
@@ -155,3 +156,11 @@ class IwCheckOut(BaseModel):
     """``/iw-check``: per probe and origin, the client-side inferences against the arms."""
 
     data: list[PathIwCheck]
+
+
+class ModelFitOut(BaseModel):
+    """``/model-fit``: per path and RTT bucket, the measured improvement beside the model's
+    prediction from the path's own estimates (``predicted_*``: a prediction, not a measurement),
+    the residual, and the odd paths with what their trials show."""
+
+    data: ModelFit

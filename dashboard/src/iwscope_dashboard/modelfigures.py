@@ -1,0 +1,102 @@
+"""Figures of the "Model vs measured" page (pure functions of :func:`iwscope.analysis.model_fit`'s
+result, no database).  A prediction is never drawn like a measurement: measured values are
+filled bars and dots with their 95 % intervals; the model's are open diamonds in
+:data:`PREDICTION_COLOUR`, named "model (prediction)" in every legend and hover."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from iwscope.analysis import BucketModelFit, PathModelFit
+from iwscope_dashboard.figures import TOO_SMALL_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars, style_figure
+
+PREDICTION_COLOUR = "#7b3fa0"
+ODD_COLOUR = "#c0392b"
+#: The legend's and hovers' name for every predicted value.
+PREDICTION_NAME = "model (prediction)"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f} ms"
+
+
+def bucket_fit_figure(buckets: Sequence[BucketModelFit], treatment_iw: int, baseline_iw: int) -> go.Figure:
+    """Per RTT bucket: the measured paired improvement (bars, 95 % interval) beside the model's
+    pair-weighted prediction (open diamonds); buckets with too few pairs in grey."""
+    if not buckets:
+        return empty_figure("No path of these filters has both arms.")
+    labels = [bucket.bucket for bucket in buckets]
+    measured = [bucket.measured_ms if bucket.measured_ms is not None else 0.0 for bucket in buckets]
+    fig = go.Figure()
+    fig.add_bar(
+        x=labels,
+        y=measured,
+        name=f"measured: IW{baseline_iw} - IW{treatment_iw}",
+        marker_color=[TOO_SMALL_COLOUR if bucket.too_small else TREATMENT_COLOUR for bucket in buckets],
+        error_y=interval_bars(measured, [bucket.measured_ci_ms for bucket in buckets]),
+        hovertext=[
+            f"{bucket.bucket}: measured {_ms(bucket.measured_ms)} over {bucket.n_pairs} pairs on {bucket.n_paths} paths"
+            + (" (n too small)" if bucket.too_small else "")
+            + (f"<br>{bucket.caveat}" if bucket.caveat else "")
+            for bucket in buckets
+        ],
+        hoverinfo="text",
+    )
+    predicted = [bucket for bucket in buckets if bucket.predicted_ms is not None]
+    fig.add_scatter(
+        x=[bucket.bucket for bucket in predicted],
+        y=[bucket.predicted_ms for bucket in predicted],
+        mode="markers",
+        name=PREDICTION_NAME,
+        marker={"symbol": "diamond-open", "size": 13, "color": PREDICTION_COLOUR, "line": {"width": 2}},
+        hovertext=[
+            f"{bucket.bucket}: {PREDICTION_NAME} {_ms(bucket.predicted_ms)}; residual {_ms(bucket.residual_ms)}"
+            for bucket in predicted
+        ],
+        hoverinfo="text",
+    )
+    fig.update_layout(xaxis_title="path min RTT", yaxis_title="improvement (ms)", barmode="overlay")
+    return style_figure(fig, "Improvement per RTT bucket: measured vs model (prediction)")
+
+
+def path_fit_figure(paths: Sequence[PathModelFit]) -> go.Figure:
+    """One dot per path with a verdict: the model's prediction (x) against the measured
+    improvement (y, 95 % interval), the line of agreement, odd paths in red."""
+    shown = [path for path in paths if path.predicted_ms is not None and path.measured_ms is not None]
+    if not shown:
+        return empty_figure("No path has enough pairs for a verdict (20 pairs or more).")
+    fig = go.Figure()
+    for odd, name, colour in ((False, "path: agrees with the model", TREATMENT_COLOUR), (True, "path: odd", ODD_COLOUR)):
+        group = [path for path in shown if path.odd == odd]
+        if not group:
+            continue
+        measured = [path.measured_ms or 0.0 for path in group]
+        fig.add_scatter(
+            x=[path.predicted_ms for path in group],
+            y=measured,
+            mode="markers",
+            name=name,
+            marker={"color": colour, "size": 9},
+            error_y=interval_bars(measured, [path.measured_ci_ms for path in group], colour),
+            hovertext=[
+                f"{path.probe_name} ({path.region}), {path.bucket}<br>measured {_ms(path.measured_ms)} over "
+                f"{path.n_pairs} pairs<br>{PREDICTION_NAME} {_ms(path.predicted_ms)}<br>residual {_ms(path.residual_ms)}"
+                + "".join(f"<br>- {reason}" for reason in path.explanations)
+                for path in group
+            ],
+            hoverinfo="text",
+        )
+    values = [value for path in shown for value in (path.predicted_ms or 0.0, path.measured_ms or 0.0)]
+    low, high = min(0.0, *values), max(values)
+    fig.add_scatter(
+        x=[low, high],
+        y=[low, high],
+        mode="lines",
+        name="measured = model",
+        line={"color": PREDICTION_COLOUR, "dash": "dot", "width": 1},
+        hoverinfo="skip",
+    )
+    fig.update_layout(xaxis_title=f"{PREDICTION_NAME}: improvement (ms)", yaxis_title="measured improvement (ms)")
+    return style_figure(fig, "Per path: measured vs model (prediction)")
