@@ -12,8 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import Filters, PathModelFit, model_fit
-from iwscope.analysis.modelfit import congestion_control
-from iwscope.model import predict, predict_with_loss
+from iwscope.model import congestion_control, predict, predict_with_loss
 
 from .datasets import add_campaign, add_observation, add_path, add_probe, add_trial, new_campaign_id
 

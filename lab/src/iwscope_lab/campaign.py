@@ -73,6 +73,10 @@ class CampaignPlan:
     #: How the origins write responses (``iwprobe origin --send-path``: ``writev``, ``sendfile``,
     #: ``mss-writes``); ``None``: the origin's default (writev).
     send_path: str | None = None
+    #: The origins' congestion control (``iwprobe origin --congestion-control``); ``None``: the
+    #: namespace's default, which is the host's ``net.ipv4.tcp_congestion_control`` (CUBIC on a
+    #: stock Debian, BBR on some lab machines) -- name it where a model is set beside the result.
+    congestion_control: str | None = None
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
@@ -347,8 +351,10 @@ class LabCampaign:
         return [str(iw) for iw in self.plan.arms]
 
     def _origin_options(self) -> list[str]:
-        """Further ``iwprobe origin`` options of every origin (the plan's send path, if it names one)."""
-        return ["--send-path", self.plan.send_path] if self.plan.send_path else []
+        """Further ``iwprobe origin`` options of every origin (the plan's send path and congestion
+        control, where it names them)."""
+        send = ["--send-path", self.plan.send_path] if self.plan.send_path else []
+        return send + (["--congestion-control", self.plan.congestion_control] if self.plan.congestion_control else [])
 
     def _serve_origin(self, host: PlacedHost) -> None:
         with open(self._host_state_dir(host) / "origin.log", "ab") as log:

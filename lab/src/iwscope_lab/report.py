@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-_COLOURS = {3: "#d62728", 10: "#1f77b4"}
+_COLOURS = {3: "#d62728", 10: "#1f77b4", 16: "#2ca02c"}
 
 
 def _arm(point: dict[str, Any], iw: int) -> dict[str, Any] | None:
@@ -132,16 +132,36 @@ def lossy_figure(experiment: dict[str, Any]) -> go.Figure:
     points = experiment["points"]
     labels = [f"{p['loss']:.0%}" for p in points]
     figure = make_subplots(rows=1, cols=2, subplot_titles=("mean latency (ms)", "trials with retransmissions (%)"))
-    for iw in (3, 10):
+    present = sorted({arm["iw"] for point in points for arm in point["arms"]})
+    for iw in present:
         arms = [_arm(p, iw) for p in points]
+        means = [a["mean_ms"] if a else None for a in arms]
         figure.add_bar(
-            x=labels, y=[a["mean_ms"] if a else None for a in arms], name=f"IW{iw}", marker_color=_COLOURS[iw], row=1, col=1
+            x=labels,
+            y=means,
+            name=f"IW{iw}",
+            marker_color=_COLOURS.get(iw, "#7f7f7f"),
+            error_y=_ci_bars(means, [a.get("ci_ms") if a else None for a in arms]),
+            offsetgroup=str(iw),
+            row=1,
+            col=1,
+        )
+        with_loss = any(a and a.get("model_kind") == "with loss" for a in arms)
+        figure.add_scatter(
+            x=labels,
+            y=[a["model_ms"] if a else None for a in arms],
+            mode="markers",
+            name=f"IW{iw} model{' with loss' if with_loss else ''} (prediction)",
+            marker={"symbol": "diamond-open", "size": 11, "color": "black", "line": {"width": 2}},
+            offsetgroup=str(iw),
+            row=1,
+            col=1,
         )
         figure.add_bar(
             x=labels,
             y=[100 * a["retrans_share"] if a else None for a in arms],
             name=f"IW{iw} retrans",
-            marker_color=_COLOURS[iw],
+            marker_color=_COLOURS.get(iw, "#7f7f7f"),
             opacity=0.6,
             row=1,
             col=2,
@@ -150,6 +170,13 @@ def lossy_figure(experiment: dict[str, Any]) -> go.Figure:
     figure.update_xaxes(title_text="random loss rate", type="category")
     figure.update_layout(title=experiment["title"], height=420, barmode="group")
     return figure
+
+
+def _ci_bars(values: list[float | None], intervals: list[Any]) -> dict[str, Any]:
+    """Error bars from ``[low, high]`` intervals (none where a value or its interval is missing)."""
+    plus = [(ci[1] - v) if ci and v is not None else 0.0 for v, ci in zip(values, intervals, strict=True)]
+    minus = [(v - ci[0]) if ci and v is not None else 0.0 for v, ci in zip(values, intervals, strict=True)]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
 
 
 def _point_label(x_name: str, x: float) -> str:
@@ -241,8 +268,11 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         f"<!doctype html><html><head><meta charset='utf-8'><title>iwscope reproduction</title>"
         f"<style>{style}</style></head><body><h1>IW10 reproduction{' (quick)' if summary.get('quick') else ''}</h1>"
         f"<p>Generated {html.escape(summary['generated_at'])}. Metric: {html.escape(summary['metric'])}. "
-        f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake). Rows over "
-        f"{100 * summary['flag_threshold']:.0f}% from the model are highlighted with a reason where one is known.</p>"
+        f"Black diamonds: the slow-start model (rounds, bottleneck serialisation, handshake); on the lossy "
+        f"points the model with loss (predictions, not measurements). Rows over "
+        f"{100 * summary['flag_threshold']:.0f}% from the model "
+        f"({100 * summary.get('loss_flag_threshold', summary['flag_threshold']):.0f}% from the model with loss) are "
+        "highlighted with a reason where one is known.</p>"
         f"{body}<h2>Measured vs model</h2>{model_table(summary)}{fairness_section}</body></html>"
     )
     path.write_text(page, encoding="utf-8")
@@ -285,16 +315,25 @@ def _improvement_rows(experiment: dict[str, Any]) -> list[str]:
 def _arm_rows(experiment: dict[str, Any]) -> list[str]:
     """Every arm of every point (Figure 2, sizes, loss): mean ± std beside the model."""
     rows = [
-        "| point | IW | n | errors | measured mean ± std (ms) | model (ms) | gap | retransmitting trials | flag |",
+        "| point | IW | n | errors | measured mean ± std (ms) [95 % CI] | model (ms) | gap | retransmitting trials | flag |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for point in experiment["points"]:
         for arm in point["arms"]:
             gap = "–" if arm["gap"] is None else f"{100 * arm['gap']:+.1f} %"
+            ci = arm.get("ci_ms")
+            model_ci = arm.get("model_ci_ms")
+            with_loss = arm.get("model_kind") == "with loss"
+            model = _md_num(arm["model_ms"]) + (
+                f" [{model_ci[0]:.1f}, {model_ci[1]:.1f}] with loss" if with_loss and model_ci else ""
+            )
+            retrans = f"{100 * arm['retrans_share']:.0f} %" + (
+                f" (model {100 * arm['model_retrans_share']:.0f} %)" if arm.get("model_retrans_share") is not None else ""
+            )
             rows.append(
                 f"| {_md_escape(point['label'])} | {arm['iw']} | {arm['n']} | {arm['errors']} "
-                f"| {_md_num(arm['mean_ms'])} ± {_md_num(arm['std_ms'])} | {_md_num(arm['model_ms'])} | {gap} "
-                f"| {100 * arm['retrans_share']:.0f} % | {_md_escape(arm['flag'] or '')} |"
+                f"| {_md_num(arm['mean_ms'])} ± {_md_num(arm['std_ms'])}{f' [{ci[0]:.1f}, {ci[1]:.1f}]' if ci else ''} "
+                f"| {model} | {gap} | {retrans} | {_md_escape(arm['flag'] or '')} |"
             )
     return rows
 
@@ -306,8 +345,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
         f"# IW10 reproduction{' (quick)' if summary.get('quick') else ''}",
         "",
         f"Generated {summary['generated_at']}. Metric: {summary['metric']}. Model: slow-start rounds, "
-        f"bottleneck serialisation, handshake. Flags: more than {100 * summary['flag_threshold']:.0f} % "
-        "from the model.",
+        f"bottleneck serialisation, handshake; on the lossy points the model with loss (a Monte-Carlo of "
+        f"Linux's recovery over each arm's own sizes). Flags: more than {100 * summary['flag_threshold']:.0f} % "
+        f"from the model ({100 * summary.get('loss_flag_threshold', summary['flag_threshold']):.0f} % from the model "
+        "with loss).",
     ]
     for key, experiment in summary["experiments"].items():
         lines += ["", f"## {_md_escape(experiment['title'])} (`{key}`)", ""]

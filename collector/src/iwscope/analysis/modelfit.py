@@ -67,7 +67,7 @@ from iwscope.analysis.modelfit_results import ArmFit, BucketModelFit, Interval, 
 from iwscope.analysis.paired import Pairs, make_pairs, paired_estimate
 from iwscope.analysis.stats import Interval as StatsInterval
 from iwscope.analysis.stats import mean_interval, proportion_interval
-from iwscope.model import DEFAULT_MSS, CongestionControl, predict_with_loss
+from iwscope.model import DEFAULT_MSS, CongestionControl, congestion_control, predict_with_loss
 
 #: Simulated connections per arm and path.
 MODEL_SAMPLES = 800
@@ -83,7 +83,6 @@ PROXY_RTT_SHARE = 0.5
 QUEUEING_RATIO = 1.2
 #: A receive-window-limited share of trials worth naming.
 RWND_LIMITED_SHARE = 0.2
-CONGESTION_CONTROLS: tuple[CongestionControl, ...] = ("cubic", "reno", "bbr")
 
 _ROWS = """
     SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, t.round, t.object_size, t.arm_iw,
@@ -316,14 +315,6 @@ def _evaluate(
         base_ms=(float(values[0].mean()), results[0].p_server_retrans),
         treat_ms=(float(values[1].mean()), results[1].p_server_retrans),
     )
-
-
-def congestion_control(name: str) -> CongestionControl:
-    """``name`` as a congestion control the model plays (ValueError names the choices)."""
-    for known in CONGESTION_CONTROLS:
-        if known == name:
-            return known
-    raise ValueError(f"congestion control {name!r}: one of {', '.join(CONGESTION_CONTROLS)}")
 
 
 def _arms(trials: Sequence[Any], filters: Filters, prediction: _Prediction | None) -> list[ArmFit]:

@@ -21,6 +21,7 @@ from iwscope.model._loss import predict_with_loss, simulate_connection
 from iwscope.model._loss_csa import CsaEstimate, csa_latency
 from iwscope.model._loss_types import (
     BBR_CWND_MIN,
+    CONGESTION_CONTROLS,
     CUBIC_BETA,
     DEFAULT_SAMPLES,
     DUPTHRESH,
@@ -34,6 +35,7 @@ from iwscope.model._loss_types import (
     LossPrediction,
     Spread,
     Trial,
+    congestion_control,
 )
 from iwscope.model._slowstart import (
     CHANGE_CIPHER_SPEC_RECORD_BYTES,
@@ -72,6 +74,7 @@ from iwscope.model._slowstart import (
 __all__ = [
     "BBR_CWND_MIN",
     "CHANGE_CIPHER_SPEC_RECORD_BYTES",
+    "CONGESTION_CONTROLS",
     "CLIENT_HELLO_BYTES",
     "CUBIC_BETA",
     "DEFAULT_MSS",
@@ -108,6 +111,7 @@ __all__ = [
     "Prediction",
     "Spread",
     "Trial",
+    "congestion_control",
     "csa_latency",
     "explain_gap",
     "first_flight_queue",

@@ -11,6 +11,18 @@ from typing import Literal
 
 #: Congestion controls the model knows (see the module docstring).
 CongestionControl = Literal["cubic", "reno", "bbr"]
+#: Every congestion control the model plays, in that order.
+CONGESTION_CONTROLS: tuple[CongestionControl, ...] = ("cubic", "reno", "bbr")
+
+
+def congestion_control(name: str) -> CongestionControl:
+    """``name`` as a congestion control the model plays (``ValueError`` names the choices)."""
+    for known in CONGESTION_CONTROLS:
+        if known == name:
+            return known
+    raise ValueError(f"congestion control {name!r}: one of {', '.join(CONGESTION_CONTROLS)}")
+
+
 #: A packet dropped on purpose (for tests and what-ifs): (kind, index, transmission), kind one of
 #: ``syn``, ``synack``, ``handshake_ack``, ``request`` (index 0, transmission n: the n-th copy,
 #: from 0), ``data`` (index: the segment, transmission: its n-th copy) and ``ack`` (index: the
