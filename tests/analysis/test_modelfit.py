@@ -192,3 +192,26 @@ def test_congestion_controls_are_named() -> None:
     assert congestion_control("bbr") == "bbr"
     with pytest.raises(ValueError, match="cubic, reno, bbr"):
         congestion_control("vegas")
+
+
+def test_large_selections_are_cut_and_say_so(db_session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    from iwscope.analysis import modelfit
+
+    campaign_id = new_campaign_id()
+    add_campaign(db_session, campaign_id, "model-fit-cut")
+    for region in ("mf-cut-a", "mf-cut-b"):
+        path = _path(db_session, campaign_id, region)
+        for round_ in range(ROUNDS + (5 if region == "mf-cut-a" else 0)):
+            for iw in (3, 10):
+                _trial(db_session, campaign_id, path, iw, _model_ms(iw), round_)
+    db_session.flush()
+    monkeypatch.setattr(modelfit, "MAX_MODELLED_PATHS", 1)
+    fit = model_fit(db_session, Filters(campaign_ids=(campaign_id,)))
+    paths = _by_region(fit.paths)
+    assert paths["mf-cut-a"].predicted_ms is not None  # the path with most trials is modelled
+    assert paths["mf-cut-b"].predicted_ms is None and paths["mf-cut-b"].reason
+    assert paths["mf-cut-b"].reason.startswith("not modelled: more than 1 paths match")
+    assert (fit.trials_read, fit.truncated) == (4 * ROUNDS + 10, False)
+    monkeypatch.setattr(modelfit, "MAX_TRIALS", 50)
+    cut = model_fit(db_session, Filters(campaign_ids=(campaign_id,)))
+    assert (cut.trials_read, cut.truncated) == (50, True)

@@ -3,6 +3,10 @@
 measured improvement, the residual, and the paths that stand out ("odd") with what their own
 measurements say might explain it.
 
+At most the newest :data:`MAX_TRIALS` trials are read (``truncated`` says when more match) and
+the model runs for the :data:`MAX_MODELLED_PATHS` paths with most trials (the others say so):
+narrow the filters (a campaign, a region, days) for the rest.
+
 **Measured** -- the paired improvement of the treatment arm over the baseline
 (:mod:`~iwscope.analysis.paired`: trials matched on path, round and size; baseline - treatment,
 positive = the treatment is faster) with its 95 % interval, per path (the pairs' own spread:
@@ -69,6 +73,10 @@ from iwscope.analysis.stats import Interval as StatsInterval
 from iwscope.analysis.stats import mean_interval, proportion_interval
 from iwscope.model import DEFAULT_MSS, CongestionControl, congestion_control, predict_with_loss
 
+#: Newest trials read (a larger selection is cut there and says so: ``ModelFit.truncated``).
+MAX_TRIALS = 200_000
+#: Paths the model runs for (those with most trials; about 0.1 s each with loss).
+MAX_MODELLED_PATHS = 100
 #: Simulated connections per arm and path.
 MODEL_SAMPLES = 800
 #: Most sizes of a path's pairs the model is run over (evenly spaced in size order).
@@ -95,7 +103,8 @@ _ROWS = """
       LEFT JOIN path_estimates e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
      WHERE {where} AND t.error_kind IS NULL AND t.role = 'short' AND t.arm IS NULL
        AND t.origin_id IS NOT NULL AND t.arm_iw IN (:base, :treat) AND {latency} IS NOT NULL
-     ORDER BY t.probe_id, t.origin_id"""
+     ORDER BY t.started_at DESC
+     LIMIT :max_trials"""
 
 
 def model_fit(session: Session, filters: Filters, cc: CongestionControl = "cubic") -> ModelFit:
@@ -104,12 +113,17 @@ def model_fit(session: Session, filters: Filters, cc: CongestionControl = "cubic
     latency = "t.server_latency_us" if filters.metric == "server" else "t.total_us"
     where, params = trial_where(filters)
     rows = session.execute(
-        text(_ROWS.format(latency=latency, where=where)), {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw}
+        text(_ROWS.format(latency=latency, where=where)),
+        {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw, "max_trials": MAX_TRIALS + 1},
     ).all()
+    truncated = len(rows) > MAX_TRIALS
     by_path: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for row in rows:
+    for row in rows[:MAX_TRIALS]:
         by_path[(row[0], row[3])].append(row)
-    paths = [_fit_path(trials, filters, cc) for trials in by_path.values()]
+    # The model runs for the paths with the most trials first, up to MAX_MODELLED_PATHS.
+    ranked = sorted(by_path, key=lambda key: -len(by_path[key]))
+    modelled = set(ranked[:MAX_MODELLED_PATHS])
+    paths = [_fit_path(trials, filters, cc, key in modelled) for key, trials in by_path.items()]
     paths.sort(key=lambda path: (path.bucket_order, path.region, path.probe_name))
     buckets = [
         _fit_bucket(order, [path for path, _ in members], [pairs for _, pairs in members])
@@ -124,6 +138,8 @@ def model_fit(session: Session, filters: Filters, cc: CongestionControl = "cubic
         paths=paths,
         buckets=buckets,
         odd_paths=sum(path.odd for path in paths),
+        trials_read=min(len(rows), MAX_TRIALS),
+        truncated=truncated,
     )
 
 
@@ -148,7 +164,7 @@ def _bucket_members(
     return sorted(members.items())
 
 
-def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl) -> PathModelFit:
+def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl, modelled: bool = True) -> PathModelFit:
     first = trials[0]
     pairs = _pairs_of(trials, filters)
     measured = paired_estimate(pairs)
@@ -159,7 +175,9 @@ def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl) -> Pat
     reason = measured.reason if too_small else None
     if inputs is None:
         reason = "no RTT estimate for this path"
-    prediction = None if too_small or inputs is None else _predict(inputs, pairs, filters)
+    elif not modelled and not too_small:
+        reason = f"not modelled: more than {MAX_MODELLED_PATHS} paths match (the model runs for those with most trials)"
+    prediction = None if too_small or inputs is None or not modelled else _predict(inputs, pairs, filters)
     arms = _arms(trials, filters, prediction)
     predicted_ms = predicted_ci = predicted_pct = residual = predicted_base = None
     agrees: bool | None = None
@@ -195,7 +213,7 @@ def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl) -> Pat
         predicted_baseline_ms=predicted_base,
         residual_ms=residual,
         arms=arms,
-        too_small=too_small or inputs is None,
+        too_small=too_small or inputs is None or not modelled,
         reason=reason,
         agrees=agrees,
         odd=odd,

@@ -102,3 +102,6 @@ class ModelFit:
     paths: list[PathModelFit]
     buckets: list[BucketModelFit]
     odd_paths: int
+    #: Trials read, and whether more matched (the newest ``MAX_TRIALS`` were kept).
+    trials_read: int
+    truncated: bool

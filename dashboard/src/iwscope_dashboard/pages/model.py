@@ -182,6 +182,7 @@ def update(*values: Any) -> tuple[Any, ...]:
         f"{len(fit.paths)} paths in {len(fit.buckets)} RTT buckets; {len(judged)} with enough pairs for a verdict, "
         f"{fit.odd_paths} odd. Model: {fit.model_samples} simulated connections per arm and path, "
         f"{fit.cc.upper()} at the origin, metric '{fit.metric}'."
+        + (f" Only the newest {fit.trials_read:,} trials were read: narrow the filters for the rest." if fit.truncated else "")
     )
     return (
         bucket_fit_figure(fit.buckets, fit.treatment_iw, fit.baseline_iw),
