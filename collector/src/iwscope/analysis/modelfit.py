@@ -76,7 +76,7 @@ from iwscope.model import DEFAULT_MSS, CongestionControl, congestion_control, pr
 #: Newest trials read (a larger selection is cut there and says so: ``ModelFit.truncated``).
 MAX_TRIALS = 200_000
 #: Paths the model runs for (those with most trials; 0.25 s a lossy path, 0.06 s a loss-free one).
-MAX_MODELLED_PATHS = 100
+MAX_MODELLED_PATHS = 40
 #: Simulated connections per arm and path.
 MODEL_SAMPLES = 800
 #: Most sizes of a path's pairs the model is run over (evenly spaced in size order).
