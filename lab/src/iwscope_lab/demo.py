@@ -124,6 +124,8 @@ def demo_plan(
         duration_s=duration_s,
         target_ci_ms=target_ci_ms,
         trace_share=TRACE_SHARE,
+        # CUBIC, Linux's default, whatever this host's is: the Model page plays CUBIC
+        congestion_control="cubic",
     )
 
 
