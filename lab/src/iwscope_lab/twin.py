@@ -1,0 +1,461 @@
+"""``iwscope lab twin``: a calibrated lab twin of each measured path, for what-if IWs.
+
+After Pantheon (Yan et al., USENIX ATC 2018), which fits one emulated link per real path so that
+the measured runs are reproduced: for every probe x origin path of a campaign, one emulated
+access link fitted from what the campaign measured on that path --
+
+* **propagation** (``rtt_ms``): ``path_estimates.min_rtt_us``, the probe's smallest RTT sample
+  (the smallest client ``tcpi_min_rtt_us`` of the campaign's trials when the path has none);
+* **rate** (``rate_bps``): ``path_estimates.bottleneck_bps``, the 90th percentile of the path's
+  recent delivery-rate samples; the same both ways (nothing measures the uplink; a slow uplink
+  delays ACKs, which the fit then leaves out);
+* **random loss** (``loss``): the *baseline* arm's retransmitted bytes / bytes sent on that path
+  (``server_bytes_retrans`` / ``server_bytes_sent`` of the joined trials), both directions;
+* **buffer** (``buffer_bytes``): the queue the path showed -- the 95th percentile over the
+  trials of (the origin's smoothed RTT at the end of the transfer - the path's min RTT) x rate --
+  where the treatment arm retransmitted in more trials than the baseline (Wilson intervals
+  apart: its burst overflowed something); else no limit (the path never overflowed, so the queue
+  seen is only a lower bound).  A what-if arm whose burst is larger than that queue plus one
+  bandwidth-delay product is marked ``beyond_fit``: its prediction assumes the buffer holds it.
+
+The twins run the campaign's arms on the same size mix (the fit check: per path, the twin's
+paired improvement of the treatment over the baseline against the measured one, 95 % intervals
+overlapping), together with arms the campaign did not measure (the what-ifs), whose paired
+improvement over the baseline per path and per RTT bucket is a **prediction** and is marked as
+one in every output.  ``--compare-arm`` sets a prediction beside an arm the campaign did
+measure (a held-out check: fit on the baseline and treatment, predict the third).
+
+The twins run on a stack of their own (database ``iwscope_twin``): their trials never mix with
+measured ones.  Outputs: ``DIR/twin.json`` and ``DIR/twin.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.orm import Session
+
+from iwscope.analysis import buckets as bk
+from iwscope.analysis.paired import PairedEstimate, make_pairs, paired_estimate
+from iwscope.analysis.stats import proportion_interval
+from iwscope_lab.campaign import CampaignPlan, LabCampaign
+from iwscope_lab.links import DirectionSpec, LinkSpec
+from iwscope_lab.stack import Stack
+from iwscope_lab.topology import Host, Topology
+
+#: The twins' stack: a database, Redis db, queue and API port of their own.
+TWIN_DATABASE = "iwscope_twin"
+TWIN_REDIS_DB = 2
+TWIN_QUEUE = "iwscope-twin"
+TWIN_API_PORT = 8702
+#: The smallest buffer a twin gets (two full-size packets).
+MIN_BUFFER_BYTES = 2 * 1514
+#: Fewest joined trials of a path for a twin.
+MIN_TRIALS = 20
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class TwinPath:
+    """One measured path and the link fitted to it (module docstring: from which fields)."""
+
+    probe_id: str
+    probe_name: str
+    region: str
+    origin_id: str
+    trials: int
+    rtt_ms: float
+    rate_bps: float | None
+    loss: float
+    #: ``None``: no limit (no overflow seen).
+    buffer_bytes: int | None
+    #: ``queue seen`` (the treatment's bursts overflowed: the queue the path showed) or
+    #: ``no overflow seen`` (no limit; the queue seen is a lower bound).
+    buffer_fit: str
+    queue_seen_bytes: int
+
+    def beyond_fit(self, iw: int) -> bool:
+        """An IW burst larger than the queue seen plus one BDP: the fit says nothing of it."""
+        if self.buffer_bytes is not None or not self.rate_bps:
+            return False
+        bdp = self.rate_bps / 8 * self.rtt_ms / 1000
+        return iw * 1514 > self.queue_seen_bytes + bdp
+
+    def link(self) -> LinkSpec:
+        direction = DirectionSpec(
+            rate_bps=self.rate_bps, delay_ms=self.rtt_ms / 2.0, loss=self.loss, buffer_bytes=self.buffer_bytes
+        )
+        return LinkSpec(down=direction, up=direction)
+
+
+@dataclass
+class Estimate:
+    """A paired improvement (ms, positive: the arm is faster than the baseline) with its 95 %
+    interval; ``None`` values under 20 pairs ("n too small")."""
+
+    n_pairs: int
+    ms: float | None
+    ci_ms: Interval | None
+    pct: float | None
+
+    @classmethod
+    def of(cls, estimate: PairedEstimate) -> Estimate:
+        if estimate.too_small or estimate.estimate_ms is None:
+            return cls(estimate.n_pairs, None, None, None)
+        interval = estimate.interval
+        return cls(
+            estimate.n_pairs,
+            estimate.estimate_ms,
+            None if interval is None else (interval.abs_low, interval.abs_high),
+            estimate.pct,
+        )
+
+
+def overlaps(a: Interval | None, b: Interval | None) -> bool | None:
+    """Whether two intervals share a point (``None`` when either is missing)."""
+    if a is None or b is None:
+        return None
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+@dataclass
+class TwinResult:
+    """Per path: the fitted link, the fit check and the predictions; per RTT bucket the same."""
+
+    campaign_id: int
+    baseline_iw: int
+    treatment_iw: int
+    what_if: list[int]
+    compare_arm: int | None
+    twin_campaign_id: int | None = None
+    paths: list[dict[str, Any]] = field(default_factory=list)
+    buckets: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_PATH_ROWS = """
+    SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, t.arm_iw, t.round, t.object_size,
+           t.server_latency_us, coalesce(t.server_total_retrans, 0), t.server_bytes_retrans, t.server_bytes_sent,
+           t.tcpi_min_rtt_us, o.tcpi_rtt_us, e.min_rtt_us, e.bottleneck_bps
+      FROM trials t JOIN probes p ON p.id = t.probe_id
+      LEFT JOIN origin_observations o ON o.trial_id = t.trial_id
+      LEFT JOIN path_estimates e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
+     WHERE t.campaign_id = :campaign AND t.error_kind IS NULL AND t.role = 'short' AND t.arm IS NULL
+       AND t.origin_id IS NOT NULL AND t.server_latency_us IS NOT NULL"""
+
+
+def read_paths(session: Session, campaign_id: int) -> dict[tuple[str, str], list[Any]]:
+    """A campaign's joined trials of plain arms, per probe x origin path."""
+    paths: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for row in session.execute(text(_PATH_ROWS), {"campaign": campaign_id}):
+        paths[(row[0], row[3])].append(row)
+    return paths
+
+
+def _retrans_interval(rows: Sequence[Any]) -> Interval | None:
+    return proportion_interval(sum(row[8] > 0 for row in rows), len(rows)) if rows else None
+
+
+def fit_path(rows: Sequence[Any], baseline_iw: int, treatment_iw: int) -> TwinPath | None:
+    """The link fitted to one path's trials (module docstring), ``None`` without an RTT."""
+    first = rows[0]
+    rtt_us = first[13] or min((row[11] for row in rows if row[11]), default=None)
+    if not rtt_us:
+        return None
+    rate = float(first[14]) if first[14] else None
+    baseline = [row for row in rows if row[4] == baseline_iw]
+    sent = sum(row[10] or 0 for row in baseline)
+    loss = min(0.5, sum(row[9] or 0 for row in baseline) / sent) if sent else 0.0
+    queues_us = sorted(max(0, row[12] - rtt_us) for row in rows if row[12])
+    queue_us = queues_us[min(len(queues_us) - 1, int(0.95 * len(queues_us)))] if queues_us else 0
+    queue_bytes = int(queue_us * (rate or 0) / 8e6)
+    base_ci, treat_ci = _retrans_interval(baseline), _retrans_interval([row for row in rows if row[4] == treatment_iw])
+    overflowed = base_ci is not None and treat_ci is not None and treat_ci[0] > base_ci[1]
+    buffer: int | None = max(MIN_BUFFER_BYTES, queue_bytes) if overflowed else None
+    how = "queue seen" if overflowed else "no overflow seen"
+    return TwinPath(
+        probe_id=first[0],
+        probe_name=first[1],
+        region=first[2],
+        origin_id=first[3],
+        trials=len(rows),
+        rtt_ms=rtt_us / 1000.0,
+        rate_bps=rate,
+        loss=round(loss, 5),
+        buffer_bytes=buffer,
+        buffer_fit=how,
+        queue_seen_bytes=queue_bytes,
+    )
+
+
+def path_estimate(rows: Sequence[Any], baseline_iw: int, arm_iw: int) -> Estimate:
+    """The paired improvement of ``arm_iw`` over ``baseline_iw`` on one path's trials."""
+    chosen = [row for row in rows if row[4] in (baseline_iw, arm_iw)]
+    pairs = make_pairs(
+        np.zeros(len(chosen), dtype=np.int64),
+        [row[5] for row in chosen],
+        [row[6] for row in chosen],
+        [row[4] == arm_iw for row in chosen],
+        [row[7] / 1000.0 for row in chosen],
+    )
+    return Estimate.of(paired_estimate(pairs))
+
+
+def bucket_estimate(paths: Sequence[Sequence[Any]], baseline_iw: int, arm_iw: int) -> Estimate:
+    """The paired improvement over several paths' trials (paths resampled whole from five on)."""
+    chosen = [(code, row) for code, rows in enumerate(paths) for row in rows if row[4] in (baseline_iw, arm_iw)]
+    pairs = make_pairs(
+        [code for code, _ in chosen],
+        [row[5] for _, row in chosen],
+        [row[6] for _, row in chosen],
+        [row[4] == arm_iw for _, row in chosen],
+        [row[7] / 1000.0 for _, row in chosen],
+    )
+    return Estimate.of(paired_estimate(pairs))
+
+
+def rtt_bucket(rtt_ms: float) -> tuple[int, str]:
+    order = int(bk.rtt_index(np.asarray([rtt_ms * 1000.0]))[0])
+    return order, bk.RTT_BUCKETS[order].label
+
+
+def twin_topology(fitted: Sequence[TwinPath], run_id: str | None = None) -> Topology:
+    """One fast origin and one probe per fitted path behind the fitted link."""
+    hosts = [Host("origin", role="origin", region="lab", link=LinkSpec.symmetric(rate_bps=1e9, rtt_ms=0))]
+    for index, path in enumerate(fitted):
+        hosts.append(Host(f"tw{index}", role="probe", region=path.region, link=path.link(), labels={"twin_of": path.probe_name}))
+    return Topology(run_id, hosts, scenario="twin")
+
+
+def run_twin(
+    source_database_url: str,
+    stack: Stack,
+    campaign_id: int,
+    *,
+    baseline_iw: int,
+    treatment_iw: int,
+    what_if: Sequence[int],
+    compare_arm: int | None,
+    repetitions: int,
+    console: Console,
+    show_progress: bool = True,
+) -> TwinResult:
+    """Fit, run and compare (module docstring)."""
+    engine = create_engine(source_database_url, poolclass=pool.NullPool)
+    with Session(engine) as session:
+        plan_row = session.execute(
+            text("SELECT sizes, size_dist, sizes_per_round FROM campaigns WHERE id = :id"), {"id": campaign_id}
+        ).one_or_none()
+        if plan_row is None:
+            raise ValueError(f"campaign {campaign_id} is not in {engine.url.render_as_string(hide_password=True)}")
+        measured = read_paths(session, campaign_id)
+    engine.dispose()
+    fitted_by_key = {
+        key: fit
+        for key, rows in measured.items()
+        if len(rows) >= MIN_TRIALS and (fit := fit_path(rows, baseline_iw, treatment_iw)) is not None
+    }
+    if not fitted_by_key:
+        raise ValueError(f"campaign {campaign_id} has no path with {MIN_TRIALS} joined trials and an RTT estimate")
+    keys = list(fitted_by_key)
+    fitted = [fitted_by_key[key] for key in keys]
+    arms = tuple(dict.fromkeys([baseline_iw, treatment_iw, *what_if]))
+    sizes, size_dist, sizes_per_round = plan_row
+    plan = CampaignPlan(
+        f"twin of campaign {campaign_id}",
+        arms=arms,
+        sizes=tuple(sizes) if sizes else None,
+        size_dist=None if sizes else size_dist,
+        sizes_per_round=sizes_per_round,
+        repetitions=repetitions,
+        congestion_control="cubic",
+    )
+    topology = twin_topology(fitted)
+    with topology:
+        console.print(f"[bold]twin of campaign {campaign_id}[/]: {len(fitted)} paths, arms {', '.join(map(str, arms))}")
+        outcome = LabCampaign(topology, stack, plan, console=console).run(show_progress=show_progress)
+    twin_engine = create_engine(stack.database_url, poolclass=pool.NullPool)
+    with Session(twin_engine) as session:
+        twin_rows = read_paths(session, outcome.campaign_id)
+    twin_engine.dispose()
+    by_probe = {probe_id: key for key, probe_id in ((f"tw{i}", outcome.probe_ids[f"tw{i}"]) for i in range(len(fitted)))}
+    twin_paths = {
+        index: rows for (probe_id, _), rows in twin_rows.items() if (index := _twin_index(by_probe, probe_id)) is not None
+    }
+    result = TwinResult(campaign_id, baseline_iw, treatment_iw, list(what_if), compare_arm, outcome.campaign_id)
+    for index, (key, path) in enumerate(zip(keys, fitted, strict=True)):
+        result.paths.append(_path_report(path, measured[key], twin_paths.get(index, []), result))
+    result.buckets = _bucket_reports(
+        fitted, [measured[key] for key in keys], [twin_paths.get(i, []) for i in range(len(fitted))], result
+    )
+    return result
+
+
+def _twin_index(by_probe: dict[str, str], probe_id: str) -> int | None:
+    name = by_probe.get(probe_id)
+    return int(name[2:]) if name else None
+
+
+def _path_report(path: TwinPath, measured: list[Any], twin: list[Any], result: TwinResult) -> dict[str, Any]:
+    base, treat = result.baseline_iw, result.treatment_iw
+    fit_measured = path_estimate(measured, base, treat)
+    fit_twin = path_estimate(twin, base, treat)
+    report: dict[str, Any] = {
+        "path": asdict(path),
+        "bucket": rtt_bucket(path.rtt_ms)[1],
+        "fit": {
+            "measured": asdict(fit_measured),
+            "twin": asdict(fit_twin),
+            "overlap": overlaps(fit_measured.ci_ms, fit_twin.ci_ms),
+        },
+        "predicted": {
+            str(arm): {**asdict(path_estimate(twin, base, arm)), "prediction": True, "beyond_fit": path.beyond_fit(arm)}
+            for arm in result.what_if
+        },
+    }
+    if result.compare_arm is not None:
+        held_out = path_estimate(measured, base, result.compare_arm)
+        predicted = path_estimate(twin, base, result.compare_arm)
+        report["held_out"] = {
+            "measured": asdict(held_out),
+            "predicted": {**asdict(predicted), "prediction": True},
+            "overlap": overlaps(held_out.ci_ms, predicted.ci_ms),
+        }
+    return report
+
+
+def _bucket_reports(
+    fitted: list[TwinPath], measured: list[list[Any]], twin: list[list[Any]], result: TwinResult
+) -> list[dict[str, Any]]:
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for index, path in enumerate(fitted):
+        groups[rtt_bucket(path.rtt_ms)].append(index)
+    reports = []
+    base = result.baseline_iw
+    for (order, label), members in sorted(groups.items()):
+        entry: dict[str, Any] = {
+            "bucket": label,
+            "order": order,
+            "paths": len(members),
+            "fit": {
+                "measured": asdict(bucket_estimate([measured[i] for i in members], base, result.treatment_iw)),
+                "twin": asdict(bucket_estimate([twin[i] for i in members], base, result.treatment_iw)),
+            },
+            "predicted": {
+                str(arm): {**asdict(bucket_estimate([twin[i] for i in members], base, arm)), "prediction": True}
+                for arm in result.what_if
+            },
+        }
+        entry["fit"]["overlap"] = overlaps(entry["fit"]["measured"]["ci_ms"], entry["fit"]["twin"]["ci_ms"])
+        if result.compare_arm is not None:
+            held = bucket_estimate([measured[i] for i in members], base, result.compare_arm)
+            predicted = bucket_estimate([twin[i] for i in members], base, result.compare_arm)
+            entry["held_out"] = {
+                "measured": asdict(held),
+                "predicted": {**asdict(predicted), "prediction": True},
+                "overlap": overlaps(held.ci_ms, predicted.ci_ms),
+            }
+        reports.append(entry)
+    return reports
+
+
+def _fmt(estimate: dict[str, Any]) -> str:
+    if estimate.get("ms") is None:
+        return f"n too small ({estimate.get('n_pairs', 0)} pairs)"
+    ci = estimate.get("ci_ms")
+    return f"{estimate['ms']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "") + f" (n={estimate['n_pairs']})"
+
+
+def _buffer(path: dict[str, Any]) -> str:
+    if path["buffer_bytes"] is None:
+        return f"no limit (queue seen {path['queue_seen_bytes'] / 1000:.0f} KB)"
+    return f"{path['buffer_bytes'] / 1000:.0f} KB (queue seen)"
+
+
+def twin_markdown(result: TwinResult) -> str:
+    """The twin's result as Markdown; every predicted number is in a column named a prediction."""
+    base, treat = result.baseline_iw, result.treatment_iw
+    lines = [
+        f"# Lab twin of campaign {result.campaign_id} (twin campaign {result.twin_campaign_id})",
+        "",
+        f"Improvement of each arm over IW{base}, ms, paired, 95 % intervals. Columns marked **prediction** are the "
+        "twins' what-if results, not measurements.",
+        "",
+        "## Paths: the fitted link and the fit check",
+        "",
+        f"| probe | region | bucket | RTT (ms) | rate | loss | buffer (fit) | measured IW{treat} | twin IW{treat} | overlap |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in result.paths:
+        path = entry["path"]
+        rate = "-" if path["rate_bps"] is None else f"{path['rate_bps'] / 1e6:.3g} Mbit/s"
+        lines.append(
+            f"| {path['probe_name']} | {path['region']} | {entry['bucket']} | {path['rtt_ms']:.1f} | {rate} "
+            f"| {100 * path['loss']:.2f} % "
+            f"| {_buffer(path)} | {_fmt(entry['fit']['measured'])} "
+            f"| {_fmt(entry['fit']['twin'])} | {entry['fit']['overlap']} |"
+        )
+    judged = [entry["fit"]["overlap"] for entry in result.paths if entry["fit"]["overlap"] is not None]
+    lines += ["", f"Fit: intervals overlap on {sum(judged)} of {len(judged)} paths with both intervals."]
+    if result.what_if:
+        lines += ["", "## Predictions per RTT bucket (**prediction**)", ""]
+        lines += ["| bucket | paths | " + " | ".join(f"IW{arm} (prediction)" for arm in result.what_if) + " |"]
+        lines += ["|---|---|" + "---|" * len(result.what_if)]
+        for bucket in result.buckets:
+            lines.append(
+                f"| {bucket['bucket']} | {bucket['paths']} | "
+                + " | ".join(_fmt(bucket["predicted"][str(arm)]) for arm in result.what_if)
+                + " |"
+            )
+    if result.compare_arm is not None:
+        arm = result.compare_arm
+        lines += [
+            "",
+            f"## Held out: IW{arm}, measured vs the twins' prediction",
+            "",
+            f"| path or bucket | measured IW{arm} | IW{arm} (prediction) | overlap |",
+            "|---|---|---|---|",
+        ]
+        for entry in result.paths:
+            held = entry["held_out"]
+            lines.append(
+                f"| {entry['path']['probe_name']} | {_fmt(held['measured'])} | {_fmt(held['predicted'])} | {held['overlap']} |"
+            )
+        for bucket in result.buckets:
+            held = bucket["held_out"]
+            name = f"{bucket['bucket']} ({bucket['paths']} paths)"
+            lines.append(f"| {name} | {_fmt(held['measured'])} | {_fmt(held['predicted'])} | {held['overlap']} |")
+        judged = [entry["held_out"]["overlap"] for entry in result.paths if entry["held_out"]["overlap"] is not None]
+        lines += ["", f"Held out: intervals overlap on {sum(judged)} of {len(judged)} paths with both intervals."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: TwinResult, out_dir: pathlib.Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "twin.json").write_text(json.dumps(result.to_dict(), indent=2, default=_json_default) + "\n")
+    (out_dir / "twin.md").write_text(twin_markdown(result))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    return str(value)
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None

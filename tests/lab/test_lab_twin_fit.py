@@ -1,0 +1,94 @@
+"""The lab twin's fit (``iwscope_lab.twin.fit_path``) from a path's trials, and its report's marking
+of predictions: pure code on hand-made rows (the runs are in docs/reproduction.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from iwscope_lab.twin import Estimate, TwinPath, TwinResult, fit_path, overlaps, path_estimate, twin_markdown
+
+pytestmark = pytest.mark.unit
+
+
+def _row(
+    iw: int, round_: int, latency_ms: float, *, retrans: int = 0, origin_rtt_ms: float = 100.0, est_rtt_ms: float | None = 100.0
+) -> tuple[Any, ...]:
+    sent = 20_000
+    return (
+        "probe-1",
+        "lagos-1",
+        "africa",
+        "origin-1",
+        iw,
+        round_,
+        20_000,
+        int(latency_ms * 1000),
+        retrans,
+        1448 * retrans,
+        sent,
+        101_000,
+        int(origin_rtt_ms * 1000),
+        None if est_rtt_ms is None else int(est_rtt_ms * 1000),
+        2_000_000,
+    )
+
+
+def test_loss_comes_from_the_baseline_arm_and_an_overflow_fixes_the_buffer_at_the_queue_seen() -> None:
+    rows = []
+    for round_ in range(40):
+        rows.append(_row(3, round_, 500, retrans=1 if round_ % 10 == 0 else 0, origin_rtt_ms=110))
+        rows.append(_row(10, round_, 400, retrans=2, origin_rtt_ms=148))  # every IW10 burst overflows
+    path = fit_path(rows, 3, 10)
+    assert path is not None
+    assert (path.rtt_ms, path.rate_bps) == (100.0, 2_000_000.0)
+    assert path.loss == pytest.approx(4 * 1448 / (40 * 20_000), abs=1e-5)  # the baseline's 4 retransmissions only
+    assert path.buffer_fit == "queue seen"
+    assert path.queue_seen_bytes == pytest.approx(48_000 * 2_000_000 / 8e6, rel=0.01)  # 48 ms of queue at 2 Mbit/s
+    assert path.buffer_bytes == path.queue_seen_bytes and not path.beyond_fit(32)
+    link = path.link()
+    assert link.down.buffer_bytes == path.buffer_bytes and link.down.delay_ms == 50.0 and link.up.loss == path.loss
+
+
+def test_without_an_overflow_the_buffer_is_unlimited_and_large_bursts_are_beyond_the_fit() -> None:
+    rows = [_row(iw, round_, 400, origin_rtt_ms=104, est_rtt_ms=None) for round_ in range(30) for iw in (3, 10)]
+    path = fit_path(rows, 3, 10)
+    assert path is not None
+    assert path.rtt_ms == 101.0  # the smallest client min RTT, without a path estimate
+    assert (path.buffer_bytes, path.buffer_fit, path.loss) == (None, "no overflow seen", 0.0)
+    # 2 Mbit/s x 101 ms = 25 KB of BDP plus 0.75 KB seen: IW16 (24 KB) inside, IW32 (48 KB) beyond
+    assert not path.beyond_fit(16) and path.beyond_fit(32)
+
+
+def test_estimates_overlap_and_the_report_marks_every_prediction() -> None:
+    rows = [_row(iw, round_, {3: 600, 10: 400, 16: 350}[iw] + round_ % 5) for round_ in range(30) for iw in (3, 10, 16)]
+    fit = path_estimate(rows, 3, 10)
+    assert fit.n_pairs == 30 and fit.ms == pytest.approx(200.0) and fit.ci_ms is not None
+    small = path_estimate(rows[:30], 3, 10)
+    assert (small.n_pairs, small.ms) == (10, None)  # n too small
+    assert overlaps((1.0, 2.0), (2.0, 3.0)) and not overlaps((1.0, 2.0), (2.5, 3.0)) and overlaps(None, (1.0, 2.0)) is None
+    path = fit_path(rows, 3, 10)
+    assert isinstance(path, TwinPath)
+    result = TwinResult(7, 3, 10, [32], 16, twin_campaign_id=9)
+    estimate = Estimate(30, 250.0, (240.0, 260.0), 40.0).__dict__
+    result.paths.append(
+        {
+            "path": path.__dict__,
+            "bucket": "<=100 ms",
+            "fit": {"measured": estimate, "twin": estimate, "overlap": True},
+            "predicted": {"32": {**estimate, "prediction": True, "beyond_fit": False}},
+            "held_out": {"measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
+        }
+    )
+    result.buckets.append(
+        {
+            "bucket": "<=100 ms",
+            "paths": 1,
+            "predicted": {"32": {**estimate, "prediction": True}},
+            "held_out": {"measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
+        }
+    )
+    report = twin_markdown(result)
+    assert "IW32 (prediction)" in report and "IW16 (prediction)" in report
+    assert "Fit: intervals overlap on 1 of 1 paths" in report and "Held out: intervals overlap on 1 of 1 paths" in report
