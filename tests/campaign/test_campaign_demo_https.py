@@ -18,6 +18,10 @@ from iwscope_lab.demo import HTTPS_CHAIN_KB, HTTPS_ORIGIN, DemoCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.topology import Host, Topology
 
+# A 20 s rehearsal of make demo's HTTPS side campaign (HTTPS campaigns end to end: test_campaign_tls_ipv6.py
+# in make test); make test-slow runs it.
+pytestmark = pytest.mark.slow
+
 PLAN = CampaignPlan(name="demo-https-e2e", arms=(3, 10), sizes=(9_000,), repetitions=10_000, duration_s=15.0, calibrate=False)
 REPETITIONS = 4
 

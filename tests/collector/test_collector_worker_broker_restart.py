@@ -210,6 +210,7 @@ def test_worker_reconnects_after_redis_restart_with_task_in_flight(
         worker.stop()
 
 
+@pytest.mark.slow  # 15 s: shows the failure the fix removes (the fix itself: the test above, in make test)
 def test_without_the_fix_the_worker_exits_non_zero_and_a_restart_recovers(
     broker: Broker, service_env: dict[str, str], database_url: str, tmp_path: pathlib.Path
 ) -> None:

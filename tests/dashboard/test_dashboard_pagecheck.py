@@ -42,7 +42,9 @@ def test_a_page_that_shows_nothing_fails_the_check(dashboard_server: Any, browse
 def test_a_figure_not_on_its_page_fails_even_where_empty_is_allowed(dashboard_server: Any, browser: Any) -> None:
     """A stale graph id (a renamed figure) is "not found", not an empty figure that may be empty."""
     stale = [PageSpec("/loss", (Item("loss-improvement-graph"), Item("loss-renamed-graph")))]
-    report = check_pages(dashboard_server.url, pages=stale, empty_allowed={"loss-renamed-graph"}, browser=browser, timeout_s=1)
+    # 5 s: the settle wait runs out on the missing figure, then the real one has 5 s more (1 s was
+    # too short for a loaded CI box to draw the Loss page's figure)
+    report = check_pages(dashboard_server.url, pages=stale, empty_allowed={"loss-renamed-graph"}, browser=browser, timeout_s=5)
     assert [(count.item, count.found, count.ok) for count in report.counts] == [
         ("loss-improvement-graph", True, True),
         ("loss-renamed-graph", False, False),

@@ -18,6 +18,10 @@ from iwprobe import wire
 from iwscope_lab.fairness import Bottleneck, PhaseResult, run_fairness
 from iwscope_lab.stack import Stack
 
+# A 40 s lab rehearsal of the fairness phases, which the cost experiments superseded: their lab run
+# (tests/cost/test_cost_lab_e2e.py) covers the same pipeline in make test; this one runs in make test-slow.
+pytestmark = pytest.mark.slow
+
 BOTTLENECK = Bottleneck(rate_bps=4e6, rtt_ms=100.0)
 LOAD = 0.6
 FLOWS = 24

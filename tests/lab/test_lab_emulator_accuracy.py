@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from testkit import SchedulingNoise
 
 from iwscope_lab.links import DirectionSpec, LinkSpec
 from iwscope_lab.selftest import binomial_interval, measure_loss, measure_rate, measure_rtt
@@ -19,7 +20,8 @@ TwoHosts = Callable[..., Topology]
 @pytest.mark.parametrize(("rtt_ms", "handshakes"), [(20, 30), (100, 20), (600, 10)])
 def test_handshake_rtt_matches_configured(two_hosts: TwoHosts, rtt_ms: float, handshakes: int) -> None:
     topo = two_hosts(LinkSpec.symmetric(rate_bps=10e6, rtt_ms=rtt_ms))
-    result = measure_rtt(topo, "probe", "origin", handshakes)
+    with SchedulingNoise() as noise:
+        result = measure_rtt(topo, "probe", "origin", handshakes)
     tolerance = max(0.03 * rtt_ms, 1.0)
     assert result["samples"] == handshakes
     samples = result["samples_ms"]
@@ -27,9 +29,13 @@ def test_handshake_rtt_matches_configured(two_hosts: TwoHosts, rtt_ms: float, ha
     assert min(samples) >= rtt_ms, result  # never faster than the configured propagation delay
     # Every handshake within tolerance, except at most 10 %: on this shared 2-core machine a
     # neighbour's kernel work occasionally delays one packet by 10-40 ms (measured; see
-    # docs/lab.md).  Such stalls are not emulator modelling errors.
-    outside = [sample for sample in samples if abs(sample - rtt_ms) > tolerance]
-    assert len(outside) <= 0.1 * handshakes, result
+    # docs/lab.md).  Such stalls are not emulator modelling errors, and neither is the wake-up
+    # lateness of the handshake's userspace ends on a box busy with another suite (a CI run: 4
+    # of 30 handshakes at 20 ms were 1.0-1.9 ms late): the tolerance adds twice the p99 lateness
+    # of a 5 ms sleep measured meanwhile (well under a millisecond on a quiet box).
+    allowed = tolerance + 2 * noise.quantile_ms(0.99)
+    outside = [sample for sample in samples if abs(sample - rtt_ms) > allowed]
+    assert len(outside) <= 0.1 * handshakes, (result, allowed)
 
 
 @pytest.mark.parametrize(("rate_bps", "window_s"), [(1e6, 5.0), (50e6, 2.5)])

@@ -128,6 +128,7 @@ def test_users_are_validated_and_the_passive_scenario_covers_figure5_from_50_ms(
 
 
 @NGINX
+@pytest.mark.slow  # a 45 s rehearsal of the Real users substrate; the product path is test_campaign_passive.py (make test-slow)
 def test_hundreds_of_users_reach_nginx_over_their_links(run_id: str) -> None:
     """Every address of the passive scenario loads one page; zero failures; nginx sees every
     address; each address's handshakes take its host's RTT (lossy hosts: or a SYN retransmission)."""

@@ -22,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from security_helpers import table_fingerprints
 from sqlalchemy.engine import Engine
 from testkit import Enrolled, bearer
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMATHESIS = Path(sys.executable).with_name("st")
-#: Test cases per operation and phase (bounded so the four runs take about a minute).
+#: Test cases per operation and phase: ``make test`` (CI) runs :data:`QUICK_EXAMPLES`, about a
+#: minute; ``make test-slow`` adds the full :data:`MAX_EXAMPLES` run (about three and a half).
 MAX_EXAMPLES = 15
+QUICK_EXAMPLES = 4
 
 
 @dataclass
@@ -66,7 +69,13 @@ def _secured_only(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_schemathesis(
-    api_url: str, schema_file: Path, name: str, headers: dict[str, str], out: Path, phases: str = "examples,coverage,fuzzing"
+    api_url: str,
+    schema_file: Path,
+    name: str,
+    headers: dict[str, str],
+    out: Path,
+    phases: str = "examples,coverage,fuzzing",
+    max_examples: int = MAX_EXAMPLES,
 ) -> tuple[FuzzRun, list[str], str]:
     out.mkdir(parents=True, exist_ok=True)
     junit, ndjson = out / f"{name}.junit.xml", out / f"{name}.ndjson"
@@ -79,7 +88,7 @@ def _run_schemathesis(
         "--checks",
         "not_a_server_error",
         "--max-examples",
-        str(MAX_EXAMPLES),
+        str(max_examples),
         "--phases",
         phases,
         "--seed",
@@ -148,8 +157,12 @@ def _count_recorded(ndjson: Path, what: str) -> int:
     return total
 
 
+@pytest.mark.parametrize(
+    "max_examples",
+    [pytest.param(QUICK_EXAMPLES, id="quick"), pytest.param(MAX_EXAMPLES, id="full", marks=pytest.mark.slow)],
+)
 def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
-    api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled, tmp_path: Path
+    api_server, db_engine: Engine, admin_token: str, probe: Enrolled, origin: Enrolled, tmp_path: Path, max_examples: int
 ) -> None:
     # The fuzzer's own reports (junit + ndjson per run) stay as CI artifacts for a failure's
     # post-mortem: which case, which answer, which network error.
@@ -169,7 +182,9 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
     secured_file = tmp_path / "openapi-secured.json"
     secured_file.write_text(json.dumps(secured))
     before = table_fingerprints(db_engine)
-    unauthenticated, unknown, output = _run_schemathesis(api_server.url, schema_file, "unauthenticated", {}, reports)
+    unauthenticated, unknown, output = _run_schemathesis(
+        api_server.url, schema_file, "unauthenticated", {}, reports, max_examples=max_examples
+    )
     after = table_fingerprints(db_engine)
     changed = {
         table: (before.get(table), after.get(table))
@@ -199,7 +214,9 @@ def test_fuzz_every_operation_no_5xx_and_no_unauthenticated_writes(
     with ThreadPoolExecutor(max_workers=len(authenticated)) as pool:
         results = list(
             pool.map(
-                lambda spec: _run_schemathesis(api_server.url, secured_file, spec[0], bearer(spec[1]), reports, spec[2]),
+                lambda spec: _run_schemathesis(
+                    api_server.url, secured_file, spec[0], bearer(spec[1]), reports, spec[2], max_examples
+                ),
                 authenticated,
             )
         )
