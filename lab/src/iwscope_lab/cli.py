@@ -359,7 +359,7 @@ def certs(
 
 
 def _add_campaign_commands() -> None:
-    """`run`, `reproduce`, `report`, `demo`, `stack`: campaigns on this substrate."""
+    """`run`, `reproduce`, `report`, `demo`, `twin`, `stack`: campaigns on this substrate."""
     from iwscope_lab.cli_campaign import COMMANDS
 
     for command in COMMANDS:

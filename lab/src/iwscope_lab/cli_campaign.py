@@ -1,4 +1,4 @@
-"""``iwscope lab run | reproduce | report | demo | stack``: campaigns on the lab substrate."""
+"""``iwscope lab run | reproduce | report | demo | twin | stack``: campaigns on the lab substrate."""
 
 from __future__ import annotations
 
@@ -332,4 +332,59 @@ def stack_stop() -> None:
     click.echo("stack stopped")
 
 
-COMMANDS = (run_command, reproduce_command, report_command, demo_command, stack_group)
+@click.command("twin")
+@click.option("--campaign", "campaign_id", type=int, required=True, help="The measured campaign to build twins of.")
+@click.option("--base", "baseline_iw", type=int, default=3, show_default=True, help="Baseline arm.")
+@click.option("--treat", "treatment_iw", type=int, default=10, show_default=True, help="Treatment arm of the fit check.")
+@click.option("--what-if", "what_if", default="16,32", show_default=True, help="Arms to predict (comma-separated IWs).")
+@click.option("--compare-arm", type=int, default=None, help="An arm the campaign measured, predicted and compared (held out).")
+@click.option("--repetitions", type=int, default=40, show_default=True, help="Rounds per twin path.")
+@click.option("--source-database-url", default=None, help="Where the campaign is (default: the local stack's, make demo's).")
+@click.option("--out", "out_dir", default="out/twin", show_default=True, type=click.Path(path_type=pathlib.Path))
+def twin_command(
+    campaign_id: int,
+    baseline_iw: int,
+    treatment_iw: int,
+    what_if: str,
+    compare_arm: int | None,
+    repetitions: int,
+    source_database_url: str | None,
+    out_dir: pathlib.Path,
+) -> None:
+    """A calibrated lab twin of each path of a measured campaign: the fit check on its arms, then
+    predictions for arms it did not measure (docs/reproduction.md, "The lab twin")."""
+    from iwscope_lab import twin
+
+    predicted = [iw for iw in (_int_list(what_if) or ()) if iw not in (baseline_iw, treatment_iw)]
+    if compare_arm is not None and compare_arm not in predicted:
+        predicted.append(compare_arm)
+    source = source_database_url or local_stack().database_url
+    stack = local_stack(
+        api_port=twin.TWIN_API_PORT,
+        dashboard_port=None,
+        database=twin.TWIN_DATABASE,
+        redis_db=twin.TWIN_REDIS_DB,
+        celery_queue=twin.TWIN_QUEUE,
+    ).start(beat=False)
+    try:
+        result = twin.run_twin(
+            source,
+            stack,
+            campaign_id,
+            baseline_iw=baseline_iw,
+            treatment_iw=treatment_iw,
+            what_if=predicted,
+            compare_arm=compare_arm,
+            repetitions=repetitions,
+            console=console,
+        )
+    except (CampaignError, ValueError) as error:
+        raise click.ClickException(str(error)) from error
+    finally:
+        stack.stop()
+    twin.write_outputs(result, out_dir)
+    click.echo(twin.twin_markdown(result))
+    console.print(f"wrote {out_dir / 'twin.json'} and {out_dir / 'twin.md'}")
+
+
+COMMANDS = (run_command, reproduce_command, report_command, demo_command, twin_command, stack_group)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -455,7 +454,3 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (np.integer, np.floating)):
         return value.item()
     return str(value)
-
-
-def median_or_none(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
