@@ -12,7 +12,7 @@ access link fitted from what the campaign measured on that path --
 * **random loss** (``loss``): the *baseline* arm's retransmitted bytes / bytes sent on that path
   (``server_bytes_retrans`` / ``server_bytes_sent`` of the joined trials), both directions;
 * **buffer** (``buffer_bytes``): the queue the path showed -- the 95th percentile over the
-  trials of (the origin's smoothed RTT at the end of the transfer - the path's min RTT) x rate --
+  baseline and treatment arms' trials of (the origin's smoothed RTT at the end of the transfer - the path's min RTT) x rate --
   where the treatment arm retransmitted in more trials than the baseline (Wilson intervals
   apart: its burst overflowed something); else no limit (the path never overflowed, so the queue
   seen is only a lower bound).  A what-if arm whose burst is larger than that queue plus one
@@ -178,7 +178,8 @@ def fit_path(rows: Sequence[Any], baseline_iw: int, treatment_iw: int) -> TwinPa
     baseline = [row for row in rows if row[4] == baseline_iw]
     sent = sum(row[10] or 0 for row in baseline)
     loss = min(0.5, sum(row[9] or 0 for row in baseline) / sent) if sent else 0.0
-    queues_us = sorted(max(0, row[12] - rtt_us) for row in rows if row[12])
+    # only the fitted arms' trials: a held-out arm's own queueing must not leak into its twin
+    queues_us = sorted(max(0, row[12] - rtt_us) for row in rows if row[12] and row[4] in (baseline_iw, treatment_iw))
     queue_us = queues_us[min(len(queues_us) - 1, int(0.95 * len(queues_us)))] if queues_us else 0
     queue_bytes = int(queue_us * (rate or 0) / 8e6)
     base_ci, treat_ci = _retrans_interval(baseline), _retrans_interval([row for row in rows if row[4] == treatment_iw])
