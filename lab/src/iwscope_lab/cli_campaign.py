@@ -338,7 +338,8 @@ def stack_stop() -> None:
 @click.option("--treat", "treatment_iw", type=int, default=10, show_default=True, help="Treatment arm of the fit check.")
 @click.option("--what-if", "what_if", default="16,32", show_default=True, help="Arms to predict (comma-separated IWs).")
 @click.option("--compare-arm", type=int, default=None, help="An arm the campaign measured, predicted and compared (held out).")
-@click.option("--repetitions", type=int, default=40, show_default=True, help="Rounds per twin path.")
+@click.option("--repetitions", type=int, default=40, show_default=True, help="Rounds per twin path (at most, with --duration).")
+@click.option("--duration", "duration_s", type=float, default=None, help="Time box (s): rounds until it ends, as make demo's.")
 @click.option("--source-database-url", default=None, help="Where the campaign is (default: the local stack's, make demo's).")
 @click.option("--out", "out_dir", default="out/twin", show_default=True, type=click.Path(path_type=pathlib.Path))
 def twin_command(
@@ -348,6 +349,7 @@ def twin_command(
     what_if: str,
     compare_arm: int | None,
     repetitions: int,
+    duration_s: float | None,
     source_database_url: str | None,
     out_dir: pathlib.Path,
 ) -> None:
@@ -376,6 +378,7 @@ def twin_command(
             what_if=predicted,
             compare_arm=compare_arm,
             repetitions=repetitions,
+            duration_s=duration_s,
             console=console,
         )
     except (CampaignError, ValueError) as error:

@@ -251,6 +251,7 @@ def run_twin(
     compare_arm: int | None,
     repetitions: int,
     console: Console,
+    duration_s: float | None = None,
     show_progress: bool = True,
 ) -> TwinResult:
     """Fit, run and compare (module docstring)."""
@@ -281,6 +282,7 @@ def run_twin(
         size_dist=None if sizes else size_dist,
         sizes_per_round=sizes_per_round,
         repetitions=repetitions,
+        duration_s=duration_s,
         congestion_control="cubic",
     )
     topology = twin_topology(fitted)
