@@ -19,7 +19,7 @@ test: setup   ## every test but those marked faults and slow, against real Postg
 test-unit:    ## the fast tier: pure-code tests, no root, no services, under a minute (uses the .venv of setup)
 	@scripts/test-unit.sh
 
-test-slow: setup  ## the rehearsals marked slow (the lab IW grid, the paired intervals' coverage; about 2.5 minutes), run by hand
+test-slow: setup  ## the rehearsals marked slow (the lab IW grid, the paired intervals' coverage, the full fuzz, the cost and fairness lab runs, ...; README), run by hand
 	@scripts/test.sh -m slow
 
 test-faults: setup  ## fault-injection suite (long)
@@ -28,8 +28,8 @@ test-faults: setup  ## fault-injection suite (long)
 bench: setup  ## benchmarks (run by hand; results go to bench/results/)
 	@scripts/bench.sh
 
-deploy-check: setup  ## as root: the images built by podman, the chart played and upgraded by it, older probe builds, probes and an origin on qemu VMs (docs/deployment.md; ~16 min with its images cached)
-	@scripts/test.sh -m deploy tests/deploy
+deploy-check: setup  ## as root: the images built by podman, the chart played and upgraded by it, older probe builds, probes and an origin on qemu VMs, the Ansible role on this host (docs/deployment.md; ~16 min with its images cached)
+	@scripts/test.sh -m deploy
 
 fresh-check:  ## .ci/run in a fresh Debian 12 chroot with the checkout in a 0700 /root (about 30 min)
 	@scripts/fresh-machine-check.sh

@@ -20,6 +20,11 @@ from iwscope.analysis.cost import DELAY_BLOCK_S, MIN_BLOCKS, MIN_DELAY_SAMPLES, 
 from iwscope_lab.cost import INTERACTIVE_INTERVAL_US, CostBottleneck, CostPhase, run_cost
 from iwscope_lab.stack import Stack
 
+# A minute-long lab run of the cost experiment through the product: make test-slow.  make test keeps
+# the lab check of the same physics (tests/cost/test_cost_arms_lab.py), the cost analysis on
+# hand-made data (tests/cost/test_cost_report.py) and make demo's cost phases.
+pytestmark = pytest.mark.slow
+
 SHALLOW = CostBottleneck("shallow", 10e6, 100.0, 10)
 PHASES = [
     ("policy", ("32",), None),

@@ -133,7 +133,10 @@ def _observed(topo: Any, chain: ChainInfo, origin: subprocess.Popen[str]) -> dic
     return seen
 
 
-@pytest.mark.parametrize("chain_kb, extra_rounds", [(16, 1), (2, 0)])
+@pytest.mark.parametrize(
+    "chain_kb, extra_rounds",
+    [(16, 1), pytest.param(2, 0, marks=pytest.mark.slow)],  # the no-extra-round case: make test-slow (10 s)
+)
 def test_a_chain_beyond_the_iw_costs_a_round_trip(tmp_path: Path, chain_kb: int, extra_rounds: int) -> None:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")

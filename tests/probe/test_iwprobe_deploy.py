@@ -183,6 +183,7 @@ def test_cloud_init_embeds_the_zipapp(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--token may only contain" in bad.stderr
 
 
+@pytest.mark.deploy  # make deploy-check, beside the role run over SSH on the VMs (15 s of make test)
 def test_role_installs_and_enrolls_for_real_on_localhost(
     tmp_path: Path, api_server: object, enroll_token: str, database_url: str
 ) -> None:

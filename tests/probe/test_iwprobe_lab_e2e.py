@@ -207,6 +207,7 @@ def _median(rows: list[dict[str, Any]], iw: int, size: int, column: str) -> floa
     return statistics.median(row[column] for row in rows if row["arm_iw"] == iw and row["object_size"] == size)
 
 
+@pytest.mark.slow  # 24 s; the same gain through the product: test_campaign_e2e.py (make test)
 @pytest.mark.parametrize(
     "lab_fleet", [LinkSpec.symmetric(rate_bps=100_000_000, rtt_ms=RTT_MS)], indirect=True, ids=["200ms-100mbit"]
 )
@@ -249,6 +250,7 @@ def test_iw10_saves_one_rtt_on_a_long_fat_path(
     assert sample[1] is not None and 0.8 * 100e6 <= sample[1] <= 1.1 * 100e6, sample
 
 
+@pytest.mark.slow  # 18 s; loss through the product: test_campaign_adaptive.py's 4 % path (make test)
 @pytest.mark.parametrize(
     "lab_fleet", [LinkSpec.symmetric(rate_bps=20_000_000, rtt_ms=40, loss=0.03)], indirect=True, ids=["3pct-loss"]
 )
