@@ -40,9 +40,9 @@ pairs, and it agrees by a path's rule.
 **Residual and "odd"** -- residual = measured - predicted improvement.  A path *agrees* when
 its measured interval, widened by the prediction's, holds the prediction, or the residual is
 within :data:`ODD_SHARE` of the baseline's predicted latency.  A path is *odd* when it does
-not agree, or when either arm's measured mean is more than :data:`ODD_SHARE` off the model's
-with its interval excluding the model's.  Each odd path lists what its trials show
-(:func:`_explanations`): the client's receive window below the treatment's IW or trials the
+not agree, or when either arm's measured mean is more than :data:`ODD_SHARE` and
+:data:`ODD_FLOOR_MS` off the model's with its interval excluding the model's.  Each odd path
+lists what its trials show (:func:`_explanations`): the client's receive window below the treatment's IW or trials the
 origin found receive-window limited; the origin's min RTT far below the probe's (a
 TCP-terminating proxy or cache answers the probe); the treatment arm retransmitting in more
 trials than the baseline (Wilson intervals apart) -- a shallow buffer when the origin's
@@ -84,6 +84,11 @@ MODEL_SIZES = 200
 #: A path is odd beyond this share of the baseline's predicted latency (the reproduction's
 #: threshold for lossy points).
 ODD_SHARE = 0.15
+#: ... and by more than this (ms): both arms of make demo's 5-15 ms paths sit 5-7 ms above the
+#: model (the endpoints' own processing, in both arms alike), which is no IW matter.
+ODD_FLOOR_MS = 10.0
+#: Fewest retransmitting trials of an arm before "more loss than random" is said.
+MIN_RETRANS_TRIALS = 3
 #: The origin's min RTT below this share of the probe's: something closer answers the probe.
 PROXY_RTT_SHARE = 0.5
 #: The origin's smoothed RTT over its min RTT on retransmitting trials, above which the losses
@@ -226,10 +231,11 @@ def _ms(interval: StatsInterval | None) -> Interval | None:
 
 
 def _arm_off(arm: ArmFit) -> bool:
-    if arm.gap is None or arm.measured_ci_ms is None or arm.predicted_mean_ms is None:
+    if arm.gap is None or arm.measured_ci_ms is None or arm.predicted_mean_ms is None or arm.measured_mean_ms is None:
         return False
     low, high = arm.measured_ci_ms
-    return abs(arm.gap) > ODD_SHARE and not low <= arm.predicted_mean_ms <= high
+    off_ms = abs(arm.measured_mean_ms - arm.predicted_mean_ms)
+    return abs(arm.gap) > ODD_SHARE and off_ms > ODD_FLOOR_MS and not low <= arm.predicted_mean_ms <= high
 
 
 def _inputs(trials: Sequence[Any], filters: Filters, cc: CongestionControl) -> PathInputs | None:
@@ -394,7 +400,13 @@ def _explanations(
                 f"{base.retrans_share:.0%} at IW {base.iw}, without queueing first{shown}"
             )
     for arm in arms:
-        if arm.retrans_ci and arm.predicted_retrans_share is not None and arm.retrans_ci[0] > arm.predicted_retrans_share:
+        retransmitting = round((arm.retrans_share or 0.0) * arm.n)
+        if (
+            retransmitting >= MIN_RETRANS_TRIALS
+            and arm.retrans_ci
+            and arm.predicted_retrans_share is not None
+            and arm.retrans_ci[0] > arm.predicted_retrans_share
+        ):
             found.append(
                 f"more loss than random: IW {arm.iw} retransmits in {arm.retrans_share:.0%} of trials, the model "
                 f"with {inputs.loss:.2%} random loss in {arm.predicted_retrans_share:.0%}"
