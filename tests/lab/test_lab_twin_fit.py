@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from iwscope_lab.twin import Estimate, TwinPath, TwinResult, fit_path, overlaps, path_estimate, twin_markdown
+from iwscope_lab.twin import Estimate, TwinPath, TwinResult, fit_path, overlaps, path_estimate, stratified, twin_markdown
 
 pytestmark = pytest.mark.unit
 
@@ -85,10 +85,20 @@ def test_estimates_overlap_and_the_report_marks_every_prediction() -> None:
         {
             "bucket": "<=100 ms",
             "paths": 1,
+            "fit": {"paths": 1, "measured": estimate, "twin": {**estimate, "prediction": True}, "overlap": True},
             "predicted": {"32": {**estimate, "prediction": True}},
-            "held_out": {"measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
+            "held_out": {"paths": 1, "measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
         }
     )
     report = twin_markdown(result)
     assert "IW32 (prediction)" in report and "IW16 (prediction)" in report
     assert "Fit: intervals overlap on 1 of 1 paths" in report and "Held out: intervals overlap on 1 of 1 paths" in report
+
+
+def test_a_bucket_weights_the_twins_as_its_measured_paths_are_weighted() -> None:
+    near, far = Estimate(300, 20.0, (19.0, 21.0), None), Estimate(40, 40.0, (36.0, 44.0), None)
+    # the twin of the near path ran 300 rounds, the far one 40; measured: 452 and 48 pairs
+    combined = stratified([near, far], [452.0, 48.0])
+    assert combined.ms == pytest.approx((452 * 20.0 + 48 * 40.0) / 500)
+    assert combined.ci_ms is not None and combined.ci_ms[0] < combined.ms < combined.ci_ms[1]
+    assert stratified([Estimate(10, None, None, None)], [5.0]).ms is None  # no twin estimate: none

@@ -341,6 +341,7 @@ def stack_stop() -> None:
 @click.option("--repetitions", type=int, default=40, show_default=True, help="Rounds per twin path (at most, with --duration).")
 @click.option("--duration", "duration_s", type=float, default=None, help="Time box (s): rounds until it ends, as make demo's.")
 @click.option("--source-database-url", default=None, help="Where the campaign is (default: the local stack's, make demo's).")
+@click.option("--twin-campaign", type=int, default=None, help="Compare an earlier twin campaign again instead of running one.")
 @click.option("--out", "out_dir", default="out/twin", show_default=True, type=click.Path(path_type=pathlib.Path))
 def twin_command(
     campaign_id: int,
@@ -351,6 +352,7 @@ def twin_command(
     repetitions: int,
     duration_s: float | None,
     source_database_url: str | None,
+    twin_campaign: int | None,
     out_dir: pathlib.Path,
 ) -> None:
     """A calibrated lab twin of each path of a measured campaign: the fit check on its arms, then
@@ -367,7 +369,9 @@ def twin_command(
         database=twin.TWIN_DATABASE,
         redis_db=twin.TWIN_REDIS_DB,
         celery_queue=twin.TWIN_QUEUE,
-    ).start(beat=False)
+    )
+    if twin_campaign is None:
+        stack.start(beat=False)
     try:
         result = twin.run_twin(
             source,
@@ -380,11 +384,13 @@ def twin_command(
             repetitions=repetitions,
             duration_s=duration_s,
             console=console,
+            twin_campaign_id=twin_campaign,
         )
     except (CampaignError, ValueError) as error:
         raise click.ClickException(str(error)) from error
     finally:
-        stack.stop()
+        if twin_campaign is None:
+            stack.stop()
     twin.write_outputs(result, out_dir)
     click.echo(twin.twin_markdown(result))
     console.print(f"wrote {out_dir / 'twin.json'} and {out_dir / 'twin.md'}")

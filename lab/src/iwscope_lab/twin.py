@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -253,8 +254,11 @@ def run_twin(
     console: Console,
     duration_s: float | None = None,
     show_progress: bool = True,
+    twin_campaign_id: int | None = None,
 ) -> TwinResult:
-    """Fit, run and compare (module docstring)."""
+    """Fit, run and compare (module docstring); with ``twin_campaign_id``, compare an earlier twin
+    campaign in the twins' database again instead of running one (its paths named ``tw<i>``
+    in the order of this fit)."""
     engine = create_engine(source_database_url, poolclass=pool.NullPool)
     with Session(engine) as session:
         plan_row = session.execute(
@@ -285,19 +289,17 @@ def run_twin(
         duration_s=duration_s,
         congestion_control="cubic",
     )
-    topology = twin_topology(fitted)
-    with topology:
-        console.print(f"[bold]twin of campaign {campaign_id}[/]: {len(fitted)} paths, arms {', '.join(map(str, arms))}")
-        outcome = LabCampaign(topology, stack, plan, console=console).run(show_progress=show_progress)
+    if twin_campaign_id is None:
+        topology = twin_topology(fitted)
+        with topology:
+            console.print(f"[bold]twin of campaign {campaign_id}[/]: {len(fitted)} paths, arms {', '.join(map(str, arms))}")
+            twin_campaign_id = LabCampaign(topology, stack, plan, console=console).run(show_progress=show_progress).campaign_id
     twin_engine = create_engine(stack.database_url, poolclass=pool.NullPool)
     with Session(twin_engine) as session:
-        twin_rows = read_paths(session, outcome.campaign_id)
+        twin_rows = read_paths(session, twin_campaign_id)
     twin_engine.dispose()
-    by_probe = {probe_id: key for key, probe_id in ((f"tw{i}", outcome.probe_ids[f"tw{i}"]) for i in range(len(fitted)))}
-    twin_paths = {
-        index: rows for (probe_id, _), rows in twin_rows.items() if (index := _twin_index(by_probe, probe_id)) is not None
-    }
-    result = TwinResult(campaign_id, baseline_iw, treatment_iw, list(what_if), compare_arm, outcome.campaign_id)
+    twin_paths = {index: rows for rows in twin_rows.values() if (index := _twin_index(rows[0][1])) is not None}
+    result = TwinResult(campaign_id, baseline_iw, treatment_iw, list(what_if), compare_arm, twin_campaign_id)
     for index, (key, path) in enumerate(zip(keys, fitted, strict=True)):
         result.paths.append(_path_report(path, measured[key], twin_paths.get(index, []), result))
     result.buckets = _bucket_reports(
@@ -306,9 +308,10 @@ def run_twin(
     return result
 
 
-def _twin_index(by_probe: dict[str, str], probe_id: str) -> int | None:
-    name = by_probe.get(probe_id)
-    return int(name[2:]) if name else None
+def _twin_index(probe_name: str) -> int | None:
+    """The fitted path a twin probe stands for: ``tw<i>`` (the lab adds its run's suffix)."""
+    match = re.match(r"tw(\d+)(?:\.|$)", probe_name)
+    return int(match.group(1)) if match else None
 
 
 def _path_report(path: TwinPath, measured: list[Any], twin: list[Any], result: TwinResult) -> dict[str, Any]:
@@ -339,37 +342,73 @@ def _path_report(path: TwinPath, measured: list[Any], twin: list[Any], result: T
     return report
 
 
+def stratified(estimates: Sequence[Estimate], weights: Sequence[float]) -> Estimate:
+    """The twins' estimate for a bucket as its measured paths are weighted: each path's twin
+    estimate weighted by that path's measured pairs (a twin runs as many rounds as its path allows
+    in the time box, not as many as the campaign did), its interval from the paths' own standard
+    errors (half an interval / 1.96).  Paths without a twin estimate are left out."""
+    used = [
+        (estimate, weight) for estimate, weight in zip(estimates, weights, strict=True) if estimate.ms is not None and weight > 0
+    ]
+    if not used:
+        return Estimate(sum(estimate.n_pairs for estimate in estimates), None, None, None)
+    total = sum(weight for _, weight in used)
+    mean = sum(weight * (estimate.ms or 0.0) for estimate, weight in used) / total
+    variance = (
+        sum(
+            (weight * ((estimate.ci_ms[1] - estimate.ci_ms[0]) / (2 * 1.96) if estimate.ci_ms else 0.0)) ** 2
+            for estimate, weight in used
+        )
+        / total**2
+    )
+    half = 1.96 * math.sqrt(variance)
+    return Estimate(sum(estimate.n_pairs for estimate, _ in used), mean, (mean - half, mean + half), None)
+
+
 def _bucket_reports(
     fitted: list[TwinPath], measured: list[list[Any]], twin: list[list[Any]], result: TwinResult
 ) -> list[dict[str, Any]]:
+    """Per RTT bucket: the measured paired estimate over the bucket's paths that have a twin
+    estimate too, beside the twins' estimates weighted as the measured paths are
+    (:func:`stratified`)."""
     groups: dict[tuple[int, str], list[int]] = defaultdict(list)
     for index, path in enumerate(fitted):
         groups[rtt_bucket(path.rtt_ms)].append(index)
     reports = []
     base = result.baseline_iw
+
+    def compare(members: list[int], arm: int) -> dict[str, Any]:
+        twins = [path_estimate(twin[i], base, arm) for i in members]
+        measured_paths = [path_estimate(measured[i], base, arm) for i in members]
+        common = [i for i, estimate in zip(members, twins, strict=True) if estimate.ms is not None]
+        held = bucket_estimate([measured[i] for i in common], base, arm)
+        predicted = stratified(twins, [float(estimate.n_pairs) for estimate in measured_paths])
+        return {
+            "paths": len(common),
+            "measured": asdict(held),
+            "twin": {**asdict(predicted), "prediction": True},
+            "overlap": overlaps(held.ci_ms, predicted.ci_ms),
+        }
+
     for (order, label), members in sorted(groups.items()):
+        fit_weights = [float(path_estimate(measured[i], base, result.treatment_iw).n_pairs) for i in members]
         entry: dict[str, Any] = {
             "bucket": label,
             "order": order,
             "paths": len(members),
-            "fit": {
-                "measured": asdict(bucket_estimate([measured[i] for i in members], base, result.treatment_iw)),
-                "twin": asdict(bucket_estimate([twin[i] for i in members], base, result.treatment_iw)),
-            },
+            "fit": compare(members, result.treatment_iw),
             "predicted": {
-                str(arm): {**asdict(bucket_estimate([twin[i] for i in members], base, arm)), "prediction": True}
+                str(arm): {
+                    **asdict(stratified([path_estimate(twin[i], base, arm) for i in members], fit_weights)),
+                    "prediction": True,
+                }
                 for arm in result.what_if
             },
         }
-        entry["fit"]["overlap"] = overlaps(entry["fit"]["measured"]["ci_ms"], entry["fit"]["twin"]["ci_ms"])
         if result.compare_arm is not None:
-            held = bucket_estimate([measured[i] for i in members], base, result.compare_arm)
-            predicted = bucket_estimate([twin[i] for i in members], base, result.compare_arm)
-            entry["held_out"] = {
-                "measured": asdict(held),
-                "predicted": {**asdict(predicted), "prediction": True},
-                "overlap": overlaps(held.ci_ms, predicted.ci_ms),
-            }
+            held_out = compare(members, result.compare_arm)
+            held_out["predicted"] = held_out.pop("twin")
+            entry["held_out"] = held_out
         reports.append(entry)
     return reports
 
@@ -412,6 +451,18 @@ def twin_markdown(result: TwinResult) -> str:
         )
     judged = [entry["fit"]["overlap"] for entry in result.paths if entry["fit"]["overlap"] is not None]
     lines += ["", f"Fit: intervals overlap on {sum(judged)} of {len(judged)} paths with both intervals."]
+    lines += [
+        "",
+        "Per RTT bucket (measured: the bucket's paths with a twin estimate; twin: their twins weighted by the measured pairs):",
+        "",
+        f"| bucket | paths | measured IW{treat} | twin IW{treat} | overlap |",
+        "|---|---|---|---|---|",
+    ]
+    for bucket in result.buckets:
+        fit = bucket["fit"]
+        lines.append(
+            f"| {bucket['bucket']} | {fit['paths']} | {_fmt(fit['measured'])} | {_fmt(fit['twin'])} | {fit['overlap']} |"
+        )
     if result.what_if:
         lines += ["", "## Predictions per RTT bucket (**prediction**)", ""]
         lines += ["| bucket | paths | " + " | ".join(f"IW{arm} (prediction)" for arm in result.what_if) + " |"]
@@ -438,7 +489,7 @@ def twin_markdown(result: TwinResult) -> str:
             )
         for bucket in result.buckets:
             held = bucket["held_out"]
-            name = f"{bucket['bucket']} ({bucket['paths']} paths)"
+            name = f"{bucket['bucket']} ({held['paths']} paths)"
             lines.append(f"| {name} | {_fmt(held['measured'])} | {_fmt(held['predicted'])} | {held['overlap']} |")
         judged = [entry["held_out"]["overlap"] for entry in result.paths if entry["held_out"]["overlap"] is not None]
         lines += ["", f"Held out: intervals overlap on {sum(judged)} of {len(judged)} paths with both intervals."]
