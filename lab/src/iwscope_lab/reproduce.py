@@ -45,6 +45,9 @@ FLAG_THRESHOLD = 0.10
 LOSS_FLAG_THRESHOLD = 0.15
 #: Simulated connections per arm of a lossy point (at least ten per measured trial).
 LOSS_MODEL_SAMPLES = 4000
+#: How long one experiment's campaign may run (the full lossy sweep's 5 % point needs about
+#: 18 minutes for its 600 trials; the default 15 timed out at 498).
+RUN_TIMEOUT_S = 2400.0
 #: The experiment set beside the model with loss.
 LOSSY_KEY = "lossy"
 #: The reproduction's origins run CUBIC whatever the host's default (the model plays it).
@@ -355,7 +358,7 @@ def run_experiment(
         console.print(
             f"[bold]{experiment.title}[/]: {len(experiment.points)} probes, {experiment.plan.trials_per_probe(1)} trials each"
         )
-        outcome = campaign.run(show_progress=show_progress)
+        outcome = campaign.run(timeout_s=RUN_TIMEOUT_S, show_progress=show_progress)
     with stack.session() as session:
         return [
             measure_point(session, outcome.campaign_id, outcome.probe_ids[point.label], experiment, point)
