@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from sqlalchemy import text
 
@@ -384,7 +385,7 @@ def reproduce(
         json.dumps(
             run_selftest(SelftestConfig(duration_s=3.0 if quick else 5.0, handshakes=20 if quick else 50)),
             indent=2,
-            default=_json_default,
+            default=json_default,
         )
         + "\n"
     )
@@ -407,32 +408,32 @@ def reproduce(
             "plan": asdict(experiment.plan),
             "points": [asdict(point) for point in points],
         }
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.fairness import FAIRNESS_KEY, reproduce_fairness
 
     if not only or FAIRNESS_KEY in only:
         summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.cost import COST_KEY, reproduce_cost
 
     if not only or COST_KEY in only:
         summary[COST_KEY] = reproduce_cost(stack, quick=quick, show_progress=show_progress)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.tls import TLS_KEY, reproduce_tls
 
     if not only or TLS_KEY in only:
         summary[TLS_KEY] = reproduce_tls(stack, quick=quick, show_progress=show_progress)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.seedtraces import SEED_TRACES_KEY, reproduce_seed_traces
 
     if not only or SEED_TRACES_KEY in only:
         summary[SEED_TRACES_KEY] = reproduce_seed_traces(stack, out_dir, quick=quick, show_progress=show_progress)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.sendpaths import SEND_PATHS_KEY, reproduce_send_paths
 
     if not only or SEND_PATHS_KEY in only:
         summary[SEND_PATHS_KEY] = reproduce_send_paths(stack, quick=quick, show_progress=show_progress)
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.report import write_reports
 
     write_reports(summary, out_dir)
@@ -478,7 +479,11 @@ def write_run_bundle(stack: Stack, out_dir: pathlib.Path, started: dt.datetime) 
         return write_bundle(session, campaign_ids, out_dir, extra_files=extra)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for the lab's summaries: a non-finite float is null, a numpy
+    number its value, anything else its string."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, (np.integer, np.floating)):
+        return json_default(value.item()) if isinstance(value, np.floating) else value.item()
     return str(value)

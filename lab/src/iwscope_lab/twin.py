@@ -50,6 +50,7 @@ from iwscope.analysis.paired import PairedEstimate, make_pairs, paired_estimate
 from iwscope.analysis.stats import proportion_interval
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import DirectionSpec, LinkSpec
+from iwscope_lab.reproduce import json_default
 from iwscope_lab.stack import Stack
 from iwscope_lab.topology import Host, Topology
 
@@ -498,13 +499,5 @@ def twin_markdown(result: TwinResult) -> str:
 
 def write_outputs(result: TwinResult, out_dir: pathlib.Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "twin.json").write_text(json.dumps(result.to_dict(), indent=2, default=_json_default) + "\n")
+    (out_dir / "twin.json").write_text(json.dumps(result.to_dict(), indent=2, default=json_default) + "\n")
     (out_dir / "twin.md").write_text(twin_markdown(result))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    return str(value)

@@ -194,8 +194,7 @@ def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl, modell
         predicted_pct = 100.0 * predicted_ms / base_ms if base_ms > 0 else None
         predicted_base = base_ms
         residual = measured.estimate_ms - predicted_ms
-        low, high = _ms(measured.interval) or (measured.estimate_ms, measured.estimate_ms)
-        agrees = (low - half <= predicted_ms <= high + half) or abs(residual) <= ODD_SHARE * base_ms
+        agrees = _agrees(measured.estimate_ms, _ms(measured.interval), predicted_ms, half, base_ms)
         arm_off = any(_arm_off(arm) for arm in arms)
         odd = not agrees or arm_off
         if odd:
@@ -224,6 +223,14 @@ def _fit_path(trials: list[Any], filters: Filters, cc: CongestionControl, modell
         odd=odd,
         explanations=explanations,
     )
+
+
+def _agrees(measured_ms: float, interval: Interval | None, predicted_ms: float, half_ms: float, base_ms: float) -> bool:
+    """The one verdict of a path and of a bucket: the measured interval, widened by the
+    prediction's own half-width, holds the prediction, or the residual is within ODD_SHARE of
+    the predicted baseline latency (no interval: the measured value stands for it)."""
+    low, high = interval or (measured_ms, measured_ms)
+    return low - half_ms <= predicted_ms <= high + half_ms or abs(measured_ms - predicted_ms) <= ODD_SHARE * base_ms
 
 
 def _ms(interval: StatsInterval | None) -> Interval | None:
@@ -437,9 +444,7 @@ def _fit_bucket(order: int, paths: list[PathModelFit], pairs: list[Pairs]) -> Bu
     residual = agrees = None
     if predicted_ms is not None and predicted_base is not None and measured.estimate_ms is not None and not measured.too_small:
         residual = measured.estimate_ms - predicted_ms
-        interval = _ms(measured.interval)
-        inside = interval is not None and interval[0] <= predicted_ms <= interval[1]
-        agrees = inside or abs(residual) <= ODD_SHARE * predicted_base
+        agrees = _agrees(measured.estimate_ms, _ms(measured.interval), predicted_ms, 0.0, predicted_base)
     return BucketModelFit(
         bucket=bk.RTT_BUCKETS[order].label,
         order=order,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Output, callback, dash_table, html
+from dash import Output, callback, html
 
 from iwscope.analysis import ModelFit, PathModelFit
 from iwscope_dashboard.figures import empty_figure
@@ -14,7 +14,7 @@ from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, 
 from iwscope_dashboard.modelfigures import PREDICTION_NAME, bucket_fit_figure, path_fit_figure
 from iwscope_dashboard.pagedata import model_data
 from iwscope_dashboard.pagekit import Nothing, fmt_ms, graph, page_filters, page_frame, read, status
-from iwscope_dashboard.pages.wild import TABLE_STYLE
+from iwscope_dashboard.pages.wild import data_table
 
 dash.register_page(__name__, path="/model", name="Model", title="iwscope: model vs measured", order=5.6)
 
@@ -145,20 +145,6 @@ PREDICTION_STYLE: list[dict[str, Any]] = [
 ]
 
 
-def _table(component_id: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> Any:
-    if not rows:
-        return html.P(NO_PATHS, className="iw-empty")
-    return dash_table.DataTable(  # type: ignore[attr-defined]
-        id=component_id,
-        columns=[{"name": label, "id": key} for key, label in columns],
-        data=rows,
-        sort_action="native",
-        page_size=50,
-        style_data_conditional=PREDICTION_STYLE,
-        **TABLE_STYLE,
-    )
-
-
 def _empty(fit: ModelFit) -> bool:
     return not fit.paths
 
@@ -187,8 +173,8 @@ def update(*values: Any) -> tuple[Any, ...]:
     return (
         bucket_fit_figure(fit.buckets, fit.treatment_iw, fit.baseline_iw),
         path_fit_figure(fit.paths),
-        _table(f"{PREFIX}-buckets", BUCKET_COLUMNS, bucket_rows(fit)),
-        _table(f"{PREFIX}-paths", PATH_COLUMNS, path_rows(fit.paths)),
+        data_table(f"{PREFIX}-buckets", BUCKET_COLUMNS, bucket_rows(fit), NO_PATHS, style_data_conditional=PREDICTION_STYLE),
+        data_table(f"{PREFIX}-paths", PATH_COLUMNS, path_rows(fit.paths), NO_PATHS, style_data_conditional=PREDICTION_STYLE),
         status(line),
         search,
     )

@@ -166,7 +166,9 @@ CHECK_COLUMNS = [
 ]
 
 
-def _table(component_id: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]], empty: str) -> Any:
+def data_table(component_id: str, columns: list[tuple[str, str]], rows: list[dict[str, Any]], empty: str, **extra: Any) -> Any:
+    """A sortable table of ``rows`` (``columns``: key, heading), or ``empty`` when there are none;
+    ``extra`` goes to the DataTable (e.g. ``style_data_conditional``)."""
     if not rows:
         return html.P(empty, className="iw-empty")
     return dash_table.DataTable(  # type: ignore[attr-defined]
@@ -176,6 +178,7 @@ def _table(component_id: str, columns: list[tuple[str, str]], rows: list[dict[st
         sort_action="native",
         page_size=50,
         **TABLE_STYLE,
+        **extra,
     )
 
 
@@ -210,9 +213,9 @@ def update(*values: Any) -> tuple[Any, ...]:
     )
     return (
         census,
-        _table(f"{PREFIX}-census", CENSUS_COLUMNS, census_rows(targets), NO_CENSUS),
+        data_table(f"{PREFIX}-census", CENSUS_COLUMNS, census_rows(targets), NO_CENSUS),
         series,
-        _table(
+        data_table(
             f"{PREFIX}-check",
             CHECK_COLUMNS,
             check_rows(checks),
