@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testkit import SchedulingNoise
 
 from iwscope_lab.topology import STATE_ROOT
 
@@ -62,9 +63,10 @@ def test_up_with_bad_scenario_names_the_field(run_id: str, tmp_path: Path) -> No
 
 
 def test_selftest_json_reports_configured_vs_measured() -> None:
-    result = _lab(
-        "selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5", "--handshakes", "15", "--json"
-    )
+    with SchedulingNoise() as noise:
+        result = _lab(
+            "selftest", "--rtt", "30", "--rate", "10M", "--loss", "0.02", "--duration", "1.5", "--handshakes", "15", "--json"
+        )
     report = json.loads(result.stdout)
     # The exit status is the verdict of the accuracy checks, nothing else.  Whether every
     # check passes is a timing target (docs/lab.md, measured by hand): on a shared CI machine
@@ -74,7 +76,9 @@ def test_selftest_json_reports_configured_vs_measured() -> None:
     assert report["checks"]["rtt_p99_error_within_1ms"] == (report["rtt"]["p99_error_ms"] <= 1.0)
     assert report["rtt"]["samples"] == 15
     assert report["configured"]["rate_bps"] == 10e6
-    assert abs(report["rtt"]["p50_ms"] - 30) <= 1.0
+    # 1 ms, plus twice the p99 wake-up lateness measured meanwhile (a clean-clone CI run: p50
+    # 31.021 ms on a box busy with the suite; as in test_lab_emulator_accuracy.py)
+    assert abs(report["rtt"]["p50_ms"] - 30) <= 1.0 + 2 * noise.quantile_ms(0.99), (report["rtt"], noise.quantile_ms(0.99))
     assert abs(report["rate"]["emulator_error"]) <= 0.02
     assert report["loss"]["within_interval"]
     assert report["rate"]["emulator_cpu_percent"] > 0
