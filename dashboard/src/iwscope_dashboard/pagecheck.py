@@ -194,6 +194,7 @@ def check_page(
     credentials the page needs): open it, wait until its callbacks are done, count what each item
     shows.  The tab stays on the page, for checks of the caller's own."""
     expected = {item.name for item in spec.items if item.name not in empty_allowed}
+    deadline = time.monotonic() + timeout_s  # ``timeout_s`` is the page's, not each wait's
     timeout_ms = timeout_s * 1000
     search = query if not query or query.startswith("?") else f"?{query}"
     page.goto(url.rstrip("/") + spec.path + search, wait_until="load")
@@ -211,7 +212,8 @@ def check_page(
             # a late callback (or a table filled after the figures): give it the rest of the time
             test = _HAS_ROWS_JS if item.kind == "table" else HAS_POINTS_JS
             try:
-                page.wait_for_function(test, arg=item.selector or item.name, timeout=timeout_ms)
+                rest_ms = max(1.0, (deadline - time.monotonic()) * 1000)
+                page.wait_for_function(test, arg=item.selector or item.name, timeout=rest_ms)
                 points = _count(page, item)
             except Exception:
                 pass
