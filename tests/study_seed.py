@@ -19,7 +19,10 @@ import numpy as np
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
+from iwscope.analysis import buckets as bk
 from iwscope.models import Campaign, CensusRecord, Origin, PathEstimate, Probe, Trial, TrialId
+from iwscope.predictions.schemas import TwinResultIn
+from iwscope.predictions.services import store_twin_result
 
 MSS = 1448
 SIZES = (2_000, 8_000, 15_000, 30_000, 60_000, 120_000)
@@ -179,6 +182,7 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
     session.execute(insert(TrialId), [{"trial_id": t["trial_id"], "started_at": t["started_at"]} for t in trials])
     session.execute(insert(Trial), trials)
     session.execute(insert(CensusRecord), _census(probes, day0, stamped))
+    store_twin_result(session, TwinResultIn.model_validate(twin_document(pilot.id, probes, origin.id)))
     return SeedSummary(
         campaign_ids={"pilot": pilot.id, "higher-iw": higher.id},
         probe_ids={name: probe.id for name, probe in probes.items()},
@@ -187,6 +191,87 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
         first_day=day0.date(),
         last_day=(day0 + dt.timedelta(days=2)).date(),
     )
+
+
+def _mean_saving_ms(path: PathSpec, baseline_iw: int, iw: int) -> float:
+    return sum((slow_start_rounds(size, baseline_iw) - slow_start_rounds(size, iw)) * path.rtt_ms for size in SIZES) / len(SIZES)
+
+
+def _estimate(ms: float, n_pairs: int, *, prediction: bool = False) -> dict[str, object]:
+    half = 0.08 * ms + 2.0
+    return {"n_pairs": n_pairs, "ms": ms, "ci_ms": [ms - half, ms + half], "pct": None} | (
+        {"prediction": True} if prediction else {}
+    )
+
+
+def twin_document(campaign_id: int, probes: dict[str, Probe], origin_id: uuid.UUID) -> dict[str, object]:
+    """A lab twin's result for the pilot campaign as ``iwscope lab twin`` stores it: per path and
+    RTT bucket the fit (IW10 over IW3: measured = slow start's saving, twin 5 % below it), IW16
+    held out and IW32 predicted from slow start (the seed's own latency model)."""
+    paths, groups = [], {}
+    for path in PATHS:
+        order = int(bk.rtt_index(np.asarray([path.rtt_ms * 1000.0]))[0])
+        label = bk.RTT_BUCKETS[order].label
+        fit, held, wide = (_mean_saving_ms(path, 3, iw) for iw in (10, 16, 32))
+        paths.append(
+            {
+                "path": {
+                    "probe_id": str(probes[path.name].id),
+                    "probe_name": path.name,
+                    "region": path.region,
+                    "origin_id": str(origin_id),
+                    "trials": 216,
+                    "rtt_ms": path.rtt_ms,
+                    "rate_bps": path.bandwidth_mbps * 1e6,
+                    "loss": path.loss_rate,
+                    "buffer_bytes": None,
+                    "buffer_fit": "no overflow seen",
+                    "queue_seen_bytes": 3000,
+                },
+                "bucket": label,
+                "fit": {"measured": _estimate(fit, 72), "twin": _estimate(0.95 * fit, 40, prediction=True), "overlap": True},
+                "predicted": {
+                    "32": _estimate(wide, 40, prediction=True) | {"beyond_fit": False},
+                    "16": _estimate(held, 40, prediction=True) | {"beyond_fit": False},
+                },
+                "held_out": {"measured": _estimate(held, 72), "predicted": _estimate(held, 40, prediction=True), "overlap": True},
+            }
+        )
+        groups.setdefault((order, label), []).append((fit, held, wide))
+    buckets = []
+    for (order, label), members in sorted(groups.items()):
+        fit, held, wide = (sum(values) / len(members) for values in zip(*members, strict=True))
+        n = 72 * len(members)
+        buckets.append(
+            {
+                "bucket": label,
+                "order": order,
+                "paths": len(members),
+                "fit": {
+                    "paths": len(members),
+                    "measured": _estimate(fit, n),
+                    "twin": _estimate(0.95 * fit, n, prediction=True),
+                    "overlap": True,
+                },
+                "predicted": {"32": _estimate(wide, n, prediction=True), "16": _estimate(held, n, prediction=True)},
+                "held_out": {
+                    "paths": len(members),
+                    "measured": _estimate(held, n),
+                    "predicted": _estimate(held, n, prediction=True),
+                    "overlap": True,
+                },
+            }
+        )
+    return {
+        "campaign_id": campaign_id,
+        "baseline_iw": 3,
+        "treatment_iw": 10,
+        "what_if": [32, 16],
+        "compare_arm": 16,
+        "twin_campaign_id": 1,
+        "paths": paths,
+        "buckets": buckets,
+    }
 
 
 def _census(probes: dict[str, Probe], day0: dt.datetime, stamped: dt.datetime) -> list[dict[str, object]]:

@@ -37,7 +37,8 @@ TRACES_JS = """
     return plot.data.map((t) => ({name: t.name || '', type: t.type || 'scatter',
                                    x: values(t.x || t.lon), y: values(t.y || t.lat), error_y: bars(t.error_y),
                                    text: Array.isArray(t.text) ? values(t.text) : [],
-                                   marker_symbol: t.marker && t.marker.symbol ? String(t.marker.symbol) : null}));
+                                   marker_symbol: t.marker && t.marker.symbol ? String(t.marker.symbol) : null,
+                                   marker_pattern: t.marker && t.marker.pattern ? String(t.marker.pattern.shape) : null}));
 }
 """
 
@@ -142,6 +143,25 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
         paths_table = page.inner_text("#model-paths")
         assert "model (prediction)" in paths_table and ("agrees" in paths_table or "odd" in paths_table)
         assert "paths in" in message and "simulated connections per arm and path" in message
+        # the seed's lab twin of the pilot campaign (tests/study_seed.py: twin 5 % under the measured
+        # fit): measured arms as plain bars, every twin number hatched and named a prediction
+        twin = {t["name"]: t for t in traces(page, "model-twin-graph")}
+        assert set(twin) == {
+            "measured: IW3 - IW10",
+            "IW10: lab twin (prediction)",
+            "measured: IW3 - IW16",
+            "IW16: lab twin (prediction)",
+            "IW32: lab twin (prediction)",
+        }, set(twin)
+        assert all((t["marker_pattern"] == "/") == name.endswith("(prediction)") for name, t in twin.items())
+        measured_fit, twin_fit = twin["measured: IW3 - IW10"]["y"], twin["IW10: lab twin (prediction)"]["y"]
+        assert len(measured_fit) >= 3
+        assert_close(twin_fit, [0.95 * value for value in measured_fit])
+        page.wait_for_selector("#model-twins td", timeout=TIMEOUT_MS)
+        twin_table = page.inner_text("#model-twins")
+        assert "IW32: lab twin (prediction)" in twin_table and "measured IW16 (held out)" in twin_table
+        twin_status = page.inner_text("#model-twin-status")
+        assert "Lab twin of campaign" in twin_status and "Predictions, not measurements" in twin_status
     elif path == "/probes":
         assert len(traces(page, "probes-graph")[0]["x"]) == 8
         page.wait_for_selector("#probes-table td", timeout=TIMEOUT_MS)

@@ -3,11 +3,15 @@ of predictions: pure code on hand-made rows (the runs are in docs/reproduction.m
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from iwscope_lab.twin import Estimate, TwinPath, TwinResult, fit_path, overlaps, path_estimate, stratified, twin_markdown
+from iwscope.predictions.schemas import TwinResultIn
+from iwscope_lab.twin import Estimate, TwinPath, TwinResult, compare, fit_path, overlaps, path_estimate, stratified
+from iwscope_lab.twin_report import twin_markdown
 
 pytestmark = pytest.mark.unit
 
@@ -61,6 +65,20 @@ def test_without_an_overflow_the_buffer_is_unlimited_and_large_bursts_are_beyond
     assert not path.beyond_fit(16) and path.beyond_fit(32)
 
 
+def twin_result(campaign_id: int = 7) -> TwinResult:
+    """A whole result as ``run_twin`` builds it (:func:`compare`), from hand-made measured rows
+    (arms 3, 10, 16) and twin rows (3, 10, 16, 32): IW16 held out, IW32 a what-if."""
+    latency = {3: 600, 10: 400, 16: 350, 32: 330}
+    measured = [_row(iw, round_, latency[iw] + round_ % 5) for round_ in range(30) for iw in (3, 10, 16)]
+    twin = [
+        ("tw0.r1", *row[1:])
+        for row in (_row(iw, round_, latency[iw] + 3 + round_ % 7) for round_ in range(30) for iw in (3, 10, 16, 32))
+    ]
+    path = fit_path(measured, 3, 10)
+    assert isinstance(path, TwinPath)
+    return compare(TwinResult(campaign_id, 3, 10, [32, 16], 16, twin_campaign_id=9), [path], [measured], [twin])
+
+
 def test_estimates_overlap_and_the_report_marks_every_prediction() -> None:
     rows = [_row(iw, round_, {3: 600, 10: 400, 16: 350}[iw] + round_ % 5) for round_ in range(30) for iw in (3, 10, 16)]
     fit = path_estimate(rows, 3, 10)
@@ -68,31 +86,27 @@ def test_estimates_overlap_and_the_report_marks_every_prediction() -> None:
     small = path_estimate(rows[:30], 3, 10)
     assert (small.n_pairs, small.ms) == (10, None)  # n too small
     assert overlaps((1.0, 2.0), (2.0, 3.0)) and not overlaps((1.0, 2.0), (2.5, 3.0)) and overlaps(None, (1.0, 2.0)) is None
-    path = fit_path(rows, 3, 10)
-    assert isinstance(path, TwinPath)
-    result = TwinResult(7, 3, 10, [32], 16, twin_campaign_id=9)
-    estimate = Estimate(30, 250.0, (240.0, 260.0), 40.0).__dict__
-    result.paths.append(
-        {
-            "path": path.__dict__,
-            "bucket": "<=100 ms",
-            "fit": {"measured": estimate, "twin": estimate, "overlap": True},
-            "predicted": {"32": {**estimate, "prediction": True, "beyond_fit": False}},
-            "held_out": {"measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
-        }
-    )
-    result.buckets.append(
-        {
-            "bucket": "<=100 ms",
-            "paths": 1,
-            "fit": {"paths": 1, "measured": estimate, "twin": {**estimate, "prediction": True}, "overlap": True},
-            "predicted": {"32": {**estimate, "prediction": True}},
-            "held_out": {"paths": 1, "measured": estimate, "predicted": {**estimate, "prediction": True}, "overlap": True},
-        }
-    )
+    result = twin_result()
+    (path,) = result.paths
+    assert path["fit"]["measured"]["ms"] == pytest.approx(200.0) and path["fit"]["twin"]["prediction"] is True
+    assert path["fit"]["overlap"] is True and path["held_out"]["overlap"] is True
+    assert path["predicted"]["32"]["ms"] == pytest.approx(270.0, abs=2.0) and path["predicted"]["32"]["prediction"] is True
+    (bucket,) = result.buckets
+    assert bucket["bucket"] == "<=100 ms" and bucket["fit"]["twin"]["prediction"] is True
     report = twin_markdown(result)
     assert "IW32 (prediction)" in report and "IW16 (prediction)" in report
     assert "Fit: intervals overlap on 1 of 1 paths" in report and "Held out: intervals overlap on 1 of 1 paths" in report
+
+
+def test_the_collector_takes_the_result_and_refuses_it_without_its_prediction_marks() -> None:
+    """The lab's result passes the collector's check (``TwinResultIn``, the API's and
+    ``store_result``'s); the same result with one twin number unmarked does not."""
+    document = json.loads(json.dumps(twin_result().to_dict()))
+    checked = TwinResultIn.model_validate(document)
+    assert (checked.fit_judged, checked.fit_overlapping) == (1, 1)
+    del document["buckets"][0]["predicted"]["32"]["prediction"]
+    with pytest.raises(ValidationError, match="prediction"):
+        TwinResultIn.model_validate(document)
 
 
 def test_a_bucket_weights_the_twins_as_its_measured_paths_are_weighted() -> None:

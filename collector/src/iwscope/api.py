@@ -30,6 +30,7 @@ from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
 from iwscope.openapi import install_openapi
 from iwscope.origins.routes import router as origins_router
 from iwscope.passive.routes import router as passive_router
+from iwscope.predictions.routes import router as predictions_router
 from iwscope.probes.routes import router as probes_router
 from iwscope.server import LameDuckServer, listening_sockets
 from iwscope.servers.routes import router as servers_router
@@ -131,6 +132,7 @@ def create_app() -> FastAPI:
         passive_router,
         exports_router,
         analysis_router,
+        predictions_router,
     ):
         app.include_router(router)
     install_openapi(app)

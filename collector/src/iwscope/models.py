@@ -6,6 +6,7 @@ from iwscope.db import Base
 from iwscope.origins.models import Origin
 from iwscope.passive.models import PassiveAggregate, PassiveConnection
 from iwscope.paths.models import PathEstimate
+from iwscope.predictions.models import TwinPrediction
 from iwscope.probes.models import Probe
 from iwscope.servers.models import Server
 from iwscope.traces.models import TrialTrace
@@ -28,4 +29,5 @@ __all__ = [
     "Trial",
     "TrialId",
     "TrialTrace",
+    "TwinPrediction",
 ]

@@ -1,7 +1,8 @@
 """Figures of the "Model vs measured" page (pure functions of :func:`iwscope.analysis.model_fit`'s
-result, no database).  A prediction is never drawn like a measurement: measured values are
-filled bars and dots with their 95 % intervals; the model's are open diamonds in
-:data:`PREDICTION_COLOUR`, named "model (prediction)" in every legend and hover."""
+result and of a stored lab twin's, no database).  A prediction is never drawn like a
+measurement: measured values are filled bars and dots with their 95 % intervals; the model's are
+open diamonds in :data:`PREDICTION_COLOUR`, named "model (prediction)" in every legend and
+hover; a lab twin's are hatched, paler bars named "lab twin (prediction)"."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from iwscope.analysis import BucketModelFit, PathModelFit
+from iwscope.predictions.schemas import EstimateIn, TwinPredictionOut
 from iwscope_dashboard.figures import TOO_SMALL_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars, style_figure
 
 PREDICTION_COLOUR = "#7b3fa0"
 ODD_COLOUR = "#c0392b"
+#: A held-out arm (measured by the campaign, predicted by twins fitted without it).
+HELD_OUT_COLOUR = "#2a9d8f"
 #: The legend's and hovers' name for every predicted value.
 PREDICTION_NAME = "model (prediction)"
 
@@ -100,3 +104,75 @@ def path_fit_figure(paths: Sequence[PathModelFit]) -> go.Figure:
     )
     fig.update_layout(xaxis_title=f"{PREDICTION_NAME}: improvement (ms)", yaxis_title="measured improvement (ms)")
     return style_figure(fig, "Per path: measured vs model (prediction)")
+
+
+#: The legend's mark of a lab twin's number (a prediction too, from an emulated path, not the model).
+TWIN_NAME = "lab twin (prediction)"
+
+
+def _bar(
+    fig: go.Figure, labels: list[str], estimates: Sequence[EstimateIn | None], name: str, colour: str, *, predicted: bool
+) -> None:
+    """One arm's improvement per bucket: a filled bar when measured, a hatched, paler one with a
+    dashed outline when predicted; ``n too small`` buckets have no bar and say so in the hover."""
+    values = [estimate.ms if estimate is not None and estimate.ms is not None else None for estimate in estimates]
+    shown = [0.0 if value is None else value for value in values]
+    marker: dict[str, object] = {"color": colour}
+    if predicted:
+        marker |= {"pattern": {"shape": "/", "fgcolor": colour, "bgcolor": "white"}, "line": {"color": colour, "width": 1.5}}
+    fig.add_bar(
+        x=labels,
+        y=[None if value is None else shown[i] for i, value in enumerate(values)],
+        name=name,
+        marker=marker,
+        opacity=0.75 if predicted else 1.0,
+        error_y=interval_bars(shown, [estimate.ci_ms if estimate is not None else None for estimate in estimates], colour),
+        hovertext=[
+            f"{label}: {name} "
+            + ("n too small" if estimate is None or estimate.ms is None else _ms(estimate.ms))
+            + ("" if estimate is None else f" ({estimate.n_pairs} pairs)")
+            for label, estimate in zip(labels, estimates, strict=True)
+        ],
+        hoverinfo="text",
+    )
+
+
+def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
+    """Per RTT bucket, the lab twin beside what was measured: the fit arm measured and as the
+    twins ran it, the held-out arm measured and predicted, and every what-if arm predicted
+    (predictions hatched, named so in legend and hover)."""
+    result = prediction.result
+    if not result.buckets:
+        return empty_figure("The stored twin has no RTT bucket with a twin estimate.")
+    buckets = sorted(result.buckets, key=lambda bucket: bucket.order)
+    labels = [bucket.bucket for bucket in buckets]
+    base, treat = result.baseline_iw, result.treatment_iw
+    fig = go.Figure()
+    _bar(fig, labels, [b.fit.measured for b in buckets], f"measured: IW{base} - IW{treat}", TREATMENT_COLOUR, predicted=False)
+    _bar(fig, labels, [b.fit.twin for b in buckets], f"IW{treat}: {TWIN_NAME}", TREATMENT_COLOUR, predicted=True)
+    held = result.compare_arm
+    if held is not None:
+        _bar(
+            fig,
+            labels,
+            [b.held_out.measured if b.held_out else None for b in buckets],
+            f"measured: IW{base} - IW{held}",
+            HELD_OUT_COLOUR,
+            predicted=False,
+        )
+        _bar(
+            fig,
+            labels,
+            [b.held_out.predicted if b.held_out else None for b in buckets],
+            f"IW{held}: {TWIN_NAME}",
+            HELD_OUT_COLOUR,
+            predicted=True,
+        )
+    for arm in result.what_if:
+        if arm == held:
+            continue
+        _bar(
+            fig, labels, [b.predicted.get(str(arm)) for b in buckets], f"IW{arm}: {TWIN_NAME}", PREDICTION_COLOUR, predicted=True
+        )
+    fig.update_layout(xaxis_title="path min RTT", yaxis_title=f"improvement over IW{base} (ms)", barmode="group")
+    return style_figure(fig, f"Lab twin of campaign {prediction.campaign_id}: measured vs predicted per RTT bucket")

@@ -45,6 +45,8 @@ from iwscope.analysis import (
     trial_near,
     trials_page,
 )
+from iwscope.predictions.schemas import TwinPredictionOut
+from iwscope.predictions.services import read_twin_predictions
 from iwscope.traces.schemas import TrialTracesOut
 from iwscope.traces.services import read_trial_traces
 
@@ -94,6 +96,14 @@ def model_data(session: Session, filters: Filters) -> ModelFit:
     """The "Model vs measured" page: per path and RTT bucket, the model with loss beside the
     measured improvement (the origin's congestion control taken as CUBIC, Linux's default)."""
     return model_fit(session, filters)
+
+
+def twin_data(session: Session, filters: Filters) -> TwinPredictionOut | None:
+    """The Model page's lab-twin section: the newest stored twin prediction of the one campaign
+    the filters select, or of any campaign when they select none or several (the page names it)."""
+    campaign = filters.campaign_ids[0] if len(filters.campaign_ids or ()) == 1 else None
+    newest = read_twin_predictions(session, campaign, limit=1)
+    return newest[0] if newest else None
 
 
 def regions_map(session: Session, filters: Filters) -> list[RegionSummary]:
@@ -159,6 +169,7 @@ PAGE_DATA: dict[str, Callable[[Session, Filters], Any]] = {
     "cost": cost_data,
     "wild": wild_data,
     "model": model_data,
+    "model-twin": twin_data,
     "probes": probes_data,
     "trials": trials_data,
 }

@@ -343,6 +343,12 @@ def stack_stop() -> None:
 @click.option("--source-database-url", default=None, help="Where the campaign is (default: the local stack's, make demo's).")
 @click.option("--twin-campaign", type=int, default=None, help="Compare an earlier twin campaign again instead of running one.")
 @click.option("--out", "out_dir", default="out/twin", show_default=True, type=click.Path(path_type=pathlib.Path))
+@click.option(
+    "--store/--no-store",
+    default=True,
+    show_default=True,
+    help="Store the result beside the campaign in its collector (the API and the Model page show it, as a prediction).",
+)
 def twin_command(
     campaign_id: int,
     baseline_iw: int,
@@ -354,10 +360,11 @@ def twin_command(
     source_database_url: str | None,
     twin_campaign: int | None,
     out_dir: pathlib.Path,
+    store: bool,
 ) -> None:
     """A calibrated lab twin of each path of a measured campaign: the fit check on its arms, then
     predictions for arms it did not measure (docs/reproduction.md, "The lab twin")."""
-    from iwscope_lab import twin
+    from iwscope_lab import twin, twin_report
 
     predicted = [iw for iw in (_int_list(what_if) or ()) if iw not in (baseline_iw, treatment_iw)]
     if compare_arm is not None and compare_arm not in predicted:
@@ -391,9 +398,15 @@ def twin_command(
     finally:
         if twin_campaign is None:
             stack.stop()
-    twin.write_outputs(result, out_dir)
-    click.echo(twin.twin_markdown(result))
+    twin_report.write_outputs(result, out_dir)
+    click.echo(twin_report.twin_markdown(result))
     console.print(f"wrote {out_dir / 'twin.json'} and {out_dir / 'twin.md'}")
+    if store:
+        prediction_id, duplicate = twin.store_result(source, result)
+        console.print(
+            f"{'already stored' if duplicate else 'stored'} as twin prediction {prediction_id} of campaign {campaign_id} "
+            f"(GET /api/v1/analysis/twin-predictions?campaign={campaign_id}; the Model page)"
+        )
 
 
 COMMANDS = (run_command, reproduce_command, report_command, demo_command, twin_command, stack_group)

@@ -9,10 +9,18 @@ import dash
 from dash import Output, callback, html
 
 from iwscope.analysis import ModelFit, PathModelFit
+from iwscope.predictions.schemas import EstimateIn, TwinPredictionOut
 from iwscope_dashboard.figures import empty_figure
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
-from iwscope_dashboard.modelfigures import PREDICTION_NAME, bucket_fit_figure, path_fit_figure
-from iwscope_dashboard.pagedata import model_data
+from iwscope_dashboard.modelfigures import (
+    PREDICTION_COLOUR,
+    PREDICTION_NAME,
+    TWIN_NAME,
+    bucket_fit_figure,
+    path_fit_figure,
+    twin_bucket_figure,
+)
+from iwscope_dashboard.pagedata import model_data, twin_data
 from iwscope_dashboard.pagekit import Nothing, fmt_ms, graph, page_filters, page_frame, read, status
 from iwscope_dashboard.pages.wild import data_table
 
@@ -40,6 +48,17 @@ def layout(**url_query: Any) -> html.Div:
             html.Div(html.Div(id=f"{PREFIX}-bucket-table"), className="iw-card"),
             html.H2("Paths (odd ones first)", className="iw-subtitle"),
             html.Div(html.Div(id=f"{PREFIX}-path-table"), className="iw-card"),
+            html.H2("Lab twin: what other IWs would do (predictions)", className="iw-subtitle"),
+            html.P(
+                "iwscope lab twin --campaign N fits one emulated link per measured path (min RTT, bottleneck rate, "
+                "the baseline's loss, the queue the path showed), checks that the twins reproduce the measured arm, "
+                "then runs arms the campaign did not measure. Every twin number is a prediction: hatched bars, "
+                "italic columns.",
+                className="iw-note",
+            ),
+            html.Div(id=f"{PREFIX}-twin-status"),
+            graph(f"{PREFIX}-twin-graph"),
+            html.Div(html.Div(id=f"{PREFIX}-twin-table"), className="iw-card"),
         ],
     )
 
@@ -140,7 +159,7 @@ PATH_COLUMNS = [
 
 #: Predicted columns in the prediction's colour and italics, odd rows tinted.
 PREDICTION_STYLE: list[dict[str, Any]] = [
-    {"if": {"column_id": "predicted"}, "fontStyle": "italic", "color": "#7b3fa0"},
+    {"if": {"column_id": "predicted"}, "fontStyle": "italic", "color": PREDICTION_COLOUR},
     {"if": {"filter_query": '{verdict} = "odd"'}, "backgroundColor": "#fbeaea"},
 ]
 
@@ -177,6 +196,101 @@ def update(*values: Any) -> tuple[Any, ...]:
         data_table(f"{PREFIX}-paths", PATH_COLUMNS, path_rows(fit.paths), NO_PATHS, style_data_conditional=PREDICTION_STYLE),
         status(line),
         search,
+    )
+
+
+def _estimate(estimate: EstimateIn | None) -> str:
+    if estimate is None or estimate.ms is None:
+        return "n too small" + ("" if estimate is None else f" ({estimate.n_pairs} pairs)")
+    return f"{fmt_ms(estimate.ms)}{_interval(estimate.ci_ms)} (n={estimate.n_pairs})"
+
+
+def _overlap(overlap: bool | None) -> str:
+    return "-" if overlap is None else "yes" if overlap else "no"
+
+
+def twin_columns(prediction: TwinPredictionOut) -> list[tuple[str, str]]:
+    """The twin table's columns; a predicted one's id ends in ``_pred`` (styled as a prediction)."""
+    result = prediction.result
+    base, treat, held = result.baseline_iw, result.treatment_iw, result.compare_arm
+    columns = [
+        ("bucket", "path min RTT"),
+        ("paths", "paths"),
+        ("fit_measured", f"measured IW{treat} over IW{base} [95 % CI]"),
+        ("fit_pred", f"IW{treat}: {TWIN_NAME}"),
+        ("fit_overlap", "intervals overlap"),
+    ]
+    if held is not None:
+        columns += [
+            ("held_measured", f"measured IW{held} (held out)"),
+            ("held_pred", f"IW{held}: {TWIN_NAME}"),
+            ("held_overlap", "intervals overlap"),
+        ]
+    columns += [(f"arm{arm}_pred", f"IW{arm}: {TWIN_NAME}") for arm in result.what_if if arm != held]
+    return columns
+
+
+def twin_rows(prediction: TwinPredictionOut) -> list[dict[str, Any]]:
+    rows = []
+    result = prediction.result
+    for bucket in sorted(result.buckets, key=lambda entry: entry.order):
+        row: dict[str, Any] = {
+            "bucket": bucket.bucket,
+            "paths": bucket.paths,
+            "fit_measured": _estimate(bucket.fit.measured),
+            "fit_pred": _estimate(bucket.fit.twin),
+            "fit_overlap": _overlap(bucket.fit.overlap),
+        }
+        if bucket.held_out is not None:
+            row |= {
+                "held_measured": _estimate(bucket.held_out.measured),
+                "held_pred": _estimate(bucket.held_out.predicted),
+                "held_overlap": _overlap(bucket.held_out.overlap),
+            }
+        row |= {f"arm{arm}_pred": _estimate(estimate) for arm, estimate in ((int(k), v) for k, v in bucket.predicted.items())}
+        rows.append(row)
+    return rows
+
+
+def twin_style(columns: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Every predicted column (id ending in ``_pred``) in the prediction's colour and italics."""
+    predicted = [column for column, _ in columns if column.endswith("_pred")]
+    return [{"if": {"column_id": predicted}, "fontStyle": "italic", "color": PREDICTION_COLOUR}]
+
+
+def twin_line(prediction: TwinPredictionOut, filters_campaign: tuple[int, ...]) -> str:
+    result = prediction.result
+    which = "" if filters_campaign == (prediction.campaign_id,) else " (the newest stored twin: choose a campaign for its own)"
+    return (
+        f"Lab twin of campaign {prediction.campaign_id}{which}: twin prediction {prediction.id}, stored "
+        f"{prediction.created_at:%Y-%m-%d %H:%M} UTC, twin campaign {result.twin_campaign_id}. Fit (IW{result.treatment_iw} "
+        f"over IW{result.baseline_iw}): the intervals overlap on {prediction.fit_overlapping} of {prediction.fit_judged} "
+        f"paths with both intervals ({prediction.paths} twins). Predictions, not measurements."
+    )
+
+
+@callback(
+    Output(f"{PREFIX}-twin-graph", "figure"),
+    Output(f"{PREFIX}-twin-table", "children"),
+    Output(f"{PREFIX}-twin-status", "children"),
+    *filter_inputs(PREFIX),
+)
+def update_twin(*values: Any) -> tuple[Any, ...]:
+    filters, _ = page_filters(*values)
+    prediction = read(twin_data, filters, cache=True)
+    if isinstance(prediction, Nothing):
+        return empty_figure(prediction.message), [], prediction.status_line()
+    if prediction is None:
+        chosen = filters.campaign_ids[0] if len(filters.campaign_ids) == 1 else "N"
+        message = f"No lab twin stored for these filters: run iwscope lab twin --campaign {chosen}."
+        return empty_figure(message), [], status(message)
+    columns = twin_columns(prediction)
+    return (
+        twin_bucket_figure(prediction),
+        data_table(
+            f"{PREFIX}-twins", columns, twin_rows(prediction), "No twin bucket.", style_data_conditional=twin_style(columns)
+        ),
+        status(twin_line(prediction, filters.campaign_ids)),
     )
 
 
