@@ -55,6 +55,19 @@ def test_loss_comes_from_the_baseline_arm_and_an_overflow_fixes_the_buffer_at_th
     assert link.down.buffer_bytes == path.buffer_bytes and link.down.delay_ms == 50.0 and link.up.loss == path.loss
 
 
+def test_retransmissions_behind_a_queue_longer_than_the_initial_rto_are_timeouts_not_overflow() -> None:
+    """eu-modem of make demo: the IW10 arm retransmits more, but its bursts waited 1.3 s in the
+    queue -- past the 1 s initial RTO -- so the buffer is not fitted at the queue seen."""
+    rows = []
+    for round_ in range(40):
+        rows.append(_row(3, round_, 2500, retrans=1 if round_ % 10 == 0 else 0, origin_rtt_ms=900))
+        rows.append(_row(10, round_, 2400, retrans=2, origin_rtt_ms=1400))  # 1.3 s of queue at the end
+    path = fit_path(rows, 3, 10)
+    assert path is not None
+    assert (path.buffer_bytes, path.buffer_fit) == (None, "timeouts, not overflow")
+    assert path.queue_seen_bytes == pytest.approx(1.3 * 2_000_000 / 8, rel=0.01)
+
+
 def test_without_an_overflow_the_buffer_is_unlimited_and_large_bursts_are_beyond_the_fit() -> None:
     rows = [_row(iw, round_, 400, origin_rtt_ms=104, est_rtt_ms=None) for round_ in range(30) for iw in (3, 10)]
     path = fit_path(rows, 3, 10)

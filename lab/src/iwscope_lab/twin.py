@@ -14,8 +14,10 @@ access link fitted from what the campaign measured on that path --
 * **buffer** (``buffer_bytes``): the queue the path showed -- the 95th percentile over the
   baseline and treatment arms' trials of (the origin's smoothed RTT at the end of the transfer - the path's min RTT) x rate --
   where the treatment arm retransmitted in more trials than the baseline (Wilson intervals
-  apart: its burst overflowed something); else no limit (the path never overflowed, so the queue
-  seen is only a lower bound).  A what-if arm whose burst is larger than that queue plus one
+  apart: its burst overflowed something) and that queue delayed it less than the initial RTO
+  (1 s; a longer queue makes the sender time out and retransmit what still waits in it, so the
+  extra retransmissions say nothing of the buffer: "timeouts, not overflow"); else no limit (the
+  path never overflowed, so the queue seen is only a lower bound).  A what-if arm whose burst is larger than that queue plus one
   bandwidth-delay product is marked ``beyond_fit``: its prediction assumes the buffer holds it.
 
 The twins run the campaign's arms on the same size mix (the fit check: per path, the twin's
@@ -62,6 +64,8 @@ TWIN_API_PORT = 8702
 MIN_BUFFER_BYTES = 2 * 1514
 #: Fewest joined trials of a path for a twin.
 MIN_TRIALS = 20
+#: Linux's initial retransmission timeout (RFC 6298's 1 s; ``TCP_TIMEOUT_INIT``), in µs.
+INITIAL_RTO_US = 1_000_000
 
 Interval = tuple[float, float]
 
@@ -80,8 +84,9 @@ class TwinPath:
     loss: float
     #: ``None``: no limit (no overflow seen).
     buffer_bytes: int | None
-    #: ``queue seen`` (the treatment's bursts overflowed: the queue the path showed) or
-    #: ``no overflow seen`` (no limit; the queue seen is a lower bound).
+    #: ``queue seen`` (the treatment's bursts overflowed: the queue the path showed),
+    #: ``timeouts, not overflow`` (its extra retransmissions came with a queue longer than the
+    #: initial RTO: no limit) or ``no overflow seen`` (no limit; the queue seen is a lower bound).
     buffer_fit: str
     queue_seen_bytes: int
 
@@ -184,9 +189,14 @@ def fit_path(rows: Sequence[Any], baseline_iw: int, treatment_iw: int) -> TwinPa
     queue_us = queues_us[min(len(queues_us) - 1, int(0.95 * len(queues_us)))] if queues_us else 0
     queue_bytes = int(queue_us * (rate or 0) / 8e6)
     base_ci, treat_ci = _retrans_interval(baseline), _retrans_interval([row for row in rows if row[4] == treatment_iw])
-    overflowed = base_ci is not None and treat_ci is not None and treat_ci[0] > base_ci[1]
+    more_retrans = base_ci is not None and treat_ci is not None and treat_ci[0] > base_ci[1]
+    # A queue that delays the burst past the initial RTO makes the sender retransmit what still
+    # waits in it: the extra retransmissions are timeouts, not overflow, and the buffer holds at
+    # least what was seen (eu-modem of make demo: 56 kbit/s, a 32 KB buffer, 1.3 s of queue seen)
+    timeouts = more_retrans and queue_us >= INITIAL_RTO_US
+    overflowed = more_retrans and not timeouts
     buffer: int | None = max(MIN_BUFFER_BYTES, queue_bytes) if overflowed else None
-    how = "queue seen" if overflowed else "no overflow seen"
+    how = "queue seen" if overflowed else "timeouts, not overflow" if timeouts else "no overflow seen"
     return TwinPath(
         probe_id=first[0],
         probe_name=first[1],

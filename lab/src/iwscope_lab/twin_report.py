@@ -20,7 +20,7 @@ def _fmt(estimate: dict[str, Any]) -> str:
 
 def _buffer(path: dict[str, Any]) -> str:
     if path["buffer_bytes"] is None:
-        return f"no limit (queue seen {path['queue_seen_bytes'] / 1000:.0f} KB)"
+        return f"no limit ({path['buffer_fit']}; queue seen {path['queue_seen_bytes'] / 1000:.0f} KB)"
     return f"{path['buffer_bytes'] / 1000:.0f} KB (queue seen)"
 
 
