@@ -151,10 +151,12 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
     from iwscope_lab.reproduce import experiments, reproduce
     from iwscope_lab.seedtraces import SEED_TRACES_KEY
     from iwscope_lab.sendpaths import SEND_PATHS_KEY
+    from iwscope_lab.testbed import TESTBED_KEY
     from iwscope_lab.tls import TLS_KEY
 
     known = {experiment.key for experiment in experiments(quick)} | {
         FAIRNESS_KEY,
+        TESTBED_KEY,
         COST_KEY,
         TLS_KEY,
         SEED_TRACES_KEY,

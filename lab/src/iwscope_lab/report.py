@@ -242,6 +242,10 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
             full_html=False, include_plotlyjs="inline" if first else False, div_id="iwscope-fairness"
         ) + fairness_table(summary["fairness"])
         first = False
+    if summary.get("testbed"):
+        from iwscope_lab.testbed_report import testbed_html
+
+        fairness_section += testbed_html(summary["testbed"])
     if summary.get("cost"):
         from iwscope_lab.cost_report import cost_html
 
@@ -368,6 +372,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
                 f"| {_md_scaled(row['throughput_bps'], 1e-6, 2)} | {_md_num(row['fct_mean_ms'])} "
                 f"| {_md_scaled(row['retrans_flow_share'], 100)} % | {_md_scaled(row['bytes_retrans_share'], 100, 2)} % |"
             )
+    if summary.get("testbed"):
+        from iwscope_lab.testbed_report import testbed_markdown
+
+        lines += testbed_markdown(summary["testbed"])
     if summary.get("cost"):
         from iwscope_lab.cost_report import cost_markdown
 

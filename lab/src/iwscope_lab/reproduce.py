@@ -414,6 +414,13 @@ def reproduce(
     if not only or FAIRNESS_KEY in only:
         summary[FAIRNESS_KEY] = reproduce_fairness(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
+    from iwscope_lab.testbed import TESTBED_KEY, reproduce_testbed
+
+    if not only or TESTBED_KEY in only:
+        summary[TESTBED_KEY] = reproduce_testbed(
+            stack, quick=quick, flag_threshold=LOSS_FLAG_THRESHOLD, samples=LOSS_MODEL_SAMPLES, show_progress=show_progress
+        )
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.cost import COST_KEY, reproduce_cost
 
     if not only or COST_KEY in only:
