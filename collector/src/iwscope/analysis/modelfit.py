@@ -112,8 +112,23 @@ _ROWS = """
      LIMIT :max_trials"""
 
 
+@dataclass(frozen=True)
+class ModelTrials:
+    """What :func:`fit_model` works on: the filters (cost campaigns left out) and the newest
+    ``MAX_TRIALS + 1`` joined trials of the two arms (one more than used: "truncated")."""
+
+    filters: Filters
+    rows: Sequence[Any]
+
+
 def model_fit(session: Session, filters: Filters, cc: CongestionControl = "cubic") -> ModelFit:
     """Per path and RTT bucket: measured improvement beside the model's (module docstring)."""
+    return fit_model(read_model_trials(session, filters), cc)
+
+
+def read_model_trials(session: Session, filters: Filters) -> ModelTrials:
+    """The database half of :func:`model_fit` (the API reads within a database slot, then runs
+    the model's CPU-bound half, :func:`fit_model`, without holding one)."""
     filters = without_cost(session, filters)
     latency = "t.server_latency_us" if filters.metric == "server" else "t.total_us"
     where, params = trial_where(filters)
@@ -121,6 +136,12 @@ def model_fit(session: Session, filters: Filters, cc: CongestionControl = "cubic
         text(_ROWS.format(latency=latency, where=where)),
         {**params, "base": filters.baseline_iw, "treat": filters.treatment_iw, "max_trials": MAX_TRIALS + 1},
     ).all()
+    return ModelTrials(filters, rows)
+
+
+def fit_model(trials: ModelTrials, cc: CongestionControl = "cubic") -> ModelFit:
+    """The model's half of :func:`model_fit`: no database."""
+    filters, rows = trials.filters, trials.rows
     truncated = len(rows) > MAX_TRIALS
     by_path: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in rows[:MAX_TRIALS]:

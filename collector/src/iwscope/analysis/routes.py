@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
@@ -29,6 +30,7 @@ from iwscope.analysis.cost import cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
 from iwscope.dbslots import run_db
+from iwscope.model import CongestionControl
 from iwscope.streaming import stream_read
 from iwscope.wiretypes import BIGINT_MAX
 
@@ -61,10 +63,15 @@ def _json(value: Any) -> Any:
     return jsonable_encoder(value)
 
 
-def _query(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(session, *args)`` on a read session closed before the thread ends, as JSON."""
+def _read(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(session, *args)`` on a read session closed before the thread ends."""
     with get_sessionmaker()() as session:
-        return _json(function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg for arg in args)))
+        return function(session, *(resolve_family(session, arg) if isinstance(arg, Filters) else arg for arg in args))
+
+
+def _query(function: Callable[..., Any], *args: Any) -> Any:
+    """:func:`_read`, as JSON."""
+    return _json(_read(function, *args))
 
 
 async def _run(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
@@ -161,7 +168,7 @@ async def get_iw_check(filters: FiltersDep) -> dict[str, Any]:
 async def get_model_fit(
     filters: FiltersDep,
     cc: Annotated[
-        Literal["cubic", "reno", "bbr"],
+        CongestionControl,
         Query(description="the origin's congestion control, as the model plays it (origins do not report theirs)"),
     ] = "cubic",
 ) -> dict[str, Any]:
@@ -170,7 +177,11 @@ async def get_model_fit(
     the baseline's retransmitted share, the client's window), the residual, and the paths that
     disagree ("odd") with what their trials show (receive window, proxy, shallow buffer,
     policer).  Fewer than 20 pairs on a path: "n too small", no prediction."""
-    return await _run(modelfit.model_fit, filters, cc)
+    # The trials within a readers' database slot; the model's Monte-Carlo (CPU, no database)
+    # after the slot is given back, so it never keeps a reader or a probe's upload waiting.
+    trials = await run_db(_read, modelfit.read_model_trials, filters, read=True)
+    fitted = await anyio.to_thread.run_sync(modelfit.fit_model, trials, cc)
+    return {"data": _json(fitted)}
 
 
 @router.get("/fleet", response_model=schemas.FleetOut)

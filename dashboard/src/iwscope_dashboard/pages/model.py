@@ -134,7 +134,10 @@ def path_rows(paths: list[PathModelFit]) -> list[dict[str, Any]]:
                 else f"{fmt_ms(path.predicted_ms)}{_interval(path.predicted_ci_ms)}",
                 "residual": "-" if path.residual_ms is None else fmt_ms(path.residual_ms),
                 "arms": "; ".join(
-                    f"IW{arm.iw}: {fmt_ms(arm.measured_mean_ms)} vs {fmt_ms(arm.predicted_mean_ms)}" for arm in path.arms if arm.n
+                    f"IW{arm.iw} (n={arm.n}): {fmt_ms(arm.measured_mean_ms)}{_interval(arm.measured_ci_ms)} "
+                    f"vs {fmt_ms(arm.predicted_mean_ms)}"
+                    for arm in path.arms
+                    if arm.n
                 ),
                 "verdict": path.reason if path.too_small and path.reason else _verdict(path.agrees, path.too_small, path.odd),
                 "why": "; ".join(path.explanations),
@@ -152,7 +155,7 @@ PATH_COLUMNS = [
     ("measured", "measured improvement [95 % CI]"),
     ("predicted", f"{PREDICTION_NAME} [Monte-Carlo CI]"),
     ("residual", "residual"),
-    ("arms", "mean latency: measured vs model"),
+    ("arms", "mean latency: measured [95 % CI] vs model (prediction)"),
     ("verdict", "verdict"),
     ("why", "what the trials show"),
 ]
