@@ -164,6 +164,11 @@ def test_paths_as_the_model_says_agree_and_departures_are_odd_with_their_reason(
     weighted = [(path.n_pairs, path.predicted_ms) for path in fit.paths if path.predicted_ms is not None]
     assert bucket.predicted_ms == pytest.approx(sum(n * ms for n, ms in weighted) / sum(n for n, _ in weighted))
     assert bucket.residual_ms == pytest.approx(bucket.measured_ms - bucket.predicted_ms)
+    # the bucket's Monte-Carlo interval: around its prediction, narrower than any one path's
+    assert bucket.predicted_ci_ms is not None
+    low, high = bucket.predicted_ci_ms
+    widths = [path.predicted_ci_ms[1] - path.predicted_ci_ms[0] for path in fit.paths if path.predicted_ci_ms]
+    assert low < bucket.predicted_ms < high and 0 < high - low < max(widths)
 
 
 def test_a_proxy_shows_in_the_round_trip_times_and_the_client_metric_is_modelled_too(db_session: Session) -> None:

@@ -22,6 +22,7 @@ from iwscope.analysis.stats import (
     poisson_bootstrap_means,
     proportion_interval,
     unpack_histogram,
+    weighted_mean_interval,
 )
 
 pytestmark = pytest.mark.unit  # the fast tier: pure code, no root, no services
@@ -285,3 +286,15 @@ def test_poisson_bootstrap_draws_a_large_symmetric_cell_as_its_normal_and_a_skew
         poisson_bootstrap_means(np.random.default_rng(3), small, 500)[0],
         poisson_bootstrap_means(np.random.default_rng(3), small, 500, normal=False)[0],
     )
+
+
+def test_a_weighted_mean_of_independent_estimates_takes_their_errors_with_their_weights() -> None:
+    # two estimates, 20 +- 1 and 40 +- 4 (95 % half widths), weighted 3 : 1
+    mean, (low, high) = weighted_mean_interval([20.0, 40.0], [(19.0, 21.0), (36.0, 44.0)], [3.0, 1.0])
+    assert mean == pytest.approx(25.0)
+    half = 1.96 * np.sqrt((3 * 1 / 1.96) ** 2 + (1 * 4 / 1.96) ** 2) / 4
+    assert (low, high) == pytest.approx((25.0 - half, 25.0 + half))
+    # an estimate without an interval adds no error; weights that sum to zero are refused
+    assert weighted_mean_interval([10.0, 30.0], [None, None], [1.0, 1.0]) == (20.0, (20.0, 20.0))
+    with pytest.raises(ValueError):
+        weighted_mean_interval([1.0], [None], [0.0])

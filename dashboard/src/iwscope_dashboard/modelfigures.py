@@ -28,7 +28,8 @@ def _ms(value: float | None) -> str:
 
 def bucket_fit_figure(buckets: Sequence[BucketModelFit], treatment_iw: int, baseline_iw: int) -> go.Figure:
     """Per RTT bucket: the measured paired improvement (bars, 95 % interval) beside the model's
-    pair-weighted prediction (open diamonds); buckets with too few pairs in grey."""
+    pair-weighted prediction (open diamonds, its Monte-Carlo interval); buckets with too few
+    pairs in grey."""
     if not buckets:
         return empty_figure("No path of these filters has both arms.")
     labels = [bucket.bucket for bucket in buckets]
@@ -55,8 +56,15 @@ def bucket_fit_figure(buckets: Sequence[BucketModelFit], treatment_iw: int, base
         mode="markers",
         name=PREDICTION_NAME,
         marker={"symbol": "diamond-open", "size": 13, "color": PREDICTION_COLOUR, "line": {"width": 2}},
+        error_y=interval_bars(
+            [bucket.predicted_ms or 0.0 for bucket in predicted],
+            [bucket.predicted_ci_ms for bucket in predicted],
+            PREDICTION_COLOUR,
+        ),
         hovertext=[
-            f"{bucket.bucket}: {PREDICTION_NAME} {_ms(bucket.predicted_ms)}; residual {_ms(bucket.residual_ms)}"
+            f"{bucket.bucket}: {PREDICTION_NAME} {_ms(bucket.predicted_ms)}"
+            + ("" if bucket.predicted_ci_ms is None else f" [{_ms(bucket.predicted_ci_ms[0])}, {_ms(bucket.predicted_ci_ms[1])}]")
+            + f"; residual {_ms(bucket.residual_ms)}"
             for bucket in predicted
         ],
         hoverinfo="text",

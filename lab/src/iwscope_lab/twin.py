@@ -34,7 +34,6 @@ measured ones.  Outputs: ``DIR/twin.json`` and ``DIR/twin.md``.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -48,7 +47,7 @@ from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.paired import PairedEstimate, make_pairs, paired_estimate
-from iwscope.analysis.stats import proportion_interval
+from iwscope.analysis.stats import proportion_interval, weighted_mean_interval
 from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.links import DirectionSpec, LinkSpec
 from iwscope_lab.reproduce import json_default
@@ -369,17 +368,10 @@ def stratified(estimates: Sequence[Estimate], weights: Sequence[float]) -> Estim
     ]
     if not used:
         return Estimate(sum(estimate.n_pairs for estimate in estimates), None, None, None)
-    total = sum(weight for _, weight in used)
-    mean = sum(weight * (estimate.ms or 0.0) for estimate, weight in used) / total
-    variance = (
-        sum(
-            (weight * ((estimate.ci_ms[1] - estimate.ci_ms[0]) / (2 * 1.96) if estimate.ci_ms else 0.0)) ** 2
-            for estimate, weight in used
-        )
-        / total**2
+    mean, interval = weighted_mean_interval(
+        [estimate.ms or 0.0 for estimate, _ in used], [estimate.ci_ms for estimate, _ in used], [weight for _, weight in used]
     )
-    half = 1.96 * math.sqrt(variance)
-    return Estimate(sum(estimate.n_pairs for estimate, _ in used), mean, (mean - half, mean + half), None)
+    return Estimate(sum(estimate.n_pairs for estimate, _ in used), mean, interval, None)
 
 
 def _bucket_reports(

@@ -70,7 +70,7 @@ from iwscope.analysis.filters import Filters, trial_where, without_cost
 from iwscope.analysis.modelfit_results import ArmFit, BucketModelFit, Interval, ModelFit, PathInputs, PathModelFit
 from iwscope.analysis.paired import Pairs, make_pairs, paired_estimate
 from iwscope.analysis.stats import Interval as StatsInterval
-from iwscope.analysis.stats import mean_interval, proportion_interval
+from iwscope.analysis.stats import mean_interval, proportion_interval, weighted_mean_interval
 from iwscope.model import DEFAULT_MSS, CongestionControl, congestion_control, predict_with_loss
 
 #: Newest trials read (a larger selection is cut there and says so: ``ModelFit.truncated``).
@@ -454,13 +454,18 @@ def _fit_bucket(order: int, paths: list[PathModelFit], pairs: list[Pairs]) -> Bu
     )
     measured = paired_estimate(joined)
     predicted = [
-        (path.n_pairs, path.predicted_ms, path.predicted_baseline_ms)
+        (path.n_pairs, path.predicted_ms, path.predicted_baseline_ms, path.predicted_ci_ms)
         for path in paths
         if path.predicted_ms is not None and path.predicted_baseline_ms is not None
     ]
-    weight = sum(n for n, _, _ in predicted)
-    predicted_ms = sum(n * ms for n, ms, _ in predicted) / weight if weight else None
-    predicted_base = sum(n * base for n, _, base in predicted) / weight if weight else None
+    weights = [float(n) for n, *_ in predicted]
+    predicted_ms = predicted_base = None
+    predicted_ci: Interval | None = None
+    if sum(weights) > 0:
+        intervals = [ci for *_, ci in predicted]
+        predicted_ms, combined = weighted_mean_interval([ms for _, ms, _, _ in predicted], intervals, weights)
+        predicted_ci = combined if all(ci is not None for ci in intervals) else None
+        predicted_base = weighted_mean_interval([base for _, _, base, _ in predicted], intervals, weights)[0]
     predicted_pct = 100.0 * predicted_ms / predicted_base if predicted_ms is not None and predicted_base else None
     residual = agrees = None
     if predicted_ms is not None and predicted_base is not None and measured.estimate_ms is not None and not measured.too_small:
@@ -475,6 +480,7 @@ def _fit_bucket(order: int, paths: list[PathModelFit], pairs: list[Pairs]) -> Bu
         measured_ci_ms=_ms(measured.interval),
         measured_pct=measured.pct,
         predicted_ms=predicted_ms,
+        predicted_ci_ms=predicted_ci,
         predicted_pct=predicted_pct,
         predicted_baseline_ms=predicted_base,
         residual_ms=residual,

@@ -80,6 +80,9 @@ class BucketModelFit:
     measured_ci_ms: Interval | None
     measured_pct: float | None
     predicted_ms: float | None
+    #: The prediction's 95 % Monte-Carlo interval: the paths' own intervals combined with the
+    #: same pair weights (their simulations are independent); None without one.
+    predicted_ci_ms: Interval | None
     predicted_pct: float | None
     predicted_baseline_ms: float | None
     residual_ms: float | None

@@ -520,6 +520,24 @@ def mean_interval(values: Sequence[float] | FloatArray, level: float = 0.95, min
     return mean - half, mean + half
 
 
+def weighted_mean_interval(
+    means: Sequence[float], intervals: Sequence[tuple[float, float] | None], weights: Sequence[float]
+) -> tuple[float, tuple[float, float]]:
+    """The ``weights``-weighted mean of independent estimates and its 95 % normal interval, each
+    estimate's standard error taken from its own 95 % interval (half its width / 1.96; ``None``:
+    no error of its own).  For a bucket of paths weighted by their measured pairs (the Model
+    page's prediction, the lab twin's buckets)."""
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError("weights sum to zero")
+    mean = sum(weight * value for weight, value in zip(weights, means, strict=True)) / total
+    variance = sum(
+        (weight * (ci[1] - ci[0]) / (2 * 1.96)) ** 2 for weight, ci in zip(weights, intervals, strict=True) if ci is not None
+    ) / (total**2)
+    half = 1.96 * math.sqrt(variance)
+    return mean, (mean - half, mean + half)
+
+
 def block_bootstrap(
     series: Sequence[npt.ArrayLike],
     block: int,

@@ -88,7 +88,9 @@ def bucket_rows(fit: ModelFit) -> list[dict[str, Any]]:
             "measured": "n too small"
             if bucket.too_small
             else f"{fmt_ms(bucket.measured_ms)}{_interval(bucket.measured_ci_ms)}{_pct(bucket.measured_pct)}",
-            "predicted": f"{fmt_ms(bucket.predicted_ms)}{_pct(bucket.predicted_pct)}" if bucket.predicted_ms is not None else "-",
+            "predicted": f"{fmt_ms(bucket.predicted_ms)}{_interval(bucket.predicted_ci_ms)}{_pct(bucket.predicted_pct)}"
+            if bucket.predicted_ms is not None
+            else "-",
             "residual": fmt_ms(bucket.residual_ms) if bucket.residual_ms is not None else "-",
             "verdict": _verdict(bucket.agrees, bucket.too_small),
             "caveat": bucket.caveat or "",
@@ -102,7 +104,7 @@ BUCKET_COLUMNS = [
     ("paths", "paths"),
     ("pairs", "pairs"),
     ("measured", "measured improvement [95 % CI]"),
-    ("predicted", f"{PREDICTION_NAME}"),
+    ("predicted", f"{PREDICTION_NAME} [Monte-Carlo CI]"),
     ("residual", "residual (measured - model)"),
     ("verdict", "verdict (interval holds the model, or within 15 % of its baseline)"),
     ("caveat", "caveat"),
