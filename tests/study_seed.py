@@ -14,6 +14,7 @@ import datetime as dt
 import math
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import insert
@@ -182,7 +183,8 @@ def seed_study(session: Session, now: dt.datetime, *, repetitions: int = 4, seed
     session.execute(insert(TrialId), [{"trial_id": t["trial_id"], "started_at": t["started_at"]} for t in trials])
     session.execute(insert(Trial), trials)
     session.execute(insert(CensusRecord), _census(probes, day0, stamped))
-    store_twin_result(session, TwinResultIn.model_validate(twin_document(pilot.id, probes, origin.id)))
+    probe_ids = {name: probe.id for name, probe in probes.items()}
+    store_twin_result(session, TwinResultIn.model_validate(twin_document(pilot.id, probe_ids, origin.id)))
     return SeedSummary(
         campaign_ids={"pilot": pilot.id, "higher-iw": higher.id},
         probe_ids={name: probe.id for name, probe in probes.items()},
@@ -204,10 +206,11 @@ def _estimate(ms: float, n_pairs: int, *, prediction: bool = False) -> dict[str,
     )
 
 
-def twin_document(campaign_id: int, probes: dict[str, Probe], origin_id: uuid.UUID) -> dict[str, object]:
+def twin_document(campaign_id: int, probe_ids: dict[str, uuid.UUID], origin_id: uuid.UUID) -> dict[str, Any]:
     """A lab twin's result for the pilot campaign as ``iwscope lab twin`` stores it: per path and
     RTT bucket the fit (IW10 over IW3: measured = slow start's saving, twin 5 % below it), IW16
-    held out and IW32 predicted from slow start (the seed's own latency model)."""
+    held out and IW32 predicted from slow start (the seed's own latency model).  Also the API
+    tests' valid document (tests/predictions)."""
     paths, groups = [], {}
     for path in PATHS:
         order = int(bk.rtt_index(np.asarray([path.rtt_ms * 1000.0]))[0])
@@ -216,7 +219,7 @@ def twin_document(campaign_id: int, probes: dict[str, Probe], origin_id: uuid.UU
         paths.append(
             {
                 "path": {
-                    "probe_id": str(probes[path.name].id),
+                    "probe_id": str(probe_ids[path.name]),
                     "probe_name": path.name,
                     "region": path.region,
                     "origin_id": str(origin_id),

@@ -7,64 +7,23 @@ are the session's real ones (tests/conftest.py); the lab's own result passing th
 from __future__ import annotations
 
 import copy
+import uuid
 from typing import Any
 
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from study_seed import PATHS
+from study_seed import twin_document as seeded_twin_document
 from testkit import Enrolled, bearer, create_campaign
 
-
-def _estimate(ms: float | None, n: int = 40, half: float = 8.0) -> dict[str, Any]:
-    return {"n_pairs": n, "ms": ms, "ci_ms": None if ms is None else [ms - half, ms + half], "pct": None}
-
-
-def _predicted(ms: float | None, **extra: Any) -> dict[str, Any]:
-    return {**_estimate(ms), "prediction": True, **extra}
+from iwscope.predictions.schemas import TwinResultIn
 
 
 def twin_document(campaign_id: int) -> dict[str, Any]:
-    """One path in one bucket: the fit check (IW10), a what-if (IW32), a held-out arm (IW16)."""
-    path = {
-        "probe_id": "8a4c8c1e-0000-4000-8000-000000000001",
-        "probe_name": "lagos-1",
-        "region": "africa",
-        "origin_id": "8a4c8c1e-0000-4000-8000-000000000002",
-        "trials": 120,
-        "rtt_ms": 98.5,
-        "rate_bps": 2e6,
-        "loss": 0.004,
-        "buffer_bytes": None,
-        "buffer_fit": "no overflow seen",
-        "queue_seen_bytes": 1500,
-    }
-    return {
-        "campaign_id": campaign_id,
-        "baseline_iw": 3,
-        "treatment_iw": 10,
-        "what_if": [32, 16],
-        "compare_arm": 16,
-        "twin_campaign_id": 4,
-        "paths": [
-            {
-                "path": path,
-                "bucket": "<=100 ms",
-                "fit": {"measured": _estimate(58.0), "twin": _predicted(52.0), "overlap": True},
-                "predicted": {"32": _predicted(75.0, beyond_fit=True), "16": _predicted(66.0, beyond_fit=False)},
-                "held_out": {"measured": _estimate(61.0), "predicted": _predicted(66.0), "overlap": True},
-            }
-        ],
-        "buckets": [
-            {
-                "bucket": "<=100 ms",
-                "order": 2,
-                "paths": 1,
-                "fit": {"paths": 1, "measured": _estimate(58.0), "twin": _predicted(52.0), "overlap": True},
-                "predicted": {"32": _predicted(75.0), "16": _predicted(None)},
-                "held_out": {"paths": 1, "measured": _estimate(61.0), "predicted": _predicted(66.0), "overlap": True},
-            }
-        ],
-    }
+    """The seeded study's twin document (eight paths in five RTT buckets; IW10 fit, IW16 held out,
+    IW32 predicted) for ``campaign_id``, with probes and an origin this collector need not have."""
+    return seeded_twin_document(campaign_id, {path.name: uuid.uuid4() for path in PATHS}, uuid.uuid4())
 
 
 def _rows(engine: Engine, campaign_id: int) -> int:
@@ -82,6 +41,7 @@ def test_a_twin_result_is_stored_once_and_read_as_a_prediction(
     campaign_id = int(create_campaign(client, admin_token, str(origin.id), name="twin", sizes=[20_000])["id"])
     path = f"/api/v1/campaigns/{campaign_id}/twin-predictions"
     document = twin_document(campaign_id)
+    document["buckets"][0]["predicted"]["16"] |= {"ms": None, "ci_ms": None}  # n too small
     first = client.post(path, json=document, headers=bearer(admin_token))
     assert first.status_code == 201, first.text
     again = client.post(path, json=document, headers=bearer(admin_token))
@@ -91,16 +51,17 @@ def test_a_twin_result_is_stored_once_and_read_as_a_prediction(
     assert read.status_code == 200
     (stored,) = read.json()["data"]
     assert (stored["id"], stored["kind"], stored["source"]) == (first.json()["id"], "prediction", "iwscope lab twin")
-    assert (stored["paths"], stored["fit_judged"], stored["fit_overlapping"]) == (1, 1, 1)
+    assert (stored["paths"], stored["fit_judged"], stored["fit_overlapping"]) == (8, 8, 8)
     result = stored["result"]
-    assert result["paths"][0]["predicted"]["32"] == {**_predicted(75.0, beyond_fit=True), "ci_ms": [67.0, 83.0]}
+    assert result == TwinResultIn.model_validate(document).model_dump(mode="json")  # read back whole
+    assert result["paths"][0]["predicted"]["32"]["prediction"] is True
     assert result["buckets"][0]["predicted"]["16"]["ms"] is None  # n too small stays so
     # a second, different result of the same campaign: newest first
     second = copy.deepcopy(document)
     second["twin_campaign_id"] = 5
     assert client.post(path, json=second, headers=bearer(admin_token)).status_code == 201
     listed = client.get("/api/v1/analysis/twin-predictions", params={"campaign": campaign_id}).json()["data"]
-    assert [entry["result"]["twin_campaign_id"] for entry in listed] == [5, 4]
+    assert [entry["result"]["twin_campaign_id"] for entry in listed] == [5, document["twin_campaign_id"]]
 
 
 def test_a_bad_twin_result_is_refused_whole_and_says_why(
@@ -116,7 +77,7 @@ def test_a_bad_twin_result_is_refused_whole_and_says_why(
 
     cases = {
         "prediction": broken(lambda d: d["paths"][0]["predicted"]["32"].pop("prediction")),
-        "outside its interval": broken(lambda d: d["buckets"][0]["fit"]["measured"].update(ms=90.0)),
+        "outside its interval": broken(lambda d: d["buckets"][0]["fit"]["measured"].update(ms=1e6)),
         "low above high": broken(lambda d: d["paths"][0]["fit"]["measured"].update(ci_ms=[70.0, 50.0])),
         "are not what_if": broken(lambda d: d["buckets"][0]["predicted"].pop("16")),
         "held_out": broken(lambda d: d.update(compare_arm=None)),

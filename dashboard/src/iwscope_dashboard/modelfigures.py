@@ -156,26 +156,19 @@ def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
     labels = [bucket.bucket for bucket in buckets]
     base, treat = result.baseline_iw, result.treatment_iw
     fig = go.Figure()
-    _bar(fig, labels, [b.fit.measured for b in buckets], f"measured: IW{base} - IW{treat}", TREATMENT_COLOUR, predicted=False)
-    _bar(fig, labels, [b.fit.twin for b in buckets], f"IW{treat}: {TWIN_NAME}", TREATMENT_COLOUR, predicted=True)
     held = result.compare_arm
+    # each measured arm beside the twins' run of it: the fit arm, then the held-out one
+    compared: list[tuple[int, str, list[EstimateIn | None], list[EstimateIn | None]]] = [
+        (treat, TREATMENT_COLOUR, [b.fit.measured for b in buckets], [b.fit.twin for b in buckets])
+    ]
     if held is not None:
-        _bar(
-            fig,
-            labels,
-            [b.held_out.measured if b.held_out else None for b in buckets],
-            f"measured: IW{base} - IW{held}",
-            HELD_OUT_COLOUR,
-            predicted=False,
+        outs = [b.held_out for b in buckets]
+        compared.append(
+            (held, HELD_OUT_COLOUR, [o.measured if o else None for o in outs], [o.predicted if o else None for o in outs])
         )
-        _bar(
-            fig,
-            labels,
-            [b.held_out.predicted if b.held_out else None for b in buckets],
-            f"IW{held}: {TWIN_NAME}",
-            HELD_OUT_COLOUR,
-            predicted=True,
-        )
+    for iw, colour, measured, twin in compared:
+        _bar(fig, labels, measured, f"measured: IW{base} - IW{iw}", colour, predicted=False)
+        _bar(fig, labels, twin, f"IW{iw}: {TWIN_NAME}", colour, predicted=True)
     for arm in result.what_if:
         if arm == held:
             continue
