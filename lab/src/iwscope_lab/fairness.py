@@ -34,10 +34,9 @@ from iwscope_lab.topology import Host, Topology
 
 #: Short-flow response sizes of the IETF 78 testbed (bytes).
 IETF_SIZES: tuple[int, ...] = (15_000, 50_000)
-#: Connections the fairness origin serves at once (per client and in total): one probe host
-#: stands for many clients.  300 shed 74 of the 500 flows (reset) in 2 of 4 runs of the IETF 78
-#: testbed point (load 0.95 at 300 ms: flows queue for seconds); 1000 shed none in 2 of 2.
-ORIGIN_CONNECTIONS = 1000
+#: Connections the fairness origin serves at once (per client and in total; its worker pool):
+#: one probe host stands for many clients.
+ORIGIN_CONNECTIONS = 300
 #: Short-flow IW mixes: all IW3, all IW10, a 50/50 mix.
 DEFAULT_MIXES: tuple[tuple[int, ...], ...] = ((3,), (10,), (3, 10))
 
@@ -60,6 +59,8 @@ class FairnessCampaign(LabCampaign):
     """A :class:`LabCampaign` whose campaign carries the offered-load fields."""
 
     plan: FairnessPlan
+    #: :data:`ORIGIN_CONNECTIONS` unless a run needs more (the IETF 78 testbed point).
+    origin_connections: int = ORIGIN_CONNECTIONS
 
     def _origin_arms(self) -> list[str]:
         """The origin also serves the background flow's arm (which may not be a short-flow arm)."""
@@ -69,7 +70,7 @@ class FairnessCampaign(LabCampaign):
     def _origin_options(self) -> list[str]:
         # One probe host stands for many clients: lift the per-client connection cap (16 by
         # default, like a browser) and serve every in-flight flow at once (no worker queueing).
-        return ["--client-max-connections", str(ORIGIN_CONNECTIONS), "--workers", str(ORIGIN_CONNECTIONS)]
+        return ["--client-max-connections", str(self.origin_connections), "--workers", str(self.origin_connections)]
 
     def _campaign_body(self, origin_ids: list[str], timeout_s: float) -> dict[str, Any]:
         return {
@@ -169,6 +170,7 @@ def run_fairness(
     timeout_s: float = 300.0,
     show_progress: bool = True,
     background: bool = True,
+    origin_connections: int = ORIGIN_CONNECTIONS,
 ) -> list[PhaseResult]:
     """Run every phase (mix x load) on one bottleneck topology and read ``fairness()`` back
     (``background=False``: the short flows alone, as the IETF 78 latency testbed ran them)."""
@@ -184,7 +186,9 @@ def run_fairness(
             for mix in mixes:
                 name = f"fairness IW{'+'.join(map(str, mix))} load {load:g}"
                 plan = phase_plan(name, mix, load, bottleneck, flows, sizes, background_iw, background)
-                campaign = FairnessCampaign(topology, stack, plan).run(timeout_s=timeout_s, show_progress=show_progress)
+                phase = FairnessCampaign(topology, stack, plan)
+                phase.origin_connections = origin_connections
+                campaign = phase.run(timeout_s=timeout_s, show_progress=show_progress)
                 with stack.session() as session:
                     points = [
                         dataclasses.asdict(point) for point in fairness(session, Filters(campaign_ids=(campaign.campaign_id,)))

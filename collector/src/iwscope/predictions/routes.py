@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from iwscope.auth.dependencies import AdminDep
@@ -20,6 +23,7 @@ from iwscope.campaigns.models import Campaign
 from iwscope.campaigns.routes import CampaignIdPath
 from iwscope.db import session_scope
 from iwscope.dbslots import run_db
+from iwscope.http import read_body_limited
 from iwscope.predictions import services
 from iwscope.predictions.schemas import TwinPredictionsOut, TwinPredictionStored, TwinResultIn
 from iwscope.wiretypes import BIGINT_MAX
@@ -42,22 +46,38 @@ def _store(campaign_id: int, result: TwinResultIn) -> TwinPredictionStored | Non
     responses={
         200: {"description": "the same result was stored before: nothing changed", "model": TwinPredictionStored},
         404: {"description": "no such campaign"},
+        413: {"description": "body over MAX_BODY_BYTES"},
         422: {
             "description": "not a twin result (schema, intervals, arms, a prediction not marked as one), or its "
             "campaign_id is not the path's; nothing stored"
         },
     },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TwinResultIn"}}},
+        }
+    },
 )
 async def store_twin_prediction(
-    campaign_id: CampaignIdPath, body: TwinResultIn, response: Response, _admin: AdminDep
-) -> TwinPredictionStored:
-    """Store a lab twin's result (``iwscope lab twin``'s ``twin.json``) for the campaign it was
-    fitted to."""
-    if body.campaign_id != campaign_id:
+    campaign_id: CampaignIdPath, request: Request, response: Response, _admin: AdminDep
+) -> TwinPredictionStored | JSONResponse:
+    """Store a lab twin's result (``iwscope lab twin``'s ``twin.json``, a ``TwinResultIn``) for
+    the campaign it was fitted to.  The body (at most ``MAX_BODY_BYTES``) is checked in a
+    thread: a result of thousands of paths must not stall the event loop (and with it, through
+    the admission's lag watch, every other request)."""
+    body = await read_body_limited(request)
+    try:
+        result = await run_in_threadpool(TwinResultIn.model_validate_json, body)
+    except ValidationError as error:
+        errors = error.errors(include_url=False, include_context=False, include_input=False)
+        detail = [{**item, "loc": ["body", *item["loc"]]} for item in errors]
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_ENTITY, content={"detail": detail})
+    if result.campaign_id != campaign_id:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY, detail=f"the result is of campaign {body.campaign_id}, not {campaign_id}"
+            status.HTTP_422_UNPROCESSABLE_ENTITY, detail=f"the result is of campaign {result.campaign_id}, not {campaign_id}"
         )
-    stored = await run_db(_store, campaign_id, body)
+    stored = await run_db(_store, campaign_id, result)
     if stored is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail="no such campaign")
     if stored.duplicate:
