@@ -113,18 +113,27 @@ CHECK_PLAN = CampaignPlan(name="client-check", arms=(3, 10, 32), sizes=(100_000,
 
 def test_trials_carry_the_windows_their_probe_saw(checked: dict[str, Any]) -> None:
     """Every trial's client-side inference is its arm (the objects outlast the windows),
-    independent of the origin's own TCP_INFO; the check finds no proxy."""
+    independent of the origin's own TCP_INFO; the check finds no proxy.
+
+    A busy box may stall the sender or the emulator mid-flight; the inference then says only
+    "at least" (``lower_bound``, reason ``bottleneck`` or ``paused``) -- never a wrong window.
+    Such a trial must still bound its arm exactly, and every arm needs a determined one (a
+    clean-clone CI run saw one IW32 trial of six as ``lower_bound 32``)."""
     result, stack = checked["result"], checked["stack"]
     rows = query_rows(
         stack,
-        "SELECT arm_iw, client_iw_status, client_iw_segments, client_iw_mss, "
+        "SELECT arm_iw, client_iw_status, client_iw_segments, client_iw_mss, client_iw_reason, "
         "server_snd_cwnd_at_accept FROM trials WHERE campaign_id = :c",
         c=result.campaign_id,
     )
     assert len(rows) == len(CHECK_PLAN.arms) * CHECK_PLAN.repetitions
     for row in rows:
-        assert (row.client_iw_status, row.client_iw_segments) == ("ok", row.arm_iw), row
+        assert row.client_iw_segments == row.arm_iw, row
+        assert row.client_iw_status == "ok" or (
+            row.client_iw_status == "lower_bound" and row.client_iw_reason in ("bottleneck", "paused")
+        ), row
         assert row.server_snd_cwnd_at_accept == row.arm_iw and row.client_iw_mss == 1448
+    assert {row.arm_iw for row in rows if row.client_iw_status == "ok"} == set(CHECK_PLAN.arms), rows
     checks = httpx.get(f"{stack.local_api_url}/api/v1/analysis/iw-check?campaign={result.campaign_id}", timeout=30).json()["data"]
     assert [(check["agree"], check["disagree"], check["suspect"]) for check in checks] == [(6, 0, False)]
 
