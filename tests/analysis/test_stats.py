@@ -12,6 +12,7 @@ from iwscope.analysis import buckets as bk
 from iwscope.analysis.stats import (
     add_to_packed,
     cluster_bootstrap,
+    difference_interval,
     histogram_bootstrap,
     histogram_cdf,
     histogram_quantiles,
@@ -298,3 +299,9 @@ def test_a_weighted_mean_of_independent_estimates_takes_their_errors_with_their_
     assert weighted_mean_interval([10.0, 30.0], [None, None], [1.0, 1.0]) == (20.0, (20.0, 20.0))
     with pytest.raises(ValueError):
         weighted_mean_interval([1.0], [None], [0.0])
+
+
+def test_an_unpaired_difference_adds_the_two_errors_in_quadrature() -> None:
+    # 30 +- 3 minus 10 +- 4: 20 +- 5
+    assert difference_interval(30.0, (27.0, 33.0), 10.0, (6.0, 14.0)) == pytest.approx((15.0, 25.0))
+    assert difference_interval(30.0, None, 10.0, (6.0, 14.0)) is None

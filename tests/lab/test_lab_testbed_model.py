@@ -41,11 +41,14 @@ def test_a_queue_the_model_was_not_told_of_is_the_measured_reason_for_a_gap() ->
             "campaign_id": 1,
             "arrival_rate_per_s": 47.5,
             "arms": [point],
-            "improvement_ms": None,
-            "model_improvement_ms": {"min RTT": 1.0, "queue RTT": 2.0},
+            "improvement_ms": 480.0,
+            "improvement_ci_ms": (430.0, 530.0),
+            "model_improvement_ms": {"min RTT": (326.0, (320.0, 332.0)), "queue RTT": (92.0, None)},
         }
     )
-    assert any(line.startswith("| IW10 | 100 |") and "(beyond 15 %)" in line for line in lines)
+    assert any(line.startswith("| IW10 | 100 | 0 |") and "(beyond 15 %)" in line for line in lines)
+    assert "Measured improvement of IW10 over IW3 480.0 [430.0, 530.0] ms" in lines[3]
+    assert "min RTT: 326.0 [320.0, 332.0] ms, queue RTT: 92.0 ms" in lines[3]
 
 
 def test_losses_become_the_models_random_loss_and_their_spread_is_compared() -> None:

@@ -101,7 +101,7 @@ def model_data(session: Session, filters: Filters) -> ModelFit:
 def twin_data(session: Session, filters: Filters) -> TwinPredictionOut | None:
     """The Model page's lab-twin section: the newest stored twin prediction of the one campaign
     the filters select, or of any campaign when they select none or several (the page names it)."""
-    campaign = filters.campaign_ids[0] if len(filters.campaign_ids or ()) == 1 else None
+    campaign = filters.campaign_ids[0] if len(filters.campaign_ids) == 1 else None
     newest = read_twin_predictions(session, campaign, limit=1)
     return newest[0] if newest else None
 

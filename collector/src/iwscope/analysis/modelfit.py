@@ -465,7 +465,7 @@ def _fit_bucket(order: int, paths: list[PathModelFit], pairs: list[Pairs]) -> Bu
         intervals = [ci for *_, ci in predicted]
         predicted_ms, combined = weighted_mean_interval([ms for _, ms, _, _ in predicted], intervals, weights)
         predicted_ci = combined if all(ci is not None for ci in intervals) else None
-        predicted_base = weighted_mean_interval([base for _, _, base, _ in predicted], intervals, weights)[0]
+        predicted_base = sum(n * base for n, _, base, _ in predicted) / sum(weights)
     predicted_pct = 100.0 * predicted_ms / predicted_base if predicted_ms is not None and predicted_base else None
     residual = agrees = None
     if predicted_ms is not None and predicted_base is not None and measured.estimate_ms is not None and not measured.too_small:

@@ -538,6 +538,19 @@ def weighted_mean_interval(
     return mean, (mean - half, mean + half)
 
 
+def difference_interval(
+    first_ms: float, first_ci: tuple[float, float] | None, second_ms: float, second_ci: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """95 % normal interval of ``first - second`` for two independent estimates, each standard
+    error taken from its own 95 % interval (``None`` when either has none): the unpaired
+    difference of two arms' means, e.g. flows that arrived at random rather than in rounds."""
+    if first_ci is None or second_ci is None:
+        return None
+    half = math.hypot((first_ci[1] - first_ci[0]) / 2, (second_ci[1] - second_ci[0]) / 2)
+    difference = first_ms - second_ms
+    return difference - half, difference + half
+
+
 def block_bootstrap(
     series: Sequence[npt.ArrayLike],
     block: int,

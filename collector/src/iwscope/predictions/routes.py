@@ -16,7 +16,6 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.orm import Session
 
 from iwscope.auth.dependencies import AdminDep
 from iwscope.campaigns.models import Campaign
@@ -86,7 +85,6 @@ async def store_twin_prediction(
 
 
 def _read(campaign_id: int | None) -> TwinPredictionsOut:
-    session: Session
     with session_scope() as session:
         return TwinPredictionsOut(data=services.read_twin_predictions(session, campaign_id))
 

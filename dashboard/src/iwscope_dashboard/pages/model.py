@@ -252,7 +252,7 @@ def twin_rows(prediction: TwinPredictionOut) -> list[dict[str, Any]]:
                 "held_pred": _estimate(bucket.held_out.predicted),
                 "held_overlap": _overlap(bucket.held_out.overlap),
             }
-        row |= {f"arm{arm}_pred": _estimate(estimate) for arm, estimate in ((int(k), v) for k, v in bucket.predicted.items())}
+        row |= {f"arm{arm}_pred": _estimate(estimate) for arm, estimate in bucket.predicted.items()}
         rows.append(row)
     return rows
 
