@@ -94,6 +94,15 @@ def _nft_table_exists(pair: NetnsPair) -> bool:
     return pair.run(pair.origin_ns, ["nft", "list", "table", "inet", "iwscope_tap"]).returncode == 0
 
 
+def _installed(pair: NetnsPair, tmp_path: Path, method: str) -> bool:
+    """The arms are in place: the nft table, or the BPF arms' record with a lease running."""
+    if method == "nft":
+        return _nft_table_exists(pair)
+    shown = pair.run(pair.origin_ns, [*IWPROBE, "status", "--json", "--state-dir", str(tmp_path / "state")])
+    status = json.loads(shown.stdout) if shown.returncode == 0 else {}
+    return bool(status.get("installed") and status["installed"]["method"] == "bpf" and status.get("lease_remaining_s"))
+
+
 def _wait(condition: Any, timeout_s: float, what: str) -> float:
     start = time.monotonic()
     while not condition():
@@ -136,7 +145,7 @@ def served(netns_pair: NetnsPair, tmp_path: Path) -> Any:
         stop_process(server, timeout=5)
 
 
-def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy) -> subprocess.Popen[Any]:
+def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy, method: str) -> subprocess.Popen[Any]:
     (tmp_path / "study.json").write_text(json.dumps(wire.to_dict(study)))
     with open(tmp_path / "tap.log", "ab") as log:
         process = pair.popen(
@@ -154,10 +163,12 @@ def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy) -> sub
                 str(LEASE_S),
                 "--capture-start-share",
                 "1",
+                "--arms",
+                method,
             ],
             stderr=log,
         )
-    _wait(lambda: _nft_table_exists(pair), 15, "the arms")
+    _wait(lambda: _installed(pair, tmp_path, method), 15, "the arms")
     # The capture opens once the agent knows the server's packet rate (its first second).
     _wait(lambda: _status(tmp_path).get("capture_share") == 1.0, 15, "the capture")
     return process
@@ -170,15 +181,16 @@ def _status(tmp_path: Path) -> dict[str, Any]:
         return {}
 
 
+@pytest.mark.parametrize("method", ["nft", "bpf"])
 def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
-    netns_pair: NetnsPair, served: list[str], tmp_path: Path
+    netns_pair: NetnsPair, served: list[str], tmp_path: Path, method: str
 ) -> None:
     study = _study(secrets.randbits(32))
     plan = TapPlan.from_study(study)
     assignment = Assignment(study, plan.arms, 10)
     keyer = PrefixKeyer(bytes(32), 24, 48)
     expected = {address: assignment.arm_of(keyer.prefix(socket.inet_aton(address))) for address in served}
-    tap = _start_tap(netns_pair, tmp_path, study)
+    tap = _start_tap(netns_pair, tmp_path, study, method)
     clients = netns_pair.popen(
         netns_pair.probe_ns,
         [sys.executable, "-c", HOLD, ",".join(served), str(PORT), netns_pair.origin_address, "2"],
@@ -194,7 +206,8 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
         for address, _, mark, cwnd in seen:
             arm = expected[address]
             by_arm[arm.arm] = by_arm.get(arm.arm, 0) + 1
-            assert mark == (plan.mark(arm) if arm.slot else None), address
+            # nft marks the treated arms' connections; the BPF program sets no mark
+            assert mark == (plan.mark(arm) if arm.slot and method == "nft" else None), address
             assert cwnd == (arm.iw or 10), address  # the default arm: the kernel's IW 10 (no initcwnd here)
         # Shares: 120 prefixes, 2 connections each; each arm within 4 binomial sigmas of its share.
         for arm in plan.arms:
@@ -236,7 +249,7 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
     recorded = sorted(record["arm"] for record in connections)
     assert recorded == sorted(expected[address].arm for address, _, _, _ in seen)
     # Stopped by SIGTERM: nothing of the arms is left, the sysctl is back.
-    assert not _nft_table_exists(netns_pair)
+    assert not _nft_table_exists(netns_pair) and not _installed(netns_pair, tmp_path, method)
     rules = netns_pair.run(netns_pair.origin_ns, ["ip", "rule", "show"]).stdout
     assert "fwmark" not in rules, rules
     assert netns_pair.run(netns_pair.origin_ns, ["sysctl", "-n", "net.ipv4.tcp_fwmark_accept"]).stdout.strip() == "0"
@@ -265,25 +278,30 @@ def _cwnd_from(pair: NetnsPair, address: str) -> int:
             process.stdout.close()
 
 
+@pytest.mark.parametrize("method", ["nft", "bpf"])
 def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything(
-    netns_pair: NetnsPair, served: list[str], tmp_path: Path
+    netns_pair: NetnsPair, served: list[str], tmp_path: Path, method: str
 ) -> None:
     study = _study(secrets.randbits(32))
     study.arms = [wire.PassiveArm("32", 10000)]  # every client treated: any address shows it
     address = served[0]
-    tap = _start_tap(netns_pair, tmp_path, study)
+    tap = _start_tap(netns_pair, tmp_path, study, method)
     assert _cwnd_from(netns_pair, address) == 32
     tap.kill()
     tap.wait()
     killed = time.monotonic()
     while _cwnd_from(netns_pair, address) != 10:
-        assert time.monotonic() - killed < LEASE_S + 3, "the arms outlived their lease"
+        # nft: the kernel lets the lease element expire; bpf: the link dies with the agent's fds
+        assert time.monotonic() - killed < (LEASE_S + 3 if method == "nft" else 1.0), "the arms outlived their agent"
     lapsed_s = time.monotonic() - killed
-    print(f"arms lapsed {lapsed_s:.2f} s after kill -9 (lease {LEASE_S} s)")
-    assert _nft_table_exists(netns_pair)  # inert until removed
+    print(f"{method} arms lapsed {lapsed_s:.2f} s after kill -9 (lease {LEASE_S} s)")
+    if method == "nft":
+        assert _nft_table_exists(netns_pair)  # inert until removed
     disabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")])
-    assert disabled.returncode == 0 and "nft table inet iwscope_tap" in disabled.stdout, disabled.stdout + disabled.stderr
-    assert not _nft_table_exists(netns_pair)
+    assert disabled.returncode == 0, disabled.stdout + disabled.stderr
+    if method == "nft":
+        assert "nft table inet iwscope_tap" in disabled.stdout, disabled.stdout
+    assert not _nft_table_exists(netns_pair) and not (tmp_path / "state" / "tap-installed.json").exists()
     assert "fwmark" not in netns_pair.run(netns_pair.origin_ns, ["ip", "rule", "show"]).stdout
     assert "fwmark" not in netns_pair.run(netns_pair.origin_ns, ["ip", "-6", "rule", "show"]).stdout
     assert netns_pair.run(netns_pair.origin_ns, ["sysctl", "-n", "net.ipv4.tcp_fwmark_accept"]).stdout.strip() == "0"
@@ -299,27 +317,30 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
             str(tmp_path / "study.json"),
             "--lease",
             str(LEASE_S),
+            "--arms",
+            method,
         ],
         stderr=subprocess.DEVNULL,
     )
     try:
         time.sleep(2.0)
-        assert not _nft_table_exists(netns_pair)
+        assert not _installed(netns_pair, tmp_path, method)
+        assert _cwnd_from(netns_pair, address) == 10
         enabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "enable", "--state-dir", str(tmp_path / "state")])
         assert enabled.returncode == 0
-        _wait(lambda: _nft_table_exists(netns_pair), 10, "the arms after enable")
+        _wait(lambda: _installed(netns_pair, tmp_path, method), 10, "the arms after enable")
         assert _cwnd_from(netns_pair, address) == 32
-        took = _wait(
-            lambda: (
-                netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")]).returncode
-                == 0
-            ),
-            5,
-            "disable",
-        )
-        assert took < 5 and not _nft_table_exists(netns_pair)
+        disabled_at = time.monotonic()
+        disabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")])
+        assert disabled.returncode == 0
+        if method == "bpf":
+            # the lease ended through the map's id, before the agent even saw the marker
+            assert "lease" in disabled.stdout, disabled.stdout
+            assert _cwnd_from(netns_pair, address) == 10
+            print(f"bpf arms off {time.monotonic() - disabled_at:.2f} s after disable")
+        assert time.monotonic() - disabled_at < 5 and not _nft_table_exists(netns_pair)
         time.sleep(1.5)
-        assert not _nft_table_exists(netns_pair)  # the running agent keeps them off
+        assert not _installed(netns_pair, tmp_path, method)  # the running agent keeps them off
         assert _cwnd_from(netns_pair, address) == 10
     finally:
         stop_process(process, timeout=10)

@@ -47,7 +47,7 @@ from ._tap_budget import (
     DutyCycle,
 )
 from ._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
-from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, TapPlan, install, remove, renew_lease
+from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, NftArms, TapPlan, remove
 from ._tcpinfo import FieldReader
 from ._upload import Uploader
 
@@ -365,6 +365,8 @@ class TapAgent:
         capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
         plan_options: Optional[dict[str, int]] = None,
         spool_max_bytes: int = 512 * 1024 * 1024,
+        arms: str = "nft",
+        cgroup: Optional[str] = None,
     ) -> None:
         if credentials is None and study_file is None:
             raise ValueError("either enrolled credentials or a study file")
@@ -380,6 +382,14 @@ class TapAgent:
         self.closes_per_s = closes_per_s
         self.capture_traffic_pps = capture_traffic_pps
         self.plan_options = plan_options or {}
+        if arms == "bpf":
+            from ._tap_bpf import BpfArms
+
+            self.arms: Any = BpfArms(cgroup)
+        elif arms == "nft":
+            self.arms = NftArms()
+        else:
+            raise ValueError(f"unknown arms method {arms!r}")
         self.server_id = credentials.id if credentials is not None else "00000000-0000-0000-0000-000000000000"
         self.aggregator = EdgeAggregator(self.server_id)
         self.counters = TapCounters()
@@ -453,14 +463,14 @@ class TapAgent:
             return
         if plan is None:
             if self.plan is not None or os.path.exists(self.state_path):
-                remove(self.state_path, self.plan)
+                self.arms.remove(self.state_path, self.plan)
             self.plan = None
             self.arms_state = "off"
             self._stop_measuring()
             return
         assert study is not None
         try:
-            install(plan, self.state_path)
+            self.arms.install(plan, self.state_path)
         except ArmsError as error:
             self.arms_state = f"error: {error}"[:500]
             log.error("%s", error)
@@ -573,7 +583,7 @@ class TapAgent:
                 now = time.monotonic()
                 if self.plan is not None and now >= next_lease:
                     try:
-                        renew_lease(self.plan)
+                        self.arms.renew_lease(self.plan)
                     except ArmsError as error:
                         log.error("lease renewal failed (%s): installing the arms again", error)
                         self.plan = None

@@ -22,7 +22,7 @@ def add_parser(commands: Any) -> None:
         "tap",
         help="per-client IW arms and passive measurement on this (unmodified) web server",
         description="Runs beside an unmodified web server: assigns client prefixes to IW arms (nftables + policy "
-        "routes) while a passive study is in force, measures every connection passively and uploads "
+        "routes, or one BPF sock_ops program) while a passive study is in force, measures every connection passively and uploads "
         "aggregates. 'disable' removes the arms at once and keeps them off until 'enable'; 'cleanup' "
         "removes what a dead agent left (the unit's ExecStopPost) without disabling.",
     )
@@ -86,6 +86,19 @@ def add_parser(commands: Any) -> None:
         dest="capture",
         action="store_false",
         help="no packet capture: final TCP_INFO only (no response latencies)",
+    )
+    tap.add_argument(
+        "--arms",
+        choices=("nft", "bpf"),
+        default="nft",
+        help="how clients get their arm's window: nft (an nftables rule marks SYNs, policy routes carry "
+        "initcwnd, the sysctl tcp_fwmark_accept) or bpf (one sock_ops program on the cgroup, held by "
+        "the agent: nothing on the host's rules, gone with the agent; Linux >= 5.15)",
+    )
+    tap.add_argument(
+        "--cgroup",
+        help="--arms bpf: the web server's cgroup v2 directory (default: the root, every process), e.g. "
+        "/sys/fs/cgroup/system.slice/nginx.service",
     )
     tap.add_argument("--mark-base", type=lambda text: int(text, 0))
     tap.add_argument("--table-base", type=int)
@@ -169,11 +182,18 @@ def _disable(directory: str) -> int:
 def _status(args: argparse.Namespace, directory: str) -> int:
     from ._tap_rules import STATE_FILE, lease_remaining_s, load_installed
 
-    installed = load_installed(os.path.join(directory, STATE_FILE))
+    state_path = os.path.join(directory, STATE_FILE)
+    installed = load_installed(state_path)
+    if installed is not None and installed.method == "bpf":
+        from ._tap_bpf import lease_remaining_s as bpf_lease_remaining_s
+
+        remaining = bpf_lease_remaining_s(state_path)
+    else:
+        remaining = lease_remaining_s()
     status: dict[str, Any] = {
         "disabled": os.path.exists(os.path.join(directory, _tap().DISABLED_FILE)),
         "installed": installed.__dict__ if installed is not None else None,
-        "lease_remaining_s": lease_remaining_s(),
+        "lease_remaining_s": remaining,
     }
     try:
         with open(os.path.join(directory, _tap().STATUS_FILE), encoding="utf-8") as handle:
@@ -215,6 +235,8 @@ def _run(args: argparse.Namespace, directory: str) -> int:
         capture_traffic_pps=args.capture_traffic_pps,
         capture_start_bits=_share_bits(args.capture_start_share),
         plan_options=options,
+        arms=args.arms,
+        cgroup=args.cgroup,
     )
     return int(agent.run(stop_event()))
 

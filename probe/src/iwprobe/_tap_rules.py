@@ -212,6 +212,11 @@ class Installed:
     pid: int = 0
     installed_at: float = 0.0
     plan_key: list[int] = field(default_factory=list)
+    #: ``nft`` (this module's rule, routes and sysctl) or ``bpf`` (:mod:`iwprobe._tap_bpf`).
+    method: str = "nft"
+    #: The BPF arms' lease map, by id (``disable`` ends the lease through it).
+    bpf_map_id: int = 0
+    cgroup: str = ""
 
 
 def _nft(script: str) -> None:
@@ -341,9 +346,12 @@ def lease_remaining_s() -> Optional[float]:
 
 def _remove_rules(installed: Installed, keep_sysctl: bool = False) -> list[str]:
     removed: list[str] = []
-    outcome = subprocess.run(["nft", "delete", "table", "inet", installed.nft_table], capture_output=True, text=True, check=False)
-    if outcome.returncode == 0:
-        removed.append(f"nft table inet {installed.nft_table}")
+    if installed.nft_table:
+        outcome = subprocess.run(
+            ["nft", "delete", "table", "inet", installed.nft_table], capture_output=True, text=True, check=False
+        )
+        if outcome.returncode == 0:
+            removed.append(f"nft table inet {installed.nft_table}")
     for family, priority, mark, table in installed.rules:
         flag = FAMILIES[family]
         # Several identical rules may exist (a crashed install repeated): delete until none is left.
@@ -371,6 +379,10 @@ def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
     """Remove what ``tap-installed.json`` says was installed (or, without it, the tap's nft
     table and ``plan``'s rules); the server is back on its own configuration."""
     installed = load_installed(state_path)
+    if installed is not None and installed.method == "bpf":
+        from ._tap_bpf import end_lease
+
+        return end_lease(state_path)
     if installed is None:
         installed = Installed(
             rules=[list(rule) for rule in plan.rules()] if plan else [],
@@ -382,3 +394,18 @@ def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
     if removed:
         log.info("arms removed: %s", "; ".join(removed))
     return removed
+
+
+class NftArms:
+    """The arms by nftables, policy routes and the sysctl (this module), as an agent holds them."""
+
+    method = "nft"
+
+    def install(self, plan: TapPlan, state_path: str) -> Installed:
+        return install(plan, state_path)
+
+    def renew_lease(self, plan: TapPlan) -> None:
+        renew_lease(plan)
+
+    def remove(self, state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
+        return remove(state_path, plan)
