@@ -229,16 +229,21 @@ http {{
         with open(self.work / "tap.log", "ab") as log:
             self.tap = subprocess.Popen(command + ([] if capture else ["--no-capture"]) + self.agent_args, stderr=log)
         deadline = time.monotonic() + 15
-        while (
-            subprocess.run(
-                ["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"], capture_output=True
-            ).returncode
-            != 0
-        ):
+        while not self._arms_installed():
             if time.monotonic() > deadline:
                 raise RuntimeError("the tap did not install its arms: " + (self.work / "tap.log").read_text()[-2000:])
             time.sleep(0.1)
         time.sleep(0.5)
+
+    def _arms_installed(self) -> bool:
+        """The nft table is there, or the BPF arms' record (written once attached)."""
+        record = self.work / "state" / "tap-installed.json"
+        if record.exists() and json.loads(record.read_text() or "{}").get("method") == "bpf":
+            return True
+        listed = subprocess.run(
+            ["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"], capture_output=True
+        )
+        return listed.returncode == 0
 
     def install_arms(self, install: bool) -> None:
         """The study's arms alone (``--component arms``): installed with a long lease, no agent."""

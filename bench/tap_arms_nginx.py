@@ -94,10 +94,11 @@ def _study(arms: list[tuple[str, int]], ports: list[int], seed: int) -> wire.Pas
 
 
 class Check:
-    def __init__(self, topology: Topology, work: Path, lease_s: float) -> None:
+    def __init__(self, topology: Topology, work: Path, lease_s: float, arms: str) -> None:
         self.topology = topology
         self.work = work
         self.lease_s = lease_s
+        self.arms = arms
         self.web = start_nginx(topology, "server", options=NginxOptions(access_log=False, keepalive_timeout_s=120))
         self.ports = [self.web.http_port, self.web.https_port]
         self.tap: subprocess.Popen[bytes] | None = None
@@ -110,13 +111,21 @@ class Check:
         with open(self.work / "tap.log", "ab") as log:
             self.tap = self.topology.popen(
                 "server",
-                self.tap_command("run", "--study", str(self.work / "study.json"), "--lease", f"{self.lease_s:g}"),
+                self.tap_command(
+                    "run", "--study", str(self.work / "study.json"), "--lease", f"{self.lease_s:g}", "--arms", self.arms
+                ),
                 stderr=log,
             )
         self.wait(lambda: self.installed(), 20, "arms")
 
     def installed(self) -> bool:
-        return self.topology.run("server", ["nft", "list", "table", "inet", "iwscope_tap"], capture_output=True).returncode == 0
+        if self.arms == "nft":
+            return (
+                self.topology.run("server", ["nft", "list", "table", "inet", "iwscope_tap"], capture_output=True).returncode == 0
+            )
+        shown = self.topology.run("server", self.tap_command("status", "--json"), capture_output=True, text=True)
+        status = json.loads(shown.stdout) if shown.returncode == 0 else {}
+        return bool(status.get("installed") and status["installed"]["method"] == "bpf" and status.get("lease_remaining_s"))
 
     @staticmethod
     def wait(condition: Any, timeout_s: float, what: str) -> float:
@@ -230,7 +239,7 @@ def arms_at_accept(check: Check, per_address: int, seed: int) -> dict[str, Any]:
     for entry in seen:
         arm = expected[entry["address"]]
         want = arm.iw or DEFAULT_IW
-        mark_ok = entry["mark"] == (plan.mark(arm) if arm.slot else 0)
+        mark_ok = entry["mark"] == (plan.mark(arm) if arm.slot and check.arms == "nft" else 0)  # bpf sets no mark
         if entry["cwnd"] == want and mark_ok:
             outcome["equal"] += 1
         elif entry["retrans"] and entry["cwnd"] == 1:
@@ -368,13 +377,19 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument("--churn-s", type=float, default=2.0)
     parser.add_argument("--load-s", type=float, default=30.0)
+    parser.add_argument("--arms", choices=("nft", "bpf"), default="nft", help="the agent's --arms method")
     args = parser.parse_args()
     seed = secrets.randbits(32)
-    report: dict[str, Any] = {"bench": "tap-arms-nginx", "seed": seed, "measured_at": wire.utc_timestamp()}
+    report: dict[str, Any] = {
+        "bench": "tap-arms-nginx",
+        "arms": args.arms,
+        "seed": seed,
+        "measured_at": wire.utc_timestamp(),
+    }
     with Topology.from_scenario("passive") as topology:
         work = topology.state_dir / "arms-check"
         work.mkdir(parents=True, exist_ok=True)
-        check = Check(topology, work, args.lease)
+        check = Check(topology, work, args.lease, args.arms)
         try:
             report["arms_at_accept"] = accept = arms_at_accept(check, args.per_address, seed)
             print(json.dumps({k: v for k, v in accept.items() if k != "different"}, indent=1), flush=True)
@@ -386,7 +401,7 @@ def main() -> None:
             check.stop_tap()
             check.web.stop()
     RESULTS.mkdir(exist_ok=True)
-    stem = f"tap-arms-nginx-{time.strftime('%Y%m%d')}"
+    stem = f"tap-arms-nginx{'-bpf' if args.arms == 'bpf' else ''}-{time.strftime('%Y%m%d')}"
     path = RESULTS / f"{stem}.json"
     index = 2
     while path.exists():

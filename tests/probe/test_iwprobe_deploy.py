@@ -98,7 +98,7 @@ def test_systemd_units_verify() -> None:
         assert "ProtectSystem=strict" in text and "NoNewPrivileges=yes" in text and "StateDirectory=iwprobe" in text
         assert "User=iwprobe" in text
     tap = (DEPLOY / "systemd" / "iwprobe-tap.service").read_text()
-    assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW\n" in tap and "NoNewPrivileges=yes" in tap
+    assert "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_BPF\n" in tap and "NoNewPrivileges=yes" in tap
     # A dead agent's inert rules go with the unit (its kill -9 is covered by the kernel's lease).
     assert re.search(r"^ExecStopPost=.* tap cleanup ", tap, re.M)
 

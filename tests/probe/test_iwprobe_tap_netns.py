@@ -344,3 +344,84 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
         assert _cwnd_from(netns_pair, address) == 10
     finally:
         stop_process(process, timeout=10)
+
+
+#: In the server namespace: the BPF arms of a study (read from stdin), a dual-stack listener, and
+#: per accepted connection its client address and the window ``TCP_INFO`` gives at accept.
+BPF_SERVER = """
+import json, socket, sys
+from iwprobe import wire
+from iwprobe._collector import from_dict
+from iwprobe._tap_bpf import BpfArms
+from iwprobe._tap_rules import TapPlan
+from iwprobe._tcpinfo import parse_tcp_info
+study = from_dict(wire.PassiveStudy, json.loads(sys.argv[1]))
+arms = BpfArms()
+arms.install(TapPlan.from_study(study, lease_s=60), sys.argv[2])
+listener = socket.socket(socket.AF_INET6)
+listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+listener.bind(("::", int(sys.argv[3])))
+listener.listen(512)
+print("ready", flush=True)
+for _ in range(int(sys.argv[4])):
+    connection, peer = listener.accept()
+    info = parse_tcp_info(connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+    print(peer[0], info["snd_cwnd"], flush=True)
+    connection.close()
+"""
+
+
+def test_the_bpf_program_hashes_ipv6_prefixes_and_ipv4_mapped_clients_as_nftables_does(
+    netns_pair: NetnsPair, tmp_path: Path
+) -> None:
+    """The program's own jhash of an IPv6 /48 and of an IPv4 client seen on a dual-stack socket
+    (``::ffff:a.b.c.d``, hashed as its /24) gives the arm Python's jhash gives."""
+    pair = netns_pair
+    device = pair.run(pair.probe_ns, ["ip", "-o", "link", "show", "type", "veth"]).stdout.split(":")[1].strip().split("@")[0]
+    origin_device = pair.run(pair.origin_ns, ["ip", "-o", "link", "show", "type", "veth"]).stdout.split(":")[1]
+    origin_device = origin_device.strip().split("@")[0]
+    v6 = [f"fd00:216:{index:x}::2" for index in range(1, 41)]
+    v4 = [f"10.216.{index}.2" for index in range(1, 41)]
+    commands = [f"address add fd00:213::2/64 dev {device} nodad"]
+    commands += [f"address add {address}/128 dev {device} nodad" for address in v6]
+    commands += [f"address add {address}/32 dev {device}" for address in v4]
+    subprocess.run(["ip", "-n", pair.probe_ns, "-batch", "-"], input="\n".join(commands) + "\n", text=True, check=True)
+    for command in (
+        ["address", "add", "fd00:213::1/64", "dev", origin_device, "nodad"],
+        ["-6", "route", "add", "fd00:216::/32", "via", "fd00:213::2"],
+        ["route", "add", "10.216.0.0/16", "via", pair.probe_address],
+    ):
+        subprocess.run(["ip", "-n", pair.origin_ns, *command], check=True)
+    study = _study(secrets.randbits(32))
+    plan = TapPlan.from_study(study)
+    assignment = Assignment(study, plan.arms, 10)
+    keyer = PrefixKeyer(bytes(32), 24, 48)
+    expected = {address: assignment.arm_of(keyer.prefix(socket.inet_pton(socket.AF_INET6, address))) for address in v6}
+    expected.update({address: assignment.arm_of(keyer.prefix(socket.inet_aton(address))) for address in v4})
+    server = pair.popen(
+        pair.origin_ns,
+        [sys.executable, "-c", BPF_SERVER, json.dumps(wire.to_dict(study)), str(tmp_path / "installed.json"), str(PORT), "80"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        connect = (
+            "import socket, sys\n"
+            "for address in sys.argv[1].split(','):\n"
+            "    family = socket.AF_INET6 if ':' in address else socket.AF_INET\n"
+            "    target = sys.argv[2] if family == socket.AF_INET6 else sys.argv[3]\n"
+            "    s = socket.socket(family); s.bind((address, 0)); s.connect((target, int(sys.argv[4]))); s.recv(1)\n"
+        )
+        pair.run(pair.probe_ns, [sys.executable, "-c", connect, ",".join(v6 + v4), "fd00:213::1", pair.origin_address, str(PORT)])
+        seen = dict(line.split() for line in server.stdout.read().splitlines())
+    finally:
+        stop_process(server, timeout=5)
+        if server.stdout is not None:
+            server.stdout.close()
+    assert len(seen) == 80
+    arms = {arm.arm for arm in expected.values()}
+    assert {"default", "3", "32"} <= arms  # every arm met, both families
+    for address, arm in expected.items():
+        shown = address if ":" in address else f"::ffff:{address}"
+        assert int(seen[shown]) == (arm.iw or 10), (address, arm.arm)

@@ -6,7 +6,7 @@ On a topology with a ``server`` host and hosts of ``users`` (scenario ``passive`
 2. ``iwprobe tap`` on the server host enrolls through the API with a token of kind ``server``;
    a *passive campaign* (its arms and their shares of client prefixes, a time box) is created
    through the API with an admin token; the agent polls its configuration, installs the arms
-   (nftables + policy routes, nothing in nginx), and measures every connection passively;
+   (one BPF program or nftables + policy routes, nothing in nginx), and measures every connection passively;
 3. the user population (users.py: browser-like curl page loads from hundreds of addresses in
    their own /24s behind the regional links) loads pages for the study's duration;
 4. the agent is stopped (it removes the arms, flushes and uploads), and the runner waits until
@@ -279,15 +279,17 @@ class LabPassive:
 
     def _wait_for_arms(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        while (
-            self.topology.run(self.server.name, ["nft", "list", "table", "inet", "iwscope_tap"], capture_output=True).returncode
-            != 0
-        ):
+        while not self._arms_in_force():
             if self.tap is not None and self.tap.poll() is not None:
                 raise PassiveError(f"iwprobe tap exited: {self._tap_log_tail()}")
             if time.monotonic() > deadline:
                 raise PassiveError(f"the arms were not installed within {timeout_s:g} s: {self._tap_log_tail()}")
             time.sleep(0.2)
+
+    def _arms_in_force(self) -> bool:
+        """The agent's arms hold a lease (``iwprobe tap status``: nftables or BPF alike)."""
+        shown = self.topology.run(self.server.name, self._iwprobe("status", "--json"), capture_output=True, text=True)
+        return shown.returncode == 0 and bool(json.loads(shown.stdout).get("lease_remaining_s"))
 
     def _tap_log_tail(self) -> str:
         path = self.state_dir / "tap.log"

@@ -346,6 +346,44 @@ class Measurer:
         self.aggregator.add(measured, assignment.study, assignment.treated_share_bp)
 
 
+class AutoArms:
+    """``--arms auto``: the BPF program where this kernel and the agent's capabilities allow it
+    (:mod:`iwprobe._tap_bpf`), else nftables and policy routes (:mod:`iwprobe._tap_rules`);
+    decided at the first install and said once in the log."""
+
+    def __init__(self, cgroup: Optional[str]) -> None:
+        from ._tap_bpf import BpfArms
+
+        self._bpf = BpfArms(cgroup)
+        self.chosen: Any = None
+
+    @property
+    def method(self) -> str:
+        return str(self.chosen.method) if self.chosen is not None else "auto"
+
+    def install(self, plan: TapPlan, state_path: str) -> Any:
+        if self.chosen is None:
+            try:
+                installed = self._bpf.install(plan, state_path)
+            except ArmsError as error:
+                log.warning("the BPF arms are not available here (%s): using nftables and policy routes", error)
+                self.chosen = NftArms()
+            else:
+                self.chosen = self._bpf
+                return installed
+        return self.chosen.install(plan, state_path)
+
+    def renew_lease(self, plan: TapPlan) -> None:
+        if self.chosen is None:
+            raise ArmsError("no arms installed")
+        self.chosen.renew_lease(plan)
+
+    def remove(self, state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
+        if self.chosen is not None:
+            return list(self.chosen.remove(state_path, plan))
+        return remove(state_path, plan)
+
+
 class TapAgent:
     """The ``iwprobe tap run`` daemon (see the module docstring)."""
 
@@ -365,7 +403,7 @@ class TapAgent:
         capture_traffic_pps: float = DEFAULT_CAPTURE_TRAFFIC_PPS,
         plan_options: Optional[dict[str, int]] = None,
         spool_max_bytes: int = 512 * 1024 * 1024,
-        arms: str = "nft",
+        arms: str = "auto",
         cgroup: Optional[str] = None,
     ) -> None:
         if credentials is None and study_file is None:
@@ -388,6 +426,8 @@ class TapAgent:
             self.arms: Any = BpfArms(cgroup)
         elif arms == "nft":
             self.arms = NftArms()
+        elif arms == "auto":
+            self.arms = AutoArms(cgroup)
         else:
             raise ValueError(f"unknown arms method {arms!r}")
         self.server_id = credentials.id if credentials is not None else "00000000-0000-0000-0000-000000000000"

@@ -89,11 +89,12 @@ def add_parser(commands: Any) -> None:
     )
     tap.add_argument(
         "--arms",
-        choices=("nft", "bpf"),
-        default="nft",
-        help="how clients get their arm's window: nft (an nftables rule marks SYNs, policy routes carry "
-        "initcwnd, the sysctl tcp_fwmark_accept) or bpf (one sock_ops program on the cgroup, held by "
-        "the agent: nothing on the host's rules, gone with the agent; Linux >= 5.15)",
+        choices=("auto", "bpf", "nft"),
+        default="auto",
+        help="how clients get their arm's window: bpf (one sock_ops program on the cgroup, held by the "
+        "agent: nothing on the host's rules, gone with the agent; Linux >= 5.15, CAP_BPF), nft (an "
+        "nftables rule marks SYNs, policy routes carry initcwnd, the sysctl tcp_fwmark_accept), or auto "
+        "(default: bpf where the kernel takes it, else nft)",
     )
     tap.add_argument(
         "--cgroup",
