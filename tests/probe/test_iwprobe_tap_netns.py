@@ -246,6 +246,7 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
         assert record["arm"] in {arm.arm for arm in plan.arms}
         assert record["captured"] and record["response_bytes"] and record["response_latency_us"] >= 0
         assert record["tcp_info"]["bytes_acked"] >= 30_000
+    assert _status(tmp_path)["arms_method"] == method  # the status names how the arms were set
     recorded = sorted(record["arm"] for record in connections)
     assert recorded == sorted(expected[address].arm for address, _, _, _ in seen)
     # Stopped by SIGTERM: nothing of the arms is left, the sysctl is back.

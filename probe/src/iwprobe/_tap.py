@@ -586,6 +586,7 @@ class TapAgent:
     def status(self) -> dict[str, Any]:
         heartbeat = wire.to_dict(self._heartbeat())
         heartbeat.update(
+            arms_method=self.arms.method,
             ambiguous=self.counters.ambiguous,
             arm_exceeded=self.counters.arm_exceeded,
             unmeasured=self.counters.unmeasured,
