@@ -40,6 +40,7 @@ from ._passive_capture import DEFAULT_CAPTURE_PPS, PassiveCapture
 from ._routes import run_ip
 from ._sockdiag import ClosedConnection, DestroyListener
 from ._spool import Spool, SpoolFull
+from ._tap_arms import make_arms, remove
 from ._tap_budget import (
     DEFAULT_CAPTURE_TRAFFIC_PPS,
     DEFAULT_CLOSES_PER_S,
@@ -47,7 +48,7 @@ from ._tap_budget import (
     DutyCycle,
 )
 from ._tap_edge import Assignment, EdgeAggregator, Measured, PrefixKeyer, RegionMap, client_bytes
-from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, NftArms, TapPlan, remove
+from ._tap_rules import DEFAULT_LEASE_S, STATE_FILE, ArmsError, TapPlan
 from ._tcpinfo import FieldReader
 from ._upload import Uploader
 
@@ -346,44 +347,6 @@ class Measurer:
         self.aggregator.add(measured, assignment.study, assignment.treated_share_bp)
 
 
-class AutoArms:
-    """``--arms auto``: the BPF program where this kernel and the agent's capabilities allow it
-    (:mod:`iwprobe._tap_bpf`), else nftables and policy routes (:mod:`iwprobe._tap_rules`);
-    decided at the first install and said once in the log."""
-
-    def __init__(self, cgroup: Optional[str]) -> None:
-        from ._tap_bpf import BpfArms
-
-        self._bpf = BpfArms(cgroup)
-        self.chosen: Any = None
-
-    @property
-    def method(self) -> str:
-        return str(self.chosen.method) if self.chosen is not None else "auto"
-
-    def install(self, plan: TapPlan, state_path: str) -> Any:
-        if self.chosen is None:
-            try:
-                installed = self._bpf.install(plan, state_path)
-            except ArmsError as error:
-                log.warning("the BPF arms are not available here (%s): using nftables and policy routes", error)
-                self.chosen = NftArms()
-            else:
-                self.chosen = self._bpf
-                return installed
-        return self.chosen.install(plan, state_path)
-
-    def renew_lease(self, plan: TapPlan) -> None:
-        if self.chosen is None:
-            raise ArmsError("no arms installed")
-        self.chosen.renew_lease(plan)
-
-    def remove(self, state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
-        if self.chosen is not None:
-            return list(self.chosen.remove(state_path, plan))
-        return remove(state_path, plan)
-
-
 class TapAgent:
     """The ``iwprobe tap run`` daemon (see the module docstring)."""
 
@@ -420,16 +383,7 @@ class TapAgent:
         self.closes_per_s = closes_per_s
         self.capture_traffic_pps = capture_traffic_pps
         self.plan_options = plan_options or {}
-        if arms == "bpf":
-            from ._tap_bpf import BpfArms
-
-            self.arms: Any = BpfArms(cgroup)
-        elif arms == "nft":
-            self.arms = NftArms()
-        elif arms == "auto":
-            self.arms = AutoArms(cgroup)
-        else:
-            raise ValueError(f"unknown arms method {arms!r}")
+        self.arms = make_arms(arms, cgroup)
         self.server_id = credentials.id if credentials is not None else "00000000-0000-0000-0000-000000000000"
         self.aggregator = EdgeAggregator(self.server_id)
         self.counters = TapCounters()

@@ -11,6 +11,7 @@ from typing import Any
 
 from . import __version__, wire
 from ._passive_capture import DEFAULT_CAPTURE_PPS
+from ._tap_arms import METHODS
 from ._tap_budget import DEFAULT_CAPTURE_TRAFFIC_PPS, DEFAULT_CLOSES_PER_S
 from ._tap_rules import DEFAULT_LEASE_S
 
@@ -89,7 +90,7 @@ def add_parser(commands: Any) -> None:
     )
     tap.add_argument(
         "--arms",
-        choices=("auto", "bpf", "nft"),
+        choices=METHODS,
         default="auto",
         help="how clients get their arm's window: bpf (one sock_ops program on the cgroup, held by the "
         "agent: nothing on the host's rules, gone with the agent; Linux >= 5.15, CAP_BPF), nft (an "
@@ -116,7 +117,8 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "disable":
         return _disable(directory)
     if args.action == "cleanup":
-        from ._tap_rules import STATE_FILE, remove
+        from ._tap_arms import remove
+        from ._tap_rules import STATE_FILE
 
         removed = remove(os.path.join(directory, STATE_FILE))
         print("removed: " + ("; ".join(removed) if removed else "nothing was installed"))
@@ -170,7 +172,8 @@ def _enroll(args: argparse.Namespace, directory: str) -> int:
 
 def _disable(directory: str) -> int:
     """Remove the arms now and keep them off: a running agent sees the marker and stays off."""
-    from ._tap_rules import STATE_FILE, remove
+    from ._tap_arms import remove
+    from ._tap_rules import STATE_FILE
 
     os.makedirs(directory, mode=0o700, exist_ok=True)
     with open(os.path.join(directory, _tap().DISABLED_FILE), "w", encoding="utf-8") as handle:
@@ -181,20 +184,15 @@ def _disable(directory: str) -> int:
 
 
 def _status(args: argparse.Namespace, directory: str) -> int:
-    from ._tap_rules import STATE_FILE, lease_remaining_s, load_installed
+    from ._tap_arms import lease_remaining_s
+    from ._tap_rules import STATE_FILE, load_installed
 
     state_path = os.path.join(directory, STATE_FILE)
     installed = load_installed(state_path)
-    if installed is not None and installed.method == "bpf":
-        from ._tap_bpf import lease_remaining_s as bpf_lease_remaining_s
-
-        remaining = bpf_lease_remaining_s(state_path)
-    else:
-        remaining = lease_remaining_s()
     status: dict[str, Any] = {
         "disabled": os.path.exists(os.path.join(directory, _tap().DISABLED_FILE)),
         "installed": installed.__dict__ if installed is not None else None,
-        "lease_remaining_s": remaining,
+        "lease_remaining_s": lease_remaining_s(state_path),
     }
     try:
         with open(os.path.join(directory, _tap().STATUS_FILE), encoding="utf-8") as handle:

@@ -376,13 +376,10 @@ def _remove_rules(installed: Installed, keep_sysctl: bool = False) -> list[str]:
 
 
 def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
-    """Remove what ``tap-installed.json`` says was installed (or, without it, the tap's nft
-    table and ``plan``'s rules); the server is back on its own configuration."""
+    """Remove what ``tap-installed.json`` says was installed by this module (or, without it,
+    the tap's nft table and ``plan``'s rules); the server is back on its own configuration.
+    A record of either method: :func:`iwprobe._tap_arms.remove`."""
     installed = load_installed(state_path)
-    if installed is not None and installed.method == "bpf":
-        from ._tap_bpf import end_lease
-
-        return end_lease(state_path)
     if installed is None:
         installed = Installed(
             rules=[list(rule) for rule in plan.rules()] if plan else [],
