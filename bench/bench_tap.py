@@ -236,14 +236,14 @@ http {{
         time.sleep(0.5)
 
     def _arms_installed(self) -> bool:
-        """The nft table is there, or the BPF arms' record (written once attached)."""
-        record = self.work / "state" / "tap-installed.json"
-        if record.exists() and json.loads(record.read_text() or "{}").get("method") == "bpf":
-            return True
-        listed = subprocess.run(
-            ["ip", "netns", "exec", self.server, "nft", "list", "table", "inet", "iwscope_tap"], capture_output=True
+        """The agent's arms hold a lease (``tap status``: nftables or BPF alike)."""
+        shown = subprocess.run(
+            ["ip", "netns", "exec", self.server, sys.executable, "-m", "iwprobe", "tap", "status", "--json"]
+            + ["--state-dir", str(self.work / "state")],
+            capture_output=True,
+            text=True,
         )
-        return listed.returncode == 0
+        return shown.returncode == 0 and bool(json.loads(shown.stdout).get("lease_remaining_s"))
 
     def install_arms(self, install: bool) -> None:
         """The study's arms alone (``--component arms``): installed with a long lease, no agent."""

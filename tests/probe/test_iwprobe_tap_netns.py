@@ -94,13 +94,14 @@ def _nft_table_exists(pair: NetnsPair) -> bool:
     return pair.run(pair.origin_ns, ["nft", "list", "table", "inet", "iwscope_tap"]).returncode == 0
 
 
-def _installed(pair: NetnsPair, tmp_path: Path, method: str) -> bool:
-    """The arms are in place: the nft table, or the BPF arms' record with a lease running."""
-    if method == "nft":
-        return _nft_table_exists(pair)
+def _tap_status(pair: NetnsPair, tmp_path: Path) -> dict[str, Any]:
     shown = pair.run(pair.origin_ns, [*IWPROBE, "status", "--json", "--state-dir", str(tmp_path / "state")])
-    status = json.loads(shown.stdout) if shown.returncode == 0 else {}
-    return bool(status.get("installed") and status["installed"]["method"] == "bpf" and status.get("lease_remaining_s"))
+    return dict(json.loads(shown.stdout)) if shown.returncode == 0 else {}
+
+
+def _in_force(pair: NetnsPair, tmp_path: Path) -> bool:
+    """The arms hold a lease (``tap status``: the nft set's element or the BPF lease map)."""
+    return bool(_tap_status(pair, tmp_path).get("lease_remaining_s"))
 
 
 def _wait(condition: Any, timeout_s: float, what: str) -> float:
@@ -168,7 +169,8 @@ def _start_tap(pair: NetnsPair, tmp_path: Path, study: wire.PassiveStudy, method
             ],
             stderr=log,
         )
-    _wait(lambda: _installed(pair, tmp_path, method), 15, "the arms")
+    _wait(lambda: _in_force(pair, tmp_path), 15, "the arms")
+    assert _tap_status(pair, tmp_path)["installed"]["method"] == method
     # The capture opens once the agent knows the server's packet rate (its first second).
     _wait(lambda: _status(tmp_path).get("capture_share") == 1.0, 15, "the capture")
     return process
@@ -250,7 +252,7 @@ def test_every_connection_starts_with_its_prefixs_arm_and_the_agent_records_it(
     recorded = sorted(record["arm"] for record in connections)
     assert recorded == sorted(expected[address].arm for address, _, _, _ in seen)
     # Stopped by SIGTERM: nothing of the arms is left, the sysctl is back.
-    assert not _nft_table_exists(netns_pair) and not _installed(netns_pair, tmp_path, method)
+    assert not _nft_table_exists(netns_pair) and not _in_force(netns_pair, tmp_path)
     rules = netns_pair.run(netns_pair.origin_ns, ["ip", "rule", "show"]).stdout
     assert "fwmark" not in rules, rules
     assert netns_pair.run(netns_pair.origin_ns, ["sysctl", "-n", "net.ipv4.tcp_fwmark_accept"]).stdout.strip() == "0"
@@ -325,11 +327,11 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
     )
     try:
         time.sleep(2.0)
-        assert not _installed(netns_pair, tmp_path, method)
+        assert not _in_force(netns_pair, tmp_path)
         assert _cwnd_from(netns_pair, address) == 10
         enabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "enable", "--state-dir", str(tmp_path / "state")])
         assert enabled.returncode == 0
-        _wait(lambda: _installed(netns_pair, tmp_path, method), 10, "the arms after enable")
+        _wait(lambda: _in_force(netns_pair, tmp_path), 10, "the arms after enable")
         assert _cwnd_from(netns_pair, address) == 32
         disabled_at = time.monotonic()
         disabled = netns_pair.run(netns_pair.origin_ns, [*IWPROBE, "disable", "--state-dir", str(tmp_path / "state")])
@@ -341,7 +343,7 @@ def test_arms_lapse_within_the_lease_after_kill_9_and_disable_removes_everything
             print(f"bpf arms off {time.monotonic() - disabled_at:.2f} s after disable")
         assert time.monotonic() - disabled_at < 5 and not _nft_table_exists(netns_pair)
         time.sleep(1.5)
-        assert not _installed(netns_pair, tmp_path, method)  # the running agent keeps them off
+        assert not _in_force(netns_pair, tmp_path)  # the running agent keeps them off
         assert _cwnd_from(netns_pair, address) == 10
     finally:
         stop_process(process, timeout=10)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
 from typing import Optional
 
@@ -30,7 +29,6 @@ BPF_PROG_LOAD = 5
 BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_LINK_CREATE = 28
-BPF_LINK_DETACH = 34
 # types
 BPF_MAP_TYPE_ARRAY = 2
 BPF_PROG_TYPE_SOCK_OPS = 13
@@ -66,9 +64,6 @@ class Assembler:
     def __init__(self) -> None:
         self._insns: list[tuple[int, int, int, int, int, Optional[str]]] = []
         self._labels: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self._insns)
 
     def _emit(self, code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0, target: Optional[str] = None) -> None:
         self._insns.append((code, dst, src, off, imm, target))
@@ -148,9 +143,10 @@ _libc: Optional[ctypes.CDLL] = None
 
 def _call(command: int, attr: ctypes.Array[ctypes.c_char], what: str, log: Optional[ctypes.Array[ctypes.c_char]] = None) -> int:
     global _libc
-    number = _SYSCALL.get(platform.machine())
+    machine = os.uname().machine
+    number = _SYSCALL.get(machine)
     if number is None:
-        raise BpfError(38, f"bpf(): unknown system call number on {platform.machine()}")
+        raise BpfError(38, f"bpf(): unknown system call number on {machine}")
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
     result = int(_libc.syscall(ctypes.c_long(number), ctypes.c_int(command), attr, ctypes.c_uint(len(attr))))

@@ -1,5 +1,8 @@
 """The arms of either method behind one surface: which to use, and removing a record of either.
 
+(:mod:`iwprobe._tap_bpf` is imported only where a BPF method is used: every ``iwprobe``
+command builds the ``tap`` parser, which reads :data:`METHODS` from here.)
+
 :mod:`iwprobe._tap_bpf` (one ``sock_ops`` program) and :mod:`iwprobe._tap_rules` (nftables,
 policy routes, the sysctl) each install, renew and remove their own arms; this module picks one
 (``--arms``), and removes or reads whatever ``tap-installed.json`` records -- ``disable``,
@@ -9,10 +12,8 @@ policy routes, the sysctl) each install, renew and remove their own arms; this m
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Protocol
+from typing import Optional, Protocol
 
-from ._tap_bpf import BpfArms, end_lease
-from ._tap_bpf import lease_remaining_s as bpf_lease_remaining_s
 from ._tap_rules import ArmsError, Installed, NftArms, TapPlan, load_installed
 from ._tap_rules import lease_remaining_s as nft_lease_remaining_s
 from ._tap_rules import remove as nft_remove
@@ -42,12 +43,14 @@ class AutoArms:
     decided at the first install and said once in the log."""
 
     def __init__(self, cgroup: Optional[str]) -> None:
+        from ._tap_bpf import BpfArms
+
         self._bpf = BpfArms(cgroup)
-        self.chosen: Any = None
+        self.chosen: Optional[Arms] = None
 
     @property
     def method(self) -> str:
-        return str(self.chosen.method) if self.chosen is not None else "auto"
+        return self.chosen.method if self.chosen is not None else "auto"
 
     def install(self, plan: TapPlan, state_path: str) -> Installed:
         if self.chosen is None:
@@ -59,8 +62,7 @@ class AutoArms:
             else:
                 self.chosen = self._bpf
                 return installed
-        again: Installed = self.chosen.install(plan, state_path)
-        return again
+        return self.chosen.install(plan, state_path)
 
     def renew_lease(self, plan: TapPlan) -> None:
         if self.chosen is None:
@@ -69,12 +71,14 @@ class AutoArms:
 
     def remove(self, state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
         if self.chosen is not None:
-            return list(self.chosen.remove(state_path, plan))
+            return self.chosen.remove(state_path, plan)
         return remove(state_path, plan)
 
 
 def make_arms(method: str, cgroup: Optional[str] = None) -> Arms:
     if method == "bpf":
+        from ._tap_bpf import BpfArms
+
         return BpfArms(cgroup)
     if method == "nft":
         return NftArms()
@@ -88,6 +92,8 @@ def remove(state_path: str, plan: Optional[TapPlan] = None) -> list[str]:
     table and ``plan``'s rules)."""
     installed = load_installed(state_path)
     if installed is not None and installed.method == "bpf":
+        from ._tap_bpf import end_lease
+
         return end_lease(state_path)
     return nft_remove(state_path, plan)
 
@@ -96,5 +102,7 @@ def lease_remaining_s(state_path: str) -> Optional[float]:
     """Seconds the recorded arms stay in force without their agent (``None``: none in force)."""
     installed = load_installed(state_path)
     if installed is not None and installed.method == "bpf":
+        from ._tap_bpf import lease_remaining_s as bpf_lease_remaining_s
+
         return bpf_lease_remaining_s(state_path)
     return nft_lease_remaining_s()

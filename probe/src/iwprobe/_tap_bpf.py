@@ -244,7 +244,6 @@ class BpfArms:
         self.cgroup = cgroup
         self._map_fd: Optional[int] = None
         self._link_fd: Optional[int] = None
-        self._plan: Optional[TapPlan] = None
 
     def install(self, plan: TapPlan, state_path: str) -> Installed:
         """Load ``plan``'s program and attach it; an earlier plan's link is closed only after
@@ -258,6 +257,7 @@ class BpfArms:
                 program(plan, map_fd, _bpf.netns_cookie()), _bpf.BPF_PROG_TYPE_SOCK_OPS, _bpf.BPF_CGROUP_SOCK_OPS, PROGRAM_NAME
             )
             link_fd = _bpf.link_cgroup(prog_fd, cgroup_fd, _bpf.BPF_CGROUP_SOCK_OPS)
+            map_id, _ = _bpf.map_info(map_fd)
         except OSError as error:
             if map_fd >= 0:
                 os.close(map_fd)
@@ -267,8 +267,7 @@ class BpfArms:
                 if fd >= 0:
                     os.close(fd)
         self._close()
-        self._map_fd, self._link_fd, self._plan = map_fd, link_fd, plan
-        map_id, _ = _bpf.map_info(map_fd)
+        self._map_fd, self._link_fd = map_fd, link_fd
         installed = Installed(
             nft_table="",
             pid=os.getpid(),
@@ -309,39 +308,44 @@ class BpfArms:
         self._link_fd = self._map_fd = None
 
 
+def _open_lease_map(state_path: str) -> tuple[Optional[int], Optional[Installed]]:
+    """An fd of the lease map ``state_path`` records (``None`` when there is no BPF record, or
+    its map went with its agent), and the record."""
+    installed = load_installed(state_path)
+    if installed is None or not installed.bpf_map_id:
+        return None, installed
+    try:
+        fd = _bpf.map_fd_by_id(installed.bpf_map_id)
+    except OSError:
+        return None, installed
+    try:
+        if _bpf.map_info(fd)[1] == LEASE_MAP_NAME:
+            return fd, installed
+    except OSError:
+        pass
+    os.close(fd)  # the id was reused by another map
+    return None, installed
+
+
 def end_lease(state_path: str) -> list[str]:
     """End the lease of the BPF arms recorded in ``state_path`` (from any process: ``disable``)
     and forget the record; new connections get the server's own window from now on."""
-    installed = load_installed(state_path)
-    if installed is None:
-        return []
-    map_id = installed.bpf_map_id
+    fd, installed = _open_lease_map(state_path)
     done: list[str] = []
-    if map_id:
+    if fd is not None and installed is not None:
         try:
-            fd = _bpf.map_fd_by_id(int(map_id))
-        except OSError:
-            fd = -1  # gone with its agent
-        if fd >= 0:
-            try:
-                if _bpf.map_info(fd)[1] == LEASE_MAP_NAME:
-                    _bpf.update_map(fd, 0, struct.pack("<Q", 0))
-                    done.append(f"BPF arms' lease (map {map_id})")
-            finally:
-                os.close(fd)
+            _bpf.update_map(fd, 0, struct.pack("<Q", 0))
+            done.append(f"BPF arms' lease (map {installed.bpf_map_id})")
+        finally:
+            os.close(fd)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(state_path)
     return done
 
 
 def lease_remaining_s(state_path: str) -> Optional[float]:
-    installed = load_installed(state_path)
-    map_id = installed.bpf_map_id if installed is not None else 0
-    if not map_id:
-        return None
-    try:
-        fd = _bpf.map_fd_by_id(int(map_id))
-    except OSError:
+    fd, _ = _open_lease_map(state_path)
+    if fd is None:
         return None
     try:
         (expiry,) = struct.unpack("<Q", _bpf.lookup_map(fd, 0, 8))

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from iwscope.auth.dependencies import AdminDep
@@ -60,7 +60,7 @@ def _store(campaign_id: int, result: TwinResultIn) -> TwinPredictionStored | Non
 )
 async def store_twin_prediction(
     campaign_id: CampaignIdPath, request: Request, response: Response, _admin: AdminDep
-) -> TwinPredictionStored | JSONResponse:
+) -> TwinPredictionStored:
     """Store a lab twin's result (``iwscope lab twin``'s ``twin.json``, a ``TwinResultIn``) for
     the campaign it was fitted to.  The body (at most ``MAX_BODY_BYTES``) is checked in a
     thread: a result of thousands of paths must not stall the event loop (and with it, through
@@ -69,9 +69,9 @@ async def store_twin_prediction(
     try:
         result = await run_in_threadpool(TwinResultIn.model_validate_json, body)
     except ValidationError as error:
+        # FastAPI's own 422, as for a body it had validated itself
         errors = error.errors(include_url=False, include_context=False, include_input=False)
-        detail = [{**item, "loc": ["body", *item["loc"]]} for item in errors]
-        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_ENTITY, content={"detail": detail})
+        raise RequestValidationError([{**item, "loc": ("body", *item["loc"])} for item in errors]) from None
     if result.campaign_id != campaign_id:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_ENTITY, detail=f"the result is of campaign {result.campaign_id}, not {campaign_id}"
