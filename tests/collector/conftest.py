@@ -1,5 +1,6 @@
-"""Fixtures of the collector tests: campaigns, APIs whose joins nobody runs, a locked ``trials``
-(``client``, ``probe``, ``origin``: tests/conftest.py; helpers: tests/testkit.py)."""
+"""Fixtures of the collector tests: campaigns, APIs whose joins nobody runs, a locked ``trials``,
+this process configured like the API (``in_process``) (``client``, ``probe``, ``origin``:
+tests/conftest.py; helpers: tests/testkit.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import psycopg
 import pytest
 import redis
 from testenv import libpq_url
-from testkit import Enrolled, create_campaign
+from testkit import Enrolled, close_celery_client, create_campaign
+
+from iwscope import config, db, worker_client
+from iwscope.worker import make_celery
 
 
 @pytest.fixture
@@ -52,3 +56,30 @@ def trials_locked(database_url: str) -> Iterator[psycopg.Connection]:
     finally:
         connection.rollback()
         connection.close()
+
+
+@pytest.fixture
+def in_process(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process configured like the session's API processes (settings, engine, slots, and
+    the broker its uploads' join requests go to).
+
+    The Celery app is made at import, from the settings of that moment (this process's: the
+    local stack's Redis, database 0); left so, an upload here marked a drain as queued in the
+    session's Redis database and sent the drain to database 0, where no worker reads -- and the
+    mark held every other process's drain back for its 10 s (a later test's joins never came)."""
+    for name, value in service_env.items():
+        monkeypatch.setenv(name, value)
+
+    def reset() -> None:
+        if db.get_engine.cache_info().currsize:
+            db.get_engine().dispose()
+        if worker_client._redis.cache_info().currsize:
+            worker_client._redis().close()
+        for cached in (config.get_settings, db.get_engine, db.get_sessionmaker, worker_client._redis):
+            cached.cache_clear()
+
+    reset()
+    monkeypatch.setattr(worker_client, "celery_app", make_celery())
+    yield
+    close_celery_client(worker_client.celery_app)
+    reset()

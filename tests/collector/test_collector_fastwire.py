@@ -524,7 +524,7 @@ def test_refused_batches_still_name_every_bad_record(client: httpx.Client, probe
     }
 
 
-def test_copy_text_round_trips_escapes_nulls_and_offsets(client: httpx.Client, probe: Enrolled, db_engine: Engine) -> None:
+def test_stored_rows_keep_escapes_nulls_big_ints_and_offsets(client: httpx.Client, probe: Enrolled, db_engine: Engine) -> None:
     odd = make_trial(
         probe.id,
         url="http://h/a\tb\nc\\d\re\u00e9\U0001f600\\N",

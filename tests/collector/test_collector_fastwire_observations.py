@@ -37,7 +37,7 @@ from test_collector_fastwire import (
 from testkit import Enrolled, make_observation, make_observation_batch
 
 from iwprobe import wire
-from iwscope.trials import fastwire, services, validation
+from iwscope.trials import fastwire, rows, validation
 from iwscope.trials.schemas import ObservationBatchIn, OriginObservationIn
 
 CASES = 4000
@@ -264,7 +264,7 @@ def assert_same_instant(value: dt.datetime, expected: dt.datetime, name: str) ->
 
 
 def assert_same_reading(reference: ObservationBatchIn, fast: fastwire.FastObservationBatch) -> None:
-    """Every decoded value is pydantic's, and so is every stored row (``_observation_row`` over
+    """Every decoded value is pydantic's, and so is every stored row (``rows.observation_record`` over
     pydantic's record, which has the same attribute names, is today's row)."""
     # pydantic's Literal gives the version it matched (``1`` for ``true``); it is not stored.
     assert fast.envelope.wire_version == reference.wire_version
@@ -278,11 +278,11 @@ def assert_same_reading(reference: ObservationBatchIn, fast: fastwire.FastObserv
                 assert_same_value(getattr(observation, name), getattr(expected, name), name)
         assert_same_instant(request_at, expected.request_at, "request_at")
         assert list(observation.tcp_info.items()) == list(expected.tcp_info.items())
-        row = services._observation_row(observation, request_at)
-        expected_row = services._observation_row(expected, expected.request_at)  # type: ignore[arg-type]
-        assert len(row) == len(expected_row) == len(services.OBSERVATION_STAGE_COLUMNS)
-        for column, value, expected_value in zip(services.OBSERVATION_STAGE_COLUMNS, row, expected_row, strict=True):
-            assert_same_value(value, expected_value, column)
+        row = rows.observation_record(observation, request_at)
+        expected_row = rows.observation_record(expected, expected.request_at)  # type: ignore[arg-type]
+        assert list(row) == list(expected_row) == list(rows.OBSERVATION_STAGE_COLUMNS)
+        for column in rows.OBSERVATION_STAGE_COLUMNS:
+            assert_same_value(row[column], expected_row[column], column)
 
 
 def check(body: bytes, duplicate_keys: bool = False) -> bool:

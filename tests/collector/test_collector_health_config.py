@@ -112,4 +112,4 @@ def test_fastapis_native_telemetry_is_off_even_with_a_configured_tracer(monkeypa
     assert FastAPI()._native_telemetry.enabled()
     from iwscope.api import create_app
 
-    assert not create_app()._native_telemetry.enabled()
+    assert not create_app().fastapi._native_telemetry.enabled()

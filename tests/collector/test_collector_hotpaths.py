@@ -7,55 +7,24 @@ status, body and the headers that matter compared; the request metrics see the r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 from sqlalchemy.engine import Engine
-from testkit import Enrolled, close_celery_client, make_batch, make_observation, make_observation_batch, make_trial
+from testkit import Enrolled, make_batch, make_observation, make_observation_batch, make_trial
 
 from iwprobe import wire
-from iwscope import config, db, worker_client
 from iwscope.api import create_app
 from iwscope.hotpaths import HotPaths
 from iwscope.metrics import REQUESTS
-from iwscope.worker import make_celery
-
-
-@pytest.fixture
-def in_process(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process configured like the session's API processes (settings, engine, slots, and
-    the broker its uploads' join requests go to).
-
-    The Celery app is made at import, from the settings of that moment (this process's: the
-    local stack's Redis, database 0); left so, an upload here marked a drain as queued in the
-    session's Redis database and sent the drain to database 0, where no worker reads -- and the
-    mark held every other process's drain back for its 10 s (a later test's joins never came)."""
-    for name, value in service_env.items():
-        monkeypatch.setenv(name, value)
-
-    def reset() -> None:
-        if db.get_engine.cache_info().currsize:
-            db.get_engine().dispose()
-        if worker_client._redis.cache_info().currsize:
-            worker_client._redis().close()
-        for cached in (config.get_settings, db.get_engine, db.get_sessionmaker, worker_client._redis):
-            cached.cache_clear()
-
-    reset()
-    monkeypatch.setattr(worker_client, "celery_app", make_celery())
-    yield
-    close_celery_client(worker_client.celery_app)
-    reset()
 
 
 def _apps() -> tuple[Any, Any]:
     fast = create_app()
-    reference = create_app()
-    reference.user_middleware = [entry for entry in reference.user_middleware if entry.cls is not HotPaths]
-    assert len(fast.user_middleware) == len(reference.user_middleware) + 1
+    reference = create_app(hot_paths=False)
+    assert isinstance(fast._app.app.app, HotPaths) and not isinstance(reference._app.app.app, HotPaths)
     return fast, reference
 
 

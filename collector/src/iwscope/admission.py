@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from iwprobe import wire
-from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS, LOOP_LAG
+from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS, LOOP_LAG, labelled
 
 #: Paths never refused: liveness, readiness and metrics must answer under any load.
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -112,24 +112,24 @@ class Admission:
         probe = is_probe_traffic(scope["method"], scope["path"])
         kind = "probe" if probe else "other"
         if self.counts.total >= self.limit or (not probe and self.counts.other >= self.other_limit):
-            ADMISSION_REJECTED.labels(kind, "in_progress").inc()
+            labelled(ADMISSION_REJECTED, kind, "in_progress").inc()
             await self._refuse(scope, send)
             return
         if self.max_lag_s > 0:
             self.lag.ensure_running()
             if self.lag.seconds > (self.max_lag_s if probe else self.max_lag_s / 2):
-                ADMISSION_REJECTED.labels(kind, "loop_lag").inc()
+                labelled(ADMISSION_REJECTED, kind, "loop_lag").inc()
                 await self._refuse(scope, send)
                 return
         self.counts.total += 1
         self.counts.other += 0 if probe else 1
-        IN_PROGRESS.labels(kind).inc()
+        labelled(IN_PROGRESS, kind).inc()
         try:
             await self.app(scope, receive, send)
         finally:
             self.counts.total -= 1
             self.counts.other -= 0 if probe else 1
-            IN_PROGRESS.labels(kind).dec()
+            labelled(IN_PROGRESS, kind).dec()
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body = b'{"detail":"%s","retry_after_s":%d}' % (OVERLOADED_DETAIL.encode(), self.retry_after_s)

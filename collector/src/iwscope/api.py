@@ -26,7 +26,7 @@ from iwscope.exports.routes import router as exports_router
 from iwscope.health import router as health_router
 from iwscope.hotpaths import HotPaths
 from iwscope.http import database_busy_response
-from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS
+from iwscope.metrics import DB_BUSY, LATENCY, REQUESTS, labelled
 from iwscope.openapi import install_openapi
 from iwscope.origins.routes import router as origins_router
 from iwscope.passive.routes import router as passive_router
@@ -64,8 +64,8 @@ class RequestMetrics:
             counted = True
             # The router (or iwscope.hotpaths) put the matched route into this same scope.
             route = str(getattr(scope.get("route"), "path", "unmatched"))
-            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - started)
-            REQUESTS.labels(scope["method"], route, str(status_code)).inc()
+            labelled(LATENCY, scope["method"], route).observe(time.perf_counter() - started)
+            labelled(REQUESTS, scope["method"], route, str(status_code)).inc()
 
         async def send_and_note(message: Message) -> None:
             nonlocal status_code
@@ -109,7 +109,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(stop_credential_listener)
 
 
-def create_app() -> FastAPI:
+def create_app(*, hot_paths: bool = True) -> CollectorApp:
+    """The collector's ASGI application (``hot_paths=False``: every request through FastAPI's
+    routes, the reference the hot paths are tested against)."""
     app = FastAPI(
         title="iwscope collector",
         version=__version__,
@@ -150,20 +152,36 @@ def create_app() -> FastAPI:
         log.warning("answered 503: %s", error)
         return database_busy_response(get_settings().retry_after_s)
 
-    # Innermost of the three: the hot paths answered before FastAPI's router, counted by the
-    # metrics and admitted by Admission like every request.
-    app.add_middleware(HotPaths)
-    app.add_middleware(RequestMetrics)
-    # Outermost (added last): a refused request costs no routing, no body, no metrics middleware.
-    settings = get_settings()
-    app.add_middleware(
-        Admission,
-        limit=settings.max_in_progress,
-        other_limit=settings.max_other_in_progress,
-        retry_after_s=settings.retry_after_s,
-        max_lag_s=settings.max_loop_lag_s,
-    )
-    return app
+    return CollectorApp(app, hot_paths=hot_paths)
+
+
+class CollectorApp:
+    """What uvicorn runs: :class:`iwscope.admission.Admission`, then :class:`RequestMetrics`,
+    then :class:`iwscope.hotpaths.HotPaths`, then the FastAPI application (``fastapi``).
+
+    The three are plain ASGI layers in front of FastAPI, not FastAPI middleware: as middleware
+    they sat inside FastAPI's own layers (Starlette's ``ServerErrorMiddleware`` and FastAPI's
+    exception-telemetry and body-limit middleware, each wrapping ``send``), which every probe
+    upload and schedule poll then crossed for nothing (docs/ingest-throughput.md).  A request
+    the hot paths do not answer goes through FastAPI's whole stack as before; a fault in the
+    hot paths is answered 500 by uvicorn.
+    """
+
+    def __init__(self, fastapi: FastAPI, *, hot_paths: bool = True) -> None:
+        self.fastapi = fastapi
+        settings = get_settings()
+        inner: ASGIApp = HotPaths(fastapi) if hot_paths else fastapi
+        # Outermost: a refused request costs no routing, no body, no metrics.
+        self._app = Admission(
+            RequestMetrics(inner),
+            limit=settings.max_in_progress,
+            other_limit=settings.max_other_in_progress,
+            retry_after_s=settings.retry_after_s,
+            max_lag_s=settings.max_loop_lag_s,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
 
 
 def serve(hosts: Sequence[str], port: int, workers: int = 1, tls_cert: str | None = None, tls_key: str | None = None) -> int:

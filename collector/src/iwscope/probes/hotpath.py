@@ -12,6 +12,7 @@ which FastAPI then answers as before, errors included.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from urllib.parse import parse_qsl
@@ -32,8 +33,11 @@ _SCHEDULE_PATH = re.compile(r"/api/v1/probes/([0-9A-Fa-f-]{32,36})/schedule")
 _MAX_IF_NONE_MATCH = 1024
 
 
+@functools.lru_cache(maxsize=65_536)
 def schedule_probe_id(path: str) -> uuid.UUID | None:
-    """The probe id of a schedule path (``None``: not one this module answers)."""
+    """The probe id of a schedule path (``None``: not one this module answers); remembered per
+    path, as every probe polls the same one (``uuid.UUID()`` parses in Python: 4 % of the API's
+    CPU at the fleet's shape)."""
     match = _SCHEDULE_PATH.fullmatch(path)
     if match is None:
         return None

@@ -13,15 +13,14 @@ byte for byte (401 with ``WWW-Authenticate``, 413, 403/422 naming each record, 5
 ``Retry-After``), inside :class:`iwscope.admission.Admission` and the request metrics, which
 see it as the route it answers for.
 
-Decoding and storing run in one thread hop (:func:`iwscope.dbslots.run_db`): a batch holds a
-database slot while it is checked, but no connection -- the connection is taken only to store.
+Decoding and storing run in the group commit of :mod:`iwscope.trials.writer`: the uploads that
+arrive while a group is being stored are checked and stored together, one thread hop, one
+database slot and one transaction per group.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -35,11 +34,10 @@ from starlette.types import Receive, Scope, Send
 
 from iwscope.auth.dependencies import Identity, IdentityKind, authenticate, bearer_credential
 from iwscope.config import get_settings
-from iwscope.db import get_engine
-from iwscope.dbslots import DatabaseBusy, run_db
+from iwscope.dbslots import DatabaseBusy
 from iwscope.http import database_busy_response, header, read_body_limited, send_json
 from iwscope.metrics import DB_BUSY
-from iwscope.trials import services, validation
+from iwscope.trials import services, validation, writer
 from iwscope.worker_client import queue_join
 
 log = logging.getLogger(__name__)
@@ -59,33 +57,24 @@ class UploadAnswer:
     join_ids: list[str] | None = None
 
 
-def _validate_and_store_trials(body: bytes, identity_id: uuid.UUID) -> services.IngestResult:
-    batch = validation.validate_trial_batch(body, identity_id)
-    return services.store_trial_batch(get_engine(), batch, identity_id)
-
-
-def _validate_and_store_observations(body: bytes, identity_id: uuid.UUID) -> services.IngestResult:
-    batch = validation.validate_observation_batch(body, identity_id)
-    return services.store_observation_batch(get_engine(), batch, identity_id)
-
-
-#: Per upload kind: the identity kind it needs, what checks and stores its body, its metric's record kind.
-_KINDS: dict[str, tuple[IdentityKind, Callable[[bytes, uuid.UUID], services.IngestResult], str]] = {
-    TRIALS_PATH: ("probe", _validate_and_store_trials, "trial"),
-    OBSERVATIONS_PATH: ("origin", _validate_and_store_observations, "observation"),
+#: Per upload kind: the identity kind it needs, what checks its body, its metric's record kind.
+_KINDS: dict[str, tuple[IdentityKind, writer.Validate, str]] = {
+    TRIALS_PATH: ("probe", writer.validate_trials, "trial"),
+    OBSERVATIONS_PATH: ("origin", writer.validate_observations, "observation"),
 }
 #: The paths :func:`answer_upload` answers.
 UPLOAD_PATHS = frozenset(_KINDS)
 
 
 async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnswer:
-    """Check and store one upload's body (all or nothing) in one database slot; the answer.
+    """Check and store one upload's body (all or nothing) with the uploads arriving meanwhile
+    (:mod:`iwscope.trials.writer`: one database slot, one thread hop and one commit per group); the answer.
 
     A refused batch is answered 403/422 with every refused record named and stores nothing;
     :class:`iwscope.dbslots.DatabaseBusy` propagates (the caller answers 503)."""
-    _, store, record_kind = _KINDS[path]
+    _, validate, record_kind = _KINDS[path]
     try:
-        result = await run_db(store, body, identity.id)
+        result = await writer.group_writer().store(validate, body, identity.id)
     except validation.BatchRejected as error:
         services.count_rejected(record_kind, max(1, len(error.errors)))
         return UploadAnswer(error.status_code, orjson.dumps({"detail": error.detail()}))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -27,14 +26,11 @@ from typing import Any
 import msgspec
 import orjson
 import psycopg
-from psycopg.types.json import Jsonb
 from sqlalchemy.engine import Engine
 
-from iwprobe import wire
-from iwscope.metrics import RECORDS
+from iwscope.metrics import RECORDS, labelled
 from iwscope.probes.services import heartbeat_values
-from iwscope.trials import census, fastwire
-from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
+from iwscope.trials import census, fastwire, rows
 from iwscope.trials.schemas import RecordError
 from iwscope.trials.validation import BatchRejected
 from iwscope.types import utcnow
@@ -54,224 +50,6 @@ class IngestResult:
 # --------------------------------------------------------------------------------------
 # Storage
 # --------------------------------------------------------------------------------------
-
-TRIAL_WIRE_COLUMNS = (
-    "trial_id",
-    "started_at",
-    "probe_id",
-    "campaign_id",
-    "origin_id",
-    "round",
-    "arm_iw",
-    "object_size",
-    "url",
-    "dns_us",
-    "connect_us",
-    "ttfb_us",
-    "total_us",
-    "bytes_received",
-    "http_status",
-    "error_kind",
-    "error_detail",
-    "syn_retrans",
-)
-TRIAL_STAGE_COLUMNS = (
-    TRIAL_WIRE_COLUMNS
-    + tuple(tcpi_column_name(name) for name in TRIAL_TCPI_COLUMNS)
-    + (
-        "tcp_info",
-        "arm",
-        "role",
-        "page_id",
-        "echo",
-        "tls_version",
-        "tls_handshake_us",
-        "family",
-        "client_iw_status",
-        "client_iw_segments",
-        "client_iw_bytes",
-        "client_iw_mss",
-        "client_iw_reason",
-    )
-)
-SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps", "transfer_bytes", "method")
-OBSERVATION_WIRE_COLUMNS = (
-    "trial_id",
-    "origin_id",
-    "arm_iw",
-    "port",
-    "client_addr",
-    "object_size",
-    "request_at",
-    "first_byte_us",
-    "response_latency_us",
-    "snd_cwnd_at_accept",
-    "cwnd_mismatch",
-    "rwnd_limited",
-    "peer_rwnd",
-    "http_status",
-    "error_kind",
-    "arm",
-    "tls_version",
-    "tls_handshake_us",
-    "tls_first_flight_bytes",
-    "tls_flight_acked_us",
-    "family",
-    "send_path",
-    "segmentation_offload",
-)
-OBSERVATION_STAGE_COLUMNS = (
-    OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
-)
-
-
-def _columns(names: Iterable[str]) -> str:
-    return ", ".join(names)
-
-
-def _ensure_staging(connection: psycopg.Connection, info: dict[str, Any]) -> None:
-    """Temporary staging tables, created once per pooled connection, emptied at every commit."""
-    if info.get("iwscope_staging"):
-        return
-    connection.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS path_samples_stage ON COMMIT DELETE ROWS AS SELECT "
-        f"{_columns(SAMPLE_COLUMNS)} FROM path_samples WITH NO DATA"
-    )
-    connection.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS observations_stage ON COMMIT DELETE ROWS AS SELECT "
-        f"{_columns(OBSERVATION_STAGE_COLUMNS)} FROM origin_observations WITH NO DATA"
-    )
-    connection.commit()
-    info["iwscope_staging"] = True
-
-
-#: COPY text format escapes (``\\``, tab, newline, carriage return) of free-text values.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_NEEDS_COPY_ESCAPE = re.compile(r"[\\\t\n\r]")
-_NULL = "\\N"
-
-
-def _copy_text(value: str | None) -> str:
-    """A free-text value as a COPY text-format cell."""
-    if value is None:
-        return _NULL
-    return value.translate(_COPY_ESCAPES) if _NEEDS_COPY_ESCAPE.search(value) else value
-
-
-def _trial_line(trial: fastwire.FastTrial, started_at: str) -> str:
-    """One ``trials`` row (``TRIAL_STAGE_COLUMNS``) as a line of COPY text, without a newline.
-
-    One f-string per row instead of psycopg's per-value adaptation.  UUIDs, ISO timestamps,
-    integers and error kinds are validated and need no escaping; the ``tcp_info`` JSON holds
-    only the schema's field names and integers, so it contains no backslash, tab or newline
-    either.  ``url`` and ``error_detail`` are escaped.  The typed ``tcpi_*`` columns are
-    spelled out (``TRIAL_TCPI_COLUMNS``, checked at import) to save a loop per row.
-    """
-    tcp = trial.tcp_info
-    get = tcp.get
-    n = _NULL
-    iw = trial.client_iw
-    client_iw = (
-        f"{n}\t{n}\t{n}\t{n}\t{n}"
-        if iw is None
-        else f"{iw.status}\t{n if iw.segments is None else iw.segments}\t{n if iw.bytes is None else iw.bytes}\t"
-        f"{n if iw.mss is None else iw.mss}\t{iw.reason or n}"
-    )
-    return (
-        f"{trial.trial_id}\t{started_at}\t{trial.probe_id}\t"
-        f"{n if trial.campaign_id is None else trial.campaign_id}\t"
-        f"{n if trial.origin_id is None else trial.origin_id}\t{trial.round}\t{trial.arm_iw}\t"
-        f"{trial.object_size}\t{_copy_text(trial.url)}\t"
-        f"{n if trial.dns_us is None else trial.dns_us}\t{n if trial.connect_us is None else trial.connect_us}\t"
-        f"{n if trial.ttfb_us is None else trial.ttfb_us}\t{n if trial.total_us is None else trial.total_us}\t"
-        f"{trial.bytes_received}\t{n if trial.http_status is None else trial.http_status}\t"
-        f"{n if trial.error_kind is None else trial.error_kind}\t{_copy_text(trial.error_detail)}\t"
-        f"{trial.syn_retrans}\t{get('rtt', n)}\t{get('rttvar', n)}\t{get('min_rtt', n)}\t"
-        f"{get('total_retrans', n)}\t{get('segs_in', n)}\t{get('data_segs_in', n)}\t{get('rcv_space', n)}\t"
-        f"{get('rcv_mss', n)}\t{get('bytes_received', n)}\t{orjson.dumps(tcp).decode()}\t"
-        f"{n if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm}\t{wire.flow_role(trial.url, trial.role)}\t"
-        f"{n if trial.page_id is None else trial.page_id}\t"
-        f"{n if trial.echo is None else msgspec.json.encode(trial.echo).decode()}\t"
-        f"{_copy_text(trial.tls_version or None)}\t{n if trial.tls_handshake_us is None else trial.tls_handshake_us}\t"
-        f"{trial.family or n}\t{client_iw}"
-    )
-
-
-#: The ``tcpi_*`` columns :func:`_trial_line` writes, in its order.
-_TRIAL_LINE_TCPI = (
-    "rtt",
-    "rttvar",
-    "min_rtt",
-    "total_retrans",
-    "segs_in",
-    "data_segs_in",
-    "rcv_space",
-    "rcv_mss",
-    "bytes_received",
-)
-if _TRIAL_LINE_TCPI != TRIAL_TCPI_COLUMNS:  # pragma: no cover (a model change must update _trial_line)
-    raise RuntimeError("_trial_line does not match TRIAL_TCPI_COLUMNS")
-
-
-def _utc_text(original: str, parsed: dt.datetime) -> str:
-    """A validated timestamp as PostgreSQL reads it: the wire text itself when it is plain UTC
-    (``...Z``, ASCII), else the instant converted to UTC (PostgreSQL refuses offsets beyond
-    +-15:59, which Python accepts)."""
-    if original[-1] == "Z" and original.isascii():
-        return original
-    return parsed.astimezone(dt.UTC).isoformat()
-
-
-def _observation_row(observation: fastwire.FastObservation, request_at: dt.datetime) -> tuple[Any, ...]:
-    """One ``observations_stage`` row (``OBSERVATION_STAGE_COLUMNS``); ``request_at`` is the
-    record's parsed ``request_at`` (the record keeps the wire text)."""
-    tcp_info = observation.tcp_info
-    return (
-        observation.trial_id,
-        observation.origin_id,
-        observation.arm_iw,
-        observation.port,
-        observation.client_addr,
-        observation.object_size,
-        request_at,
-        observation.first_byte_us,
-        observation.response_latency_us,
-        observation.snd_cwnd_at_accept,
-        observation.cwnd_mismatch,
-        observation.rwnd_limited,
-        observation.peer_rwnd,
-        observation.http_status,
-        observation.error_kind,
-        observation.arm or None,
-        observation.tls_version or None,
-        observation.tls_handshake_us,
-        observation.tls_first_flight_bytes,
-        observation.tls_flight_acked_us,
-        observation.family or None,
-        observation.send_path,  # NOT NULL: '' is "not said"
-        observation.segmentation_offload,
-        *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
-        orjson.dumps(tcp_info).decode(),
-    )
-
-
-def _sample_row(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> tuple[Any, ...]:
-    return (
-        sample.sample_id,
-        sample.probe_id,
-        sample.origin_id,
-        measured_at,
-        sample.min_rtt_us,
-        sample.bottleneck_bps,
-        sample.transfer_bytes,
-        sample.method,
-    )
-
-
-def _copy(cursor: psycopg.Cursor, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> None:
-    with cursor.copy(f"COPY {table} ({_columns(columns)}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(row)
 
 
 #: Campaign and origin ids known to exist (neither is ever deleted), so most batches need no lookup.
@@ -325,30 +103,57 @@ def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) 
     return errors
 
 
-#: Admits the UUIDs never seen before (the idempotency registry) and returns them.
-_REGISTER_TRIAL_IDS = """
-INSERT INTO trial_ids (trial_id, started_at)
-SELECT * FROM unnest(%s::text::uuid[], %s::text::timestamptz[])
-ON CONFLICT (trial_id) DO NOTHING
-RETURNING trial_id::text
-"""
-
-_INSERT_SAMPLES = f"""
-INSERT INTO path_samples ({_columns(SAMPLE_COLUMNS)}, received_at)
-SELECT DISTINCT ON (sample_id) {_columns(SAMPLE_COLUMNS)}, now() FROM path_samples_stage
-ON CONFLICT (sample_id) DO NOTHING
-"""
-
-_INSERT_OBSERVATIONS = f"""
-INSERT INTO origin_observations ({_columns(OBSERVATION_STAGE_COLUMNS)}, received_at)
-SELECT DISTINCT ON (trial_id) {_columns(OBSERVATION_STAGE_COLUMNS)}, now() FROM observations_stage
-ON CONFLICT (trial_id) DO NOTHING
-RETURNING trial_id::text
-"""
-
-
 #: ``last_seen_at`` is refreshed at most this often per probe or origin.
 LAST_SEEN_RESOLUTION = "10 seconds"
+
+#: A whole group in ONE statement (data-modifying CTEs run exactly once each, whether the final
+#: SELECT reads them or not): the trials' UUIDs never seen before admitted to the registry (the
+#: idempotency gate) and exactly their rows inserted; the path samples and observations never
+#: seen before; the folded heartbeats; ``last_seen_at`` of the other probes and the origins.
+#: Every part takes one JSON document (``[]`` when the group has none); the statement returns
+#: each stored record's kind and UUID.  Rows in UUID order, so concurrent groups lock in one order.
+_STORE_GROUP = f"""
+WITH trial_rows AS MATERIALIZED (
+    SELECT * FROM json_populate_recordset(NULL::trials, %(trials)s::text::json)
+), fresh AS (
+    INSERT INTO trial_ids (trial_id, started_at)
+    SELECT trial_id, started_at FROM trial_rows ORDER BY trial_id
+    ON CONFLICT (trial_id) DO NOTHING
+    RETURNING trial_id
+), new_trials AS (
+    INSERT INTO trials ({rows.columns(rows.TRIAL_STAGE_COLUMNS)})
+    SELECT {rows.columns(rows.TRIAL_STAGE_COLUMNS)} FROM trial_rows WHERE trial_id IN (SELECT trial_id FROM fresh)
+    RETURNING trial_id
+), new_samples AS (
+    INSERT INTO path_samples ({rows.columns(rows.SAMPLE_COLUMNS)}, received_at)
+    SELECT DISTINCT ON (sample_id) {rows.columns(rows.SAMPLE_COLUMNS)}, now()
+    FROM json_populate_recordset(NULL::path_samples, %(samples)s::text::json) ORDER BY sample_id
+    ON CONFLICT (sample_id) DO NOTHING
+    RETURNING sample_id
+), new_observations AS (
+    INSERT INTO origin_observations ({rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, received_at)
+    SELECT {rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, now()
+    FROM json_populate_recordset(NULL::origin_observations, %(observations)s::text::json) ORDER BY trial_id
+    ON CONFLICT (trial_id) DO NOTHING
+    RETURNING trial_id
+), heartbeats AS (
+    UPDATE probes AS p SET last_seen_at = %(received)s, version = v.version, last_heartbeat = v.body
+    FROM json_to_recordset(%(heartbeats)s::text::json) AS v(id uuid, version text, body jsonb)
+    WHERE p.id = v.id
+    RETURNING 1
+), seen_probes AS (
+    UPDATE probes SET last_seen_at = now() WHERE id = ANY(%(probes)s::text::uuid[])
+    AND (last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')
+    RETURNING 1
+), seen_origins AS (
+    UPDATE origins SET last_seen_at = now() WHERE id = ANY(%(origins)s::text::uuid[])
+    AND (last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')
+    RETURNING 1
+)
+SELECT 't', trial_id::text FROM new_trials
+UNION ALL SELECT 's', sample_id::text FROM new_samples
+UNION ALL SELECT 'o', trial_id::text FROM new_observations
+"""
 
 
 #: When this process last refreshed ``last_seen_at`` of a probe or origin (``time.monotonic()``).
@@ -356,136 +161,203 @@ _LAST_TOUCHED: dict[tuple[str, uuid.UUID], float] = {}
 _LAST_SEEN_RESOLUTION_S = 10.0
 
 
-def _store_heartbeat(connection: psycopg.Connection, probe_id: uuid.UUID, heartbeat: dict[str, Any]) -> None:
-    """A heartbeat folded into the upload, stored as ``POST .../heartbeat`` stores one, as the
-    batch transaction's last statement (see :func:`touch_last_seen`; the caller commits)."""
-    values = heartbeat_values(heartbeat, utcnow())
-    connection.execute(
-        "UPDATE probes SET last_seen_at = %s, version = %s, last_heartbeat = %s WHERE id = %s",
-        (values["last_seen_at"], values["version"], Jsonb(values["last_heartbeat"]), probe_id),
-    )
-    _LAST_TOUCHED[("probes", probe_id)] = time.monotonic()
-
-
 def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.UUID) -> None:
-    """Refresh ``last_seen_at`` as the batch transaction's last statement (the caller commits).
+    """Refresh ``last_seen_at`` of one probe or origin as the caller's transaction's last
+    statement (the caller commits; the row's lock is then held only for the commit).  At most
+    once per :data:`LAST_SEEN_RESOLUTION` per process and identity."""
+    due = _due_for_last_seen(table, [identity])
+    if due != "{}":
+        connection.execute(
+            f"UPDATE {table} SET last_seen_at = now() WHERE id = ANY(%s::text::uuid[]) AND "
+            f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
+            (due,),
+        )
 
-    The row's lock is then held only for the commit, and one agent's uploads come one at a
-    time: a refresh in a transaction of its own cost every upload a second commit (a WAL flush)
-    and two round trips.  The resolution keeps the writes rare, and a process that refreshed
-    the row less than the resolution ago skips the statement.
-    """
+
+def _due_for_last_seen(table: str, identities: Iterable[uuid.UUID]) -> str:
+    """Those of ``identities`` whose ``last_seen_at`` this process last refreshed more than the
+    resolution ago, as a ``uuid[]`` literal in order (marked refreshed now); ``{}`` for none.
+    (A literal: psycopg's list adaptation inspects every element in Python.)"""
     now = time.monotonic()
-    key = (table, identity)
-    if now - _LAST_TOUCHED.get(key, -_LAST_SEEN_RESOLUTION_S) < _LAST_SEEN_RESOLUTION_S:
-        return
-    connection.execute(
-        f"UPDATE {table} SET last_seen_at = now() WHERE id = %s AND "
-        f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
-        (identity,),
+    due = sorted(
+        {
+            identity
+            for identity in identities
+            if now - _LAST_TOUCHED.get((table, identity), -_LAST_SEEN_RESOLUTION_S) >= _LAST_SEEN_RESOLUTION_S
+        }
     )
-    _LAST_TOUCHED[key] = now
+    for identity in due:
+        _LAST_TOUCHED[(table, identity)] = now
+    return "{" + ",".join(map(str, due)) + "}"
 
 
-def store_trial_batch(engine: Engine, batch: fastwire.FastTrialBatch, probe_id: uuid.UUID) -> IngestResult:
-    """Store a validated batch in one transaction (all or nothing, idempotent by UUID)."""
+def _heartbeats_document(heartbeats: dict[uuid.UUID, dict[str, Any]], received: dt.datetime) -> str:
+    """Heartbeats folded into uploads as :data:`_STORE_GROUP` stores them (the columns
+    ``POST .../heartbeat`` sets), in id order."""
+    touched = time.monotonic()
+    document = []
+    for probe_id in sorted(heartbeats):
+        values = heartbeat_values(heartbeats[probe_id], received)
+        document.append({"id": str(probe_id), "version": values["version"], "body": values["last_heartbeat"]})
+        _LAST_TOUCHED[("probes", probe_id)] = touched
+    return orjson.dumps(document).decode()
+
+
+@dataclass
+class Upload:
+    """One validated upload of a group: its batch, whose it is, and (once stored) its result."""
+
+    batch: fastwire.FastTrialBatch | fastwire.FastObservationBatch
+    identity_id: uuid.UUID
+    #: Set by :func:`store_group`: the result, or why this upload alone was refused.
+    outcome: IngestResult | BatchRejected | None = None
+
+
+Owners = dict[str, tuple[int, dict[str, Any]]]
+
+
+def _trial_owners(uploads: list[Upload]) -> Owners:
+    """Per trial UUID of the group, in UUID order: the upload (its position) whose record is
+    stored -- the first that carried it -- and that record's row."""
+    owner: Owners = {}
+    for position, upload in enumerate(uploads):
+        batch = upload.batch
+        assert isinstance(batch, fastwire.FastTrialBatch)
+        for trial, started in zip(batch.trials, batch.started_at, strict=True):
+            if trial.trial_id not in owner:
+                owner[trial.trial_id] = (position, rows.trial_record(trial, rows.utc_text(trial.started_at, started)))
+    return dict(sorted(owner.items()))
+
+
+def _sample_owners(uploads: list[Upload]) -> Owners:
+    """As :func:`_trial_owners`, for the path samples of the group."""
+    owner: Owners = {}
+    for position, upload in enumerate(uploads):
+        batch = upload.batch
+        assert isinstance(batch, fastwire.FastTrialBatch)
+        for sample, measured_at in zip(batch.path_samples, batch.measured_at, strict=True):
+            if sample.sample_id not in owner:
+                owner[sample.sample_id] = (position, rows.sample_record(sample, measured_at))
+    return dict(sorted(owner.items()))
+
+
+def _observation_owners(uploads: list[Upload]) -> Owners:
+    """As :func:`_trial_owners`, for the observations of the group (keyed by their trial's UUID)."""
+    owner: Owners = {}
+    for position, upload in enumerate(uploads):
+        batch = upload.batch
+        assert isinstance(batch, fastwire.FastObservationBatch)
+        for observation, request_at in zip(batch.observations, batch.request_at, strict=True):
+            if observation.trial_id not in owner:
+                owner[observation.trial_id] = (position, rows.observation_record(observation, request_at))
+    return dict(sorted(owner.items()))
+
+
+def _document(owner: Owners) -> str:
+    return orjson.dumps([row for _, row in owner.values()]).decode()
+
+
+def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
+    """Store several validated uploads in ONE transaction (a group commit); sets each one's
+    ``outcome``.
+
+    A trial batch naming an unknown campaign or origin is refused alone (its outcome is the
+    :class:`BatchRejected`) and stores nothing; every other upload is stored completely, as a
+    duplicate-free union (the first record of a UUID in the group wins), by ONE statement
+    (:data:`_STORE_GROUP`) run as its own transaction: one round trip, where a registry insert,
+    a two-round-trip COPY, an update and a commit took five (a round trip costs the API ~230 us
+    of CPU on the benchmark machine, docs/ingest-throughput.md).  A group with census records
+    (a few per probe an hour) inserts them first, in the same transaction.  Any other error
+    rolls the whole group back and propagates (the caller then stores each upload alone:
+    :mod:`iwscope.trials.writer`).  One upload is a group of one.
+    """
     pooled = engine.raw_connection()
+    connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+    trial_uploads: list[Upload] = []
+    observation_uploads: list[Upload] = []
+    censuses: dict[int, int] = {}
     try:
-        connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
-        _ensure_staging(connection, pooled.info)
         with connection.cursor() as cursor:
-            unknown = _unknown_references(cursor, batch)
-            if unknown:
-                raise BatchRejected(422, "invalid batch: nothing was stored", unknown)
-            result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
-            if batch.trials:
-                # One record per UUID (the first wins), then only UUIDs never stored before are
-                # copied straight into ``trials``: the registry insert is the idempotency gate.
-                trials = batch.trials
-                first_index: dict[str, int] = {}
-                for index, trial in enumerate(trials):
-                    first_index.setdefault(trial.trial_id, index)
-                unique = list(first_index.values())
-                started_at = batch.started_at
-                started = [_utc_text(trials[index].started_at, started_at[index]) for index in unique]
-                # Array literals by hand: psycopg's list adaptation is pure Python per element;
-                # validated UUIDs and ISO timestamps need no quoting.
-                cursor.execute(_REGISTER_TRIAL_IDS, ("{" + ",".join(first_index) + "}", '{"' + '","'.join(started) + '"}'))
-                fresh = {row[0] for row in cursor.fetchall()}
-                if len(fresh) == len(unique):
-                    new_indices = unique
-                    new_started = started
+            for upload in uploads:
+                batch = upload.batch
+                if isinstance(batch, fastwire.FastObservationBatch):
+                    observation_uploads.append(upload)
+                    continue
+                unknown = _unknown_references(cursor, batch)
+                if unknown:
+                    upload.outcome = BatchRejected(422, "invalid batch: nothing was stored", unknown)
                 else:
-                    kept = [position for position, index in enumerate(unique) if trials[index].trial_id in fresh]
-                    new_indices = [unique[position] for position in kept]
-                    new_started = [started[position] for position in kept]
-                if new_indices:
-                    payload = (
-                        "\n".join(
-                            [
-                                _trial_line(trials[index], started_text)
-                                for index, started_text in zip(new_indices, new_started, strict=True)
-                            ]
-                        )
-                        + "\n"
-                    )
-                    with cursor.copy(f"COPY trials ({_columns(TRIAL_STAGE_COLUMNS)}) FROM STDIN") as copy:
-                        copy.write(payload.encode())
-                result.new_trial_ids.extend(trials[index].trial_id for index in new_indices)
-            new_samples = 0
-            if batch.path_samples:
-                _copy(cursor, "path_samples_stage", SAMPLE_COLUMNS, map(_sample_row, batch.path_samples, batch.measured_at))
-                cursor.execute(_INSERT_SAMPLES)
-                new_samples = cursor.rowcount  # rows inserted (conflicts are not counted)
-            new_census = census.store(cursor, batch.census, batch.census_measured_at)
-        if batch.envelope.heartbeat is not None:
-            _store_heartbeat(connection, probe_id, msgspec.structs.asdict(batch.envelope.heartbeat))
-        else:
-            touch_last_seen(connection, "probes", probe_id)
-        connection.commit()
+                    trial_uploads.append(upload)
+            if connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                connection.commit()  # the reads of _unknown_references: nothing to keep
+            with_census = any(
+                isinstance(upload.batch, fastwire.FastTrialBatch) and upload.batch.census for upload in trial_uploads
+            )
+            connection.autocommit = not with_census
+            for position, upload in enumerate(trial_uploads):  # rare: census records (a statement each)
+                batch = upload.batch
+                assert isinstance(batch, fastwire.FastTrialBatch)
+                censuses[position] = census.store(cursor, batch.census, batch.census_measured_at)
+            trials, samples = _trial_owners(trial_uploads), _sample_owners(trial_uploads)
+            observations = _observation_owners(observation_uploads)
+            heartbeats = {
+                upload.identity_id: msgspec.structs.asdict(upload.batch.envelope.heartbeat)
+                for upload in trial_uploads
+                if isinstance(upload.batch, fastwire.FastTrialBatch) and upload.batch.envelope.heartbeat is not None
+            }
+            received = utcnow()
+            cursor.execute(
+                _STORE_GROUP,
+                {
+                    "trials": _document(trials),
+                    "samples": _document(samples),
+                    "observations": _document(observations),
+                    "received": received,
+                    "heartbeats": _heartbeats_document(heartbeats, received),
+                    "probes": _due_for_last_seen(
+                        "probes", [upload.identity_id for upload in trial_uploads if upload.identity_id not in heartbeats]
+                    ),
+                    "origins": _due_for_last_seen("origins", [upload.identity_id for upload in observation_uploads]),
+                },
+            )
+            stored = cursor.fetchall()
+            if with_census:
+                connection.commit()
     except BaseException:
         pooled.rollback()
         raise
     finally:
+        if not connection.closed:  # back to the pool as every other user expects it
+            connection.autocommit = False
         pooled.close()
-    total = len(batch.trials) + len(batch.path_samples) + len(batch.census)
-    result.accepted = len(result.new_trial_ids) + new_samples + new_census
-    result.duplicates = total - result.accepted
-    RECORDS.labels("trial", "accepted").inc(len(result.new_trial_ids))
-    RECORDS.labels("trial", "duplicate").inc(len(batch.trials) - len(result.new_trial_ids))
-    RECORDS.labels("path_sample", "accepted").inc(new_samples)
-    RECORDS.labels("path_sample", "duplicate").inc(len(batch.path_samples) - new_samples)
-    RECORDS.labels("census", "accepted").inc(new_census)
-    RECORDS.labels("census", "duplicate").inc(len(batch.census) - new_census)
-    return result
-
-
-def store_observation_batch(engine: Engine, batch: fastwire.FastObservationBatch, origin_id: uuid.UUID) -> IngestResult:
-    """Store a validated observation batch in one transaction (all or nothing, idempotent by trial UUID)."""
-    pooled = engine.raw_connection()
-    try:
-        connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
-        _ensure_staging(connection, pooled.info)
-        with connection.cursor() as cursor:
-            result = IngestResult(batch_id=batch.batch_id, accepted=0, duplicates=0)
-            if batch.observations:
-                rows = map(_observation_row, batch.observations, batch.request_at)
-                _copy(cursor, "observations_stage", OBSERVATION_STAGE_COLUMNS, rows)
-                cursor.execute(_INSERT_OBSERVATIONS)
-                result.new_trial_ids = [row[0] for row in cursor.fetchall()]
-        touch_last_seen(connection, "origins", origin_id)
-        connection.commit()
-    except BaseException:
-        pooled.rollback()
-        raise
-    finally:
-        pooled.close()
-    result.accepted = len(result.new_trial_ids)
-    result.duplicates = len(batch.observations) - result.accepted
-    RECORDS.labels("observation", "accepted").inc(result.accepted)
-    RECORDS.labels("observation", "duplicate").inc(result.duplicates)
-    return result
+    owners = {"t": trials, "s": samples, "o": observations}
+    by_upload: dict[str, dict[int, list[str]]] = {"t": {}, "s": {}, "o": {}}
+    for kind, record_id in stored:
+        by_upload[kind].setdefault(owners[kind][record_id][0], []).append(record_id)
+    for position, upload in enumerate(trial_uploads):
+        batch = upload.batch
+        assert isinstance(batch, fastwire.FastTrialBatch)
+        new_trials = by_upload["t"].get(position, [])
+        new_samples, new_census = len(by_upload["s"].get(position, [])), censuses.get(position, 0)
+        accepted = len(new_trials) + new_samples + new_census
+        total = len(batch.trials) + len(batch.path_samples) + len(batch.census)
+        upload.outcome = IngestResult(batch.batch_id, accepted, total - accepted, new_trials)
+        labelled(RECORDS, "trial", "accepted").inc(len(new_trials))
+        labelled(RECORDS, "trial", "duplicate").inc(len(batch.trials) - len(new_trials))
+        labelled(RECORDS, "path_sample", "accepted").inc(new_samples)
+        labelled(RECORDS, "path_sample", "duplicate").inc(len(batch.path_samples) - new_samples)
+        labelled(RECORDS, "census", "accepted").inc(new_census)
+        labelled(RECORDS, "census", "duplicate").inc(len(batch.census) - new_census)
+    for position, upload in enumerate(observation_uploads):
+        batch = upload.batch
+        assert isinstance(batch, fastwire.FastObservationBatch)
+        new_observations = by_upload["o"].get(position, [])
+        upload.outcome = IngestResult(
+            batch.batch_id, len(new_observations), len(batch.observations) - len(new_observations), new_observations
+        )
+        labelled(RECORDS, "observation", "accepted").inc(len(new_observations))
+        labelled(RECORDS, "observation", "duplicate").inc(len(batch.observations) - len(new_observations))
 
 
 def count_rejected(kind: str, count: int) -> None:
-    RECORDS.labels(kind, "rejected").inc(count)
+    labelled(RECORDS, kind, "rejected").inc(count)

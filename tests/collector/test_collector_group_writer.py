@@ -1,0 +1,174 @@
+"""The group commit of uploads (``iwscope.trials.writer``, ``services.store_group``) against the
+real database: several uploads in one transaction keep every per-upload guarantee -- a
+duplicate across uploads is stored once (the first wins), a refused upload stores nothing and
+refuses nothing else, and one upload the database refuses does not take the others down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+from testkit import Enrolled, enroll_origin, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial
+
+from iwscope.trials import rows, services, validation, writer
+from iwscope.trials.validation import BatchRejected
+
+
+def _trial_upload(probe: Enrolled, trials: list[dict[str, object]]) -> services.Upload:
+    body = orjson.dumps(make_batch(probe.id, trials))
+    return services.Upload(validation.validate_trial_batch(body, uuid.UUID(probe.id)), uuid.UUID(probe.id))
+
+
+def _stored(engine: Engine, table: str, trial_ids: list[str]) -> dict[str, int]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(f"SELECT trial_id::text, count(*) FROM {table} WHERE trial_id = ANY(CAST(:ids AS uuid[])) GROUP BY 1"),
+            {"ids": trial_ids},
+        ).all()
+    return {row[0]: row[1] for row in rows}
+
+
+def test_a_group_stores_each_upload_as_alone(
+    client: httpx.Client, enroll_token: str, origin_token: str, db_engine: Engine
+) -> None:
+    first, second, third = (enroll_probe(client, enroll_token) for _ in range(3))
+    origin = enroll_origin(client, origin_token)
+    a = [make_trial(first.id) for _ in range(5)]
+    b = [make_trial(second.id) for _ in range(3)]
+    b_again = {**a[4], "probe_id": second.id}  # the same UUID as a's last trial, in another upload
+    refused = [make_trial(third.id), make_trial(third.id, campaign_id=2_000_000_000)]  # an unknown campaign
+    # Observations of trials this test never stores (a sweep would otherwise find them to join).
+    observed = [make_trial(first.id) for _ in range(2)]
+    observations = [make_observation(trial, origin.id) for trial in observed]
+    upload_a = _trial_upload(first, a)
+    upload_b = _trial_upload(second, [*b, b_again])
+    upload_refused = _trial_upload(third, refused)
+    upload_obs = services.Upload(
+        validation.validate_observation_batch(
+            orjson.dumps(make_observation_batch(origin.id, [*observations, observations[0]])), uuid.UUID(origin.id)
+        ),
+        uuid.UUID(origin.id),
+    )
+
+    services.store_group(db_engine, [upload_a, upload_refused, upload_b, upload_obs])
+
+    assert isinstance(upload_a.outcome, services.IngestResult) and isinstance(upload_b.outcome, services.IngestResult)
+    assert (upload_a.outcome.accepted, upload_a.outcome.duplicates) == (5, 0)
+    assert (upload_b.outcome.accepted, upload_b.outcome.duplicates) == (3, 1)  # the first upload of a UUID wins
+    assert sorted(upload_b.outcome.new_trial_ids) == sorted(trial["trial_id"] for trial in b)
+    assert isinstance(upload_refused.outcome, BatchRejected) and upload_refused.outcome.status_code == 422
+    assert [error.field for error in upload_refused.outcome.errors] == ["campaign_id"]
+    assert isinstance(upload_obs.outcome, services.IngestResult)
+    assert (upload_obs.outcome.accepted, upload_obs.outcome.duplicates) == (2, 1)
+    every = [str(trial["trial_id"]) for trial in (*a, *b, *refused)]
+    stored = _stored(db_engine, "trials", every)
+    assert stored == {str(trial["trial_id"]): 1 for trial in (*a, *b)}  # once each; nothing of the refused upload
+    assert _stored(db_engine, "trial_ids", every) == stored
+    with db_engine.connect() as connection:
+        owner = connection.execute(
+            text("SELECT probe_id::text FROM trials WHERE trial_id = CAST(:t AS uuid)"), {"t": a[4]["trial_id"]}
+        ).scalar_one()
+        seen = connection.execute(
+            text("SELECT count(*) FROM probes WHERE id = ANY(CAST(:ids AS uuid[])) AND last_seen_at IS NOT NULL"),
+            {"ids": [first.id, second.id]},
+        ).scalar_one()
+    assert owner == first.id
+    assert seen == 2
+    assert _stored(db_engine, "origin_observations", [str(trial["trial_id"]) for trial in observed]) == {
+        str(trial["trial_id"]): 1 for trial in observed
+    }
+    # The same group again: nothing new, every record a duplicate.
+    again = [_trial_upload(first, a), _trial_upload(second, b)]
+    services.store_group(db_engine, again)
+    assert [(outcome.accepted, outcome.duplicates) for outcome in (upload.outcome for upload in again)] == [(0, 5), (0, 3)]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def poisoned_trial(db_engine: Engine) -> Iterator[str]:
+    """A trial UUID the database refuses (a trigger on the registry raises for it): a fault
+    nothing before the database can see."""
+    poisoned = str(uuid.uuid4())
+    with db_engine.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE FUNCTION iwscope_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'refused by the test''s trigger'; END $$"
+            )
+        )
+        connection.execute(
+            text(
+                "CREATE TRIGGER iwscope_test_refuse BEFORE INSERT ON trial_ids FOR EACH ROW "
+                f"WHEN (NEW.trial_id = '{poisoned}') EXECUTE FUNCTION iwscope_test_refuse()"
+            )
+        )
+    try:
+        yield poisoned
+    finally:
+        with db_engine.begin() as connection:
+            connection.execute(text("DROP TRIGGER iwscope_test_refuse ON trial_ids"))
+            connection.execute(text("DROP FUNCTION iwscope_test_refuse()"))
+
+
+def test_an_upload_the_database_refuses_fails_alone(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, poisoned_trial: str
+) -> None:
+    probes = [enroll_probe(client, enroll_token) for _ in range(3)]
+    trials = [[make_trial(probe.id) for _ in range(4)] for probe in probes]
+    trials[1][2]["trial_id"] = poisoned_trial
+    bodies = [orjson.dumps(make_batch(probe.id, batch)) for probe, batch in zip(probes, trials, strict=True)]
+    work = [(writer.validate_trials, body, uuid.UUID(probe.id)) for probe, body in zip(probes, bodies, strict=True)]
+    work.append((writer.validate_trials, b'{"wire_version": 1}', uuid.UUID(probes[0].id)))  # refused by the checks
+
+    outcomes = writer.check_and_store(db_engine, work)
+
+    assert isinstance(outcomes[0], services.IngestResult) and outcomes[0].accepted == 4
+    assert isinstance(outcomes[2], services.IngestResult) and outcomes[2].accepted == 4
+    assert isinstance(outcomes[1], Exception) and "refused by the test's trigger" in str(outcomes[1])
+    assert isinstance(outcomes[3], BatchRejected) and outcomes[3].status_code == 422
+    ids = [str(trial["trial_id"]) for batch in trials for trial in batch]
+    stored = _stored(db_engine, "trials", ids)
+    assert stored == {str(trial["trial_id"]): 1 for trial in (*trials[0], *trials[2])}  # nothing of the refused one
+
+
+def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probes = [enroll_probe(client, enroll_token) for _ in range(12)]
+    batches = [[make_trial(probe.id) for _ in range(3)] for probe in probes]
+    groups: list[int] = []
+    store_group = services.store_group
+
+    def counting(engine: Engine, uploads: list[services.Upload]) -> None:
+        groups.append(len(uploads))
+        store_group(engine, uploads)
+
+    async def upload_all() -> list[services.IngestResult | BaseException]:
+        group_writer = writer.GroupWriter(lanes=1)
+        return await asyncio.gather(
+            *(
+                group_writer.store(writer.validate_trials, orjson.dumps(make_batch(probe.id, batch)), uuid.UUID(probe.id))
+                for probe, batch in zip(probes, batches, strict=True)
+            ),
+            return_exceptions=True,
+        )
+
+    monkeypatch.setattr(services, "store_group", counting)
+    results = asyncio.run(upload_all())
+    assert [(result.accepted, result.duplicates) for result in results] == [(3, 0)] * len(probes)  # type: ignore[union-attr]
+    assert sum(groups) == len(probes) and len(groups) < len(probes), groups  # grouped, every upload in one group
+    ids = [str(trial["trial_id"]) for batch in batches for trial in batch]
+    assert _stored(db_engine, "trials", ids) == dict.fromkeys(ids, 1)
+
+
+def test_a_trial_row_names_every_column_the_insert_writes(probe: Enrolled) -> None:
+    body = orjson.dumps(make_batch(probe.id, [make_trial(probe.id)]))
+    batch = validation.validate_trial_batch(body, uuid.UUID(probe.id))
+    record = rows.trial_record(batch.trials[0], rows.utc_text(batch.trials[0].started_at, batch.started_at[0]))
+    assert tuple(record) == rows.TRIAL_STAGE_COLUMNS
