@@ -23,7 +23,7 @@ from iwscope_lab.campaign import CampaignPlan, LabCampaign
 from iwscope_lab.topology import Topology
 
 PATHS = {"quiet": ("europe", 20.0, 10e6, 0.0), "lossy": ("africa", 300.0, 1e6, 0.04)}
-DURATION_S = 30.0
+DURATION_S = 25.0
 PLAN = CampaignPlan(
     name="adaptive-e2e", arms=(3, 10), sizes=(9_000, 30_000), repetitions=10_000, duration_s=DURATION_S, target_ci_ms=10.0
 )

@@ -33,7 +33,7 @@ SCHEMATHESIS = Path(sys.executable).with_name("st")
 #: coverage phase (half a minute); ``make test-slow`` adds the full :data:`MAX_EXAMPLES` run with
 #: the coverage phase unauthenticated and as admin (about three and a half minutes).
 MAX_EXAMPLES = 15
-QUICK_EXAMPLES = 4
+QUICK_EXAMPLES = 3
 
 
 @dataclass

@@ -1,16 +1,15 @@
-"""Batch ingest of trials, path samples and origin observations; the observation join.
+"""Batch ingest of trials, path samples, census records and origin observations.
 
-The fast path for a batch of trials: msgspec parses and validates the JSON body in one call
-(:mod:`iwscope.trials.fastwire`; observation batches too), semantic checks run over the typed
-records (:mod:`iwscope.trials.validation`), then one
-set-based ``INSERT INTO trial_ids SELECT * FROM unnest(...) ON CONFLICT DO NOTHING
-RETURNING`` admits the UUIDs never seen before, and exactly those records go into ``trials``
-with psycopg 3 ``COPY``.  A replay (even with changed values) is counted as a duplicate and
-never overwrites.  Path samples and observations (keyed by their own UUID in unpartitioned
-tables) go through a per-connection temporary staging table and ``INSERT ... SELECT ... ON
-CONFLICT DO NOTHING``; census records (wire v5) go in with one ``INSERT ... SELECT FROM
-unnest(...)`` (:mod:`iwscope.trials.census`).  All of it is one transaction: a batch is stored
-completely or not at all.
+A batch arrives checked (msgspec decodes and validates the JSON body in one call,
+:mod:`iwscope.trials.fastwire`; semantic checks over the typed records,
+:mod:`iwscope.trials.validation`) and is stored with the uploads of its group
+(:mod:`iwscope.trials.writer`) by :func:`store_group`: one statement, :data:`_STORE_GROUP`,
+whose data-modifying CTEs admit the trial UUIDs never seen before to the registry
+(``trial_ids``, the idempotency gate) and insert exactly their rows, and insert the path samples
+and observations never seen before (keyed by their own UUIDs), the folded heartbeats and
+``last_seen_at``.  A replay (even with changed values) is counted as a duplicate and never
+overwrites.  Census records (wire v5) go in first, in the same transaction
+(:mod:`iwscope.trials.census`).  An upload is stored completely or not at all.
 """
 
 from __future__ import annotations
