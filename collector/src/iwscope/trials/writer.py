@@ -95,6 +95,8 @@ class GroupWriter:
         self.lanes = lanes
         self._queue: deque[_Pending] = deque()
         self._running = 0
+        #: The drain tasks in flight (the event loop keeps only weak references to tasks).
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def store(self, validate: Validate, body: bytes, identity_id: uuid.UUID) -> services.IngestResult:
         """Check and store one upload's body with whatever else is queued; its result, or
@@ -106,7 +108,9 @@ class GroupWriter:
         self._queue.append(pending)
         if self._running < self.lanes:
             self._running += 1
-            loop.create_task(self._drain())
+            task = loop.create_task(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return await pending.future
 
     def _expire(self, pending: _Pending, timeout_s: float) -> None:
