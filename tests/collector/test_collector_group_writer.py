@@ -123,8 +123,8 @@ def test_an_upload_the_database_refuses_fails_alone(
     trials = [[make_trial(probe.id) for _ in range(4)] for probe in probes]
     trials[1][2]["trial_id"] = poisoned_trial
     bodies = [orjson.dumps(make_batch(probe.id, batch)) for probe, batch in zip(probes, trials, strict=True)]
-    work = [(writer.validate_trials, body, uuid.UUID(probe.id)) for probe, body in zip(probes, bodies, strict=True)]
-    work.append((writer.validate_trials, b'{"wire_version": 1}', uuid.UUID(probes[0].id)))  # refused by the checks
+    work = [(validation.validate_trial_batch, body, uuid.UUID(probe.id)) for probe, body in zip(probes, bodies, strict=True)]
+    work.append((validation.validate_trial_batch, b'{"wire_version": 1}', uuid.UUID(probes[0].id)))  # refused by the checks
 
     outcomes = writer.check_and_store(db_engine, work)
 
@@ -153,7 +153,9 @@ def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
         group_writer = writer.GroupWriter(lanes=1)
         return await asyncio.gather(
             *(
-                group_writer.store(writer.validate_trials, orjson.dumps(make_batch(probe.id, batch)), uuid.UUID(probe.id))
+                group_writer.store(
+                    validation.validate_trial_batch, orjson.dumps(make_batch(probe.id, batch)), uuid.UUID(probe.id)
+                )
                 for probe, batch in zip(probes, batches, strict=True)
             ),
             return_exceptions=True,

@@ -112,9 +112,8 @@ async def run_db(function: Callable[..., Result], *args: object, read: bool = Fa
     it ends -- in a thread, once a database slot (``read``: within the readers' share) is free.
 
     A free slot is taken at once, without :func:`db_slot`'s timeout machinery (a cancel scope
-    and an exit stack per call: about half of this function's CPU, measured at ~430 us per call
-    on the benchmark machine, docs/ingest-throughput.md); only a wait for one pays for it.  A
-    free slot means nobody waits for one: a released slot goes to a waiter first."""
+    and an exit stack per call); only a wait for one pays for it.  A free slot means nobody
+    waits for one: a released slot goes to a waiter first."""
     slots = _slots()
     if not read:
         try:

@@ -37,7 +37,7 @@ _MAX_IF_NONE_MATCH = 1024
 def schedule_probe_id(path: str) -> uuid.UUID | None:
     """The probe id of a schedule path (``None``: not one this module answers); remembered per
     path, as every probe polls the same one (``uuid.UUID()`` parses in Python: 4 % of the API's
-    CPU at the fleet's shape)."""
+    GIL-held samples in a py-spy profile at 1,000 probes, 2026-11-28)."""
     match = _SCHEDULE_PATH.fullmatch(path)
     if match is None:
         return None

@@ -59,8 +59,8 @@ class UploadAnswer:
 
 #: Per upload kind: the identity kind it needs, what checks its body, its metric's record kind.
 _KINDS: dict[str, tuple[IdentityKind, writer.Validate, str]] = {
-    TRIALS_PATH: ("probe", writer.validate_trials, "trial"),
-    OBSERVATIONS_PATH: ("origin", writer.validate_observations, "observation"),
+    TRIALS_PATH: ("probe", validation.validate_trial_batch, "trial"),
+    OBSERVATIONS_PATH: ("origin", validation.validate_observation_batch, "observation"),
 }
 #: The paths :func:`answer_upload` answers.
 UPLOAD_PATHS = frozenset(_KINDS)

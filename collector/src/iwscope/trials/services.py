@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,40 +165,46 @@ def touch_last_seen(connection: psycopg.Connection, table: str, identity: uuid.U
     statement (the caller commits; the row's lock is then held only for the commit).  At most
     once per :data:`LAST_SEEN_RESOLUTION` per process and identity."""
     due = _due_for_last_seen(table, [identity])
-    if due != "{}":
+    if due:
         connection.execute(
             f"UPDATE {table} SET last_seen_at = now() WHERE id = ANY(%s::text::uuid[]) AND "
             f"(last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')",
-            (due,),
+            (_uuid_array(due),),
         )
+        _mark_seen(table, due)
 
 
-def _due_for_last_seen(table: str, identities: Iterable[uuid.UUID]) -> str:
+def _due_for_last_seen(table: str, identities: Iterable[uuid.UUID]) -> list[uuid.UUID]:
     """Those of ``identities`` whose ``last_seen_at`` this process last refreshed more than the
-    resolution ago, as a ``uuid[]`` literal in order (marked refreshed now); ``{}`` for none.
-    (A literal: psycopg's list adaptation inspects every element in Python.)"""
+    resolution ago, in order (:func:`_mark_seen` marks them once the refresh is stored)."""
     now = time.monotonic()
-    due = sorted(
+    return sorted(
         {
             identity
             for identity in identities
             if now - _LAST_TOUCHED.get((table, identity), -_LAST_SEEN_RESOLUTION_S) >= _LAST_SEEN_RESOLUTION_S
         }
     )
-    for identity in due:
+
+
+def _mark_seen(table: str, identities: Iterable[uuid.UUID]) -> None:
+    now = time.monotonic()
+    for identity in identities:
         _LAST_TOUCHED[(table, identity)] = now
-    return "{" + ",".join(map(str, due)) + "}"
+
+
+def _uuid_array(identities: Iterable[uuid.UUID]) -> str:
+    """A ``uuid[]`` literal (psycopg's list adaptation inspects every element in Python)."""
+    return "{" + ",".join(map(str, identities)) + "}"
 
 
 def _heartbeats_document(heartbeats: dict[uuid.UUID, dict[str, Any]], received: dt.datetime) -> str:
     """Heartbeats folded into uploads as :data:`_STORE_GROUP` stores them (the columns
     ``POST .../heartbeat`` sets), in id order."""
-    touched = time.monotonic()
     document = []
     for probe_id in sorted(heartbeats):
         values = heartbeat_values(heartbeats[probe_id], received)
         document.append({"id": str(probe_id), "version": values["version"], "body": values["last_heartbeat"]})
-        _LAST_TOUCHED[("probes", probe_id)] = touched
     return orjson.dumps(document).decode()
 
 
@@ -213,43 +219,42 @@ class Upload:
 
 
 Owners = dict[str, tuple[int, dict[str, Any]]]
+Batch = fastwire.FastTrialBatch | fastwire.FastObservationBatch
 
 
-def _trial_owners(uploads: list[Upload]) -> Owners:
-    """Per trial UUID of the group, in UUID order: the upload (its position) whose record is
-    stored -- the first that carried it -- and that record's row."""
+def _owners(
+    uploads: list[Upload],
+    records: Callable[[Batch], Iterable[tuple[str, Any, Any]]],
+    row: Callable[[Any, Any], dict[str, Any]],
+) -> Owners:
+    """Per record UUID of the group, in UUID order: the upload (its position) whose record is
+    stored -- the first that carried it -- and that record's row.  ``records`` gives a batch's
+    records as (UUID, record, its parsed instant); ``row`` makes the row of one."""
     owner: Owners = {}
     for position, upload in enumerate(uploads):
-        batch = upload.batch
-        assert isinstance(batch, fastwire.FastTrialBatch)
-        for trial, started in zip(batch.trials, batch.started_at, strict=True):
-            if trial.trial_id not in owner:
-                owner[trial.trial_id] = (position, rows.trial_record(trial, rows.utc_text(trial.started_at, started)))
+        for record_id, record, instant in records(upload.batch):
+            if record_id not in owner:
+                owner[record_id] = (position, row(record, instant))
     return dict(sorted(owner.items()))
 
 
-def _sample_owners(uploads: list[Upload]) -> Owners:
-    """As :func:`_trial_owners`, for the path samples of the group."""
-    owner: Owners = {}
-    for position, upload in enumerate(uploads):
-        batch = upload.batch
-        assert isinstance(batch, fastwire.FastTrialBatch)
-        for sample, measured_at in zip(batch.path_samples, batch.measured_at, strict=True):
-            if sample.sample_id not in owner:
-                owner[sample.sample_id] = (position, rows.sample_record(sample, measured_at))
-    return dict(sorted(owner.items()))
+def _trials(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
+    assert isinstance(batch, fastwire.FastTrialBatch)
+    return ((trial.trial_id, trial, started) for trial, started in zip(batch.trials, batch.started_at, strict=True))
 
 
-def _observation_owners(uploads: list[Upload]) -> Owners:
-    """As :func:`_trial_owners`, for the observations of the group (keyed by their trial's UUID)."""
-    owner: Owners = {}
-    for position, upload in enumerate(uploads):
-        batch = upload.batch
-        assert isinstance(batch, fastwire.FastObservationBatch)
-        for observation, request_at in zip(batch.observations, batch.request_at, strict=True):
-            if observation.trial_id not in owner:
-                owner[observation.trial_id] = (position, rows.observation_record(observation, request_at))
-    return dict(sorted(owner.items()))
+def _samples(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
+    assert isinstance(batch, fastwire.FastTrialBatch)
+    return ((sample.sample_id, sample, at) for sample, at in zip(batch.path_samples, batch.measured_at, strict=True))
+
+
+def _observations(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
+    assert isinstance(batch, fastwire.FastObservationBatch)
+    return ((obs.trial_id, obs, at) for obs, at in zip(batch.observations, batch.request_at, strict=True))
+
+
+def _trial_row(trial: fastwire.FastTrial, started: dt.datetime) -> dict[str, Any]:
+    return rows.trial_record(trial, rows.utc_text(trial.started_at, started))
 
 
 def _document(owner: Owners) -> str:
@@ -264,7 +269,7 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
     :class:`BatchRejected`) and stores nothing; every other upload is stored completely, as a
     duplicate-free union (the first record of a UUID in the group wins), by ONE statement
     (:data:`_STORE_GROUP`) run as its own transaction: one round trip, where a registry insert,
-    a two-round-trip COPY, an update and a commit took five (a round trip costs the API ~230 us
+    a two-round-trip COPY, an update and a commit took five (a psycopg round trip cost 115-240 us
     of CPU on the benchmark machine, docs/ingest-throughput.md).  A group with census records
     (a few per probe an hour) inserts them first, in the same transaction.  Any other error
     rolls the whole group back and propagates (the caller then stores each upload alone:
@@ -297,14 +302,19 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
                 batch = upload.batch
                 assert isinstance(batch, fastwire.FastTrialBatch)
                 censuses[position] = census.store(cursor, batch.census, batch.census_measured_at)
-            trials, samples = _trial_owners(trial_uploads), _sample_owners(trial_uploads)
-            observations = _observation_owners(observation_uploads)
+            trials = _owners(trial_uploads, _trials, _trial_row)
+            samples = _owners(trial_uploads, _samples, rows.sample_record)
+            observations = _owners(observation_uploads, _observations, rows.observation_record)
             heartbeats = {
                 upload.identity_id: msgspec.structs.asdict(upload.batch.envelope.heartbeat)
                 for upload in trial_uploads
                 if isinstance(upload.batch, fastwire.FastTrialBatch) and upload.batch.envelope.heartbeat is not None
             }
             received = utcnow()
+            seen_probes = _due_for_last_seen(
+                "probes", [upload.identity_id for upload in trial_uploads if upload.identity_id not in heartbeats]
+            )
+            seen_origins = _due_for_last_seen("origins", [upload.identity_id for upload in observation_uploads])
             cursor.execute(
                 _STORE_GROUP,
                 {
@@ -313,10 +323,8 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
                     "observations": _document(observations),
                     "received": received,
                     "heartbeats": _heartbeats_document(heartbeats, received),
-                    "probes": _due_for_last_seen(
-                        "probes", [upload.identity_id for upload in trial_uploads if upload.identity_id not in heartbeats]
-                    ),
-                    "origins": _due_for_last_seen("origins", [upload.identity_id for upload in observation_uploads]),
+                    "probes": _uuid_array(seen_probes),
+                    "origins": _uuid_array(seen_origins),
                 },
             )
             stored = cursor.fetchall()
@@ -329,6 +337,9 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
         if not connection.closed:  # back to the pool as every other user expects it
             connection.autocommit = False
         pooled.close()
+    # Marked only once stored: a group that failed leaves them due for the uploads stored alone.
+    _mark_seen("probes", [*heartbeats, *seen_probes])
+    _mark_seen("origins", seen_origins)
     owners = {"t": trials, "s": samples, "o": observations}
     by_upload: dict[str, dict[int, list[str]]] = {"t": {}, "s": {}, "o": {}}
     for kind, record_id in stored:

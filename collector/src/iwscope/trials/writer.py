@@ -36,7 +36,7 @@ from iwscope.config import get_settings
 from iwscope.db import get_engine
 from iwscope.dbslots import DatabaseBusy, run_db
 from iwscope.metrics import DB_BUSY
-from iwscope.trials import fastwire, services, validation
+from iwscope.trials import fastwire, services
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +168,4 @@ def group_writer() -> GroupWriter:
         return writer
 
 
-def validate_trials(body: bytes, identity_id: uuid.UUID) -> fastwire.FastTrialBatch:
-    return validation.validate_trial_batch(body, identity_id)
-
-
-def validate_observations(body: bytes, identity_id: uuid.UUID) -> fastwire.FastObservationBatch:
-    return validation.validate_observation_batch(body, identity_id)
-
-
-__all__ = ["LANES", "GroupWriter", "check_and_store", "group_writer", "validate_observations", "validate_trials"]
+__all__ = ["LANES", "GroupWriter", "Validate", "check_and_store", "group_writer"]
