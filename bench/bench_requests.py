@@ -17,7 +17,14 @@ the kernel alone), and a PostgreSQL round trip from psycopg (``SELECT 1``: the c
 Sequential requests are groups of one for the API's group commit, so an upload's figure here is
 the most it costs; under load more uploads share a group.  Writes ``bench/results/requests.json``.
 
-    .venv/bin/python bench/bench_requests.py [--requests 400] [--repeat 3] [--output FILE]
+``--baseline DIR`` compares two versions in the same run: DIR is another checkout (a ``git
+worktree`` of an older commit; the two must share the database schema), whose API runs beside
+this one's on the same database and serves every other block of 20 requests of each kind, so
+both meet the same moments of a noisy machine; each kind reports the ratio of this version's CPU
+to the baseline's.  ``--profile DIR`` writes py-spy's collapsed stacks of the API per kind (its
+sampling inflates the system time: the CPU figures of such a run do not count).
+
+    .venv/bin/python bench/bench_requests.py [--requests 400] [--repeat 3] [--baseline DIR] [--output FILE]
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import os
 import pathlib
 import random
 import secrets
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -53,6 +62,8 @@ from iwprobe import wire
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "requests.json"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: py-spy (``--profile``): the one on PATH, else ``$PY_SPY``.
+PY_SPY = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
 Request = tuple[str, str, bytes | None, dict[str, str]]
 
 MINIMAL_APP = textwrap.dedent(
@@ -83,28 +94,60 @@ def _wait_ready(url: str) -> None:
     raise RuntimeError(f"{url} never answered 200")
 
 
-def measure(pid: int, port: int, requests: list[Request]) -> dict[str, Any]:
-    """Send ``requests`` one at a time; the server's CPU per request (us) and the statuses."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    time.sleep(0.5)  # the server's own start-up and earlier work settle
-    before, started = _cpu_ticks(pid), time.perf_counter()
-    statuses: dict[str, int] = {}
-    for method, path, body, headers in requests:
-        connection.request(method, path, body=body, headers=headers)
-        answer = connection.getresponse()
-        answer.read()
-        statuses[str(answer.status)] = statuses.get(str(answer.status), 0) + 1
-    after, wall = _cpu_ticks(pid), time.perf_counter() - started
-    connection.close()
-    per_request = 1e6 / CLOCK_TICKS / len(requests)
-    user, system = (after[0] - before[0]) * per_request, (after[1] - before[1]) * per_request
-    return {
-        "user_us": round(user),
-        "system_us": round(system),
-        "cpu_us": round(user + system),
-        "wall_us": round(wall * 1e6 / len(requests)),
-        "statuses": statuses,
-    }
+#: Requests sent to one server before the next one's turn (``--baseline``: the two alternate).
+BLOCK = 20
+
+
+def measure(servers: list[tuple[int, int]], requests: list[Request], profile: pathlib.Path | None = None) -> list[dict[str, Any]]:
+    """Send ``requests`` one at a time, in blocks of :data:`BLOCK` taking turns between
+    ``servers`` (pid, port); per server its CPU per request (us) and the statuses.  With
+    ``profile``, py-spy samples the first server meanwhile and writes its collapsed stacks there."""
+    connections = [http.client.HTTPConnection("127.0.0.1", port, timeout=60) for _, port in servers]
+    sampler = None
+    if profile is not None:
+        sampler = subprocess.Popen(
+            [PY_SPY, "record", "--pid", str(servers[0][0]), "--rate", "1000", "--format", "raw", "--output", str(profile)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    time.sleep(0.5)  # the servers' own start-up and earlier work settle
+    ticks = [[0, 0] for _ in servers]
+    walls = [0.0 for _ in servers]
+    counts = [0 for _ in servers]
+    statuses: list[dict[str, int]] = [{} for _ in servers]
+    for block, start in enumerate(range(0, len(requests), BLOCK)):
+        turn = block % len(servers)
+        pid, connection = servers[turn][0], connections[turn]
+        before, started = _cpu_ticks(pid), time.perf_counter()
+        for method, path, body, headers in requests[start : start + BLOCK]:
+            connection.request(method, path, body=body, headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            statuses[turn][str(answer.status)] = statuses[turn].get(str(answer.status), 0) + 1
+            counts[turn] += 1
+        after = _cpu_ticks(pid)
+        walls[turn] += time.perf_counter() - started
+        ticks[turn][0] += after[0] - before[0]
+        ticks[turn][1] += after[1] - before[1]
+    for connection in connections:
+        connection.close()
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(60)
+    results = []
+    for turn in range(len(servers)):
+        per_request = 1e6 / CLOCK_TICKS / counts[turn]
+        user, system = ticks[turn][0] * per_request, ticks[turn][1] * per_request
+        results.append(
+            {
+                "user_us": round(user),
+                "system_us": round(system),
+                "cpu_us": round(user + system),
+                "wall_us": round(walls[turn] * 1e6 / counts[turn]),
+                "statuses": statuses[turn],
+            }
+        )
+    return results
 
 
 def round_trip_us(libpq_url: str, count: int = 2000) -> float:
@@ -129,7 +172,7 @@ def floor_us(count: int) -> dict[str, Any]:
     )
     try:
         _wait_ready(f"http://127.0.0.1:{port}/")
-        return measure(server.pid, port, [("GET", "/", None, {})] * count)
+        return measure([(server.pid, port)], [("GET", "/", None, {})] * count)[0]
     finally:
         server.terminate()
         server.wait(30)
@@ -138,7 +181,9 @@ def floor_us(count: int) -> dict[str, Any]:
         directory.rmdir()
 
 
-def run_once(count: int) -> dict[str, Any]:
+def run_once(
+    count: int, only: list[str] | None = None, profile: pathlib.Path | None = None, baseline: pathlib.Path | None = None
+) -> dict[str, Any]:
     server = testenv.server_database_url()
     name = f"iwscope_requests_{secrets.token_hex(4)}"
     database_url = testenv.named_database_url(name, server)
@@ -154,6 +199,7 @@ def run_once(count: int) -> dict[str, Any]:
     testenv.create_database(name, server_url=server)
     iwscope = [sys.executable, "-m", "iwscope.cli"]
     api: subprocess.Popen[bytes] | None = None
+    other: subprocess.Popen[bytes] | None = None
     try:
         subprocess.run([*iwscope, "db", "upgrade"], env=env, check=True, capture_output=True)
         tokens = {
@@ -163,8 +209,28 @@ def run_once(count: int) -> dict[str, Any]:
             for kind in ("enroll", "origin", "admin")
         }
         port = free_port()
-        api = subprocess.Popen([*iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, start_new_session=True)
+        # With a baseline both APIs share the last CPU and this process keeps to the first: where
+        # the scheduler put each (beside the client or not) made 15-40 % of difference between
+        # two copies of the same code.
+        pin = ["taskset", "-c", str(os.cpu_count() - 1)] if baseline is not None and (os.cpu_count() or 1) > 1 else []
+        if pin:
+            os.sched_setaffinity(0, {0})
+        api = subprocess.Popen(
+            [*pin, *iwscope, "api", "--host", "127.0.0.1", "--port", str(port)], env=env, start_new_session=True
+        )
         base = f"http://127.0.0.1:{port}"
+        servers = [(api.pid, port)]
+        if baseline is not None:  # the other checkout's API on the same database
+            sources = f"{baseline / 'collector' / 'src'}:{baseline / 'probe' / 'src'}"
+            other_port = free_port()
+            other = subprocess.Popen(
+                [*pin, *iwscope, "api", "--host", "127.0.0.1", "--port", str(other_port)],
+                env={**env, "PYTHONPATH": sources},
+                start_new_session=True,
+            )
+            _wait_ready(f"http://127.0.0.1:{other_port}/readyz")
+            servers.append((other.pid, other_port))
+            count *= 2  # each server gets ``count`` of each kind
         _wait_ready(f"{base}/readyz")
         probes = asyncio.run(enroll_fleet(base, tokens["enroll"], 50))
         with httpx.Client(base_url=base, timeout=60) as client:
@@ -189,9 +255,9 @@ def run_once(count: int) -> dict[str, Any]:
             etag = client.get(schedule_path, headers={"Authorization": f"Bearer {probe['credential']}"}).headers["etag"]
         rng = random.Random(1)
 
-        def trial_uploads(size: int) -> list[Request]:
+        def trial_uploads(size: int, number: int = count) -> list[Request]:
             uploads = []
-            for index in range(count):
+            for index in range(number):
                 sender = probes[index % len(probes)]
                 trials = make_trials(sender["id"], origin["id"], int(campaign["id"]), size, rng)
                 body = {
@@ -206,10 +272,10 @@ def run_once(count: int) -> dict[str, Any]:
                 uploads.append(("POST", wire.TRIALS_BATCH_PATH, orjson.dumps(body), headers))
             return uploads
 
-        def observation_uploads(size: int) -> list[Request]:
+        def observation_uploads(size: int, number: int = count) -> list[Request]:
             headers = {"Authorization": f"Bearer {origin['credential']}", "Content-Type": "application/json"}
             uploads = []
-            for _ in range(count):
+            for _ in range(number):
                 trials = make_trials(probes[0]["id"], origin["id"], int(campaign["id"]), size, rng)
                 body = {
                     "wire_version": 1,
@@ -221,29 +287,42 @@ def run_once(count: int) -> dict[str, Any]:
                 uploads.append(("POST", wire.OBSERVATIONS_BATCH_PATH, orjson.dumps(body), headers))
             return uploads
 
+        poll = ("GET", schedule_path, None, {"Authorization": f"Bearer {probe['credential']}", "If-None-Match": etag})
         twenty = trial_uploads(20)
         kinds: dict[str, Callable[[], list[Request]]] = {
-            "schedule_304": lambda: (
-                [("GET", schedule_path, None, {"Authorization": f"Bearer {probe['credential']}", "If-None-Match": etag})] * count
-            ),
+            "schedule_304": lambda: [poll] * count,
             "trials_1": lambda: trial_uploads(1),
             "trials_20": lambda: twenty,
             "trials_20_duplicates": lambda: twenty,
             "observations_20": lambda: observation_uploads(20),
             "observations_200": lambda: observation_uploads(200),
         }
+        # Every server first answers a few of each kind, not counted: a process's first requests of
+        # a kind pay one-time costs (lazy imports, first snapshot, cached credentials) that made
+        # two copies of the same code differ by up to 40 % over 400 requests.
+        each = BLOCK * len(servers)  # one block of each kind for each server, in turn
+        for warm_up in ([poll] * each, trial_uploads(1, each), trial_uploads(20, each), observation_uploads(20, each)):
+            measure(servers, warm_up)
         result: dict[str, Any] = {}
         for kind, make in kinds.items():
-            result[kind] = measure(api.pid, port, make())
+            if only and kind not in only:
+                continue
+            stacks = None if profile is None else profile / f"{kind}.txt"
+            measured = measure(servers, make(), stacks)
+            result[kind] = measured[0]
+            if baseline is not None:
+                result[kind]["baseline"] = measured[1]
+                result[kind]["ratio_to_baseline"] = round(measured[0]["cpu_us"] / max(1, measured[1]["cpu_us"]), 3)
             print(f"  {kind:22s} {result[kind]}", flush=True)
         result["psycopg_round_trip_client_us"] = round(round_trip_us(testenv.libpq_url(database_url)))
-        result["minimal_asgi_request"] = floor_us(count)
+        result["minimal_asgi_request"] = floor_us(count // len(servers))
         print(f"  round trip {result['psycopg_round_trip_client_us']} us, minimal ASGI {result['minimal_asgi_request']}")
         return result
     finally:
-        if api is not None:
-            api.terminate()
-            api.wait(30)
+        for process in (api, other):
+            if process is not None:
+                process.terminate()
+                process.wait(30)
         testenv.drop_database(name, server_url=server)
 
 
@@ -252,17 +331,33 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400, help="requests of each kind per run")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--only", action="append", help="measure only this kind (repeatable)")
+    parser.add_argument(
+        "--profile", type=pathlib.Path, help="directory: py-spy's collapsed stacks of the API per kind (py-spy, or $PY_SPY)"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=pathlib.Path,
+        help="another checkout (e.g. a git worktree of an older commit, same database schema): its API "
+        "serves every other block of requests beside this one's, and each kind reports the ratio",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     runs = []
     for number in range(1, args.repeat + 1):
         print(f"== run {number} of {args.repeat} (load average {os.getloadavg()[0]:.2f})", flush=True)
-        runs.append({"load_average_at_start": os.getloadavg(), **run_once(args.requests)})
+        runs.append({"load_average_at_start": os.getloadavg(), **run_once(args.requests, args.only, args.profile, args.baseline)})
     medians = {
         kind: statistics.median(run[kind]["cpu_us"] for run in runs)
         for kind in runs[0]
         if isinstance(runs[0][kind], dict) and "cpu_us" in runs[0][kind]
     }
     medians["psycopg_round_trip_client_us"] = statistics.median(run["psycopg_round_trip_client_us"] for run in runs)
+    if args.baseline is not None:
+        for kind in list(medians):
+            if isinstance(runs[0].get(kind), dict) and "ratio_to_baseline" in runs[0][kind]:
+                medians[f"{kind}_ratio_to_baseline"] = statistics.median(run[kind]["ratio_to_baseline"] for run in runs)
     print("median CPU per request (us):", json.dumps(medians))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(

@@ -7,17 +7,21 @@ refuses nothing else, and one upload the database refuses does not take the othe
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import orjson
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from testkit import Enrolled, enroll_origin, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial
 
-from iwscope.trials import rows, services, validation, writer
+from iwscope.db import PING_AFTER_IDLE_S
+from iwscope.trials import services, validation, writer
 from iwscope.trials.validation import BatchRejected
 
 
@@ -145,21 +149,24 @@ def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
     groups: list[int] = []
     store_group = services.store_group
 
-    def counting(engine: Engine, uploads: list[services.Upload]) -> None:
+    def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
         groups.append(len(uploads))
-        store_group(engine, uploads)
+        store_group(database, uploads)
 
     async def upload_all() -> list[services.IngestResult | BaseException]:
         group_writer = writer.GroupWriter(lanes=1)
-        return await asyncio.gather(
-            *(
-                group_writer.store(
-                    validation.validate_trial_batch, orjson.dumps(make_batch(probe.id, batch)), uuid.UUID(probe.id)
-                )
-                for probe, batch in zip(probes, batches, strict=True)
-            ),
-            return_exceptions=True,
-        )
+        try:
+            return await asyncio.gather(
+                *(
+                    group_writer.store(
+                        validation.validate_trial_batch, orjson.dumps(make_batch(probe.id, batch)), uuid.UUID(probe.id)
+                    )
+                    for probe, batch in zip(probes, batches, strict=True)
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            await group_writer.aclose()
 
     monkeypatch.setattr(services, "store_group", counting)
     results = asyncio.run(upload_all())
@@ -169,8 +176,60 @@ def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
     assert _stored(db_engine, "trials", ids) == dict.fromkeys(ids, 1)
 
 
-def test_a_trial_row_names_every_column_the_insert_writes(probe: Enrolled) -> None:
-    body = orjson.dumps(make_batch(probe.id, [make_trial(probe.id)]))
-    batch = validation.validate_trial_batch(body, uuid.UUID(probe.id))
-    record = rows.trial_record(batch.trials[0], rows.utc_text(batch.trials[0].started_at, batch.started_at[0]))
-    assert tuple(record) == rows.TRIAL_STAGE_COLUMNS
+def _lane_backends(engine: Engine) -> list[int]:
+    """Backend pids of this process's upload lanes."""
+    with engine.connect() as connection:
+        found = connection.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE application_name = :name"),
+            {"name": f"iwscope-upload-lane[{os.getpid()}]"},
+        )
+        return [row[0] for row in found]
+
+
+def test_a_lane_replaces_a_connection_that_broke_and_closes_it_when_done(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None
+) -> None:
+    """A lane's connection killed while idle (a PostgreSQL restart, a proxy's cut) is replaced
+    before the next group; closing the writer closes it and ends the lane's thread."""
+    probe = enroll_probe(client, enroll_token)
+
+    async def scenario() -> tuple[list[int], list[int], list[tuple[int, int]], threading.Thread | None]:
+        group_writer = writer.GroupWriter(lanes=1, engine=db_engine)
+        answers = []
+        try:
+            for _ in range(2):
+                body = orjson.dumps(make_batch(probe.id, [make_trial(probe.id) for _ in range(2)]))
+                result = await group_writer.store(validation.validate_trial_batch, body, uuid.UUID(probe.id))
+                answers.append((result.accepted, result.duplicates))
+                if len(answers) == 1:
+                    first = _lane_backends(db_engine)
+                    with db_engine.connect() as connection:
+                        connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first[0]})
+                    await asyncio.sleep(PING_AFTER_IDLE_S + 0.2)  # idle: the lane pings before its next group
+            second = _lane_backends(db_engine)
+            thread = group_writer._all[0].thread
+        finally:
+            await group_writer.aclose()
+        return first, second, answers, thread
+
+    first, second, answers, thread = asyncio.run(scenario())
+    assert answers == [(2, 0), (2, 0)]
+    assert len(first) == 1 and len(second) == 1 and first != second  # a new connection served the second group
+    assert thread is not None and not thread.is_alive()
+    assert _lane_backends(db_engine) == []
+
+
+def test_an_idle_lane_ends_its_thread_and_a_new_group_starts_it_again(db_engine: Engine) -> None:
+    lane = writer.Lane(db_engine, idle_s=0.2)
+
+    async def one_group() -> writer.Outcomes:
+        return await lane.run([])
+
+    assert asyncio.run(one_group()) == []
+    thread = lane.thread
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive() and lane.thread is None
+    assert asyncio.run(one_group()) == []  # started again
+    lane.close()
+    assert lane.thread is None

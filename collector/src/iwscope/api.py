@@ -37,6 +37,7 @@ from iwscope.servers.routes import router as servers_router
 from iwscope.supervisor import run_workers
 from iwscope.traces.routes import router as traces_router
 from iwscope.trials.routes import router as trials_router
+from iwscope.trials.writer import close_group_writer
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await close_group_writer()
         await anyio.to_thread.run_sync(stop_credential_listener)
 
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
+import psycopg
 import sqlalchemy.exc
 from sqlalchemy import DateTime, MetaData, create_engine, event
 from sqlalchemy.dialects.postgresql import JSONB
@@ -52,6 +53,16 @@ def make_engine(database_url: str, **options: Any) -> Engine:
     if not options.get("pool_pre_ping"):
         _ping_when_idle(engine, ping_after_idle_s)
     return engine
+
+
+def dedicated_connection(engine: Engine, application_name: str, **params: Any) -> psycopg.Connection:
+    """A connection of its own to ``engine``'s database, outside its pool (a thread that holds
+    one for long: the credential listener, the upload writer's lanes), named
+    ``application_name`` in ``pg_stat_activity``; ``params``: libpq's, e.g. ``autocommit``."""
+    args, connect_params = engine.dialect.create_connect_args(engine.url)
+    autocommit = bool(params.pop("autocommit", False))
+    connect_params = {**connect_params, "application_name": application_name, "connect_timeout": 5, **params}
+    return psycopg.connect(*args, autocommit=autocommit, **connect_params)
 
 
 #: A pooled connection idle longer than this is pinged (``SELECT 1``) before it is handed out.

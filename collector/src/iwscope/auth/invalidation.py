@@ -21,6 +21,8 @@ from collections.abc import Callable
 import psycopg
 from sqlalchemy.engine import Engine
 
+from iwscope.db import dedicated_connection
+
 log = logging.getLogger(__name__)
 
 #: The notification channel of migration 0008's trigger (payload ``<table>:<id>``).
@@ -66,19 +68,18 @@ class CredentialListener:
 
     def _connect(self) -> psycopg.Connection:
         """A connection of its own (not one of the pool's: it is held for the process's life)."""
-        args, params = self._engine.dialect.create_connect_args(self._engine.url)
         # TCP keepalives (and a user timeout) so that a peer gone silently -- no FIN, no RST --
         # is noticed in ~30 s rather than never: an idle listener sends nothing by itself.
-        params = {
-            **params,
-            "application_name": listener_name(),
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-            "tcp_user_timeout": 30_000,
-        }
-        return psycopg.connect(*args, autocommit=True, connect_timeout=5, **params)
+        return dedicated_connection(
+            self._engine,
+            listener_name(),
+            autocommit=True,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=30_000,
+        )
 
     def _run(self) -> None:
         while not self._stopping.is_set():

@@ -1,26 +1,34 @@
-"""How validated records become rows: the tables' column lists and each record as the JSON
-object of its row.
+"""How validated records become rows: the records go to PostgreSQL as the wire's own JSON, and
+SQL makes each row from its record.
 
-:mod:`iwscope.trials.services` sends a group's rows as ONE JSON document per table and inserts
-them with ``json_populate_recordset`` (the registry insert in the same statement), all in one
-round trip: on a machine where a psycopg round trip costs 115-240 us of CPU, the COPY of before
-(a registry insert, then a COPY of two round trips) cost more than the rows themselves
-(docs/ingest-throughput.md).  Values are what the columns hold (``None`` for NULL, ``tcp_info``
-and ``echo`` as objects for their ``jsonb`` columns); PostgreSQL parses each with the column
-type's own input function, as COPY did.
+:mod:`iwscope.trials.services` sends a group's records as ONE JSON document per table
+(:func:`document`: msgspec encodes the decoded Structs in one C pass) and inserts them in one
+statement.  Each row is read from its record by ``json_populate_record`` (the table's own
+column types parse each value, as COPY did) plus the expressions of :func:`trial_row_sql` and
+:func:`observation_row_sql` for the columns a record does not carry as such: the typed
+``tcpi_*`` columns out of ``tcp_info``, the client-side IW out of ``client_iw``, NULL for the
+empty strings of "not said", the plain arm as NULL and the flow role of a wire-v1/v2 URL.
+
+Building each row as a Python dict instead cost 5-9 us of API CPU per trial (45 keys, a
+dozen lookups) where the encoding costs about 1 us (docs/ingest-throughput.md).
+``tests/collector/test_collector_rows.py`` stores records that exercise every derived column
+and checks each stored value against the wire's Python rules.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
-from typing import Any
+import re
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import msgspec
+from sqlalchemy import Table
+from sqlalchemy.dialects import postgresql
 
 from iwprobe import wire
 from iwscope.trials import fastwire
-from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, tcpi_column_name
+from iwscope.trials.models import OBSERVATION_TCPI_COLUMNS, TRIAL_TCPI_COLUMNS, OriginObservation, Trial, tcpi_column_name
 
 TRIAL_WIRE_COLUMNS = (
     "trial_id",
@@ -91,63 +99,92 @@ OBSERVATION_STAGE_COLUMNS = (
     OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
 )
 
+_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+
 
 def columns(names: Iterable[str]) -> str:
     return ", ".join(names)
 
 
-def trial_record(trial: fastwire.FastTrial, started_at: str) -> dict[str, Any]:
-    """One ``trials`` row (``TRIAL_STAGE_COLUMNS``) as the JSON object
-    :data:`iwscope.trials.services` inserts (``json_populate_recordset``: one statement with the
-    registry insert instead of an insert and a two-round-trip COPY).  The typed ``tcpi_*``
-    columns are spelled out to save a loop per row; tests/collector/test_collector_group_writer.py
-    checks that the keys are exactly ``TRIAL_STAGE_COLUMNS``.
-    """
-    tcp = trial.tcp_info
-    get = tcp.get
-    iw = trial.client_iw
-    return {
-        "trial_id": trial.trial_id,
-        "started_at": started_at,
-        "probe_id": trial.probe_id,
-        "campaign_id": trial.campaign_id,
-        "origin_id": trial.origin_id,
-        "round": trial.round,
-        "arm_iw": trial.arm_iw,
-        "object_size": trial.object_size,
-        "url": trial.url,
-        "dns_us": trial.dns_us,
-        "connect_us": trial.connect_us,
-        "ttfb_us": trial.ttfb_us,
-        "total_us": trial.total_us,
-        "bytes_received": trial.bytes_received,
-        "http_status": trial.http_status,
-        "error_kind": trial.error_kind,
-        "error_detail": trial.error_detail,
-        "syn_retrans": trial.syn_retrans,
-        "tcpi_rtt_us": get("rtt"),
-        "tcpi_rttvar_us": get("rttvar"),
-        "tcpi_min_rtt_us": get("min_rtt"),
-        "tcpi_total_retrans": get("total_retrans"),
-        "tcpi_segs_in": get("segs_in"),
-        "tcpi_data_segs_in": get("data_segs_in"),
-        "tcpi_rcv_space": get("rcv_space"),
-        "tcpi_rcv_mss": get("rcv_mss"),
-        "tcpi_bytes_received": get("bytes_received"),
-        "tcp_info": tcp,
-        "arm": None if wire.is_plain_arm(trial.arm, trial.arm_iw) else trial.arm,
-        "role": wire.flow_role(trial.url, trial.role),
-        "page_id": trial.page_id,
-        "echo": None if trial.echo is None else msgspec.to_builtins(trial.echo),
-        "tls_version": trial.tls_version or None,
-        "tls_handshake_us": trial.tls_handshake_us,
-        "family": trial.family or None,
-        "client_iw_status": None if iw is None else iw.status,
-        "client_iw_segments": None if iw is None else iw.segments,
-        "client_iw_bytes": None if iw is None else iw.bytes,
-        "client_iw_mss": None if iw is None else iw.mss,
-        "client_iw_reason": None if iw is None else iw.reason or None,
+def _sql_type(table: Table, column: str) -> str:
+    """The column's type as PostgreSQL spells it (the model is its one home)."""
+    return str(table.c[column].type.compile(dialect=_DIALECT))
+
+
+def _tcpi(table: Table, fields: Sequence[str]) -> dict[str, str]:
+    """The typed ``tcpi_*`` columns, each out of the record's ``tcp_info`` (NULL when absent)."""
+    return {tcpi_column_name(name): f"(r.tcp_info->>'{name}')::{_sql_type(table, tcpi_column_name(name))}" for name in fields}
+
+
+def _not_said(column: str) -> str:
+    """The wire's empty string ("not said") as NULL."""
+    return f"NULLIF(r.{column}, '')"
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` matched literally by a PostgreSQL regular expression, inside a SQL string literal."""
+    escaped = re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+    assert "'" not in escaped and "%" not in escaped  # neither a quote nor a psycopg placeholder
+    return escaped
+
+
+def _flow_role_sql() -> str:
+    """:func:`iwprobe.wire.flow_role` in SQL: the ``role`` field, else the role named after the
+    URL's last flow fragment, else ``short``."""
+    fragment = f"substring(r.url FROM '.*{_regex_literal(wire.FLOW_FRAGMENT_PREFIX)}(.*)$')"
+    roles = ", ".join(f"'{role}'" for role in wire.FLOW_ROLES)
+    return f"CASE WHEN r.role <> '' THEN r.role WHEN {fragment} IN ({roles}) THEN {fragment} ELSE 'short' END"
+
+
+def _trial_expressions() -> dict[str, str]:
+    table = Trial.__table__
+    assert isinstance(table, Table)
+    inference = "j->'client_iw'"
+    derived = {
+        **_tcpi(table, TRIAL_TCPI_COLUMNS),
+        # wire.is_plain_arm: an empty label (wire v1) or the IW itself is the plain arm
+        "arm": "NULLIF(NULLIF(r.arm, ''), r.arm_iw::text)",
+        "role": _flow_role_sql(),
+        "tls_version": _not_said("tls_version"),
+        "family": _not_said("family"),
+        "client_iw_status": f"{inference}->>'status'",
+        "client_iw_segments": f"({inference}->>'segments')::{_sql_type(table, 'client_iw_segments')}",
+        "client_iw_bytes": f"({inference}->>'bytes')::{_sql_type(table, 'client_iw_bytes')}",
+        "client_iw_mss": f"({inference}->>'mss')::{_sql_type(table, 'client_iw_mss')}",
+        "client_iw_reason": f"NULLIF({inference}->>'reason', '')",
     }
+    return {column: derived.get(column, f"r.{column}") for column in TRIAL_STAGE_COLUMNS}
+
+
+def _observation_expressions() -> dict[str, str]:
+    table = OriginObservation.__table__
+    assert isinstance(table, Table)
+    derived = {
+        **_tcpi(table, OBSERVATION_TCPI_COLUMNS),
+        "arm": _not_said("arm"),
+        "tls_version": _not_said("tls_version"),
+        "family": _not_said("family"),
+        # send_path stays '' ("not said"): its column is NOT NULL
+    }
+    return {column: derived.get(column, f"r.{column}") for column in OBSERVATION_STAGE_COLUMNS}
+
+
+def _row_sql(expressions: dict[str, str], table: str, document: str) -> str:
+    select = ",\n        ".join(f"{expression} AS {column}" for column, expression in expressions.items())
+    return (
+        f"SELECT {select}\n    FROM json_array_elements({document}::text::json) AS j, json_populate_record(NULL::{table}, j) AS r"
+    )
+
+
+def trial_row_sql(document: str) -> str:
+    """A ``SELECT`` of one ``trials`` row (``TRIAL_STAGE_COLUMNS``) per record of the JSON
+    array ``document`` (a placeholder such as ``%(trials)s``)."""
+    return _row_sql(_trial_expressions(), "trials", document)
+
+
+def observation_row_sql(document: str) -> str:
+    """A ``SELECT`` of one ``origin_observations`` row (``OBSERVATION_STAGE_COLUMNS``) per record of ``document``."""
+    return _row_sql(_observation_expressions(), "origin_observations", document)
 
 
 def utc_text(original: str, parsed: dt.datetime) -> str:
@@ -159,51 +196,19 @@ def utc_text(original: str, parsed: dt.datetime) -> str:
     return parsed.astimezone(dt.UTC).isoformat()
 
 
-def observation_record(observation: fastwire.FastObservation, request_at: dt.datetime) -> dict[str, Any]:
-    """One ``origin_observations`` row (``OBSERVATION_STAGE_COLUMNS``: values) as the JSON object
-    :data:`iwscope.trials.services` inserts; ``request_at`` is the record's parsed ``request_at``
-    (the record keeps the wire text)."""
-    tcp_info = observation.tcp_info
-    values = (
-        observation.trial_id,
-        observation.origin_id,
-        observation.arm_iw,
-        observation.port,
-        observation.client_addr,
-        observation.object_size,
-        request_at,
-        observation.first_byte_us,
-        observation.response_latency_us,
-        observation.snd_cwnd_at_accept,
-        observation.cwnd_mismatch,
-        observation.rwnd_limited,
-        observation.peer_rwnd,
-        observation.http_status,
-        observation.error_kind,
-        observation.arm or None,
-        observation.tls_version or None,
-        observation.tls_handshake_us,
-        observation.tls_first_flight_bytes,
-        observation.tls_flight_acked_us,
-        observation.family or None,
-        observation.send_path,  # NOT NULL: '' is "not said"
-        observation.segmentation_offload,
-        *(tcp_info.get(name) for name in OBSERVATION_TCPI_COLUMNS),
-        tcp_info,
-    )
-    return dict(zip(OBSERVATION_STAGE_COLUMNS, values, strict=True))
+Record = TypeVar("Record", fastwire.FastTrial, fastwire.FastPathSample, fastwire.FastObservation)
 
 
-def sample_record(sample: fastwire.FastPathSample, measured_at: dt.datetime) -> dict[str, Any]:
-    """One ``path_samples`` row (``SAMPLE_COLUMNS``) as a JSON object."""
-    values = (
-        sample.sample_id,
-        sample.probe_id,
-        sample.origin_id,
-        measured_at,
-        sample.min_rtt_us,
-        sample.bottleneck_bps,
-        sample.transfer_bytes,
-        sample.method,
-    )
-    return dict(zip(SAMPLE_COLUMNS, values, strict=True))
+def in_utc(record: Record, field: str, parsed: dt.datetime) -> Record:
+    """``record`` with its timestamp ``field`` as :func:`utc_text` (a copy only when it changes)."""
+    original: str = getattr(record, field)
+    text = utc_text(original, parsed)
+    return record if text is original else msgspec.structs.replace(record, **{field: text})
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def document(records: Iterable[msgspec.Struct]) -> str:
+    """The JSON array of ``records`` as the wire spells them (one per row)."""
+    return _ENCODER.encode(list(records)).decode()

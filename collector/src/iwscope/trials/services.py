@@ -14,6 +14,7 @@ overwrites.  Census records (wire v5) go in first, in the same transaction
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -113,7 +114,7 @@ LAST_SEEN_RESOLUTION = "10 seconds"
 #: each stored record's kind and UUID.  Rows in UUID order, so concurrent groups lock in one order.
 _STORE_GROUP = f"""
 WITH trial_rows AS MATERIALIZED (
-    SELECT * FROM json_populate_recordset(NULL::trials, %(trials)s::text::json)
+    {rows.trial_row_sql("%(trials)s")}
 ), fresh AS (
     INSERT INTO trial_ids (trial_id, started_at)
     SELECT trial_id, started_at FROM trial_rows ORDER BY trial_id
@@ -131,8 +132,9 @@ WITH trial_rows AS MATERIALIZED (
     RETURNING sample_id
 ), new_observations AS (
     INSERT INTO origin_observations ({rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, received_at)
-    SELECT {rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, now()
-    FROM json_populate_recordset(NULL::origin_observations, %(observations)s::text::json) ORDER BY trial_id
+    SELECT {rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, now() FROM (
+    {rows.observation_row_sql("%(observations)s")}
+    ) AS observation_rows ORDER BY trial_id
     ON CONFLICT (trial_id) DO NOTHING
     RETURNING trial_id
 ), heartbeats AS (
@@ -218,23 +220,24 @@ class Upload:
     outcome: IngestResult | BatchRejected | None = None
 
 
-Owners = dict[str, tuple[int, dict[str, Any]]]
+Owners = dict[str, tuple[int, msgspec.Struct]]
 Batch = fastwire.FastTrialBatch | fastwire.FastObservationBatch
 
 
 def _owners(
     uploads: list[Upload],
     records: Callable[[Batch], Iterable[tuple[str, Any, Any]]],
-    row: Callable[[Any, Any], dict[str, Any]],
+    field: str,
 ) -> Owners:
     """Per record UUID of the group, in UUID order: the upload (its position) whose record is
-    stored -- the first that carried it -- and that record's row.  ``records`` gives a batch's
-    records as (UUID, record, its parsed instant); ``row`` makes the row of one."""
+    stored -- the first that carried it -- and that record, its timestamp ``field`` in UTC
+    (:func:`iwscope.trials.rows.in_utc`).  ``records`` gives a batch's records as (UUID,
+    record, its parsed instant)."""
     owner: Owners = {}
     for position, upload in enumerate(uploads):
         for record_id, record, instant in records(upload.batch):
             if record_id not in owner:
-                owner[record_id] = (position, row(record, instant))
+                owner[record_id] = (position, rows.in_utc(record, field, instant))
     return dict(sorted(owner.items()))
 
 
@@ -253,15 +256,11 @@ def _observations(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
     return ((obs.trial_id, obs, at) for obs, at in zip(batch.observations, batch.request_at, strict=True))
 
 
-def _trial_row(trial: fastwire.FastTrial, started: dt.datetime) -> dict[str, Any]:
-    return rows.trial_record(trial, rows.utc_text(trial.started_at, started))
-
-
 def _document(owner: Owners) -> str:
-    return orjson.dumps([row for _, row in owner.values()]).decode()
+    return rows.document(record for _, record in owner.values())
 
 
-def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
+def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]) -> None:
     """Store several validated uploads in ONE transaction (a group commit); sets each one's
     ``outcome``.
 
@@ -274,9 +273,12 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
     (a few per probe an hour) inserts them first, in the same transaction.  Any other error
     rolls the whole group back and propagates (the caller then stores each upload alone:
     :mod:`iwscope.trials.writer`).  One upload is a group of one.
+
+    ``database``: an engine (a pooled connection is checked out and returned) or a connection
+    of the caller's own, left as found (the writer's lanes: :mod:`iwscope.trials.writer`).
     """
-    pooled = engine.raw_connection()
-    connection: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+    pooled = database.raw_connection() if isinstance(database, Engine) else None
+    connection: psycopg.Connection = database if pooled is None else pooled.driver_connection  # type: ignore[assignment]
     trial_uploads: list[Upload] = []
     observation_uploads: list[Upload] = []
     censuses: dict[int, int] = {}
@@ -302,9 +304,9 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
                 batch = upload.batch
                 assert isinstance(batch, fastwire.FastTrialBatch)
                 censuses[position] = census.store(cursor, batch.census, batch.census_measured_at)
-            trials = _owners(trial_uploads, _trials, _trial_row)
-            samples = _owners(trial_uploads, _samples, rows.sample_record)
-            observations = _owners(observation_uploads, _observations, rows.observation_record)
+            trials = _owners(trial_uploads, _trials, "started_at")
+            samples = _owners(trial_uploads, _samples, "measured_at")
+            observations = _owners(observation_uploads, _observations, "request_at")
             heartbeats = {
                 upload.identity_id: msgspec.structs.asdict(upload.batch.envelope.heartbeat)
                 for upload in trial_uploads
@@ -331,12 +333,15 @@ def store_group(engine: Engine, uploads: Sequence[Upload]) -> None:
             if with_census:
                 connection.commit()
     except BaseException:
-        pooled.rollback()
+        if not connection.closed:
+            with contextlib.suppress(psycopg.Error):  # a broken connection: the original error tells
+                connection.rollback()
         raise
     finally:
-        if not connection.closed:  # back to the pool as every other user expects it
+        if not connection.closed:  # as every other user of a pooled connection expects it
             connection.autocommit = False
-        pooled.close()
+        if pooled is not None:
+            pooled.close()
     # Marked only once stored: a group that failed leaves them due for the uploads stored alone.
     _mark_seen("probes", [*heartbeats, *seen_probes])
     _mark_seen("origins", seen_origins)

@@ -8,40 +8,57 @@ a commit (a WAL flush) of their own.  :class:`GroupWriter` pays those once per g
 
 * an upload joins the writer's queue and waits for its own outcome;
 * the writer (a task of the event loop; at most :data:`LANES` groups in flight) takes
-  everything queued, waits for ONE database slot (:func:`iwscope.dbslots.run_db`, so the
-  admission, the readers' share and the 503 of a busy database are those of every other
-  request) and, in one thread: checks each body (a refused one is answered alone, nothing of it
+  everything queued and hands it to a free :class:`Lane` -- a thread with a database connection
+  of its own -- which checks each body (a refused one is answered alone, nothing of it
   stored), then stores the others in one transaction (:func:`iwscope.trials.services.store_group`);
 * if that transaction fails for any other reason, each upload is stored alone, so one upload's
   failure is never another's: all or nothing stays per upload.
 
-An upload the writer has not taken within ``IWSCOPE_DB_POOL_TIMEOUT_S`` is answered 503 as an
-upload that found no slot was (nothing of it stored); once taken, it waits for its group.
+A lane is not a pooled connection in a thread of anyio's: per group, anyio's hop (its limiter,
+cancel scope and a ``call_soon_threadsafe`` each way) and the pool's checkout and return with
+its reset cost about 250-400 us of CPU on the benchmark machine where the lane's queue and
+kept connection cost a small part of that (docs/ingest-throughput.md).  Uploads so never wait
+for the slots other requests take (:mod:`iwscope.dbslots`), and other requests never wait
+for uploads; the process holds :data:`LANES` connections more than its pool.  A lane's
+connection is pinged after a second idle (as the pool's are) and replaced when it broke; a
+lane idle for :data:`LANE_IDLE_S` closes it and ends its thread.
+
+An upload the writer has not taken within ``IWSCOPE_DB_POOL_TIMEOUT_S`` is answered 503 (nothing
+of it stored), as a request that finds no database slot is; once taken, it waits for its group.
 A group is no later than the uploads it holds: the writer does not wait to fill one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import queue
+import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import anyio.to_thread
+import psycopg
 from anyio.lowlevel import RunVar
 from sqlalchemy.engine import Engine
 
 from iwscope.config import get_settings
-from iwscope.db import get_engine
-from iwscope.dbslots import DatabaseBusy, run_db
+from iwscope.db import PING_AFTER_IDLE_S, dedicated_connection, get_engine
+from iwscope.dbslots import DatabaseBusy
 from iwscope.metrics import DB_BUSY
 from iwscope.trials import fastwire, services
 
 log = logging.getLogger(__name__)
 
-#: Groups stored at once per process (each holds one database slot while it is stored).
+#: Groups stored at once per process (each in a :class:`Lane`: a thread and a connection).
 LANES = 2
+#: A lane idle this long closes its connection and ends its thread (a new group starts them again).
+LANE_IDLE_S = 30.0
 
 Validate = Callable[[bytes, uuid.UUID], fastwire.FastTrialBatch | fastwire.FastObservationBatch]
 
@@ -55,11 +72,14 @@ class _Pending:
     expiry: asyncio.TimerHandle | None = field(default=None)
 
 
-def check_and_store(
-    engine: Engine, pending: list[tuple[Validate, bytes, uuid.UUID]]
-) -> list[services.IngestResult | BaseException]:
-    """In a thread: each body checked, the valid ones stored as one group; one outcome per
-    upload (its result, its refusal, or the error that stopped it alone)."""
+Work = list[tuple[Validate, bytes, uuid.UUID]]
+Outcomes = list[services.IngestResult | BaseException]
+
+
+def check_and_store(database: Engine | psycopg.Connection, pending: Work) -> Outcomes:
+    """In a thread: each body checked, the valid ones stored as one group (``database``: as for
+    :func:`~iwscope.trials.services.store_group`); one outcome per upload (its result, its
+    refusal, or the error that stopped it alone)."""
     outcomes: list[services.IngestResult | BaseException | None] = [None] * len(pending)
     uploads: list[tuple[int, services.Upload]] = []
     for position, (validate, body, identity_id) in enumerate(pending):
@@ -69,15 +89,16 @@ def check_and_store(
             outcomes[position] = error
     if uploads:
         try:
-            services.store_group(engine, [upload for _, upload in uploads])
+            services.store_group(database, [upload for _, upload in uploads])
         except Exception as error:
-            if len(uploads) == 1:
-                outcomes[uploads[0][0]] = error
+            if len(uploads) == 1 or (isinstance(database, psycopg.Connection) and database.closed):
+                for position, _ in uploads:  # one upload, or the connection is gone: each fails
+                    outcomes[position] = error
             else:
                 log.warning("a group of %d uploads failed (%s): storing each alone", len(uploads), error)
                 for position, upload in uploads:
                     try:
-                        services.store_group(engine, [upload])
+                        services.store_group(database, [upload])
                     except Exception as alone:
                         outcomes[position] = alone
                     else:
@@ -88,15 +109,121 @@ def check_and_store(
     return [outcome if outcome is not None else RuntimeError("upload without an outcome") for outcome in outcomes]
 
 
+_Job = tuple[Work, asyncio.AbstractEventLoop, "asyncio.Future[Outcomes]"]
+
+
+class Lane:
+    """A thread with a database connection of its own that runs :func:`check_and_store` for
+    one group at a time (see the module's docstring)."""
+
+    def __init__(self, engine: Engine, idle_s: float = LANE_IDLE_S) -> None:
+        self._engine = engine
+        self._idle_s = idle_s
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._connection: psycopg.Connection | None = None
+        self._used_at = 0.0
+
+    def run(self, work: Work) -> asyncio.Future[Outcomes]:
+        """Check and store ``work`` in this lane's thread; the future of its outcomes."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outcomes] = loop.create_future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="iwscope-upload-lane", daemon=True)
+                self._thread.start()
+            self._jobs.put((work, loop, future))
+        return future
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the thread (after the group in hand) and close the connection; blocks."""
+        with self._lock:
+            thread = self._thread
+            if thread is not None:
+                self._jobs.put(None)
+        if thread is not None:
+            thread.join(timeout_s)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                try:
+                    job = self._jobs.get(timeout=self._idle_s)
+                except queue.Empty:
+                    with self._lock:
+                        if self._jobs.empty():  # else a job came meanwhile: serve it
+                            self._thread = None
+                            return
+                    continue
+                if job is None:
+                    with self._lock:
+                        self._thread = None
+                    return
+                work, loop, future = job
+                try:
+                    outcome: Outcomes | BaseException = check_and_store(self._usable_connection(), work)
+                except Exception as error:  # no connection: every upload of the group gets it
+                    outcome = error
+                self._used_at = time.monotonic()
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                    loop.call_soon_threadsafe(_settle, future, outcome)
+        finally:
+            if self._connection is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._connection.close()
+                self._connection = None
+
+    def _usable_connection(self) -> psycopg.Connection:
+        """The lane's connection: replaced when it broke, pinged after a second idle."""
+        connection = self._connection
+        if connection is not None and connection.closed:
+            connection = None
+        if connection is not None and time.monotonic() - self._used_at > PING_AFTER_IDLE_S:
+            try:
+                connection.execute("SELECT 1")
+                connection.rollback()
+            except psycopg.Error:
+                with contextlib.suppress(psycopg.Error):
+                    connection.close()
+                connection = None
+        if connection is None:
+            connection = dedicated_connection(self._engine, f"iwscope-upload-lane[{os.getpid()}]")
+        self._connection = connection
+        return connection
+
+
+def _settle(future: asyncio.Future[Outcomes], outcome: Outcomes | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
 class GroupWriter:
     """The uploads of one event loop, stored in groups (see the module's docstring)."""
 
-    def __init__(self, lanes: int = LANES) -> None:
+    def __init__(self, lanes: int = LANES, engine: Engine | None = None) -> None:
         self.lanes = lanes
+        self._engine = engine
         self._queue: deque[_Pending] = deque()
         self._running = 0
+        #: Lanes no drain task holds (created as drains need them, at most ``lanes``).
+        self._free: list[Lane] = []
+        self._all: list[Lane] = []
         #: The drain tasks in flight (the event loop keeps only weak references to tasks).
         self._tasks: set[asyncio.Task[None]] = set()
+
+    async def aclose(self) -> None:
+        """End the lanes' threads and close their connections."""
+        for lane in self._all:
+            await anyio.to_thread.run_sync(lane.close)
 
     async def store(self, validate: Validate, body: bytes, identity_id: uuid.UUID) -> services.IngestResult:
         """Check and store one upload's body with whatever else is queued; its result, or
@@ -123,7 +250,15 @@ class GroupWriter:
         if not pending.future.done():
             pending.future.set_exception(DatabaseBusy(timeout_s))
 
+    def _lane(self) -> Lane:
+        if self._free:
+            return self._free.pop()
+        lane = Lane(self._engine if self._engine is not None else get_engine())
+        self._all.append(lane)
+        return lane
+
     async def _drain(self) -> None:
+        lane = self._lane()
         try:
             while self._queue:
                 group = list(self._queue)
@@ -133,12 +268,11 @@ class GroupWriter:
                         pending.expiry.cancel()
                 work = [(pending.validate, pending.body, pending.identity_id) for pending in group]
                 try:
-                    outcomes = await run_db(check_and_store, get_engine(), work)
-                except Exception as error:  # DatabaseBusy (no slot in time), or a fault: every upload of the group gets it
+                    outcomes = await lane.run(work)
+                except Exception as error:  # no connection, or a fault: every upload of the group gets it
                     for pending in group:
                         if not pending.future.done():
-                            fresh = DatabaseBusy(error.waited_s) if isinstance(error, DatabaseBusy) else error
-                            pending.future.set_exception(fresh)
+                            pending.future.set_exception(error)
                     continue
                 except BaseException:  # the loop is going away: so are the requests waiting on it
                     for pending in group:
@@ -152,6 +286,7 @@ class GroupWriter:
                     else:
                         pending.future.set_result(outcome)
         finally:
+            self._free.append(lane)
             self._running -= 1
 
 
@@ -168,4 +303,24 @@ def group_writer() -> GroupWriter:
         return writer
 
 
-__all__ = ["LANES", "GroupWriter", "Validate", "check_and_store", "group_writer"]
+async def close_group_writer() -> None:
+    """Close this event loop's :class:`GroupWriter`, if it has one (its lanes' threads and connections)."""
+    try:
+        writer = _WRITER.get()
+    except LookupError:
+        return
+    await writer.aclose()
+
+
+__all__ = [
+    "LANES",
+    "LANE_IDLE_S",
+    "GroupWriter",
+    "Lane",
+    "Outcomes",
+    "Validate",
+    "Work",
+    "check_and_store",
+    "close_group_writer",
+    "group_writer",
+]
