@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import click
 import pytest
 from pydantic import ValidationError
 
 from iwscope.predictions.schemas import TwinResultIn
+from iwscope_lab.cli_campaign import _arm_labels
 from iwscope_lab.twin import Estimate, TwinPath, TwinResult, compare, fit_path, overlaps, path_estimate, stratified
 from iwscope_lab.twin_report import twin_markdown
 
@@ -17,15 +19,22 @@ pytestmark = pytest.mark.unit
 
 
 def _row(
-    iw: int, round_: int, latency_ms: float, *, retrans: int = 0, origin_rtt_ms: float = 100.0, est_rtt_ms: float | None = 100.0
+    arm: int | str,
+    round_: int,
+    latency_ms: float,
+    *,
+    retrans: int = 0,
+    origin_rtt_ms: float = 100.0,
+    est_rtt_ms: float | None = 100.0,
 ) -> tuple[Any, ...]:
+    """A row of ``twin.read_paths``: the arm by its label (column 4)."""
     sent = 20_000
     return (
         "probe-1",
         "lagos-1",
         "africa",
         "origin-1",
-        iw,
+        str(arm),
         round_,
         20_000,
         int(latency_ms * 1000),
@@ -89,7 +98,7 @@ def twin_result(campaign_id: int = 7) -> TwinResult:
     ]
     path = fit_path(measured, 3, 10)
     assert isinstance(path, TwinPath)
-    return compare(TwinResult(campaign_id, 3, 10, [32, 16], 16, twin_campaign_id=9), [path], [measured], [twin])
+    return compare(TwinResult(campaign_id, 3, 10, ["32", "16"], "16", twin_campaign_id=9), [path], [measured], [twin])
 
 
 def test_estimates_overlap_and_the_report_marks_every_prediction() -> None:
@@ -129,3 +138,41 @@ def test_a_bucket_weights_the_twins_as_its_measured_paths_are_weighted() -> None
     assert combined.ms == pytest.approx((452 * 20.0 + 48 * 40.0) / 500)
     assert combined.ci_ms is not None and combined.ci_ms[0] < combined.ms < combined.ci_ms[1]
     assert stratified([Estimate(10, None, None, None)], [5.0]).ms is None  # no twin estimate: none
+
+
+def test_paced_and_learned_arms_are_predicted_by_label() -> None:
+    """``--what-if 32,32p,learned``: each arm's twin trials by its label, reported and checked as one."""
+    latency = {"3": 600, "10": 400, "32": 330, "32p": 340, "learned": 390}
+    measured = [_row(arm, round_, latency[arm] + round_ % 5) for round_ in range(30) for arm in ("3", "10")]
+    twin = [
+        ("tw0.r1", *row[1:]) for row in (_row(arm, round_, latency[arm] + round_ % 7) for round_ in range(30) for arm in latency)
+    ]
+    path = fit_path(measured, 3, 10)
+    assert path is not None
+    result = compare(TwinResult(7, 3, 10, ["32", "32p", "learned"], None), [path], [measured], [twin])
+    (reported,) = result.paths
+    assert set(reported["predicted"]) == {"32", "32p", "learned"}
+    assert reported["predicted"]["32p"]["ms"] == pytest.approx(260.0, abs=3.0)
+    assert reported["predicted"]["learned"]["ms"] == pytest.approx(210.0, abs=3.0)
+    assert reported["predicted"]["32p"]["beyond_fit"] == path.beyond_fit(32)  # a paced arm's IW counts whole
+    report = twin_markdown(result)
+    assert "IW32p (prediction)" in report and "learned (prediction)" in report
+    checked = TwinResultIn.model_validate(json.loads(json.dumps(result.to_dict())))
+    assert checked.what_if == ["32", "32p", "learned"]
+
+
+def test_arm_labels_are_checked_and_stored_integers_read_as_plain_labels() -> None:
+    document = json.loads(json.dumps(twin_result().to_dict()))
+    older = {**document, "what_if": [32, 16], "compare_arm": 16}  # a result stored before labels
+    checked = TwinResultIn.model_validate(older)
+    assert (checked.what_if, checked.compare_arm) == (["32", "16"], "16")
+    for bad, reason in (({"what_if": ["32x", "16"]}, "should match pattern"), ({"compare_arm": "10"}, "not among what_if")):
+        with pytest.raises(ValidationError, match=reason):
+            TwinResultIn.model_validate({**document, **bad})
+
+
+def test_the_command_takes_arms_as_campaigns_name_them() -> None:
+    assert _arm_labels("16, 32p,LEARNED") == ("16", "32p", "learned")
+    for bad in ("16,fast", ""):
+        with pytest.raises(click.BadParameter):
+            _arm_labels(bad)

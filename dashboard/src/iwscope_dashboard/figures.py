@@ -423,3 +423,9 @@ def fleet_figure(probes: Sequence[ProbeRow]) -> go.Figure:
     fig.update_xaxes(title_text="probe", type="category")
     fig.update_yaxes(title_text="trials per day")
     return style_figure(fig, "Probe fleet: trials per day (colour: error share)")
+
+
+def arm_name(arm: str | int) -> str:
+    """An arm as figures name it: ``10`` -> ``IW10``, ``"10p"`` -> ``IW10p`` (paced), ``learned`` stays."""
+    text = str(arm)
+    return f"IW{text}" if text.rstrip("p").isdigit() else text

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from iwscope.analysis import BucketModelFit, PathModelFit
 from iwscope.predictions.schemas import EstimateIn, TwinPredictionOut
-from iwscope_dashboard.figures import TOO_SMALL_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars, style_figure
+from iwscope_dashboard.figures import TOO_SMALL_COLOUR, TREATMENT_COLOUR, arm_name, empty_figure, interval_bars, style_figure
 
 PREDICTION_COLOUR = "#7b3fa0"
 ODD_COLOUR = "#c0392b"
@@ -158,7 +158,7 @@ def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
     fig = go.Figure()
     held = result.compare_arm
     # each measured arm beside the twins' run of it: the fit arm, then the held-out one
-    compared: list[tuple[int, str, list[EstimateIn | None], list[EstimateIn | None]]] = [
+    compared: list[tuple[int | str, str, list[EstimateIn | None], list[EstimateIn | None]]] = [
         (treat, TREATMENT_COLOUR, [b.fit.measured for b in buckets], [b.fit.twin for b in buckets])
     ]
     if held is not None:
@@ -166,14 +166,13 @@ def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
         compared.append(
             (held, HELD_OUT_COLOUR, [o.measured if o else None for o in outs], [o.predicted if o else None for o in outs])
         )
-    for iw, colour, measured, twin in compared:
-        _bar(fig, labels, measured, f"measured: IW{base} - IW{iw}", colour, predicted=False)
-        _bar(fig, labels, twin, f"IW{iw}: {TWIN_NAME}", colour, predicted=True)
+    for arm, colour, measured, twin in compared:
+        _bar(fig, labels, measured, f"measured: IW{base} - {arm_name(arm)}", colour, predicted=False)
+        _bar(fig, labels, twin, f"{arm_name(arm)}: {TWIN_NAME}", colour, predicted=True)
     for arm in result.what_if:
         if arm == held:
             continue
-        _bar(
-            fig, labels, [b.predicted.get(str(arm)) for b in buckets], f"IW{arm}: {TWIN_NAME}", PREDICTION_COLOUR, predicted=True
-        )
+        predicted = [b.predicted.get(arm) for b in buckets]
+        _bar(fig, labels, predicted, f"{arm_name(arm)}: {TWIN_NAME}", PREDICTION_COLOUR, predicted=True)
     fig.update_layout(xaxis_title="path min RTT", yaxis_title=f"improvement over IW{base} (ms)", barmode="group")
     return style_figure(fig, f"Lab twin of campaign {prediction.campaign_id}: measured vs predicted per RTT bucket")

@@ -55,6 +55,9 @@ class CampaignPlan:
     name: str
     arms: tuple[int, ...] = (3, 10)
     sizes: tuple[int, ...] | None = (9_000,)
+    #: The arms by label when they are not all plain (``32p`` paced, ``learned``), in the order
+    #: of ``arms`` (their IWs); empty: ``arms`` as plain arms.
+    arm_labels: tuple[str, ...] = ()
     size_dist: str | None = None
     sizes_per_round: int = 1
     repetitions: int = 5
@@ -348,7 +351,7 @@ class LabCampaign:
 
     def _origin_arms(self) -> list[str]:
         """The arms (labels) the origins serve."""
-        return [str(iw) for iw in self.plan.arms]
+        return list(self.plan.arm_labels) or [str(iw) for iw in self.plan.arms]
 
     def _origin_options(self) -> list[str]:
         """Further ``iwprobe origin`` options of every origin (the plan's send path and congestion
@@ -436,7 +439,7 @@ class LabCampaign:
             "name": self.plan.name,
             "origin_ids": origin_ids,
             "probe_regions": regions,
-            "arms": list(self.plan.arms),
+            "arms": list(self.plan.arm_labels) or list(self.plan.arms),
             "sizes": list(self.plan.sizes) if self.plan.sizes is not None else None,
             "size_dist": self.plan.size_dist,
             "sizes_per_round": self.plan.sizes_per_round,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
+from iwprobe import wire
 from iwscope_lab import demo
 from iwscope_lab.campaign import CampaignError, CampaignPlan, LabCampaign
 from iwscope_lab.service_address import DEFAULT_LISTEN, EXPOSED_LISTEN
@@ -36,6 +37,19 @@ def _int_list(value: str | None) -> tuple[int, ...] | None:
     if not numbers:
         raise click.BadParameter("empty list")
     return numbers
+
+
+def _arm_labels(value: str) -> tuple[str, ...]:
+    """Comma-separated arms by label (``16``, ``32p``, ``learned``), each checked as the wire checks one."""
+    labels = tuple(part.strip().lower() for part in value.split(",") if part.strip())
+    for label in labels:
+        try:
+            wire.arm_label_iw(label)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from error
+    if not labels:
+        raise click.BadParameter("empty list")
+    return labels
 
 
 @contextlib.contextmanager
@@ -338,8 +352,14 @@ def stack_stop() -> None:
 @click.option("--campaign", "campaign_id", type=int, required=True, help="The measured campaign to build twins of.")
 @click.option("--base", "baseline_iw", type=int, default=3, show_default=True, help="Baseline arm.")
 @click.option("--treat", "treatment_iw", type=int, default=10, show_default=True, help="Treatment arm of the fit check.")
-@click.option("--what-if", "what_if", default="16,32", show_default=True, help="Arms to predict (comma-separated IWs).")
-@click.option("--compare-arm", type=int, default=None, help="An arm the campaign measured, predicted and compared (held out).")
+@click.option(
+    "--what-if",
+    "what_if",
+    default="16,32",
+    show_default=True,
+    help="Arms to predict, comma-separated: IWs, paced (32p) or learned.",
+)
+@click.option("--compare-arm", default=None, help="An arm the campaign measured, predicted and compared (held out).")
 @click.option("--repetitions", type=int, default=40, show_default=True, help="Rounds per twin path (at most, with --duration).")
 @click.option("--duration", "duration_s", type=float, default=None, help="Time box (s): rounds until it ends, as make demo's.")
 @click.option("--source-database-url", default=None, help="Where the campaign is (default: the local stack's, make demo's).")
@@ -356,7 +376,7 @@ def twin_command(
     baseline_iw: int,
     treatment_iw: int,
     what_if: str,
-    compare_arm: int | None,
+    compare_arm: str | None,
     repetitions: int,
     duration_s: float | None,
     source_database_url: str | None,
@@ -368,9 +388,11 @@ def twin_command(
     predictions for arms it did not measure (docs/reproduction.md, "The lab twin")."""
     from iwscope_lab import twin, twin_report
 
-    predicted = [iw for iw in (_int_list(what_if) or ()) if iw not in (baseline_iw, treatment_iw)]
-    if compare_arm is not None and compare_arm not in predicted:
-        predicted.append(compare_arm)
+    predicted = [arm for arm in _arm_labels(what_if) if arm not in (str(baseline_iw), str(treatment_iw))]
+    if compare_arm is not None:
+        compare_arm = _arm_labels(compare_arm)[0]
+        if compare_arm not in predicted:
+            predicted.append(compare_arm)
     source = source_database_url or local_stack().database_url
     stack = local_stack(
         api_port=twin.TWIN_API_PORT,

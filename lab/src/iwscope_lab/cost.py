@@ -93,7 +93,6 @@ class CostPlan(FairnessPlan):
     """A fairness plan with arms by label, shares, the interactive flow and page loads."""
 
     kind: str = "policy"
-    arm_labels: tuple[str, ...] = ()
     arm_shares: tuple[float, ...] | None = None
     interactive: bool = False
     page_connections: int | None = None

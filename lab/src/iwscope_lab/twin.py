@@ -1,4 +1,5 @@
-"""``iwscope lab twin``: a calibrated lab twin of each measured path, for what-if IWs.
+"""``iwscope lab twin``: a calibrated lab twin of each measured path, for what-if IWs (plain,
+paced or learned arms: ``--what-if 16,32,32p,learned``).
 
 After Pantheon (Yan et al., USENIX ATC 2018), which fits one emulated link per real path so that
 the measured runs are reproduced: for every probe x origin path of a campaign, one emulated
@@ -45,6 +46,7 @@ from rich.console import Console
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.orm import Session
 
+from iwprobe import wire
 from iwscope.analysis import buckets as bk
 from iwscope.analysis.paired import PairedEstimate, make_pairs, paired_estimate
 from iwscope.analysis.stats import proportion_interval, weighted_mean_interval
@@ -67,6 +69,8 @@ MIN_TRIALS = 20
 INITIAL_RTO_US = 1_000_000
 
 Interval = tuple[float, float]
+#: An arm: a plain IW (the campaign's baseline and treatment) or a label (``32p``, ``learned``).
+Arm = int | str
 
 
 @dataclass(frozen=True)
@@ -89,12 +93,13 @@ class TwinPath:
     buffer_fit: str
     queue_seen_bytes: int
 
-    def beyond_fit(self, iw: int) -> bool:
-        """An IW burst larger than the queue seen plus one BDP: the fit says nothing of it."""
+    def beyond_fit(self, arm: Arm) -> bool:
+        """An IW burst larger than the queue seen plus one BDP: the fit says nothing of it
+        (a paced arm's IW counts whole: pacing spreads it over the first round trip only)."""
         if self.buffer_bytes is not None or not self.rate_bps:
             return False
         bdp = self.rate_bps / 8 * self.rtt_ms / 1000
-        return iw * 1514 > self.queue_seen_bytes + bdp
+        return wire.arm_label_iw(str(arm)) * 1514 > self.queue_seen_bytes + bdp
 
     def link(self) -> LinkSpec:
         direction = DirectionSpec(
@@ -140,8 +145,9 @@ class TwinResult:
     campaign_id: int
     baseline_iw: int
     treatment_iw: int
-    what_if: list[int]
-    compare_arm: int | None
+    #: Arms by label (``32``, ``32p``, ``learned``).
+    what_if: list[str]
+    compare_arm: str | None
     twin_campaign_id: int | None = None
     paths: list[dict[str, Any]] = field(default_factory=list)
     buckets: list[dict[str, Any]] = field(default_factory=list)
@@ -151,18 +157,19 @@ class TwinResult:
 
 
 _PATH_ROWS = """
-    SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, t.arm_iw, t.round, t.object_size,
+    SELECT t.probe_id::text, p.name, p.region, t.origin_id::text, coalesce(t.arm, t.arm_iw::text), t.round, t.object_size,
            t.server_latency_us, coalesce(t.server_total_retrans, 0), t.server_bytes_retrans, t.server_bytes_sent,
            t.tcpi_min_rtt_us, o.tcpi_rtt_us, e.min_rtt_us, e.bottleneck_bps
       FROM trials t JOIN probes p ON p.id = t.probe_id
       LEFT JOIN origin_observations o ON o.trial_id = t.trial_id
       LEFT JOIN path_estimates e ON e.probe_id = t.probe_id AND e.origin_id = t.origin_id
-     WHERE t.campaign_id = :campaign AND t.error_kind IS NULL AND t.role = 'short' AND t.arm IS NULL
+     WHERE t.campaign_id = :campaign AND t.error_kind IS NULL AND t.role = 'short'
        AND t.origin_id IS NOT NULL AND t.server_latency_us IS NOT NULL"""
 
 
 def read_paths(session: Session, campaign_id: int) -> dict[tuple[str, str], list[Any]]:
-    """A campaign's joined trials of plain arms, per probe x origin path."""
+    """A campaign's joined trials, per probe x origin path; each row's arm (column 4) by its
+    label: ``10``, ``32p`` (paced), ``learned``."""
     paths: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in session.execute(text(_PATH_ROWS), {"campaign": campaign_id}):
         paths[(row[0], row[3])].append(row)
@@ -180,14 +187,15 @@ def fit_path(rows: Sequence[Any], baseline_iw: int, treatment_iw: int) -> TwinPa
     if not rtt_us:
         return None
     rate = float(first[14]) if first[14] else None
-    baseline = [row for row in rows if row[4] == baseline_iw]
+    base_arm, treat_arm = str(baseline_iw), str(treatment_iw)
+    baseline = [row for row in rows if row[4] == base_arm]
     sent = sum(row[10] or 0 for row in baseline)
     loss = min(0.5, sum(row[9] or 0 for row in baseline) / sent) if sent else 0.0
     # only the fitted arms' trials: a held-out arm's own queueing must not leak into its twin
-    queues_us = sorted(max(0, row[12] - rtt_us) for row in rows if row[12] and row[4] in (baseline_iw, treatment_iw))
+    queues_us = sorted(max(0, row[12] - rtt_us) for row in rows if row[12] and row[4] in (base_arm, treat_arm))
     queue_us = queues_us[min(len(queues_us) - 1, int(0.95 * len(queues_us)))] if queues_us else 0
     queue_bytes = int(queue_us * (rate or 0) / 8e6)
-    base_ci, treat_ci = _retrans_interval(baseline), _retrans_interval([row for row in rows if row[4] == treatment_iw])
+    base_ci, treat_ci = _retrans_interval(baseline), _retrans_interval([row for row in rows if row[4] == treat_arm])
     more_retrans = base_ci is not None and treat_ci is not None and treat_ci[0] > base_ci[1]
     # A queue that delays the burst past the initial RTO makes the sender retransmit what still
     # waits in it: the extra retransmissions are timeouts, not overflow, and the buffer holds at
@@ -211,27 +219,29 @@ def fit_path(rows: Sequence[Any], baseline_iw: int, treatment_iw: int) -> TwinPa
     )
 
 
-def path_estimate(rows: Sequence[Any], baseline_iw: int, arm_iw: int) -> Estimate:
-    """The paired improvement of ``arm_iw`` over ``baseline_iw`` on one path's trials."""
-    chosen = [row for row in rows if row[4] in (baseline_iw, arm_iw)]
+def path_estimate(rows: Sequence[Any], baseline: Arm, arm: Arm) -> Estimate:
+    """The paired improvement of ``arm`` over ``baseline`` on one path's trials."""
+    base_label, arm_label = str(baseline), str(arm)
+    chosen = [row for row in rows if row[4] in (base_label, arm_label)]
     pairs = make_pairs(
         np.zeros(len(chosen), dtype=np.int64),
         [row[5] for row in chosen],
         [row[6] for row in chosen],
-        [row[4] == arm_iw for row in chosen],
+        [row[4] == arm_label for row in chosen],
         [row[7] / 1000.0 for row in chosen],
     )
     return Estimate.of(paired_estimate(pairs))
 
 
-def bucket_estimate(paths: Sequence[Sequence[Any]], baseline_iw: int, arm_iw: int) -> Estimate:
+def bucket_estimate(paths: Sequence[Sequence[Any]], baseline: Arm, arm: Arm) -> Estimate:
     """The paired improvement over several paths' trials (paths resampled whole from five on)."""
-    chosen = [(code, row) for code, rows in enumerate(paths) for row in rows if row[4] in (baseline_iw, arm_iw)]
+    base_label, arm_label = str(baseline), str(arm)
+    chosen = [(code, row) for code, rows in enumerate(paths) for row in rows if row[4] in (base_label, arm_label)]
     pairs = make_pairs(
         [code for code, _ in chosen],
         [row[5] for _, row in chosen],
         [row[6] for _, row in chosen],
-        [row[4] == arm_iw for _, row in chosen],
+        [row[4] == arm_label for _, row in chosen],
         [row[7] / 1000.0 for _, row in chosen],
     )
     return Estimate.of(paired_estimate(pairs))
@@ -257,8 +267,8 @@ def run_twin(
     *,
     baseline_iw: int,
     treatment_iw: int,
-    what_if: Sequence[int],
-    compare_arm: int | None,
+    what_if: Sequence[str],
+    compare_arm: str | None,
     repetitions: int,
     console: Console,
     duration_s: float | None = None,
@@ -286,11 +296,12 @@ def run_twin(
         raise ValueError(f"campaign {campaign_id} has no path with {MIN_TRIALS} joined trials and an RTT estimate")
     keys = list(fitted_by_key)
     fitted = [fitted_by_key[key] for key in keys]
-    arms = tuple(dict.fromkeys([baseline_iw, treatment_iw, *what_if]))
+    labels = tuple(dict.fromkeys([str(baseline_iw), str(treatment_iw), *what_if]))
     sizes, size_dist, sizes_per_round = plan_row
     plan = CampaignPlan(
         f"twin of campaign {campaign_id}",
-        arms=arms,
+        arms=tuple(wire.arm_label_iw(label) for label in labels),
+        arm_labels=labels,
         sizes=tuple(sizes) if sizes else None,
         size_dist=None if sizes else size_dist,
         sizes_per_round=sizes_per_round,
@@ -301,7 +312,7 @@ def run_twin(
     if twin_campaign_id is None:
         topology = twin_topology(fitted)
         with topology:
-            console.print(f"[bold]twin of campaign {campaign_id}[/]: {len(fitted)} paths, arms {', '.join(map(str, arms))}")
+            console.print(f"[bold]twin of campaign {campaign_id}[/]: {len(fitted)} paths, arms {', '.join(labels)}")
             twin_campaign_id = LabCampaign(topology, stack, plan, console=console).run(show_progress=show_progress).campaign_id
     twin_engine = create_engine(stack.database_url, poolclass=pool.NullPool)
     with Session(twin_engine) as session:
@@ -343,7 +354,7 @@ def _path_report(path: TwinPath, measured: list[Any], twin: list[Any], result: T
             "overlap": overlaps(fit_measured.ci_ms, fit_twin.ci_ms),
         },
         "predicted": {
-            str(arm): {**asdict(path_estimate(twin, base, arm)), "prediction": True, "beyond_fit": path.beyond_fit(arm)}
+            arm: {**asdict(path_estimate(twin, base, arm)), "prediction": True, "beyond_fit": path.beyond_fit(arm)}
             for arm in result.what_if
         },
     }
@@ -386,7 +397,7 @@ def _bucket_reports(
     reports = []
     base = result.baseline_iw
 
-    def compare(members: list[int], arm: int) -> dict[str, Any]:
+    def compare(members: list[int], arm: Arm) -> dict[str, Any]:
         twins = [path_estimate(twin[i], base, arm) for i in members]
         measured_paths = [path_estimate(measured[i], base, arm) for i in members]
         common = [i for i, estimate in zip(members, twins, strict=True) if estimate.ms is not None]
@@ -407,7 +418,7 @@ def _bucket_reports(
             "paths": len(members),
             "fit": compare(members, result.treatment_iw),
             "predicted": {
-                str(arm): {
+                arm: {
                     **asdict(stratified([path_estimate(twin[i], base, arm) for i in members], fit_weights)),
                     "prediction": True,
                 }

@@ -7,6 +7,7 @@ import json
 import pathlib
 from typing import Any
 
+from iwscope_dashboard.figures import arm_name
 from iwscope_lab.reproduce import json_default
 from iwscope_lab.twin import TwinResult
 
@@ -63,21 +64,21 @@ def twin_markdown(result: TwinResult) -> str:
         )
     if result.what_if:
         lines += ["", "## Predictions per RTT bucket (**prediction**)", ""]
-        lines += ["| bucket | paths | " + " | ".join(f"IW{arm} (prediction)" for arm in result.what_if) + " |"]
+        lines += ["| bucket | paths | " + " | ".join(f"{arm_name(arm)} (prediction)" for arm in result.what_if) + " |"]
         lines += ["|---|---|" + "---|" * len(result.what_if)]
         for bucket in result.buckets:
             lines.append(
                 f"| {bucket['bucket']} | {bucket['paths']} | "
-                + " | ".join(_fmt(bucket["predicted"][str(arm)]) for arm in result.what_if)
+                + " | ".join(_fmt(bucket["predicted"][arm]) for arm in result.what_if)
                 + " |"
             )
     if result.compare_arm is not None:
         arm = result.compare_arm
         lines += [
             "",
-            f"## Held out: IW{arm}, measured vs the twins' prediction",
+            f"## Held out: {arm_name(arm)}, measured vs the twins' prediction",
             "",
-            f"| path or bucket | measured IW{arm} | IW{arm} (prediction) | overlap |",
+            f"| path or bucket | measured {arm_name(arm)} | {arm_name(arm)} (prediction) | overlap |",
             "|---|---|---|---|",
         ]
         for entry in result.paths:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Identity, Integer, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Identity, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -34,10 +34,10 @@ class TwinPrediction(Base):
     baseline_iw: Mapped[Int]
     #: The arm of the fit check (the twins ran it and the campaign measured it).
     treatment_iw: Mapped[Int]
-    #: Arms predicted (the twins ran them, the campaign may not have).
-    what_if: Mapped[list[int]] = mapped_column(ARRAY(Integer))
+    #: Arms predicted by label (``32``, ``32p``, ``learned``; the twins ran them, the campaign may not have).
+    what_if: Mapped[list[str]] = mapped_column(ARRAY(Text))
     #: An arm both measured and predicted (the held-out check); NULL: none.
-    compare_arm: Mapped[int | None] = mapped_column(Integer)
+    compare_arm: Mapped[str | None] = mapped_column(Text)
     #: The twins' own campaign, in the twins' database (not this one's).
     twin_campaign_id: Mapped[int | None] = mapped_column(BigInteger)
     #: Paths with a twin; of them, those whose fit check could be judged and those that overlap.

@@ -13,13 +13,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from iwprobe import wire
+from iwscope.wiretypes import ArmLabel
 
 _CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 Iw = Annotated[int, Field(ge=1, le=wire.MAX_IW_SEGMENTS)]
+
+
+def _label_of_iw(value: object) -> object:
+    """An arm given as its IW (results stored before arm labels, 2026-11-28) as its label."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+#: A predicted arm by label: ``32``, ``32p`` (paced), ``learned``; an integer is the plain arm.
+Arm = Annotated[ArmLabel, BeforeValidator(_label_of_iw), Field(min_length=1)]
 Name = Annotated[str, Field(max_length=200)]
 #: Most paths and RTT buckets one result may carry.
 MAX_PATHS = 10_000
@@ -133,8 +143,8 @@ class TwinResultIn(BaseModel):
     campaign_id: Annotated[int, Field(ge=1)]
     baseline_iw: Iw
     treatment_iw: Iw
-    what_if: Annotated[list[Iw], Field(max_length=16)]
-    compare_arm: Iw | None
+    what_if: Annotated[list[Arm], Field(max_length=16)]
+    compare_arm: Arm | None
     twin_campaign_id: Annotated[int, Field(ge=1)] | None
     paths: Annotated[list[TwinPathIn], Field(min_length=1, max_length=MAX_PATHS)]
     buckets: Annotated[list[TwinBucketIn], Field(max_length=MAX_BUCKETS)]
@@ -145,7 +155,9 @@ class TwinResultIn(BaseModel):
             raise ValueError("baseline_iw and treatment_iw are the same arm")
         if len(set(self.what_if)) != len(self.what_if):
             raise ValueError("what_if names an arm twice")
-        arms = {str(arm) for arm in self.what_if}
+        if self.compare_arm is not None and self.compare_arm not in self.what_if:
+            raise ValueError(f"compare_arm {self.compare_arm} is not among what_if")
+        arms = set(self.what_if)
         held = self.compare_arm is not None
         entries: list[tuple[str, int, TwinPathIn | TwinBucketIn]] = [("path", i, entry) for i, entry in enumerate(self.paths)]
         entries += [("bucket", i, entry) for i, entry in enumerate(self.buckets)]

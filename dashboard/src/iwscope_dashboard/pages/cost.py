@@ -23,7 +23,15 @@ from dash import Output, callback, dcc, html
 from plotly.subplots import make_subplots
 
 from iwscope.analysis import CostCampaign, CostFlows, CostInterference, CostReport, arm_order, used_arms
-from iwscope_dashboard.figures import ARM_PALETTE, PERCENT_COLOUR, TREATMENT_COLOUR, empty_figure, interval_bars, style_figure
+from iwscope_dashboard.figures import (
+    ARM_PALETTE,
+    PERCENT_COLOUR,
+    TREATMENT_COLOUR,
+    arm_name,
+    empty_figure,
+    interval_bars,
+    style_figure,
+)
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.pagedata import cost_data
 from iwscope_dashboard.pagekit import Nothing, graph, page_filters, page_frame, read, status
@@ -125,11 +133,6 @@ def measure(
         return Cell(TOO_SMALL, f"n={count} {unit}".strip(), True)
     number = f"{value * scale:+,.{digits}f}" if signed else f"{value * scale:,.{digits}f}"
     return Cell(number, f"{_interval(ci, scale, digits)}, n={count} {unit}".strip())
-
-
-def arm_name(arm: str) -> str:
-    """``"10"`` -> ``"IW10"``, ``"10p"`` -> ``"IW10p"`` (paced), ``"learned"`` stays."""
-    return f"IW{arm}" if arm.rstrip("p").isdigit() else arm
 
 
 def phase_label(campaign: CostCampaign) -> str:

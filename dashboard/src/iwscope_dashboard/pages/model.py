@@ -10,7 +10,7 @@ from dash import Output, callback, html
 
 from iwscope.analysis import ModelFit, PathModelFit
 from iwscope.predictions.schemas import EstimateIn, TwinPredictionOut
-from iwscope_dashboard.figures import empty_figure
+from iwscope_dashboard.figures import arm_name, empty_figure
 from iwscope_dashboard.filterbar import filter_inputs, filters_from_page_query, register_url_sync
 from iwscope_dashboard.modelfigures import (
     PREDICTION_COLOUR,
@@ -227,11 +227,11 @@ def twin_columns(prediction: TwinPredictionOut) -> list[tuple[str, str]]:
     ]
     if held is not None:
         columns += [
-            ("held_measured", f"measured IW{held} (held out)"),
-            ("held_pred", f"IW{held}: {TWIN_NAME}"),
+            ("held_measured", f"measured {arm_name(held)} (held out)"),
+            ("held_pred", f"{arm_name(held)}: {TWIN_NAME}"),
             ("held_overlap", "intervals overlap"),
         ]
-    columns += [(f"arm{arm}_pred", f"IW{arm}: {TWIN_NAME}") for arm in result.what_if if arm != held]
+    columns += [(f"arm{arm}_pred", f"{arm_name(arm)}: {TWIN_NAME}") for arm in result.what_if if arm != held]
     return columns
 
 
