@@ -236,6 +236,7 @@ def twin_document(campaign_id: int, probe_ids: dict[str, uuid.UUID], origin_id: 
                 "predicted": {
                     "32": _estimate(wide, 40, prediction=True) | {"beyond_fit": False},
                     "16": _estimate(held, 40, prediction=True) | {"beyond_fit": False},
+                    "32p": _estimate(wide, 40, prediction=True) | {"beyond_fit": False},
                 },
                 "held_out": {"measured": _estimate(held, 72), "predicted": _estimate(held, 40, prediction=True), "overlap": True},
             }
@@ -256,7 +257,11 @@ def twin_document(campaign_id: int, probe_ids: dict[str, uuid.UUID], origin_id: 
                     "twin": _estimate(0.95 * fit, n, prediction=True),
                     "overlap": True,
                 },
-                "predicted": {"32": _estimate(wide, n, prediction=True), "16": _estimate(held, n, prediction=True)},
+                "predicted": {
+                    "32": _estimate(wide, n, prediction=True),
+                    "16": _estimate(held, n, prediction=True),
+                    "32p": _estimate(wide, n, prediction=True),
+                },
                 "held_out": {
                     "paths": len(members),
                     "measured": _estimate(held, n),
@@ -269,7 +274,8 @@ def twin_document(campaign_id: int, probe_ids: dict[str, uuid.UUID], origin_id: 
         "campaign_id": campaign_id,
         "baseline_iw": 3,
         "treatment_iw": 10,
-        "what_if": [32, 16],
+        # integers as results stored before arm labels were (read as "32", "16"), and a paced arm
+        "what_if": [32, 16, "32p"],
         "compare_arm": 16,
         "twin_campaign_id": 1,
         "paths": paths,

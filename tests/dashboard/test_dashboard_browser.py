@@ -152,14 +152,18 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
             "measured: IW3 - IW16",
             "IW16: lab twin (prediction)",
             "IW32: lab twin (prediction)",
+            "IW32p: lab twin (prediction)",
         }, set(twin)
-        assert all((t["marker_pattern"] == "/") == name.endswith("(prediction)") for name, t in twin.items())
+        assert all(bool(t["marker_pattern"]) == name.endswith("(prediction)") for name, t in twin.items())
+        # the what-if arms told apart by their hatches (IW32 and IW32p predict the same here)
+        assert twin["IW32: lab twin (prediction)"]["marker_pattern"] != twin["IW32p: lab twin (prediction)"]["marker_pattern"]
         measured_fit, twin_fit = twin["measured: IW3 - IW10"]["y"], twin["IW10: lab twin (prediction)"]["y"]
         assert len(measured_fit) >= 3
         assert_close(twin_fit, [0.95 * value for value in measured_fit])
         page.wait_for_selector("#model-twins td", timeout=TIMEOUT_MS)
         twin_table = page.inner_text("#model-twins")
         assert "IW32: lab twin (prediction)" in twin_table and "measured IW16 (held out)" in twin_table
+        assert "IW32p: lab twin (prediction)" in twin_table
         twin_status = page.inner_text("#model-twin-status")
         assert "Lab twin of campaign" in twin_status and "Predictions, not measurements" in twin_status
     elif path == "/probes":

@@ -7,6 +7,7 @@ hover; a lab twin's are hatched, paler bars named "lab twin (prediction)"."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import cycle
 
 import plotly.graph_objects as go
 
@@ -119,15 +120,22 @@ TWIN_NAME = "lab twin (prediction)"
 
 
 def _bar(
-    fig: go.Figure, labels: list[str], estimates: Sequence[EstimateIn | None], name: str, colour: str, *, predicted: bool
+    fig: go.Figure,
+    labels: list[str],
+    estimates: Sequence[EstimateIn | None],
+    name: str,
+    colour: str,
+    *,
+    predicted: bool,
+    hatch: str = "/",
 ) -> None:
-    """One arm's improvement per bucket: a filled bar when measured, a hatched, paler one with a
-    dashed outline when predicted; ``n too small`` buckets have no bar and say so in the hover."""
+    """One arm's improvement per bucket: a filled bar when measured, a hatched (``hatch``), paler
+    one with a dashed outline when predicted; ``n too small`` buckets have no bar and say so in the hover."""
     values = [estimate.ms if estimate is not None and estimate.ms is not None else None for estimate in estimates]
     shown = [0.0 if value is None else value for value in values]
     marker: dict[str, object] = {"color": colour}
     if predicted:
-        marker |= {"pattern": {"shape": "/", "fgcolor": colour, "bgcolor": "white"}, "line": {"color": colour, "width": 1.5}}
+        marker |= {"pattern": {"shape": hatch, "fgcolor": colour, "bgcolor": "white"}, "line": {"color": colour, "width": 1.5}}
     fig.add_bar(
         x=labels,
         y=[None if value is None else shown[i] for i, value in enumerate(values)],
@@ -143,6 +151,10 @@ def _bar(
         ],
         hoverinfo="text",
     )
+
+
+#: The hatches of the what-if arms, in order (every prediction is hatched; these tell them apart).
+WHAT_IF_HATCHES = ("/", "x", "\\", ".", "+", "-", "|")
 
 
 def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
@@ -169,10 +181,9 @@ def twin_bucket_figure(prediction: TwinPredictionOut) -> go.Figure:
     for arm, colour, measured, twin in compared:
         _bar(fig, labels, measured, f"measured: IW{base} - {arm_name(arm)}", colour, predicted=False)
         _bar(fig, labels, twin, f"{arm_name(arm)}: {TWIN_NAME}", colour, predicted=True)
-    for arm in result.what_if:
-        if arm == held:
-            continue
+    what_ifs = [arm for arm in result.what_if if arm != held]
+    for arm, hatch in zip(what_ifs, cycle(WHAT_IF_HATCHES)):  # one hatch per what-if arm: told apart
         predicted = [b.predicted.get(arm) for b in buckets]
-        _bar(fig, labels, predicted, f"{arm_name(arm)}: {TWIN_NAME}", PREDICTION_COLOUR, predicted=True)
+        _bar(fig, labels, predicted, f"{arm_name(arm)}: {TWIN_NAME}", PREDICTION_COLOUR, predicted=True, hatch=hatch)
     fig.update_layout(xaxis_title="path min RTT", yaxis_title=f"improvement over IW{base} (ms)", barmode="group")
     return style_figure(fig, f"Lab twin of campaign {prediction.campaign_id}: measured vs predicted per RTT bucket")
