@@ -28,7 +28,7 @@ test-faults: setup  ## fault-injection suite (long)
 bench: setup  ## benchmarks (run by hand; results go to bench/results/)
 	@scripts/bench.sh
 
-deploy-check: setup  ## as root: the images built by podman, the chart played and upgraded by it, older probe builds, probes and an origin on qemu VMs, the Ansible role on this host (docs/deployment.md; ~16 min with its images cached)
+deploy-check: setup  ## as root: the images built by podman, the chart played and upgraded by it, older probe builds, probes and an origin on qemu VMs, the Ansible role on this host (docs/deployment.md; ~19 min with its images cached)
 	@scripts/test.sh -m deploy
 
 fresh-check:  ## .ci/run in a fresh Debian 12 chroot with the checkout in a 0700 /root (about 30 min)
