@@ -25,7 +25,10 @@ def test_handshake_rtt_matches_configured(two_hosts: TwoHosts, rtt_ms: float, ha
     tolerance = max(0.03 * rtt_ms, 1.0)
     assert result["samples"] == handshakes
     samples = result["samples_ms"]
-    assert abs(result["p50_ms"] - rtt_ms) <= tolerance, result
+    # The median, with four times the median wake-up lateness measured meanwhile (a handshake's
+    # round trip crosses four userspace wake-ups: the emulator's, each way, and the two ends'): a
+    # clean-clone CI run on a busy box had p50 21.4 ms at 20 ms.
+    assert abs(result["p50_ms"] - rtt_ms) <= tolerance + 4 * noise.quantile_ms(0.5), (result, noise.quantile_ms(0.5))
     assert min(samples) >= rtt_ms, result  # never faster than the configured propagation delay
     # Every handshake within tolerance, except at most 10 %: on this shared 2-core machine a
     # neighbour's kernel work occasionally delays one packet by 10-40 ms (measured; see

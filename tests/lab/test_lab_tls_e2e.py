@@ -110,27 +110,34 @@ def _handshakes(topo: Any, chain: ChainInfo) -> dict[int, float]:
     return {iw: statistics.median(values) for iw, values in samples.items()}
 
 
-def _observed(topo: Any, chain: ChainInfo, origin: subprocess.Popen[str]) -> dict[int, dict[str, Any]]:
-    """One probe fetch per arm (it sends a trial id, so the origin reports the connection)."""
+def _observed(topo: Any, chain: ChainInfo, origin: subprocess.Popen[str], fetches: int = 3) -> dict[int, dict[str, Any]]:
+    """Per arm, ``fetches`` probe fetches (each sends a trial id, so the origin reports the
+    connection); the origin's observation of the arm's fastest handshake.  The fastest: a busy
+    box only adds time (one late wake-up in a single fetch put a 200 ms round trip at 179 ms
+    in a CI run), and the round trip the chain costs is what the network allows."""
     address = topo.host("origin").address
     trials = {}
-    for iw in (3, 10):
-        outcome = topo.run(
-            "probe",
-            [*IWPROBE, "fetch", "--json", "--ca-file", str(chain.root_path), f"https://{address}:{BASE_PORT + iw}/obj/1000"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        trial = json.loads(outcome.stdout)
-        assert trial["error_kind"] is None and trial["tls_version"] == "TLSv1.3", trial
-        trials[trial["trial_id"]] = iw
+    for _ in range(fetches):
+        for iw in (3, 10):
+            outcome = topo.run(
+                "probe",
+                [*IWPROBE, "fetch", "--json", "--ca-file", str(chain.root_path), f"https://{address}:{BASE_PORT + iw}/obj/1000"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            trial = json.loads(outcome.stdout)
+            assert trial["error_kind"] is None and trial["tls_version"] == "TLSv1.3", trial
+            trials[trial["trial_id"]] = iw
     assert origin.stdout is not None
-    seen = {}
-    while len(seen) < len(trials):
+    seen: dict[int, list[dict[str, Any]]] = {3: [], 10: []}
+    while sum(map(len, seen.values())) < len(trials):
         observation = json.loads(origin.stdout.readline())
-        seen[trials[observation["trial_id"]]] = observation
-    return seen
+        seen[trials[observation["trial_id"]]].append(observation)
+    for iw, observations in seen.items():
+        for observation in observations:  # every connection of the arm started from its IW
+            assert observation["snd_cwnd_at_accept"] == iw and not observation["cwnd_mismatch"], observation
+    return {iw: min(observations, key=lambda o: o["tls_handshake_us"]) for iw, observations in seen.items()}
 
 
 @pytest.mark.parametrize(
