@@ -254,7 +254,9 @@ def test_campaign_round_trip(agents: Agents, api_server: Any, admin_token: str, 
     # Calibration starts at 300 kB and grows 4x while the transfer is too short to leave
     # slow start (on a veth it is: the rate is tens of Gbit/s); it stays within 16 MiB.
     assert len(samples) == 1 and samples[0][0] > 0 and 300000 <= samples[0][2] <= 16 * 1024 * 1024
-    assert samples[0][1] is not None and samples[0][1] > 100e6
+    # A rate measured from that transfer: on a veth tens of Gbit/s when the box is idle, 89 Mbit/s
+    # in a clean-clone CI run on a busy one -- so a floor that only a broken calibration misses.
+    assert samples[0][1] is not None and samples[0][1] > 10e6
     # The origin uploads its observations on its own; each arm started with its IW.
     _wait_for(
         lambda: (
