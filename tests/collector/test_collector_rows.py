@@ -111,8 +111,12 @@ def test_each_observation_column_is_its_record(
         assert row["tcp_info"] == record["tcp_info"]
 
 
-def test_a_timestamp_offset_beyond_what_postgresql_reads_is_stored_as_its_instant() -> None:
-    """Python reads +23:00; PostgreSQL refuses offsets beyond +-15:59: the text sent is UTC."""
-    instant = dt.datetime(2026, 11, 28, 23, 0, tzinfo=dt.timezone(dt.timedelta(hours=23)))
-    assert rows.utc_text("2026-11-28T23:00:00+23:00", instant) == "2026-11-28T00:00:00+00:00"
-    assert rows.utc_text("2026-11-28T00:00:00Z", instant) == "2026-11-28T00:00:00Z"
+def test_a_timestamp_offset_beyond_what_postgresql_reads_is_stored_as_its_instant(probe: Enrolled, db_engine: Engine) -> None:
+    """Python reads +23:00; PostgreSQL refuses offsets beyond +-15:59: the record goes as UTC."""
+    record = make_trial(probe.id, started_at="2026-11-28T23:00:00+23:00")
+    document = {**make_batch(probe.id, [record]), "wire_version": wire.WIRE_VERSION}
+    upload = services.Upload(validation.validate_trial_batch(orjson.dumps(document), uuid.UUID(probe.id)), uuid.UUID(probe.id))
+    services.store_group(db_engine, [upload])
+    assert isinstance(upload.outcome, services.IngestResult) and upload.outcome.accepted == 1
+    assert _row(db_engine, "trials", record["trial_id"])["started_at"] == dt.datetime(2026, 11, 28, tzinfo=dt.UTC)
+    assert rows.utc_text("2026-11-28T00:00:00Z", dt.datetime(2026, 11, 28, tzinfo=dt.UTC)) == "2026-11-28T00:00:00Z"

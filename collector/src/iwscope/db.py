@@ -55,6 +55,15 @@ def make_engine(database_url: str, **options: Any) -> Engine:
     return engine
 
 
+def ping(connection: Any) -> None:
+    """``SELECT 1`` on a DBAPI connection, raising when it cannot answer; left without a
+    transaction (the ping's snapshot would otherwise date from the ping, not from the caller's
+    first statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    connection.rollback()
+
+
 def dedicated_connection(engine: Engine, application_name: str, **params: Any) -> psycopg.Connection:
     """A connection of its own to ``engine``'s database, outside its pool (a thread that holds
     one for long: the credential listener, the upload writer's lanes), named
@@ -91,10 +100,7 @@ def _ping_when_idle(engine: Engine, after_idle_s: float) -> None:
         if time.monotonic() - record.info.get("iwscope_idle_since", float("-inf")) <= after_idle_s:
             return
         try:
-            engine.dialect.do_ping(dbapi_connection)
-            # The ping's SELECT opened a transaction: hand the connection out without one (its
-            # snapshot would otherwise date from the ping, not from the caller's first statement).
-            dbapi_connection.rollback()
+            ping(dbapi_connection)
         except Exception as error:  # a connection that cannot answer SELECT 1 is of no use
             raise sqlalchemy.exc.DisconnectionError(str(error)) from error
 

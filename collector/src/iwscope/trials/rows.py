@@ -10,7 +10,7 @@ column types parse each value, as COPY did) plus the expressions of :func:`trial
 empty strings of "not said", the plain arm as NULL and the flow role of a wire-v1/v2 URL.
 
 Building each row as a Python dict instead cost 5-9 us of API CPU per trial (45 keys, a
-dozen lookups) where the encoding costs about 1 us (docs/ingest-throughput.md).
+dozen lookups) where the encoding costs 1.1-1.6 us (docs/ingest-throughput.md).
 ``tests/collector/test_collector_rows.py`` stores records that exercise every derived column
 and checks each stored value against the wire's Python rules.
 """

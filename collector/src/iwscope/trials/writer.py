@@ -14,10 +14,9 @@ a commit (a WAL flush) of their own.  :class:`GroupWriter` pays those once per g
 * if that transaction fails for any other reason, each upload is stored alone, so one upload's
   failure is never another's: all or nothing stays per upload.
 
-A lane is not a pooled connection in a thread of anyio's: per group, anyio's hop (its limiter,
-cancel scope and a ``call_soon_threadsafe`` each way) and the pool's checkout and return with
-its reset cost about 250-400 us of CPU on the benchmark machine where the lane's queue and
-kept connection cost a small part of that (docs/ingest-throughput.md).  Uploads so never wait
+A lane is not a pooled connection in a thread of anyio's: on the benchmark machine anyio's hop
+cost 209-229 us of CPU where a ``SimpleQueue`` to a thread of its own cost 92 us, and the pool's
+checkout and return with its reset 20-200 us a group (docs/ingest-throughput.md).  Uploads so never wait
 for the slots other requests take (:mod:`iwscope.dbslots`), and other requests never wait
 for uploads; the process holds :data:`LANES` connections more than its pool.  A lane's
 connection is pinged after a second idle (as the pool's are) and replaced when it broke; a
@@ -41,6 +40,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import anyio.to_thread
 import psycopg
@@ -48,7 +48,7 @@ from anyio.lowlevel import RunVar
 from sqlalchemy.engine import Engine
 
 from iwscope.config import get_settings
-from iwscope.db import PING_AFTER_IDLE_S, dedicated_connection, get_engine
+from iwscope.db import PING_AFTER_IDLE_S, dedicated_connection, get_engine, ping
 from iwscope.dbslots import DatabaseBusy
 from iwscope.metrics import DB_BUSY
 from iwscope.trials import fastwire, services
@@ -185,8 +185,7 @@ class Lane:
             connection = None
         if connection is not None and time.monotonic() - self._used_at > PING_AFTER_IDLE_S:
             try:
-                connection.execute("SELECT 1")
-                connection.rollback()
+                ping(connection)
             except psycopg.Error:
                 with contextlib.suppress(psycopg.Error):
                     connection.close()
@@ -197,7 +196,11 @@ class Lane:
         return connection
 
 
-def _settle(future: asyncio.Future[Outcomes], outcome: Outcomes | BaseException) -> None:
+Result = TypeVar("Result")
+
+
+def _settle(future: asyncio.Future[Result], outcome: Result | BaseException) -> None:
+    """The future's result or exception, unless it is settled already (expired, cancelled)."""
     if future.done():
         return
     if isinstance(outcome, BaseException):
@@ -279,12 +282,7 @@ class GroupWriter:
                         pending.future.cancel()
                     raise
                 for pending, outcome in zip(group, outcomes, strict=True):
-                    if pending.future.done():
-                        continue
-                    if isinstance(outcome, BaseException):
-                        pending.future.set_exception(outcome)
-                    else:
-                        pending.future.set_result(outcome)
+                    _settle(pending.future, outcome)
         finally:
             self._free.append(lane)
             self._running -= 1
