@@ -55,12 +55,11 @@ def make_engine(database_url: str, **options: Any) -> Engine:
     return engine
 
 
-def ping(connection: Any) -> None:
-    """``SELECT 1`` on a DBAPI connection, raising when it cannot answer; left without a
-    transaction (the ping's snapshot would otherwise date from the ping, not from the caller's
-    first statement)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
+def ping(engine: Engine, connection: Any) -> None:
+    """The dialect's ping (``SELECT 1``) on a DBAPI connection of ``engine``'s database, raising
+    when it cannot answer; left without a transaction (the ping's snapshot would otherwise date
+    from the ping, not from the caller's first statement)."""
+    engine.dialect.do_ping(connection)
     connection.rollback()
 
 
@@ -100,7 +99,7 @@ def _ping_when_idle(engine: Engine, after_idle_s: float) -> None:
         if time.monotonic() - record.info.get("iwscope_idle_since", float("-inf")) <= after_idle_s:
             return
         try:
-            ping(dbapi_connection)
+            ping(engine, dbapi_connection)
         except Exception as error:  # a connection that cannot answer SELECT 1 is of no use
             raise sqlalchemy.exc.DisconnectionError(str(error)) from error
 

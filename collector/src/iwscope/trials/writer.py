@@ -185,7 +185,7 @@ class Lane:
             connection = None
         if connection is not None and time.monotonic() - self._used_at > PING_AFTER_IDLE_S:
             try:
-                ping(connection)
+                ping(self._engine, connection)
             except psycopg.Error:
                 with contextlib.suppress(psycopg.Error):
                     connection.close()
