@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make lock`: resolve the third-party dependencies of the four distributions (their
-# pyproject.toml files, test extras included) and requirements-test.txt into
+# pyproject.toml files, test and quic extras included) and requirements-test.txt into
 # requirements.lock: exact versions and the sha256 of every published file of each, for
 # `make setup` to install with --require-hashes. The project's own distributions (iwprobe,
 # iwscope-*) are left out: they are installed from this checkout in editable mode, never
@@ -20,6 +20,7 @@ for package in ("probe", "collector", "lab", "dashboard"):
     requirements = list(project.get("dependencies", []))
     requirements += project.get("optional-dependencies", {}).get("test", [])
     requirements += project.get("optional-dependencies", {}).get("dev", [])
+    requirements += project.get("optional-dependencies", {}).get("quic", [])  # the probe's HTTP/3
     for requirement in requirements:
         name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
         if name not in own:

@@ -27,13 +27,15 @@ command -v nft >/dev/null || need+=(nftables)         # iwprobe tap's arms (an n
 command -v tcpdump >/dev/null || need+=(tcpdump)     # the held-out check of the probe's trial traces
 command -v wrk >/dev/null || need+=(wrk)              # load from clients nobody here wrote (the tap's cost,
 command -v h2load >/dev/null || need+=(nghttp2-client)  #   zero failed requests while arms change)
-# Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py) and the
-# real-users lab (nginx behind iwprobe tap), which start them themselves with their own
-# configuration on the lab's addresses: installed but never left running or enabled (Debian
-# starts and enables lighttpd and nginx on :80 when they are installed).
+# Web servers nobody here wrote, for the IW-inference grid (tests/lab/test_lab_iwgrid.py), the
+# real-users lab (nginx behind iwprobe tap) and the QUIC census (Caddy: quic-go's HTTP/3), which
+# start them themselves with their own configuration on the lab's addresses: installed but never
+# left running or enabled (Debian starts and enables lighttpd, nginx and caddy on :80 when they
+# are installed).
 servers=()
 have lighttpd || servers+=(lighttpd)
 have nginx || servers+=(nginx)
+have caddy || servers+=(caddy)
 packages=("${need[@]}" "${servers[@]}")
 if ((${#packages[@]})); then
   echo "setup: installing ${packages[*]}"

@@ -13,6 +13,9 @@ mkdir -p "$staging/iwprobe" "$(dirname "$output")"
 for file in "$source_dir"/*.py "$source_dir"/*.json; do
     cp "$file" "$staging/iwprobe/"
 done
-"$python" -m zipapp "$staging" --main "iwprobe.__main__:main" --python "/usr/bin/env python3" --output "$output"
+# The archive's own __main__ passes main()'s return value to the exit status (zipapp's --main
+# discards it: every command of the archive would exit 0, a failed fetch or census included).
+printf 'import sys\n\nimport iwprobe.__main__\n\nsys.exit(iwprobe.__main__.main())\n' > "$staging/__main__.py"
+"$python" -m zipapp "$staging" --python "/usr/bin/env python3" --output "$output"
 chmod 0755 "$output"
 echo "$output"

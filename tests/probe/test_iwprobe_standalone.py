@@ -51,7 +51,9 @@ def test_only_the_standard_library_is_imported(bare_env: tuple) -> None:
         "import sys, sysconfig\n"
         f"sys.path.insert(0, {str(pyz)!r})\n"
         "import iwprobe.__main__, iwprobe._agent, iwprobe._origin, iwprobe._fetch\n"
-        "import iwprobe._spool, iwprobe._upload, iwprobe.sizes\n"
+        "import iwprobe._spool, iwprobe._upload, iwprobe.sizes, iwprobe._census\n"
+        "import iwprobe._quic  # the quic extra's module imports without it and says so\n"
+        "assert not iwprobe._quic.quic_available()[0]\n"
         "stdlib = sysconfig.get_paths()['stdlib']\n"
         "bad = []\n"
         "for name, module in list(sys.modules.items()):\n"
@@ -70,6 +72,10 @@ def test_only_the_standard_library_is_imported(bare_env: tuple) -> None:
         check=True,
     )
     assert listing.stdout.strip() == "[]"  # nothing installed in this venv at all
+    quic = subprocess.run(
+        [str(python), "-I", str(pyz), "fetch", "--quic", "https://127.0.0.1:1/obj/1"], capture_output=True, text=True
+    )
+    assert quic.returncode == 2 and "pip install 'iwprobe[quic]'" in quic.stderr, quic.stderr
 
 
 def test_zipapp_fetches_from_a_zipapp_origin(bare_env: tuple, netns_pair: NetnsPair) -> None:

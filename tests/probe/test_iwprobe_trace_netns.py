@@ -21,10 +21,8 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,11 +32,10 @@ import pytest
 from iwprobe._trace import Trace
 
 topology_module = pytest.importorskip("iwscope_lab.topology")
-pcap = pytest.importorskip("iwscope_lab.pcap")
-PcapPacket, read_pcap = pcap.PcapPacket, pcap.read_pcap
+pcap_module = pytest.importorskip("iwscope_lab.pcap")
+PcapPacket, read_pcap = pcap_module.PcapPacket, pcap_module.read_pcap
 Topology, Host, LinkSpec = topology_module.Topology, topology_module.Host, topology_module.LinkSpec
 
-TCPDUMP = shutil.which("tcpdump") or "tcpdump"  # make setup installs Debian's tcpdump
 IWPROBE = [sys.executable, "-m", "iwprobe"]
 IWS = (3, 10, 32)
 BASE_PORT = 8700
@@ -120,41 +117,9 @@ def _fetch_traced(lab: Any, iw: int, trace_file: Path, *options: str) -> subproc
 def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_path: Path) -> None:
     port = BASE_PORT + iw
     pcap, trace_file = tmp_path / "probe.pcap", tmp_path / "trace.json"
-    # --immediate-mode: packets handed over at once (else the ring buffer's blocks wait up to 1 s
-    # and a SIGINT right after the fetch lost the last ~35 packets of an IW 3 trial); -U: each
-    # written at once; -Z root: write where root's tmp_path is (no privilege drop).
-    tcpdump = lab.popen(
-        "probe",
-        [
-            TCPDUMP,
-            "-i",
-            lab.host("probe").device,
-            "-n",
-            "--immediate-mode",
-            "-U",
-            "-Z",
-            "root",
-            "-s",
-            "160",
-            "-w",
-            str(pcap),
-            f"tcp port {port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 10
-    while not (pcap.exists() and pcap.stat().st_size >= 24):  # the header: tcpdump is capturing
-        assert tcpdump.poll() is None, tcpdump.stderr.read().decode() if tcpdump.stderr else ""
-        assert time.monotonic() < deadline, "tcpdump did not start"
-        time.sleep(0.05)
-    time.sleep(0.2)
-    try:
+    with pcap_module.tcpdump(lab, "probe", pcap, f"tcp port {port}") as capture:
         outcome = _fetch_traced(lab, iw, trace_file)
-        time.sleep(0.3)  # the connection's last packets
-    finally:
-        tcpdump.send_signal(signal.SIGINT)
-        _, errors = tcpdump.communicate(timeout=10)
+    errors = capture.errors
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     assert "trace:" in outcome.stdout, outcome.stdout
 
@@ -169,7 +134,7 @@ def test_the_traces_first_flight_is_the_one_tcpdump_saw(lab: Any, iw: int, tmp_p
         f"trace {len(trace)} packets ({len(trace_data)} data, lengths {sorted({n for _, n in trace_data})}), "
         f"tcpdump {len(captured)} packets ({len(relative)} data); trace JSON {len(text)} bytes "
         f"({len(text) / len(trace):.1f}/packet), rcv_mss {trace.rcv_mss}, min_rtt {trace.min_rtt_us} us, "
-        f"dropped {trace.dropped}; tcpdump: {errors.decode().strip().splitlines()[-2:]}"
+        f"dropped {trace.dropped}; tcpdump: {errors.strip().splitlines()[-2:]}"
     )
     assert trace.dropped == 0
     assert flight == (segments, flight_bytes), (flight, segments, flight_bytes)

@@ -438,3 +438,37 @@ def write_chain(
         not_valid_before=leaf.not_valid_before_utc,
         not_valid_after=leaf.not_valid_after_utc,
     )
+
+
+def write_self_signed(
+    out_dir: Path | str, ips: Sequence[str], name: str = DEFAULT_NAME, days: int = DEFAULT_DAYS
+) -> tuple[Path, Path]:
+    """``cert.pem`` (one self-signed P-256 certificate, its own trust anchor) and ``key.pem`` in
+    ``out_dir``: for servers whose TLS library refuses the test chains' padding extension (Go's
+    before 1.22 rejects an OID arc beyond 64 bits, as under ``2.25``), e.g. Debian 12's Caddy."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    alternatives: list[x509.GeneralName] = [x509.DNSName(name), *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = out / "cert.pem", out / "key.pem"
+    _write(
+        key_path,
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        0o600,
+    )
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return cert_path, key_path

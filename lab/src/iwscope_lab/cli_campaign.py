@@ -159,9 +159,11 @@ def _print_result(result: dict[str, object], as_json: bool) -> None:
 @click.option("--only", multiple=True, help="Run only these experiments (e.g. fig5_rtt_9k); repeatable.")
 def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...]) -> None:
     """Rebuild the IW10 paper's Figure 5 and Figure 2 (and size / loss comparisons, the cost to
-    competing traffic, TLS handshakes against the IW, seed 002's time-sequence plots and send paths) in the lab."""
+    competing traffic, TLS handshakes against the IW, HTTPS against HTTP/3 and the QUIC census, seed 002's
+    time-sequence plots and send paths) in the lab."""
     from iwscope_lab.cost import COST_KEY
     from iwscope_lab.fairness import FAIRNESS_KEY
+    from iwscope_lab.quic_compare import QUIC_KEY
     from iwscope_lab.reproduce import experiments, reproduce
     from iwscope_lab.seedtraces import SEED_TRACES_KEY
     from iwscope_lab.sendpaths import SEND_PATHS_KEY
@@ -173,6 +175,7 @@ def reproduce_command(quick: bool, out_dir: pathlib.Path, only: tuple[str, ...])
         TESTBED_KEY,
         COST_KEY,
         TLS_KEY,
+        QUIC_KEY,
         SEED_TRACES_KEY,
         SEND_PATHS_KEY,
     }

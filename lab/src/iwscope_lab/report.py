@@ -255,6 +255,11 @@ def write_report(summary: dict[str, Any], path: pathlib.Path) -> None:
         from iwscope_lab.tls_report import tls_html
 
         fairness_section += tls_html(summary["tls"], "inline" if first else False)
+        first = False
+    if summary.get("quic"):
+        from iwscope_lab.quic_report import quic_html
+
+        fairness_section += quic_html(summary["quic"], "inline" if first else False)
     if summary.get("seed002"):
         from iwscope_lab.seedtraces import seed_traces_html
 
@@ -384,6 +389,10 @@ def markdown_report(summary: dict[str, Any]) -> str:
         from iwscope_lab.tls_report import tls_markdown
 
         lines += tls_markdown(summary["tls"])
+    if summary.get("quic"):
+        from iwscope_lab.quic_report import quic_markdown
+
+        lines += quic_markdown(summary["quic"])
     if summary.get("seed002"):
         from iwscope_lab.seedtraces import seed_traces_markdown
 

@@ -431,6 +431,11 @@ def reproduce(
     if not only or TLS_KEY in only:
         summary[TLS_KEY] = reproduce_tls(stack, quick=quick, show_progress=show_progress)
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
+    from iwscope_lab.quic_compare import QUIC_KEY, reproduce_quic
+
+    if not only or QUIC_KEY in only:
+        summary[QUIC_KEY] = reproduce_quic(quick=quick, show_progress=show_progress)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=json_default))
     from iwscope_lab.seedtraces import SEED_TRACES_KEY, reproduce_seed_traces
 
     if not only or SEED_TRACES_KEY in only:

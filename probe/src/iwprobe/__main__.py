@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import __version__, wire
 from ._arms import Arm, parse_arms
@@ -56,8 +56,13 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument(
         "--trace", metavar="FILE", help="capture the connection (root) and write its packets to FILE as a JSON trace"
     )
+    fetch.add_argument(
+        "--quic",
+        action="store_true",
+        help="over HTTP/3 (an https URL; the port is UDP): prints the fetch and the server's first flight as JSON",
+    )
 
-    census = commands.add_parser("census", help="infer the initial window of any HTTP(S) server (root)")
+    census = commands.add_parser("census", help="infer the initial window of any HTTP(S) server (root), and of its HTTP/3")
     census.add_argument("url", help="http(s)://host[:port]/path of an object large enough to outlast the window")
     census.add_argument("--json", action="store_true", help="print one JSON object")
     census.add_argument("--connections", type=int, default=3, help="fresh connections to agree on (default 3)")
@@ -73,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     census.add_argument("--ca-file", help="https: trust this CA bundle")
     census.add_argument("--insecure", action="store_true", help="https: do not verify the certificate")
     census.add_argument("--family", choices=("ipv4", "ipv6"), default="", help="resolve the host in this family only")
+    census.add_argument(
+        "--quic",
+        choices=("auto", "no", "only"),
+        default="auto",
+        help="HTTP/3's window too (auto: when the server's Alt-Svc offers it; only: HTTP/3 on the URL's port); iwprobe[quic]",
+    )
 
     enroll = commands.add_parser("enroll", help="enroll this probe with a collector")
     enroll.add_argument("--collector", required=True)
@@ -125,6 +136,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     origin.add_argument("--tls-cert", default="", help="serve HTTPS on every arm: the chain (PEM, leaf first)")
     origin.add_argument("--tls-key", default="", help="serve HTTPS on every arm: the leaf's key (PEM)")
+    origin.add_argument(
+        "--quic",
+        action="store_true",
+        help="also serve HTTP/3 on UDP next to every plain arm (same port numbers; needs --tls-cert and iwprobe[quic])",
+    )
     origin.add_argument(
         "--arms",
         type=_arms,
@@ -240,6 +256,8 @@ def _fetch(args: argparse.Namespace) -> int:
     elif args.size is not None and not parts.path.startswith(wire.OBJECT_PATH_PREFIX):
         url = url.rstrip("/") + f"{wire.OBJECT_PATH_PREFIX}{args.size}"
     trial_id = wire.new_id()
+    if args.quic:
+        return _fetch_quic(url, trial_id, args)
     from ._fetch import client_context
 
     context = client_context(args.ca_file, verify=not args.insecure) if parts.scheme == "https" else None
@@ -271,6 +289,20 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0 if result.error_kind is None else 1
 
 
+def _fetch_quic(url: str, trial_id: str, args: argparse.Namespace) -> int:
+    from ._quic import fetch_h3, quic_available
+
+    available, why = quic_available()
+    if not available:
+        print(f"iwprobe: --quic needs the optional extra: pip install 'iwprobe[quic]' ({why})", file=sys.stderr)
+        return 2
+    if not url.startswith("https://"):
+        raise SystemExit("--quic wants an https:// URL")
+    result = fetch_h3(url, ca_file=args.ca_file, insecure=args.insecure, trial_id=trial_id, timeout_s=args.timeout)
+    print(json.dumps(result.to_dict(with_datagrams=bool(args.trace)), indent=2))
+    return 0 if result.error_kind is None else 1
+
+
 def _write_trace(path: str, result: FetchResult) -> str:
     """Write the fetch's trace (compact JSON) to ``path``; the line saying what was written."""
     from ._trace import trace_of
@@ -289,6 +321,7 @@ def _census(args: argparse.Namespace) -> int:
     import urllib.parse
 
     from ._census import census, format_census
+    from ._census_quic import format_quic_census
     from ._fetch import client_context
 
     if urllib.parse.urlsplit(args.url).scheme not in ("http", "https"):
@@ -304,11 +337,17 @@ def _census(args: argparse.Namespace) -> int:
         family=args.family,
         tls_context=context,
         timeout_s=args.timeout,
+        quic=args.quic,
+        ca_file=args.ca_file,
+        insecure=args.insecure,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(format_census(result))
+        print(format_census(result) if args.quic != "only" or result.quic is None else format_quic_census(result.quic))
+    if args.quic == "only":
+        assert result.quic is not None
+        return 0 if result.quic.status == "ok" else (2 if result.quic.reason == "no_quic_extra" else 1)
     if result.reason == "no_capture":
         print(f"iwprobe: {result.error}", file=sys.stderr)
         return 2
@@ -382,6 +421,7 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     if bool(args.tls_cert) != bool(args.tls_key):
         raise SystemExit("--tls-cert and --tls-key go together")
+    quic_origin = _quic_origin(args) if args.quic else None
     config = OriginConfig(
         bind=args.bind or ["0.0.0.0"],
         arms=args.arms,
@@ -399,6 +439,7 @@ def _origin(args: argparse.Namespace) -> int:
         congestion_control=args.congestion_control,
         echo=args.echo,
         send_path=args.send_path,
+        quic=quic_origin is not None,
     )
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections
@@ -429,10 +470,45 @@ def _origin(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    serve_forever(origin, stop)
+    if quic_origin is not None:
+        quic_origin.start()
+        print(
+            f"serving HTTP/3 (UDP) on arms {[arm.label for arm in quic_origin.arms]} "
+            f"ports {[quic_origin.port(arm) for arm in quic_origin.arms]}",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        serve_forever(origin, stop)
+    finally:
+        if quic_origin is not None:
+            quic_origin.stop()
     if uploader_thread is not None:
         uploader_thread.join(timeout=10)
     return 0
+
+
+def _quic_origin(args: argparse.Namespace) -> Any:
+    """The HTTP/3 side of ``iwprobe origin --quic``: plain and paced arms (the learned policy is a
+    TCP route's; docs/quic.md).  Its observations
+    go to stdout as JSON lines with ``"protocol": "h3"``; they are not uploaded yet."""
+    from ._quic import QuicOrigin, quic_available
+
+    available, why = quic_available()
+    if not available:
+        raise SystemExit(f"--quic needs the optional extra: pip install 'iwprobe[quic]' ({why})")
+    if not args.tls_cert:
+        raise SystemExit("--quic needs --tls-cert and --tls-key (HTTP/3 is always encrypted)")
+    lock = threading.Lock()
+
+    def report(observation: dict[str, Any]) -> None:
+        line = json.dumps(observation, separators=(",", ":"))
+        with lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    arms = [arm for arm in args.arms if arm.policy != "learned"]
+    return QuicOrigin(arms, args.bind or ["0.0.0.0"], args.base_port, args.tls_cert, args.tls_key, report, args.max_object_bytes)
 
 
 def _origin_enroll(args: argparse.Namespace) -> int:

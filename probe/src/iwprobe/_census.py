@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from . import wire
+from ._census_quic import QuicCensus, format_quic_census, h3_port, quic_census
 from ._fetch import FetchResult, client_context, fetch
 
 #: Bytes asked for per connection (``Range: bytes=0-...``).
@@ -63,9 +64,15 @@ class CensusResult:
     #: receive window limited the flight (:data:`SMALLER_MSS`).
     announced_mss: Optional[int] = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    #: The server's ``Alt-Svc`` (where it offers HTTP/3) and, when measured, the QUIC census of
+    #: the same server (:class:`iwprobe._census_quic.QuicCensus`).
+    alt_svc: str = ""
+    quic: Optional[QuicCensus] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__.items())
+        data = dict(self.__dict__.items())
+        data["quic"] = self.quic.to_dict() if self.quic is not None else None
+        return data
 
 
 def _attempt(result: FetchResult) -> dict[str, Any]:
@@ -92,6 +99,7 @@ def combine(url: str, results: list[FetchResult], measured_at: str) -> CensusRes
     if results:
         last = results[-1]
         census.family, census.tls_version, census.http_status = last.family, last.tls_version, last.http_status
+        census.alt_svc = next((r.alt_svc for r in results if r.alt_svc), "")
         census.error = "; ".join(sorted({f"{r.error_kind}: {r.error_detail}" for r in results if r.error_kind}))[:500]
     rtts = [r.iw.rtt_us for r in done if r.iw is not None and r.iw.rtt_us]
     census.rtt_ms = round(min(rtts) / 1000, 3) if rtts else None
@@ -130,8 +138,22 @@ def census(
     family: str = "",
     tls_context: Optional[ssl.SSLContext] = None,
     timeout_s: float = 30.0,
+    quic: str = "auto",
+    ca_file: Optional[str] = None,
+    insecure: bool = False,
 ) -> CensusResult:
-    """Measure the IW of the server at ``url`` over ``connections`` fresh connections."""
+    """Measure the IW of the server at ``url`` over ``connections`` fresh connections.
+
+    ``quic``: ``"auto"`` also measures the server's HTTP/3 window when its ``Alt-Svc`` offers
+    one (an ``https`` URL); ``"no"`` never; ``"only"`` measures HTTP/3 on the URL's own port and
+    not TCP.  ``ca_file``/``insecure`` are QUIC's certificate checks (``tls_context`` is TCP's).
+    """
+    if quic == "only":
+        only = CensusResult(url=url, measured_at=wire.utc_timestamp(), status="undetermined")
+        only.quic = quic_census(
+            url, connections=max(1, connections), ca_file=ca_file, insecure=insecure, timeout_s=min(timeout_s, 10.0)
+        )
+        return only
     measured_at = wire.utc_timestamp()
     scheme = urllib.parse.urlsplit(url).scheme
     context = tls_context if tls_context is not None or scheme != "https" else client_context()
@@ -159,6 +181,12 @@ def census(
         if step.status == "ok" or step.reason not in RETRY_REASONS:
             break
     assert answer is not None
+    parts = urllib.parse.urlsplit(url)
+    port = h3_port(answer.alt_svc, parts.hostname or "") if scheme == "https" else None
+    if quic == "auto" and port is not None:
+        answer.quic = quic_census(
+            url, port, max(1, connections), ca_file=ca_file, insecure=insecure, timeout_s=min(timeout_s, 10.0)
+        )
     return answer
 
 
@@ -212,4 +240,6 @@ def format_census(result: CensusResult) -> str:
     ]
     if result.error:
         lines.append(f"  error: {result.error}")
+    if result.quic is not None:
+        lines.append(format_quic_census(result.quic))
     return "\n".join(lines)

@@ -63,6 +63,8 @@ class FetchResult:
     #: None when not asked for or when the capture could not be opened (``iw_unavailable``).
     iw: Optional[Inference] = None
     iw_unavailable: str = ""
+    #: The response's ``Alt-Svc`` header ("" if none): where the server offers HTTP/3.
+    alt_svc: str = ""
     #: The connection's captured packets, both directions, in capture order (``infer_iw``),
     #: and how many the capture's kernel queue dropped (``iwprobe fetch --trace`` keeps both).
     packets: list[Packet] = field(default_factory=list)
@@ -322,7 +324,7 @@ def _read_response(
                 if len(buffer) > _MAX_HEADER_BYTES:
                     raise _TrialError("protocol", "response header longer than 64 KiB")
                 continue
-            result.http_status, content_length = _parse_head(bytes(buffer[:header_end]))
+            result.http_status, content_length, result.alt_svc = _parse_head(bytes(buffer[:header_end]))
             body_received = len(buffer) - header_end - 4
             buffer = bytearray()
         else:
@@ -346,7 +348,8 @@ def _read_response(
         raise _TrialError("http_status", f"HTTP status {result.http_status}")
 
 
-def _parse_head(head: bytes) -> tuple[int, Optional[int]]:
+def _parse_head(head: bytes) -> tuple[int, Optional[int], str]:
+    """(status, Content-Length, Alt-Svc) of a response head."""
     lines = head.split(b"\r\n")
     status_line = lines[0].decode("latin-1")
     pieces = status_line.split(" ", 2)
@@ -354,14 +357,17 @@ def _parse_head(head: bytes) -> tuple[int, Optional[int]]:
         raise _TrialError("protocol", f"not an HTTP/1.x status line: {status_line[:100]!r}")
     status = int(pieces[1])
     content_length: Optional[int] = None
+    alt_svc = ""
     for line in lines[1:]:
         name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "alt-svc":
+            alt_svc = value.strip()[:500]
         if name.strip().lower() == "content-length":
             try:
                 content_length = int(value.strip())
             except ValueError:
                 raise _TrialError("protocol", f"bad Content-Length {value.strip()[:50]!r}") from None
-    return status, content_length
+    return status, content_length, alt_svc
 
 
 def _syn_retransmissions(info: dict[str, int], connect_us: int) -> int:

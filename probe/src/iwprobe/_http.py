@@ -74,9 +74,11 @@ def wants_trace(head: bytes) -> bool:
     return False
 
 
-def response_head(status: int, content_length: int) -> bytes:
+def response_head(status: int, content_length: int, alt_svc: str = "") -> bytes:
     """The status line and headers of an answer (an object for 200, plain text otherwise)."""
     extra = "Retry-After: 1\r\n" if status == 429 else ""
+    if alt_svc:
+        extra += f"Alt-Svc: {alt_svc}\r\n"
     return (
         f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: "
         f"{'application/octet-stream' if status == 200 else 'text/plain'}\r\n"

@@ -436,7 +436,8 @@ class Origin:
                 return
         status, size, trial_id = conn.status, conn.size, conn.trial_id
         body = self._pattern_view[:size] if status == 200 else conn.reason.encode("ascii")
-        header = response_head(status, len(body))
+        quic = self.config.quic and conn.client_hello is not None and conn.arm.policy != "learned"
+        header = response_head(status, len(body), f'h3=":{conn.arm.port(self.config.base_port)}"' if quic else "")
         capture = self._trace_capture(conn) if conn.trace and trial_id is not None and status == 200 else None
         try:
             self._respond(conn, stream, header, body, capture)

@@ -63,6 +63,9 @@ class OriginConfig:
     congestion_control: str = ""
     #: Serve the interactive flow's UDP echo on ``base_port`` (see :mod:`iwprobe._echo`).
     echo: bool = True
+    #: HTTP/3 is served next to every plain and paced arm (:mod:`iwprobe._quic`): HTTPS answers say so in
+    #: ``Alt-Svc`` (``h3=":<the arm's port>"``: the same number, on UDP).
+    quic: bool = False
     #: How responses are written (:data:`iwprobe._sendpath.SEND_PATH_CHOICES`): ``writev``,
     #: ``sendfile`` or ``mss-writes``; every observation says which path it took.
     send_path: str = "writev"

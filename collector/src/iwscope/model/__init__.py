@@ -6,7 +6,8 @@ of ``rate_bps``, both with the initial window as a parameter:
 * without loss (``_slowstart``): :func:`slow_start_rounds`, the textbook count, and
   :func:`predict`, a packet-level simulation of Linux's slow start with serialisation in both
   directions; :func:`predict_appconnect` and the TLS flight sizes for HTTPS; the queue an
-  initial flight builds (:func:`first_flight_queue`);
+  initial flight builds (:func:`first_flight_queue`); HTTPS on TCP against HTTP/3 at the same
+  IW (``_quic``: :func:`predict_quic_saving`);
 * with random loss (``_loss`` over ``_loss_*``): :func:`predict_with_loss`, a Monte-Carlo over
   the same simulation turned event-driven with Linux 6.x's recovery (SYN timers, RACK, PRR, the
   tail loss probe, the RTO and its undo), :func:`simulate_connection` for one trial with chosen
@@ -36,6 +37,16 @@ from iwscope.model._loss_types import (
     Spread,
     Trial,
     congestion_control,
+)
+from iwscope.model._quic import (
+    QUIC_DATAGRAM_BYTES,
+    QUIC_STREAM_PAYLOAD_BYTES,
+    TLS13_SESSION_TICKETS_BYTES,
+    predict_h3_total,
+    predict_https_total,
+    predict_quic_saving,
+    quic_handshake_rounds,
+    tls_response_bytes,
 )
 from iwscope.model._slowstart import (
     CHANGE_CIPHER_SPEC_RECORD_BYTES,
@@ -88,6 +99,8 @@ __all__ = [
     "INITIAL_RTO_S",
     "OPENSSL_FIRST_WRITE_BYTES",
     "QUANTILES",
+    "QUIC_DATAGRAM_BYTES",
+    "QUIC_STREAM_PAYLOAD_BYTES",
     "RTO_MAX_S",
     "RTO_MIN_S",
     "SYNACK_TIMER_FIRST",
@@ -101,6 +114,7 @@ __all__ = [
     "TLS13_ENCRYPTED_EXTENSIONS_BYTES",
     "TLS13_RECORD_PROTECTION_BYTES",
     "TLS13_SERVER_HELLO_BYTES",
+    "TLS13_SESSION_TICKETS_BYTES",
     "TLS_MAX_RECORD_PLAINTEXT",
     "TLS_RECORD_HEADER_BYTES",
     "BurstQueue",
@@ -117,10 +131,15 @@ __all__ = [
     "first_flight_queue",
     "predict",
     "predict_appconnect",
+    "predict_h3_total",
+    "predict_https_total",
+    "predict_quic_saving",
     "predict_with_loss",
+    "quic_handshake_rounds",
     "rto_after_handshake_s",
     "simulate_connection",
     "slow_start_rounds",
     "tls_first_flight_bytes",
     "tls_handshake_rounds",
+    "tls_response_bytes",
 ]

@@ -1,0 +1,520 @@
+"""HTTP/3 for the probe and the origin, on aioquic: the optional ``iwprobe[quic]`` extra.
+
+The rest of the probe is standard library only; this module is imported only when QUIC is asked
+for (``iwprobe origin --quic``, ``iwprobe fetch --quic``, ``iwprobe census --quic``), and
+:func:`quic_available` says whether it can be.
+
+**The initial window of an arm.**  aioquic takes its congestion controller by name from a
+registry; :func:`register_arm` registers ``iwscope-iw<N>``, New Reno starting from
+``N x max_datagram_size`` bytes (RFC 9002 7.2 counts the window in bytes).  aioquic's own New
+Reno grows the window by every acknowledged byte in slow start, the handshake's included, so
+its response flight would be the IW plus the certificate chain's packets.  RFC 9002 7.8 says a
+sender whose window was not the limit must not grow it (quiche, quic-go and Linux's TCP do
+not); :class:`ArmWindow` grows only while the window was at least half used at its peak, as
+Linux's ``tcp_is_cwnd_limited`` decides in slow start.  The handshake flight, held to three
+times the client's bytes by the amplification limit, leaves IW 10 and above where they were.
+
+**Pacing.**  aioquic paces once it has an RTT sample: a burst of up to a quarter of the window
+(at most 16 datagrams), then ``window / srtt``.  The first flight of 32 datagrams still leaves
+within three quarters of a round trip, before the first ACK can return; plain QUIC arms are
+therefore paced by the stack, unlike plain TCP arms (docs/quic.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+import time
+import urllib.parse
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Union, cast
+
+from . import wire
+from ._arms import Arm
+from ._http import route_request
+from ._quic_flight import CENSUS_GAP_US, Datagram, QuicFlight, acknowledged_flight, withheld_flight
+
+try:  # the optional extra
+    from aioquic.asyncio.client import connect
+    from aioquic.asyncio.protocol import QuicConnectionProtocol
+    from aioquic.asyncio.server import QuicServer, serve
+    from aioquic.h3.connection import H3_ALPN, H3Connection
+    from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.congestion.base import register_congestion_control
+    from aioquic.quic.congestion.reno import RenoCongestionControl
+    from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEvent
+    from aioquic.quic.recovery import QuicPacketPacer
+
+    _IMPORT_ERROR = ""
+except ImportError as error:  # pragma: no cover - exercised where the extra is absent
+    _IMPORT_ERROR = str(error)
+
+#: The arm's congestion controller's name in aioquic's registry.
+ARM_ALGORITHM = "iwscope-iw{iw}"
+#: Largest UDP payload aioquic sends (it does not probe for more): RFC 9000's smallest maximum.
+MAX_DATAGRAM_SIZE = 1200
+
+
+def quic_available() -> tuple[bool, str]:
+    """Whether the ``quic`` extra (aioquic) is installed, and if not, why."""
+    return (not _IMPORT_ERROR, _IMPORT_ERROR)
+
+
+def _require() -> None:
+    if _IMPORT_ERROR:
+        raise RuntimeError(f"QUIC needs the optional extra: pip install 'iwprobe[quic]' ({_IMPORT_ERROR})")
+
+
+# --- the arm's window --------------------------------------------------------------------------
+
+
+@dataclass
+class ServerFlight:
+    """What the origin's congestion controller saw of one response (its own account)."""
+
+    cwnd_bytes: int = 0
+    bytes: int = 0
+    packets: int = 0
+    lost_packets: int = 0
+    closed: bool = False
+
+
+if not _IMPORT_ERROR:
+
+    class ArmWindow(RenoCongestionControl):
+        """New Reno from ``iw`` packets that grows only when the window was the limit (7.8)."""
+
+        def __init__(self, iw: int, *, max_datagram_size: int) -> None:
+            super().__init__(max_datagram_size=max_datagram_size)
+            self.iw = iw
+            self.congestion_window = iw * max_datagram_size
+            self.peak_in_flight = 0
+            self.response_at: Optional[float] = None
+            self.flight = ServerFlight()
+
+        def mark_response(self, now: float) -> None:
+            """The response's first byte is about to be sent: its flight starts here."""
+            if self.response_at is None:
+                self.response_at = now
+                self.flight.cwnd_bytes = self.congestion_window
+
+        def on_packet_sent(self, *, packet: Any) -> None:
+            super().on_packet_sent(packet=packet)
+            self.peak_in_flight = max(self.peak_in_flight, self.bytes_in_flight)
+            if self.response_at is not None and not self.flight.closed:
+                self.flight.bytes += packet.sent_bytes
+                self.flight.packets += 1
+
+        def on_packet_acked(self, *, now: float, packet: Any) -> None:
+            if self.response_at is not None and packet.sent_time >= self.response_at:
+                self.flight.closed = True  # the first ACK of the response: the flight is over
+            if self.ssthresh is None or self.congestion_window < self.ssthresh:
+                limited = self.congestion_window < 2 * self.peak_in_flight
+            else:
+                limited = self.peak_in_flight + self._max_datagram_size >= self.congestion_window
+            if limited:
+                super().on_packet_acked(now=now, packet=packet)
+            else:
+                self.bytes_in_flight -= packet.sent_bytes
+
+        def on_packets_lost(self, *, now: float, packets: Any) -> None:
+            packets = list(packets)
+            self.flight.lost_packets += len(packets)
+            super().on_packets_lost(now=now, packets=packets)
+
+
+if not _IMPORT_ERROR:
+
+    class Unpaced(QuicPacketPacer):
+        """aioquic's pacer that never holds a datagram back: a plain arm's flights leave as one
+        burst, as a plain TCP arm's do (a paced arm, ``Np``, keeps aioquic's own pacer)."""
+
+        def next_send_time(self, now: float) -> None:  # type: ignore[override]
+            return None
+
+        def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+            return None
+
+
+def register_arm(iw: int) -> str:
+    """Register the arm's controller with aioquic (idempotent) and return its name."""
+    _require()
+    name = ARM_ALGORITHM.format(iw=iw)
+
+    def factory(*, max_datagram_size: int) -> ArmWindow:
+        return ArmWindow(iw, max_datagram_size=max_datagram_size)
+
+    register_congestion_control(name, factory)
+    return name
+
+
+# --- the origin --------------------------------------------------------------------------------
+
+#: What the origin reports of one HTTP/3 response (``iwprobe origin --quic`` prints one per line).
+Observation = dict[str, Any]
+
+
+def _monotonic_us() -> int:
+    return time.monotonic_ns() // 1000
+
+
+if not _IMPORT_ERROR:
+
+    class _OriginProtocol(QuicConnectionProtocol):
+        """One client connection of one arm: serves ``GET /obj/<bytes>`` over HTTP/3."""
+
+        def __init__(
+            self, *args: Any, arm: Arm, max_object_bytes: int, report: Callable[[Observation], None], **kwargs: Any
+        ) -> None:
+            super().__init__(*args, **kwargs)
+            self._arm = arm
+            self._max_object_bytes = max_object_bytes
+            self._report = report
+            self._http = H3Connection(self._quic)
+            if not arm.paced:
+                self._quic._loss._pacer = Unpaced(max_datagram_size=self._quic._max_datagram_size)
+            self._started_us = _monotonic_us()
+            self._handshake_us: Optional[int] = None
+            #: stream id -> (request read at (µs), status, size, trial id)
+            self._pending: dict[int, tuple[int, int, int, Optional[str]]] = {}
+
+        def quic_event_received(self, event: QuicEvent) -> None:
+            if isinstance(event, HandshakeCompleted) and self._handshake_us is None:
+                self._handshake_us = _monotonic_us() - self._started_us
+            if isinstance(event, ConnectionTerminated):
+                for stream_id in list(self._pending):  # never fully acknowledged
+                    self._finished(stream_id, acknowledged=False)
+                return
+            for h3_event in self._http.handle_event(event):
+                self._h3_event(h3_event)
+
+        def _h3_event(self, event: H3Event) -> None:
+            if not isinstance(event, HeadersReceived):
+                return
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+            head = f"{headers.get(':method', '')} {headers.get(':path', '')} HTTP/1.1"
+            trial = headers.get(wire.TRIAL_HEADER.lower())
+            if trial:
+                head += f"\r\n{wire.TRIAL_HEADER}: {trial}"
+            status, size, trial_id, reason = route_request(head.encode("latin-1"), self._max_object_bytes)
+            if headers.get(":method") != "GET":
+                status, size, reason = 405, 0, "only GET\n"
+            cc = self._quic._loss._cc
+            if status == 200 and isinstance(cc, ArmWindow):
+                cc.mark_response(self._loop.time())
+            body = b"\0" * size if status == 200 else reason.encode()
+            self._http.send_headers(
+                event.stream_id,
+                [
+                    (b":status", str(status).encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"content-type", b"application/octet-stream"),
+                ],
+            )
+            self._http.send_data(event.stream_id, body, end_stream=True)
+            self._pending[event.stream_id] = (_monotonic_us(), status, size, trial_id)
+
+        def datagram_received(self, data: Union[bytes, str], addr: Any) -> None:
+            super().datagram_received(data, addr)
+            for stream_id in list(self._pending):
+                stream = self._quic._streams.get(stream_id)
+                # aioquic forgets a stream once both of its directions are finished
+                if stream is None or stream.sender.is_finished:
+                    self._finished(stream_id)
+
+        def _finished(self, stream_id: int, acknowledged: bool = True) -> None:
+            read_us, status, size, trial_id = self._pending.pop(stream_id)
+            cc = self._quic._loss._cc
+            flight = cc.flight if isinstance(cc, ArmWindow) else ServerFlight()
+            self._report(
+                {
+                    "protocol": "h3",
+                    "arm": self._arm.label,
+                    "arm_iw": self._arm.iw,
+                    "trial_id": trial_id,
+                    "http_status": status,
+                    "object_bytes": size,
+                    "handshake_us": self._handshake_us,
+                    # the paper's metric: request read -> last byte acknowledged
+                    "response_us": _monotonic_us() - read_us if acknowledged else None,
+                    "first_flight_bytes": flight.bytes,
+                    "first_flight_packets": flight.packets,
+                    "cwnd_at_response_bytes": flight.cwnd_bytes,
+                    "max_datagram_size": self._quic._max_datagram_size,
+                    "lost_packets": flight.lost_packets,
+                    "zero_rtt": False,
+                    "srtt_us": int(self._quic._loss._rtt_smoothed * 1e6) if self._quic._loss._rtt_initialized else None,
+                }
+            )
+
+
+class QuicOrigin:
+    """HTTP/3 on UDP, one port per plain or paced arm (the arm's TCP port number), on a thread
+    with its own event loop.  A plain arm's flights leave as bursts (:class:`Unpaced`), a paced
+    arm's (``Np``) are paced by aioquic: a burst of a quarter of the window, then ``window /
+    srtt``."""
+
+    def __init__(
+        self,
+        arms: list[Arm],
+        binds: list[str],
+        base_port: int,
+        cert_file: str,
+        key_file: str,
+        report: Callable[[Observation], None],
+        max_object_bytes: int = wire.MAX_OBJECT_BYTES,
+    ) -> None:
+        _require()
+        if any(arm.policy == "learned" for arm in arms):
+            raise ValueError("the learned arm is TCP's only (a per-prefix initcwnd route)")
+        self.arms = arms
+        self.binds = binds
+        self.base_port = base_port
+        self._cert = (cert_file, key_file)
+        self._report = report
+        self._max_object_bytes = max_object_bytes
+        self._loop = asyncio.new_event_loop()
+        self._servers: list[QuicServer] = []
+        self._thread = threading.Thread(target=self._loop.run_forever, name="origin-quic", daemon=True)
+
+    def port(self, arm: Arm) -> int:
+        return arm.port(self.base_port)
+
+    def start(self) -> None:
+        """Bind every arm's UDP port (raises if one is taken) and serve."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=10)
+
+    async def _serve(self) -> None:
+        for arm, bind in ((arm, bind) for arm in self.arms for bind in self.binds):
+            configuration = QuicConfiguration(
+                is_client=False,
+                alpn_protocols=H3_ALPN,
+                congestion_control_algorithm=register_arm(arm.iw),
+                max_datagram_size=MAX_DATAGRAM_SIZE,
+            )
+            configuration.load_cert_chain(*self._cert)
+
+            def protocol(*args: Any, arm: Arm = arm, **kwargs: Any) -> _OriginProtocol:
+                return _OriginProtocol(*args, arm=arm, max_object_bytes=self._max_object_bytes, report=self._report, **kwargs)
+
+            self._servers.append(await serve(bind, self.port(arm), configuration=configuration, create_protocol=protocol))
+
+    def stop(self) -> None:
+        async def close() -> None:
+            for server in self._servers:
+                server.close()
+
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+# --- the client --------------------------------------------------------------------------------
+
+
+@dataclass
+class QuicFetch:
+    """One HTTP/3 fetch over a fresh QUIC connection, and the server's first flight it saw."""
+
+    url: str
+    started_at: str
+    protocol: str = "h3"
+    handshake_us: Optional[int] = None
+    ttfb_us: Optional[int] = None
+    total_us: Optional[int] = None
+    body_bytes: int = 0
+    http_status: Optional[int] = None
+    error_kind: Optional[str] = None
+    error_detail: str = ""
+    withheld_acks: bool = False
+    max_datagram_size: int = MAX_DATAGRAM_SIZE
+    flight: Optional[QuicFlight] = None
+    #: Every datagram of the connection (µs since the first send, way, UDP payload bytes).
+    datagrams: list[Datagram] = field(default_factory=list)
+
+    def to_dict(self, with_datagrams: bool = False) -> dict[str, Any]:
+        data = asdict(self)
+        if not with_datagrams:
+            data.pop("datagrams")
+        return data
+
+
+def _no_ack(builder: Any, space: Any, now: float) -> None:
+    """In place of aioquic's ACK frame writer for a census client: nothing leaves, and the
+    space's ACK timer is cleared so that it does not fire again."""
+    space.ack_at = None
+
+
+class _LoggingTransport:
+    """The datagram transport, with every send written to the fetch's log."""
+
+    def __init__(self, transport: Any, log: Callable[[str, int], None]) -> None:
+        self._transport = transport
+        self._log = log
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:
+        self._log("out", len(data))
+        self._transport.sendto(data, addr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+if not _IMPORT_ERROR:
+
+    class _ClientProtocol(QuicConnectionProtocol):
+        def __init__(self, *args: Any, result: QuicFetch, withhold_acks: bool, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.result = result
+            self.t0_ns: Optional[int] = None
+            self.last_in_us = 0
+            self.done_us: Optional[int] = None
+            self.done = asyncio.Event()
+            self.http = H3Connection(self._quic)
+            self.stream_id: Optional[int] = None
+            if withhold_acks:
+                # the census: no ACK frame ever leaves, so the server has only its window
+                self._quic._write_ack_frame = _no_ack  # type: ignore[method-assign]
+
+        def now_us(self) -> int:
+            if self.t0_ns is None:
+                self.t0_ns = time.monotonic_ns()
+            return (time.monotonic_ns() - self.t0_ns) // 1000
+
+        def log(self, way: str, size: int) -> None:
+            now = self.now_us()
+            self.result.datagrams.append((now, way, size))
+            if way == "in":
+                self.last_in_us = now
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(cast(Any, _LoggingTransport(transport, self.log)))
+
+        def datagram_received(self, data: Union[bytes, str], addr: Any) -> None:
+            self.log("in", len(data))
+            super().datagram_received(data, addr)
+
+        def quic_event_received(self, event: QuicEvent) -> None:
+            if isinstance(event, HandshakeCompleted) and self.result.handshake_us is None:
+                self.result.handshake_us = self.now_us()
+            for h3_event in self.http.handle_event(event):
+                if getattr(h3_event, "stream_id", None) != self.stream_id:
+                    continue
+                if isinstance(h3_event, HeadersReceived):
+                    self.result.ttfb_us = self.now_us()
+                    for name, value in h3_event.headers:
+                        if name == b":status":
+                            self.result.http_status = int(value)
+                elif isinstance(h3_event, DataReceived):
+                    self.result.body_bytes += len(h3_event.data)
+                if getattr(h3_event, "stream_ended", False):
+                    self.done_us = self.now_us()
+                    self.done.set()
+
+
+def _client_configuration(host: str, ca_file: Optional[str], insecure: bool) -> Any:
+    configuration = QuicConfiguration(
+        is_client=True, alpn_protocols=H3_ALPN, max_datagram_size=MAX_DATAGRAM_SIZE, server_name=host
+    )
+    if insecure:
+        configuration.verify_mode = ssl.CERT_NONE
+    elif ca_file:
+        configuration.load_verify_locations(ca_file)
+    else:
+        configuration.load_verify_locations(cafile=ssl.get_default_verify_paths().cafile)
+    return configuration
+
+
+async def _fetch(
+    url: str,
+    result: QuicFetch,
+    *,
+    ca_file: Optional[str],
+    insecure: bool,
+    trial_id: Optional[str],
+    withhold_acks: bool,
+    timeout_s: float,
+) -> None:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or 443
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    configuration = _client_configuration(host, ca_file, insecure)
+
+    def protocol(*args: Any, **kwargs: Any) -> _ClientProtocol:
+        return _ClientProtocol(*args, result=result, withhold_acks=withhold_acks, **kwargs)
+
+    async with connect(host, port, configuration=configuration, create_protocol=protocol) as client:
+        assert isinstance(client, _ClientProtocol)
+        client.stream_id = client._quic.get_next_available_stream_id()
+        headers = [
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":authority", parts.netloc.encode()),
+            (b":path", path.encode()),
+            (b"user-agent", b"iwprobe"),
+        ]
+        if trial_id:
+            headers.append((wire.TRIAL_HEADER.lower().encode(), trial_id.encode()))
+        client.http.send_headers(client.stream_id, headers, end_stream=True)
+        client.transmit()
+        request_us = max(t for t, way, _ in result.datagrams if way == "out")
+        if withhold_acks:
+            # the server sends its window and stops: wait for the silence that ends the flight
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+                if client.last_in_us > request_us and client.now_us() - client.last_in_us > CENSUS_GAP_US + 50_000:
+                    break
+            result.flight = withheld_flight(result.datagrams, request_us, client.done_us)
+        else:
+            await client.done.wait()
+            result.total_us = client.done_us
+            # acknowledge the last datagrams now, not after the ACK delay: the origin's
+            # response time ends with the acknowledgement of its last byte
+            for space in client._quic._spaces.values():
+                if space.ack_at is not None:
+                    space.ack_at = client._loop.time()
+            client.transmit()
+            await asyncio.sleep(0.005)
+            result.flight = acknowledged_flight(result.datagrams, request_us, client.done_us)
+
+
+def fetch_h3(
+    url: str,
+    *,
+    ca_file: Optional[str] = None,
+    insecure: bool = False,
+    trial_id: Optional[str] = None,
+    withhold_acks: bool = False,
+    timeout_s: float = 30.0,
+) -> QuicFetch:
+    """One HTTP/3 GET over a new connection; failures become ``error_kind``, not exceptions."""
+    _require()
+    started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+    result = QuicFetch(url=url, started_at=started, withheld_acks=withhold_acks)
+    if trial_id is None and not withhold_acks:
+        trial_id = str(uuid.uuid4())
+    try:
+        # one deadline for everything: aioquic's handshake alone would wait its 60 s idle timeout
+        fetching = _fetch(
+            url, result, ca_file=ca_file, insecure=insecure, trial_id=trial_id, withhold_acks=withhold_acks, timeout_s=timeout_s
+        )
+        asyncio.run(asyncio.wait_for(fetching, timeout_s))
+    except (asyncio.TimeoutError, TimeoutError):
+        result.error_kind, result.error_detail = "timeout", f"no complete answer within {timeout_s} s"
+    except ConnectionError as error:
+        result.error_kind, result.error_detail = "connect", str(error) or type(error).__name__
+    except OSError as error:
+        result.error_kind, result.error_detail = "network", str(error)
+    return result
+
+
+__all__ = ["ARM_ALGORITHM", "MAX_DATAGRAM_SIZE", "QuicFetch", "QuicOrigin", "fetch_h3", "quic_available", "register_arm"]
