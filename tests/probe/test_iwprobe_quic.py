@@ -10,6 +10,7 @@ tests/lab/test_lab_quic.py checks the same rules against tcpdump and servers nob
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -155,8 +156,6 @@ def test_a_fetch_is_timed_and_the_origin_reports_it(origin) -> None:  # type: ig
     for _ in range(100):
         if any(o["trial_id"] == "5b0f3e52-4a39-4d5c-9d0c-2f1e0c6c9a11" for o in observations):
             break
-        import time
-
         time.sleep(0.02)
     observation = next(o for o in observations if o["trial_id"] == "5b0f3e52-4a39-4d5c-9d0c-2f1e0c6c9a11")
     assert observation["arm"] == "10" and observation["arm_iw"] == 10 and observation["cwnd_at_response_bytes"] == 12000
@@ -185,3 +184,34 @@ def test_an_untrusted_certificate_is_an_error_not_an_exception(origin, tmp_path:
     other = write_chain(tmp_path / "other", 2, ips=["127.0.0.1"])
     result = fetch_h3(f"https://127.0.0.1:{server.port(parse_arm('10'))}/obj/1000", ca_file=str(other.root_path), timeout_s=5)
     assert result.error_kind is not None and result.http_status is None, result
+
+
+def test_the_tcp_origins_per_client_budgets_hold_over_http3(tmp_path: Path) -> None:
+    """One client's requests and bytes count against the same budgets as over TCP (a 429 beyond
+    them), and its connections are released when they close."""
+    from iwprobe._arms import parse_arms
+    from iwprobe._budgets import ClientBudgets
+    from iwprobe._origin_config import OriginConfig
+    from iwprobe._quic import QuicOrigin, fetch_h3
+    from iwscope_lab.certs import write_chain
+
+    chain = write_chain(tmp_path / "chain", 2, ips=["127.0.0.1"])
+    config = OriginConfig(max_object_bytes=100_000)
+    config.client_requests_per_s, config.client_request_burst = 0.001, 3
+    config.client_bytes_per_s = 1.0  # the bucket holds 2 x the largest object: 200,000 bytes
+    budgets = ClientBudgets(config)
+    server = QuicOrigin(parse_arms("10"), ["127.0.0.1"], 18500, str(chain.chain_path), str(chain.key_path), lambda _: None)
+    server.budgets = budgets
+    server.start()
+    try:
+        url = f"https://127.0.0.1:{server.port(parse_arms('10')[0])}/obj/"
+        statuses = [fetch_h3(url + "90000", ca_file=str(chain.root_path), timeout_s=5).http_status for _ in range(3)]
+        assert statuses == [200, 200, 429]  # the third's 90,000 bytes no longer fit the byte bucket
+        assert fetch_h3(url + "10", ca_file=str(chain.root_path), timeout_s=5).http_status == 429  # requests spent
+        # aioquic ends a closed connection after its draining period (three probe timeouts)
+        deadline = time.monotonic() + 10
+        while any(budget.connections for budget in budgets._budgets.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [budget.connections for budget in budgets._budgets.values()] == [0]
+    finally:
+        server.stop()

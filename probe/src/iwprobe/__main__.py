@@ -471,6 +471,7 @@ def _origin(args: argparse.Namespace) -> int:
         flush=True,
     )
     if quic_origin is not None:
+        quic_origin.budgets = origin.budgets
         quic_origin.start()
         print(
             f"serving HTTP/3 (UDP) on arms {[arm.label for arm in quic_origin.arms]} "

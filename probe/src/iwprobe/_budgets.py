@@ -66,6 +66,21 @@ class ClientBudgets:
                     rate_limited = True
             return True, rate_limited
 
+    def take_request(self, client: str) -> bool:
+        """Charge one more request on an open connection of ``client`` (HTTP/3 carries several on
+        one connection); False when its request budget is spent."""
+        if self.config.client_requests_per_s <= 0:
+            return True
+        with self._lock:
+            budget = self._budgets.get(client)
+            if budget is None:
+                return True
+            self._refill(budget, time.monotonic())
+            if budget.request_tokens < 1.0:
+                return False
+            budget.request_tokens -= 1.0
+            return True
+
     def take_bytes(self, client: str, size: int) -> bool:
         """Charge ``size`` response bytes to ``client``; False when its byte budget cannot pay."""
         if self.config.client_bytes_per_s <= 0:

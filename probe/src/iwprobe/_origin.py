@@ -153,6 +153,11 @@ class Origin:
         """The echo service of the first address (``None`` without one)."""
         return self.echoes[0] if self.echoes else None
 
+    @property
+    def budgets(self) -> ClientBudgets:
+        """The per-client budgets, shared with the HTTP/3 listeners (``iwprobe origin --quic``)."""
+        return self._budgets
+
     def _check_rules(self) -> list[str]:
         """The families this origin listens in whose arm rules are missing (every connection
         of theirs starts with the route's default window: its observations say

@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional, Union, cast
 
 from . import wire
 from ._arms import Arm
+from ._budgets import ClientBudgets
 from ._http import route_request
 from ._quic_flight import CENSUS_GAP_US, Datagram, QuicFlight, acknowledged_flight, withheld_flight
 
@@ -167,12 +168,21 @@ if not _IMPORT_ERROR:
         """One client connection of one arm: serves ``GET /obj/<bytes>`` over HTTP/3."""
 
         def __init__(
-            self, *args: Any, arm: Arm, max_object_bytes: int, report: Callable[[Observation], None], **kwargs: Any
+            self,
+            *args: Any,
+            arm: Arm,
+            max_object_bytes: int,
+            report: Callable[[Observation], None],
+            budgets: Optional[ClientBudgets],
+            **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
             self._arm = arm
             self._max_object_bytes = max_object_bytes
             self._report = report
+            self._budgets = budgets
+            #: The client's address once its first request was admitted (its connection counted).
+            self._client: Optional[str] = None
             self._http = H3Connection(self._quic)
             if not arm.paced:
                 self._quic._loss._pacer = Unpaced(max_datagram_size=self._quic._max_datagram_size)
@@ -187,6 +197,9 @@ if not _IMPORT_ERROR:
             if isinstance(event, ConnectionTerminated):
                 for stream_id in list(self._pending):  # never fully acknowledged
                     self._finished(stream_id, acknowledged=False)
+                if self._budgets is not None and self._client is not None:
+                    self._budgets.release(self._client)
+                    self._client = None
                 return
             for h3_event in self._http.handle_event(event):
                 self._h3_event(h3_event)
@@ -202,6 +215,8 @@ if not _IMPORT_ERROR:
             status, size, trial_id, reason = route_request(head.encode("latin-1"), self._max_object_bytes)
             if headers.get(":method") != "GET":
                 status, size, reason = 405, 0, "only GET\n"
+            if not self._admitted(size if status == 200 else 0):
+                status, size, reason = 429, 0, "too many requests or bytes from this address\n"
             cc = self._quic._loss._cc
             if status == 200 and isinstance(cc, ArmWindow):
                 cc.mark_response(self._loop.time())
@@ -216,6 +231,23 @@ if not _IMPORT_ERROR:
             )
             self._http.send_data(event.stream_id, body, end_stream=True)
             self._pending[event.stream_id] = (_monotonic_us(), status, size, trial_id)
+
+        def _admitted(self, size: int) -> bool:
+            """The TCP origin's per-client budgets, per request: the connection counts from its
+            first request on, every request takes a request token, a response its bytes."""
+            if self._budgets is None:
+                return True
+            if self._client is None:
+                client = str(self._quic._network_paths[0].addr[0])
+                admitted, rate_limited = self._budgets.admit(client)
+                if not admitted:
+                    return False
+                self._client = client
+                if rate_limited:
+                    return False
+            elif not self._budgets.take_request(self._client):
+                return False
+            return self._budgets.take_bytes(self._client, size) if size else True
 
         def datagram_received(self, data: Union[bytes, str], addr: Any) -> None:
             super().datagram_received(data, addr)
@@ -266,6 +298,7 @@ class QuicOrigin:
         key_file: str,
         report: Callable[[Observation], None],
         max_object_bytes: int = wire.MAX_OBJECT_BYTES,
+        budgets: Optional[ClientBudgets] = None,
     ) -> None:
         _require()
         if any(arm.policy == "learned" for arm in arms):
@@ -276,6 +309,9 @@ class QuicOrigin:
         self._cert = (cert_file, key_file)
         self._report = report
         self._max_object_bytes = max_object_bytes
+        #: The TCP origin's per-client budgets (docs/security.md), shared: one client's
+        #: connections, requests and bytes count once across both protocols.
+        self.budgets = budgets
         self._loop = asyncio.new_event_loop()
         self._servers: list[QuicServer] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="origin-quic", daemon=True)
@@ -299,7 +335,9 @@ class QuicOrigin:
             configuration.load_cert_chain(*self._cert)
 
             def protocol(*args: Any, arm: Arm = arm, **kwargs: Any) -> _OriginProtocol:
-                return _OriginProtocol(*args, arm=arm, max_object_bytes=self._max_object_bytes, report=self._report, **kwargs)
+                return _OriginProtocol(
+                    *args, arm=arm, max_object_bytes=self._max_object_bytes, report=self._report, budgets=self.budgets, **kwargs
+                )
 
             self._servers.append(await serve(bind, self.port(arm), configuration=configuration, create_protocol=protocol))
 
@@ -353,7 +391,8 @@ def _no_ack(builder: Any, space: Any, now: float) -> None:
 
 
 class _LoggingTransport:
-    """The datagram transport, with every send written to the fetch's log."""
+    """The datagram transport, with every send written to the fetch's log (only what aioquic's
+    client uses of a transport: ``sendto`` and ``close``)."""
 
     def __init__(self, transport: Any, log: Callable[[str, int], None]) -> None:
         self._transport = transport
@@ -363,8 +402,11 @@ class _LoggingTransport:
         self._log("out", len(data))
         self._transport.sendto(data, addr)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
+    def close(self) -> None:
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return bool(self._transport.is_closing())
 
 
 if not _IMPORT_ERROR:
@@ -487,6 +529,24 @@ async def _fetch(
             result.flight = acknowledged_flight(result.datagrams, request_us, client.done_us)
 
 
+def _run_on_own_thread(make: Callable[[], Any], timeout_s: float) -> None:
+    """Run the coroutine ``make()`` returns under ``timeout_s`` with ``asyncio.run`` on a new
+    thread; its exception, if any, is raised here."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(make(), timeout_s))
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="iwprobe-quic-fetch", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def fetch_h3(
     url: str,
     *,
@@ -498,16 +558,25 @@ def fetch_h3(
 ) -> QuicFetch:
     """One HTTP/3 GET over a new connection; failures become ``error_kind``, not exceptions."""
     _require()
-    started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
-    result = QuicFetch(url=url, started_at=started, withheld_acks=withhold_acks)
+    result = QuicFetch(url=url, started_at=wire.utc_timestamp(), withheld_acks=withhold_acks)
     if trial_id is None and not withhold_acks:
         trial_id = str(uuid.uuid4())
     try:
-        # one deadline for everything: aioquic's handshake alone would wait its 60 s idle timeout
-        fetching = _fetch(
-            url, result, ca_file=ca_file, insecure=insecure, trial_id=trial_id, withhold_acks=withhold_acks, timeout_s=timeout_s
+        # one deadline for everything (aioquic's handshake alone would wait its 60 s idle
+        # timeout), on a thread of its own: a caller that runs an event loop (an agent, a test
+        # harness) cannot run another in its own thread
+        _run_on_own_thread(
+            lambda: _fetch(
+                url,
+                result,
+                ca_file=ca_file,
+                insecure=insecure,
+                trial_id=trial_id,
+                withhold_acks=withhold_acks,
+                timeout_s=timeout_s,
+            ),
+            timeout_s,
         )
-        asyncio.run(asyncio.wait_for(fetching, timeout_s))
     except (asyncio.TimeoutError, TimeoutError):
         result.error_kind, result.error_detail = "timeout", f"no complete answer within {timeout_s} s"
     except ConnectionError as error:
