@@ -125,8 +125,11 @@ def _observations(path: Path) -> list[dict[str, Any]]:
 
 
 def test_paced_arm_spreads_the_first_ten_segments_over_the_rtt(tmp_path: Path) -> None:
-    """100 ms / 100 Mbit/s: arm ``10`` delivers its first 10 data segments within 5 ms (a burst),
-    arm ``10p`` over more than 30 ms (one every RTT/10), the same bytes."""
+    """100 ms / 100 Mbit/s: arm ``10`` delivers its first 10 data segments as a burst, arm ``10p``
+    over more than 30 ms (one every RTT/10), the same bytes.  The burst's spread is judged against
+    the paced one's (under a quarter of it), not against a fixed 5 ms: it is 1.2 ms of
+    serialisation plus the emulator's wake-ups, which a busy box stretched to 7.6 ms in a CI run
+    (the paced arm's: 90.3 ms)."""
     topo = _lab(100_000_000, 100, None)
     with topo, _origin(topo, tmp_path, "10,10p") as (address, observations):
         ports = _arms("10,10p")
@@ -137,8 +140,8 @@ def test_paced_arm_spreads_the_first_ten_segments_over_the_rtt(tmp_path: Path) -
     assert all(entry["error_kind"] is None for entry in fetched), fetched
     assert len({entry["bytes_received"] for entry in fetched}) == 1  # the same bytes either way
     assert all(spread is not None for spread in spreads)
-    assert spreads[0] < 5 and spreads[2] < 5, spreads  # type: ignore[operator]
     assert spreads[1] > 30 and spreads[3] > 30, spreads  # type: ignore[operator]
+    assert spreads[0] < spreads[1] / 4 and spreads[2] < spreads[3] / 4, spreads  # type: ignore[operator]
     seen = _observations(observations)
     assert sorted(o["arm"] for o in seen) == ["10", "10", "10p", "10p"]
     assert all(o["snd_cwnd_at_accept"] == 10 and not o["cwnd_mismatch"] for o in seen), seen
