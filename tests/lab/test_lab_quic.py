@@ -160,12 +160,19 @@ def test_the_report_section_shows_each_point_and_flags_a_miss() -> None:
     point = {"rtt_ms": 100.0, "size": 1000, "pairs": [[309.0, 213.0]] * 7, "zero_delay": [[5.0, 11.0]] * 7}
     point |= {"model_ms": 100.0, "saving_ms": 96.0, "interval_ms": [90.0, 97.0], "processing_ms": -6.0}
     point |= {"predicted_ms": 94.0, "error": 0.02}
-    missed = point | {"size": 100000, "saving_ms": 70.0, "predicted_ms": 92.5, "error": -0.225, "interval_ms": None}
+    missed = point | {"size": 100000, "saving_ms": 70.0, "predicted_ms": 92.5, "error": -0.225, "interval_ms": [65.0, 80.0]}
+    few = point | {"size": 30000, "pairs": [[409.0, 320.0]] * 3, "interval_ms": None}
     census = {"server": "Caddy", "given_packets": 32, "status": "ok", "iw_packets": 32, "iw_bytes": 40822}
     census |= {"max_datagram_size": 1252, "connections_ok": 3, "connections": 3}
-    section = {"title": "T", "metric": "M", "tolerance": 0.1, "points": [point, missed], "census": [census]}
+    section = {"title": "T", "metric": "M", "tolerance": 0.1, "points": [point, missed, few], "census": [census]}
     markdown = "\n".join(quic_markdown(section))
     assert "| 100 | 1000 | 7 | 309.0 | 213.0 | 96.0 | [90.0, 97.0] | -6.0 | 100.0 | 94.0 | +2.0 % |  |" in markdown
-    assert "n too small" in markdown and "-22.5 % | beyond 10 % |" in markdown
+    assert "-22.5 % | beyond 10 % |" in markdown
+    # three pairs: no median's interval, so neither a saving, an error nor a flag
+    assert (
+        "| 100 | 30000 | 3 | n too small | n too small | n too small | n too small | n too small | n too small | 100.0 |"
+        in markdown
+    )
+    assert markdown.count("beyond 10 %") == 1
     assert "| Caddy | 32 | ok | 32 | 40822 | 1252 | 3 of 3 |" in markdown
     assert 'id="iwscope-quic"' in quic_html(section, False)

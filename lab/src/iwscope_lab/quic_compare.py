@@ -141,27 +141,13 @@ def compare(
     return points
 
 
-def format_points(points: list[ComparePoint]) -> str:
-    lines = [
-        "RTT ms  size B   TCP ms  QUIC ms  saving ms [95 % CI]       zero-delay  model  predicted  error",
-    ]
-    for p in points:
-        tcp = statistics.median(t for t, _ in p.pairs)
-        quic = statistics.median(q for _, q in p.pairs)
-        ci = f"[{p.interval_ms[0]:.1f}, {p.interval_ms[1]:.1f}]" if p.interval_ms else "n too small"
-        lines.append(
-            f"{p.rtt_ms:6.0f} {p.size:7d} {tcp:8.1f} {quic:8.1f} {p.saving_ms:7.1f} {ci:18s} {p.processing_ms:9.1f} "
-            f"{p.model_ms:6.1f} {p.predicted_ms:9.1f} {100 * p.error:+5.1f} % (n = {len(p.pairs)})"
-        )
-    return "\n".join(lines)
-
-
 def reproduce_quic(*, quick: bool, show_progress: bool = True) -> dict[str, Any]:
     """The QUIC section of ``iwscope lab reproduce``: the paired comparison (quick: 100 ms only,
-    three pairs) and the census of every :data:`iwscope_lab.quic.CENSUS_TARGETS` entry, on a lab
-    of its own (no campaign: QUIC trials are not on the wire yet)."""
+    six pairs, the fewest a median's 95 % interval needs) and the census of every
+    :data:`iwscope_lab.quic.CENSUS_TARGETS` entry, on a lab of its own (no campaign: QUIC trials
+    are not on the wire yet)."""
     rtts = (100.0,) if quick else RTTS_MS
-    pairs = 3 if quick else PAIRS
+    pairs = 6 if quick else PAIRS
     with tempfile.TemporaryDirectory(prefix="iwscope-quic-") as work, quic_lab(Path(work), arms=(10, 32), rtt_ms=rtts[0]) as lab:
         flight = tls_first_flight_bytes(lab.chain.chain_der_bytes, certificates=len(lab.chain.certificates))
         if show_progress:
@@ -196,6 +182,5 @@ __all__ = [
     "TOLERANCE",
     "ComparePoint",
     "compare",
-    "format_points",
     "reproduce_quic",
 ]

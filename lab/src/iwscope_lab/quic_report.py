@@ -31,9 +31,9 @@ def quic_figure(quic: dict[str, Any]) -> go.Figure:
     figure = go.Figure()
     points = quic["points"]
     for rtt in sorted({point["rtt_ms"] for point in points}):
-        cells = sorted((p for p in points if p["rtt_ms"] == rtt), key=lambda p: p["size"])
-        low = [c["saving_ms"] - c["interval_ms"][0] if c["interval_ms"] else 0.0 for c in cells]
-        high = [c["interval_ms"][1] - c["saving_ms"] if c["interval_ms"] else 0.0 for c in cells]
+        cells = sorted((p for p in points if p["rtt_ms"] == rtt and p["interval_ms"]), key=lambda p: p["size"])
+        low = [c["saving_ms"] - c["interval_ms"][0] for c in cells]
+        high = [c["interval_ms"][1] - c["saving_ms"] for c in cells]
         figure.add_trace(
             go.Scatter(
                 x=[c["size"] for c in cells],
@@ -67,19 +67,22 @@ def _compare_rows(quic: dict[str, Any]) -> list[list[str]]:
     for p in quic["points"]:
         tcp = sorted(t for t, _ in p["pairs"])[len(p["pairs"]) // 2]
         quic_total = sorted(q for _, q in p["pairs"])[len(p["pairs"]) // 2]
-        ci = f"[{p['interval_ms'][0]:.1f}, {p['interval_ms'][1]:.1f}]" if p["interval_ms"] else "n too small"
+        head = [f"{p['rtt_ms']:g}", str(p["size"]), str(len(p["pairs"]))]
+        model = f"{p['model_ms']:.1f}"
+        if not p["interval_ms"]:  # fewer than 6 pairs: no 95 % interval of a median, so no claim
+            rows.append([*head, *["n too small"] * 6, model, "n too small", "n too small", ""])
+            continue
+        ci = f"[{p['interval_ms'][0]:.1f}, {p['interval_ms'][1]:.1f}]"
         flagged = abs(p["error"]) > quic["tolerance"]
         rows.append(
             [
-                f"{p['rtt_ms']:g}",
-                str(p["size"]),
-                str(len(p["pairs"])),
+                *head,
                 f"{tcp:.1f}",
                 f"{quic_total:.1f}",
                 f"{p['saving_ms']:.1f}",
                 ci,
                 f"{p['processing_ms']:.1f}",
-                f"{p['model_ms']:.1f}",
+                model,
                 f"{p['predicted_ms']:.1f}",
                 f"{100 * p['error']:+.1f} %",
                 "beyond 10 %" if flagged else "",

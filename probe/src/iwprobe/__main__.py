@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     origin.add_argument(
         "--quic",
         action="store_true",
-        help="also serve HTTP/3 on UDP next to every plain arm (same port numbers; needs --tls-cert and iwprobe[quic])",
+        help="also serve HTTP/3 on UDP next to every plain and paced arm (same port numbers; needs --tls-cert and iwprobe[quic])",
     )
     origin.add_argument(
         "--arms",
@@ -326,6 +326,8 @@ def _census(args: argparse.Namespace) -> int:
 
     if urllib.parse.urlsplit(args.url).scheme not in ("http", "https"):
         raise SystemExit("census wants an http:// or https:// URL")
+    if args.quic == "only" and not args.url.startswith("https://"):
+        raise SystemExit("--quic only wants an https:// URL (HTTP/3 is always encrypted)")
     if args.announce_mss is not None and not 88 <= args.announce_mss <= 65535:
         raise SystemExit("--announce-mss must be between 88 (Linux's minimum) and 65535")
     context = client_context(args.ca_file, verify=not args.insecure) if args.url.startswith("https") else None
@@ -341,13 +343,11 @@ def _census(args: argparse.Namespace) -> int:
         ca_file=args.ca_file,
         insecure=args.insecure,
     )
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(format_census(result) if args.quic != "only" or result.quic is None else format_quic_census(result.quic))
     if args.quic == "only":
         assert result.quic is not None
+        print(json.dumps(result.to_dict(), indent=2) if args.json else format_quic_census(result.quic))
         return 0 if result.quic.status == "ok" else (2 if result.quic.reason == "no_quic_extra" else 1)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_census(result))
     if result.reason == "no_capture":
         print(f"iwprobe: {result.error}", file=sys.stderr)
         return 2
@@ -421,7 +421,8 @@ def _origin(args: argparse.Namespace) -> int:
     stop = _stop_event()
     if bool(args.tls_cert) != bool(args.tls_key):
         raise SystemExit("--tls-cert and --tls-key go together")
-    quic_origin = _quic_origin(args) if args.quic else None
+    if args.quic:
+        _check_quic_origin(args)
     config = OriginConfig(
         bind=args.bind or ["0.0.0.0"],
         arms=args.arms,
@@ -439,7 +440,7 @@ def _origin(args: argparse.Namespace) -> int:
         congestion_control=args.congestion_control,
         echo=args.echo,
         send_path=args.send_path,
-        quic=quic_origin is not None,
+        quic=args.quic,
     )
     if args.client_max_connections is not None:
         config.client_max_connections = args.client_max_connections
@@ -470,8 +471,8 @@ def _origin(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    quic_origin = _quic_origin(args, origin.budgets) if args.quic else None
     if quic_origin is not None:
-        quic_origin.budgets = origin.budgets
         quic_origin.start()
         print(
             f"serving HTTP/3 (UDP) on arms {[arm.label for arm in quic_origin.arms]} "
@@ -489,17 +490,23 @@ def _origin(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quic_origin(args: argparse.Namespace) -> Any:
-    """The HTTP/3 side of ``iwprobe origin --quic``: plain and paced arms (the learned policy is a
-    TCP route's; docs/quic.md).  Its observations
-    go to stdout as JSON lines with ``"protocol": "h3"``; they are not uploaded yet."""
-    from ._quic import QuicOrigin, quic_available
+def _check_quic_origin(args: argparse.Namespace) -> None:
+    """``--quic`` can be served: the extra is installed and a certificate is given."""
+    from ._quic import quic_available
 
     available, why = quic_available()
     if not available:
         raise SystemExit(f"--quic needs the optional extra: pip install 'iwprobe[quic]' ({why})")
     if not args.tls_cert:
         raise SystemExit("--quic needs --tls-cert and --tls-key (HTTP/3 is always encrypted)")
+
+
+def _quic_origin(args: argparse.Namespace, budgets: Any) -> Any:
+    """The HTTP/3 side of ``iwprobe origin --quic``: plain and paced arms (the learned policy is a
+    TCP route's; docs/quic.md), under the TCP origin's per-client ``budgets``.  Its observations
+    go to stdout as JSON lines with ``"protocol": "h3"``; they are not uploaded yet."""
+    from ._quic import QuicOrigin
+
     lock = threading.Lock()
 
     def report(observation: dict[str, Any]) -> None:
@@ -509,7 +516,8 @@ def _quic_origin(args: argparse.Namespace) -> Any:
             sys.stdout.flush()
 
     arms = [arm for arm in args.arms if arm.policy != "learned"]
-    return QuicOrigin(arms, args.bind or ["0.0.0.0"], args.base_port, args.tls_cert, args.tls_key, report, args.max_object_bytes)
+    binds = args.bind or ["0.0.0.0"]
+    return QuicOrigin(arms, binds, args.base_port, args.tls_cert, args.tls_key, report, args.max_object_bytes, budgets)
 
 
 def _origin_enroll(args: argparse.Namespace) -> int:

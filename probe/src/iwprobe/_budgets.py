@@ -69,30 +69,23 @@ class ClientBudgets:
     def take_request(self, client: str) -> bool:
         """Charge one more request on an open connection of ``client`` (HTTP/3 carries several on
         one connection); False when its request budget is spent."""
-        if self.config.client_requests_per_s <= 0:
-            return True
-        with self._lock:
-            budget = self._budgets.get(client)
-            if budget is None:
-                return True
-            self._refill(budget, time.monotonic())
-            if budget.request_tokens < 1.0:
-                return False
-            budget.request_tokens -= 1.0
-            return True
+        return self.config.client_requests_per_s <= 0 or self._spend(client, "request_tokens", 1.0)
 
     def take_bytes(self, client: str, size: int) -> bool:
         """Charge ``size`` response bytes to ``client``; False when its byte budget cannot pay."""
-        if self.config.client_bytes_per_s <= 0:
-            return True
+        return self.config.client_bytes_per_s <= 0 or self._spend(client, "byte_tokens", float(size))
+
+    def _spend(self, client: str, bucket: str, amount: float) -> bool:
+        """Take ``amount`` from one of ``client``'s buckets (refilled first); a client without a
+        budget (no connection admitted) pays nothing."""
         with self._lock:
             budget = self._budgets.get(client)
             if budget is None:
                 return True
             self._refill(budget, time.monotonic())
-            if budget.byte_tokens < size:
+            if getattr(budget, bucket) < amount:
                 return False
-            budget.byte_tokens -= size
+            setattr(budget, bucket, getattr(budget, bucket) - amount)
             return True
 
     def release(self, client: str) -> None:

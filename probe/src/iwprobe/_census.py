@@ -138,15 +138,17 @@ def census(
     family: str = "",
     tls_context: Optional[ssl.SSLContext] = None,
     timeout_s: float = 30.0,
-    quic: str = "auto",
+    quic: str = "no",
     ca_file: Optional[str] = None,
     insecure: bool = False,
 ) -> CensusResult:
     """Measure the IW of the server at ``url`` over ``connections`` fresh connections.
 
-    ``quic``: ``"auto"`` also measures the server's HTTP/3 window when its ``Alt-Svc`` offers
-    one (an ``https`` URL); ``"no"`` never; ``"only"`` measures HTTP/3 on the URL's own port and
-    not TCP.  ``ca_file``/``insecure`` are QUIC's certificate checks (``tls_context`` is TCP's).
+    ``quic``: ``"no"`` (the default, and the probe agent's: census records do not carry QUIC
+    yet) never measures HTTP/3; ``"auto"`` (``iwprobe census``'s default) also measures the
+    server's HTTP/3 window when its ``Alt-Svc`` offers one (an ``https`` URL); ``"only"``
+    measures HTTP/3 on the URL's own port and not TCP.  ``ca_file``/``insecure`` are QUIC's
+    certificate checks (``tls_context`` is TCP's).
     """
     if quic == "only":
         only = CensusResult(url=url, measured_at=wire.utc_timestamp(), status="undetermined")

@@ -74,6 +74,12 @@ def wants_trace(head: bytes) -> bool:
     return False
 
 
+def object_pattern(max_object_bytes: int) -> bytes:
+    """The bytes every object is a prefix of (0, 1, .., 255, 0, ..): the same object over TCP and
+    HTTP/3, and not compressible to nothing by a middlebox."""
+    return bytes(range(256)) * ((max_object_bytes + 255) // 256)
+
+
 def response_head(status: int, content_length: int, alt_svc: str = "") -> bytes:
     """The status line and headers of an answer (an object for 200, plain text otherwise)."""
     extra = "Retry-After: 1\r\n" if status == 429 else ""

@@ -48,7 +48,7 @@ from ._budgets import MAX_CLIENT_BUDGETS, ClientBudgets
 from ._caps import CAP_NET_ADMIN, drop_capability
 from ._capture import ConnectionCapture
 from ._echo import EchoServer
-from ._http import MAX_HEAD_BYTES, could_be_request, linger, response_head, route_request, wants_trace
+from ._http import MAX_HEAD_BYTES, could_be_request, linger, object_pattern, response_head, route_request, wants_trace
 from ._learned import LearnedWindows
 from ._measure import Connection, build_observation, wait_acked
 from ._offload import OffloadCache
@@ -95,7 +95,7 @@ class Origin:
             )
         self.spool = spool
         self.stats = OriginStats()
-        self._pattern = bytes(range(256)) * ((config.max_object_bytes + 255) // 256)
+        self._pattern = object_pattern(config.max_object_bytes)
         self._pattern_view = memoryview(self._pattern)
         self._body_file = BodyFile(self._pattern) if config.send_path == "sendfile" else None
         self._offload = OffloadCache()

@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional, Union, cast
 from . import wire
 from ._arms import Arm
 from ._budgets import ClientBudgets
-from ._http import route_request
+from ._http import object_pattern, route_request
 from ._quic_flight import CENSUS_GAP_US, Datagram, QuicFlight, acknowledged_flight, withheld_flight
 
 try:  # the optional extra
@@ -90,7 +90,6 @@ if not _IMPORT_ERROR:
 
         def __init__(self, iw: int, *, max_datagram_size: int) -> None:
             super().__init__(max_datagram_size=max_datagram_size)
-            self.iw = iw
             self.congestion_window = iw * max_datagram_size
             self.peak_in_flight = 0
             self.response_at: Optional[float] = None
@@ -125,9 +124,6 @@ if not _IMPORT_ERROR:
             packets = list(packets)
             self.flight.lost_packets += len(packets)
             super().on_packets_lost(now=now, packets=packets)
-
-
-if not _IMPORT_ERROR:
 
     class Unpaced(QuicPacketPacer):
         """aioquic's pacer that never holds a datagram back: a plain arm's flights leave as one
@@ -171,14 +167,14 @@ if not _IMPORT_ERROR:
             self,
             *args: Any,
             arm: Arm,
-            max_object_bytes: int,
+            pattern: bytes,
             report: Callable[[Observation], None],
             budgets: Optional[ClientBudgets],
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
             self._arm = arm
-            self._max_object_bytes = max_object_bytes
+            self._pattern = pattern
             self._report = report
             self._budgets = budgets
             #: The client's address once its first request was admitted (its connection counted).
@@ -212,15 +208,14 @@ if not _IMPORT_ERROR:
             trial = headers.get(wire.TRIAL_HEADER.lower())
             if trial:
                 head += f"\r\n{wire.TRIAL_HEADER}: {trial}"
-            status, size, trial_id, reason = route_request(head.encode("latin-1"), self._max_object_bytes)
+            status, size, trial_id, reason = route_request(head.encode("latin-1"), len(self._pattern))
             if headers.get(":method") != "GET":
                 status, size, reason = 405, 0, "only GET\n"
             if not self._admitted(size if status == 200 else 0):
                 status, size, reason = 429, 0, "too many requests or bytes from this address\n"
-            cc = self._quic._loss._cc
-            if status == 200 and isinstance(cc, ArmWindow):
-                cc.mark_response(self._loop.time())
-            body = b"\0" * size if status == 200 else reason.encode()
+            if status == 200:
+                self._window().mark_response(self._loop.time())
+            body = self._pattern[:size] if status == 200 else reason.encode()
             self._http.send_headers(
                 event.stream_id,
                 [
@@ -231,6 +226,10 @@ if not _IMPORT_ERROR:
             )
             self._http.send_data(event.stream_id, body, end_stream=True)
             self._pending[event.stream_id] = (_monotonic_us(), status, size, trial_id)
+
+        def _window(self) -> ArmWindow:
+            """The connection's congestion controller: the arm's (every listener registers one)."""
+            return cast(ArmWindow, self._quic._loss._cc)
 
         def _admitted(self, size: int) -> bool:
             """The TCP origin's per-client budgets, per request: the connection counts from its
@@ -259,8 +258,7 @@ if not _IMPORT_ERROR:
 
         def _finished(self, stream_id: int, acknowledged: bool = True) -> None:
             read_us, status, size, trial_id = self._pending.pop(stream_id)
-            cc = self._quic._loss._cc
-            flight = cc.flight if isinstance(cc, ArmWindow) else ServerFlight()
+            flight = self._window().flight
             self._report(
                 {
                     "protocol": "h3",
@@ -308,7 +306,7 @@ class QuicOrigin:
         self.base_port = base_port
         self._cert = (cert_file, key_file)
         self._report = report
-        self._max_object_bytes = max_object_bytes
+        self._pattern = object_pattern(max_object_bytes)
         #: The TCP origin's per-client budgets (docs/security.md), shared: one client's
         #: connections, requests and bytes count once across both protocols.
         self.budgets = budgets
@@ -335,9 +333,7 @@ class QuicOrigin:
             configuration.load_cert_chain(*self._cert)
 
             def protocol(*args: Any, arm: Arm = arm, **kwargs: Any) -> _OriginProtocol:
-                return _OriginProtocol(
-                    *args, arm=arm, max_object_bytes=self._max_object_bytes, report=self._report, budgets=self.budgets, **kwargs
-                )
+                return _OriginProtocol(*args, arm=arm, pattern=self._pattern, report=self._report, budgets=self.budgets, **kwargs)
 
             self._servers.append(await serve(bind, self.port(arm), configuration=configuration, create_protocol=protocol))
 
@@ -372,7 +368,6 @@ class QuicFetch:
     error_kind: Optional[str] = None
     error_detail: str = ""
     withheld_acks: bool = False
-    max_datagram_size: int = MAX_DATAGRAM_SIZE
     flight: Optional[QuicFlight] = None
     #: Every datagram of the connection (µs since the first send, way, UDP payload bytes).
     datagrams: list[Datagram] = field(default_factory=list)
