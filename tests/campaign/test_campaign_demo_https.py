@@ -1,8 +1,9 @@
 """``make demo``'s HTTPS on an existing path, end to end (:class:`iwscope_lab.demo.DemoCampaign`):
-beside the benefit campaign's plain-HTTP origin an origin serves a 16 KB test chain, and one
-probe -- not its neighbour in the same region -- runs a short HTTPS campaign against it between
-its benefit rounds; real agents, API and worker, checked from PostgreSQL and ``tls_by_flight``
-(what the TLS page draws)."""
+beside the benefit campaign's plain-HTTP origin an origin serves a 16 KB test chain, and HTTP/3
+(``iwprobe origin --quic``), and one probe -- not its neighbour in the same region -- runs a short
+HTTPS campaign against it between its benefit rounds, its QUIC arms (``3q``, ``10q``) in the same
+rounds as its TCP arms; real agents, API and worker, checked from PostgreSQL, ``tls_by_flight``
+(what the TLS page draws) and ``protocol_comparisons`` (the HTTP/3 page)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from campaign_kit import origin_host, query_rows, session_stack
 
 from iwscope.analysis import Filters, tls_by_flight
+from iwscope.analysis.protocols import QUIC_ARMS, TCP_VS_QUIC, protocol_comparisons
 from iwscope_lab.campaign import CampaignPlan
-from iwscope_lab.demo import HTTPS_CHAIN_KB, HTTPS_ORIGIN, DemoCampaign
+from iwscope_lab.demo import HTTPS_CHAIN_KB, HTTPS_ORIGIN, HTTPS_QUIC_ARMS, DemoCampaign
 from iwscope_lab.links import LinkSpec
 from iwscope_lab.topology import Host, Topology
 
@@ -22,7 +24,9 @@ from iwscope_lab.topology import Host, Topology
 # in make test); make test-slow runs it.
 pytestmark = pytest.mark.slow
 
-PLAN = CampaignPlan(name="demo-https-e2e", arms=(3, 10), sizes=(9_000,), repetitions=10_000, duration_s=15.0, calibrate=False)
+PLAN = CampaignPlan(
+    name="demo-https-e2e", arms=(3, 10), sizes=(9_000,), repetitions=10_000, duration_s=15.0, calibrate=False, quic=True
+)
 REPETITIONS = 4
 
 
@@ -62,15 +66,17 @@ def test_one_probe_measures_https_beside_the_benefit_campaign(campaign: dict[str
     rows = query_rows(
         stack,
         """
-        SELECT t.campaign_id, p.name AS probe, o.name AS origin, t.arm_iw, t.url, t.tls_version, t.error_kind,
-               t.server_tls_first_flight_bytes AS flight, t.joined_at
+        SELECT t.campaign_id, p.name AS probe, o.name AS origin, t.arm_iw, t.arm, t.protocol, t.url, t.tls_version,
+               t.error_kind, t.server_tls_first_flight_bytes AS flight, t.joined_at, t.server_latency_us,
+               t.client_iw_status, t.client_iw_reason, t.connect_us
           FROM trials t JOIN probes p ON p.id = t.probe_id JOIN origins o ON o.id = t.origin_id
          WHERE t.campaign_id IN (:benefit, :https)""",
         benefit=result.campaign_id,
         https=https,
     )
     benefit = [row for row in rows if row.campaign_id == result.campaign_id]
-    tls = [row for row in rows if row.campaign_id == https]
+    tls = [row for row in rows if row.campaign_id == https and row.protocol != "quic"]
+    h3 = [row for row in rows if row.campaign_id == https and row.protocol == "quic"]
     # the benefit campaign: plain HTTP to the plain origin, both probes
     assert {row.probe.split(".")[0] for row in benefit} == {"https-path", "neighbour"}
     assert {row.origin.split(".")[0] for row in benefit} == {"origin"} and all(row.url.startswith("http://") for row in benefit)
@@ -89,6 +95,30 @@ def test_one_probe_measures_https_beside_the_benefit_campaign(campaign: dict[str
     # a 16 KB flight: three rounds from IW3, two from IW10 -- one 80 ms round trip apart
     assert bucket.baseline.median_ms is not None and bucket.treatment.median_ms is not None
     assert bucket.baseline.median_ms - bucket.treatment.median_ms == pytest.approx(80, abs=25)
+    # HTTP/3 in the same rounds: every QUIC arm's trial made, answered and joined with the origin's observation
+    assert sorted(row.arm for row in h3) == sorted(list(HTTPS_QUIC_ARMS) * REPETITIONS), [row.arm for row in h3]
+    for row in h3:
+        assert row.url.startswith("https://") and row.error_kind is None and row.connect_us is None, row
+        assert row.joined_at is not None and row.server_latency_us is not None, row
+        # the probe's own inference: the 1 KB object (HTTPS_SIZES) ends in the flight's one datagram
+        assert (row.client_iw_status, row.client_iw_reason) == ("lower_bound", "object_ended"), row
+    observed = query_rows(
+        stack,
+        """SELECT o.arm, o.protocol, o.snd_cwnd_at_accept, o.cwnd_mismatch, o.quic_max_datagram_size,
+                  o.quic_first_flight_packets
+             FROM origin_observations o JOIN trials t ON t.trial_id = o.trial_id
+            WHERE t.campaign_id = :https AND o.protocol = 'quic'""",
+        https=https,
+    )
+    # each connection starts with its arm's window (the 16 KB chain then grows it in the handshake)
+    assert len(observed) == len(h3) and {(row.arm, row.snd_cwnd_at_accept) for row in observed} == {("3q", 3), ("10q", 10)}
+    assert not any(row.cwnd_mismatch for row in observed), observed
+    assert all(row.quic_max_datagram_size == 1200 and row.quic_first_flight_packets for row in observed), observed
+    with stack.session() as session:
+        compared = protocol_comparisons(session, Filters(campaign_ids=(https,), baseline_iw=3, treatment_iw=10, metric="client"))
+    tcp_quic = [row for row in compared if row.dimension == TCP_VS_QUIC]
+    assert sorted(row.baseline.iw for row in tcp_quic) == [3, 10] and all(row.n_pairs == REPETITIONS for row in tcp_quic)
+    assert [row.n_pairs for row in compared if row.dimension == QUIC_ARMS] == [REPETITIONS]
     # both windows closed at the end of the run
     windows = query_rows(stack, "SELECT ends_at FROM campaigns WHERE id = :c", c=https)
     assert windows[0].ends_at is not None

@@ -66,6 +66,15 @@ def test_campaigns_create(service_env: dict[str, str], client: httpx.Client, ori
     )
     refused = run(service_env, "campaigns", "create", "--name", "x", "--origin", origin.id, "--arms", "3")
     assert refused.returncode != 0 and "exactly one of sizes and size_dist" in refused.stderr
+    # labelled arms (wire v9: 10q, IW 10 over HTTP/3) go through as labels
+    labelled = run(
+        service_env, "campaigns", "create", "--name", "h3", "--origin", origin.id, "--arms", "3,10,10q", "--sizes", "1000"
+    )
+    assert labelled.returncode == 0, labelled.stderr
+    stored = client.get(f"/api/v1/campaigns/{int(labelled.stdout.strip())}", headers=bearer(admin_token)).json()
+    assert (stored["arms"], stored["arm_labels"]) == ([3, 10, 10], ["3", "10", "10q"])
+    wrong = run(service_env, "campaigns", "create", "--name", "x", "--origin", origin.id, "--arms", "3,q10", "--sizes", "1")
+    assert wrong.returncode != 0 and "q10" in wrong.stderr
 
 
 def test_services_start_on_a_taken_port_says_so_in_one_line_and_exits_non_zero() -> None:

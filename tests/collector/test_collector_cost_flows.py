@@ -128,7 +128,7 @@ def test_cost_campaigns_reach_v3_probes_only(
         ("10", 8010, False),
         ("10p", 9010, True),
     ]
-    assert client.get(path + "?wire_version=9", headers=probe.headers).status_code == 422
+    assert client.get(path + f"?wire_version={wire.WIRE_VERSION + 1}", headers=probe.headers).status_code == 422
     for fields, word in (
         ({"arms": ["10", "10"]}, "repeat"),
         ({"arms": [10, 32], "arm_shares": [0.5, 0.6]}, "sum"),

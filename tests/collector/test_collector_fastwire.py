@@ -27,7 +27,7 @@ from testkit import Enrolled, make_batch, make_trial, wait_folded
 
 from iwprobe import wire
 from iwscope.trials import fastwire
-from iwscope.trials.schemas import TrialBatchIn
+from iwscope.trials.schemas import CensusRecordIn, TrialBatchIn, TrialRecordIn
 from iwscope.wiretypes import ErrorKind
 
 CASES = 4000
@@ -189,10 +189,13 @@ CENSUS_FIELDS = [
     "tls_version",
     "http_status",
     "error_detail",
+    "protocol",
 ]
 CLIENT_IW_FIELDS = ["status", "segments", "bytes", "mss", "reason"]
 STATUS_VALUES = [*wire.IW_STATUSES, "OK", "ok ", "lower-bound", ""]
 REASON_VALUES = ["", "object_ended", "bottleneck", "Object_ended", "x" * 32, "x" * 33, "two words", "a\n"]
+#: Wire v9: the protocol's values and near misses.
+PROTOCOL_VALUES = [*wire.PROTOCOLS, "QUIC", "h3", "quic ", "udp", "tcp\n"]
 CENSUS_URL_VALUES = [
     "https://example.org/big",
     "http://[fd00::1]:8080/x",
@@ -221,6 +224,8 @@ def field_values(name: str) -> list[Any]:
         return REASON_VALUES + GENERIC_VALUES
     if name == "family":
         return ["", "ipv4", "ipv6", "IPv4", "ipv5"] + GENERIC_VALUES
+    if name == "protocol":
+        return PROTOCOL_VALUES + GENERIC_VALUES
     if name == "tls_version":
         return ["", "TLSv1.3", "x" * 64, "x" * 65, "a\u0000b"] + GENERIC_VALUES
     return INT_BOUNDARIES + GENERIC_VALUES
@@ -307,6 +312,7 @@ def make_census(rng: random.Random, probe_id: str) -> dict[str, Any]:
         "tls_version": rng.choice(["", "TLSv1.3"]),
         "http_status": rng.choice([None, 206]),
         "error_detail": rng.choice([None, "x"]),
+        **({"protocol": rng.choice(wire.PROTOCOLS)} if rng.random() < 0.5 else {}),  # wire v9, or left out
     }
 
 
@@ -319,6 +325,8 @@ def make_document(rng: random.Random) -> Any:
     for trial in trials:
         if rng.random() < 0.3:
             trial["client_iw"] = rng.choice([None, make_client_iw(rng)])
+        if rng.random() < 0.3:  # wire v9
+            trial["protocol"] = rng.choice(wire.PROTOCOLS)
     samples = [make_sample(rng, probe_id) for _ in range(rng.randrange(3))]
     document: dict[str, Any] = make_batch(probe_id, trials, samples)
     if rng.random() < 0.3:
@@ -329,7 +337,7 @@ def make_document(rng: random.Random) -> Any:
         return document  # valid
     with_iw = [trial for trial in trials if isinstance(trial.get("client_iw"), dict)]
     if kind <= 5 and trials:
-        mutate_record(rng, rng.choice(trials), TRIAL_FIELDS + ["client_iw"])
+        mutate_record(rng, rng.choice(trials), TRIAL_FIELDS + ["client_iw", "protocol"])
     elif kind <= 7 and samples:
         mutate_record(rng, rng.choice(samples), SAMPLE_FIELDS)
     elif kind == 8:
@@ -412,6 +420,7 @@ def assert_same_reading(reference: TrialBatchIn, fast: fastwire.FastTrialBatch) 
             if name != "started_at":
                 assert getattr(trial, name) == getattr(expected, name), name
         assert started_at == expected.started_at and started_at.utcoffset() == expected.started_at.utcoffset()
+        assert trial.protocol == expected.protocol
     for sample, measured_at, expected_sample in zip(fast.path_samples, fast.measured_at, reference.path_samples, strict=True):
         for name in SAMPLE_FIELDS:
             if name != "measured_at":
@@ -496,6 +505,28 @@ def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
             | {"sent_at": timestamp}
         ).encode()
     )
+
+
+@pytest.mark.unit
+def test_fast_trial_and_census_structs_mirror_the_pydantic_models() -> None:
+    """Field for field, in order, defaults included (wire v9 added ``protocol`` to both)."""
+    for fast, model in ((fastwire.FastTrial, TrialRecordIn), (fastwire.FastCensus, CensusRecordIn)):
+        fields = fast.__struct_fields__
+        assert list(fields) == list(model.model_fields), fast
+        defaults = dict(zip(fields[len(fields) - len(fast.__struct_defaults__) :], fast.__struct_defaults__, strict=True))
+        assert defaults == {name: field.default for name, field in model.model_fields.items() if not field.is_required()}
+    assert CENSUS_FIELDS == list(CensusRecordIn.model_fields)
+
+
+@pytest.mark.parametrize("value", [*PROTOCOL_VALUES, *GENERIC_VALUES])
+@pytest.mark.unit
+def test_fast_decoder_agrees_on_every_protocol(value: Any) -> None:
+    """Each wire value of ``protocol`` is taken as itself, on a trial and on a census record, any other refused."""
+    probe_id = str(uuid.uuid4())
+    trial = make_batch(probe_id, [make_trial(probe_id, protocol=value)])
+    census = make_batch(probe_id, []) | {"census": [make_census(random.Random(3), probe_id) | {"protocol": value}]}
+    for document in (trial, census):
+        assert check(json.dumps(document).encode()) == (isinstance(value, str) and value in wire.PROTOCOLS), value
 
 
 def test_error_kind_is_the_probe_wire_formats_tuple() -> None:

@@ -4,7 +4,8 @@ The same property test as ``test_collector_fastwire.py``'s (whose value tables a
 reuses), for ``POST /api/v1/observations/batch``: a seeded generator builds thousands of
 observation batches, valid ones and ones with fields mutated to boundary values, wrong types
 (``true`` for an int, ``1`` for a bool), unknown or missing fields, odd timestamps, the wire-v8
-``send_path``/``segmentation_offload`` values and bad ones, plus raw-JSON oddities such as
+``send_path``/``segmentation_offload`` values and bad ones, wire v9's ``protocol`` and QUIC
+first flight, plus raw-JSON oddities such as
 duplicate keys; for each the verdicts of ``ObservationBatchIn.model_validate_json`` and
 ``fastwire.decode_observation_batch`` must agree, and when both accept, every decoded value (and
 the row stored from it) must be pydantic's.  Then :func:`validate_observation_batch`'s own
@@ -59,15 +60,23 @@ OBSERVATION_INT_BOUNDARIES = [
     4_294_967_295,
     4_294_967_296,
     4_294_967_297,
+    1199,  # wire v9: quic_max_datagram_size from wire.QUIC_MIN_DATAGRAM_BYTES to a UDP payload's 65,527
+    1200,
+    65_527,
+    65_528,
+    100_000,  # quic_first_flight_packets
+    100_001,
 ]
 #: ``int`` for ``bool`` and the like; ``GENERIC_VALUES`` holds ``true`` for every int.
 BOOL_VALUES = [True, False, 0, 1, 0.0, "true", "false", "True", None]
 CLIENT_ADDR_VALUES = ["10.0.1.2", "fd00::1", "::ffff:192.0.2.7", "x" * 64, "x" * 65, "é" * 64, "é" * 65, " ", "a\u0000"]
 ARM_VALUES = ["", "3", "10", "10p", "1000p", "9999", "10000", "learned", "Learned", "p", "10pp", "10\n", "x" * 17, " 10"]
+ARM_VALUES += ["10q", "10pq", "10qp", "10qq", "q", "learnedq", "10Q"]  # wire v9: QUIC arms
 TLS_VERSION_VALUES = ["", "TLSv1.3", "TLSv1.2", "x" * 64, "x" * 65, "a\u0000b", "TLSv1.3\n"]
 FAMILY_VALUES = ["", "ipv4", "ipv6", "IPv4", "ipv5", "ipv4 "]
 SEND_PATH_VALUES = [*wire.SEND_PATHS, "WRITEV", "sendfile ", "mss_writes", "splice", "writev\n"]
 SEGMENTATION_OFFLOAD_VALUES = [*wire.SEGMENTATION_OFFLOADS, "TSO", "on", "lro", "gso\n"]
+PROTOCOL_VALUES = [*wire.PROTOCOLS, "QUIC", "h3", "quic ", "udp", "tcp\n"]
 TCP_INFO_VALUES: list[Any] = [
     {},
     dict.fromkeys(wire.TCP_INFO_FIELDS, 2**63 - 1),
@@ -96,7 +105,7 @@ def observation_values(name: str) -> list[Any]:
         return ERROR_KINDS + GENERIC_VALUES
     if name == "wire_version":
         return WIRE_VERSION_VALUES
-    if name in ("cwnd_mismatch", "rwnd_limited"):
+    if name in ("cwnd_mismatch", "rwnd_limited", "quic_zero_rtt"):
         return BOOL_VALUES + GENERIC_VALUES
     if name == "arm":
         return ARM_VALUES + GENERIC_VALUES
@@ -108,6 +117,8 @@ def observation_values(name: str) -> list[Any]:
         return SEND_PATH_VALUES + GENERIC_VALUES
     if name == "segmentation_offload":
         return SEGMENTATION_OFFLOAD_VALUES + GENERIC_VALUES
+    if name == "protocol":
+        return PROTOCOL_VALUES + GENERIC_VALUES
     if name == "tcp_info":
         return TCP_INFO_VALUES + GENERIC_VALUES
     if name == "observations":
@@ -157,7 +168,20 @@ def make_random_observation(rng: random.Random, origin_id: str) -> dict[str, Any
         )
     if rng.random() < 0.5:  # wire v8
         observation.update(send_path=rng.choice(wire.SEND_PATHS), segmentation_offload=rng.choice(wire.SEGMENTATION_OFFLOADS))
-    for name in ("arm", "tls_version", "tls_handshake_us", "family", "send_path", "segmentation_offload"):
+    if rng.random() < 0.3:  # wire v9: a QUIC observation
+        observation.update(
+            arm=rng.choice([f"{arm_iw}q", f"{arm_iw}pq"]),
+            protocol="quic",
+            tcp_info={},
+            quic_first_flight_packets=rng.choice([None, 0, 10, 100_000]),
+            quic_first_flight_bytes=rng.choice([None, 0, 12_000, 16_777_216]),
+            quic_max_datagram_size=rng.choice([None, 1200, 1252, 65_527]),
+            quic_lost_packets=rng.choice([None, 0, 2**63 - 1]),
+            quic_zero_rtt=rng.choice([None, False, True]),
+        )
+    elif rng.random() < 0.2:
+        observation["protocol"] = rng.choice(["", "tcp"])
+    for name in ("arm", "tls_version", "tls_handshake_us", "family", "send_path", "segmentation_offload", "protocol"):
         if rng.random() < 0.1:
             observation.pop(name, None)  # the default
     return observation
@@ -378,11 +402,12 @@ def test_fast_decoder_agrees_on_every_timestamp_form(timestamp: Any) -> None:
         ("send_path", SEND_PATH_VALUES, wire.SEND_PATHS),
         ("segmentation_offload", SEGMENTATION_OFFLOAD_VALUES, wire.SEGMENTATION_OFFLOADS),
         ("family", FAMILY_VALUES, wire.FAMILIES),
+        ("protocol", PROTOCOL_VALUES, wire.PROTOCOLS),
     ],
 )
 @pytest.mark.unit
 def test_fast_decoder_agrees_on_every_enumerated_value(name: str, values: list[Any], wire_values: tuple[str, ...]) -> None:
-    """Each wire value of the v4 and v8 enumerations is taken as itself, any other refused."""
+    """Each wire value of the v4, v8 and v9 enumerations is taken as itself, any other refused."""
     origin_id = str(uuid.uuid4())
     for value in [*values, *GENERIC_VALUES]:
         observation = make_observation(str(uuid.uuid4()), origin_id, **{name: value})

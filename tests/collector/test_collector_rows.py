@@ -34,6 +34,10 @@ TRIAL_CASES: list[dict[str, Any]] = [
     {"arm_iw": 3, "started_at": "2026-11-28T10:00:00.25+05:30", "tcp_info": {"rtt": 7, "rcv_mss": 1448}},
     {"arm_iw": 10, "client_iw": {"status": "ok", "segments": 10, "bytes": 14480, "mss": 1448, "reason": ""}},
     {"arm_iw": 10, "client_iw": {"status": "lower_bound", "segments": 8, "bytes": None, "mss": None, "reason": "object_ended"}},
+    # wire v9: "not said" (TCP) as NULL, a said TCP as itself, a QUIC arm's trial
+    {"arm_iw": 10, "arm": "10", "protocol": ""},
+    {"arm_iw": 3, "arm": "3", "protocol": "tcp"},
+    {"arm_iw": 10, "arm": "10q", "protocol": "quic", "connect_us": None, "tcp_info": {}, "tls_version": "TLSv1.3"},
 ]
 
 
@@ -72,6 +76,7 @@ def test_each_trial_column_is_the_wire_rule_of_its_record(probe: Enrolled, db_en
         assert row["role"] == wire.flow_role(record["url"], role)
         assert row["tls_version"] == (record.get("tls_version") or None)
         assert row["family"] == (record.get("family") or None)
+        assert row["protocol"] == (record.get("protocol") or None)
         inference = record.get("client_iw")
         for field in ("status", "segments", "bytes", "mss"):
             assert row[f"client_iw_{field}"] == (None if inference is None else inference[field]), field
@@ -79,17 +84,27 @@ def test_each_trial_column_is_the_wire_rule_of_its_record(probe: Enrolled, db_en
     # The cases do reach each rule's branches.
     roles = {wire.flow_role(record["url"], record.get("role", "")) for record in records}
     assert {"background", "short", "background-alone", "page-load"} <= roles
+    assert {record.get("protocol") for record in records} == {None, "", "tcp", "quic"}
 
 
 def test_each_observation_column_is_its_record(
     client: httpx.Client, origin_token: str, probe: Enrolled, db_engine: Engine
 ) -> None:
     origin = enroll_origin(client, origin_token)
-    trials = [make_trial(probe.id, arm_iw=10) for _ in range(3)]
+    trials = [make_trial(probe.id, arm_iw=10) for _ in range(5)]
+    quic_flight = {
+        "quic_first_flight_packets": 10,
+        "quic_first_flight_bytes": 12_000,
+        "quic_max_datagram_size": 1200,
+        "quic_lost_packets": 0,
+        "quic_zero_rtt": False,
+    }
     records = [
         make_observation(trials[0], origin.id),
         make_observation(trials[1], origin.id, arm="10p", tls_version="TLSv1.3", family="ipv4", send_path="writev"),
         make_observation(trials[2], origin.id, request_at="2026-11-28T01:00:00-09:30"),
+        make_observation(trials[3], origin.id, arm="10", protocol="tcp"),
+        make_observation(trials[4], origin.id, arm="10pq", protocol="quic", tcp_info={}, **quic_flight),
     ]
     body = orjson.dumps({**make_observation_batch(origin.id, records), "wire_version": wire.WIRE_VERSION})
     upload = services.Upload(validation.validate_observation_batch(body, uuid.UUID(origin.id)), uuid.UUID(origin.id))
@@ -103,7 +118,7 @@ def test_each_observation_column_is_its_record(
                 expected = dt.datetime.fromisoformat(expected)
             elif column in ("trial_id", "origin_id"):
                 expected = uuid.UUID(expected)
-            elif column in ("arm", "tls_version", "family"):
+            elif column in ("arm", "tls_version", "family", "protocol"):
                 expected = expected or None
             assert row[column] == expected, (column, row[column], expected)
         for name in OBSERVATION_TCPI_COLUMNS:

@@ -24,6 +24,7 @@ from iwscope.passive.schemas import (
 from iwscope.probes.schemas import ArmPortModel, CampaignScheduleOut, EnrollRequestIn, HeartbeatIn, ScheduleOut
 from iwscope.servers.schemas import PassiveStudyOut, ServerConfigOut, ServerEnrollRequestIn
 from iwscope.traces.schemas import TraceBatchIn, TraceRecordIn
+from iwscope.trials import fastwire, protocols
 from iwscope.trials.schemas import (
     CensusRecordIn,
     ClientIwIn,
@@ -91,6 +92,31 @@ def _trial_batch() -> dict[str, Any]:
     return make_batch(PROBE, [make_trial(PROBE, ORIGIN, 1)], [make_path_sample(PROBE, ORIGIN)])
 
 
+def _census_record(**fields: Any) -> dict[str, Any]:
+    """A valid census record (``iwprobe census`` of one target), ``fields`` set on it."""
+    record: dict[str, Any] = {
+        "census_id": wire.new_id(),
+        "probe_id": PROBE,
+        "campaign_id": 1,
+        "round": 0,
+        "url": "https://example.org/big",
+        "measured_at": "2026-11-28T10:00:00Z",
+        "status": "ok",
+        "iw_segments": 32,
+        "iw_bytes": 38_400,
+        "mss": 1200,
+        "reason": "",
+        "connections": 3,
+        "connections_ok": 3,
+        "announced_mss": None,
+        "rtt_us": 100_000,
+        "family": "ipv4",
+        "tls_version": "TLSv1.3",
+        "http_status": 200,
+    }
+    return {**record, **fields}
+
+
 def _mutations() -> list[tuple[str, Any]]:
     """(description, function of a good TrialBatch returning a changed copy)."""
 
@@ -103,6 +129,14 @@ def _mutations() -> list[tuple[str, Any]]:
 
     def field(name: str, value: Any):
         return trial(lambda record: record.__setitem__(name, value))
+
+    def census(**fields: Any):
+        """The batch with one census record (wire v5), ``fields`` set on it."""
+
+        def apply(document: dict[str, Any]) -> dict[str, Any]:
+            return {**document, "census": [_census_record(**fields)]}
+
+        return apply
 
     return [
         ("unchanged", lambda document: document),
@@ -142,6 +176,20 @@ def _mutations() -> list[tuple[str, Any]]:
         ("missing path_samples", lambda document: {k: v for k, v in document.items() if k != "path_samples"}),
         ("sample bandwidth 0", lambda document: (document["path_samples"][0].__setitem__("bottleneck_bps", 0), document)[1]),
         ("too many trials", lambda document: {**document, "trials": document["trials"] * 5001}),
+        # wire v9: a trial's protocol, each of the wire's values and nothing else
+        *((f"protocol {value!r}", field("protocol", value)) for value in wire.PROTOCOLS),
+        ("protocol h3", field("protocol", "h3")),
+        ("protocol QUIC", field("protocol", "QUIC")),
+        ("protocol null", field("protocol", None)),
+        ("quic arm label", field("arm", "10q")),
+        ("paced quic arm label", field("arm", "10pq")),
+        ("quic before paced", field("arm", "10qp")),
+        ("learned over quic", field("arm", "learnedq")),
+        # wire v9: a census record's protocol
+        *((f"census protocol {value!r}", census(protocol=value)) for value in wire.PROTOCOLS),
+        ("census protocol h3", census(protocol="h3")),
+        ("census protocol null", census(protocol=None)),
+        ("census without protocol", census()),
     ]
 
 
@@ -174,6 +222,29 @@ def test_pydantic_and_json_schema_accept_the_same_trial_batches(description: str
         *(("segmentation_offload", offload, True) for offload in wire.SEGMENTATION_OFFLOADS),
         ("segmentation_offload", "lro", False),
         ("segmentation_offload", "TSO", False),
+        # wire v9: the protocol, and a QUIC observation's first flight within the wire's ranges
+        *(("protocol", protocol, True) for protocol in wire.PROTOCOLS),
+        ("protocol", "h3", False),
+        ("protocol", None, False),
+        ("arm", "10q", True),
+        ("arm", "32pq", True),
+        ("arm", "10qp", False),
+        ("quic_first_flight_packets", 100_000, True),
+        ("quic_first_flight_packets", 100_001, False),
+        ("quic_first_flight_packets", -1, False),
+        ("quic_first_flight_bytes", 16_777_216, True),
+        ("quic_first_flight_bytes", 16_777_217, False),
+        ("quic_max_datagram_size", wire.QUIC_MIN_DATAGRAM_BYTES, True),
+        ("quic_max_datagram_size", wire.QUIC_MIN_DATAGRAM_BYTES - 1, False),
+        ("quic_max_datagram_size", 65_527, True),
+        ("quic_max_datagram_size", 65_528, False),
+        ("quic_lost_packets", 2**63 - 1, True),
+        ("quic_lost_packets", 2**63, False),
+        ("quic_lost_packets", None, True),
+        ("quic_zero_rtt", True, True),
+        ("quic_zero_rtt", None, True),
+        ("quic_zero_rtt", 1, False),
+        ("quic_zero_rtt", "true", False),
     ],
 )
 def test_observations_agree(name: str, value: Any, accepted: bool) -> None:
@@ -197,6 +268,36 @@ def test_probe_written_dataclasses_validate() -> None:
     body = wire.dumps(batch)
     validator("TrialBatch").validate(json.loads(body))
     assert TrialBatchIn.model_validate_json(body).trials[0].trial_id == record.trial_id
+
+
+def test_probe_written_quic_records_validate() -> None:
+    """A QUIC trial and its observation as ``iwprobe.wire`` writes them (wire v9: a ``10q`` arm,
+    no TCP connection) are accepted by both, and the collector's own fast decoder reads them
+    with no error of its cross-field checks (``iwscope.trials.protocols``)."""
+    fields = make_trial(PROBE, ORIGIN, 1, arm_iw=10)
+    fields.update(arm="10q", protocol="quic", connect_us=None, tcp_info={}, tls_version="TLSv1.3", tls_handshake_us=150_000)
+    trial = wire.TrialRecord(**fields)
+    batch = wire.TrialBatch(
+        wire_version=wire.WIRE_VERSION, batch_id=wire.new_id(), probe_id=PROBE, sent_at=wire.utc_timestamp(), trials=[trial]
+    )
+    body = wire.dumps(batch)
+    validator("TrialBatch").validate(json.loads(body))
+    assert TrialBatchIn.model_validate_json(body).trials[0].protocol == "quic"
+    assert protocols.trial_errors(fastwire.decode_trial_batch(body).trials) == []
+    observed = make_observation(fields, ORIGIN, arm="10q", protocol="quic", tcp_info={}, peer_rwnd=None)
+    observed.update(quic_first_flight_packets=10, quic_first_flight_bytes=12_000, quic_max_datagram_size=1200)
+    observed.update(quic_lost_packets=0, quic_zero_rtt=False)
+    observations = wire.ObservationBatch(
+        wire_version=wire.WIRE_VERSION,
+        batch_id=wire.new_id(),
+        origin_id=ORIGIN,
+        sent_at=wire.utc_timestamp(),
+        observations=[wire.OriginObservation(**observed)],
+    )
+    body = wire.dumps(observations)
+    validator("ObservationBatch").validate(json.loads(body))
+    assert ObservationBatchIn.model_validate_json(body).observations[0].quic_max_datagram_size == 1200
+    assert protocols.observation_errors(fastwire.decode_observation_batch(body).observations) == []
 
 
 # ----------------------------------------------------------------------------- wire v6: passive

@@ -42,8 +42,19 @@ TRACES_JS = """
 }
 """
 
-#: The seeded study has no cost campaign: the Cost page's figures are empty, as they should be.
-SEED_EMPTY = frozenset({"cost-delay-graph", "cost-sweep-graph", "cost-bulk-graph"})
+#: The seeded study has no cost campaign and no HTTP/3 trials: the Cost and HTTP/3 pages' figures
+#: are empty, as they should be (test_dashboard_http3.py adds an HTTP/3 campaign and checks that page).
+SEED_EMPTY = frozenset(
+    {
+        "cost-delay-graph",
+        "cost-sweep-graph",
+        "cost-bulk-graph",
+        "http3-improvement-graph",
+        "http3-means-graph",
+        "http3-arms-graph",
+        "http3-arms-means-graph",
+    }
+)
 
 
 def traces(page: Any, graph_id: str) -> list[dict[str, Any]]:
@@ -110,6 +121,8 @@ def test_page_loads_with_data(page: Any, dashboard_server: Any, dashboard_db: An
         assert gains["<=20 KB"] is not None and gains["<=20 KB"] > 50
         assert gains["<=3 KB"] is not None and abs(gains["<=3 KB"]) < 10
         assert "HTTPS handshakes" in message
+    elif path == "/http3":
+        assert "No HTTP/3 trials match these filters" in message and "10q" in message
     elif path == "/cost":
         assert "No cost campaigns recorded yet" in message
         assert "iwscope lab reproduce --only cost" in page.inner_text("#cost-table")

@@ -95,3 +95,38 @@ def test_the_family_picks_the_host_and_https_targets_are_fetched_over_https() ->
     assert target_host(plain, "ipv6") == "origin.example"
     # plans spooled before wire v4 carry no scheme: plain HTTP
     assert PlanEntry.from_json(["o1", "192.0.2.1", 10, 8010, 9000, "10"]).tls is False
+
+
+def test_quic_arms_pair_with_their_tcp_arms_and_are_skipped_without_the_extra() -> None:
+    """A QUIC arm (wire v9) is its own listener on the TCP arm's port number (UDP); a probe
+    without ``iwprobe[quic]`` leaves the QUIC arms out and keeps the rest (shares included)."""
+    target = wire.ScheduleTarget(
+        "o1", "192.0.2.1", [wire.ArmPort(10, 8010, "10"), wire.ArmPort(10, 8010, "10q"), wire.ArmPort(32, 8032, "32q")], tls=True
+    )
+    campaign = _campaign(arm_labels=["10", "10q", "32q"], targets=[target])
+    plan = [PlanEntry.from_json(entry) for entry in round_plan(campaign, [15000, 50000], random.Random(1))]
+    assert Counter((entry.arm, entry.port, entry.iw) for entry in plan) == {
+        ("10", 8010, 10): 2,
+        ("10q", 8010, 10): 2,
+        ("32q", 8032, 32): 2,
+    }
+    without = [PlanEntry.from_json(entry) for entry in round_plan(campaign, [15000, 50000], random.Random(1), quic=False)]
+    assert {entry.arm for entry in without} == {"10"} and len(without) == 2
+    shared = _campaign(arm_labels=["10", "10q"], arm_shares=[0.25, 0.75], targets=[target])
+    kept = [PlanEntry.from_json(entry) for entry in round_plan(shared, [15000] * 4, random.Random(1), quic=False)]
+    assert {entry.arm for entry in kept} == {"10"}, kept
+
+
+@pytest.mark.parametrize(
+    "label, iw, protocol, tcp",
+    [("10", 10, "tcp", "10"), ("10p", 10, "tcp", "10p"), ("10q", 10, "quic", "10"), ("32pq", 32, "quic", "32p")],
+)
+def test_quic_arm_labels(label: str, iw: int, protocol: str, tcp: str) -> None:
+    assert wire.arm_label_iw(label) == iw and wire.arm_label_protocol(label) == protocol and wire.tcp_arm_label(label) == tcp
+    assert not wire.is_plain_arm(label, iw) or protocol == "tcp"
+
+
+@pytest.mark.parametrize("label", ["q10", "10qp", "learnedq", "10qq", ""])
+def test_labels_that_are_not_quic_arms_are_refused(label: str) -> None:
+    with pytest.raises(ValueError):
+        wire.arm_label_iw(label)

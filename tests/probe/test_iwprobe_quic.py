@@ -159,7 +159,54 @@ def test_a_fetch_is_timed_and_the_origin_reports_it(origin) -> None:  # type: ig
     observation = next(o for o in observations if o["trial_id"] == "5b0f3e52-4a39-4d5c-9d0c-2f1e0c6c9a11")
     assert observation["arm"] == "10" and observation["arm_iw"] == 10 and observation["cwnd_at_response_bytes"] == 12000
     assert observation["object_bytes"] == 50000 and observation["response_us"] is not None, observation
-    json.dumps(observation)  # a JSON line as printed by iwprobe origin --quic
+    assert observation["port"] == server.port(parse_arm("10")) and observation["client_addr"] == "127.0.0.1"
+    json.dumps(observation)
+
+
+def test_a_fetch_and_its_report_become_wire_records_the_schema_accepts(origin) -> None:  # type: ignore[no-untyped-def]
+    """Wire v9: the probe's QUIC trial and the origin's QUIC observation of it, as uploaded."""
+    import jsonschema
+
+    from iwprobe import wire
+    from iwprobe._arms import parse_arm
+    from iwprobe._quic import fetch_h3
+    from iwprobe._quic_records import quic_observation, quic_trial
+
+    server, chain, observations = origin
+    trial_id = wire.new_id()
+    url = f"https://127.0.0.1:{server.port(parse_arm('32'))}/obj/60000"
+    fetched = fetch_h3(url, ca_file=str(chain.root_path), trial_id=trial_id)
+    trial = quic_trial(
+        fetched,
+        trial_id=trial_id,
+        probe_id=wire.new_id(),
+        campaign_id=7,
+        origin_id=wire.new_id(),
+        round_number=0,
+        arm_iw=32,
+        arm="32q",
+        object_size=60000,
+        host="127.0.0.1",
+    )
+    for _ in range(100):
+        if any(o["trial_id"] == trial_id for o in observations):
+            break
+        time.sleep(0.02)
+    observation = quic_observation(next(o for o in observations if o["trial_id"] == trial_id), wire.new_id())
+    assert observation is not None
+    assert trial.protocol == observation.protocol == "quic" and trial.error_kind is None, trial
+    assert trial.connect_us is None and trial.tcp_info == {} and trial.tls_version == "TLSv1.3" and trial.family == "ipv4"
+    # on loopback ACKs return at once: the flights' counts are the lab's to check (test_lab_quic)
+    assert trial.client_iw is not None and trial.client_iw.status in wire.IW_STATUSES, trial.client_iw
+    assert observation.arm == "32q" and observation.snd_cwnd_at_accept == 32 and not observation.cwnd_mismatch
+    assert observation.quic_first_flight_packets and observation.quic_max_datagram_size == 1200, observation
+    assert observation.response_latency_us is not None and observation.object_size == 60000
+    schema = wire.load_schema()
+    for name, record in (("TrialRecord", trial), ("OriginObservation", observation)):
+        validator = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{name}"})
+        assert not list(validator.iter_errors(wire.to_dict(record))), name
+    # a request that named no trial has nothing to join: no observation
+    assert quic_observation({**observations[-1], "trial_id": None}, wire.new_id()) is None
 
 
 def test_bad_requests_get_http_errors(origin) -> None:  # type: ignore[no-untyped-def]

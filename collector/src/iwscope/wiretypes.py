@@ -71,7 +71,8 @@ WireVersion = Literal[wire.ACCEPTED_WIRE_VERSIONS]  # type: ignore[valid-type]
 #: a bump of ``wire.WIRE_VERSION`` cannot leave it behind (the passive batch refused v7 once).
 PassiveWireVersion: TypeAlias = Literal[tuple(v for v in wire.ACCEPTED_WIRE_VERSIONS if v >= 6)]  # type: ignore[valid-type]
 TraceWireVersion: TypeAlias = Literal[tuple(v for v in wire.ACCEPTED_WIRE_VERSIONS if v >= 7)]  # type: ignore[valid-type]
-#: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced) or ``learned``; empty = plain.
+#: An arm's label (see ``iwprobe._arms``): ``N``, ``Np`` (paced), ``Nq``/``Npq`` (the same over
+#: QUIC, wire v9) or ``learned``; empty = plain.
 ArmLabel = Annotated[str, StringConstraints(pattern=wire.ARM_LABEL_PATTERN, max_length=16)]
 #: The IP version a record says (``wire.FAMILIES``); empty = not said (before wire v4).
 Family: TypeAlias = Literal[wire.FAMILIES]  # type: ignore[valid-type]
@@ -91,6 +92,19 @@ NAMED_SEND_PATHS: tuple[str, ...] = tuple(path for path in wire.SEND_PATHS if pa
 #: not said, so the check lists every wire value, the empty one included).
 SEND_PATH_KNOWN_SQL = f"send_path IN ({', '.join(repr(path) for path in wire.SEND_PATHS)})"
 SEGMENTATION_OFFLOAD_KNOWN_SQL = f"segmentation_offload IN ({', '.join(repr(offload) for offload in wire.SEGMENTATION_OFFLOADS)})"
+#: The transport a record says (``wire.PROTOCOLS``, wire v9): ``tcp`` or ``quic``; empty = not
+#: said, which is TCP (every record before v9).
+Protocol: TypeAlias = Literal[wire.PROTOCOLS]  # type: ignore[valid-type]
+#: The transports a record may name (``wire.PROTOCOLS`` without "not said"), and the ``protocol``
+#: column's check (trials, observations, census records): NULL is "not said", as for ``family``.
+NAMED_PROTOCOLS: tuple[str, ...] = tuple(protocol for protocol in wire.PROTOCOLS if protocol)
+PROTOCOL_KNOWN_SQL = f"protocol IN ({', '.join(repr(protocol) for protocol in NAMED_PROTOCOLS)})"
+#: Wire v9, a QUIC observation's first flight: its datagrams, and the datagram size its window is
+#: counted in (RFC 9000 14.1: at least ``wire.QUIC_MIN_DATAGRAM_BYTES``; at most a UDP payload).
+QUIC_MAX_FLIGHT_PACKETS = 100_000
+QUIC_MAX_DATAGRAM_BYTES = 65_527
+QuicPackets = Annotated[int, Field(ge=0, le=QUIC_MAX_FLIGHT_PACKETS)]
+QuicDatagramSize = Annotated[int, Field(ge=wire.QUIC_MIN_DATAGRAM_BYTES, le=QUIC_MAX_DATAGRAM_BYTES)]
 #: The TLS version a record says (``"TLSv1.3"``); empty = plain HTTP.
 TlsVersion = Annotated[str, StringConstraints(max_length=wire.MAX_TLS_VERSION_CHARS, pattern=NO_NUL_PATTERN)]
 #: A trial's flow role (``wire.FLOW_ROLES``); empty = wire v1/v2 (from the URL fragment).

@@ -28,6 +28,7 @@ NAVIGATION: tuple[tuple[str, str, bool], ...] = (
     ("/regions", "Regions", True),
     ("/loss", "Loss", True),
     ("/tls", "TLS", True),
+    ("/http3", "HTTP/3", True),
     ("/cost", "Cost", True),
     ("/wild", "IW in the wild", True),
     ("/model", "Model", True),

@@ -15,8 +15,12 @@ from iwscope_dashboard.figures import ARM_PALETTE, TOO_SMALL_COLOUR, style_figur
 IW_TICKS = (1, 2, 3, 4, 10, 16, 32, 64, 128)
 
 
+#: How a census row names a protocol other than TCP (the windows differ: docs/quic.md).
+PROTOCOL_SUFFIX = {"quic": " (HTTP/3)"}
+
+
 def _label(target: CensusTarget) -> str:
-    return target.host if len(target.url) > 60 else target.url
+    return (target.host if len(target.url) > 60 else target.url) + PROTOCOL_SUFFIX.get(target.protocol, "")
 
 
 def census_figure(targets: Sequence[CensusTarget]) -> go.Figure:
@@ -118,9 +122,10 @@ def _share(share: float | None, low: float | None, high: float | None) -> str:
 def census_series_figure(days: Sequence[CensusDay]) -> go.Figure:
     """Per target, the day's modal IW over time (grey where the day had too few records)."""
     fig = go.Figure()
-    urls = sorted({day.url for day in days})
-    for index, url in enumerate(urls):
-        mine = [day for day in days if day.url == url]
+    keys = sorted({(day.url, day.protocol) for day in days})
+    for index, (target, protocol) in enumerate(keys):
+        mine = [day for day in days if (day.url, day.protocol) == (target, protocol)]
+        url = target + PROTOCOL_SUFFIX.get(protocol, "")
         named = [day for day in mine if day.answer.iw_segments is not None]
         if named:
             fig.add_trace(

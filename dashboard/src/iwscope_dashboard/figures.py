@@ -128,20 +128,34 @@ def _zero_aligned(left: list[float] | None, right: list[float] | None) -> tuple[
     return [a0, a1], [b0, b1]
 
 
-def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
+def arm_names(comparison: BucketComparison | None, names: tuple[str, str] | None = None) -> tuple[str, str]:
+    """What the baseline and treatment arms are called: ``names`` (e.g. TCP and HTTP/3 at one IW),
+    else ``IW<n>``."""
+    if names is not None:
+        return names
+    if comparison is None:
+        return "", ""
+    return f"IW{comparison.baseline.iw}", f"IW{comparison.treatment.iw}"
+
+
+def improvement_figure(
+    comparisons: Sequence[BucketComparison], dimension: str, names: tuple[str, str] | None = None
+) -> go.Figure:
     """The paper's Figure 5 panel: paired improvement (bars, ms) and percent (line, right axis).
 
     Both with their 95 % intervals as error bars.  A bucket with too few pairs gets no number:
     a grey "n too small" marker with its counts; hover shows n, pairs, paths and means per arm.
+    ``names``: the arms' names when their IWs do not tell them apart (:func:`arm_names`).
     """
     ordered = sorted(comparisons, key=lambda c: c.order)
     labels = [str(c.bucket) for c in ordered]
+    base_name, treat_name = arm_names(ordered[0] if ordered else None, names)
     abs_ms = [None if c.too_small else c.abs_ms for c in ordered]
     pct = [None if c.too_small else c.pct for c in ordered]
     hover = [
         (
-            f"{c.bucket}<br>IW{c.baseline.iw}: n={c.baseline.n}, median {_fmt(c.baseline.median_ms, ' ms')}"
-            f"<br>IW{c.treatment.iw}: n={c.treatment.n}, median {_fmt(c.treatment.median_ms, ' ms')}"
+            f"{c.bucket}<br>{base_name}: n={c.baseline.n}, median {_fmt(c.baseline.median_ms, ' ms')}"
+            f"<br>{treat_name}: n={c.treatment.n}, median {_fmt(c.treatment.median_ms, ' ms')}"
             + (
                 f"<br><b>n too small</b>: {_pair_note(c)}"
                 if c.too_small
@@ -205,8 +219,7 @@ def improvement_figure(comparisons: Sequence[BucketComparison], dimension: str) 
         title_text="improvement (%)", secondary_y=True, showgrid=False, zeroline=True, tickmode="auto", range=pct_range
     )
     fig.update_xaxes(title_text=DIMENSION_TITLES.get(dimension, dimension), type="category")
-    first = ordered[0] if ordered else None
-    arms = f"IW{first.treatment.iw} vs IW{first.baseline.iw}" if first else ""
+    arms = f"{treat_name} vs {base_name}" if ordered else ""
     return style_figure(fig, f"Paired improvement by {DIMENSION_SHORT.get(dimension, dimension)}, {arms} (95 % CI)")
 
 
@@ -222,25 +235,26 @@ def _iqr_bars(stats: Sequence[ArmStats]) -> dict[str, Any]:
     }
 
 
-def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str) -> go.Figure:
-    """Median latency per bucket for both arms with their quartiles (what the improvement compares)."""
+def arm_means_figure(comparisons: Sequence[BucketComparison], dimension: str, names: tuple[str, str] | None = None) -> go.Figure:
+    """Median latency per bucket for both arms with their quartiles (what the improvement compares);
+    ``names`` as :func:`improvement_figure`'s."""
     ordered = sorted(comparisons, key=lambda c: c.order)
     labels = [str(c.bucket) for c in ordered]
     fig = go.Figure()
-    for side, colour in (("baseline", BASELINE_COLOUR), ("treatment", TREATMENT_COLOUR)):
+    named = arm_names(ordered[0] if ordered else None, names)
+    for (side, colour), name in zip((("baseline", BASELINE_COLOUR), ("treatment", TREATMENT_COLOUR)), named, strict=True):
         stats: list[ArmStats] = [getattr(c, side) for c in ordered]
-        iw = stats[0].iw if stats else "?"
         fig.add_trace(
             go.Bar(
                 x=labels,
                 y=[s.median_ms for s in stats],
-                name=f"IW{iw} median",
+                name=f"{name} median",
                 marker_color=colour,
                 error_y=_iqr_bars(stats),
                 customdata=[[s.n, s.mean_ms, s.p25_ms, s.p75_ms] for s in stats],
                 hovertemplate=(
                     "%{x}<br>median %{y:.1f} ms (quartiles %{customdata[2]:.1f}-%{customdata[3]:.1f})"
-                    "<br>n=%{customdata[0]}, mean %{customdata[1]:.1f} ms<extra>IW" + str(iw) + "</extra>"
+                    "<br>n=%{customdata[0]}, mean %{customdata[1]:.1f} ms<extra>" + name + "</extra>"
                 ),
             )
         )

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from dash import ClientsideFunction, Input, Output, clientside_callback, dcc, html
 
 from iwscope.analysis import FilterOptions, Filters
-from iwscope.analysis.filters import FAMILIES, SEND_PATHS
+from iwscope.analysis.filters import FAMILIES, PROTOCOLS, SEND_PATHS
 
 DEFAULT_ARMS: tuple[int, ...] = (3, 10)
 LAST_SECOND = time(23, 59, 59)
@@ -32,6 +32,12 @@ INCLUDE_COST = "include"
 #: filter (``Filters.send_path``) applies to: they show its control.  The roll-up pages keep it
 #: hidden -- their figures cover every send path -- and carry it in their URLs, as the cost box.
 SEND_PATH_PAGES = frozenset({"trials", "tls", "cost", "wild"})
+#: The pages that split by protocol (``Filters.protocol``, wire v9: TCP or HTTP/3): the trials and
+#: the census.  The roll-up pages are TCP's (QUIC arms are labelled arms), the HTTP/3 page shows
+#: both protocols side by side; they carry the choice in their URLs only.
+PROTOCOL_PAGES = frozenset({"trials", "wild"})
+#: What the protocol control calls each protocol.
+PROTOCOL_LABELS = {"tcp": "TCP", "quic": "HTTP/3 (QUIC)"}
 
 
 def filter_ids(prefix: str) -> dict[str, str]:
@@ -48,6 +54,7 @@ def filter_ids(prefix: str) -> dict[str, str]:
         "family": f"{prefix}-filter-family",
         "cost": f"{prefix}-filter-cost",
         "send_path": f"{prefix}-filter-send-path",
+        "protocol": f"{prefix}-filter-protocol",
     }
 
 
@@ -67,6 +74,7 @@ def filter_inputs(prefix: str) -> list[Input]:
         Input(ids["family"], "value"),
         Input(ids["cost"], "value"),
         Input(ids["send_path"], "value"),
+        Input(ids["protocol"], "value"),
     ]
 
 
@@ -110,6 +118,7 @@ def filters_from_values(
     family: Any = "",
     cost: Any = None,
     send_path: Any = "",
+    protocol: Any = "",
 ) -> Filters:
     """Filters from the bar's raw control values; anything unreadable falls back to the default.
 
@@ -137,6 +146,7 @@ def filters_from_values(
         family=family if family in FAMILIES else "",
         include_cost=INCLUDE_COST in _as_list(cost),
         send_path=send_path if send_path in SEND_PATHS else "",
+        protocol=protocol if protocol in PROTOCOLS else "",
     )
 
 
@@ -294,6 +304,21 @@ def filter_bar(prefix: str, filters: Filters, options: FilterOptions | None) -> 
                 "of that send path. The figures read from the roll-ups (Overview, Latency, Sizes, Regions, "
                 "Loss) are not split by it.",
                 style=None if prefix in SEND_PATH_PAGES else {"display": "none"},
+            ),
+            html.Div(
+                [
+                    html.Label("Protocol", className="iw-filter-label"),
+                    dcc.RadioItems(
+                        id=ids["protocol"],
+                        options=[{"label": "all", "value": ""}] + [{"label": PROTOCOL_LABELS[p], "value": p} for p in PROTOCOLS],
+                        value=filters.protocol,
+                        inline=True,
+                    ),
+                ],
+                className="iw-filter iw-filter-wide",
+                title="TCP (HTTP/1.1, with or without TLS) or HTTP/3 over QUIC (wire v9): only the trials and "
+                "census records of that protocol. The HTTP/3 page compares the two.",
+                style=None if prefix in PROTOCOL_PAGES else {"display": "none"},
             ),
             dcc.Store(id=f"{prefix}-query"),
             dcc.Store(id=f"{prefix}-url-synced"),

@@ -81,6 +81,7 @@ PAGES: tuple[PageSpec, ...] = (
     ),
     PageSpec("/loss", _figures("loss-improvement-graph", "loss-retrans-graph")),
     PageSpec("/tls", _figures("tls-improvement-graph", "tls-means-graph")),
+    PageSpec("/http3", _figures("http3-improvement-graph", "http3-means-graph", "http3-arms-graph", "http3-arms-means-graph")),
     PageSpec("/cost", _figures("cost-delay-graph", "cost-sweep-graph", "cost-bulk-graph")),
     PageSpec("/wild", _figures("wild-census-graph", "wild-series-graph")),
     PageSpec("/model", _figures("model-bucket-graph", "model-path-graph", "model-twin-graph")),

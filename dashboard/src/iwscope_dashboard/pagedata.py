@@ -45,6 +45,7 @@ from iwscope.analysis import (
     trial_near,
     trials_page,
 )
+from iwscope.analysis.protocols import QUIC_ARMS, TCP_VS_QUIC, protocol_comparisons
 from iwscope.predictions.schemas import TwinPredictionOut
 from iwscope.predictions.services import read_twin_predictions
 from iwscope.traces.schemas import TrialTracesOut
@@ -90,6 +91,19 @@ def sizes_data(session: Session, filters: Filters) -> list[BucketComparison]:
 
 def tls_data(session: Session, filters: Filters) -> list[BucketComparison]:
     return tls_by_flight(session, filters)
+
+
+def protocol_data(session: Session, filters: Filters) -> list[BucketComparison]:
+    """The HTTP/3 page: TCP against QUIC at both IWs, and the two QUIC arms (``dimension`` says which)."""
+    return protocol_comparisons(session, filters)
+
+
+def split_protocol_comparisons(
+    comparisons: list[BucketComparison], iw: int
+) -> tuple[list[BucketComparison], list[BucketComparison]]:
+    """(TCP against QUIC at ``iw``, QUIC's two arms) of :func:`protocol_data`'s answer."""
+    tcp_quic = [c for c in comparisons if c.dimension == TCP_VS_QUIC and c.baseline.iw == iw]
+    return tcp_quic, [c for c in comparisons if c.dimension == QUIC_ARMS]
 
 
 def model_data(session: Session, filters: Filters) -> ModelFit:

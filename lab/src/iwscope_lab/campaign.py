@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 
+from iwprobe import wire
 from iwscope_lab.certs import ChainInfo, write_chain
 from iwscope_lab.stack import Stack, StackError
 from iwscope_lab.topology import PlacedHost, Topology
@@ -80,6 +81,9 @@ class CampaignPlan:
     #: namespace's default, which is the host's ``net.ipv4.tcp_congestion_control`` (CUBIC on a
     #: stock Debian, BBR on some lab machines) -- name it where a model is set beside the result.
     congestion_control: str | None = None
+    #: HTTPS origins (a ``chain_kb`` label) also serve HTTP/3 (``iwprobe origin --quic``): the QUIC
+    #: arm ``Nq`` of each of their arms.  The plan's own arms may then name QUIC arms too.
+    quic: bool = False
 
     def __post_init__(self) -> None:
         if (self.sizes is None) == (self.size_dist is None):
@@ -322,6 +326,7 @@ class LabCampaign:
     def _origin_args(self, host: PlacedHost) -> list[str]:
         chain = self.chains.get(host.name)
         tls = ["--tls-cert", str(chain.chain_path), "--tls-key", str(chain.key_path)] if chain else []
+        tls += ["--quic"] if chain and self.plan.quic else []
         return [
             "--arms",
             ",".join(self._origin_arms()),
@@ -350,8 +355,10 @@ class LabCampaign:
             self.probe_args = (*self.probe_args, "--tls-ca-file", str(roots))
 
     def _origin_arms(self) -> list[str]:
-        """The arms (labels) the origins serve."""
-        return list(self.plan.arm_labels) or [str(iw) for iw in self.plan.arms]
+        """The arms (labels) the origins serve over TCP (a QUIC arm ``Nq`` is served by ``--quic``
+        next to its TCP arm ``N``)."""
+        labels = list(self.plan.arm_labels) or [str(iw) for iw in self.plan.arms]
+        return list(dict.fromkeys(wire.tcp_arm_label(label) for label in labels))
 
     def _origin_options(self) -> list[str]:
         """Further ``iwprobe origin`` options of every origin (the plan's send path and congestion

@@ -9,7 +9,9 @@
   :data:`HTTPS_CHAIN_KB` KB (a post-quantum-sized first flight: three rounds from IW3, two from
   IW10, one from IW16), and one probe of an existing path (:data:`HTTPS_PROBE`) runs a short
   HTTPS campaign against it between its benefit rounds (:class:`DemoCampaign`), so the TLS page
-  has data; a minute of that probe's time, no phase of its own.
+  has data; a minute of that probe's time, no phase of its own.  The same origin serves HTTP/3
+  (``iwprobe origin --quic``) and the campaign's QUIC arms (:data:`HTTPS_QUIC_ARMS`) pair with its
+  TCP arms in the same rounds, so the HTTP/3 page has data.
 * **Cost**: at the same time, on a topology of its own, the competing-flow experiment of the
   IETF 78 testbed (a long-lived flow and Poisson arrivals of short IW3 / IW10 flows on one
   4 Mbit/s, 100 ms bottleneck), short settings, so the Cost page's "Bulk flows" section has data.
@@ -66,6 +68,9 @@ HTTPS_CHAIN_KB = 16
 #: transfer measured), every arm, this many rounds (about 0.4 s a trial).
 HTTPS_PROBE = "na-dsl"
 HTTPS_SIZES: tuple[int, ...] = (1_000,)
+#: The QUIC arms of the HTTPS campaign (wire v9): the HTTP/3 page's default pair (IW 3 and 10),
+#: each against its TCP arm and against each other.
+HTTPS_QUIC_ARMS: tuple[str, ...] = ("3q", "10q")
 HTTPS_REPETITIONS = 30
 #: The competing-flow phases: all-IW3 and all-IW10 short flows at 70 % offered load.
 COST_BOTTLENECK = Bottleneck(4e6, 100.0)
@@ -126,6 +131,7 @@ def demo_plan(
         trace_share=TRACE_SHARE,
         # CUBIC, Linux's default, whatever this host's is: the Model page plays CUBIC
         congestion_control="cubic",
+        quic=True,  # the HTTPS origin serves HTTP/3 too (the HTTPS campaign's QUIC arms)
     )
 
 
@@ -183,7 +189,7 @@ class DemoCampaign(LabCampaign):
             "name": f"demo https ({HTTPS_CHAIN_KB} KB chain, {probe.name})",
             "origin_ids": origin_ids,
             "probe_regions": [probe.region or "lab"],  # and of that region, only the probe started with it
-            "arms": list(self.plan.arms),
+            "arms": [str(iw) for iw in self.plan.arms] + (list(HTTPS_QUIC_ARMS) if self.plan.quic else []),
             "sizes": list(HTTPS_SIZES),
             "size_dist": None,
             "sizes_per_round": len(HTTPS_SIZES),
@@ -350,6 +356,7 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     lines.append(f"clear gain (95 % CI above 0) in RTT buckets: {', '.join(clear_rtt) or 'none'}")
     if result.https_campaign_id is not None:
         lines.extend(https_lines(stack, result.https_campaign_id))
+        lines.extend(http3_lines(stack, result.https_campaign_id))
     if result.cost:
         lines.extend(cost_lines(result.cost))
     elif result.cost_error:
@@ -360,6 +367,32 @@ def summary(stack: Stack, result: DemoResult) -> tuple[list[Table], list[str]]:
     elif result.passive_error:
         lines.append(f"real users failed: {result.passive_error}")
     return tables, lines
+
+
+def http3_lines(stack: Stack, campaign_id: int) -> list[str]:
+    """The HTTPS campaign's HTTP/3 trials: what HTTP/3 saves against TCP + TLS at IW 3 and 10, and
+    IW 10 against IW 3 over HTTP/3 (the probe's total; what the HTTP/3 page shows)."""
+    from iwscope.analysis import Filters
+    from iwscope.analysis.protocols import QUIC_ARMS, protocol_comparisons
+
+    with stack.session() as session:
+        filters = Filters(campaign_ids=(campaign_id,), baseline_iw=3, treatment_iw=10, metric="client")
+        rows = protocol_comparisons(session, filters)
+    lines = []
+    for row in rows:
+        what = (
+            f"HTTP/3 IW{row.treatment.iw} vs IW{row.baseline.iw}"
+            if row.dimension == QUIC_ARMS
+            else f"HTTP/3 vs TCP+TLS at IW{row.baseline.iw}"
+        )
+        gain = (
+            f"n too small ({row.n_pairs} pairs)"
+            if row.too_small
+            else f"{_ms(row.abs_ms)} ms faster {_bounds(_pair_of(row.abs_ci_low, row.abs_ci_high), digits=1)} "
+            f"over {row.n_pairs} pairs"
+        )
+        lines.append(f"{what} ({row.bucket}): {gain}")
+    return lines or ["HTTP/3: no trials (the HTTPS origin did not serve HTTP/3)"]
 
 
 def https_lines(stack: Stack, campaign_id: int) -> list[str]:

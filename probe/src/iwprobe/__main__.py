@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import __version__, wire
-from ._arms import Arm, parse_arms
+from ._arms import Arm, arm_ports, parse_arms
 from ._sendpath import SEND_PATH_CHOICES
 from ._signals import stop_event as _stop_event
 
@@ -471,7 +471,7 @@ def _origin(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    quic_origin = _quic_origin(args, origin.budgets) if args.quic else None
+    quic_origin = _quic_origin(args, origin) if args.quic else None
     if quic_origin is not None:
         quic_origin.start()
         print(
@@ -501,23 +501,22 @@ def _check_quic_origin(args: argparse.Namespace) -> None:
         raise SystemExit("--quic needs --tls-cert and --tls-key (HTTP/3 is always encrypted)")
 
 
-def _quic_origin(args: argparse.Namespace, budgets: Any) -> Any:
+def _quic_origin(args: argparse.Namespace, origin: Any) -> Any:
     """The HTTP/3 side of ``iwprobe origin --quic``: plain and paced arms (the learned policy is a
-    TCP route's; docs/quic.md), under the TCP origin's per-client ``budgets``.  Its observations
-    go to stdout as JSON lines with ``"protocol": "h3"``; they are not uploaded yet."""
+    TCP route's; docs/quic.md), under the TCP origin's per-client budgets.  Its observations
+    (wire v9, ``protocol`` ``quic``, arm ``Nq``) go where the TCP origin's go: to the spool and
+    the collector, or to stdout with ``--no-upload``."""
     from ._quic import QuicOrigin
-
-    lock = threading.Lock()
+    from ._quic_records import quic_observation
 
     def report(observation: dict[str, Any]) -> None:
-        line = json.dumps(observation, separators=(",", ":"))
-        with lock:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+        record = quic_observation(observation, origin.config.origin_id)
+        if record is not None:
+            origin.record(record)
 
     arms = [arm for arm in args.arms if arm.policy != "learned"]
     binds = args.bind or ["0.0.0.0"]
-    return QuicOrigin(arms, binds, args.base_port, args.tls_cert, args.tls_key, report, args.max_object_bytes, budgets)
+    return QuicOrigin(arms, binds, args.base_port, args.tls_cert, args.tls_key, report, args.max_object_bytes, origin.budgets)
 
 
 def _origin_enroll(args: argparse.Namespace) -> int:
@@ -527,11 +526,13 @@ def _origin_enroll(args: argparse.Namespace) -> int:
     missing = [name for name in ("collector", "token", "name", "region", "host") if not getattr(args, name)]
     if missing:
         raise SystemExit("origin enroll needs " + ", ".join(f"--{name}" for name in missing))
+    if args.quic and not args.tls_cert:
+        raise SystemExit("--quic needs --tls-cert (HTTP/3 is always encrypted; the origin enrolls as HTTPS)")
     request = wire.OriginEnrollRequest(
         name=args.name,
         region=args.region,
         host=args.host,
-        arms=[wire.ArmPort(arm.iw, arm.port(args.base_port), arm.label, arm.paced) for arm in args.arms],
+        arms=arm_ports(args.arms, args.base_port, quic=args.quic),
         version=__version__,
         echo_port=args.base_port if args.echo else None,
         tls=bool(args.tls_cert),

@@ -25,6 +25,7 @@ import random
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -32,11 +33,13 @@ from typing import Any, Optional
 from . import __version__, sizes, wire
 from ._calibrate import DEFAULT_CALIBRATION_BYTES, calibrate
 from ._capture import capture_status
-from ._census import census, to_record
+from ._census import census, quic_to_record, to_record
 from ._collector import CollectorClient, CollectorError, from_dict
 from ._echo import EchoFlow
 from ._fetch import client_context, fetch, object_url
 from ._plan import PlanEntry, page_parts, round_plan, target_host
+from ._quic import quic_available
+from ._quic_records import quic_trial
 from ._spool import Spool, SpoolFull
 from ._trace import trace_of, traced_round
 from ._upload import Uploader, backoff_delay
@@ -204,6 +207,11 @@ class ProbeAgent:
         self.rng = rng or random.Random()
         #: HTTPS targets are verified against the system's CAs or ``tls_ca_file`` (a lab root).
         self.tls_context = client_context(tls_ca_file)
+        self.tls_ca_file = tls_ca_file
+        #: Whether QUIC arms (wire v9) can be fetched here: the ``iwprobe[quic]`` extra is installed.
+        self.quic, why_not_quic = quic_available()
+        if not self.quic:
+            log.info("no HTTP/3: QUIC arms of campaigns are skipped (%s)", why_not_quic)
         #: Whether trials infer the server's IW from a capture (wire v5 ``client_iw``): asked
         #: for and possible here (root); the heartbeat says which and why.
         self.iw_capture = capture_status() if infer_iw else "off: --no-iw-inference"
@@ -293,7 +301,7 @@ class ProbeAgent:
             round_sizes = sizes.sample(campaign.size_dist, campaign.sizes_per_round, self.rng)
         else:
             raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
-        return round_plan(campaign, round_sizes, self.rng)
+        return round_plan(campaign, round_sizes, self.rng, quic=self.quic)
 
     def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> tuple[str, Optional[int], float]:
         """("done" | "wait" | "run", round number, seconds to wait)."""
@@ -363,11 +371,21 @@ class ProbeAgent:
             if stop.is_set():
                 return
             answer = census(
-                str(plan[index][0]), tls_context=self.tls_context, family=campaign.family, timeout_s=self.trial_timeout_s
+                str(plan[index][0]),
+                tls_context=self.tls_context,
+                family=campaign.family,
+                timeout_s=self.trial_timeout_s,
+                # HTTP/3 too where the server offers it (wire v9: a record of its own)
+                quic="auto" if self.quic else "no",
+                ca_file=self.tls_ca_file,
             )
-            record = to_record(answer, self.credentials.id, campaign.campaign_id, number)
-            self._spool("census", record.census_id, wire.to_dict(record), (campaign.campaign_id, number, index + 1), stop)
-            log.info("census %s: %s %s", record.url, record.status, record.iw_segments)
+            records = [to_record(answer, self.credentials.id, campaign.campaign_id, number)]
+            quic_record = quic_to_record(answer, self.credentials.id, campaign.campaign_id, number)
+            records += [quic_record] if quic_record is not None else []
+            for position, record in enumerate(records, 1):
+                done = (campaign.campaign_id, number, index + 1) if position == len(records) else None
+                self._spool("census", record.census_id, wire.to_dict(record), done, stop)
+                log.info("census %s (%s): %s %s", record.url, record.protocol or "tcp", record.status, record.iw_segments)
         self.spool.finish_round(campaign.campaign_id, number)
         log.info("campaign %d census round %d done (%d targets)", campaign.campaign_id, number, len(plan))
 
@@ -454,6 +472,8 @@ class ProbeAgent:
         page_id: Optional[str] = None,
     ) -> wire.TrialRecord:
         trial_id = wire.new_id()
+        if wire.arm_label_protocol(arm) == "quic":
+            return self._fetch_quic(campaign, number, origin_id, url, iw, size, timeout_s, trial_id, arm, role, page_id)
         traced = traced_round(self.credentials.id, campaign.campaign_id, number, campaign.trace_share)
         result = fetch(
             url,
@@ -472,6 +492,41 @@ class ProbeAgent:
             trace = wire.TraceRecord(trial_id, "receiver", record.started_at, trace_of(result).to_dict())
             with self._traces_lock:
                 self._traces[trial_id] = wire.to_dict(trace)
+        return record
+
+    def _fetch_quic(
+        self,
+        campaign: wire.CampaignSchedule,
+        number: int,
+        origin_id: str,
+        url: str,
+        iw: int,
+        size: int,
+        timeout_s: float,
+        trial_id: str,
+        arm: str,
+        role: str,
+        page_id: Optional[str],
+    ) -> wire.TrialRecord:
+        """A QUIC arm's trial (wire v9): one HTTP/3 fetch over a new connection, the server's
+        first flight from the client's own datagram log (no capture, no trace)."""
+        from ._quic import fetch_h3
+
+        https = url.replace("http://", "https://", 1)  # HTTP/3 is always encrypted
+        fetched = fetch_h3(https, ca_file=self.tls_ca_file, trial_id=trial_id, timeout_s=timeout_s)
+        record = quic_trial(
+            fetched,
+            trial_id=trial_id,
+            probe_id=self.credentials.id,
+            campaign_id=campaign.campaign_id,
+            origin_id=origin_id,
+            round_number=number,
+            arm_iw=iw,
+            arm=arm,
+            object_size=size,
+            host=urllib.parse.urlsplit(url).hostname or "",
+        )
+        record.role, record.page_id = role, page_id
         return record
 
     def _measure(

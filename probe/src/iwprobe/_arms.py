@@ -108,11 +108,24 @@ def labels(arms: Sequence[Arm]) -> str:
     return ",".join(arm.label for arm in arms)
 
 
+def arm_ports(arms: Sequence[Arm], base_port: int, quic: bool = False) -> list[wire.ArmPort]:
+    """What an origin enrolls: every arm's listener, and with ``quic`` (wire v9) the QUIC arm
+    ``Nq``/``Npq`` of every plain and paced one, on the same port number in UDP (the learned
+    policy is a TCP route's)."""
+    ports = [wire.ArmPort(arm.iw, arm.port(base_port), arm.label, arm.paced) for arm in arms]
+    if quic:
+        ports += [
+            wire.ArmPort(arm.iw, arm.port(base_port), f"{arm.label}q", arm.paced) for arm in arms if arm.policy != "learned"
+        ]
+    return ports
+
+
 __all__ = [
     "Arm",
     "parse_arm",
     "parse_arms",
     "labels",
+    "arm_ports",
     "POLICIES",
     "MAX_IW",
     "MAX_PACED_IW",

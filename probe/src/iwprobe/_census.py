@@ -144,9 +144,10 @@ def census(
 ) -> CensusResult:
     """Measure the IW of the server at ``url`` over ``connections`` fresh connections.
 
-    ``quic``: ``"no"`` (the default, and the probe agent's: census records do not carry QUIC
-    yet) never measures HTTP/3; ``"auto"`` (``iwprobe census``'s default) also measures the
-    server's HTTP/3 window when its ``Alt-Svc`` offers one (an ``https`` URL); ``"only"``
+    ``quic``: ``"no"`` (the default) never measures HTTP/3; ``"auto"`` (``iwprobe census``'s
+    default, and a census campaign's where the probe has ``iwprobe[quic]``: its answer is a
+    record of its own, :func:`quic_to_record`) also measures the server's HTTP/3 window when its
+    ``Alt-Svc`` offers one (an ``https`` URL); ``"only"``
     measures HTTP/3 on the URL's own port and not TCP.  ``ca_file``/``insecure`` are QUIC's
     certificate checks (``tls_context`` is TCP's).
     """
@@ -214,6 +215,39 @@ def to_record(result: CensusResult, probe_id: str, campaign_id: Optional[int], r
         tls_version=result.tls_version[: wire.MAX_TLS_VERSION_CHARS],
         http_status=result.http_status,
         error_detail=result.error[:500] or None,
+    )
+
+
+def quic_to_record(
+    result: CensusResult, probe_id: str, campaign_id: Optional[int], round_number: int
+) -> Optional[wire.CensusRecord]:
+    """The HTTP/3 answer of the same census (``result.quic``) as a record of its own (wire v9,
+    ``protocol`` ``quic``: packets for segments, the datagram size for the MSS); ``None`` when
+    HTTP/3 was not measured."""
+    quic = result.quic
+    if quic is None:
+        return None
+    return wire.CensusRecord(
+        census_id=wire.new_id(),
+        probe_id=probe_id,
+        campaign_id=campaign_id,
+        round=round_number,
+        url=result.url,
+        measured_at=result.measured_at,
+        status=quic.status,
+        iw_segments=quic.iw_packets if quic.status != "undetermined" else None,
+        iw_bytes=quic.iw_bytes if quic.status != "undetermined" else None,
+        mss=quic.max_datagram_size,
+        reason=quic.reason[: wire.MAX_IW_REASON_CHARS],
+        connections=quic.connections,
+        connections_ok=quic.connections_ok,
+        announced_mss=None,
+        rtt_us=None if quic.rtt_ms is None else int(quic.rtt_ms * 1000),
+        family=result.family,
+        tls_version="TLSv1.3",
+        http_status=quic.http_status,
+        error_detail=quic.error[:500] or None,
+        protocol="quic",
     )
 
 

@@ -485,7 +485,7 @@ class Origin:
             linger(sock)
         if trial_id is None:
             return
-        self._record(build_observation(conn, trial_id, self.config.origin_id, first_byte_us, latency_us, info))
+        self.record(build_observation(conn, trial_id, self.config.origin_id, first_byte_us, latency_us, info))
         if capture is not None:
             self._record_trace(conn, trial_id, capture, info)
 
@@ -549,7 +549,9 @@ class Origin:
             with self._stats_lock:
                 self.stats.rate_limited += 1
 
-    def _record(self, observation: wire.OriginObservation) -> None:
+    def record(self, observation: wire.OriginObservation) -> None:
+        """Spool an observation for the collector (stdout without one); any thread may call it,
+        the HTTP/3 listeners' included."""
         with self._stats_lock:
             self.stats.observations += 1
         if self.spool is None:

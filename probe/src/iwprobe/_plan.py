@@ -74,12 +74,21 @@ def share_counts(shares: Sequence[float], total: int) -> list[int]:
     return counts
 
 
-def round_plan(campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng: random.Random) -> list[list[Any]]:
-    """The shuffled plan of one round (see the module docstring)."""
+def round_plan(
+    campaign: wire.CampaignSchedule, round_sizes: Sequence[int], rng: random.Random, quic: bool = True
+) -> list[list[Any]]:
+    """The shuffled plan of one round (see the module docstring).  ``quic``: whether this probe
+    can fetch QUIC arms (``Nq``, wire v9; without the ``iwprobe[quic]`` extra they are left out,
+    with a warning)."""
     labels = campaign_arms(campaign)
     shares = list(campaign.arm_shares)
     if shares and len(shares) != len(labels):
         raise ValueError(f"campaign {campaign.campaign_id}: {len(shares)} arm shares for {len(labels)} arms")
+    if not quic and any(wire.arm_label_protocol(label) == "quic" for label in labels):
+        log.warning("campaign %d: QUIC arms skipped (no iwprobe[quic] here)", campaign.campaign_id)
+        kept = [index for index, label in enumerate(labels) if wire.arm_label_protocol(label) != "quic"]
+        labels = [labels[index] for index in kept]
+        shares = [shares[index] for index in kept] if shares else []
     plan: list[list[Any]] = []
     for target in campaign.targets:
         ports = target_arms(target)

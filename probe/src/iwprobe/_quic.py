@@ -74,8 +74,11 @@ def _require() -> None:
 
 @dataclass
 class ServerFlight:
-    """What the origin's congestion controller saw of one response (its own account)."""
+    """What the origin's congestion controller saw of one response (its own account):
+    ``start_cwnd_bytes`` the window the connection started with, ``cwnd_bytes`` the window when
+    the response began (a certificate chain that filled the window grew it in the handshake)."""
 
+    start_cwnd_bytes: int = 0
     cwnd_bytes: int = 0
     bytes: int = 0
     packets: int = 0
@@ -93,7 +96,7 @@ if not _IMPORT_ERROR:
             self.congestion_window = iw * max_datagram_size
             self.peak_in_flight = 0
             self.response_at: Optional[float] = None
-            self.flight = ServerFlight()
+            self.flight = ServerFlight(start_cwnd_bytes=self.congestion_window)
 
         def mark_response(self, now: float) -> None:
             """The response's first byte is about to be sent: its flight starts here."""
@@ -167,6 +170,7 @@ if not _IMPORT_ERROR:
             self,
             *args: Any,
             arm: Arm,
+            port: int,
             pattern: bytes,
             report: Callable[[Observation], None],
             budgets: Optional[ClientBudgets],
@@ -174,6 +178,7 @@ if not _IMPORT_ERROR:
         ) -> None:
             super().__init__(*args, **kwargs)
             self._arm = arm
+            self._port = port
             self._pattern = pattern
             self._report = report
             self._budgets = budgets
@@ -184,8 +189,9 @@ if not _IMPORT_ERROR:
                 self._quic._loss._pacer = Unpaced(max_datagram_size=self._quic._max_datagram_size)
             self._started_us = _monotonic_us()
             self._handshake_us: Optional[int] = None
-            #: stream id -> (request read at (µs), status, size, trial id)
-            self._pending: dict[int, tuple[int, int, int, Optional[str]]] = {}
+            #: stream id -> (request read at (µs), status, size, trial id, request read at (wall
+            #: clock), response handed to the stack (µs after the request))
+            self._pending: dict[int, tuple[int, int, int, Optional[str], str, int]] = {}
 
         def quic_event_received(self, event: QuicEvent) -> None:
             if isinstance(event, HandshakeCompleted) and self._handshake_us is None:
@@ -208,6 +214,7 @@ if not _IMPORT_ERROR:
             trial = headers.get(wire.TRIAL_HEADER.lower())
             if trial:
                 head += f"\r\n{wire.TRIAL_HEADER}: {trial}"
+            read_us, read_at = _monotonic_us(), wire.utc_timestamp()
             status, size, trial_id, reason = route_request(head.encode("latin-1"), len(self._pattern))
             if headers.get(":method") != "GET":
                 status, size, reason = 405, 0, "only GET\n"
@@ -225,7 +232,7 @@ if not _IMPORT_ERROR:
                 ],
             )
             self._http.send_data(event.stream_id, body, end_stream=True)
-            self._pending[event.stream_id] = (_monotonic_us(), status, size, trial_id)
+            self._pending[event.stream_id] = (read_us, status, size, trial_id, read_at, _monotonic_us() - read_us)
 
         def _window(self) -> ArmWindow:
             """The connection's congestion controller: the arm's (every listener registers one)."""
@@ -257,13 +264,19 @@ if not _IMPORT_ERROR:
                     self._finished(stream_id)
 
         def _finished(self, stream_id: int, acknowledged: bool = True) -> None:
-            read_us, status, size, trial_id = self._pending.pop(stream_id)
+            read_us, status, size, trial_id, read_at, first_byte_us = self._pending.pop(stream_id)
             flight = self._window().flight
+            host, port = self._quic._network_paths[0].addr[:2] if self._quic._network_paths else ("", 0)
             self._report(
                 {
                     "protocol": "h3",
                     "arm": self._arm.label,
                     "arm_iw": self._arm.iw,
+                    "port": self._port,
+                    "client_addr": str(host),
+                    "client_port": int(port),
+                    "request_at": read_at,
+                    "first_byte_us": first_byte_us,
                     "trial_id": trial_id,
                     "http_status": status,
                     "object_bytes": size,
@@ -272,6 +285,7 @@ if not _IMPORT_ERROR:
                     "response_us": _monotonic_us() - read_us if acknowledged else None,
                     "first_flight_bytes": flight.bytes,
                     "first_flight_packets": flight.packets,
+                    "cwnd_at_start_bytes": flight.start_cwnd_bytes,
                     "cwnd_at_response_bytes": flight.cwnd_bytes,
                     "max_datagram_size": self._quic._max_datagram_size,
                     "lost_packets": flight.lost_packets,
@@ -333,7 +347,10 @@ class QuicOrigin:
             configuration.load_cert_chain(*self._cert)
 
             def protocol(*args: Any, arm: Arm = arm, **kwargs: Any) -> _OriginProtocol:
-                return _OriginProtocol(*args, arm=arm, pattern=self._pattern, report=self._report, budgets=self.budgets, **kwargs)
+                port = self.port(arm)
+                return _OriginProtocol(
+                    *args, arm=arm, port=port, pattern=self._pattern, report=self._report, budgets=self.budgets, **kwargs
+                )
 
             self._servers.append(await serve(bind, self.port(arm), configuration=configuration, create_protocol=protocol))
 

@@ -1,4 +1,4 @@
-"""The iwscope wire format, version 7: the one definition shared by probe, origin and collector.
+"""The iwscope wire format, version 9: the one definition shared by probe, origin and collector.
 
 Everything that crosses the network between an ``iwprobe`` agent and the collector is
 specified here, and nowhere else: the records (trial, origin observation, path sample),
@@ -69,9 +69,15 @@ from ._wire_trace import *  # noqa: F403 -- the trial trace's file format, speci
 #: Version 8 (2026-11) adds send paths: an observation's ``send_path`` (:data:`SEND_PATHS`,
 #: how the origin wrote the response) and ``segmentation_offload`` (:data:`SEGMENTATION_OFFLOADS`,
 #: what its device did with large sends).  Both optional; absent (empty), not said.
-WIRE_VERSION = 8
+#: Version 9 (2026-11) adds HTTP/3: QUIC arms (labels ``Nq``/``Npq``, the same policy over QUIC on
+#: the arm's port number in UDP, windows in packets of :data:`QUIC_MIN_DATAGRAM_BYTES`); a trial's
+#: ``protocol`` (:data:`PROTOCOLS`); an observation's ``protocol`` and its QUIC first flight
+#: (``quic_first_flight_packets``, ``quic_first_flight_bytes``, ``quic_max_datagram_size``,
+#: ``quic_lost_packets``, ``quic_zero_rtt``); a census record's ``protocol``.  All optional;
+#: absent (empty), a record is TCP.  Probes before v9 are given no QUIC arm.
+WIRE_VERSION = 9
 #: Every version the collector accepts.
-ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+ACCEPTED_WIRE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: Wire v8: how the origin wrote a response (``send_path``; empty: not said).  ``writev``: head
 #: and body in one gathered ``sendmsg``; ``sendfile``: the head by ``send``, the body by
 #: ``sendfile`` from a memory file (no cork, TCP_NODELAY, as the seed's comparison); ``mss-writes``:
@@ -83,6 +89,12 @@ SEND_PATHS = ("", "writev", "sendfile", "mss-writes", "paced")
 SEGMENTATION_OFFLOADS = ("", "tso", "gso", "off")
 #: The IP versions a record names (``family``); empty: not said (before wire v4).
 FAMILIES = ("", "ipv4", "ipv6")
+#: Wire v9: the transport of a trial, observation or census record: ``tcp`` (HTTP/1.1 over TCP,
+#: with or without TLS) or ``quic`` (HTTP/3); empty: not said, which is TCP (before v9).
+PROTOCOLS = ("", "tcp", "quic")
+#: Wire v9: the smallest datagram every QUIC path carries (RFC 9000 14.1); a QUIC arm's window
+#: is ``N`` packets of this size (RFC 9002 7.2 counts the initial window in them).
+QUIC_MIN_DATAGRAM_BYTES = 1200
 #: Longest ``tls_version`` text the collector takes (``"TLSv1.3"``).
 MAX_TLS_VERSION_CHARS = 64
 #: Wire v5: what an IW inference says (:class:`ClientIw`, :class:`CensusRecord`): ``ok`` (the
@@ -348,8 +360,13 @@ class TrialRecord:
     #: Wire v4: ``"ipv4"`` or ``"ipv6"``, the connection's IP version (:data:`FAMILIES`).
     family: str = ""
     #: Wire v5: the server's IW as the probe's capture shows it; ``None``: not inferred (no
-    #: capture: the probe is not root, or the trial has no TCP connection).
+    #: capture: the probe is not root, or the trial has no TCP connection).  QUIC (v9): from the
+    #: probe's own log of datagrams (``segments`` = packets, ``mss`` = the datagram size).
     client_iw: Optional[ClientIw] = None
+    #: Wire v9: ``tcp`` or ``quic`` (:data:`PROTOCOLS`); empty: TCP.  A QUIC trial has no TCP
+    #: connection (``connect_us`` and ``tcp_info`` empty); its ``tls_handshake_us`` is the QUIC
+    #: handshake (first Initial sent -> handshake complete) and ``arm`` is a QUIC arm (``Nq``).
+    protocol: str = ""
 
 
 @dataclass
@@ -409,6 +426,19 @@ class OriginObservation:
     #: Wire v8: the segmentation offload of the device holding the connection's local address
     #: (:data:`SEGMENTATION_OFFLOADS`).
     segmentation_offload: str = ""
+    #: Wire v9: ``tcp`` or ``quic`` (:data:`PROTOCOLS`); empty: TCP.  Over QUIC, ``tcp_info`` is
+    #: empty, ``tls_handshake_us`` is the QUIC handshake and ``snd_cwnd_at_accept`` the window in
+    #: packets the connection started with.
+    protocol: str = ""
+    #: Wire v9, QUIC: datagrams of the response's first flight (sent before an ACK of the
+    #: response could arrive), their bytes, and the datagram size the window was counted in.
+    quic_first_flight_packets: Optional[int] = None
+    quic_first_flight_bytes: Optional[int] = None
+    quic_max_datagram_size: Optional[int] = None
+    #: Wire v9, QUIC: packets of the connection declared lost.
+    quic_lost_packets: Optional[int] = None
+    #: Wire v9, QUIC: whether the request arrived as 0-RTT data.
+    quic_zero_rtt: Optional[bool] = None
 
 
 @dataclass
@@ -473,6 +503,9 @@ class CensusRecord:
     http_status: Optional[int]
     #: What went wrong, if something did (at most 500 characters).
     error_detail: Optional[str] = None
+    #: Wire v9: ``tcp`` or ``quic`` (:data:`PROTOCOLS`); empty: TCP.  Over QUIC ``iw_segments``
+    #: counts packets, ``mss`` is the server's datagram size and ``announced_mss`` is ``None``.
+    protocol: str = ""
 
 
 # --------------------------------------------------------------------------------------
@@ -542,7 +575,8 @@ class ArmPort:
 
     iw: int
     port: int
-    #: The arm's label: ``"10"`` (IW 10), ``"10p"`` (IW 10, first window paced over the RTT) or
+    #: The arm's label: ``"10"`` (IW 10), ``"10p"`` (IW 10, first window paced over the RTT),
+    #: ``"10q"``/``"10pq"`` (wire v9: the same over QUIC, HTTP/3 on UDP ``port``) or
     #: ``"learned"`` (the window recent connections to the client's prefix ended with; ``iw`` is
     #: the window without history).  Empty (wire v1): the plain arm ``str(iw)``.
     arm: str = ""
@@ -550,8 +584,9 @@ class ArmPort:
     paced: bool = False
 
 
-#: Syntax of an arm label (the ``arm`` fields): ``N``, ``Np`` or ``learned``; empty = plain.
-ARM_LABEL_PATTERN = r"^(?:[0-9]{1,4}p?|learned)?$"
+#: Syntax of an arm label (the ``arm`` fields): ``N``, ``Np``, ``Nq``, ``Npq`` or ``learned``;
+#: empty = plain.
+ARM_LABEL_PATTERN = r"^(?:[0-9]{1,4}p?q?|learned)?$"
 
 
 #: IW of a ``learned`` arm's connection to a prefix nothing is remembered for (what a
@@ -560,15 +595,28 @@ LEARNED_BASE_IW = 10
 
 
 def arm_label_iw(label: str, learned_iw: int = LEARNED_BASE_IW) -> int:
-    """The IW an arm label starts from: ``10`` and ``10p`` -> 10, ``learned`` -> ``learned_iw``.
-    ``ValueError`` for anything that is not a label (the empty v1 label included)."""
+    """The IW an arm label starts from: ``10``, ``10p``, ``10q`` and ``10pq`` -> 10, ``learned`` ->
+    ``learned_iw``.  ``ValueError`` for anything that is not a label (the empty v1 label
+    included)."""
     text = label.strip().lower()
     if text == "learned":
         return learned_iw
-    digits = text[:-1] if text.endswith("p") else text
+    digits = text[:-1] if text.endswith("q") else text
+    digits = digits[:-1] if digits.endswith("p") else digits
     if not digits.isdigit() or not 1 <= len(digits) <= 4:
-        raise ValueError(f"an arm is N, Np (paced) or 'learned', got {label!r}")
+        raise ValueError(f"an arm is N, Np (paced), Nq/Npq (over QUIC) or 'learned', got {label!r}")
     return int(digits)
+
+
+def arm_label_protocol(label: str) -> str:
+    """``quic`` for a QUIC arm's label (``Nq``, ``Npq``), else ``tcp`` (the empty v1 label too)."""
+    return "quic" if label.strip().lower().endswith("q") else "tcp"
+
+
+def tcp_arm_label(label: str) -> str:
+    """The TCP arm a QUIC arm mirrors (``10q`` -> ``10``, ``10pq`` -> ``10p``); a TCP label as is."""
+    text = label.strip().lower()
+    return text[:-1] if text.endswith("q") else text
 
 
 def is_plain_arm(label: str, iw: int) -> bool:
@@ -772,7 +820,11 @@ __all__ = [
     "ARM_LABEL_PATTERN",
     "LEARNED_BASE_IW",
     "arm_label_iw",
+    "arm_label_protocol",
+    "tcp_arm_label",
     "is_plain_arm",
+    "PROTOCOLS",
+    "QUIC_MIN_DATAGRAM_BYTES",
     "ERROR_KINDS",
     "TCP_INFO_FIELDS",
     "SIZE_DISTRIBUTIONS",

@@ -460,8 +460,9 @@ def _same_design(one: CostCampaign, other: CostCampaign) -> bool:
 
 
 def arm_order(label: str) -> tuple[int, int, str]:
-    """Baseline first: the smaller IW; at equal IW the plain arm, then paced, then learned."""
-    kind = 2 if label == "learned" else 1 if label.endswith("p") else 0
+    """Baseline first: the smaller IW; at equal IW the plain arm, then paced, then learned (a QUIC
+    arm, ``10q``/``10pq``, right after its TCP arm)."""
+    kind = 2 if label == "learned" else 1 if wire.tcp_arm_label(label).endswith("p") else 0
     return (10**6 if kind == 2 else wire.arm_label_iw(label), kind, label)
 
 

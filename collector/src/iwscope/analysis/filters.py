@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis.models import NO_CAMPAIGN
-from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES, NAMED_SEND_PATHS
+from iwscope.wiretypes import BIGINT_MAX, NAMED_FAMILIES, NAMED_PROTOCOLS, NAMED_SEND_PATHS
 
 Metric = Literal["server", "client"]
 METRICS: tuple[Metric, ...] = ("server", "client")
@@ -30,19 +30,25 @@ _KEYS = {
     "family": "family",
     "include_cost": "cost",
     "send_path": "send",
+    "protocol": "proto",
 }
 #: The IP versions a campaign may choose (``family``).
 FAMILIES = NAMED_FAMILIES
 #: The send paths an origin may name (``send_path``, wire v8).
 SEND_PATHS = NAMED_SEND_PATHS
+#: The transports a trial or census record may name (``protocol``, wire v9).
+PROTOCOLS = NAMED_PROTOCOLS
 #: What ``cost=`` in a query string takes for "yes" (anything else: no).
 TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
 #: A campaign of a cost experiment (``campaigns`` aliased ``c``): any campaign with Poisson
-#: arrivals, a background flow, the interactive flow, page loads, arm shares or labelled arms --
-#: phases on one shared bottleneck, read by ``cost`` and ``fairness`` (the Cost page).
+#: arrivals, a background flow, the interactive flow, page loads, arm shares or labelled arms
+#: other than QUIC's (paced, learned) -- phases on one shared bottleneck, read by ``cost`` and
+#: ``fairness`` (the Cost page).  A campaign of plain TCP and QUIC arms (``10``, ``10q``, wire v9)
+#: is a benefit measurement: its TCP trials are in the benefit figures, its QUIC trials on the
+#: HTTP/3 page.
 COST_CAMPAIGN_SQL = """(c.arrival_rate_per_s IS NOT NULL OR c.background_bytes IS NOT NULL
     OR c.interactive_interval_us IS NOT NULL OR c.page_connections IS NOT NULL OR c.arm_shares IS NOT NULL
-    OR c.arm_labels IS NOT NULL)"""
+    OR EXISTS (SELECT 1 FROM unnest(c.arm_labels) AS label WHERE label !~ '^[0-9]{1,4}q?$'))"""
 #: A campaign id no trial has: ``campaign_ids=(NO_CAMPAIGN_MATCH,)`` selects nothing (0 would
 #: select the roll-ups' trials of no campaign).
 NO_CAMPAIGN_MATCH = -1
@@ -92,6 +98,13 @@ class Filters:
     #: (paired comparisons, percentile tables, latency per IW, CDFs) cover every send path.
     #: URL: ``send=sendfile``.
     send_path: str = ""
+    #: Only trials and census records over this transport (wire v9, ``tcp`` or ``quic``; a record
+    #: that does not say is TCP); empty: both.  Applied exactly by the raw path (:func:`trial_where`:
+    #: the trials page, the raw-trials CSVs, the TLS and IW-check analyses) and the census.  The
+    #: roll-ups hold plain TCP arms only (QUIC arms are labelled arms), so the figures read from
+    #: them show nothing for ``quic`` (:func:`rollup_filters`).  The HTTP/3 page compares the two
+    #: protocols whatever this says.  URL: ``proto=quic``.
+    protocol: str = ""
 
     def to_query(self) -> dict[str, str]:
         """URL query parameters; defaults and empty values are left out."""
@@ -154,6 +167,7 @@ class Filters:
         metric = text("metric")
         family = text("family")
         send_path = text("send_path")
+        protocol = text("protocol")
         return cls(
             campaign_ids=tuple(campaign_ids),
             since=timestamp("since"),
@@ -167,6 +181,7 @@ class Filters:
             family=family if family in FAMILIES else "",
             include_cost=text("include_cost").lower() in TRUE_VALUES,
             send_path=send_path if send_path in SEND_PATHS else "",
+            protocol=protocol if protocol in PROTOCOLS else "",
         )
 
 
@@ -186,6 +201,7 @@ def trial_where(filters: Filters) -> tuple[str, dict[str, Any]]:
             "EXISTS (SELECT 1 FROM origin_observations AS sent WHERE sent.trial_id = t.trial_id AND sent.send_path = :send_path)",
             filters.send_path or None,
         ),
+        ("protocol", "COALESCE(t.protocol, 'tcp') = :protocol", filters.protocol or None),
     )
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}
@@ -209,13 +225,23 @@ def resolve_family(session: Session, filters: Filters) -> Filters:
     return replace(filters, campaign_ids=tuple(chosen) or (NO_CAMPAIGN_MATCH,))
 
 
+def rollup_filters(filters: Filters) -> Filters:
+    """``filters`` as the roll-ups can answer them: they hold TCP's plain arms only, so ``quic``
+    selects nothing (``(NO_CAMPAIGN_MATCH,)``) and ``tcp`` is every roll-up row."""
+    if filters.protocol == "quic":
+        return replace(filters, campaign_ids=(NO_CAMPAIGN_MATCH,))
+    return filters
+
+
 def without_cost(session: Session, filters: Filters) -> Filters:
     """``filters`` for a benefit figure: cost-experiment campaigns left out unless
     ``include_cost`` -- also when they are named in ``campaign_ids`` (the checkbox decides, not
     the campaign list).  Unchanged when there is no cost campaign; otherwise ``campaign_ids``
     lists what stays: the chosen campaigns that are not cost experiments, or, when none was
     chosen, every other campaign and the trials of no campaign (``NO_CAMPAIGN``, the roll-ups'
-    key for them); ``(NO_CAMPAIGN_MATCH,)`` when nothing stays."""
+    key for them); ``(NO_CAMPAIGN_MATCH,)`` when nothing stays.  Every roll-up reader starts here,
+    so the protocol's rule is applied here too (:func:`rollup_filters`)."""
+    filters = rollup_filters(filters)
     if filters.include_cost:
         return filters
     campaigns = session.execute(text(f"SELECT c.id, {COST_CAMPAIGN_SQL} AS cost FROM campaigns AS c ORDER BY c.id")).all()

@@ -9,7 +9,10 @@ listed with its count (a target whose name resolves to servers of different IWs,
 customers or regions, shows several).  Fewer than :data:`MIN_RECORDS` determined records: "n
 too small", no IW is named -- the largest window any record proved is shown instead, as a lower
 bound.
-Per region and per UTC day likewise.
+Per region and per UTC day likewise.  Per protocol too: a QUIC census record (wire v9,
+``protocol = 'quic'``) counts packets of the server's QUIC stack, often another window than its
+TCP one (Caddy: 32 packets over QUIC, 10 segments over TCP, docs/quic.md), so a target measured
+over both is two targets, one per ``protocol`` (the filters' ``protocol`` keeps one).
 
 **IW check** (:func:`iw_check`): per probe and origin, the trials of plain arms whose server IW
 the probe inferred from its own capture (``client_iw``, wire v5), compared with the window the
@@ -90,6 +93,8 @@ class CensusTarget:
     last_measured_at: dt.datetime
     overall: IwAnswer
     by_region: dict[str, IwAnswer] = field(default_factory=dict)
+    #: ``tcp`` (segments) or ``quic`` (HTTP/3: packets, ``mss`` the datagram size).
+    protocol: str = "tcp"
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class CensusDay:
     url: str
     day: dt.date
     answer: IwAnswer
+    protocol: str = "tcp"
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,7 @@ def _census_where(filters: Filters) -> tuple[str, dict[str, Any]]:
         ("since", "c.measured_at >= :since", filters.since),
         ("until", "c.measured_at <= :until", filters.until),
         ("regions", "p.region = ANY(:regions)", list(filters.regions)),
+        ("protocol", "COALESCE(c.protocol, 'tcp') = :protocol", filters.protocol or None),
     )
     given = [(name, clause, value) for name, clause, value in conditions if value is not None and value != []]
     return (" AND ".join(clause for _, clause, _ in given) or "TRUE"), {name: value for name, _, value in given}
@@ -202,21 +209,23 @@ def _census_rows(session: Session, filters: Filters) -> Iterable[Any]:
     where, params = _census_where(filters)
     return session.execute(
         text(f"""
-        SELECT c.url, c.host, c.probe_id::text, p.region, c.measured_at, c.status, c.iw_segments, c.mss, c.reason
+        SELECT c.url, c.host, c.probe_id::text, p.region, c.measured_at, c.status, c.iw_segments, c.mss, c.reason,
+               COALESCE(c.protocol, 'tcp')
           FROM census_records c JOIN probes p ON p.id = c.probe_id
          WHERE {where}
-         ORDER BY c.url, c.measured_at"""),
+         ORDER BY c.url, 10, c.measured_at"""),
         params,
     )
 
 
 def census_targets(session: Session, filters: Filters) -> list[CensusTarget]:
-    """Per census target: the IW over all its records and per region (module docstring)."""
-    rows: dict[str, list[Any]] = defaultdict(list)
+    """Per census target and protocol: the IW over all its records and per region (module
+    docstring)."""
+    rows: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in _census_rows(session, filters):
-        rows[row[0]].append(row)
+        rows[(row[0], row[9])].append(row)
     targets = []
-    for url, records in rows.items():
+    for (url, protocol), records in rows.items():
         by_region: dict[str, list[tuple[str, int | None, int | None, str]]] = defaultdict(list)
         for record in records:
             by_region[record[3]].append((record[5], record[6], record[7], record[8]))
@@ -229,17 +238,22 @@ def census_targets(session: Session, filters: Filters) -> list[CensusTarget]:
                 last_measured_at=records[-1][4],
                 overall=answer_of([(record[5], record[6], record[7], record[8]) for record in records]),
                 by_region={region: answer_of(values) for region, values in sorted(by_region.items())},
+                protocol=protocol,
             )
         )
     return targets
 
 
 def census_series(session: Session, filters: Filters) -> list[CensusDay]:
-    """Per census target and UTC day: the answer of that day's records (the "over time" view)."""
-    cells: dict[tuple[str, dt.date], list[tuple[str, int | None, int | None, str]]] = defaultdict(list)
+    """Per census target, protocol and UTC day: the answer of that day's records (the "over time"
+    view)."""
+    cells: dict[tuple[str, str, dt.date], list[tuple[str, int | None, int | None, str]]] = defaultdict(list)
     for row in _census_rows(session, filters):
-        cells[(row[0], row[4].astimezone(dt.UTC).date())].append((row[5], row[6], row[7], row[8]))
-    return [CensusDay(url=url, day=day, answer=answer_of(values)) for (url, day), values in sorted(cells.items())]
+        cells[(row[0], row[9], row[4].astimezone(dt.UTC).date())].append((row[5], row[6], row[7], row[8]))
+    return [
+        CensusDay(url=url, day=day, answer=answer_of(values), protocol=protocol)
+        for (url, protocol, day), values in sorted(cells.items())
+    ]
 
 
 def iw_check(session: Session, filters: Filters) -> list[PathIwCheck]:

@@ -26,7 +26,8 @@ from iwscope.analysis.filters import Filters, trial_where
 from iwscope.trials.models import Trial
 
 #: Columns of the trials page and its CSV export, in order (``region`` is the probe's,
-#: ``send_path`` the origin observation's: NULL when the trial has none).
+#: ``send_path`` the origin observation's: NULL when the trial has none; ``protocol`` the trial's
+#: as stored, wire v9: ``tcp``, ``quic``, or NULL -- not said, which is TCP).
 TRIAL_COLUMNS: tuple[str, ...] = (
     "trial_id",
     "started_at",
@@ -35,6 +36,7 @@ TRIAL_COLUMNS: tuple[str, ...] = (
     "region",
     "origin_id",
     "arm_iw",
+    "protocol",
     "object_size",
     "total_us",
     "ttfb_us",

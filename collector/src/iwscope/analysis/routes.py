@@ -4,7 +4,9 @@ Every endpoint reads the filter parameters of :meth:`Filters.from_query` (``camp
 ``since``, ``until``, ``region``, ``smin``, ``smax``, ``base``, ``treat``, ``metric``, ``family``,
 ``cost``: ``cost=1`` puts cost-experiment trials into the benefit figures; ``send``: the origin's
 send path, applied by the routes that read raw trials -- ``/trials``, ``/trials.csv``, ``/tls``,
-``/iw-check``, ``/cost``, ``/fairness`` -- and not by the roll-ups' figures, see ``Filters.send_path``);
+``/iw-check``, ``/cost``, ``/fairness`` -- and not by the roll-ups' figures, see ``Filters.send_path``;
+``proto``: ``tcp`` or ``quic``, applied by the same routes and the census, while the roll-ups'
+figures, which hold TCP's plain arms only, answer nothing for ``quic``, see ``Filters.protocol``);
 malformed values fall back to defaults, exactly like the dashboard's URLs.
 
 Database work runs in the readers' share of the database slots (``run_db(..., read=True)``): public
@@ -25,7 +27,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
-from iwscope.analysis import iwcheck, modelfit, offered_load, passive_routes, queries, raw, schemas, tls
+from iwscope.analysis import iwcheck, modelfit, offered_load, passive_routes, protocols, queries, raw, schemas, tls
 from iwscope.analysis.cost import cost
 from iwscope.analysis.filters import SINCE_DESCRIPTION, UNTIL_DESCRIPTION, Filters, resolve_family
 from iwscope.db import get_sessionmaker
@@ -128,6 +130,15 @@ async def get_tls(filters: FiltersDep) -> dict[str, Any]:
     """TLS handshake time of the two arms per bucket of the server's first flight (bytes), with
     the paired improvement (``metric=client``: the probe's handshake; ``server``: the origin's)."""
     return await _run(tls.tls_by_flight, filters)
+
+
+@router.get("/protocols", response_model=schemas.ComparisonsOut)
+async def get_protocols(filters: FiltersDep) -> dict[str, Any]:
+    """HTTP/3 (wire v9): per size octave, TCP arm ``N`` against QUIC arm ``Nq`` for ``N`` in
+    ``base`` and ``treat`` (``dimension`` ``tcp-vs-quic``; baseline TCP), then QUIC arm
+    ``<base>q`` against ``<treat>q`` (``quic-arms``), paired on (path, round, size) with 95 %
+    intervals; ``metric=client``: the probe's total, handshakes included."""
+    return await _run(protocols.protocol_comparisons, filters)
 
 
 @router.get("/fairness", response_model=schemas.FairnessOut)

@@ -43,6 +43,7 @@ class FilterStateOut(BaseModel):
     family: str
     include_cost: bool
     send_path: str
+    protocol: str
 
 
 class FiltersOut(BaseModel):
@@ -53,7 +54,7 @@ class FiltersOut(BaseModel):
 
 
 class ComparisonsOut(BaseModel):
-    """Treatment vs baseline per bucket (``/compare``, ``/tls``)."""
+    """Treatment vs baseline per bucket (``/compare``, ``/tls``, ``/protocols``)."""
 
     data: list[BucketComparison]
 
@@ -116,6 +117,8 @@ class TrialRowOut(BaseModel):
     region: str | None
     origin_id: uuid.UUID | None
     arm_iw: int
+    #: The trial's transport as stored (wire v9): ``tcp``, ``quic``, or None: not said (TCP).
+    protocol: str | None
     object_size: int
     total_us: int | None
     ttfb_us: int | None

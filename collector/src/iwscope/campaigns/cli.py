@@ -18,10 +18,20 @@ def _int_list(text: str | None) -> list[int] | None:
     return [int(part) for part in text.split(",") if part.strip()] if text else None
 
 
+def _arm_list(text: str | None) -> list[int | str] | None:
+    """``3,10,10p,10q``: plain arms as IWs, other arms by label (the API checks them)."""
+    parts = [part.strip() for part in (text or "").split(",") if part.strip()]
+    return [int(part) if part.isdigit() else part for part in parts] or None
+
+
 @campaigns.command("create")
 @click.option("--name", required=True)
 @click.option("--origin", "origin_ids", multiple=True, help="origin id (repeatable; an ordinary campaign needs one)")
-@click.option("--arms", default=None, help="IW arms, e.g. 3,10 (an ordinary campaign needs them)")
+@click.option(
+    "--arms",
+    default=None,
+    help="IW arms, e.g. 3,10 (an ordinary campaign needs them); labels too: 10p paced, 10q over HTTP/3, learned",
+)
 @click.option(
     "--census-url",
     "census_urls",
@@ -136,7 +146,7 @@ def campaigns_create(
     fields: dict[str, Any] = {
         "name": name,
         "origin_ids": list(origin_ids),
-        "arms": _int_list(arms),
+        "arms": _arm_list(arms),
         "sizes": _int_list(sizes),
         "size_dist": size_dist,
         "probe_regions": list(regions) or None,

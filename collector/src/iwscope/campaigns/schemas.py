@@ -25,7 +25,8 @@ from iwscope.wiretypes import (
     SampleShare,
 )
 
-#: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"learned"``); see ``iwprobe._arms``.
+#: Arms as IWs (``10``) or labels (``"10"``, ``"10p"`` paced, ``"10q"``/``"10pq"`` the same over
+#: QUIC -- wire v9 --, ``"learned"``); see ``iwprobe._arms``.
 ArmSpec = (
     Annotated[int, Field(ge=1, le=1000)] | Annotated[str, Field(min_length=1, max_length=16, pattern=wire.ARM_LABEL_PATTERN)]
 )
@@ -172,7 +173,7 @@ class CampaignIn(BaseModel):
 
     @property
     def arm_labels(self) -> list[str]:
-        """``arms`` as labels (``10``, ``10p``, ``learned``); empty for a census campaign."""
+        """``arms`` as labels (``10``, ``10p``, ``10q``, ``10pq``, ``learned``); empty for a census campaign."""
         return [str(arm) for arm in self.arms or []]
 
     @property
@@ -202,7 +203,9 @@ class CampaignIn(BaseModel):
         labels = self.arm_labels
         if len(set(labels)) != len(labels):
             raise ValueError("arms must not repeat")
-        if any(not 1 <= iw <= (999 if label.endswith("p") else 1000) for label, iw in zip(labels, self.arm_iws, strict=True)):
+        # A QUIC arm listens on its TCP arm's port number, so it has that arm's bounds.
+        paced = [wire.tcp_arm_label(label).endswith("p") for label in labels]
+        if any(not 1 <= iw <= (999 if pace else 1000) for pace, iw in zip(paced, self.arm_iws, strict=True)):
             raise ValueError("an arm's IW must be in [1, 1000] (a paced arm's in [1, 999])")
         if self.arm_shares is not None:
             if len(self.arm_shares) != len(labels):
@@ -219,7 +222,7 @@ class CampaignIn(BaseModel):
         if self.background_iw is not None and self.background_bytes is None:
             raise ValueError("background_iw needs background_bytes")
         if self.background_bytes is not None and self.background_iw is None and not self.plain_arms_only:
-            raise ValueError("a background flow next to paced or learned arms needs background_iw")
+            raise ValueError("a background flow next to paced, QUIC or learned arms needs background_iw")
         return self
 
     def _check_window(self) -> None:

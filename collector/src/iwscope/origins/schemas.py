@@ -5,14 +5,19 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
+from iwprobe import wire
 from iwscope.probes.schemas import ArmPortModel
 from iwscope.wiretypes import NO_NUL, WIRE_MODEL_CONFIG, Port
 
 
 class OriginEnrollRequestIn(BaseModel):
-    """Mirror of :class:`iwprobe.wire.OriginEnrollRequest`."""
+    """Mirror of :class:`iwprobe.wire.OriginEnrollRequest`.
+
+    A QUIC arm (wire v9: ``10q``, ``10pq``; HTTP/3 on the UDP port of the same number as its TCP
+    arm) is an ordinary entry of ``arms``; it needs ``tls``, since HTTP/3 runs over TLS 1.3 only
+    (an origin serving it has a certificate, and then serves HTTPS on every TCP arm too)."""
 
     model_config = WIRE_MODEL_CONFIG
 
@@ -24,6 +29,13 @@ class OriginEnrollRequestIn(BaseModel):
     echo_port: Port | None = None
     tls: bool = False
     host6: Annotated[str, Field(min_length=1, max_length=253), NO_NUL] | None = None
+
+    @model_validator(mode="after")
+    def _quic_needs_tls(self) -> OriginEnrollRequestIn:
+        quic = [arm.arm for arm in self.arms if wire.arm_label_protocol(arm.arm) == "quic"]
+        if quic and not self.tls:
+            raise ValueError(f"arms {', '.join(quic)} are QUIC arms: HTTP/3 runs over TLS only, so the origin needs tls")
+        return self
 
 
 class OriginOut(BaseModel):

@@ -89,21 +89,32 @@ def needs_wire_v5(campaign: Campaign) -> bool:
     return campaign.census_urls is not None
 
 
-def _level(wire_version: int) -> int:
-    """Which prepared entry a probe of ``wire_version`` gets: 5, 4, 3, or 2 (before v3).
+def needs_wire_v9(campaign: Campaign) -> bool:
+    """Whether a campaign has a QUIC arm (``10q``, ``10pq``; wire v9): an earlier probe would
+    read its label as no arm it knows, so it is not given the campaign at all (as a campaign of
+    labelled arms is withheld from probes before v3), rather than a paired round without it."""
+    return any(wire.arm_label_protocol(label) == "quic" for label in campaign.arm_labels or [])
 
-    Level 5 is the newest schedule: wire v6 added only the server agent's messages, so a v6
-    probe reads the v5 schedule; wire v7's ``trace_share`` is in every level's entries (older
-    probes ignore a key they do not know), so a v7 probe reads it too.  A later version that
-    changes the schedule adds a level here (and an entry in :func:`_entries`)."""
+
+def _level(wire_version: int) -> int:
+    """Which prepared entry a probe of ``wire_version`` gets: 9, 5, 4, 3, or 2 (before v3).
+
+    Level 9 is the newest schedule: campaigns with QUIC arms.  Wire v6 added only the server
+    agent's messages and v7's ``trace_share`` is in every level's entries (older probes ignore a
+    key they do not know), v8 only an observation's fields: probes of v5 to v8 read level 5.  A
+    later version that changes the schedule adds a level here (and an entry in :func:`_entries`)."""
+    if wire_version >= 9:
+        return 9
     return min(5, wire_version) if wire_version >= 3 else 2
 
 
 def _entries(campaign: Campaign, origins: dict[uuid.UUID, Origin]) -> dict[int, CampaignScheduleOut | None]:
     """The campaign's schedule entry per wire level (:func:`_level`), ``None`` where probes of
-    that level cannot run it; the entries below 5 never show ``census_urls``."""
-    entries: dict[int, CampaignScheduleOut | None] = {5: _entry(campaign, _targets(campaign, origins, 5))}
-    entries[4] = None if needs_wire_v5(campaign) else _entry(campaign, _targets(campaign, origins, 4))
+    that level cannot run it; the entries below 5 never show ``census_urls``, those below 9 no
+    QUIC arm (a campaign without one has the same entry at 9 and 5)."""
+    entries: dict[int, CampaignScheduleOut | None] = {9: _entry(campaign, _targets(campaign, origins, 9))}
+    entries[5] = None if needs_wire_v9(campaign) else entries[9]
+    entries[4] = None if entries[5] is None or needs_wire_v5(campaign) else _entry(campaign, _targets(campaign, origins, 4))
     entries[3] = None if entries[4] is None or needs_wire_v4(campaign) else _entry(campaign, _targets(campaign, origins, 3))
     entries[2] = None if entries[3] is None or needs_wire_v3(campaign) else _entry(campaign, _targets(campaign, origins, 2))
     return entries
@@ -123,9 +134,10 @@ class _ScheduledCampaign:
     starts_at: dt.datetime
     ends_at: dt.datetime | None
     probe_regions: frozenset[str] | None
-    #: The entry per wire level (:func:`_level`): 5 (current), 4 (no census campaigns), 3 (also
-    #: no HTTPS origins, no chosen IP version), 2 (also no echo port, no paced or learned
-    #: listeners); ``None``: the campaign is not shown to probes of that level.
+    #: The entry per wire level (:func:`_level`): 9 (current), 5 (no campaign with a QUIC arm),
+    #: 4 (also no census campaigns), 3 (also no HTTPS origins, no chosen IP version), 2 (also no
+    #: echo port, no paced or learned listeners); ``None``: the campaign is not shown to probes
+    #: of that level.
     entries: dict[int, CampaignScheduleOut | None]
     #: Hash of each entry (the schedule's ETag combines them).
     digests: dict[int, bytes]
@@ -276,7 +288,9 @@ def schedule_from(
     (:func:`needs_wire_v3`) nor the labels of paced and learned listeners (they pick a listener
     by IW, so a ``10p`` listener would pass for ``10``); below 4, neither HTTPS origins nor
     campaigns over a chosen IP version (:func:`needs_wire_v4`); below 5, no census campaigns
-    (:func:`needs_wire_v5`).
+    (:func:`needs_wire_v5`); below 9, no campaign with a QUIC arm (:func:`needs_wire_v9`).  A
+    QUIC arm's listener (``10q``: HTTP/3 on the UDP port of the same number as ``10``'s) is an
+    origin's ``ArmPort`` like any other, so the targets of a v9 entry carry it.
     """
     entries, etag = _applicable(snapshot, probe, poll_after_s, now, wire_version)
     schedule = ScheduleOut(

@@ -71,9 +71,11 @@ class TracedTrialOut(BaseModel):
     campaign_id: int | None
     probe_id: uuid.UUID
     round: int | None
-    #: The IW the arm starts from, and the arm's label (``10``, ``10p``, ``learned``).
+    #: The IW the arm starts from, and the arm's label (``10``, ``10p``, ``10q``, ``learned``).
     arm_iw: int
     arm: str
+    #: The trial's transport as stored (wire v9): ``tcp``, ``quic``, or None: not said (TCP).
+    protocol: str | None = None
     object_size: int
     total_us: int | None
     ttfb_us: int | None

@@ -168,6 +168,7 @@ def _traced_trial(trial: Trial, traces: list[TraceOut], sent: tuple[str, str] | 
         round=trial.round,
         arm_iw=trial.arm_iw,
         arm=trial.arm or str(trial.arm_iw),
+        protocol=trial.protocol,
         object_size=trial.object_size,
         total_us=trial.total_us,
         ttfb_us=trial.ttfb_us,

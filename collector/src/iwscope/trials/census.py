@@ -38,6 +38,7 @@ CENSUS_COLUMNS = (
     "tls_version",
     "http_status",
     "error_detail",
+    "protocol",
 )
 
 _INSERT = f"""
@@ -45,7 +46,7 @@ INSERT INTO census_records ({", ".join(CENSUS_COLUMNS)}, received_at)
 SELECT * , now() FROM unnest(%s::uuid[], %s::uuid[], %s::bigint[], %s::int[], %s::text[], %s::text[],
                              %s::timestamptz[], %s::text[], %s::smallint[], %s::int[], %s::int[], %s::text[],
                              %s::smallint[], %s::smallint[], %s::int[], %s::bigint[], %s::text[], %s::text[],
-                             %s::smallint[], %s::text[])
+                             %s::smallint[], %s::text[], %s::text[])
 ON CONFLICT (census_id) DO NOTHING
 """
 
@@ -128,6 +129,7 @@ def store(cursor: psycopg.Cursor, records: Sequence[fastwire.FastCensus], measur
             record.tls_version or None,
             record.http_status,
             record.error_detail,
+            record.protocol or None,  # "not said" (TCP) as NULL, as family
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)

@@ -48,12 +48,15 @@ from iwscope.wiretypes import (
     BIGINT_MAX,
     CENSUS_URL_PATTERN,
     IW_REASON_PATTERN,
+    QUIC_MAX_DATAGRAM_BYTES,
+    QUIC_MAX_FLIGHT_PACKETS,
     SIZE_MAX,
     US_MAX,
     UUID_PATTERN,
     ErrorKind,
     Family,
     IwStatus,
+    Protocol,
     SegmentationOffload,
     SendPath,
     parse_rfc3339,
@@ -141,6 +144,7 @@ class FastTrial(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tls_handshake_us: FastMicros | None = None
     family: Family = ""
     client_iw: FastClientIw | None = None
+    protocol: Protocol = ""
 
 
 class FastPathSample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -180,6 +184,7 @@ class FastCensus(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tls_version: FastTlsVersion
     http_status: FastHttpStatus | None
     error_detail: Annotated[str, Meta(max_length=500)] | None = None
+    protocol: Protocol = ""
 
 
 class FastHeartbeat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -375,6 +380,12 @@ class FastObservation(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     family: Family = ""
     send_path: SendPath = ""
     segmentation_offload: SegmentationOffload = ""
+    protocol: Protocol = ""
+    quic_first_flight_packets: Annotated[int, Meta(ge=0, le=QUIC_MAX_FLIGHT_PACKETS)] | None = None
+    quic_first_flight_bytes: FastIwBytes | None = None
+    quic_max_datagram_size: Annotated[int, Meta(ge=wire.QUIC_MIN_DATAGRAM_BYTES, le=QUIC_MAX_DATAGRAM_BYTES)] | None = None
+    quic_lost_packets: Annotated[int, Meta(ge=0, le=BIGINT_MAX)] | None = None
+    quic_zero_rtt: bool | None = None
 
 
 class FastObservationBatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):

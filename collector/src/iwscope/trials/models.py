@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from iwprobe import wire
 from iwscope.db import Base
 from iwscope.types import BigInt, CreatedAt, Int, Json, Str, UuidCol, UuidPk
-from iwscope.wiretypes import FAMILY_KNOWN_SQL, SEGMENTATION_OFFLOAD_KNOWN_SQL, SEND_PATH_KNOWN_SQL
+from iwscope.wiretypes import FAMILY_KNOWN_SQL, PROTOCOL_KNOWN_SQL, SEGMENTATION_OFFLOAD_KNOWN_SQL, SEND_PATH_KNOWN_SQL
 
 #: The ``status`` check of client-side IW inferences (trials' ``client_iw_status``, census records).
 IW_STATUS_KNOWN_SQL = "IN (" + ", ".join(repr(status) for status in wire.IW_STATUSES) + ")"
@@ -77,6 +77,7 @@ class Trial(Base):
         Index("ix_trials_page_id", "page_id", postgresql_where=text("page_id IS NOT NULL")),
         CheckConstraint(f"role IN ({', '.join(repr(role) for role in wire.FLOW_ROLES)})", name="role_known"),
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
+        CheckConstraint(PROTOCOL_KNOWN_SQL, name="protocol_known"),
         {"postgresql_partition_by": "RANGE (started_at)"},
     )
 
@@ -129,6 +130,10 @@ class Trial(Base):
     client_iw_bytes: Mapped[Int | None]
     client_iw_mss: Mapped[Int | None]
     client_iw_reason: Mapped[Str | None]
+    #: Wire v9: ``tcp`` or ``quic`` (HTTP/3, its arm ``Nq``/``Npq``); NULL: not said, which is TCP.
+    #: A QUIC trial has no TCP connection (``connect_us``, ``tcp_info`` and the ``tcpi_*`` columns
+    #: empty); ``tls_handshake_us`` is the QUIC handshake, ``client_iw_*`` counts packets.
+    protocol: Mapped[Str | None]
     received_at: Mapped[CreatedAt]
     # Filled by the join task from origin_observations:
     server_latency_us: Mapped[BigInt | None]
@@ -154,6 +159,7 @@ class OriginObservation(Base):
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
         CheckConstraint(SEND_PATH_KNOWN_SQL, name="send_path_known"),
         CheckConstraint(SEGMENTATION_OFFLOAD_KNOWN_SQL, name="segmentation_offload_known"),
+        CheckConstraint(PROTOCOL_KNOWN_SQL, name="protocol_known"),
     )
 
     trial_id: Mapped[UuidPk]
@@ -198,6 +204,18 @@ class OriginObservation(Base):
     #: they describe how the observation was made, and the join copies only the server's numbers.
     send_path: Mapped[str] = mapped_column(Text, server_default="")
     segmentation_offload: Mapped[str] = mapped_column(Text, server_default="")
+    #: Wire v9: ``tcp`` or ``quic``; NULL: not said, which is TCP.  Over QUIC ``tcp_info`` is
+    #: empty and ``snd_cwnd_at_accept`` is the window in packets the connection started with; the
+    #: ``quic_*`` columns (NULL on TCP) hold the response's first flight -- datagrams sent before
+    #: an ACK of the response could arrive, their bytes, the datagram size the window counts --,
+    #: the connection's lost packets and whether the request came as 0-RTT data.  Like ``arm`` and
+    #: ``send_path`` they stay here: the join copies the server's numbers, not how they were made.
+    protocol: Mapped[Str | None]
+    quic_first_flight_packets: Mapped[Int | None]
+    quic_first_flight_bytes: Mapped[BigInt | None]
+    quic_max_datagram_size: Mapped[Int | None]
+    quic_lost_packets: Mapped[BigInt | None]
+    quic_zero_rtt: Mapped[bool | None] = mapped_column(Boolean)
     received_at: Mapped[CreatedAt]
     joined_at: Mapped[dt.datetime | None]
 
@@ -231,6 +249,7 @@ class CensusRecord(Base):
         Index("ix_census_records_measured_at_brin", "measured_at", postgresql_using="brin"),
         CheckConstraint(f"status {IW_STATUS_KNOWN_SQL}", name="status_known"),
         CheckConstraint(FAMILY_KNOWN_SQL, name="family_known"),
+        CheckConstraint(PROTOCOL_KNOWN_SQL, name="protocol_known"),
     )
 
     census_id: Mapped[UuidPk]
@@ -255,4 +274,7 @@ class CensusRecord(Base):
     tls_version: Mapped[Str | None]
     http_status: Mapped[int | None] = mapped_column(SmallInteger)
     error_detail: Mapped[Str | None]
+    #: Wire v9: ``tcp`` or ``quic``; NULL: not said, which is TCP.  A QUIC record's
+    #: ``iw_segments`` counts packets and ``mss`` is the server's datagram size.
+    protocol: Mapped[Str | None]
     received_at: Mapped[CreatedAt]

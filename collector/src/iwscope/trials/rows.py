@@ -7,7 +7,8 @@ statement.  Each row is read from its record by ``json_populate_record`` (the ta
 column types parse each value, as COPY did) plus the expressions of :func:`trial_row_sql` and
 :func:`observation_row_sql` for the columns a record does not carry as such: the typed
 ``tcpi_*`` columns out of ``tcp_info``, the client-side IW out of ``client_iw``, NULL for the
-empty strings of "not said", the plain arm as NULL and the flow role of a wire-v1/v2 URL.
+empty strings of "not said" (``family``, ``protocol``, ...), the plain arm as NULL and the flow
+role of a wire-v1/v2 URL.
 
 Building each row as a Python dict instead cost 5-9 us of API CPU per trial (45 keys, a
 dozen lookups) where the encoding costs 1.1-1.6 us (docs/ingest-throughput.md).
@@ -67,6 +68,7 @@ TRIAL_STAGE_COLUMNS = (
         "client_iw_bytes",
         "client_iw_mss",
         "client_iw_reason",
+        "protocol",
     )
 )
 SAMPLE_COLUMNS = ("sample_id", "probe_id", "origin_id", "measured_at", "min_rtt_us", "bottleneck_bps", "transfer_bytes", "method")
@@ -94,6 +96,12 @@ OBSERVATION_WIRE_COLUMNS = (
     "family",
     "send_path",
     "segmentation_offload",
+    "protocol",
+    "quic_first_flight_packets",
+    "quic_first_flight_bytes",
+    "quic_max_datagram_size",
+    "quic_lost_packets",
+    "quic_zero_rtt",
 )
 OBSERVATION_STAGE_COLUMNS = (
     OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
@@ -152,6 +160,7 @@ def _trial_expressions() -> dict[str, str]:
         "client_iw_bytes": f"({inference}->>'bytes')::{_sql_type(table, 'client_iw_bytes')}",
         "client_iw_mss": f"({inference}->>'mss')::{_sql_type(table, 'client_iw_mss')}",
         "client_iw_reason": f"NULLIF({inference}->>'reason', '')",
+        "protocol": _not_said("protocol"),
     }
     return {column: derived.get(column, f"r.{column}") for column in TRIAL_STAGE_COLUMNS}
 
@@ -164,6 +173,7 @@ def _observation_expressions() -> dict[str, str]:
         "arm": _not_said("arm"),
         "tls_version": _not_said("tls_version"),
         "family": _not_said("family"),
+        "protocol": _not_said("protocol"),
         # send_path stays '' ("not said"): its column is NOT NULL
     }
     return {column: derived.get(column, f"r.{column}") for column in OBSERVATION_STAGE_COLUMNS}

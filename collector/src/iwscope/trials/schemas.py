@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from iwprobe import wire
 from iwscope.probes.schemas import HeartbeatIn
 from iwscope.wiretypes import (
+    BIGINT_MAX,
     NO_NUL,
     WIRE_MODEL_CONFIG,
     ArmLabel,
@@ -25,6 +26,9 @@ from iwscope.wiretypes import (
     IwStatus,
     Micros,
     Port,
+    Protocol,
+    QuicDatagramSize,
+    QuicPackets,
     SegmentationOffload,
     SegmentSize,
     SendPath,
@@ -94,6 +98,7 @@ class TrialRecordIn(BaseModel):
     tls_handshake_us: Micros | None = None
     family: Family = ""
     client_iw: ClientIwIn | None = None
+    protocol: Protocol = ""
 
 
 class PathSampleIn(BaseModel):
@@ -135,6 +140,7 @@ class CensusRecordIn(BaseModel):
     tls_version: TlsVersion
     http_status: Annotated[int, Field(ge=100, le=599)] | None
     error_detail: Annotated[str, Field(max_length=500), NO_NUL] | None = None
+    protocol: Protocol = ""
 
 
 class TrialBatchIn(BaseModel):
@@ -181,6 +187,12 @@ class OriginObservationIn(BaseModel):
     family: Family = ""
     send_path: SendPath = ""
     segmentation_offload: SegmentationOffload = ""
+    protocol: Protocol = ""
+    quic_first_flight_packets: QuicPackets | None = None
+    quic_first_flight_bytes: IwBytes | None = None
+    quic_max_datagram_size: QuicDatagramSize | None = None
+    quic_lost_packets: Annotated[int, Field(ge=0, le=BIGINT_MAX)] | None = None
+    quic_zero_rtt: bool | None = None
 
 
 class ObservationBatchIn(BaseModel):

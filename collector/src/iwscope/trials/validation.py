@@ -1,6 +1,7 @@
 """Checks of uploaded batches beyond their JSON Schema: whose records they are, the relations
-between fields, timestamps in range; :class:`BatchRejected` names every bad record and field
-(nothing of a refused batch is stored)."""
+between fields (wire v9's ``protocol`` against the arm: :mod:`iwscope.trials.protocols`),
+timestamps in range; :class:`BatchRejected` names every bad record and field (nothing of a
+refused batch is stored)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from iwprobe import wire
-from iwscope.trials import census, fastwire
+from iwscope.trials import census, fastwire, protocols
 from iwscope.trials.schemas import RecordError
 from iwscope.types import utcnow
 
@@ -116,7 +117,7 @@ def check_instant(
 
 
 def _arm_matches_iw(label: str, iw: int) -> bool:
-    """An arm label names the IW it starts from (``10`` and ``10p``: 10; ``learned``: any)."""
+    """An arm label names the IW it starts from (``10``, ``10p``, ``10q``, ``10pq``: 10; ``learned``: any)."""
     return label in ("", "learned") or wire.arm_label_iw(label) == iw
 
 
@@ -211,7 +212,9 @@ def validate_trial_batch(body: bytes, probe_id: uuid.UUID) -> fastwire.FastTrial
                     )
                 )
         raise BatchRejected(403, "records of another probe: nothing was stored", foreign)
-    flow_errors = _flow_field_errors(trials) + census.client_iw_errors(trials) + census.check(records)
+    flow_errors = (
+        _flow_field_errors(trials) + protocols.trial_errors(trials) + census.client_iw_errors(trials) + census.check(records)
+    )
     if flow_errors:
         raise BatchRejected(422, "invalid batch: nothing was stored", flow_errors)
     latest = utcnow() + MAX_FUTURE
@@ -233,8 +236,9 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> fastwire.Fa
 
     Decoded as trial batches are (:func:`iwscope.trials.fastwire.decode_or_refuse_observations`:
     msgspec, pydantic naming the errors of a refused body).  A record of another origin makes
-    the whole batch 403 (naming every such record); a ``request_at`` before 2000 or more than a
-    day ahead, 422.
+    the whole batch 403 (naming every such record); a ``protocol`` that disagrees with the
+    record (:func:`iwscope.trials.protocols.observation_errors`) or a ``request_at`` before 2000
+    or more than a day ahead, 422.
     """
     try:
         batch = fastwire.decode_or_refuse_observations(body)
@@ -266,6 +270,9 @@ def validate_observation_batch(body: bytes, origin_id: uuid.UUID) -> fastwire.Fa
                 ),
             )
         raise BatchRejected(403, "records of another origin: nothing was stored", foreign)
+    protocol_errors = protocols.observation_errors(observations)
+    if protocol_errors:
+        raise BatchRejected(422, "invalid batch: nothing was stored", protocol_errors)
     latest = utcnow() + MAX_FUTURE
     instants = batch.request_at
     if instants and (min(instants) < EARLIEST_TIMESTAMP or max(instants) > latest):

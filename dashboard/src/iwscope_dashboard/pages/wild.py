@@ -90,6 +90,7 @@ def census_rows(targets: list[CensusTarget]) -> list[dict[str, Any]]:
     return [
         {
             "url": target.url,
+            "protocol": PROTOCOL_NAMES.get(target.protocol, target.protocol),
             "iw": _iw_text(target.overall),
             "share": _share_text(target.overall.share, target.overall.share_ci_low, target.overall.share_ci_high),
             "values": ", ".join(f"{iw} x{n}" for iw, n in target.overall.values.items()) or "-",
@@ -105,12 +106,17 @@ def census_rows(targets: list[CensusTarget]) -> list[dict[str, Any]]:
     ]
 
 
+#: The census table's protocol column (wire v9: HTTP/3's window counts packets, its MSS column
+#: is the datagram size).
+PROTOCOL_NAMES = {"tcp": "TCP", "quic": "HTTP/3"}
+
 CENSUS_COLUMNS = [
     ("url", "target"),
-    ("iw", "IW (segments)"),
+    ("protocol", "protocol"),
+    ("iw", "IW (segments; HTTP/3: packets)"),
     ("share", "agree % [95 % CI]"),
     ("values", "values seen"),
-    ("mss", "MSS"),
+    ("mss", "MSS (HTTP/3: datagram)"),
     ("records", "records"),
     ("ok", "determined"),
     ("probes", "probes"),
