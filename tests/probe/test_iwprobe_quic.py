@@ -114,7 +114,7 @@ def test_the_census_answer_is_what_the_connections_agree_on() -> None:
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from iwprobe._arms import parse_arms
-    from iwprobe._quic import QuicOrigin
+    from iwprobe._quic_origin import QuicOrigin
     from iwscope_lab.certs import write_chain
 
     chain = write_chain(tmp_path_factory.mktemp("chain"), 2, ips=["127.0.0.1"])
@@ -238,7 +238,8 @@ def test_the_tcp_origins_per_client_budgets_hold_over_http3(tmp_path: Path) -> N
     from iwprobe._arms import parse_arms
     from iwprobe._budgets import ClientBudgets
     from iwprobe._origin_config import OriginConfig
-    from iwprobe._quic import QuicOrigin, fetch_h3
+    from iwprobe._quic import fetch_h3
+    from iwprobe._quic_origin import QuicOrigin
     from iwscope_lab.certs import write_chain
 
     chain = write_chain(tmp_path / "chain", 2, ips=["127.0.0.1"])

@@ -506,7 +506,7 @@ def _quic_origin(args: argparse.Namespace, origin: Any) -> Any:
     TCP route's; docs/quic.md), under the TCP origin's per-client budgets.  Its observations
     (wire v9, ``protocol`` ``quic``, arm ``Nq``) go where the TCP origin's go: to the spool and
     the collector, or to stdout with ``--no-upload``."""
-    from ._quic import QuicOrigin
+    from ._quic_origin import QuicOrigin
     from ._quic_records import quic_observation
 
     def report(observation: dict[str, Any]) -> None:

@@ -102,7 +102,7 @@ def quic_trial(
 
 
 def quic_observation(report: dict[str, Any], origin_id: str) -> Optional[wire.OriginObservation]:
-    """The QUIC origin's report of one response (:class:`iwprobe._quic.QuicOrigin`) as an
+    """The QUIC origin's report of one response (:class:`iwprobe._quic_origin.QuicOrigin`) as an
     observation of its trial; ``None`` when the request named no trial (nothing to join)."""
     trial_id = report.get("trial_id")
     if not trial_id:
