@@ -59,6 +59,7 @@ def campaign(
     stack.close_sessions()
 
 
+@pytest.mark.slow  # a 31 s lab rehearsal (make demo's benefit campaign is adaptive too): make test-slow
 def test_the_quiet_probe_stops_early_and_the_lossy_one_runs_to_the_end(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     stack = campaign["stack"]
@@ -84,6 +85,7 @@ def test_the_quiet_probe_stops_early_and_the_lossy_one_runs_to_the_end(campaign:
     assert result.stored_per_probe["quiet"] >= 40  # >= 20 pairs per size octave... made in a few seconds
 
 
+@pytest.mark.slow  # a 31 s lab rehearsal (make demo's benefit campaign is adaptive too): make test-slow
 def test_every_round_is_paired(campaign: dict[str, object]) -> None:
     result = campaign["result"]
     rows = query_rows(

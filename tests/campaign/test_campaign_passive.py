@@ -62,6 +62,7 @@ def passive_run(database_url: str, redis_url: str, api_server: Any, tmp_path: Pa
         stack.close_sessions()
 
 
+@pytest.mark.slow  # a 31 s lab rehearsal (make demo runs the passive study; the tap's parts: make test): make test-slow
 def test_a_passive_study_measures_every_connection_with_its_arm(passive_run: Any) -> None:
     stack, topology, result = passive_run
     assert result.population["failures"] == 0, result.population

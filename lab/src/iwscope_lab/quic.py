@@ -178,12 +178,14 @@ def quic_lab(
     rate_bps: float = 100_000_000,
     servers: bool = True,
     observations: bool = False,
+    chain_kb: float = 2,
 ) -> Iterator[QuicLab]:
     """The origin's host behind a zero-delay link and the probe behind ``rate_bps`` and
     ``rtt_ms``; on the origin's host ``iwprobe origin --quic`` (HTTPS and HTTP/3 on every arm,
     CUBIC on TCP) and, with ``servers``, Caddy and aioquic as shipped.  With ``observations`` the
     origin's stdout is a pipe the caller must keep reading (``QuicLab.origin.stdout``); without,
-    it is discarded.  Everything is stopped and removed on exit."""
+    it is discarded.  ``chain_kb``: the origin's test chain (``certs.write_chain``; 2 KB fits the
+    amplification limit, larger ones do not).  Everything is stopped and removed on exit."""
     topo = Topology(
         f"iwt{secrets.token_hex(3)}",
         hosts=[
@@ -193,7 +195,7 @@ def quic_lab(
     )
     with topo, open(work / "servers.log", "ab") as logs:
         address = topo.host("origin").address
-        chain = write_chain(work / "chain", 2, ips=[address])
+        chain = write_chain(work / "chain", chain_kb, ips=[address])
         cert, key = write_self_signed(work / "caddy-cert", [address])
         www = work / "www"
         www.mkdir(exist_ok=True)

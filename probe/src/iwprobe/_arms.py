@@ -78,6 +78,8 @@ def parse_arm(label: str, learned_base_iw: int = LEARNED_BASE_IW) -> Arm:
     """An :class:`Arm` from its label; ``ValueError`` says what is wrong."""
     text = label.strip().lower()
     iw = wire.arm_label_iw(text, learned_base_iw)  # the label grammar lives in the wire format
+    if wire.arm_label_protocol(text) == "quic":
+        raise ValueError(f"{label!r} is a QUIC arm: list its TCP arm ({wire.tcp_arm_label(text)}) and serve HTTP/3 with --quic")
     if text == "learned":
         return Arm("learned", learned_base_iw, "learned")
     if text.endswith("p"):

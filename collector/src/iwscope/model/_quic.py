@@ -12,8 +12,9 @@ last byte, both on a loss-free path of round trip ``rtt_s`` and bottleneck ``rat
   fourth round at IW 10 (measured: 6.1 round trips at 50, 100 and 200 ms).
 * :func:`predict_h3_total`: one round trip for QUIC's handshake (the client's Initial, padded to
   1,200 bytes; the server's Initial and Handshake packets, at most three times the client's
-  bytes until the client's address is validated: RFC 9000 8.1, each further 3,600 bytes of a
-  larger certificate chain costs a round trip), then the request and the response in slow start
+  bytes until the client's address is validated: RFC 9000 8.1), more for a certificate chain
+  beyond that first round (:func:`quic_handshake_rounds`: slow start from the IW once the
+  client's first Handshake packet validated its address), then the request and the response in slow start
   from the same IW, counted in QUIC packets: 1,165 stream bytes in a 1,200-byte datagram
   (aioquic: an 11-byte short header, a 16-byte AEAD tag, an 8-byte STREAM frame header).
 
@@ -85,11 +86,25 @@ def predict_https_total(
     return appconnect + request + response.server_latency_s - ack_delay
 
 
-def quic_handshake_rounds(server_flight_bytes: int) -> int:
-    """Round trips of QUIC's handshake: one, plus one per further amplification limit's worth of
-    the server's first flight (each client datagram, padded to 1,200 bytes, allows 3,600 more)."""
-    limit = AMPLIFICATION_FACTOR * QUIC_DATAGRAM_BYTES
-    return max(1, math.ceil(server_flight_bytes / limit))
+def quic_handshake_rounds(server_flight_bytes: int, iw: int) -> int:
+    """Round trips of the server's handshake flight (its Initial and Handshake packets): the first
+    round is at most three times the client's Initial (RFC 9000 8.1: 3,600 bytes) and at most the
+    window; the client's answer to it carries its first Handshake packet, which validates its
+    address, so from the second round on only the window holds the flight back, and it grows by
+    every byte acknowledged (slow start: each round's ACKs arrive while the next round fills it).
+
+    Measured with aioquic in the lab (80 ms, 5 Mbit/s, a 17.2 KB flight, docs/quic.md): IW 3 sent
+    3, 6 and 6 datagrams in three rounds, IW 10 3 and 12 in two -- not the one round per 3,600
+    bytes a client that only answered with padded Initials would allow."""
+    window = iw * QUIC_DATAGRAM_BYTES
+    sent = min(AMPLIFICATION_FACTOR * QUIC_DATAGRAM_BYTES, window)
+    rounds, last = 1, sent
+    while sent < server_flight_bytes:
+        window += last
+        last = min(window, server_flight_bytes - sent)
+        sent += last
+        rounds += 1
+    return rounds
 
 
 def predict_h3_total(
@@ -101,7 +116,7 @@ def predict_h3_total(
     one_way = rtt_s / 2.0
     datagram = QUIC_DATAGRAM_BYTES + UDP_HEADER_BYTES
     handshake = (
-        quic_handshake_rounds(server_flight_bytes) * rtt_s
+        quic_handshake_rounds(server_flight_bytes, iw) * rtt_s
         + _serialise_s(datagram, up_rate)
         + math.ceil(server_flight_bytes / QUIC_DATAGRAM_BYTES) * _serialise_s(datagram, rate_bps)
     )
