@@ -423,3 +423,32 @@ def close_celery_client(app) -> None:
         if client is not None:
             client.connection_pool.disconnect()
     app.close()
+
+
+def census_record(
+    probe_id: str, url: str = "https://example.org/big", campaign_id: int | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """A wire v5 census record (a CDN's IW 10 over TCP) with ``overrides``."""
+    record: dict[str, Any] = {
+        "census_id": wire.new_id(),
+        "probe_id": probe_id,
+        "campaign_id": campaign_id,
+        "round": 0,
+        "url": url,
+        "measured_at": wire.utc_timestamp(),
+        "status": "ok",
+        "iw_segments": 10,
+        "iw_bytes": 14_480,
+        "mss": 1448,
+        "reason": "",
+        "connections": 3,
+        "connections_ok": 3,
+        "announced_mss": None,
+        "rtt_us": 60_000,
+        "family": "ipv4",
+        "tls_version": "TLSv1.3",
+        "http_status": 206,
+        "error_detail": None,
+    }
+    record.update(overrides)
+    return record

@@ -11,37 +11,19 @@ import httpx
 import jsonschema
 import pytest
 from sqlalchemy import Engine, text
-from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_observation, make_trial, wait_for
+from testkit import (
+    Enrolled,
+    bearer,
+    census_record,
+    enroll_origin,
+    enroll_probe,
+    make_batch,
+    make_observation,
+    make_trial,
+    wait_for,
+)
 
 from iwprobe import wire
-
-
-def census_record(
-    probe_id: str, url: str = "https://example.org/big", campaign_id: int | None = None, **overrides: Any
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "census_id": wire.new_id(),
-        "probe_id": probe_id,
-        "campaign_id": campaign_id,
-        "round": 0,
-        "url": url,
-        "measured_at": wire.utc_timestamp(),
-        "status": "ok",
-        "iw_segments": 10,
-        "iw_bytes": 14_480,
-        "mss": 1448,
-        "reason": "",
-        "connections": 3,
-        "connections_ok": 3,
-        "announced_mss": None,
-        "rtt_us": 60_000,
-        "family": "ipv4",
-        "tls_version": "TLSv1.3",
-        "http_status": 206,
-        "error_detail": None,
-    }
-    record.update(overrides)
-    return record
 
 
 def v5_batch(probe_id: str, trials: list[dict[str, Any]], census: list[dict[str, Any]]) -> dict[str, Any]:

@@ -23,7 +23,17 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy.exc
 from sqlalchemy import Engine, text
-from testkit import Enrolled, bearer, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial, wait_for
+from testkit import (
+    Enrolled,
+    bearer,
+    census_record,
+    enroll_probe,
+    make_batch,
+    make_observation,
+    make_observation_batch,
+    make_trial,
+    wait_for,
+)
 
 from iwprobe import wire
 from iwscope.trials.protocols import arm_mismatch
@@ -339,28 +349,7 @@ def test_quic_arms_reach_wire_v9_probes_only(
 
 
 # ----------------------------------------------------------------------------- census
-def census_record(probe_id: str, campaign_id: int, **overrides: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "census_id": wire.new_id(),
-        "probe_id": probe_id,
-        "campaign_id": campaign_id,
-        "round": 0,
-        "url": "https://caddy.example/big",
-        "measured_at": wire.utc_timestamp(),
-        "status": "ok",
-        "iw_segments": 10,
-        "iw_bytes": 14_480,
-        "mss": 1448,
-        "reason": "",
-        "connections": 3,
-        "connections_ok": 3,
-        "announced_mss": 1460,
-        "rtt_us": 100_000,
-        "family": "ipv4",
-        "tls_version": "TLSv1.3",
-        "http_status": 206,
-    }
-    return {**record, **overrides}
+CADDY_URL = "https://caddy.example/big"
 
 
 def test_census_records_say_their_protocol_and_each_protocol_is_its_own_target(
@@ -378,9 +367,9 @@ def test_census_records_say_their_protocol_and_each_protocol_is_its_own_target(
     assert created.status_code == 201, created.text
     campaign_id = created.json()["id"]
     quic = {"iw_segments": 32, "iw_bytes": 40_822, "mss": 1252, "announced_mss": None, "http_status": 200}
-    records = [census_record(probe.id, campaign_id, protocol=protocol) for protocol in ("", "tcp", "tcp")]
-    records += [census_record(probe.id, campaign_id, protocol="quic", **quic) for _ in range(3)]
-    bad = census_record(probe.id, campaign_id, protocol="h3")
+    records = [census_record(probe.id, CADDY_URL, campaign_id, protocol=protocol) for protocol in ("", "tcp", "tcp")]
+    records += [census_record(probe.id, CADDY_URL, campaign_id, protocol="quic", **quic) for _ in range(3)]
+    bad = census_record(probe.id, CADDY_URL, campaign_id, protocol="h3")
     refused = client.post(
         wire.TRIALS_BATCH_PATH, json=v9(make_batch(probe.id, []) | {"census": [*records, bad]}), headers=probe.headers
     )

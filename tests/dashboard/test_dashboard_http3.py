@@ -59,6 +59,9 @@ def test_tcp_against_quic_is_paired_per_round_and_size(http3: Http3Seed, study_s
     assert tcp_quic[(10, 1024.0)].abs_ms > 20 and abs(tcp_quic[(3, 16384.0)].abs_ms or 0.0) < 1.0  # type: ignore[operator]
     quic_arms = [row for row in rows if row.dimension == QUIC_ARMS]
     assert [(row.baseline.iw, row.treatment.iw, row.n_pairs) for row in quic_arms] == [(3, 10, pairs), (3, 10, pairs)]
+    # one IW chosen twice: TCP against QUIC at it, no QUIC arm compared with itself
+    same = protocol_comparisons(study_session, dataclasses.replace(_filters(http3), baseline_iw=10))
+    assert {(row.dimension, row.baseline.iw) for row in same} == {(TCP_VS_QUIC, 10)}
 
 
 def test_too_few_pairs_say_so(http3: Http3Seed, study_session: Session) -> None:

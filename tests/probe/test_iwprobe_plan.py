@@ -130,3 +130,19 @@ def test_quic_arm_labels(label: str, iw: int, protocol: str, tcp: str) -> None:
 def test_labels_that_are_not_quic_arms_are_refused(label: str) -> None:
     with pytest.raises(ValueError):
         wire.arm_label_iw(label)
+
+
+def test_the_quic_census_answer_is_a_record_of_its_own() -> None:
+    """Wire v9: the HTTP/3 answer of a census keeps the target's fields and says its own window
+    (packets, the datagram size as MSS, no announced MSS); no HTTP/3 answer, no record."""
+    from iwprobe._census import CensusResult, quic_to_record, to_record
+    from iwprobe._census_quic import QuicCensus
+
+    result = CensusResult(url="https://caddy.example/big", measured_at=wire.utc_timestamp(), status="ok", family="ipv4")
+    result.iw_segments, result.mss, result.announced_mss, result.tls_version = 10, 1448, 1460, "TLSv1.3"
+    assert quic_to_record(result, "p", 7, 2) is None
+    result.quic = QuicCensus(url=result.url, status="ok", iw_packets=32, iw_bytes=40_822, max_datagram_size=1252, rtt_ms=40.5)
+    tcp, quic = to_record(result, "p", 7, 2), quic_to_record(result, "p", 7, 2)
+    assert quic is not None and quic.census_id != tcp.census_id
+    assert (quic.protocol, quic.iw_segments, quic.mss, quic.announced_mss, quic.rtt_us) == ("quic", 32, 1252, None, 40_500)
+    assert (quic.url, quic.campaign_id, quic.round, quic.family) == (tcp.url, 7, 2, "ipv4") and tcp.protocol == ""

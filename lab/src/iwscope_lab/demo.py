@@ -385,11 +385,12 @@ def http3_lines(stack: Stack, campaign_id: int) -> list[str]:
             if row.dimension == QUIC_ARMS
             else f"HTTP/3 vs TCP+TLS at IW{row.baseline.iw}"
         )
+        paths = f"{row.n_paths} path{'s' if row.n_paths != 1 else ''}"
         gain = (
-            f"n too small ({row.n_pairs} pairs)"
+            f"n too small ({row.n_pairs} pairs on {paths})"
             if row.too_small
             else f"{_ms(row.abs_ms)} ms faster {_bounds(_pair_of(row.abs_ci_low, row.abs_ci_high), digits=1)} "
-            f"over {row.n_pairs} pairs"
+            f"over {row.n_pairs} pairs on {paths}" + (f" ({row.note})" if row.note else "")
         )
         lines.append(f"{what} ({row.bucket}): {gain}")
     return lines or ["HTTP/3: no trials (the HTTPS origin did not serve HTTP/3)"]

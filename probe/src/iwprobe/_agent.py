@@ -37,8 +37,7 @@ from ._census import census, quic_to_record, to_record
 from ._collector import CollectorClient, CollectorError, from_dict
 from ._echo import EchoFlow
 from ._fetch import client_context, fetch, object_url
-from ._plan import PlanEntry, page_parts, round_plan, target_host
-from ._quic import quic_available
+from ._plan import PlanEntry, campaign_arms, page_parts, round_plan, target_host
 from ._quic_records import quic_trial
 from ._spool import Spool, SpoolFull
 from ._trace import trace_of, traced_round
@@ -208,10 +207,9 @@ class ProbeAgent:
         #: HTTPS targets are verified against the system's CAs or ``tls_ca_file`` (a lab root).
         self.tls_context = client_context(tls_ca_file)
         self.tls_ca_file = tls_ca_file
-        #: Whether QUIC arms (wire v9) can be fetched here: the ``iwprobe[quic]`` extra is installed.
-        self.quic, why_not_quic = quic_available()
-        if not self.quic:
-            log.info("no HTTP/3: QUIC arms of campaigns are skipped (%s)", why_not_quic)
+        #: Whether QUIC arms (wire v9) can be fetched here (the ``iwprobe[quic]`` extra), found out
+        #: the first time a campaign asks (:meth:`_can_quic`): aioquic is not loaded before.
+        self._quic: Optional[bool] = None
         #: Whether trials infer the server's IW from a capture (wire v5 ``client_iw``): asked
         #: for and possible here (root); the heartbeat says which and why.
         self.iw_capture = capture_status() if infer_iw else "off: --no-iw-inference"
@@ -290,6 +288,16 @@ class ProbeAgent:
         return stored, None
 
     # -- rounds
+    def _can_quic(self) -> bool:
+        """Whether QUIC arms can be fetched here; imports aioquic once, when first asked."""
+        if self._quic is None:
+            from ._quic import quic_available
+
+            self._quic, why = quic_available()
+            if not self._quic:
+                log.info("no HTTP/3: QUIC arms and QUIC census answers are skipped (%s)", why)
+        return self._quic
+
     def _plan(self, campaign: wire.CampaignSchedule) -> list[list[Any]]:
         if campaign.census_urls:
             order = list(campaign.census_urls)
@@ -301,7 +309,8 @@ class ProbeAgent:
             round_sizes = sizes.sample(campaign.size_dist, campaign.sizes_per_round, self.rng)
         else:
             raise ValueError(f"campaign {campaign.campaign_id} has neither sizes nor size_dist")
-        return round_plan(campaign, round_sizes, self.rng, quic=self.quic)
+        wants_quic = any(wire.arm_label_protocol(label) == "quic" for label in campaign_arms(campaign))
+        return round_plan(campaign, round_sizes, self.rng, quic=not wants_quic or self._can_quic())
 
     def _next_round(self, campaign: wire.CampaignSchedule, now: float) -> tuple[str, Optional[int], float]:
         """("done" | "wait" | "run", round number, seconds to wait)."""
@@ -376,7 +385,7 @@ class ProbeAgent:
                 family=campaign.family,
                 timeout_s=self.trial_timeout_s,
                 # HTTP/3 too where the server offers it (wire v9: a record of its own)
-                quic="auto" if self.quic else "no",
+                quic="auto" if self._can_quic() else "no",
                 ca_file=self.tls_ca_file,
             )
             records = [to_record(answer, self.credentials.id, campaign.campaign_id, number)]

@@ -25,12 +25,13 @@ from __future__ import annotations
 import ssl
 import urllib.parse
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from . import wire
 from ._census_quic import QuicCensus, format_quic_census, h3_port, quic_census
 from ._fetch import FetchResult, client_context, fetch
+from ._quic_records import QUIC_TLS_VERSION
 
 #: Bytes asked for per connection (``Range: bytes=0-...``).
 DEFAULT_RANGE_BYTES = 256 * 1024
@@ -227,24 +228,19 @@ def quic_to_record(
     quic = result.quic
     if quic is None:
         return None
-    return wire.CensusRecord(
-        census_id=wire.new_id(),
-        probe_id=probe_id,
-        campaign_id=campaign_id,
-        round=round_number,
-        url=result.url,
-        measured_at=result.measured_at,
+    determined = quic.status != "undetermined"
+    return replace(
+        to_record(result, probe_id, campaign_id, round_number),
         status=quic.status,
-        iw_segments=quic.iw_packets if quic.status != "undetermined" else None,
-        iw_bytes=quic.iw_bytes if quic.status != "undetermined" else None,
+        iw_segments=quic.iw_packets if determined else None,
+        iw_bytes=quic.iw_bytes if determined else None,
         mss=quic.max_datagram_size,
         reason=quic.reason[: wire.MAX_IW_REASON_CHARS],
         connections=quic.connections,
         connections_ok=quic.connections_ok,
         announced_mss=None,
         rtt_us=None if quic.rtt_ms is None else int(quic.rtt_ms * 1000),
-        family=result.family,
-        tls_version="TLSv1.3",
+        tls_version=QUIC_TLS_VERSION,
         http_status=quic.http_status,
         error_detail=quic.error[:500] or None,
         protocol="quic",

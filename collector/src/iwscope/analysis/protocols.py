@@ -41,9 +41,10 @@ TCP_VS_QUIC = "tcp-vs-quic"
 QUIC_ARMS = "quic-arms"
 
 
-def _trials(session: Session, filters: Filters, labels: tuple[str, str]) -> list[Any]:
+def _trials(session: Session, filters: Filters, labels: list[str]) -> list[Any]:
     """(path, round, size, label, latency µs, histogram bin) of the successful short flows of
-    the two arms ``labels`` (a plain TCP arm is stored without a label: its IW names it)."""
+    the arms ``labels`` (a plain TCP arm is stored without a label: its IW names it), read once
+    for every comparison of a call."""
     column = "t.server_latency_us" if filters.metric == "server" else "t.total_us"
     # both protocols are wanted here, whatever the filter says
     where, params = trial_where(replace(filters, protocol=""))
@@ -54,8 +55,8 @@ def _trials(session: Session, filters: Filters, labels: tuple[str, str]) -> list
                    COALESCE(t.arm, t.arm_iw::text), {column}, {bk.hist_bin_sql(column)}
               FROM trials t JOIN probes p ON p.id = t.probe_id
              WHERE {where} AND t.error_kind IS NULL AND t.role = 'short' AND {column} IS NOT NULL
-               AND COALESCE(t.arm, t.arm_iw::text) IN (:base, :treat)"""),
-            {**params, "base": labels[0], "treat": labels[1]},
+               AND COALESCE(t.arm, t.arm_iw::text) = ANY(:labels)"""),
+            {**params, "labels": labels},
         ).all()
     )
 
@@ -87,27 +88,50 @@ def _by_size(rows: list[Any], labels: tuple[str, str], iws: tuple[int, int], dim
     return results
 
 
-def tcp_vs_quic(session: Session, filters: Filters) -> list[BucketComparison]:
-    """TCP arm ``N`` against QUIC arm ``Nq`` per size octave, for ``N`` in the filters' two IWs
-    (module docstring); an IW without QUIC trials gives nothing."""
+def _compare(rows: list[Any], labels: tuple[str, str], iws: tuple[int, int], dimension: str) -> list[BucketComparison]:
+    """The comparison of two arms from :func:`_trials`' rows; nothing without the treatment's."""
+    mine = [row for row in rows if row[3] in labels]
+    if not any(row[3] == labels[1] for row in mine):
+        return []
+    return _by_size(mine, labels, iws, dimension)
+
+
+def _tcp_vs_quic(rows: list[Any], filters: Filters) -> list[BucketComparison]:
     results: list[BucketComparison] = []
     for iw in sorted({filters.baseline_iw, filters.treatment_iw}):
-        labels = (str(iw), f"{iw}q")
-        rows = _trials(session, filters, labels)
-        if any(row[3] == labels[1] for row in rows):
-            results += _by_size(rows, labels, (iw, iw), TCP_VS_QUIC)
+        results += _compare(rows, (str(iw), f"{iw}q"), (iw, iw), TCP_VS_QUIC)
     return results
 
 
+def _quic_arms(rows: list[Any], filters: Filters) -> list[BucketComparison]:
+    base, treat = filters.baseline_iw, filters.treatment_iw
+    if base == treat:  # one arm: nothing to compare
+        return []
+    return _compare(rows, (f"{base}q", f"{treat}q"), (base, treat), QUIC_ARMS)
+
+
+def _labels(filters: Filters) -> list[str]:
+    iws = sorted({filters.baseline_iw, filters.treatment_iw})
+    return [str(iw) for iw in iws] + [f"{iw}q" for iw in iws]
+
+
+def tcp_vs_quic(session: Session, filters: Filters) -> list[BucketComparison]:
+    """TCP arm ``N`` against QUIC arm ``Nq`` per size octave, for ``N`` in the filters' two IWs
+    (module docstring); an IW without QUIC trials gives nothing."""
+    return _tcp_vs_quic(_trials(session, filters, _labels(filters)), filters)
+
+
 def quic_arms(session: Session, filters: Filters) -> list[BucketComparison]:
-    """QUIC arm ``<base>q`` against ``<treat>q`` per size octave (module docstring)."""
-    labels = (f"{filters.baseline_iw}q", f"{filters.treatment_iw}q")
-    return _by_size(_trials(session, filters, labels), labels, (filters.baseline_iw, filters.treatment_iw), QUIC_ARMS)
+    """QUIC arm ``<base>q`` against ``<treat>q`` per size octave (module docstring); nothing when
+    the two IWs are one."""
+    return _quic_arms(_trials(session, filters, _labels(filters)), filters)
 
 
 def protocol_comparisons(session: Session, filters: Filters) -> list[BucketComparison]:
-    """Both: :func:`tcp_vs_quic`, then :func:`quic_arms` (``dimension`` tells them apart)."""
-    return tcp_vs_quic(session, filters) + quic_arms(session, filters)
+    """Both, from one read of the trials: :func:`tcp_vs_quic`, then :func:`quic_arms`
+    (``dimension`` tells them apart)."""
+    rows = _trials(session, filters, _labels(filters))
+    return _tcp_vs_quic(rows, filters) + _quic_arms(rows, filters)
 
 
 __all__ = ["QUIC_ARMS", "TCP_VS_QUIC", "protocol_comparisons", "quic_arms", "tcp_vs_quic"]
