@@ -80,7 +80,7 @@ def _handshake_rtt_us(log: Sequence[Datagram]) -> Optional[int]:
 def _flight(datagrams: list[Datagram], rtt_us: Optional[int], cut: bool, reason: str) -> QuicFlight:
     datagrams = [d for d in datagrams if d[2] >= SMALL_DATAGRAM]
     if not datagrams:
-        return QuicFlight("undetermined", rtt_us=rtt_us, reason="no response datagram")
+        return QuicFlight("undetermined", rtt_us=rtt_us, reason="no_response_datagram")
     total = sum(size for _, _, size in datagrams)
     sizes = Counter(size for _, _, size in datagrams)
     # the stack's datagram size: the most common, the largest of equally common ones
@@ -109,7 +109,7 @@ def acknowledged_flight(
     handshake = _handshake_rtt_us(log)
     response = [d for d in log if d[1] == "in" and d[0] >= request_us]
     if not response:
-        return QuicFlight("undetermined", rtt_us=handshake, reason="no response datagram")
+        return QuicFlight("undetermined", rtt_us=handshake, reason="no_response_datagram")
     first_in = response[0][0]
     request_rtt = first_in - request_us
     if path_rtt_us is not None:
