@@ -48,6 +48,7 @@ import os
 import pathlib
 import platform
 import random
+import re
 import resource
 import secrets
 import signal
@@ -109,11 +110,16 @@ def _group_pids(pgid: int) -> list[int]:
     return pids
 
 
+#: The process a backend's ``application_name`` names (``iwscope[1234]``, ``iwscope-upload-lane[1234]``).
+_OWNER_PID = re.compile(r"\[(\d+)\]")
+
+
 class CpuMeter:
     """Cumulative CPU seconds per role, robust to processes appearing and exiting between samples."""
 
     def __init__(self) -> None:
-        self.last: dict[int, float] = {}
+        #: Per (role, pid): a pid may count in two roles (PostgreSQL's and its owner's share of it).
+        self.last: dict[tuple[str, int], float] = {}
         self.totals: dict[str, float] = {}
 
     def sample(self, roles: dict[str, list[int]]) -> dict[str, float]:
@@ -121,8 +127,8 @@ class CpuMeter:
             for pid in pids:
                 now = _cpu_seconds(pid)
                 # First sight of a pid: count from here (sampled every second, so little is missed).
-                delta = now - self.last.get(pid, now)
-                self.last[pid] = now
+                delta = now - self.last.get((role, pid), now)
+                self.last[role, pid] = now
                 self.totals[role] = self.totals.get(role, 0.0) + max(0.0, delta)
             self.totals.setdefault(role, 0.0)
         return dict(self.totals)
@@ -690,18 +696,23 @@ class Sampler:
         self.queue = queue
 
     def cpu(self) -> dict[str, float]:
-        backends = [
-            row[0]
-            for row in self.pg.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.database,)
-            )
-        ]
+        backends = self.pg.execute(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (self.database,),
+        ).fetchall()
         # The API's process group: its uvicorn supervisor and every worker process.
+        api, worker = _group_pids(self.api_pid), _group_pids(self.worker_pgid)
+        # Whose backend: iwscope names each connection after its process (``iwscope[<pid>]``,
+        # ``iwscope-upload-lane[<pid>]``), so PostgreSQL's CPU splits into the ingest's (the
+        # API's) and the joins' (the worker's).
+        owners = {pid: int(match.group(1)) if (match := _OWNER_PID.search(name or "")) else None for pid, name in backends}
         return self.meter.sample(
             {
-                "api": _group_pids(self.api_pid),
-                "worker": _group_pids(self.worker_pgid),
-                "postgres": backends,
+                "api": api,
+                "worker": worker,
+                "postgres": [pid for pid, _ in backends],
+                "postgres_for_api": [pid for pid, owner in owners.items() if owner in api],
+                "postgres_for_worker": [pid for pid, owner in owners.items() if owner in worker],
                 "driver": [os.getpid()],
             }
         )

@@ -233,3 +233,71 @@ def test_an_idle_lane_ends_its_thread_and_a_new_group_starts_it_again(db_engine:
     assert asyncio.run(one_group()) == []  # started again
     lane.close()
     assert lane.thread is None
+
+
+def test_a_group_waits_for_more_uploads_until_full_or_the_linger_ends(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads arriving one after another (not at once, as under a fleet's steady rate) share a
+    group while the first lingers; a group that reaches ``group_uploads`` goes at once; and a
+    lone upload is stored once the linger ends, not held longer."""
+    probes = [enroll_probe(client, enroll_token) for _ in range(5)]
+    groups: list[int] = []
+    store_group = services.store_group
+
+    def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
+        groups.append(len(uploads))
+        store_group(database, uploads)
+
+    async def upload(group_writer: writer.GroupWriter, probe: Enrolled, after_s: float) -> services.IngestResult:
+        await asyncio.sleep(after_s)
+        body = orjson.dumps(make_batch(probe.id, [make_trial(probe.id) for _ in range(2)]))
+        return await group_writer.store(validation.validate_trial_batch, body, uuid.UUID(probe.id))
+
+    async def scenario() -> tuple[list[services.IngestResult], float, float]:
+        group_writer = writer.GroupWriter(lanes=2, engine=db_engine, linger_s=2.0, group_uploads=4)
+        loop = asyncio.get_running_loop()
+        try:
+            started = loop.time()
+            # four uploads 50 ms apart: one group, gone as the fourth arrives (well before 2 s)
+            staggered = await asyncio.gather(*(upload(group_writer, probe, 0.05 * i) for i, probe in enumerate(probes[:4])))
+            full_after = loop.time() - started
+            group_writer.linger_s = 0.3
+            started = loop.time()
+            lone = await upload(group_writer, probes[4], 0)
+            lone_after = loop.time() - started
+        finally:
+            await group_writer.aclose()
+        return [*staggered, lone], full_after, lone_after
+
+    monkeypatch.setattr(services, "store_group", counting)
+    results, full_after, lone_after = asyncio.run(scenario())
+    assert [(result.accepted, result.duplicates) for result in results] == [(2, 0)] * 5
+    assert groups == [4, 1], groups  # without the linger the staggered four were four groups
+    assert full_after < 1.5, full_after  # left when full, not at the linger's end (2 s)
+    assert 0.3 <= lone_after < 1.5, lone_after  # waited out its linger, then went alone
+
+
+def test_without_a_linger_each_upload_leaves_at_once(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probes = [enroll_probe(client, enroll_token) for _ in range(3)]
+    groups: list[int] = []
+    store_group = services.store_group
+
+    def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
+        groups.append(len(uploads))
+        store_group(database, uploads)
+
+    async def scenario() -> None:
+        group_writer = writer.GroupWriter(lanes=1, engine=db_engine, linger_s=0)
+        try:
+            for probe in probes:
+                body = orjson.dumps(make_batch(probe.id, [make_trial(probe.id)]))
+                await group_writer.store(validation.validate_trial_batch, body, uuid.UUID(probe.id))
+        finally:
+            await group_writer.aclose()
+
+    monkeypatch.setattr(services, "store_group", counting)
+    asyncio.run(scenario())
+    assert groups == [1, 1, 1]

@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     #: then 503 + ``Retry-After``.  Short: an overloaded collector should turn probes away at
     #: once (they keep their spools and come back), not queue them until their own timeout.
     db_pool_timeout_s: float = Field(3.0, gt=0, le=60, validation_alias=AliasChoices("IWSCOPE_DB_POOL_TIMEOUT_S"))
+    #: Milliseconds the group commit (``trials/writer.py``) waits for more uploads before storing
+    #: a group smaller than :data:`~iwscope.trials.writer.GROUP_UPLOADS` (0: never waits).  Each
+    #: group costs a thread hand-off, a round trip and a transaction however many uploads it holds.
+    ingest_linger_ms: float = Field(20.0, ge=0, le=1000, validation_alias=AliasChoices("IWSCOPE_INGEST_LINGER_MS"))
     #: Threads of the API process for blocking work that does not hold a database slot
     #: (anyio's default limiter; database work has its own threads, one per connection).
     api_threads: int = Field(40, ge=4, le=1000, validation_alias=AliasChoices("IWSCOPE_API_THREADS"))
