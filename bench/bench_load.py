@@ -13,10 +13,12 @@ reported so the driver's own share of the latency is visible):
    origin, creates a campaign;
 2. runs stages with more and more active probes (``--stages``, e.g. 250,1000 or 10000), each
    ``--stage-s`` seconds.  Every active probe loops as ``iwprobe run`` does: pull its schedule
-   with ``If-None-Match`` (304 while unchanged), upload a batch of ``--batch-min``..``--batch-max``
-   trials (carrying its heartbeat once a minute) (``POST /api/v1/trials/batch``), hands the
-   matching observations to its origin (so the worker joins real rows), then waits
-   ``--think-s`` (randomised +-50 %).  ``--origins`` simulated origins (probes assigned round
+   with ``If-None-Match`` (304 while unchanged), measure a round of ``--batch-min``..``--batch-max``
+   trials -- their observations go to its origin at once, as the origin serves them -- for
+   ``--think-s`` (randomised +-50 %), then upload the round's batch (carrying its heartbeat once a
+   minute) (``POST /api/v1/trials/batch``); so an observation usually reaches the collector
+   before its trial (until 2026-11-28 the driver handed them over after the upload).
+   ``--origins`` simulated origins (probes assigned round
    robin) upload what they were handed as ``iwprobe origin``'s uploader does: everything
    pending, in batches of at most ``wire.MAX_BATCH_RECORDS``, then a pause of 2 s
    (``Uploader.run_forever``).  A refused (503) upload of either kind is sent again after its
@@ -368,7 +370,7 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
     rng = random.Random(index)
     etag: str | None = None
     beat_at = -HEARTBEAT_S  # when this probe's last heartbeat went out
-    await asyncio.sleep(rng.uniform(0, fleet.think_s))  # spread the first requests
+    await asyncio.sleep(rng.uniform(0, fleet.think_s / 2))  # spread the first requests (a round follows)
     while not stop.is_set():
         stats = fleet.stats
         schedule_path = wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]) + f"?wire_version={wire.WIRE_VERSION}"
@@ -380,6 +382,14 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
         trials = make_trials(
             probe["id"], origin.enrolled["id"], fleet.campaign_id, rng.randint(fleet.batch_min, fleet.batch_max), rng
         )
+        # The round: its fetches reach the origin now (its uploader sends them within ORIGIN_IDLE_S),
+        # the probe uploads after the round, as iwprobe's agent does -- so an observation usually
+        # arrives before its trial.
+        origin.pending.extend(make_observations(trials, origin.enrolled["id"], rng))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
+        if stop.is_set():
+            break
         batch: dict[str, Any] = {
             "wire_version": wire.WIRE_VERSION,
             "batch_id": wire.new_id(),
@@ -405,9 +415,6 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
-        origin.pending.extend(make_observations(trials, origin.enrolled["id"], rng))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=fleet.think_s * rng.uniform(0.5, 1.5))
 
 
 async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.Event) -> None:

@@ -23,6 +23,9 @@ RECORDS = Counter(
     "iwscope_records_total", "Uploaded records by kind and outcome", ["kind", "outcome"]
 )  # kind: trial|path_sample|census|observation|passive_aggregate|passive_connection|passive;
 # outcome: accepted|duplicate|rejected
+JOINED_AT_INGEST = Counter(
+    "iwscope_trials_joined_at_ingest_total", "Trials stored joined: their origin observation was stored before them"
+)
 TASKS_NOT_SENT = Counter(
     "iwscope_tasks_not_sent_total", "Worker tasks that could not be queued (the periodic sweep catches up)", ["task"]
 )

@@ -78,12 +78,14 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     except validation.BatchRejected as error:
         services.count_rejected(record_kind, max(1, len(error.errors)))
         return UploadAnswer(error.status_code, orjson.dumps({"detail": error.detail()}))
-    # Only new trials (or, for probes, path samples: the drain's refresh folds them in) ask for a join.
+    # Anything new asks for the worker's drain, whose refresh folds it into the roll-ups; only
+    # observations also ask for their join (a trial is joined at write when its observation came
+    # first: services._STORE_GROUP).
     asks_join = result.accepted if path == TRIALS_PATH else bool(result.new_trial_ids)
     return UploadAnswer(
         200,
         orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}),
-        result.new_trial_ids if asks_join else None,
+        result.join_ids if asks_join else None,
     )
 
 

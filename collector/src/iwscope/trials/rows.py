@@ -107,6 +107,23 @@ OBSERVATION_STAGE_COLUMNS = (
     OBSERVATION_WIRE_COLUMNS + tuple(tcpi_column_name(name) for name in OBSERVATION_TCPI_COLUMNS) + ("tcp_info",)
 )
 
+#: A trial's server-side columns, each with the ``origin_observations`` column it is copied from
+#: when the trial is joined to its observation (by the ingest statement, whichever of the two
+#: arrives second, or by the worker's join: both read this).
+SERVER_SIDE_COLUMNS = {
+    "server_latency_us": "response_latency_us",
+    "server_first_byte_us": "first_byte_us",
+    "server_total_retrans": "tcpi_total_retrans",
+    "server_bytes_retrans": "tcpi_bytes_retrans",
+    "server_bytes_sent": "tcpi_bytes_sent",
+    "server_snd_cwnd_at_accept": "snd_cwnd_at_accept",
+    "cwnd_mismatch": "cwnd_mismatch",
+    "rwnd_limited": "rwnd_limited",
+    "server_tls_handshake_us": "tls_handshake_us",
+    "server_tls_first_flight_bytes": "tls_first_flight_bytes",
+    "server_tls_flight_acked_us": "tls_flight_acked_us",
+}
+
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 

@@ -28,7 +28,7 @@ import orjson
 import psycopg
 from sqlalchemy.engine import Engine
 
-from iwscope.metrics import RECORDS, labelled
+from iwscope.metrics import JOINED_AT_INGEST, RECORDS, labelled
 from iwscope.probes.services import heartbeat_values
 from iwscope.trials import census, fastwire, rows
 from iwscope.trials.schemas import RecordError
@@ -43,8 +43,12 @@ class IngestResult:
     batch_id: str
     accepted: int
     duplicates: int
-    #: Trial UUIDs stored by this request (the join task's input).
+    #: Trial UUIDs stored by this request (of its trials, or of its observations).
     new_trial_ids: list[str] = field(default_factory=list)
+    #: Of those, the ones the worker's join is asked for: an observation's (``_STORE_GROUP``); a
+    #: trial never asks (it is joined at write when its observation came first, else by the
+    #: observation's request).
+    join_ids: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------
@@ -106,12 +110,27 @@ def _unknown_references(cursor: psycopg.Cursor, batch: fastwire.FastTrialBatch) 
 #: ``last_seen_at`` is refreshed at most this often per probe or origin.
 LAST_SEEN_RESOLUTION = "10 seconds"
 
+_TRIAL_COLUMNS = rows.columns(rows.TRIAL_STAGE_COLUMNS)
+_SERVER_COLUMNS = rows.columns(rows.SERVER_SIDE_COLUMNS)
+_OBSERVATION_COLUMNS = rows.columns(rows.OBSERVATION_STAGE_COLUMNS)
+
 #: A whole group in ONE statement (data-modifying CTEs run exactly once each, whether the final
 #: SELECT reads them or not): the trials' UUIDs never seen before admitted to the registry (the
 #: idempotency gate) and exactly their rows inserted; the path samples and observations never
 #: seen before; the folded heartbeats; ``last_seen_at`` of the other probes and the origins.
 #: Every part takes one JSON document (``[]`` when the group has none); the statement returns
 #: each stored record's kind and UUID.  Rows in UUID order, so concurrent groups lock in one order.
+#:
+#: **The join at write**: a new trial whose origin observation is already stored (unjoined) is
+#: inserted joined -- its server-side columns and ``joined_at`` -- and the observation marked, in the
+#: same transaction: no second version of the trial's row, which the worker's join writes.  An
+#: observation is stored as it is and asks the worker for its join (its trial may be in this very
+#: statement, which cannot see it, or not yet stored); a trial stored unjoined asks nothing (its
+#: observation's own request covers it).  Joining the other way round too (a new observation
+#: updating its stored trial) measured dearer than the worker's bulk join: PostgreSQL's CPU per
+#: trial 450-621 us against 390-404 (docs/ingest-throughput.md).  Kinds returned: ``t``/``T`` a
+#: trial stored unjoined / joined, ``s``, ``o``.  The lookup names its keys as ``= ANY(ARRAY(SELECT
+#: ...))``: joined to the CTE instead, the planner hashed it against every unjoined observation.
 _STORE_GROUP = f"""
 WITH trial_rows AS MATERIALIZED (
     {rows.trial_row_sql("%(trials)s")}
@@ -120,10 +139,23 @@ WITH trial_rows AS MATERIALIZED (
     SELECT trial_id, started_at FROM trial_rows ORDER BY trial_id
     ON CONFLICT (trial_id) DO NOTHING
     RETURNING trial_id
+), early AS MATERIALIZED (
+    SELECT o.trial_id, {", ".join(f"o.{observation} AS {trial}" for trial, observation in rows.SERVER_SIDE_COLUMNS.items())}
+    FROM origin_observations o JOIN trial_rows r ON r.trial_id = o.trial_id
+    WHERE o.trial_id = ANY(ARRAY(SELECT trial_id FROM trial_rows)) AND o.joined_at IS NULL
+      AND COALESCE(r.origin_id, o.origin_id) = o.origin_id
 ), new_trials AS (
-    INSERT INTO trials ({rows.columns(rows.TRIAL_STAGE_COLUMNS)})
-    SELECT {rows.columns(rows.TRIAL_STAGE_COLUMNS)} FROM trial_rows WHERE trial_id IN (SELECT trial_id FROM fresh)
-    RETURNING trial_id
+    INSERT INTO trials ({_TRIAL_COLUMNS}, {_SERVER_COLUMNS}, joined_at)
+    SELECT {rows.columns(f"r.{column}" for column in rows.TRIAL_STAGE_COLUMNS)},
+        {rows.columns(f"e.{column}" for column in rows.SERVER_SIDE_COLUMNS)},
+        CASE WHEN e.trial_id IS NOT NULL THEN now() END
+    FROM trial_rows r LEFT JOIN early e ON e.trial_id = r.trial_id
+    WHERE r.trial_id IN (SELECT trial_id FROM fresh)
+    RETURNING trial_id, joined_at IS NOT NULL AS joined
+), early_marked AS (
+    UPDATE origin_observations o SET joined_at = now()
+    WHERE o.trial_id = ANY(ARRAY(SELECT trial_id FROM new_trials WHERE joined)) AND o.joined_at IS NULL
+    RETURNING 1
 ), new_samples AS (
     INSERT INTO path_samples ({rows.columns(rows.SAMPLE_COLUMNS)}, received_at)
     SELECT DISTINCT ON (sample_id) {rows.columns(rows.SAMPLE_COLUMNS)}, now()
@@ -131,8 +163,8 @@ WITH trial_rows AS MATERIALIZED (
     ON CONFLICT (sample_id) DO NOTHING
     RETURNING sample_id
 ), new_observations AS (
-    INSERT INTO origin_observations ({rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, received_at)
-    SELECT {rows.columns(rows.OBSERVATION_STAGE_COLUMNS)}, now() FROM (
+    INSERT INTO origin_observations ({_OBSERVATION_COLUMNS}, received_at)
+    SELECT {_OBSERVATION_COLUMNS}, now() FROM (
     {rows.observation_row_sql("%(observations)s")}
     ) AS observation_rows ORDER BY trial_id
     ON CONFLICT (trial_id) DO NOTHING
@@ -151,7 +183,7 @@ WITH trial_rows AS MATERIALIZED (
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')
     RETURNING 1
 )
-SELECT 't', trial_id::text FROM new_trials
+SELECT CASE WHEN joined THEN 'T' ELSE 't' END, trial_id::text FROM new_trials
 UNION ALL SELECT 's', sample_id::text FROM new_samples
 UNION ALL SELECT 'o', trial_id::text FROM new_observations
 """
@@ -347,8 +379,13 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
     _mark_seen("origins", seen_origins)
     owners = {"t": trials, "s": samples, "o": observations}
     by_upload: dict[str, dict[int, list[str]]] = {"t": {}, "s": {}, "o": {}}
+    joined_at_write = 0
     for kind, record_id in stored:
+        if kind == "T":  # a trial joined by this statement to its stored observation
+            joined_at_write += 1
+            kind = "t"
         by_upload[kind].setdefault(owners[kind][record_id][0], []).append(record_id)
+    JOINED_AT_INGEST.inc(joined_at_write)
     for position, upload in enumerate(trial_uploads):
         batch = upload.batch
         assert isinstance(batch, fastwire.FastTrialBatch)
@@ -368,7 +405,11 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
         assert isinstance(batch, fastwire.FastObservationBatch)
         new_observations = by_upload["o"].get(position, [])
         upload.outcome = IngestResult(
-            batch.batch_id, len(new_observations), len(batch.observations) - len(new_observations), new_observations
+            batch.batch_id,
+            len(new_observations),
+            len(batch.observations) - len(new_observations),
+            new_observations,
+            new_observations,
         )
         labelled(RECORDS, "observation", "accepted").inc(len(new_observations))
         labelled(RECORDS, "observation", "duplicate").inc(len(batch.observations) - len(new_observations))

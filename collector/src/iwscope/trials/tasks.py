@@ -1,5 +1,11 @@
 """Worker tasks: join origin observations into trials, the periodic sweep, monthly partitions.
 
+A trial whose observation was stored first never comes here: its upload stores it joined
+(``services._STORE_GROUP``, the same columns: ``rows.SERVER_SIDE_COLUMNS``).  The drain joins
+the observations' requests -- their trials stored earlier, in the same statement or not yet --
+in bulk, which measured cheaper than each observation upload updating its trials; the sweep
+joins what two concurrent transactions stored without seeing each other or a lost message left.
+
 The join only touches trials whose ``joined_at`` is still NULL, so running it twice changes
 nothing; partitions are created if missing.  What a join or an upload brings reaches the path
 estimates and the roll-ups through the refresh it queues (``iwscope.analysis.tasks``), which
@@ -15,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.db import session_scope
+from iwscope.trials import rows
 from iwscope.worker import celery_app
 from iwscope.worker_client import join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh, return_pending_joins
 
@@ -25,23 +32,14 @@ PARTITION_MONTHS_AHEAD = 3
 #: Observations older than this without a trial are left alone by the sweep.
 SWEEP_WINDOW = "30 days"
 
-_JOIN = """
+_SERVER_SIDE = ",\n        ".join(f"{trial} = o.{observation}" for trial, observation in rows.SERVER_SIDE_COLUMNS.items())
+_JOIN = f"""
 WITH joined AS (
     UPDATE trials t SET
-        server_latency_us = o.response_latency_us,
-        server_first_byte_us = o.first_byte_us,
-        server_total_retrans = o.tcpi_total_retrans,
-        server_bytes_retrans = o.tcpi_bytes_retrans,
-        server_bytes_sent = o.tcpi_bytes_sent,
-        server_snd_cwnd_at_accept = o.snd_cwnd_at_accept,
-        cwnd_mismatch = o.cwnd_mismatch,
-        rwnd_limited = o.rwnd_limited,
-        server_tls_handshake_us = o.tls_handshake_us,
-        server_tls_first_flight_bytes = o.tls_first_flight_bytes,
-        server_tls_flight_acked_us = o.tls_flight_acked_us,
+        {_SERVER_SIDE},
         joined_at = now()
-    FROM {source}
-    WHERE {selection} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
+    FROM {{source}}
+    WHERE {{selection}} AND t.trial_id = o.trial_id AND t.joined_at IS NULL
       AND (t.origin_id IS NULL OR t.origin_id = o.origin_id)
     RETURNING t.trial_id
 ), marked AS (
