@@ -234,6 +234,9 @@ class Fleet:
     think_s: float
     batch_min: int
     batch_max: int
+    #: Skip the schedule poll after an upload whose answer named the cached ETag, as iwprobe does
+    #: (``--poll-every-cycle``: poll every cycle, as probes before 2026-11-28 did).
+    schedule_from_uploads: bool = True
     stats: Stats = field(default_factory=Stats)
 
 
@@ -369,16 +372,17 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
     origin = fleet.origins[index % len(fleet.origins)]
     rng = random.Random(index)
     etag: str | None = None
+    confirmed = False  # the last upload's answer named this ETag (iwprobe then skips its poll)
     beat_at = -HEARTBEAT_S  # when this probe's last heartbeat went out
     await asyncio.sleep(rng.uniform(0, fleet.think_s / 2))  # spread the first requests (a round follows)
     while not stop.is_set():
         stats = fleet.stats
         schedule_path = wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]) + f"?wire_version={wire.WIRE_VERSION}"
-        answer = await _request(
-            client, stats, "GET", schedule_path, probe["credential"], None, "schedule", {"If-None-Match": etag} if etag else None
-        )
-        if answer is not None:
-            etag = answer.headers.get("etag", etag)
+        if not (confirmed and fleet.schedule_from_uploads):
+            conditional = {"If-None-Match": etag} if etag else None
+            answer = await _request(client, stats, "GET", schedule_path, probe["credential"], None, "schedule", conditional)
+            if answer is not None:
+                etag = answer.headers.get("etag", etag)
         trials = make_trials(
             probe["id"], origin.enrolled["id"], fleet.campaign_id, rng.randint(fleet.batch_min, fleet.batch_max), rng
         )
@@ -411,10 +415,12 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
         answer, latency_s = await _send_until_accepted(
             client, stats, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload", stop, rng
         )
+        confirmed = False
         if answer is not None:
             stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
+            confirmed = etag is not None and orjson.loads(answer.content).get("schedule_etag") == etag
 
 
 async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.Event) -> None:
@@ -793,6 +799,11 @@ def main() -> None:
     parser.add_argument("--batch-min", type=int, default=50)
     parser.add_argument("--batch-max", type=int, default=200)
     parser.add_argument(
+        "--poll-every-cycle",
+        action="store_true",
+        help="every probe polls its schedule each cycle, even when its last upload's answer named the current ETag",
+    )
+    parser.add_argument(
         "--origins", type=int, default=10, help="simulated origins the probes' observations come from (round robin)"
     )
     parser.add_argument("--drain-timeout-s", type=float, default=300.0)
@@ -988,6 +999,7 @@ def run_once(args: argparse.Namespace, stages: list[int], output: pathlib.Path) 
             args.think_s,
             args.batch_min,
             args.batch_max,
+            schedule_from_uploads=not args.poll_every_cycle,
         )
         stage_rows = asyncio.run(run_stages(fleet, stages, args.stage_s, sampler))
         # After the load: how long the single worker needs to empty its backlog.

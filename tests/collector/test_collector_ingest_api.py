@@ -304,7 +304,12 @@ def test_duplicate_upload_changes_nothing(client: httpx.Client, probe: Enrolled,
     trials = [make_trial(probe.id) for _ in range(20)]
     batch = make_batch(probe.id, trials)
     first = client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers)
-    assert first.json() == {"batch_id": batch["batch_id"], "accepted": 20, "duplicates": 0}
+    assert {key: first.json()[key] for key in ("batch_id", "accepted", "duplicates")} == {
+        "batch_id": batch["batch_id"],
+        "accepted": 20,
+        "duplicates": 0,
+    }
+    assert set(first.json()) == {"batch_id", "accepted", "duplicates", "schedule_etag"}
     with db_engine.connect() as connection:
         before = connection.execute(
             text("SELECT trial_id, total_us, received_at FROM trials WHERE probe_id = :p ORDER BY trial_id"), {"p": probe.id}

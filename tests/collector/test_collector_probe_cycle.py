@@ -14,7 +14,17 @@ import orjson
 import psycopg
 import pytest
 from testenv import libpq_url
-from testkit import Enrolled, bearer, enroll_origin, enroll_probe, make_batch, make_trial, revoke_unnoticed
+from testkit import (
+    Enrolled,
+    bearer,
+    enroll_origin,
+    enroll_probe,
+    make_batch,
+    make_observation,
+    make_observation_batch,
+    make_trial,
+    revoke_unnoticed,
+)
 
 from iwprobe import wire
 from iwprobe._agent import Credentials, ProbeAgent
@@ -129,6 +139,51 @@ def test_the_probe_agent_keeps_its_schedule_on_a_304_and_folds_its_heartbeat_int
         agent.spool.add("trial", trial["trial_id"], trial)
     assert agent.uploader.upload_once() == 2
     assert _probe_row(database_url, probe.id)[1] == last_heartbeat
+
+
+def test_a_trial_upload_names_the_schedule_etag_and_the_agent_then_skips_its_poll(
+    server, enroll_token: str, origin_token: str, new_campaign, tmp_path
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        probe = enroll_probe(client, enroll_token)
+        origin = enroll_origin(client, origin_token)
+    new_campaign(origin, "piggyback one")
+    agent = ProbeAgent(str(tmp_path), Credentials("probe", probe.id, probe.credential, server.url), heartbeat_s=60.0)
+    first = agent.schedule()
+    assert first is not None
+    route_etag = httpx.get(
+        f"{server.url}{wire.PROBE_SCHEDULE_PATH.format(probe_id=probe.id)}?wire_version={wire.WIRE_VERSION}",
+        headers=probe.headers,
+        timeout=30,
+    ).headers["etag"]
+
+    def polls() -> float:
+        return _answers(server.url, "200") + _answers(server.url, "304")
+
+    def upload_one() -> None:
+        trial = make_trial(probe.id)
+        agent.spool.add("trial", trial["trial_id"], trial)
+        assert agent.uploader.upload_once() == 1
+
+    upload_one()
+    assert agent.uploader.schedule_etag == route_etag  # the answer names the route's own ETag
+    before = polls()
+    assert agent.schedule() == first and polls() == before  # confirmed by the upload: no request
+    # A new campaign: the next answer names another ETag, and the agent asks again and sees it.
+    campaign_id = new_campaign(origin, "piggyback two")
+    upload_one()
+    assert agent.uploader.schedule_etag != route_etag
+    changed = agent.schedule()
+    assert polls() == before + 1 and changed is not None
+    assert campaign_id in [entry.campaign_id for entry in changed.campaigns]
+    # An observation batch's answer names no schedule.
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        observed = client.post(
+            wire.OBSERVATIONS_BATCH_PATH,
+            json=make_observation_batch(origin.id, [make_observation(make_trial(probe.id), origin.id)]),
+            headers=origin.headers,
+        )
+    assert observed.status_code == 200 and "schedule_etag" not in observed.json()
 
 
 def _answers(url: str, status: str, route: str = "/api/v1/probes/{probe_id}/schedule") -> float:

@@ -257,6 +257,9 @@ class ProbeAgent:
         """The current schedule from the collector (304: the one on disk is still current), or
         the one on disk when the collector is unreachable."""
         cached = self._cached_schedule()
+        if cached is not None and self._schedule_confirmed(cached):
+            confirmed: wire.Schedule = from_dict(wire.Schedule, cached[0])
+            return confirmed
         try:
             # The version tells the collector which campaigns this probe can run (wire v3: arms by
             # label, shares, the interactive flow, page loads).
@@ -275,6 +278,15 @@ class ProbeAgent:
         except CollectorError as error:
             log.warning("schedule pull failed (%s); using the cached schedule", error)
         return from_dict(wire.Schedule, cached[0]) if cached is not None else None
+
+    def _schedule_confirmed(self, cached: tuple[dict[str, Any], Optional[str]]) -> bool:
+        """Whether the last trial upload's answer (within the schedule's ``poll_after_s``) named
+        the cached schedule's ETag: then it is current and the poll is skipped (one request
+        less per cycle for the collector)."""
+        etag, poll_after_s = cached[1], cached[0].get("poll_after_s")
+        if not etag or etag != self.uploader.schedule_etag or not isinstance(poll_after_s, (int, float)):
+            return False
+        return time.monotonic() - self.uploader.schedule_etag_at < poll_after_s
 
     def _cached_schedule(self) -> Optional[tuple[dict[str, Any], Optional[str]]]:
         """The schedule on disk and its ETag (a file of an earlier version: no ETag)."""

@@ -108,6 +108,10 @@ class Uploader:
         self.heartbeat = heartbeat if role != "origin" else None
         #: ``time.monotonic()`` of the last batch that carried a heartbeat and was stored (0: none).
         self.heartbeat_sent_at = 0.0
+        #: The schedule ETag the last accepted trial batch's answer named, and when (monotonic):
+        #: the agent skips its schedule poll while it matches the cached one (wire.UploadResult).
+        self.schedule_etag = ""
+        self.schedule_etag_at = 0.0
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -133,6 +137,9 @@ class Uploader:
             _check_acknowledgement(answer, batch_id, len(rows))
             if heartbeat is not None:
                 self.heartbeat_sent_at = time.monotonic()
+            etag = answer.get("schedule_etag")
+            if isinstance(etag, str) and etag:
+                self.schedule_etag, self.schedule_etag_at = etag, time.monotonic()
         except CollectorError as error:
             if error.status == 422:
                 return self._isolate_rejects(rows, error)

@@ -567,6 +567,10 @@ class UploadResult:
     accepted: int
     #: Records already stored before (same UUID) and therefore skipped.
     duplicates: int
+    #: A trial batch's answer (collectors since 2026-11-28): the ETag the probe's schedule has now,
+    #: at the batch's ``wire_version``; a probe whose cached schedule has it skips its next poll.
+    #: Empty: not said (an observation batch, an older collector).
+    schedule_etag: str = ""
 
 
 @dataclass

@@ -37,6 +37,8 @@ from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
 from iwscope.http import database_busy_response, header, read_body_limited, send_json
 from iwscope.metrics import DB_BUSY
+from iwscope.probes import schedule_cache
+from iwscope.probes import services as probe_services
 from iwscope.trials import services, validation, writer
 from iwscope.worker_client import queue_join
 
@@ -78,15 +80,27 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     except validation.BatchRejected as error:
         services.count_rejected(record_kind, max(1, len(error.errors)))
         return UploadAnswer(error.status_code, orjson.dumps({"detail": error.detail()}))
+    answer: dict[str, object] = {"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}
+    if path == TRIALS_PATH and result.wire_version is not None:
+        answer["schedule_etag"] = await current_schedule_etag(identity, result.wire_version)
     # Anything new asks for the worker's drain, whose refresh folds it into the roll-ups; only
     # observations also ask for their join (a trial is joined at write when its observation came
     # first: services._STORE_GROUP).
     asks_join = result.accepted if path == TRIALS_PATH else bool(result.new_trial_ids)
     return UploadAnswer(
         200,
-        orjson.dumps({"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}),
+        orjson.dumps(answer),
         result.join_ids if asks_join else None,
     )
+
+
+async def current_schedule_etag(probe: Identity, wire_version: int) -> str:
+    """The ETag the probe's schedule has now (what ``GET .../schedule?wire_version=`` would
+    answer), sent with each trial upload's answer: a probe whose cached schedule has this ETag
+    need not ask (one request of three per probe cycle at the fleet's shape)."""
+    settings = get_settings()
+    snapshot, now = await schedule_cache.current_snapshot(settings)
+    return probe_services.schedule_etag(snapshot, probe, settings.schedule_poll_s, now, wire_version)
 
 
 async def answer_upload(path: str, scope: Scope, receive: Receive, send: Send) -> None:

@@ -49,6 +49,9 @@ class IngestResult:
     #: trial never asks (it is joined at write when its observation came first, else by the
     #: observation's request).
     join_ids: list[str] = field(default_factory=list)
+    #: A trial batch's ``wire_version`` (the answer's ``schedule_etag`` is the schedule of that
+    #: version's level); ``None`` for observations.
+    wire_version: int | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -393,7 +396,9 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
         new_samples, new_census = len(by_upload["s"].get(position, [])), censuses.get(position, 0)
         accepted = len(new_trials) + new_samples + new_census
         total = len(batch.trials) + len(batch.path_samples) + len(batch.census)
-        upload.outcome = IngestResult(batch.batch_id, accepted, total - accepted, new_trials)
+        upload.outcome = IngestResult(
+            batch.batch_id, accepted, total - accepted, new_trials, wire_version=int(batch.envelope.wire_version)
+        )
         labelled(RECORDS, "trial", "accepted").inc(len(new_trials))
         labelled(RECORDS, "trial", "duplicate").inc(len(batch.trials) - len(new_trials))
         labelled(RECORDS, "path_sample", "accepted").inc(new_samples)
