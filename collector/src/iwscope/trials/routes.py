@@ -16,7 +16,7 @@ from iwscope.http import read_body_limited
 from iwscope.openapi import wire_component_ref
 from iwscope.streaming import stream_read
 from iwscope.trials import ingest
-from iwscope.trials.schemas import UploadResultOut
+from iwscope.trials.schemas import TrialUploadResultOut, UploadResultOut
 from iwscope.wiretypes import BIGINT_MAX
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
@@ -38,7 +38,7 @@ async def _answered(upload: str, request: Request, identity: Identity, backgroun
 
 @router.post(
     "/trials/batch",
-    response_model=UploadResultOut,
+    response_model=TrialUploadResultOut,
     responses=_BATCH_RESPONSES,
     openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": wire_component_ref("TrialBatch")}}}}

@@ -213,9 +213,13 @@ class UploadResultOut(BaseModel):
     batch_id: str
     accepted: int
     duplicates: int
-    #: A trial batch's answer only: the ETag the probe's schedule has now (at the batch's wire
-    #: version), so a probe holding that schedule skips its next poll.
-    schedule_etag: str | None = None
+
+
+class TrialUploadResultOut(UploadResultOut):
+    """A trial batch's answer: also the ETag the probe's schedule has now (at the batch's wire
+    version), so a probe holding that schedule skips its next poll."""
+
+    schedule_etag: str
 
 
 class RecordError(BaseModel):
