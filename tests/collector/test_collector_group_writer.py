@@ -141,17 +141,25 @@ def test_an_upload_the_database_refuses_fails_alone(
     assert stored == {str(trial["trial_id"]): 1 for trial in (*trials[0], *trials[2])}  # nothing of the refused one
 
 
-def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
-    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    probes = [enroll_probe(client, enroll_token) for _ in range(12)]
-    batches = [[make_trial(probe.id) for _ in range(3)] for probe in probes]
-    groups: list[int] = []
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every group ``services.store_group`` is given while the test runs."""
+    sizes: list[int] = []
     store_group = services.store_group
 
     def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
-        groups.append(len(uploads))
+        sizes.append(len(uploads))
         store_group(database, uploads)
+
+    monkeypatch.setattr(services, "store_group", counting)
+    return sizes
+
+
+def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, groups: list[int]
+) -> None:
+    probes = [enroll_probe(client, enroll_token) for _ in range(12)]
+    batches = [[make_trial(probe.id) for _ in range(3)] for probe in probes]
 
     async def upload_all() -> list[services.IngestResult | BaseException]:
         group_writer = writer.GroupWriter(lanes=1)
@@ -168,7 +176,6 @@ def test_concurrent_uploads_share_groups_and_each_gets_its_own_answer(
         finally:
             await group_writer.aclose()
 
-    monkeypatch.setattr(services, "store_group", counting)
     results = asyncio.run(upload_all())
     assert [(result.accepted, result.duplicates) for result in results] == [(3, 0)] * len(probes)  # type: ignore[union-attr]
     assert sum(groups) == len(probes) and len(groups) < len(probes), groups  # grouped, every upload in one group
@@ -236,18 +243,12 @@ def test_an_idle_lane_ends_its_thread_and_a_new_group_starts_it_again(db_engine:
 
 
 def test_a_group_waits_for_more_uploads_until_full_or_the_linger_ends(
-    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, groups: list[int]
 ) -> None:
     """Uploads arriving one after another (not at once, as under a fleet's steady rate) share a
     group while the first lingers; a group that reaches ``group_uploads`` goes at once; and a
     lone upload is stored once the linger ends, not held longer."""
     probes = [enroll_probe(client, enroll_token) for _ in range(5)]
-    groups: list[int] = []
-    store_group = services.store_group
-
-    def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
-        groups.append(len(uploads))
-        store_group(database, uploads)
 
     async def upload(group_writer: writer.GroupWriter, probe: Enrolled, after_s: float) -> services.IngestResult:
         await asyncio.sleep(after_s)
@@ -270,7 +271,6 @@ def test_a_group_waits_for_more_uploads_until_full_or_the_linger_ends(
             await group_writer.aclose()
         return [*staggered, lone], full_after, lone_after
 
-    monkeypatch.setattr(services, "store_group", counting)
     results, full_after, lone_after = asyncio.run(scenario())
     assert [(result.accepted, result.duplicates) for result in results] == [(2, 0)] * 5
     assert groups == [4, 1], groups  # without the linger the staggered four were four groups
@@ -279,15 +279,9 @@ def test_a_group_waits_for_more_uploads_until_full_or_the_linger_ends(
 
 
 def test_without_a_linger_each_upload_leaves_at_once(
-    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, monkeypatch: pytest.MonkeyPatch
+    client: httpx.Client, enroll_token: str, db_engine: Engine, in_process: None, groups: list[int]
 ) -> None:
     probes = [enroll_probe(client, enroll_token) for _ in range(3)]
-    groups: list[int] = []
-    store_group = services.store_group
-
-    def counting(database: Engine | psycopg.Connection, uploads: list[services.Upload]) -> None:
-        groups.append(len(uploads))
-        store_group(database, uploads)
 
     async def scenario() -> None:
         group_writer = writer.GroupWriter(lanes=1, engine=db_engine, linger_s=0)
@@ -298,6 +292,5 @@ def test_without_a_linger_each_upload_leaves_at_once(
         finally:
             await group_writer.aclose()
 
-    monkeypatch.setattr(services, "store_group", counting)
     asyncio.run(scenario())
     assert groups == [1, 1, 1]

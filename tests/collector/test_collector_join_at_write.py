@@ -6,34 +6,56 @@ database, the worker's join called in-process.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import httpx
 import orjson
+from prometheus_client import REGISTRY
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from testkit import Enrolled, enroll_origin, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial
 
-from iwscope.metrics import JOINED_AT_INGEST
-from iwscope.trials import rows, services, tasks, validation
+from iwscope.auth.dependencies import Identity, IdentityKind
+from iwscope.trials import ingest, rows, tasks, writer
+
+Upload = tuple[str, Enrolled, bytes]
 
 
-def _trials(probe: Enrolled, trials: list[dict[str, Any]]) -> services.Upload:
-    body = orjson.dumps(make_batch(probe.id, trials))
-    return services.Upload(validation.validate_trial_batch(body, uuid.UUID(probe.id)), uuid.UUID(probe.id))
+def _trials(probe: Enrolled, trials: list[dict[str, Any]]) -> Upload:
+    return ingest.TRIALS_PATH, probe, orjson.dumps(make_batch(probe.id, trials))
 
 
-def _observations(origin: Enrolled, observations: list[dict[str, Any]]) -> services.Upload:
-    body = orjson.dumps(make_observation_batch(origin.id, observations))
-    return services.Upload(validation.validate_observation_batch(body, uuid.UUID(origin.id)), uuid.UUID(origin.id))
+def _observations(origin: Enrolled, observations: list[dict[str, Any]]) -> Upload:
+    return ingest.OBSERVATIONS_PATH, origin, orjson.dumps(make_observation_batch(origin.id, observations))
 
 
-def _store(engine: Engine, *uploads: services.Upload) -> list[services.IngestResult]:
-    services.store_group(engine, list(uploads))
-    outcomes = [upload.outcome for upload in uploads]
-    assert all(isinstance(outcome, services.IngestResult) for outcome in outcomes), outcomes
-    return outcomes  # type: ignore[return-value]
+def _store(*uploads: Upload) -> list[tuple[dict[str, Any], list[str] | None]]:
+    """Each upload through the API's own store (:func:`ingest.store_upload`; sent together, they
+    share one group and one statement): its answer and the trial ids it asks the worker to join."""
+
+    async def store_all() -> list[ingest.UploadAnswer]:
+        try:
+            return await asyncio.gather(
+                *(
+                    ingest.store_upload(path, Identity(KINDS[path], uuid.UUID(sender.id), "test", "test"), body)
+                    for path, sender, body in uploads
+                )
+            )
+        finally:
+            await writer.close_group_writer()
+
+    answers = asyncio.run(store_all())
+    assert all(answer.status == 200 for answer in answers), answers
+    return [(orjson.loads(answer.body), answer.join_ids) for answer in answers]
+
+
+KINDS: dict[str, IdentityKind] = {ingest.TRIALS_PATH: "probe", ingest.OBSERVATIONS_PATH: "origin"}
+
+
+def _joined_at_ingest() -> float:
+    return REGISTRY.get_sample_value("iwscope_trials_joined_at_ingest_total") or 0.0
 
 
 def _joined(engine: Engine, trial_ids: list[str]) -> dict[str, tuple[Any, ...]]:
@@ -56,19 +78,19 @@ def test_an_observation_after_its_trial_asks_the_worker_which_joins_it(
     probe, origin = enroll_probe(client, enroll_token), enroll_origin(client, origin_token)
     trials = [make_trial(probe.id, origin.id, arm_iw=iw) for iw in (3, 10, 32)]
     ids = [trial["trial_id"] for trial in trials]
-    (stored,) = _store(db_engine, _trials(probe, trials))
-    assert stored.accepted == 3 and stored.join_ids == []  # a trial never asks
+    ((stored, asks),) = _store(_trials(probe, trials))
+    assert stored["accepted"] == 3 and asks == []  # a trial asks only for the refresh, no join
     assert _joined(db_engine, ids) == dict.fromkeys(ids, (False, False, None, None))
 
     observations = [make_observation(trial, origin.id, response_latency_us=50_000 + i) for i, trial in enumerate(trials)]
-    (answer,) = _store(db_engine, _observations(origin, observations))
-    assert answer.accepted == 3 and sorted(answer.join_ids) == sorted(ids)
-    assert tasks._join(answer.join_ids) == 3
+    ((answer, asks),) = _store(_observations(origin, observations))
+    assert answer["accepted"] == 3 and sorted(asks or []) == sorted(ids)
+    assert tasks._join(asks or []) == 3
     assert _joined(db_engine, ids) == {
         trial["trial_id"]: (True, True, 50_000 + i, trial["arm_iw"]) for i, trial in enumerate(trials)
     }
-    (again,) = _store(db_engine, _observations(origin, observations))  # duplicates: nothing to ask
-    assert (again.accepted, again.duplicates, again.join_ids) == (0, 3, [])
+    ((again, asks),) = _store(_observations(origin, observations))  # duplicates: nothing to ask
+    assert (again["accepted"], again["duplicates"], asks) == (0, 3, None)
     assert tasks._join(ids) == 0  # joined_at is set once
 
 
@@ -78,15 +100,15 @@ def test_a_trial_after_its_observation_is_stored_joined(
     probe, origin = enroll_probe(client, enroll_token), enroll_origin(client, origin_token)
     trials = [make_trial(probe.id, origin.id, arm_iw=10) for _ in range(2)]
     ids = [trial["trial_id"] for trial in trials]
-    (first,) = _store(db_engine, _observations(origin, [make_observation(trial, origin.id) for trial in trials]))
-    assert sorted(first.join_ids) == sorted(ids)  # no trial yet: the observations ask the worker
+    ((_, asks),) = _store(_observations(origin, [make_observation(trial, origin.id) for trial in trials]))
+    assert sorted(asks or []) == sorted(ids)  # no trial yet: the observations ask the worker
     assert tasks._join(ids) == 0  # which finds nothing to join
 
-    before = JOINED_AT_INGEST._value.get()
-    (stored,) = _store(db_engine, _trials(probe, trials))
-    assert stored.accepted == 2 and stored.join_ids == []
+    before = _joined_at_ingest()
+    ((stored, asks),) = _store(_trials(probe, trials))
+    assert stored["accepted"] == 2 and asks == []
     assert _joined(db_engine, ids) == dict.fromkeys(ids, (True, True, 90_000, 10))
-    assert JOINED_AT_INGEST._value.get() - before == 2
+    assert _joined_at_ingest() - before == 2
     assert tasks._join(ids) == 0  # nothing left for the worker
     with db_engine.connect() as connection:  # the trial's row equals the worker's join, column by column
         columns = ", ".join(rows.SERVER_SIDE_COLUMNS)
@@ -106,10 +128,12 @@ def test_a_pair_in_one_group_is_left_to_the_worker_which_joins_it(
     probe, origin = enroll_probe(client, enroll_token), enroll_origin(client, origin_token)
     trial = make_trial(probe.id, origin.id, arm_iw=10)
     # one statement cannot see its own rows: neither side is joined at write
-    stored, observed = _store(db_engine, _trials(probe, [trial]), _observations(origin, [make_observation(trial, origin.id)]))
-    assert stored.join_ids == [] and observed.join_ids == [trial["trial_id"]]
+    (_, trial_asks), (_, observation_asks) = _store(
+        _trials(probe, [trial]), _observations(origin, [make_observation(trial, origin.id)])
+    )
+    assert trial_asks == [] and observation_asks == [trial["trial_id"]]
     assert _joined(db_engine, [trial["trial_id"]]) == {trial["trial_id"]: (False, False, None, None)}
-    assert tasks._join(observed.join_ids) == 1
+    assert tasks._join(observation_asks) == 1
     assert _joined(db_engine, [trial["trial_id"]]) == {trial["trial_id"]: (True, True, 90_000, 10)}
 
 
@@ -119,10 +143,10 @@ def test_an_observation_of_another_origin_is_not_joined(
     probe = enroll_probe(client, enroll_token)
     origin, other = enroll_origin(client, origin_token), enroll_origin(client, origin_token)
     early, late = make_trial(probe.id, origin.id), make_trial(probe.id, origin.id)
-    _store(db_engine, _observations(other, [make_observation(early, other.id)]))
-    _store(db_engine, _trials(probe, [early, late]))
-    (answer,) = _store(db_engine, _observations(other, [make_observation(late, other.id)]))
-    assert answer.join_ids == [late["trial_id"]]  # not joined at write; the worker's rule refuses it too
+    _store(_observations(other, [make_observation(early, other.id)]))
+    _store(_trials(probe, [early, late]))
+    ((_, asks),) = _store(_observations(other, [make_observation(late, other.id)]))
+    assert asks == [late["trial_id"]]  # not joined at write; the worker's rule refuses it too
     assert tasks._join([early["trial_id"], late["trial_id"]]) == 0
     assert _joined(db_engine, [early["trial_id"], late["trial_id"]]) == {
         early["trial_id"]: (False, False, None, None),

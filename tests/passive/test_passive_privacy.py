@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from testkit import (
     Enrolled,
     bearer,
+    census_record,
     enroll_origin,
     enroll_probe,
     make_batch,
@@ -173,29 +174,7 @@ def _ingest_everything(
     batch = make_batch(probe.id, trials, [make_path_sample(probe.id, origin.id)])
     batch.update(
         wire_version=5,
-        census=[
-            {
-                "census_id": wire.new_id(),
-                "probe_id": probe.id,
-                "campaign_id": None,
-                "round": 0,
-                "url": "https://192.0.2.80/big.bin",
-                "measured_at": wire.utc_timestamp(),
-                "status": "ok",
-                "iw_segments": 10,
-                "iw_bytes": 14_480,
-                "mss": 1448,
-                "reason": "",
-                "connections": 3,
-                "connections_ok": 3,
-                "announced_mss": None,
-                "rtt_us": 60_000,
-                "family": "ipv4",
-                "tls_version": "TLSv1.3",
-                "http_status": 206,
-                "error_detail": None,
-            }
-        ],
+        census=[census_record(probe.id, "https://192.0.2.80/big.bin")],
         heartbeat={"version": "0.5.0", "spool_backlog": 0, "spool_bytes": 0, "uptime_s": 5, "trials_measured": 2},
     )
     assert client.post(wire.TRIALS_BATCH_PATH, json=batch, headers=probe.headers).status_code == 200

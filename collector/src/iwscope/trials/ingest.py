@@ -84,14 +84,12 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     if path == TRIALS_PATH and result.wire_version is not None:
         answer["schedule_etag"] = await current_schedule_etag(identity, result.wire_version)
     # Anything new asks for the worker's drain, whose refresh folds it into the roll-ups; only
-    # observations also ask for their join (a trial is joined at write when its observation came
-    # first: services._STORE_GROUP).
-    asks_join = result.accepted if path == TRIALS_PATH else bool(result.new_trial_ids)
-    return UploadAnswer(
-        200,
-        orjson.dumps(answer),
-        result.join_ids if asks_join else None,
-    )
+    # observations also ask for their trials' join (a trial is joined at write when its
+    # observation came first, else by the observation's request: services._STORE_GROUP).
+    join_ids = result.new_trial_ids or None
+    if path == TRIALS_PATH:
+        join_ids = [] if result.accepted else None
+    return UploadAnswer(200, orjson.dumps(answer), join_ids)
 
 
 async def current_schedule_etag(probe: Identity, wire_version: int) -> str:

@@ -108,8 +108,8 @@ OBSERVATION_STAGE_COLUMNS = (
 )
 
 #: A trial's server-side columns, each with the ``origin_observations`` column it is copied from
-#: when the trial is joined to its observation (by the ingest statement, whichever of the two
-#: arrives second, or by the worker's join: both read this).
+#: when the trial is joined to its observation (by the ingest statement when the observation
+#: came first, else by the worker's join: both read this).
 SERVER_SIDE_COLUMNS = {
     "server_latency_us": "response_latency_us",
     "server_first_byte_us": "first_byte_us",

@@ -45,10 +45,6 @@ class IngestResult:
     duplicates: int
     #: Trial UUIDs stored by this request (of its trials, or of its observations).
     new_trial_ids: list[str] = field(default_factory=list)
-    #: Of those, the ones the worker's join is asked for: an observation's (``_STORE_GROUP``); a
-    #: trial never asks (it is joined at write when its observation came first, else by the
-    #: observation's request).
-    join_ids: list[str] = field(default_factory=list)
     #: A trial batch's ``wire_version`` (the answer's ``schedule_etag`` is the schedule of that
     #: version's level); ``None`` for observations.
     wire_version: int | None = None
@@ -413,7 +409,6 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
             batch.batch_id,
             len(new_observations),
             len(batch.observations) - len(new_observations),
-            new_observations,
             new_observations,
         )
         labelled(RECORDS, "observation", "accepted").inc(len(new_observations))
