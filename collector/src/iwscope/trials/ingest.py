@@ -82,7 +82,7 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
         return UploadAnswer(error.status_code, orjson.dumps({"detail": error.detail()}))
     answer: dict[str, object] = {"batch_id": result.batch_id, "accepted": result.accepted, "duplicates": result.duplicates}
     if path == TRIALS_PATH and result.wire_version is not None:
-        answer["schedule_etag"] = await current_schedule_etag(identity, result.wire_version)
+        answer["schedule_etag"] = await schedule_etag_or_unsaid(identity, result.wire_version)
     # Anything new asks for the worker's drain, whose refresh folds it into the roll-ups; only
     # observations also ask for their trials' join (a trial is joined at write when its
     # observation came first, else by the observation's request: services._STORE_GROUP).
@@ -90,6 +90,18 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     if path == TRIALS_PATH:
         join_ids = [] if result.accepted else None
     return UploadAnswer(200, orjson.dumps(answer), join_ids)
+
+
+async def schedule_etag_or_unsaid(probe: Identity, wire_version: int) -> str:
+    """:func:`current_schedule_etag`, or ``""`` (not said: the probe polls as before) when reading
+    the schedules' snapshot finds the database busy.  The upload is stored by then, so it must
+    be answered 200: a 503 would tell the probe its records were not kept while they were (the
+    clean-clone run's tiny-pool test caught 300 trials stored behind a 503)."""
+    try:
+        return await current_schedule_etag(probe, wire_version)
+    except (DatabaseBusy, sqlalchemy.exc.TimeoutError) as error:
+        log.debug("schedule ETag not said: %s", error)
+        return ""
 
 
 async def current_schedule_etag(probe: Identity, wire_version: int) -> str:
