@@ -327,7 +327,7 @@ REQUEST_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunErro
 
 async def _request(
     connection: ProbeConnection,
-    stats: Stats,
+    fleet: Fleet,
     method: str,
     path: str,
     credential: str,
@@ -337,14 +337,17 @@ async def _request(
     retry_after: list[float] | None = None,
 ) -> Answer | None:
     """One request; ``None`` (and an error counted by kind) unless it was answered 2xx/304.
-    A 503's ``Retry-After`` (seconds) is appended to ``retry_after`` when given."""
+    A 503's ``Retry-After`` (seconds) is appended to ``retry_after`` when given.  Counted in
+    ``fleet.stats`` as it is when the request ends: the stage it ends in."""
     headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json", **(extra_headers or {})}
     try:
         response = await connection.request(method, path, body, headers)
     except REQUEST_ERRORS as error:
+        stats = fleet.stats
         stats.requests += 1
         stats.error(f"{what}:{type(error).__name__}")
         return None
+    stats = fleet.stats
     stats.requests += 1  # counted when it ends, in the stage it ends in
     stats.statuses[response.status_code] = stats.statuses.get(response.status_code, 0) + 1
     if response.status_code == 503 and retry_after is not None:
@@ -376,11 +379,10 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
     beat_at = -HEARTBEAT_S  # when this probe's last heartbeat went out
     await asyncio.sleep(rng.uniform(0, fleet.think_s / 2))  # spread the first requests (a round follows)
     while not stop.is_set():
-        stats = fleet.stats
         schedule_path = wire.PROBE_SCHEDULE_PATH.format(probe_id=probe["id"]) + f"?wire_version={wire.WIRE_VERSION}"
         if not (confirmed and fleet.schedule_from_uploads):
             conditional = {"If-None-Match": etag} if etag else None
-            answer = await _request(client, stats, "GET", schedule_path, probe["credential"], None, "schedule", conditional)
+            answer = await _request(client, fleet, "GET", schedule_path, probe["credential"], None, "schedule", conditional)
             if answer is not None:
                 etag = answer.headers.get("etag", etag)
         trials = make_trials(
@@ -413,10 +415,14 @@ async def _probe_cycles(fleet: Fleet, index: int, client: ProbeConnection, stop:
             }
         body = orjson.dumps(batch)
         answer, latency_s = await _send_until_accepted(
-            client, stats, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload", stop, rng
+            client, fleet, wire.TRIALS_BATCH_PATH, probe["credential"], body, "upload", stop, rng
         )
         confirmed = False
         if answer is not None:
+            # The stage the upload ended in, read now: a cycle (a round of think_s, then the
+            # upload) often starts in one stage and ends in the next, and counted into the stage
+            # it started in, a stage of 60 s rounds lost most of its uploads to the one before.
+            stats = fleet.stats
             stats.upload_latencies.append(latency_s)
             stats.trials_stored += len(trials)
             beat_at = time.monotonic() if beat_due else beat_at
@@ -445,7 +451,7 @@ async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.
                 )
                 answer, _ = await _send_until_accepted(
                     client,
-                    fleet.stats,
+                    fleet,
                     wire.OBSERVATIONS_BATCH_PATH,
                     origin.enrolled["credential"],
                     body,
@@ -464,7 +470,7 @@ async def simulated_origin(fleet: Fleet, origin: SimulatedOrigin, stop: asyncio.
 
 async def _send_until_accepted(
     client: ProbeConnection,
-    stats: Stats,
+    fleet: Fleet,
     path: str,
     credential: str,
     body: bytes,
@@ -477,7 +483,7 @@ async def _send_until_accepted(
     while True:
         refused: list[float] = []
         sent = time.perf_counter()
-        answer = await _request(client, stats, "POST", path, credential, body, what, retry_after=refused)
+        answer = await _request(client, fleet, "POST", path, credential, body, what, retry_after=refused)
         if answer is not None or not refused or stop.is_set():
             return answer, time.perf_counter() - sent
         with contextlib.suppress(TimeoutError):
@@ -625,6 +631,10 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
             "active_probes": active,
             "seconds": round(elapsed, 1),
             "trials_per_s": round(stats.trials_stored / elapsed, 1),
+            # What the active probes would upload at their mean round (think_s) and batch size,
+            # were every upload answered at once: the stage's stored rate approaches it once the
+            # probes' rounds are spread (not in a stage of first contact).
+            "offered_trials_per_s": round(active * (fleet.batch_min + fleet.batch_max) / 2 / fleet.think_s, 1),
             "uploads": len(stats.upload_latencies),
             "requests": stats.requests,
             "upload_p50_ms": _ms(statistics.median(stats.upload_latencies) if stats.upload_latencies else None),
@@ -669,7 +679,7 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         }
         results.append(row)
         print(
-            f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s  upload p50 {row['upload_p50_ms']} ms "
+            f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s (offered {row['offered_trials_per_s']:.0f})  upload p50 {row['upload_p50_ms']} ms "
             f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog start "
             f"{row['backlog_start']} max {row['backlog_max']} end {row['backlog_end']} (trials waiting for their "
             f"join {row['join_pending_trials_start']} -> {row['join_pending_trials_end']})  origin spools max "
