@@ -679,7 +679,8 @@ async def run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: A
         }
         results.append(row)
         print(
-            f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s (offered {row['offered_trials_per_s']:.0f})  upload p50 {row['upload_p50_ms']} ms "
+            f"{active:5d} probes: {row['trials_per_s']:8.0f} trials/s (offered {row['offered_trials_per_s']:.0f})  "
+            f"upload p50 {row['upload_p50_ms']} ms "
             f"p99 {row['upload_p99_ms']} ms  errors {100 * row['error_share']:.1f} %  backlog start "
             f"{row['backlog_start']} max {row['backlog_max']} end {row['backlog_end']} (trials waiting for their "
             f"join {row['join_pending_trials_start']} -> {row['join_pending_trials_end']})  origin spools max "

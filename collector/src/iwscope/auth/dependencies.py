@@ -1,9 +1,7 @@
 """FastAPI dependencies: who is calling (probe, origin, server, admin, reader, enrollment token).
 
-Authentication looks the credential up in its own short database use (:func:`run_db`: a
-slot, a thread, a connection returned before the thread ends) and yields a plain value
-(an :class:`Identity`, the token kind), never an ORM object bound
-to a session: no connection is held while the route reads its body, waits for a thread or
+Authentication yields a plain value (an :class:`Identity`, the token kind), never an ORM object
+bound to a session: no connection is held while the route reads its body, waits for a thread or
 sends its answer.
 
 A probe, origin or server credential that was verified is remembered (:class:`CredentialCache`, per
@@ -11,32 +9,31 @@ process): for ``IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S`` while the process hears Po
 notifications of credential changes, which empty the cache (:mod:`iwscope.auth.invalidation`),
 else for ``IWSCOPE_CREDENTIAL_CACHE_S``.  Only successes are kept, keyed by a hash of the whole
 credential, so a wrong secret is never answered from memory; a revoked probe, origin or server is
-refused at once (notified) or at most ``IWSCOPE_CREDENTIAL_CACHE_S`` later.
+refused at once (notified) or at most ``IWSCOPE_CREDENTIAL_CACHE_S`` later.  A credential the cache
+does not hold is checked against the process's copy of the stored rows while it is notified
+(:mod:`iwscope.auth.directory`), else looked up in its own short database use (:func:`run_db`: a
+slot, a thread, a connection returned before the thread ends).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
 
+from iwscope.auth.directory import DIRECTORY, MODELS, IdentityKind
 from iwscope.auth.invalidation import CredentialListener
 from iwscope.auth.services import api_token_kind, api_token_valid, parse_credential, secret_matches
 from iwscope.config import Settings, get_settings
 from iwscope.db import get_engine, get_sessionmaker
 from iwscope.dbslots import run_db
-from iwscope.origins.models import Origin
-from iwscope.probes.models import Probe
-from iwscope.servers.models import Server
 from iwscope.types import utcnow
 
 #: The one body of every failed authentication (unknown id, wrong secret, revoked).
@@ -49,12 +46,6 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-IdentityKind = Literal["probe", "origin", "server"]
-IdentityModel = type[Probe] | type[Origin] | type[Server]
-#: The table of each kind of identity (the same columns: id, name, region, secret_hash, revoked_at).
-_MODELS: dict[IdentityKind, IdentityModel] = {"probe": Probe, "origin": Origin, "server": Server}
-
-
 @dataclass(frozen=True)
 class Identity:
     """An authenticated probe, origin or server (``kind``): plain values, valid after the lookup's
@@ -64,30 +55,6 @@ class Identity:
     id: uuid.UUID
     name: str
     region: str
-
-
-@dataclass(frozen=True)
-class _Stored:
-    id: uuid.UUID
-    name: str
-    region: str
-    #: ``None`` when revoked (compared against the dummy hash, like an unknown identity).
-    secret_hash: str | None
-
-
-def _stored_identity(kinds: tuple[IdentityKind, ...], identity: uuid.UUID) -> tuple[IdentityKind, _Stored] | None:
-    """The row of a probe, origin or server (the first of ``kinds`` that has ``identity``) and
-    its kind (runs in a database slot; the connection is returned here)."""
-    with get_engine().connect() as connection:
-        for kind in kinds:
-            model = _MODELS[kind]
-            row = connection.execute(
-                select(model.id, model.name, model.region, model.secret_hash, model.revoked_at).where(model.id == identity)
-            ).first()
-            if row is not None:
-                revoked_at: dt.datetime | None = row.revoked_at
-                return kind, _Stored(row.id, row.name, row.region, row.secret_hash if revoked_at is None else None)
-    return None
 
 
 class CredentialCache:
@@ -163,14 +130,26 @@ def _cache(kind: IdentityKind) -> CredentialCache:
 
 
 def clear_credential_caches() -> None:
-    for kind in _MODELS:
+    for kind in MODELS:
         _cache(kind).clear()
+
+
+def _trusted_for_s() -> float:
+    """How long this process may check credentials against its copy of the stored rows
+    (:mod:`iwscope.auth.directory`): as long as the long cache, while it is notified; else never."""
+    return get_settings().credential_cache_notified_s if _listener is not None and _listener.listening else 0.0
+
+
+def _credentials_changed(payload: str | None) -> None:
+    """The listener heard a change (``payload``: ``<table>:<id>``), or started or stopped (``None``)."""
+    clear_credential_caches()
+    DIRECTORY.notified(payload)
 
 
 def start_credential_listener() -> CredentialListener:
     """Listen to credential changes in this process (the API's lifespan; stop it on shutdown)."""
     global _listener
-    _listener = CredentialListener(get_engine(), clear_credential_caches)
+    _listener = CredentialListener(get_engine(), _credentials_changed)
     _listener.start()
     return _listener
 
@@ -181,6 +160,7 @@ def stop_credential_listener() -> None:
         _listener.stop()
         _listener = None
     clear_credential_caches()
+    DIRECTORY.drop_all()
 
 
 def unauthorized(detail: str = INVALID_CREDENTIALS) -> HTTPException:
@@ -214,7 +194,7 @@ async def authenticate(kinds: tuple[IdentityKind, ...], bearer: HTTPAuthorizatio
             return remembered
     generations = {kind: _cache(kind).generation for kind in kinds}
     credential = parse_credential(text)
-    found = await run_db(_stored_identity, kinds, credential.identity) if credential else None
+    found = await DIRECTORY.find(kinds, credential.identity, _trusted_for_s()) if credential else None
     stored_hash = found[1].secret_hash if found is not None else None
     # The comparison runs for unknown identities too (against a dummy hash): same path, same time.
     secret_ok = secret_matches(credential.secret if credential else "", stored_hash)

@@ -38,11 +38,11 @@ def listener_name(pid: int | None = None) -> str:
 
 
 class CredentialListener:
-    """Calls ``on_change`` for every credential notification, and whenever it starts or stops
-    listening (what was cached meanwhile may be stale).  ``listening`` says whether changes
-    are being heard right now."""
+    """Calls ``on_change`` with the payload of every credential notification (``<table>:<id>``),
+    and with ``None`` whenever it starts or stops listening (what was cached meanwhile may be
+    stale).  ``listening`` says whether changes are being heard right now."""
 
-    def __init__(self, engine: Engine, on_change: Callable[[], None]) -> None:
+    def __init__(self, engine: Engine, on_change: Callable[[str | None], None]) -> None:
         self._engine = engine
         self._on_change = on_change
         self._stopping = threading.Event()
@@ -87,17 +87,17 @@ class CredentialListener:
                 with self._connect() as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
-                    self._on_change()  # entries cached before LISTEN took effect might be stale
+                    self._on_change(None)  # entries cached before LISTEN took effect might be stale
                     log.info("listening to credential changes")
                     while not self._stopping.is_set():
                         # a lost connection raises here (the backend's end closes the socket)
                         for notify in connection.notifies(timeout=1.0):
                             log.debug("credential changed: %s", notify.payload)
-                            self._on_change()
+                            self._on_change(notify.payload)
             except Exception:  # any failure: stop trusting the long cache, retry
                 if not self._stopping.is_set():
                     log.warning("credential listener lost its connection; retrying", exc_info=True)
             finally:
                 self._listening.clear()
-                self._on_change()
+                self._on_change(None)
             self._stopping.wait(RECONNECT_S)

@@ -57,17 +57,34 @@ def _fresh(snapshot: ScheduleSnapshot | None, now: dt.datetime, settings: Settin
     return snapshot
 
 
-async def current_snapshot(settings: Settings) -> tuple[ScheduleSnapshot, dt.datetime]:
-    """A snapshot valid now, and now (read from the database when the kept one is too old)."""
+def readers_lock() -> anyio.Lock:
+    """This event loop's lock of the snapshot's readers (one reads, the others wait for it)."""
+    try:
+        return _LOCK.get()
+    except LookupError:
+        lock = anyio.Lock()
+        _LOCK.set(lock)
+        return lock
+
+
+class BeingRead(Exception):
+    """The kept snapshot is too old and another request is reading the next (``wait=False``)."""
+
+
+async def current_snapshot(settings: Settings, *, wait: bool = True) -> tuple[ScheduleSnapshot, dt.datetime]:
+    """A snapshot valid now, and now (read from the database when the kept one is too old).
+
+    With ``wait=False`` a request that finds another one reading it raises :class:`BeingRead`
+    instead of waiting: an upload's answer only offers the schedule's ETag, and at the fleet's
+    shape every upload finishing during a read (under load up to a second) waited for it, counted
+    in progress by the front door, which then turned new requests away."""
     now = utcnow()
     kept = _fresh(_kept.snapshot, now, settings)
     if kept is not None:
         return kept, now
-    try:
-        lock = _LOCK.get()
-    except LookupError:
-        lock = anyio.Lock()
-        _LOCK.set(lock)
+    lock = readers_lock()
+    if not wait and lock.locked():
+        raise BeingRead
     async with lock:
         now = utcnow()
         kept = _fresh(_kept.snapshot, now, settings)

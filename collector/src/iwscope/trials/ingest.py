@@ -93,23 +93,24 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
 
 
 async def schedule_etag_or_unsaid(probe: Identity, wire_version: int) -> str:
-    """:func:`current_schedule_etag`, or ``""`` (not said: the probe polls as before) when reading
-    the schedules' snapshot finds the database busy.  The upload is stored by then, so it must
-    be answered 200: a 503 would tell the probe its records were not kept while they were (the
-    clean-clone run's tiny-pool test caught 300 trials stored behind a 503)."""
+    """:func:`current_schedule_etag`, or ``""`` (not said: the probe polls as before) when the
+    schedules' snapshot is being read by another request (:class:`schedule_cache.BeingRead`: no
+    upload waits for it) or its read finds the database busy.  The upload is stored by then, so
+    it must be answered 200: a 503 would tell the probe its records were not kept while they
+    were (the clean-clone run's tiny-pool test caught 300 trials stored behind a 503)."""
     try:
-        return await current_schedule_etag(probe, wire_version)
-    except (DatabaseBusy, sqlalchemy.exc.TimeoutError) as error:
-        log.debug("schedule ETag not said: %s", error)
+        return await current_schedule_etag(probe, wire_version, wait=False)
+    except (schedule_cache.BeingRead, DatabaseBusy, sqlalchemy.exc.TimeoutError) as error:
+        log.debug("schedule ETag not said: %r", error)
         return ""
 
 
-async def current_schedule_etag(probe: Identity, wire_version: int) -> str:
+async def current_schedule_etag(probe: Identity, wire_version: int, *, wait: bool = True) -> str:
     """The ETag the probe's schedule has now (what ``GET .../schedule?wire_version=`` would
     answer), sent with each trial upload's answer: a probe whose cached schedule has this ETag
     need not ask (one request of three per probe cycle at the fleet's shape)."""
     settings = get_settings()
-    snapshot, now = await schedule_cache.current_snapshot(settings)
+    snapshot, now = await schedule_cache.current_snapshot(settings, wait=wait)
     return probe_services.schedule_etag(snapshot, probe, settings.schedule_poll_s, now, wire_version)
 
 

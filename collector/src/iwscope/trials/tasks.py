@@ -15,6 +15,7 @@ folds every trial in exactly once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from sqlalchemy import text
@@ -23,7 +24,15 @@ from sqlalchemy.orm import Session
 from iwscope.db import session_scope
 from iwscope.trials import rows
 from iwscope.worker import celery_app
-from iwscope.worker_client import join_drain_started, pending_joins, queue_join_drain, queue_rollup_refresh, return_pending_joins
+from iwscope.worker_client import (
+    join_drain_ended,
+    pending_joins,
+    queue_join_drain,
+    queue_rollup_refresh,
+    return_pending_joins,
+    take_pending_joins,
+    wait_for_pending_joins,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,29 +110,46 @@ def trials_stored(trial_ids: list[str], pairs: list[list[str]] | None = None) ->
     return {"joined": joined}
 
 
-#: Most pending batches one drain takes (a 10,000-probe fleet queues ~330 a second).
+#: Most pending batches one drain takes at a time (a 10,000-probe fleet queues ~40 a second).
 DRAIN_MAX_BATCHES = 1000
+#: A drain whose list is empty waits this long for another batch before it ends (its mark held,
+#: so the uploads of the meantime send no message), and it ends after :data:`DRAIN_MAX_S` in any
+#: case, so the refreshes and other tasks of a one-process worker wait at most that long.
+DRAIN_LINGER_S = 0.2
+DRAIN_MAX_S = 2.0
 
 
 @celery_app.task(name="iwscope.trials.tasks.drain_joins")
 def drain_joins() -> dict[str, int]:
-    """Join the trials of every batch waiting in ``worker_client.key(JOIN_PENDING)`` (up to
-    ``DRAIN_MAX_BATCHES``) with one statement, then queue one refresh (which folds the new
-    trials, joined or not, into the path estimates and roll-ups).  Batches it took go back to
-    the list when the join fails; a worker killed meanwhile loses them to the beat sweep, which
-    joins their observations."""
-    entries = join_drain_started(DRAIN_MAX_BATCHES)
-    trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
-    try:
-        joined = _join([*dict.fromkeys(trial_ids)])
-    except Exception:
-        return_pending_joins(entries)
-        raise
-    if entries:  # new trials, joined or not, or new path samples
+    """Join the trials of the batches waiting in ``worker_client.key(JOIN_PENDING)`` (up to
+    ``DRAIN_MAX_BATCHES`` a statement), those that come while it runs or within
+    ``DRAIN_LINGER_S`` of its last take, for at most ``DRAIN_MAX_S``; then queue one refresh
+    (which folds the new trials, joined or not, into the path estimates and roll-ups).  Batches
+    it took go back to the list when the join fails; a worker killed meanwhile loses them to the
+    beat sweep, which joins their observations."""
+    started = time.monotonic()
+    batches = joined = 0
+    while True:
+        entries = take_pending_joins(DRAIN_MAX_BATCHES)
+        if not entries and time.monotonic() - started < DRAIN_MAX_S:
+            entries = wait_for_pending_joins(DRAIN_LINGER_S, DRAIN_MAX_BATCHES)
+        if not entries:
+            break
+        trial_ids = [str(trial_id) for entry in entries for trial_id in entry["t"]]
+        try:
+            joined += _join([*dict.fromkeys(trial_ids)])
+        except Exception:
+            return_pending_joins(entries)
+            join_drain_ended()  # the next upload (or the sweep) queues another
+            raise
+        batches += len(entries)
+        if time.monotonic() - started >= DRAIN_MAX_S:
+            break
+    if batches:  # new trials, joined or not, or new path samples
         _refresh_rollups()
-    if pending_joins():
+    if join_drain_ended():  # batches came after the last take, and their uploads saw the mark
         queue_join_drain()
-    return {"batches": len(entries), "joined": joined}
+    return {"batches": batches, "joined": joined}
 
 
 @celery_app.task(name="iwscope.trials.tasks.sweep")

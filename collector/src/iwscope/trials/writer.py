@@ -278,8 +278,10 @@ class GroupWriter:
         """Wait up to ``linger_s`` for the queued group to reach ``group_uploads``."""
         filling = self._filling = asyncio.Event()
         try:
+            # asyncio.timeout, not wait_for: wait_for wraps the wait in a task of its own (3.11).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(filling.wait(), self.linger_s)
+                async with asyncio.timeout(self.linger_s):
+                    await filling.wait()
         finally:
             self._filling = None
 
