@@ -196,22 +196,33 @@ def _observation_expressions() -> dict[str, str]:
     return {column: derived.get(column, f"r.{column}") for column in OBSERVATION_STAGE_COLUMNS}
 
 
-def _row_sql(expressions: dict[str, str], table: str, document: str) -> str:
+def _row_sql(expressions: dict[str, str], table: str, document: str, key: str) -> str:
     select = ",\n        ".join(f"{expression} AS {column}" for column, expression in expressions.items())
     return (
-        f"SELECT {select}\n    FROM json_array_elements({document}::text::json) AS j, json_populate_record(NULL::{table}, j) AS r"
+        f"SELECT DISTINCT ON (r.{key}) {select}, u.upload\n"
+        f"    FROM json_array_elements({document}::text::json) WITH ORDINALITY AS u(records, upload),\n"
+        f"        json_array_elements(u.records) WITH ORDINALITY AS e(j, at), json_populate_record(NULL::{table}, e.j) AS r\n"
+        f"    ORDER BY r.{key}, u.upload, e.at"
     )
 
 
 def trial_row_sql(document: str) -> str:
-    """A ``SELECT`` of one ``trials`` row (``TRIAL_STAGE_COLUMNS``) per record of the JSON
-    array ``document`` (a placeholder such as ``%(trials)s``)."""
-    return _row_sql(_trial_expressions(), "trials", document)
+    """A ``SELECT`` of one ``trials`` row (``TRIAL_STAGE_COLUMNS``, then ``upload``) per trial of
+    ``document`` (a placeholder such as ``$1``): a JSON array of one array of records per upload
+    (:func:`grouped_document`).  A UUID in several records is the first one's, by upload and
+    place (duplicates across a group's uploads; the others are counted duplicates); ``upload`` is
+    its upload's position in the array, from 1."""
+    return _row_sql(_trial_expressions(), "trials", document, "trial_id")
 
 
 def observation_row_sql(document: str) -> str:
-    """A ``SELECT`` of one ``origin_observations`` row (``OBSERVATION_STAGE_COLUMNS``) per record of ``document``."""
-    return _row_sql(_observation_expressions(), "origin_observations", document)
+    """As :func:`trial_row_sql`, one ``origin_observations`` row (``OBSERVATION_STAGE_COLUMNS``, then ``upload``) per trial."""
+    return _row_sql(_observation_expressions(), "origin_observations", document, "trial_id")
+
+
+def sample_row_sql(document: str) -> str:
+    """As :func:`trial_row_sql`, one ``path_samples`` row (``SAMPLE_COLUMNS``, then ``upload``) per sample."""
+    return _row_sql({column: f"r.{column}" for column in SAMPLE_COLUMNS}, "path_samples", document, "sample_id")
 
 
 def utc_text(original: str, parsed: dt.datetime) -> str:
@@ -236,6 +247,19 @@ def in_utc(record: Record, field: str, parsed: dt.datetime) -> Record:
 _ENCODER = msgspec.json.Encoder()
 
 
-def document(records: Iterable[msgspec.Struct]) -> str:
-    """The JSON array of ``records`` as the wire spells them (one per row)."""
-    return _ENCODER.encode(list(records)).decode()
+def records_in_utc(records: Sequence[Record], field: str, parsed: Sequence[dt.datetime]) -> Sequence[Record]:
+    """``records`` with their timestamps ``field`` as :func:`utc_text`: the same list when every
+    one is already plain UTC (``...Z``, as probes and origins send them), else a list of copies
+    where needed."""
+    if all(getattr(record, field)[-1:] == "Z" and getattr(record, field).isascii() for record in records):
+        return records
+    return [in_utc(record, field, instant) for record, instant in zip(records, parsed, strict=True)]
+
+
+def grouped_document(uploads: Iterable[Sequence[msgspec.Struct]]) -> str:
+    """One JSON array of one array of records per upload, as the wire spells them (their
+    timestamps in UTC: :func:`records_in_utc`) -- what :func:`trial_row_sql` and the others read.
+    msgspec encodes each upload's records in one C pass; the group is joined as bytes, so no
+    Python work is done per record (dropping the duplicates of a group, which a dictionary of
+    every record did, is left to the statement's ``DISTINCT ON``)."""
+    return (b"[" + b",".join(_ENCODER.encode(records) for records in uploads) + b"]").decode()

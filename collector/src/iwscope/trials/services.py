@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +117,11 @@ _OBSERVATION_COLUMNS = rows.columns(rows.OBSERVATION_STAGE_COLUMNS)
 #: SELECT reads them or not): the trials' UUIDs never seen before admitted to the registry (the
 #: idempotency gate) and exactly their rows inserted; the path samples and observations never
 #: seen before; the folded heartbeats; ``last_seen_at`` of the other probes and the origins.
-#: Every part takes one JSON document (``[]`` when the group has none); the statement returns
-#: each stored record's kind and UUID.  Rows in UUID order, so concurrent groups lock in one order.
+#: Every part takes one JSON document: an array of one array of records per upload
+#: (:func:`iwscope.trials.rows.grouped_document`; ``[]`` when the group has none), whose
+#: duplicates the statement drops (the first record of a UUID in the group wins); it returns each
+#: stored record's kind, UUID and upload (its position in the document, from 1).  Rows in UUID
+#: order, so concurrent groups lock in one order.
 #:
 #: **The join at write**: a new trial whose origin observation is already stored (unjoined) is
 #: inserted joined -- its server-side columns and ``joined_at`` -- and the observation marked, in the
@@ -155,17 +158,18 @@ WITH trial_rows AS MATERIALIZED (
     UPDATE origin_observations o SET joined_at = now()
     WHERE o.trial_id = ANY(ARRAY(SELECT trial_id FROM new_trials WHERE joined)) AND o.joined_at IS NULL
     RETURNING 1
+), sample_rows AS MATERIALIZED (
+    {rows.sample_row_sql("%(samples)s")}
 ), new_samples AS (
     INSERT INTO path_samples ({rows.columns(rows.SAMPLE_COLUMNS)}, received_at)
-    SELECT DISTINCT ON (sample_id) {rows.columns(rows.SAMPLE_COLUMNS)}, now()
-    FROM json_populate_recordset(NULL::path_samples, %(samples)s::text::json) ORDER BY sample_id
+    SELECT {rows.columns(rows.SAMPLE_COLUMNS)}, now() FROM sample_rows ORDER BY sample_id
     ON CONFLICT (sample_id) DO NOTHING
     RETURNING sample_id
+), observation_rows AS MATERIALIZED (
+    {rows.observation_row_sql("%(observations)s")}
 ), new_observations AS (
     INSERT INTO origin_observations ({_OBSERVATION_COLUMNS}, received_at)
-    SELECT {_OBSERVATION_COLUMNS}, now() FROM (
-    {rows.observation_row_sql("%(observations)s")}
-    ) AS observation_rows ORDER BY trial_id
+    SELECT {_OBSERVATION_COLUMNS}, now() FROM observation_rows ORDER BY trial_id
     ON CONFLICT (trial_id) DO NOTHING
     RETURNING trial_id
 ), heartbeats AS (
@@ -182,9 +186,9 @@ WITH trial_rows AS MATERIALIZED (
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')
     RETURNING 1
 )
-SELECT CASE WHEN joined THEN 'T' ELSE 't' END, trial_id::text FROM new_trials
-UNION ALL SELECT 's', sample_id::text FROM new_samples
-UNION ALL SELECT 'o', trial_id::text FROM new_observations
+SELECT CASE WHEN n.joined THEN 'T' ELSE 't' END, n.trial_id::text, r.upload FROM new_trials n JOIN trial_rows r USING (trial_id)
+UNION ALL SELECT 's', n.sample_id::text, r.upload FROM new_samples n JOIN sample_rows r USING (sample_id)
+UNION ALL SELECT 'o', n.trial_id::text, r.upload FROM new_observations n JOIN observation_rows r USING (trial_id)
 """
 #: The order of :data:`_STORE_GROUP`'s parameters in :data:`_STORE_GROUP_RAW`.
 _STORE_GROUP_PARAMETERS = ("trials", "samples", "observations", "received", "heartbeats", "probes", "origins")
@@ -271,44 +275,29 @@ class Upload:
     outcome: IngestResult | BatchRejected | None = None
 
 
-Owners = dict[str, tuple[int, msgspec.Struct]]
-Batch = fastwire.FastTrialBatch | fastwire.FastObservationBatch
+def _trial_records(uploads: Sequence[Upload]) -> str:
+    """The trials of a group's trial uploads, one array per upload (:func:`rows.grouped_document`)."""
+    batches = [_trial_batch(upload) for upload in uploads]
+    return rows.grouped_document(rows.records_in_utc(batch.trials, "started_at", batch.started_at) for batch in batches)
 
 
-def _owners(
-    uploads: list[Upload],
-    records: Callable[[Batch], Iterable[tuple[str, Any, Any]]],
-    field: str,
-) -> Owners:
-    """Per record UUID of the group, in UUID order: the upload (its position) whose record is
-    stored -- the first that carried it -- and that record, its timestamp ``field`` in UTC
-    (:func:`iwscope.trials.rows.in_utc`).  ``records`` gives a batch's records as (UUID,
-    record, its parsed instant)."""
-    owner: Owners = {}
-    for position, upload in enumerate(uploads):
-        for record_id, record, instant in records(upload.batch):
-            if record_id not in owner:
-                owner[record_id] = (position, rows.in_utc(record, field, instant))
-    return dict(sorted(owner.items()))
+def _sample_records(uploads: Sequence[Upload]) -> str:
+    batches = [_trial_batch(upload) for upload in uploads]
+    return rows.grouped_document(rows.records_in_utc(batch.path_samples, "measured_at", batch.measured_at) for batch in batches)
 
 
-def _trials(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
-    assert isinstance(batch, fastwire.FastTrialBatch)
-    return ((trial.trial_id, trial, started) for trial, started in zip(batch.trials, batch.started_at, strict=True))
+def _observation_records(uploads: Sequence[Upload]) -> str:
+    batches = [upload.batch for upload in uploads]
+    return rows.grouped_document(
+        rows.records_in_utc(batch.observations, "request_at", batch.request_at)
+        for batch in batches
+        if isinstance(batch, fastwire.FastObservationBatch)
+    )
 
 
-def _samples(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
-    assert isinstance(batch, fastwire.FastTrialBatch)
-    return ((sample.sample_id, sample, at) for sample, at in zip(batch.path_samples, batch.measured_at, strict=True))
-
-
-def _observations(batch: Batch) -> Iterable[tuple[str, Any, Any]]:
-    assert isinstance(batch, fastwire.FastObservationBatch)
-    return ((obs.trial_id, obs, at) for obs, at in zip(batch.observations, batch.request_at, strict=True))
-
-
-def _document(owner: Owners) -> str:
-    return rows.document(record for _, record in owner.values())
+def _trial_batch(upload: Upload) -> fastwire.FastTrialBatch:
+    assert isinstance(upload.batch, fastwire.FastTrialBatch)
+    return upload.batch
 
 
 def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]) -> None:
@@ -355,9 +344,6 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
                 batch = upload.batch
                 assert isinstance(batch, fastwire.FastTrialBatch)
                 censuses[position] = census.store(cursor, batch.census, batch.census_measured_at)
-            trials = _owners(trial_uploads, _trials, "started_at")
-            samples = _owners(trial_uploads, _samples, "measured_at")
-            observations = _owners(observation_uploads, _observations, "request_at")
             heartbeats = {
                 upload.identity_id: msgspec.structs.asdict(upload.batch.envelope.heartbeat)
                 for upload in trial_uploads
@@ -369,9 +355,9 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
             )
             seen_origins = _due_for_last_seen("origins", [upload.identity_id for upload in observation_uploads])
             parameters = {
-                "trials": _document(trials),
-                "samples": _document(samples),
-                "observations": _document(observations),
+                "trials": _trial_records(trial_uploads),
+                "samples": _sample_records(trial_uploads),
+                "observations": _observation_records(observation_uploads),
                 "received": received,
                 "heartbeats": _heartbeats_document(heartbeats, received),
                 "probes": _uuid_array(seen_probes),
@@ -395,14 +381,13 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
     # Marked only once stored: a group that failed leaves them due for the uploads stored alone.
     _mark_seen("probes", [*heartbeats, *seen_probes])
     _mark_seen("origins", seen_origins)
-    owners = {"t": trials, "s": samples, "o": observations}
     by_upload: dict[str, dict[int, list[str]]] = {"t": {}, "s": {}, "o": {}}
     joined_at_write = 0
-    for kind, record_id in stored:
+    for kind, record_id, upload in stored:
         if kind == "T":  # a trial joined by this statement to its stored observation
             joined_at_write += 1
             kind = "t"
-        by_upload[kind].setdefault(owners[kind][record_id][0], []).append(record_id)
+        by_upload[kind].setdefault(upload - 1, []).append(record_id)
     JOINED_AT_INGEST.inc(joined_at_write)
     for position, upload in enumerate(trial_uploads):
         batch = upload.batch
