@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from testkit import Enrolled, enroll_origin, enroll_probe, make_batch, make_observation, make_observation_batch, make_trial
 
 from iwscope.db import PING_AFTER_IDLE_S
-from iwscope.trials import services, validation, writer
+from iwscope.trials import fastwire, services, validation, writer
 from iwscope.trials.validation import BatchRejected
 
 
@@ -294,3 +294,58 @@ def test_without_a_linger_each_upload_leaves_at_once(
 
     asyncio.run(scenario())
     assert groups == [1, 1, 1]
+
+
+def test_observation_uploads_take_one_lane_at_a_time_and_trials_the_other(
+    client: httpx.Client, enroll_token: str, origin_token: str, db_engine: Engine, in_process: None
+) -> None:
+    """An origin's observation uploads (thousands of records, statements of hundreds of ms) are
+    stored by one lane at a time: while one lane holds some, trial uploads keep the other and
+    further observation uploads wait for the first lane -- at the fleet's shape both lanes busy
+    with observations had trial uploads queue for a second and the door turn others away."""
+    probes = [enroll_probe(client, enroll_token) for _ in range(3)]
+    origin = enroll_origin(client, origin_token)
+    release = threading.Event()
+    checked: list[str] = []
+
+    def held_observations(body: bytes, identity: uuid.UUID) -> fastwire.FastObservationBatch:
+        checked.append(threading.current_thread().name)
+        assert release.wait(30), "never released"
+        return validation.validate_observation_batch(body, identity)
+
+    def observations_body() -> bytes:
+        return orjson.dumps(make_observation_batch(origin.id, [make_observation(make_trial(probes[0].id), origin.id)]))
+
+    async def scenario() -> tuple[list[services.IngestResult], list[bool]]:
+        group_writer = writer.GroupWriter(lanes=2, engine=db_engine, linger_s=0)
+        try:
+            first = asyncio.ensure_future(
+                group_writer.store(held_observations, observations_body(), uuid.UUID(origin.id), observations=True)
+            )
+            while not checked:  # the first observation upload is in a lane, held there
+                await asyncio.sleep(0.01)
+            second = asyncio.ensure_future(
+                group_writer.store(held_observations, observations_body(), uuid.UUID(origin.id), observations=True)
+            )
+            trials = [
+                await asyncio.wait_for(
+                    group_writer.store(
+                        validation.validate_trial_batch,
+                        orjson.dumps(make_batch(probe.id, [make_trial(probe.id)])),
+                        uuid.UUID(probe.id),
+                    ),
+                    10,
+                )
+                for probe in probes
+            ]  # stored by the other lane while the first holds its observations
+            waiting = [first.done(), second.done(), len(checked) == 1]
+            release.set()
+            return [*trials, await first, await second], waiting
+        finally:
+            release.set()
+            await group_writer.aclose()
+
+    results, waiting = asyncio.run(scenario())
+    assert waiting == [False, False, True], waiting  # the second observation upload was not given the free lane
+    assert [(result.accepted, result.duplicates) for result in results] == [(1, 0)] * 5
+    assert len(checked) == 2 and checked[0] == checked[1]  # both observation uploads in the same lane's thread

@@ -76,7 +76,7 @@ async def store_upload(path: str, identity: Identity, body: bytes) -> UploadAnsw
     :class:`iwscope.dbslots.DatabaseBusy` propagates (the caller answers 503)."""
     _, validate, record_kind = _KINDS[path]
     try:
-        result = await writer.group_writer().store(validate, body, identity.id)
+        result = await writer.group_writer().store(validate, body, identity.id, observations=path == OBSERVATIONS_PATH)
     except validation.BatchRejected as error:
         services.count_rejected(record_kind, max(1, len(error.errors)))
         return UploadAnswer(error.status_code, orjson.dumps({"detail": error.detail()}))

@@ -119,7 +119,8 @@ _OBSERVATION_COLUMNS = rows.columns(rows.OBSERVATION_STAGE_COLUMNS)
 #: seen before; the folded heartbeats; ``last_seen_at`` of the other probes and the origins.
 #: Every part takes one JSON document: an array of one array of records per upload
 #: (:func:`iwscope.trials.rows.grouped_document`; ``[]`` when the group has none), whose
-#: duplicates the statement drops (the first record of a UUID in the group wins); it returns each
+#: duplicates the statement drops where it inserts (the first record of a UUID in the group wins:
+#: ``ORDER BY <id>, at``, then ``DISTINCT ON`` or ``ON CONFLICT DO NOTHING``); it returns each
 #: stored record's kind, UUID and upload (its position in the document, from 1).  Rows in UUID
 #: order, so concurrent groups lock in one order.
 #:
@@ -133,12 +134,15 @@ _OBSERVATION_COLUMNS = rows.columns(rows.OBSERVATION_STAGE_COLUMNS)
 #: trial 450-621 us against 390-404 (docs/ingest-throughput.md).  Kinds returned: ``t``/``T`` a
 #: trial stored unjoined / joined, ``s``, ``o``.  The lookup names its keys as ``= ANY(ARRAY(SELECT
 #: ...))``: joined to the CTE instead, the planner hashed it against every unjoined observation.
+#: The heartbeats' update names its probes as ``= ANY(...)`` too: joined to the heartbeat
+#: document alone, the planner hashed the document against a scan of every probe -- 10,000 rows
+#: for every group at the fleet's shape, where nearly every upload carries a heartbeat.
 _STORE_GROUP = f"""
 WITH trial_rows AS MATERIALIZED (
-    {rows.trial_row_sql("%(trials)s")}
+    {rows.trial_row_sql("%(trials)s", "%(trial_starts)s")}
 ), fresh AS (
     INSERT INTO trial_ids (trial_id, started_at)
-    SELECT trial_id, started_at FROM trial_rows ORDER BY trial_id
+    SELECT trial_id, started_at FROM trial_rows ORDER BY trial_id, at
     ON CONFLICT (trial_id) DO NOTHING
     RETURNING trial_id
 ), early AS MATERIALIZED (
@@ -148,34 +152,35 @@ WITH trial_rows AS MATERIALIZED (
       AND COALESCE(r.origin_id, o.origin_id) = o.origin_id
 ), new_trials AS (
     INSERT INTO trials ({_TRIAL_COLUMNS}, {_SERVER_COLUMNS}, joined_at)
-    SELECT {rows.columns(f"r.{column}" for column in rows.TRIAL_STAGE_COLUMNS)},
+    SELECT DISTINCT ON (r.trial_id) {rows.columns(f"r.{column}" for column in rows.TRIAL_STAGE_COLUMNS)},
         {rows.columns(f"e.{column}" for column in rows.SERVER_SIDE_COLUMNS)},
         CASE WHEN e.trial_id IS NOT NULL THEN now() END
     FROM trial_rows r LEFT JOIN early e ON e.trial_id = r.trial_id
     WHERE r.trial_id IN (SELECT trial_id FROM fresh)
+    ORDER BY r.trial_id, r.at
     RETURNING trial_id, joined_at IS NOT NULL AS joined
 ), early_marked AS (
     UPDATE origin_observations o SET joined_at = now()
     WHERE o.trial_id = ANY(ARRAY(SELECT trial_id FROM new_trials WHERE joined)) AND o.joined_at IS NULL
     RETURNING 1
 ), sample_rows AS MATERIALIZED (
-    {rows.sample_row_sql("%(samples)s")}
+    {rows.sample_row_sql("%(samples)s", "%(sample_starts)s")}
 ), new_samples AS (
     INSERT INTO path_samples ({rows.columns(rows.SAMPLE_COLUMNS)}, received_at)
-    SELECT {rows.columns(rows.SAMPLE_COLUMNS)}, now() FROM sample_rows ORDER BY sample_id
+    SELECT {rows.columns(rows.SAMPLE_COLUMNS)}, now() FROM sample_rows ORDER BY sample_id, at
     ON CONFLICT (sample_id) DO NOTHING
     RETURNING sample_id
 ), observation_rows AS MATERIALIZED (
-    {rows.observation_row_sql("%(observations)s")}
+    {rows.observation_row_sql("%(observations)s", "%(observation_starts)s")}
 ), new_observations AS (
     INSERT INTO origin_observations ({_OBSERVATION_COLUMNS}, received_at)
-    SELECT {_OBSERVATION_COLUMNS}, now() FROM observation_rows ORDER BY trial_id
+    SELECT {_OBSERVATION_COLUMNS}, now() FROM observation_rows ORDER BY trial_id, at
     ON CONFLICT (trial_id) DO NOTHING
     RETURNING trial_id
 ), heartbeats AS (
     UPDATE probes AS p SET last_seen_at = %(received)s, version = v.version, last_heartbeat = v.body
     FROM json_to_recordset(%(heartbeats)s::text::json) AS v(id uuid, version text, body jsonb)
-    WHERE p.id = v.id
+    WHERE p.id = v.id AND p.id = ANY(%(heartbeat_probes)s::text::uuid[])
     RETURNING 1
 ), seen_probes AS (
     UPDATE probes SET last_seen_at = now() WHERE id = ANY(%(probes)s::text::uuid[])
@@ -186,12 +191,27 @@ WITH trial_rows AS MATERIALIZED (
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '{LAST_SEEN_RESOLUTION}')
     RETURNING 1
 )
-SELECT CASE WHEN n.joined THEN 'T' ELSE 't' END, n.trial_id::text, r.upload FROM new_trials n JOIN trial_rows r USING (trial_id)
-UNION ALL SELECT 's', n.sample_id::text, r.upload FROM new_samples n JOIN sample_rows r USING (sample_id)
-UNION ALL SELECT 'o', n.trial_id::text, r.upload FROM new_observations n JOIN observation_rows r USING (trial_id)
+SELECT CASE WHEN n.joined THEN 'T' ELSE 't' END, n.trial_id::text, r.upload FROM new_trials n
+    JOIN (SELECT DISTINCT ON (trial_id) trial_id, upload FROM trial_rows ORDER BY trial_id, at) r USING (trial_id)
+UNION ALL SELECT 's', n.sample_id::text, r.upload FROM new_samples n
+    JOIN (SELECT DISTINCT ON (sample_id) sample_id, upload FROM sample_rows ORDER BY sample_id, at) r USING (sample_id)
+UNION ALL SELECT 'o', n.trial_id::text, r.upload FROM new_observations n
+    JOIN (SELECT DISTINCT ON (trial_id) trial_id, upload FROM observation_rows ORDER BY trial_id, at) r USING (trial_id)
 """
 #: The order of :data:`_STORE_GROUP`'s parameters in :data:`_STORE_GROUP_RAW`.
-_STORE_GROUP_PARAMETERS = ("trials", "samples", "observations", "received", "heartbeats", "probes", "origins")
+_STORE_GROUP_PARAMETERS = (
+    "trials",
+    "trial_starts",
+    "samples",
+    "sample_starts",
+    "observations",
+    "observation_starts",
+    "received",
+    "heartbeats",
+    "heartbeat_probes",
+    "probes",
+    "origins",
+)
 
 
 def _positional(statement: str, names: Sequence[str]) -> bytes:
@@ -275,18 +295,18 @@ class Upload:
     outcome: IngestResult | BatchRejected | None = None
 
 
-def _trial_records(uploads: Sequence[Upload]) -> str:
+def _trial_records(uploads: Sequence[Upload]) -> tuple[str, str]:
     """The trials of a group's trial uploads, one array per upload (:func:`rows.grouped_document`)."""
     batches = [_trial_batch(upload) for upload in uploads]
     return rows.grouped_document(rows.records_in_utc(batch.trials, "started_at", batch.started_at) for batch in batches)
 
 
-def _sample_records(uploads: Sequence[Upload]) -> str:
+def _sample_records(uploads: Sequence[Upload]) -> tuple[str, str]:
     batches = [_trial_batch(upload) for upload in uploads]
     return rows.grouped_document(rows.records_in_utc(batch.path_samples, "measured_at", batch.measured_at) for batch in batches)
 
 
-def _observation_records(uploads: Sequence[Upload]) -> str:
+def _observation_records(uploads: Sequence[Upload]) -> tuple[str, str]:
     batches = [upload.batch for upload in uploads]
     return rows.grouped_document(
         rows.records_in_utc(batch.observations, "request_at", batch.request_at)
@@ -354,12 +374,14 @@ def store_group(database: Engine | psycopg.Connection, uploads: Sequence[Upload]
                 "probes", [upload.identity_id for upload in trial_uploads if upload.identity_id not in heartbeats]
             )
             seen_origins = _due_for_last_seen("origins", [upload.identity_id for upload in observation_uploads])
-            parameters = {
-                "trials": _trial_records(trial_uploads),
-                "samples": _sample_records(trial_uploads),
-                "observations": _observation_records(observation_uploads),
+            parameters: dict[str, object] = {}
+            parameters["trials"], parameters["trial_starts"] = _trial_records(trial_uploads)
+            parameters["samples"], parameters["sample_starts"] = _sample_records(trial_uploads)
+            parameters["observations"], parameters["observation_starts"] = _observation_records(observation_uploads)
+            parameters |= {
                 "received": received,
                 "heartbeats": _heartbeats_document(heartbeats, received),
+                "heartbeat_probes": _uuid_array(list(heartbeats)),
                 "probes": _uuid_array(seen_probes),
                 "origins": _uuid_array(seen_origins),
             }

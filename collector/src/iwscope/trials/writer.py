@@ -22,6 +22,12 @@ for uploads; the process holds :data:`LANES` connections more than its pool.  A 
 connection is pinged after a second idle (as the pool's are) and replaced when it broke; a
 lane idle for :data:`LANE_IDLE_S` closes it and ends its thread.
 
+An origin's observation uploads (up to ``wire.MAX_BATCH_RECORDS`` records each: statements of
+hundreds of milliseconds) are stored by one lane at a time; the others wait for it, so a lane is
+always left to the probes' trial uploads.  At the fleet's shape both lanes were at times busy
+with observations for a second, the trial uploads queued behind them (90 in one process), and
+the front door, which counts them in progress, turned new requests away.
+
 An upload the writer has not taken within ``IWSCOPE_DB_POOL_TIMEOUT_S`` is answered 503 (nothing
 of it stored), as a request that finds no database slot is; once taken, it waits for its group.
 A group smaller than :data:`GROUP_UPLOADS` waits up to ``IWSCOPE_INGEST_LINGER_MS`` (20 ms) for
@@ -74,6 +80,8 @@ class _Pending:
     body: bytes
     identity_id: uuid.UUID
     future: asyncio.Future[services.IngestResult]
+    #: An origin's observations (up to ``wire.MAX_BATCH_RECORDS`` a batch): at most one lane at a time.
+    observations: bool = False
     expiry: asyncio.TimerHandle | None = field(default=None)
 
 
@@ -233,17 +241,22 @@ class GroupWriter:
         self._all: list[Lane] = []
         #: The drain tasks in flight (the event loop keeps only weak references to tasks).
         self._tasks: set[asyncio.Task[None]] = set()
+        #: A lane is storing a group with observation uploads (the others' wait for it).
+        self._observing = False
 
     async def aclose(self) -> None:
         """End the lanes' threads and close their connections."""
         for lane in self._all:
             await anyio.to_thread.run_sync(lane.close)
 
-    async def store(self, validate: Validate, body: bytes, identity_id: uuid.UUID) -> services.IngestResult:
+    async def store(
+        self, validate: Validate, body: bytes, identity_id: uuid.UUID, *, observations: bool = False
+    ) -> services.IngestResult:
         """Check and store one upload's body with whatever else is queued; its result, or
-        :class:`~iwscope.trials.validation.BatchRejected` / :class:`~iwscope.dbslots.DatabaseBusy`."""
+        :class:`~iwscope.trials.validation.BatchRejected` / :class:`~iwscope.dbslots.DatabaseBusy`.
+        ``observations``: an origin's observation upload, which at most one lane stores at a time."""
         loop = asyncio.get_running_loop()
-        pending = _Pending(validate, body, identity_id, loop.create_future())
+        pending = _Pending(validate, body, identity_id, loop.create_future(), observations)
         timeout_s = get_settings().db_pool_timeout_s
         pending.expiry = loop.call_later(timeout_s, self._expire, pending, timeout_s)
         self._queue.append(pending)
@@ -285,14 +298,29 @@ class GroupWriter:
         finally:
             self._filling = None
 
+    def _take(self) -> tuple[list[_Pending], bool]:
+        """The queued uploads this drain stores next, and whether they include observation
+        uploads; those stay queued while another lane stores some (see the module's docstring)."""
+        if self._observing:
+            group = [pending for pending in self._queue if not pending.observations]
+            self._queue = deque(pending for pending in self._queue if pending.observations)
+            return group, False
+        group = list(self._queue)
+        self._queue.clear()
+        observing = any(pending.observations for pending in group)
+        self._observing = observing
+        return group, observing
+
     async def _drain(self) -> None:
         lane = self._lane()
+        observing = False
         try:
             while self._queue:
                 if self.linger_s > 0 and len(self._queue) < self.group_uploads:
                     await self._fill()
-                group = list(self._queue)
-                self._queue.clear()
+                group, observing = self._take()
+                if not group:  # only observation uploads, and another lane stores some: it takes them next
+                    break
                 for pending in group:
                     if pending.expiry is not None:
                         pending.expiry.cancel()
@@ -308,9 +336,14 @@ class GroupWriter:
                     for pending in group:
                         pending.future.cancel()
                     raise
+                finally:
+                    if observing:
+                        self._observing = observing = False
                 for pending, outcome in zip(group, outcomes, strict=True):
                     _settle(pending.future, outcome)
         finally:
+            if observing:
+                self._observing = False
             self._free.append(lane)
             self._running -= 1
 
