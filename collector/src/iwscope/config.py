@@ -140,6 +140,7 @@ class Settings(BaseSettings):
     #: notifications of credential changes (``auth.invalidation``): a revocation empties the
     #: cache at once, so this only bounds how long a missed notification could matter.  A probe
     #: cycle (~60 s) is longer than ``credential_cache_s``: without this every request looked up.
+    #: Also how long the process's copy of the stored credentials is trusted (``auth.directory``).
     credential_cache_notified_s: float = Field(
         300.0, ge=0, le=3600, validation_alias=AliasChoices("IWSCOPE_CREDENTIAL_CACHE_NOTIFIED_S")
     )
