@@ -180,7 +180,9 @@ def bearer_credential(authorization: str | None) -> HTTPAuthorizationCredentials
     scheme, _, credentials = (authorization or "").partition(" ")
     if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
         return None
-    return HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials)
+    # Two strings just read from the header: built without pydantic's validation (a model
+    # validated per upload was 0.8 % of the API's time in a profile of the fleet's steady stage).
+    return HTTPAuthorizationCredentials.model_construct(scheme=scheme, credentials=credentials)
 
 
 async def authenticate(kinds: tuple[IdentityKind, ...], bearer: HTTPAuthorizationCredentials | None) -> Identity:
