@@ -282,6 +282,55 @@ def test_cost_regions_stay_out_of_the_tables_read_from_the_analysis_copy(
     assert ANALYSIS_PATH_READS.labels("copy")._value.get() > copy_reads  # the copy answered
 
 
+def test_percentile_tables_from_the_analysis_copy_equal_postgresqls(
+    db_session: Session, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the copy, the per-path histograms of the intervals are read in another thread while
+    the table is computed: the tables (numbers, intervals, subsets past the detail limit) are
+    the ones PostgreSQL's reads give."""
+    from iwscope.analysis import queries
+
+    rng = random.Random(8)
+    campaign_id = new_campaign_id()
+    origin = uuid.uuid5(uuid.NAMESPACE_URL, "iwscope-test-copy-percentiles-origin")
+    for index in range(18):
+        region = ("africa", "europe", "asia")[index % 3]
+        probe = add_probe(db_session, region, probe_id=uuid.uuid5(uuid.NAMESPACE_URL, f"iwscope-test-copy-percentiles-{index}"))
+        rtt = rng.uniform(40, 400)
+        add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
+        for _ in range(8):
+            for iw, rounds in ((3, 3), (10, 2)):
+                add_trial(
+                    db_session,
+                    campaign_id=campaign_id,
+                    probe_id=probe,
+                    origin_id=origin,
+                    iw=iw,
+                    server_ms=rounds * rtt * rng.uniform(0.9, 1.3),
+                )
+    db_session.flush()
+    rebuild_rollups(db_session)
+    directory = tmp_path / "copy"
+    assert pathcopy.update(db_session, directory).action == "base"
+    filters = Filters(campaign_ids=(campaign_id,))
+    monkeypatch.setattr(queries, "PERCENTILE_MIN_DETAIL_PATHS", 4)
+    for detail_paths in (200, 4):  # every path, then a subset of each region's
+        monkeypatch.setattr(queries, "PERCENTILE_DETAIL_PATHS", detail_paths)
+        monkeypatch.setattr(reads, "get_settings", lambda: types.SimpleNamespace(analysis_copy_dir=None))
+        expected = percentile_table(db_session, filters, "region"), percentile_table(db_session, filters)
+        monkeypatch.setattr(reads, "get_settings", lambda: types.SimpleNamespace(analysis_copy_dir=directory))
+        copy_reads = ANALYSIS_PATH_READS.labels("copy")._value.get()
+        got = percentile_table(db_session, filters, "region"), percentile_table(db_session, filters)
+        assert ANALYSIS_PATH_READS.labels("copy")._value.get() >= copy_reads + 4  # paths and detail, twice
+        assert [t.group for t in got[0]] == ["africa", "asia", "europe"]
+        assert all(not table.too_small and table.improvement_ci["p50"] != [None, None] for table in got[0])
+        for copied, direct in zip((*got[0], *got[1]), (*expected[0], *expected[1]), strict=True):
+            assert copied.improvement == pytest.approx(direct.improvement)
+            for key, interval in direct.improvement_ci.items():
+                assert copied.improvement_ci[key] == pytest.approx(interval), (detail_paths, copied.group, key)
+            assert copied.arms == direct.arms
+
+
 def test_fleet_and_filter_options(db_session: Session, fixed: Fixed) -> None:
     rows = {row.probe_id: row for row in fleet(db_session, now=DAY + dt.timedelta(days=2))}
     africa = rows[str(fixed.africa)]
@@ -508,17 +557,18 @@ def test_paired_cells_keep_empty_objects_on_their_own_path(db_session: Session) 
 
 
 def _count_detail_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record how many paths each per-path histogram read asks for."""
+    """Record how many paths each per-path histogram read asks for (``path_histograms`` begins
+    its read there too)."""
     from iwscope.analysis import reads
 
     read: list[int] = []
-    original = reads.Data.path_histograms
+    original = reads.Data.start_path_histograms
 
     def spy(self: reads.Data, path_codes: np.ndarray) -> object:
         read.append(len(path_codes))
         return original(self, path_codes)
 
-    monkeypatch.setattr(reads.Data, "path_histograms", spy)
+    monkeypatch.setattr(reads.Data, "start_path_histograms", spy)
     return read
 
 

@@ -19,6 +19,7 @@ from iwscope.analysis.stats import (
     mean_std_ms,
     median_interval,
     merge_packed,
+    merge_pieces,
     pack_histogram,
     poisson_bootstrap_means,
     proportion_interval,
@@ -84,6 +85,24 @@ def test_pack_unpack_and_merge() -> None:
     merged = merge_packed(np.array([1, 0, 1]), [lo, other_lo, lo], [packed, other, packed], 2)
     assert merged[0].tolist() == hist_of([80]).tolist()
     assert merged[1].tolist() == (2 * counts).tolist()
+
+
+def test_merge_pieces_skips_ignored_pieces_and_keeps_every_wanted_one_whole() -> None:
+    """Pieces of ignored rows (group < 0) between wanted ones: each wanted piece is read from its
+    own place in the blob, whichever pieces before it were skipped (the subset path of
+    ``merge_pieces``), and equals unpacking every piece one by one."""
+    rng = np.random.default_rng(3)
+    histograms = [hist_of(list(rng.uniform(20, 3000, size=int(rng.integers(1, 40))))) for _ in range(30)]
+    packed = [pack_histogram(h) for h in histograms]
+    piece_lo = np.array([lo for lo, _ in packed], dtype=np.int64)
+    piece_len = np.array([len(blob) // 4 for _, blob in packed], dtype=np.int64)
+    blob = b"".join(b for _, b in packed)
+    for groups in (rng.integers(-1, 4, size=30), np.full(30, -1), np.arange(30) % 4, np.where(np.arange(30) == 29, 2, -1)):
+        expected = np.zeros((4, bk.HIST_BINS), dtype=np.int64)
+        for group, (lo, piece) in zip(groups.tolist(), packed, strict=True):
+            if group >= 0:
+                expected[group] += unpack_histogram(lo, piece)
+        assert np.array_equal(merge_pieces(groups, piece_lo, piece_len, blob, 4), expected)
 
 
 def test_quantiles_nearest_rank_within_one_percent() -> None:

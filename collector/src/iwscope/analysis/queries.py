@@ -37,7 +37,7 @@ from iwscope.analysis.frames import (
     load_buckets,
     load_probe_totals,
 )
-from iwscope.analysis.paired import PairedEstimate
+from iwscope.analysis.paired import MIN_PAIRS, PairedEstimate
 from iwscope.analysis.reads import Data, copy_or_postgresql, group_sum, histograms, paired_estimate, read
 from iwscope.analysis.results import (
     ArmPercentiles,
@@ -166,17 +166,16 @@ def _dimension_groups(data: Data, dimension: str) -> tuple[tuple[IntArray, IntAr
         )
         return (first, second), labels
     if dimension == "size":
-        present = sorted(set(data.paths.size_bucket.tolist()) | set(data.buckets.size_bucket.tolist()))
-        position = {bucket: index for index, bucket in enumerate(present)}
+        octaves = np.union1d(data.paths.size_bucket, data.buckets.size_bucket).astype(np.int64)  # sorted, unique
+        present = octaves.tolist()
         labels = []
         for index, bucket in enumerate(present):
             lower, upper = bk.size_bucket_bounds(bucket)
             labels.append(
                 bk.Bucket(bk.size_bucket_label(bucket), index, float(lower), float(upper) if upper is not None else None)
             )
-        first, second = (
-            np.fromiter((position[b] for b in frame.size_bucket.tolist()), dtype=np.int64, count=frame.size) for frame in frames
-        )
+        # an octave's place among them is its label's position
+        first, second = (np.searchsorted(octaves, frame.size_bucket).astype(np.int64) for frame in frames)
         return (first, second), labels
     raise ValueError(f"unknown dimension {dimension!r}; expected one of {', '.join(bk.DIMENSIONS)}")
 
@@ -247,6 +246,17 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
     else:
         path_groups = np.zeros(data.paths.size, dtype=np.int64)
         groups, names = np.zeros(frame.size, dtype=np.int64), ["all"]
+    group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
+    # which groups show a number (an estimate's too_small, from the same pairs), so the per-path
+    # histograms their intervals need are read while the rest is computed
+    showing = [round(float(data.paths.n_pairs[rows].sum())) >= MIN_PAIRS for rows in group_rows]
+    limit = min(PERCENTILE_DETAIL_PATHS, max(PERCENTILE_MIN_DETAIL_PATHS, PERCENTILE_DETAIL_BUDGET // max(sum(showing), 1)))
+    detail_paths = [
+        _detail_paths(data, rows, limit) if shown else (np.zeros(0, dtype=np.int64), 0)
+        for rows, shown in zip(group_rows, showing, strict=True)
+    ]
+    union = np.unique(np.concatenate([paths for paths, _ in detail_paths])) if detail_paths else np.zeros(0, np.int64)
+    reading = data.start_path_histograms(union) if union.size else None  # one read for every group
     arm_slot = np.where(frame.arm == treat_iw, 0, 1)
     cell = groups * 2 + arm_slot
     cells = 2 * len(names)
@@ -255,16 +265,8 @@ def percentile_table(session: Session, filters: Filters, group_by: Literal["regi
         for name in ("n", "sum_us", "retrans_trials", "retrans_n", "bytes_retrans", "bytes_sent")
     }
     hists = histograms(frame, cell, cells)
-    group_rows = [np.flatnonzero(path_groups == group) for group in range(len(names))]
     estimates = [paired_estimate(data, rows) for rows in group_rows]
-    needing = sum(not estimate.too_small for estimate in estimates)
-    limit = min(PERCENTILE_DETAIL_PATHS, max(PERCENTILE_MIN_DETAIL_PATHS, PERCENTILE_DETAIL_BUDGET // max(needing, 1)))
-    detail_paths = [
-        _detail_paths(data, rows, limit) if not estimate.too_small else (np.zeros(0, dtype=np.int64), 0)
-        for rows, estimate in zip(group_rows, estimates, strict=True)
-    ]
-    union = np.unique(np.concatenate([paths for paths, _ in detail_paths])) if detail_paths else np.zeros(0, np.int64)
-    detail = data.path_histograms(union) if union.size else None  # one read for every group
+    detail = reading() if reading is not None else None
     tables: list[PercentileTable] = []
     for group, name in enumerate(names):
         arms = []

@@ -61,17 +61,33 @@ class Data:
 
     def path_histograms(self, path_codes: IntArray) -> Frame:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
+        return self.start_path_histograms(path_codes)()
+
+    def start_path_histograms(self, path_codes: IntArray) -> Callable[[], Frame]:
+        """:meth:`path_histograms`, begun: with the analysis copy its DuckDB half runs in another
+        thread while the caller goes on computing (the returned function waits for it); from
+        PostgreSQL the read happens when the function is called (the session's one connection
+        is the caller's)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
         arms = (self.filters.baseline_iw, self.filters.treatment_iw)
-        detail = copy_or_postgresql(
-            lambda directory: pathcopy.load_path_detail(self.session, directory, self.filters, arms, ids),
-            lambda: load_path_detail(self.session, self.filters, arms, ids),
-        )
-        code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
-        detail.path = np.fromiter(
-            (code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()), dtype=np.int64, count=detail.size
-        )
-        return detail
+        directory = get_settings().analysis_copy_dir
+        prepared = None if directory is None else pathcopy.prepare_path_detail(self.session, directory, self.filters, arms, ids)
+        pending = None if prepared is None else _COPY_READS.submit(prepared.run)
+
+        def finish() -> Frame:
+            found = None if pending is None else pending.result()
+            ANALYSIS_PATH_READS.labels("postgresql" if found is None else "copy").inc()
+            if prepared is None or found is None:
+                detail = load_path_detail(self.session, self.filters, arms, ids)
+            else:
+                detail = prepared.frame(found)
+            code_of = {path_id: int(code) for path_id, code in zip(ids, path_codes, strict=True)}
+            detail.path = np.fromiter(
+                (code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()), dtype=np.int64, count=detail.size
+            )
+            return detail
+
+        return finish
 
 
 #: Threads that run the analysis copy's DuckDB half of a read beside the bucket roll-ups' query.

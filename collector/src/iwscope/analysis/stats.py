@@ -157,11 +157,18 @@ def merge_pieces(piece_groups: IntArray, piece_lo: IntArray, piece_len: IntArray
         return out.reshape(max(n_groups, 0), HIST_BINS)
     counts = np.frombuffer(blob, dtype="<i4", count=total)
     starts = np.cumsum(piece_len) - piece_len
+    kept = np.flatnonzero(piece_groups >= 0)
+    if kept.size < piece_len.size:  # expand only the pieces wanted (a group of a few paths of many)
+        piece_groups, piece_lo, piece_len, starts = piece_groups[kept], piece_lo[kept], piece_len[kept], starts[kept]
+    kept_total = int(piece_len.sum()) if piece_len.size else 0
+    if kept_total == 0:
+        return out.reshape(n_groups, HIST_BINS)
     element_piece = np.repeat(np.arange(piece_len.size), piece_len)
-    bins = np.arange(total, dtype=np.int64) - starts[element_piece] + piece_lo[element_piece]
-    element_group = piece_groups[element_piece]
-    keep = element_group >= 0
-    out += np.bincount(element_group[keep] * HIST_BINS + bins[keep], weights=counts[keep], minlength=n_groups * HIST_BINS).astype(
+    # each element's offset within its piece, then its place in the blob and its bin
+    within = np.arange(kept_total, dtype=np.int64) - (np.cumsum(piece_len) - piece_len)[element_piece]
+    values = counts[starts[element_piece] + within]
+    bins = within + piece_lo[element_piece]
+    out += np.bincount(piece_groups[element_piece] * HIST_BINS + bins, weights=values, minlength=n_groups * HIST_BINS).astype(
         np.int64
     )
     return out.reshape(n_groups, HIST_BINS)

@@ -49,9 +49,11 @@ from iwscope.analysis.pathcopy._files import (
     read_manifest,
 )
 from iwscope.analysis.pathcopy._read import (
+    PreparedPathDetail,
     PreparedPathStats,
     load_path_detail,
     load_path_stats,
+    prepare_path_detail,
     prepare_path_stats,
     probe_totals,
 )
@@ -67,12 +69,14 @@ __all__ = [
     "MEASURES",
     "REBASE_SHARE",
     "Manifest",
+    "PreparedPathDetail",
     "PreparedPathStats",
     "UpdateResult",
     "compact",
     "database_identity",
     "load_path_detail",
     "load_path_stats",
+    "prepare_path_detail",
     "prepare_path_stats",
     "probe_totals",
     "read_manifest",

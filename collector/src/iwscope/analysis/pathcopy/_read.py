@@ -307,7 +307,6 @@ def prepare_path_stats(
     if not all_arms:
         conditions.append(f"arm_iw IN ({base_iw}, {treat_iw})")
     metric = "server" if filters.metric == "server" else "client"
-    size_out = "size_bucket" if by_size else "-2"
     region_names: list[str] = []
 
     def query(cursor: duckdb.DuckDBPyConnection) -> str:
@@ -316,6 +315,18 @@ def prepare_path_stats(
         # only paths whose signature is in the regions, as frames._PATH_IN_REGIONS
         wanted = [str(code) for code, name in enumerate(names) if name in filters.regions]
         regions = f"WHERE s.region_code IN ({', '.join(wanted) or '-1'})" if filters.regions else ""
+        if by_size:  # c's rows are already one per (path, size octave): no second grouping
+            per_path = """
+                SELECT probe_id, origin_id, size_bucket, n_trials, w AS n_pairs,
+                       CASE WHEN w > 0 THEN w * (sb / nb - st / nt) ELSE 0 END AS sum_diff_ms,
+                       CASE WHEN w > 0 THEN w * sb / nb ELSE 0 END AS sum_base_ms
+                FROM w"""
+        else:
+            per_path = """
+                SELECT probe_id, origin_id, -2 AS size_bucket, sum(n_trials) AS n_trials, sum(w) AS n_pairs,
+                       COALESCE(sum(w * (sb / nb - st / nt)) FILTER (WHERE w > 0), 0) AS sum_diff_ms,
+                       COALESCE(sum(w * sb / nb) FILTER (WHERE w > 0), 0) AS sum_base_ms
+                FROM w GROUP BY 1, 2"""
         return f"""
             WITH r AS ({_selection(opened, day_window(filters))}),
             c AS (
@@ -326,11 +337,7 @@ def prepare_path_stats(
                        sum({metric}_sum_us::DOUBLE) FILTER (WHERE arm_iw = {treat_iw}) / 1000.0 AS st
                 FROM r WHERE {" AND ".join(conditions) or "TRUE"} GROUP BY probe_id, origin_id, size_bucket),
             w AS (SELECT *, CASE WHEN nb > 0 AND nt > 0 THEN least(nb, nt) ELSE 0 END AS w FROM c),
-            g AS (
-                SELECT probe_id, origin_id, {size_out} AS size_bucket, sum(n_trials) AS n_trials, sum(w) AS n_pairs,
-                       COALESCE(sum(w * (sb / nb - st / nt)) FILTER (WHERE w > 0), 0) AS sum_diff_ms,
-                       COALESCE(sum(w * sb / nb) FILTER (WHERE w > 0), 0) AS sum_base_ms
-                FROM w GROUP BY 1, 2, 3)
+            g AS ({per_path})
             SELECT (dense_rank() OVER (ORDER BY g.probe_id, g.origin_id) - 1)::BIGINT AS path,
                    (dense_rank() OVER (ORDER BY g.probe_id) - 1)::BIGINT AS probe, g.size_bucket::BIGINT AS size_bucket,
                    COALESCE(s.rtt_bucket, -1) AS rtt_bucket, COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket,
@@ -443,11 +450,71 @@ def probe_totals(session: Session, directory: pathlib.Path, today: dt.date) -> d
     )
 
 
+_DETAIL_COLUMNS = (
+    "path",
+    "arm_iw",
+    "size_bucket",
+    "rtt_bucket",
+    "bandwidth_bucket",
+    "bdp_bucket",
+    "loss_bucket",
+    "bin",
+    "n_all",
+    "n",
+    "sum_us",
+    "sumsq",
+)
+
+
+@dataclass
+class PreparedPathDetail:
+    """A per-path histogram read of the copy whose PostgreSQL part is done (as
+    :class:`PreparedPathStats`): :meth:`run` is DuckDB alone and may run in another thread
+    while the session's thread goes on; :meth:`frame` builds the result."""
+
+    opened: _Open
+    sql: str
+    wanted: dict[str, Any]
+    lag: dict[str, Any] | None
+    region_names: list[str]
+    paths: list[tuple[uuid.UUID, uuid.UUID]]
+
+    def run(self) -> dict[str, Any] | None:
+        """The query's columns, or ``None`` when a file cannot be read (read PostgreSQL)."""
+        cursor = _reader()
+        try:
+            cursor.register("wanted_paths", self.wanted)
+            if self.lag is not None:
+                cursor.register("lag", self.lag)
+            columns: dict[str, Any] = cursor.execute(self.sql).fetchnumpy()
+            return columns
+        except duckdb.Error as error:
+            log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", self.opened.directory, error)
+            return None
+        finally:
+            cursor.close()
+
+    def frame(self, found: dict[str, Any]) -> Frame:
+        names = np.array([*self.region_names, "unknown"], dtype=object)  # code -1: no stored signature
+        region = names[np.asarray(found["region"], dtype=np.int64)].tolist()
+        return detail_frame([*(found[name] for name in _DETAIL_COLUMNS), region], self.paths)
+
+
 def load_path_detail(
     session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int], paths: Sequence[tuple[uuid.UUID, uuid.UUID]]
 ) -> Frame | None:
     """``frames.load_path_detail`` from the copy's per-path histograms (``None``: read
-    PostgreSQL).  The histogram files are sorted by side and the paths' pseudo-random order
+    PostgreSQL); see :func:`prepare_path_detail`."""
+    prepared = prepare_path_detail(session, directory, filters, arms, paths)
+    found = None if prepared is None else prepared.run()
+    return None if prepared is None or found is None else prepared.frame(found)
+
+
+def prepare_path_detail(
+    session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int], paths: Sequence[tuple[uuid.UUID, uuid.UUID]]
+) -> PreparedPathDetail | None:
+    """The PostgreSQL half of :func:`load_path_detail` (``None``: the copy cannot be used now).
+    The histogram files are sorted by side and the paths' pseudo-random order
     (``frames.PathIds.order_keys``), which is the order the percentile intervals take their subsets
     in: a subset of the first paths of a large group lies in the first row groups."""
     opened = _open(session, directory)
@@ -483,13 +550,12 @@ def load_path_detail(
         "probe_id": np.array([str(p) for p, _ in paths], dtype=object),
         "origin_id": np.array([str(o) for _, o in paths], dtype=object),
     }
-    region_names: list[str] = []
-
-    def query(cursor: duckdb.DuckDBPyConnection) -> str:
-        signatures, names = _signature_table(session, cursor)
-        region_names.extend(names)
-        cursor.register("wanted_paths", wanted)
-        return f"""
+    cursor = _reader()
+    try:
+        signatures, region_names = _signature_table(session, cursor)
+    finally:
+        cursor.close()
+    sql = f"""
             WITH h AS ({" UNION ALL ".join(sources)}),
             e AS (
                 SELECT w.path, h.probe_id, h.origin_id, h.arm_iw, h.size_bucket, h.bin, sum(h.n_all)::DOUBLE AS n_all,
@@ -502,27 +568,5 @@ def load_path_detail(
                    COALESCE(s.bdp_bucket, -1) AS bdp_bucket, COALESCE(s.loss_bucket, -1) AS loss_bucket,
                    e.bin::BIGINT AS bin, e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region_code, -1) AS region
             FROM e LEFT JOIN {signatures} AS s ON s.probe_id = e.probe_id AND s.origin_id = e.origin_id"""
-
-    found = _run(session, opened, query, lambda: _lag_hists(session, opened, client))
-    if found is None:
-        return None
-    names = np.array([*region_names, "unknown"], dtype=object)  # code -1: no stored signature
-    ordered = [
-        found[name]
-        for name in (
-            "path",
-            "arm_iw",
-            "size_bucket",
-            "rtt_bucket",
-            "bandwidth_bucket",
-            "bdp_bucket",
-            "loss_bucket",
-            "bin",
-            "n_all",
-            "n",
-            "sum_us",
-            "sumsq",
-        )
-    ]
-    region = names[np.asarray(found["region"], dtype=np.int64)].tolist()
-    return detail_frame([*ordered, region], list(paths))
+    lag = _lag_hists(session, opened, client) if opened.behind else None
+    return PreparedPathDetail(opened, sql, wanted, lag, list(region_names), list(paths))
