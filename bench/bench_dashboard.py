@@ -5,6 +5,7 @@ Usage (local services running; takes several minutes, mostly generating the tria
     .venv/bin/python bench/bench_dashboard.py                # 10^7 trials in database iwscope_bench
     .venv/bin/python bench/bench_dashboard.py --trials 200000 --calls 10 --raw-calls 2   # quick
     .venv/bin/python bench/bench_dashboard.py --reuse         # keep the generated data, re-time only
+    .venv/bin/python bench/bench_dashboard.py --reuse --read-cache shared   # the figures sharing their reads, as on a page
     .venv/bin/python bench/bench_dashboard.py --probes 10000 --days 90   # a fleet: 10^4 probes x 2 origins, 90 days
 
 Steps: (1) create the database ``iwscope_bench`` (its own, never ``iwscope``) and migrate it;
@@ -56,6 +57,7 @@ from iwscope.analysis import (
     loss_summary,
     pathcopy,
     percentile_table,
+    readcache,
     refresh_rollups,
     region_summary,
     reset_rollups,
@@ -412,9 +414,16 @@ def p95(samples: list[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def time_calls(engine: Engine, function: Callable[[Session, Filters], Any], filters: list[Filters]) -> list[float]:
+def time_calls(
+    engine: Engine, function: Callable[[Session, Filters], Any], filters: list[Filters], cold: bool = True
+) -> list[float]:
+    """Milliseconds of each call; ``cold``: the process's copy of recent reads emptied before
+    each (``analysis/readcache.py``: the figure's own cost), else kept as a dashboard process
+    keeps it (the figures before it, on the same filter sets, may have read what it reads)."""
     samples = []
     for item in filters:
+        if cold:
+            readcache.READS.clear()
         with Session(engine) as session:
             started = time.perf_counter()
             function(session, item)
@@ -563,6 +572,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--days", type=int, default=DAYS, help="days the generated trials span")
     parser.add_argument("--calls", type=int, default=20, help="roll-up calls per function (varied filters)")
+    parser.add_argument(
+        "--read-cache",
+        choices=("cold", "shared"),
+        default="cold",
+        help="cold: the process's copy of recent reads emptied before each call (a figure's own cost); "
+        "shared: kept across the functions, as a dashboard process keeps it while a page draws its figures",
+    )
     parser.add_argument("--raw-calls", type=int, default=3, help="raw-scan calls per function (first filters)")
     parser.add_argument(
         "--reuse", action="store_true", help="keep an existing generated database (migrated to head; add --rebuild to rebuild)"
@@ -596,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         "probes": 6 * args.probes_per_region,
         "calls": args.calls,
         "raw_calls": args.raw_calls,
+        "read_cache": args.read_cache,
         "loadavg_start": loadavg(),
         "cpus": os.cpu_count(),
     }
@@ -643,8 +660,10 @@ def main(argv: list[str] | None = None) -> int:
     filters = varied_filters(args.calls, seed=2, days=args.days)
     rows = []
     for case in CASES:
-        time_calls(engine, case.rollup, filters[:1])  # warm-up (imports, plans)
-        rollup_ms = time_calls(engine, case.rollup, filters)
+        cold = args.read_cache == "cold"
+        if cold:
+            time_calls(engine, case.rollup, filters[:1])  # warm-up (imports, plans)
+        rollup_ms = time_calls(engine, case.rollup, filters, cold=cold)
         raw_ms = time_calls(engine, case.raw, filters[: args.raw_calls]) if args.raw_calls else []
         row = {
             "function": case.name,

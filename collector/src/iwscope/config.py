@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     #: read by DuckDB; written by the worker, read by the API and the dashboard, so all three
     #: must see the same directory).  Unset: the paired figures read PostgreSQL alone.
     analysis_copy_dir: pathlib.Path | None = Field(None, validation_alias=AliasChoices("IWSCOPE_ANALYSIS_COPY_DIR"))
+    #: Megabytes of recent roll-up reads an API or dashboard process keeps until the roll-ups
+    #: change (``analysis/readcache.py``: the figures of one filter set share their reads); 0: off.
+    analysis_read_cache_mb: float = Field(128.0, ge=0, le=65536, validation_alias=AliasChoices("IWSCOPE_ANALYSIS_READ_CACHE_MB"))
 
     @property
     def db_connections(self) -> int:

@@ -55,6 +55,12 @@ ANALYSIS_PATH_READS = Counter(
     "configured or it could not be used)",
     ["source"],
 )
+ANALYSIS_READ_CACHE = Counter(
+    "iwscope_analysis_read_cache_total",
+    "Roll-up reads of the analysis answered from the process's copy of recent reads (hit) or "
+    "read and kept (miss), analysis/readcache.py",
+    ["result"],
+)
 IN_PROGRESS = Gauge(
     "iwscope_requests_in_progress",
     "Requests in progress (summed over the API's worker processes), by admission class",

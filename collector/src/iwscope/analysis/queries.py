@@ -34,11 +34,10 @@ from iwscope.analysis.filters import Filters, without_cost
 from iwscope.analysis.frames import (
     WEEK_DAYS,
     Frame,
-    load_buckets,
     load_probe_totals,
 )
 from iwscope.analysis.paired import MIN_PAIRS, PairedEstimate
-from iwscope.analysis.reads import Data, copy_or_postgresql, group_sum, histograms, paired_estimate, read
+from iwscope.analysis.reads import Data, cached_buckets, copy_or_postgresql, group_sum, histograms, paired_estimate, read
 from iwscope.analysis.results import (
     ArmPercentiles,
     ArmStats,
@@ -393,7 +392,7 @@ def _per_arm(frame: Frame) -> tuple[list[int], IntArray]:
 
 def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
     """Mean, median and standard deviation per IW present (Figure 2); arms filter ignored."""
-    frame = load_buckets(session, without_cost(session, filters), None)
+    frame = cached_buckets(session, without_cost(session, filters), None)
     arms, groups = _per_arm(frame)
     n = group_sum(frame.n, groups, len(arms))
     sums = group_sum(frame.sum_us, groups, len(arms))
@@ -404,7 +403,7 @@ def latency_vs_iw(session: Session, filters: Filters) -> list[ArmStats]:
 
 def latency_cdf(session: Session, filters: Filters) -> dict[int, list[tuple[float, float]]]:
     """Per IW: ``(latency_ms, cumulative fraction)`` at each occupied histogram bin's upper edge."""
-    frame = load_buckets(session, without_cost(session, filters), None)
+    frame = cached_buckets(session, without_cost(session, filters), None)
     arms, groups = _per_arm(frame)
     hists = histograms(frame, groups, len(arms))
     return {iw: histogram_cdf(hists[i]) for i, iw in enumerate(arms) if hists[i].sum() > 0}

@@ -14,7 +14,7 @@ from typing import TypeVar
 import numpy as np
 from sqlalchemy.orm import Session
 
-from iwscope.analysis import pathcopy
+from iwscope.analysis import pathcopy, readcache
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters, without_cost
 from iwscope.analysis.frames import Frame, PathFrame, load_buckets, load_path_detail, load_path_stats
@@ -58,6 +58,8 @@ class Data:
     filters: Filters
     paths: PathFrame
     buckets: Frame
+    #: The roll-ups' version the reads were made at (``readcache``; ``None``: not kept).
+    version: readcache.Version | None = None
 
     def path_histograms(self, path_codes: IntArray) -> Frame:
         """Per-path roll-up rows with histograms of these paths (coded as in ``paths``)."""
@@ -70,6 +72,10 @@ class Data:
         is the caller's)."""
         ids = [self.paths.path_ids[int(code)] for code in path_codes]
         arms = (self.filters.baseline_iw, self.filters.treatment_iw)
+        key = ("detail", self.filters, arms, tuple(ids), path_codes.tobytes())
+        kept: Frame | None = readcache.READS.get(self.version, key)
+        if kept is not None:
+            return lambda: kept
         directory = get_settings().analysis_copy_dir
         prepared = None if directory is None else pathcopy.prepare_path_detail(self.session, directory, self.filters, arms, ids)
         pending = None if prepared is None else _COPY_READS.submit(prepared.run)
@@ -85,7 +91,7 @@ class Data:
             detail.path = np.fromiter(
                 (code_of[detail.path_ids[int(c)]] for c in detail.path.tolist()), dtype=np.int64, count=detail.size
             )
-            return detail
+            return readcache.READS.put(self.version, key, detail)
 
         return finish
 
@@ -103,19 +109,39 @@ def read(session: Session, filters: Filters, all_arms: bool = False, by_size: bo
     are left out unless ``filters.include_cost`` (:func:`~iwscope.analysis.filters.without_cost`)."""
     filters = without_cost(session, filters)
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
+    version = readcache.rollups_version(session)
+    bucket_key, path_key = ("buckets", filters, arms), ("paths", filters, all_arms, by_size)
+    buckets: Frame | None = readcache.READS.get(version, bucket_key)
+    paths: PathFrame | None = readcache.READS.get(version, path_key)
+    if paths is not None:
+        if buckets is None:
+            buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
+        return Data(session, filters, paths, buckets, version)
     directory = get_settings().analysis_copy_dir
     prepared = None if directory is None else pathcopy.prepare_path_stats(session, directory, filters, all_arms, by_size)
     if prepared is None:
         ANALYSIS_PATH_READS.labels("postgresql").inc()
-        return Data(session, filters, load_path_stats(session, filters, all_arms, by_size), load_buckets(session, filters, arms))
-    copy_columns = _COPY_READS.submit(prepared.run)
-    try:
-        buckets = load_buckets(session, filters, arms)
-    finally:
-        columns = copy_columns.result()
-    ANALYSIS_PATH_READS.labels("postgresql" if columns is None else "copy").inc()
-    paths = load_path_stats(session, filters, all_arms, by_size) if columns is None else prepared.frame(session, columns)
-    return Data(session, filters, paths, buckets)
+        paths = load_path_stats(session, filters, all_arms, by_size)
+        if buckets is None:
+            buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
+    else:
+        copy_columns = _COPY_READS.submit(prepared.run)
+        try:
+            if buckets is None:
+                buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
+        finally:
+            columns = copy_columns.result()
+        ANALYSIS_PATH_READS.labels("postgresql" if columns is None else "copy").inc()
+        paths = load_path_stats(session, filters, all_arms, by_size) if columns is None else prepared.frame(session, columns)
+    return Data(session, filters, readcache.READS.put(version, path_key, paths), buckets, version)
+
+
+def cached_buckets(session: Session, filters: Filters, arms: tuple[int, int] | None) -> Frame:
+    """``load_buckets`` through the process's copy of recent reads (``readcache``)."""
+    version = readcache.rollups_version(session)
+    key = ("buckets", filters, arms)
+    found: Frame | None = readcache.READS.get(version, key)
+    return found if found is not None else readcache.READS.put(version, key, load_buckets(session, filters, arms))
 
 
 def data_within_path_interval(data: Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:
