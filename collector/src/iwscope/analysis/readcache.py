@@ -10,8 +10,9 @@ of the roll-ups it was read at and answered again until they change:
   it: every refresh, reset and rebuild does, in the same transaction as the roll-ups it
   changed) with its watermarks, the database's identity and the paths' signatures (a path
   estimate may move a path to another bucket between refreshes; the analysis copy's reader
-  checks them the same way), read in one statement before the read it keys.  A refresh that commits between the two makes the kept read newer than its
-  key, never older, and later readers see the new version.
+  checks them the same way), read in one statement before the read it keys.  A refresh that
+  commits between the two makes the kept read newer than its key, never older, and later
+  readers see the new version.
 * A transaction that has written anything (``pg_current_xact_id_if_assigned()`` not null: it
   may have changed roll-ups it has not committed, e.g. a test's refresh) neither reads nor
   fills the copy.
