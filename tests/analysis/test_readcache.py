@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from testenv import temporary_database
 
 from iwscope.analysis import Filters, headline, percentile_table, readcache, reads, rebuild_rollups, refresh_rollups
+from iwscope.analysis.frames import PathFrame
 from iwscope.metrics import ANALYSIS_READ_CACHE
 
 from .datasets import RECEIVED, add_path, add_probe, add_trial, new_campaign_id
@@ -121,9 +122,8 @@ def test_a_paths_new_signature_is_a_new_version(engine: Engine) -> None:
     region's): the per-path read is not answered from before."""
     filters = Filters(campaign_ids=(CAMPAIGN,))
 
-    def regions(frame: object) -> Counter[str]:
-        names, codes = getattr(frame, "region_names"), getattr(frame, "region")
-        return Counter(names[int(code)] for code in codes)
+    def regions(frame: PathFrame) -> Counter[str]:
+        return Counter(frame.region_names[int(code)] for code in frame.region)
 
     with Session(engine) as session:
         before = regions(reads.read(session, filters).paths)
