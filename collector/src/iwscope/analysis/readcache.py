@@ -30,30 +30,36 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from iwscope.analysis import signatures
 from iwscope.analysis.rollups import WATERMARK_NAME
 from iwscope.config import get_settings
 from iwscope.metrics import ANALYSIS_READ_CACHE
 
 _T = TypeVar("_T")
 
-#: One statement: the watermark row's writer, its marks, the database, and whether this
-#: transaction has written anything.
-_VERSION = text("""
+#: One statement: whether this transaction has written anything, the watermark row's writer
+#: and marks, the database, and the paths' signatures (``signatures.VERSION_SQL``).
+_VERSION = text(f"""
     SELECT pg_current_xact_id_if_assigned() IS NULL, w.xmin::text, w.received_upto, w.joined_upto,
-           current_database(), d.oid, inet_server_addr(), inet_server_port(), p.n, p.ids, p.stamps
+           current_database(), d.oid, inet_server_addr(), inet_server_port(), p.*
     FROM analysis_watermarks AS w JOIN pg_database AS d ON d.datname = current_database()
-    CROSS JOIN (SELECT count(*) AS n, COALESCE(sum(signature_id), 0) AS ids,
-                       COALESCE(sum(extract(epoch FROM updated_at)), 0) AS stamps
-                FROM analysis_path_signatures) AS p
+    CROSS JOIN ({signatures.VERSION_SQL}) AS p
     WHERE w.name = :name""")
+_ROLLUP_FIELDS = 7
 
-Version = tuple[Any, ...]
+
+class Version(NamedTuple):
+    """The roll-ups' version a read is kept under; ``signatures`` is ``signatures.VERSION_SQL``'s
+    row, which the analysis copy's reader uses as is (no second statement)."""
+
+    rollups: tuple[Any, ...]
+    signatures: tuple[Any, ...]
 
 
 def rollups_version(session: Session) -> Version | None:
@@ -64,7 +70,7 @@ def rollups_version(session: Session) -> Version | None:
     row = session.execute(_VERSION, {"name": WATERMARK_NAME}).one_or_none()
     if row is None or not row[0]:
         return None
-    return tuple(row[1:])
+    return Version(tuple(row[1 : 1 + _ROLLUP_FIELDS]), tuple(row[1 + _ROLLUP_FIELDS :]))
 
 
 def _budget_bytes() -> int:

@@ -9,7 +9,7 @@ import pathlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -77,7 +77,11 @@ class Data:
         if kept is not None:
             return lambda: kept
         directory = get_settings().analysis_copy_dir
-        prepared = None if directory is None else pathcopy.prepare_path_detail(self.session, directory, self.filters, arms, ids)
+        prepared = (
+            None
+            if directory is None
+            else pathcopy.prepare_path_detail(self.session, directory, self.filters, arms, ids, _signatures_of(self.version))
+        )
         pending = None if prepared is None else _COPY_READS.submit(prepared.run)
 
         def finish() -> Frame:
@@ -110,25 +114,24 @@ def read(session: Session, filters: Filters, all_arms: bool = False, by_size: bo
     filters = without_cost(session, filters)
     arms = None if all_arms else (filters.baseline_iw, filters.treatment_iw)
     version = readcache.rollups_version(session)
-    bucket_key, path_key = ("buckets", filters, arms), ("paths", filters, all_arms, by_size)
-    buckets: Frame | None = readcache.READS.get(version, bucket_key)
+    path_key = ("paths", filters, all_arms, by_size)
     paths: PathFrame | None = readcache.READS.get(version, path_key)
     if paths is not None:
-        if buckets is None:
-            buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
-        return Data(session, filters, paths, buckets, version)
+        return Data(session, filters, paths, _bucket_rows(session, version, filters, arms), version)
     directory = get_settings().analysis_copy_dir
-    prepared = None if directory is None else pathcopy.prepare_path_stats(session, directory, filters, all_arms, by_size)
+    prepared = (
+        None
+        if directory is None
+        else pathcopy.prepare_path_stats(session, directory, filters, all_arms, by_size, _signatures_of(version))
+    )
     if prepared is None:
         ANALYSIS_PATH_READS.labels("postgresql").inc()
         paths = load_path_stats(session, filters, all_arms, by_size)
-        if buckets is None:
-            buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
+        buckets = _bucket_rows(session, version, filters, arms)
     else:
         copy_columns = _COPY_READS.submit(prepared.run)
         try:
-            if buckets is None:
-                buckets = readcache.READS.put(version, bucket_key, load_buckets(session, filters, arms))
+            buckets = _bucket_rows(session, version, filters, arms)
         finally:
             columns = copy_columns.result()
         ANALYSIS_PATH_READS.labels("postgresql" if columns is None else "copy").inc()
@@ -136,12 +139,17 @@ def read(session: Session, filters: Filters, all_arms: bool = False, by_size: bo
     return Data(session, filters, readcache.READS.put(version, path_key, paths), buckets, version)
 
 
+def _signatures_of(version: readcache.Version | None) -> tuple[Any, ...] | None:
+    return None if version is None else version.signatures
+
+
+def _bucket_rows(session: Session, version: readcache.Version | None, filters: Filters, arms: tuple[int, int] | None) -> Frame:
+    return readcache.READS.get_or_read(version, ("buckets", filters, arms), lambda: load_buckets(session, filters, arms))
+
+
 def cached_buckets(session: Session, filters: Filters, arms: tuple[int, int] | None) -> Frame:
     """``load_buckets`` through the process's copy of recent reads (``readcache``)."""
-    version = readcache.rollups_version(session)
-    key = ("buckets", filters, arms)
-    found: Frame | None = readcache.READS.get(version, key)
-    return found if found is not None else readcache.READS.put(version, key, load_buckets(session, filters, arms))
+    return _bucket_rows(session, readcache.rollups_version(session), filters, arms)
 
 
 def data_within_path_interval(data: Data, paths: IntArray, sizes: IntArray | None) -> Interval | None:

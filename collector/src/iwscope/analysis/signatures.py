@@ -25,6 +25,13 @@ from sqlalchemy.orm import Session
 from iwscope.analysis import buckets as bk
 
 Pair = tuple[uuid.UUID, uuid.UUID]
+#: A value that changes whenever a path's signature does (``path_signatures`` stamps
+#: ``updated_at`` on every insert and change) or a signature is added: the analysis copy's
+#: signature table and the process's kept reads (``readcache``) are valid while it holds.
+VERSION_SQL = """
+    SELECT count(*), COALESCE(sum(signature_id), 0), COALESCE(sum(extract(epoch FROM updated_at)), 0),
+           (SELECT count(*) FROM analysis_signatures)
+    FROM analysis_path_signatures"""
 #: (region, rtt bucket, bandwidth bucket, bdp bucket, loss bucket); -1 = unknown.
 SignatureValues = tuple[str, int, int, int, int]
 

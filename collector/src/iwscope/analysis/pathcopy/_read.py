@@ -9,7 +9,7 @@ import pathlib
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from iwscope.analysis import buckets as bk
+from iwscope.analysis import signatures
 from iwscope.analysis._types import FloatArray, IntArray
 from iwscope.analysis.filters import Filters
 from iwscope.analysis.frames import WEEK_DAYS, DayWindow, Frame, PathFrame, PathIds, day_window, detail_frame
@@ -151,22 +152,17 @@ def _open(session: Session, directory: pathlib.Path) -> _Open | None:
     return _Open(directory, manifest, marks)
 
 
-def _run(
-    session: Session,
-    opened: _Open,
-    query: Callable[[duckdb.DuckDBPyConnection], str],
-    lag: Callable[[], dict[str, Any]] | None = None,
-) -> dict[str, Any] | None:
-    """The columns of ``query(cursor)``'s SQL, run on a DuckDB cursor with the lag rows
-    (``lag()``, default: the per-path sums') registered as ``lag`` when the copy is behind;
-    ``None`` when a file cannot be read (removed under a very slow reader, damaged): the caller
-    reads PostgreSQL."""
+def _execute(opened: _Open, sql: str, registered: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The columns of ``sql``, run on a DuckDB cursor with ``registered``'s columns as tables
+    (the lag rows as ``lag`` when the copy is behind, the wanted paths); ``None`` when a file
+    cannot be read (removed under a very slow reader, damaged): the caller reads PostgreSQL.
+    DuckDB alone: it may run in another thread than the session's."""
     cursor = _reader()
     try:
-        if opened.behind:
-            cursor.register("lag", lag() if lag is not None else _lag_sums(session, opened))
-        columns: dict[str, Any] = cursor.execute(query(cursor)).fetchnumpy()
-        return columns
+        for name, columns in registered.items():
+            cursor.register(name, columns)
+        found: dict[str, Any] = cursor.execute(sql).fetchnumpy()
+        return found
     except duckdb.Error as error:
         log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", opened.directory, error)
         return None
@@ -208,12 +204,7 @@ def _selection(opened: _Open, window: DayWindow | None) -> str:
     )
 
 
-#: Changes whenever a path's signature does (``signatures.path_signatures`` stamps
-#: ``updated_at`` on every insert and change).
-_SIGNATURES_VERSION = text("""
-    SELECT count(*), COALESCE(sum(signature_id), 0), COALESCE(sum(extract(epoch FROM updated_at)), 0),
-           (SELECT count(*) FROM analysis_signatures)
-    FROM analysis_path_signatures""")
+_SIGNATURES_VERSION = text(signatures.VERSION_SQL)
 _SIGNATURES = text("""
     SELECT ps.probe_id::text, ps.origin_id::text, s.rtt_bucket, s.bandwidth_bucket, s.bdp_bucket, s.loss_bucket,
            s.region
@@ -223,10 +214,13 @@ _SIGNATURES = text("""
 _signature_tables: dict[tuple[Any, ...], tuple[str, list[str]]] = {}
 
 
-def _signature_table(session: Session, cursor: duckdb.DuckDBPyConnection) -> tuple[str, list[str]]:
+def _signature_table(
+    session: Session, cursor: duckdb.DuckDBPyConnection, version: tuple[Any, ...] | None = None
+) -> tuple[str, list[str]]:
     """A DuckDB table of every path's signature (buckets, ``region_code``) as ``session`` sees
     them, and the region names; read from PostgreSQL only when they changed since the last call."""
-    version = tuple(session.execute(_SIGNATURES_VERSION).one())
+    if version is None:  # else the caller read it (``signatures.VERSION_SQL``) in this request
+        version = tuple(session.execute(_SIGNATURES_VERSION).one())
     with _connection_lock:
         known = _signature_tables.get(version)
     if known is not None:
@@ -270,17 +264,7 @@ class PreparedPathStats:
 
     def run(self) -> dict[str, Any] | None:
         """The query's columns, or ``None`` when a file cannot be read (read PostgreSQL)."""
-        cursor = _reader()
-        try:
-            if self.lag is not None:
-                cursor.register("lag", self.lag)
-            columns: dict[str, Any] = cursor.execute(self.sql).fetchnumpy()
-            return columns
-        except duckdb.Error as error:
-            log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", self.opened.directory, error)
-            return None
-        finally:
-            cursor.close()
+        return _execute(self.opened, self.sql, {} if self.lag is None else {"lag": self.lag})
 
     def frame(self, session: Session, columns: dict[str, Any]) -> PathFrame:
         return _path_frame(session, columns, self.region_names)
@@ -296,9 +280,15 @@ def load_path_stats(
 
 
 def prepare_path_stats(
-    session: Session, directory: pathlib.Path, filters: Filters, all_arms: bool, by_size: bool
+    session: Session,
+    directory: pathlib.Path,
+    filters: Filters,
+    all_arms: bool,
+    by_size: bool,
+    signatures_version: tuple[Any, ...] | None = None,
 ) -> PreparedPathStats | None:
-    """The PostgreSQL half of :func:`load_path_stats` (``None``: the copy cannot be used now)."""
+    """The PostgreSQL half of :func:`load_path_stats` (``None``: the copy cannot be used now);
+    ``signatures_version``: ``signatures.VERSION_SQL``'s row if the caller read it already."""
     opened = _open(session, directory)
     if opened is None:
         return None
@@ -310,7 +300,7 @@ def prepare_path_stats(
     region_names: list[str] = []
 
     def query(cursor: duckdb.DuckDBPyConnection) -> str:
-        signatures, names = _signature_table(session, cursor)
+        signature_table, names = _signature_table(session, cursor, signatures_version)
         region_names.extend(names)
         # only paths whose signature is in the regions, as frames._PATH_IN_REGIONS
         wanted = [str(code) for code, name in enumerate(names) if name in filters.regions]
@@ -351,7 +341,7 @@ def prepare_path_stats(
                    CASE WHEN row_number() OVER (PARTITION BY g.probe_id, g.origin_id) = 1
                         THEN {mix_sql("g")} END AS mix,
                    CASE WHEN s.region_code IS NULL THEN g.probe_id::VARCHAR END AS unsigned_probe
-            FROM g LEFT JOIN {signatures} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
+            FROM g LEFT JOIN {signature_table} AS s ON s.probe_id = g.probe_id AND s.origin_id = g.origin_id {regions}
             ORDER BY 1, 3"""
 
     cursor = _reader()
@@ -425,19 +415,17 @@ def probe_totals(session: Session, directory: pathlib.Path, today: dt.date) -> d
     after_base = "".join(
         f" UNION ALL SELECT probe_id, n_trials, client_n, day, TRUE, TRUE FROM {source}" for source in opened.day_sources()
     )
-    columns = _run(
-        session,
+    columns = _execute(
         opened,
-        lambda _: (
-            f"""
+        f"""
             SELECT probe_id::VARCHAR AS probe_id,
                    COALESCE(sum(n_trials) FILTER (WHERE in_total), 0)::BIGINT AS total,
                    COALESCE(sum(n_trials - client_n) FILTER (WHERE in_total), 0)::BIGINT AS errors,
                    COALESCE(sum(n_trials) FILTER (WHERE by_day AND {week}), 0)::BIGINT AS week
             FROM (SELECT probe_id, n_trials, client_n, day, grain = {GRAIN_ALL} AS in_total, grain = 0 AS by_day
                   FROM {opened.base} WHERE grain = {GRAIN_ALL} OR (grain = 0 AND {week}){after_base})
-            GROUP BY probe_id"""
-        ),
+            GROUP BY probe_id""",
+        {"lag": _lag_sums(session, opened)} if opened.behind else {},
     )
     if columns is None:
         return None
@@ -481,18 +469,7 @@ class PreparedPathDetail:
 
     def run(self) -> dict[str, Any] | None:
         """The query's columns, or ``None`` when a file cannot be read (read PostgreSQL)."""
-        cursor = _reader()
-        try:
-            cursor.register("wanted_paths", self.wanted)
-            if self.lag is not None:
-                cursor.register("lag", self.lag)
-            columns: dict[str, Any] = cursor.execute(self.sql).fetchnumpy()
-            return columns
-        except duckdb.Error as error:
-            log.warning("analysis copy in %s unreadable, reading PostgreSQL: %s", self.opened.directory, error)
-            return None
-        finally:
-            cursor.close()
+        return _execute(self.opened, self.sql, {"wanted_paths": self.wanted, **({} if self.lag is None else {"lag": self.lag})})
 
     def frame(self, found: dict[str, Any]) -> Frame:
         names = np.array([*self.region_names, "unknown"], dtype=object)  # code -1: no stored signature
@@ -511,9 +488,15 @@ def load_path_detail(
 
 
 def prepare_path_detail(
-    session: Session, directory: pathlib.Path, filters: Filters, arms: Sequence[int], paths: Sequence[tuple[uuid.UUID, uuid.UUID]]
+    session: Session,
+    directory: pathlib.Path,
+    filters: Filters,
+    arms: Sequence[int],
+    paths: Sequence[tuple[uuid.UUID, uuid.UUID]],
+    signatures_version: tuple[Any, ...] | None = None,
 ) -> PreparedPathDetail | None:
-    """The PostgreSQL half of :func:`load_path_detail` (``None``: the copy cannot be used now).
+    """The PostgreSQL half of :func:`load_path_detail` (``None``: the copy cannot be used now;
+    ``signatures_version`` as in :func:`prepare_path_stats`).
     The histogram files are sorted by side and the paths' pseudo-random order
     (``frames.PathIds.order_keys``), which is the order the percentile intervals take their subsets
     in: a subset of the first paths of a large group lies in the first row groups."""
@@ -552,7 +535,7 @@ def prepare_path_detail(
     }
     cursor = _reader()
     try:
-        signatures, region_names = _signature_table(session, cursor)
+        signature_table, region_names = _signature_table(session, cursor, signatures_version)
     finally:
         cursor.close()
     sql = f"""
@@ -567,6 +550,6 @@ def prepare_path_detail(
                    COALESCE(s.rtt_bucket, -1) AS rtt_bucket, COALESCE(s.bandwidth_bucket, -1) AS bandwidth_bucket,
                    COALESCE(s.bdp_bucket, -1) AS bdp_bucket, COALESCE(s.loss_bucket, -1) AS loss_bucket,
                    e.bin::BIGINT AS bin, e.n_all, e.n, e.sum_us, e.sumsq, COALESCE(s.region_code, -1) AS region
-            FROM e LEFT JOIN {signatures} AS s ON s.probe_id = e.probe_id AND s.origin_id = e.origin_id"""
+            FROM e LEFT JOIN {signature_table} AS s ON s.probe_id = e.probe_id AND s.origin_id = e.origin_id"""
     lag = _lag_hists(session, opened, client) if opened.behind else None
     return PreparedPathDetail(opened, sql, wanted, lag, list(region_names), list(paths))
