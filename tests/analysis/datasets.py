@@ -10,6 +10,7 @@ import datetime as dt
 import random
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -145,6 +146,33 @@ def add_trial(
         )
     )
     return trial_id
+
+
+def add_slow_start_pairs(
+    session: Session,
+    rng: random.Random,
+    *,
+    campaign_id: int | None,
+    probe_id: uuid.UUID,
+    origin_id: uuid.UUID,
+    rtt_ms: float,
+    pairs: int,
+    **trial: Any,
+) -> None:
+    """``pairs`` IW 3 / IW 10 trials on one path: three and two round trips of ``rtt_ms`` (the
+    default 9 KB object's slow start from each window), each x U(0.9, 1.3); ``trial``: more of
+    :func:`add_trial`'s arguments."""
+    for _ in range(pairs):
+        for iw, rounds in ((3, 3), (10, 2)):
+            add_trial(
+                session,
+                campaign_id=campaign_id,
+                probe_id=probe_id,
+                origin_id=origin_id,
+                iw=iw,
+                server_ms=rounds * rtt_ms * rng.uniform(0.9, 1.3),
+                **trial,
+            )
 
 
 def add_observation(

@@ -48,7 +48,17 @@ from iwscope.analysis.stats import MIN_CLUSTERS
 from iwscope.metrics import ANALYSIS_PATH_READS
 from iwscope.trials.models import Trial
 
-from .datasets import DAY, Fixed, add_path, add_probe, add_trial, insert_cost_phase, insert_fixed, new_campaign_id
+from .datasets import (
+    DAY,
+    Fixed,
+    add_path,
+    add_probe,
+    add_slow_start_pairs,
+    add_trial,
+    insert_cost_phase,
+    insert_fixed,
+    new_campaign_id,
+)
 
 REL = 0.01
 
@@ -298,16 +308,7 @@ def test_percentile_tables_from_the_analysis_copy_equal_postgresqls(
         probe = add_probe(db_session, region, probe_id=uuid.uuid5(uuid.NAMESPACE_URL, f"iwscope-test-copy-percentiles-{index}"))
         rtt = rng.uniform(40, 400)
         add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
-        for _ in range(8):
-            for iw, rounds in ((3, 3), (10, 2)):
-                add_trial(
-                    db_session,
-                    campaign_id=campaign_id,
-                    probe_id=probe,
-                    origin_id=origin,
-                    iw=iw,
-                    server_ms=rounds * rtt * rng.uniform(0.9, 1.3),
-                )
+        add_slow_start_pairs(db_session, rng, campaign_id=campaign_id, probe_id=probe, origin_id=origin, rtt_ms=rtt, pairs=8)
     db_session.flush()
     rebuild_rollups(db_session)
     directory = tmp_path / "copy"
@@ -587,23 +588,7 @@ def test_percentile_intervals_subsample_paths_past_the_detail_limit(db_session: 
         probe = add_probe(db_session, "europe", probe_id=uuid.uuid5(uuid.NAMESPACE_URL, f"iwscope-test-subsample-{index}"))
         rtt = rng.uniform(40, 400)
         add_path(db_session, probe, origin, rtt, 5_000_000, 0.0)
-        for _ in range(12):
-            add_trial(
-                db_session,
-                campaign_id=campaign_id,
-                probe_id=probe,
-                origin_id=origin,
-                iw=3,
-                server_ms=3 * rtt * rng.uniform(0.9, 1.3),
-            )
-            add_trial(
-                db_session,
-                campaign_id=campaign_id,
-                probe_id=probe,
-                origin_id=origin,
-                iw=10,
-                server_ms=2 * rtt * rng.uniform(0.9, 1.3),
-            )
+        add_slow_start_pairs(db_session, rng, campaign_id=campaign_id, probe_id=probe, origin_id=origin, rtt_ms=rtt, pairs=12)
     db_session.flush()
     rebuild_rollups(db_session)
     filters = Filters(campaign_ids=(campaign_id,))

@@ -21,7 +21,7 @@ from iwscope.analysis import Filters, headline, percentile_table, readcache, rea
 from iwscope.analysis.frames import PathFrame
 from iwscope.metrics import ANALYSIS_READ_CACHE
 
-from .datasets import RECEIVED, add_path, add_probe, add_trial, new_campaign_id
+from .datasets import RECEIVED, add_path, add_probe, add_slow_start_pairs, new_campaign_id
 
 CAMPAIGN = new_campaign_id()
 ORIGIN = uuid.uuid5(uuid.NAMESPACE_URL, "iwscope-test-readcache-origin")
@@ -33,19 +33,18 @@ def _hits() -> float:
 
 def _add_trials(session: Session, probes: list[uuid.UUID], count: int, received: dt.datetime, seed: int) -> None:
     rng = random.Random(seed)
-    for _ in range(count):
-        for probe in probes:
-            for iw, rounds in ((3, 3), (10, 2)):
-                add_trial(
-                    session,
-                    campaign_id=CAMPAIGN,
-                    probe_id=probe,
-                    origin_id=ORIGIN,
-                    iw=iw,
-                    server_ms=rounds * 80 * rng.uniform(0.9, 1.3),
-                    received_at=received,
-                    joined_at=received,
-                )
+    for probe in probes:
+        add_slow_start_pairs(
+            session,
+            rng,
+            campaign_id=CAMPAIGN,
+            probe_id=probe,
+            origin_id=ORIGIN,
+            rtt_ms=80.0,
+            pairs=count,
+            received_at=received,
+            joined_at=received,
+        )
 
 
 @pytest.fixture
