@@ -213,3 +213,30 @@ def test_joins_redis_did_not_take_are_sent_with_the_next_window(monkeypatch: pyt
 
     asyncio.run(run())
     assert sent == [["a", "b"], ["a", "b", "c", "d"], ["b", "c", "d", "e"]]
+
+
+def test_a_drain_asked_without_ids_waits_for_other_asks_outside_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from iwscope.trials import ingest
+
+    sent: list[list[str]] = []
+
+    def recorded(ids: list[str]) -> bool:
+        sent.append(list(ids))
+        return True
+
+    monkeypatch.setattr(ingest, "queue_join", recorded)
+
+    async def run() -> list[list[str]]:
+        batcher = ingest.JoinBatcher(window_s=0.01, refresh_window_s=0.2)
+        for _ in range(5):  # trial uploads: each returns at once, one message for all of them
+            await asyncio.wait_for(batcher.add([]), timeout=0.05)
+        assert sent == []
+        await asyncio.sleep(0.3)
+        after_refresh = list(sent)
+        await batcher.add([])  # a new refresh window ...
+        await batcher.add(["t1"])  # ... whose drain this window's message asks for
+        await asyncio.sleep(0.3)
+        return after_refresh
+
+    assert asyncio.run(run()) == [[]]
+    assert sent == [[], ["t1"]]
