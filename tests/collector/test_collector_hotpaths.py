@@ -7,6 +7,7 @@ status, body and the headers that matter compared; the request metrics see the r
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -170,40 +171,48 @@ def test_other_methods_and_paths_still_reach_fastapi(in_process: None) -> None:
     assert asyncio.run(run()) == (405, 404)
 
 
-def test_joins_of_one_window_go_as_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+@dataclass
+class JoinsSent:
+    """The ids each ``ingest.queue_join`` call was handed, and what "Redis" answers the next
+    calls (taken from the front; ``True`` once none is left)."""
+
+    sent: list[list[str]] = field(default_factory=list)
+    answers: list[bool] = field(default_factory=list)
+
+
+@pytest.fixture
+def joins_sent(monkeypatch: pytest.MonkeyPatch) -> JoinsSent:
     from iwscope.trials import ingest
 
-    sent: list[list[str]] = []
+    joins = JoinsSent()
 
     def recorded(ids: list[str]) -> bool:
-        sent.append(list(ids))
-        return True
+        joins.sent.append(list(ids))
+        return joins.answers.pop(0) if joins.answers else True
 
     monkeypatch.setattr(ingest, "queue_join", recorded)
+    return joins
+
+
+def test_joins_of_one_window_go_as_one_message(joins_sent: JoinsSent) -> None:
+    from iwscope.trials import ingest
 
     async def run() -> None:
         batcher = ingest.JoinBatcher(window_s=0.2)
         async with anyio.create_task_group() as group:
             for index in range(10):
                 group.start_soon(batcher.add, [f"t{index}"])
-            group.start_soon(batcher.add, [])  # path samples only: still asks for a drain
+            group.start_soon(batcher.add, [])  # path samples only: this window's message asks for the drain
         await batcher.add(["late"])  # a new window
 
     asyncio.run(run())
-    assert sent == [[f"t{index}" for index in range(10)], ["late"]]
+    assert joins_sent.sent == [[f"t{index}" for index in range(10)], ["late"]]
 
 
-def test_joins_redis_did_not_take_are_sent_with_the_next_window(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_joins_redis_did_not_take_are_sent_with_the_next_window(joins_sent: JoinsSent) -> None:
     from iwscope.trials import ingest
 
-    sent: list[list[str]] = []
-    redis_up = [False, False, True]
-
-    def flaky(ids: list[str]) -> bool:
-        sent.append(list(ids))
-        return redis_up.pop(0)
-
-    monkeypatch.setattr(ingest, "queue_join", flaky)
+    joins_sent.answers = [False, False, True]
 
     async def run() -> None:
         batcher = ingest.JoinBatcher(window_s=0.01, max_kept=3)
@@ -212,19 +221,13 @@ def test_joins_redis_did_not_take_are_sent_with_the_next_window(monkeypatch: pyt
         await batcher.add(["e"])  # up: b-e go
 
     asyncio.run(run())
-    assert sent == [["a", "b"], ["a", "b", "c", "d"], ["b", "c", "d", "e"]]
+    assert joins_sent.sent == [["a", "b"], ["a", "b", "c", "d"], ["b", "c", "d", "e"]]
 
 
-def test_a_drain_asked_without_ids_waits_for_other_asks_outside_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_drain_asked_without_ids_waits_for_other_asks_outside_its_request(joins_sent: JoinsSent) -> None:
     from iwscope.trials import ingest
 
-    sent: list[list[str]] = []
-
-    def recorded(ids: list[str]) -> bool:
-        sent.append(list(ids))
-        return True
-
-    monkeypatch.setattr(ingest, "queue_join", recorded)
+    sent = joins_sent.sent
 
     async def run() -> list[list[str]]:
         batcher = ingest.JoinBatcher(window_s=0.01, refresh_window_s=0.2)

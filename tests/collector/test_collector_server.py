@@ -40,6 +40,6 @@ def test_a_started_server_freezes_its_start_up_heap_and_collects_young_objects_l
 
     done = subprocess.run([sys.executable, "-c", _SERVE], capture_output=True, text=True, timeout=60, check=True)
     state = json.loads(done.stdout.strip().splitlines()[-1])
-    assert state["before"] == 700  # CPython's default, untouched by importing the module
+    assert state["before"] != GC_YOUNG_THRESHOLD  # CPython's default: importing the module changes nothing
     assert state["after"] == GC_YOUNG_THRESHOLD
     assert state["frozen"] > 1000  # the imported app and uvicorn, out of the collector's way

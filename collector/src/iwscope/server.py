@@ -19,11 +19,9 @@ from iwscope.health import DRAINING
 log = logging.getLogger(__name__)
 
 #: The cyclic collector's youngest-generation threshold in a serving API process (CPython's
-#: default: 700 allocations).  A request leaves few cycles (its objects die by reference count),
-#: but at 700 every upload ran a few young collections, and whatever was in flight then (the
-#: requests' frames, futures and lists) was promoted and traversed again by the older
-#: generations' collections: the collector was 8-9 % of the API's CPU at the fleet's shape
-#: (perf, docs/ingest-throughput.md).
+#: default: 700 allocations).  A request's objects die by reference count; at 700 the collector
+#: still took 8.2 % of the API's CPU at the fleet's shape under ``perf``, and no sample in 30 s
+#: with this threshold and start-up frozen (docs/ingest-throughput.md, 2026-12-02).
 GC_YOUNG_THRESHOLD = 20_000
 
 

@@ -163,8 +163,9 @@ class JoinBatcher:
     An ask without ids (a trial upload: nothing to join, only new trials for the drain's refresh
     of the roll-ups) waits for ``refresh_window_s`` in a task of its own, not in its request,
     and sends its message only if no window with ids sent one meanwhile (any message queues the
-    drain).  A 50 ms window for those was a Redis round trip and a thread hop 20 times a second
-    per process, 8-9 % of the API's CPU at the fleet's shape (py-spy, docs/ingest-throughput.md).
+    drain).  A 50 ms window for those was a Redis round trip and a thread hop up to 20 times a
+    second per process: 9.3 % of py-spy's busy samples of the API at the fleet's shape
+    (docs/ingest-throughput.md, 2026-12-02).
     A process stopped within the wait loses the ask; the beat's refresh a minute later folds
     the trials in."""
 
