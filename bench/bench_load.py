@@ -21,12 +21,13 @@ reported so the driver's own share of the latency is visible):
    ``--origins`` simulated origins (probes assigned round
    robin) upload what they were handed as ``iwprobe origin``'s uploader does: everything
    pending, in batches of at most ``wire.MAX_BATCH_RECORDS``, then a pause of 2 s
-   (``Uploader.run_forever``).  A refused (503) upload of either kind is sent again after its
-   ``Retry-After``, as the probe's and the origin's spools do; the latency counted is the
-   accepted request's;
+   (``Uploader.run_forever``).  A refused (503) upload of either kind is sent again when
+   iwprobe's spools would send it (its ``Retry-After``, or exponential backoff after repeated
+   refusals); the latency counted is the accepted request's;
 3. samples every second: the Celery queue length in Redis (the worker's backlog) and the
    CPU seconds of the API processes, the worker (with its pool), the PostgreSQL backends of
-   this database, and the driver itself, from ``/proc``.
+   this database, and the driver itself, from ``/proc``, and the API's upload limit
+   (``iwscope_admission_upload_limit``).
 
 Per stage: sustained trials/s (stored, i.e. 200 answers), p50/p99 upload latency of accepted
 uploads, every status answered, error share, backlog, CPU shares -- the stage where trials/s
@@ -46,6 +47,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import gc
+import itertools
 import json
 import os
 import pathlib
@@ -75,6 +77,8 @@ import testenv
 from bench_ingest import COPY_COLUMNS, TCPI, copy_rows, free_port
 
 from iwprobe import wire
+from iwprobe._collector import CollectorError
+from iwprobe._upload import retry_delay
 from iwscope import worker_client
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -246,6 +250,8 @@ class Fleet:
 KEEPALIVE_S = 4.0
 #: The probe's own collector timeout (iwprobe Credentials.client).
 REQUEST_TIMEOUT_S = 30.0
+#: The longest wait between upload retries of ``iwprobe run`` (``--backoff-cap``) and ``iwprobe origin``.
+AGENT_BACKOFF_CAP_S = 60.0
 
 
 @dataclass
@@ -479,16 +485,24 @@ async def _send_until_accepted(
     stop: asyncio.Event,
     rng: random.Random,
 ) -> tuple[Answer | None, float]:
-    """POST ``body``, sending it again after each 503's Retry-After (x 1-1.5) as the spools do;
-    the last answer and the last attempt's latency (the accepted request's, when accepted)."""
-    while True:
+    """POST ``body``, sending it again after each 503 when iwprobe's uploader would
+    (:func:`iwprobe._upload.retry_delay`: its Retry-After x 1-1.5, or exponential backoff with
+    full jitter after repeated refusals, whichever is longer; the agents' 60 s cap); the last
+    answer and the last attempt's latency (the accepted request's, when accepted).
+
+    Until 2026-12-02 the driver waited the Retry-After alone, every time: at 4x the saturating
+    probe count its probes came back every 2-3 s however often they had been refused, as no
+    iwprobe does."""
+    for attempt in itertools.count():
         refused: list[float] = []
         sent = time.perf_counter()
         answer = await _request(client, fleet, "POST", path, credential, body, what, retry_after=refused)
         if answer is not None or not refused or stop.is_set():
             return answer, time.perf_counter() - sent
+        error = CollectorError(f"{what}: HTTP 503", 503, None, refused[0])
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=refused[0] * rng.uniform(1.0, 1.5))
+            await asyncio.wait_for(stop.wait(), timeout=retry_delay(error, attempt, 1.0, AGENT_BACKOFF_CAP_S, rng))
+    raise AssertionError("unreachable")
 
 
 async def enroll_fleet(base_url: str, enroll_token: str, count: int, in_flight: int = 32) -> list[dict[str, str]]:
@@ -544,6 +558,8 @@ class ServerCounts:
     upload_buckets: dict[float, float] = field(default_factory=dict)
     #: Requests refused at the front door, by ``kind:reason`` (``probe:in_progress``, ``probe:loop_lag``, ...).
     refused: dict[str, float] = field(default_factory=dict)
+    #: Uploads the API's processes take at once (``iwscope_admission_upload_limit``, summed).
+    upload_limit: float | None = None
 
 
 async def _server_counts(base_url: str) -> ServerCounts:
@@ -562,6 +578,8 @@ async def _server_counts(base_url: str) -> ServerCounts:
         ):
             bound = line.split('le="', 1)[1].split('"', 1)[0]
             counts.upload_buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("iwscope_admission_upload_limit "):
+            counts.upload_limit = float(line.rsplit(" ", 1)[1])
         elif line.startswith("iwscope_admission_rejected_total{"):
             kind = line.split('kind="', 1)[1].split('"', 1)[0]
             reason = line.split('reason="', 1)[1].split('"', 1)[0]
@@ -640,6 +658,7 @@ async def _run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: 
                     "join_pending_trials": sampler.join_pending_trials(),
                     "origin_spools": sum(len(origin.pending) for origin in fleet.origins),
                     "trials_stored": fleet.stats.trials_stored,
+                    "upload_limit": (await _server_counts(fleet.base_url)).upload_limit,
                 }
             )
         elapsed = time.monotonic() - started
@@ -681,6 +700,8 @@ async def _run_stages(fleet: Fleet, stages: list[int], stage_s: float, sampler: 
                 for role, cores in cpu_share.items()
             },
             "backlog_series": [s["backlog"] for s in samples],
+            # The API's upload limit each second (admission.UploadLimit; its door's limit while uploads are fast).
+            "upload_limit_series": [s["upload_limit"] for s in samples],
             # Observations the simulated origins hold, not yet accepted (their spools' backlog).
             "origin_spool_max": max(s["origin_spools"] for s in samples),
             "origin_spool_end": samples[-1]["origin_spools"],

@@ -179,7 +179,9 @@ class CollectorApp:
             limit=settings.max_in_progress,
             other_limit=settings.max_other_in_progress,
             retry_after_s=settings.retry_after_s,
+            max_retry_after_s=settings.max_retry_after_s,
             max_lag_s=settings.max_loop_lag_s,
+            upload_latency_target_s=settings.upload_latency_target_s,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -132,6 +132,14 @@ class Settings(BaseSettings):
     #: of the handlers, where the in-progress count cannot see them.  Readers are refused from
     #: half of it.  0 = never.
     max_loop_lag_s: float = Field(0.25, ge=0, le=60, validation_alias=AliasChoices("IWSCOPE_MAX_LOOP_LAG_S"))
+    #: Latency (seconds, the p90 of a second's trial uploads in one API process) above which the
+    #: process takes fewer uploads at once, and below which it takes more again, up to
+    #: ``IWSCOPE_MAX_IN_PROGRESS`` (``admission.UploadLimit``); the uploads past that limit are
+    #: answered 503 + ``Retry-After`` at once instead of queueing for the database.  0 = never.
+    #: 1.0: at 4x the probes that saturate a 2-core box, 0.5 kept the API's own p99 within 1 s
+    #: in 4 runs of 6 but stored 52-100 % of the run's peak; 1.0 within 2.5 s in 2 of 3 (5 s in
+    #: the third), storing 87-100 %; none 2.5-10 s, 89-100 % (docs/ingest-throughput.md, 2026-12-02).
+    upload_latency_target_s: float = Field(1.0, ge=0, le=60, validation_alias=AliasChoices("IWSCOPE_UPLOAD_LATENCY_TARGET_S"))
     #: Seconds a verified probe/origin credential is remembered per process (0: never) while the
     #: process is not told of credential changes (its listener is down or starting): a
     #: revocation then takes effect at most this much later.
@@ -149,6 +157,10 @@ class Settings(BaseSettings):
     schedule_cache_s: float = Field(5.0, ge=0, le=300, validation_alias=AliasChoices("IWSCOPE_SCHEDULE_CACHE_S"))
     #: ``Retry-After`` (seconds) of a 503 answered because the database was busy.
     retry_after_s: int = Field(2, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_RETRY_AFTER_S"))
+    #: Longest ``Retry-After`` (seconds) the front door answers with while a process refuses more
+    #: probe requests than it admits (``admission.RetryAfter``; from ``IWSCOPE_RETRY_AFTER_S`` up).
+    #: 60: iwprobe's own longest backoff between upload retries.
+    max_retry_after_s: int = Field(60, ge=1, le=3600, validation_alias=AliasChoices("IWSCOPE_MAX_RETRY_AFTER_S"))
     #: Directory of the analysis copy (``analysis/pathcopy/``: the per-path sums as Parquet,
     #: read by DuckDB; written by the worker, read by the API and the dashboard, so all three
     #: must see the same directory).  Unset: the paired figures read PostgreSQL alone.

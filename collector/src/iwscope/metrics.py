@@ -39,8 +39,20 @@ ADMISSION_REJECTED = Counter(
     "iwscope_admission_rejected_total",
     "Requests answered 503 at the front door, "
     "by class (probe|other) and reason (in_progress: too many in progress in the "
-    "process; loop_lag: its event loop behind)",
+    "process; loop_lag: its event loop behind; upload_latency: as many uploads in progress as "
+    "their latency allows, admission.UploadLimit)",
     ["kind", "reason"],
+)
+RETRY_AFTER = Gauge(
+    "iwscope_admission_retry_after_seconds",
+    "Retry-After the door answers probe traffic with (the largest over workers; admission.RetryAfter)",
+    multiprocess_mode="livemax",
+)
+UPLOAD_LIMIT = Gauge(
+    "iwscope_admission_upload_limit",
+    "Uploads the API process(es) take at once (summed over workers), adjusted each second from "
+    "the trial uploads' latency (admission.UploadLimit)",
+    multiprocess_mode="livesum",
 )
 LOOP_LAG = Gauge(
     "iwscope_event_loop_lag_seconds",
