@@ -50,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from iwprobe import wire
 from iwscope.metrics import ADMISSION_REJECTED, IN_PROGRESS, LOOP_LAG, RETRY_AFTER, UPLOAD_LIMIT, labelled
+from iwscope.trials.ingest import TRIALS_PATH, UPLOAD_PATHS
 
 #: Paths never refused: liveness, readiness and metrics must answer under any load.
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -61,8 +62,6 @@ CLOSE_ABOVE_BYTES = 64 * 1024
 
 _PROBE_PREFIXES = ("/api/v1/probes/", "/api/v1/origins/", "/api/v1/servers/")
 _PROBE_EXACT = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH, wire.PASSIVE_BATCH_PATH, wire.TRACES_BATCH_PATH})
-#: The uploads stored by the group writer (``trials/writer.py``): the ones :class:`UploadLimit` bounds.
-UPLOAD_PATHS = frozenset({wire.TRIALS_BATCH_PATH, wire.OBSERVATIONS_BATCH_PATH})
 
 
 def is_probe_traffic(method: str, path: str) -> bool:
@@ -97,6 +96,24 @@ class LoopLag:
             LOOP_LAG.set(self.seconds)
 
 
+class _Interval:
+    """Consecutive intervals of ``length_s`` from the first call on: :meth:`ended` is true once
+    per interval, at the first call after it ended (both controllers below adjust then)."""
+
+    def __init__(self, length_s: float) -> None:
+        self.length_s = length_s
+        self._ends: float | None = None
+
+    def ended(self, now: float) -> bool:
+        if self._ends is None:
+            self._ends = now + self.length_s
+            return False
+        if now < self._ends:
+            return False
+        self._ends = now + self.length_s
+        return True
+
+
 class UploadLimit:
     """How many uploads one process takes at once, adjusted every :data:`INTERVAL_S` from how
     long the collector took to answer the trial uploads of that interval (their p90, from the
@@ -105,7 +122,7 @@ class UploadLimit:
     ``ceiling``, the door's own limit); an interval in which no trial upload was answered leaves
     it as it is.  So under overload the limit settles where the uploads' latency is about the
     target (a queue of uploads in front of the database is a queue of latency), and after it
-    the limit climbs back from :data:`FLOOR` to a ceiling of 96 in about 30 intervals.
+    the limit climbs back from :data:`FLOOR` to a ceiling of 96 in 29 intervals.
 
     Trial uploads set the pace because they are what a probe waits for; an origin's observation
     uploads (hundreds of records each, one lane at a time) take a place each but do not set it."""
@@ -125,7 +142,7 @@ class UploadLimit:
         self.limit = ceiling
         UPLOAD_LIMIT.set(ceiling)
         self._durations: list[float] = []
-        self._window_ends: float | None = None
+        self._interval = _Interval(self.INTERVAL_S)
         self._decreased_at = -math.inf
 
     def admits(self, uploads_in_progress: int, now: float) -> bool:
@@ -146,13 +163,9 @@ class UploadLimit:
         self._adjust(now)
 
     def _adjust(self, now: float) -> None:
-        if self._window_ends is None:
-            self._window_ends = now + self.INTERVAL_S
-            return
-        if now < self._window_ends:
+        if not self._interval.ended(now):
             return
         durations, self._durations = self._durations, []
-        self._window_ends = now + self.INTERVAL_S
         if not durations:
             return
         durations.sort()
@@ -192,12 +205,12 @@ class RetryAfter:
         self.seconds = float(base_s)
         self._admitted = 0
         self._refused = 0
-        self._window_ends: float | None = None
+        self._interval = _Interval(self.INTERVAL_S)
 
     @property
     def value(self) -> int:
-        """Whole seconds, as the header says them."""
-        return max(self.base_s, round(self.seconds))
+        """Whole seconds, as the header says them (``seconds`` never falls below ``base_s``)."""
+        return round(self.seconds)
 
     def admitted(self, now: float) -> None:
         self._admitted += 1
@@ -210,14 +223,10 @@ class RetryAfter:
         return self.value
 
     def _adjust(self, now: float) -> None:
-        if self._window_ends is None:
-            self._window_ends = now + self.INTERVAL_S
-            return
-        if now < self._window_ends:
+        if not self._interval.ended(now):
             return
         refused, admitted = self._refused, self._admitted
         self._refused = self._admitted = 0
-        self._window_ends = now + self.INTERVAL_S
         if refused < self.MIN_REFUSALS:
             self.seconds = max(float(self.base_s), self.seconds / 2)
         else:
@@ -231,7 +240,7 @@ class RetryAfter:
 class _Counts:
     total: int = 0
     other: int = 0
-    #: Of ``total``: uploads of trials and observations (:data:`UPLOAD_PATHS`).
+    #: Of ``total``: uploads of trials and observations (``trials.ingest.UPLOAD_PATHS``, the group writer's).
     uploads: int = 0
 
 
@@ -282,16 +291,17 @@ class Admission:
                 await self._refuse(scope, send, probe)
                 return
         uploads = self.uploads if probe and scope["method"] == "POST" and scope["path"] in UPLOAD_PATHS else None
-        if uploads is not None:
-            if not uploads.admits(self.counts.uploads, time.monotonic()):
-                labelled(ADMISSION_REJECTED, kind, "upload_latency").inc()
-                await self._refuse(scope, send, probe)
-                return
-            self.counts.uploads += 1
-            if scope["path"] == wire.TRIALS_BATCH_PATH:
-                receive, send = _timed(uploads, receive, send)
         if probe:
-            self.retry_after.admitted(time.monotonic())
+            now = time.monotonic()
+            if uploads is not None:
+                if not uploads.admits(self.counts.uploads, now):
+                    labelled(ADMISSION_REJECTED, kind, "upload_latency").inc()
+                    await self._refuse(scope, send, probe)
+                    return
+                self.counts.uploads += 1
+                if scope["path"] == TRIALS_PATH:
+                    receive, send = _timed(uploads, receive, send)
+            self.retry_after.admitted(now)
         self.counts.total += 1
         self.counts.other += 0 if probe else 1
         labelled(IN_PROGRESS, kind).inc()

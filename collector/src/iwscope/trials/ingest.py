@@ -33,6 +33,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from iwprobe import wire
 from iwscope.auth.dependencies import Identity, IdentityKind, authenticate, bearer_credential
 from iwscope.config import get_settings
 from iwscope.dbslots import DatabaseBusy
@@ -45,8 +46,8 @@ from iwscope.worker_client import queue_join
 
 log = logging.getLogger(__name__)
 
-TRIALS_PATH = "/api/v1/trials/batch"
-OBSERVATIONS_PATH = "/api/v1/observations/batch"
+TRIALS_PATH = wire.TRIALS_BATCH_PATH
+OBSERVATIONS_PATH = wire.OBSERVATIONS_BATCH_PATH
 
 
 @dataclass
